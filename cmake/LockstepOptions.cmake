@@ -1,0 +1,10 @@
+# One INTERFACE target carries the language standard and warnings, so no global flags are set and
+# every Lockstep target opts in by linking it.
+add_library(lockstep_options INTERFACE)
+add_library(Lockstep::options ALIAS lockstep_options)
+target_compile_features(lockstep_options INTERFACE cxx_std_20)
+target_compile_options(lockstep_options INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast
+    -Wcast-align -Woverloaded-virtual -Wimplicit-fallthrough>
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${LOCKSTEP_WARNINGS_AS_ERRORS}>>:-Werror>)
+set(CMAKE_CXX_EXTENSIONS OFF)

@@ -1,0 +1,23 @@
+#pragma once
+// Small file helpers with errors that name the file.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "lockstep/common/result.h"
+
+namespace lockstep {
+
+// Reads a whole file; refuses files larger than maxBytes instead of exhausting memory.
+Result<std::string> readFile(const std::string& path, std::uint64_t maxBytes);
+
+// Writes `data` to `path` so that readers see the old file or the complete new one, never a
+// partial one, even across a crash: temp file in the same directory, fsync, rename, fsync dir.
+Result<void> writeFileAtomic(const std::string& path, std::string_view data);
+
+// Creates a directory and its parents; a newly made leaf gets `mode`. Succeeds if it exists.
+Result<void> makeDirectories(const std::string& path, unsigned mode = 0755);
+
+}  // namespace lockstep

@@ -1,0 +1,58 @@
+#pragma once
+// Child processes: start one without a shell, wait for it with a timeout, stop its group.
+// Used by the trainer's --nproc launcher, the agent and the tests.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lockstep/common/result.h"
+
+namespace lockstep {
+
+struct SpawnOptions {
+  // argv[0] is the executable's path; there is no PATH lookup and no shell.
+  std::vector<std::string> argv;
+  // Set on top of the parent's environment (an existing name is replaced).
+  std::vector<std::pair<std::string, std::string>> env;
+  // Files for the child's stdout/stderr (created or truncated); empty means inherit.
+  std::string stdoutPath;
+  std::string stderrPath;
+  // Put the child in a new process group (pgid == pid) so the whole group can be signalled.
+  bool newProcessGroup = false;
+  // Signal delivered to the child when the spawning thread dies (PR_SET_PDEATHSIG); 0 for none.
+  int parentDeathSignal = 0;
+};
+
+// Starts the child; fails (without leaving a child behind) when exec fails, saying why.
+Result<pid_t> spawnProcess(const SpawnOptions& options);
+
+struct ExitStatus {
+  int exitCode = 0;  // valid when signal == 0
+  int signal = 0;    // the signal that killed the child, or 0
+
+  bool success() const { return signal == 0 && exitCode == 0; }
+  // The shell's convention: the exit code, or 128 + signal.
+  int shellCode() const { return signal != 0 ? 128 + signal : exitCode; }
+  // "exit code 3" or "signal 9 (Killed)".
+  std::string describe() const;
+};
+
+ExitStatus exitStatusFromWait(int waitStatus);
+
+// Waits for one child to exit and reaps it. Returns nullopt when the timeout passes first.
+Result<std::optional<ExitStatus>> waitProcess(pid_t pid, std::chrono::milliseconds timeout);
+
+// Waits until any of `pids` exits (reaping it) or the timeout passes. Returns the pid and its
+// status, or nullopt on timeout. Pids that were already reaped must not be passed.
+Result<std::optional<std::pair<pid_t, ExitStatus>>> waitAnyProcess(const std::vector<pid_t>& pids,
+                                                                   std::chrono::milliseconds timeout);
+
+// Sends SIGTERM, waits up to `grace`, then SIGKILL and reaps. Returns how the child ended.
+Result<ExitStatus> terminateProcess(pid_t pid, std::chrono::milliseconds grace, bool wholeGroup);
+
+}  // namespace lockstep

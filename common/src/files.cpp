@@ -1,0 +1,108 @@
+#include "lockstep/common/files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+
+namespace lockstep {
+namespace {
+
+class FdCloser {
+ public:
+  explicit FdCloser(int fd) : fd_(fd) {}
+  ~FdCloser() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  FdCloser(const FdCloser&) = delete;
+  FdCloser& operator=(const FdCloser&) = delete;
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+Result<void> writeAll(int fd, std::string_view data, const std::string& path) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errnoError("cannot write " + path, errno);
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<std::string> readFile(const std::string& path, std::uint64_t maxBytes) {
+  FdCloser fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return errnoError("cannot open " + path, errno);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return errnoError("cannot stat " + path, errno);
+  if (!S_ISREG(st.st_mode)) return invalidArgument(path + " is not a regular file");
+  if (static_cast<std::uint64_t>(st.st_size) > maxBytes) {
+    return Error{ErrorCode::kResourceExhausted,
+                 path + " is " + std::to_string(st.st_size) + " bytes, more than the limit of " +
+                     std::to_string(maxBytes)};
+  }
+  std::string out(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::read(fd.get(), out.data() + done, out.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errnoError("cannot read " + path, errno);
+    }
+    if (n == 0) break;  // the file shrank while we read it
+    done += static_cast<size_t>(n);
+  }
+  out.resize(done);
+  return out;
+}
+
+Result<void> writeFileAtomic(const std::string& path, std::string_view data) {
+  const std::filesystem::path target(path);
+  const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
+  const std::string tmp = (dir / ("." + target.filename().string() + ".tmp." +
+                                  std::to_string(::getpid())))
+                              .string();
+  {
+    FdCloser fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (fd.get() < 0) return errnoError("cannot create " + tmp, errno);
+    if (auto written = writeAll(fd.get(), data, tmp); !written) {
+      ::unlink(tmp.c_str());
+      return written.error();
+    }
+    if (::fsync(fd.get()) != 0) {
+      const int err = errno;
+      ::unlink(tmp.c_str());
+      return errnoError("cannot fsync " + tmp, err);
+    }
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return errnoError("cannot rename " + tmp + " to " + path, err);
+  }
+  // The rename is durable only once the directory entry is on disk.
+  FdCloser dirFd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dirFd.get() >= 0) ::fsync(dirFd.get());
+  return {};
+}
+
+Result<void> makeDirectories(const std::string& path, unsigned mode) {
+  std::error_code ec;
+  const bool created = std::filesystem::create_directories(path, ec);
+  if (ec) return ioError("cannot create directory " + path + ": " + ec.message());
+  if (!std::filesystem::is_directory(path)) return invalidArgument(path + " exists and is not a directory");
+  // Only a directory we made gets our mode; an existing one keeps the mode its owner chose.
+  if (created) ::chmod(path.c_str(), mode);
+  return {};
+}
+
+}  // namespace lockstep

@@ -1,0 +1,27 @@
+#pragma once
+// Bytes <-> validated domain structs. Decoding refuses oversized input, unparsable bytes, missing
+// required fields and out-of-range values with an InvalidArgument error that names the field.
+// Stateless and thread-safe.
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "lockstep/common/result.h"
+#include "lockstep/protocol/types.h"
+
+namespace lockstep {
+
+// Larger messages are refused before parsing. A StartJob with 4096 ranks is far below this.
+inline constexpr std::size_t kMaxMessageBytes = 4u << 20;
+
+std::string encode(const Request& request);
+std::string encode(const Reply& reply);
+std::string encode(const StreamMessage& message);
+
+Result<Request> decodeRequest(std::string_view bytes, std::size_t maxBytes = kMaxMessageBytes);
+Result<Reply> decodeReply(std::string_view bytes, std::size_t maxBytes = kMaxMessageBytes);
+Result<StreamMessage> decodeStreamMessage(std::string_view bytes,
+                                          std::size_t maxBytes = kMaxMessageBytes);
+
+}  // namespace lockstep

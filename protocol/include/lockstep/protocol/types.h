@@ -1,0 +1,250 @@
+#pragma once
+// Plain domain structs for everything in the v1 schema (protocol/lockstep/v1/lockstep.proto).
+// The rest of Lockstep uses these; only protocol/src sees generated protobuf code.
+// Defaults here are the product's defaults (a JobSpec{} plus layers and dataset is a valid job).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "lockstep/common/result.h"
+
+namespace lockstep {
+
+inline constexpr std::uint32_t kProtocolVersion = 1;
+
+struct GpuInfo {
+  std::uint32_t index = 0;
+  std::string name;
+  std::string uuid;
+  std::uint64_t memoryTotalBytes = 0;
+  bool operator==(const GpuInfo&) const = default;
+};
+
+struct NodeHello {
+  std::uint32_t protocolVersion = kProtocolVersion;
+  std::string agentVersion;
+  std::string host;
+  std::uint32_t cpuCores = 0;
+  std::uint64_t memoryTotalBytes = 0;
+  std::vector<GpuInfo> gpus;
+  std::string gpuStatus;
+  std::uint64_t lastSeq = 0;
+  bool operator==(const NodeHello&) const = default;
+};
+
+enum class Backend { kCpu = 1, kCuda = 2 };
+enum class Activation { kRelu = 1, kGelu = 2 };
+enum class Precision { kFp32 = 1, kTf32 = 2, kBf16 = 3 };
+enum class OptimizerKind { kSgd = 1, kAdamW = 2 };
+enum class LrScaling { kNone = 0, kLinear = 1 };
+
+struct SyntheticDataset {
+  std::uint64_t samples = 65536;
+  std::uint32_t dim = 784;
+  std::uint32_t classes = 10;
+  std::uint64_t seed = 1;
+  bool operator==(const SyntheticDataset&) const = default;
+};
+
+struct NpyDataset {
+  std::string featuresPath;
+  std::string labelsPath;
+  bool operator==(const NpyDataset&) const = default;
+};
+
+using DatasetSource = std::variant<SyntheticDataset, NpyDataset>;
+
+struct OptimizerSpec {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  double lr = 0.01;
+  double momentum = 0.0;
+  bool nesterov = false;
+  double weightDecay = 0.0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  LrScaling lrScaling = LrScaling::kNone;
+  std::uint32_t lrBaseBatch = 0;  // 0: the per-rank batch
+  bool operator==(const OptimizerSpec&) const = default;
+};
+
+struct RankPlacement {
+  std::uint32_t rank = 0;
+  std::string node;
+  std::uint32_t localRank = 0;
+  std::optional<std::uint32_t> gpuIndex;
+  bool operator==(const RankPlacement&) const = default;
+};
+
+struct Prices {
+  double gpuHour = 0.0;
+  double coreHour = 0.0;
+  double kwh = 0.0;
+  std::string currency = "USD";
+  bool operator==(const Prices&) const = default;
+};
+
+struct JobSpec {
+  std::string jobId;
+  std::string name;
+  Backend backend = Backend::kCpu;
+  std::vector<std::uint32_t> layers;
+  Activation activation = Activation::kRelu;
+  Precision precision = Precision::kFp32;
+  DatasetSource dataset = SyntheticDataset{};
+  std::uint32_t batchPerRank = 64;
+  std::uint32_t accumSteps = 1;
+  OptimizerSpec optimizer;
+  std::uint64_t steps = 0;
+  std::uint32_t epochs = 0;
+  std::optional<double> targetLoss;
+  bool shuffle = true;
+  std::uint64_t seed = 0;
+  double bucketMb = 25.0;
+  std::uint32_t checkpointEvery = 0;
+  std::string checkpointDir;
+  std::string initWeightsPath;
+  std::uint32_t timeoutS = 60;
+  std::uint32_t worldSize = 1;
+  std::vector<RankPlacement> ranks;
+  std::string rendezvousHost;
+  std::uint32_t rendezvousPort = 0;
+  Prices prices;
+  bool operator==(const JobSpec&) const = default;
+
+  std::uint64_t globalBatch() const { return std::uint64_t{batchPerRank} * accumSteps * worldSize; }
+};
+
+// ---- requests and replies ----
+
+struct HelloRequest {
+  std::uint32_t protocolVersion = kProtocolVersion;
+  std::string clientName;
+  bool operator==(const HelloRequest&) const = default;
+};
+struct StartJobRequest {
+  JobSpec spec;
+  bool operator==(const StartJobRequest&) const = default;
+};
+struct StopJobRequest {
+  std::string jobId;
+  std::uint32_t graceMs = 0;
+  bool operator==(const StopJobRequest&) const = default;
+};
+struct SubscribeRequest {
+  std::uint64_t afterSeq = 0;
+  bool operator==(const SubscribeRequest&) const = default;
+};
+
+struct Request {
+  std::uint64_t requestId = 0;
+  std::variant<HelloRequest, StartJobRequest, StopJobRequest, SubscribeRequest> body;
+  bool operator==(const Request&) const = default;
+};
+
+enum class JobState { kStarting = 1, kRunning = 2, kFinished = 3, kFailed = 4, kStopped = 5 };
+
+struct StartJobReply {
+  std::string jobId;
+  bool operator==(const StartJobReply&) const = default;
+};
+struct StopJobReply {
+  std::string jobId;
+  JobState state = JobState::kStopped;
+  bool operator==(const StopJobReply&) const = default;
+};
+
+struct ErrorReply {
+  ErrorCode code = ErrorCode::kInternal;
+  std::string message;
+  bool operator==(const ErrorReply&) const = default;
+};
+
+struct Reply {
+  std::uint64_t requestId = 0;
+  std::variant<ErrorReply, NodeHello, StartJobReply, StopJobReply> body;
+  bool operator==(const Reply&) const = default;
+};
+
+// ---- streamed messages ----
+
+enum class JobEventKind {
+  kStarted = 1,
+  kRankStarted = 2,
+  kRankExited = 3,
+  kCheckpointSaved = 4,
+  kFinished = 5,
+  kFailed = 6,
+  kStopped = 7,
+};
+
+struct JobEvent {
+  std::string jobId;
+  JobEventKind kind = JobEventKind::kStarted;
+  std::int64_t timeUnixUs = 0;
+  std::optional<std::uint32_t> rank;
+  std::optional<std::int32_t> exitCode;
+  std::optional<std::int32_t> signal;
+  std::string message;
+  std::string logTail;
+  std::optional<std::uint64_t> step;
+  bool operator==(const JobEvent&) const = default;
+};
+
+struct GpuSample {
+  std::string node;
+  std::uint32_t gpuIndex = 0;
+  std::int64_t timeUnixUs = 0;
+  std::string jobId;
+  std::optional<float> utilizationPct;
+  std::optional<std::uint64_t> memoryUsedBytes;
+  std::optional<std::uint32_t> powerMilliwatts;
+  std::optional<std::uint64_t> energyMillijoules;
+  std::optional<std::int32_t> temperatureC;
+  std::optional<std::uint32_t> smClockMhz;
+  bool operator==(const GpuSample&) const = default;
+};
+
+struct ProcessSample {
+  std::string jobId;
+  std::uint32_t rank = 0;
+  std::uint32_t pid = 0;
+  std::int64_t timeUnixUs = 0;
+  std::optional<float> cpuPct;
+  std::optional<std::uint64_t> rssBytes;
+  bool operator==(const ProcessSample&) const = default;
+};
+
+struct StepReport {
+  std::string jobId;
+  std::uint32_t rank = 0;
+  std::uint32_t worldSize = 1;
+  std::uint32_t attempt = 0;
+  std::uint64_t step = 0;
+  std::uint32_t epoch = 0;
+  std::uint32_t samples = 0;
+  float loss = 0.0f;
+  std::optional<float> globalLoss;
+  std::int64_t dataTimeUs = 0;
+  std::int64_t computeTimeUs = 0;
+  std::int64_t exposedCommTimeUs = 0;
+  std::int64_t allreduceTimeUs = 0;
+  std::uint64_t bytesReduced = 0;
+  std::int64_t stepTimeUs = 0;
+  std::int64_t timeUnixUs = 0;
+  double lr = 0.0;
+  // Not defaulted: NaN losses must compare equal to themselves in round-trip checks.
+  bool operator==(const StepReport& other) const;
+};
+
+struct StreamMessage {
+  std::uint64_t seq = 0;
+  std::string node;
+  std::variant<JobEvent, GpuSample, ProcessSample, StepReport> payload;
+  bool operator==(const StreamMessage&) const = default;
+};
+
+}  // namespace lockstep

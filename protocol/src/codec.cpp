@@ -1,0 +1,504 @@
+#include "lockstep/protocol/codec.h"
+
+#include <cmath>
+
+#include "lockstep/protocol/validate.h"
+#include "lockstep/v1/lockstep.pb.h"
+
+namespace lockstep {
+namespace {
+
+namespace pb = ::lockstep::v1;
+
+Error bad(std::string message) { return invalidArgument(std::move(message)); }
+
+template <class Optional, class Message, class Setter>
+void setIf(const Optional& value, Message* message, Setter setter) {
+  if (value) (message->*setter)(*value);
+}
+
+// ---- enums ----
+
+pb::ErrorCode toPb(ErrorCode c) { return static_cast<pb::ErrorCode>(static_cast<int>(c)); }
+Result<ErrorCode> fromPb(pb::ErrorCode c) {
+  if (c < pb::ERROR_CODE_INVALID_ARGUMENT || c > pb::ERROR_CODE_CANCELLED) return bad("error code is missing or unknown");
+  return static_cast<ErrorCode>(static_cast<int>(c));
+}
+
+template <class Domain, class Pb>
+Result<Domain> enumFromPb(Pb value, int first, int last, const char* field) {
+  const int v = static_cast<int>(value);
+  if (v < first || v > last) return bad(std::string(field) + " is missing or unknown (" + std::to_string(v) + ")");
+  return static_cast<Domain>(v);
+}
+
+// ---- job spec ----
+
+void toPb(const JobSpec& s, pb::JobSpec* m) {
+  m->set_job_id(s.jobId);
+  m->set_name(s.name);
+  m->set_backend(static_cast<pb::Backend>(s.backend));
+  for (auto l : s.layers) m->add_layers(l);
+  m->set_activation(static_cast<pb::Activation>(s.activation));
+  m->set_precision(static_cast<pb::Precision>(s.precision));
+  if (const auto* syn = std::get_if<SyntheticDataset>(&s.dataset)) {
+    auto* d = m->mutable_dataset()->mutable_synthetic();
+    d->set_samples(syn->samples);
+    d->set_dim(syn->dim);
+    d->set_classes(syn->classes);
+    d->set_seed(syn->seed);
+  } else {
+    const auto& npy = std::get<NpyDataset>(s.dataset);
+    auto* d = m->mutable_dataset()->mutable_npy();
+    d->set_features_path(npy.featuresPath);
+    d->set_labels_path(npy.labelsPath);
+  }
+  m->set_batch_per_rank(s.batchPerRank);
+  m->set_accum_steps(s.accumSteps);
+  auto* o = m->mutable_optimizer();
+  o->set_kind(static_cast<pb::OptimizerKind>(s.optimizer.kind));
+  o->set_lr(s.optimizer.lr);
+  o->set_momentum(s.optimizer.momentum);
+  o->set_nesterov(s.optimizer.nesterov);
+  o->set_weight_decay(s.optimizer.weightDecay);
+  o->set_beta1(s.optimizer.beta1);
+  o->set_beta2(s.optimizer.beta2);
+  o->set_eps(s.optimizer.eps);
+  o->set_lr_scaling(static_cast<pb::LrScaling>(s.optimizer.lrScaling));
+  o->set_lr_base_batch(s.optimizer.lrBaseBatch);
+  m->set_steps(s.steps);
+  m->set_epochs(s.epochs);
+  setIf(s.targetLoss, m, &pb::JobSpec::set_target_loss);
+  m->set_no_shuffle(!s.shuffle);
+  m->set_seed(s.seed);
+  m->set_bucket_mb(s.bucketMb);
+  m->set_checkpoint_every(s.checkpointEvery);
+  m->set_checkpoint_dir(s.checkpointDir);
+  m->set_init_weights_path(s.initWeightsPath);
+  m->set_timeout_s(s.timeoutS);
+  m->set_world_size(s.worldSize);
+  for (const auto& r : s.ranks) {
+    auto* p = m->add_ranks();
+    p->set_rank(r.rank);
+    p->set_node(r.node);
+    p->set_local_rank(r.localRank);
+    setIf(r.gpuIndex, p, &pb::RankPlacement::set_gpu_index);
+  }
+  m->set_rendezvous_host(s.rendezvousHost);
+  m->set_rendezvous_port(s.rendezvousPort);
+  auto* prices = m->mutable_prices();
+  prices->set_gpu_hour(s.prices.gpuHour);
+  prices->set_core_hour(s.prices.coreHour);
+  prices->set_kwh(s.prices.kwh);
+  prices->set_currency(s.prices.currency);
+}
+
+Result<JobSpec> fromPb(const pb::JobSpec& m) {
+  JobSpec s;
+  s.jobId = m.job_id();
+  s.name = m.name();
+  LOCKSTEP_ASSIGN_OR_RETURN(s.backend, (enumFromPb<Backend>(m.backend(), 1, 2, "job spec backend")));
+  s.layers.assign(m.layers().begin(), m.layers().end());
+  LOCKSTEP_ASSIGN_OR_RETURN(s.activation, (enumFromPb<Activation>(m.activation(), 1, 2, "job spec activation")));
+  LOCKSTEP_ASSIGN_OR_RETURN(s.precision, (enumFromPb<Precision>(m.precision(), 1, 3, "job spec precision")));
+  switch (m.dataset().source_case()) {
+    case pb::Dataset::kSynthetic: {
+      const auto& d = m.dataset().synthetic();
+      s.dataset = SyntheticDataset{d.samples(), d.dim(), d.classes(), d.seed()};
+      break;
+    }
+    case pb::Dataset::kNpy:
+      s.dataset = NpyDataset{m.dataset().npy().features_path(), m.dataset().npy().labels_path()};
+      break;
+    case pb::Dataset::SOURCE_NOT_SET:
+      return bad("job spec dataset is required (synthetic or npy)");
+  }
+  s.batchPerRank = m.batch_per_rank();
+  s.accumSteps = m.accum_steps();
+  const auto& o = m.optimizer();
+  LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.kind, (enumFromPb<OptimizerKind>(o.kind(), 1, 2, "job spec optimizer")));
+  s.optimizer.lr = o.lr();
+  s.optimizer.momentum = o.momentum();
+  s.optimizer.nesterov = o.nesterov();
+  s.optimizer.weightDecay = o.weight_decay();
+  s.optimizer.beta1 = o.beta1();
+  s.optimizer.beta2 = o.beta2();
+  s.optimizer.eps = o.eps();
+  LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.lrScaling, (enumFromPb<LrScaling>(o.lr_scaling(), 0, 1, "job spec lr scaling")));
+  s.optimizer.lrBaseBatch = o.lr_base_batch();
+  s.steps = m.steps();
+  s.epochs = m.epochs();
+  if (m.has_target_loss()) s.targetLoss = m.target_loss();
+  s.shuffle = !m.no_shuffle();
+  s.seed = m.seed();
+  s.bucketMb = m.bucket_mb();
+  s.checkpointEvery = m.checkpoint_every();
+  s.checkpointDir = m.checkpoint_dir();
+  s.initWeightsPath = m.init_weights_path();
+  s.timeoutS = m.timeout_s();
+  s.worldSize = m.world_size();
+  for (const auto& p : m.ranks()) {
+    RankPlacement r{p.rank(), p.node(), p.local_rank(), std::nullopt};
+    if (p.has_gpu_index()) r.gpuIndex = p.gpu_index();
+    s.ranks.push_back(std::move(r));
+  }
+  s.rendezvousHost = m.rendezvous_host();
+  s.rendezvousPort = m.rendezvous_port();
+  s.prices = Prices{m.prices().gpu_hour(), m.prices().core_hour(), m.prices().kwh(), m.prices().currency()};
+  LOCKSTEP_TRY(validateJobSpec(s));
+  return s;
+}
+
+// ---- node hello ----
+
+void toPb(const NodeHello& h, pb::NodeHello* m) {
+  m->set_protocol_version(static_cast<pb::ProtocolVersion>(h.protocolVersion));
+  m->set_agent_version(h.agentVersion);
+  m->set_host(h.host);
+  m->set_cpu_cores(h.cpuCores);
+  m->set_memory_total_bytes(h.memoryTotalBytes);
+  for (const auto& g : h.gpus) {
+    auto* p = m->add_gpus();
+    p->set_index(g.index);
+    p->set_name(g.name);
+    p->set_uuid(g.uuid);
+    p->set_memory_total_bytes(g.memoryTotalBytes);
+  }
+  m->set_gpu_status(h.gpuStatus);
+  m->set_last_seq(h.lastSeq);
+}
+
+Result<NodeHello> fromPb(const pb::NodeHello& m) {
+  NodeHello h;
+  h.protocolVersion = static_cast<std::uint32_t>(m.protocol_version());
+  h.agentVersion = m.agent_version();
+  h.host = m.host();
+  h.cpuCores = m.cpu_cores();
+  h.memoryTotalBytes = m.memory_total_bytes();
+  for (const auto& g : m.gpus()) h.gpus.push_back({g.index(), g.name(), g.uuid(), g.memory_total_bytes()});
+  h.gpuStatus = m.gpu_status();
+  h.lastSeq = m.last_seq();
+  LOCKSTEP_TRY(validateNodeHello(h));
+  return h;
+}
+
+// ---- streamed payloads ----
+
+void toPb(const JobEvent& e, pb::JobEvent* m) {
+  m->set_job_id(e.jobId);
+  m->set_kind(static_cast<pb::JobEventKind>(e.kind));
+  m->set_time_unix_us(e.timeUnixUs);
+  setIf(e.rank, m, &pb::JobEvent::set_rank);
+  setIf(e.exitCode, m, &pb::JobEvent::set_exit_code);
+  setIf(e.signal, m, &pb::JobEvent::set_signal);
+  m->set_message(e.message);
+  m->set_log_tail(e.logTail);
+  setIf(e.step, m, &pb::JobEvent::set_step);
+}
+
+Result<JobEvent> fromPb(const pb::JobEvent& m) {
+  JobEvent e;
+  e.jobId = m.job_id();
+  LOCKSTEP_ASSIGN_OR_RETURN(e.kind, (enumFromPb<JobEventKind>(m.kind(), 1, 7, "job event kind")));
+  e.timeUnixUs = m.time_unix_us();
+  if (m.has_rank()) e.rank = m.rank();
+  if (m.has_exit_code()) e.exitCode = m.exit_code();
+  if (m.has_signal()) e.signal = m.signal();
+  e.message = m.message();
+  e.logTail = m.log_tail();
+  if (m.has_step()) e.step = m.step();
+  LOCKSTEP_TRY(validateJobEvent(e));
+  return e;
+}
+
+void toPb(const GpuSample& s, pb::GpuSample* m) {
+  m->set_node(s.node);
+  m->set_gpu_index(s.gpuIndex);
+  m->set_time_unix_us(s.timeUnixUs);
+  m->set_job_id(s.jobId);
+  setIf(s.utilizationPct, m, &pb::GpuSample::set_utilization_pct);
+  setIf(s.memoryUsedBytes, m, &pb::GpuSample::set_memory_used_bytes);
+  setIf(s.powerMilliwatts, m, &pb::GpuSample::set_power_mw);
+  setIf(s.energyMillijoules, m, &pb::GpuSample::set_energy_mj);
+  setIf(s.temperatureC, m, &pb::GpuSample::set_temperature_c);
+  setIf(s.smClockMhz, m, &pb::GpuSample::set_sm_clock_mhz);
+}
+
+Result<GpuSample> fromPb(const pb::GpuSample& m) {
+  GpuSample s;
+  s.node = m.node();
+  s.gpuIndex = m.gpu_index();
+  s.timeUnixUs = m.time_unix_us();
+  s.jobId = m.job_id();
+  if (m.has_utilization_pct()) s.utilizationPct = m.utilization_pct();
+  if (m.has_memory_used_bytes()) s.memoryUsedBytes = m.memory_used_bytes();
+  if (m.has_power_mw()) s.powerMilliwatts = m.power_mw();
+  if (m.has_energy_mj()) s.energyMillijoules = m.energy_mj();
+  if (m.has_temperature_c()) s.temperatureC = m.temperature_c();
+  if (m.has_sm_clock_mhz()) s.smClockMhz = m.sm_clock_mhz();
+  LOCKSTEP_TRY(validateGpuSample(s));
+  return s;
+}
+
+void toPb(const ProcessSample& s, pb::ProcessSample* m) {
+  m->set_job_id(s.jobId);
+  m->set_rank(s.rank);
+  m->set_pid(s.pid);
+  m->set_time_unix_us(s.timeUnixUs);
+  setIf(s.cpuPct, m, &pb::ProcessSample::set_cpu_pct);
+  setIf(s.rssBytes, m, &pb::ProcessSample::set_rss_bytes);
+}
+
+Result<ProcessSample> fromPb(const pb::ProcessSample& m) {
+  ProcessSample s;
+  s.jobId = m.job_id();
+  s.rank = m.rank();
+  s.pid = m.pid();
+  s.timeUnixUs = m.time_unix_us();
+  if (m.has_cpu_pct()) s.cpuPct = m.cpu_pct();
+  if (m.has_rss_bytes()) s.rssBytes = m.rss_bytes();
+  LOCKSTEP_TRY(validateProcessSample(s));
+  return s;
+}
+
+void toPb(const StepReport& r, pb::StepReport* m) {
+  m->set_job_id(r.jobId);
+  m->set_rank(r.rank);
+  m->set_world_size(r.worldSize);
+  m->set_attempt(r.attempt);
+  m->set_step(r.step);
+  m->set_epoch(r.epoch);
+  m->set_samples(r.samples);
+  m->set_loss(r.loss);
+  setIf(r.globalLoss, m, &pb::StepReport::set_global_loss);
+  m->set_data_time_us(r.dataTimeUs);
+  m->set_compute_time_us(r.computeTimeUs);
+  m->set_exposed_comm_time_us(r.exposedCommTimeUs);
+  m->set_allreduce_time_us(r.allreduceTimeUs);
+  m->set_bytes_reduced(r.bytesReduced);
+  m->set_step_time_us(r.stepTimeUs);
+  m->set_time_unix_us(r.timeUnixUs);
+  m->set_lr(r.lr);
+}
+
+Result<StepReport> fromPb(const pb::StepReport& m) {
+  StepReport r;
+  r.jobId = m.job_id();
+  r.rank = m.rank();
+  r.worldSize = m.world_size();
+  r.attempt = m.attempt();
+  r.step = m.step();
+  r.epoch = m.epoch();
+  r.samples = m.samples();
+  r.loss = m.loss();
+  if (m.has_global_loss()) r.globalLoss = m.global_loss();
+  r.dataTimeUs = m.data_time_us();
+  r.computeTimeUs = m.compute_time_us();
+  r.exposedCommTimeUs = m.exposed_comm_time_us();
+  r.allreduceTimeUs = m.allreduce_time_us();
+  r.bytesReduced = m.bytes_reduced();
+  r.stepTimeUs = m.step_time_us();
+  r.timeUnixUs = m.time_unix_us();
+  r.lr = m.lr();
+  LOCKSTEP_TRY(validateStepReport(r));
+  return r;
+}
+
+// ---- envelopes ----
+
+template <class Message>
+Result<void> parse(Message& m, std::string_view bytes, std::size_t maxBytes, const char* what) {
+  if (bytes.size() > maxBytes) {
+    return Error{ErrorCode::kResourceExhausted, std::string(what) + " of " + std::to_string(bytes.size()) +
+                                                    " bytes is over the limit of " + std::to_string(maxBytes)};
+  }
+  if (!m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return bad(std::string(what) + " is not a valid lockstep.v1 message (" + std::to_string(bytes.size()) +
+               " bytes that do not parse)");
+  }
+  return {};
+}
+
+template <class Message>
+std::string serialize(const Message& m) {
+  std::string out;
+  m.SerializeToString(&out);
+  return out;
+}
+
+}  // namespace
+
+bool StepReport::operator==(const StepReport& o) const {
+  auto sameFloat = [](float a, float b) { return a == b || (std::isnan(a) && std::isnan(b)); };
+  const bool sameGlobal = globalLoss.has_value() == o.globalLoss.has_value() &&
+                          (!globalLoss || sameFloat(*globalLoss, *o.globalLoss));
+  return jobId == o.jobId && rank == o.rank && worldSize == o.worldSize && attempt == o.attempt &&
+         step == o.step && epoch == o.epoch && samples == o.samples && sameFloat(loss, o.loss) && sameGlobal &&
+         dataTimeUs == o.dataTimeUs && computeTimeUs == o.computeTimeUs &&
+         exposedCommTimeUs == o.exposedCommTimeUs && allreduceTimeUs == o.allreduceTimeUs &&
+         bytesReduced == o.bytesReduced && stepTimeUs == o.stepTimeUs && timeUnixUs == o.timeUnixUs && lr == o.lr;
+}
+
+std::string encode(const Request& request) {
+  pb::Request m;
+  m.set_request_id(request.requestId);
+  std::visit(
+      [&](const auto& body) {
+        using T = std::decay_t<decltype(body)>;
+        if constexpr (std::is_same_v<T, HelloRequest>) {
+          m.mutable_hello()->set_protocol_version(static_cast<pb::ProtocolVersion>(body.protocolVersion));
+          m.mutable_hello()->set_client_name(body.clientName);
+        } else if constexpr (std::is_same_v<T, StartJobRequest>) {
+          toPb(body.spec, m.mutable_start_job()->mutable_spec());
+        } else if constexpr (std::is_same_v<T, StopJobRequest>) {
+          m.mutable_stop_job()->set_job_id(body.jobId);
+          m.mutable_stop_job()->set_grace_ms(body.graceMs);
+        } else {
+          m.mutable_subscribe()->set_after_seq(body.afterSeq);
+        }
+      },
+      request.body);
+  return serialize(m);
+}
+
+Result<Request> decodeRequest(std::string_view bytes, std::size_t maxBytes) {
+  pb::Request m;
+  LOCKSTEP_TRY(parse(m, bytes, maxBytes, "request"));
+  Request r;
+  r.requestId = m.request_id();
+  switch (m.body_case()) {
+    case pb::Request::kHello: {
+      if (m.hello().protocol_version() == 0) return bad("hello: protocol version is required");
+      r.body = HelloRequest{static_cast<std::uint32_t>(m.hello().protocol_version()), m.hello().client_name()};
+      if (m.hello().client_name().size() > 256) return bad("hello: client name is longer than 256 bytes");
+      break;
+    }
+    case pb::Request::kStartJob: {
+      if (!m.start_job().has_spec()) return bad("start job: the job spec is required");
+      auto spec = fromPb(m.start_job().spec());
+      if (!spec) return spec.error().withContext("start job");
+      r.body = StartJobRequest{std::move(spec).value()};
+      break;
+    }
+    case pb::Request::kStopJob: {
+      LOCKSTEP_TRY(validateJobId(m.stop_job().job_id()));
+      r.body = StopJobRequest{m.stop_job().job_id(), m.stop_job().grace_ms()};
+      break;
+    }
+    case pb::Request::kSubscribe:
+      r.body = SubscribeRequest{m.subscribe().after_seq()};
+      break;
+    case pb::Request::BODY_NOT_SET:
+      return bad("request has no body (hello, start_job, stop_job or subscribe)");
+  }
+  return r;
+}
+
+std::string encode(const Reply& reply) {
+  pb::Reply m;
+  m.set_request_id(reply.requestId);
+  std::visit(
+      [&](const auto& body) {
+        using T = std::decay_t<decltype(body)>;
+        if constexpr (std::is_same_v<T, ErrorReply>) {
+          m.mutable_error()->set_code(toPb(body.code));
+          m.mutable_error()->set_message(body.message);
+        } else if constexpr (std::is_same_v<T, NodeHello>) {
+          toPb(body, m.mutable_hello());
+        } else if constexpr (std::is_same_v<T, StartJobReply>) {
+          m.mutable_start_job()->set_job_id(body.jobId);
+        } else {
+          m.mutable_stop_job()->set_job_id(body.jobId);
+          m.mutable_stop_job()->set_state(static_cast<pb::JobState>(body.state));
+        }
+      },
+      reply.body);
+  return serialize(m);
+}
+
+Result<Reply> decodeReply(std::string_view bytes, std::size_t maxBytes) {
+  pb::Reply m;
+  LOCKSTEP_TRY(parse(m, bytes, maxBytes, "reply"));
+  Reply r;
+  r.requestId = m.request_id();
+  switch (m.body_case()) {
+    case pb::Reply::kError: {
+      LOCKSTEP_ASSIGN_OR_RETURN(auto code, fromPb(m.error().code()));
+      if (m.error().message().empty()) return bad("error reply: the message is required");
+      r.body = ErrorReply{code, m.error().message()};
+      break;
+    }
+    case pb::Reply::kHello: {
+      LOCKSTEP_ASSIGN_OR_RETURN(auto hello, fromPb(m.hello()));
+      r.body = std::move(hello);
+      break;
+    }
+    case pb::Reply::kStartJob:
+      LOCKSTEP_TRY(validateJobId(m.start_job().job_id()));
+      r.body = StartJobReply{m.start_job().job_id()};
+      break;
+    case pb::Reply::kStopJob: {
+      LOCKSTEP_TRY(validateJobId(m.stop_job().job_id()));
+      LOCKSTEP_ASSIGN_OR_RETURN(auto state, (enumFromPb<JobState>(m.stop_job().state(), 1, 5, "stop job state")));
+      r.body = StopJobReply{m.stop_job().job_id(), state};
+      break;
+    }
+    case pb::Reply::BODY_NOT_SET:
+      return bad("reply has no body");
+  }
+  return r;
+}
+
+std::string encode(const StreamMessage& message) {
+  pb::StreamMessage m;
+  m.set_seq(message.seq);
+  m.set_node(message.node);
+  std::visit(
+      [&](const auto& payload) {
+        using T = std::decay_t<decltype(payload)>;
+        if constexpr (std::is_same_v<T, JobEvent>) {
+          toPb(payload, m.mutable_job_event());
+        } else if constexpr (std::is_same_v<T, GpuSample>) {
+          toPb(payload, m.mutable_gpu_sample());
+        } else if constexpr (std::is_same_v<T, ProcessSample>) {
+          toPb(payload, m.mutable_process_sample());
+        } else {
+          toPb(payload, m.mutable_step_report());
+        }
+      },
+      message.payload);
+  return serialize(m);
+}
+
+Result<StreamMessage> decodeStreamMessage(std::string_view bytes, std::size_t maxBytes) {
+  pb::StreamMessage m;
+  LOCKSTEP_TRY(parse(m, bytes, maxBytes, "stream message"));
+  if (m.seq() == 0) return bad("stream message: the sequence number is required (it counts from 1)");
+  StreamMessage out;
+  out.seq = m.seq();
+  out.node = m.node();
+  if (out.node.size() > 255) return bad("stream message: node name is longer than 255 bytes");
+  switch (m.payload_case()) {
+    case pb::StreamMessage::kJobEvent: {
+      LOCKSTEP_ASSIGN_OR_RETURN(out.payload, fromPb(m.job_event()));
+      break;
+    }
+    case pb::StreamMessage::kGpuSample: {
+      LOCKSTEP_ASSIGN_OR_RETURN(out.payload, fromPb(m.gpu_sample()));
+      break;
+    }
+    case pb::StreamMessage::kProcessSample: {
+      LOCKSTEP_ASSIGN_OR_RETURN(out.payload, fromPb(m.process_sample()));
+      break;
+    }
+    case pb::StreamMessage::kStepReport: {
+      LOCKSTEP_ASSIGN_OR_RETURN(out.payload, fromPb(m.step_report()));
+      break;
+    }
+    case pb::StreamMessage::PAYLOAD_NOT_SET:
+      return bad("stream message has no payload");
+  }
+  return out;
+}
+
+}  // namespace lockstep

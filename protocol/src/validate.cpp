@@ -1,0 +1,237 @@
+#include "lockstep/protocol/validate.h"
+
+#include <cmath>
+#include <set>
+#include <string>
+
+namespace lockstep {
+namespace {
+
+constexpr std::uint32_t kMaxLayers = 64;
+constexpr std::uint32_t kMaxLayerWidth = 1u << 20;
+constexpr std::uint64_t kMaxParameters = 1ull << 31;
+constexpr std::uint32_t kMaxWorldSize = 4096;
+constexpr size_t kMaxPathLength = 4096;
+constexpr size_t kMaxTextLength = 64 * 1024;
+
+Error bad(std::string message) { return invalidArgument(std::move(message)); }
+
+std::string num(double v) {
+  std::string s = std::to_string(v);
+  while (s.size() > 1 && s.back() == '0') s.pop_back();
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s;
+}
+
+Result<void> checkRange(const char* field, double value, double lo, double hi, bool loInclusive = true) {
+  const bool aboveLo = loInclusive ? value >= lo : value > lo;
+  if (std::isfinite(value) && aboveLo && value <= hi) return {};
+  const std::string allowed = loInclusive ? "between " + num(lo) + " and " + num(hi)
+                                          : "greater than " + num(lo) + " and at most " + num(hi);
+  return bad(std::string(field) + " is " + num(value) + "; it must be " + allowed);
+}
+
+Result<void> checkText(const char* field, const std::string& value, size_t maxLength) {
+  if (value.size() > maxLength) {
+    return bad(std::string(field) + " is " + std::to_string(value.size()) + " bytes long; the limit is " +
+               std::to_string(maxLength));
+  }
+  return {};
+}
+
+Result<void> checkRequired(const char* field, const std::string& value, size_t maxLength) {
+  if (value.empty()) return bad(std::string(field) + " is required");
+  return checkText(field, value, maxLength);
+}
+
+Result<void> validateLayers(const JobSpec& spec) {
+  const auto& layers = spec.layers;
+  if (layers.size() < 2 || layers.size() > kMaxLayers) {
+    return bad("layers has " + std::to_string(layers.size()) +
+               " sizes; give between 2 and " + std::to_string(kMaxLayers) +
+               " (input features first, classes last, e.g. 784,1024,10)");
+  }
+  std::uint64_t params = 0;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i] == 0 || layers[i] > kMaxLayerWidth) {
+      return bad("layer size " + std::to_string(i) + " is " + std::to_string(layers[i]) +
+                 "; each size must be between 1 and " + std::to_string(kMaxLayerWidth));
+    }
+    if (i > 0) params += std::uint64_t{layers[i - 1]} * layers[i] + layers[i];
+  }
+  if (layers.back() < 2) return bad("the last layer size is the class count and must be at least 2");
+  if (params > kMaxParameters) {
+    return bad("the model has " + std::to_string(params) + " parameters; the limit is " +
+               std::to_string(kMaxParameters));
+  }
+  return {};
+}
+
+Result<void> validateDataset(const JobSpec& spec) {
+  if (const auto* s = std::get_if<SyntheticDataset>(&spec.dataset)) {
+    if (s->samples == 0 || s->samples > (1ull << 31)) {
+      return bad("synthetic dataset n=" + std::to_string(s->samples) + " must be between 1 and 2^31");
+    }
+    if (s->dim != spec.layers.front()) {
+      return bad("the synthetic dataset has dim=" + std::to_string(s->dim) +
+                 " features but the first layer size is " + std::to_string(spec.layers.front()) +
+                 "; make them equal");
+    }
+    if (s->classes != spec.layers.back()) {
+      return bad("the synthetic dataset has classes=" + std::to_string(s->classes) +
+                 " but the last layer size is " + std::to_string(spec.layers.back()) + "; make them equal");
+    }
+    return {};
+  }
+  const auto& npy = std::get<NpyDataset>(spec.dataset);
+  LOCKSTEP_TRY(checkRequired("dataset features path", npy.featuresPath, kMaxPathLength));
+  LOCKSTEP_TRY(checkRequired("dataset labels path", npy.labelsPath, kMaxPathLength));
+  return {};
+}
+
+Result<void> validateOptimizer(const OptimizerSpec& o) {
+  LOCKSTEP_TRY(checkRange("lr", o.lr, 0.0, 1e3, false));
+  LOCKSTEP_TRY(checkRange("weight decay", o.weightDecay, 0.0, 1e3));
+  if (o.kind == OptimizerKind::kSgd) {
+    LOCKSTEP_TRY(checkRange("momentum", o.momentum, 0.0, 0.9999));
+    if (o.nesterov && o.momentum <= 0.0) return bad("nesterov needs a momentum greater than 0");
+  } else {
+    LOCKSTEP_TRY(checkRange("beta1", o.beta1, 0.0, 0.9999));
+    LOCKSTEP_TRY(checkRange("beta2", o.beta2, 0.0, 0.999999));
+    LOCKSTEP_TRY(checkRange("eps", o.eps, 0.0, 1.0, false));
+  }
+  if (o.lrBaseBatch > (1u << 30)) return bad("lr base batch is too large");
+  return {};
+}
+
+Result<void> validatePlacements(const JobSpec& spec) {
+  if (spec.ranks.empty()) return {};
+  if (spec.ranks.size() != spec.worldSize) {
+    return bad("the job places " + std::to_string(spec.ranks.size()) + " ranks but its world size is " +
+               std::to_string(spec.worldSize) + "; give one placement per rank");
+  }
+  std::set<std::uint32_t> seen;
+  std::set<std::pair<std::string, std::uint32_t>> gpus;
+  for (const auto& p : spec.ranks) {
+    if (p.rank >= spec.worldSize) {
+      return bad("rank " + std::to_string(p.rank) + " is outside the world size " + std::to_string(spec.worldSize));
+    }
+    if (!seen.insert(p.rank).second) return bad("rank " + std::to_string(p.rank) + " is placed twice");
+    LOCKSTEP_TRY(checkRequired("rank placement node", p.node, 255));
+    if (spec.backend == Backend::kCuda) {
+      if (!p.gpuIndex) return bad("rank " + std::to_string(p.rank) + " has no GPU; CUDA ranks need one each");
+      if (!gpus.insert({p.node, *p.gpuIndex}).second) {
+        return bad("GPU " + std::to_string(*p.gpuIndex) + " on " + p.node + " is given to two ranks");
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<void> validateJobId(const std::string& jobId) {
+  if (jobId.empty() || jobId.size() > 64) {
+    return bad("job id '" + jobId.substr(0, 80) + "' must be 1 to 64 characters long");
+  }
+  if (jobId.front() == '.' || jobId.front() == '-') {
+    return bad("job id '" + jobId + "' must not start with '.' or '-'");
+  }
+  for (char c : jobId) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '_' || c == '-';
+    if (!ok) return bad("job id '" + jobId + "' may contain only letters, digits, '.', '_' and '-'");
+  }
+  return {};
+}
+
+Result<void> validateJobSpec(const JobSpec& spec) {
+  LOCKSTEP_TRY(validateJobId(spec.jobId));
+  LOCKSTEP_TRY(checkText("name", spec.name, 256));
+  LOCKSTEP_TRY(validateLayers(spec));
+  LOCKSTEP_TRY(validateDataset(spec));
+  if (spec.backend == Backend::kCpu && spec.precision != Precision::kFp32) {
+    return bad("the CPU backend computes in fp32 only; use --precision fp32 or --backend cuda");
+  }
+  LOCKSTEP_TRY(checkRange("batch per rank", spec.batchPerRank, 1, 1 << 20));
+  LOCKSTEP_TRY(checkRange("accum steps", spec.accumSteps, 1, 4096));
+  LOCKSTEP_TRY(validateOptimizer(spec.optimizer));
+  if ((spec.steps == 0) == (spec.epochs == 0)) {
+    return bad("give exactly one of steps and epochs (steps=" + std::to_string(spec.steps) +
+               ", epochs=" + std::to_string(spec.epochs) + ")");
+  }
+  if (spec.steps > 1'000'000'000'000ull) return bad("steps is too large");
+  if (spec.epochs > 1'000'000) return bad("epochs is too large");
+  if (spec.targetLoss) LOCKSTEP_TRY(checkRange("target loss", *spec.targetLoss, 0.0, 1e6));
+  LOCKSTEP_TRY(checkRange("bucket size in MB", spec.bucketMb, 0.0, 4096.0, false));
+  if (spec.checkpointEvery > 0 && spec.checkpointDir.empty()) {
+    return bad("a checkpoint interval needs a checkpoint directory");
+  }
+  LOCKSTEP_TRY(checkText("checkpoint directory", spec.checkpointDir, kMaxPathLength));
+  LOCKSTEP_TRY(checkText("initial weights path", spec.initWeightsPath, kMaxPathLength));
+  LOCKSTEP_TRY(checkRange("timeout in seconds", spec.timeoutS, 1, 86400));
+  LOCKSTEP_TRY(checkRange("world size", spec.worldSize, 1, kMaxWorldSize));
+  LOCKSTEP_TRY(validatePlacements(spec));
+  LOCKSTEP_TRY(checkText("rendezvous host", spec.rendezvousHost, 255));
+  if (spec.rendezvousPort > 65535) return bad("rendezvous port " + std::to_string(spec.rendezvousPort) + " is not a TCP port");
+  LOCKSTEP_TRY(checkRange("price per GPU-hour", spec.prices.gpuHour, 0.0, 1e6));
+  LOCKSTEP_TRY(checkRange("price per core-hour", spec.prices.coreHour, 0.0, 1e6));
+  LOCKSTEP_TRY(checkRange("price per kWh", spec.prices.kwh, 0.0, 1e6));
+  LOCKSTEP_TRY(checkText("currency", spec.prices.currency, 8));
+  return {};
+}
+
+Result<void> validateNodeHello(const NodeHello& hello) {
+  if (hello.protocolVersion == 0) return bad("node hello: protocol version is required");
+  LOCKSTEP_TRY(checkRequired("node hello host", hello.host, 255));
+  LOCKSTEP_TRY(checkText("node hello agent version", hello.agentVersion, 64));
+  LOCKSTEP_TRY(checkText("node hello GPU status", hello.gpuStatus, 1024));
+  if (hello.gpus.size() > 64) return bad("node hello lists " + std::to_string(hello.gpus.size()) + " GPUs; at most 64");
+  std::set<std::uint32_t> indexes;
+  for (const auto& gpu : hello.gpus) {
+    if (!indexes.insert(gpu.index).second) return bad("node hello lists GPU " + std::to_string(gpu.index) + " twice");
+    LOCKSTEP_TRY(checkText("GPU name", gpu.name, 256));
+    LOCKSTEP_TRY(checkText("GPU UUID", gpu.uuid, 128));
+  }
+  return {};
+}
+
+Result<void> validateJobEvent(const JobEvent& event) {
+  LOCKSTEP_TRY(validateJobId(event.jobId));
+  LOCKSTEP_TRY(checkText("job event message", event.message, kMaxTextLength));
+  LOCKSTEP_TRY(checkText("job event log tail", event.logTail, kMaxTextLength));
+  if (event.signal && (*event.signal < 1 || *event.signal > 64)) return bad("job event signal is out of range");
+  return {};
+}
+
+Result<void> validateGpuSample(const GpuSample& s) {
+  LOCKSTEP_TRY(checkRequired("GPU sample node", s.node, 255));
+  if (!s.jobId.empty()) LOCKSTEP_TRY(validateJobId(s.jobId));
+  if (s.utilizationPct) LOCKSTEP_TRY(checkRange("GPU utilization %", *s.utilizationPct, 0.0, 100.0));
+  if (s.temperatureC) LOCKSTEP_TRY(checkRange("GPU temperature", *s.temperatureC, -60.0, 250.0));
+  return {};
+}
+
+Result<void> validateProcessSample(const ProcessSample& s) {
+  LOCKSTEP_TRY(validateJobId(s.jobId));
+  if (s.cpuPct) LOCKSTEP_TRY(checkRange("process CPU %", *s.cpuPct, 0.0, 100.0 * 4096));
+  return {};
+}
+
+Result<void> validateStepReport(const StepReport& r) {
+  LOCKSTEP_TRY(validateJobId(r.jobId));
+  LOCKSTEP_TRY(checkRange("step report world size", r.worldSize, 1, kMaxWorldSize));
+  if (r.rank >= r.worldSize) {
+    return bad("step report rank " + std::to_string(r.rank) + " is outside world size " + std::to_string(r.worldSize));
+  }
+  if (r.step == 0) return bad("step report step is required (steps count from 1)");
+  for (auto [field, value] : {std::pair{"data time", r.dataTimeUs}, {"compute time", r.computeTimeUs},
+                              {"exposed communication time", r.exposedCommTimeUs},
+                              {"all-reduce time", r.allreduceTimeUs}, {"step time", r.stepTimeUs}}) {
+    if (value < 0) return bad(std::string("step report ") + field + " is negative");
+  }
+  LOCKSTEP_TRY(checkRange("step report lr", r.lr, 0.0, 1e6));
+  return {};
+}
+
+}  // namespace lockstep

@@ -1,0 +1,241 @@
+// Issue 2: the v1 schema's codec round-trips every message and refuses bad ones with clear errors.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "lockstep/protocol/codec.h"
+#include "lockstep/protocol/validate.h"
+#include "lockstep/v1/lockstep.pb.h"
+
+namespace lockstep {
+namespace {
+
+JobSpec validSpec() {
+  JobSpec s;
+  s.jobId = "job-1";
+  s.name = "mnist-like";
+  s.layers = {784, 1024, 1024, 10};
+  s.dataset = SyntheticDataset{65536, 784, 10, 1};
+  s.steps = 200;
+  s.optimizer.momentum = 0.9;
+  s.targetLoss = 0.5;
+  s.worldSize = 2;
+  s.ranks = {{0, "node-a", 0, std::nullopt}, {1, "node-b", 0, std::nullopt}};
+  s.rendezvousHost = "10.0.0.1";
+  s.rendezvousPort = 29500;
+  s.prices = {2.5, 0.05, 0.3, "EUR"};
+  return s;
+}
+
+StepReport validReport() {
+  StepReport r;
+  r.jobId = "job-1";
+  r.rank = 1;
+  r.worldSize = 2;
+  r.step = 7;
+  r.samples = 64;
+  r.loss = 2.25f;
+  r.globalLoss = 2.5f;
+  r.dataTimeUs = 10;
+  r.computeTimeUs = 9000;
+  r.exposedCommTimeUs = 400;
+  r.allreduceTimeUs = 3000;
+  r.bytesReduced = 7'454'760;
+  r.stepTimeUs = 9410;
+  r.timeUnixUs = 1'764'460'800'000'000;
+  r.lr = 0.01;
+  return r;
+}
+
+template <class T>
+T roundTripStream(const T& payload) {
+  StreamMessage in{42, "node-a", payload};
+  auto out = decodeStreamMessage(encode(in));
+  EXPECT_TRUE(out.ok()) << (out.ok() ? "" : out.error().message);
+  EXPECT_EQ(out->seq, 42u);
+  EXPECT_EQ(out->node, "node-a");
+  return std::get<T>(out->payload);
+}
+
+TEST(ProtocolRoundTrip, StartJobRequestKeepsEveryField) {
+  Request in{7, StartJobRequest{validSpec()}};
+  auto npySpec = validSpec();
+  npySpec.dataset = NpyDataset{"/data/x.npy", "/data/y.npy"};
+  npySpec.layers = {32, 10};
+  npySpec.backend = Backend::kCuda;
+  npySpec.precision = Precision::kBf16;
+  npySpec.ranks = {{0, "gpu-1", 0, 3u}, {1, "gpu-1", 1, 5u}};
+  npySpec.targetLoss.reset();
+  for (const Request& request : {in, Request{8, StartJobRequest{npySpec}}}) {
+    auto out = decodeRequest(encode(request));
+    ASSERT_TRUE(out.ok()) << out.error().message;
+    EXPECT_EQ(*out, request);
+  }
+}
+
+TEST(ProtocolRoundTrip, OtherRequestsAndReplies) {
+  for (const Request& r : {Request{1, HelloRequest{1, "lockstepctl"}}, Request{2, StopJobRequest{"job-1", 5000}},
+                           Request{3, SubscribeRequest{123456789}}}) {
+    auto out = decodeRequest(encode(r));
+    ASSERT_TRUE(out.ok()) << out.error().message;
+    EXPECT_EQ(*out, r);
+  }
+  NodeHello hello{1, "0.1.0", "gpu-node-1", 96, 1ull << 40, {{0, "NVIDIA H200", "GPU-abc", 141ull << 30}}, "", 99};
+  for (const Reply& r : {Reply{1, hello}, Reply{2, StartJobReply{"job-1"}}, Reply{3, StopJobReply{"job-1", JobState::kStopped}},
+                         Reply{4, ErrorReply{ErrorCode::kNotFound, "no job 'x'"}}}) {
+    auto out = decodeReply(encode(r));
+    ASSERT_TRUE(out.ok()) << out.error().message;
+    EXPECT_EQ(*out, r);
+  }
+}
+
+TEST(ProtocolRoundTrip, StreamedPayloads) {
+  const StepReport report = validReport();
+  EXPECT_EQ(roundTripStream(report), report);
+
+  StepReport empty = validReport();  // a rank without samples in the epoch's last step
+  empty.samples = 0;
+  empty.loss = NAN;
+  EXPECT_TRUE(std::isnan(roundTripStream(empty).loss));
+
+  GpuSample gpu{"node-a", 3, 1000, "job-1", 97.0f, 80ull << 30, 650000u, 123456789ull, 61, 1980u};
+  EXPECT_EQ(roundTripStream(gpu), gpu);
+  GpuSample noPower = gpu;  // a GPU without power readings keeps "unknown", not 0
+  noPower.powerMilliwatts.reset();
+  noPower.energyMillijoules.reset();
+  const auto back = roundTripStream(noPower);
+  EXPECT_FALSE(back.powerMilliwatts.has_value());
+  EXPECT_FALSE(back.energyMillijoules.has_value());
+
+  ProcessSample proc{"job-1", 1, 4242, 1000, 99.5f, 512ull << 20};
+  EXPECT_EQ(roundTripStream(proc), proc);
+  JobEvent event{"job-1", JobEventKind::kFailed, 1000, 1u, 3, std::nullopt, "rank 1 failed", "tail...", 17u};
+  EXPECT_EQ(roundTripStream(event), event);
+}
+
+// ---- rejection ----
+
+struct Rejection {
+  const char* name;
+  std::function<void(JobSpec&)> breakIt;
+  const char* expectedText;
+};
+
+void PrintTo(const Rejection& r, std::ostream* os) { *os << r.name; }
+
+class JobSpecRejection : public ::testing::TestWithParam<Rejection> {};
+
+TEST_P(JobSpecRejection, DecodeRefusesWithAClearMessage) {
+  JobSpec spec = validSpec();
+  GetParam().breakIt(spec);
+  auto out = decodeRequest(encode(Request{1, StartJobRequest{spec}}));
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(out.error().message.find(GetParam().expectedText), std::string::npos) << out.error().message;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Protocol, JobSpecRejection,
+    ::testing::Values(
+        Rejection{"EmptyJobId", [](JobSpec& s) { s.jobId = ""; }, "job id"},
+        Rejection{"JobIdWithSlash", [](JobSpec& s) { s.jobId = "../etc"; }, "job id"},
+        Rejection{"OneLayer", [](JobSpec& s) { s.layers = {784}; }, "layers has 1 sizes"},
+        Rejection{"ZeroWidth", [](JobSpec& s) { s.layers = {784, 0, 10}; }, "layer size 1 is 0"},
+        Rejection{"DimMismatch", [](JobSpec& s) { s.layers = {512, 1024, 10}; }, "first layer size is 512"},
+        Rejection{"ClassMismatch", [](JobSpec& s) { s.layers = {784, 1024, 7}; }, "last layer size is 7"},
+        Rejection{"ZeroBatch", [](JobSpec& s) { s.batchPerRank = 0; }, "batch per rank is 0"},
+        Rejection{"NegativeLr", [](JobSpec& s) { s.optimizer.lr = -1; }, "lr is -1"},
+        Rejection{"NanLr", [](JobSpec& s) { s.optimizer.lr = NAN; }, "lr is"},
+        Rejection{"MomentumOne", [](JobSpec& s) { s.optimizer.momentum = 1.0; }, "momentum is 1"},
+        Rejection{"StepsAndEpochs", [](JobSpec& s) { s.epochs = 3; }, "exactly one of steps and epochs"},
+        Rejection{"NeitherStepsNorEpochs", [](JobSpec& s) { s.steps = 0; }, "exactly one of steps and epochs"},
+        Rejection{"CheckpointWithoutDir", [](JobSpec& s) { s.checkpointEvery = 10; }, "checkpoint directory"},
+        Rejection{"PlacementsDontMatchWorld", [](JobSpec& s) { s.worldSize = 3; }, "places 2 ranks"},
+        Rejection{"RankPlacedTwice", [](JobSpec& s) { s.ranks[1].rank = 0; }, "placed twice"},
+        Rejection{"CudaRankWithoutGpu", [](JobSpec& s) { s.backend = Backend::kCuda; s.precision = Precision::kBf16; }, "has no GPU"},
+        Rejection{"CpuBf16", [](JobSpec& s) { s.precision = Precision::kBf16; }, "fp32 only"},
+        Rejection{"NegativePrice", [](JobSpec& s) { s.prices.gpuHour = -1; }, "price per GPU-hour"},
+        Rejection{"ZeroTimeout", [](JobSpec& s) { s.timeoutS = 0; }, "timeout"},
+        Rejection{"HugeBucket", [](JobSpec& s) { s.bucketMb = 1e9; }, "bucket size"}),
+    [](const auto& param) { return std::string(param.param.name); });
+
+TEST(ProtocolRejection, GarbageBytes) {
+  auto out = decodeRequest(std::string("\xff\xff\xff\xff garbage", 13));
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.error().message.find("not a valid lockstep.v1 message"), std::string::npos) << out.error().message;
+}
+
+TEST(ProtocolRejection, OversizedMessageIsRefusedBeforeParsing) {
+  const std::string big(kMaxMessageBytes + 1, '\0');
+  auto out = decodeStreamMessage(big);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.error().code, ErrorCode::kResourceExhausted);
+  EXPECT_NE(out.error().message.find("over the limit"), std::string::npos);
+}
+
+TEST(ProtocolRejection, MissingBodiesAndRequiredFields) {
+  v1::Request noBody;
+  noBody.set_request_id(5);
+  auto r = decodeRequest(noBody.SerializeAsString());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("no body"), std::string::npos);
+
+  v1::Request noSpec;
+  noSpec.mutable_start_job();
+  r = decodeRequest(noSpec.SerializeAsString());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("job spec is required"), std::string::npos);
+
+  v1::Request noDataset;
+  auto* spec = noDataset.mutable_start_job()->mutable_spec();
+  spec->set_job_id("j");
+  spec->set_backend(v1::BACKEND_CPU);
+  spec->set_activation(v1::ACTIVATION_RELU);
+  spec->set_precision(v1::PRECISION_FP32);
+  r = decodeRequest(noDataset.SerializeAsString());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("dataset is required"), std::string::npos) << r.error().message;
+
+  v1::StreamMessage noSeq;
+  noSeq.mutable_step_report()->set_job_id("j");
+  auto s = decodeStreamMessage(noSeq.SerializeAsString());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("sequence number is required"), std::string::npos);
+}
+
+TEST(ProtocolRejection, OutOfRangeStreamedValues) {
+  StepReport badRank = validReport();
+  badRank.rank = 2;  // world size 2
+  auto out = decodeStreamMessage(encode(StreamMessage{1, "", badRank}));
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.error().message.find("outside world size"), std::string::npos) << out.error().message;
+
+  StepReport negative = validReport();
+  negative.stepTimeUs = -5;
+  EXPECT_FALSE(decodeStreamMessage(encode(StreamMessage{1, "", negative})).ok());
+
+  GpuSample overfull{"node", 0, 0, "", 130.0f, {}, {}, {}, {}, {}};
+  out = decodeStreamMessage(encode(StreamMessage{1, "", overfull}));
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.error().message.find("GPU utilization % is 130"), std::string::npos) << out.error().message;
+
+  v1::StreamMessage unknownKind;
+  unknownKind.set_seq(1);
+  unknownKind.mutable_job_event()->set_job_id("j");
+  unknownKind.mutable_job_event()->set_kind(static_cast<v1::JobEventKind>(99));
+  out = decodeStreamMessage(unknownKind.SerializeAsString());
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.error().message.find("job event kind"), std::string::npos);
+}
+
+TEST(ProtocolValidation, TheDefaultSpecIsValidOnceItHasLayersAndSteps) {
+  JobSpec s;
+  s.jobId = "x";
+  s.layers = {784, 10};
+  s.steps = 1;
+  EXPECT_TRUE(validateJobSpec(s).ok());
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -1,0 +1,393 @@
+// Issue 2: lockstep-trainer as users run it: real processes, real Gloo all-reduce over loopback,
+// real files. Each test states the behaviour it guards.
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <csignal>
+#include <fstream>
+#include <map>
+#include <thread>
+#include <zmq.hpp>
+
+#include "lockstep/protocol/codec.h"
+#include "safetensors.h"
+#include "support/test_support.h"
+
+namespace lockstep::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::vector<std::string> kSmallJob = {"--layers", "32,64,10", "--dataset", "synthetic:n=2048,seed=3",
+                                            "--quiet"};
+
+std::vector<std::string> trainer(std::vector<std::string> args) {
+  args.insert(args.begin(), trainerPath());
+  return args;
+}
+
+std::vector<std::string> join(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// Norm-wise relative difference per tensor, the largest over the file.
+double maxRelativeDifference(const std::string& pathA, const std::string& pathB) {
+  auto a = trainer::readSafetensors(pathA);
+  auto b = trainer::readSafetensors(pathB);
+  EXPECT_TRUE(a.ok() && b.ok());
+  if (!a.ok() || !b.ok()) return INFINITY;
+  EXPECT_EQ(a->tensors.size(), b->tensors.size());
+  double worst = 0;
+  for (const auto& [name, ta] : a->tensors) {
+    const auto& tb = b->tensors.at(name);
+    double diff = 0, norm = 0;
+    for (std::size_t i = 0; i < ta.data.size(); ++i) {
+      diff += std::pow(double(ta.data[i]) - tb.data[i], 2);
+      norm += std::pow(double(ta.data[i]), 2);
+    }
+    worst = std::max(worst, std::sqrt(diff / norm));
+  }
+  return worst;
+}
+
+// Global losses by step from a metrics file (rank 0's lines).
+std::map<std::uint64_t, double> globalLosses(const std::string& metrics) {
+  std::map<std::uint64_t, double> out;
+  for (const auto& line : readJsonLines(metrics)) {
+    if (line["rank"] == 0) out[line["step"].get<std::uint64_t>()] = line["global_loss"].get<double>();
+  }
+  return out;
+}
+
+TEST(TrainerProcess, TwoRanksEqualOneRankWithTheDoubleBatch) {
+  // 2 ranks x 64 and 1 rank x 128 from the same initial weights and in-order data must reach the
+  // same weights after 20 SGD steps (issue 2's equivalence test), up to float rounding of sums.
+  TempDir dir;
+  auto init = runProcess(trainer(join(kSmallJob, {"--steps", "1", "--lr", "1e-12", "--seed", "5", "--save-weights",
+                                                  dir.file("init.safetensors"), "--metrics-out", dir.file("m0.jsonl")})),
+                         {}, dir);
+  ASSERT_TRUE(init.status.success()) << init.err;
+  const auto common = join(kSmallJob, {"--steps", "20", "--no-shuffle", "--optimizer", "sgd", "--lr", "0.05",
+                                       "--momentum", "0.9", "--init-weights", dir.file("init.safetensors")});
+  auto one = runProcess(trainer(join(common, {"--batch-per-rank", "128", "--save-weights", dir.file("one.safetensors"),
+                                              "--metrics-out", dir.file("one.jsonl")})),
+                        {}, dir);
+  ASSERT_TRUE(one.status.success()) << one.err;
+  auto two = runProcess(trainer(join(common, {"--nproc", "2", "--batch-per-rank", "64", "--save-weights",
+                                              dir.file("two.safetensors"), "--metrics-out", dir.file("two.jsonl")})),
+                        {}, dir);
+  ASSERT_TRUE(two.status.success()) << two.err;
+  // The weights moved (so the comparison means something) ...
+  EXPECT_GT(maxRelativeDifference(dir.file("init.safetensors"), dir.file("one.safetensors")), 1e-3);
+  // ... and moved the same way.
+  EXPECT_LE(maxRelativeDifference(dir.file("one.safetensors"), dir.file("two.safetensors")), 1e-5);
+
+  const auto lines = readJsonLines(dir.file("two.jsonl"));
+  ASSERT_EQ(lines.size(), 40u);  // 20 steps x 2 ranks
+  for (const auto& l : lines) {
+    EXPECT_EQ(l["world_size"], 2);
+    EXPECT_EQ(l["samples"], 64);
+    EXPECT_GT(l["bytes_reduced"].get<std::uint64_t>(), (32u * 64 + 64 * 10) * 4u);
+    EXPECT_GE(l["step_time_us"].get<std::int64_t>(),
+              l["compute_time_us"].get<std::int64_t>() + l["exposed_comm_time_us"].get<std::int64_t>());
+  }
+}
+
+TEST(TrainerProcess, LossFallsOnTheSyntheticSet) {
+  // The synthetic task is learnable: from ln(4) = 1.386 the smoothed loss must fall below 0.35.
+  TempDir dir;
+  auto r = runProcess(trainer({"--nproc", "2", "--layers", "32,128,4", "--dataset", "synthetic:n=8192,seed=1",
+                               "--batch-per-rank", "64", "--steps", "600", "--lr", "0.1", "--momentum", "0.9",
+                               "--metrics-out", dir.file("m.jsonl"), "--quiet"}),
+                      {}, dir);
+  ASSERT_TRUE(r.status.success()) << r.err;
+  const auto losses = globalLosses(dir.file("m.jsonl"));
+  ASSERT_EQ(losses.size(), 600u);
+  EXPECT_NEAR(losses.begin()->second, std::log(4.0), 0.2);
+  double last50 = 0;
+  for (std::uint64_t s = 551; s <= 600; ++s) last50 += losses.at(s) / 50;
+  EXPECT_LT(last50, 0.35);
+}
+
+TEST(TrainerProcess, ResumeContinuesExactlyLikeAnUninterruptedRun) {
+  TempDir dir;
+  const auto job = join(kSmallJob, {"--nproc", "2", "--batch-per-rank", "32", "--optimizer", "adamw", "--lr", "0.003",
+                                    "--seed", "11", "--checkpoint-every", "10"});
+  auto full = runProcess(trainer(join(job, {"--steps", "30", "--checkpoint-dir", dir.file("ckpt-full"), "--metrics-out",
+                                            dir.file("full.jsonl"), "--save-weights", dir.file("full.safetensors")})),
+                         {}, dir);
+  ASSERT_TRUE(full.status.success()) << full.err;
+  auto first = runProcess(trainer(join(job, {"--steps", "20", "--checkpoint-dir", dir.file("ckpt"), "--metrics-out",
+                                             dir.file("part1.jsonl")})),
+                          {}, dir);
+  ASSERT_TRUE(first.status.success()) << first.err;
+  auto second = runProcess(trainer(join(job, {"--steps", "30", "--checkpoint-dir", dir.file("ckpt"), "--resume",
+                                              "--metrics-out", dir.file("part2.jsonl"), "--save-weights",
+                                              dir.file("resumed.safetensors")})),
+                           {}, dir);
+  ASSERT_TRUE(second.status.success()) << second.err;
+
+  const auto expected = globalLosses(dir.file("full.jsonl"));
+  const auto resumed = globalLosses(dir.file("part2.jsonl"));
+  ASSERT_EQ(resumed.size(), 10u);
+  EXPECT_EQ(resumed.begin()->first, 21u);
+  for (const auto& [step, loss] : resumed) EXPECT_EQ(loss, expected.at(step)) << "step " << step;
+  EXPECT_EQ(maxRelativeDifference(dir.file("full.safetensors"), dir.file("resumed.safetensors")), 0.0);
+}
+
+TEST(TrainerProcess, AKilledRankMakesTheSurvivorExitInTimeNamingIt) {
+  // Under --nproc: SIGKILL rank 1 mid-run; rank 0 must name it and the launcher fail within the timeout.
+  TempDir dir;
+  const pid_t launcher = startProcess(
+      trainer(join(kSmallJob, {"--nproc", "2", "--steps", "1000000", "--timeout-s", "10", "--metrics-out",
+                               dir.file("m.jsonl")})),
+      {}, dir.file("out.txt"), dir.file("err.txt"));
+  ASSERT_TRUE(waitUntil([&] { return readJsonLines(dir.file("m.jsonl")).size() >= 10; }, 30s)) << readText(dir.file("err.txt"));
+  pid_t rank1 = -1;
+  for (pid_t child : childrenOf(launcher)) {
+    if (environOf(child, "RANK") == "1") rank1 = child;
+  }
+  ASSERT_GT(rank1, 0);
+  const auto killedAt = std::chrono::steady_clock::now();
+  ::kill(rank1, SIGKILL);
+  auto status = waitProcess(launcher, 30s);
+  ASSERT_TRUE(status.ok() && status->has_value()) << "the launcher did not exit";
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killedAt).count();
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_EQ((**status).exitCode, 128 + SIGKILL);  // the first failure: rank 1's
+  const std::string err = readText(dir.file("err.txt"));
+  EXPECT_NE(err.find("rank 0: error: rank 0 lost rank 1 (its process is gone: exited with signal 9"), std::string::npos) << err;
+}
+
+struct ManualRanks {
+  TempDir dir;
+  std::uint16_t port = freePort();
+  std::vector<pid_t> pids;
+
+  void start(int world, const std::vector<std::string>& args) {
+    for (int r = 0; r < world; ++r) {
+      pids.push_back(startProcess(trainer(args),
+                                  {{"RANK", std::to_string(r)}, {"WORLD_SIZE", std::to_string(world)},
+                                   {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}},
+                                  dir.file("out" + std::to_string(r)), dir.file("err" + std::to_string(r))));
+    }
+  }
+  ~ManualRanks() {
+    for (pid_t p : pids) {
+      ::kill(p, SIGKILL);
+      (void)waitProcess(p, 5s);
+    }
+  }
+};
+
+TEST(TrainerProcess, LosingRankZeroAndItsStoreIsNamedToo) {
+  // torchrun-style ranks (rank 0 hosts the store): SIGKILL rank 0; rank 1 exits 3 naming rank 0.
+  ManualRanks ranks;
+  ranks.start(2, join(kSmallJob, {"--steps", "1000000", "--timeout-s", "10", "--metrics-out", ranks.dir.file("m.jsonl")}));
+  ASSERT_TRUE(waitUntil([&] { return readJsonLines(ranks.dir.file("m.jsonl")).size() >= 10; }, 30s))
+      << readText(ranks.dir.file("err1"));
+  ::kill(ranks.pids[0], SIGKILL);
+  auto status = waitProcess(ranks.pids[1], 20s);
+  ASSERT_TRUE(status.ok() && status->has_value()) << "rank 1 hangs";
+  EXPECT_EQ((**status).exitCode, 3);
+  const std::string err = readText(ranks.dir.file("err1"));
+  EXPECT_NE(err.find("rank 1 lost rank 0"), std::string::npos) << err;
+}
+
+TEST(TrainerProcess, AHungPeerTimesOutAndIsNamed) {
+  // SIGSTOP rank 1: rank 0's all-reduce times out (3 s) and it names rank 1 as the one not progressing.
+  ManualRanks ranks;
+  ranks.start(2, join(kSmallJob, {"--steps", "1000000", "--timeout-s", "3", "--metrics-out", ranks.dir.file("m.jsonl")}));
+  ASSERT_TRUE(waitUntil([&] { return readJsonLines(ranks.dir.file("m.jsonl")).size() >= 10; }, 30s));
+  ::kill(ranks.pids[1], SIGSTOP);
+  const auto stoppedAt = std::chrono::steady_clock::now();
+  auto status = waitProcess(ranks.pids[0], 20s);
+  ASSERT_TRUE(status.ok() && status->has_value()) << "rank 0 hangs";
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - stoppedAt).count(), 3 + 5.0);
+  EXPECT_EQ((**status).exitCode, 3);
+  const std::string err = readText(ranks.dir.file("err0"));
+  EXPECT_NE(err.find("rank 0 lost rank 1 (no progress"), std::string::npos) << err;
+}
+
+TEST(TrainerProcess, SigtermStopsAllRanksTogetherWithACheckpoint) {
+  TempDir dir;
+  const pid_t launcher = startProcess(
+      trainer(join(kSmallJob, {"--nproc", "2", "--steps", "1000000", "--checkpoint-dir", dir.file("ckpt"),
+                               "--checkpoint-every", "100000", "--metrics-out", dir.file("m.jsonl")})),
+      {}, dir.file("out.txt"), dir.file("err.txt"));
+  ASSERT_TRUE(waitUntil([&] { return readJsonLines(dir.file("m.jsonl")).size() >= 10; }, 30s));
+  ::kill(launcher, SIGTERM);
+  auto status = waitProcess(launcher, 30s);
+  ASSERT_TRUE(status.ok() && status->has_value());
+  EXPECT_EQ((**status).exitCode, 128 + SIGTERM);
+  const auto lines = readJsonLines(dir.file("m.jsonl"));
+  std::map<int, std::uint64_t> lastStep;
+  for (const auto& l : lines) lastStep[l["rank"].get<int>()] = l["step"].get<std::uint64_t>();
+  ASSERT_EQ(lastStep.size(), 2u);
+  EXPECT_EQ(lastStep[0], lastStep[1]) << "the ranks stopped at different steps";
+  char name[64];
+  std::snprintf(name, sizeof name, "step-%08llu.safetensors", static_cast<unsigned long long>(lastStep[0]));
+  EXPECT_TRUE(std::filesystem::exists(dir.path() / "ckpt" / name)) << readText(dir.file("err.txt"));
+}
+
+TEST(TrainerProcess, StepReportsArePushedToTheReportEndpoint) {
+  TempDir dir;
+  zmq::context_t context(1);
+  zmq::socket_t pull(context, zmq::socket_type::pull);
+  pull.bind("tcp://127.0.0.1:*");
+  const std::string endpoint = pull.get(zmq::sockopt::last_endpoint);
+  auto r = runProcess(trainer(join(kSmallJob, {"--steps", "5", "--job-id", "job-7", "--metrics-out", dir.file("m.jsonl")})),
+                      {{"LOCKSTEP_REPORT", endpoint}}, dir);
+  ASSERT_TRUE(r.status.success()) << r.err;
+  pull.set(zmq::sockopt::rcvtimeo, 5000);
+  for (std::uint64_t i = 1; i <= 5; ++i) {
+    zmq::message_t msg;
+    ASSERT_TRUE(pull.recv(msg)) << "report " << i << " did not arrive";
+    auto decoded = decodeStreamMessage(msg.to_string_view());
+    ASSERT_TRUE(decoded.ok()) << decoded.error().message;
+    EXPECT_EQ(decoded->seq, i);
+    const auto& report = std::get<StepReport>(decoded->payload);
+    EXPECT_EQ(report.jobId, "job-7");
+    EXPECT_EQ(report.step, i);
+    EXPECT_EQ(report.samples, 64u);
+    EXPECT_GT(report.stepTimeUs, 0);
+  }
+}
+
+// ---- bad input: a clear error and exit code 2, never a crash ----
+
+struct BadInput {
+  const char* name;
+  std::function<std::vector<std::string>(const TempDir&)> setUp;
+  const char* expectedText;
+};
+
+void PrintTo(const BadInput& b, std::ostream* os) { *os << b.name; }
+
+class TrainerBadInput : public ::testing::TestWithParam<BadInput> {};
+
+void writeFeatures(const TempDir& dir, const std::string& name, std::uint64_t n, std::uint64_t d) {
+  std::vector<float> x(n * d, 0.5f);
+  writeNpy(dir.file(name), "<f4", {n, d}, x.data(), x.size() * 4);
+}
+
+void writeLabels(const TempDir& dir, const std::string& name, std::uint64_t n, std::int64_t value = 1) {
+  std::vector<std::int64_t> y(n, value);
+  writeNpy(dir.file(name), "<i8", {n}, y.data(), y.size() * 8);
+}
+
+std::vector<std::string> npyJob(const TempDir& dir, const std::string& layers = "8,16,3") {
+  return {"--layers", layers, "--steps", "2", "--dataset", "npy:" + dir.file("x.npy") + "," + dir.file("y.npy")};
+}
+
+TEST_P(TrainerBadInput, FailsClearly) {
+  TempDir dir;
+  auto r = runProcess(trainer(GetParam().setUp(dir)), {}, dir, 60s);
+  EXPECT_FALSE(r.timedOut);
+  EXPECT_EQ(r.status.signal, 0) << "crashed: " << r.err;
+  EXPECT_EQ(r.status.exitCode, 2) << r.err;
+  EXPECT_NE(r.err.find(GetParam().expectedText), std::string::npos) << r.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Issue2, TrainerBadInput,
+    ::testing::Values(
+        BadInput{"MissingFeatures", [](const TempDir& d) { writeLabels(d, "y.npy", 4); return npyJob(d); },
+                 "cannot open the features file"},
+        BadInput{"MissingFeaturesUnderLauncher",
+                 [](const TempDir& d) { writeLabels(d, "y.npy", 4); return join(npyJob(d), {"--nproc", "2"}); },
+                 "cannot open the features file"},
+        BadInput{"Float64Features",
+                 [](const TempDir& d) {
+                   std::vector<double> x(4 * 8, 0.5);
+                   writeNpy(d.file("x.npy"), "<f8", {4, 8}, x.data(), x.size() * 8);
+                   writeLabels(d, "y.npy", 4);
+                   return npyJob(d);
+                 },
+                 "must be float32"},
+        BadInput{"ThreeDimensionalFeatures",
+                 [](const TempDir& d) {
+                   std::vector<float> x(4 * 2 * 4, 0.5f);
+                   writeNpy(d.file("x.npy"), "<f4", {4, 2, 4}, x.data(), x.size() * 4);
+                   writeLabels(d, "y.npy", 4);
+                   return npyJob(d);
+                 },
+                 "must be 2-D"},
+        BadInput{"LayerDoesNotMatchFeatures",
+                 [](const TempDir& d) { writeFeatures(d, "x.npy", 4, 8); writeLabels(d, "y.npy", 4); return npyJob(d, "6,16,3"); },
+                 "8 features per sample but the first layer size is 6"},
+        BadInput{"LabelCountMismatch",
+                 [](const TempDir& d) { writeFeatures(d, "x.npy", 4, 8); writeLabels(d, "y.npy", 5); return npyJob(d); },
+                 "hold 5 labels but the features hold 4 samples"},
+        BadInput{"LabelOutOfRange",
+                 [](const TempDir& d) { writeFeatures(d, "x.npy", 4, 8); writeLabels(d, "y.npy", 4, 3); return npyJob(d); },
+                 "label 3 at index 0 is outside [0, 3)"},
+        BadInput{"FloatLabels",
+                 [](const TempDir& d) {
+                   writeFeatures(d, "x.npy", 4, 8);
+                   std::vector<float> y(4, 1.0f);
+                   writeNpy(d.file("y.npy"), "<f4", {4}, y.data(), 16);
+                   return npyJob(d);
+                 },
+                 "must be integers"},
+        BadInput{"TruncatedFeatures",
+                 [](const TempDir& d) {
+                   std::vector<float> x(4 * 8, 0.5f);
+                   writeNpy(d.file("x.npy"), "<f4", {4, 8}, x.data(), 20 * 4);
+                   writeLabels(d, "y.npy", 4);
+                   return npyJob(d);
+                 },
+                 "the file is truncated"},
+        BadInput{"NotNpyAtAll",
+                 [](const TempDir& d) {
+                   std::ofstream(d.file("x.npy")) << "a,b,c\n1,2,3\n";
+                   writeLabels(d, "y.npy", 4);
+                   return npyJob(d);
+                 },
+                 "is not a NumPy .npy file"},
+        BadInput{"UnknownFlag", [](const TempDir&) { return std::vector<std::string>{"--layers", "8,3", "--steps", "1", "--turbo"}; },
+                 "unknown option --turbo"},
+        BadInput{"BadLayers", [](const TempDir&) { return std::vector<std::string>{"--layers", "8,x,3", "--steps", "1"}; },
+                 "'x' is not a whole number"},
+        BadInput{"InitWeightsMissing",
+                 [](const TempDir& d) { return join(kSmallJob, {"--steps", "1", "--init-weights", d.file("none.safetensors")}); },
+                 "--init-weights: cannot open"},
+        BadInput{"InitWeightsWrongShape",
+                 [](const TempDir& d) {
+                   const std::vector<float> w(16 * 8), b(16), w2(3 * 16), b2(3);
+                   std::ofstream(d.file("w.safetensors"), std::ios::binary)
+                       << trainer::encodeSafetensors({{"layers.0.weight", {16, 8}, w.data()}, {"layers.0.bias", {16}, b.data()},
+                                                      {"layers.1.weight", {3, 16}, w2.data()}, {"layers.1.bias", {3}, b2.data()}},
+                                                     {});
+                   return join(kSmallJob, {"--steps", "1", "--init-weights", d.file("w.safetensors")});
+                 },
+                 "has shape [16, 8] but the model needs [64, 32]"}),
+    [](const auto& param) { return std::string(param.param.name); });
+
+TEST(TrainerProcess, InconsistentTorchrunEnvironmentIsRefused) {
+  TempDir dir;
+  auto r = runProcess(trainer(join(kSmallJob, {"--steps", "1"})), {{"RANK", "2"}, {"WORLD_SIZE", "2"}}, dir);
+  EXPECT_EQ(r.status.exitCode, 2);
+  EXPECT_NE(r.err.find("RANK=2 is not below WORLD_SIZE=2"), std::string::npos) << r.err;
+  r = runProcess(trainer(join(kSmallJob, {"--steps", "1"})), {{"RANK", "0"}, {"WORLD_SIZE", "2"}}, dir);
+  EXPECT_EQ(r.status.exitCode, 2);
+  EXPECT_NE(r.err.find("MASTER_ADDR is required"), std::string::npos) << r.err;
+}
+
+TEST(TrainerProcess, AMissingPeerIsATimeoutNotAHang) {
+  // Only rank 0 of 2 starts: the rendezvous gives up after --timeout-s and says what to check.
+  TempDir dir;
+  auto r = runProcess(trainer(join(kSmallJob, {"--steps", "5", "--timeout-s", "2"})),
+                      {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+                       {"MASTER_PORT", std::to_string(freePort())}},
+                      dir, 30s);
+  EXPECT_FALSE(r.timedOut) << "rank 0 waits forever for its peer";
+  EXPECT_EQ(r.status.exitCode, 3) << r.err;
+  EXPECT_NE(r.err.find("could not connect to its 1 peers"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace lockstep::test

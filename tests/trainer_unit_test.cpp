@@ -1,0 +1,458 @@
+// Issue 2: the trainer's parts on their own: sampling, the model's gradients, optimizers against
+// hand-computed values, buckets, file formats and flag parsing.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <set>
+
+#include "checkpoint.h"
+#include "dataset.h"
+#include "lockstep/common/files.h"
+#include "model.h"
+#include "optimizer.h"
+#include "options.h"
+#include "safetensors.h"
+#include "sampler.h"
+#include "support/test_support.h"
+
+namespace lockstep::trainer {
+namespace {
+
+using test::TempDir;
+using lockstep::writeFileAtomic;
+
+// ---- sampling ----
+
+class ShardingTest : public ::testing::TestWithParam<std::tuple<std::uint32_t, std::uint64_t, bool>> {};
+
+TEST_P(ShardingTest, EachEpochIsCoveredExactlyOnceByDisjointShards) {
+  const auto [world, samples, shuffle] = GetParam();
+  const std::uint32_t batch = 7, accum = 2;
+  GlobalBatchSampler sampler(samples, world, batch, accum, shuffle, 123);
+  std::vector<std::uint32_t> idx;
+  for (std::uint32_t epoch = 0; epoch < 3; ++epoch) {
+    std::vector<int> seen(samples, 0);
+    std::vector<std::set<std::uint32_t>> perRank(world);
+    for (std::uint64_t k = 0; k < sampler.stepsPerEpoch(); ++k) {
+      const std::uint64_t step = epoch * sampler.stepsPerEpoch() + k;
+      ASSERT_EQ(sampler.epochOf(step), epoch);
+      for (std::uint32_t m = 0; m < accum; ++m) {
+        for (std::uint32_t r = 0; r < world; ++r) {
+          sampler.indices(step, m, r, idx);
+          ASSERT_LE(idx.size(), batch);
+          for (auto i : idx) {
+            ASSERT_LT(i, samples);
+            ++seen[i];
+            perRank[r].insert(i);
+          }
+        }
+      }
+    }
+    for (std::uint64_t i = 0; i < samples; ++i) ASSERT_EQ(seen[i], 1) << "sample " << i << " epoch " << epoch;
+    for (std::uint32_t a = 0; a < world; ++a)
+      for (std::uint32_t b = a + 1; b < world; ++b)
+        for (auto i : perRank[a]) ASSERT_EQ(perRank[b].count(i), 0u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes1To4UnevenN, ShardingTest,
+                         ::testing::Combine(::testing::Values(1u, 2u, 3u, 4u), ::testing::Values(1ull, 97ull, 100ull, 1001ull),
+                                            ::testing::Bool()));
+
+TEST(Sampler, NoShuffleGlobalStepTakesTheSameSamplesHoweverSplit) {
+  // Global step k consumes [k*G, (k+1)*G) whether 1 rank x 128, 2 x 64 or 4 x 16 x accum 2.
+  const std::uint64_t n = 1000;
+  GlobalBatchSampler one(n, 1, 128, 1, false, 0), two(n, 2, 64, 1, false, 0), four(n, 4, 16, 2, false, 0);
+  std::vector<std::uint32_t> idx;
+  for (std::uint64_t step : {0ull, 3ull, 7ull /* the short last step */, 8ull /* next epoch */}) {
+    std::vector<std::uint32_t> a, b, c;
+    one.indices(step, 0, 0, a);
+    for (std::uint32_t r = 0; r < 2; ++r) {
+      two.indices(step, 0, r, idx);
+      b.insert(b.end(), idx.begin(), idx.end());
+    }
+    for (std::uint32_t m = 0; m < 2; ++m)
+      for (std::uint32_t r = 0; r < 4; ++r) {
+        four.indices(step, m, r, idx);
+        c.insert(c.end(), idx.begin(), idx.end());
+      }
+    std::vector<std::uint32_t> expected;
+    for (std::uint64_t p = (step % 8) * 128; p < std::min<std::uint64_t>((step % 8 + 1) * 128, n); ++p) expected.push_back(p);
+    EXPECT_EQ(a, expected) << "step " << step;
+    EXPECT_EQ(b, expected) << "step " << step;
+    EXPECT_EQ(c, expected) << "step " << step;
+  }
+}
+
+TEST(Sampler, ShuffleIsSharedAcrossRanksAndChangesEachEpoch) {
+  GlobalBatchSampler a(500, 2, 50, 1, true, 9), b(500, 2, 50, 1, true, 9), other(500, 2, 50, 1, true, 10);
+  std::vector<std::uint32_t> x, y, z, nextEpoch;
+  a.indices(0, 0, 1, x);
+  b.indices(0, 0, 1, y);
+  other.indices(0, 0, 1, z);
+  a.indices(a.stepsPerEpoch(), 0, 1, nextEpoch);
+  EXPECT_EQ(x, y);
+  EXPECT_NE(x, z);
+  EXPECT_NE(x, nextEpoch);
+  std::vector<std::uint32_t> ordered(50);
+  std::iota(ordered.begin(), ordered.end(), 50u);
+  EXPECT_NE(x, ordered);
+}
+
+// ---- the model ----
+
+// Summed cross-entropy in double precision, straight from the definition.
+double referenceLoss(const ParamLayout& layout, const std::vector<float>& params, const std::vector<float>& x,
+                     const std::vector<std::int32_t>& y, std::uint32_t batch, Activation act) {
+  const auto& sizes = layout.layers();
+  double total = 0;
+  for (std::uint32_t s = 0; s < batch; ++s) {
+    std::vector<double> in(x.begin() + s * sizes[0], x.begin() + (s + 1) * sizes[0]);
+    for (std::size_t l = 0; l < layout.layerCount(); ++l) {
+      std::vector<double> out(sizes[l + 1]);
+      for (std::uint32_t o = 0; o < sizes[l + 1]; ++o) {
+        double z = params[layout.bias(l).offset + o];
+        for (std::uint32_t i = 0; i < sizes[l]; ++i) z += params[layout.weight(l).offset + o * sizes[l] + i] * in[i];
+        if (l + 1 < layout.layerCount()) {
+          z = act == Activation::kRelu ? std::max(z, 0.0) : 0.5 * z * (1 + std::erf(z / std::sqrt(2.0)));
+        }
+        out[o] = z;
+      }
+      in = out;
+    }
+    const double m = *std::max_element(in.begin(), in.end());
+    double sum = 0;
+    for (double z : in) sum += std::exp(z - m);
+    total += std::log(sum) + m - in[static_cast<std::size_t>(y[s])];
+  }
+  return total;
+}
+
+class GradientCheck : public ::testing::TestWithParam<Activation> {};
+
+TEST_P(GradientCheck, BackwardMatchesFiniteDifferences) {
+  const Activation act = GetParam();
+  ParamLayout layout({5, 7, 6, 4});
+  std::vector<float> params(layout.totalFloats());
+  initParameters(layout, 3, params.data());
+  const std::uint32_t batch = 3;
+  std::vector<float> x(batch * 5);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(1.7f * static_cast<float>(i)) * 1.5f;
+  const std::vector<std::int32_t> y = {0, 3, 1};
+
+  Mlp model(layout, act, batch);
+  const double loss = model.forward(params.data(), x.data(), y.data(), batch);
+  EXPECT_NEAR(loss, referenceLoss(layout, params, x, y, batch, act), 1e-4);
+  std::vector<float> grads(layout.totalFloats(), 0.0f);
+  std::vector<std::size_t> readyOffsets;
+  // Cut inside the middle weight to exercise split GEMMs.
+  const std::vector<std::size_t> cuts = {layout.weight(1).offset + 2 * 7, layout.totalFloats()};
+  model.backward(params.data(), grads.data(), false, cuts, [&](std::size_t end) { readyOffsets.push_back(end); });
+  EXPECT_TRUE(std::is_sorted(readyOffsets.begin(), readyOffsets.end()));
+  EXPECT_EQ(readyOffsets.back(), layout.totalFloats());
+
+  for (const auto& t : layout.tensors()) {
+    for (std::size_t i = 0; i < t.count; ++i) {
+      std::vector<float> p = params;
+      const double h = 1e-3;
+      p[t.offset + i] = static_cast<float>(params[t.offset + i] + h);
+      const double up = referenceLoss(layout, p, x, y, batch, act);
+      p[t.offset + i] = static_cast<float>(params[t.offset + i] - h);
+      const double down = referenceLoss(layout, p, x, y, batch, act);
+      const double numeric = (up - down) / (2 * h);
+      EXPECT_NEAR(grads[t.offset + i], numeric, 2e-3 + 1e-2 * std::abs(numeric)) << t.name << "[" << i << "]";
+    }
+  }
+
+  // Accumulating a second identical pass doubles every gradient.
+  model.forward(params.data(), x.data(), y.data(), batch);
+  std::vector<float> twice = grads;
+  model.backward(params.data(), twice.data(), true, cuts, [](std::size_t) {});
+  for (const auto& t : layout.tensors())
+    for (std::size_t i = 0; i < t.count; ++i) EXPECT_NEAR(twice[t.offset + i], 2 * grads[t.offset + i], 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Activations, GradientCheck, ::testing::Values(Activation::kRelu, Activation::kGelu),
+                         [](const auto& param) { return param.param == Activation::kRelu ? "Relu" : "Gelu"; });
+
+TEST(Model, LayoutIsAlignedDisjointAndLastLayerFirst) {
+  ParamLayout layout({784, 1024, 1024, 10});
+  EXPECT_EQ(layout.parameterCount(), 784u * 1024 + 1024 + 1024u * 1024 + 1024 + 1024u * 10 + 10);
+  EXPECT_EQ(layout.bias(2).offset, ParamLayout::kHeaderFloats);
+  std::size_t previousEnd = ParamLayout::kHeaderFloats;
+  for (std::size_t l = 3; l-- > 0;) {
+    for (const TensorSlot* t : {&layout.bias(l), &layout.weight(l)}) {
+      EXPECT_EQ(t->offset, previousEnd) << t->name;
+      EXPECT_EQ(t->offset % ParamLayout::kAlignFloats, 0u) << t->name;
+      previousEnd = t->offset + t->paddedCount;
+    }
+  }
+  EXPECT_EQ(previousEnd, layout.totalFloats());
+  EXPECT_EQ(layout.tensors()[0].name, "layers.0.weight");
+  EXPECT_EQ(layout.tensors()[1].name, "layers.0.bias");
+  EXPECT_EQ(layout.weight(0).shape, (std::vector<std::uint64_t>{1024, 784}));
+}
+
+TEST(Model, BucketsTileTheBufferWithinTheirCaps) {
+  ParamLayout layout({784, 1024, 1024, 10});
+  for (std::size_t capMb : {1, 2, 25}) {
+    const std::size_t cap = capMb << 20;
+    const auto buckets = planBuckets(layout, cap, std::min<std::size_t>(cap, 1 << 20));
+    ASSERT_FALSE(buckets.empty());
+    EXPECT_EQ(buckets.front().begin, 0u);
+    EXPECT_EQ(buckets.back().end, layout.totalFloats());
+    for (std::size_t i = 0; i < buckets.size(); ++i) {
+      if (i > 0) {
+        EXPECT_EQ(buckets[i].begin, buckets[i - 1].end);
+      }
+      EXPECT_LE((buckets[i].end - buckets[i].begin) * 4, i == 0 ? std::min<std::size_t>(cap, 1 << 20) : cap);
+    }
+    if (capMb == 25) {
+      EXPECT_EQ(buckets.size(), 2u);  // a 1 MiB first bucket, then the rest
+    }
+  }
+  // Cuts inside a weight fall on row boundaries.
+  for (const auto& b : planBuckets(layout, 1 << 20, 1 << 20)) {
+    for (std::size_t l = 0; l < 3; ++l) {
+      const auto& w = layout.weight(l);
+      if (b.end > w.offset && b.end < w.offset + w.count) {
+        EXPECT_EQ((b.end - w.offset) % layout.layers()[l], 0u);
+      }
+    }
+  }
+}
+
+// ---- optimizers, against values computed by hand ----
+
+TEST(Optimizer, SgdMomentumNesterovAndWeightDecayFollowPyTorch) {
+  ParamLayout layout({1, 2});  // weight [2,1] at the end, bias [2] after the header
+  const std::size_t w = layout.weight(0).offset;
+  OptimizerSpec spec;
+  spec.momentum = 0.9;
+  spec.weightDecay = 0.1;
+  Optimizer opt(spec, layout);
+  std::vector<float> p(layout.totalFloats(), 0.0f), g(layout.totalFloats(), 0.0f);
+  p[w] = 1.0f;
+  g[w] = 4.0f;  // summed gradient over 2 samples: the mean is 2
+  opt.beginStep(0.5);
+  opt.apply(p.data(), g.data(), 0, layout.totalFloats(), 0.5f);
+  // d = 2 + 0.1*1 = 2.1; buf = 2.1 (first step); p = 1 - 0.5*2.1 = -0.05
+  EXPECT_NEAR(p[w], -0.05f, 1e-6);
+  opt.beginStep(0.5);
+  opt.apply(p.data(), g.data(), 0, layout.totalFloats(), 0.5f);
+  // d = 2 + 0.1*(-0.05) = 1.995; buf = 0.9*2.1 + 1.995 = 3.885; p = -0.05 - 0.5*3.885 = -1.9925
+  EXPECT_NEAR(p[w], -1.9925f, 1e-5);
+
+  spec.nesterov = true;
+  spec.weightDecay = 0;
+  Optimizer nesterov(spec, layout);
+  p[w] = 1.0f;
+  nesterov.beginStep(0.1);
+  nesterov.apply(p.data(), g.data(), 0, layout.totalFloats(), 0.5f);
+  // d = 2, buf = 2, step = d + 0.9*buf = 3.8: p = 1 - 0.38
+  EXPECT_NEAR(p[w], 0.62f, 1e-6);
+}
+
+TEST(Optimizer, AdamWFollowsPyTorch) {
+  ParamLayout layout({1, 2});
+  const std::size_t w = layout.weight(0).offset;
+  OptimizerSpec spec;
+  spec.kind = OptimizerKind::kAdamW;
+  spec.weightDecay = 0.01;
+  Optimizer opt(spec, layout);
+  std::vector<float> p(layout.totalFloats(), 0.0f), g(layout.totalFloats(), 0.0f);
+  p[w] = 1.0f;
+  g[w] = 0.5f;
+  opt.beginStep(0.1);
+  opt.apply(p.data(), g.data(), 0, layout.totalFloats(), 1.0f);
+  // p = 1*(1-0.001) = 0.999; m = 0.05, v = 0.00025; mhat = 0.5, vhat = 0.25 -> step 0.1*0.5/(0.5+1e-8)
+  EXPECT_NEAR(p[w], 0.899f, 1e-6);
+  opt.beginStep(0.1);
+  g[w] = -0.5f;
+  opt.apply(p.data(), g.data(), 0, layout.totalFloats(), 1.0f);
+  // p = 0.899*0.999 = 0.898101; m = 0.9*0.05 - 0.05 = -0.005, v = 0.999*0.00025 + 0.00025 = 0.00049975
+  // mhat = -0.005/0.19 = -0.0263158, vhat = 0.00049975/0.001999 = 0.25 -> p += 0.1*0.0263158/0.5
+  EXPECT_NEAR(p[w], 0.898101f + 0.00526316f, 2e-6);
+  EXPECT_EQ(opt.stepsTaken(), 2);
+}
+
+TEST(Optimizer, LinearScalingRule) {
+  JobSpec s;
+  s.optimizer.lr = 0.1;
+  s.batchPerRank = 64;
+  s.worldSize = 4;
+  s.accumSteps = 2;
+  EXPECT_DOUBLE_EQ(effectiveLearningRate(s), 0.1);
+  s.optimizer.lrScaling = LrScaling::kLinear;
+  EXPECT_DOUBLE_EQ(effectiveLearningRate(s), 0.8);
+  s.optimizer.lrBaseBatch = 256;
+  EXPECT_DOUBLE_EQ(effectiveLearningRate(s), 0.2);
+}
+
+// ---- files ----
+
+TEST(Safetensors, RoundTripAndMetadata) {
+  const std::vector<float> a = {1, 2, 3, 4, 5, 6}, b = {-1.5f};
+  const std::string bytes = encodeSafetensors({{"w", {2, 3}, a.data()}, {"b", {1}, b.data()}}, {{"step", "7"}});
+  EXPECT_EQ((bytes.size() - 8 - 28) % 8, 0u);  // the header keeps the data 8-byte aligned
+  auto file = decodeSafetensors(bytes, "mem");
+  ASSERT_TRUE(file.ok()) << file.error().message;
+  EXPECT_EQ(file->tensors.at("w").shape, (std::vector<std::uint64_t>{2, 3}));
+  EXPECT_EQ(file->tensors.at("w").data, a);
+  EXPECT_EQ(file->tensors.at("b").data, b);
+  EXPECT_EQ(file->metadata.at("step"), "7");
+}
+
+TEST(Safetensors, RefusesDamagedFiles) {
+  const std::vector<float> a = {1, 2};
+  const std::string good = encodeSafetensors({{"w", {2}, a.data()}}, {});
+  EXPECT_FALSE(decodeSafetensors(good.substr(0, good.size() - 1), "x").ok());  // truncated data
+  EXPECT_FALSE(decodeSafetensors(good.substr(0, 5), "x").ok());
+  std::string hugeHeader = good;
+  hugeHeader[7] = 0x7f;
+  EXPECT_FALSE(decodeSafetensors(hugeHeader, "x").ok());
+  std::string notJson = good;
+  notJson[8] = '[';
+  EXPECT_FALSE(decodeSafetensors(notJson, "x").ok());
+  std::string bf16 = good;
+  const auto pos = bf16.find("F32");
+  bf16.replace(pos, 3, "F16");
+  auto r = decodeSafetensors(bf16, "x");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("float32"), std::string::npos);
+}
+
+TEST(Checkpoint, SaveFindLatestLoadAndRetention) {
+  TempDir dir;
+  ParamLayout layout({3, 4, 2});
+  OptimizerSpec spec;
+  spec.momentum = 0.9;
+  Optimizer opt(spec, layout);
+  std::vector<float> p(layout.totalFloats());
+  initParameters(layout, 1, p.data());
+  (*opt.stateBuffers()[0].data)[layout.weight(1).offset] = 0.25f;
+  opt.setStepsTaken(30);
+  const CheckpointInfo info{30, 128, 1000, "3,4,2", "relu", "sgd"};
+  for (std::uint64_t step : {10, 20, 30}) {
+    CheckpointInfo at = info;
+    at.step = step;
+    ASSERT_TRUE(saveCheckpoint(dir.path().string(), layout, p.data(), opt, at, 2).ok());
+  }
+  auto latest = latestCheckpoint(dir.path().string());
+  ASSERT_TRUE(latest.ok() && latest->has_value());
+  EXPECT_EQ(std::filesystem::path(**latest).filename(), "step-00000030.safetensors");
+  EXPECT_FALSE(std::filesystem::exists(dir.file("step-00000010.safetensors")));  // keep = 2
+
+  Optimizer restored(spec, layout);
+  std::vector<float> q(layout.totalFloats(), 0.0f);
+  auto loaded = loadCheckpoint(**latest, layout, q.data(), restored, info);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  EXPECT_EQ(loaded->step, 30u);
+  EXPECT_EQ(q, p);
+  EXPECT_EQ((*restored.stateBuffers()[0].data)[layout.weight(1).offset], 0.25f);
+  EXPECT_EQ(restored.stepsTaken(), 30);
+
+  CheckpointInfo otherBatch = info;
+  otherBatch.globalBatch = 256;
+  auto refused = loadCheckpoint(**latest, layout, q.data(), restored, otherBatch);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("global batch 128"), std::string::npos) << refused.error().message;
+}
+
+TEST(Checkpoint, WeightsWithForeignNamesExplainTheConvention) {
+  TempDir dir;
+  const std::vector<float> w(4 * 3), b(4);
+  ASSERT_TRUE(writeFileAtomic(dir.file("seq.safetensors"),
+                              encodeSafetensors({{"0.weight", {4, 3}, w.data()}, {"0.bias", {4}, b.data()}}, {}))
+                  .ok());
+  ParamLayout layout({3, 4});
+  std::vector<float> p(layout.totalFloats());
+  auto r = loadWeights(dir.file("seq.safetensors"), layout, p.data());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("no tensor 'layers.0.weight'"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("0.weight"), std::string::npos);
+
+  ParamLayout wider({3, 5});
+  ASSERT_TRUE(saveWeights(dir.file("w.safetensors"), layout, p.data()).ok());
+  std::vector<float> q(wider.totalFloats());
+  r = loadWeights(dir.file("w.safetensors"), wider, q.data());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("has shape [4, 3] but the model needs [5, 3]"), std::string::npos) << r.error().message;
+}
+
+TEST(Npy, HeaderParsing) {
+  TempDir dir;
+  const std::vector<float> x(6, 1.0f);
+  test::writeNpy(dir.file("x.npy"), "<f4", {2, 3}, x.data(), x.size() * 4);
+  const std::string bytes = test::readText(dir.file("x.npy"));
+  auto h = parseNpyHeader(bytes, "x.npy");
+  ASSERT_TRUE(h.ok()) << h.error().message;
+  EXPECT_EQ(h->descr, "<f4");
+  EXPECT_EQ(h->shape, (std::vector<std::uint64_t>{2, 3}));
+  EXPECT_EQ(h->dataOffset % 64, 0u);
+  EXPECT_FALSE(h->fortranOrder);
+  EXPECT_FALSE(parseNpyHeader("PK\x03\x04 not npy", "z.npz").ok());
+}
+
+TEST(Synthetic, DeterministicBalancedAndInRange) {
+  auto a = makeSyntheticDataset({4000, 16, 5, 7});
+  auto b = makeSyntheticDataset({4000, 16, 5, 7});
+  auto c = makeSyntheticDataset({4000, 16, 5, 8});
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(a->features, b->features);
+  EXPECT_EQ(a->labels, b->labels);
+  EXPECT_NE(a->features, c->features);
+  std::vector<int> counts(5, 0);
+  for (auto y : a->labels) {
+    ASSERT_GE(y, 0);
+    ASSERT_LT(y, 5);
+    ++counts[static_cast<std::size_t>(y)];
+  }
+  // No class is missing or dominant (a uniform split would be 800 each).
+  for (int n : counts) {
+    EXPECT_GT(n, 200);
+    EXPECT_LT(n, 2000);
+  }
+}
+
+// ---- flags ----
+
+TEST(Options, TheIssueExampleParses) {
+  auto o = parseTrainerArgs({"--backend", "cpu", "--nproc", "2", "--layers", "784,1024,1024,10", "--dataset",
+                             "synthetic:n=65536,dim=784,classes=10,seed=1", "--batch-per-rank", "64", "--steps", "200",
+                             "--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9", "--metrics-out", "m.jsonl"});
+  ASSERT_TRUE(o.ok()) << o.error().message;
+  EXPECT_EQ(o->nproc, 2u);
+  EXPECT_EQ(o->spec.worldSize, 2u);
+  EXPECT_EQ(o->spec.layers, (std::vector<std::uint32_t>{784, 1024, 1024, 10}));
+  EXPECT_EQ(std::get<SyntheticDataset>(o->spec.dataset), (SyntheticDataset{65536, 784, 10, 1}));
+  EXPECT_DOUBLE_EQ(o->spec.optimizer.momentum, 0.9);
+  EXPECT_EQ(o->metricsOut, "m.jsonl");
+  EXPECT_EQ(withoutNproc({"--nproc", "2", "--steps", "3", "--nproc=4"}), (std::vector<std::string>{"--steps", "3"}));
+}
+
+TEST(Options, MistakesNameTheFlag) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--layers", "784,10", "--steps", "1", "--bogus"}, "unknown option --bogus"},
+      {{"--layers", "784,abc", "--steps", "1"}, "--layers: 'abc' is not a whole number"},
+      {{"--layers", "784,10"}, "give --steps N or --epochs N"},
+      {{"--steps", "1"}, "--layers is required"},
+      {{"--layers", "784,10", "--steps", "1", "--lr"}, "--lr needs a value"},
+      {{"--layers", "784,10", "--steps", "1", "--optimizer", "lamb"}, "'lamb' is not one of sgd, adamw"},
+      {{"--layers", "784,10", "--steps", "1", "--dataset", "synthetic:n=10,colour=red"}, "unknown key 'colour'"},
+      {{"--layers", "784,10", "--steps", "1", "--dataset", "npy:only-one.npy"}, "needs two file names"},
+      {{"--layers", "784,10", "--steps", "1", "--dataset", "synthetic:dim=512"}, "first layer size is 784"},
+      {{"--layers", "784,10", "--steps", "1", "--resume"}, "--resume needs --checkpoint-dir"},
+      {{"--layers", "784,10", "--steps", "1", "--momentum", "1.5"}, "momentum is 1.5"},
+  };
+  for (const auto& [args, expected] : cases) {
+    auto o = parseTrainerArgs(args);
+    ASSERT_FALSE(o.ok()) << expected;
+    EXPECT_NE(o.error().message.find(expected), std::string::npos) << o.error().message;
+  }
+}
+
+}  // namespace
+}  // namespace lockstep::trainer

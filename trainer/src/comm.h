@@ -1,0 +1,39 @@
+#pragma once
+// The collectives a data-parallel rank needs, behind one interface so that backends (Gloo on CPUs,
+// NCCL on GPUs) are chosen at run time. Calls are blocking, each bounded by the timeout given at
+// connection; one thread at a time may call (the reducer's thread during a step, otherwise main).
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "lockstep/common/result.h"
+#include "lockstep/common/store.h"
+
+namespace lockstep::trainer {
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int worldSize() const = 0;
+  // Sums `count` floats across all ranks, in place.
+  virtual Result<void> allReduceSum(float* data, std::size_t count) = 0;
+  // Copies `bytes` bytes from `root` to every rank.
+  virtual Result<void> broadcast(void* data, std::size_t bytes, int root) = 0;
+  virtual Result<void> barrier() = 0;
+};
+
+struct GlooOptions {
+  int rank = 0;
+  int worldSize = 1;
+  std::string storePrefix;  // namespaces this job's keys in the store
+  std::string localHost;    // address this rank's Gloo pairs listen on
+  std::chrono::milliseconds timeout{60000};
+};
+
+// Connects the full mesh through the store. The store client must outlive the call only.
+Result<std::unique_ptr<Comm>> connectGloo(StoreClient& store, const GlooOptions& options);
+
+}  // namespace lockstep::trainer

@@ -1,0 +1,48 @@
+#pragma once
+// Training data in memory: float32 features [samples, dim] and int32 labels [samples].
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lockstep/common/result.h"
+#include "lockstep/protocol/types.h"
+
+namespace lockstep::trainer {
+
+struct Dataset {
+  std::uint64_t samples = 0;
+  std::uint32_t dim = 0;
+  std::uint32_t classes = 0;  // labels lie in [0, classes)
+  std::vector<float> features;
+  std::vector<std::int32_t> labels;
+
+  const float* row(std::uint64_t i) const { return features.data() + i * dim; }
+};
+
+// Features uniform in [-sqrt(3), sqrt(3)] (zero mean, unit variance); labels are the argmax of a
+// random teacher MLP (dim -> 64 tanh -> classes) with per-class centred logits, so classes are
+// roughly balanced and the task is learnable. Deterministic in the seed, on every machine.
+Result<Dataset> makeSyntheticDataset(const SyntheticDataset& spec);
+
+// Loads NumPy files: features float32 [N, D] C-order, labels any integer dtype [N] in [0, classes).
+Result<Dataset> loadNpyDataset(const NpyDataset& spec, std::uint32_t expectedDim, std::uint32_t classes);
+
+// The job's dataset, checked against its first and last layer sizes.
+Result<Dataset> loadDataset(const JobSpec& spec);
+
+// Checks that the files exist and their headers fit the model, without reading the data.
+Result<void> checkNpyDataset(const NpyDataset& spec, std::uint32_t expectedDim);
+
+struct NpyHeader {
+  std::string descr;  // e.g. "<f4"
+  bool fortranOrder = false;
+  std::vector<std::uint64_t> shape;
+  std::uint64_t dataOffset = 0;  // bytes from the start of the file
+};
+
+// Parses the header at the start of a .npy file (`head` holds at least its first bytes).
+Result<NpyHeader> parseNpyHeader(std::string_view head, const std::string& path);
+
+}  // namespace lockstep::trainer

@@ -1,0 +1,110 @@
+#include "metrics.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+#include "lockstep/protocol/codec.h"
+
+namespace lockstep::trainer {
+
+std::string stepReportJson(const StepReport& r) {
+  nlohmann::ordered_json j;
+  auto real = [](double v) { return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr); };
+  j["job_id"] = r.jobId;
+  j["rank"] = r.rank;
+  j["world_size"] = r.worldSize;
+  j["attempt"] = r.attempt;
+  j["step"] = r.step;
+  j["epoch"] = r.epoch;
+  j["samples"] = r.samples;
+  j["loss"] = real(r.loss);
+  j["global_loss"] = r.globalLoss ? real(*r.globalLoss) : nlohmann::ordered_json(nullptr);
+  j["data_time_us"] = r.dataTimeUs;
+  j["compute_time_us"] = r.computeTimeUs;
+  j["exposed_comm_time_us"] = r.exposedCommTimeUs;
+  j["allreduce_time_us"] = r.allreduceTimeUs;
+  j["bytes_reduced"] = r.bytesReduced;
+  j["step_time_us"] = r.stepTimeUs;
+  j["time_unix_us"] = r.timeUnixUs;
+  j["lr"] = r.lr;
+  return j.dump() + "\n";
+}
+
+class MetricsSink::Impl {
+ public:
+  int fd = STDOUT_FILENO;
+  bool ownsFd = false;
+  std::unique_ptr<zmq::context_t> context;
+  std::unique_ptr<zmq::socket_t> push;
+  std::uint64_t seq = 0;
+  std::uint64_t dropped = 0;
+
+  ~Impl() {
+    if (ownsFd) ::close(fd);
+  }
+};
+
+MetricsSink::MetricsSink(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+MetricsSink::~MetricsSink() { close(); }
+
+Result<std::unique_ptr<MetricsSink>> MetricsSink::open(const std::string& path, const std::string& reportEndpoint) {
+  auto impl = std::make_unique<Impl>();
+  if (!path.empty()) {
+    impl->fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (impl->fd < 0) return errnoError("--metrics-out: cannot open " + path, errno);
+    impl->ownsFd = true;
+  }
+  if (!reportEndpoint.empty()) {
+    try {
+      impl->context = std::make_unique<zmq::context_t>(1);
+      impl->push = std::make_unique<zmq::socket_t>(*impl->context, zmq::socket_type::push);
+      impl->push->set(zmq::sockopt::sndhwm, 100000);
+      impl->push->set(zmq::sockopt::linger, 2000);
+      impl->push->connect(reportEndpoint);
+    } catch (const zmq::error_t& e) {
+      return invalidArgument("LOCKSTEP_REPORT='" + reportEndpoint + "' is not a usable ZeroMQ endpoint: " + e.what());
+    }
+  }
+  return std::unique_ptr<MetricsSink>(new MetricsSink(std::move(impl)));
+}
+
+Result<void> MetricsSink::write(const StepReport& report) {
+  // One write() per line: with O_APPEND, lines from several ranks never interleave.
+  const std::string line = stepReportJson(report);
+  size_t done = 0;
+  while (done < line.size()) {
+    const ssize_t n = ::write(impl_->fd, line.data() + done, line.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errnoError("cannot write metrics", errno);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (impl_->push) {
+    StreamMessage message{++impl_->seq, "", report};
+    const std::string bytes = encode(message);
+    try {
+      if (!impl_->push->send(zmq::buffer(bytes), zmq::send_flags::dontwait)) ++impl_->dropped;
+    } catch (const zmq::error_t&) {
+      ++impl_->dropped;
+    }
+  }
+  return {};
+}
+
+std::uint64_t MetricsSink::close() {
+  if (impl_->push) {
+    impl_->push->close();  // lingers up to 2 s for queued reports
+    impl_->context->close();
+    impl_->push.reset();
+    impl_->context.reset();
+  }
+  return impl_->dropped;
+}
+
+}  // namespace lockstep::trainer

@@ -1,0 +1,97 @@
+#pragma once
+// The MLP: parameter layout, forward and backward on OpenBLAS.
+//
+// Parameters, gradients and optimizer state live in flat float buffers that share one layout:
+//   [header | layer L-1 bias, weight | layer L-2 bias, weight | ... | layer 0 bias, weight]
+// Last layer first, because backward produces gradients in that order: a gradient bucket is then a
+// contiguous range that is complete as soon as backward has passed it. The header carries, in the
+// gradient buffer, the values that are all-reduced with the gradients (loss sum, sample count,
+// stop votes). Each tensor starts on a 64-byte boundary. Shapes and names follow PyTorch's
+// nn.Linear: layers.{i}.weight [out, in], layers.{i}.bias [out].
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "lockstep/protocol/types.h"
+
+namespace lockstep::trainer {
+
+struct TensorSlot {
+  std::string name;                    // layers.{i}.weight or layers.{i}.bias
+  std::vector<std::uint64_t> shape;    // [out, in] or [out]
+  std::size_t offset = 0;              // in floats, into the flat buffer
+  std::size_t count = 0;               // elements (without padding)
+  std::size_t paddedCount = 0;         // elements up to the next tensor
+};
+
+// Header slots in the gradient buffer.
+enum HeaderSlot : std::size_t { kLossSum = 0, kSampleCount = 1, kStopVotes = 2 };
+
+class ParamLayout {
+ public:
+  static constexpr std::size_t kAlignFloats = 16;
+  static constexpr std::size_t kHeaderFloats = kAlignFloats;
+
+  explicit ParamLayout(std::vector<std::uint32_t> layers);
+
+  const std::vector<std::uint32_t>& layers() const { return layers_; }
+  std::size_t layerCount() const { return layers_.size() - 1; }
+  std::size_t totalFloats() const { return total_; }
+  std::uint64_t parameterCount() const;
+  const TensorSlot& weight(std::size_t layer) const { return tensors_[2 * layer]; }
+  const TensorSlot& bias(std::size_t layer) const { return tensors_[2 * layer + 1]; }
+  // PyTorch state_dict order: layers.0.weight, layers.0.bias, layers.1.weight, ...
+  const std::vector<TensorSlot>& tensors() const { return tensors_; }
+
+ private:
+  std::vector<std::uint32_t> layers_;
+  std::vector<TensorSlot> tensors_;
+  std::size_t total_ = 0;
+};
+
+// A contiguous range [begin, end) of the flat gradient buffer, all-reduced as one.
+struct Bucket {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+};
+
+// Cuts the gradient buffer into buckets of at most `bucketBytes` (the first at most
+// `firstBucketBytes`, so that communication starts early), cutting only between tensors or between
+// weight rows. A single row larger than the cap gets a bucket of its own.
+std::vector<Bucket> planBuckets(const ParamLayout& layout, std::size_t bucketBytes, std::size_t firstBucketBytes);
+
+// PyTorch's nn.Linear default init: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias.
+void initParameters(const ParamLayout& layout, std::uint64_t seed, float* params);
+
+// Forward and backward for batches of up to maxBatch samples. Holds the activations between
+// forward and backward; one instance per thread.
+class Mlp {
+ public:
+  Mlp(const ParamLayout& layout, Activation activation, std::uint32_t maxBatch);
+
+  // Runs the batch and returns the summed (not averaged) cross-entropy over its samples.
+  double forward(const float* params, const float* x, const std::int32_t* labels, std::uint32_t batch);
+
+  // Gradient of the summed loss of the last forward. Writes (accumulate=false) or adds to `grads`,
+  // except the header. Follows the buffer order and splits weight gradients at `cuts` (bucket ends),
+  // calling ready(end) after each piece: grads[0, end) is then final.
+  void backward(const float* params, float* grads, bool accumulate, const std::vector<std::size_t>& cuts,
+                const std::function<void(std::size_t)>& ready);
+
+ private:
+  const ParamLayout& layout_;
+  Activation activation_;
+  std::uint32_t maxBatch_;
+  std::uint32_t batch_ = 0;
+  const float* input_ = nullptr;
+  const std::int32_t* labels_ = nullptr;
+  std::vector<std::vector<float>> pre_;   // pre_[i]: layer i's output before activation (logits for the last)
+  std::vector<std::vector<float>> act_;   // act_[i]: the input of layer i+1
+  std::vector<float> dOut_;               // gradient w.r.t. the current layer's pre-activation output
+  std::vector<float> dIn_;                // gradient w.r.t. its input
+};
+
+}  // namespace lockstep::trainer

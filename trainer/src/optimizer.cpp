@@ -1,0 +1,63 @@
+#include "optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels.h"
+
+namespace lockstep::trainer {
+
+Optimizer::Optimizer(const OptimizerSpec& spec, const ParamLayout& layout) : spec_(spec) {
+  if (spec_.kind == OptimizerKind::kAdamW) {
+    first_.assign(layout.totalFloats(), 0.0f);
+    second_.assign(layout.totalFloats(), 0.0f);
+  } else if (spec_.momentum > 0.0) {
+    first_.assign(layout.totalFloats(), 0.0f);
+  }
+}
+
+void Optimizer::beginStep(double lr) {
+  ++steps_;
+  lr_ = lr;
+}
+
+void Optimizer::apply(float* params, const float* grads, std::size_t begin, std::size_t end, float gradScale) {
+  begin = std::max(begin, ParamLayout::kHeaderFloats);
+  if (begin >= end) return;
+  const std::size_t n = end - begin;
+  if (spec_.kind == OptimizerKind::kSgd) {
+    kernels::SgdParams p;
+    p.lr = static_cast<float>(lr_);
+    p.gradScale = gradScale;
+    p.momentum = static_cast<float>(spec_.momentum);
+    p.weightDecay = static_cast<float>(spec_.weightDecay);
+    p.nesterov = spec_.nesterov;
+    p.firstStep = steps_ == 1;
+    kernels::sgdUpdate(params + begin, grads + begin, first_.empty() ? nullptr : first_.data() + begin, n, p);
+    return;
+  }
+  kernels::AdamWParams p;
+  p.lr = static_cast<float>(lr_);
+  p.gradScale = gradScale;
+  p.beta1 = static_cast<float>(spec_.beta1);
+  p.beta2 = static_cast<float>(spec_.beta2);
+  p.eps = static_cast<float>(spec_.eps);
+  p.weightDecay = static_cast<float>(spec_.weightDecay);
+  p.biasCorrection1 = static_cast<float>(1.0 - std::pow(spec_.beta1, static_cast<double>(steps_)));
+  p.biasCorrection2 = static_cast<float>(1.0 - std::pow(spec_.beta2, static_cast<double>(steps_)));
+  kernels::adamwUpdate(params + begin, grads + begin, first_.data() + begin, second_.data() + begin, n, p);
+}
+
+std::vector<Optimizer::StateBuffer> Optimizer::stateBuffers() {
+  if (spec_.kind == OptimizerKind::kAdamW) return {{"exp_avg", &first_}, {"exp_avg_sq", &second_}};
+  if (!first_.empty()) return {{"momentum_buffer", &first_}};
+  return {};
+}
+
+double effectiveLearningRate(const JobSpec& spec) {
+  if (spec.optimizer.lrScaling == LrScaling::kNone) return spec.optimizer.lr;
+  const double base = spec.optimizer.lrBaseBatch > 0 ? spec.optimizer.lrBaseBatch : spec.batchPerRank;
+  return spec.optimizer.lr * static_cast<double>(spec.globalBatch()) / base;
+}
+
+}  // namespace lockstep::trainer

@@ -1,0 +1,47 @@
+#pragma once
+// SGD (momentum, Nesterov, weight decay) and AdamW with PyTorch's update rules, applied to ranges of
+// the flat parameter buffer so that each gradient bucket is applied as soon as it is reduced.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lockstep/protocol/types.h"
+#include "model.h"
+
+namespace lockstep::trainer {
+
+class Optimizer {
+ public:
+  // A named state buffer with the parameter layout (e.g. "momentum_buffer"), for checkpoints.
+  struct StateBuffer {
+    std::string name;
+    std::vector<float>* data;
+  };
+
+  Optimizer(const OptimizerSpec& spec, const ParamLayout& layout);
+
+  // Starts optimizer step number stepsTaken()+1 with this learning rate.
+  void beginStep(double lr);
+  // Applies the step to params[begin, end) (header floats are skipped). gradScale turns the raw
+  // summed gradient into the mean (1 / samples in the global step).
+  void apply(float* params, const float* grads, std::size_t begin, std::size_t end, float gradScale);
+
+  std::int64_t stepsTaken() const { return steps_; }
+  void setStepsTaken(std::int64_t steps) { steps_ = steps; }
+  std::vector<StateBuffer> stateBuffers();
+  const OptimizerSpec& spec() const { return spec_; }
+
+ private:
+  OptimizerSpec spec_;
+  std::int64_t steps_ = 0;
+  double lr_ = 0;
+  std::vector<float> first_;   // SGD momentum buffer, or AdamW exp_avg
+  std::vector<float> second_;  // AdamW exp_avg_sq
+};
+
+// The learning rate after the job's scaling rule.
+double effectiveLearningRate(const JobSpec& spec);
+
+}  // namespace lockstep::trainer

@@ -1,0 +1,357 @@
+#include "options.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <optional>
+
+#include "lockstep/protocol/validate.h"
+
+namespace lockstep::trainer {
+namespace {
+
+Error usage(std::string message) { return invalidArgument(message + " (see lockstep-trainer --help)"); }
+
+template <class T>
+Result<T> parseUnsigned(const std::string& flag, const std::string& text, T max) {
+  std::uint64_t v = 0;
+  const auto* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || ptr != end) {
+    return usage(flag + ": '" + text + "' is not a whole number");
+  }
+  if (v > static_cast<std::uint64_t>(max)) {
+    return usage(flag + ": " + text + " is larger than " + std::to_string(static_cast<std::uint64_t>(max)));
+  }
+  return static_cast<T>(v);
+}
+
+Result<double> parseReal(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v)) {
+    return usage(flag + ": '" + text + "' is not a number");
+  }
+  return v;
+}
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    const size_t pos = text.find(sep, start);
+    out.push_back(text.substr(start, pos - start));
+    if (pos == std::string::npos) return out;
+    start = pos + 1;
+  }
+}
+
+Result<std::vector<std::uint32_t>> parseLayers(const std::string& text) {
+  std::vector<std::uint32_t> layers;
+  for (const auto& part : split(text, ',')) {
+    LOCKSTEP_ASSIGN_OR_RETURN(auto v, parseUnsigned<std::uint32_t>("--layers", part, 1u << 30));
+    layers.push_back(v);
+  }
+  return layers;
+}
+
+template <class Enum>
+Result<Enum> parseChoice(const std::string& flag, const std::string& text,
+                         std::initializer_list<std::pair<const char*, Enum>> choices) {
+  std::string names;
+  for (const auto& [name, value] : choices) {
+    if (text == name) return value;
+    names += names.empty() ? name : std::string(", ") + name;
+  }
+  return usage(flag + ": '" + text + "' is not one of " + names);
+}
+
+}  // namespace
+
+Result<DatasetSource> parseDatasetSpec(const std::string& text, const std::vector<std::uint32_t>& layers) {
+  const auto colon = text.find(':');
+  const std::string kind = text.substr(0, colon);
+  const std::string rest = colon == std::string::npos ? "" : text.substr(colon + 1);
+  if (kind == "npy") {
+    const auto parts = split(rest, ',');
+    if (parts.size() != 2 || parts[0].empty() || parts[1].empty()) {
+      return usage("--dataset npy:FEATURES.npy,LABELS.npy needs two file names, got '" + text + "'");
+    }
+    return DatasetSource{NpyDataset{parts[0], parts[1]}};
+  }
+  if (kind != "synthetic") {
+    return usage("--dataset '" + text + "': the kind must be synthetic:... or npy:...");
+  }
+  SyntheticDataset d;
+  std::optional<std::uint32_t> dim, classes;
+  if (!rest.empty()) {
+    for (const auto& item : split(rest, ',')) {
+      const auto eq = item.find('=');
+      if (eq == std::string::npos) return usage("--dataset: '" + item + "' is not key=value");
+      const std::string key = item.substr(0, eq);
+      const std::string value = item.substr(eq + 1);
+      const std::string flag = "--dataset synthetic " + key;
+      if (key == "n") {
+        LOCKSTEP_ASSIGN_OR_RETURN(d.samples, parseUnsigned<std::uint64_t>(flag, value, 1ull << 31));
+      } else if (key == "dim") {
+        LOCKSTEP_ASSIGN_OR_RETURN(dim, parseUnsigned<std::uint32_t>(flag, value, 1u << 20));
+      } else if (key == "classes") {
+        LOCKSTEP_ASSIGN_OR_RETURN(classes, parseUnsigned<std::uint32_t>(flag, value, 1u << 20));
+      } else if (key == "seed") {
+        LOCKSTEP_ASSIGN_OR_RETURN(d.seed, parseUnsigned<std::uint64_t>(flag, value, ~0ull));
+      } else {
+        return usage("--dataset synthetic: unknown key '" + key + "' (known: n, dim, classes, seed)");
+      }
+    }
+  }
+  d.dim = dim.value_or(layers.empty() ? 0 : layers.front());
+  d.classes = classes.value_or(layers.empty() ? 0 : layers.back());
+  return DatasetSource{d};
+}
+
+std::vector<std::string> withoutNproc(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--nproc") {
+      ++i;
+      continue;
+    }
+    if (args[i].rfind("--nproc=", 0) == 0) continue;
+    out.push_back(args[i]);
+  }
+  return out;
+}
+
+Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
+  TrainerOptions o;
+  JobSpec& s = o.spec;
+  std::string datasetText = "synthetic";
+  std::string backendText = "cpu";
+  std::optional<std::string> layersText;
+  if (const char* id = std::getenv("LOCKSTEP_JOB_ID"); id != nullptr && *id != '\0') s.jobId = id;
+  else s.jobId = "local";
+
+  // Flags that take a value, each with its handler.
+  using Handler = std::function<Result<void>(const std::string&)>;
+  const std::map<std::string, Handler> valued = {
+      {"--backend", [&](const std::string& v) { backendText = v; return Result<void>{}; }},
+      {"--nproc", [&](const std::string& v) -> Result<void> {
+         LOCKSTEP_ASSIGN_OR_RETURN(o.nproc, parseUnsigned<std::uint32_t>("--nproc", v, 1024));
+         return {};
+       }},
+      {"--layers", [&](const std::string& v) { layersText = v; return Result<void>{}; }},
+      {"--activation", [&](const std::string& v) -> Result<void> {
+         LOCKSTEP_ASSIGN_OR_RETURN(s.activation, parseChoice<Activation>("--activation", v,
+                                                     {{"relu", Activation::kRelu}, {"gelu", Activation::kGelu}}));
+         return {};
+       }},
+      {"--precision", [&](const std::string& v) -> Result<void> {
+         LOCKSTEP_ASSIGN_OR_RETURN(s.precision, parseChoice<Precision>("--precision", v,
+                                                    {{"fp32", Precision::kFp32}, {"tf32", Precision::kTf32},
+                                                     {"bf16", Precision::kBf16}}));
+         return {};
+       }},
+      {"--dataset", [&](const std::string& v) { datasetText = v; return Result<void>{}; }},
+      {"--batch-per-rank", [&](const std::string& v) -> Result<void> {
+         LOCKSTEP_ASSIGN_OR_RETURN(s.batchPerRank, parseUnsigned<std::uint32_t>("--batch-per-rank", v, 1u << 20));
+         return {};
+       }},
+      {"--accum-steps", [&](const std::string& v) -> Result<void> {
+         LOCKSTEP_ASSIGN_OR_RETURN(s.accumSteps, parseUnsigned<std::uint32_t>("--accum-steps", v, 4096));
+         return {};
+       }},
+      {"--steps", [&](const std::string& v) -> Result<void> {
+         LOCKSTEP_ASSIGN_OR_RETURN(s.steps, parseUnsigned<std::uint64_t>("--steps", v, 1'000'000'000'000ull));
+         return {};
+       }},
+      {"--epochs", [&](const std::string& v) -> Result<void> {
+         LOCKSTEP_ASSIGN_OR_RETURN(s.epochs, parseUnsigned<std::uint32_t>("--epochs", v, 1'000'000));
+         return {};
+       }},
+      {"--optimizer", [&](const std::string& v) -> Result<void> {
+         LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.kind, parseChoice<OptimizerKind>("--optimizer", v,
+                                                         {{"sgd", OptimizerKind::kSgd}, {"adamw", OptimizerKind::kAdamW}}));
+         return {};
+       }},
+      {"--lr", [&](const std::string& v) -> Result<void> {
+         LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.lr, parseReal("--lr", v));
+         return {};
+       }},
+      {"--momentum", [&](const std::string& v) -> Result<void> {
+         LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.momentum, parseReal("--momentum", v));
+         return {};
+       }},
+      {"--weight-decay", [&](const std::string& v) -> Result<void> {
+         LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.weightDecay, parseReal("--weight-decay", v));
+         return {};
+       }},
+      {"--beta1", [&](const std::string& v) -> Result<void> {
+         LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.beta1, parseReal("--beta1", v));
+         return {};
+       }},
+      {"--beta2", [&](const std::string& v) -> Result<void> {
+         LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.beta2, parseReal("--beta2", v));
+         return {};
+       }},
+      {"--eps", [&](const std::string& v) -> Result<void> {
+         LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.eps, parseReal("--eps", v));
+         return {};
+       }},
+      {"--lr-scaling", [&](const std::string& v) -> Result<void> {
+         LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.lrScaling, parseChoice<LrScaling>("--lr-scaling", v,
+                                                              {{"none", LrScaling::kNone}, {"linear", LrScaling::kLinear}}));
+         return {};
+       }},
+      {"--lr-base-batch", [&](const std::string& v) -> Result<void> {
+         LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.lrBaseBatch, parseUnsigned<std::uint32_t>("--lr-base-batch", v, 1u << 30));
+         return {};
+       }},
+      {"--seed", [&](const std::string& v) -> Result<void> {
+         LOCKSTEP_ASSIGN_OR_RETURN(s.seed, parseUnsigned<std::uint64_t>("--seed", v, ~0ull));
+         return {};
+       }},
+      {"--target-loss", [&](const std::string& v) -> Result<void> {
+         LOCKSTEP_ASSIGN_OR_RETURN(s.targetLoss, parseReal("--target-loss", v));
+         return {};
+       }},
+      {"--bucket-mb", [&](const std::string& v) -> Result<void> {
+         LOCKSTEP_ASSIGN_OR_RETURN(s.bucketMb, parseReal("--bucket-mb", v));
+         return {};
+       }},
+      {"--timeout-s", [&](const std::string& v) -> Result<void> {
+         LOCKSTEP_ASSIGN_OR_RETURN(s.timeoutS, parseUnsigned<std::uint32_t>("--timeout-s", v, 86400));
+         return {};
+       }},
+      {"--checkpoint-dir", [&](const std::string& v) { s.checkpointDir = v; return Result<void>{}; }},
+      {"--checkpoint-every", [&](const std::string& v) -> Result<void> {
+         LOCKSTEP_ASSIGN_OR_RETURN(s.checkpointEvery, parseUnsigned<std::uint32_t>("--checkpoint-every", v, 1u << 30));
+         return {};
+       }},
+      {"--keep-checkpoints", [&](const std::string& v) -> Result<void> {
+         LOCKSTEP_ASSIGN_OR_RETURN(o.keepCheckpoints, parseUnsigned<std::uint32_t>("--keep-checkpoints", v, 1u << 20));
+         return {};
+       }},
+      {"--init-weights", [&](const std::string& v) { s.initWeightsPath = v; return Result<void>{}; }},
+      {"--save-weights", [&](const std::string& v) { o.saveWeightsPath = v; return Result<void>{}; }},
+      {"--metrics-out", [&](const std::string& v) { o.metricsOut = v; return Result<void>{}; }},
+      {"--job-id", [&](const std::string& v) { s.jobId = v; return Result<void>{}; }},
+      {"--threads", [&](const std::string& v) -> Result<void> {
+         LOCKSTEP_ASSIGN_OR_RETURN(o.threads, parseUnsigned<std::uint32_t>("--threads", v, 1024));
+         return {};
+       }},
+      {"--log-every", [&](const std::string& v) -> Result<void> {
+         LOCKSTEP_ASSIGN_OR_RETURN(o.logEvery, parseUnsigned<std::uint32_t>("--log-every", v, 1u << 30));
+         return {};
+       }},
+  };
+  const std::map<std::string, std::function<void()>> switches = {
+      {"--no-shuffle", [&] { s.shuffle = false; }},
+      {"--nesterov", [&] { s.optimizer.nesterov = true; }},
+      {"--resume", [&] { o.resume = true; }},
+      {"--quiet", [&] { o.quiet = true; }},
+      {"--help", [&] { o.help = true; }},
+      {"-h", [&] { o.help = true; }},
+      {"--version", [&] { o.version = true; }},
+  };
+
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i];
+    std::optional<std::string> inlineValue;
+    if (const auto eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+      inlineValue = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    }
+    if (auto sw = switches.find(flag); sw != switches.end()) {
+      if (inlineValue) return usage(flag + " takes no value");
+      sw->second();
+      continue;
+    }
+    auto handler = valued.find(flag);
+    if (handler == valued.end()) {
+      return usage(flag.rfind("-", 0) == 0 ? "unknown option " + flag : "unexpected argument '" + flag + "'");
+    }
+    std::string value;
+    if (inlineValue) {
+      value = *inlineValue;
+    } else {
+      if (i + 1 >= args.size()) return usage(flag + " needs a value");
+      value = args[++i];
+    }
+    LOCKSTEP_TRY(handler->second(value));
+  }
+  if (o.help || o.version) return o;
+
+  LOCKSTEP_ASSIGN_OR_RETURN(s.backend, parseChoice<Backend>("--backend", backendText,
+                                                            {{"cpu", Backend::kCpu}, {"cuda", Backend::kCuda}}));
+  if (!layersText) return usage("--layers is required, e.g. --layers 784,1024,1024,10");
+  LOCKSTEP_ASSIGN_OR_RETURN(s.layers, parseLayers(*layersText));
+  LOCKSTEP_ASSIGN_OR_RETURN(s.dataset, parseDatasetSpec(datasetText, s.layers));
+  if (s.steps == 0 && s.epochs == 0) return usage("give --steps N or --epochs N");
+  if (o.resume && s.checkpointDir.empty()) return usage("--resume needs --checkpoint-dir");
+  if (o.keepCheckpoints == 0) return usage("--keep-checkpoints must be at least 1");
+  if (o.nproc > 0) s.worldSize = o.nproc;
+  LOCKSTEP_TRY(validateJobSpec(s));
+  return o;
+}
+
+std::string trainerUsage() {
+  return R"(Usage: lockstep-trainer [options]
+
+Synchronous data-parallel training of an MLP classifier. One process is one rank; the rank and
+world come from torchrun's environment (RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR
+MASTER_PORT), or --nproc N starts N local ranks. Without either it trains alone.
+
+Job:
+  --backend cpu|cuda          compute backend (default cpu: OpenBLAS + Gloo)
+  --nproc N                   launch N ranks on this machine
+  --layers A,B,...,C          layer sizes: input features first, classes last (required)
+  --activation relu|gelu      hidden activation (default relu)
+  --precision fp32|tf32|bf16  math precision (the CPU backend: fp32)
+  --dataset SPEC              synthetic:n=65536,dim=784,classes=10,seed=1 (default synthetic, dim and
+                              classes from --layers) or npy:FEATURES.npy,LABELS.npy (float32 [N,D],
+                              integer labels [N])
+  --batch-per-rank N          samples per rank per micro-step (default 64)
+  --accum-steps N             micro-steps per optimizer step (default 1)
+  --steps N | --epochs N      how long to train (one of them is required)
+  --target-loss X             stop early once the smoothed loss is at or below X
+  --no-shuffle                global step k takes samples [k*G, (k+1)*G) in order (G: global batch)
+  --seed N                    weight init and shuffle seed (default 0)
+
+Optimizer:
+  --optimizer sgd|adamw       (default sgd)
+  --lr X                      learning rate (default 0.01)
+  --momentum X  --nesterov    SGD momentum (default 0)
+  --weight-decay X            SGD: L2 added to the gradient; AdamW: decoupled (default 0)
+  --beta1 X --beta2 X --eps X AdamW (defaults 0.9, 0.999, 1e-8)
+  --lr-scaling none|linear    linear: lr x global batch / lr base batch
+  --lr-base-batch N           the batch the lr was tuned for (default: --batch-per-rank)
+
+Communication:
+  --bucket-mb X               gradient bucket size; buckets all-reduce while backward goes on (default 25)
+  --timeout-s N               limit for the rendezvous and every collective (default 60)
+
+Checkpoints and weights:
+  --checkpoint-dir D          where checkpoints go (step-NNNNNNNN.safetensors)
+  --checkpoint-every N        write one every N steps (and when stopped by a signal)
+  --keep-checkpoints N        how many to keep (default 3)
+  --resume                    continue from the newest checkpoint in --checkpoint-dir
+  --init-weights F            start from these weights (safetensors, names layers.{i}.weight/bias)
+  --save-weights F            write the final weights there (safetensors)
+
+Output:
+  --metrics-out F             one JSON line per step and rank (default: stdout)
+  --job-id ID                 job id in metrics and reports (default $LOCKSTEP_JOB_ID or "local")
+  --threads N                 BLAS threads per rank (default: cores / local ranks)
+  --log-every N               progress line every N steps (default: about 20 per run)
+  --quiet                     no progress lines
+  --help, --version
+
+When LOCKSTEP_REPORT holds a ZeroMQ endpoint, each step is also pushed there as a protobuf
+lockstep.v1.StreamMessage. Exit codes: 0 done, 1 failure, 2 bad input, 3 lost peer or timeout,
+128+N stopped by signal N. See docs/trainer.md.
+)";
+}
+
+}  // namespace lockstep::trainer

@@ -1,0 +1,40 @@
+#pragma once
+// lockstep-trainer's command line: the job (a JobSpec, validated by the protocol library's rules)
+// plus what only this process needs. Flag names are the interface documented in docs/trainer.md.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lockstep/common/result.h"
+#include "lockstep/protocol/types.h"
+
+namespace lockstep::trainer {
+
+struct TrainerOptions {
+  JobSpec spec;
+  std::uint32_t nproc = 0;        // > 0: launch this many local ranks (like torchrun --nproc_per_node)
+  std::string metricsOut;         // JSON lines per step and rank; empty: stdout
+  std::string saveWeightsPath;    // final weights (safetensors), written by rank 0
+  bool resume = false;            // continue from the newest checkpoint in spec.checkpointDir
+  std::uint32_t keepCheckpoints = 3;
+  std::uint32_t threads = 0;      // BLAS threads per rank; 0: cores / local ranks
+  std::uint32_t logEvery = 0;     // progress line interval in steps; 0: about 20 lines per run
+  bool quiet = false;             // no progress lines
+  bool help = false;
+  bool version = false;
+};
+
+// Parses argv[1..]. Usage errors are InvalidArgument and name the flag.
+Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args);
+
+// Parses "synthetic:n=65536,dim=784,classes=10,seed=1" or "npy:FEATURES.npy,LABELS.npy". A synthetic
+// dim or classes left out is taken from the first or last layer size.
+Result<DatasetSource> parseDatasetSpec(const std::string& text, const std::vector<std::uint32_t>& layers);
+
+std::string trainerUsage();
+
+// argv[1..] without --nproc and its value: what the launcher passes to each rank it spawns.
+std::vector<std::string> withoutNproc(const std::vector<std::string>& args);
+
+}  // namespace lockstep::trainer

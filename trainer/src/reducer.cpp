@@ -1,0 +1,99 @@
+#include "reducer.h"
+
+namespace lockstep::trainer {
+
+using Clock = std::chrono::steady_clock;
+
+GradientReducer::GradientReducer(Comm& comm, float* grads, std::vector<Bucket> buckets,
+                                 std::chrono::milliseconds timeout)
+    : comm_(comm), grads_(grads), buckets_(std::move(buckets)), timeout_(timeout) {
+  thread_ = std::thread([this] { run(); });
+}
+
+GradientReducer::~GradientReducer() { shutdown(timeout_ + std::chrono::seconds(5)); }
+
+bool GradientReducer::shutdown(std::chrono::milliseconds wait) {
+  if (!thread_.joinable()) return true;
+  std::unique_lock lock(mutex_);
+  stopping_ = true;
+  changed_.notify_all();
+  const bool idle = changed_.wait_for(lock, wait, [this] { return !busy_; });
+  lock.unlock();
+  if (idle) {
+    thread_.join();
+  } else {
+    thread_.detach();
+  }
+  return idle;
+}
+
+std::vector<std::size_t> GradientReducer::cuts() const {
+  std::vector<std::size_t> out;
+  for (const auto& b : buckets_) out.push_back(b.end);
+  return out;
+}
+
+void GradientReducer::beginStep() {
+  std::lock_guard lock(mutex_);
+  readyEnd_ = 0;
+  launched_ = 0;
+  reduced_ = 0;
+  allreduceMicros_ = 0;
+  bytesReduced_ = 0;
+}
+
+void GradientReducer::markReady(std::size_t end) {
+  std::lock_guard lock(mutex_);
+  readyEnd_ = std::max(readyEnd_, end);
+  if (launched_ < buckets_.size() && buckets_[launched_].end <= readyEnd_) changed_.notify_all();
+}
+
+Result<void> GradientReducer::waitBucket(std::size_t index) {
+  std::unique_lock lock(mutex_);
+  // The collective has its own timeout; this one only guards against a reducer bug.
+  const bool done = changed_.wait_for(lock, timeout_ + std::chrono::seconds(5),
+                                      [&] { return reduced_ > index || error_.has_value(); });
+  if (error_) return *error_;
+  if (!done) return timeoutError("bucket " + std::to_string(index) + " was not reduced in time");
+  return {};
+}
+
+std::int64_t GradientReducer::allreduceMicros() const {
+  std::lock_guard lock(mutex_);
+  return allreduceMicros_;
+}
+
+std::uint64_t GradientReducer::bytesReduced() const {
+  std::lock_guard lock(mutex_);
+  return bytesReduced_;
+}
+
+void GradientReducer::run() {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    changed_.wait(lock, [this] {
+      return stopping_ || (!error_ && launched_ < buckets_.size() && buckets_[launched_].end <= readyEnd_);
+    });
+    if (stopping_) return;
+    const Bucket bucket = buckets_[launched_++];
+    busy_ = true;
+    lock.unlock();
+
+    const auto start = Clock::now();
+    Result<void> reduced = comm_.allReduceSum(grads_ + bucket.begin, bucket.end - bucket.begin);
+    const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
+
+    lock.lock();
+    busy_ = false;
+    if (!reduced) {
+      error_ = reduced.error();
+    } else {
+      ++reduced_;
+      allreduceMicros_ += micros;
+      bytesReduced_ += (bucket.end - bucket.begin) * sizeof(float);
+    }
+    changed_.notify_all();
+  }
+}
+
+}  // namespace lockstep::trainer

@@ -1,0 +1,68 @@
+#pragma once
+// Overlaps gradient all-reduce with backward: the main thread says how far the gradient buffer is
+// final (markReady), a communication thread all-reduces each bucket as soon as it is complete, in
+// order, and the main thread waits for each bucket before applying the optimizer to it.
+//
+// Threading: one main thread calls beginStep/markReady/waitBucket; the reducer owns the
+// communication thread, which is the only caller of comm.allReduceSum while the reducer exists.
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "comm.h"
+#include "model.h"
+
+namespace lockstep::trainer {
+
+class GradientReducer {
+ public:
+  GradientReducer(Comm& comm, float* grads, std::vector<Bucket> buckets, std::chrono::milliseconds timeout);
+  ~GradientReducer();
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
+
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  // Bucket ends: where backward splits its work.
+  std::vector<std::size_t> cuts() const;
+
+  void beginStep();
+  // grads[0, end) is final for this step.
+  void markReady(std::size_t end);
+  // Blocks until bucket `index` is reduced. Fails with the communication error, or a timeout.
+  Result<void> waitBucket(std::size_t index);
+
+  // Totals of the current step so far.
+  std::int64_t allreduceMicros() const;
+  std::uint64_t bytesReduced() const;
+
+  // Stops the thread. If it is stuck in a collective, returns without joining (the caller is about
+  // to exit because the collective failed) and reports false.
+  bool shutdown(std::chrono::milliseconds wait);
+
+ private:
+  void run();
+
+  Comm& comm_;
+  float* grads_;
+  std::vector<Bucket> buckets_;
+  std::chrono::milliseconds timeout_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::size_t readyEnd_ = 0;    // grads[0, readyEnd_) final
+  std::size_t launched_ = 0;    // buckets handed to the collective this step
+  std::size_t reduced_ = 0;     // buckets finished this step
+  bool stopping_ = false;
+  bool busy_ = false;
+  std::optional<Error> error_;
+  std::int64_t allreduceMicros_ = 0;
+  std::uint64_t bytesReduced_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace lockstep::trainer

@@ -1,0 +1,483 @@
+#include "trainer.h"
+
+#include <cblas.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "checkpoint.h"
+#include "comm.h"
+#include "dataset.h"
+#include "lockstep/common/store.h"
+#include "metrics.h"
+#include "model.h"
+#include "optimizer.h"
+#include "reducer.h"
+#include "sampler.h"
+
+namespace lockstep::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr double kLossSmoothing = 0.1;  // EMA weight of the newest loss for --target-loss
+constexpr auto kHeartbeatInterval = std::chrono::seconds(1);
+constexpr std::size_t kFirstBucketBytes = 1u << 20;  // like PyTorch DDP: start communicating early
+
+std::int64_t micros(Clock::duration d) { return std::chrono::duration_cast<std::chrono::microseconds>(d).count(); }
+
+std::int64_t unixMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+const char* activationName(Activation a) { return a == Activation::kGelu ? "gelu" : "relu"; }
+const char* optimizerName(OptimizerKind k) { return k == OptimizerKind::kAdamW ? "adamw" : "sgd"; }
+
+Result<std::uint32_t> envNumber(const char* name, std::uint32_t fallback, std::uint32_t max) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  std::uint32_t v = 0;
+  const char* end = text + std::strlen(text);
+  auto [ptr, ec] = std::from_chars(text, end, v);
+  if (ec != std::errc() || ptr != end || v > max) {
+    return invalidArgument(std::string(name) + "='" + text + "' is not a whole number up to " + std::to_string(max));
+  }
+  return v;
+}
+
+std::string withThousands(double v) {
+  std::string digits = std::to_string(static_cast<long long>(std::llround(v)));
+  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(static_cast<size_t>(i), ",");
+  return digits;
+}
+
+// Sends a heartbeat with the current step every second, so that peers can tell a hung rank from
+// a slow one. Stops on destruction.
+class Heartbeat {
+ public:
+  Heartbeat(StoreClient& store, const std::atomic<std::int64_t>& step) : store_(store), step_(step) {
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Heartbeat() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mutex_);
+    while (!wake_.wait_for(lock, kHeartbeatInterval, [this] { return stop_; })) {
+      lock.unlock();
+      // A failed heartbeat is not fatal: the collectives detect lost peers, this only explains them.
+      (void)store_.heartbeat(step_.load());
+      lock.lock();
+    }
+  }
+
+  StoreClient& store_;
+  const std::atomic<std::int64_t>& step_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+Result<DistEnv> distEnvFromEnvironment() {
+  DistEnv env;
+  const bool distributed = std::getenv("RANK") != nullptr || std::getenv("WORLD_SIZE") != nullptr;
+  LOCKSTEP_ASSIGN_OR_RETURN(env.attempt, envNumber("LOCKSTEP_ATTEMPT", 0, 1u << 20));
+  if (const char* report = std::getenv("LOCKSTEP_REPORT")) env.reportEndpoint = report;
+  if (!distributed) return env;
+  LOCKSTEP_ASSIGN_OR_RETURN(env.rank, envNumber("RANK", 0, 65535));
+  LOCKSTEP_ASSIGN_OR_RETURN(env.worldSize, envNumber("WORLD_SIZE", 1, 4096));
+  LOCKSTEP_ASSIGN_OR_RETURN(env.localRank, envNumber("LOCAL_RANK", env.rank, 65535));
+  LOCKSTEP_ASSIGN_OR_RETURN(env.localWorldSize, envNumber("LOCAL_WORLD_SIZE", env.worldSize, 4096));
+  if (env.worldSize == 0) return invalidArgument("WORLD_SIZE must be at least 1");
+  if (env.rank >= env.worldSize) {
+    return invalidArgument("RANK=" + std::to_string(env.rank) + " is not below WORLD_SIZE=" + std::to_string(env.worldSize));
+  }
+  if (env.localRank >= env.localWorldSize) {
+    return invalidArgument("LOCAL_RANK=" + std::to_string(env.localRank) + " is not below LOCAL_WORLD_SIZE=" +
+                           std::to_string(env.localWorldSize));
+  }
+  if (env.worldSize > 1) {
+    const char* addr = std::getenv("MASTER_ADDR");
+    if (addr == nullptr || *addr == '\0') return invalidArgument("MASTER_ADDR is required when WORLD_SIZE > 1");
+    env.masterAddr = addr;
+    LOCKSTEP_ASSIGN_OR_RETURN(auto port, envNumber("MASTER_PORT", 0, 65535));
+    if (port == 0) return invalidArgument("MASTER_PORT is required when WORLD_SIZE > 1 (a free TCP port on rank 0's host)");
+    env.masterPort = static_cast<std::uint16_t>(port);
+  }
+  const char* agentStore = std::getenv("LOCKSTEP_AGENT_STORE");
+  env.storeHostedByLauncher = agentStore != nullptr && std::string(agentStore) == "1";
+  return env;
+}
+
+// Everything a running rank holds, in the order it is built (and the reverse of teardown).
+class RankRunner::State {
+ public:
+  Dataset data;
+  std::unique_ptr<ParamLayout> layout;
+  std::vector<float> params;
+  std::vector<float> grads;
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<GlobalBatchSampler> sampler;
+  std::unique_ptr<Mlp> model;
+  std::unique_ptr<MetricsSink> metrics;
+  std::unique_ptr<StoreServer> storeServer;
+  std::unique_ptr<StoreClient> store;
+  std::unique_ptr<Comm> comm;
+  std::unique_ptr<GradientReducer> reducer;
+  std::atomic<std::int64_t> currentStep{0};
+  std::unique_ptr<Heartbeat> heartbeat;
+  std::uint64_t firstStep = 0;
+  std::uint64_t totalSteps = 0;
+};
+
+RankRunner::RankRunner(TrainerOptions options, DistEnv env, const std::atomic<int>& stopSignal)
+    : options_(std::move(options)), env_(std::move(env)), stopSignal_(stopSignal), state_(std::make_unique<State>()) {
+  options_.spec.worldSize = env_.worldSize;
+}
+
+RankRunner::~RankRunner() = default;
+
+Result<RunSummary> RankRunner::run() {
+  LOCKSTEP_TRY(setUp());
+  LOCKSTEP_TRY(connect());
+  LOCKSTEP_TRY(restoreOrInit());
+  return train();
+}
+
+Result<void> RankRunner::setUp() {
+  State& s = *state_;
+  const JobSpec& spec = options_.spec;
+  const std::uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const std::uint32_t threads = options_.threads > 0 ? options_.threads : std::max(1u, cores / env_.localWorldSize);
+  openblas_set_num_threads(static_cast<int>(threads));
+
+  // Rank 0 empties a shared metrics file before anyone can write to it (the others open it only
+  // after the rendezvous, which needs rank 0). Under a launcher, the launcher did it.
+  if (env_.rank == 0 && !env_.storeHostedByLauncher && !options_.metricsOut.empty() && options_.resume == false) {
+    const int fd = ::open(options_.metricsOut.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return errnoError("--metrics-out: cannot create " + options_.metricsOut, errno);
+    ::close(fd);
+  }
+
+  LOCKSTEP_ASSIGN_OR_RETURN(s.data, loadDataset(spec));
+  s.layout = std::make_unique<ParamLayout>(spec.layers);
+  s.params.assign(s.layout->totalFloats(), 0.0f);
+  s.grads.assign(s.layout->totalFloats(), 0.0f);
+  s.optimizer = std::make_unique<Optimizer>(spec.optimizer, *s.layout);
+  s.sampler = std::make_unique<GlobalBatchSampler>(s.data.samples, env_.worldSize, spec.batchPerRank, spec.accumSteps,
+                                                   spec.shuffle, spec.seed);
+  s.model = std::make_unique<Mlp>(*s.layout, spec.activation, spec.batchPerRank);
+  s.totalSteps = spec.steps > 0 ? spec.steps : std::uint64_t{spec.epochs} * s.sampler->stepsPerEpoch();
+  return {};
+}
+
+Result<void> RankRunner::connect() {
+  State& s = *state_;
+  const JobSpec& spec = options_.spec;
+  if (env_.worldSize > 1) {
+    const milliseconds timeout(std::int64_t{spec.timeoutS} * 1000);
+    if (env_.rank == 0 && !env_.storeHostedByLauncher) {
+      LOCKSTEP_ASSIGN_OR_RETURN(s.storeServer, StoreServer::start(env_.masterAddr, env_.masterPort));
+    }
+    LOCKSTEP_ASSIGN_OR_RETURN(s.store, StoreClient::connect(env_.masterAddr, env_.masterPort, timeout));
+    LOCKSTEP_TRY(s.store->registerRank(static_cast<int>(env_.rank)));
+    GlooOptions gloo;
+    gloo.rank = static_cast<int>(env_.rank);
+    gloo.worldSize = static_cast<int>(env_.worldSize);
+    gloo.storePrefix = "lockstep/" + spec.jobId + "/" + std::to_string(env_.attempt) + "/gloo/";
+    gloo.localHost = s.store->localAddress();
+    gloo.timeout = timeout;
+    LOCKSTEP_ASSIGN_OR_RETURN(s.comm, connectGloo(*s.store, gloo));
+    const std::size_t bucketBytes = static_cast<std::size_t>(spec.bucketMb * 1024 * 1024);
+    s.reducer = std::make_unique<GradientReducer>(
+        *s.comm, s.grads.data(), planBuckets(*s.layout, bucketBytes, std::min(bucketBytes, kFirstBucketBytes)), timeout);
+    s.heartbeat = std::make_unique<Heartbeat>(*s.store, s.currentStep);
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(s.metrics, MetricsSink::open(options_.metricsOut, env_.reportEndpoint));
+  return {};
+}
+
+Result<void> RankRunner::restoreOrInit() {
+  State& s = *state_;
+  const JobSpec& spec = options_.spec;
+  initParameters(*s.layout, spec.seed, s.params.data());
+
+  // Rank 0 reads files; every rank then receives its result, so other nodes need no copy.
+  struct Header {
+    std::int64_t failed = 0;
+    std::uint64_t firstStep = 0;
+    std::int64_t optimizerSteps = 0;
+  } header;
+  Result<void> loaded;
+  if (env_.rank == 0) {
+    if (!spec.initWeightsPath.empty()) {
+      loaded = loadWeights(spec.initWeightsPath, *s.layout, s.params.data());
+      if (!loaded) loaded = loaded.error().withContext("--init-weights");
+    }
+    if (loaded && options_.resume) {
+      auto latest = latestCheckpoint(spec.checkpointDir);
+      if (!latest) {
+        loaded = latest.error();
+      } else if (latest->has_value()) {
+        const CheckpointInfo expected{0, spec.globalBatch(), s.data.samples, layersText(spec.layers),
+                                      activationName(spec.activation), optimizerName(spec.optimizer.kind)};
+        auto info = loadCheckpoint(**latest, *s.layout, s.params.data(), *s.optimizer, expected);
+        if (!info) {
+          loaded = info.error();
+        } else {
+          header.firstStep = info->step;
+          std::fprintf(stderr, "[lockstep] resuming from %s (step %llu)\n", latest->value().c_str(),
+                       static_cast<unsigned long long>(info->step));
+        }
+      } else {
+        std::fprintf(stderr, "[lockstep] no checkpoint in %s yet: starting from step 0\n", spec.checkpointDir.c_str());
+      }
+    }
+    header.failed = loaded ? 0 : 1;
+    header.optimizerSteps = s.optimizer->stepsTaken();
+  }
+  if (s.comm) {
+    if (auto r = s.comm->broadcast(&header, sizeof header, 0); !r) return r.error().withContext("start-up broadcast");
+  }
+  if (!loaded) return loaded.error();
+  if (header.failed) return Error{ErrorCode::kFailedPrecondition, "rank 0 could not load the initial state (see its error)"};
+  s.firstStep = header.firstStep;
+  s.optimizer->setStepsTaken(header.optimizerSteps);
+  if (s.firstStep > s.totalSteps) {
+    return invalidArgument("the checkpoint is at step " + std::to_string(s.firstStep) + ", past the " +
+                           std::to_string(s.totalSteps) + " steps of this run; raise --steps to continue");
+  }
+  if (s.comm) {
+    LOCKSTEP_TRY(s.comm->broadcast(s.params.data(), s.params.size() * sizeof(float), 0));
+    for (const auto& buffer : s.optimizer->stateBuffers()) {
+      LOCKSTEP_TRY(s.comm->broadcast(buffer.data->data(), buffer.data->size() * sizeof(float), 0));
+    }
+  }
+  return {};
+}
+
+Result<RunSummary> RankRunner::train() {
+  State& s = *state_;
+  const JobSpec& spec = options_.spec;
+  const double lr = effectiveLearningRate(spec);
+  const bool logging = env_.rank == 0 && !options_.quiet;
+  const std::uint64_t logEvery =
+      options_.logEvery > 0 ? options_.logEvery : std::max<std::uint64_t>(1, (s.totalSteps - s.firstStep) / 20);
+  const std::vector<std::size_t> cuts = s.reducer ? s.reducer->cuts() : std::vector<std::size_t>{};
+  const std::vector<Bucket> wholeBuffer = {{0, s.layout->totalFloats()}};
+  const std::vector<Bucket>& buckets = s.reducer ? s.reducer->buckets() : wholeBuffer;
+  float* grads = s.grads.data();
+  float* params = s.params.data();
+
+  std::vector<std::uint32_t> indices;
+  std::vector<float> batchX(std::size_t{spec.batchPerRank} * s.data.dim);
+  std::vector<std::int32_t> batchY(spec.batchPerRank);
+
+  RunSummary summary;
+  summary.firstStep = s.firstStep;
+  summary.totalSteps = s.totalSteps;
+  std::optional<double> smoothedLoss;
+  std::int64_t sumStepUs = 0, sumExposedUs = 0;
+  std::uint64_t samplesSeen = 0;
+  auto logStart = Clock::now();
+  std::uint64_t logSamples = 0;
+  const auto runStart = Clock::now();
+
+  if (logging) {
+    std::fprintf(stderr,
+                 "[lockstep] %u rank%s x batch %u x accum %u = global batch %llu | %llu parameters | %zu bucket%s | "
+                 "steps %llu..%llu\n",
+                 env_.worldSize, env_.worldSize == 1 ? "" : "s", spec.batchPerRank, spec.accumSteps,
+                 static_cast<unsigned long long>(spec.globalBatch()),
+                 static_cast<unsigned long long>(s.layout->parameterCount()), buckets.size(),
+                 buckets.size() == 1 ? "" : "s", static_cast<unsigned long long>(s.firstStep + 1),
+                 static_cast<unsigned long long>(s.totalSteps));
+  }
+
+  for (std::uint64_t step = s.firstStep; step < s.totalSteps; ++step) {
+    const auto stepStart = Clock::now();
+    Clock::duration dataTime{};
+    double localLossSum = 0.0;
+    std::uint32_t localSamples = 0;
+    if (s.reducer) s.reducer->beginStep();
+
+    for (std::uint32_t micro = 0; micro < spec.accumSteps; ++micro) {
+      const auto dataStart = Clock::now();
+      s.sampler->indices(step, micro, env_.rank, indices);
+      for (std::size_t i = 0; i < indices.size(); ++i) {
+        std::copy_n(s.data.row(indices[i]), s.data.dim, batchX.data() + i * s.data.dim);
+        batchY[i] = s.data.labels[indices[i]];
+      }
+      dataTime += Clock::now() - dataStart;
+
+      const auto n = static_cast<std::uint32_t>(indices.size());
+      localLossSum += s.model->forward(params, batchX.data(), batchY.data(), n);
+      localSamples += n;
+      const bool last = micro + 1 == spec.accumSteps;
+      if (last) {
+        grads[kLossSum] = static_cast<float>(localLossSum);
+        grads[kSampleCount] = static_cast<float>(localSamples);
+        grads[kStopVotes] = stopSignal_.load() != 0 ? 1.0f : 0.0f;
+      }
+      s.model->backward(params, grads, micro > 0, cuts, [&](std::size_t end) {
+        if (last && s.reducer) s.reducer->markReady(end);
+      });
+    }
+
+    // Apply each bucket as soon as it is reduced; the first carries the header.
+    Clock::duration exposed{};
+    s.optimizer->beginStep(lr);
+    float gradScale = 0.0f;
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      if (s.reducer) {
+        const auto waitStart = Clock::now();
+        if (auto r = s.reducer->waitBucket(b); !r) return diagnoseCommFailure(r.error(), step + 1);
+        exposed += Clock::now() - waitStart;
+      }
+      if (b == 0) gradScale = 1.0f / grads[kSampleCount];
+      s.optimizer->apply(params, grads, buckets[b].begin, buckets[b].end, gradScale);
+    }
+    const auto stepEnd = Clock::now();
+
+    const double globalLoss = static_cast<double>(grads[kLossSum]) / grads[kSampleCount];
+    const bool stopVoted = grads[kStopVotes] > 0.0f;
+    smoothedLoss = smoothedLoss ? (1 - kLossSmoothing) * *smoothedLoss + kLossSmoothing * globalLoss : globalLoss;
+
+    StepReport report;
+    report.jobId = spec.jobId;
+    report.rank = env_.rank;
+    report.worldSize = env_.worldSize;
+    report.attempt = env_.attempt;
+    report.step = step + 1;
+    report.epoch = s.sampler->epochOf(step);
+    report.samples = localSamples;
+    report.loss = localSamples > 0 ? static_cast<float>(localLossSum / localSamples) : NAN;
+    report.globalLoss = static_cast<float>(globalLoss);
+    report.dataTimeUs = micros(dataTime);
+    report.exposedCommTimeUs = micros(exposed);
+    report.stepTimeUs = micros(stepEnd - stepStart);
+    report.computeTimeUs = std::max<std::int64_t>(0, report.stepTimeUs - report.dataTimeUs - report.exposedCommTimeUs);
+    report.allreduceTimeUs = s.reducer ? s.reducer->allreduceMicros() : 0;
+    report.bytesReduced = s.reducer ? s.reducer->bytesReduced() : 0;
+    report.timeUnixUs = unixMicros();
+    report.lr = lr;
+    LOCKSTEP_TRY(s.metrics->write(report));
+    s.currentStep = static_cast<std::int64_t>(step + 1);
+
+    sumStepUs += report.stepTimeUs;
+    sumExposedUs += report.exposedCommTimeUs;
+    samplesSeen += static_cast<std::uint64_t>(grads[kSampleCount]);
+    logSamples += static_cast<std::uint64_t>(grads[kSampleCount]);
+    summary.stepsDone = step + 1;
+    summary.finalLoss = globalLoss;
+
+    const bool checkpointDue = spec.checkpointEvery > 0 && (step + 1) % spec.checkpointEvery == 0;
+    const bool reachedTarget = spec.targetLoss && *smoothedLoss <= *spec.targetLoss;
+    const bool finalStep = step + 1 == s.totalSteps || stopVoted || reachedTarget;
+    if (env_.rank == 0 && !spec.checkpointDir.empty() && (checkpointDue || (stopVoted && spec.checkpointEvery > 0))) {
+      const CheckpointInfo info{step + 1, spec.globalBatch(), s.data.samples, layersText(spec.layers),
+                                activationName(spec.activation), optimizerName(spec.optimizer.kind)};
+      LOCKSTEP_ASSIGN_OR_RETURN(auto path, saveCheckpoint(spec.checkpointDir, *s.layout, params, *s.optimizer, info,
+                                                          options_.keepCheckpoints));
+      if (logging && (stopVoted || finalStep)) std::fprintf(stderr, "[lockstep] checkpoint %s\n", path.c_str());
+    }
+    if (logging && ((step + 1 - s.firstStep) % logEvery == 0 || finalStep)) {
+      const double seconds = std::chrono::duration<double>(Clock::now() - logStart).count();
+      std::fprintf(stderr,
+                   "[lockstep] step %llu/%llu | epoch %u | loss %.4f | %s samples/s | step %.1f ms: data %.1f, "
+                   "compute %.1f, comm wait %.1f\n",
+                   static_cast<unsigned long long>(step + 1), static_cast<unsigned long long>(s.totalSteps),
+                   report.epoch, globalLoss, withThousands(static_cast<double>(logSamples) / seconds).c_str(),
+                   report.stepTimeUs / 1e3, report.dataTimeUs / 1e3, report.computeTimeUs / 1e3,
+                   report.exposedCommTimeUs / 1e3);
+      logStart = Clock::now();
+      logSamples = 0;
+    }
+    if (stopVoted) {
+      summary.stoppedBySignal = stopSignal_.load() != 0 ? stopSignal_.load() : 15;
+      break;
+    }
+    if (reachedTarget) {
+      summary.reachedTargetLoss = true;
+      if (logging) std::fprintf(stderr, "[lockstep] smoothed loss %.4f reached the target %.4f\n", *smoothedLoss, *spec.targetLoss);
+      break;
+    }
+  }
+
+  // Leave together, so that no rank tears down a connection another still reads.
+  if (s.comm) {
+    s.reducer->shutdown(milliseconds(std::int64_t{spec.timeoutS} * 1000));
+    if (auto r = s.comm->barrier(); !r) return diagnoseCommFailure(r.error(), summary.stepsDone);
+  }
+  if (env_.rank == 0 && !options_.saveWeightsPath.empty()) {
+    if (auto r = saveWeights(options_.saveWeightsPath, *s.layout, params); !r) return r.error().withContext("--save-weights");
+  }
+  summary.seconds = std::chrono::duration<double>(Clock::now() - runStart).count();
+  summary.samplesPerSecond = summary.seconds > 0 ? static_cast<double>(samplesSeen) / summary.seconds : 0;
+  summary.exposedCommFraction = sumStepUs > 0 ? static_cast<double>(sumExposedUs) / static_cast<double>(sumStepUs) : 0;
+  s.heartbeat.reset();
+  summary.droppedReports = s.metrics->close();
+  return summary;
+}
+
+Error RankRunner::diagnoseCommFailure(const Error& error, std::uint64_t step) {
+  commBroken_ = true;
+  State& s = *state_;
+  const std::string self = "rank " + std::to_string(env_.rank);
+  const std::string where = " during step " + std::to_string(step);
+  std::string lost;
+  // The store may need a moment to notice a closed connection; ask for up to two seconds.
+  for (int attempt = 0; attempt < 20 && lost.empty(); ++attempt) {
+    auto status = s.store->status(std::chrono::seconds(2));
+    if (!status) {
+      lost = env_.storeHostedByLauncher ? "the launcher that hosts the rendezvous store (unreachable)"
+                                        : "rank 0 (the rendezvous store it hosts is unreachable)";
+      break;
+    }
+    for (const auto& peer : *status) {
+      if (peer.rank == static_cast<int>(env_.rank) || peer.state != RankLiveness::State::kDisconnected) continue;
+      lost += (lost.empty() ? "" : ", ") + std::string("rank ") + std::to_string(peer.rank) + " (its process is gone" +
+              (peer.exitNote.empty() ? "" : ": " + peer.exitNote) + ")";
+    }
+    if (lost.empty() && error.code == ErrorCode::kPeerLost) std::this_thread::sleep_for(milliseconds(100));
+    if (lost.empty() && error.code != ErrorCode::kPeerLost) {
+      // A timeout: name whoever stopped making progress.
+      const RankLiveness* slowest = nullptr;
+      for (const auto& peer : *status) {
+        if (peer.rank == static_cast<int>(env_.rank)) continue;
+        if (slowest == nullptr || peer.millisSinceHeartbeat > slowest->millisSinceHeartbeat) slowest = &peer;
+      }
+      if (slowest != nullptr) {
+        lost = "rank " + std::to_string(slowest->rank) + " (no progress: last heartbeat " +
+               std::to_string(slowest->millisSinceHeartbeat / 1000) + " s ago, at step " +
+               std::to_string(slowest->step) + ")";
+      }
+      break;
+    }
+  }
+  if (lost.empty()) lost = "a peer";
+  return Error{error.code == ErrorCode::kTimeout ? ErrorCode::kTimeout : ErrorCode::kPeerLost,
+               self + " lost " + lost + where + ": " + error.message};
+}
+
+}  // namespace lockstep::trainer
