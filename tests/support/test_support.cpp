@@ -73,11 +73,13 @@ std::string readText(const std::string& path) {
 }
 
 std::vector<nlohmann::json> readJsonLines(const std::string& path) {
+  // The file may be growing: a line counts once its newline is there.
+  const std::string text = readText(path);
   std::vector<nlohmann::json> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  std::size_t start = 0, end;
+  while ((end = text.find('\n', start)) != std::string::npos) {
+    if (end > start) out.push_back(nlohmann::json::parse(text.substr(start, end - start)));
+    start = end + 1;
   }
   return out;
 }
