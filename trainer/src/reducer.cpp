@@ -1,5 +1,7 @@
 #include "reducer.h"
 
+#include <sched.h>
+
 namespace lockstep::trainer {
 
 using Clock = std::chrono::steady_clock;
@@ -43,9 +45,15 @@ void GradientReducer::beginStep() {
 }
 
 void GradientReducer::markReady(std::size_t end) {
-  std::lock_guard lock(mutex_);
-  readyEnd_ = std::max(readyEnd_, end);
-  if (launched_ < buckets_.size() && buckets_[launched_].end <= readyEnd_) changed_.notify_all();
+  bool launch = false;
+  {
+    std::lock_guard lock(mutex_);
+    readyEnd_ = std::max(readyEnd_, end);
+    launch = launched_ < buckets_.size() && buckets_[launched_].end <= readyEnd_;
+  }
+  if (!launch) return;
+  changed_.notify_all();
+  if (!computeYielding_) yieldComputeToCommunication(true);
 }
 
 Result<void> GradientReducer::waitBucket(std::size_t index) {
@@ -53,9 +61,19 @@ Result<void> GradientReducer::waitBucket(std::size_t index) {
   // The collective has its own timeout; this one only guards against a reducer bug.
   const bool done = changed_.wait_for(lock, timeout_ + std::chrono::seconds(5),
                                       [&] { return reduced_ > index || error_.has_value(); });
-  if (error_) return *error_;
-  if (!done) return timeoutError("bucket " + std::to_string(index) + " was not reduced in time");
+  const bool failed = error_.has_value() || !done;
+  lock.unlock();
+  if (failed || index + 1 == buckets_.size()) yieldComputeToCommunication(false);
+  if (failed) return error_ ? *error_ : timeoutError("bucket " + std::to_string(index) + " was not reduced in time");
   return {};
+}
+
+void GradientReducer::yieldComputeToCommunication(bool yield) {
+  if (yield == computeYielding_) return;
+  sched_param none{};
+  // Errors (a seccomp filter, say) only cost speed, never correctness.
+  (void)::sched_setscheduler(0, yield ? SCHED_IDLE : SCHED_OTHER, &none);
+  computeYielding_ = yield;
 }
 
 std::int64_t GradientReducer::allreduceMicros() const {

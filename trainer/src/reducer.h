@@ -5,6 +5,12 @@
 //
 // Threading: one main thread calls beginStep/markReady/waitBucket; the reducer owns the
 // communication thread, which is the only caller of comm.allReduceSum while the reducer exists.
+//
+// Scheduling: on CPUs the compute thread and the communication thread share cores, and an
+// exchange stalls until the peer's communication thread gets a time slice (measured: median
+// exposed wait 2.2 ms, p90 6 ms per step on 2 cores). So while buckets are in flight the main
+// thread runs at SCHED_IDLE, which any waking thread preempts at once, and returns to
+// SCHED_OTHER when the step's last bucket is reduced. Both switches are unprivileged.
 
 #include <chrono>
 #include <condition_variable>
@@ -46,6 +52,7 @@ class GradientReducer {
 
  private:
   void run();
+  void yieldComputeToCommunication(bool yield);
 
   Comm& comm_;
   float* grads_;
@@ -58,6 +65,7 @@ class GradientReducer {
   std::size_t launched_ = 0;    // buckets handed to the collective this step
   std::size_t reduced_ = 0;     // buckets finished this step
   bool stopping_ = false;
+  bool computeYielding_ = false;  // main thread only
   bool busy_ = false;
   std::optional<Error> error_;
   std::int64_t allreduceMicros_ = 0;

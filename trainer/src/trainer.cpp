@@ -2,7 +2,6 @@
 
 #include <cblas.h>
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -96,12 +95,6 @@ class Heartbeat {
   bool stop_ = false;
   std::thread thread_;
 };
-
-// When ranks share cores, a rank's communication thread must run as soon as its peer's data
-// arrives, or each exchange waits for a scheduler time slice (measured in docs/benchmarks.md).
-// Lowering the compute thread's priority needs no privilege and lets communication preempt it;
-// with idle cores it changes nothing.
-void letCommunicationPreemptCompute() { ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10); }
 
 }  // namespace
 
@@ -295,7 +288,6 @@ Result<RunSummary> RankRunner::train() {
   const std::vector<Bucket>& buckets = s.reducer ? s.reducer->buckets() : wholeBuffer;
   float* grads = s.grads.data();
   float* params = s.params.data();
-  if (s.comm) letCommunicationPreemptCompute();
 
   std::vector<std::uint32_t> indices;
   std::vector<float> batchX(std::size_t{spec.batchPerRank} * s.data.dim);
