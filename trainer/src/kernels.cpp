@@ -110,10 +110,9 @@ LOCKSTEP_SIMD void sgdUpdate(float* __restrict param, const float* __restrict gr
     for (std::size_t i = 0; i < n; ++i) param[i] -= lr * (scale * grad[i] + wd * param[i]);
     return;
   }
-  const float keep = p.firstStep ? 0.0f : mu;
   for (std::size_t i = 0; i < n; ++i) {
     const float g = scale * grad[i] + wd * param[i];
-    const float b = keep * momentumBuf[i] + g;
+    const float b = mu * momentumBuf[i] + g;
     momentumBuf[i] = b;
     param[i] -= lr * (p.nesterov ? g + mu * b : b);
   }

@@ -32,8 +32,8 @@ struct SgdParams {
   float momentum = 0;
   float weightDecay = 0;
   bool nesterov = false;
-  bool firstStep = false;  // PyTorch: the momentum buffer starts as the first gradient
 };
+// PyTorch's rule; its first-step buffer = gradient is what a zeroed buffer gives here.
 void sgdUpdate(float* param, const float* grad, float* momentumBuf, std::size_t n, const SgdParams& p);
 
 struct AdamWParams {

@@ -32,7 +32,6 @@ void Optimizer::apply(float* params, const float* grads, std::size_t begin, std:
     p.momentum = static_cast<float>(spec_.momentum);
     p.weightDecay = static_cast<float>(spec_.weightDecay);
     p.nesterov = spec_.nesterov;
-    p.firstStep = steps_ == 1;
     kernels::sgdUpdate(params + begin, grads + begin, first_.empty() ? nullptr : first_.data() + begin, n, p);
     return;
   }

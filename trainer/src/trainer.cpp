@@ -300,7 +300,8 @@ Result<RunSummary> RankRunner::train() {
   std::int64_t sumStepUs = 0, sumExposedUs = 0;
   std::uint64_t samplesSeen = 0;
   auto logStart = Clock::now();
-  std::uint64_t logSamples = 0;
+  std::uint64_t logSamples = 0, logSteps = 0;
+  std::int64_t logStepUs = 0, logDataUs = 0, logComputeUs = 0, logExposedUs = 0;
   const auto runStart = Clock::now();
 
   if (logging) {
@@ -388,6 +389,11 @@ Result<RunSummary> RankRunner::train() {
     sumExposedUs += report.exposedCommTimeUs;
     samplesSeen += static_cast<std::uint64_t>(grads[kSampleCount]);
     logSamples += static_cast<std::uint64_t>(grads[kSampleCount]);
+    ++logSteps;
+    logStepUs += report.stepTimeUs;
+    logDataUs += report.dataTimeUs;
+    logComputeUs += report.computeTimeUs;
+    logExposedUs += report.exposedCommTimeUs;
     summary.stepsDone = step + 1;
     summary.finalLoss = globalLoss;
 
@@ -402,16 +408,18 @@ Result<RunSummary> RankRunner::train() {
       if (logging && (stopVoted || finalStep)) std::fprintf(stderr, "[lockstep] checkpoint %s\n", path.c_str());
     }
     if (logging && ((step + 1 - s.firstStep) % logEvery == 0 || finalStep)) {
+      // Means over the steps since the last line.
       const double seconds = std::chrono::duration<double>(Clock::now() - logStart).count();
+      const double n = static_cast<double>(logSteps) * 1e3;
       std::fprintf(stderr,
                    "[lockstep] step %llu/%llu | epoch %u | loss %.4f | %s samples/s | step %.1f ms: data %.1f, "
                    "compute %.1f, comm wait %.1f\n",
                    static_cast<unsigned long long>(step + 1), static_cast<unsigned long long>(s.totalSteps),
                    report.epoch, globalLoss, withThousands(static_cast<double>(logSamples) / seconds).c_str(),
-                   report.stepTimeUs / 1e3, report.dataTimeUs / 1e3, report.computeTimeUs / 1e3,
-                   report.exposedCommTimeUs / 1e3);
+                   logStepUs / n, logDataUs / n, logComputeUs / n, logExposedUs / n);
       logStart = Clock::now();
-      logSamples = 0;
+      logSamples = logSteps = 0;
+      logStepUs = logDataUs = logComputeUs = logExposedUs = 0;
     }
     if (stopVoted) {
       summary.stoppedBySignal = stopSignal_.load() != 0 ? stopSignal_.load() : 15;
