@@ -355,6 +355,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"InitWeightsMissing",
                  [](const TempDir& d) { return join(kSmallJob, {"--steps", "1", "--init-weights", d.file("none.safetensors")}); },
                  "--init-weights: cannot open"},
+        BadInput{"InitWeightsMissingUnderLauncher",
+                 [](const TempDir& d) {
+                   return join(kSmallJob, {"--nproc", "2", "--steps", "1", "--init-weights", d.file("none.safetensors")});
+                 },
+                 "--init-weights: cannot open"},
         BadInput{"InitWeightsWrongShape",
                  [](const TempDir& d) {
                    const std::vector<float> w(16 * 8), b(16), w2(3 * 16), b2(3);

@@ -616,7 +616,9 @@ Result<void> StoreClient::registerRank(int rank) {
 }
 
 Result<void> StoreClient::heartbeat(std::int64_t step) {
-  return expectOk(call(Writer().u8(kOpHeartbeat).i64(step).frame(), ioTimeout_));
+  // Short: a heartbeat stuck on a hung store must not hold the connection when a failure needs
+  // diagnosing.
+  return expectOk(call(Writer().u8(kOpHeartbeat).i64(step).frame(), std::chrono::seconds(2)));
 }
 
 Result<std::vector<RankLiveness>> StoreClient::status(milliseconds timeout) {

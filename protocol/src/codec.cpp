@@ -364,34 +364,31 @@ std::string encode(const Request& request) {
 Result<Request> decodeRequest(std::string_view bytes, std::size_t maxBytes) {
   pb::Request m;
   LOCKSTEP_TRY(parse(m, bytes, maxBytes, "request"));
-  Request r;
-  r.requestId = m.request_id();
-  switch (m.body_case()) {
-    case pb::Request::kHello: {
-      if (m.hello().protocol_version() == 0) return bad("hello: protocol version is required");
-      r.body = HelloRequest{static_cast<std::uint32_t>(m.hello().protocol_version()), m.hello().client_name()};
-      if (m.hello().client_name().size() > 256) return bad("hello: client name is longer than 256 bytes");
-      break;
+  using Body = decltype(Request::body);
+  auto body = [&]() -> Result<Body> {
+    switch (m.body_case()) {
+      case pb::Request::kHello:
+        if (m.hello().protocol_version() == 0) return bad("hello: protocol version is required");
+        if (m.hello().client_name().size() > 256) return bad("hello: client name is longer than 256 bytes");
+        return Body{HelloRequest{static_cast<std::uint32_t>(m.hello().protocol_version()), m.hello().client_name()}};
+      case pb::Request::kStartJob: {
+        if (!m.start_job().has_spec()) return bad("start job: the job spec is required");
+        auto spec = fromPb(m.start_job().spec());
+        if (!spec) return spec.error().withContext("start job");
+        return Body{StartJobRequest{std::move(spec).value()}};
+      }
+      case pb::Request::kStopJob:
+        LOCKSTEP_TRY(validateJobId(m.stop_job().job_id()));
+        return Body{StopJobRequest{m.stop_job().job_id(), m.stop_job().grace_ms()}};
+      case pb::Request::kSubscribe:
+        return Body{SubscribeRequest{m.subscribe().after_seq()}};
+      case pb::Request::BODY_NOT_SET:
+        break;
     }
-    case pb::Request::kStartJob: {
-      if (!m.start_job().has_spec()) return bad("start job: the job spec is required");
-      auto spec = fromPb(m.start_job().spec());
-      if (!spec) return spec.error().withContext("start job");
-      r.body = StartJobRequest{std::move(spec).value()};
-      break;
-    }
-    case pb::Request::kStopJob: {
-      LOCKSTEP_TRY(validateJobId(m.stop_job().job_id()));
-      r.body = StopJobRequest{m.stop_job().job_id(), m.stop_job().grace_ms()};
-      break;
-    }
-    case pb::Request::kSubscribe:
-      r.body = SubscribeRequest{m.subscribe().after_seq()};
-      break;
-    case pb::Request::BODY_NOT_SET:
-      return bad("request has no body (hello, start_job, stop_job or subscribe)");
-  }
-  return r;
+    return bad("request has no body (hello, start_job, stop_job or subscribe)");
+  }();
+  if (!body) return body.error();
+  return Request{m.request_id(), std::move(body).value()};
 }
 
 std::string encode(const Reply& reply) {

@@ -74,22 +74,28 @@ Result<int> runLocalRanks(const TrainerOptions& options, const std::vector<std::
     pidOfRank[rank] = *pid;
   }
 
+  // After a failure or a stop request: SIGTERM the ranks still running at `termAt`, SIGKILL at `killAt`.
   std::optional<ExitStatus> firstFailure;
-  std::optional<Clock::time_point> killDeadline;
-  bool forwarded = false;
+  std::optional<Clock::time_point> termAt, killAt;
+  bool forwardedStop = false;
   while (!running.empty()) {
-    if (stopSignal.load() != 0 && !forwarded) {
-      stopAll(SIGTERM);
-      forwarded = true;
-      // Ranks finish their step, checkpoint if asked, and leave; give them the collective timeout.
-      killDeadline = Clock::now() + std::chrono::seconds(spec.timeoutS) + std::chrono::seconds(10);
+    const auto now = Clock::now();
+    if (stopSignal.load() != 0 && !forwardedStop) {
+      forwardedStop = true;
+      // Ranks finish their step together, checkpoint if asked, and leave.
+      termAt = now;
+      killAt = now + std::chrono::seconds(spec.timeoutS) + std::chrono::seconds(10);
     }
-    if (killDeadline && Clock::now() > *killDeadline) {
+    if (termAt && now >= *termAt) {
+      stopAll(SIGTERM);
+      termAt.reset();
+    }
+    if (killAt && now >= *killAt) {
       std::fprintf(stderr, "[lockstep] ranks still running after the grace period: killing them\n");
       stopAll(SIGKILL);
-      killDeadline.reset();
+      killAt.reset();
     }
-    LOCKSTEP_ASSIGN_OR_RETURN(auto exited, waitAnyProcess(running, milliseconds(200)));
+    LOCKSTEP_ASSIGN_OR_RETURN(auto exited, waitAnyProcess(running, milliseconds(100)));
     if (!exited) continue;
     const auto [pid, status] = *exited;
     std::erase(running, pid);
@@ -98,8 +104,10 @@ Result<int> runLocalRanks(const TrainerOptions& options, const std::vector<std::
     if (!status.success() && !firstFailure && stopSignal.load() == 0) {
       firstFailure = status;
       std::fprintf(stderr, "[lockstep] rank %d exited with %s\n", rank, status.describe().c_str());
-      // The others notice the lost peer within the collective timeout; give them that long.
-      killDeadline = Clock::now() + std::chrono::seconds(spec.timeoutS) + std::chrono::seconds(10);
+      // Fail fast. A lost peer breaks the others' sockets at once, so they can say what they saw
+      // within a few seconds; a rank still waiting in the rendezvous would wait out its timeout.
+      termAt = Clock::now() + std::chrono::seconds(5);
+      killAt = *termAt + std::chrono::seconds(10);
     }
   }
   if (stopSignal.load() != 0) return 128 + stopSignal.load();

@@ -260,7 +260,8 @@ Result<void> RankRunner::restoreOrInit() {
     if (auto r = s.comm->broadcast(&header, sizeof header, 0); !r) return r.error().withContext("start-up broadcast");
   }
   if (!loaded) return loaded.error();
-  if (header.failed) return Error{ErrorCode::kFailedPrecondition, "rank 0 could not load the initial state (see its error)"};
+  // The job's input is at fault (weights or checkpoint files), on every rank.
+  if (header.failed) return invalidArgument("rank 0 could not load the initial state (see its error)");
   s.firstStep = header.firstStep;
   s.optimizer->setStepsTaken(header.optimizerSteps);
   if (s.firstStep > s.totalSteps) {
@@ -295,6 +296,7 @@ Result<RunSummary> RankRunner::train() {
 
   RunSummary summary;
   summary.firstStep = s.firstStep;
+  summary.stepsDone = s.firstStep;
   summary.totalSteps = s.totalSteps;
   std::optional<double> smoothedLoss;
   std::int64_t sumStepUs = 0, sumExposedUs = 0;
