@@ -62,7 +62,7 @@ std::map<std::uint64_t, double> globalLosses(const std::string& metrics) {
   return out;
 }
 
-TEST(TrainerProcess, TwoRanksEqualOneRankWithTheDoubleBatch) {
+TEST(TrainerProcess, TwoRanksAndAccumulationEqualOneRankWithTheWholeBatch) {
   // 2 ranks x 64 and 1 rank x 128 from the same initial weights and in-order data must reach the
   // same weights after 20 SGD steps (issue 2's equivalence test), up to float rounding of sums.
   TempDir dir;
@@ -80,10 +80,16 @@ TEST(TrainerProcess, TwoRanksEqualOneRankWithTheDoubleBatch) {
                                               dir.file("two.safetensors"), "--metrics-out", dir.file("two.jsonl")})),
                         {}, dir);
   ASSERT_TRUE(two.status.success()) << two.err;
+  // Gradient accumulation is the same computation again: 1 rank x 32 x 4 micro-steps.
+  auto accum = runProcess(trainer(join(common, {"--batch-per-rank", "32", "--accum-steps", "4", "--save-weights",
+                                                dir.file("accum.safetensors"), "--metrics-out", dir.file("accum.jsonl")})),
+                          {}, dir);
+  ASSERT_TRUE(accum.status.success()) << accum.err;
   // The weights moved (so the comparison means something) ...
   EXPECT_GT(maxRelativeDifference(dir.file("init.safetensors"), dir.file("one.safetensors")), 1e-3);
   // ... and moved the same way.
   EXPECT_LE(maxRelativeDifference(dir.file("one.safetensors"), dir.file("two.safetensors")), 1e-5);
+  EXPECT_LE(maxRelativeDifference(dir.file("one.safetensors"), dir.file("accum.safetensors")), 1e-5);
 
   const auto lines = readJsonLines(dir.file("two.jsonl"));
   ASSERT_EQ(lines.size(), 40u);  // 20 steps x 2 ranks
