@@ -7,23 +7,10 @@
 #include <cerrno>
 #include <filesystem>
 
+#include "lockstep/common/fd.h"
+
 namespace lockstep {
 namespace {
-
-class FdCloser {
- public:
-  explicit FdCloser(int fd) : fd_(fd) {}
-  ~FdCloser() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FdCloser(const FdCloser&) = delete;
-  FdCloser& operator=(const FdCloser&) = delete;
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
 
 Result<void> writeAll(int fd, std::string_view data, const std::string& path) {
   while (!data.empty()) {
@@ -40,7 +27,7 @@ Result<void> writeAll(int fd, std::string_view data, const std::string& path) {
 }  // namespace
 
 Result<std::string> readFile(const std::string& path, std::uint64_t maxBytes) {
-  FdCloser fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return errnoError("cannot open " + path, errno);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return errnoError("cannot stat " + path, errno);
@@ -72,7 +59,7 @@ Result<void> writeFileAtomic(const std::string& path, std::string_view data) {
                                   std::to_string(::getpid())))
                               .string();
   {
-    FdCloser fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (fd.get() < 0) return errnoError("cannot create " + tmp, errno);
     if (auto written = writeAll(fd.get(), data, tmp); !written) {
       ::unlink(tmp.c_str());
@@ -90,7 +77,7 @@ Result<void> writeFileAtomic(const std::string& path, std::string_view data) {
     return errnoError("cannot rename " + tmp + " to " + path, err);
   }
   // The rename is durable only once the directory entry is on disk.
-  FdCloser dirFd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd dirFd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dirFd.get() >= 0) ::fsync(dirFd.get());
   return {};
 }

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 
+#include "lockstep/common/fd.h"
 #include "rng.h"
 
 namespace lockstep::trainer {
@@ -24,20 +25,6 @@ std::string shapeText(const std::vector<std::uint64_t>& shape) {
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
 }
-
-class File {
- public:
-  explicit File(int fd) : fd_(fd) {}
-  ~File() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  File(const File&) = delete;
-  File& operator=(const File&) = delete;
-  int fd() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 Result<void> readExactly(int fd, void* out, std::uint64_t bytes, std::uint64_t offset, const std::string& path) {
   auto* p = static_cast<char*>(out);
@@ -56,7 +43,7 @@ Result<void> readExactly(int fd, void* out, std::uint64_t bytes, std::uint64_t o
 }
 
 struct OpenNpy {
-  std::unique_ptr<File> file;
+  UniqueFd file;
   NpyHeader header;
   std::uint64_t fileBytes = 0;
 };
@@ -67,7 +54,7 @@ Result<OpenNpy> openNpy(const std::string& path, const char* role) {
     return errnoError(std::string("cannot open the ") + role + " file " + path, errno)
         .withContext("--dataset npy");
   }
-  OpenNpy npy{std::make_unique<File>(fd), {}, 0};
+  OpenNpy npy{UniqueFd(fd), {}, 0};
   struct stat st {};
   if (::fstat(fd, &st) != 0) return errnoError("cannot stat " + path, errno);
   if (!S_ISREG(st.st_mode)) return bad(path + " is not a regular file");
@@ -238,7 +225,7 @@ Result<Dataset> loadNpyDataset(const NpyDataset& spec, std::uint32_t expectedDim
   d.dim = expectedDim;
   d.classes = classes;
   d.features.resize(d.samples * d.dim);
-  LOCKSTEP_TRY(readExactly(features.file->fd(), d.features.data(), d.features.size() * sizeof(float),
+  LOCKSTEP_TRY(readExactly(features.file.get(), d.features.data(), d.features.size() * sizeof(float),
                            features.header.dataOffset, spec.featuresPath));
   for (std::uint64_t i = 0; i < d.features.size(); ++i) {
     if (!std::isfinite(d.features[i])) {
@@ -247,7 +234,7 @@ Result<Dataset> loadNpyDataset(const NpyDataset& spec, std::uint32_t expectedDim
     }
   }
   std::string raw(d.samples * itemSize(labels.header.descr), '\0');
-  LOCKSTEP_TRY(readExactly(labels.file->fd(), raw.data(), raw.size(), labels.header.dataOffset, spec.labelsPath));
+  LOCKSTEP_TRY(readExactly(labels.file.get(), raw.data(), raw.size(), labels.header.dataOffset, spec.labelsPath));
   d.labels.resize(d.samples);
   const std::string& t = labels.header.descr;
   Result<void> converted = t == "|i1"   ? convertLabels<std::int8_t>(raw, d, spec.labelsPath)

@@ -57,15 +57,58 @@ Result<std::vector<std::uint32_t>> parseLayers(const std::string& text) {
   return layers;
 }
 
+// A flag's parser: stores the value's meaning in one field, or says what is wrong with it.
+using Handler = std::function<Result<void>(const std::string& flag, const std::string& value)>;
+
+Handler asText(std::string& field) {
+  return [&field](const std::string&, const std::string& v) -> Result<void> {
+    field = v;
+    return {};
+  };
+}
+
+Handler asOptionalText(std::optional<std::string>& field) {
+  return [&field](const std::string&, const std::string& v) -> Result<void> {
+    field = v;
+    return {};
+  };
+}
+
+template <class T>
+Handler asWhole(T& field, T max) {
+  return [&field, max](const std::string& flag, const std::string& v) -> Result<void> {
+    LOCKSTEP_ASSIGN_OR_RETURN(field, parseUnsigned<T>(flag, v, max));
+    return {};
+  };
+}
+
+Handler asReal(double& field) {
+  return [&field](const std::string& flag, const std::string& v) -> Result<void> {
+    LOCKSTEP_ASSIGN_OR_RETURN(field, parseReal(flag, v));
+    return {};
+  };
+}
+
+Handler asOptionalReal(std::optional<double>& field) {
+  return [&field](const std::string& flag, const std::string& v) -> Result<void> {
+    LOCKSTEP_ASSIGN_OR_RETURN(field, parseReal(flag, v));
+    return {};
+  };
+}
+
 template <class Enum>
-Result<Enum> parseChoice(const std::string& flag, const std::string& text,
-                         std::initializer_list<std::pair<const char*, Enum>> choices) {
-  std::string names;
-  for (const auto& [name, value] : choices) {
-    if (text == name) return value;
-    names += names.empty() ? name : std::string(", ") + name;
-  }
-  return usage(flag + ": '" + text + "' is not one of " + names);
+Handler asChoice(Enum& field, std::vector<std::pair<std::string, Enum>> choices) {
+  return [&field, choices = std::move(choices)](const std::string& flag, const std::string& v) -> Result<void> {
+    std::string names;
+    for (const auto& [name, value] : choices) {
+      if (v == name) {
+        field = value;
+        return {};
+      }
+      names += (names.empty() ? "" : ", ") + name;
+    }
+    return usage(flag + ": '" + v + "' is not one of " + names);
+  };
 }
 
 }  // namespace
@@ -133,118 +176,41 @@ Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
   if (const char* id = std::getenv("LOCKSTEP_JOB_ID"); id != nullptr && *id != '\0') s.jobId = id;
   else s.jobId = "local";
 
-  // Flags that take a value, each with its handler.
-  using Handler = std::function<Result<void>(const std::string&)>;
+  // Flags that take a value: each parses its text into one field.
   const std::map<std::string, Handler> valued = {
-      {"--backend", [&](const std::string& v) { backendText = v; return Result<void>{}; }},
-      {"--nproc", [&](const std::string& v) -> Result<void> {
-         LOCKSTEP_ASSIGN_OR_RETURN(o.nproc, parseUnsigned<std::uint32_t>("--nproc", v, 1024));
-         return {};
-       }},
-      {"--layers", [&](const std::string& v) { layersText = v; return Result<void>{}; }},
-      {"--activation", [&](const std::string& v) -> Result<void> {
-         LOCKSTEP_ASSIGN_OR_RETURN(s.activation, parseChoice<Activation>("--activation", v,
-                                                     {{"relu", Activation::kRelu}, {"gelu", Activation::kGelu}}));
-         return {};
-       }},
-      {"--precision", [&](const std::string& v) -> Result<void> {
-         LOCKSTEP_ASSIGN_OR_RETURN(s.precision, parseChoice<Precision>("--precision", v,
-                                                    {{"fp32", Precision::kFp32}, {"tf32", Precision::kTf32},
-                                                     {"bf16", Precision::kBf16}}));
-         return {};
-       }},
-      {"--dataset", [&](const std::string& v) { datasetText = v; return Result<void>{}; }},
-      {"--batch-per-rank", [&](const std::string& v) -> Result<void> {
-         LOCKSTEP_ASSIGN_OR_RETURN(s.batchPerRank, parseUnsigned<std::uint32_t>("--batch-per-rank", v, 1u << 20));
-         return {};
-       }},
-      {"--accum-steps", [&](const std::string& v) -> Result<void> {
-         LOCKSTEP_ASSIGN_OR_RETURN(s.accumSteps, parseUnsigned<std::uint32_t>("--accum-steps", v, 4096));
-         return {};
-       }},
-      {"--steps", [&](const std::string& v) -> Result<void> {
-         LOCKSTEP_ASSIGN_OR_RETURN(s.steps, parseUnsigned<std::uint64_t>("--steps", v, 1'000'000'000'000ull));
-         return {};
-       }},
-      {"--epochs", [&](const std::string& v) -> Result<void> {
-         LOCKSTEP_ASSIGN_OR_RETURN(s.epochs, parseUnsigned<std::uint32_t>("--epochs", v, 1'000'000));
-         return {};
-       }},
-      {"--optimizer", [&](const std::string& v) -> Result<void> {
-         LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.kind, parseChoice<OptimizerKind>("--optimizer", v,
-                                                         {{"sgd", OptimizerKind::kSgd}, {"adamw", OptimizerKind::kAdamW}}));
-         return {};
-       }},
-      {"--lr", [&](const std::string& v) -> Result<void> {
-         LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.lr, parseReal("--lr", v));
-         return {};
-       }},
-      {"--momentum", [&](const std::string& v) -> Result<void> {
-         LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.momentum, parseReal("--momentum", v));
-         return {};
-       }},
-      {"--weight-decay", [&](const std::string& v) -> Result<void> {
-         LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.weightDecay, parseReal("--weight-decay", v));
-         return {};
-       }},
-      {"--beta1", [&](const std::string& v) -> Result<void> {
-         LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.beta1, parseReal("--beta1", v));
-         return {};
-       }},
-      {"--beta2", [&](const std::string& v) -> Result<void> {
-         LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.beta2, parseReal("--beta2", v));
-         return {};
-       }},
-      {"--eps", [&](const std::string& v) -> Result<void> {
-         LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.eps, parseReal("--eps", v));
-         return {};
-       }},
-      {"--lr-scaling", [&](const std::string& v) -> Result<void> {
-         LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.lrScaling, parseChoice<LrScaling>("--lr-scaling", v,
-                                                              {{"none", LrScaling::kNone}, {"linear", LrScaling::kLinear}}));
-         return {};
-       }},
-      {"--lr-base-batch", [&](const std::string& v) -> Result<void> {
-         LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.lrBaseBatch, parseUnsigned<std::uint32_t>("--lr-base-batch", v, 1u << 30));
-         return {};
-       }},
-      {"--seed", [&](const std::string& v) -> Result<void> {
-         LOCKSTEP_ASSIGN_OR_RETURN(s.seed, parseUnsigned<std::uint64_t>("--seed", v, ~0ull));
-         return {};
-       }},
-      {"--target-loss", [&](const std::string& v) -> Result<void> {
-         LOCKSTEP_ASSIGN_OR_RETURN(s.targetLoss, parseReal("--target-loss", v));
-         return {};
-       }},
-      {"--bucket-mb", [&](const std::string& v) -> Result<void> {
-         LOCKSTEP_ASSIGN_OR_RETURN(s.bucketMb, parseReal("--bucket-mb", v));
-         return {};
-       }},
-      {"--timeout-s", [&](const std::string& v) -> Result<void> {
-         LOCKSTEP_ASSIGN_OR_RETURN(s.timeoutS, parseUnsigned<std::uint32_t>("--timeout-s", v, 86400));
-         return {};
-       }},
-      {"--checkpoint-dir", [&](const std::string& v) { s.checkpointDir = v; return Result<void>{}; }},
-      {"--checkpoint-every", [&](const std::string& v) -> Result<void> {
-         LOCKSTEP_ASSIGN_OR_RETURN(s.checkpointEvery, parseUnsigned<std::uint32_t>("--checkpoint-every", v, 1u << 30));
-         return {};
-       }},
-      {"--keep-checkpoints", [&](const std::string& v) -> Result<void> {
-         LOCKSTEP_ASSIGN_OR_RETURN(o.keepCheckpoints, parseUnsigned<std::uint32_t>("--keep-checkpoints", v, 1u << 20));
-         return {};
-       }},
-      {"--init-weights", [&](const std::string& v) { s.initWeightsPath = v; return Result<void>{}; }},
-      {"--save-weights", [&](const std::string& v) { o.saveWeightsPath = v; return Result<void>{}; }},
-      {"--metrics-out", [&](const std::string& v) { o.metricsOut = v; return Result<void>{}; }},
-      {"--job-id", [&](const std::string& v) { s.jobId = v; return Result<void>{}; }},
-      {"--threads", [&](const std::string& v) -> Result<void> {
-         LOCKSTEP_ASSIGN_OR_RETURN(o.threads, parseUnsigned<std::uint32_t>("--threads", v, 1024));
-         return {};
-       }},
-      {"--log-every", [&](const std::string& v) -> Result<void> {
-         LOCKSTEP_ASSIGN_OR_RETURN(o.logEvery, parseUnsigned<std::uint32_t>("--log-every", v, 1u << 30));
-         return {};
-       }},
+      {"--backend", asText(backendText)},
+      {"--nproc", asWhole(o.nproc, 1024u)},
+      {"--layers", asOptionalText(layersText)},
+      {"--activation", asChoice(s.activation, {{"relu", Activation::kRelu}, {"gelu", Activation::kGelu}})},
+      {"--precision",
+       asChoice(s.precision, {{"fp32", Precision::kFp32}, {"tf32", Precision::kTf32}, {"bf16", Precision::kBf16}})},
+      {"--dataset", asText(datasetText)},
+      {"--batch-per-rank", asWhole(s.batchPerRank, 1u << 20)},
+      {"--accum-steps", asWhole(s.accumSteps, 4096u)},
+      {"--steps", asWhole(s.steps, std::uint64_t{1'000'000'000'000})},
+      {"--epochs", asWhole(s.epochs, 1'000'000u)},
+      {"--optimizer", asChoice(s.optimizer.kind, {{"sgd", OptimizerKind::kSgd}, {"adamw", OptimizerKind::kAdamW}})},
+      {"--lr", asReal(s.optimizer.lr)},
+      {"--momentum", asReal(s.optimizer.momentum)},
+      {"--weight-decay", asReal(s.optimizer.weightDecay)},
+      {"--beta1", asReal(s.optimizer.beta1)},
+      {"--beta2", asReal(s.optimizer.beta2)},
+      {"--eps", asReal(s.optimizer.eps)},
+      {"--lr-scaling", asChoice(s.optimizer.lrScaling, {{"none", LrScaling::kNone}, {"linear", LrScaling::kLinear}})},
+      {"--lr-base-batch", asWhole(s.optimizer.lrBaseBatch, 1u << 30)},
+      {"--seed", asWhole(s.seed, ~std::uint64_t{0})},
+      {"--target-loss", asOptionalReal(s.targetLoss)},
+      {"--bucket-mb", asReal(s.bucketMb)},
+      {"--timeout-s", asWhole(s.timeoutS, 86400u)},
+      {"--checkpoint-dir", asText(s.checkpointDir)},
+      {"--checkpoint-every", asWhole(s.checkpointEvery, 1u << 30)},
+      {"--keep-checkpoints", asWhole(o.keepCheckpoints, 1u << 20)},
+      {"--init-weights", asText(s.initWeightsPath)},
+      {"--save-weights", asText(o.saveWeightsPath)},
+      {"--metrics-out", asText(o.metricsOut)},
+      {"--job-id", asText(s.jobId)},
+      {"--threads", asWhole(o.threads, 1024u)},
+      {"--log-every", asWhole(o.logEvery, 1u << 30)},
   };
   const std::map<std::string, std::function<void()>> switches = {
       {"--no-shuffle", [&] { s.shuffle = false; }},
@@ -279,12 +245,11 @@ Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
       if (i + 1 >= args.size()) return usage(flag + " needs a value");
       value = args[++i];
     }
-    LOCKSTEP_TRY(handler->second(value));
+    LOCKSTEP_TRY(handler->second(flag, value));
   }
   if (o.help || o.version) return o;
 
-  LOCKSTEP_ASSIGN_OR_RETURN(s.backend, parseChoice<Backend>("--backend", backendText,
-                                                            {{"cpu", Backend::kCpu}, {"cuda", Backend::kCuda}}));
+  LOCKSTEP_TRY(asChoice(s.backend, {{"cpu", Backend::kCpu}, {"cuda", Backend::kCuda}})("--backend", backendText));
   if (!layersText) return usage("--layers is required, e.g. --layers 784,1024,1024,10");
   LOCKSTEP_ASSIGN_OR_RETURN(s.layers, parseLayers(*layersText));
   LOCKSTEP_ASSIGN_OR_RETURN(s.dataset, parseDatasetSpec(datasetText, s.layers));
