@@ -130,12 +130,15 @@ TEST_F(StoreFixture, LivenessTracksRegisteredRanks) {
   auto r1 = client();
   ASSERT_TRUE(r0->registerRank(0).ok());
   ASSERT_TRUE(r1->registerRank(1).ok());
-  ASSERT_TRUE(r1->heartbeat(12).ok());
+  ASSERT_TRUE(r1->heartbeat(12, RankPhase::kCheckpoint, 5000).ok());
   auto status = r0->status();
   ASSERT_TRUE(status.ok());
   ASSERT_EQ(status->size(), 2u);
   EXPECT_EQ((*status)[1].step, 12);
   EXPECT_EQ((*status)[1].state, RankLiveness::State::kConnected);
+  EXPECT_EQ((*status)[1].phase, RankPhase::kCheckpoint);
+  EXPECT_GE((*status)[1].millisInPhase, 5000);
+  EXPECT_LT((*status)[1].millisInPhase, 9000);
 
   r1.reset();  // the rank's process goes away
   server->noteRankExit(1, "exited with signal 9 (Killed)");
@@ -146,6 +149,22 @@ TEST_F(StoreFixture, LivenessTracksRegisteredRanks) {
       },
       3s));
   EXPECT_EQ(r0->status()->at(1).exitNote, "exited with signal 9 (Killed)");
+}
+
+TEST_F(StoreFixture, AFailedCallReconnectsAndRegistersAgain) {
+  auto r0 = client();
+  auto r1 = client();
+  ASSERT_TRUE(r1->registerRank(1).ok());
+  // A get that times out drops r1's connection (its reply could still be on the way) ...
+  ASSERT_FALSE(r1->get("never", std::chrono::milliseconds(100)).ok());
+  // ... and the next call reconnects and registers rank 1 again.
+  EXPECT_TRUE(r1->set("k", "v").ok());
+  ASSERT_TRUE(test::waitUntil(
+      [&] {
+        auto s = r0->status();
+        return s.ok() && s->size() == 1 && (*s)[0].state == RankLiveness::State::kConnected;
+      },
+      3s));
 }
 
 TEST_F(StoreFixture, GarbageAndOversizedFramesDoNotHurtOtherClients) {

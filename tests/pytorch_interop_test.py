@@ -68,7 +68,9 @@ class Mlp(nn.Module):
 
 def check_case(trainer, tmp, name, activation, make_optimizer, flags):
     torch.manual_seed(7)
-    sizes, n, world, batch, steps = [16, 48, 32, 5], 448, 2, 32, 10  # 7 steps per epoch: crosses an epoch, the last step short
+    # 3 ranks x 32: an epoch of 430 samples is 4 steps of 96 and one of 46 (rank 0: 32, rank 1: 14,
+    # rank 2: none); 10 steps cross the epoch boundary.
+    sizes, n, world, batch, steps = [16, 48, 32, 5], 430, 3, 32, 10
     model = Mlp(sizes, nn.ReLU() if activation == "relu" else nn.GELU())
     x = torch.randn(n, sizes[0])
     y = torch.randint(0, sizes[-1], (n,))
@@ -80,7 +82,7 @@ def check_case(trainer, tmp, name, activation, make_optimizer, flags):
 
     run = subprocess.run([trainer, "--nproc", str(world), "--layers", ",".join(map(str, sizes)), "--activation", activation,
                           "--dataset", f"npy:{d}/x.npy,{d}/y.npy", "--no-shuffle", "--batch-per-rank", str(batch),
-                          "--steps", str(steps), "--init-weights", f"{d}/init.safetensors", "--save-weights",
+                          "--steps", str(steps), "--bucket-mb", "0.001", "--init-weights", f"{d}/init.safetensors", "--save-weights",
                           f"{d}/final.safetensors", "--metrics-out", f"{d}/m.jsonl", "--quiet"] + flags,
                          capture_output=True, text=True, timeout=120)
     if run.returncode != 0:

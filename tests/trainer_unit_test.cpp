@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <functional>
 #include <numeric>
 #include <set>
 
@@ -324,41 +326,73 @@ TEST(Safetensors, RefusesDamagedFiles) {
   EXPECT_NE(r.error().message.find("float32"), std::string::npos);
 }
 
+TEST(Safetensors, RefusesOverlappingTensors) {
+  const std::vector<float> a = {1, 2};
+  std::string bytes = encodeSafetensors({{"a", {2}, a.data()}, {"b", {2}, a.data()}}, {});
+  // Point b's data at a's.
+  const auto pos = bytes.find("[8,16]");
+  ASSERT_NE(pos, std::string::npos);
+  bytes.replace(pos, 6, "[0, 8]");
+  auto r = decodeSafetensors(bytes, "x");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("overlap"), std::string::npos) << r.error().message;
+}
+
 TEST(Checkpoint, SaveFindLatestLoadAndRetention) {
   TempDir dir;
   ParamLayout layout({3, 4, 2});
-  OptimizerSpec spec;
-  spec.momentum = 0.9;
-  Optimizer opt(spec, layout);
+  JobSpec spec;
+  spec.layers = {3, 4, 2};
+  spec.optimizer.momentum = 0.9;
+  Optimizer opt(spec.optimizer, layout);
   std::vector<float> p(layout.totalFloats());
   initParameters(layout, 1, p.data());
   (*opt.stateBuffers()[0].data)[layout.weight(1).offset] = 0.25f;
   opt.setStepsTaken(30);
-  const CheckpointInfo info{30, 128, 1000, "3,4,2", "relu", "sgd"};
-  for (std::uint64_t step : {10, 20, 30}) {
-    CheckpointInfo at = info;
-    at.step = step;
-    ASSERT_TRUE(saveCheckpoint(dir.path().string(), layout, p.data(), opt, at, 2).ok());
+  const ResumeSettings settings = resumeSettings(spec, 1000, 42);
+  {
+    CheckpointWriter writer(dir.path().string(), layout, 2);
+    for (std::uint64_t step : {10, 20, 30}) ASSERT_TRUE(writer.submit(snapshotCheckpoint(step, settings, p, opt)).ok());
+    auto last = writer.finish();
+    ASSERT_TRUE(last.ok()) << last.error().message;
+    EXPECT_EQ(std::filesystem::path(*last).filename(), "step-00000030.safetensors");
   }
   auto latest = latestCheckpoint(dir.path().string());
   ASSERT_TRUE(latest.ok() && latest->has_value());
   EXPECT_EQ(std::filesystem::path(**latest).filename(), "step-00000030.safetensors");
   EXPECT_FALSE(std::filesystem::exists(dir.file("step-00000010.safetensors")));  // keep = 2
 
-  Optimizer restored(spec, layout);
+  Optimizer restored(spec.optimizer, layout);
   std::vector<float> q(layout.totalFloats(), 0.0f);
-  auto loaded = loadCheckpoint(**latest, layout, q.data(), restored, info);
+  auto loaded = loadCheckpoint(**latest, layout, q.data(), restored, settings);
   ASSERT_TRUE(loaded.ok()) << loaded.error().message;
-  EXPECT_EQ(loaded->step, 30u);
+  EXPECT_EQ(*loaded, 30u);
   EXPECT_EQ(q, p);
   EXPECT_EQ((*restored.stateBuffers()[0].data)[layout.weight(1).offset], 0.25f);
   EXPECT_EQ(restored.stepsTaken(), 30);
 
-  CheckpointInfo otherBatch = info;
-  otherBatch.globalBatch = 256;
-  auto refused = loadCheckpoint(**latest, layout, q.data(), restored, otherBatch);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.error().message.find("global batch 128"), std::string::npos) << refused.error().message;
+  // Every setting that changes the computation must match: here momentum, and the data.
+  for (auto [change, text] : std::initializer_list<std::pair<std::function<ResumeSettings()>, const char*>>{
+           {[&] {
+              JobSpec other = spec;
+              other.optimizer.momentum = 0.5;
+              return resumeSettings(other, 1000, 42);
+            },
+            "momentum = 0.90000000000000002 but this run has momentum = 0.5"},
+           {[&] { return resumeSettings(spec, 1000, 43); }, "dataset_hash = 42 but this run has dataset_hash = 43"}}) {
+    auto refused = loadCheckpoint(**latest, layout, q.data(), restored, change());
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.error().message.find(text), std::string::npos) << refused.error().message;
+  }
+}
+
+TEST(Checkpoint, NamesThatAreNotStepNumbersAreIgnored) {
+  TempDir dir;
+  std::ofstream(dir.file("step-99999999999999999999999.safetensors")) << "x";
+  std::ofstream(dir.file("step-12x.safetensors")) << "x";
+  auto latest = latestCheckpoint(dir.path().string());
+  ASSERT_TRUE(latest.ok());
+  EXPECT_FALSE(latest->has_value());
 }
 
 TEST(Checkpoint, WeightsWithForeignNamesExplainTheConvention) {

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -120,6 +121,16 @@ std::string endpointName(const std::string& host, std::uint16_t port) {
 
 }  // namespace
 
+std::string_view rankPhaseName(RankPhase phase) {
+  switch (phase) {
+    case RankPhase::kStartup: return "starting up";
+    case RankPhase::kCompute: return "computing";
+    case RankPhase::kCommunicate: return "communicating";
+    case RankPhase::kCheckpoint: return "writing a checkpoint";
+  }
+  return "?";
+}
+
 // ---------------------------------------------------------------------------------------------
 // Server
 
@@ -153,10 +164,11 @@ class StoreServer::Impl {
       l.rank = rank;
       l.state = info.state;
       l.step = info.step;
-      l.millisSinceHeartbeat =
-          info.state == RankLiveness::State::kNeverSeen
-              ? 0
-              : std::chrono::duration_cast<milliseconds>(now - info.lastBeat).count();
+      l.phase = info.phase;
+      if (info.state != RankLiveness::State::kNeverSeen) {
+        l.millisSinceHeartbeat = std::chrono::duration_cast<milliseconds>(now - info.lastBeat).count();
+        l.millisInPhase = std::chrono::duration_cast<milliseconds>(now - info.phaseSince).count();
+      }
       l.exitNote = info.exitNote;
       out.push_back(l);
     }
@@ -180,6 +192,8 @@ class StoreServer::Impl {
   struct RankInfo {
     RankLiveness::State state = RankLiveness::State::kNeverSeen;
     std::int64_t step = -1;
+    RankPhase phase = RankPhase::kStartup;
+    Clock::time_point phaseSince{};
     Clock::time_point lastBeat{};
     std::string exitNote;
   };
@@ -194,8 +208,10 @@ class StoreServer::Impl {
       }
       ::poll(fds.data(), fds.size(), pollTimeoutMillis());
       if (stop_) break;
+      // Only the clients that were polled have entries in fds; new ones wait for the next round.
+      const size_t polled = clients_.size();
       if (fds[1].revents & POLLIN) acceptClients();
-      for (size_t i = 0; i < clients_.size(); ++i) {
+      for (size_t i = 0; i < polled; ++i) {
         const short ev = fds[i + 2].revents;
         Client& c = *clients_[i];
         if (ev & (POLLIN | POLLHUP | POLLERR)) readFrom(c);
@@ -268,6 +284,7 @@ class StoreServer::Impl {
           auto& info = ranks_[c.rank];
           info.state = RankLiveness::State::kConnected;
           info.lastBeat = Clock::now();
+          if (info.phaseSince == Clock::time_point{}) info.phaseSince = info.lastBeat;
         }
         c.out += Writer().u8(kOk).frame();
         return true;
@@ -303,13 +320,16 @@ class StoreServer::Impl {
         return true;
       }
       case kOpHeartbeat: {
-        std::int64_t step = 0;
-        if (!r.i64(step)) return false;
+        std::int64_t step = 0, millisInPhase = 0;
+        std::uint8_t phase = 0;
+        if (!r.i64(step) || !r.u8(phase) || !r.i64(millisInPhase) || phase > 3 || millisInPhase < 0) return false;
         if (c.rank >= 0) {
           std::lock_guard lock(mutex_);
           auto& info = ranks_[c.rank];
           info.step = step;
           info.lastBeat = Clock::now();
+          info.phase = static_cast<RankPhase>(phase);
+          info.phaseSince = info.lastBeat - milliseconds(millisInPhase);
         }
         c.out += Writer().u8(kOk).frame();
         return true;
@@ -323,6 +343,8 @@ class StoreServer::Impl {
           w.u32(static_cast<std::uint32_t>(l.rank))
               .u8(static_cast<std::uint8_t>(l.state))
               .i64(l.step)
+              .u8(static_cast<std::uint8_t>(l.phase))
+              .i64(l.millisInPhase)
               .i64(l.millisSinceHeartbeat)
               .str(l.exitNote);
         }
@@ -473,11 +495,7 @@ Result<int> connectOnce(const addrinfo* ai, Clock::time_point deadline) {
   return fd;
 }
 
-}  // namespace
-
-Result<std::unique_ptr<StoreClient>> StoreClient::connect(const std::string& host, std::uint16_t port,
-                                                          milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
+Result<int> connectWithRetry(const std::string& host, std::uint16_t port, Clock::time_point deadline) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -493,7 +511,7 @@ Result<std::unique_ptr<StoreClient>> StoreClient::connect(const std::string& hos
         auto fd = connectOnce(ai, deadline);
         if (fd) {
           ::freeaddrinfo(found);
-          return std::unique_ptr<StoreClient>(new StoreClient(*fd));
+          return *fd;
         }
         lastError = fd.error().message;
       }
@@ -501,22 +519,40 @@ Result<std::unique_ptr<StoreClient>> StoreClient::connect(const std::string& hos
     } else {
       lastError = std::string("cannot resolve host: ") + ::gai_strerror(rc);
     }
-    if (Clock::now() + backoff >= deadline) break;
+    if (Clock::now() + backoff >= deadline) return Error{ErrorCode::kUnavailable, lastError};
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, milliseconds(500));
   }
-  return Error{ErrorCode::kUnavailable,
-               "cannot reach the rendezvous store at " + endpointName(host, port) + " within " +
-                   std::to_string(timeout.count()) + " ms (" + lastError +
-                   "); check MASTER_ADDR/MASTER_PORT and that rank 0 is running"};
 }
 
-StoreClient::StoreClient(int fd) : fd_(fd) {}
+}  // namespace
+
+Result<std::unique_ptr<StoreClient>> StoreClient::connect(const std::string& host, std::uint16_t port,
+                                                          milliseconds timeout) {
+  auto fd = connectWithRetry(host, port, Clock::now() + timeout);
+  if (!fd) {
+    return Error{ErrorCode::kUnavailable, "cannot reach the rendezvous store at " + endpointName(host, port) +
+                                              " within " + std::to_string(timeout.count()) + " ms (" +
+                                              fd.error().message +
+                                              "); check MASTER_ADDR/MASTER_PORT and that rank 0 is running"};
+  }
+  return std::unique_ptr<StoreClient>(new StoreClient(*fd, host, port));
+}
+
+StoreClient::StoreClient(int fd, std::string host, std::uint16_t port)
+    : fd_(fd), host_(std::move(host)), port_(port) {}
+
 StoreClient::~StoreClient() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+void StoreClient::setInterruptCheck(std::function<bool()> interrupted) {
+  std::lock_guard lock(mutex_);
+  interrupted_ = std::move(interrupted);
+}
+
 std::string StoreClient::localAddress() const {
+  std::lock_guard lock(mutex_);
   sockaddr_storage addr{};
   socklen_t len = sizeof addr;
   if (fd_ < 0 || ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return {};
@@ -529,19 +565,19 @@ std::string StoreClient::localAddress() const {
   return text;
 }
 
-Result<std::string> StoreClient::call(const std::string& request, milliseconds timeout) {
-  std::lock_guard lock(mutex_);
-  if (fd_ < 0) return Error{ErrorCode::kUnavailable, "the connection to the rendezvous store is closed"};
-  const auto deadline = Clock::now() + timeout;
-  auto fail = [this](Error e) {
-    ::close(fd_);
-    fd_ = -1;
-    return e;
-  };
-  auto waitFor = [&](short events) -> bool {
-    pollfd p{fd_, events, 0};
-    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
-    return left > 0 && ::poll(&p, 1, static_cast<int>(left)) > 0;
+Result<std::string> StoreClient::exchange(const std::string& request, Clock::time_point deadline) {
+  // Waits for the socket; a signal only ends the wait when the interrupt check says so.
+  auto waitFor = [&](short events) -> Result<void> {
+    while (true) {
+      const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return timeoutError("rendezvous store: no reply in time");
+      pollfd p{fd_, events, 0};
+      const int rc = ::poll(&p, 1, static_cast<int>(left));
+      if (rc > 0) return {};
+      if (rc < 0 && errno == EINTR && interrupted_ && interrupted_()) {
+        return Error{ErrorCode::kCancelled, "rendezvous store: interrupted by a stop request"};
+      }
+    }
   };
   size_t sent = 0;
   while (sent < request.size()) {
@@ -549,30 +585,57 @@ Result<std::string> StoreClient::call(const std::string& request, milliseconds t
     if (n > 0) {
       sent += static_cast<size_t>(n);
     } else if (n < 0 && errno == EAGAIN) {
-      if (!waitFor(POLLOUT)) return fail(timeoutError("rendezvous store: send timed out"));
+      LOCKSTEP_TRY(waitFor(POLLOUT));
     } else if (n < 0 && errno != EINTR) {
-      return fail(Error{ErrorCode::kPeerLost, std::string("rendezvous store: send failed: ") + std::strerror(errno)});
+      return Error{ErrorCode::kPeerLost, std::string("rendezvous store: send failed: ") + std::strerror(errno)};
     }
   }
   std::string in;
   std::int64_t len;
   while ((len = completeFrame(in)) < 0) {
     if (in.size() >= 4 && announcedLength(in) > kStoreMaxFrameBytes) {
-      return fail(internalError("rendezvous store: oversized reply"));
+      return internalError("rendezvous store: oversized reply");
     }
     char buf[65536];
     const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
     if (n > 0) {
       in.append(buf, static_cast<size_t>(n));
     } else if (n == 0) {
-      return fail(Error{ErrorCode::kPeerLost, "rendezvous store closed the connection"});
+      return Error{ErrorCode::kPeerLost, "rendezvous store closed the connection"};
     } else if (errno == EAGAIN) {
-      if (!waitFor(POLLIN)) return fail(timeoutError("rendezvous store: no reply in time"));
+      LOCKSTEP_TRY(waitFor(POLLIN));
     } else if (errno != EINTR) {
-      return fail(Error{ErrorCode::kPeerLost, std::string("rendezvous store: recv failed: ") + std::strerror(errno)});
+      return Error{ErrorCode::kPeerLost, std::string("rendezvous store: recv failed: ") + std::strerror(errno)};
     }
   }
   return in.substr(4, static_cast<size_t>(len));
+}
+
+Result<std::string> StoreClient::call(const std::string& request, milliseconds timeout) {
+  std::lock_guard lock(mutex_);
+  const auto deadline = Clock::now() + timeout;
+  if (fd_ < 0) {
+    // An earlier call failed mid-exchange and dropped the connection: reconnect, and register
+    // again, so that one slow reply does not mark this rank as gone for good.
+    auto fd = connectWithRetry(host_, port_, std::min(deadline, Clock::now() + milliseconds(2000)));
+    if (!fd) return Error{ErrorCode::kUnavailable, "rendezvous store unreachable: " + fd.error().message};
+    fd_ = *fd;
+    if (rank_ >= 0) {
+      auto registered = exchange(Writer().u8(kOpHello).u32(static_cast<std::uint32_t>(rank_)).frame(), deadline);
+      if (!registered) {
+        ::close(fd_);
+        fd_ = -1;
+        return registered.error();
+      }
+    }
+  }
+  auto reply = exchange(request, deadline);
+  if (!reply) {
+    // The stream's state is unknown (a reply may still arrive): start afresh next time.
+    ::close(fd_);
+    fd_ = -1;
+  }
+  return reply;
 }
 
 namespace {
@@ -612,13 +675,17 @@ Result<std::string> StoreClient::get(const std::string& key, milliseconds timeou
 }
 
 Result<void> StoreClient::registerRank(int rank) {
-  return expectOk(call(Writer().u8(kOpHello).u32(static_cast<std::uint32_t>(rank)).frame(), ioTimeout_));
+  LOCKSTEP_TRY(expectOk(call(Writer().u8(kOpHello).u32(static_cast<std::uint32_t>(rank)).frame(), ioTimeout_)));
+  std::lock_guard lock(mutex_);
+  rank_ = rank;
+  return {};
 }
 
-Result<void> StoreClient::heartbeat(std::int64_t step) {
+Result<void> StoreClient::heartbeat(std::int64_t step, RankPhase phase, std::int64_t millisInPhase) {
   // Short: a heartbeat stuck on a hung store must not hold the connection when a failure needs
   // diagnosing.
-  return expectOk(call(Writer().u8(kOpHeartbeat).i64(step).frame(), std::chrono::seconds(2)));
+  return expectOk(call(Writer().u8(kOpHeartbeat).i64(step).u8(static_cast<std::uint8_t>(phase)).i64(millisInPhase).frame(),
+                       std::chrono::seconds(2)));
 }
 
 Result<std::vector<RankLiveness>> StoreClient::status(milliseconds timeout) {
@@ -632,12 +699,14 @@ Result<std::vector<RankLiveness>> StoreClient::status(milliseconds timeout) {
   for (std::uint32_t i = 0; i < count; ++i) {
     RankLiveness l;
     std::uint32_t rank = 0;
-    std::uint8_t state = 0;
-    if (!r.u32(rank) || !r.u8(state) || !r.i64(l.step) || !r.i64(l.millisSinceHeartbeat) || !r.str(l.exitNote)) {
+    std::uint8_t state = 0, phase = 0;
+    if (!r.u32(rank) || !r.u8(state) || !r.i64(l.step) || !r.u8(phase) || !r.i64(l.millisInPhase) ||
+        !r.i64(l.millisSinceHeartbeat) || !r.str(l.exitNote)) {
       return internalError("rendezvous store: malformed status entry");
     }
     l.rank = static_cast<int>(rank);
     l.state = static_cast<RankLiveness::State>(std::min<std::uint8_t>(state, 2));
+    l.phase = static_cast<RankPhase>(std::min<std::uint8_t>(phase, 3));
     out.push_back(std::move(l));
   }
   return out;

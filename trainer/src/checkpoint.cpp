@@ -1,6 +1,7 @@
 #include "checkpoint.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -28,10 +29,10 @@ std::optional<std::uint64_t> stepOfName(const std::string& name) {
     return std::nullopt;
   }
   const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    return std::nullopt;
-  }
-  return std::stoull(digits);
+  std::uint64_t step = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+  if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
+  return step;
 }
 
 std::vector<TensorRef> weightRefs(const ParamLayout& layout, const float* params, const std::string& prefix) {
@@ -82,25 +83,55 @@ std::string layersText(const std::vector<std::uint32_t>& layers) {
   return s;
 }
 
-Result<std::string> saveCheckpoint(const std::string& dir, const ParamLayout& layout, const float* params,
-                                   Optimizer& optimizer, const CheckpointInfo& info, std::uint32_t keep) {
+ResumeSettings resumeSettings(const JobSpec& spec, std::uint64_t datasetSamples, std::uint64_t datasetHash) {
+  const auto& o = spec.optimizer;
+  auto real = [](double v) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.17g", v);
+    return std::string(text);
+  };
+  ResumeSettings s = {
+      {"layers", layersText(spec.layers)},
+      {"activation", spec.activation == Activation::kGelu ? "gelu" : "relu"},
+      {"optimizer", o.kind == OptimizerKind::kAdamW ? "adamw" : "sgd"},
+      {"weight_decay", real(o.weightDecay)},
+      {"global_batch", std::to_string(spec.globalBatch())},
+      {"seed", std::to_string(spec.seed)},
+      {"shuffle", spec.shuffle ? "yes" : "no"},
+      {"dataset_samples", std::to_string(datasetSamples)},
+      {"dataset_hash", std::to_string(datasetHash)},
+  };
+  if (o.kind == OptimizerKind::kSgd) {
+    s["momentum"] = real(o.momentum);
+    s["nesterov"] = o.nesterov ? "yes" : "no";
+  } else {
+    s["beta1"] = real(o.beta1);
+    s["beta2"] = real(o.beta2);
+    s["eps"] = real(o.eps);
+  }
+  return s;
+}
+
+CheckpointData snapshotCheckpoint(std::uint64_t step, const ResumeSettings& settings, const std::vector<float>& params,
+                                  Optimizer& optimizer) {
+  CheckpointData data{step, optimizer.stepsTaken(), settings, params, {}};
+  for (const auto& buffer : optimizer.stateBuffers()) data.state.emplace_back(buffer.name, *buffer.data);
+  return data;
+}
+
+Result<std::string> saveCheckpoint(const std::string& dir, const ParamLayout& layout, const CheckpointData& data,
+                                   std::uint32_t keep) {
   LOCKSTEP_TRY(makeDirectories(dir));
-  std::vector<TensorRef> refs = weightRefs(layout, params, "");
-  for (const auto& buffer : optimizer.stateBuffers()) {
-    auto more = weightRefs(layout, buffer.data->data(), "optimizer." + buffer.name + ".");
+  std::vector<TensorRef> refs = weightRefs(layout, data.params.data(), "");
+  for (const auto& [name, buffer] : data.state) {
+    auto more = weightRefs(layout, buffer.data(), "optimizer." + name + ".");
     refs.insert(refs.end(), more.begin(), more.end());
   }
-  const std::map<std::string, std::string> metadata = {
-      {"format", kFormat},
-      {"step", std::to_string(info.step)},
-      {"optimizer_steps", std::to_string(optimizer.stepsTaken())},
-      {"global_batch", std::to_string(info.globalBatch)},
-      {"dataset_samples", std::to_string(info.datasetSamples)},
-      {"layers", info.layers},
-      {"activation", info.activation},
-      {"optimizer", info.optimizer},
-  };
-  const std::string path = (fs::path(dir) / checkpointName(info.step)).string();
+  std::map<std::string, std::string> metadata = data.settings;
+  metadata["format"] = kFormat;
+  metadata["step"] = std::to_string(data.step);
+  metadata["optimizer_steps"] = std::to_string(data.optimizerSteps);
+  const std::string path = (fs::path(dir) / checkpointName(data.step)).string();
   LOCKSTEP_TRY(writeFileAtomic(path, encodeSafetensors(refs, metadata)));
 
   // Retention: drop the oldest beyond `keep`. A failure here loses nothing, so it is not an error.
@@ -128,49 +159,83 @@ Result<std::optional<std::string>> latestCheckpoint(const std::string& dir) {
   return std::optional<std::string>{best->second};
 }
 
-Result<CheckpointInfo> loadCheckpoint(const std::string& path, const ParamLayout& layout, float* params,
-                                      Optimizer& optimizer, const CheckpointInfo& expected) {
+Result<std::uint64_t> loadCheckpoint(const std::string& path, const ParamLayout& layout, float* params,
+                                     Optimizer& optimizer, const ResumeSettings& expected) {
   LOCKSTEP_ASSIGN_OR_RETURN(auto file, readSafetensors(path));
-  auto meta = [&](const char* key) -> std::string {
+  auto meta = [&](const std::string& key) -> std::string {
     auto it = file.metadata.find(key);
-    return it == file.metadata.end() ? "" : it->second;
+    return it == file.metadata.end() ? "(none)" : it->second;
   };
   if (meta("format") != kFormat) return invalidArgument(path + " is not a Lockstep checkpoint (format '" + meta("format") + "')");
-  CheckpointInfo info;
-  try {
-    info.step = std::stoull(meta("step"));
-    info.globalBatch = std::stoull(meta("global_batch"));
-    info.datasetSamples = std::stoull(meta("dataset_samples"));
-  } catch (const std::exception&) {
-    return invalidArgument(path + ": checkpoint metadata is damaged (step, global_batch or dataset_samples)");
+  for (const auto& [key, want] : expected) {
+    if (meta(key) != want) {
+      return invalidArgument("cannot resume from " + path + ": it was written with " + key + " = " + meta(key) +
+                             " but this run has " + key + " = " + want +
+                             "; resume with the same settings, or start afresh in an empty --checkpoint-dir");
+    }
   }
-  info.layers = meta("layers");
-  info.activation = meta("activation");
-  info.optimizer = meta("optimizer");
-  auto mismatch = [&](const char* what, const std::string& have, const std::string& want) {
-    return invalidArgument("cannot resume from " + path + ": it was written with " + what + " " + have +
-                           " but this run has " + want + "; resume with the same settings or start afresh");
-  };
-  if (info.layers != expected.layers) return mismatch("--layers", info.layers, expected.layers);
-  if (info.activation != expected.activation) return mismatch("--activation", info.activation, expected.activation);
-  if (info.optimizer != expected.optimizer) return mismatch("--optimizer", info.optimizer, expected.optimizer);
-  if (info.globalBatch != expected.globalBatch) {
-    return mismatch("global batch", std::to_string(info.globalBatch), std::to_string(expected.globalBatch));
-  }
-  if (info.datasetSamples != expected.datasetSamples) {
-    return mismatch("a data set of", std::to_string(info.datasetSamples) + " samples",
-                    std::to_string(expected.datasetSamples) + " samples");
+  std::uint64_t step = 0;
+  std::int64_t optimizerSteps = 0;
+  const std::string stepText = meta("step"), optimizerText = meta("optimizer_steps");
+  if (std::from_chars(stepText.data(), stepText.data() + stepText.size(), step).ec != std::errc() ||
+      std::from_chars(optimizerText.data(), optimizerText.data() + optimizerText.size(), optimizerSteps).ec != std::errc()) {
+    return invalidArgument(path + ": checkpoint metadata is damaged (step or optimizer_steps)");
   }
   LOCKSTEP_TRY(copyTensors(file, path, layout, "", params));
   for (const auto& buffer : optimizer.stateBuffers()) {
     LOCKSTEP_TRY(copyTensors(file, path, layout, "optimizer." + buffer.name + ".", buffer.data->data()));
   }
-  try {
-    optimizer.setStepsTaken(std::stoll(meta("optimizer_steps")));
-  } catch (const std::exception&) {
-    return invalidArgument(path + ": checkpoint metadata is damaged (optimizer_steps)");
+  optimizer.setStepsTaken(optimizerSteps);
+  return step;
+}
+
+CheckpointWriter::CheckpointWriter(std::string dir, const ParamLayout& layout, std::uint32_t keep)
+    : dir_(std::move(dir)), layout_(layout), keep_(keep), thread_([this] { run(); }) {}
+
+CheckpointWriter::~CheckpointWriter() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
   }
-  return info;
+  changed_.notify_all();
+  thread_.join();
+}
+
+Result<void> CheckpointWriter::submit(CheckpointData data) {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [this] { return !pending_ && !writing_; });
+  if (error_) return *error_;
+  pending_ = std::move(data);
+  changed_.notify_all();
+  return {};
+}
+
+Result<std::string> CheckpointWriter::finish() {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [this] { return !pending_ && !writing_; });
+  if (error_) return *error_;
+  return lastPath_;
+}
+
+void CheckpointWriter::run() {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    changed_.wait(lock, [this] { return stopping_ || pending_.has_value(); });
+    if (!pending_) return;  // stopping, nothing left to write
+    CheckpointData data = std::move(*pending_);
+    pending_.reset();
+    writing_ = true;
+    lock.unlock();
+    auto written = saveCheckpoint(dir_, layout_, data, keep_);
+    lock.lock();
+    writing_ = false;
+    if (written) {
+      lastPath_ = *written;
+    } else {
+      error_ = written.error().withContext("checkpoint");
+    }
+    changed_.notify_all();
+  }
 }
 
 Result<void> saveWeights(const std::string& path, const ParamLayout& layout, const float* params) {

@@ -17,6 +17,20 @@ namespace lockstep::trainer {
 namespace {
 
 constexpr std::uint32_t kTeacherHidden = 64;
+constexpr std::uint64_t kMaxSamples = 1ull << 31;  // sample indices are 32-bit
+
+// Refuses a data set that cannot fit in this machine's memory, before trying to allocate it.
+Result<void> checkFitsInMemory(std::uint64_t bytes, const std::string& what) {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), pageSize = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || pageSize <= 0) return {};
+  const auto total = static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(pageSize);
+  if (bytes > total) {
+    return Error{ErrorCode::kResourceExhausted,
+                 what + " needs " + std::to_string(bytes >> 20) + " MiB of memory but this machine has " +
+                     std::to_string(total >> 20) + " MiB; use fewer samples or features"};
+  }
+  return {};
+}
 
 Error bad(std::string message) { return invalidArgument(std::move(message)); }
 
@@ -93,6 +107,9 @@ Result<OpenNpy> openFeatures(const std::string& path, std::uint32_t expectedDim)
     return bad("features " + path + " have shape " + shapeText(h.shape) + "; they must be 2-D [samples, features]");
   }
   if (h.shape[0] == 0) return bad("features " + path + " hold no samples");
+  if (h.shape[0] > kMaxSamples) {
+    return bad("features " + path + " hold " + std::to_string(h.shape[0]) + " samples; at most 2^31 are supported");
+  }
   if (h.shape[1] != expectedDim) {
     return bad("features " + path + " have " + std::to_string(h.shape[1]) + " features per sample but the first layer size is " +
                std::to_string(expectedDim) + "; make the first entry of --layers " + std::to_string(h.shape[1]));
@@ -224,6 +241,7 @@ Result<Dataset> loadNpyDataset(const NpyDataset& spec, std::uint32_t expectedDim
   d.samples = features.header.shape[0];
   d.dim = expectedDim;
   d.classes = classes;
+  LOCKSTEP_TRY(checkFitsInMemory(d.samples * (std::uint64_t{d.dim} + 1) * 4, "the data set " + spec.featuresPath));
   d.features.resize(d.samples * d.dim);
   LOCKSTEP_TRY(readExactly(features.file.get(), d.features.data(), d.features.size() * sizeof(float),
                            features.header.dataOffset, spec.featuresPath));
@@ -250,6 +268,9 @@ Result<Dataset> loadNpyDataset(const NpyDataset& spec, std::uint32_t expectedDim
 }
 
 Result<Dataset> makeSyntheticDataset(const SyntheticDataset& spec) {
+  LOCKSTEP_TRY(checkFitsInMemory(spec.samples * (std::uint64_t{spec.dim} + spec.classes + 1) * 4,
+                                 "the synthetic data set (n=" + std::to_string(spec.samples) + ", dim=" +
+                                     std::to_string(spec.dim) + ")"));
   Dataset d;
   d.samples = spec.samples;
   d.dim = spec.dim;

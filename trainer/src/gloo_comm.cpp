@@ -6,6 +6,7 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <algorithm>
 #include <map>
 
 #include "comm.h"
@@ -72,8 +73,14 @@ class GlooComm final : public Comm {
 
   Result<void> broadcast(void* data, std::size_t bytes, int root) override {
     return guarded("broadcast", [&] {
-      gloo::BroadcastOneToAll<char> algorithm(context_, {static_cast<char*>(data)}, static_cast<int>(bytes), root);
-      algorithm.run();
+      // Gloo counts elements in an int: send large buffers in pieces.
+      constexpr std::size_t kChunk = std::size_t{1} << 30;
+      auto* bytesAt = static_cast<char*>(data);
+      for (std::size_t offset = 0; offset < bytes; offset += kChunk) {
+        const auto n = static_cast<int>(std::min(kChunk, bytes - offset));
+        gloo::BroadcastOneToAll<char> algorithm(context_, {bytesAt + offset}, n, root);
+        algorithm.run();
+      }
     });
   }
 

@@ -97,7 +97,7 @@ LOCKSTEP_SIMD void columnSums(const float* __restrict m, std::size_t rows, std::
 }
 
 LOCKSTEP_SIMD void sumFloats(void* c, const void* a, const void* b, std::size_t n) {
-  auto* __restrict out = static_cast<float*>(c);
+  auto* out = static_cast<float*>(c);  // may be a: no __restrict
   const auto* x = static_cast<const float*>(a);
   const auto* y = static_cast<const float*>(b);
   for (std::size_t i = 0; i < n; ++i) out[i] = x[i] + y[i];

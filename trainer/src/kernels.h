@@ -23,7 +23,7 @@ void activationBackward(float* grad, const float* pre, std::size_t n, Activation
 // out[c] (+)= sum_r m[r][c].
 void columnSums(const float* m, std::size_t rows, std::size_t cols, float* out, bool accumulate);
 
-// c[i] = a[i] + b[i]; Gloo's reduce function signature.
+// c[i] = a[i] + b[i] (c may be a); Gloo's reduce function signature.
 void sumFloats(void* c, const void* a, const void* b, std::size_t n);
 
 struct SgdParams {

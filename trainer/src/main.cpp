@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <new>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -78,7 +79,18 @@ int exitCodeFor(const lockstep::Error& error) {
 
 }  // namespace
 
+int run(int argc, char** argv);
+
 int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "lockstep-trainer: error: out of memory: use a smaller model, batch or data set\n");
+    return 1;
+  }
+}
+
+int run(int argc, char** argv) {
   using namespace lockstep::trainer;
   preferFastBlasKernels(argv);
   const std::vector<std::string> args(argv + 1, argv + argc);
@@ -129,6 +141,7 @@ int main(int argc, char** argv) {
       // The communication thread may be blocked in a failed collective; tearing down would wait
       // for its timeout. Everything worth keeping (metrics lines, checkpoints) is already on disk.
       std::fflush(nullptr);
+      runner->waitForPeersToLeave(std::chrono::seconds(3));
       ::_exit(code);
     }
     return code;

@@ -6,27 +6,39 @@ namespace lockstep::trainer {
 
 using Clock = std::chrono::steady_clock;
 
+namespace {
+
+// True when a thread may go to SCHED_IDLE and come back to SCHED_OTHER. Tried on a thread of its
+// own, so that a failed return strands nobody.
+bool canReturnFromIdleScheduling() {
+  bool ok = false;
+  std::thread probe([&ok] {
+    sched_param none{};
+    ok = ::sched_setscheduler(0, SCHED_IDLE, &none) == 0 && ::sched_setscheduler(0, SCHED_OTHER, &none) == 0;
+  });
+  probe.join();
+  return ok;
+}
+
+}  // namespace
+
 GradientReducer::GradientReducer(Comm& comm, float* grads, std::vector<Bucket> buckets,
                                  std::chrono::milliseconds timeout)
-    : comm_(comm), grads_(grads), buckets_(std::move(buckets)), timeout_(timeout) {
+    : comm_(comm), grads_(grads), buckets_(std::move(buckets)), timeout_(timeout),
+      canYield_(canReturnFromIdleScheduling()) {
   thread_ = std::thread([this] { run(); });
 }
 
-GradientReducer::~GradientReducer() { shutdown(timeout_ + std::chrono::seconds(5)); }
+GradientReducer::~GradientReducer() { shutdown(); }
 
-bool GradientReducer::shutdown(std::chrono::milliseconds wait) {
-  if (!thread_.joinable()) return true;
-  std::unique_lock lock(mutex_);
-  stopping_ = true;
-  changed_.notify_all();
-  const bool idle = changed_.wait_for(lock, wait, [this] { return !busy_; });
-  lock.unlock();
-  if (idle) {
-    thread_.join();
-  } else {
-    thread_.detach();
+void GradientReducer::shutdown() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
   }
-  return idle;
+  changed_.notify_all();
+  thread_.join();
 }
 
 std::vector<std::size_t> GradientReducer::cuts() const {
@@ -53,7 +65,7 @@ void GradientReducer::markReady(std::size_t end) {
   }
   if (!launch) return;
   changed_.notify_all();
-  if (!computeYielding_) yieldComputeToCommunication(true);
+  if (canYield_ && !computeYielding_) yieldComputeToCommunication(true);
 }
 
 Result<void> GradientReducer::waitBucket(std::size_t index) {
@@ -71,9 +83,12 @@ Result<void> GradientReducer::waitBucket(std::size_t index) {
 void GradientReducer::yieldComputeToCommunication(bool yield) {
   if (yield == computeYielding_) return;
   sched_param none{};
-  // Errors (a seccomp filter, say) only cost speed, never correctness.
-  (void)::sched_setscheduler(0, yield ? SCHED_IDLE : SCHED_OTHER, &none);
-  computeYielding_ = yield;
+  if (::sched_setscheduler(0, yield ? SCHED_IDLE : SCHED_OTHER, &none) == 0) {
+    computeYielding_ = yield;
+  } else if (!yield) {
+    // Could not come back (the limit changed under us): stop yielding rather than starve.
+    canYield_ = false;
+  }
 }
 
 std::int64_t GradientReducer::allreduceMicros() const {
@@ -94,7 +109,6 @@ void GradientReducer::run() {
     });
     if (stopping_) return;
     const Bucket bucket = buckets_[launched_++];
-    busy_ = true;
     lock.unlock();
 
     const auto start = Clock::now();
@@ -102,7 +116,6 @@ void GradientReducer::run() {
     const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
 
     lock.lock();
-    busy_ = false;
     if (!reduced) {
       error_ = reduced.error();
     } else {

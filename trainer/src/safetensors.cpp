@@ -1,5 +1,6 @@
 #include "safetensors.h"
 
+#include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -56,6 +57,7 @@ Result<SafetensorsFile> decodeSafetensors(const std::string& bytes, const std::s
   const std::uint64_t dataBytes = bytes.size() - dataStart;
 
   SafetensorsFile file;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
       if (!entry.is_object()) return bad(path, "__metadata__ is not an object");
@@ -90,9 +92,14 @@ Result<SafetensorsFile> decodeSafetensors(const std::string& bytes, const std::s
       return bad(path, "tensor '" + name + "' data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
                            ") do not match its shape or the file size");
     }
+    ranges.emplace_back(begin, end);
     t.data.resize(count);
     std::memcpy(t.data.data(), bytes.data() + dataStart + begin, count * 4);
     file.tensors.emplace(name, std::move(t));
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    if (ranges[i].first < ranges[i - 1].second) return bad(path, "two tensors' data overlap");
   }
   return file;
 }

@@ -61,11 +61,33 @@ std::string withThousands(double v) {
   return digits;
 }
 
-// Sends a heartbeat with the current step every second, so that peers can tell a hung rank from
-// a slow one. Stops on destruction.
+// What the main thread is doing, for heartbeats: written by the main thread, read by the
+// heartbeat thread.
+class Progress {
+ public:
+  void enter(RankPhase phase) {
+    phase_.store(phase);
+    since_.store(Clock::now().time_since_epoch().count());
+  }
+  void completed(std::uint64_t step) { step_.store(static_cast<std::int64_t>(step)); }
+  std::int64_t step() const { return step_.load(); }
+  RankPhase phase() const { return phase_.load(); }
+  std::int64_t millisInPhase() const {
+    return std::chrono::duration_cast<milliseconds>(Clock::now().time_since_epoch() - Clock::duration(since_.load()))
+        .count();
+  }
+
+ private:
+  std::atomic<std::int64_t> step_{0};
+  std::atomic<RankPhase> phase_{RankPhase::kStartup};
+  std::atomic<Clock::rep> since_{Clock::now().time_since_epoch().count()};
+};
+
+// Sends the main thread's progress to the store every second, so that a rank whose collective
+// times out can tell which peer is not in it (computing, writing a checkpoint, or frozen).
 class Heartbeat {
  public:
-  Heartbeat(StoreClient& store, const std::atomic<std::int64_t>& step) : store_(store), step_(step) {
+  Heartbeat(StoreClient& store, const Progress& progress) : store_(store), progress_(progress) {
     thread_ = std::thread([this] { run(); });
   }
   ~Heartbeat() {
@@ -83,18 +105,37 @@ class Heartbeat {
     while (!wake_.wait_for(lock, kHeartbeatInterval, [this] { return stop_; })) {
       lock.unlock();
       // A failed heartbeat is not fatal: the collectives detect lost peers, this only explains them.
-      (void)store_.heartbeat(step_.load());
+      (void)store_.heartbeat(progress_.step(), progress_.phase(), progress_.millisInPhase());
       lock.lock();
     }
   }
 
   StoreClient& store_;
-  const std::atomic<std::int64_t>& step_;
+  const Progress& progress_;
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stop_ = false;
   std::thread thread_;
 };
+
+// A 64-bit fingerprint of the data set, so that a resumed run can tell it trains on the same data.
+std::uint64_t datasetHash(const Dataset& d) {
+  std::uint64_t h = 0x9e3779b97f4a7c15ull ^ d.samples;
+  auto mix = [&h](const void* data, std::size_t bytes) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    std::size_t i = 0;
+    for (; i + 8 <= bytes; i += 8) {
+      std::uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      h = (h ^ w) * 0x100000001b3ull;
+      h ^= h >> 29;
+    }
+    for (; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  };
+  mix(d.features.data(), d.features.size() * sizeof(float));
+  mix(d.labels.data(), d.labels.size() * sizeof(std::int32_t));
+  return h;
+}
 
 }  // namespace
 
@@ -144,8 +185,10 @@ class RankRunner::State {
   std::unique_ptr<StoreClient> store;
   std::unique_ptr<Comm> comm;
   std::unique_ptr<GradientReducer> reducer;
-  std::atomic<std::int64_t> currentStep{0};
+  Progress progress;
   std::unique_ptr<Heartbeat> heartbeat;
+  std::unique_ptr<CheckpointWriter> checkpoints;  // rank 0, with --checkpoint-dir
+  ResumeSettings resume;
   std::uint64_t firstStep = 0;
   std::uint64_t totalSteps = 0;
 };
@@ -188,6 +231,7 @@ Result<void> RankRunner::setUp() {
                                                    spec.shuffle, spec.seed);
   s.model = std::make_unique<Mlp>(*s.layout, spec.activation, spec.batchPerRank);
   s.totalSteps = spec.steps > 0 ? spec.steps : std::uint64_t{spec.epochs} * s.sampler->stepsPerEpoch();
+  if (!spec.checkpointDir.empty()) s.resume = resumeSettings(spec, s.data.samples, datasetHash(s.data));
   return {};
 }
 
@@ -200,6 +244,7 @@ Result<void> RankRunner::connect() {
       LOCKSTEP_ASSIGN_OR_RETURN(s.storeServer, StoreServer::start(env_.masterAddr, env_.masterPort));
     }
     LOCKSTEP_ASSIGN_OR_RETURN(s.store, StoreClient::connect(env_.masterAddr, env_.masterPort, timeout));
+    s.store->setInterruptCheck([this] { return stopSignal_.load() != 0; });
     LOCKSTEP_TRY(s.store->registerRank(static_cast<int>(env_.rank)));
     GlooOptions gloo;
     gloo.rank = static_cast<int>(env_.rank);
@@ -211,7 +256,7 @@ Result<void> RankRunner::connect() {
     const std::size_t bucketBytes = static_cast<std::size_t>(spec.bucketMb * 1024 * 1024);
     s.reducer = std::make_unique<GradientReducer>(
         *s.comm, s.grads.data(), planBuckets(*s.layout, bucketBytes, std::min(bucketBytes, kFirstBucketBytes)), timeout);
-    s.heartbeat = std::make_unique<Heartbeat>(*s.store, s.currentStep);
+    s.heartbeat = std::make_unique<Heartbeat>(*s.store, s.progress);
   }
   LOCKSTEP_ASSIGN_OR_RETURN(s.metrics, MetricsSink::open(options_.metricsOut, env_.reportEndpoint));
   return {};
@@ -234,30 +279,33 @@ Result<void> RankRunner::restoreOrInit() {
       loaded = loadWeights(spec.initWeightsPath, *s.layout, s.params.data());
       if (!loaded) loaded = loaded.error().withContext("--init-weights");
     }
-    if (loaded && options_.resume) {
+    if (loaded && !spec.checkpointDir.empty()) {
       auto latest = latestCheckpoint(spec.checkpointDir);
       if (!latest) {
         loaded = latest.error();
+      } else if (latest->has_value() && !options_.resume) {
+        // Retention would delete this run's checkpoints in favour of the older, higher-numbered ones.
+        loaded = invalidArgument("--checkpoint-dir " + spec.checkpointDir + " already holds checkpoints (newest: " +
+                                 latest->value() + "); add --resume to continue from them, or use an empty directory");
       } else if (latest->has_value()) {
-        const CheckpointInfo expected{0, spec.globalBatch(), s.data.samples, layersText(spec.layers),
-                                      activationName(spec.activation), optimizerName(spec.optimizer.kind)};
-        auto info = loadCheckpoint(**latest, *s.layout, s.params.data(), *s.optimizer, expected);
-        if (!info) {
-          loaded = info.error();
+        auto step = loadCheckpoint(**latest, *s.layout, s.params.data(), *s.optimizer, s.resume);
+        if (!step) {
+          loaded = step.error();
         } else {
-          header.firstStep = info->step;
+          header.firstStep = *step;
           std::fprintf(stderr, "[lockstep] resuming from %s (step %llu)\n", latest->value().c_str(),
-                       static_cast<unsigned long long>(info->step));
+                       static_cast<unsigned long long>(*step));
         }
-      } else {
+      } else if (options_.resume) {
         std::fprintf(stderr, "[lockstep] no checkpoint in %s yet: starting from step 0\n", spec.checkpointDir.c_str());
       }
     }
     header.failed = loaded ? 0 : 1;
     header.optimizerSteps = s.optimizer->stepsTaken();
   }
+  s.progress.enter(RankPhase::kCommunicate);
   if (s.comm) {
-    if (auto r = s.comm->broadcast(&header, sizeof header, 0); !r) return r.error().withContext("start-up broadcast");
+    if (auto r = s.comm->broadcast(&header, sizeof header, 0); !r) return diagnoseCommFailure(r.error(), "at start-up");
   }
   if (!loaded) return loaded.error();
   // The job's input is at fault (weights or checkpoint files), on every rank.
@@ -269,10 +317,17 @@ Result<void> RankRunner::restoreOrInit() {
                            std::to_string(s.totalSteps) + " steps of this run; raise --steps to continue");
   }
   if (s.comm) {
-    LOCKSTEP_TRY(s.comm->broadcast(s.params.data(), s.params.size() * sizeof(float), 0));
-    for (const auto& buffer : s.optimizer->stateBuffers()) {
-      LOCKSTEP_TRY(s.comm->broadcast(buffer.data->data(), buffer.data->size() * sizeof(float), 0));
+    if (auto r = s.comm->broadcast(s.params.data(), s.params.size() * sizeof(float), 0); !r) {
+      return diagnoseCommFailure(r.error(), "at start-up");
     }
+    for (const auto& buffer : s.optimizer->stateBuffers()) {
+      if (auto r = s.comm->broadcast(buffer.data->data(), buffer.data->size() * sizeof(float), 0); !r) {
+        return diagnoseCommFailure(r.error(), "at start-up");
+      }
+    }
+  }
+  if (env_.rank == 0 && !spec.checkpointDir.empty()) {
+    s.checkpoints = std::make_unique<CheckpointWriter>(spec.checkpointDir, *s.layout, options_.keepCheckpoints);
   }
   return {};
 }
@@ -317,8 +372,14 @@ Result<RunSummary> RankRunner::train() {
                  static_cast<unsigned long long>(s.totalSteps));
   }
 
+  if (logging && s.reducer && !s.reducer->yieldsCompute()) {
+    std::fprintf(stderr,
+                 "[lockstep] note: this process may not return from SCHED_IDLE (needs CAP_SYS_NICE or "
+                 "`ulimit -e 20`), so communication competes with compute for CPU time\n");
+  }
   for (std::uint64_t step = s.firstStep; step < s.totalSteps; ++step) {
     const auto stepStart = Clock::now();
+    s.progress.enter(RankPhase::kCompute);
     Clock::duration dataTime{};
     double localLossSum = 0.0;
     std::uint32_t localSamples = 0;
@@ -351,10 +412,13 @@ Result<RunSummary> RankRunner::train() {
     Clock::duration exposed{};
     s.optimizer->beginStep(lr);
     float gradScale = 0.0f;
+    if (s.reducer) s.progress.enter(RankPhase::kCommunicate);
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       if (s.reducer) {
         const auto waitStart = Clock::now();
-        if (auto r = s.reducer->waitBucket(b); !r) return diagnoseCommFailure(r.error(), step + 1);
+        if (auto r = s.reducer->waitBucket(b); !r) {
+          return diagnoseCommFailure(r.error(), "during step " + std::to_string(step + 1));
+        }
         exposed += Clock::now() - waitStart;
       }
       if (b == 0) gradScale = 1.0f / grads[kSampleCount];
@@ -385,7 +449,7 @@ Result<RunSummary> RankRunner::train() {
     report.timeUnixUs = unixMicros();
     report.lr = lr;
     LOCKSTEP_TRY(s.metrics->write(report));
-    s.currentStep = static_cast<std::int64_t>(step + 1);
+    s.progress.completed(step + 1);
 
     sumStepUs += report.stepTimeUs;
     sumExposedUs += report.exposedCommTimeUs;
@@ -402,12 +466,10 @@ Result<RunSummary> RankRunner::train() {
     const bool checkpointDue = spec.checkpointEvery > 0 && (step + 1) % spec.checkpointEvery == 0;
     const bool reachedTarget = spec.targetLoss && *smoothedLoss <= *spec.targetLoss;
     const bool finalStep = step + 1 == s.totalSteps || stopVoted || reachedTarget;
-    if (env_.rank == 0 && !spec.checkpointDir.empty() && (checkpointDue || (stopVoted && spec.checkpointEvery > 0))) {
-      const CheckpointInfo info{step + 1, spec.globalBatch(), s.data.samples, layersText(spec.layers),
-                                activationName(spec.activation), optimizerName(spec.optimizer.kind)};
-      LOCKSTEP_ASSIGN_OR_RETURN(auto path, saveCheckpoint(spec.checkpointDir, *s.layout, params, *s.optimizer, info,
-                                                          options_.keepCheckpoints));
-      if (logging && (stopVoted || finalStep)) std::fprintf(stderr, "[lockstep] checkpoint %s\n", path.c_str());
+    if (s.checkpoints && (checkpointDue || (stopVoted && spec.checkpointEvery > 0))) {
+      // The copy is quick; the file is written on the writer's thread while training goes on.
+      s.progress.enter(RankPhase::kCheckpoint);
+      LOCKSTEP_TRY(s.checkpoints->submit(snapshotCheckpoint(step + 1, s.resume, s.params, *s.optimizer)));
     }
     if (logging && ((step + 1 - s.firstStep) % logEvery == 0 || finalStep)) {
       // Means over the steps since the last line.
@@ -434,10 +496,16 @@ Result<RunSummary> RankRunner::train() {
     }
   }
 
+  if (s.checkpoints) {
+    s.progress.enter(RankPhase::kCheckpoint);
+    LOCKSTEP_ASSIGN_OR_RETURN(const std::string last, s.checkpoints->finish());
+    if (logging && !last.empty()) std::fprintf(stderr, "[lockstep] last checkpoint: %s\n", last.c_str());
+  }
   // Leave together, so that no rank tears down a connection another still reads.
   if (s.comm) {
-    s.reducer->shutdown(milliseconds(std::int64_t{spec.timeoutS} * 1000));
-    if (auto r = s.comm->barrier(); !r) return diagnoseCommFailure(r.error(), summary.stepsDone);
+    s.reducer->shutdown();
+    s.progress.enter(RankPhase::kCommunicate);
+    if (auto r = s.comm->barrier(); !r) return diagnoseCommFailure(r.error(), "at the end");
   }
   if (env_.rank == 0 && !options_.saveWeightsPath.empty()) {
     if (auto r = saveWeights(options_.saveWeightsPath, *s.layout, params); !r) return r.error().withContext("--save-weights");
@@ -450,11 +518,9 @@ Result<RunSummary> RankRunner::train() {
   return summary;
 }
 
-Error RankRunner::diagnoseCommFailure(const Error& error, std::uint64_t step) {
+Error RankRunner::diagnoseCommFailure(const Error& error, const std::string& when) {
   commBroken_ = true;
   State& s = *state_;
-  const std::string self = "rank " + std::to_string(env_.rank);
-  const std::string where = " during step " + std::to_string(step);
   std::string lost;
   // The store may need a moment to notice a closed connection, and a launcher to record how the
   // process ended; ask for up to two seconds.
@@ -475,24 +541,49 @@ Error RankRunner::diagnoseCommFailure(const Error& error, std::uint64_t step) {
     }
     if (!lost.empty() && !waitingForExitNote) break;
     if (lost.empty() && error.code != ErrorCode::kPeerLost) {
-      // A timeout: name whoever stopped making progress.
-      const RankLiveness* slowest = nullptr;
-      for (const auto& peer : *status) {
-        if (peer.rank == static_cast<int>(env_.rank)) continue;
-        if (slowest == nullptr || peer.millisSinceHeartbeat > slowest->millisSinceHeartbeat) slowest = &peer;
-      }
-      if (slowest != nullptr) {
-        lost = "rank " + std::to_string(slowest->rank) + " (no progress: last heartbeat " +
-               std::to_string(slowest->millisSinceHeartbeat / 1000) + " s ago, at step " +
-               std::to_string(slowest->step) + ")";
-      }
+      lost = describeStragglers(*status);
       break;
     }
     std::this_thread::sleep_for(milliseconds(100));
   }
   if (lost.empty()) lost = "a peer";
   return Error{error.code == ErrorCode::kTimeout ? ErrorCode::kTimeout : ErrorCode::kPeerLost,
-               self + " lost " + lost + where + ": " + error.message};
+               "rank " + std::to_string(env_.rank) + " lost " + lost + " " + when + ": " + error.message};
+}
+
+// A collective timed out and nobody's connection closed: name the ranks that are not in it.
+std::string RankRunner::describeStragglers(const std::vector<RankLiveness>& status) const {
+  constexpr std::int64_t kStaleMillis = 3000;  // three missed heartbeats
+  std::string frozen, busy;
+  for (const auto& peer : status) {
+    if (peer.rank == static_cast<int>(env_.rank)) continue;
+    const std::string who = "rank " + std::to_string(peer.rank);
+    if (peer.millisSinceHeartbeat > kStaleMillis) {
+      frozen += (frozen.empty() ? "" : ", ") + who + " (no heartbeat for " +
+                std::to_string(peer.millisSinceHeartbeat / 1000) + " s: stopped, or its host is overloaded)";
+    } else if (peer.phase != RankPhase::kCommunicate) {
+      busy += (busy.empty() ? "" : ", ") + who + " (" + std::string(rankPhaseName(peer.phase)) + " for " +
+              std::to_string(peer.millisInPhase / 1000) + " s after step " + std::to_string(peer.step) +
+              ", not in the collective)";
+    }
+  }
+  if (!frozen.empty()) return frozen;
+  if (!busy.empty()) return busy;
+  return "a peer (every rank is in the collective: check the network between them)";
+}
+
+void RankRunner::waitForPeersToLeave(std::chrono::milliseconds timeout) const {
+  const State& s = *state_;
+  if (!s.storeServer) return;
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    bool othersConnected = false;
+    for (const auto& peer : s.storeServer->liveness()) {
+      othersConnected |= peer.rank != static_cast<int>(env_.rank) && peer.state == RankLiveness::State::kConnected;
+    }
+    if (!othersConnected) return;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
 }
 
 }  // namespace lockstep::trainer

@@ -2,11 +2,14 @@
 // One rank of a data-parallel job, from rendezvous to the last step.
 
 #include <atomic>
+#include <chrono>
+#include <vector>
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "lockstep/common/result.h"
+#include "lockstep/common/store.h"
 #include "options.h"
 
 namespace lockstep::trainer {
@@ -56,6 +59,10 @@ class RankRunner {
   // its timeout, so a caller about to exit should skip destroying the runner.
   bool commBroken() const { return commBroken_; }
 
+  // When this rank hosts the rendezvous store, serves it until the other ranks have disconnected
+  // (or the timeout passes), so that they can still ask it which peer they lost.
+  void waitForPeersToLeave(std::chrono::milliseconds timeout) const;
+
   class State;
 
  private:
@@ -63,7 +70,8 @@ class RankRunner {
   Result<void> connect();
   Result<void> restoreOrInit();
   Result<RunSummary> train();
-  Error diagnoseCommFailure(const Error& error, std::uint64_t step);
+  Error diagnoseCommFailure(const Error& error, const std::string& when);
+  std::string describeStragglers(const std::vector<RankLiveness>& status) const;
 
   TrainerOptions options_;
   DistEnv env_;

@@ -12,9 +12,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "lockstep/common/result.h"
@@ -23,11 +25,17 @@ namespace lockstep {
 
 inline constexpr std::uint32_t kStoreMaxFrameBytes = 16u << 20;
 
+// What a rank's main thread is doing, as its heartbeats say.
+enum class RankPhase : std::uint8_t { kStartup = 0, kCompute = 1, kCommunicate = 2, kCheckpoint = 3 };
+std::string_view rankPhaseName(RankPhase phase);
+
 struct RankLiveness {
   enum class State { kNeverSeen, kConnected, kDisconnected };
   int rank = 0;
   State state = State::kNeverSeen;
-  std::int64_t step = -1;                // last step the rank reported in a heartbeat
+  std::int64_t step = -1;                 // last completed step, from the latest heartbeat
+  RankPhase phase = RankPhase::kStartup;
+  std::int64_t millisInPhase = 0;         // how long the main thread has been in that phase
   std::int64_t millisSinceHeartbeat = 0;  // or since it connected, before its first heartbeat
   std::string exitNote;                   // how the process ended, when its launcher knows
 };
@@ -54,7 +62,8 @@ class StoreServer {
 };
 
 // One connection to a store. Calls are serialized by an internal mutex, so one client may be
-// shared by threads; every call has a deadline.
+// shared by threads; every call has a deadline. A call that fails mid-exchange drops the
+// connection; the next call reconnects (and registers the rank again).
 class StoreClient {
  public:
   // Connects, retrying refused connections until `timeout` (the server may not be up yet).
@@ -69,18 +78,28 @@ class StoreClient {
   Result<std::string> get(const std::string& key, std::chrono::milliseconds timeout);
   // Registers this connection as `rank`'s: when it closes, the store marks the rank disconnected.
   Result<void> registerRank(int rank);
-  Result<void> heartbeat(std::int64_t step);
+  // Called when a wait is interrupted by a signal: returning true ends the call with kCancelled
+  // (a stop request); otherwise the wait goes on.
+  void setInterruptCheck(std::function<bool()> interrupted);
+  // The rank's progress: its last completed step, and the phase its main thread has been in for
+  // millisInPhase. Gives up after 2 s.
+  Result<void> heartbeat(std::int64_t step, RankPhase phase, std::int64_t millisInPhase);
   Result<std::vector<RankLiveness>> status(std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
   // The local address of this connection: the interface that routes to the store's host.
   std::string localAddress() const;
 
  private:
-  explicit StoreClient(int fd);
+  StoreClient(int fd, std::string host, std::uint16_t port);
   Result<std::string> call(const std::string& request, std::chrono::milliseconds timeout);
+  Result<std::string> exchange(const std::string& request, std::chrono::steady_clock::time_point deadline);
 
+  mutable std::mutex mutex_;  // guards everything below
   int fd_;
-  std::mutex mutex_;
+  const std::string host_;
+  const std::uint16_t port_;
+  int rank_ = -1;
+  std::function<bool()> interrupted_;
   std::chrono::milliseconds ioTimeout_{10000};
 };
 
