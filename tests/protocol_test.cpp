@@ -76,14 +76,21 @@ TEST(ProtocolRoundTrip, StartJobRequestKeepsEveryField) {
 
 TEST(ProtocolRoundTrip, OtherRequestsAndReplies) {
   for (const Request& r : {Request{1, HelloRequest{1, "lockstepctl"}}, Request{2, StopJobRequest{"job-1", 5000}},
-                           Request{3, SubscribeRequest{123456789}}}) {
+                           Request{3, FetchRequest{123456789, 500, 200}}, Request{4, ListJobsRequest{}},
+                           Request{5, LogsRequest{"job-1", 3, 65536}}}) {
     auto out = decodeRequest(encode(r));
     ASSERT_TRUE(out.ok()) << out.error().message;
     EXPECT_EQ(*out, r);
   }
-  NodeHello hello{1, "0.1.0", "gpu-node-1", 96, 1ull << 40, {{0, "NVIDIA H200", "GPU-abc", 141ull << 30}}, "", 99};
-  for (const Reply& r : {Reply{1, hello}, Reply{2, StartJobReply{"job-1"}}, Reply{3, StopJobReply{"job-1", JobState::kStopped}},
-                         Reply{4, ErrorReply{ErrorCode::kNotFound, "no job 'x'"}}}) {
+  NodeHello hello{1, "0.1.0", "gpu-node-1", 96, 1ull << 40, {{0, "NVIDIA H200", "GPU-abc", 141ull << 30}}, "", 99,
+                  "node-a", 0xfeedu, 5};
+  JobStatus job{validSpec(), JobState::kFailed, {{0, 0, std::nullopt, 4242, JobState::kFailed, std::nullopt, 9, false},
+                                                 {1, 1, 3u, 4243, JobState::kStopped, std::nullopt, std::nullopt, true}},
+                100, 200, "rank 0 was killed by signal 9", 29500};
+  FetchReply fetch{7, 3, 5, {StreamMessage{4, "node-a", validReport()}, StreamMessage{5, "node-a", JobEvent{"job-1", JobEventKind::kStarted, 1, {}, {}, {}, "", "", {}}}}};
+  for (const Reply& r : {Reply{1, hello}, Reply{2, StartJobReply{"job-1", 29500}}, Reply{3, StopJobReply{"job-1", JobState::kStopped}},
+                         Reply{4, ErrorReply{ErrorCode::kNotFound, "no job 'x'"}}, Reply{5, fetch}, Reply{6, JobsReply{{job}}},
+                         Reply{7, LogsReply{"job-1", 1, "line\n", true}}}) {
     auto out = decodeReply(encode(r));
     ASSERT_TRUE(out.ok()) << out.error().message;
     EXPECT_EQ(*out, r);

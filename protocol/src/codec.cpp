@@ -166,6 +166,9 @@ void toPb(const NodeHello& h, pb::NodeHello* m) {
   }
   m->set_gpu_status(h.gpuStatus);
   m->set_last_seq(h.lastSeq);
+  m->set_node_name(h.nodeName);
+  m->set_instance_id(h.instanceId);
+  m->set_sample_hz(h.sampleHz);
 }
 
 Result<NodeHello> fromPb(const pb::NodeHello& m) {
@@ -178,6 +181,9 @@ Result<NodeHello> fromPb(const pb::NodeHello& m) {
   for (const auto& g : m.gpus()) h.gpus.push_back({g.index(), g.name(), g.uuid(), g.memory_total_bytes()});
   h.gpuStatus = m.gpu_status();
   h.lastSeq = m.last_seq();
+  h.nodeName = m.node_name();
+  h.instanceId = m.instance_id();
+  h.sampleHz = m.sample_hz();
   LOCKSTEP_TRY(validateNodeHello(h));
   return h;
 }
@@ -304,6 +310,106 @@ Result<StepReport> fromPb(const pb::StepReport& m) {
   return r;
 }
 
+void toPb(const StreamMessage& message, pb::StreamMessage* m) {
+  m->set_seq(message.seq);
+  m->set_node(message.node);
+  std::visit(
+      [&](const auto& payload) {
+        using T = std::decay_t<decltype(payload)>;
+        if constexpr (std::is_same_v<T, JobEvent>) {
+          toPb(payload, m->mutable_job_event());
+        } else if constexpr (std::is_same_v<T, GpuSample>) {
+          toPb(payload, m->mutable_gpu_sample());
+        } else if constexpr (std::is_same_v<T, ProcessSample>) {
+          toPb(payload, m->mutable_process_sample());
+        } else {
+          toPb(payload, m->mutable_step_report());
+        }
+      },
+      message.payload);
+}
+
+Result<StreamMessage> fromPb(const pb::StreamMessage& m) {
+  if (m.seq() == 0) return bad("stream message: the sequence number is required (it counts from 1)");
+  StreamMessage out;
+  out.seq = m.seq();
+  out.node = m.node();
+  if (out.node.size() > 255) return bad("stream message: node name is longer than 255 bytes");
+  switch (m.payload_case()) {
+    case pb::StreamMessage::kJobEvent: {
+      LOCKSTEP_ASSIGN_OR_RETURN(out.payload, fromPb(m.job_event()));
+      return out;
+    }
+    case pb::StreamMessage::kGpuSample: {
+      LOCKSTEP_ASSIGN_OR_RETURN(out.payload, fromPb(m.gpu_sample()));
+      return out;
+    }
+    case pb::StreamMessage::kProcessSample: {
+      LOCKSTEP_ASSIGN_OR_RETURN(out.payload, fromPb(m.process_sample()));
+      return out;
+    }
+    case pb::StreamMessage::kStepReport: {
+      LOCKSTEP_ASSIGN_OR_RETURN(out.payload, fromPb(m.step_report()));
+      return out;
+    }
+    case pb::StreamMessage::PAYLOAD_NOT_SET:
+      break;
+  }
+  return bad("stream message has no payload");
+}
+
+// ---- job status ----
+
+void toPb(const RankStatus& r, pb::RankStatus* m) {
+  m->set_rank(r.rank);
+  m->set_local_rank(r.localRank);
+  setIf(r.gpuIndex, m, &pb::RankStatus::set_gpu_index);
+  m->set_pid(r.pid);
+  m->set_state(static_cast<pb::JobState>(r.state));
+  setIf(r.exitCode, m, &pb::RankStatus::set_exit_code);
+  setIf(r.signal, m, &pb::RankStatus::set_signal);
+  m->set_exit_unknown(r.exitUnknown);
+}
+
+Result<RankStatus> fromPb(const pb::RankStatus& m) {
+  RankStatus r;
+  r.rank = m.rank();
+  r.localRank = m.local_rank();
+  if (m.has_gpu_index()) r.gpuIndex = m.gpu_index();
+  r.pid = m.pid();
+  LOCKSTEP_ASSIGN_OR_RETURN(r.state, (enumFromPb<JobState>(m.state(), 1, 5, "rank state")));
+  if (m.has_exit_code()) r.exitCode = m.exit_code();
+  if (m.has_signal()) r.signal = m.signal();
+  r.exitUnknown = m.exit_unknown();
+  return r;
+}
+
+void toPb(const JobStatus& j, pb::JobStatus* m) {
+  toPb(j.spec, m->mutable_spec());
+  m->set_state(static_cast<pb::JobState>(j.state));
+  for (const auto& r : j.ranks) toPb(r, m->add_ranks());
+  m->set_started_unix_us(j.startedUnixUs);
+  m->set_ended_unix_us(j.endedUnixUs);
+  m->set_message(j.message);
+  m->set_rendezvous_port(j.rendezvousPort);
+}
+
+Result<JobStatus> fromPb(const pb::JobStatus& m) {
+  JobStatus j;
+  LOCKSTEP_ASSIGN_OR_RETURN(j.spec, fromPb(m.spec()));
+  LOCKSTEP_ASSIGN_OR_RETURN(j.state, (enumFromPb<JobState>(m.state(), 1, 5, "job state")));
+  for (const auto& r : m.ranks()) {
+    LOCKSTEP_ASSIGN_OR_RETURN(auto rank, fromPb(r));
+    j.ranks.push_back(std::move(rank));
+  }
+  j.startedUnixUs = m.started_unix_us();
+  j.endedUnixUs = m.ended_unix_us();
+  j.message = m.message();
+  j.rendezvousPort = m.rendezvous_port();
+  if (j.message.size() > 65536) return bad("job status message is longer than 64 KiB");
+  return j;
+}
+
 // ---- envelopes ----
 
 template <class Message>
@@ -353,8 +459,16 @@ std::string encode(const Request& request) {
         } else if constexpr (std::is_same_v<T, StopJobRequest>) {
           m.mutable_stop_job()->set_job_id(body.jobId);
           m.mutable_stop_job()->set_grace_ms(body.graceMs);
+        } else if constexpr (std::is_same_v<T, FetchRequest>) {
+          m.mutable_fetch()->set_after_seq(body.afterSeq);
+          m.mutable_fetch()->set_max_messages(body.maxMessages);
+          m.mutable_fetch()->set_wait_ms(body.waitMs);
+        } else if constexpr (std::is_same_v<T, ListJobsRequest>) {
+          m.mutable_list_jobs();
         } else {
-          m.mutable_subscribe()->set_after_seq(body.afterSeq);
+          m.mutable_logs()->set_job_id(body.jobId);
+          m.mutable_logs()->set_rank(body.rank);
+          m.mutable_logs()->set_max_bytes(body.maxBytes);
         }
       },
       request.body);
@@ -380,12 +494,18 @@ Result<Request> decodeRequest(std::string_view bytes, std::size_t maxBytes) {
       case pb::Request::kStopJob:
         LOCKSTEP_TRY(validateJobId(m.stop_job().job_id()));
         return Body{StopJobRequest{m.stop_job().job_id(), m.stop_job().grace_ms()}};
-      case pb::Request::kSubscribe:
-        return Body{SubscribeRequest{m.subscribe().after_seq()}};
+      case pb::Request::kFetch:
+        if (m.fetch().wait_ms() > 60000) return bad("fetch: wait_ms is over 60000");
+        return Body{FetchRequest{m.fetch().after_seq(), m.fetch().max_messages(), m.fetch().wait_ms()}};
+      case pb::Request::kListJobs:
+        return Body{ListJobsRequest{}};
+      case pb::Request::kLogs:
+        LOCKSTEP_TRY(validateJobId(m.logs().job_id()));
+        return Body{LogsRequest{m.logs().job_id(), m.logs().rank(), m.logs().max_bytes()}};
       case pb::Request::BODY_NOT_SET:
         break;
     }
-    return bad("request has no body (hello, start_job, stop_job or subscribe)");
+    return bad("request has no body (hello, start_job, stop_job, fetch, list_jobs or logs)");
   }();
   if (!body) return body.error();
   return Request{m.request_id(), std::move(body).value()};
@@ -404,9 +524,23 @@ std::string encode(const Reply& reply) {
           toPb(body, m.mutable_hello());
         } else if constexpr (std::is_same_v<T, StartJobReply>) {
           m.mutable_start_job()->set_job_id(body.jobId);
-        } else {
+          m.mutable_start_job()->set_rendezvous_port(body.rendezvousPort);
+        } else if constexpr (std::is_same_v<T, StopJobReply>) {
           m.mutable_stop_job()->set_job_id(body.jobId);
           m.mutable_stop_job()->set_state(static_cast<pb::JobState>(body.state));
+        } else if constexpr (std::is_same_v<T, FetchReply>) {
+          auto* f = m.mutable_fetch();
+          f->set_instance_id(body.instanceId);
+          f->set_first_seq(body.firstSeq);
+          f->set_last_seq(body.lastSeq);
+          for (const auto& message : body.messages) toPb(message, f->add_messages());
+        } else if constexpr (std::is_same_v<T, JobsReply>) {
+          for (const auto& job : body.jobs) toPb(job, m.mutable_jobs()->add_jobs());
+        } else {
+          m.mutable_logs()->set_job_id(body.jobId);
+          m.mutable_logs()->set_rank(body.rank);
+          m.mutable_logs()->set_text(body.text);
+          m.mutable_logs()->set_truncated(body.truncated);
         }
       },
       reply.body);
@@ -432,7 +566,30 @@ Result<Reply> decodeReply(std::string_view bytes, std::size_t maxBytes) {
     }
     case pb::Reply::kStartJob:
       LOCKSTEP_TRY(validateJobId(m.start_job().job_id()));
-      r.body = StartJobReply{m.start_job().job_id()};
+      if (m.start_job().rendezvous_port() > 65535) return bad("start job reply: the rendezvous port is out of range");
+      r.body = StartJobReply{m.start_job().job_id(), m.start_job().rendezvous_port()};
+      break;
+    case pb::Reply::kFetch: {
+      FetchReply f{m.fetch().instance_id(), m.fetch().first_seq(), m.fetch().last_seq(), {}};
+      for (const auto& message : m.fetch().messages()) {
+        LOCKSTEP_ASSIGN_OR_RETURN(auto decoded, fromPb(message));
+        f.messages.push_back(std::move(decoded));
+      }
+      r.body = std::move(f);
+      break;
+    }
+    case pb::Reply::kJobs: {
+      JobsReply jobs;
+      for (const auto& job : m.jobs().jobs()) {
+        LOCKSTEP_ASSIGN_OR_RETURN(auto decoded, fromPb(job));
+        jobs.jobs.push_back(std::move(decoded));
+      }
+      r.body = std::move(jobs);
+      break;
+    }
+    case pb::Reply::kLogs:
+      LOCKSTEP_TRY(validateJobId(m.logs().job_id()));
+      r.body = LogsReply{m.logs().job_id(), m.logs().rank(), m.logs().text(), m.logs().truncated()};
       break;
     case pb::Reply::kStopJob: {
       LOCKSTEP_TRY(validateJobId(m.stop_job().job_id()));
@@ -448,54 +605,14 @@ Result<Reply> decodeReply(std::string_view bytes, std::size_t maxBytes) {
 
 std::string encode(const StreamMessage& message) {
   pb::StreamMessage m;
-  m.set_seq(message.seq);
-  m.set_node(message.node);
-  std::visit(
-      [&](const auto& payload) {
-        using T = std::decay_t<decltype(payload)>;
-        if constexpr (std::is_same_v<T, JobEvent>) {
-          toPb(payload, m.mutable_job_event());
-        } else if constexpr (std::is_same_v<T, GpuSample>) {
-          toPb(payload, m.mutable_gpu_sample());
-        } else if constexpr (std::is_same_v<T, ProcessSample>) {
-          toPb(payload, m.mutable_process_sample());
-        } else {
-          toPb(payload, m.mutable_step_report());
-        }
-      },
-      message.payload);
+  toPb(message, &m);
   return serialize(m);
 }
 
 Result<StreamMessage> decodeStreamMessage(std::string_view bytes, std::size_t maxBytes) {
   pb::StreamMessage m;
   LOCKSTEP_TRY(parse(m, bytes, maxBytes, "stream message"));
-  if (m.seq() == 0) return bad("stream message: the sequence number is required (it counts from 1)");
-  StreamMessage out;
-  out.seq = m.seq();
-  out.node = m.node();
-  if (out.node.size() > 255) return bad("stream message: node name is longer than 255 bytes");
-  switch (m.payload_case()) {
-    case pb::StreamMessage::kJobEvent: {
-      LOCKSTEP_ASSIGN_OR_RETURN(out.payload, fromPb(m.job_event()));
-      break;
-    }
-    case pb::StreamMessage::kGpuSample: {
-      LOCKSTEP_ASSIGN_OR_RETURN(out.payload, fromPb(m.gpu_sample()));
-      break;
-    }
-    case pb::StreamMessage::kProcessSample: {
-      LOCKSTEP_ASSIGN_OR_RETURN(out.payload, fromPb(m.process_sample()));
-      break;
-    }
-    case pb::StreamMessage::kStepReport: {
-      LOCKSTEP_ASSIGN_OR_RETURN(out.payload, fromPb(m.step_report()));
-      break;
-    }
-    case pb::StreamMessage::PAYLOAD_NOT_SET:
-      return bad("stream message has no payload");
-  }
-  return out;
+  return fromPb(m);
 }
 
 }  // namespace lockstep

@@ -130,6 +130,17 @@ Result<void> validatePlacements(const JobSpec& spec) {
 
 }  // namespace
 
+std::string_view jobStateName(JobState state) {
+  switch (state) {
+    case JobState::kStarting: return "starting";
+    case JobState::kRunning: return "running";
+    case JobState::kFinished: return "finished";
+    case JobState::kFailed: return "failed";
+    case JobState::kStopped: return "stopped";
+  }
+  return "unknown";
+}
+
 Result<void> validateJobId(const std::string& jobId) {
   if (jobId.empty() || jobId.size() > 64) {
     return bad("job id '" + jobId.substr(0, 80) + "' must be 1 to 64 characters long");

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -32,6 +33,9 @@ struct NodeHello {
   std::vector<GpuInfo> gpus;
   std::string gpuStatus;
   std::uint64_t lastSeq = 0;
+  std::string nodeName;
+  std::uint64_t instanceId = 0;
+  std::uint32_t sampleHz = 0;
   bool operator==(const NodeHello&) const = default;
 };
 
@@ -118,57 +122,6 @@ struct JobSpec {
   std::uint64_t globalBatch() const { return std::uint64_t{batchPerRank} * accumSteps * worldSize; }
 };
 
-// ---- requests and replies ----
-
-struct HelloRequest {
-  std::uint32_t protocolVersion = kProtocolVersion;
-  std::string clientName;
-  bool operator==(const HelloRequest&) const = default;
-};
-struct StartJobRequest {
-  JobSpec spec;
-  bool operator==(const StartJobRequest&) const = default;
-};
-struct StopJobRequest {
-  std::string jobId;
-  std::uint32_t graceMs = 0;
-  bool operator==(const StopJobRequest&) const = default;
-};
-struct SubscribeRequest {
-  std::uint64_t afterSeq = 0;
-  bool operator==(const SubscribeRequest&) const = default;
-};
-
-struct Request {
-  std::uint64_t requestId = 0;
-  std::variant<HelloRequest, StartJobRequest, StopJobRequest, SubscribeRequest> body;
-  bool operator==(const Request&) const = default;
-};
-
-enum class JobState { kStarting = 1, kRunning = 2, kFinished = 3, kFailed = 4, kStopped = 5 };
-
-struct StartJobReply {
-  std::string jobId;
-  bool operator==(const StartJobReply&) const = default;
-};
-struct StopJobReply {
-  std::string jobId;
-  JobState state = JobState::kStopped;
-  bool operator==(const StopJobReply&) const = default;
-};
-
-struct ErrorReply {
-  ErrorCode code = ErrorCode::kInternal;
-  std::string message;
-  bool operator==(const ErrorReply&) const = default;
-};
-
-struct Reply {
-  std::uint64_t requestId = 0;
-  std::variant<ErrorReply, NodeHello, StartJobReply, StopJobReply> body;
-  bool operator==(const Reply&) const = default;
-};
-
 // ---- streamed messages ----
 
 enum class JobEventKind {
@@ -245,6 +198,114 @@ struct StreamMessage {
   std::string node;
   std::variant<JobEvent, GpuSample, ProcessSample, StepReport> payload;
   bool operator==(const StreamMessage&) const = default;
+};
+
+// ---- requests and replies ----
+
+struct HelloRequest {
+  std::uint32_t protocolVersion = kProtocolVersion;
+  std::string clientName;
+  bool operator==(const HelloRequest&) const = default;
+};
+struct StartJobRequest {
+  JobSpec spec;
+  bool operator==(const StartJobRequest&) const = default;
+};
+struct StopJobRequest {
+  std::string jobId;
+  std::uint32_t graceMs = 0;
+  bool operator==(const StopJobRequest&) const = default;
+};
+struct FetchRequest {
+  std::uint64_t afterSeq = 0;
+  std::uint32_t maxMessages = 0;
+  std::uint32_t waitMs = 0;
+  bool operator==(const FetchRequest&) const = default;
+};
+struct ListJobsRequest {
+  bool operator==(const ListJobsRequest&) const = default;
+};
+struct LogsRequest {
+  std::string jobId;
+  std::uint32_t rank = 0;
+  std::uint32_t maxBytes = 0;
+  bool operator==(const LogsRequest&) const = default;
+};
+
+struct Request {
+  std::uint64_t requestId = 0;
+  std::variant<HelloRequest, StartJobRequest, StopJobRequest, FetchRequest, ListJobsRequest, LogsRequest> body;
+  bool operator==(const Request&) const = default;
+};
+
+enum class JobState { kStarting = 1, kRunning = 2, kFinished = 3, kFailed = 4, kStopped = 5 };
+std::string_view jobStateName(JobState state);
+
+struct StartJobReply {
+  std::string jobId;
+  std::uint32_t rendezvousPort = 0;
+  bool operator==(const StartJobReply&) const = default;
+};
+struct StopJobReply {
+  std::string jobId;
+  JobState state = JobState::kStopped;
+  bool operator==(const StopJobReply&) const = default;
+};
+
+struct ErrorReply {
+  ErrorCode code = ErrorCode::kInternal;
+  std::string message;
+  bool operator==(const ErrorReply&) const = default;
+};
+
+struct FetchReply {
+  std::uint64_t instanceId = 0;
+  std::uint64_t firstSeq = 0;
+  std::uint64_t lastSeq = 0;
+  std::vector<StreamMessage> messages;
+  bool operator==(const FetchReply&) const = default;
+};
+
+struct RankStatus {
+  std::uint32_t rank = 0;
+  std::uint32_t localRank = 0;
+  std::optional<std::uint32_t> gpuIndex;
+  std::uint32_t pid = 0;
+  JobState state = JobState::kRunning;
+  std::optional<std::int32_t> exitCode;
+  std::optional<std::int32_t> signal;
+  bool exitUnknown = false;
+  bool operator==(const RankStatus&) const = default;
+};
+
+struct JobStatus {
+  JobSpec spec;
+  JobState state = JobState::kStarting;
+  std::vector<RankStatus> ranks;
+  std::int64_t startedUnixUs = 0;
+  std::int64_t endedUnixUs = 0;
+  std::string message;
+  std::uint32_t rendezvousPort = 0;
+  bool operator==(const JobStatus&) const = default;
+};
+
+struct JobsReply {
+  std::vector<JobStatus> jobs;
+  bool operator==(const JobsReply&) const = default;
+};
+
+struct LogsReply {
+  std::string jobId;
+  std::uint32_t rank = 0;
+  std::string text;
+  bool truncated = false;
+  bool operator==(const LogsReply&) const = default;
+};
+
+struct Reply {
+  std::uint64_t requestId = 0;
+  std::variant<ErrorReply, NodeHello, StartJobReply, StopJobReply, FetchReply, JobsReply, LogsReply> body;
+  bool operator==(const Reply&) const = default;
 };
 
 }  // namespace lockstep
