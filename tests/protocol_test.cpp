@@ -121,6 +121,30 @@ TEST(ProtocolRoundTrip, StreamedPayloads) {
   EXPECT_EQ(roundTripStream(event), event);
 }
 
+TEST(ProtocolJson, JobSpecRoundTripsThroughJson) {
+  const JobSpec spec = validSpec();
+  const std::string json = jobSpecToJson(spec);
+  EXPECT_NE(json.find("\"batchPerRank\": 64"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"OPTIMIZER_KIND_SGD\""), std::string::npos) << json;
+  auto back = jobSpecFromJson(json);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(*back, spec);
+}
+
+TEST(ProtocolJson, BadJobFilesSayWhatIsWrong) {
+  auto notJson = jobSpecFromJson("{ layers: [1, 2");
+  ASSERT_FALSE(notJson.ok());
+  EXPECT_NE(notJson.error().message.find("not a lockstep.v1.JobSpec in JSON"), std::string::npos);
+  auto unknownField = jobSpecFromJson(R"({"jobId": "a", "bogusField": 3})");
+  ASSERT_FALSE(unknownField.ok());
+  auto invalid = jobSpecFromJson(R"({"jobId": "a", "backend": "BACKEND_CPU", "activation": "ACTIVATION_RELU",
+      "precision": "PRECISION_FP32", "layers": [4, 2], "dataset": {"synthetic": {"samples": "10", "dim": 4, "classes": 2}},
+      "batchPerRank": 8, "accumSteps": 1, "optimizer": {"kind": "OPTIMIZER_KIND_SGD", "lr": 0.1}, "bucketMb": 25,
+      "timeoutS": 60, "worldSize": 1})");
+  ASSERT_FALSE(invalid.ok());
+  EXPECT_NE(invalid.error().message.find("exactly one of steps and epochs"), std::string::npos) << invalid.error().message;
+}
+
 // ---- rejection ----
 
 struct Rejection {

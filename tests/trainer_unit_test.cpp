@@ -12,6 +12,7 @@
 #include "checkpoint.h"
 #include "dataset.h"
 #include "lockstep/common/files.h"
+#include "lockstep/common/npy.h"
 #include "model.h"
 #include "optimizer.h"
 #include "options.h"

@@ -5,6 +5,8 @@
 #include "lockstep/protocol/validate.h"
 #include "lockstep/v1/lockstep.pb.h"
 
+#include <google/protobuf/util/json_util.h>
+
 namespace lockstep {
 namespace {
 
@@ -601,6 +603,25 @@ Result<Reply> decodeReply(std::string_view bytes, std::size_t maxBytes) {
       return bad("reply has no body");
   }
   return r;
+}
+
+std::string jobSpecToJson(const JobSpec& spec) {
+  pb::JobSpec m;
+  toPb(spec, &m);
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &json, options);
+  return json;
+}
+
+Result<JobSpec> jobSpecFromJson(std::string_view json) {
+  if (json.size() > kMaxMessageBytes) return bad("the job spec file is larger than 4 MiB");
+  pb::JobSpec m;
+  const auto status = google::protobuf::util::JsonStringToMessage(std::string(json), &m);
+  if (!status.ok()) return bad("not a lockstep.v1.JobSpec in JSON: " + status.ToString());
+  return fromPb(m);
 }
 
 std::string encode(const StreamMessage& message) {

@@ -32,17 +32,4 @@ Result<Dataset> loadNpyDataset(const NpyDataset& spec, std::uint32_t expectedDim
 // The job's dataset, checked against its first and last layer sizes.
 Result<Dataset> loadDataset(const JobSpec& spec);
 
-// Checks that the files exist and their headers fit the model, without reading the data.
-Result<void> checkNpyDataset(const NpyDataset& spec, std::uint32_t expectedDim);
-
-struct NpyHeader {
-  std::string descr;  // e.g. "<f4"
-  bool fortranOrder = false;
-  std::vector<std::uint64_t> shape;
-  std::uint64_t dataOffset = 0;  // bytes from the start of the file
-};
-
-// Parses the header at the start of a .npy file (`head` holds at least its first bytes).
-Result<NpyHeader> parseNpyHeader(std::string_view head, const std::string& path);
-
 }  // namespace lockstep::trainer

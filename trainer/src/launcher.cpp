@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "dataset.h"
+#include "lockstep/common/npy.h"
 #include "lockstep/common/process.h"
 #include "lockstep/common/store.h"
 
@@ -35,7 +36,7 @@ Result<int> runLocalRanks(const TrainerOptions& options, const std::vector<std::
   const JobSpec& spec = options.spec;
   const std::uint32_t nproc = options.nproc;
   // Catch bad data once, here, rather than N times in the ranks.
-  if (const auto* npy = std::get_if<NpyDataset>(&spec.dataset)) LOCKSTEP_TRY(checkNpyDataset(*npy, spec.layers.front()));
+  if (const auto* npy = std::get_if<NpyDataset>(&spec.dataset)) LOCKSTEP_TRY(checkNpyDataset(npy->featuresPath, npy->labelsPath, spec.layers.front()));
   if (!options.metricsOut.empty() && !options.resume) {
     const int fd = ::open(options.metricsOut.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return errnoError("--metrics-out: cannot create " + options.metricsOut, errno);

@@ -40,8 +40,6 @@ std::int64_t unixMicros() {
       .count();
 }
 
-const char* activationName(Activation a) { return a == Activation::kGelu ? "gelu" : "relu"; }
-const char* optimizerName(OptimizerKind k) { return k == OptimizerKind::kAdamW ? "adamw" : "sgd"; }
 
 Result<std::uint32_t> envNumber(const char* name, std::uint32_t fallback, std::uint32_t max) {
   const char* text = std::getenv(name);

@@ -24,4 +24,9 @@ Result<Reply> decodeReply(std::string_view bytes, std::size_t maxBytes = kMaxMes
 Result<StreamMessage> decodeStreamMessage(std::string_view bytes,
                                           std::size_t maxBytes = kMaxMessageBytes);
 
+// A job spec in protobuf's JSON mapping of lockstep.v1.JobSpec (lowerCamelCase names, enums by
+// name), for job files: `lockstepctl start --spec job.json`. Parsing validates like decoding.
+std::string jobSpecToJson(const JobSpec& spec);
+Result<JobSpec> jobSpecFromJson(std::string_view json);
+
 }  // namespace lockstep
