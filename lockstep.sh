@@ -16,7 +16,7 @@ JOBS=${LOCKSTEP_JOBS:-$(nproc)}
 PACKAGES=(
   cmake ninja-build g++ ccache pkg-config
   libprotobuf-dev protobuf-compiler
-  libzmq3-dev cppzmq-dev
+  libzmq3-dev cppzmq-dev libsodium-dev
   libgloo-dev libopenblas-dev
   nlohmann-json3-dev libgtest-dev
   python3-torch python3-numpy  # the PyTorch reference test and bench/

@@ -15,7 +15,7 @@
 #include "lockstep/common/npy.h"
 #include "model.h"
 #include "optimizer.h"
-#include "options.h"
+#include "lockstep/jobflags/options.h"
 #include "safetensors.h"
 #include "sampler.h"
 #include "support/test_support.h"
@@ -466,6 +466,44 @@ TEST(Options, TheIssueExampleParses) {
   EXPECT_DOUBLE_EQ(o->spec.optimizer.momentum, 0.9);
   EXPECT_EQ(o->metricsOut, "m.jsonl");
   EXPECT_EQ(withoutNproc({"--nproc", "2", "--steps", "3", "--nproc=4"}), (std::vector<std::string>{"--steps", "3"}));
+}
+
+TEST(Options, AJobSpecSurvivesTheTripThroughTrainerFlags) {
+  // The agent turns a JobSpec into flags; the trainer must read back the same job.
+  JobSpec spec;
+  spec.jobId = "trip-1";
+  spec.layers = {12, 40, 7};
+  spec.activation = Activation::kGelu;
+  spec.dataset = NpyDataset{"/data/x.npy", "/data/y.npy"};
+  spec.batchPerRank = 48;
+  spec.accumSteps = 3;
+  spec.optimizer = {OptimizerKind::kAdamW, 0.1 / 3, 0.0, false, 0.013, 0.85, 0.995, 1e-7, LrScaling::kLinear, 96};
+  spec.epochs = 4;
+  spec.targetLoss = 0.125;
+  spec.shuffle = false;
+  spec.seed = 1234567890123ull;
+  spec.bucketMb = 2.5;
+  spec.checkpointEvery = 50;
+  spec.checkpointDir = "/ckpt";
+  spec.initWeightsPath = "/w.safetensors";
+  spec.timeoutS = 90;
+  const auto args = jobSpecToTrainerArgs(spec, "/m.jsonl");
+  auto parsed = parseTrainerArgs(args);
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  EXPECT_EQ(parsed->spec, spec);
+  EXPECT_EQ(parsed->metricsOut, "/m.jsonl");
+  EXPECT_TRUE(parsed->resume);  // an agent-run job continues from its checkpoints
+
+  spec.dataset = SyntheticDataset{1000, 12, 7, 9};
+  spec.optimizer = {OptimizerKind::kSgd, 0.05, 0.9, true, 0.0, 0.9, 0.999, 1e-8, LrScaling::kNone, 0};
+  spec.epochs = 0;
+  spec.steps = 77;
+  spec.targetLoss.reset();
+  spec.checkpointDir.clear();
+  spec.checkpointEvery = 0;
+  parsed = parseTrainerArgs(jobSpecToTrainerArgs(spec, "/m.jsonl"));
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  EXPECT_EQ(parsed->spec, spec);
 }
 
 TEST(Options, MistakesNameTheFlag) {

@@ -52,14 +52,15 @@ Result<std::string> readFile(const std::string& path, std::uint64_t maxBytes) {
   return out;
 }
 
-Result<void> writeFileAtomic(const std::string& path, std::string_view data) {
+Result<void> writeFileAtomic(const std::string& path, std::string_view data, unsigned mode) {
   const std::filesystem::path target(path);
   const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
   const std::string tmp = (dir / ("." + target.filename().string() + ".tmp." +
                                   std::to_string(::getpid())))
                               .string();
   {
-    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode));
+    if (fd.valid()) ::fchmod(fd.get(), mode);  // the umask must not widen or narrow it
     if (fd.get() < 0) return errnoError("cannot create " + tmp, errno);
     if (auto written = writeAll(fd.get(), data, tmp); !written) {
       ::unlink(tmp.c_str());

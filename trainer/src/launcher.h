@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "lockstep/common/result.h"
-#include "options.h"
+#include "lockstep/jobflags/options.h"
 
 namespace lockstep::trainer {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "launcher.h"
-#include "options.h"
+#include "lockstep/jobflags/options.h"
 #include "trainer.h"
 
 namespace {

@@ -10,7 +10,7 @@
 
 #include "lockstep/common/result.h"
 #include "lockstep/common/store.h"
-#include "options.h"
+#include "lockstep/jobflags/options.h"
 
 namespace lockstep::trainer {
 

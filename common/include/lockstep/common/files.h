@@ -14,8 +14,9 @@ namespace lockstep {
 Result<std::string> readFile(const std::string& path, std::uint64_t maxBytes);
 
 // Writes `data` to `path` so that readers see the old file or the complete new one, never a
-// partial one, even across a crash: temp file in the same directory, fsync, rename, fsync dir.
-Result<void> writeFileAtomic(const std::string& path, std::string_view data);
+// partial one, even across a crash: temp file in the same directory (created with `mode`),
+// fsync, rename, fsync dir.
+Result<void> writeFileAtomic(const std::string& path, std::string_view data, unsigned mode = 0644);
 
 // Creates a directory and its parents; a newly made leaf gets `mode`. Succeeds if it exists.
 Result<void> makeDirectories(const std::string& path, unsigned mode = 0755);

@@ -1,7 +1,8 @@
-#include "options.h"
+#include "lockstep/jobflags/options.h"
 
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -317,6 +318,62 @@ When LOCKSTEP_REPORT holds a ZeroMQ endpoint, each step is also pushed there as 
 lockstep.v1.StreamMessage. Exit codes: 0 done, 1 failure, 2 bad input, 3 lost peer or timeout,
 128+N stopped by signal N. See docs/trainer.md.
 )";
+}
+
+std::vector<std::string> jobSpecToTrainerArgs(const JobSpec& spec, const std::string& metricsPath) {
+  std::vector<std::string> a;
+  auto real = [](double v) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.17g", v);
+    return std::string(text);
+  };
+  auto flag = [&a](const char* name, std::string value) {
+    a.emplace_back(name);
+    a.push_back(std::move(value));
+  };
+  flag("--backend", spec.backend == Backend::kCuda ? "cuda" : "cpu");
+  std::string layers;
+  for (auto l : spec.layers) layers += (layers.empty() ? "" : ",") + std::to_string(l);
+  flag("--layers", layers);
+  flag("--activation", spec.activation == Activation::kGelu ? "gelu" : "relu");
+  flag("--precision", spec.precision == Precision::kBf16 ? "bf16" : spec.precision == Precision::kTf32 ? "tf32" : "fp32");
+  if (const auto* s = std::get_if<SyntheticDataset>(&spec.dataset)) {
+    flag("--dataset", "synthetic:n=" + std::to_string(s->samples) + ",dim=" + std::to_string(s->dim) +
+                          ",classes=" + std::to_string(s->classes) + ",seed=" + std::to_string(s->seed));
+  } else {
+    const auto& npy = std::get<NpyDataset>(spec.dataset);
+    flag("--dataset", "npy:" + npy.featuresPath + "," + npy.labelsPath);
+  }
+  flag("--batch-per-rank", std::to_string(spec.batchPerRank));
+  flag("--accum-steps", std::to_string(spec.accumSteps));
+  if (spec.steps > 0) flag("--steps", std::to_string(spec.steps));
+  if (spec.epochs > 0) flag("--epochs", std::to_string(spec.epochs));
+  const auto& o = spec.optimizer;
+  flag("--optimizer", o.kind == OptimizerKind::kAdamW ? "adamw" : "sgd");
+  flag("--lr", real(o.lr));
+  flag("--momentum", real(o.momentum));
+  if (o.nesterov) a.emplace_back("--nesterov");
+  flag("--weight-decay", real(o.weightDecay));
+  flag("--beta1", real(o.beta1));
+  flag("--beta2", real(o.beta2));
+  flag("--eps", real(o.eps));
+  flag("--lr-scaling", o.lrScaling == LrScaling::kLinear ? "linear" : "none");
+  if (o.lrBaseBatch > 0) flag("--lr-base-batch", std::to_string(o.lrBaseBatch));
+  if (spec.targetLoss) flag("--target-loss", real(*spec.targetLoss));
+  if (!spec.shuffle) a.emplace_back("--no-shuffle");
+  flag("--seed", std::to_string(spec.seed));
+  flag("--bucket-mb", real(spec.bucketMb));
+  flag("--timeout-s", std::to_string(spec.timeoutS));
+  if (!spec.checkpointDir.empty()) {
+    flag("--checkpoint-dir", spec.checkpointDir);
+    if (spec.checkpointEvery > 0) flag("--checkpoint-every", std::to_string(spec.checkpointEvery));
+    // A job started again with the same checkpoint directory continues where it stopped.
+    a.emplace_back("--resume");
+  }
+  if (!spec.initWeightsPath.empty()) flag("--init-weights", spec.initWeightsPath);
+  flag("--job-id", spec.jobId);
+  flag("--metrics-out", metricsPath);
+  return a;
 }
 
 }  // namespace lockstep::trainer

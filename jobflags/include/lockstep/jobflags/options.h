@@ -1,6 +1,7 @@
 #pragma once
 // lockstep-trainer's command line: the job (a JobSpec, validated by the protocol library's rules)
-// plus what only this process needs. Flag names are the interface documented in docs/trainer.md.
+// plus what only this process needs. Flag names are the interface documented in docs/trainer.md;
+// lockstepctl start takes the same job flags, and the agent turns a JobSpec back into them.
 
 #include <cstdint>
 #include <string>
@@ -36,5 +37,10 @@ std::string trainerUsage();
 
 // argv[1..] without --nproc and its value: what the launcher passes to each rank it spawns.
 std::vector<std::string> withoutNproc(const std::vector<std::string>& args);
+
+// The trainer flags that make a rank run `spec`, writing metrics to metricsPath:
+// parseTrainerArgs(jobSpecToTrainerArgs(spec, m)).spec == spec (up to world size and rank placements,
+// which ranks take from their environment).
+std::vector<std::string> jobSpecToTrainerArgs(const JobSpec& spec, const std::string& metricsPath);
 
 }  // namespace lockstep::trainer

@@ -1,0 +1,182 @@
+#include "config.h"
+
+#include <unistd.h>
+
+#include <charconv>
+#include <climits>
+#include <filesystem>
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <map>
+#include <optional>
+
+#include "host.h"
+#include "lockstep/common/files.h"
+#include "lockstep/net/keys.h"
+
+namespace lockstep::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+Error usage(const std::string& message) { return invalidArgument(message + " (see lockstep-agent --help)"); }
+
+Result<std::uint32_t> number(const std::string& name, const std::string& text, std::uint32_t lo, std::uint32_t hi) {
+  std::uint32_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || v < lo || v > hi) {
+    return usage(name + ": '" + text + "' must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi));
+  }
+  return v;
+}
+
+Result<void> set(AgentConfig& c, const std::string& key, const std::string& value) {
+  if (key == "listen") {
+    c.listen = value;
+  } else if (key == "state-dir") {
+    c.stateDir = value;
+  } else if (key == "name") {
+    c.name = value;
+  } else if (key == "trainer") {
+    c.trainer = value;
+  } else if (key == "sample-hz") {
+    LOCKSTEP_ASSIGN_OR_RETURN(c.sampleHz, number("--sample-hz", value, 1, 20));
+  } else if (key == "stop-grace-ms") {
+    LOCKSTEP_ASSIGN_OR_RETURN(c.stopGraceMs, number("--stop-grace-ms", value, 100, 600000));
+  } else if (key == "replay-messages") {
+    LOCKSTEP_ASSIGN_OR_RETURN(c.replayMessages, number("--replay-messages", value, 1000, 100000000));
+  } else if (key == "nvml-library") {
+    c.nvmlLibrary = value;
+  } else {
+    return usage("unknown setting '" + key + "'");
+  }
+  return {};
+}
+
+std::string trim(const std::string& s) {
+  const auto a = s.find_first_not_of(" \t\r");
+  if (a == std::string::npos) return {};
+  return s.substr(a, s.find_last_not_of(" \t\r") - a + 1);
+}
+
+Result<void> readConfigFile(AgentConfig& c, const std::string& path, bool mustExist) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    if (mustExist) return usage("--config " + path + ": no such file");
+    return {};
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(auto text, readFile(path, 1u << 20));
+  std::istringstream lines(text);
+  std::string line;
+  int n = 0;
+  while (std::getline(lines, line)) {
+    ++n;
+    line = trim(line);
+    if (line.empty() || line[0] == '#') continue;
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) return invalidArgument(path + " line " + std::to_string(n) + ": expected key = value");
+    std::string key = trim(line.substr(0, eq));
+    std::replace(key.begin(), key.end(), '_', '-');
+    if (auto r = set(c, key, trim(line.substr(eq + 1))); !r) return r.error().withContext(path + " line " + std::to_string(n));
+  }
+  return {};
+}
+
+std::string besideThisProgram(const std::string& name) {
+  char self[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return name;
+  return (fs::path(std::string(self, static_cast<size_t>(n))).parent_path() / name).string();
+}
+
+}  // namespace
+
+std::string AgentConfig::listenHost() const {
+  const std::string rest = listen.substr(listen.find("://") + 3);
+  return rest.substr(0, rest.rfind(':'));
+}
+
+std::string AgentConfig::authorizedKeysPath() const { return (fs::path(stateDir) / "authorized_keys").string(); }
+std::string AgentConfig::logPath() const { return (fs::path(stateDir) / "agent.log").string(); }
+
+Result<AgentConfig> parseAgentArgs(const std::vector<std::string>& args) {
+  AgentConfig flags;
+  std::map<std::string, std::string> given;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string a = args[i];
+    if (a == "--help" || a == "-h") {
+      flags.help = true;
+      continue;
+    }
+    if (a == "--version") {
+      flags.version = true;
+      continue;
+    }
+    if (a == "--print-key") {
+      flags.printKey = true;
+      continue;
+    }
+    if (a.rfind("--", 0) != 0) return usage("unexpected argument '" + a + "'");
+    std::string value;
+    if (const auto eq = a.find('='); eq != std::string::npos) {
+      value = a.substr(eq + 1);
+      a = a.substr(0, eq);
+    } else {
+      if (i + 1 >= args.size()) return usage(a + " needs a value");
+      value = args[++i];
+    }
+    given[a.substr(2)] = value;
+  }
+  if (flags.help || flags.version) return flags;
+
+  AgentConfig c;
+  c.printKey = flags.printKey;
+  if (auto it = given.find("state-dir"); it != given.end()) c.stateDir = it->second;
+  if (c.stateDir.empty()) c.stateDir = defaultAgentStateDir();
+  if (auto it = given.find("config"); it != given.end()) {
+    c.configFile = it->second;
+    LOCKSTEP_TRY(readConfigFile(c, c.configFile, true));
+  } else {
+    LOCKSTEP_TRY(readConfigFile(c, (fs::path(c.stateDir) / "agent.conf").string(), false));
+  }
+  for (const auto& [key, value] : given) {
+    if (key != "config") LOCKSTEP_TRY(set(c, key, value));  // flags win over the file
+  }
+  if (c.listen.rfind("tcp://", 0) != 0 || c.listen.rfind(':') <= 6) {
+    return usage("--listen " + c.listen + ": expected tcp://HOST:PORT");
+  }
+  LOCKSTEP_TRY(number("--listen port", c.listen.substr(c.listen.rfind(':') + 1), 1, 65535));
+  if (c.name.empty()) c.name = hostName();
+  if (c.name.size() > 255) return usage("--name is longer than 255 characters");
+  if (c.trainer.empty()) c.trainer = besideThisProgram("lockstep-trainer");
+  return c;
+}
+
+std::string agentUsage() {
+  return R"(Usage: lockstep-agent [options]
+
+The Lockstep daemon of one node: it starts and stops training ranks (lockstep-trainer) for
+authorized clients, samples GPUs (NVML) and rank processes, and streams step reports, samples and
+job events to clients. All traffic is encrypted and authenticated with ZeroMQ CURVE: a client may
+connect only when its public key is in STATE/authorized_keys (one key and a comment per line).
+
+  --listen tcp://HOST:PORT   where clients connect (default tcp://127.0.0.1:7700)
+  --state-dir DIR            keys, authorized keys, job table, logs (default $XDG_STATE_HOME/lockstep-agent)
+  --name NAME                this node's name in job specs (default: the host name)
+  --trainer PATH             the one program jobs run (default: lockstep-trainer beside this program)
+  --sample-hz N              GPU and process samples per second, 1 to 20 (default 5)
+  --stop-grace-ms N          SIGTERM to SIGKILL when stopping a job (default 10000)
+  --replay-messages N        streamed messages kept for clients that reconnect (default 600000)
+  --nvml-library SONAME      NVML to load (default libnvidia-ml.so.1)
+  --config FILE              settings as `key = value` lines (default STATE/agent.conf if present)
+  --print-key                print this agent's public key (creating its key pair) and exit
+  --help, --version
+
+The agent prints its public key when it creates it; pin it on clients with
+`lockstepctl trust HOST:PORT KEY`. SIGTERM stops the agent and leaves running jobs alone: a
+restarted agent adopts them again.
+)";
+}
+
+}  // namespace lockstep::agent

@@ -1,0 +1,35 @@
+#pragma once
+// lockstep-agent's settings: command-line flags, over an optional config file of `key = value`
+// lines (STATE/agent.conf unless --config names another).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lockstep/common/result.h"
+
+namespace lockstep::agent {
+
+struct AgentConfig {
+  std::string listen = "tcp://127.0.0.1:7700";
+  std::string stateDir;             // default: $XDG_STATE_HOME/lockstep-agent
+  std::string name;                 // default: the host name
+  std::string trainer;              // default: lockstep-trainer beside this program
+  std::uint32_t sampleHz = 5;       // 1 to 20
+  std::uint32_t stopGraceMs = 10000;
+  std::uint32_t replayMessages = 600000;
+  std::string nvmlLibrary = "libnvidia-ml.so.1";
+  std::string configFile;
+  bool printKey = false;
+  bool help = false;
+  bool version = false;
+
+  std::string listenHost() const;  // HOST of tcp://HOST:PORT
+  std::string authorizedKeysPath() const;
+  std::string logPath() const;
+};
+
+Result<AgentConfig> parseAgentArgs(const std::vector<std::string>& args);
+std::string agentUsage();
+
+}  // namespace lockstep::agent

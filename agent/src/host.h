@@ -1,0 +1,27 @@
+#pragma once
+// Facts about this machine and its processes, from the kernel.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace lockstep::agent {
+
+std::string hostName();
+std::uint32_t cpuCores();
+std::uint64_t memoryTotalBytes();
+
+// One process's line in /proc/PID/stat and its resident memory.
+struct ProcStat {
+  char state = '?';              // R, S, D, Z, ...
+  pid_t processGroup = 0;
+  std::uint64_t cpuTicks = 0;    // user + system, in clock ticks
+  std::uint64_t startTicks = 0;  // when it started, in clock ticks after boot: with the pid, its identity
+  std::uint64_t rssBytes = 0;
+};
+std::optional<ProcStat> readProcStat(pid_t pid);
+long clockTicksPerSecond();
+
+}  // namespace lockstep::agent

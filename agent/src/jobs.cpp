@@ -1,0 +1,533 @@
+#include "jobs.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "host.h"
+#include "lockstep/common/files.h"
+#include "lockstep/common/npy.h"
+#include "lockstep/jobflags/options.h"
+#include "lockstep/protocol/codec.h"
+
+namespace lockstep::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::json;
+
+constexpr std::size_t kLogTailBytes = 4096;
+
+std::int64_t unixMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+int pidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
+// The last `maxBytes` of a file (and how much more there was).
+std::string fileTail(const std::string& path, std::uint64_t maxBytes, bool* more) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return {};
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return {};
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  const std::uint64_t start = size > maxBytes ? size - maxBytes : 0;
+  if (more) *more = start > 0;
+  std::string text(static_cast<std::size_t>(size - start), '\0');
+  if (!readExactly(fd.get(), text.data(), text.size(), start, path)) return {};
+  return text;
+}
+
+}  // namespace
+
+struct Rank {
+  RankPlacement placement;
+  pid_t pid = -1;
+  std::uint64_t startTicks = 0;
+  bool child = true;  // false once adopted by a restarted agent: its exit status is not ours to read
+  UniqueFd pidfd;
+  JobState state = JobState::kRunning;
+  std::optional<ExitStatus> exit;
+  bool exitUnknown = false;
+  std::string logPath;
+  std::uint64_t lastStep = 0;
+};
+
+struct JobManager::Job {
+  JobSpec spec;
+  JobState state = JobState::kStarting;
+  std::vector<Rank> ranks;
+  std::int64_t startedUnixUs = 0;
+  std::int64_t endedUnixUs = 0;
+  std::string message;
+  std::string dir;
+  std::unique_ptr<StoreServer> store;
+  std::uint32_t storePort = 0;
+  bool stopRequested = false;
+  std::optional<Clock::time_point> killAt;
+
+  bool running() const { return state == JobState::kStarting || state == JobState::kRunning; }
+  bool anyRankRunning() const {
+    return std::any_of(ranks.begin(), ranks.end(), [](const Rank& r) { return r.state == JobState::kRunning; });
+  }
+};
+
+JobManager::JobManager(JobManagerOptions options, Emit emit) : options_(std::move(options)), emit_(std::move(emit)) {}
+
+JobManager::~JobManager() = default;
+
+JobEvent JobManager::event(const Job& job, JobEventKind kind, std::string message) const {
+  JobEvent e;
+  e.jobId = job.spec.jobId;
+  e.kind = kind;
+  e.timeUnixUs = unixMicros();
+  e.message = std::move(message);
+  return e;
+}
+
+Result<void> JobManager::checkFits(const JobSpec& spec, const std::vector<RankPlacement>& local) const {
+  if (spec.backend == Backend::kCuda) {
+    if (options_.node.gpuCount == 0) {
+      return Error{ErrorCode::kFailedPrecondition, "node " + options_.node.name + " has no GPUs: use the CPU backend"};
+    }
+    const auto busy = busyGpus();
+    std::set<std::uint32_t> mine;
+    for (const auto& p : local) {
+      const std::uint32_t gpu = *p.gpuIndex;
+      if (gpu >= options_.node.gpuCount) {
+        return invalidArgument("rank " + std::to_string(p.rank) + " wants GPU " + std::to_string(gpu) + " but node " +
+                               options_.node.name + " has " + std::to_string(options_.node.gpuCount));
+      }
+      if (auto it = busy.find(gpu); it != busy.end()) {
+        return Error{ErrorCode::kFailedPrecondition,
+                     "GPU " + std::to_string(gpu) + " on " + options_.node.name + " is busy with job " + it->second};
+      }
+      mine.insert(gpu);
+    }
+  } else if (local.size() > options_.node.cpuCores) {
+    return Error{ErrorCode::kResourceExhausted, "node " + options_.node.name + " has " +
+                                                    std::to_string(options_.node.cpuCores) + " cores for " +
+                                                    std::to_string(local.size()) + " CPU ranks: place fewer ranks here"};
+  }
+  if (const auto* npy = std::get_if<NpyDataset>(&spec.dataset)) {
+    LOCKSTEP_TRY(checkNpyDataset(npy->featuresPath, npy->labelsPath, spec.layers.front()));
+  }
+  if (::access(options_.trainerPath.c_str(), X_OK) != 0) {
+    return Error{ErrorCode::kFailedPrecondition, "the trainer " + options_.trainerPath +
+                                                     " cannot be run on this node: set --trainer when starting the agent"};
+  }
+  return {};
+}
+
+Result<StartJobReply> JobManager::start(const JobSpec& spec) {
+  if (jobs_.count(spec.jobId)) {
+    return Error{ErrorCode::kAlreadyExists, "job " + spec.jobId + " already exists on " + options_.node.name +
+                                                ": pick another job id"};
+  }
+  std::vector<RankPlacement> local;
+  if (spec.ranks.empty()) {
+    for (std::uint32_t r = 0; r < spec.worldSize; ++r) local.push_back({r, options_.node.name, r, std::nullopt});
+  } else {
+    std::string nodes;
+    for (const auto& p : spec.ranks) {
+      if (p.node == options_.node.name) local.push_back(p);
+      if (nodes.find(p.node) == std::string::npos) nodes += (nodes.empty() ? "" : ", ") + p.node;
+    }
+    if (local.empty()) {
+      return invalidArgument("job " + spec.jobId + " places no rank on node " + options_.node.name + " (it names " +
+                             nodes + ")");
+    }
+  }
+  LOCKSTEP_TRY(checkFits(spec, local));
+
+  auto job = std::make_unique<Job>();
+  job->spec = spec;
+  job->dir = (fs::path(options_.stateDir) / "jobs" / spec.jobId).string();
+  const bool runsRankZero = std::any_of(local.begin(), local.end(), [](const RankPlacement& p) { return p.rank == 0; });
+  std::string masterAddr = spec.rendezvousHost;
+  std::uint32_t masterPort = spec.rendezvousPort;
+  if (spec.worldSize > 1 && runsRankZero) {
+    const bool wildcard = options_.listenHost.empty() || options_.listenHost == "*" || options_.listenHost == "0.0.0.0";
+    LOCKSTEP_ASSIGN_OR_RETURN(job->store, StoreServer::start(wildcard ? "0.0.0.0" : options_.listenHost, 0));
+    job->storePort = job->store->port();
+    masterPort = job->storePort;
+    if (masterAddr.empty()) masterAddr = wildcard ? "127.0.0.1" : options_.listenHost;
+  } else if (spec.worldSize > 1 && (masterAddr.empty() || masterPort == 0)) {
+    return invalidArgument("job " + spec.jobId + ": rank 0 runs on another node, so the job spec needs that node's "
+                           "rendezvous host and port (start the job there first; lockstepctl does)");
+  }
+
+  LOCKSTEP_TRY(makeDirectories(job->dir, 0700));
+  const std::string metricsPath = (fs::path(job->dir) / "metrics.jsonl").string();
+  LOCKSTEP_TRY(writeFileAtomic(metricsPath, ""));
+  const auto localWorld = static_cast<std::uint32_t>(local.size());
+  const std::uint32_t threads = std::max(1u, options_.node.cpuCores / localWorld);
+  std::vector<std::string> argv = {options_.trainerPath};
+  const auto args = trainer::jobSpecToTrainerArgs(spec, metricsPath);
+  argv.insert(argv.end(), args.begin(), args.end());
+
+  for (const auto& placement : local) {
+    Rank rank;
+    rank.placement = placement;
+    rank.logPath = (fs::path(job->dir) / ("rank-" + std::to_string(placement.rank) + ".log")).string();
+    SpawnOptions spawn;
+    spawn.argv = argv;
+    spawn.env = {{"RANK", std::to_string(placement.rank)},
+                 {"WORLD_SIZE", std::to_string(spec.worldSize)},
+                 {"LOCAL_RANK", std::to_string(placement.localRank)},
+                 {"LOCAL_WORLD_SIZE", std::to_string(localWorld)},
+                 {"MASTER_ADDR", masterAddr.empty() ? "127.0.0.1" : masterAddr},
+                 {"MASTER_PORT", std::to_string(masterPort)},
+                 {"LOCKSTEP_AGENT_STORE", "1"},
+                 {"LOCKSTEP_JOB_ID", spec.jobId},
+                 {"LOCKSTEP_REPORT", options_.reportEndpoint},
+                 {"CUDA_VISIBLE_DEVICES", placement.gpuIndex ? std::to_string(*placement.gpuIndex) : ""},
+                 {"OPENBLAS_NUM_THREADS", std::to_string(threads)}};
+    spawn.stdoutPath = rank.logPath;
+    spawn.stderrPath = rank.logPath;
+    spawn.newProcessGroup = true;
+    auto pid = spawnProcess(spawn);
+    if (!pid) {
+      signalRanks(*job, SIGKILL);
+      for (auto& r : job->ranks) (void)waitProcess(r.pid, std::chrono::seconds(5));
+      return pid.error().withContext("cannot start rank " + std::to_string(placement.rank));
+    }
+    rank.pid = *pid;
+    rank.pidfd = UniqueFd(pidfdOpen(*pid));
+    if (auto stat = readProcStat(*pid)) rank.startTicks = stat->startTicks;
+    job->ranks.push_back(std::move(rank));
+  }
+  job->state = JobState::kRunning;
+  job->startedUnixUs = unixMicros();
+  StartJobReply reply{spec.jobId, job->storePort};
+  std::string pids;
+  for (const auto& r : job->ranks) {
+    pids += (pids.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r.placement.rank) + " pid " +
+            std::to_string(r.pid);
+  }
+  emit_(event(*job, JobEventKind::kStarted, "started on " + options_.node.name + ": " + pids));
+  order_.push_back(spec.jobId);
+  jobs_[spec.jobId] = std::move(job);
+  persist();
+  return reply;
+}
+
+Result<StopJobReply> JobManager::stop(const std::string& jobId, std::uint32_t graceMs) {
+  auto it = jobs_.find(jobId);
+  if (it == jobs_.end()) {
+    return Error{ErrorCode::kNotFound, "no job " + jobId + " on " + options_.node.name + " (lockstepctl status lists them)"};
+  }
+  Job& job = *it->second;
+  if (job.running() && !job.stopRequested) {
+    job.stopRequested = true;
+    signalRanks(job, SIGTERM);
+    job.killAt = Clock::now() + (graceMs > 0 ? std::chrono::milliseconds(graceMs) : options_.defaultStopGrace);
+    persist();
+  }
+  return StopJobReply{jobId, job.state};
+}
+
+void JobManager::signalRanks(Job& job, int signal) {
+  for (const auto& r : job.ranks) {
+    if (r.state == JobState::kRunning && r.pid > 0) ::kill(-r.pid, signal);  // the rank's process group
+  }
+}
+
+std::vector<int> JobManager::exitFds() const {
+  std::vector<int> fds;
+  for (const auto& [id, job] : jobs_) {
+    for (const auto& r : job->ranks) {
+      if (r.state == JobState::kRunning && r.pidfd.valid()) fds.push_back(r.pidfd.get());
+    }
+  }
+  return fds;
+}
+
+void JobManager::poll() {
+  for (auto& [id, job] : jobs_) {
+    for (std::size_t i = 0; i < job->ranks.size(); ++i) {
+      Rank& r = job->ranks[i];
+      if (r.state != JobState::kRunning) continue;
+      if (r.child) {
+        int status = 0;
+        if (::waitpid(r.pid, &status, WNOHANG) == r.pid) rankEnded(*job, i, exitStatusFromWait(status));
+      } else {
+        // Adopted: gone, a zombie awaiting its new parent, or the pid reused by another process.
+        const auto stat = readProcStat(r.pid);
+        if (!stat || stat->state == 'Z' || stat->startTicks != r.startTicks) rankEnded(*job, i, std::nullopt);
+      }
+    }
+    if (job->killAt && Clock::now() >= *job->killAt) {
+      signalRanks(*job, SIGKILL);
+      job->killAt.reset();
+    }
+  }
+  if (Clock::now() >= nextTrim_) {
+    trimLogs();
+    nextTrim_ = Clock::now() + std::chrono::seconds(1);
+  }
+}
+
+void JobManager::rankEnded(Job& job, std::size_t index, std::optional<ExitStatus> status) {
+  Rank& r = job.ranks[index];
+  r.pidfd.reset();
+  r.exit = status;
+  r.exitUnknown = !status.has_value();
+  const std::string who = "rank " + std::to_string(r.placement.rank);
+  const std::string how = status ? "exited with " + status->describe() : "ended while the agent was away: exit code unknown";
+  if (job.store) job.store->noteRankExit(static_cast<int>(r.placement.rank), status ? "exited with " + status->describe() : how);
+  const bool stoppedByUs = job.stopRequested || job.state == JobState::kFailed;
+  if (stoppedByUs) {
+    r.state = JobState::kStopped;
+  } else if (!status) {
+    const bool reachedEnd = job.spec.steps > 0 && r.lastStep >= job.spec.steps;
+    r.state = reachedEnd ? JobState::kFinished : JobState::kFailed;
+  } else {
+    r.state = status->success() ? JobState::kFinished : JobState::kFailed;
+  }
+  JobEvent exited = event(job, JobEventKind::kRankExited, who + " " + how);
+  exited.rank = r.placement.rank;
+  if (status && status->signal == 0) exited.exitCode = status->exitCode;
+  if (status && status->signal != 0) exited.signal = status->signal;
+  emit_(exited);
+
+  if (r.state == JobState::kFailed && job.state == JobState::kRunning) {
+    // Fail fast: the others cannot finish without this rank.
+    job.state = JobState::kFailed;
+    job.message = who + " " + (status ? how : "ended before its last step; its exit code is unknown");
+    JobEvent failed = event(job, JobEventKind::kFailed, job.message);
+    failed.rank = r.placement.rank;
+    failed.exitCode = exited.exitCode;
+    failed.signal = exited.signal;
+    failed.logTail = fileTail(r.logPath, kLogTailBytes, nullptr);
+    emit_(failed);
+    signalRanks(job, SIGTERM);
+    job.killAt = Clock::now() + options_.defaultStopGrace;
+  }
+  finishIfDone(job);
+  persist();
+}
+
+void JobManager::finishIfDone(Job& job) {
+  if (job.anyRankRunning() || !job.running()) {
+    if (!job.anyRankRunning() && job.endedUnixUs == 0) {
+      job.endedUnixUs = unixMicros();
+      job.store.reset();
+      job.killAt.reset();
+    }
+    return;
+  }
+  job.endedUnixUs = unixMicros();
+  job.store.reset();
+  job.killAt.reset();
+  if (job.stopRequested) {
+    job.state = JobState::kStopped;
+    job.message = "stopped on request";
+    emit_(event(job, JobEventKind::kStopped, job.message));
+    return;
+  }
+  job.state = JobState::kFinished;
+  const bool unknown = std::any_of(job.ranks.begin(), job.ranks.end(), [](const Rank& r) { return r.exitUnknown; });
+  job.message = unknown ? "finished (some ranks ended while the agent was away; their last steps were reported)" : "";
+  emit_(event(job, JobEventKind::kFinished, job.message.empty() ? "finished" : job.message));
+}
+
+std::vector<JobStatus> JobManager::list() const {
+  std::vector<JobStatus> out;
+  for (const auto& id : order_) {
+    const Job& job = *jobs_.at(id);
+    JobStatus s{job.spec, job.state, {}, job.startedUnixUs, job.endedUnixUs, job.message, job.storePort};
+    for (const auto& r : job.ranks) {
+      RankStatus rs{r.placement.rank, r.placement.localRank, r.placement.gpuIndex, static_cast<std::uint32_t>(r.pid),
+                    r.state, std::nullopt, std::nullopt, r.exitUnknown};
+      if (r.exit && r.exit->signal == 0) rs.exitCode = r.exit->exitCode;
+      if (r.exit && r.exit->signal != 0) rs.signal = r.exit->signal;
+      s.ranks.push_back(rs);
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+Result<LogsReply> JobManager::logs(const std::string& jobId, std::uint32_t rank, std::uint32_t maxBytes) const {
+  auto it = jobs_.find(jobId);
+  if (it == jobs_.end()) return Error{ErrorCode::kNotFound, "no job " + jobId + " on " + options_.node.name};
+  const auto r = std::find_if(it->second->ranks.begin(), it->second->ranks.end(),
+                              [&](const Rank& x) { return x.placement.rank == rank; });
+  if (r == it->second->ranks.end()) {
+    return Error{ErrorCode::kNotFound, "job " + jobId + " runs no rank " + std::to_string(rank) + " on " + options_.node.name};
+  }
+  const std::uint64_t budget = std::min<std::uint64_t>(maxBytes > 0 ? maxBytes : 64u << 10, 4u << 20);
+  bool more = false;
+  std::string text = fileTail(r->logPath, budget, &more);
+  if (!more && text.size() < budget) {
+    bool olderMore = false;
+    std::string older = fileTail(r->logPath + ".1", budget - text.size(), &olderMore);
+    more = olderMore;
+    text = older + text;
+  }
+  return LogsReply{jobId, rank, std::move(text), more};
+}
+
+bool JobManager::knowsRank(const std::string& jobId, std::uint32_t rank) const {
+  auto it = jobs_.find(jobId);
+  return it != jobs_.end() && std::any_of(it->second->ranks.begin(), it->second->ranks.end(),
+                                          [&](const Rank& r) { return r.placement.rank == rank; });
+}
+
+void JobManager::noteStep(const std::string& jobId, std::uint32_t rank, std::uint64_t step) {
+  auto it = jobs_.find(jobId);
+  if (it == jobs_.end()) return;
+  for (auto& r : it->second->ranks) {
+    if (r.placement.rank == rank) r.lastStep = std::max(r.lastStep, step);
+  }
+}
+
+std::vector<TrackedRank> JobManager::runningRanks() const {
+  std::vector<TrackedRank> out;
+  for (const auto& [id, job] : jobs_) {
+    for (const auto& r : job->ranks) {
+      if (r.state == JobState::kRunning) out.push_back({id, r.placement.rank, r.pid});
+    }
+  }
+  return out;
+}
+
+std::map<std::uint32_t, std::string> JobManager::busyGpus() const {
+  std::map<std::uint32_t, std::string> out;
+  for (const auto& [id, job] : jobs_) {
+    for (const auto& r : job->ranks) {
+      if (r.state == JobState::kRunning && r.placement.gpuIndex) out[*r.placement.gpuIndex] = id;
+    }
+  }
+  return out;
+}
+
+void JobManager::trimLogs() {
+  // copytruncate: the rank keeps appending to the same file (O_APPEND), now empty again.
+  for (const auto& [id, job] : jobs_) {
+    for (const auto& r : job->ranks) {
+      if (r.state != JobState::kRunning) continue;
+      struct stat st {};
+      if (::stat(r.logPath.c_str(), &st) != 0 || static_cast<std::uint64_t>(st.st_size) <= options_.logCapBytes) continue;
+      bool more = false;
+      const std::string all = fileTail(r.logPath, options_.logCapBytes * 2, &more);
+      if (writeFileAtomic(r.logPath + ".1", all)) ::truncate(r.logPath.c_str(), 0);
+    }
+  }
+}
+
+void JobManager::persist() {
+  // Keep the newest finished jobs only.
+  while (order_.size() > options_.keepFinishedJobs) {
+    const auto oldest = std::find_if(order_.begin(), order_.end(), [&](const std::string& id) {
+      return !jobs_.at(id)->running() && !jobs_.at(id)->anyRankRunning();
+    });
+    if (oldest == order_.end()) break;
+    std::error_code ec;
+    fs::remove_all(jobs_.at(*oldest)->dir, ec);
+    jobs_.erase(*oldest);
+    order_.erase(oldest);
+  }
+  Json table = Json::array();
+  for (const auto& id : order_) {
+    const Job& job = *jobs_.at(id);
+    Json ranks = Json::array();
+    for (const auto& r : job.ranks) {
+      Json rank = {{"rank", r.placement.rank},       {"local_rank", r.placement.localRank},
+                   {"pid", r.pid},                    {"start_ticks", r.startTicks},
+                   {"state", static_cast<int>(r.state)}, {"exit_unknown", r.exitUnknown},
+                   {"log", r.logPath},                {"last_step", r.lastStep}};
+      if (r.placement.gpuIndex) rank["gpu"] = *r.placement.gpuIndex;
+      if (r.exit) rank["exit"] = {r.exit->exitCode, r.exit->signal};
+      ranks.push_back(rank);
+    }
+    table.push_back({{"spec", Json::parse(jobSpecToJson(job.spec))},
+                     {"state", static_cast<int>(job.state)},
+                     {"started_unix_us", job.startedUnixUs},
+                     {"ended_unix_us", job.endedUnixUs},
+                     {"message", job.message},
+                     {"dir", job.dir},
+                     {"store_port", job.storePort},
+                     {"stop_requested", job.stopRequested},
+                     {"ranks", ranks}});
+  }
+  // A failed write is not fatal for running jobs; the next change tries again.
+  if (auto written = writeFileAtomic((fs::path(options_.stateDir) / "jobs.json").string(), table.dump(1)); !written) {
+    std::fprintf(stderr, "lockstep-agent: cannot save the job table: %s\n", written.error().message.c_str());
+  }
+}
+
+Result<void> JobManager::restore() {
+  const std::string path = (fs::path(options_.stateDir) / "jobs.json").string();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return {};
+  LOCKSTEP_ASSIGN_OR_RETURN(auto text, readFile(path, 256u << 20));
+  const Json table = Json::parse(text, nullptr, false);
+  if (!table.is_array()) return invalidArgument(path + " is damaged (not a JSON array); move it away to start afresh");
+  try {
+    for (const auto& entry : table) {
+      auto job = std::make_unique<Job>();
+      LOCKSTEP_ASSIGN_OR_RETURN(job->spec, jobSpecFromJson(entry.at("spec").dump()));
+      job->state = static_cast<JobState>(entry.at("state").get<int>());
+      job->startedUnixUs = entry.at("started_unix_us").get<std::int64_t>();
+      job->endedUnixUs = entry.at("ended_unix_us").get<std::int64_t>();
+      job->message = entry.at("message").get<std::string>();
+      job->dir = entry.at("dir").get<std::string>();
+      job->storePort = entry.at("store_port").get<std::uint32_t>();
+      job->stopRequested = entry.at("stop_requested").get<bool>();
+      for (const auto& rj : entry.at("ranks")) {
+        Rank r;
+        r.placement = {rj.at("rank").get<std::uint32_t>(), options_.node.name, rj.at("local_rank").get<std::uint32_t>(),
+                       std::nullopt};
+        if (rj.contains("gpu")) r.placement.gpuIndex = rj.at("gpu").get<std::uint32_t>();
+        r.pid = rj.at("pid").get<pid_t>();
+        r.startTicks = rj.at("start_ticks").get<std::uint64_t>();
+        r.state = static_cast<JobState>(rj.at("state").get<int>());
+        r.exitUnknown = rj.at("exit_unknown").get<bool>();
+        r.logPath = rj.at("log").get<std::string>();
+        r.lastStep = rj.at("last_step").get<std::uint64_t>();
+        if (rj.contains("exit")) r.exit = ExitStatus{rj.at("exit")[0].get<int>(), rj.at("exit")[1].get<int>()};
+        r.child = false;
+        if (r.state == JobState::kRunning) {
+          const auto stat = readProcStat(r.pid);
+          if (stat && stat->state != 'Z' && stat->startTicks == r.startTicks) {
+            r.pidfd = UniqueFd(pidfdOpen(r.pid));
+          }
+        }
+        job->ranks.push_back(std::move(r));
+      }
+      const std::string id = job->spec.jobId;
+      if (jobs_.count(id)) continue;
+      order_.push_back(id);
+      jobs_[id] = std::move(job);
+    }
+  } catch (const Json::exception& e) {
+    return invalidArgument(path + " is damaged (" + e.what() + "); move it away to start afresh");
+  }
+  for (auto& [id, job] : jobs_) {
+    if (job->anyRankRunning() && job->storePort != 0) {
+      // The ranks' store clients reconnect to the same port and register again.
+      const bool wildcard = options_.listenHost.empty() || options_.listenHost == "0.0.0.0" || options_.listenHost == "*";
+      auto store = StoreServer::start(wildcard ? "0.0.0.0" : options_.listenHost,
+                                      static_cast<std::uint16_t>(job->storePort));
+      if (store) job->store = std::move(store).value();
+    }
+  }
+  poll();  // ranks that ended while the agent was away
+  return {};
+}
+
+}  // namespace lockstep::agent

@@ -1,0 +1,104 @@
+#pragma once
+// The jobs this agent runs: starting a job's local ranks, watching them, stopping them, and
+// remembering all of it across agent restarts.
+//
+// Each rank is lockstep-trainer (the configured executable, never a shell) in its own process
+// group, with torchrun's environment, its GPU in CUDA_VISIBLE_DEVICES, LOCKSTEP_REPORT pointing at
+// the agent, and stdout/stderr in a log file the agent keeps bounded. A rank that fails stops the
+// job's other ranks here (fail fast). The agent that runs rank 0 hosts the job's rendezvous store.
+//
+// The job table is written to STATE/jobs.json on every change. A restarted agent re-adopts the
+// ranks still running (same pid and start time): it relays and samples them again, but cannot
+// learn how they exit (they are no longer its children), and says so.
+//
+// Not thread-safe: the agent's event loop owns it.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lockstep/common/fd.h"
+#include "lockstep/common/process.h"
+#include "lockstep/common/result.h"
+#include "lockstep/common/store.h"
+#include "lockstep/protocol/types.h"
+
+namespace lockstep::agent {
+
+struct NodeFacts {
+  std::string name;
+  std::uint32_t cpuCores = 1;
+  std::uint32_t gpuCount = 0;
+};
+
+struct JobManagerOptions {
+  NodeFacts node;
+  std::string stateDir;
+  std::string trainerPath;
+  std::string listenHost;        // the interface the agent listens on: stores bind there too
+  std::string reportEndpoint;    // what ranks get as LOCKSTEP_REPORT
+  std::chrono::milliseconds defaultStopGrace{10000};
+  std::uint64_t logCapBytes = 8u << 20;  // per rank log file, plus one rotated copy
+  std::size_t keepFinishedJobs = 100;
+};
+
+// A running rank, for sampling.
+struct TrackedRank {
+  std::string jobId;
+  std::uint32_t rank = 0;
+  pid_t pid = 0;
+};
+
+class JobManager {
+ public:
+  using Emit = std::function<void(JobEvent)>;
+
+  JobManager(JobManagerOptions options, Emit emit);
+  ~JobManager();
+
+  // Loads the persisted job table and re-adopts ranks that still run.
+  Result<void> restore();
+
+  Result<StartJobReply> start(const JobSpec& spec);
+  Result<StopJobReply> stop(const std::string& jobId, std::uint32_t graceMs);
+  std::vector<JobStatus> list() const;
+  Result<LogsReply> logs(const std::string& jobId, std::uint32_t rank, std::uint32_t maxBytes) const;
+
+  // A step report arrived for this job and rank (to judge ranks whose exit code is unknown).
+  bool knowsRank(const std::string& jobId, std::uint32_t rank) const;
+  void noteStep(const std::string& jobId, std::uint32_t rank, std::uint64_t step);
+
+  // Event loop: file descriptors that become readable when a rank exits.
+  std::vector<int> exitFds() const;
+  // Reaps ranks that exited, then acts on deadlines (kills after the grace period), trims logs.
+  void poll();
+
+  std::vector<TrackedRank> runningRanks() const;
+  std::map<std::uint32_t, std::string> busyGpus() const;  // gpu index -> job id
+
+  struct Job;
+
+ private:
+  Result<void> checkFits(const JobSpec& spec, const std::vector<RankPlacement>& local) const;
+  void rankEnded(Job& job, std::size_t index, std::optional<ExitStatus> status);
+  void finishIfDone(Job& job);
+  void signalRanks(Job& job, int signal);
+  void persist();
+  void trimLogs();
+  JobEvent event(const Job& job, JobEventKind kind, std::string message) const;
+
+  JobManagerOptions options_;
+  Emit emit_;
+  std::map<std::string, std::unique_ptr<Job>> jobs_;
+  std::vector<std::string> order_;  // job ids, oldest first
+  std::chrono::steady_clock::time_point nextTrim_{};
+};
+
+}  // namespace lockstep::agent

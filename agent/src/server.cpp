@@ -1,0 +1,399 @@
+#include "server.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <deque>
+#include <filesystem>
+#include <random>
+#include <zmq.hpp>
+
+#include "host.h"
+#include "jobs.h"
+#include "lockstep/common/files.h"
+#include "lockstep/net/zmq_util.h"
+#include "lockstep/protocol/codec.h"
+#include "nvml.h"
+#include "sampler.h"
+#include "stream_buffer.h"
+
+namespace lockstep::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr std::size_t kMaxRequestBytes = 4u << 20;
+constexpr std::size_t kMaxReportBytes = 64u << 10;
+constexpr std::size_t kFetchDefaultMessages = 2000;
+constexpr std::size_t kFetchMaxMessages = 20000;
+constexpr std::uint32_t kFetchMaxWaitMs = 30000;
+constexpr std::uint64_t kLogRotateBytes = 16u << 20;
+
+std::string version() { return LOCKSTEP_VERSION; }
+
+}  // namespace
+
+// ---- log ----
+
+Log::Log(std::string path) : path_(std::move(path)) {}
+
+void Log::info(const std::string& line) { write("info", line); }
+void Log::error(const std::string& line) { write("error", line); }
+
+void Log::write(const char* level, const std::string& line) {
+  char stamp[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", std::localtime(&now));
+  const std::string text = std::string(stamp) + " " + level + ": " + line + "\n";
+  std::lock_guard lock(mutex_);
+  std::fputs(text.c_str(), stderr);
+  if (path_.empty()) return;
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) == 0 && static_cast<std::uint64_t>(st.st_size) > kLogRotateBytes) {
+    std::rename(path_.c_str(), (path_ + ".1").c_str());
+  }
+  if (FILE* f = std::fopen(path_.c_str(), "a")) {
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  }
+}
+
+// ---- agent ----
+
+class Agent::Impl {
+ public:
+  Impl(const AgentConfig& config, Log& log) : config_(config), log_(log), context_(1) {}
+
+  Result<void> init();
+  Result<void> loop(const std::atomic<int>& stop);
+  const CurveKeyPair& keys() const { return keys_; }
+
+ private:
+  struct PendingFetch {
+    std::string client;
+    std::uint64_t requestId;
+    std::uint64_t afterSeq;
+    std::size_t max;
+    Clock::time_point deadline;
+  };
+
+  void onRequest();
+  void onReports();
+  void onSamples();
+  void answerFetches(bool onlyExpired);
+  void reply(const std::string& client, const Reply& reply);
+  void replyError(const std::string& client, std::uint64_t requestId, const Error& error);
+  NodeHello hello() const;
+  bool authorized(const std::string& key);
+  void append(StreamBuffer::Payload payload);
+
+  AgentConfig config_;
+  Log& log_;
+  CurveKeyPair keys_;
+  std::uint64_t instanceId_ = 0;
+  std::unique_ptr<Nvml> nvml_;
+  std::string gpuStatus_;
+  zmq::context_t context_;
+  std::unique_ptr<ZapHandler> zap_;
+  std::unique_ptr<zmq::socket_t> router_;
+  std::unique_ptr<zmq::socket_t> reports_;
+  std::unique_ptr<StreamBuffer> stream_;
+  std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<Sampler> sampler_;
+  std::deque<PendingFetch> fetches_;
+  AuthorizedKeys authorized_;
+  struct timespec authorizedMtime_ {};
+  std::uint64_t droppedReports_ = 0;
+};
+
+Result<void> Agent::Impl::init() {
+  LOCKSTEP_TRY(makeDirectories(config_.stateDir, 0700));
+  bool created = false;
+  LOCKSTEP_ASSIGN_OR_RETURN(keys_, loadOrCreateKeyPair(config_.stateDir, "agent", &created));
+  if (created) log_.info("created this agent's key pair; public key " + keys_.publicKey);
+  std::random_device random;
+  instanceId_ = (std::uint64_t{random()} << 32) ^ random();
+
+  nvml_ = Nvml::load(config_.nvmlLibrary, &gpuStatus_);
+  if (!gpuStatus_.empty()) log_.info(gpuStatus_);
+  if (nvml_) log_.info("NVML: " + std::to_string(nvml_->gpus().size()) + " GPU(s)");
+
+  // Sequence numbers continue after the last block an earlier run of the agent reserved.
+  const std::string seqPath = (fs::path(config_.stateDir) / "seq").string();
+  std::uint64_t nextSeq = 1;
+  if (auto text = readFile(seqPath, 64)) {
+    std::uint64_t reserved = 0;
+    if (std::from_chars(text->data(), text->data() + text->size(), reserved).ec == std::errc()) nextSeq = reserved + 1;
+  }
+  stream_ = std::make_unique<StreamBuffer>(config_.name, nextSeq, config_.replayMessages, [seqPath](std::uint64_t upTo) {
+    return writeFileAtomic(seqPath, std::to_string(upTo) + "\n");
+  });
+
+  const std::string reportSocket = (fs::path(config_.stateDir) / "report.sock").string();
+  if (reportSocket.size() > 100) {
+    return invalidArgument("--state-dir " + config_.stateDir + " is too long for a UNIX socket path (" +
+                           std::to_string(reportSocket.size()) + " bytes); use a shorter one");
+  }
+  const std::string reportEndpoint = "ipc://" + reportSocket;
+
+  JobManagerOptions jobOptions;
+  jobOptions.node = {config_.name, cpuCores(), nvml_ ? static_cast<std::uint32_t>(nvml_->gpus().size()) : 0};
+  jobOptions.stateDir = config_.stateDir;
+  jobOptions.trainerPath = config_.trainer;
+  jobOptions.listenHost = config_.listenHost();
+  jobOptions.reportEndpoint = reportEndpoint;
+  jobOptions.defaultStopGrace = milliseconds(config_.stopGraceMs);
+  jobs_ = std::make_unique<JobManager>(jobOptions, [this](JobEvent e) {
+    log_.info("job " + e.jobId + ": " + e.message);
+    append(std::move(e));
+  });
+  if (auto restored = jobs_->restore(); !restored) return restored.error();
+
+  try {
+    // The ZAP handler first: without it libzmq would let every CURVE client in.
+    zap_ = std::make_unique<ZapHandler>(context_);
+    router_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::router);
+    LOCKSTEP_TRY(makeCurveServer(*router_, keys_));
+    router_->set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(kMaxRequestBytes));
+    router_->set(zmq::sockopt::router_mandatory, 1);
+    router_->set(zmq::sockopt::linger, 0);
+    router_->set(zmq::sockopt::sndhwm, 10000);
+    router_->bind(config_.listen);
+    reports_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::pull);
+    reports_->set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(kMaxReportBytes));
+    reports_->set(zmq::sockopt::rcvhwm, 100000);
+    reports_->set(zmq::sockopt::linger, 0);
+    ::unlink(reportSocket.c_str());  // left by an agent that did not exit cleanly
+    reports_->bind(reportEndpoint);
+  } catch (const zmq::error_t& e) {
+    return Error{ErrorCode::kUnavailable, "cannot listen on " + config_.listen + ": " + e.what() +
+                                              (e.num() == EADDRINUSE ? " (is another agent running? pick another port)" : "")};
+  }
+  sampler_ = std::make_unique<Sampler>(nvml_.get(), config_.name, config_.sampleHz);
+  log_.info("listening on " + config_.listen + " as node " + config_.name + "; public key " + keys_.publicKey +
+            "; authorized keys in " + config_.authorizedKeysPath());
+  return {};
+}
+
+bool Agent::Impl::authorized(const std::string& key) {
+  // Re-read the file when it changes, so that authorizing a client needs no restart.
+  struct stat st {};
+  const std::string path = config_.authorizedKeysPath();
+  const bool exists = ::stat(path.c_str(), &st) == 0;
+  if (!exists) {
+    authorized_ = {};
+    authorizedMtime_ = {};
+  } else if (st.st_mtim.tv_sec != authorizedMtime_.tv_sec || st.st_mtim.tv_nsec != authorizedMtime_.tv_nsec) {
+    auto keys = readAuthorizedKeys(path);
+    if (keys) {
+      authorized_ = std::move(keys).value();
+    } else {
+      log_.error(keys.error().message + " (no client is authorized until it is fixed)");
+      authorized_ = {};
+    }
+    authorizedMtime_ = st.st_mtim;
+  }
+  const bool ok = authorized_.allows(key);
+  if (!ok) log_.info("refused a client with key " + key + " (" + fingerprint(key) + "): not in " + path);
+  return ok;
+}
+
+NodeHello Agent::Impl::hello() const {
+  NodeHello h;
+  h.agentVersion = version();
+  h.host = hostName();
+  h.cpuCores = cpuCores();
+  h.memoryTotalBytes = memoryTotalBytes();
+  if (nvml_) h.gpus = nvml_->gpus();
+  h.gpuStatus = gpuStatus_;
+  h.lastSeq = stream_->lastSeq();
+  h.nodeName = config_.name;
+  h.instanceId = instanceId_;
+  h.sampleHz = config_.sampleHz;
+  return h;
+}
+
+void Agent::Impl::append(StreamBuffer::Payload payload) {
+  if (auto r = stream_->append(std::move(payload)); !r) log_.error("cannot reserve sequence numbers: " + r.error().message);
+}
+
+void Agent::Impl::reply(const std::string& client, const Reply& message) {
+  const std::string bytes = encode(message);
+  try {
+    router_->send(zmq::buffer(client), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    router_->send(zmq::buffer(bytes), zmq::send_flags::dontwait);
+  } catch (const zmq::error_t&) {
+    // The client left (EHOSTUNREACH) or stopped reading (EAGAIN): it will ask again.
+  }
+}
+
+void Agent::Impl::replyError(const std::string& client, std::uint64_t requestId, const Error& error) {
+  reply(client, Reply{requestId, ErrorReply{error.code, error.message}});
+}
+
+void Agent::Impl::onRequest() {
+  auto frames = receiveMultipart(*router_, 3);
+  if (!frames) {
+    if (frames.error().code != ErrorCode::kUnavailable) log_.info("dropped a request: " + frames.error().message);
+    return;
+  }
+  const std::string client = (*frames)[0].to_string();
+  if (frames->size() != 2) {
+    replyError(client, 0, invalidArgument("a request is one frame holding a lockstep.v1.Request"));
+    return;
+  }
+  auto request = decodeRequest((*frames)[1].to_string_view(), kMaxRequestBytes);
+  if (!request) {
+    replyError(client, 0, request.error());
+    return;
+  }
+  const std::uint64_t id = request->requestId;
+  std::visit(
+      [&](auto& body) {
+        using T = std::decay_t<decltype(body)>;
+        if constexpr (std::is_same_v<T, HelloRequest>) {
+          if (body.protocolVersion != kProtocolVersion) {
+            replyError(client, id, Error{ErrorCode::kFailedPrecondition,
+                                         "this agent speaks protocol version " + std::to_string(kProtocolVersion) +
+                                             ", the client " + std::to_string(body.protocolVersion) +
+                                             ": upgrade the older one"});
+          } else {
+            reply(client, Reply{id, hello()});
+          }
+        } else if constexpr (std::is_same_v<T, StartJobRequest>) {
+          auto started = jobs_->start(body.spec);
+          if (started) {
+            reply(client, Reply{id, *started});
+          } else {
+            log_.info("refused job " + body.spec.jobId + ": " + started.error().message);
+            replyError(client, id, started.error());
+          }
+          sampler_->track(jobs_->runningRanks(), jobs_->busyGpus());
+        } else if constexpr (std::is_same_v<T, StopJobRequest>) {
+          auto stopped = jobs_->stop(body.jobId, body.graceMs);
+          if (stopped) {
+            reply(client, Reply{id, *stopped});
+          } else {
+            replyError(client, id, stopped.error());
+          }
+        } else if constexpr (std::is_same_v<T, FetchRequest>) {
+          const std::size_t max =
+              std::min<std::size_t>(body.maxMessages > 0 ? body.maxMessages : kFetchDefaultMessages, kFetchMaxMessages);
+          if (stream_->hasAfter(body.afterSeq) || body.waitMs == 0) {
+            reply(client, Reply{id, stream_->fetch(body.afterSeq, max, instanceId_)});
+          } else {
+            fetches_.push_back(PendingFetch{client, id, body.afterSeq, max,
+                                            Clock::now() + milliseconds(std::min(body.waitMs, kFetchMaxWaitMs))});
+          }
+        } else if constexpr (std::is_same_v<T, ListJobsRequest>) {
+          reply(client, Reply{id, JobsReply{jobs_->list()}});
+        } else {
+          auto logs = jobs_->logs(body.jobId, body.rank, body.maxBytes);
+          if (logs) {
+            reply(client, Reply{id, *logs});
+          } else {
+            replyError(client, id, logs.error());
+          }
+        }
+      },
+      request->body);
+}
+
+void Agent::Impl::onReports() {
+  // Ranks push StreamMessages holding their step reports; the agent numbers them in its stream.
+  for (int i = 0; i < 1000; ++i) {
+    auto frames = receiveMultipart(*reports_, 1);
+    if (!frames) {
+      if (frames.error().code == ErrorCode::kUnavailable) return;
+      ++droppedReports_;
+      continue;
+    }
+    auto message = decodeStreamMessage((*frames)[0].to_string_view(), kMaxReportBytes);
+    auto* report = message ? std::get_if<StepReport>(&message->payload) : nullptr;
+    if (report == nullptr || !jobs_->knowsRank(report->jobId, report->rank)) {
+      if (droppedReports_++ % 1000 == 0) {
+        log_.info("dropped a rank report: " + (message ? std::string("not a step report of a job here") : message.error().message));
+      }
+      continue;
+    }
+    jobs_->noteStep(report->jobId, report->rank, report->step);
+    append(std::move(*report));
+  }
+}
+
+void Agent::Impl::onSamples() {
+  for (auto& sample : sampler_->take()) {
+    std::visit([this](auto& s) { append(std::move(s)); }, sample);
+  }
+}
+
+void Agent::Impl::answerFetches(bool onlyExpired) {
+  const auto now = Clock::now();
+  for (auto it = fetches_.begin(); it != fetches_.end();) {
+    const bool ready = !onlyExpired && stream_->hasAfter(it->afterSeq);
+    if (ready || now >= it->deadline) {
+      reply(it->client, Reply{it->requestId, stream_->fetch(it->afterSeq, it->max, instanceId_)});
+      it = fetches_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+Result<void> Agent::Impl::loop(const std::atomic<int>& stop) {
+  sampler_->track(jobs_->runningRanks(), jobs_->busyGpus());
+  while (stop.load() == 0) {
+    std::vector<zmq::pollitem_t> items = {
+        {router_->handle(), 0, ZMQ_POLLIN, 0},
+        {zap_->socket().handle(), 0, ZMQ_POLLIN, 0},
+        {reports_->handle(), 0, ZMQ_POLLIN, 0},
+        {nullptr, sampler_->wakeFd(), ZMQ_POLLIN, 0},
+    };
+    for (int fd : jobs_->exitFds()) items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
+    auto timeout = milliseconds(200);
+    for (const auto& f : fetches_) {
+      timeout = std::min(timeout, std::chrono::duration_cast<milliseconds>(f.deadline - Clock::now()) + milliseconds(1));
+    }
+    try {
+      zmq::poll(items, std::max(timeout, milliseconds(0)));
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) return ioError(std::string("poll failed: ") + e.what());
+      continue;
+    }
+    if (items[1].revents & ZMQ_POLLIN) zap_->handleOne([this](const std::string& key) { return authorized(key); });
+    const std::uint64_t before = stream_->lastSeq();
+    for (int i = 0; i < 64 && (items[0].revents & ZMQ_POLLIN); ++i) {
+      onRequest();
+      if (!(router_->get(zmq::sockopt::events) & ZMQ_POLLIN)) break;
+    }
+    if (items[2].revents & ZMQ_POLLIN) onReports();
+    if (items[3].revents & ZMQ_POLLIN) onSamples();
+    const auto ranksBefore = jobs_->runningRanks().size();
+    jobs_->poll();
+    if (jobs_->runningRanks().size() != ranksBefore) sampler_->track(jobs_->runningRanks(), jobs_->busyGpus());
+    answerFetches(stream_->lastSeq() == before);
+  }
+  log_.info("stopping; running jobs keep running and are adopted when the agent starts again");
+  return {};
+}
+
+Agent::Agent(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Agent::~Agent() = default;
+
+Result<std::unique_ptr<Agent>> Agent::create(const AgentConfig& config, Log& log) {
+  auto impl = std::make_unique<Impl>(config, log);
+  LOCKSTEP_TRY(impl->init());
+  return std::unique_ptr<Agent>(new Agent(std::move(impl)));
+}
+
+const CurveKeyPair& Agent::keys() const { return impl_->keys(); }
+Result<void> Agent::run(const std::atomic<int>& stop) { return impl_->loop(stop); }
+
+}  // namespace lockstep::agent

@@ -1,0 +1,50 @@
+#pragma once
+// The agent: one event loop over the client socket (ZeroMQ ROUTER, CURVE, ZAP-checked), the ranks'
+// report socket, the sampler and the ranks' exit notifications.
+//
+// Requests are answered in order of arrival; Fetch may be held (a long poll) until a message newer
+// than the client's last arrives or its wait runs out. Bad input of any kind gets an error reply
+// (when there is someone to reply to) and the loop goes on.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "config.h"
+#include "lockstep/common/result.h"
+#include "lockstep/net/keys.h"
+
+namespace lockstep::agent {
+
+// Timestamped lines to stderr and the agent's log file. Thread-safe.
+class Log {
+ public:
+  explicit Log(std::string path);
+  void info(const std::string& line);
+  void error(const std::string& line);
+
+ private:
+  void write(const char* level, const std::string& line);
+  std::string path_;
+  std::mutex mutex_;
+};
+
+class Agent {
+ public:
+  // Creates the state dir and key pair, loads NVML, restores the job table, binds the sockets.
+  static Result<std::unique_ptr<Agent>> create(const AgentConfig& config, Log& log);
+  ~Agent();
+
+  const CurveKeyPair& keys() const;
+  // Serves until stop becomes non-zero (the signal handler sets it).
+  Result<void> run(const std::atomic<int>& stop);
+
+  class Impl;
+
+ private:
+  explicit Agent(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lockstep::agent

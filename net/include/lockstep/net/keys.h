@@ -1,0 +1,58 @@
+#pragma once
+// CURVE keys and who may talk to whom.
+//
+// Keys are Z85 text (40 characters for 32 bytes), as libzmq uses them. A key pair lives in two
+// files: NAME.key (the secret key, mode 0600, refused when others may read it) and NAME.pub.
+// Fingerprints look like SSH's: "SHA256:" and the unpadded base64 of the SHA-256 of the key bytes.
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "lockstep/common/result.h"
+
+namespace lockstep {
+
+struct CurveKeyPair {
+  std::string publicKey;  // Z85
+  std::string secretKey;  // Z85
+};
+
+Result<CurveKeyPair> generateKeyPair();
+bool isValidPublicKey(std::string_view z85);
+std::string fingerprint(std::string_view publicKeyZ85);
+
+// Loads dir/name.key and dir/name.pub, creating the pair (and dir, mode 0700) when neither exists.
+// `created` tells which happened.
+Result<CurveKeyPair> loadOrCreateKeyPair(const std::string& dir, const std::string& name, bool* created = nullptr);
+Result<CurveKeyPair> loadKeyPair(const std::string& dir, const std::string& name);
+
+// An authorized-keys file, like SSH's: one Z85 public key per line followed by a comment;
+// blank lines and lines starting with '#' are ignored. A missing file authorizes nobody.
+struct AuthorizedKeys {
+  std::map<std::string, std::string> commentByKey;
+  bool allows(std::string_view key) const { return commentByKey.count(std::string(key)) > 0; }
+};
+Result<AuthorizedKeys> readAuthorizedKeys(const std::string& path);
+
+// Pinned agent keys, like SSH's known_hosts: "HOST:PORT KEY [comment]" per line.
+class KnownAgents {
+ public:
+  static Result<KnownAgents> load(const std::string& path);
+  std::optional<std::string> keyFor(const std::string& address) const;
+  // Pins `key` for `address` (replacing an older pin) and rewrites the file atomically.
+  Result<void> trust(const std::string& address, const std::string& key);
+  const std::map<std::string, std::string>& all() const { return keyByAddress_; }
+
+ private:
+  std::string path_;
+  std::map<std::string, std::string> keyByAddress_;
+};
+
+// $XDG_CONFIG_HOME/lockstep (or ~/.config/lockstep), or $LOCKSTEP_CONFIG_DIR when set.
+std::string defaultClientConfigDir();
+// $XDG_STATE_HOME/lockstep-agent (or ~/.local/state/lockstep-agent).
+std::string defaultAgentStateDir();
+
+}  // namespace lockstep

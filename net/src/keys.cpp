@@ -1,0 +1,172 @@
+#include "lockstep/net/keys.h"
+
+#include <sodium.h>
+#include <sys/stat.h>
+#include <zmq.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+#include "lockstep/common/files.h"
+
+namespace lockstep {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string trim(std::string s) {
+  const auto first = s.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos) return {};
+  return s.substr(first, s.find_last_not_of(" \t\r\n") - first + 1);
+}
+
+Result<std::string> readKeyFile(const std::string& path, bool secret) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return errnoError("cannot read key file " + path, errno);
+  if (secret && (st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", st.st_mode & 07777);
+    return Error{ErrorCode::kPermissionDenied, "secret key file " + path + " may be read by others (mode " + mode +
+                                                   "); run: chmod 600 " + path};
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(auto text, readFile(path, 4096));
+  text = trim(text);
+  if (!isValidPublicKey(text)) return invalidArgument(path + " does not hold a Z85 CURVE key (40 characters)");
+  return text;
+}
+
+}  // namespace
+
+Result<CurveKeyPair> generateKeyPair() {
+  char publicKey[41], secretKey[41];
+  if (zmq_curve_keypair(publicKey, secretKey) != 0) {
+    return internalError(std::string("cannot generate a CURVE key pair: ") + zmq_strerror(zmq_errno()));
+  }
+  return CurveKeyPair{publicKey, secretKey};
+}
+
+bool isValidPublicKey(std::string_view z85) {
+  if (z85.size() != 40) return false;
+  std::uint8_t raw[32];
+  return zmq_z85_decode(raw, std::string(z85).c_str()) != nullptr;
+}
+
+std::string fingerprint(std::string_view publicKeyZ85) {
+  std::uint8_t raw[32];
+  if (!isValidPublicKey(publicKeyZ85) || zmq_z85_decode(raw, std::string(publicKeyZ85).c_str()) == nullptr) {
+    return "(not a key)";
+  }
+  unsigned char digest[crypto_hash_sha256_BYTES];
+  crypto_hash_sha256(digest, raw, sizeof raw);
+  char text[sodium_base64_ENCODED_LEN(crypto_hash_sha256_BYTES, sodium_base64_VARIANT_ORIGINAL_NO_PADDING)];
+  sodium_bin2base64(text, sizeof text, digest, sizeof digest, sodium_base64_VARIANT_ORIGINAL_NO_PADDING);
+  return std::string("SHA256:") + text;
+}
+
+Result<CurveKeyPair> loadKeyPair(const std::string& dir, const std::string& name) {
+  const std::string base = (fs::path(dir) / name).string();
+  LOCKSTEP_ASSIGN_OR_RETURN(auto secretKey, readKeyFile(base + ".key", true));
+  LOCKSTEP_ASSIGN_OR_RETURN(auto publicKey, readKeyFile(base + ".pub", false));
+  // The public key must belong to the secret one, or peers would pin the wrong key.
+  char derived[41];
+  if (zmq_curve_public(derived, secretKey.c_str()) != 0 || publicKey != derived) {
+    return invalidArgument(base + ".pub does not match " + base + ".key; delete both to make a new pair");
+  }
+  return CurveKeyPair{publicKey, secretKey};
+}
+
+Result<CurveKeyPair> loadOrCreateKeyPair(const std::string& dir, const std::string& name, bool* created) {
+  const std::string base = (fs::path(dir) / name).string();
+  std::error_code ec;
+  const bool haveSecret = fs::exists(base + ".key", ec), havePublic = fs::exists(base + ".pub", ec);
+  if (created) *created = false;
+  if (haveSecret || havePublic) return loadKeyPair(dir, name);
+  LOCKSTEP_TRY(makeDirectories(dir, 0700));
+  LOCKSTEP_ASSIGN_OR_RETURN(auto pair, generateKeyPair());
+  LOCKSTEP_TRY(writeFileAtomic(base + ".key", pair.secretKey + "\n", 0600));
+  LOCKSTEP_TRY(writeFileAtomic(base + ".pub", pair.publicKey + "\n", 0644));
+  if (created) *created = true;
+  return pair;
+}
+
+Result<AuthorizedKeys> readAuthorizedKeys(const std::string& path) {
+  AuthorizedKeys keys;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return keys;
+  LOCKSTEP_ASSIGN_OR_RETURN(auto text, readFile(path, 16u << 20));
+  std::istringstream lines(text);
+  std::string line;
+  int number = 0;
+  while (std::getline(lines, line)) {
+    ++number;
+    line = trim(line);
+    if (line.empty() || line[0] == '#') continue;
+    const auto space = line.find_first_of(" \t");
+    const std::string key = line.substr(0, space);
+    if (!isValidPublicKey(key)) {
+      return invalidArgument(path + " line " + std::to_string(number) +
+                             ": expected a 40-character Z85 public key, then a comment");
+    }
+    keys.commentByKey[key] = space == std::string::npos ? "" : trim(line.substr(space));
+  }
+  return keys;
+}
+
+Result<KnownAgents> KnownAgents::load(const std::string& path) {
+  KnownAgents known;
+  known.path_ = path;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return known;
+  LOCKSTEP_ASSIGN_OR_RETURN(auto text, readFile(path, 16u << 20));
+  std::istringstream lines(text);
+  std::string line;
+  int number = 0;
+  while (std::getline(lines, line)) {
+    ++number;
+    line = trim(line);
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::string address, key;
+    fields >> address >> key;
+    if (address.empty() || !isValidPublicKey(key)) {
+      return invalidArgument(path + " line " + std::to_string(number) + ": expected HOST:PORT and a Z85 public key");
+    }
+    known.keyByAddress_[address] = key;
+  }
+  return known;
+}
+
+std::optional<std::string> KnownAgents::keyFor(const std::string& address) const {
+  auto it = keyByAddress_.find(address);
+  if (it == keyByAddress_.end()) return std::nullopt;
+  return it->second;
+}
+
+Result<void> KnownAgents::trust(const std::string& address, const std::string& key) {
+  if (!isValidPublicKey(key)) return invalidArgument("'" + key + "' is not a 40-character Z85 public key");
+  keyByAddress_[address] = key;
+  std::string text = "# Lockstep agents whose keys this client trusts: HOST:PORT KEY\n";
+  for (const auto& [a, k] : keyByAddress_) text += a + " " + k + "\n";
+  LOCKSTEP_TRY(makeDirectories(fs::path(path_).parent_path().string(), 0700));
+  return writeFileAtomic(path_, text);
+}
+
+std::string defaultClientConfigDir() {
+  if (const char* dir = std::getenv("LOCKSTEP_CONFIG_DIR"); dir != nullptr && *dir != '\0') return dir;
+  if (const char* xdg = std::getenv("XDG_CONFIG_HOME"); xdg != nullptr && *xdg != '\0') {
+    return (fs::path(xdg) / "lockstep").string();
+  }
+  const char* home = std::getenv("HOME");
+  return (fs::path(home ? home : ".") / ".config" / "lockstep").string();
+}
+
+std::string defaultAgentStateDir() {
+  if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg != nullptr && *xdg != '\0') {
+    return (fs::path(xdg) / "lockstep-agent").string();
+  }
+  const char* home = std::getenv("HOME");
+  return (fs::path(home ? home : ".") / ".local" / "state" / "lockstep-agent").string();
+}
+
+}  // namespace lockstep
