@@ -89,7 +89,7 @@ TEST(ProtocolRoundTrip, OtherRequestsAndReplies) {
                 100, 200, "rank 0 was killed by signal 9", 29500};
   FetchReply fetch{7, 3, 5, {StreamMessage{4, "node-a", validReport()}, StreamMessage{5, "node-a", JobEvent{"job-1", JobEventKind::kStarted, 1, {}, {}, {}, "", "", {}}}}};
   for (const Reply& r : {Reply{1, hello}, Reply{2, StartJobReply{"job-1", 29500}}, Reply{3, StopJobReply{"job-1", JobState::kStopped}},
-                         Reply{4, ErrorReply{ErrorCode::kNotFound, "no job 'x'"}}, Reply{5, fetch}, Reply{6, JobsReply{{job}}},
+                         Reply{4, ErrorReply{ErrorCode::kNotFound, "no job 'x'"}}, Reply{5, fetch}, Reply{6, JobsReply{{job}}}, Reply{61, JobsReply{}},
                          Reply{7, LogsReply{"job-1", 1, "line\n", true}}}) {
     auto out = decodeReply(encode(r));
     ASSERT_TRUE(out.ok()) << out.error().message;

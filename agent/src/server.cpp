@@ -239,7 +239,7 @@ void Agent::Impl::replyError(const std::string& client, std::uint64_t requestId,
 }
 
 void Agent::Impl::onRequest() {
-  auto frames = receiveMultipart(*router_, 3);
+  auto frames = receiveMultipart(*router_, 64);
   if (!frames) {
     if (frames.error().code != ErrorCode::kUnavailable) log_.info("dropped a request: " + frames.error().message);
     return;

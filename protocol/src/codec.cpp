@@ -537,7 +537,8 @@ std::string encode(const Reply& reply) {
           f->set_last_seq(body.lastSeq);
           for (const auto& message : body.messages) toPb(message, f->add_messages());
         } else if constexpr (std::is_same_v<T, JobsReply>) {
-          for (const auto& job : body.jobs) toPb(job, m.mutable_jobs()->add_jobs());
+          auto* jobs = m.mutable_jobs();  // set even when empty: "no jobs" is an answer
+          for (const auto& job : body.jobs) toPb(job, jobs->add_jobs());
         } else {
           m.mutable_logs()->set_job_id(body.jobId);
           m.mutable_logs()->set_rank(body.rank);

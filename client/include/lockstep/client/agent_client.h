@@ -1,0 +1,61 @@
+#pragma once
+// A connection to one lockstep-agent: CURVE with this client's key pair and the agent's pinned
+// public key, requests with timeouts, and errors that say why a connection did not work (no agent
+// listening, the agent refusing this client's key, or an agent whose key is not the pinned one).
+// lockstepctl and the app use it. Not thread-safe: one thread per client.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "lockstep/common/result.h"
+#include "lockstep/net/keys.h"
+#include "lockstep/protocol/types.h"
+
+namespace lockstep {
+
+inline constexpr std::uint16_t kDefaultAgentPort = 7700;
+
+struct AgentAddress {
+  std::string host;
+  std::uint16_t port = kDefaultAgentPort;
+  std::string text() const { return host + ":" + std::to_string(port); }
+  std::string endpoint() const { return "tcp://" + host + ":" + std::to_string(port); }
+};
+
+// "HOST:PORT" or "HOST" (port 7700).
+Result<AgentAddress> parseAgentAddress(const std::string& text);
+
+class AgentClient {
+ public:
+  // Connects and says hello. Errors: kUnavailable (nobody answers), kPermissionDenied (the agent
+  // refused this client's key, or does not hold the pinned key), kTimeout.
+  static Result<std::unique_ptr<AgentClient>> connect(const AgentAddress& address, const CurveKeyPair& clientKeys,
+                                                      const std::string& agentPublicKey,
+                                                      std::chrono::milliseconds timeout);
+  ~AgentClient();
+  AgentClient(const AgentClient&) = delete;
+  AgentClient& operator=(const AgentClient&) = delete;
+
+  const AgentAddress& address() const;
+  const NodeHello& hello() const;
+
+  Result<NodeHello> refreshHello(std::chrono::milliseconds timeout);
+  Result<StartJobReply> startJob(const JobSpec& spec, std::chrono::milliseconds timeout);
+  Result<StopJobReply> stopJob(const std::string& jobId, std::uint32_t graceMs, std::chrono::milliseconds timeout);
+  // Long poll: the agent answers once something newer than afterSeq exists, or after waitMs.
+  Result<FetchReply> fetch(std::uint64_t afterSeq, std::uint32_t maxMessages, std::uint32_t waitMs,
+                           std::chrono::milliseconds timeout);
+  Result<JobsReply> listJobs(std::chrono::milliseconds timeout);
+  Result<LogsReply> logs(const std::string& jobId, std::uint32_t rank, std::uint32_t maxBytes,
+                         std::chrono::milliseconds timeout);
+
+  class Impl;
+
+ private:
+  explicit AgentClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lockstep

@@ -1,0 +1,215 @@
+#include "lockstep/client/agent_client.h"
+
+#include <atomic>
+#include <charconv>
+#include <cstring>
+#include <zmq.hpp>
+
+#include "lockstep/net/zmq_util.h"
+#include "lockstep/protocol/codec.h"
+
+namespace lockstep {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr std::int64_t kMaxReplyBytes = 256 << 20;
+
+std::atomic<int> g_monitorCounter{0};
+
+template <class T>
+Result<T> expect(Result<Reply> reply, const char* what) {
+  if (!reply) return reply.error();
+  if (auto* error = std::get_if<ErrorReply>(&reply->body)) return Error{error->code, error->message};
+  if (auto* body = std::get_if<T>(&reply->body)) return std::move(*body);
+  return internalError(std::string("the agent answered a ") + what + " request with something else");
+}
+
+}  // namespace
+
+Result<AgentAddress> parseAgentAddress(const std::string& text) {
+  AgentAddress a;
+  const auto colon = text.rfind(':');
+  a.host = colon == std::string::npos ? text : text.substr(0, colon);
+  if (a.host.empty()) return invalidArgument("agent address '" + text + "': expected HOST:PORT");
+  if (colon != std::string::npos) {
+    const std::string port = text.substr(colon + 1);
+    unsigned value = 0;
+    auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+    if (port.empty() || ec != std::errc() || end != port.data() + port.size() || value == 0 || value > 65535) {
+      return invalidArgument("agent address '" + text + "': the port must be a number from 1 to 65535");
+    }
+    a.port = static_cast<std::uint16_t>(value);
+  }
+  return a;
+}
+
+class AgentClient::Impl {
+ public:
+  Impl(AgentAddress address, CurveKeyPair keys, std::string agentKey)
+      : address_(std::move(address)), keys_(std::move(keys)), agentKey_(std::move(agentKey)), context_(1) {}
+
+  Result<void> open() {
+    try {
+      socket_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
+      LOCKSTEP_TRY(makeCurveClient(*socket_, keys_, agentKey_));
+      socket_->set(zmq::sockopt::linger, 0);
+      socket_->set(zmq::sockopt::maxmsgsize, kMaxReplyBytes);
+      socket_->set(zmq::sockopt::reconnect_ivl, 100);
+      socket_->set(zmq::sockopt::reconnect_ivl_max, 2000);
+      // Handshake events explain a silent agent: refused key, wrong pinned key, nobody there.
+      const std::string monitorEndpoint = "inproc://agent-client-monitor-" + std::to_string(++g_monitorCounter);
+      if (zmq_socket_monitor(socket_->handle(), monitorEndpoint.c_str(), ZMQ_EVENT_ALL) != 0) {
+        return internalError("cannot monitor the agent connection");
+      }
+      monitor_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::pair);
+      monitor_->set(zmq::sockopt::linger, 0);
+      monitor_->connect(monitorEndpoint);
+      socket_->connect(address_.endpoint());
+      return {};
+    } catch (const zmq::error_t& e) {
+      return invalidArgument("cannot connect to " + address_.text() + ": " + e.what());
+    }
+  }
+
+  Result<Reply> call(decltype(Request::body) body, milliseconds timeout) {
+    const std::uint64_t id = ++nextRequestId_;
+    const std::string bytes = encode(Request{id, std::move(body)});
+    const auto deadline = Clock::now() + timeout;
+    try {
+      if (!socket_->send(zmq::buffer(bytes), zmq::send_flags::dontwait)) {
+        // Not connected yet: the message waits in the queue? DEALER queues until a peer exists,
+        // so a full queue means the agent has not answered for a long time.
+        return Error{ErrorCode::kUnavailable, "the request queue to " + address_.text() + " is full"};
+      }
+      while (true) {
+        const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+        if (left.count() <= 0) return silenceError(timeout);
+        zmq::pollitem_t items[] = {{socket_->handle(), 0, ZMQ_POLLIN, 0}, {monitor_->handle(), 0, ZMQ_POLLIN, 0}};
+        zmq::poll(items, 2, left);
+        if (items[1].revents & ZMQ_POLLIN) drainMonitor();
+        if (authFailed_) return refusedError();
+        if (items[0].revents & ZMQ_POLLIN) {
+          zmq::message_t message;
+          if (!socket_->recv(message, zmq::recv_flags::dontwait)) continue;
+          auto reply = decodeReply(message.to_string_view(), static_cast<std::size_t>(kMaxReplyBytes));
+          if (!reply) return reply.error().withContext("agent " + address_.text() + " sent a bad reply");
+          if (reply->requestId != id && reply->requestId != 0) continue;  // a late answer to an old request
+          return reply;
+        }
+      }
+    } catch (const zmq::error_t& e) {
+      return ioError("talking to " + address_.text() + ": " + e.what());
+    }
+  }
+
+  void drainMonitor() {
+    while (true) {
+      zmq::message_t event, endpoint;
+      if (!monitor_->recv(event, zmq::recv_flags::dontwait)) return;
+      if (event.more()) (void)monitor_->recv(endpoint, zmq::recv_flags::dontwait);
+      if (event.size() < 6) continue;
+      std::uint16_t kind = 0;
+      std::uint32_t value = 0;
+      std::memcpy(&kind, event.data(), 2);
+      std::memcpy(&value, static_cast<const char*>(event.data()) + 2, 4);
+      switch (kind) {
+        case ZMQ_EVENT_CONNECTED: connected_ = true; break;
+        case ZMQ_EVENT_HANDSHAKE_SUCCEEDED: handshakeOk_ = true; break;
+        case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH: authFailed_ = true; break;
+        case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+        case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL: handshakeFailed_ = true; break;
+        case ZMQ_EVENT_DISCONNECTED:
+          if (!handshakeOk_) handshakeFailed_ = true;
+          break;
+        default: break;
+      }
+    }
+  }
+
+  Error refusedError() const {
+    return Error{ErrorCode::kPermissionDenied,
+                 "agent " + address_.text() + " refused this client's key " + fingerprint(keys_.publicKey) +
+                     ": on that node, add this line to the agent's authorized_keys (in its state directory):\n  " +
+                     keys_.publicKey + " lockstepctl"};
+  }
+
+  Error silenceError(milliseconds timeout) {
+    drainMonitor();
+    if (authFailed_) return refusedError();
+    if (handshakeFailed_ && !handshakeOk_) {
+      return Error{ErrorCode::kPermissionDenied,
+                   "agent " + address_.text() + " did not complete the encrypted handshake with the pinned key " +
+                       fingerprint(agentKey_) +
+                       ": this is not that agent, or its key changed. If the agent was reinstalled, get its key on "
+                       "the node (lockstep-agent --print-key), check it, then run: lockstepctl trust " +
+                       address_.text() + " KEY"};
+    }
+    if (!connected_) {
+      return Error{ErrorCode::kUnavailable, "no agent answers at " + address_.text() + " (is lockstep-agent running "
+                                            "there, listening on that address?)"};
+    }
+    return timeoutError("agent " + address_.text() + " did not answer within " + std::to_string(timeout.count()) + " ms");
+  }
+
+  AgentAddress address_;
+  CurveKeyPair keys_;
+  std::string agentKey_;
+  zmq::context_t context_;
+  std::unique_ptr<zmq::socket_t> socket_;
+  std::unique_ptr<zmq::socket_t> monitor_;
+  std::uint64_t nextRequestId_ = 0;
+  bool connected_ = false, handshakeOk_ = false, handshakeFailed_ = false, authFailed_ = false;
+  NodeHello hello_;
+};
+
+AgentClient::AgentClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+AgentClient::~AgentClient() {
+  // The monitor must be stopped before its socket closes.
+  if (impl_ && impl_->socket_) zmq_socket_monitor(impl_->socket_->handle(), nullptr, 0);
+}
+
+Result<std::unique_ptr<AgentClient>> AgentClient::connect(const AgentAddress& address, const CurveKeyPair& clientKeys,
+                                                          const std::string& agentPublicKey, milliseconds timeout) {
+  auto impl = std::make_unique<Impl>(address, clientKeys, agentPublicKey);
+  LOCKSTEP_TRY(impl->open());
+  std::unique_ptr<AgentClient> client(new AgentClient(std::move(impl)));
+  LOCKSTEP_TRY(client->refreshHello(timeout));
+  return client;
+}
+
+const AgentAddress& AgentClient::address() const { return impl_->address_; }
+const NodeHello& AgentClient::hello() const { return impl_->hello_; }
+
+Result<NodeHello> AgentClient::refreshHello(milliseconds timeout) {
+  auto hello = expect<NodeHello>(impl_->call(HelloRequest{kProtocolVersion, "lockstep client"}, timeout), "hello");
+  if (hello) impl_->hello_ = *hello;
+  return hello;
+}
+
+Result<StartJobReply> AgentClient::startJob(const JobSpec& spec, milliseconds timeout) {
+  return expect<StartJobReply>(impl_->call(StartJobRequest{spec}, timeout), "start job");
+}
+
+Result<StopJobReply> AgentClient::stopJob(const std::string& jobId, std::uint32_t graceMs, milliseconds timeout) {
+  return expect<StopJobReply>(impl_->call(StopJobRequest{jobId, graceMs}, timeout), "stop job");
+}
+
+Result<FetchReply> AgentClient::fetch(std::uint64_t afterSeq, std::uint32_t maxMessages, std::uint32_t waitMs,
+                                      milliseconds timeout) {
+  return expect<FetchReply>(impl_->call(FetchRequest{afterSeq, maxMessages, waitMs}, timeout + milliseconds(waitMs)),
+                            "fetch");
+}
+
+Result<JobsReply> AgentClient::listJobs(milliseconds timeout) {
+  return expect<JobsReply>(impl_->call(ListJobsRequest{}, timeout), "list jobs");
+}
+
+Result<LogsReply> AgentClient::logs(const std::string& jobId, std::uint32_t rank, std::uint32_t maxBytes,
+                                    milliseconds timeout) {
+  return expect<LogsReply>(impl_->call(LogsRequest{jobId, rank, maxBytes}, timeout), "logs");
+}
+
+}  // namespace lockstep

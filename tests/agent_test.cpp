@@ -1,0 +1,379 @@
+// Issue 3: lockstep-agent as a real process on loopback, with real trainers, driven through the
+// client library over CURVE.
+
+#include <gtest/gtest.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <map>
+#include <set>
+#include <thread>
+#include <zmq.hpp>
+
+#include "lockstep/client/launch.h"
+#include "lockstep/net/zmq_util.h"
+#include "lockstep/protocol/codec.h"
+#include "support/agent_support.h"
+
+namespace lockstep::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Fetches from `after` until `done` says so (or the timeout passes), collecting every message and
+// checking that none is missing or repeated (unless the agent restarted: then one jump is allowed,
+// over numbers the old agent reserved but never used).
+std::vector<StreamMessage> fetchUntil(AgentClient& client, std::uint64_t& after,
+                                      const std::function<bool(const std::vector<StreamMessage>&)>& done,
+                                      std::chrono::milliseconds timeout = 60s, bool afterRestart = false) {
+  std::vector<StreamMessage> all;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline && !done(all)) {
+    auto batch = client.fetch(after, 1000, 200, 5s);
+    if (!batch) {
+      ADD_FAILURE() << batch.error().message;
+      break;
+    }
+    for (auto& m : batch->messages) {
+      if (afterRestart && m.seq > after + 1) {
+        EXPECT_GT(batch->firstSeq, after + 1) << "the agent skipped messages it still holds";
+        afterRestart = false;
+      } else {
+        EXPECT_EQ(m.seq, after + 1) << "a gap or a duplicate in the stream";
+      }
+      after = m.seq;
+      all.push_back(std::move(m));
+    }
+  }
+  return all;
+}
+
+template <class T>
+std::vector<T> payloads(const std::vector<StreamMessage>& messages, const std::string& jobId) {
+  std::vector<T> out;
+  for (const auto& m : messages) {
+    if (const auto* p = std::get_if<T>(&m.payload); p != nullptr && p->jobId == jobId) out.push_back(*p);
+  }
+  return out;
+}
+
+std::optional<JobStatus> jobOn(AgentClient& client, const std::string& jobId) {
+  auto jobs = client.listJobs(5s);
+  if (!jobs) return std::nullopt;
+  for (auto& j : jobs->jobs) {
+    if (j.spec.jobId == jobId) return j;
+  }
+  return std::nullopt;
+}
+
+bool ended(const std::optional<JobStatus>& j) {
+  return j && j->state != JobState::kRunning && j->state != JobState::kStarting;
+}
+
+TEST(AgentJob, StartReportStopLeavesNoProcessBehind) {
+  TempDir dir;
+  AgentProcess agent(dir, "node-a");
+  ClientKeys client(dir);
+  agent.authorize(client.keys.publicKey);
+  auto c = connectTo(agent, client);
+  EXPECT_EQ(c->hello().nodeName, "node-a");
+  EXPECT_FALSE(c->hello().gpuStatus.empty());  // no NVML here: said, not an error
+
+  ASSERT_TRUE(c->startJob(smallJob("job-stop", 2, 1'000'000), 10s).ok());
+  std::uint64_t after = 0;
+  auto seen = fetchUntil(*c, after, [](const std::vector<StreamMessage>& all) {
+    std::set<std::uint32_t> ranksReporting, ranksSampled;
+    for (const auto& r : payloads<StepReport>(all, "job-stop")) ranksReporting.insert(r.rank);
+    for (const auto& s : payloads<ProcessSample>(all, "job-stop")) ranksSampled.insert(s.rank);
+    return ranksReporting.size() == 2 && ranksSampled.size() == 2;
+  });
+  const auto reports = payloads<StepReport>(seen, "job-stop");
+  ASSERT_FALSE(reports.empty());
+  EXPECT_EQ(reports.front().worldSize, 2u);
+  EXPECT_EQ(processesOfJob("job-stop").size(), 2u);
+
+  auto stopped = c->stopJob("job-stop", 3000, 5s);
+  ASSERT_TRUE(stopped.ok()) << stopped.error().message;
+  ASSERT_TRUE(waitUntil([&] { return ended(jobOn(*c, "job-stop")); }, 20s));
+  EXPECT_EQ(jobOn(*c, "job-stop")->state, JobState::kStopped);
+  EXPECT_TRUE(processesOfJob("job-stop").empty()) << "a rank survived StopJob";
+  auto events = fetchUntil(*c, after, [](const std::vector<StreamMessage>& all) {
+    return !payloads<JobEvent>(all, "job-stop").empty() &&
+           payloads<JobEvent>(all, "job-stop").back().kind == JobEventKind::kStopped;
+  }, 10s);
+  EXPECT_FALSE(payloads<JobEvent>(events, "job-stop").empty());
+}
+
+TEST(AgentJob, FourRanksAcrossTwoAgentsTrainAndFinish) {
+  TempDir dir;
+  AgentProcess a(dir, "node-a"), b(dir, "node-b");
+  ClientKeys client(dir);
+  a.authorize(client.keys.publicKey);
+  b.authorize(client.keys.publicKey);
+  auto ca = connectTo(a, client), cb = connectTo(b, client);
+  auto placed = placeJob({ca.get(), cb.get()}, {2, 2}, smallJob("job-four", 0, 200), 5s);
+  ASSERT_TRUE(placed.ok()) << placed.error().message;
+  EXPECT_EQ(placed->worldSize, 4u);
+  ASSERT_TRUE(launchJob({ca.get(), cb.get()}, *placed, 10s).ok());
+  ASSERT_TRUE(waitUntil([&] { return ended(jobOn(*ca, "job-four")) && ended(jobOn(*cb, "job-four")); }, 90s));
+  for (auto* c : {ca.get(), cb.get()}) {
+    const auto job = jobOn(*c, "job-four");
+    EXPECT_EQ(job->state, JobState::kFinished) << job->message;
+    ASSERT_EQ(job->ranks.size(), 2u);
+    for (const auto& r : job->ranks) EXPECT_EQ(r.exitCode, 0);
+  }
+  std::uint64_t afterA = 0, afterB = 0;
+  auto reportsA = payloads<StepReport>(fetchUntil(*ca, afterA, [&](auto&) { return afterA >= ca->refreshHello(5s)->lastSeq; }), "job-four");
+  auto reportsB = payloads<StepReport>(fetchUntil(*cb, afterB, [&](auto&) { return afterB >= cb->refreshHello(5s)->lastSeq; }), "job-four");
+  std::map<std::uint32_t, std::uint64_t> lastStep;
+  for (const auto& r : reportsA) lastStep[r.rank] = std::max(lastStep[r.rank], r.step);
+  for (const auto& r : reportsB) lastStep[r.rank] = std::max(lastStep[r.rank], r.step);
+  EXPECT_EQ(lastStep, (std::map<std::uint32_t, std::uint64_t>{{0, 200}, {1, 200}, {2, 200}, {3, 200}}));
+}
+
+TEST(AgentJob, AKilledRankFailsTheJobNamingItAndTheOthersGo) {
+  TempDir dir;
+  AgentProcess agent(dir, "node-a");
+  ClientKeys client(dir);
+  agent.authorize(client.keys.publicKey);
+  auto c = connectTo(agent, client);
+  ASSERT_TRUE(c->startJob(smallJob("job-kill", 2, 1'000'000), 10s).ok());
+  std::uint64_t after = 0;
+  fetchUntil(*c, after, [](const auto& all) { return payloads<StepReport>(all, "job-kill").size() >= 10; });
+  const auto job = jobOn(*c, "job-kill");
+  ASSERT_TRUE(job && job->ranks.size() == 2);
+  ::kill(static_cast<pid_t>(job->ranks[1].pid), SIGKILL);
+  ASSERT_TRUE(waitUntil([&] { return ended(jobOn(*c, "job-kill")); }, 30s));
+  const auto failed = jobOn(*c, "job-kill");
+  EXPECT_EQ(failed->state, JobState::kFailed);
+  const auto events = payloads<JobEvent>(fetchUntil(*c, after, [](const auto& all) {
+    for (const auto& e : payloads<JobEvent>(all, "job-kill")) {
+      if (e.kind == JobEventKind::kFailed) return true;
+    }
+    return false;
+  }, 10s), "job-kill");
+  const auto failure = std::find_if(events.begin(), events.end(), [](const JobEvent& e) { return e.kind == JobEventKind::kFailed; });
+  ASSERT_NE(failure, events.end());
+  // The first failure is rank 1's signal, or rank 0 noticing the loss first; both name rank 1.
+  EXPECT_TRUE(failed->message.find("rank 1 exited with signal 9") != std::string::npos ||
+              failure->logTail.find("lost rank 1") != std::string::npos)
+      << failed->message << "\n" << failure->logTail;
+  EXPECT_TRUE(waitUntil([] { return processesOfJob("job-kill").empty(); }, 10s));
+}
+
+TEST(AgentSecurity, AnUnknownClientKeyIsRefusedAndStartsNothing) {
+  TempDir dir;
+  AgentProcess agent(dir, "node-a");
+  ClientKeys stranger(dir, "stranger");
+  auto c = AgentClient::connect(agent.address(), stranger.keys, agent.publicKey(), 3s);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().code, ErrorCode::kPermissionDenied);
+  EXPECT_NE(c.error().message.find("refused this client's key"), std::string::npos) << c.error().message;
+
+  // A raw CURVE client with the same unknown key tries to start a job anyway.
+  zmq::context_t context(1);
+  zmq::socket_t dealer(context, zmq::socket_type::dealer);
+  ASSERT_TRUE(makeCurveClient(dealer, stranger.keys, agent.publicKey()).ok());
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.connect(agent.address().endpoint());
+  const std::string start = encode(Request{1, StartJobRequest{smallJob("job-intruder", 1, 100)}});
+  dealer.send(zmq::buffer(start), zmq::send_flags::dontwait);
+  zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
+  EXPECT_EQ(zmq::poll(&item, 1, 2s), 0) << "the agent answered an unknown key";
+
+  ClientKeys owner(dir, "owner");
+  agent.authorize(owner.keys.publicKey);
+  auto ok = connectTo(agent, owner);
+  EXPECT_FALSE(jobOn(*ok, "job-intruder").has_value());
+  EXPECT_TRUE(processesOfJob("job-intruder").empty());
+}
+
+TEST(AgentSecurity, AnAgentThatDoesNotHoldThePinnedKeyIsRefused) {
+  TempDir dir;
+  AgentProcess agent(dir, "node-a");
+  ClientKeys client(dir);
+  agent.authorize(client.keys.publicKey);
+  const auto impostorKey = generateKeyPair()->publicKey;  // pinned, but not the agent's
+  auto c = AgentClient::connect(agent.address(), client.keys, impostorKey, 3s);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().code, ErrorCode::kPermissionDenied) << c.error().message;
+  EXPECT_NE(c.error().message.find("pinned key " + fingerprint(impostorKey)), std::string::npos) << c.error().message;
+  EXPECT_NE(c.error().message.find("lockstepctl trust"), std::string::npos);
+}
+
+TEST(AgentRobustness, GarbageTruncatedAndOversizedRequestsThenAGoodClient) {
+  TempDir dir;
+  AgentProcess agent(dir, "node-a");
+  ClientKeys client(dir);
+  agent.authorize(client.keys.publicKey);
+
+  // Not even ZeroMQ: raw bytes on the port.
+  {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(agent.address().port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    const std::string junk = "GET / HTTP/1.1\r\n\r\n" + std::string(4096, '\xff');
+    (void)::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
+    ::close(fd);
+  }
+
+  zmq::context_t context(1);
+  zmq::socket_t dealer(context, zmq::socket_type::dealer);
+  ASSERT_TRUE(makeCurveClient(dealer, client.keys, agent.publicKey()).ok());
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.set(zmq::sockopt::rcvtimeo, 5000);
+  dealer.connect(agent.address().endpoint());
+  auto errorReplyTo = [&](const std::vector<std::string>& frames) -> std::string {
+    for (size_t i = 0; i < frames.size(); ++i) {
+      dealer.send(zmq::buffer(frames[i]), i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+    zmq::message_t reply;
+    if (!dealer.recv(reply)) return "(no reply)";
+    auto decoded = decodeReply(reply.to_string_view());
+    if (!decoded) return "(bad reply)";
+    const auto* e = std::get_if<ErrorReply>(&decoded->body);
+    return e ? e->message : "(not an error)";
+  };
+  EXPECT_NE(errorReplyTo({"\x08\x96\x01garbage"}).find("not a valid lockstep.v1 message"), std::string::npos);
+  EXPECT_NE(errorReplyTo({"a", "b", "c"}).find("one frame"), std::string::npos);
+  const std::string good = encode(Request{7, HelloRequest{1, "x"}});
+  EXPECT_NE(errorReplyTo({good.substr(0, good.size() / 2) + std::string(3, '\xff')}), "(no reply)");
+  EXPECT_NE(errorReplyTo({encode(Request{8, StopJobRequest{"no-such-job", 0}})}).find("no job no-such-job"), std::string::npos);
+  JobSpec impossible = smallJob("job-x", 1, 10);
+  impossible.backend = Backend::kCuda;
+  impossible.precision = Precision::kBf16;
+  EXPECT_NE(errorReplyTo({encode(Request{9, StartJobRequest{impossible}})}).find("has no GPUs"), std::string::npos);
+  // Over the 4 MiB cap: libzmq drops the connection instead of reading it.
+  dealer.send(zmq::buffer(std::string(5u << 20, 'x')), zmq::send_flags::none);
+
+  auto c = connectTo(agent, client);
+  auto jobs = c->listJobs(5s);
+  EXPECT_TRUE(jobs.ok()) << jobs.error().message;
+  EXPECT_EQ(c->hello().nodeName, "node-a");
+}
+
+TEST(AgentValidation, ImpossibleJobsAreRefusedWithTheReason) {
+  TempDir dir;
+  AgentProcess agent(dir, "node-a");
+  ClientKeys client(dir);
+  agent.authorize(client.keys.publicKey);
+  auto c = connectTo(agent, client);
+  struct Case {
+    JobSpec spec;
+    ErrorCode code;
+    std::string text;
+  };
+  std::vector<Case> cases;
+  cases.push_back({smallJob("too-many", 64, 10), ErrorCode::kResourceExhausted, "cores for 64 CPU ranks"});
+  JobSpec npy = smallJob("npy", 1, 10);
+  npy.dataset = NpyDataset{dir.file("missing.npy"), dir.file("labels.npy")};
+  cases.push_back({npy, ErrorCode::kNotFound, "cannot open the features file"});
+  JobSpec elsewhere = smallJob("elsewhere", 2, 10);
+  elsewhere.ranks = {{0, "node-z", 0, std::nullopt}, {1, "node-a", 0, std::nullopt}};
+  cases.push_back({elsewhere, ErrorCode::kInvalidArgument, "rank 0 runs on another node"});
+  JobSpec nowhere = smallJob("nowhere", 1, 10);
+  nowhere.ranks = {{0, "node-z", 0, std::nullopt}};
+  cases.push_back({nowhere, ErrorCode::kInvalidArgument, "places no rank on node node-a"});
+  for (const auto& k : cases) {
+    auto r = c->startJob(k.spec, 5s);
+    ASSERT_FALSE(r.ok()) << k.spec.jobId;
+    EXPECT_EQ(r.error().code, k.code) << r.error().message;
+    EXPECT_NE(r.error().message.find(k.text), std::string::npos) << r.error().message;
+  }
+  ASSERT_TRUE(c->startJob(smallJob("twice", 1, 5), 5s).ok());
+  auto again = c->startJob(smallJob("twice", 1, 5), 5s);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.error().code, ErrorCode::kAlreadyExists);
+  auto logs = c->logs("nope", 0, 100, 5s);
+  ASSERT_FALSE(logs.ok());
+  EXPECT_EQ(logs.error().code, ErrorCode::kNotFound);
+}
+
+TEST(AgentStream, AClientThatReconnectsGetsEveryStepReportExactlyOnce) {
+  TempDir dir;
+  AgentProcess agent(dir, "node-a");
+  ClientKeys client(dir);
+  agent.authorize(client.keys.publicKey);
+  constexpr std::uint64_t kSteps = 400;
+  std::vector<StreamMessage> received;
+  std::uint64_t after = 0;
+  {
+    auto first = connectTo(agent, client);
+    ASSERT_TRUE(first->startJob(smallJob("job-replay", 2, kSteps), 10s).ok());
+    auto part = fetchUntil(*first, after, [](const auto& all) { return payloads<StepReport>(all, "job-replay").size() >= 20; });
+    received.insert(received.end(), part.begin(), part.end());
+  }  // the client goes away mid-job
+  std::this_thread::sleep_for(500ms);
+  auto second = connectTo(agent, client);
+  ASSERT_TRUE(waitUntil([&] { return ended(jobOn(*second, "job-replay")); }, 90s));
+  const std::uint64_t last = second->refreshHello(5s)->lastSeq;
+  auto rest = fetchUntil(*second, after, [&](const auto&) { return after >= last; });
+  received.insert(received.end(), rest.begin(), rest.end());
+  std::map<std::pair<std::uint32_t, std::uint64_t>, int> count;
+  for (const auto& r : payloads<StepReport>(received, "job-replay")) ++count[{r.rank, r.step}];
+  for (std::uint32_t rank = 0; rank < 2; ++rank) {
+    for (std::uint64_t step = 1; step <= kSteps; ++step) {
+      ASSERT_EQ((count[{rank, step}]), 1) << "rank " << rank << " step " << step;
+    }
+  }
+}
+
+TEST(AgentRestart, AKilledAgentRestartsAndTheJobKeepsRunningAndReporting) {
+  // Ranks orphaned by the killed agent become this test's children, so it can reap them.
+  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  TempDir dir;
+  AgentProcess agent(dir, "node-a");
+  ClientKeys client(dir);
+  agent.authorize(client.keys.publicKey);
+  std::uint64_t after = 0, lastStepBefore = 0;
+  std::vector<std::uint32_t> pidsBefore;
+  {
+    auto c = connectTo(agent, client);
+    ASSERT_TRUE(c->startJob(smallJob("job-restart", 2, 1'000'000), 10s).ok());
+    auto seen = fetchUntil(*c, after, [](const auto& all) { return payloads<StepReport>(all, "job-restart").size() >= 10; });
+    for (const auto& r : payloads<StepReport>(seen, "job-restart")) lastStepBefore = std::max(lastStepBefore, r.step);
+    const auto job = jobOn(*c, "job-restart");
+    ASSERT_TRUE(job.has_value());
+    for (const auto& r : job->ranks) pidsBefore.push_back(r.pid);
+  }
+  agent.kill();
+  std::this_thread::sleep_for(1s);
+  EXPECT_EQ(processesOfJob("job-restart").size(), 2u) << "the ranks died with the agent";
+  agent.restart();
+  auto c = connectTo(agent, client);
+  const auto job = jobOn(*c, "job-restart");
+  ASSERT_TRUE(job.has_value());
+  EXPECT_EQ(job->state, JobState::kRunning);
+  std::vector<std::uint32_t> pidsAfter;
+  for (const auto& r : job->ranks) pidsAfter.push_back(r.pid);
+  EXPECT_EQ(pidsAfter, pidsBefore);
+  // Sequence numbers go on after the old ones, and step reports keep coming.
+  EXPECT_GT(c->hello().lastSeq, after);
+  std::uint64_t afterRestart = after;
+  auto seen = fetchUntil(*c, afterRestart, [&](const auto& all) {
+    for (const auto& r : payloads<StepReport>(all, "job-restart")) {
+      if (r.step > lastStepBefore + 20) return true;
+    }
+    return false;
+  }, 30s, /*afterRestart=*/true);
+  EXPECT_FALSE(payloads<StepReport>(seen, "job-restart").empty()) << "no reports after the restart";
+  ASSERT_TRUE(c->stopJob("job-restart", 3000, 5s).ok());
+  ASSERT_TRUE(waitUntil([&] { return ended(jobOn(*c, "job-restart")); }, 30s));
+  const auto stopped = jobOn(*c, "job-restart");
+  EXPECT_EQ(stopped->state, JobState::kStopped);
+  for (const auto& r : stopped->ranks) EXPECT_TRUE(r.exitUnknown);  // no longer the agent's children
+  while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+  EXPECT_TRUE(waitUntil([] { return processesOfJob("job-restart").empty(); }, 10s));
+}
+
+}  // namespace
+}  // namespace lockstep::test

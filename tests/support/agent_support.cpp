@@ -1,0 +1,105 @@
+#include "support/agent_support.h"
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <thread>
+
+#include "lockstep/common/files.h"
+#include "lockstep/common/process.h"
+
+namespace lockstep::test {
+
+namespace fs = std::filesystem;
+
+std::string agentPath() { return LOCKSTEP_AGENT_PATH; }
+std::string lockstepctlPath() { return LOCKSTEPCTL_PATH; }
+
+AgentProcess::AgentProcess(const TempDir& dir, const std::string& name, std::vector<std::string> extraArgs)
+    : dir_(dir), name_(name), extraArgs_(std::move(extraArgs)), stateDir_(dir.file("agent-" + name)) {
+  address_ = {"127.0.0.1", freePort()};
+  launch();
+}
+
+AgentProcess::~AgentProcess() {
+  if (pid_ > 0) terminate();
+}
+
+void AgentProcess::launch() {
+  std::vector<std::string> argv = {agentPath(), "--state-dir", stateDir_, "--listen", address_.endpoint(), "--name",
+                                   name_, "--trainer", trainerPath(), "--stop-grace-ms", "3000"};
+  argv.insert(argv.end(), extraArgs_.begin(), extraArgs_.end());
+  const std::string tag = name_ + "-" + std::to_string(++launches_);
+  pid_ = startProcess(argv, {}, dir_.file("agent-" + tag + ".out"), dir_.file("agent-" + tag + ".err"));
+  // Ready once it printed its key (after binding).
+  const bool ready = waitUntil(
+      [&] { return readText(dir_.file("agent-" + tag + ".out")).find("public key") != std::string::npos; },
+      std::chrono::seconds(20));
+  if (!ready) throw std::runtime_error("agent did not start: " + readText(dir_.file("agent-" + tag + ".err")));
+  publicKey_ = readText(stateDir_ + "/agent.pub");
+  publicKey_.erase(publicKey_.find_last_not_of("\n") + 1);
+}
+
+void AgentProcess::authorize(const std::string& clientPublicKey) const {
+  std::ofstream(stateDir_ + "/authorized_keys", std::ios::app) << clientPublicKey << " test client\n";
+}
+
+void AgentProcess::terminate() {
+  ::kill(pid_, SIGTERM);
+  (void)waitProcess(pid_, std::chrono::seconds(20));
+  pid_ = -1;
+}
+
+void AgentProcess::kill() {
+  ::kill(pid_, SIGKILL);
+  (void)waitProcess(pid_, std::chrono::seconds(20));
+  pid_ = -1;
+}
+
+void AgentProcess::restart() {
+  if (pid_ > 0) terminate();
+  launch();
+}
+
+ClientKeys::ClientKeys(const TempDir& dir, const std::string& name) : configDir(dir.file("config-" + name)) {
+  auto pair = loadOrCreateKeyPair(configDir, "client");
+  if (!pair) throw std::runtime_error(pair.error().message);
+  keys = *pair;
+}
+
+std::unique_ptr<AgentClient> connectTo(const AgentProcess& agent, const ClientKeys& client,
+                                       std::chrono::milliseconds timeout) {
+  auto c = AgentClient::connect(agent.address(), client.keys, agent.publicKey(), timeout);
+  if (!c) throw std::runtime_error(c.error().message);
+  return std::move(c).value();
+}
+
+std::vector<pid_t> processesOfJob(const std::string& jobId) {
+  std::vector<pid_t> out;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(name));
+    if (environOf(pid, "LOCKSTEP_JOB_ID") != jobId) continue;
+    const std::string stat = readText("/proc/" + name + "/stat");
+    const auto close = stat.rfind(')');
+    if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z') continue;
+    out.push_back(pid);
+  }
+  return out;
+}
+
+JobSpec smallJob(const std::string& jobId, std::uint32_t worldSize, std::uint64_t steps) {
+  JobSpec spec;
+  spec.jobId = jobId;
+  spec.layers = {32, 64, 10};
+  spec.dataset = SyntheticDataset{4096, 32, 10, 3};
+  spec.batchPerRank = 32;
+  spec.steps = steps;
+  spec.worldSize = worldSize;
+  spec.timeoutS = 10;
+  return spec;
+}
+
+}  // namespace lockstep::test

@@ -1,0 +1,65 @@
+#pragma once
+// Real lockstep-agent processes on loopback for tests, and clients with authorized keys.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lockstep/client/agent_client.h"
+#include "lockstep/net/keys.h"
+#include "support/test_support.h"
+
+namespace lockstep::test {
+
+std::string agentPath();
+std::string lockstepctlPath();
+
+class AgentProcess {
+ public:
+  // Starts an agent named `name` on a free loopback port with its own state dir under `dir`.
+  AgentProcess(const TempDir& dir, const std::string& name, std::vector<std::string> extraArgs = {});
+  ~AgentProcess();
+
+  const AgentAddress& address() const { return address_; }
+  const std::string& publicKey() const { return publicKey_; }
+  const std::string& stateDir() const { return stateDir_; }
+  const std::string& name() const { return name_; }
+  pid_t pid() const { return pid_; }
+  void authorize(const std::string& clientPublicKey) const;
+
+  void terminate();  // SIGTERM, and wait
+  void kill();       // SIGKILL, and wait
+  void restart();    // same state dir and port
+
+ private:
+  void launch();
+  const TempDir& dir_;
+  std::string name_;
+  std::vector<std::string> extraArgs_;
+  std::string stateDir_;
+  AgentAddress address_;
+  std::string publicKey_;
+  pid_t pid_ = -1;
+  int launches_ = 0;
+};
+
+// A client key pair in its own config dir.
+struct ClientKeys {
+  explicit ClientKeys(const TempDir& dir, const std::string& name = "client");
+  std::string configDir;
+  CurveKeyPair keys;
+};
+
+std::unique_ptr<AgentClient> connectTo(const AgentProcess& agent, const ClientKeys& client,
+                                       std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+// Living (not zombie) processes whose environment says LOCKSTEP_JOB_ID=jobId.
+std::vector<pid_t> processesOfJob(const std::string& jobId);
+
+// A small CPU job for agents: an MLP on synthetic data.
+JobSpec smallJob(const std::string& jobId, std::uint32_t worldSize, std::uint64_t steps);
+
+}  // namespace lockstep::test
