@@ -166,6 +166,39 @@ TEST(AgentJob, AKilledRankFailsTheJobNamingItAndTheOthersGo) {
   EXPECT_TRUE(waitUntil([] { return processesOfJob("job-kill").empty(); }, 10s));
 }
 
+TEST(AgentTelemetry, GpuSamplesAtTheSetRateWithUnknownsKeptUnknown) {
+  // With the stand-in NVML (tests/support/fake_nvml.c): GPU 1 has no power readings.
+  TempDir dir;
+  AgentProcess agent(dir, "gpu-node", {"--nvml-library", LOCKSTEP_FAKE_NVML_PATH, "--sample-hz", "10"});
+  ClientKeys client(dir);
+  agent.authorize(client.keys.publicKey);
+  auto c = connectTo(agent, client);
+  ASSERT_EQ(c->hello().gpus.size(), 2u);
+  EXPECT_EQ(c->hello().gpus[0].name, "Fake GPU 0");
+  EXPECT_TRUE(c->hello().gpuStatus.empty());
+  EXPECT_EQ(c->hello().sampleHz, 10u);
+  std::uint64_t after = c->hello().lastSeq;
+  const auto start = std::chrono::steady_clock::now();
+  auto seen = fetchUntil(*c, after, [&](const auto&) { return std::chrono::steady_clock::now() - start > 2s; }, 10s);
+  std::map<std::uint32_t, int> perGpu;
+  for (const auto& m : seen) {
+    const auto* s = std::get_if<GpuSample>(&m.payload);
+    if (s == nullptr) continue;
+    ++perGpu[s->gpuIndex];
+    EXPECT_EQ(s->node, "gpu-node");
+    if (s->gpuIndex == 0) {
+      EXPECT_EQ(s->powerMilliwatts, 300000u);
+    } else {
+      EXPECT_FALSE(s->powerMilliwatts.has_value()) << "unknown power reported as a number";
+    }
+    EXPECT_TRUE(s->utilizationPct.has_value());
+  }
+  // About 10 a second for 2 s each, give or take scheduling.
+  EXPECT_GE(perGpu[0], 12);
+  EXPECT_LE(perGpu[0], 30);
+  EXPECT_EQ(perGpu[0] - perGpu[1], 0);
+}
+
 TEST(AgentSecurity, AnUnknownClientKeyIsRefusedAndStartsNothing) {
   TempDir dir;
   AgentProcess agent(dir, "node-a");
