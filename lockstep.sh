@@ -19,6 +19,7 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev libsodium-dev
   libgloo-dev libopenblas-dev
   nlohmann-json3-dev libgtest-dev
+  clang-14 libclang-rt-14-dev  # the protocol fuzzer (libFuzzer)
   python3-torch python3-numpy  # the PyTorch reference test and bench/
 )
 
