@@ -1,6 +1,7 @@
 #include "lockstep/protocol/codec.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "lockstep/protocol/validate.h"
 #include "lockstep/v1/lockstep.pb.h"
@@ -414,8 +415,22 @@ Result<JobStatus> fromPb(const pb::JobStatus& m) {
 
 // ---- envelopes ----
 
+// libprotobuf prints an ERROR line for each malformed message (invalid UTF-8, say); our callers get
+// an Error instead, so a client sending garbage must not fill the agent's log.
+void silenceProtobufLog() {
+  static const bool silenced = [] {
+    google::protobuf::SetLogHandler([](google::protobuf::LogLevel level, const char* file, int line,
+                                       const std::string& message) {
+      if (level >= google::protobuf::LOGLEVEL_FATAL) std::fprintf(stderr, "[libprotobuf %s:%d] %s\n", file, line, message.c_str());
+    });
+    return true;
+  }();
+  (void)silenced;
+}
+
 template <class Message>
 Result<void> parse(Message& m, std::string_view bytes, std::size_t maxBytes, const char* what) {
+  silenceProtobufLog();
   if (bytes.size() > maxBytes) {
     return Error{ErrorCode::kResourceExhausted, std::string(what) + " of " + std::to_string(bytes.size()) +
                                                     " bytes is over the limit of " + std::to_string(maxBytes)};
