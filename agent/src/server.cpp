@@ -50,7 +50,9 @@ void Log::error(const std::string& line) { write("error", line); }
 void Log::write(const char* level, const std::string& line) {
   char stamp[32];
   const std::time_t now = std::time(nullptr);
-  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", std::localtime(&now));
+  std::tm local{};
+  localtime_r(&now, &local);
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &local);
   const std::string text = std::string(stamp) + " " + level + ": " + line + "\n";
   std::lock_guard lock(mutex_);
   std::fputs(text.c_str(), stderr);

@@ -100,7 +100,9 @@ std::string timeText(std::int64_t unixUs) {
   if (unixUs == 0) return "-";
   const std::time_t t = static_cast<std::time_t>(unixUs / 1000000);
   char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
+  std::tm local{};
+  localtime_r(&t, &local);
+  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S", &local);
   return text;
 }
 
@@ -113,7 +115,9 @@ std::string gib(std::uint64_t bytes) {
 std::string newJobId() {
   char stamp[32];
   const std::time_t now = std::time(nullptr);
-  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+  std::tm local{};
+  localtime_r(&now, &local);
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &local);
   std::random_device random;
   char suffix[8];
   std::snprintf(suffix, sizeof suffix, "%04x", random() & 0xffff);
