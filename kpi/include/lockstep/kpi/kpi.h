@@ -1,0 +1,192 @@
+#pragma once
+// The KPI engine: the brief's KPIs of one job, computed incrementally from its stream (step
+// reports, GPU and process samples, job events). No Qt; the app, lockstepctl and reports use it.
+//
+// Definitions (../shared/design/brief.md, docs/kpis.md):
+// - throughput: samples/s over a sliding window of report time, per rank and summed;
+// - communication overhead: exposed all-reduce time / step time over the window, per rank and job;
+// - scaling efficiency: throughput / (N x single-rank throughput), the single-rank throughput from a
+//   calibration run when one is given, else estimated from the ranks' compute-only time (data +
+//   compute per step); the result says which;
+// - GPU utilization: NVML utilization per GPU, the job's mean over its GPUs and time;
+// - load imbalance: per global step, max / median of the ranks' compute time, averaged over the
+//   window; the slowest rank and what makes it slow (data wait, compute, communication);
+// - time to convergence: wall time from the job's start until the smoothed global loss (EMA 0.1,
+//   as the trainer) first reaches the target loss;
+// - energy: kWh from the NVML energy counter of the job's GPUs;
+// - cost: GPU-hours and measured CPU core-hours times their prices, plus kWh times its price;
+//   spent so far, and projected to the job's last step.
+// A value that cannot be known (no GPU, no energy counter, no target) is empty, never 0.
+// Not thread-safe: one owner at a time.
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lockstep/protocol/types.h"
+
+namespace lockstep::kpi {
+
+using Maybe = std::optional<double>;
+
+struct Settings {
+  double windowSeconds = 10.0;
+  double lossSmoothing = 0.1;
+  // Samples/s of one rank alone (a calibration run); without it, scaling efficiency is estimated.
+  Maybe calibratedSingleRankSamplesPerSecond;
+  std::size_t seriesCapacity = 3600;  // points kept per chart series
+};
+
+enum class ScalingBasis { kUnknown, kCalibrated, kEstimatedFromCompute };
+enum class SlowCause { kUnknown, kDataWait, kCompute, kCommunication };
+std::string_view scalingBasisName(ScalingBasis basis);
+std::string_view slowCauseName(SlowCause cause);
+
+struct RankKpis {
+  std::uint32_t rank = 0;
+  std::string node;
+  std::uint32_t attempt = 0;
+  std::uint64_t step = 0;
+  std::uint32_t epoch = 0;
+  Maybe samplesPerSecond;
+  Maybe commOverhead;  // fraction of step time
+  Maybe meanDataUs, meanComputeUs, meanExposedUs, meanStepUs;
+  Maybe loss;
+  Maybe cpuPct;
+  Maybe rssBytes;
+};
+
+struct GpuKpis {
+  std::string node;
+  std::uint32_t index = 0;
+  Maybe utilizationPct;      // latest
+  Maybe meanUtilizationPct;  // over the job
+  Maybe memoryUsedBytes;
+  Maybe powerWatts;
+  Maybe temperatureC;
+  Maybe energyKwh;
+};
+
+struct JobKpis {
+  std::string jobId;
+  std::uint32_t worldSize = 0;
+  std::uint32_t attempts = 0;    // restarts seen (attempt numbers, or the step counter going back)
+  std::uint64_t step = 0;        // the newest step any rank completed
+  std::uint64_t totalSteps = 0;  // 0 when not known (epochs over an unknown data set size)
+  double elapsedSeconds = 0;
+  Maybe samplesPerSecond;
+  Maybe commOverhead;
+  Maybe scalingEfficiency;
+  ScalingBasis scalingBasis = ScalingBasis::kUnknown;
+  Maybe gpuUtilizationPct;
+  Maybe loadImbalance;  // max / median compute time, 1 = balanced
+  std::optional<std::uint32_t> slowestRank;
+  SlowCause slowestCause = SlowCause::kUnknown;
+  Maybe lastGlobalLoss;
+  Maybe smoothedLoss;
+  Maybe timeToConvergenceSeconds;
+  Maybe etaSeconds;
+  Maybe energyKwh;
+  Maybe gpuHours;
+  Maybe coreHours;  // measured CPU time of the ranks
+  Maybe costSoFar;      // the known parts of the cost
+  Maybe costProjected;  // costSoFar scaled to the last step
+  bool costComplete = true;
+  std::vector<std::string> missing;  // what could not be measured, in words (for reports and tiles)
+  std::vector<RankKpis> ranks;
+  std::vector<GpuKpis> gpus;
+};
+
+struct Point {
+  double x = 0;
+  double y = 0;
+};
+
+// One global step's mean split of the step time across ranks, for the step-time chart.
+struct StepSplit {
+  std::uint64_t step = 0;
+  double dataMs = 0, computeMs = 0, exposedMs = 0;
+};
+
+class JobTracker {
+ public:
+  JobTracker(JobSpec spec, Settings settings = {});
+
+  void add(const StepReport& report, const std::string& node);
+  void add(const GpuSample& sample);
+  void add(const ProcessSample& sample);
+  void add(const JobEvent& event);
+  void add(const StreamMessage& message);  // dispatches; ignores other jobs' messages
+
+  // The KPIs as of `nowUnixUs` (for a running job, the wall clock; for a finished one, its end).
+  JobKpis snapshot(std::int64_t nowUnixUs) const;
+  std::int64_t lastReportUnixUs() const { return lastReportUs_; }
+  bool ended() const { return ended_; }
+  const JobSpec& spec() const { return spec_; }
+
+  // Chart series (x: seconds since the job started, unless said otherwise).
+  const std::deque<Point>& throughputSeries() const { return throughput_; }  // samples/s per second
+  const std::deque<Point>& lossSeries() const { return loss_; }              // x: step
+  const std::deque<StepSplit>& stepSplits() const { return splits_; }
+  const std::map<std::pair<std::string, std::uint32_t>, std::deque<Point>>& gpuUtilizationSeries() const {
+    return gpuSeries_;
+  }
+
+ private:
+  struct RankState {
+    std::string node;
+    std::uint32_t attempt = 0;
+    std::uint64_t step = 0;
+    std::uint32_t epoch = 0;
+    float loss = 0;
+    std::deque<StepReport> window;  // reports within the window, oldest first
+    Maybe cpuPct;
+    Maybe rssBytes;
+    double cpuSeconds = 0;  // integrated from process samples
+    std::int64_t lastProcessUs = 0;
+  };
+  struct GpuState {
+    Maybe util;
+    double utilSum = 0;
+    std::uint64_t utilCount = 0;
+    Maybe memory, power, temperature;
+    double energyMillijoules = 0;  // summed over counter segments
+    std::optional<std::uint64_t> lastEnergy;
+  };
+  struct StepAcc {
+    std::uint32_t ranks = 0;
+    double dataUs = 0, computeUs = 0, exposedUs = 0;
+    std::vector<double> computes;
+    std::int64_t timeUs = 0;
+  };
+
+  double secondsSinceStart(std::int64_t unixUs) const;
+  void trimWindow(RankState& rank, std::int64_t nowUs) const;
+  template <class T>
+  void push(std::deque<T>& series, T value) const;
+
+  JobSpec spec_;
+  Settings settings_;
+  std::int64_t startUs_ = 0;
+  std::int64_t lastReportUs_ = 0;
+  std::int64_t endUs_ = 0;
+  bool ended_ = false;
+  std::uint32_t attempts_ = 1;
+  std::map<std::uint32_t, RankState> ranks_;
+  std::map<std::pair<std::string, std::uint32_t>, GpuState> gpus_;
+  std::map<std::uint64_t, StepAcc> steps_;  // recent global steps, for imbalance and splits
+  Maybe smoothedLoss_;
+  Maybe lastGlobalLoss_;
+  std::uint64_t lossStep_ = 0;
+  Maybe convergedAtSeconds_;
+  std::deque<Point> throughput_;
+  std::deque<Point> loss_;
+  std::deque<StepSplit> splits_;
+  std::map<std::pair<std::string, std::uint32_t>, std::deque<Point>> gpuSeries_;
+  std::map<std::int64_t, double> samplesPerSecondBucket_;
+};
+
+}  // namespace lockstep::kpi

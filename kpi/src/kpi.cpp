@@ -1,0 +1,357 @@
+#include "lockstep/kpi/kpi.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace lockstep::kpi {
+namespace {
+
+constexpr std::size_t kStepsKept = 2000;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+}  // namespace
+
+std::string_view scalingBasisName(ScalingBasis basis) {
+  switch (basis) {
+    case ScalingBasis::kCalibrated: return "calibrated";
+    case ScalingBasis::kEstimatedFromCompute: return "estimated from compute time";
+    case ScalingBasis::kUnknown: break;
+  }
+  return "unknown";
+}
+
+std::string_view slowCauseName(SlowCause cause) {
+  switch (cause) {
+    case SlowCause::kDataWait: return "data wait";
+    case SlowCause::kCompute: return "compute";
+    case SlowCause::kCommunication: return "communication";
+    case SlowCause::kUnknown: break;
+  }
+  return "unknown";
+}
+
+JobTracker::JobTracker(JobSpec spec, Settings settings) : spec_(std::move(spec)), settings_(settings) {}
+
+double JobTracker::secondsSinceStart(std::int64_t unixUs) const {
+  return startUs_ == 0 ? 0.0 : static_cast<double>(unixUs - startUs_) / 1e6;
+}
+
+template <class T>
+void JobTracker::push(std::deque<T>& series, T value) const {
+  series.push_back(value);
+  while (series.size() > settings_.seriesCapacity) series.pop_front();
+}
+
+void JobTracker::trimWindow(RankState& rank, std::int64_t nowUs) const {
+  const auto windowUs = static_cast<std::int64_t>(settings_.windowSeconds * 1e6);
+  while (!rank.window.empty() && rank.window.front().timeUnixUs <= nowUs - windowUs) rank.window.pop_front();
+}
+
+void JobTracker::add(const StreamMessage& message) {
+  std::visit(
+      [&](const auto& p) {
+        using T = std::decay_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, StepReport>) {
+          add(p, message.node);
+        } else {
+          add(p);
+        }
+      },
+      message.payload);
+}
+
+void JobTracker::add(const StepReport& r, const std::string& node) {
+  if (r.jobId != spec_.jobId) return;
+  const std::int64_t stepStart = r.timeUnixUs - r.stepTimeUs;
+  if (startUs_ == 0 || stepStart < startUs_) startUs_ = stepStart;
+  RankState& rank = ranks_[r.rank];
+  // A new attempt, or the step counter going back, is a restart: measurements start afresh.
+  const bool restarted = r.attempt > rank.attempt || (r.attempt == rank.attempt && rank.step > 0 && r.step <= rank.step);
+  if (restarted) {
+    rank.window.clear();
+    attempts_ = std::max(attempts_, r.attempt > rank.attempt ? r.attempt + 1 : attempts_ + 1);
+    if (r.step <= lossStep_) lossStep_ = r.step - 1;
+  }
+  rank.node = node;
+  rank.attempt = r.attempt;
+  rank.step = r.step;
+  rank.epoch = r.epoch;
+  rank.loss = r.loss;
+  rank.window.push_back(r);
+  trimWindow(rank, r.timeUnixUs);
+  lastReportUs_ = std::max(lastReportUs_, r.timeUnixUs);
+
+  // Throughput per second of job time, finalized when a later second begins (gaps count as 0).
+  const auto second = static_cast<std::int64_t>(std::floor(secondsSinceStart(r.timeUnixUs)));
+  samplesPerSecondBucket_[second] += r.samples;
+  while (samplesPerSecondBucket_.size() > 1 && samplesPerSecondBucket_.begin()->first < second) {
+    const auto [s, samples] = *samplesPerSecondBucket_.begin();
+    samplesPerSecondBucket_.erase(samplesPerSecondBucket_.begin());
+    const std::int64_t first = throughput_.empty() ? s : static_cast<std::int64_t>(throughput_.back().x) + 1;
+    for (std::int64_t gap = first; gap < s; ++gap) push(throughput_, Point{static_cast<double>(gap), 0.0});
+    push(throughput_, Point{static_cast<double>(s), samples});
+  }
+
+  if (r.globalLoss && r.step > lossStep_ && std::isfinite(*r.globalLoss)) {
+    lossStep_ = r.step;
+    lastGlobalLoss_ = *r.globalLoss;
+    smoothedLoss_ = smoothedLoss_ ? (1 - settings_.lossSmoothing) * *smoothedLoss_ + settings_.lossSmoothing * *r.globalLoss
+                                  : static_cast<double>(*r.globalLoss);
+    push(loss_, Point{static_cast<double>(r.step), *r.globalLoss});
+    if (spec_.targetLoss && !convergedAtSeconds_ && *smoothedLoss_ <= *spec_.targetLoss) {
+      convergedAtSeconds_ = secondsSinceStart(r.timeUnixUs);
+    }
+  }
+
+  StepAcc& acc = steps_[r.step];
+  ++acc.ranks;
+  acc.dataUs += static_cast<double>(r.dataTimeUs);
+  acc.computeUs += static_cast<double>(r.computeTimeUs);
+  acc.exposedUs += static_cast<double>(r.exposedCommTimeUs);
+  acc.computes.push_back(static_cast<double>(r.computeTimeUs));
+  acc.timeUs = std::max(acc.timeUs, r.timeUnixUs);
+  if (acc.ranks == std::max<std::uint32_t>(spec_.worldSize, 1)) {
+    const double n = acc.ranks * 1e3;
+    push(splits_, StepSplit{r.step, acc.dataUs / n, acc.computeUs / n, acc.exposedUs / n});
+  }
+  while (steps_.size() > kStepsKept) steps_.erase(steps_.begin());
+}
+
+void JobTracker::add(const GpuSample& s) {
+  if (s.jobId != spec_.jobId) return;
+  GpuState& gpu = gpus_[{s.node, s.gpuIndex}];
+  if (s.utilizationPct) {
+    gpu.util = *s.utilizationPct;
+    gpu.utilSum += *s.utilizationPct;
+    ++gpu.utilCount;
+    push(gpuSeries_[{s.node, s.gpuIndex}], Point{secondsSinceStart(s.timeUnixUs), *s.utilizationPct});
+  }
+  if (s.memoryUsedBytes) gpu.memory = static_cast<double>(*s.memoryUsedBytes);
+  if (s.powerMilliwatts) gpu.power = *s.powerMilliwatts / 1000.0;
+  if (s.temperatureC) gpu.temperature = *s.temperatureC;
+  if (s.energyMillijoules) {
+    // The counter only grows; a smaller value means it was reset: start a new segment.
+    if (gpu.lastEnergy && *s.energyMillijoules >= *gpu.lastEnergy) {
+      gpu.energyMillijoules += static_cast<double>(*s.energyMillijoules - *gpu.lastEnergy);
+    }
+    gpu.lastEnergy = *s.energyMillijoules;
+  }
+}
+
+void JobTracker::add(const ProcessSample& s) {
+  if (s.jobId != spec_.jobId) return;
+  RankState& rank = ranks_[s.rank];
+  if (s.cpuPct) {
+    if (rank.lastProcessUs != 0 && s.timeUnixUs > rank.lastProcessUs) {
+      rank.cpuSeconds += *s.cpuPct / 100.0 * static_cast<double>(s.timeUnixUs - rank.lastProcessUs) / 1e6;
+    }
+    rank.cpuPct = *s.cpuPct;
+  }
+  rank.lastProcessUs = s.timeUnixUs;
+  if (s.rssBytes) rank.rssBytes = static_cast<double>(*s.rssBytes);
+}
+
+void JobTracker::add(const JobEvent& e) {
+  if (e.jobId != spec_.jobId) return;
+  if (e.kind == JobEventKind::kStarted && (startUs_ == 0 || e.timeUnixUs < startUs_)) startUs_ = e.timeUnixUs;
+  if (e.kind == JobEventKind::kFinished || e.kind == JobEventKind::kFailed || e.kind == JobEventKind::kStopped) {
+    ended_ = true;
+    endUs_ = std::max(endUs_, e.timeUnixUs);
+  }
+}
+
+JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
+  JobKpis k;
+  k.jobId = spec_.jobId;
+  k.worldSize = spec_.worldSize;
+  k.attempts = attempts_;
+  const std::int64_t now = ended_ && endUs_ > 0 ? std::min(nowUnixUs, std::max(endUs_, lastReportUs_)) : nowUnixUs;
+  k.elapsedSeconds = startUs_ == 0 ? 0 : std::max(0.0, secondsSinceStart(now));
+  if (spec_.steps > 0) {
+    k.totalSteps = spec_.steps;
+  } else if (const auto* syn = std::get_if<SyntheticDataset>(&spec_.dataset); syn && spec_.globalBatch() > 0) {
+    k.totalSteps = std::uint64_t{spec_.epochs} * ((syn->samples + spec_.globalBatch() - 1) / spec_.globalBatch());
+  }
+  const auto windowUs = static_cast<std::int64_t>(settings_.windowSeconds * 1e6);
+  const double span = std::min(settings_.windowSeconds, k.elapsedSeconds);
+
+  double totalRate = 0, exposedSum = 0, stepSum = 0, singleRateSum = 0;
+  int ratesKnown = 0, singleKnown = 0;
+  std::vector<double> busy, data, compute;
+  std::vector<std::uint32_t> rankIds;
+  for (const auto& [id, r] : ranks_) {
+    RankKpis rk;
+    rk.rank = id;
+    rk.node = r.node;
+    rk.attempt = r.attempt;
+    rk.step = r.step;
+    rk.epoch = r.epoch;
+    if (std::isfinite(r.loss)) rk.loss = r.loss;
+    rk.cpuPct = r.cpuPct;
+    rk.rssBytes = r.rssBytes;
+    double samples = 0, d = 0, c = 0, e = 0, st = 0;
+    int n = 0;
+    for (const auto& rep : r.window) {
+      if (rep.timeUnixUs <= now - windowUs || rep.timeUnixUs > now) continue;
+      samples += rep.samples;
+      d += static_cast<double>(rep.dataTimeUs);
+      c += static_cast<double>(rep.computeTimeUs);
+      e += static_cast<double>(rep.exposedCommTimeUs);
+      st += static_cast<double>(rep.stepTimeUs);
+      ++n;
+    }
+    k.step = std::max(k.step, r.step);
+    if (n > 0 && span > 0) {
+      rk.samplesPerSecond = samples / span;
+      rk.meanDataUs = d / n;
+      rk.meanComputeUs = c / n;
+      rk.meanExposedUs = e / n;
+      rk.meanStepUs = st / n;
+      if (st > 0) rk.commOverhead = e / st;
+      totalRate += *rk.samplesPerSecond;
+      ++ratesKnown;
+      exposedSum += e;
+      stepSum += st;
+      if (d + c > 0) {
+        singleRateSum += samples / ((d + c) / 1e6);
+        ++singleKnown;
+      }
+      busy.push_back((d + c) / n);
+      data.push_back(d / n);
+      compute.push_back(c / n);
+      rankIds.push_back(id);
+    }
+    k.ranks.push_back(rk);
+  }
+  if (ratesKnown > 0) k.samplesPerSecond = totalRate;
+  if (stepSum > 0) k.commOverhead = exposedSum / stepSum;
+  if (k.samplesPerSecond) {
+    if (settings_.calibratedSingleRankSamplesPerSecond && *settings_.calibratedSingleRankSamplesPerSecond > 0) {
+      k.scalingEfficiency = *k.samplesPerSecond / (ratesKnown * *settings_.calibratedSingleRankSamplesPerSecond);
+      k.scalingBasis = ScalingBasis::kCalibrated;
+    } else if (singleKnown > 0) {
+      // One rank alone would run at its compute-only pace: samples / (data + compute) time.
+      const double single = singleRateSum / singleKnown;
+      k.scalingEfficiency = *k.samplesPerSecond / (ratesKnown * single);
+      k.scalingBasis = ScalingBasis::kEstimatedFromCompute;
+    }
+  }
+
+  // Load imbalance: complete steps in the window.
+  double ratioSum = 0;
+  int ratioCount = 0;
+  for (const auto& [step, acc] : steps_) {
+    if (acc.ranks < std::max<std::uint32_t>(spec_.worldSize, 1) || acc.timeUs <= now - windowUs || acc.timeUs > now) continue;
+    const double med = median(acc.computes);
+    if (med <= 0) continue;
+    ratioSum += *std::max_element(acc.computes.begin(), acc.computes.end()) / med;
+    ++ratioCount;
+  }
+  if (ratioCount > 0) k.loadImbalance = ratioSum / ratioCount;
+  if (!busy.empty()) {
+    const std::size_t slow = static_cast<std::size_t>(std::max_element(busy.begin(), busy.end()) - busy.begin());
+    k.slowestRank = rankIds[slow];
+    const double excessData = data[slow] - median(data);
+    const double excessCompute = compute[slow] - median(compute);
+    double medianStep = 0;
+    {
+      std::vector<double> steps;
+      for (const auto& rk : k.ranks) {
+        if (rk.meanStepUs) steps.push_back(*rk.meanStepUs);
+      }
+      medianStep = median(steps);
+    }
+    if (std::max(excessData, excessCompute) > 0.05 * medianStep) {
+      k.slowestCause = excessData > excessCompute ? SlowCause::kDataWait : SlowCause::kCompute;
+    } else {
+      // Balanced ranks: what holds the step back is communication when it dominates, else compute.
+      k.slowestCause = k.commOverhead && *k.commOverhead > 0.25 ? SlowCause::kCommunication : SlowCause::kCompute;
+    }
+  }
+
+  k.lastGlobalLoss = lastGlobalLoss_;
+  k.smoothedLoss = smoothedLoss_;
+  k.timeToConvergenceSeconds = convergedAtSeconds_;
+
+  // ETA from the newest rank's pace over the window.
+  if (k.totalSteps > 0 && k.step < k.totalSteps) {
+    for (const auto& [id, r] : ranks_) {
+      std::vector<const StepReport*> in;
+      for (const auto& rep : r.window) {
+        if (rep.timeUnixUs > now - windowUs && rep.timeUnixUs <= now) in.push_back(&rep);
+      }
+      if (in.size() >= 2 && r.step == k.step) {
+        const double seconds = static_cast<double>(in.back()->timeUnixUs - in.front()->timeUnixUs) / 1e6;
+        const double steps = static_cast<double>(in.back()->step - in.front()->step);
+        if (seconds > 0 && steps > 0) k.etaSeconds = static_cast<double>(k.totalSteps - k.step) * seconds / steps;
+        break;
+      }
+    }
+  } else if (k.totalSteps > 0) {
+    k.etaSeconds = 0.0;
+  }
+
+  // GPUs, energy, cost.
+  double utilMeanSum = 0, energyMj = 0;
+  int utilKnown = 0;
+  bool energyKnown = false;
+  for (const auto& [key, g] : gpus_) {
+    GpuKpis gk{key.first, key.second, g.util, {}, g.memory, g.power, g.temperature, {}};
+    if (g.utilCount > 0) {
+      gk.meanUtilizationPct = g.utilSum / static_cast<double>(g.utilCount);
+      utilMeanSum += *gk.meanUtilizationPct;
+      ++utilKnown;
+    }
+    if (g.lastEnergy) {
+      gk.energyKwh = g.energyMillijoules / 3.6e9;
+      energyMj += g.energyMillijoules;
+      energyKnown = true;
+    }
+    k.gpus.push_back(gk);
+  }
+  if (utilKnown > 0) k.gpuUtilizationPct = utilMeanSum / utilKnown;
+  if (energyKnown) k.energyKwh = energyMj / 3.6e9;
+  std::size_t gpuCount = 0;
+  for (const auto& p : spec_.ranks) gpuCount += p.gpuIndex.has_value();
+  gpuCount = std::max(gpuCount, gpus_.size());
+  k.gpuHours = static_cast<double>(gpuCount) * k.elapsedSeconds / 3600.0;
+  bool cpuKnown = false;
+  double cpuSeconds = 0;
+  for (const auto& [id, r] : ranks_) {
+    if (r.lastProcessUs != 0) {
+      cpuKnown = true;
+      cpuSeconds += r.cpuSeconds;
+    }
+  }
+  if (cpuKnown) k.coreHours = cpuSeconds / 3600.0;
+  if (!k.gpuUtilizationPct && gpuCount > 0) k.missing.push_back("GPU utilization (no NVML samples for the job's GPUs)");
+  if (!k.energyKwh) k.missing.push_back("energy (no NVML energy counter readings)");
+  if (!k.coreHours) k.missing.push_back("CPU time (no process samples)");
+  if (spec_.targetLoss && !k.timeToConvergenceSeconds) {
+    k.missing.push_back("time to convergence (the smoothed loss has not reached the target yet)");
+  }
+  // The cost counts what was measured; a priced quantity that was not is named, not guessed.
+  const Prices& p = spec_.prices;
+  double cost = *k.gpuHours * p.gpuHour;
+  if (k.coreHours) {
+    cost += *k.coreHours * p.coreHour;
+  } else if (p.coreHour > 0) {
+    k.costComplete = false;
+  }
+  if (k.energyKwh) {
+    cost += *k.energyKwh * p.kwh;
+  } else if (p.kwh > 0) {
+    k.costComplete = false;
+  }
+  k.costSoFar = cost;
+  if (k.totalSteps > 0 && k.step > 0) k.costProjected = cost * static_cast<double>(k.totalSteps) / static_cast<double>(k.step);
+  return k;
+}
+
+}  // namespace lockstep::kpi

@@ -1,0 +1,216 @@
+// Issue 4: the KPI engine against values computed by hand (the arithmetic is in the comments).
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "lockstep/kpi/kpi.h"
+
+namespace lockstep::kpi {
+namespace {
+
+constexpr std::int64_t t0 = 1'700'000'000'000'000;  // a wall-clock origin, in microseconds
+constexpr std::int64_t kSecond = 1'000'000;
+
+JobSpec gpuJob() {
+  JobSpec s;
+  s.jobId = "k";
+  s.worldSize = 2;
+  s.steps = 100;
+  s.batchPerRank = 10;
+  s.targetLoss = 1.62;
+  s.backend = Backend::kCuda;
+  s.ranks = {{0, "n", 0, 0u}, {1, "n", 1, 1u}};
+  s.prices = {2.0, 0.0, 0.5, "USD"};
+  return s;
+}
+
+StepReport report(std::uint32_t rank, std::uint64_t step, std::int64_t computeUs, std::int64_t exposedUs,
+                   std::int64_t timeUs) {
+  StepReport r;
+  r.jobId = "k";
+  r.rank = rank;
+  r.worldSize = 2;
+  r.step = step;
+  r.samples = 10;
+  r.loss = 2.0f - 0.1f * static_cast<float>(step);
+  r.globalLoss = r.loss;
+  r.dataTimeUs = 100'000;
+  r.computeTimeUs = computeUs;
+  r.exposedCommTimeUs = exposedUs;
+  r.stepTimeUs = kSecond;
+  r.timeUnixUs = timeUs;
+  return r;
+}
+
+GpuSample gpu(std::uint32_t index, std::int64_t timeUs, std::optional<float> util, std::optional<std::uint64_t> energy,
+              std::optional<std::uint32_t> powerMw = {}) {
+  GpuSample s;
+  s.node = "n";
+  s.gpuIndex = index;
+  s.jobId = "k";
+  s.timeUnixUs = timeUs;
+  s.utilizationPct = util;
+  s.energyMillijoules = energy;
+  s.powerMilliwatts = powerMw;
+  return s;
+}
+
+// Ten steps, one a second; rank 0 computes 0.6 s and waits 0.3 s, rank 1 computes 0.8 s and
+// waits 0.1 s; both read data for 0.1 s.
+JobTracker tenSteps() {
+  JobTracker t(gpuJob(), Settings{5.0, 0.1, std::nullopt, 100});
+  for (std::uint64_t s = 1; s <= 10; ++s) {
+    t.add(report(0, s, 600'000, 300'000, t0 + static_cast<std::int64_t>(s) * kSecond), "n");
+    t.add(report(1, s, 800'000, 100'000, t0 + static_cast<std::int64_t>(s) * kSecond), "n");
+  }
+  t.add(gpu(0, t0 + 2 * kSecond, 40.0f, 1'000'000, 300'000));
+  t.add(gpu(0, t0 + 4 * kSecond, 60.0f, 4'600'000, 310'000));
+  t.add(gpu(1, t0 + 2 * kSecond, 80.0f, 0));
+  t.add(gpu(1, t0 + 4 * kSecond, std::nullopt, 3'600'000));
+  return t;
+}
+
+TEST(Kpi, ThroughputOverheadScalingAndImbalance) {
+  const JobKpis k = tenSteps().snapshot(t0 + 10 * kSecond);
+  // Started at the first step's start (t0); 10 s elapsed; the 5 s window holds steps 6..10.
+  EXPECT_DOUBLE_EQ(k.elapsedSeconds, 10.0);
+  EXPECT_EQ(k.step, 10u);
+  ASSERT_EQ(k.ranks.size(), 2u);
+  EXPECT_DOUBLE_EQ(*k.ranks[0].samplesPerSecond, 10.0);  // 50 samples / 5 s
+  EXPECT_DOUBLE_EQ(*k.samplesPerSecond, 20.0);
+  EXPECT_DOUBLE_EQ(*k.ranks[0].commOverhead, 0.3);
+  EXPECT_DOUBLE_EQ(*k.ranks[1].commOverhead, 0.1);
+  EXPECT_DOUBLE_EQ(*k.commOverhead, 0.2);  // (1.5 + 0.5) / 10
+  // Alone, rank 0 would do 50 / 3.5 s and rank 1 50 / 4.5 s: mean 12.698; 20 / (2 x 12.698).
+  EXPECT_EQ(k.scalingBasis, ScalingBasis::kEstimatedFromCompute);
+  EXPECT_NEAR(*k.scalingEfficiency, 20.0 / (2 * (50 / 3.5 + 50 / 4.5) / 2), 1e-12);
+  EXPECT_NEAR(*k.loadImbalance, 0.8 / 0.7, 1e-12);  // max 0.8 s over median 0.7 s
+  EXPECT_EQ(k.slowestRank, 1u);
+  EXPECT_EQ(k.slowestCause, SlowCause::kCompute);
+  EXPECT_NEAR(*k.etaSeconds, 90.0, 1e-9);  // 90 steps left at 1 step/s
+}
+
+TEST(Kpi, CalibratedScalingEfficiencySaysSo) {
+  JobTracker t(gpuJob(), Settings{5.0, 0.1, 12.5, 100});
+  for (std::uint64_t s = 1; s <= 10; ++s) t.add(report(0, s, 600'000, 300'000, t0 + static_cast<std::int64_t>(s) * kSecond), "n");
+  const JobKpis k = t.snapshot(t0 + 10 * kSecond);
+  EXPECT_EQ(k.scalingBasis, ScalingBasis::kCalibrated);
+  EXPECT_DOUBLE_EQ(*k.scalingEfficiency, 10.0 / (1 * 12.5));
+}
+
+TEST(Kpi, LossConvergenceEnergyAndCost) {
+  const JobKpis k = tenSteps().snapshot(t0 + 10 * kSecond);
+  // Losses 1.9, 1.8, ... 1.0; EMA(0.1) reaches 1.6126 <= 1.62 at step 9 (t0 + 9 s) and 1.5513 at 10.
+  EXPECT_NEAR(*k.lastGlobalLoss, 1.0, 1e-6);
+  EXPECT_NEAR(*k.smoothedLoss, 1.5513215599, 1e-5);
+  EXPECT_NEAR(*k.timeToConvergenceSeconds, 9.0, 1e-9);
+  // GPU 0: 40 and 60 (mean 50); GPU 1: 80 and one sample without utilization: mean 80. Job: 65.
+  EXPECT_DOUBLE_EQ(*k.gpuUtilizationPct, 65.0);
+  ASSERT_EQ(k.gpus.size(), 2u);
+  EXPECT_DOUBLE_EQ(*k.gpus[0].powerWatts, 310.0);
+  EXPECT_FALSE(k.gpus[1].powerWatts.has_value()) << "no power readings: unknown, not 0";
+  // Energy: 3.6e6 mJ on each GPU = 2 x 0.001 kWh.
+  EXPECT_NEAR(*k.energyKwh, 0.002, 1e-12);
+  // 2 GPUs x 10 s = 1/180 GPU-hours at 2.0, plus 0.002 kWh at 0.5.
+  EXPECT_NEAR(*k.gpuHours, 2 * 10.0 / 3600, 1e-12);
+  EXPECT_NEAR(*k.costSoFar, 2 * 10.0 / 3600 * 2.0 + 0.002 * 0.5, 1e-12);
+  EXPECT_TRUE(k.costComplete);
+  EXPECT_NEAR(*k.costProjected, (2 * 10.0 / 3600 * 2.0 + 0.002 * 0.5) * 10, 1e-12);  // 100 of 10 steps
+}
+
+TEST(Kpi, AGapLowersThroughputInsteadOfHidingIt) {
+  JobTracker t(gpuJob(), Settings{5.0, 0.1, std::nullopt, 100});
+  for (std::uint64_t s = 1; s <= 5; ++s) t.add(report(0, s, 600'000, 300'000, t0 + static_cast<std::int64_t>(s) * kSecond), "n");
+  t.add(report(0, 6, 600'000, 300'000, t0 + 12 * kSecond), "n");  // nothing for 7 s
+  const JobKpis k = t.snapshot(t0 + 12 * kSecond);
+  EXPECT_DOUBLE_EQ(*k.ranks[0].samplesPerSecond, 10.0 / 5.0);  // only step 6 in (7 s, 12 s]
+  // The throughput chart (samples per second of job time, a second once the next begins) shows
+  // the empty seconds 6..11 as zeros.
+  t.add(report(0, 7, 600'000, 300'000, t0 + 13 * kSecond), "n");
+  std::map<double, double> series;
+  for (const auto& p : t.throughputSeries()) series[p.x] = p.y;
+  ASSERT_EQ(series.size(), 12u);  // seconds 1..12
+  EXPECT_DOUBLE_EQ(series.at(5.0), 10.0);
+  for (double s = 6; s <= 11; ++s) EXPECT_DOUBLE_EQ(series.at(s), 0.0) << "second " << s;
+  EXPECT_DOUBLE_EQ(series.at(12.0), 10.0);
+}
+
+TEST(Kpi, ARestartedStepCounterIsANewAttemptNotBadArithmetic) {
+  JobTracker t(gpuJob(), Settings{5.0, 0.1, std::nullopt, 100});
+  for (std::uint64_t s = 1; s <= 10; ++s) t.add(report(0, s, 600'000, 300'000, t0 + static_cast<std::int64_t>(s) * kSecond), "n");
+  // The job resumes from a checkpoint at step 6: the counter goes back.
+  for (std::uint64_t s = 6; s <= 8; ++s) {
+    t.add(report(0, s, 600'000, 300'000, t0 + (static_cast<std::int64_t>(s) + 10) * kSecond), "n");
+  }
+  const JobKpis k = t.snapshot(t0 + 18 * kSecond);
+  EXPECT_EQ(k.attempts, 2u);
+  EXPECT_EQ(k.ranks[0].step, 8u);
+  // The window holds only the new attempt's three reports (steps 6..8 at 16..18 s).
+  EXPECT_DOUBLE_EQ(*k.ranks[0].samplesPerSecond, 30.0 / 5.0);
+  // The loss chart continues with the repeated steps.
+  EXPECT_DOUBLE_EQ(t.lossSeries().back().x, 8.0);
+
+  // An attempt number from the trainer says the same.
+  StepReport r = report(0, 1, 600'000, 300'000, t0 + 30 * kSecond);
+  r.attempt = 3;
+  t.add(r, "n");
+  EXPECT_EQ(t.snapshot(t0 + 30 * kSecond).attempts, 4u);
+}
+
+TEST(Kpi, ACpuJobWithoutNvmlSaysWhatIsUnknown) {
+  JobSpec spec = gpuJob();
+  spec.backend = Backend::kCpu;
+  spec.ranks.clear();
+  spec.prices = {0.0, 0.05, 0.3, "USD"};
+  JobTracker t(spec, Settings{5.0, 0.1, std::nullopt, 100});
+  t.add(report(0, 1, 600'000, 300'000, t0 + kSecond), "n");
+  ProcessSample p;
+  p.jobId = "k";
+  p.rank = 0;
+  p.cpuPct = 100.0f;
+  p.timeUnixUs = t0 + kSecond;
+  t.add(p);
+  p.cpuPct = 50.0f;
+  p.timeUnixUs = t0 + 3 * kSecond;
+  t.add(p);
+  const JobKpis k = t.snapshot(t0 + 3 * kSecond);
+  EXPECT_FALSE(k.gpuUtilizationPct.has_value());
+  EXPECT_FALSE(k.energyKwh.has_value());
+  EXPECT_DOUBLE_EQ(*k.gpuHours, 0.0);  // no GPUs: zero, and known
+  EXPECT_NEAR(*k.coreHours, 0.5 * 2.0 / 3600, 1e-12);  // 50% of a core for 2 s
+  // The energy is priced but unmeasured: the cost counts the CPU time and says it is incomplete.
+  EXPECT_FALSE(k.costComplete);
+  EXPECT_NEAR(*k.costSoFar, 0.5 * 2.0 / 3600 * 0.05, 1e-15);
+  EXPECT_NE(std::find_if(k.missing.begin(), k.missing.end(),
+                         [](const std::string& m) { return m.rfind("energy", 0) == 0; }),
+            k.missing.end());
+}
+
+TEST(Kpi, EnergyCounterResetsStartANewSegment) {
+  JobTracker t(gpuJob(), Settings{});
+  t.add(gpu(0, t0, 50.0f, 10'000'000));
+  t.add(gpu(0, t0 + kSecond, 50.0f, 13'600'000));  // +3.6e6
+  t.add(gpu(0, t0 + 2 * kSecond, 50.0f, 1'000));   // the driver was reloaded
+  t.add(gpu(0, t0 + 3 * kSecond, 50.0f, 3'601'000));  // +3.6e6
+  EXPECT_NEAR(*t.snapshot(t0 + 3 * kSecond).energyKwh, 0.002, 1e-12);
+}
+
+TEST(Kpi, OtherJobsAndEndedJobs) {
+  JobTracker t = tenSteps();
+  StepReport other = report(0, 11, 1, 1, t0 + 11 * kSecond);
+  other.jobId = "someone-else";
+  t.add(other, "n");
+  JobEvent end{"k", JobEventKind::kFinished, t0 + 10 * kSecond, {}, {}, {}, "finished", "", {}};
+  t.add(end);
+  EXPECT_TRUE(t.ended());
+  // A finished job's KPIs stay as they were at its end, whatever the clock says now.
+  const JobKpis later = t.snapshot(t0 + 100 * kSecond);
+  EXPECT_EQ(later.step, 10u);
+  EXPECT_DOUBLE_EQ(later.elapsedSeconds, 10.0);
+  EXPECT_DOUBLE_EQ(*later.samplesPerSecond, 20.0);
+}
+
+}  // namespace
+}  // namespace lockstep::kpi
