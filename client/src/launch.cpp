@@ -5,49 +5,64 @@
 
 namespace lockstep {
 
-Result<JobSpec> placeJob(const std::vector<AgentClient*>& agents, const std::vector<std::uint32_t>& ranksPerAgent,
-                         JobSpec spec, std::chrono::milliseconds timeout) {
-  if (agents.empty() || agents.size() != ranksPerAgent.size()) {
-    return invalidArgument("give one rank count per agent (" + std::to_string(agents.size()) + " agents, " +
-                           std::to_string(ranksPerAgent.size()) + " counts)");
+std::vector<std::uint32_t> freeGpus(const NodeHello& hello, const std::vector<JobStatus>& jobs) {
+  std::set<std::uint32_t> busy;
+  for (const auto& job : jobs) {
+    for (const auto& r : job.ranks) {
+      if (r.state == JobState::kRunning && r.gpuIndex) busy.insert(*r.gpuIndex);
+    }
+  }
+  std::vector<std::uint32_t> out;
+  for (const auto& gpu : hello.gpus) {
+    if (!busy.count(gpu.index)) out.push_back(gpu.index);
+  }
+  return out;
+}
+
+Result<JobSpec> placeJob(const std::vector<PlacementNode>& nodes, const std::vector<std::uint32_t>& ranks, JobSpec spec) {
+  if (nodes.empty() || nodes.size() != ranks.size()) {
+    return invalidArgument("give one rank count per agent (" + std::to_string(nodes.size()) + " agents, " +
+                           std::to_string(ranks.size()) + " counts)");
   }
   spec.ranks.clear();
-  std::set<std::string> nodes;
+  std::set<std::string> names;
   std::uint32_t rank = 0;
-  for (std::size_t a = 0; a < agents.size(); ++a) {
-    const NodeHello& node = agents[a]->hello();
-    if (!nodes.insert(node.nodeName).second) {
+  for (std::size_t a = 0; a < nodes.size(); ++a) {
+    const PlacementNode& node = nodes[a];
+    if (!names.insert(node.nodeName).second) {
       return invalidArgument("two agents call their node " + node.nodeName + ": start them with different --name");
     }
-    std::vector<std::uint32_t> freeGpus;
-    if (spec.backend == Backend::kCuda) {
-      LOCKSTEP_ASSIGN_OR_RETURN(const auto jobs, agents[a]->listJobs(timeout));
-      std::set<std::uint32_t> busy;
-      for (const auto& job : jobs.jobs) {
-        for (const auto& r : job.ranks) {
-          if (r.state == JobState::kRunning && r.gpuIndex) busy.insert(*r.gpuIndex);
-        }
-      }
-      for (const auto& gpu : node.gpus) {
-        if (!busy.count(gpu.index)) freeGpus.push_back(gpu.index);
-      }
-      if (freeGpus.size() < ranksPerAgent[a]) {
-        return Error{ErrorCode::kResourceExhausted, "node " + node.nodeName + " has " + std::to_string(freeGpus.size()) +
-                                                        " free GPU(s) for " + std::to_string(ranksPerAgent[a]) + " ranks"};
-      }
+    if (spec.backend == Backend::kCuda && node.freeGpus.size() < ranks[a]) {
+      return Error{ErrorCode::kResourceExhausted, "node " + node.nodeName + " has " +
+                                                      std::to_string(node.freeGpus.size()) + " free GPU(s) for " +
+                                                      std::to_string(ranks[a]) + " ranks"};
     }
-    for (std::uint32_t local = 0; local < ranksPerAgent[a]; ++local) {
+    for (std::uint32_t local = 0; local < ranks[a]; ++local) {
       RankPlacement p{rank++, node.nodeName, local, std::nullopt};
-      if (spec.backend == Backend::kCuda) p.gpuIndex = freeGpus[local];
+      if (spec.backend == Backend::kCuda) p.gpuIndex = node.freeGpus[local];
       spec.ranks.push_back(p);
     }
   }
   spec.worldSize = rank;
   if (spec.worldSize == 0) return invalidArgument("the job has no ranks");
   // Ranks on other nodes reach rank 0's node by the address this client used.
-  spec.rendezvousHost = agents.size() > 1 ? agents.front()->address().host : "";
+  spec.rendezvousHost = nodes.size() > 1 ? nodes.front().host : "";
   spec.rendezvousPort = 0;
   return spec;
+}
+
+Result<JobSpec> placeJob(const std::vector<AgentClient*>& agents, const std::vector<std::uint32_t>& ranksPerAgent,
+                         JobSpec spec, std::chrono::milliseconds timeout) {
+  std::vector<PlacementNode> nodes;
+  for (auto* agent : agents) {
+    PlacementNode node{agent->address().host, agent->hello().nodeName, {}};
+    if (spec.backend == Backend::kCuda) {
+      LOCKSTEP_ASSIGN_OR_RETURN(const auto jobs, agent->listJobs(timeout));
+      node.freeGpus = freeGpus(agent->hello(), jobs.jobs);
+    }
+    nodes.push_back(std::move(node));
+  }
+  return placeJob(nodes, ranksPerAgent, std::move(spec));
 }
 
 Result<void> launchJob(const std::vector<AgentClient*>& agents, JobSpec spec, std::chrono::milliseconds timeout) {

@@ -152,6 +152,7 @@ void JobTracker::add(const ProcessSample& s) {
       rank.cpuSeconds += *s.cpuPct / 100.0 * static_cast<double>(s.timeUnixUs - rank.lastProcessUs) / 1e6;
     }
     rank.cpuPct = *s.cpuPct;
+    push(cpuSeries_[s.rank], Point{secondsSinceStart(s.timeUnixUs), *s.cpuPct});
   }
   rank.lastProcessUs = s.timeUnixUs;
   if (s.rssBytes) rank.rssBytes = static_cast<double>(*s.rssBytes);

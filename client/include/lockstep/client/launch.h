@@ -14,9 +14,23 @@
 
 namespace lockstep {
 
-// ranksPerAgent[i] ranks on agents[i]. Fills spec.ranks, worldSize and the rendezvous fields.
+// What placing ranks on a node needs to know about it.
+struct PlacementNode {
+  std::string host;  // how this client reaches the node's agent
+  std::string nodeName;
+  std::vector<std::uint32_t> freeGpus;  // GPU indexes no running job holds
+};
+
+// ranks[i] ranks on nodes[i], numbered node by node. Fills spec.ranks, worldSize and the rendezvous
+// fields; CUDA ranks get free GPUs.
+Result<JobSpec> placeJob(const std::vector<PlacementNode>& nodes, const std::vector<std::uint32_t>& ranks, JobSpec spec);
+
+// The same, asking each agent which of its GPUs are free.
 Result<JobSpec> placeJob(const std::vector<AgentClient*>& agents, const std::vector<std::uint32_t>& ranksPerAgent,
                          JobSpec spec, std::chrono::milliseconds timeout);
+
+// The GPUs of `hello` that no running job in `jobs` holds.
+std::vector<std::uint32_t> freeGpus(const NodeHello& hello, const std::vector<JobStatus>& jobs);
 
 // Starts a placed job on every agent that runs a rank of it.
 Result<void> launchJob(const std::vector<AgentClient*>& agents, JobSpec spec, std::chrono::milliseconds timeout);

@@ -134,6 +134,7 @@ class JobTracker {
   const std::map<std::pair<std::string, std::uint32_t>, std::deque<Point>>& gpuUtilizationSeries() const {
     return gpuSeries_;
   }
+  const std::map<std::uint32_t, std::deque<Point>>& cpuPercentSeries() const { return cpuSeries_; }  // per rank
 
  private:
   struct RankState {
@@ -186,6 +187,7 @@ class JobTracker {
   std::deque<Point> loss_;
   std::deque<StepSplit> splits_;
   std::map<std::pair<std::string, std::uint32_t>, std::deque<Point>> gpuSeries_;
+  std::map<std::uint32_t, std::deque<Point>> cpuSeries_;
   std::map<std::int64_t, double> samplesPerSecondBucket_;
 };
 

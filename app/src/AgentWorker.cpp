@@ -1,0 +1,158 @@
+#include "AgentWorker.h"
+
+#include <QLoggingCategory>
+
+Q_LOGGING_CATEGORY(lcAgent, "lockstep.agent")
+
+namespace lockstep::app {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+constexpr auto kRequestTimeout = 5s;
+constexpr std::uint32_t kFetchWaitMs = 100;  // short, so that queued commands wait at most this long
+constexpr std::uint32_t kFetchMax = 5000;
+constexpr auto kJobsRefresh = 1s;
+constexpr auto kMaxBackoff = 10s;
+}  // namespace
+
+QString agentStateText(AgentState state) {
+  switch (state) {
+    case AgentState::kConnecting: return QStringLiteral("connecting");
+    case AgentState::kConnected: return QStringLiteral("connected");
+    case AgentState::kReconnecting: return QStringLiteral("reconnecting");
+    case AgentState::kNotAuthorized: return QStringLiteral("not authorized");
+    case AgentState::kWrongKey: return QStringLiteral("refused: wrong agent key");
+  }
+  return QStringLiteral("?");
+}
+
+void registerMetaTypes() {
+  qRegisterMetaType<AgentState>();
+  qRegisterMetaType<MessageBatch>();
+  qRegisterMetaType<JobList>();
+  qRegisterMetaType<HelloPtr>();
+  qRegisterMetaType<JobSpec>();
+}
+
+AgentWorker::AgentWorker(QString id, AgentAddress address, CurveKeyPair keys, std::string agentKey)
+    : id_(std::move(id)), address_(std::move(address)), keys_(std::move(keys)), agentKey_(std::move(agentKey)) {}
+
+AgentWorker::~AgentWorker() = default;
+
+void AgentWorker::start() {
+  timer_ = new QTimer(this);
+  timer_->setSingleShot(true);
+  connect(timer_, &QTimer::timeout, this, &AgentWorker::tick);
+  timer_->start(0);
+}
+
+void AgentWorker::stop() {
+  if (timer_) timer_->stop();
+  client_.reset();
+}
+
+void AgentWorker::setState(AgentState state, const QString& message) {
+  if (state == state_ && state != AgentState::kReconnecting) return;
+  state_ = state;
+  Q_EMIT stateChanged(id_, state, message);
+}
+
+void AgentWorker::fail(const Error& error) {
+  client_.reset();
+  const QString message = QString::fromStdString(error.message);
+  if (error.code == ErrorCode::kPermissionDenied) {
+    // A key problem does not fix itself quickly: retry slowly, until someone authorizes the key.
+    const bool refusedUs = error.message.find("refused this client's key") != std::string::npos;
+    setState(refusedUs ? AgentState::kNotAuthorized : AgentState::kWrongKey, message);
+    timer_->start(std::chrono::duration_cast<std::chrono::milliseconds>(kMaxBackoff));
+    return;
+  }
+  qCInfo(lcAgent) << id_ << "reconnecting:" << message;
+  setState(AgentState::kReconnecting, message);
+  timer_->start(backoff_);
+  backoff_ = std::min<std::chrono::milliseconds>(backoff_ * 2, kMaxBackoff);
+}
+
+bool AgentWorker::refreshJobs() {
+  auto jobs = client_->listJobs(kRequestTimeout);
+  if (!jobs) {
+    fail(jobs.error());
+    return false;
+  }
+  for (const auto& j : jobs->jobs) knownJobs_.insert(j.spec.jobId);
+  Q_EMIT jobsReceived(id_, std::make_shared<const std::vector<JobStatus>>(std::move(jobs->jobs)));
+  nextJobsRefresh_ = Clock::now() + kJobsRefresh;
+  return true;
+}
+
+void AgentWorker::connectNow() {
+  auto client = AgentClient::connect(address_, keys_, agentKey_, kRequestTimeout);
+  if (!client) {
+    fail(client.error());
+    return;
+  }
+  client_ = std::move(client).value();
+  backoff_ = 500ms;
+  Q_EMIT helloReceived(id_, std::make_shared<const NodeHello>(client_->hello()));
+  setState(AgentState::kConnected, {});
+  if (refreshJobs()) timer_->start(0);
+}
+
+void AgentWorker::tick() {
+  if (!client_) {
+    connectNow();
+    return;
+  }
+  if (Clock::now() >= nextJobsRefresh_ && !refreshJobs()) return;
+  auto batch = client_->fetch(lastSeq_, kFetchMax, kFetchWaitMs, kRequestTimeout);
+  if (!batch) {
+    fail(batch.error());
+    return;
+  }
+  if (instanceId_ != 0 && batch->instanceId != instanceId_) {
+    qCInfo(lcAgent) << id_ << "the agent restarted";
+  }
+  instanceId_ = batch->instanceId;
+  if (!batch->messages.empty()) {
+    lastSeq_ = batch->messages.back().seq;
+    // A job this app has not seen yet: fetch its spec first, so the GUI knows what it is.
+    bool unknownJob = false;
+    for (const auto& m : batch->messages) {
+      if (const auto* e = std::get_if<JobEvent>(&m.payload); e && !knownJobs_.count(e->jobId)) unknownJob = true;
+      if (const auto* r = std::get_if<StepReport>(&m.payload); r && !knownJobs_.count(r->jobId)) unknownJob = true;
+    }
+    if (unknownJob && !refreshJobs()) return;
+    Q_EMIT messagesReceived(id_, std::make_shared<const std::vector<StreamMessage>>(std::move(batch->messages)));
+  }
+  // Catching up: ask again at once; otherwise the long poll already waited.
+  timer_->start(0);
+}
+
+void AgentWorker::startJob(quint64 tag, lockstep::JobSpec spec) {
+  if (!client_) {
+    Q_EMIT commandDone(tag, false, QStringLiteral("agent %1 is not connected").arg(id_));
+    return;
+  }
+  auto started = client_->startJob(spec, kRequestTimeout);
+  if (!started) {
+    Q_EMIT commandDone(tag, false, QString::fromStdString(started.error().message));
+    return;
+  }
+  knownJobs_.insert(spec.jobId);
+  Q_EMIT jobStarted(tag, id_, started->rendezvousPort);
+  Q_EMIT commandDone(tag, true, {});
+  refreshJobs();
+}
+
+void AgentWorker::stopJob(quint64 tag, QString jobId) {
+  if (!client_) {
+    Q_EMIT commandDone(tag, false, QStringLiteral("agent %1 is not connected").arg(id_));
+    return;
+  }
+  auto stopped = client_->stopJob(jobId.toStdString(), 0, kRequestTimeout);
+  Q_EMIT commandDone(tag, stopped.ok(), stopped ? QString() : QString::fromStdString(stopped.error().message));
+}
+
+}  // namespace lockstep::app

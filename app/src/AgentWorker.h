@@ -1,0 +1,62 @@
+#pragma once
+// One agent connection, on a thread of its own (a ZeroMQ socket belongs to one thread). It connects,
+// says hello, lists jobs, then long-polls the agent's stream from its last sequence number; on any
+// error it reconnects with backoff and resumes from that number, so nothing is lost or repeated.
+// Everything it learns goes to the GUI thread through queued signals; commands come in through
+// queued slots. Create it, move it to its thread, then call start() through the thread.
+
+#include <QObject>
+#include <QTimer>
+#include <chrono>
+#include <memory>
+#include <set>
+
+#include "Types.h"
+#include "lockstep/client/agent_client.h"
+
+namespace lockstep::app {
+
+class AgentWorker : public QObject {
+  Q_OBJECT
+
+ public:
+  AgentWorker(QString id, AgentAddress address, CurveKeyPair keys, std::string agentKey);
+  ~AgentWorker() override;
+
+ public Q_SLOTS:
+  void start();
+  void stop();
+  // Commands; each answers with commandDone(tag, ok, message).
+  void startJob(quint64 tag, lockstep::JobSpec spec);
+  void stopJob(quint64 tag, QString jobId);
+
+ Q_SIGNALS:
+  void stateChanged(QString id, lockstep::app::AgentState state, QString message);
+  void helloReceived(QString id, lockstep::app::HelloPtr hello);
+  void jobsReceived(QString id, lockstep::app::JobList jobs);
+  void messagesReceived(QString id, lockstep::app::MessageBatch messages);
+  void jobStarted(quint64 tag, QString id, quint32 rendezvousPort);
+  void commandDone(quint64 tag, bool ok, QString message);
+
+ private:
+  void tick();
+  void connectNow();
+  void fail(const Error& error);
+  void setState(AgentState state, const QString& message);
+  bool refreshJobs();
+
+  const QString id_;
+  const AgentAddress address_;
+  const CurveKeyPair keys_;
+  const std::string agentKey_;
+  std::unique_ptr<AgentClient> client_;
+  QTimer* timer_ = nullptr;
+  AgentState state_ = AgentState::kConnecting;
+  std::uint64_t lastSeq_ = 0;
+  std::uint64_t instanceId_ = 0;
+  std::set<std::string> knownJobs_;
+  std::chrono::milliseconds backoff_{500};
+  std::chrono::steady_clock::time_point nextJobsRefresh_{};
+};
+
+}  // namespace lockstep::app

@@ -1,0 +1,121 @@
+#pragma once
+// What the app knows about its agents, their nodes and GPUs, and the jobs on them, in the GUI
+// thread. It owns one AgentWorker thread per agent and merges what they report; models and views
+// read from it and listen to its change signals (which may come in bursts: views coalesce).
+
+#include <QObject>
+#include <QString>
+#include <QThread>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "Types.h"
+#include "lockstep/client/agent_client.h"
+#include "lockstep/kpi/kpi.h"
+
+namespace lockstep::app {
+
+class AgentWorker;
+
+struct AgentEntry {
+  QString id;  // HOST:PORT
+  AgentAddress address;
+  std::string publicKey;
+  AgentState state = AgentState::kConnecting;
+  QString message;
+  std::optional<NodeHello> hello;
+  std::vector<JobStatus> jobs;
+  QThread* thread = nullptr;
+  AgentWorker* worker = nullptr;
+};
+
+struct GpuEntry {
+  QString agentId;
+  std::string node;
+  GpuInfo info;
+  std::optional<GpuSample> latest;
+};
+
+struct JobEntry {
+  std::string id;
+  JobSpec spec;
+  std::map<QString, JobStatus> parts;  // by agent id
+  std::unique_ptr<kpi::JobTracker> tracker;
+  JobState state = JobState::kStarting;
+  QString message;
+  std::int64_t startedUnixUs = 0;
+};
+
+class ClusterStore : public QObject {
+  Q_OBJECT
+
+ public:
+  explicit ClusterStore(CurveKeyPair keys, QObject* parent = nullptr);
+  ~ClusterStore() override;
+
+  const CurveKeyPair& keys() const { return keys_; }
+  void addAgent(const AgentAddress& address, const std::string& publicKey);
+  void removeAgent(const QString& id);
+
+  const std::vector<std::unique_ptr<AgentEntry>>& agents() const { return agents_; }
+  const AgentEntry* agent(const QString& id) const;
+  std::vector<GpuEntry> gpus() const;
+  std::vector<const JobEntry*> jobs() const;  // oldest first
+  const JobEntry* job(const std::string& id) const;
+
+  // Places a job: ranks per agent id (agents with 0 are left out). Errors say what is wrong.
+  Result<JobSpec> place(const JobSpec& spec, const std::vector<std::pair<QString, std::uint32_t>>& ranks) const;
+  // Starts a placed job: rank 0's agent first (its store port goes to the others), then the rest;
+  // a failure stops the parts already started. Answers with launchFinished.
+  void launch(const JobSpec& placed);
+  // Stops every part of a job; answers with stopFinished.
+  void stopJob(const std::string& jobId);
+
+ Q_SIGNALS:
+  void agentsChanged();
+  void gpusChanged();
+  void jobsChanged();
+  void jobDataChanged(QString jobId);
+  void launchFinished(QString jobId, bool ok, QString message);
+  void stopFinished(QString jobId, bool ok, QString message);
+
+ private:
+  AgentEntry* findAgent(const QString& id);
+  AgentEntry* agentOfNode(const std::string& node);
+  JobEntry& jobEntry(const JobSpec& spec);
+  void updateJobState(JobEntry& job);
+  void onState(QString id, AgentState state, QString message);
+  void onHello(QString id, HelloPtr hello);
+  void onJobs(QString id, JobList jobs);
+  void onMessages(QString id, MessageBatch messages);
+  void onJobStarted(quint64 tag, QString id, quint32 port);
+  void onCommandDone(quint64 tag, bool ok, QString message);
+
+  struct Launch {
+    JobSpec spec;
+    std::vector<QString> pending;  // agents still to start, after rank 0's
+    std::vector<QString> started;
+    int outstanding = 0;
+    bool failed = false;
+  };
+  struct Stop {
+    std::string jobId;
+    int outstanding = 0;
+    QString error;
+  };
+
+  CurveKeyPair keys_;
+  std::vector<std::unique_ptr<AgentEntry>> agents_;
+  std::map<std::string, std::unique_ptr<JobEntry>> jobs_;
+  std::vector<std::string> jobOrder_;
+  std::map<std::pair<QString, std::uint32_t>, GpuSample> gpuSamples_;
+  quint64 nextTag_ = 1;
+  std::map<quint64, std::string> launchOfTag_;
+  std::map<std::string, Launch> launches_;
+  std::map<quint64, std::string> stopOfTag_;
+  std::map<std::string, Stop> stops_;
+};
+
+}  // namespace lockstep::app

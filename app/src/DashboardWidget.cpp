@@ -1,0 +1,457 @@
+#include "DashboardWidget.h"
+
+#include <QAreaSeries>
+#include <QBarCategoryAxis>
+#include <QBarSeries>
+#include <QBarSet>
+#include <QChart>
+#include <QChartView>
+#include <QGridLayout>
+#include <QHBoxLayout>
+#include <QLineSeries>
+#include <QMessageBox>
+#include <QValueAxis>
+#include <QVBoxLayout>
+#include <chrono>
+#include <cmath>
+
+#include "HeatmapWidget.h"
+#include "Models.h"
+
+namespace lockstep::app {
+namespace {
+
+constexpr int kMaxChartPoints = 600;   // what a chart draws; older points are thinned
+constexpr int kMaxUtilLines = 16;      // beyond this, the heatmap is the readable view
+constexpr int kHeatmapSeconds = 120;
+
+std::int64_t nowUnixUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+QString dash() { return QStringLiteral("–"); }
+
+QString duration(double seconds) {
+  if (seconds < 90) return QStringLiteral("%1 s").arg(seconds, 0, 'f', 0);
+  if (seconds < 5400) return QStringLiteral("%1 min").arg(seconds / 60, 0, 'f', 1);
+  return QStringLiteral("%1 h").arg(seconds / 3600, 0, 'f', 1);
+}
+
+QString percent(const kpi::Maybe& fraction) { return fraction ? QStringLiteral("%1%").arg(*fraction * 100, 0, 'f', 1) : dash(); }
+
+// Keeps at most `max` points, evenly thinned, the last one always kept.
+template <class Container, class Make>
+QList<QPointF> thinned(const Container& points, Make make) {
+  QList<QPointF> out;
+  const std::size_t n = points.size();
+  const std::size_t stride = std::max<std::size_t>(1, (n + kMaxChartPoints - 1) / kMaxChartPoints);
+  out.reserve(static_cast<qsizetype>(n / stride + 1));
+  for (std::size_t i = 0; i < n; i += stride) out.append(make(points[i]));
+  if (n > 0 && (n - 1) % stride != 0) out.append(make(points[n - 1]));
+  return out;
+}
+
+void fitAxis(QValueAxis* axis, double lo, double hi, bool fromZero) {
+  if (fromZero) lo = 0;
+  if (!(hi > lo)) hi = lo + 1;
+  axis->setRange(lo, hi + (hi - lo) * 0.05);
+}
+
+}  // namespace
+
+KpiTile::KpiTile(const QString& title, QWidget* parent) : QFrame(parent) {
+  setFrameShape(QFrame::StyledPanel);
+  setObjectName(title);
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(10, 6, 10, 6);
+  layout->setSpacing(1);
+  auto* caption = new QLabel(title, this);
+  QFont small = caption->font();
+  small.setPointSizeF(small.pointSizeF() * 0.9);
+  caption->setFont(small);
+  caption->setForegroundRole(QPalette::PlaceholderText);
+  value_ = new QLabel(dash(), this);
+  QFont big = value_->font();
+  big.setPointSizeF(big.pointSizeF() * 1.6);
+  big.setBold(true);
+  value_->setFont(big);
+  detail_ = new QLabel(this);
+  detail_->setFont(small);
+  detail_->setForegroundRole(QPalette::PlaceholderText);
+  layout->addWidget(caption);
+  layout->addWidget(value_);
+  layout->addWidget(detail_);
+}
+
+void KpiTile::set(const QString& value, const QString& detail) {
+  value_->setText(value);
+  detail_->setText(detail);
+}
+
+DashboardWidget::DashboardWidget(ClusterStore& store, QWidget* parent) : QWidget(parent), store_(store) {
+  auto* outer = new QVBoxLayout(this);
+  empty_ = new QLabel(tr("Select a job, or start one with Job ▸ New Job (Ctrl+N)."), this);
+  empty_->setAlignment(Qt::AlignCenter);
+  empty_->setForegroundRole(QPalette::PlaceholderText);
+  outer->addWidget(empty_);
+  body_ = new QWidget(this);
+  outer->addWidget(body_);
+  auto* layout = new QVBoxLayout(body_);
+  layout->setContentsMargins(0, 0, 0, 0);
+
+  auto* header = new QHBoxLayout;
+  title_ = new QLabel(body_);
+  QFont titleFont = title_->font();
+  titleFont.setPointSizeF(titleFont.pointSizeF() * 1.3);
+  titleFont.setBold(true);
+  title_->setFont(titleFont);
+  state_ = new QLabel(body_);
+  state_->setObjectName(QStringLiteral("jobState"));
+  QFont stateFont = state_->font();
+  stateFont.setBold(true);
+  state_->setFont(stateFont);
+  stop_ = new QPushButton(tr("Stop Job…"), body_);
+  stop_->setObjectName(QStringLiteral("stopJob"));
+  connect(stop_, &QPushButton::clicked, this, &DashboardWidget::stopJob);
+  header->addWidget(title_);
+  header->addSpacing(12);
+  header->addWidget(state_);
+  header->addStretch(1);
+  header->addWidget(stop_);
+  layout->addLayout(header);
+  banner_ = new QLabel(body_);
+  banner_->setObjectName(QStringLiteral("jobBanner"));
+  banner_->setWordWrap(true);
+  banner_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  layout->addWidget(banner_);
+
+  auto* tiles = new QGridLayout;
+  const QStringList names = {tr("Throughput"), tr("Scaling efficiency"), tr("GPU utilization"), tr("Communication"),
+                             tr("Slowest rank"), tr("Loss"), tr("ETA"), tr("Cost"), tr("Energy")};
+  for (int i = 0; i < names.size(); ++i) {
+    auto* tile = new KpiTile(names[i], body_);
+    tiles_.insert(names[i], tile);
+    tiles->addWidget(tile, i / 5, i % 5);
+  }
+  layout->addLayout(tiles);
+  buildCharts();
+  auto* charts = new QGridLayout;
+  charts->addWidget(makeView(utilChart_), 0, 0);
+  charts->addWidget(heatmap_, 0, 1);
+  charts->addWidget(makeView(throughputChart_), 0, 2);
+  charts->addWidget(makeView(splitChart_), 1, 0);
+  charts->addWidget(makeView(lossChart_), 1, 1);
+  charts->addWidget(makeView(commChart_), 1, 2);
+  layout->addLayout(charts, 1);
+  body_->hide();
+  applyTheme();
+}
+
+QChartView* DashboardWidget::makeView(QChart* chart) {
+  auto* view = new QChartView(chart, body_);
+  view->setRenderHint(QPainter::Antialiasing);
+  view->setMinimumSize(260, 180);
+  return view;
+}
+
+void DashboardWidget::buildCharts() {
+  auto makeChart = [](const QString& title) {
+    auto* chart = new QChart;
+    chart->setTitle(title);
+    chart->legend()->hide();
+    chart->setMargins(QMargins(4, 4, 4, 4));
+    chart->setBackgroundRoundness(0);
+    return chart;
+  };
+  auto attach = [](QChart* chart, QAbstractSeries* series, QValueAxis* x, QValueAxis* y) {
+    chart->addSeries(series);
+    series->attachAxis(x);
+    series->attachAxis(y);
+  };
+  auto axes = [](QChart* chart, const QString& xTitle, const QString& yTitle, QValueAxis** x, QValueAxis** y) {
+    *x = new QValueAxis;
+    (*x)->setTitleText(xTitle);
+    (*x)->setLabelFormat(QStringLiteral("%.0f"));
+    *y = new QValueAxis;
+    (*y)->setTitleText(yTitle);
+    (*y)->setLabelFormat(QStringLiteral("%.0f"));
+    chart->addAxis(*x, Qt::AlignBottom);
+    chart->addAxis(*y, Qt::AlignLeft);
+  };
+
+  utilChart_ = makeChart(tr("Utilization over time"));
+  axes(utilChart_, tr("s"), tr("%"), &utilX_, &utilY_);
+  utilY_->setRange(0, 100);
+  heatmap_ = new HeatmapWidget(body_);
+
+  throughputChart_ = makeChart(tr("Throughput (samples/s)"));
+  axes(throughputChart_, tr("s"), tr("samples/s"), &throughputX_, &throughputY_);
+  throughput_ = new QLineSeries;
+  attach(throughputChart_, throughput_, throughputX_, throughputY_);
+
+  splitChart_ = makeChart(tr("Step time (ms): data, compute, exposed communication"));
+  axes(splitChart_, tr("step"), tr("ms"), &splitX_, &splitY_);
+  splitY_->setLabelFormat(QStringLiteral("%.1f"));
+  splitZero_ = new QLineSeries;
+  splitData_ = new QLineSeries;
+  splitCompute_ = new QLineSeries;
+  splitExposed_ = new QLineSeries;
+  // Stacked: each area spans from the previous boundary to its own cumulative line.
+  const QList<QPair<QLineSeries*, QLineSeries*>> bands = {{splitData_, splitZero_}, {splitCompute_, splitData_},
+                                                          {splitExposed_, splitCompute_}};
+  const QStringList bandNames = {tr("data"), tr("compute"), tr("exposed communication")};
+  for (int i = 0; i < bands.size(); ++i) {
+    auto* area = new QAreaSeries(bands[i].first, bands[i].second);
+    area->setName(bandNames[i]);
+    attach(splitChart_, area, splitX_, splitY_);
+  }
+  splitChart_->legend()->show();
+  splitChart_->legend()->setAlignment(Qt::AlignBottom);
+
+  lossChart_ = makeChart(tr("Loss (all ranks' samples)"));
+  axes(lossChart_, tr("step"), tr("loss"), &lossX_, &lossY_);
+  lossY_->setLabelFormat(QStringLiteral("%.2f"));
+  loss_ = new QLineSeries;
+  attach(lossChart_, loss_, lossX_, lossY_);
+
+  commChart_ = makeChart(tr("Exposed communication per rank (% of step)"));
+  commSeries_ = new QBarSeries;
+  commSet_ = new QBarSet(tr("communication"));
+  commSeries_->append(commSet_);
+  commChart_->addSeries(commSeries_);
+  commX_ = new QBarCategoryAxis;
+  commY_ = new QValueAxis;
+  commY_->setRange(0, 100);
+  commChart_->addAxis(commX_, Qt::AlignBottom);
+  commChart_->addAxis(commY_, Qt::AlignLeft);
+  commSeries_->attachAxis(commX_);
+  commSeries_->attachAxis(commY_);
+}
+
+void DashboardWidget::applyTheme() {
+  // Follow the system palette: dark charts on a dark window.
+  const bool dark = palette().color(QPalette::Window).lightness() < 128;
+  for (QChart* chart : {utilChart_, throughputChart_, splitChart_, lossChart_, commChart_}) {
+    chart->setTheme(dark ? QChart::ChartThemeDark : QChart::ChartThemeLight);
+    chart->setBackgroundBrush(palette().brush(QPalette::Base));
+    chart->setTitleBrush(palette().brush(QPalette::WindowText));
+  }
+}
+
+void DashboardWidget::showJob(const QString& jobId) {
+  jobId_ = jobId;
+  refresh();
+}
+
+int DashboardWidget::chartPointCount(const QString& chart) const {
+  if (chart == QLatin1String("throughput")) return static_cast<int>(throughput_->count());
+  if (chart == QLatin1String("loss")) return static_cast<int>(loss_->count());
+  if (chart == QLatin1String("split")) return static_cast<int>(splitCompute_->count());
+  if (chart == QLatin1String("comm")) return static_cast<int>(commSet_->count());
+  if (chart == QLatin1String("heatmap")) return heatmap_->rowCount();
+  return -1;
+}
+
+void DashboardWidget::refresh() {
+  const JobEntry* job = jobId_.isEmpty() ? nullptr : store_.job(jobId_.toStdString());
+  empty_->setVisible(job == nullptr);
+  body_->setVisible(job != nullptr);
+  if (!job) return;
+  const kpi::JobKpis k = job->tracker->snapshot(nowUnixUs());
+  const bool running = job->state == JobState::kRunning || job->state == JobState::kStarting;
+
+  QStringList nodes;
+  for (const auto& [agent, part] : job->parts) {
+    if (const AgentEntry* a = store_.agent(agent); a && a->hello) nodes << QString::fromStdString(a->hello->nodeName);
+  }
+  title_->setText(tr("%1 — %2 ranks on %3").arg(jobId_).arg(job->spec.worldSize).arg(nodes.join(QStringLiteral(", "))));
+  state_->setText(jobStateText(job->state));
+  QPalette statePalette = state_->palette();
+  statePalette.setColor(QPalette::WindowText, jobStateColor(job->state, palette()));
+  state_->setPalette(statePalette);
+  stop_->setEnabled(running);
+
+  // The end of a job, plainly.
+  QString banner;
+  const QString steps = k.totalSteps ? tr("%1 of %2 steps").arg(k.step).arg(k.totalSteps) : tr("%1 steps").arg(k.step);
+  switch (job->state) {
+    case JobState::kFinished: banner = tr("Finished: %1 in %2.").arg(steps, duration(k.elapsedSeconds)); break;
+    case JobState::kFailed: banner = tr("Failed after %1: %2").arg(steps, job->message); break;
+    case JobState::kStopped: banner = tr("Stopped after %1 (%2).").arg(steps, duration(k.elapsedSeconds)); break;
+    default: break;
+  }
+  banner_->setText(banner);
+  banner_->setVisible(!banner.isEmpty());
+  QPalette bannerPalette = banner_->palette();
+  bannerPalette.setColor(QPalette::WindowText, jobStateColor(job->state, palette()));
+  banner_->setPalette(bannerPalette);
+
+  const QString currency = QString::fromStdString(job->spec.prices.currency);
+  tiles_[tr("Throughput")]->set(k.samplesPerSecond && running ? QStringLiteral("%L1").arg(*k.samplesPerSecond, 0, 'f', 0) : dash(),
+                                tr("samples/s, last 10 s"));
+  tiles_[tr("Scaling efficiency")]->set(percent(k.scalingEfficiency),
+                                        k.scalingEfficiency ? QString::fromUtf8(std::string(kpi::scalingBasisName(k.scalingBasis)).c_str()) : QString());
+  tiles_[tr("GPU utilization")]->set(k.gpuUtilizationPct ? QStringLiteral("%1%").arg(*k.gpuUtilizationPct, 0, 'f', 0) : dash(),
+                                     k.gpuUtilizationPct ? tr("mean over the job") : tr("no GPU samples"));
+  tiles_[tr("Communication")]->set(percent(k.commOverhead), tr("exposed, of step time"));
+  tiles_[tr("Slowest rank")]->set(
+      k.slowestRank ? QStringLiteral("rank %1").arg(*k.slowestRank) : dash(),
+      k.slowestRank ? tr("%1; imbalance %2")
+                          .arg(QString::fromUtf8(std::string(kpi::slowCauseName(k.slowestCause)).c_str()))
+                          .arg(k.loadImbalance ? QStringLiteral("%1×").arg(*k.loadImbalance, 0, 'f', 2) : dash())
+                    : QString());
+  const QString lastLoss = k.lastGlobalLoss ? tr("smoothed; last %1").arg(*k.lastGlobalLoss, 0, 'f', 4) : QString();
+  tiles_[tr("Loss")]->set(k.smoothedLoss ? QString::number(*k.smoothedLoss, 'f', 4) : dash(),
+                          k.timeToConvergenceSeconds ? tr("target reached after %1").arg(duration(*k.timeToConvergenceSeconds))
+                          : job->spec.targetLoss     ? tr("%1; target %2").arg(lastLoss).arg(*job->spec.targetLoss)
+                                                     : lastLoss);
+  tiles_[tr("ETA")]->set(running && k.etaSeconds ? duration(*k.etaSeconds) : dash(), steps);
+  const Prices& prices = job->spec.prices;
+  const bool priced = prices.gpuHour > 0 || prices.coreHour > 0 || prices.kwh > 0;
+  if (!priced) {
+    tiles_[tr("Cost")]->set(dash(), tr("no prices set for this job"));
+  } else {
+    tiles_[tr("Cost")]->set(k.costSoFar ? QStringLiteral("%1 %2").arg(*k.costSoFar, 0, 'f', 2).arg(currency) : dash(),
+                            (k.costProjected ? tr("projected %1 %2").arg(*k.costProjected, 0, 'f', 2).arg(currency) : QString()) +
+                                (k.costComplete ? QString() : tr(" (without unmeasured parts)")));
+  }
+  tiles_[tr("Energy")]->set(k.energyKwh ? QStringLiteral("%1 kWh").arg(*k.energyKwh, 0, 'f', 3) : dash(),
+                            k.energyKwh ? QString() : tr("no NVML energy counter"));
+  refreshCharts(*job);
+}
+
+void DashboardWidget::refreshCharts(const JobEntry& job) {
+  const kpi::JobTracker& t = *job.tracker;
+  const auto point = [](const kpi::Point& p) { return QPointF(p.x, p.y); };
+
+  // Utilization: GPUs when the job has GPU samples, else each rank's CPU %.
+  std::vector<HeatmapWidget::Row> rows;
+  std::vector<QList<QPointF>> lines;
+  double maxX = 0;
+  const bool gpus = !t.gpuUtilizationSeries().empty();
+  auto addRow = [&](const QString& label, const std::deque<kpi::Point>& series, double scale) {
+    HeatmapWidget::Row row{label, {}};
+    if (!series.empty()) {
+      const double last = series.back().x;
+      maxX = std::max(maxX, last);
+      row.values.assign(kHeatmapSeconds, NAN);
+      for (const auto& p : series) {
+        const int age = static_cast<int>(std::floor(last - p.x));
+        if (age >= 0 && age < kHeatmapSeconds) row.values[static_cast<std::size_t>(kHeatmapSeconds - 1 - age)] = p.y * scale;
+      }
+    }
+    rows.push_back(std::move(row));
+    if (static_cast<int>(lines.size()) < kMaxUtilLines) {
+      lines.push_back(thinned(series, [&](const kpi::Point& p) { return QPointF(p.x, p.y * scale); }));
+    }
+  };
+  if (gpus) {
+    for (const auto& [key, series] : t.gpuUtilizationSeries()) {
+      addRow(QStringLiteral("%1:%2").arg(QString::fromStdString(key.first)).arg(key.second), series, 1.0);
+    }
+  } else {
+    // CPU % of a rank can exceed 100 with several BLAS threads; the heatmap shows it per core.
+    for (const auto& [rank, series] : t.cpuPercentSeries()) addRow(QStringLiteral("rank %1").arg(rank), series, 1.0);
+  }
+  heatmap_->setRows(std::move(rows), gpus ? tr("GPU utilization (%), last 2 minutes") : tr("CPU % per rank, last 2 minutes"));
+  utilChart_->setTitle(gpus ? tr("GPU utilization over time") : tr("CPU % per rank over time"));
+  while (utilSeries_.size() < lines.size()) {
+    auto* s = new QLineSeries;
+    utilChart_->addSeries(s);
+    s->attachAxis(utilX_);
+    s->attachAxis(utilY_);
+    utilSeries_.push_back(s);
+  }
+  double maxY = 100;
+  for (std::size_t i = 0; i < utilSeries_.size(); ++i) {
+    if (i < lines.size()) {
+      for (const auto& p : lines[i]) maxY = std::max(maxY, p.y());
+      utilSeries_[i]->replace(lines[i]);
+    } else {
+      utilSeries_[i]->clear();
+    }
+  }
+  fitAxis(utilX_, std::max(0.0, maxX - 300), maxX, false);
+  utilY_->setRange(0, maxY);
+
+  const QList<QPointF> tp = thinned(t.throughputSeries(), point);
+  throughput_->replace(tp);
+  double tpMax = 1;
+  for (const auto& p : tp) tpMax = std::max(tpMax, p.y());
+  fitAxis(throughputX_, tp.isEmpty() ? 0 : tp.front().x(), tp.isEmpty() ? 1 : tp.back().x(), false);
+  fitAxis(throughputY_, 0, tpMax, true);
+
+  // Steps vary a lot one by one: show means over groups of steps (at most 150 groups).
+  const auto& splits = t.stepSplits();
+  QList<QPointF> zero, dataTop, compute, total;
+  const std::size_t group = std::max<std::size_t>(1, (splits.size() + 149) / 150);
+  for (std::size_t start = 0; start < splits.size(); start += group) {
+    const std::size_t end = std::min(splits.size(), start + group);
+    double d = 0, c = 0, e = 0;
+    for (std::size_t i = start; i < end; ++i) {
+      d += splits[i].dataMs;
+      c += splits[i].computeMs;
+      e += splits[i].exposedMs;
+    }
+    const double n = static_cast<double>(end - start);
+    const double x = static_cast<double>(splits[end - 1].step);
+    zero << QPointF(x, 0);
+    dataTop << QPointF(x, d / n);
+    compute << QPointF(x, (d + c) / n);
+    total << QPointF(x, (d + c + e) / n);
+  }
+  splitZero_->replace(zero);
+  splitData_->replace(dataTop);
+  splitCompute_->replace(compute);
+  splitExposed_->replace(total);
+  double splitMax = 1;
+  for (const auto& p : total) splitMax = std::max(splitMax, p.y());
+  fitAxis(splitX_, total.isEmpty() ? 0 : total.front().x(), total.isEmpty() ? 1 : total.back().x(), false);
+  fitAxis(splitY_, 0, splitMax, true);
+
+  const QList<QPointF> lossPoints = thinned(t.lossSeries(), point);
+  loss_->replace(lossPoints);
+  double lo = INFINITY, hi = -INFINITY;
+  for (const auto& p : lossPoints) {
+    lo = std::min(lo, p.y());
+    hi = std::max(hi, p.y());
+  }
+  if (!lossPoints.isEmpty()) {
+    fitAxis(lossX_, lossPoints.front().x(), lossPoints.back().x(), false);
+    fitAxis(lossY_, lo, hi, false);
+  }
+
+  const kpi::JobKpis k = t.snapshot(nowUnixUs());
+  QStringList categories;
+  QList<qreal> values;
+  for (const auto& r : k.ranks) {
+    categories << QString::number(r.rank);
+    values << (r.commOverhead ? *r.commOverhead * 100 : 0);
+  }
+  if (commX_->categories() != categories) {
+    commX_->clear();
+    commX_->append(categories);
+  }
+  if (commSet_->count() != values.size()) {
+    commSet_->remove(0, commSet_->count());
+    commSet_->append(values);
+  } else {
+    for (int i = 0; i < values.size(); ++i) commSet_->replace(i, values[i]);
+  }
+}
+
+void DashboardWidget::stopJob() {
+  if (jobId_.isEmpty()) return;
+  if (confirmStops_) {
+    const auto answer = QMessageBox::question(
+        this, tr("Stop job"),
+        tr("Stop job %1? Its ranks get SIGTERM, and SIGKILL after the agents' grace period.").arg(jobId_),
+        QMessageBox::Yes | QMessageBox::Cancel, QMessageBox::Cancel);
+    if (answer != QMessageBox::Yes) return;
+  }
+  stop_->setEnabled(false);
+  store_.stopJob(jobId_.toStdString());
+}
+
+}  // namespace lockstep::app

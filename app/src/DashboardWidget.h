@@ -1,0 +1,95 @@
+#pragma once
+// The live dashboard of one job: its state, KPI tiles and charts, and a Stop button. refresh()
+// re-reads the job's KPI tracker; the main window calls it on a coalescing timer, so a burst of
+// messages costs one repaint.
+
+#include <QLabel>
+#include <QPushButton>
+#include <QWidget>
+#include <map>
+
+#include "ClusterStore.h"
+
+QT_BEGIN_NAMESPACE
+class QChart;
+class QChartView;
+class QLineSeries;
+class QAreaSeries;
+class QBarSeries;
+class QBarSet;
+class QBarCategoryAxis;
+class QValueAxis;
+QT_END_NAMESPACE
+
+namespace lockstep::app {
+
+class HeatmapWidget;
+
+class KpiTile : public QFrame {
+  Q_OBJECT
+ public:
+  KpiTile(const QString& title, QWidget* parent = nullptr);
+  void set(const QString& value, const QString& detail = {});
+  QString value() const { return value_->text(); }
+
+ private:
+  QLabel* value_;
+  QLabel* detail_;
+};
+
+class DashboardWidget : public QWidget {
+  Q_OBJECT
+ public:
+  explicit DashboardWidget(ClusterStore& store, QWidget* parent = nullptr);
+
+  void showJob(const QString& jobId);
+  QString jobId() const { return jobId_; }
+  void refresh();
+  // Ask before stopping (the default); tests turn it off.
+  void setConfirmStops(bool confirm) { confirmStops_ = confirm; }
+
+  KpiTile* tile(const QString& name) const { return tiles_.value(name); }
+  int chartPointCount(const QString& chart) const;
+
+ public Q_SLOTS:
+  void stopJob();
+
+ private:
+  void buildCharts();
+  void applyTheme();
+  void refreshCharts(const JobEntry& job);
+  QChartView* makeView(QChart* chart);
+
+  ClusterStore& store_;
+  QString jobId_;
+  bool confirmStops_ = true;
+  QLabel* title_;
+  QLabel* state_;
+  QLabel* banner_;
+  QPushButton* stop_;
+  QMap<QString, KpiTile*> tiles_;
+  QWidget* body_;
+  QLabel* empty_;
+
+  QChart* utilChart_ = nullptr;
+  std::vector<QLineSeries*> utilSeries_;
+  QValueAxis* utilX_ = nullptr;
+  QValueAxis* utilY_ = nullptr;
+  HeatmapWidget* heatmap_ = nullptr;
+  QChart* throughputChart_ = nullptr;
+  QLineSeries* throughput_ = nullptr;
+  QValueAxis *throughputX_ = nullptr, *throughputY_ = nullptr;
+  QChart* splitChart_ = nullptr;
+  QLineSeries *splitData_ = nullptr, *splitCompute_ = nullptr, *splitExposed_ = nullptr, *splitZero_ = nullptr;
+  QValueAxis *splitX_ = nullptr, *splitY_ = nullptr;
+  QChart* lossChart_ = nullptr;
+  QLineSeries* loss_ = nullptr;
+  QValueAxis *lossX_ = nullptr, *lossY_ = nullptr;
+  QChart* commChart_ = nullptr;
+  QBarSeries* commSeries_ = nullptr;
+  QBarSet* commSet_ = nullptr;
+  QBarCategoryAxis* commX_ = nullptr;
+  QValueAxis* commY_ = nullptr;
+};
+
+}  // namespace lockstep::app

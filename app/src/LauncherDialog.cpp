@@ -1,0 +1,320 @@
+#include "LauncherDialog.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDateTime>
+#include <QDialogButtonBox>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QRadioButton>
+#include <QSpinBox>
+#include <QTableWidget>
+#include <QVBoxLayout>
+
+#include "lockstep/client/launch.h"
+
+namespace lockstep::app {
+namespace {
+
+Result<double> real(const QLineEdit* edit, const QString& what) {
+  bool ok = false;
+  const double v = edit->text().trimmed().toDouble(&ok);
+  if (!ok) return invalidArgument((what + ": '" + edit->text() + "' is not a number").toStdString());
+  return v;
+}
+
+Result<std::uint64_t> whole(const QLineEdit* edit, const QString& what) {
+  bool ok = false;
+  const qulonglong v = edit->text().trimmed().toULongLong(&ok);
+  if (!ok) return invalidArgument((what + ": '" + edit->text() + "' is not a whole number").toStdString());
+  return v;
+}
+
+}  // namespace
+
+QLineEdit* LauncherDialog::edit(const QString& name, const QString& text, const QString& placeholder) {
+  auto* e = new QLineEdit(text, this);
+  e->setObjectName(name);
+  e->setPlaceholderText(placeholder);
+  connect(e, &QLineEdit::textChanged, this, &LauncherDialog::revalidate);
+  return e;
+}
+
+LauncherDialog::LauncherDialog(const ClusterStore& store, QWidget* parent) : QDialog(parent), store_(store) {
+  setWindowTitle(tr("New Job"));
+  auto* layout = new QVBoxLayout(this);
+
+  auto* where = new QGroupBox(tr("Ranks"), this);
+  auto* whereLayout = new QVBoxLayout(where);
+  backend_ = new QComboBox(this);
+  backend_->setObjectName(QStringLiteral("backend"));
+  backend_->addItem(tr("CPU ranks (OpenBLAS + Gloo)"), static_cast<int>(Backend::kCpu));
+  backend_->addItem(tr("GPU ranks (CUDA + NCCL)"), static_cast<int>(Backend::kCuda));
+  connect(backend_, &QComboBox::currentIndexChanged, this, &LauncherDialog::revalidate);
+  whereLayout->addWidget(backend_);
+  agents_ = new QTableWidget(0, 5, this);
+  agents_->setObjectName(QStringLiteral("agents"));
+  agents_->setHorizontalHeaderLabels({tr("Agent"), tr("Node"), tr("Cores"), tr("Free GPUs"), tr("Ranks")});
+  agents_->horizontalHeader()->setStretchLastSection(true);
+  agents_->verticalHeader()->hide();
+  agents_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  int row = 0;
+  for (const auto& a : store.agents()) {
+    if (a->state != AgentState::kConnected || !a->hello) continue;
+    agents_->insertRow(row);
+    agents_->setItem(row, 0, new QTableWidgetItem(a->id));
+    agents_->setItem(row, 1, new QTableWidgetItem(QString::fromStdString(a->hello->nodeName)));
+    agents_->setItem(row, 2, new QTableWidgetItem(QString::number(a->hello->cpuCores)));
+    agents_->setItem(row, 3, new QTableWidgetItem(QString::number(freeGpus(*a->hello, a->jobs).size())));
+    auto* ranks = new QSpinBox(this);
+    ranks->setObjectName(QStringLiteral("ranks:") + a->id);
+    ranks->setRange(0, 4096);
+    ranks->setValue(row == 0 ? 2 : 0);
+    connect(ranks, &QSpinBox::valueChanged, this, &LauncherDialog::revalidate);
+    agents_->setCellWidget(row, 4, ranks);
+    ++row;
+  }
+  agents_->setMinimumHeight(90);
+  whereLayout->addWidget(agents_);
+  layout->addWidget(where);
+
+  auto* form = new QFormLayout;
+  jobId_ = edit(QStringLiteral("jobId"), QStringLiteral("job-") + QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-hhmmss")));
+  form->addRow(tr("Job id"), jobId_);
+  layers_ = edit(QStringLiteral("layers"), QStringLiteral("784,1024,1024,10"), tr("input features, hidden sizes, classes"));
+  activation_ = new QComboBox(this);
+  activation_->setObjectName(QStringLiteral("activation"));
+  activation_->addItems({QStringLiteral("relu"), QStringLiteral("gelu")});
+  auto* model = new QHBoxLayout;
+  model->addWidget(layers_, 1);
+  model->addWidget(activation_);
+  form->addRow(tr("MLP layers"), model);
+
+  synthetic_ = new QRadioButton(tr("Synthetic"), this);
+  synthetic_->setObjectName(QStringLiteral("synthetic"));
+  npy_ = new QRadioButton(tr(".npy files on the nodes"), this);
+  npy_->setObjectName(QStringLiteral("npy"));
+  synthetic_->setChecked(true);
+  connect(synthetic_, &QRadioButton::toggled, this, &LauncherDialog::revalidate);
+  samples_ = edit(QStringLiteral("samples"), QStringLiteral("65536"));
+  dataSeed_ = edit(QStringLiteral("dataSeed"), QStringLiteral("1"));
+  features_ = edit(QStringLiteral("features"), {}, tr("/data/features.npy (float32 [N, D])"));
+  labels_ = edit(QStringLiteral("labels"), {}, tr("/data/labels.npy (integers [N])"));
+  auto* dataRow = new QGridLayout;
+  dataRow->addWidget(synthetic_, 0, 0);
+  dataRow->addWidget(new QLabel(tr("samples"), this), 0, 1);
+  dataRow->addWidget(samples_, 0, 2);
+  dataRow->addWidget(new QLabel(tr("seed"), this), 0, 3);
+  dataRow->addWidget(dataSeed_, 0, 4);
+  dataRow->addWidget(npy_, 1, 0);
+  dataRow->addWidget(features_, 1, 1, 1, 2);
+  dataRow->addWidget(labels_, 1, 3, 1, 2);
+  form->addRow(tr("Data"), dataRow);
+
+  batch_ = new QSpinBox(this);
+  batch_->setObjectName(QStringLiteral("batchPerRank"));
+  batch_->setRange(1, 1 << 20);
+  batch_->setValue(64);
+  accum_ = new QSpinBox(this);
+  accum_->setObjectName(QStringLiteral("accumSteps"));
+  accum_->setRange(1, 4096);
+  for (QSpinBox* s : {batch_, accum_}) connect(s, &QSpinBox::valueChanged, this, &LauncherDialog::revalidate);
+  auto* batch = new QHBoxLayout;
+  batch->addWidget(batch_);
+  batch->addWidget(new QLabel(tr("per rank, accumulated over"), this));
+  batch->addWidget(accum_);
+  batch->addWidget(new QLabel(tr("micro-steps"), this));
+  batch->addStretch(1);
+  form->addRow(tr("Batch"), batch);
+
+  optimizer_ = new QComboBox(this);
+  optimizer_->setObjectName(QStringLiteral("optimizer"));
+  optimizer_->addItems({QStringLiteral("sgd"), QStringLiteral("adamw")});
+  connect(optimizer_, &QComboBox::currentIndexChanged, this, &LauncherDialog::revalidate);
+  lr_ = edit(QStringLiteral("lr"), QStringLiteral("0.05"));
+  momentum_ = edit(QStringLiteral("momentum"), QStringLiteral("0.9"));
+  weightDecay_ = edit(QStringLiteral("weightDecay"), QStringLiteral("0"));
+  linearScaling_ = new QCheckBox(tr("linear scaling (lr × global batch / batch per rank)"), this);
+  linearScaling_->setObjectName(QStringLiteral("linearScaling"));
+  connect(linearScaling_, &QCheckBox::toggled, this, &LauncherDialog::revalidate);
+  auto* opt = new QGridLayout;
+  opt->addWidget(optimizer_, 0, 0);
+  opt->addWidget(new QLabel(tr("lr"), this), 0, 1);
+  opt->addWidget(lr_, 0, 2);
+  opt->addWidget(new QLabel(tr("momentum"), this), 0, 3);
+  opt->addWidget(momentum_, 0, 4);
+  opt->addWidget(new QLabel(tr("weight decay"), this), 0, 5);
+  opt->addWidget(weightDecay_, 0, 6);
+  opt->addWidget(linearScaling_, 1, 0, 1, 7);
+  form->addRow(tr("Optimizer"), opt);
+
+  durationKind_ = new QComboBox(this);
+  durationKind_->setObjectName(QStringLiteral("durationKind"));
+  durationKind_->addItems({tr("steps"), tr("epochs")});
+  connect(durationKind_, &QComboBox::currentIndexChanged, this, &LauncherDialog::revalidate);
+  duration_ = new QSpinBox(this);
+  duration_->setObjectName(QStringLiteral("duration"));
+  duration_->setRange(0, 1'000'000'000);
+  duration_->setValue(300);
+  connect(duration_, &QSpinBox::valueChanged, this, &LauncherDialog::revalidate);
+  useTarget_ = new QCheckBox(tr("stop at smoothed loss"), this);
+  useTarget_->setObjectName(QStringLiteral("useTargetLoss"));
+  connect(useTarget_, &QCheckBox::toggled, this, &LauncherDialog::revalidate);
+  targetLoss_ = edit(QStringLiteral("targetLoss"), QStringLiteral("0.1"));
+  auto* duration = new QHBoxLayout;
+  duration->addWidget(duration_);
+  duration->addWidget(durationKind_);
+  duration->addSpacing(16);
+  duration->addWidget(useTarget_);
+  duration->addWidget(targetLoss_);
+  duration->addStretch(1);
+  form->addRow(tr("Train for"), duration);
+
+  checkpointDir_ = edit(QStringLiteral("checkpointDir"), {}, tr("directory on the node of rank 0 (optional)"));
+  checkpointEvery_ = new QSpinBox(this);
+  checkpointEvery_->setObjectName(QStringLiteral("checkpointEvery"));
+  checkpointEvery_->setRange(0, 1 << 30);
+  checkpointEvery_->setSpecialValueText(tr("never"));
+  connect(checkpointEvery_, &QSpinBox::valueChanged, this, &LauncherDialog::revalidate);
+  auto* ckpt = new QHBoxLayout;
+  ckpt->addWidget(checkpointDir_, 1);
+  ckpt->addWidget(new QLabel(tr("every"), this));
+  ckpt->addWidget(checkpointEvery_);
+  ckpt->addWidget(new QLabel(tr("steps"), this));
+  form->addRow(tr("Checkpoints"), ckpt);
+
+  bucketMb_ = edit(QStringLiteral("bucketMb"), QStringLiteral("25"));
+  timeout_ = new QSpinBox(this);
+  timeout_->setObjectName(QStringLiteral("timeoutS"));
+  timeout_->setRange(1, 86400);
+  timeout_->setValue(60);
+  connect(timeout_, &QSpinBox::valueChanged, this, &LauncherDialog::revalidate);
+  auto* comm = new QHBoxLayout;
+  comm->addWidget(new QLabel(tr("bucket MB"), this));
+  comm->addWidget(bucketMb_);
+  comm->addWidget(new QLabel(tr("timeout s"), this));
+  comm->addWidget(timeout_);
+  comm->addStretch(1);
+  form->addRow(tr("Communication"), comm);
+
+  priceGpu_ = edit(QStringLiteral("priceGpuHour"), QStringLiteral("0"));
+  priceCore_ = edit(QStringLiteral("priceCoreHour"), QStringLiteral("0"));
+  priceKwh_ = edit(QStringLiteral("priceKwh"), QStringLiteral("0"));
+  currency_ = edit(QStringLiteral("currency"), QStringLiteral("USD"));
+  auto* prices = new QHBoxLayout;
+  prices->addWidget(new QLabel(tr("per GPU-hour"), this));
+  prices->addWidget(priceGpu_);
+  prices->addWidget(new QLabel(tr("per core-hour"), this));
+  prices->addWidget(priceCore_);
+  prices->addWidget(new QLabel(tr("per kWh"), this));
+  prices->addWidget(priceKwh_);
+  prices->addWidget(currency_);
+  form->addRow(tr("Prices"), prices);
+  layout->addLayout(form);
+
+  error_ = new QLabel(this);
+  error_->setObjectName(QStringLiteral("error"));
+  error_->setWordWrap(true);
+  QPalette errorPalette = error_->palette();
+  errorPalette.setColor(QPalette::WindowText, palette().color(QPalette::Window).lightness() < 128 ? QColor(255, 120, 110)
+                                                                                                  : QColor(190, 30, 30));
+  error_->setPalette(errorPalette);
+  layout->addWidget(error_);
+  buttons_ = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, this);
+  buttons_->button(QDialogButtonBox::Ok)->setText(tr("Start"));
+  buttons_->button(QDialogButtonBox::Ok)->setObjectName(QStringLiteral("start"));
+  connect(buttons_, &QDialogButtonBox::accepted, this, &QDialog::accept);
+  connect(buttons_, &QDialogButtonBox::rejected, this, &QDialog::reject);
+  layout->addWidget(buttons_);
+  revalidate();
+}
+
+void LauncherDialog::setField(const QString& name, const QVariant& value) {
+  if (auto* e = findChild<QLineEdit*>(name)) e->setText(value.toString());
+  if (auto* s = findChild<QSpinBox*>(name)) s->setValue(value.toInt());
+  if (auto* c = findChild<QComboBox*>(name)) c->setCurrentIndex(value.toInt());
+  if (auto* b = findChild<QCheckBox*>(name)) b->setChecked(value.toBool());
+  if (auto* r = findChild<QRadioButton*>(name)) r->setChecked(value.toBool());
+}
+
+QString LauncherDialog::error() const { return placed_ ? QString() : error_->text(); }
+
+Result<JobSpec> LauncherDialog::build() const {
+  JobSpec s;
+  s.jobId = jobId_->text().trimmed().toStdString();
+  s.backend = static_cast<Backend>(backend_->currentData().toInt());
+  s.precision = s.backend == Backend::kCuda ? Precision::kBf16 : Precision::kFp32;
+  for (const QString& part : layers_->text().split(QLatin1Char(','))) {
+    bool ok = false;
+    const uint v = part.trimmed().toUInt(&ok);
+    if (!ok) return invalidArgument(("MLP layers: '" + part.trimmed() + "' is not a whole number (write sizes like 784,1024,10)").toStdString());
+    s.layers.push_back(v);
+  }
+  s.activation = activation_->currentIndex() == 1 ? Activation::kGelu : Activation::kRelu;
+  if (synthetic_->isChecked()) {
+    LOCKSTEP_ASSIGN_OR_RETURN(const auto samples, whole(samples_, tr("samples")));
+    LOCKSTEP_ASSIGN_OR_RETURN(const auto seed, whole(dataSeed_, tr("seed")));
+    s.dataset = SyntheticDataset{samples, s.layers.empty() ? 0 : s.layers.front(), s.layers.empty() ? 0 : s.layers.back(), seed};
+  } else {
+    s.dataset = NpyDataset{features_->text().trimmed().toStdString(), labels_->text().trimmed().toStdString()};
+  }
+  s.batchPerRank = static_cast<std::uint32_t>(batch_->value());
+  s.accumSteps = static_cast<std::uint32_t>(accum_->value());
+  s.optimizer.kind = optimizer_->currentIndex() == 1 ? OptimizerKind::kAdamW : OptimizerKind::kSgd;
+  LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.lr, real(lr_, tr("learning rate")));
+  if (s.optimizer.kind == OptimizerKind::kSgd) {
+    LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.momentum, real(momentum_, tr("momentum")));
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.weightDecay, real(weightDecay_, tr("weight decay")));
+  s.optimizer.lrScaling = linearScaling_->isChecked() ? LrScaling::kLinear : LrScaling::kNone;
+  if (durationKind_->currentIndex() == 0) {
+    s.steps = static_cast<std::uint64_t>(duration_->value());
+  } else {
+    s.epochs = static_cast<std::uint32_t>(duration_->value());
+  }
+  if (useTarget_->isChecked()) {
+    LOCKSTEP_ASSIGN_OR_RETURN(s.targetLoss, real(targetLoss_, tr("target loss")));
+  }
+  s.checkpointDir = checkpointDir_->text().trimmed().toStdString();
+  s.checkpointEvery = static_cast<std::uint32_t>(checkpointEvery_->value());
+  LOCKSTEP_ASSIGN_OR_RETURN(s.bucketMb, real(bucketMb_, tr("bucket MB")));
+  s.timeoutS = static_cast<std::uint32_t>(timeout_->value());
+  LOCKSTEP_ASSIGN_OR_RETURN(s.prices.gpuHour, real(priceGpu_, tr("price per GPU-hour")));
+  LOCKSTEP_ASSIGN_OR_RETURN(s.prices.coreHour, real(priceCore_, tr("price per core-hour")));
+  LOCKSTEP_ASSIGN_OR_RETURN(s.prices.kwh, real(priceKwh_, tr("price per kWh")));
+  s.prices.currency = currency_->text().trimmed().toStdString();
+
+  std::vector<std::pair<QString, std::uint32_t>> ranks;
+  for (int row = 0; row < agents_->rowCount(); ++row) {
+    const auto* spin = qobject_cast<QSpinBox*>(agents_->cellWidget(row, 4));
+    ranks.emplace_back(agents_->item(row, 0)->text(), static_cast<std::uint32_t>(spin->value()));
+  }
+  if (agents_->rowCount() == 0) return invalidArgument("no agent is connected: add one with Cluster ▸ Add Agent");
+  return store_.place(s, ranks);
+}
+
+void LauncherDialog::revalidate() {
+  const bool sgd = optimizer_->currentIndex() == 0;
+  momentum_->setEnabled(sgd);
+  for (QWidget* w : {static_cast<QWidget*>(samples_), static_cast<QWidget*>(dataSeed_)}) w->setEnabled(synthetic_->isChecked());
+  for (QWidget* w : {static_cast<QWidget*>(features_), static_cast<QWidget*>(labels_)}) w->setEnabled(npy_->isChecked());
+  targetLoss_->setEnabled(useTarget_->isChecked());
+  auto built = build();
+  if (built) {
+    placed_ = *built;
+    error_->setText(tr("%1 rank(s), global batch %2.").arg(built->worldSize).arg(built->globalBatch()));
+    error_->setForegroundRole(QPalette::PlaceholderText);
+  } else {
+    placed_.reset();
+    error_->setText(QString::fromStdString(built.error().message));
+    error_->setForegroundRole(QPalette::WindowText);
+  }
+  buttons_->button(QDialogButtonBox::Ok)->setEnabled(placed_.has_value());
+}
+
+}  // namespace lockstep::app

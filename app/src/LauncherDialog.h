@@ -1,0 +1,55 @@
+#pragma once
+// The job launcher: where ranks go (agents and their ranks, CPU or GPU), the model, data, batch,
+// optimizer, duration, target loss, checkpoints and prices. Every edit re-checks the job with the
+// same rules the agents apply, shows what is wrong under the form and enables Start only when the
+// job is valid.
+
+#include <QDialog>
+#include <optional>
+
+#include "ClusterStore.h"
+
+QT_BEGIN_NAMESPACE
+class QCheckBox;
+class QComboBox;
+class QDialogButtonBox;
+class QLabel;
+class QLineEdit;
+class QRadioButton;
+class QSpinBox;
+class QTableWidget;
+QT_END_NAMESPACE
+
+namespace lockstep::app {
+
+class LauncherDialog : public QDialog {
+  Q_OBJECT
+ public:
+  LauncherDialog(const ClusterStore& store, QWidget* parent = nullptr);
+
+  // The placed job, when the form is valid.
+  const std::optional<JobSpec>& job() const { return placed_; }
+  QString error() const;
+  // Sets a field by object name (tests and defaults): a line edit's text, a spin box's value.
+  void setField(const QString& name, const QVariant& value);
+
+ private:
+  void revalidate();
+  Result<JobSpec> build() const;
+  QLineEdit* edit(const QString& name, const QString& text, const QString& placeholder = {});
+
+  const ClusterStore& store_;
+  std::optional<JobSpec> placed_;
+  QTableWidget* agents_;
+  QComboBox* backend_;
+  QLineEdit *jobId_, *layers_, *samples_, *dataSeed_, *features_, *labels_, *lr_, *momentum_, *weightDecay_;
+  QLineEdit *targetLoss_, *checkpointDir_, *priceGpu_, *priceCore_, *priceKwh_, *currency_, *bucketMb_;
+  QComboBox *activation_, *optimizer_, *durationKind_;
+  QRadioButton *synthetic_, *npy_;
+  QSpinBox *batch_, *accum_, *duration_, *checkpointEvery_, *timeout_;
+  QCheckBox *linearScaling_, *useTarget_;
+  QLabel* error_;
+  QDialogButtonBox* buttons_;
+};
+
+}  // namespace lockstep::app

@@ -1,0 +1,235 @@
+#include "MainWindow.h"
+
+#include <QAction>
+#include <QApplication>
+#include <QClipboard>
+#include <QCloseEvent>
+#include <QHeaderView>
+#include <QLabel>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QSettings>
+#include <QSplitter>
+#include <QStatusBar>
+#include <QTableView>
+#include <QToolBar>
+#include <filesystem>
+
+#include "AddAgentDialog.h"
+#include "DashboardWidget.h"
+#include "LauncherDialog.h"
+#include "Models.h"
+#include "lockstep/net/keys.h"
+
+namespace lockstep::app {
+
+namespace {
+
+QTableView* makeTable(QAbstractItemModel* model, QWidget* parent) {
+  auto* view = new QTableView(parent);
+  view->setModel(model);
+  view->setSelectionBehavior(QAbstractItemView::SelectRows);
+  view->setSelectionMode(QAbstractItemView::SingleSelection);
+  view->setAlternatingRowColors(true);
+  view->verticalHeader()->hide();
+  view->horizontalHeader()->setStretchLastSection(true);
+  view->setWordWrap(false);
+  return view;
+}
+
+std::string knownAgentsPath(const QString& configDir) {
+  return (std::filesystem::path(configDir.toStdString()) / "known_agents").string();
+}
+
+}  // namespace
+
+MainWindow::MainWindow(ClusterStore& store, QString configDir, QWidget* parent)
+    : QMainWindow(parent), store_(store), configDir_(std::move(configDir)) {
+  setWindowTitle(tr("Lockstep"));
+  agentsModel_ = new AgentsModel(store_, this);
+  gpusModel_ = new GpusModel(store_, this);
+  jobsModel_ = new JobsModel(store_, this);
+
+  outer_ = new QSplitter(Qt::Horizontal, this);
+  left_ = new QSplitter(Qt::Vertical, outer_);
+  agentsView_ = makeTable(agentsModel_, left_);
+  agentsView_->setObjectName(QStringLiteral("agentsView"));
+  gpusView_ = makeTable(gpusModel_, left_);
+  gpusView_->setObjectName(QStringLiteral("gpusView"));
+  right_ = new QSplitter(Qt::Vertical, outer_);
+  jobsView_ = makeTable(jobsModel_, right_);
+  jobsView_->setObjectName(QStringLiteral("jobsView"));
+  dashboard_ = new DashboardWidget(store_, right_);
+  right_->setStretchFactor(1, 4);
+  outer_->setStretchFactor(1, 3);
+  setCentralWidget(outer_);
+
+  auto* file = menuBar()->addMenu(tr("&File"));
+  auto* keyAction = file->addAction(tr("This App's &Key…"), this, &MainWindow::showAppKey);
+  keyAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_K));
+  file->addSeparator();
+  auto* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
+  quit->setShortcut(QKeySequence::Quit);
+  auto* cluster = menuBar()->addMenu(tr("&Cluster"));
+  auto* addAgent = cluster->addAction(tr("&Add Agent…"), this, &MainWindow::addAgentDialog);
+  addAgent->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_A));
+  auto* jobMenu = menuBar()->addMenu(tr("&Job"));
+  auto* newJobAction = jobMenu->addAction(tr("&New Job…"), this, &MainWindow::newJob);
+  newJobAction->setShortcut(QKeySequence::New);
+  auto* stopAction = jobMenu->addAction(tr("&Stop Job…"), dashboard_, &DashboardWidget::stopJob);
+  stopAction->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_X));
+  auto* toolbar = addToolBar(tr("Main"));
+  toolbar->setObjectName(QStringLiteral("mainToolbar"));
+  toolbar->addAction(newJobAction);
+  toolbar->addAction(stopAction);
+  toolbar->addAction(addAgent);
+  status_ = new QLabel(this);
+  statusBar()->addWidget(status_);
+
+  connect(jobsView_->selectionModel(), &QItemSelectionModel::currentRowChanged, this,
+          [this](const QModelIndex& current) { dashboard_->showJob(jobsModel_->jobId(current.row())); });
+  coalesce_.setSingleShot(true);
+  coalesce_.setInterval(40);
+  connect(&coalesce_, &QTimer::timeout, this, &MainWindow::refreshNow);
+  for (auto signal : {&ClusterStore::agentsChanged, &ClusterStore::gpusChanged, &ClusterStore::jobsChanged}) {
+    connect(&store_, signal, this, &MainWindow::scheduleRefresh);
+  }
+  connect(&store_, &ClusterStore::jobDataChanged, this, &MainWindow::scheduleRefresh);
+  // ETA and throughput age even when nothing arrives.
+  tick_.setInterval(1000);
+  connect(&tick_, &QTimer::timeout, this, &MainWindow::scheduleRefresh);
+  tick_.start();
+  connect(&store_, &ClusterStore::launchFinished, this, [this](const QString& jobId, bool ok, const QString& message) {
+    if (ok) {
+      pendingSelect_ = jobId;
+      scheduleRefresh();
+    } else {
+      QMessageBox::warning(this, tr("Job not started"), tr("Job %1 did not start:\n\n%2").arg(jobId, message));
+    }
+  });
+  connect(&store_, &ClusterStore::stopFinished, this, [this](const QString& jobId, bool ok, const QString& message) {
+    if (!ok) QMessageBox::warning(this, tr("Stop failed"), tr("Job %1 did not stop everywhere:\n\n%2").arg(jobId, message));
+  });
+
+  QSettings settings;
+  restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray());
+  restoreState(settings.value(QStringLiteral("window/state")).toByteArray());
+  outer_->restoreState(settings.value(QStringLiteral("window/outer")).toByteArray());
+  left_->restoreState(settings.value(QStringLiteral("window/left")).toByteArray());
+  right_->restoreState(settings.value(QStringLiteral("window/right")).toByteArray());
+  if (!settings.contains(QStringLiteral("window/geometry"))) {
+    resize(1500, 950);
+    outer_->setSizes({420, 1080});
+    left_->setSizes({300, 600});
+    right_->setSizes({150, 800});
+  }
+
+  if (auto known = KnownAgents::load(knownAgentsPath(configDir_))) {
+    for (const auto& [address, key] : known->all()) {
+      if (auto parsed = parseAgentAddress(address)) store_.addAgent(*parsed, key);
+    }
+  }
+  refreshNow();
+}
+
+MainWindow::~MainWindow() = default;
+
+void MainWindow::scheduleRefresh() {
+  if (!coalesce_.isActive()) coalesce_.start();
+}
+
+void MainWindow::refreshNow() {
+  coalesce_.stop();
+  const int agentRows = agentsModel_->rowCount(), gpuRows = gpusModel_->rowCount();
+  agentsModel_->refresh();
+  gpusModel_->refresh();
+  if (agentRows != agentsModel_->rowCount()) agentsView_->resizeColumnsToContents();
+  if (gpuRows != gpusModel_->rowCount()) gpusView_->resizeColumnsToContents();
+  const QString selected = dashboard_->jobId();
+  jobsModel_->refresh();
+  if (!pendingSelect_.isEmpty() && jobsModel_->rowOf(pendingSelect_) >= 0) {
+    selectJob(pendingSelect_);
+    pendingSelect_.clear();
+  } else if (!selected.isEmpty() && jobsModel_->rowOf(selected) >= 0) {
+    // A reset (a new row) clears the selection: keep the job on show selected.
+    if (jobsView_->currentIndex().row() != jobsModel_->rowOf(selected)) selectJob(selected);
+  } else if (selected.isEmpty() && jobsModel_->rowCount() > 0) {
+    // Nothing chosen yet: show the newest running job, else the newest one.
+    QString pick = jobsModel_->jobId(jobsModel_->rowCount() - 1);
+    for (const auto* j : store_.jobs()) {
+      if (j->state == JobState::kRunning) pick = QString::fromStdString(j->id);
+    }
+    selectJob(pick);
+  }
+  dashboard_->refresh();
+  updateStatus();
+}
+
+void MainWindow::selectJob(const QString& jobId) {
+  const int row = jobsModel_->rowOf(jobId);
+  if (row < 0) return;
+  jobsView_->setCurrentIndex(jobsModel_->index(row, 0));
+  dashboard_->showJob(jobId);
+}
+
+void MainWindow::updateStatus() {
+  int connected = 0, running = 0;
+  for (const auto& a : store_.agents()) connected += a->state == AgentState::kConnected;
+  for (const auto* j : store_.jobs()) running += j->state == JobState::kRunning;
+  status_->setText(tr("%1 of %2 agents connected · %3 jobs running")
+                       .arg(connected)
+                       .arg(store_.agents().size())
+                       .arg(running));
+}
+
+Result<void> MainWindow::addAgent(const QString& address, const QString& key) {
+  LOCKSTEP_ASSIGN_OR_RETURN(auto parsed, parseAgentAddress(address.toStdString()));
+  LOCKSTEP_ASSIGN_OR_RETURN(auto known, KnownAgents::load(knownAgentsPath(configDir_)));
+  LOCKSTEP_TRY(known.trust(parsed.text(), key.toStdString()));
+  store_.addAgent(parsed, key.toStdString());
+  return {};
+}
+
+void MainWindow::addAgentDialog() {
+  AddAgentDialog dialog(this);
+  if (dialog.exec() != QDialog::Accepted) return;
+  if (auto added = addAgent(dialog.address(), dialog.key()); !added) {
+    QMessageBox::warning(this, tr("Add Agent"), QString::fromStdString(added.error().message));
+  }
+}
+
+void MainWindow::newJob() {
+  LauncherDialog dialog(store_, this);
+  if (dialog.exec() != QDialog::Accepted || !dialog.job()) return;
+  store_.launch(*dialog.job());
+}
+
+void MainWindow::showAppKey() {
+  const QString key = QString::fromStdString(store_.keys().publicKey);
+  QMessageBox box(this);
+  box.setWindowTitle(tr("This App's Key"));
+  box.setTextInteractionFlags(Qt::TextSelectableByMouse);
+  box.setText(tr("To let this app use an agent, add this line to the agent's authorized_keys (in its state "
+                 "directory):<br><br><tt>%1 lockstep-app</tt><br><br>Fingerprint: %2")
+                  .arg(key.toHtmlEscaped(), QString::fromStdString(fingerprint(store_.keys().publicKey))));
+  auto* copy = box.addButton(tr("Copy Line"), QMessageBox::ActionRole);
+  box.addButton(QMessageBox::Close);
+  box.exec();
+  if (box.clickedButton() == copy) QApplication::clipboard()->setText(key + QStringLiteral(" lockstep-app"));
+}
+
+void MainWindow::saveState() {
+  QSettings settings;
+  settings.setValue(QStringLiteral("window/geometry"), saveGeometry());
+  settings.setValue(QStringLiteral("window/state"), QMainWindow::saveState());
+  settings.setValue(QStringLiteral("window/outer"), outer_->saveState());
+  settings.setValue(QStringLiteral("window/left"), left_->saveState());
+  settings.setValue(QStringLiteral("window/right"), right_->saveState());
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+  saveState();
+  QMainWindow::closeEvent(event);
+}
+
+}  // namespace lockstep::app

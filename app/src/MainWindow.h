@@ -1,0 +1,73 @@
+#pragma once
+// The main window: agents and GPUs on the left, jobs and the selected job's dashboard on the right.
+// Views only show and ask; the ClusterStore holds the data. Bursts of updates are merged into one
+// repaint on a 40 ms single-shot timer.
+
+#include <QMainWindow>
+#include <QTimer>
+
+#include "ClusterStore.h"
+
+QT_BEGIN_NAMESPACE
+class QLabel;
+class QSplitter;
+class QTableView;
+QT_END_NAMESPACE
+
+namespace lockstep::app {
+
+class AgentsModel;
+class DashboardWidget;
+class GpusModel;
+class JobsModel;
+
+class MainWindow : public QMainWindow {
+  Q_OBJECT
+ public:
+  // configDir holds the app's key pair (app.key/.pub) and the pinned agents (known_agents, shared
+  // with lockstepctl); every pinned agent is connected.
+  MainWindow(ClusterStore& store, QString configDir, QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  DashboardWidget* dashboard() const { return dashboard_; }
+  AgentsModel* agentsModel() const { return agentsModel_; }
+  JobsModel* jobsModel() const { return jobsModel_; }
+  QTableView* jobsView() const { return jobsView_; }
+  // Pins the key and connects (Add Agent does this after its dialog).
+  Result<void> addAgent(const QString& address, const QString& key);
+  void selectJob(const QString& jobId);
+  // Flushes pending updates now (tests call it instead of waiting for the timer).
+  void refreshNow();
+
+ public Q_SLOTS:
+  void newJob();
+  void showAppKey();
+  void addAgentDialog();
+
+ protected:
+  void closeEvent(QCloseEvent* event) override;
+
+ private:
+  void scheduleRefresh();
+  void updateStatus();
+  void saveState();
+
+  ClusterStore& store_;
+  QString configDir_;
+  AgentsModel* agentsModel_;
+  GpusModel* gpusModel_;
+  JobsModel* jobsModel_;
+  QTableView* agentsView_;
+  QTableView* gpusView_;
+  QTableView* jobsView_;
+  DashboardWidget* dashboard_;
+  QSplitter* outer_;
+  QSplitter* left_;
+  QSplitter* right_;
+  QLabel* status_;
+  QTimer coalesce_;
+  QTimer tick_;
+  QString pendingSelect_;
+};
+
+}  // namespace lockstep::app

@@ -1,0 +1,199 @@
+#include "Models.h"
+
+#include <QColor>
+#include <QDateTime>
+#include <QGuiApplication>
+#include <QPalette>
+#include <chrono>
+
+namespace lockstep::app {
+namespace {
+
+QString dash() { return QStringLiteral("–"); }
+
+QString number(double v, int decimals) { return QString::number(v, 'f', decimals); }
+
+std::int64_t nowUnixUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+void RefreshedTableModel::resetOrUpdate(int oldRows, int newRows) {
+  if (oldRows != newRows) {
+    beginResetModel();
+    endResetModel();
+  } else if (newRows > 0) {
+    Q_EMIT dataChanged(index(0, 0), index(newRows - 1, columnCount() - 1));
+  }
+}
+
+QString jobStateText(JobState state) { return QString::fromUtf8(std::string(jobStateName(state)).c_str()); }
+
+QColor jobStateColor(JobState state, const QPalette& palette) {
+  const bool dark = palette.color(QPalette::Window).lightness() < 128;
+  switch (state) {
+    case JobState::kRunning:
+    case JobState::kStarting: return dark ? QColor(90, 170, 255) : QColor(20, 100, 200);
+    case JobState::kFinished: return dark ? QColor(110, 200, 120) : QColor(30, 130, 50);
+    case JobState::kFailed: return dark ? QColor(255, 110, 100) : QColor(190, 30, 30);
+    case JobState::kStopped: return dark ? QColor(230, 180, 80) : QColor(160, 110, 0);
+  }
+  return palette.color(QPalette::Text);
+}
+
+// ---- agents ----
+
+AgentsModel::AgentsModel(const ClusterStore& store, QObject* parent) : RefreshedTableModel(parent), store_(store) {}
+int AgentsModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : rows_; }
+int AgentsModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : kColumns; }
+
+QVariant AgentsModel::headerData(int section, Qt::Orientation orientation, int role) const {
+  if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
+  static const char* names[] = {"Agent", "Node", "State", "Cores", "GPUs"};
+  return tr(names[section]);
+}
+
+QVariant AgentsModel::data(const QModelIndex& index, int role) const {
+  if (!index.isValid() || index.row() >= static_cast<int>(store_.agents().size())) return {};
+  const AgentEntry& a = *store_.agents()[static_cast<std::size_t>(index.row())];
+  if (role == Qt::ToolTipRole) return a.message.isEmpty() ? QVariant() : QVariant(a.message);
+  if (role == Qt::ForegroundRole && index.column() == kState) {
+    const bool bad = a.state == AgentState::kNotAuthorized || a.state == AgentState::kWrongKey;
+    const bool waiting = a.state == AgentState::kReconnecting || a.state == AgentState::kConnecting;
+    return bad ? jobStateColor(JobState::kFailed, QGuiApplication::palette())
+               : waiting ? jobStateColor(JobState::kStopped, QGuiApplication::palette()) : QVariant();
+  }
+  if (role != Qt::DisplayRole) return {};
+  switch (index.column()) {
+    case kAgent: return a.id;
+    case kNode: return a.hello ? QString::fromStdString(a.hello->nodeName) : dash();
+    case kState: return agentStateText(a.state);
+    case kCores: return a.hello ? QVariant(a.hello->cpuCores) : QVariant(dash());
+    case kGpus:
+      if (!a.hello) return dash();
+      return a.hello->gpus.empty() ? tr("CPU only") : QString::number(a.hello->gpus.size());
+  }
+  return {};
+}
+
+void AgentsModel::refresh() {
+  const int old = rows_;
+  rows_ = static_cast<int>(store_.agents().size());
+  resetOrUpdate(old, rows_);
+}
+
+QString AgentsModel::agentId(int row) const {
+  return row >= 0 && row < rows_ ? store_.agents()[static_cast<std::size_t>(row)]->id : QString();
+}
+
+// ---- GPUs ----
+
+GpusModel::GpusModel(const ClusterStore& store, QObject* parent) : RefreshedTableModel(parent), store_(store) {}
+int GpusModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : static_cast<int>(rows_.size()); }
+int GpusModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : kColumns; }
+
+QVariant GpusModel::headerData(int section, Qt::Orientation orientation, int role) const {
+  if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
+  static const char* names[] = {"Node", "GPU", "Name", "Util %", "Memory", "Power", "Temp", "Job"};
+  return tr(names[section]);
+}
+
+QVariant GpusModel::data(const QModelIndex& index, int role) const {
+  if (!index.isValid() || index.row() >= static_cast<int>(rows_.size())) return {};
+  const GpuEntry& g = rows_[static_cast<std::size_t>(index.row())];
+  if (role == Qt::TextAlignmentRole && index.column() >= kUtil && index.column() <= kTemp) {
+    return QVariant(Qt::AlignRight | Qt::AlignVCenter);
+  }
+  if (role != Qt::DisplayRole) return {};
+  const auto& s = g.latest;
+  switch (index.column()) {
+    case kNode: return QString::fromStdString(g.node);
+    case kGpu: return g.info.index;
+    case kName: return QString::fromStdString(g.info.name);
+    case kUtil: return s && s->utilizationPct ? number(*s->utilizationPct, 0) : dash();
+    case kMemory:
+      return s && s->memoryUsedBytes
+                 ? QStringLiteral("%1 / %2 GiB").arg(number(*s->memoryUsedBytes / 1073741824.0, 1),
+                                                     number(g.info.memoryTotalBytes / 1073741824.0, 0))
+                 : dash();
+    case kPower: return s && s->powerMilliwatts ? QStringLiteral("%1 W").arg(number(*s->powerMilliwatts / 1000.0, 0)) : dash();
+    case kTemp: return s && s->temperatureC ? QStringLiteral("%1 °C").arg(*s->temperatureC) : dash();
+    case kJob: return s && !s->jobId.empty() ? QString::fromStdString(s->jobId) : QString();
+  }
+  return {};
+}
+
+void GpusModel::refresh() {
+  const int old = static_cast<int>(rows_.size());
+  rows_ = store_.gpus();
+  resetOrUpdate(old, static_cast<int>(rows_.size()));
+}
+
+// ---- jobs ----
+
+JobsModel::JobsModel(const ClusterStore& store, QObject* parent) : RefreshedTableModel(parent), store_(store) {}
+int JobsModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : static_cast<int>(rows_.size()); }
+int JobsModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : kColumns; }
+
+QVariant JobsModel::headerData(int section, Qt::Orientation orientation, int role) const {
+  if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
+  static const char* names[] = {"Job", "State", "Ranks", "Nodes", "Step", "Loss", "Samples/s", "Started"};
+  return tr(names[section]);
+}
+
+QVariant JobsModel::data(const QModelIndex& index, int role) const {
+  if (!index.isValid() || index.row() >= static_cast<int>(rows_.size())) return {};
+  const JobEntry& j = *rows_[static_cast<std::size_t>(index.row())];
+  if (role == Qt::ForegroundRole && index.column() == kState) return jobStateColor(j.state, QGuiApplication::palette());
+  if (role == Qt::ToolTipRole && !j.message.isEmpty()) return j.message;
+  if (role != Qt::DisplayRole) return {};
+  switch (index.column()) {
+    case kJob: return QString::fromStdString(j.id);
+    case kState: return jobStateText(j.state);
+    case kRanks: return j.spec.worldSize;
+    case kNodes: {
+      QStringList nodes;
+      for (const auto& [agent, part] : j.parts) {
+        if (const AgentEntry* a = store_.agent(agent); a && a->hello) nodes << QString::fromStdString(a->hello->nodeName);
+      }
+      return nodes.join(QStringLiteral(", "));
+    }
+    default: break;
+  }
+  const kpi::JobKpis& k = kpis_[static_cast<std::size_t>(index.row())];
+  switch (index.column()) {
+    case kStep:
+      return k.totalSteps ? QStringLiteral("%1 / %2").arg(k.step).arg(k.totalSteps) : QString::number(k.step);
+    case kLoss: return k.lastGlobalLoss ? number(*k.lastGlobalLoss, 4) : dash();
+    case kThroughput: return k.samplesPerSecond && j.state == JobState::kRunning ? number(*k.samplesPerSecond, 0) : dash();
+    case kStarted:
+      return j.startedUnixUs ? QDateTime::fromMSecsSinceEpoch(j.startedUnixUs / 1000).toString(QStringLiteral("yyyy-MM-dd hh:mm:ss"))
+                             : dash();
+  }
+  return {};
+}
+
+void JobsModel::refresh() {
+  const int old = static_cast<int>(rows_.size());
+  rows_ = store_.jobs();
+  kpis_.clear();
+  const std::int64_t now = nowUnixUs();
+  for (const auto* j : rows_) kpis_.push_back(j->tracker->snapshot(now));
+  resetOrUpdate(old, static_cast<int>(rows_.size()));
+}
+
+QString JobsModel::jobId(int row) const {
+  return row >= 0 && row < static_cast<int>(rows_.size()) ? QString::fromStdString(rows_[static_cast<std::size_t>(row)]->id)
+                                                          : QString();
+}
+
+int JobsModel::rowOf(const QString& jobId) const {
+  for (std::size_t i = 0; i < rows_.size(); ++i) {
+    if (QString::fromStdString(rows_[i]->id) == jobId) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+}  // namespace lockstep::app

@@ -1,0 +1,67 @@
+// lockstep: the desktop app.
+
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QTimer>
+#include <cstdio>
+
+#include "ClusterStore.h"
+#include "MainWindow.h"
+#include "lockstep/net/keys.h"
+
+int main(int argc, char** argv) {
+  // Key printing needs no display: handle it before Qt wants one.
+  QString configDir = QString::fromStdString(lockstep::defaultClientConfigDir());
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (QString::fromUtf8(argv[i]) == QLatin1String("--config-dir")) configDir = QString::fromUtf8(argv[i + 1]);
+  }
+  for (int i = 1; i < argc; ++i) {
+    if (QString::fromUtf8(argv[i]) == QLatin1String("--print-key")) {
+      auto keys = lockstep::loadOrCreateKeyPair(configDir.toStdString(), "app");
+      if (!keys) {
+        std::fprintf(stderr, "lockstep: error: %s\n", keys.error().message.c_str());
+        return 1;
+      }
+      std::printf("%s\n", keys->publicKey.c_str());
+      return 0;
+    }
+  }
+
+  QApplication app(argc, argv);
+  QApplication::setOrganizationName(QStringLiteral("Lockstep"));
+  QApplication::setApplicationName(QStringLiteral("lockstep"));
+  QApplication::setApplicationVersion(QStringLiteral(LOCKSTEP_VERSION));
+  QCommandLineParser parser;
+  parser.setApplicationDescription(QStringLiteral("Run and watch data-parallel training."));
+  parser.addHelpOption();
+  parser.addVersionOption();
+  QCommandLineOption configOption(QStringLiteral("config-dir"), QStringLiteral("keys and pinned agents (default ~/.config/lockstep)"),
+                                  QStringLiteral("DIR"), configDir);
+  QCommandLineOption printKey(QStringLiteral("print-key"), QStringLiteral("print this app's public key and exit"));
+  QCommandLineOption newJob(QStringLiteral("new-job"), QStringLiteral("open the job launcher at start"));
+  QCommandLineOption screenshot(QStringLiteral("screenshot"), QStringLiteral("save the window to FILE after --screenshot-after-ms, then quit"),
+                                QStringLiteral("FILE"));
+  QCommandLineOption screenshotAfter(QStringLiteral("screenshot-after-ms"), QStringLiteral("when to take the screenshot"),
+                                     QStringLiteral("MS"), QStringLiteral("5000"));
+  parser.addOptions({configOption, printKey, newJob, screenshot, screenshotAfter});
+  parser.process(app);
+
+  auto keys = lockstep::loadOrCreateKeyPair(parser.value(configOption).toStdString(), "app");
+  if (!keys) {
+    std::fprintf(stderr, "lockstep: error: %s\n", keys.error().message.c_str());
+    return 1;
+  }
+  lockstep::app::ClusterStore store(*keys);
+  lockstep::app::MainWindow window(store, parser.value(configOption));
+  window.show();
+  if (parser.isSet(newJob)) QTimer::singleShot(1500, &window, &lockstep::app::MainWindow::newJob);
+  if (parser.isSet(screenshot)) {
+    const QString file = parser.value(screenshot);
+    QTimer::singleShot(parser.value(screenshotAfter).toInt(), &window, [&window, file] {
+      window.refreshNow();
+      window.grab().save(file);
+      QApplication::quit();
+    });
+  }
+  return app.exec();
+}
