@@ -1,0 +1,268 @@
+// The desktop app against real agents and real trainers (Qt Test, offscreen): connecting, the
+// launcher, a live dashboard fed by real step reports, stopping, and the agent states a user sees
+// when keys are wrong or an agent goes away.
+
+#include <QApplication>
+#include <QLabel>
+#include <QPushButton>
+#include <QSignalSpy>
+#include <QStandardPaths>
+#include <QTableView>
+#include <QTimer>
+#include <QtTest>
+#include <memory>
+
+#include "ClusterStore.h"
+#include "DashboardWidget.h"
+#include "LauncherDialog.h"
+#include "MainWindow.h"
+#include "Models.h"
+#include "support/agent_support.h"
+
+using namespace lockstep;
+using namespace lockstep::test;
+using lockstep::app::AgentsModel;
+using lockstep::app::ClusterStore;
+using lockstep::app::LauncherDialog;
+using lockstep::app::MainWindow;
+
+namespace {
+
+constexpr int kConnectMs = 20000;
+constexpr int kJobMs = 60000;
+
+// One app (store + window, config in a temp dir) and what it talks to.
+struct App {
+  explicit App(const TempDir& dir) : keys(dir, "app"), store(keys.keys), window(store, QString::fromStdString(keys.configDir)) {
+    window.dashboard()->setConfirmStops(false);
+  }
+  QString stateOf(const QString& agentId) {
+    window.refreshNow();
+    AgentsModel* model = window.agentsModel();
+    for (int row = 0; row < model->rowCount(); ++row) {
+      if (model->agentId(row) == agentId) return model->index(row, AgentsModel::kState).data().toString();
+    }
+    return QStringLiteral("(no such agent)");
+  }
+  QString tile(const QString& name) {
+    window.refreshNow();
+    return window.dashboard()->tile(name)->value();
+  }
+  int points(const QString& chart) {
+    window.refreshNow();
+    return window.dashboard()->chartPointCount(chart);
+  }
+  QString dashboardLabel(const char* objectName) {
+    window.refreshNow();
+    auto* label = window.dashboard()->findChild<QLabel*>(QString::fromLatin1(objectName));
+    return label && label->isVisibleTo(window.dashboard()) ? label->text() : QString();
+  }
+
+  ClientKeys keys;
+  ClusterStore store;
+  MainWindow window;
+};
+
+QString idOf(const AgentProcess& agent) { return QString::fromStdString(agent.address().text()); }
+
+void addAgent(App& app, const AgentProcess& agent) {
+  auto added = app.window.addAgent(idOf(agent), QString::fromStdString(agent.publicKey()));
+  QVERIFY2(added, added ? "" : added.error().message.c_str());
+}
+
+}  // namespace
+
+class AppTest : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void initTestCase() {
+    QStandardPaths::setTestModeEnabled(true);  // window state goes to a test location
+    app::registerMetaTypes();
+  }
+
+  // The whole path a user takes: connect, fill the launcher, Start, watch, stop, see the end.
+  void launchWatchAndStopAJob() {
+    TempDir dir;
+    AgentProcess agent(dir, "node-a");
+    App app(dir);
+    agent.authorize(app.keys.keys.publicKey);
+    addAgent(app, agent);
+    QTRY_COMPARE_WITH_TIMEOUT(app.stateOf(idOf(agent)), QStringLiteral("connected"), kConnectMs);
+
+    // The launcher through the window, as Ctrl+N opens it: fill it in while it runs modally.
+    bool filled = false;
+    QString fillError;
+    QTimer::singleShot(200, &app.window, [&] {
+      auto* dialog = qobject_cast<LauncherDialog*>(QApplication::activeModalWidget());
+      if (!dialog) {
+        fillError = QStringLiteral("the launcher did not open");
+        return;
+      }
+      dialog->setField(QStringLiteral("jobId"), QStringLiteral("gui-job"));
+      dialog->setField(QStringLiteral("layers"), QStringLiteral("32,64,10"));
+      dialog->setField(QStringLiteral("samples"), QStringLiteral("4096"));
+      dialog->setField(QStringLiteral("batchPerRank"), 32);
+      dialog->setField(QStringLiteral("duration"), 1000000);  // runs until stopped
+      dialog->setField(QStringLiteral("priceCoreHour"), QStringLiteral("0.05"));
+      dialog->setField(QStringLiteral("ranks:") + idOf(agent), 2);
+      if (!dialog->job()) {
+        fillError = QStringLiteral("launcher refused a valid job: ") + dialog->error();
+        dialog->reject();
+        return;
+      }
+      filled = true;
+      dialog->findChild<QPushButton*>(QStringLiteral("start"))->click();
+    });
+    QSignalSpy launched(&app.store, &ClusterStore::launchFinished);
+    app.window.newJob();
+    QVERIFY2(filled, qPrintable(fillError));
+    QTRY_COMPARE_WITH_TIMEOUT(launched.count(), 1, kJobMs);
+    QVERIFY2(launched.at(0).at(1).toBool(), qPrintable(launched.at(0).at(2).toString()));
+    QCOMPARE(launched.at(0).at(0).toString(), QStringLiteral("gui-job"));
+
+    // The new job is selected and its dashboard fills from the ranks' real step reports.
+    QTRY_COMPARE_WITH_TIMEOUT(app.window.dashboard()->jobId(), QStringLiteral("gui-job"), kConnectMs);
+    QTRY_COMPARE_WITH_TIMEOUT(app.dashboardLabel("jobState"), QStringLiteral("running"), kJobMs);
+    const QString none = QStringLiteral("–");
+    QTRY_VERIFY_WITH_TIMEOUT(app.tile(QStringLiteral("Throughput")) != none, kJobMs);
+    QTRY_VERIFY_WITH_TIMEOUT(app.tile(QStringLiteral("Loss")) != none, kJobMs);
+    QTRY_VERIFY_WITH_TIMEOUT(app.tile(QStringLiteral("Communication")) != none, kJobMs);
+    QTRY_VERIFY_WITH_TIMEOUT(app.tile(QStringLiteral("Cost")) != none, kJobMs);
+    QTRY_VERIFY_WITH_TIMEOUT(app.points(QStringLiteral("throughput")) >= 2, kJobMs);
+    QTRY_VERIFY_WITH_TIMEOUT(app.points(QStringLiteral("loss")) >= 2, kJobMs);
+    QTRY_VERIFY_WITH_TIMEOUT(app.points(QStringLiteral("split")) >= 2, kJobMs);
+    QTRY_COMPARE_WITH_TIMEOUT(app.points(QStringLiteral("comm")), 2, kJobMs);  // one bar per rank
+    // Throughput is a number of samples per second, loss a finite number.
+    bool ok = false;
+    QVERIFY(QLocale().toDouble(app.tile(QStringLiteral("Throughput")), &ok) > 0 && ok);
+    const double loss = app.tile(QStringLiteral("Loss")).toDouble(&ok);
+    QVERIFY(ok && std::isfinite(loss) && loss > 0);
+    // GPU utilization is unknown for CPU ranks, not 0.
+    QCOMPARE(app.tile(QStringLiteral("GPU utilization")), none);
+    QCOMPARE(app.dashboardLabel("jobBanner"), QString());
+
+    // Stop from the dashboard; the ranks go and the job's end is shown plainly.
+    QSignalSpy stopped(&app.store, &ClusterStore::stopFinished);
+    app.window.dashboard()->findChild<QPushButton*>(QStringLiteral("stopJob"))->click();
+    QTRY_COMPARE_WITH_TIMEOUT(stopped.count(), 1, kJobMs);
+    QVERIFY2(stopped.at(0).at(1).toBool(), qPrintable(stopped.at(0).at(2).toString()));
+    QTRY_COMPARE_WITH_TIMEOUT(app.dashboardLabel("jobState"), QStringLiteral("stopped"), kJobMs);
+    QVERIFY2(app.dashboardLabel("jobBanner").startsWith(QStringLiteral("Stopped after")), qPrintable(app.dashboardLabel("jobBanner")));
+    QCOMPARE(app.tile(QStringLiteral("Throughput")), none);
+    QTRY_VERIFY_WITH_TIMEOUT(processesOfJob("gui-job").empty(), kJobMs);
+    QVERIFY(!app.window.dashboard()->findChild<QPushButton*>(QStringLiteral("stopJob"))->isEnabled());
+  }
+
+  void invalidLauncherInputIsRefusedWithItsMessage() {
+    TempDir dir;
+    AgentProcess agent(dir, "node-a");
+    App app(dir);
+    agent.authorize(app.keys.keys.publicKey);
+    addAgent(app, agent);
+    QTRY_COMPARE_WITH_TIMEOUT(app.stateOf(idOf(agent)), QStringLiteral("connected"), kConnectMs);
+
+    LauncherDialog dialog(app.store, &app.window);
+    auto* start = dialog.findChild<QPushButton*>(QStringLiteral("start"));
+    QVERIFY2(dialog.job(), qPrintable(dialog.error()));  // the defaults are a valid job
+    QVERIFY(start->isEnabled());
+
+    dialog.setField(QStringLiteral("layers"), QStringLiteral("32,six,10"));
+    QVERIFY(!dialog.job());
+    QVERIFY(!start->isEnabled());
+    QVERIFY2(dialog.error().contains(QStringLiteral("'six' is not a whole number")), qPrintable(dialog.error()));
+    dialog.setField(QStringLiteral("layers"), QStringLiteral("32,64,10"));
+    QVERIFY2(dialog.job(), qPrintable(dialog.error()));
+
+    dialog.setField(QStringLiteral("lr"), QStringLiteral("fast"));
+    QVERIFY2(dialog.error().contains(QStringLiteral("learning rate")), qPrintable(dialog.error()));
+    dialog.setField(QStringLiteral("lr"), QStringLiteral("-1"));
+    QVERIFY(!dialog.job());
+    QVERIFY2(dialog.error().contains(QStringLiteral("lr")), qPrintable(dialog.error()));
+    dialog.setField(QStringLiteral("lr"), QStringLiteral("0.05"));
+    QVERIFY2(dialog.job(), qPrintable(dialog.error()));
+
+    dialog.setField(QStringLiteral("ranks:") + idOf(agent), 0);
+    QVERIFY(!dialog.job());
+    QVERIFY2(dialog.error().contains(QStringLiteral("rank")), qPrintable(dialog.error()));
+    dialog.setField(QStringLiteral("ranks:") + idOf(agent), 2);
+
+    dialog.setField(QStringLiteral("npy"), true);
+    dialog.setField(QStringLiteral("features"), QStringLiteral("/no/such/features.npy"));
+    dialog.setField(QStringLiteral("labels"), QStringLiteral(""));
+    QVERIFY(!dialog.job());
+    QVERIFY2(!dialog.error().isEmpty(), "an empty labels path must be refused");
+    QVERIFY(!start->isEnabled());
+  }
+
+  void anAgentThatRefusesTheAppsKeyIsShownAsNotAuthorized() {
+    TempDir dir;
+    AgentProcess agent(dir, "node-a");  // the app's key is never authorized
+    App app(dir);
+    addAgent(app, agent);
+    QTRY_COMPARE_WITH_TIMEOUT(app.stateOf(idOf(agent)), QStringLiteral("not authorized"), kConnectMs);
+  }
+
+  void anAgentWithAnotherKeyIsShownAsWrongKey() {
+    TempDir dir;
+    AgentProcess agent(dir, "node-a");
+    AgentProcess other(dir, "node-b");
+    App app(dir);
+    agent.authorize(app.keys.keys.publicKey);
+    // Pin node-b's key for node-a's address: whoever answers there is not who we pinned.
+    auto added = app.window.addAgent(idOf(agent), QString::fromStdString(other.publicKey()));
+    QVERIFY(added);
+    QTRY_VERIFY_WITH_TIMEOUT(app.stateOf(idOf(agent)).startsWith(QStringLiteral("refused: wrong agent key")), kConnectMs);
+  }
+
+  void aKilledAgentShowsReconnectingAndRecovers() {
+    TempDir dir;
+    AgentProcess agent(dir, "node-a");
+    App app(dir);
+    agent.authorize(app.keys.keys.publicKey);
+    addAgent(app, agent);
+    QTRY_COMPARE_WITH_TIMEOUT(app.stateOf(idOf(agent)), QStringLiteral("connected"), kConnectMs);
+
+    // A finished job stays in the jobs list across the outage, and is not duplicated by the replay.
+    QSignalSpy launched(&app.store, &ClusterStore::launchFinished);
+    auto placed = app.store.place(smallJob("before-outage", 2, 30), {{idOf(agent), 2}});
+    QVERIFY2(placed, placed ? "" : placed.error().message.c_str());
+    app.store.launch(*placed);
+    QTRY_COMPARE_WITH_TIMEOUT(launched.count(), 1, kJobMs);
+    QVERIFY(launched.at(0).at(1).toBool());
+    QTRY_COMPARE_WITH_TIMEOUT(app.dashboardLabel("jobState"), QStringLiteral("finished"), kJobMs);
+    const QString banner = app.dashboardLabel("jobBanner");
+    QVERIFY2(banner.startsWith(QStringLiteral("Finished: 30 of 30 steps")), qPrintable(banner));
+
+    agent.kill();
+    QTRY_COMPARE_WITH_TIMEOUT(app.stateOf(idOf(agent)), QStringLiteral("reconnecting"), kConnectMs);
+    agent.restart();
+    QTRY_COMPARE_WITH_TIMEOUT(app.stateOf(idOf(agent)), QStringLiteral("connected"), kConnectMs);
+    app.window.refreshNow();
+    QCOMPARE(app.window.jobsModel()->rowCount(), 1);
+    QCOMPARE(app.dashboardLabel("jobBanner"), banner);
+    QCOMPARE(app.points(QStringLiteral("loss")), 30);
+  }
+
+  void gpusOfAnAgentAreListedWithTheirReadings() {
+    // The agent reads a stand-in NVML (tests/support/fake_nvml.c): 2 GPUs, the second without power.
+    TempDir dir;
+    AgentProcess agent(dir, "gpu-node", {"--nvml-library", LOCKSTEP_FAKE_NVML_PATH, "--sample-hz", "10"});
+    App app(dir);
+    agent.authorize(app.keys.keys.publicKey);
+    addAgent(app, agent);
+    QTRY_COMPARE_WITH_TIMEOUT(app.stateOf(idOf(agent)), QStringLiteral("connected"), kConnectMs);
+    auto* gpus = app.window.findChild<QTableView*>(QStringLiteral("gpusView"))->model();
+    QTRY_COMPARE_WITH_TIMEOUT(gpus->rowCount(), 2, kConnectMs);
+    using Gpus = app::GpusModel;
+    QCOMPARE(gpus->index(0, Gpus::kName).data().toString(), QStringLiteral("Fake GPU 0"));
+    QTRY_COMPARE_WITH_TIMEOUT((app.window.refreshNow(), gpus->index(0, Gpus::kUtil).data().toString()), QStringLiteral("50"), kConnectMs);
+    QCOMPARE(gpus->index(1, Gpus::kUtil).data().toString(), QStringLiteral("51"));
+    QVERIFY2(gpus->index(0, Gpus::kPower).data().toString().endsWith(QStringLiteral("W")),
+             qPrintable(gpus->index(0, Gpus::kPower).data().toString()));
+    QCOMPARE(gpus->index(1, Gpus::kPower).data().toString(), QStringLiteral("–"));  // unknown, not 0 W
+  }
+};
+
+QTEST_MAIN(AppTest)
+#include "app_test.moc"
