@@ -89,9 +89,14 @@ TEST(Lockstepctl, StartWaitStatusLogsAndStop) {
       "precision": "PRECISION_FP32", "layers": [16, 32, 4], "dataset": {"synthetic": {"samples": "2048", "dim": 16,
       "classes": 4, "seed": "1"}}, "batchPerRank": 16, "accumSteps": 1, "optimizer": {"kind": "OPTIMIZER_KIND_SGD",
       "lr": 0.05}, "steps": "100000000", "bucketMb": 25, "timeoutS": 30, "worldSize": 1})";
-  auto started = ctl({"start", "--ranks", "2", "--spec", dir.file("job.json"), "--json"});
+  auto started = ctl({"start", "--ranks", "2", "--spec", dir.file("job.json"), "--price-core-hour", "0.04",
+                      "--currency", "EUR", "--json"});
   ASSERT_EQ(started.status.exitCode, 0) << started.err;
   EXPECT_EQ(nlohmann::json::parse(started.out)["world_size"], 2);
+  const auto running = nlohmann::json::parse(ctl({"status", "ctl-2", "--json"}).out);
+  EXPECT_EQ(running["prices"]["core_hour"], 0.04);
+  EXPECT_EQ(running["prices"]["gpu_hour"], 0.0);
+  EXPECT_EQ(running["prices"]["currency"], "EUR");
   auto stopped = ctl({"stop", "ctl-2", "--json"});
   ASSERT_EQ(stopped.status.exitCode, 0) << stopped.err;
   EXPECT_EQ(nlohmann::json::parse(stopped.out)["state"], "stopped");
@@ -101,6 +106,9 @@ TEST(Lockstepctl, StartWaitStatusLogsAndStop) {
   ASSERT_EQ(list.status.exitCode, 0);
   EXPECT_EQ(nlohmann::json::parse(list.out).size(), 2u);
 
+  auto badPrice = ctl({"start", "--price-gpu-hour", "cheap", "--layers", "16,4", "--steps", "5"});
+  EXPECT_EQ(badPrice.status.exitCode, 2);
+  EXPECT_NE(badPrice.err.find("--price-gpu-hour needs a price, like 2.50"), std::string::npos) << badPrice.err;
   auto bad = ctl({"start", "--layers", "16,x,4", "--steps", "5"});
   EXPECT_EQ(bad.status.exitCode, 2);
   EXPECT_NE(bad.err.find("'x' is not a whole number"), std::string::npos) << bad.err;

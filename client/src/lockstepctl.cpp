@@ -56,9 +56,11 @@ Commands:
   keygen                       create this client's key pair (once) and print its public key
   trust HOST:PORT KEY          pin an agent's public key (like SSH's known_hosts)
   nodes                        the agents' nodes: cores, memory, GPUs
-  start [--ranks N | --ranks-per-agent A,B,...] [--wait] [--spec job.json] JOB FLAGS...
+  start [--ranks N | --ranks-per-agent A,B,...] [--wait] [--spec job.json] [PRICES] JOB FLAGS...
                                start a job on the agents (JOB FLAGS are lockstep-trainer's, e.g.
-                               --layers 784,1024,10 --steps 200 --lr 0.01); prints its id
+                               --layers 784,1024,10 --steps 200 --lr 0.01); prints its id.
+                               PRICES, for the job's cost: --price-gpu-hour X --price-core-hour X
+                               --price-kwh X --currency USD
   stop JOB [--grace-ms N]      stop a job everywhere and wait until its ranks are gone
   status [JOB]                 jobs on the agents, or one job's ranks
   watch JOB                    live per-rank throughput, loss, communication overhead, CPU/GPU use
@@ -315,8 +317,12 @@ int printJob(const Globals& g, const std::string& jobId, const std::vector<Part>
     Json ranks = Json::array();
     for (const auto& p : parts)
       for (const auto& r : p.status.ranks) ranks.push_back(rankJson(p, r));
+    const Prices& prices = parts.front().status.spec.prices;
+    const Json pricesJson{{"gpu_hour", prices.gpuHour}, {"core_hour", prices.coreHour}, {"kwh", prices.kwh},
+                          {"currency", prices.currency}};
     std::printf("%s\n", Json{{"job_id", jobId}, {"state", std::string(jobStateName(state))}, {"message", message},
-                             {"world_size", parts.front().status.spec.worldSize}, {"ranks", ranks}}.dump().c_str());
+                             {"world_size", parts.front().status.spec.worldSize}, {"prices", pricesJson},
+                             {"ranks", ranks}}.dump().c_str());
     return kOk;
   }
   std::printf("job %s: %s%s%s\n", jobId.c_str(), std::string(jobStateName(state)).c_str(), message.empty() ? "" : ": ",
@@ -603,6 +609,8 @@ int cmdStart(const Globals& g, const std::vector<std::string>& args) {
   std::string specFile, jobId;
   bool wait = false;
   std::vector<std::string> jobFlags;
+  std::optional<double> gpuHour, coreHour, kwh;  // prices, over a --spec file's
+  std::optional<std::string> currency;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&]() -> std::optional<std::string> {
@@ -629,6 +637,16 @@ int cmdStart(const Globals& g, const std::vector<std::string>& args) {
       specFile = *v;
     } else if (a == "--wait") {
       wait = true;
+    } else if (a == "--price-gpu-hour" || a == "--price-core-hour" || a == "--price-kwh") {
+      auto v = value();
+      char* end = nullptr;
+      const double price = v ? std::strtod(v->c_str(), &end) : 0;
+      if (!v || v->empty() || *end != '\0') return fail(invalidArgument(a + " needs a price, like 2.50"));
+      (a == "--price-gpu-hour" ? gpuHour : a == "--price-core-hour" ? coreHour : kwh) = price;
+    } else if (a == "--currency") {
+      auto v = value();
+      if (!v) return fail(invalidArgument("--currency needs a name, like USD"));
+      currency = *v;
     } else if (a == "--nproc" || a == "--metrics-out" || a == "--save-weights") {
       return fail(invalidArgument(a + " is for lockstep-trainer run by hand; with agents use --ranks and lockstepctl watch"));
     } else {
@@ -658,6 +676,10 @@ int cmdStart(const Globals& g, const std::vector<std::string>& args) {
     }
     spec = parsed->spec;
   }
+  spec.prices.gpuHour = gpuHour.value_or(spec.prices.gpuHour);
+  spec.prices.coreHour = coreHour.value_or(spec.prices.coreHour);
+  spec.prices.kwh = kwh.value_or(spec.prices.kwh);
+  spec.prices.currency = currency.value_or(spec.prices.currency);
   auto agents = connectAgents(g);
   if (!agents) return fail(agents.error());
   const std::size_t n = agents->clients.size();
