@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Lockstep's entry point; README's two commands are its two verbs.
 #
-#   ./lockstep.sh run    build, then train a 2-rank data-parallel job on synthetic data (CPU, Gloo)
+#   ./lockstep.sh run    build, start a local agent on loopback and open the app connected to it
+#                        (without a display: run a 2-rank CPU job through lockstepctl instead)
 #   ./lockstep.sh test   build, then run the whole test suite (ctest; without a GPU: -LE gpu)
 #
 # Both install the Debian packages they need first (apt-get, through sudo when not root) and build
-# into ./build (LOCKSTEP_BUILD_DIR to change). Extra arguments to `run` go to lockstep-trainer.
+# into ./build (LOCKSTEP_BUILD_DIR to change). `run` keeps its agent's state and the app's keys in
+# build/run and listens on 127.0.0.1:17700 (LOCKSTEP_RUN_PORT to change).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -21,6 +23,7 @@ PACKAGES=(
   nlohmann-json3-dev libgtest-dev
   clang-14 libclang-rt-14-dev  # the protocol fuzzer (libFuzzer)
   python3-torch python3-numpy  # the PyTorch reference test and bench/
+  qt6-base-dev qt6-charts-dev libqt6opengl6-dev libgl-dev  # the desktop app
 )
 
 say() { printf '\033[1mlockstep:\033[0m %s\n' "$*" >&2; }
@@ -53,14 +56,72 @@ build() {
 
 have_gpu() { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }
 
+has_display() { [ -n "${DISPLAY:-}" ] || [ -n "${WAYLAND_DISPLAY:-}" ]; }
+
+# The local agent of `run`, stopped (with any job it still runs) when the script ends.
+AGENT_PID=
+CTL=()
+stop_local_agent() {
+  [ -n "$AGENT_PID" ] || return 0
+  local job
+  for job in $("${CTL[@]}" status 2>/dev/null | awk '$2 == "running" || $2 == "starting" { print $1 }'); do
+    say "stopping job $job"
+    "${CTL[@]}" stop "$job" >/dev/null || true
+  done
+  kill "$AGENT_PID" 2>/dev/null && wait "$AGENT_PID" 2>/dev/null || true
+  AGENT_PID=
+}
+
 cmd_run() {
   build
-  mkdir -p "$BUILD/run"
-  say "training: 2 ranks x batch 64, MLP 784-1024-1024-10 on synthetic data (metrics: $BUILD/run/metrics.jsonl)"
-  exec "$BUILD/bin/lockstep-trainer" --backend cpu --nproc 2 \
-    --layers 784,1024,1024,10 --dataset synthetic:n=65536,dim=784,classes=10,seed=1 \
-    --batch-per-rank 64 --steps 300 --optimizer sgd --lr 0.05 --momentum 0.9 --bucket-mb 4 \
-    --metrics-out "$BUILD/run/metrics.jsonl" "$@"
+  local bin=$BUILD/bin run=$BUILD/run
+  local state=$run/agent config=$run/config address=127.0.0.1:${LOCKSTEP_RUN_PORT:-17700}
+  mkdir -p "$state" "$config"
+  chmod 700 "$state" "$config"
+  CTL=("$bin/lockstepctl" --config-dir "$config")
+
+  # Keys: the agent's, the app's and lockstepctl's (created once); both clients authorized on the
+  # agent, the agent's key pinned for both (they share known_agents).
+  local agent_key key
+  agent_key=$("$bin/lockstep-agent" --state-dir "$state" --print-key)
+  "${CTL[@]}" keygen >/dev/null
+  for key in "$("$bin/lockstep" --config-dir "$config" --print-key)" "$(cat "$config/client.pub")"; do
+    grep -qF "$key" "$state/authorized_keys" 2>/dev/null || echo "$key local client (lockstep.sh run)" >>"$state/authorized_keys"
+  done
+  "${CTL[@]}" trust "$address" "$agent_key" >/dev/null
+
+  say "starting an agent on $address (state and logs: $state)"
+  "$bin/lockstep-agent" --state-dir "$state" --listen "tcp://$address" >"$run/agent.out" 2>>"$run/agent.err" &
+  AGENT_PID=$!
+  trap stop_local_agent EXIT
+  trap 'exit 130' INT TERM
+  local tries=0
+  until "${CTL[@]}" --timeout-s 1 nodes >/dev/null 2>&1; do
+    if ! kill -0 "$AGENT_PID" 2>/dev/null || [ $((tries += 1)) -gt 30 ]; then
+      say "the agent did not start; its log ($run/agent.err) ends with:"
+      tail -n 5 "$run/agent.err" >&2
+      say "if the port is taken, choose another: LOCKSTEP_RUN_PORT=17701 ./lockstep.sh run"
+      exit 1
+    fi
+    sleep 0.5
+  done
+
+  if has_display; then
+    say "opening the app; New Job (Ctrl+N) starts a CPU job on this machine. Closing the app stops the agent."
+    "$bin/lockstep" --config-dir "$config" --new-job || true
+    return
+  fi
+
+  say "no display here (DISPLAY and WAYLAND_DISPLAY are unset), so no app window."
+  say "lockstepctl does everything without one; this is a 2-rank CPU job through it:"
+  local job="demo-$(date +%Y%m%d-%H%M%S)"
+  "${CTL[@]}" start --ranks 2 --job-id "$job" --layers 784,1024,1024,10 \
+    --dataset synthetic:n=65536,dim=784,classes=10,seed=1 --batch-per-rank 64 --steps 300 \
+    --optimizer sgd --lr 0.05 --momentum 0.9 --bucket-mb 4
+  local rc=0
+  "${CTL[@]}" watch "$job" || rc=$?
+  say "more: ${CTL[*]} --help (this agent runs only while this script does)"
+  return "$rc"
 }
 
 cmd_test() {
@@ -74,11 +135,11 @@ cmd_test() {
 }
 
 case "${1:-}" in
-  run) shift; cmd_run "$@" ;;
+  run) shift; cmd_run ;;
   test) shift; cmd_test "$@" ;;
   build) shift; build ;;
   *)
-    echo "usage: ./lockstep.sh run [trainer options...] | test | build" >&2
+    echo "usage: ./lockstep.sh run | test | build" >&2
     exit 2
     ;;
 esac
