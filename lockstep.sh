@@ -5,6 +5,8 @@
 #                        (without a display: run a 2-rank CPU job through lockstepctl instead)
 #   ./lockstep.sh test   build, then run the whole test suite (ctest; without a GPU: -LE gpu)
 #
+# and, for maintainers: `build`, and `screenshot [FILE]` (README's dashboard picture, under xvfb).
+#
 # Both install the Debian packages they need first (apt-get, through sudo when not root) and build
 # into ./build (LOCKSTEP_BUILD_DIR to change). `run` keeps its agent's state and the app's keys in
 # build/run and listens on 127.0.0.1:17700 (LOCKSTEP_RUN_PORT to change).
@@ -58,9 +60,45 @@ have_gpu() { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; 
 
 has_display() { [ -n "${DISPLAY:-}" ] || [ -n "${WAYLAND_DISPLAY:-}" ]; }
 
-# The local agent of `run`, stopped (with any job it still runs) when the script ends.
+# The local agent of `run` (and `screenshot`), stopped with any job it still runs when the script
+# ends. Its state and the clients' keys live in build/run.
+BIN=$BUILD/bin
+RUN=$BUILD/run
+CONFIG=$RUN/config
 AGENT_PID=
-CTL=()
+CTL=("$BIN/lockstepctl" --config-dir "$CONFIG")
+
+start_local_agent() {
+  local state=$RUN/agent address=127.0.0.1:${LOCKSTEP_RUN_PORT:-17700}
+  mkdir -p "$state" "$CONFIG"
+  chmod 700 "$state" "$CONFIG"
+  # Keys: the agent's, the app's and lockstepctl's (created once); both clients authorized on the
+  # agent, the agent's key pinned for both (they share known_agents).
+  local agent_key key
+  agent_key=$("$BIN/lockstep-agent" --state-dir "$state" --print-key)
+  "${CTL[@]}" keygen >/dev/null
+  for key in "$("$BIN/lockstep" --config-dir "$CONFIG" --print-key)" "$(cat "$CONFIG/client.pub")"; do
+    grep -qF "$key" "$state/authorized_keys" 2>/dev/null || echo "$key local client (lockstep.sh run)" >>"$state/authorized_keys"
+  done
+  "${CTL[@]}" trust "$address" "$agent_key" >/dev/null
+
+  say "starting an agent on $address (state and logs: $state)"
+  "$BIN/lockstep-agent" --state-dir "$state" --listen "tcp://$address" >"$RUN/agent.out" 2>>"$RUN/agent.err" &
+  AGENT_PID=$!
+  trap stop_local_agent EXIT
+  trap 'exit 130' INT TERM
+  local tries=0
+  until "${CTL[@]}" --timeout-s 1 nodes >/dev/null 2>&1; do
+    if ! kill -0 "$AGENT_PID" 2>/dev/null || [ $((tries += 1)) -gt 30 ]; then
+      say "the agent did not start; its log ($RUN/agent.err) ends with:"
+      tail -n 5 "$RUN/agent.err" >&2
+      say "if the port is taken, choose another: LOCKSTEP_RUN_PORT=17701 ./lockstep.sh run"
+      exit 1
+    fi
+    sleep 0.5
+  done
+}
+
 stop_local_agent() {
   [ -n "$AGENT_PID" ] || return 0
   local job
@@ -72,56 +110,44 @@ stop_local_agent() {
   AGENT_PID=
 }
 
+# A 2-rank CPU job on the local agent: an MLP on synthetic data (extra arguments are more flags).
+start_demo_job() {
+  "${CTL[@]}" start --ranks 2 --job-id "$1" --layers 784,1024,1024,10 \
+    --dataset synthetic:n=65536,dim=784,classes=10,seed=1 --batch-per-rank 64 \
+    --optimizer sgd --lr 0.05 --momentum 0.9 --bucket-mb 4 "${@:2}"
+}
+
 cmd_run() {
   build
-  local bin=$BUILD/bin run=$BUILD/run
-  local state=$run/agent config=$run/config address=127.0.0.1:${LOCKSTEP_RUN_PORT:-17700}
-  mkdir -p "$state" "$config"
-  chmod 700 "$state" "$config"
-  CTL=("$bin/lockstepctl" --config-dir "$config")
-
-  # Keys: the agent's, the app's and lockstepctl's (created once); both clients authorized on the
-  # agent, the agent's key pinned for both (they share known_agents).
-  local agent_key key
-  agent_key=$("$bin/lockstep-agent" --state-dir "$state" --print-key)
-  "${CTL[@]}" keygen >/dev/null
-  for key in "$("$bin/lockstep" --config-dir "$config" --print-key)" "$(cat "$config/client.pub")"; do
-    grep -qF "$key" "$state/authorized_keys" 2>/dev/null || echo "$key local client (lockstep.sh run)" >>"$state/authorized_keys"
-  done
-  "${CTL[@]}" trust "$address" "$agent_key" >/dev/null
-
-  say "starting an agent on $address (state and logs: $state)"
-  "$bin/lockstep-agent" --state-dir "$state" --listen "tcp://$address" >"$run/agent.out" 2>>"$run/agent.err" &
-  AGENT_PID=$!
-  trap stop_local_agent EXIT
-  trap 'exit 130' INT TERM
-  local tries=0
-  until "${CTL[@]}" --timeout-s 1 nodes >/dev/null 2>&1; do
-    if ! kill -0 "$AGENT_PID" 2>/dev/null || [ $((tries += 1)) -gt 30 ]; then
-      say "the agent did not start; its log ($run/agent.err) ends with:"
-      tail -n 5 "$run/agent.err" >&2
-      say "if the port is taken, choose another: LOCKSTEP_RUN_PORT=17701 ./lockstep.sh run"
-      exit 1
-    fi
-    sleep 0.5
-  done
-
+  start_local_agent
   if has_display; then
     say "opening the app; New Job (Ctrl+N) starts a CPU job on this machine. Closing the app stops the agent."
-    "$bin/lockstep" --config-dir "$config" --new-job || true
+    "$BIN/lockstep" --config-dir "$CONFIG" --new-job || true
     return
   fi
-
   say "no display here (DISPLAY and WAYLAND_DISPLAY are unset), so no app window."
   say "lockstepctl does everything without one; this is a 2-rank CPU job through it:"
-  local job="demo-$(date +%Y%m%d-%H%M%S)"
-  "${CTL[@]}" start --ranks 2 --job-id "$job" --layers 784,1024,1024,10 \
-    --dataset synthetic:n=65536,dim=784,classes=10,seed=1 --batch-per-rank 64 --steps 300 \
-    --optimizer sgd --lr 0.05 --momentum 0.9 --bucket-mb 4
-  local rc=0
+  local job="demo-$(date +%Y%m%d-%H%M%S)" rc=0
+  start_demo_job "$job" --steps 300
   "${CTL[@]}" watch "$job" || rc=$?
   say "more: ${CTL[*]} --help (this agent runs only while this script does)"
   return "$rc"
+}
+
+# The README's screenshot: the app in a real (virtual) X window, watching a running job.
+cmd_screenshot() {
+  local out=${1:-$ROOT/docs/screenshots/dashboard.png}
+  build
+  ensure_packages xvfb xauth
+  RUN=$BUILD/screenshot CONFIG=$BUILD/screenshot/config  # its own agent and keys: only this job on show
+  CTL=("$BIN/lockstepctl" --config-dir "$CONFIG")
+  rm -rf "$RUN"
+  start_local_agent
+  start_demo_job "screenshot-$(date +%H%M%S)" --steps 20000 --target-loss 0.05 --price-core-hour 0.048 --currency USD
+  mkdir -p "$(dirname "$out")"
+  xvfb-run -a -s "-screen 0 1600x1000x24" "$BIN/lockstep" --config-dir "$CONFIG" \
+    --screenshot "$out" --screenshot-after-ms "${LOCKSTEP_SCREENSHOT_AFTER_MS:-30000}"
+  say "saved $out"
 }
 
 cmd_test() {
@@ -136,10 +162,11 @@ cmd_test() {
 
 case "${1:-}" in
   run) shift; cmd_run ;;
+  screenshot) shift; cmd_screenshot "$@" ;;
   test) shift; cmd_test "$@" ;;
   build) shift; build ;;
   *)
-    echo "usage: ./lockstep.sh run | test | build" >&2
+    echo "usage: ./lockstep.sh run | test | build | screenshot [FILE.png]" >&2
     exit 2
     ;;
 esac

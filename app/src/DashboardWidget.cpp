@@ -52,10 +52,30 @@ QList<QPointF> thinned(const Container& points, Make make) {
   return out;
 }
 
-void fitAxis(QValueAxis* axis, double lo, double hi, bool fromZero) {
+// A round tick interval (1, 2 or 5 times a power of ten) giving about five intervals over `span`.
+double tickInterval(double span) {
+  const double raw = span / 5;
+  const double power = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0}) {
+    if (m * power >= raw) return m * power;
+  }
+  return 10 * power;
+}
+
+// Fits an axis to the data, with ticks at round values. A sliding window (`margin` false) fits exactly.
+void fitAxis(QValueAxis* axis, double lo, double hi, bool fromZero, bool margin = true) {
   if (fromZero) lo = 0;
   if (!(hi > lo)) hi = lo + 1;
-  axis->setRange(lo, hi + (hi - lo) * 0.05);
+  if (margin) hi += (hi - lo) * 0.05;
+  axis->setTickType(QValueAxis::TicksDynamic);
+  axis->setTickAnchor(0);
+  axis->setTickInterval(tickInterval(hi - lo));
+  axis->setRange(lo, hi);
+}
+
+// Money: cents, or finer below one unit (a short CPU job costs a fraction of a cent).
+QString money(double amount, const QString& currency) {
+  return QStringLiteral("%1 %2").arg(amount, 0, 'f', amount != 0 && std::abs(amount) < 1 ? 4 : 2).arg(currency);
 }
 
 }  // namespace
@@ -190,7 +210,7 @@ void DashboardWidget::buildCharts() {
   throughput_ = new QLineSeries;
   attach(throughputChart_, throughput_, throughputX_, throughputY_);
 
-  splitChart_ = makeChart(tr("Step time (ms): data, compute, exposed communication"));
+  splitChart_ = makeChart(tr("Step time split (ms)"));
   axes(splitChart_, tr("step"), tr("ms"), &splitX_, &splitY_);
   splitY_->setLabelFormat(QStringLiteral("%.1f"));
   splitZero_ = new QLineSeries;
@@ -200,7 +220,7 @@ void DashboardWidget::buildCharts() {
   // Stacked: each area spans from the previous boundary to its own cumulative line.
   const QList<QPair<QLineSeries*, QLineSeries*>> bands = {{splitData_, splitZero_}, {splitCompute_, splitData_},
                                                           {splitExposed_, splitCompute_}};
-  const QStringList bandNames = {tr("data"), tr("compute"), tr("exposed communication")};
+  const QStringList bandNames = {tr("data"), tr("compute"), tr("exposed comm.")};
   for (int i = 0; i < bands.size(); ++i) {
     auto* area = new QAreaSeries(bands[i].first, bands[i].second);
     area->setName(bandNames[i]);
@@ -274,11 +294,22 @@ void DashboardWidget::refresh() {
 
   // The end of a job, plainly.
   QString banner;
+  const bool seen = job->tracker->lastReportUnixUs() != 0;
   const QString steps = k.totalSteps ? tr("%1 of %2 steps").arg(k.step).arg(k.totalSteps) : tr("%1 steps").arg(k.step);
+  const QString took = duration(k.elapsedSeconds);
   switch (job->state) {
-    case JobState::kFinished: banner = tr("Finished: %1 in %2.").arg(steps, duration(k.elapsedSeconds)); break;
-    case JobState::kFailed: banner = tr("Failed after %1: %2").arg(steps, job->message); break;
-    case JobState::kStopped: banner = tr("Stopped after %1 (%2).").arg(steps, duration(k.elapsedSeconds)); break;
+    case JobState::kFinished:
+      banner = !seen ? tr("Finished before this app connected; its step reports are gone, so it has no KPIs here.")
+               : k.timeToConvergenceSeconds && job->spec.targetLoss && k.step < k.totalSteps
+                   ? tr("Finished: target loss %1 reached at step %2, after %3.").arg(*job->spec.targetLoss).arg(k.step).arg(took)
+                   : tr("Finished: %1 in %2.").arg(steps, took);
+      break;
+    case JobState::kFailed:
+      banner = seen ? tr("Failed after %1: %2").arg(steps, job->message) : tr("Failed: %1").arg(job->message);
+      break;
+    case JobState::kStopped:
+      banner = seen ? tr("Stopped after %1 (%2).").arg(steps, took) : tr("Stopped.");
+      break;
     default: break;
   }
   banner_->setText(banner);
@@ -288,8 +319,15 @@ void DashboardWidget::refresh() {
   banner_->setPalette(bannerPalette);
 
   const QString currency = QString::fromStdString(job->spec.prices.currency);
-  tiles_[tr("Throughput")]->set(k.samplesPerSecond && running ? QStringLiteral("%L1").arg(*k.samplesPerSecond, 0, 'f', 0) : dash(),
-                                tr("samples/s, last 10 s"));
+  if (running) {
+    tiles_[tr("Throughput")]->set(k.samplesPerSecond ? QStringLiteral("%L1").arg(*k.samplesPerSecond, 0, 'f', 0) : dash(),
+                                  tr("samples/s, last 10 s"));
+  } else {
+    // An ended job: its mean, start to end (start-up included).
+    const double samples = static_cast<double>(k.step) * job->spec.globalBatch();
+    tiles_[tr("Throughput")]->set(seen && k.elapsedSeconds > 0 ? QStringLiteral("%L1").arg(samples / k.elapsedSeconds, 0, 'f', 0) : dash(),
+                                  tr("samples/s, mean over the job"));
+  }
   tiles_[tr("Scaling efficiency")]->set(percent(k.scalingEfficiency),
                                         k.scalingEfficiency ? QString::fromUtf8(std::string(kpi::scalingBasisName(k.scalingBasis)).c_str()) : QString());
   tiles_[tr("GPU utilization")]->set(k.gpuUtilizationPct ? QStringLiteral("%1%").arg(*k.gpuUtilizationPct, 0, 'f', 0) : dash(),
@@ -312,8 +350,8 @@ void DashboardWidget::refresh() {
   if (!priced) {
     tiles_[tr("Cost")]->set(dash(), tr("no prices set for this job"));
   } else {
-    tiles_[tr("Cost")]->set(k.costSoFar ? QStringLiteral("%1 %2").arg(*k.costSoFar, 0, 'f', 2).arg(currency) : dash(),
-                            (k.costProjected ? tr("projected %1 %2").arg(*k.costProjected, 0, 'f', 2).arg(currency) : QString()) +
+    tiles_[tr("Cost")]->set(k.costSoFar ? money(*k.costSoFar, currency) : dash(),
+                            (k.costProjected ? tr("projected %1").arg(money(*k.costProjected, currency)) : QString()) +
                                 (k.costComplete ? QString() : tr(" (without unmeasured parts)")));
   }
   tiles_[tr("Energy")]->set(k.energyKwh ? QStringLiteral("%1 kWh").arg(*k.energyKwh, 0, 'f', 3) : dash(),
@@ -372,8 +410,8 @@ void DashboardWidget::refreshCharts(const JobEntry& job) {
       utilSeries_[i]->clear();
     }
   }
-  fitAxis(utilX_, std::max(0.0, maxX - 300), maxX, false);
-  utilY_->setRange(0, maxY);
+  fitAxis(utilX_, std::max(0.0, maxX - 300), maxX, false, false);
+  fitAxis(utilY_, 0, maxY, true, false);
 
   const QList<QPointF> tp = thinned(t.throughputSeries(), point);
   throughput_->replace(tp);

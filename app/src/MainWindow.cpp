@@ -59,6 +59,7 @@ MainWindow::MainWindow(ClusterStore& store, QString configDir, QWidget* parent)
   right_ = new QSplitter(Qt::Vertical, outer_);
   jobsView_ = makeTable(jobsModel_, right_);
   jobsView_->setObjectName(QStringLiteral("jobsView"));
+  jobsView_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);  // a few rows: cheap
   dashboard_ = new DashboardWidget(store_, right_);
   right_->setStretchFactor(1, 4);
   outer_->setStretchFactor(1, 3);
@@ -169,6 +170,7 @@ void MainWindow::selectJob(const QString& jobId) {
   const int row = jobsModel_->rowOf(jobId);
   if (row < 0) return;
   jobsView_->setCurrentIndex(jobsModel_->index(row, 0));
+  jobsView_->scrollTo(jobsModel_->index(row, 0));
   dashboard_->showJob(jobId);
 }
 
@@ -176,10 +178,10 @@ void MainWindow::updateStatus() {
   int connected = 0, running = 0;
   for (const auto& a : store_.agents()) connected += a->state == AgentState::kConnected;
   for (const auto* j : store_.jobs()) running += j->state == JobState::kRunning;
-  status_->setText(tr("%1 of %2 agents connected · %3 jobs running")
+  status_->setText(tr("%1 of %2 agents connected · %3 running")
                        .arg(connected)
                        .arg(store_.agents().size())
-                       .arg(running));
+                       .arg(running == 1 ? tr("1 job") : tr("%1 jobs").arg(running)));
 }
 
 Result<void> MainWindow::addAgent(const QString& address, const QString& key) {

@@ -165,6 +165,7 @@ QVariant JobsModel::data(const QModelIndex& index, int role) const {
   const kpi::JobKpis& k = kpis_[static_cast<std::size_t>(index.row())];
   switch (index.column()) {
     case kStep:
+      if (j.tracker->lastReportUnixUs() == 0) return dash();  // no step report seen (yet)
       return k.totalSteps ? QStringLiteral("%1 / %2").arg(k.step).arg(k.totalSteps) : QString::number(k.step);
     case kLoss: return k.lastGlobalLoss ? number(*k.lastGlobalLoss, 4) : dash();
     case kThroughput: return k.samplesPerSecond && j.state == JobState::kRunning ? number(*k.samplesPerSecond, 0) : dash();
