@@ -1,5 +1,7 @@
 #include "LauncherDialog.h"
 
+#include <algorithm>
+
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDateTime>
@@ -79,7 +81,9 @@ LauncherDialog::LauncherDialog(const ClusterStore& store, QWidget* parent) : QDi
     agents_->setCellWidget(row, 4, ranks);
     ++row;
   }
+  agents_->resizeColumnsToContents();
   agents_->setMinimumHeight(90);
+  agents_->setMaximumHeight(agents_->horizontalHeader()->height() + 6 + agents_->verticalHeader()->defaultSectionSize() * std::clamp(row, 2, 8));
   whereLayout->addWidget(agents_);
   layout->addWidget(where);
 

@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
                                   QStringLiteral("DIR"), configDir);
   QCommandLineOption printKey(QStringLiteral("print-key"), QStringLiteral("print this app's public key and exit"));
   QCommandLineOption newJob(QStringLiteral("new-job"), QStringLiteral("open the job launcher at start"));
-  QCommandLineOption screenshot(QStringLiteral("screenshot"), QStringLiteral("save the window to FILE after --screenshot-after-ms, then quit"),
+  QCommandLineOption screenshot(QStringLiteral("screenshot"), QStringLiteral("save the window (or the dialog on top) to FILE after --screenshot-after-ms, then quit"),
                                 QStringLiteral("FILE"));
   QCommandLineOption screenshotAfter(QStringLiteral("screenshot-after-ms"), QStringLiteral("when to take the screenshot"),
                                      QStringLiteral("MS"), QStringLiteral("5000"));
@@ -59,7 +59,9 @@ int main(int argc, char** argv) {
     const QString file = parser.value(screenshot);
     QTimer::singleShot(parser.value(screenshotAfter).toInt(), &window, [&window, file] {
       window.refreshNow();
-      window.grab().save(file);
+      // A dialog open on top (--new-job) is what the user looks at: take that.
+      QWidget* top = QApplication::activeModalWidget();
+      (top ? top : static_cast<QWidget*>(&window))->grab().save(file);
       QApplication::quit();
     });
   }
