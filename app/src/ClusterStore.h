@@ -73,6 +73,12 @@ class ClusterStore : public QObject {
   // Stops every part of a job; answers with stopFinished.
   void stopJob(const std::string& jobId);
 
+  // What an agent's worker reports lands here (queued to the GUI thread). Anything else holding an
+  // agent's data may feed it the same way: bench/app_load.cpp does, to load the GUI at 8 x 8 GPUs.
+  void onHello(QString id, HelloPtr hello);
+  void onJobs(QString id, JobList jobs);
+  void onMessages(QString id, MessageBatch messages);
+
  Q_SIGNALS:
   void agentsChanged();
   void gpusChanged();
@@ -87,9 +93,6 @@ class ClusterStore : public QObject {
   JobEntry& jobEntry(const JobSpec& spec);
   void updateJobState(JobEntry& job);
   void onState(QString id, AgentState state, QString message);
-  void onHello(QString id, HelloPtr hello);
-  void onJobs(QString id, JobList jobs);
-  void onMessages(QString id, MessageBatch messages);
   void onJobStarted(quint64 tag, QString id, quint32 port);
   void onCommandDone(quint64 tag, bool ok, QString message);
 

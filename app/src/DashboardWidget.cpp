@@ -6,10 +6,12 @@
 #include <QBarSet>
 #include <QChart>
 #include <QChartView>
+#include <QCursor>
 #include <QGridLayout>
 #include <QHBoxLayout>
 #include <QLineSeries>
 #include <QMessageBox>
+#include <QToolTip>
 #include <QValueAxis>
 #include <QVBoxLayout>
 #include <chrono>
@@ -24,6 +26,7 @@ namespace {
 constexpr int kMaxChartPoints = 600;   // what a chart draws; older points are thinned
 constexpr int kMaxUtilLines = 16;      // beyond this, the heatmap is the readable view
 constexpr int kHeatmapSeconds = 120;
+constexpr double kUtilWindowSeconds = 300;  // the utilization chart's sliding window
 
 std::int64_t nowUnixUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -247,6 +250,15 @@ void DashboardWidget::buildCharts() {
   commChart_->addAxis(commY_, Qt::AlignLeft);
   commSeries_->attachAxis(commX_);
   commSeries_->attachAxis(commY_);
+  connect(commSet_, &QBarSet::hovered, this, [this](bool inside, int index) {
+    if (!inside) {
+      QToolTip::hideText();
+      return;
+    }
+    QToolTip::showText(QCursor::pos(), tr("rank %1: %2% of its step time waiting on communication")
+                                           .arg(commX_->at(index))
+                                           .arg(commSet_->at(index), 0, 'f', 1));
+  });
 }
 
 void DashboardWidget::applyTheme() {
@@ -356,44 +368,80 @@ void DashboardWidget::refresh() {
   }
   tiles_[tr("Energy")]->set(k.energyKwh ? QStringLiteral("%1 kWh").arg(*k.energyKwh, 0, 'f', 3) : dash(),
                             k.energyKwh ? QString() : tr("no NVML energy counter"));
-  refreshCharts(*job);
+  refreshCharts(*job, k);
 }
 
-void DashboardWidget::refreshCharts(const JobEntry& job) {
+void DashboardWidget::refreshCharts(const JobEntry& job, const kpi::JobKpis& k) {
   const kpi::JobTracker& t = *job.tracker;
   const auto point = [](const kpi::Point& p) { return QPointF(p.x, p.y); };
 
-  // Utilization: GPUs when the job has GPU samples, else each rank's CPU %.
-  std::vector<HeatmapWidget::Row> rows;
-  std::vector<QList<QPointF>> lines;
-  double maxX = 0;
+  // Utilization: GPUs when the job has GPU samples, else each rank's CPU %. The heatmap has a row
+  // per device; the chart a line per device up to kMaxUtilLines, beyond that min, mean and max.
+  std::vector<const std::deque<kpi::Point>*> series;
+  QStringList labels;
   const bool gpus = !t.gpuUtilizationSeries().empty();
-  auto addRow = [&](const QString& label, const std::deque<kpi::Point>& series, double scale) {
-    HeatmapWidget::Row row{label, {}};
-    if (!series.empty()) {
-      const double last = series.back().x;
-      maxX = std::max(maxX, last);
-      row.values.assign(kHeatmapSeconds, NAN);
-      for (const auto& p : series) {
-        const int age = static_cast<int>(std::floor(last - p.x));
-        if (age >= 0 && age < kHeatmapSeconds) row.values[static_cast<std::size_t>(kHeatmapSeconds - 1 - age)] = p.y * scale;
-      }
-    }
-    rows.push_back(std::move(row));
-    if (static_cast<int>(lines.size()) < kMaxUtilLines) {
-      lines.push_back(thinned(series, [&](const kpi::Point& p) { return QPointF(p.x, p.y * scale); }));
-    }
-  };
   if (gpus) {
-    for (const auto& [key, series] : t.gpuUtilizationSeries()) {
-      addRow(QStringLiteral("%1:%2").arg(QString::fromStdString(key.first)).arg(key.second), series, 1.0);
+    for (const auto& [key, s] : t.gpuUtilizationSeries()) {
+      labels << QStringLiteral("%1:%2").arg(QString::fromStdString(key.first)).arg(key.second);
+      series.push_back(&s);
     }
   } else {
-    // CPU % of a rank can exceed 100 with several BLAS threads; the heatmap shows it per core.
-    for (const auto& [rank, series] : t.cpuPercentSeries()) addRow(QStringLiteral("rank %1").arg(rank), series, 1.0);
+    // CPU % of a rank can exceed 100 with several BLAS threads.
+    for (const auto& [rank, s] : t.cpuPercentSeries()) {
+      labels << QStringLiteral("rank %1").arg(rank);
+      series.push_back(&s);
+    }
+  }
+  double maxX = 0;
+  for (const auto* s : series) {
+    if (!s->empty()) maxX = std::max(maxX, s->back().x);
+  }
+  std::vector<HeatmapWidget::Row> rows;
+  for (std::size_t i = 0; i < series.size(); ++i) {
+    HeatmapWidget::Row row{labels[static_cast<qsizetype>(i)], std::vector<double>(kHeatmapSeconds, NAN)};
+    for (auto p = series[i]->rbegin(); p != series[i]->rend(); ++p) {
+      const int age = static_cast<int>(std::floor(maxX - p->x));
+      if (age >= kHeatmapSeconds) break;
+      if (age >= 0) row.values[static_cast<std::size_t>(kHeatmapSeconds - 1 - age)] = p->y;
+    }
+    rows.push_back(std::move(row));
   }
   heatmap_->setRows(std::move(rows), gpus ? tr("GPU utilization (%), last 2 minutes") : tr("CPU % per rank, last 2 minutes"));
-  utilChart_->setTitle(gpus ? tr("GPU utilization over time") : tr("CPU % per rank over time"));
+
+  std::vector<QList<QPointF>> lines;
+  const bool aggregate = static_cast<int>(series.size()) > kMaxUtilLines;
+  if (!aggregate) {
+    for (const auto* s : series) lines.push_back(thinned(*s, point));
+    utilChart_->setTitle(gpus ? tr("GPU utilization over time") : tr("CPU % per rank over time"));
+  } else {
+    // Per second of the visible window: the least, mean and most busy device.
+    struct Bucket {
+      double lo = INFINITY, hi = -INFINITY, sum = 0;
+      int n = 0;
+    };
+    const double from = std::max(0.0, std::floor(maxX) - kUtilWindowSeconds);
+    std::vector<Bucket> buckets(static_cast<std::size_t>(kUtilWindowSeconds) + 1);
+    for (const auto* s : series) {
+      for (auto p = s->rbegin(); p != s->rend() && p->x >= from; ++p) {
+        Bucket& b = buckets[std::min(buckets.size() - 1, static_cast<std::size_t>(p->x - from))];
+        b.lo = std::min(b.lo, p->y);
+        b.hi = std::max(b.hi, p->y);
+        b.sum += p->y;
+        ++b.n;
+      }
+    }
+    lines.resize(3);
+    for (std::size_t i = 0; i < buckets.size(); ++i) {
+      const Bucket& b = buckets[i];
+      if (b.n == 0) continue;
+      const double x = from + static_cast<double>(i);
+      lines[0] << QPointF(x, b.lo);
+      lines[1] << QPointF(x, b.sum / b.n);
+      lines[2] << QPointF(x, b.hi);
+    }
+    utilChart_->setTitle(gpus ? tr("GPU utilization: min, mean, max of %1").arg(series.size())
+                              : tr("CPU %: min, mean, max of %1 ranks").arg(series.size()));
+  }
   while (utilSeries_.size() < lines.size()) {
     auto* s = new QLineSeries;
     utilChart_->addSeries(s);
@@ -410,7 +458,7 @@ void DashboardWidget::refreshCharts(const JobEntry& job) {
       utilSeries_[i]->clear();
     }
   }
-  fitAxis(utilX_, std::max(0.0, maxX - 300), maxX, false, false);
+  fitAxis(utilX_, std::max(0.0, maxX - kUtilWindowSeconds), maxX, false, false);
   fitAxis(utilY_, 0, maxY, true, false);
 
   const QList<QPointF> tp = thinned(t.throughputSeries(), point);
@@ -460,7 +508,6 @@ void DashboardWidget::refreshCharts(const JobEntry& job) {
     fitAxis(lossY_, lo, hi, false);
   }
 
-  const kpi::JobKpis k = t.snapshot(nowUnixUs());
   QStringList categories;
   QList<qreal> values;
   for (const auto& r : k.ranks) {
@@ -470,6 +517,12 @@ void DashboardWidget::refreshCharts(const JobEntry& job) {
   if (commX_->categories() != categories) {
     commX_->clear();
     commX_->append(categories);
+    // Past 16 ranks the numbers under the bars overlap: hide them, hovering a bar names it.
+    const bool many = categories.size() > 16;
+    commX_->setLabelsVisible(!many);
+    commX_->setGridLineVisible(!many);
+    commChart_->setTitle(many ? tr("Exposed comm. per rank (%), ranks 0–%1").arg(categories.size() - 1)
+                              : tr("Exposed communication per rank (% of step)"));
   }
   if (commSet_->count() != values.size()) {
     commSet_->remove(0, commSet_->count());

@@ -57,7 +57,7 @@ class DashboardWidget : public QWidget {
  private:
   void buildCharts();
   void applyTheme();
-  void refreshCharts(const JobEntry& job);
+  void refreshCharts(const JobEntry& job, const kpi::JobKpis& k);
   QChartView* makeView(QChart* chart);
 
   ClusterStore& store_;
