@@ -3,6 +3,8 @@
 // when keys are wrong or an agent goes away.
 
 #include <QApplication>
+#include <QChart>
+#include <QChartView>
 #include <QLabel>
 #include <QPushButton>
 #include <QSignalSpy>
@@ -10,6 +12,7 @@
 #include <QTableView>
 #include <QTimer>
 #include <QtTest>
+#include <algorithm>
 #include <memory>
 
 #include "ClusterStore.h"
@@ -153,6 +156,31 @@ class AppTest : public QObject {
     QVERIFY(QLocale().toDouble(app.tile(QStringLiteral("Throughput")), &ok) > 0 && ok);
     QTRY_VERIFY_WITH_TIMEOUT(processesOfJob("gui-job").empty(), kJobMs);
     QVERIFY(!app.window.dashboard()->findChild<QPushButton*>(QStringLiteral("stopJob"))->isEnabled());
+
+    // The system switching to a dark palette turns the charts dark too.
+    const QPalette light = QApplication::palette();
+    QPalette dark = light;  // roughly what a desktop's dark theme sets
+    dark.setColor(QPalette::Window, QColor(32, 32, 32));
+    dark.setColor(QPalette::WindowText, QColor(230, 230, 230));
+    dark.setColor(QPalette::Base, QColor(24, 24, 24));
+    dark.setColor(QPalette::AlternateBase, QColor(44, 44, 44));
+    dark.setColor(QPalette::Text, QColor(230, 230, 230));
+    dark.setColor(QPalette::Button, QColor(48, 48, 48));
+    dark.setColor(QPalette::ButtonText, QColor(230, 230, 230));
+    dark.setColor(QPalette::PlaceholderText, QColor(150, 150, 150));
+    QApplication::setPalette(dark);
+    const auto views = app.window.dashboard()->findChildren<QChartView*>();
+    QVERIFY(!views.isEmpty());
+    const auto allCharts = [&](QChart::ChartTheme theme) {
+      return std::all_of(views.begin(), views.end(), [&](QChartView* v) { return v->chart()->theme() == theme; });
+    };
+    QTRY_VERIFY_WITH_TIMEOUT(allCharts(QChart::ChartThemeDark), 5000);  // palette changes arrive as events
+    app.window.refreshNow();
+    if (const QByteArray shots = qgetenv("LOCKSTEP_TEST_SCREENSHOTS"); !shots.isEmpty()) {
+      app.window.grab().save(QString::fromLocal8Bit(shots) + QStringLiteral("/dashboard-dark.png"));
+    }
+    QApplication::setPalette(light);
+    QTRY_VERIFY_WITH_TIMEOUT(allCharts(QChart::ChartThemeLight), 5000);
   }
 
   void invalidLauncherInputIsRefusedWithItsMessage() {

@@ -70,9 +70,13 @@ void fitAxis(QValueAxis* axis, double lo, double hi, bool fromZero, bool margin 
   if (fromZero) lo = 0;
   if (!(hi > lo)) hi = lo + 1;
   if (margin) hi += (hi - lo) * 0.05;
+  const double interval = tickInterval(hi - lo);
   axis->setTickType(QValueAxis::TicksDynamic);
   axis->setTickAnchor(0);
-  axis->setTickInterval(tickInterval(hi - lo));
+  axis->setTickInterval(interval);
+  // As many decimals as the interval needs: 0.02 steps read 0.02, 0.04, not 0.0, 0.0.
+  const int decimals = std::clamp(static_cast<int>(-std::floor(std::log10(interval))), 0, 6);
+  axis->setLabelFormat(QStringLiteral("%.%1f").arg(decimals));
   axis->setRange(lo, hi);
 }
 
@@ -100,6 +104,7 @@ KpiTile::KpiTile(const QString& title, QWidget* parent) : QFrame(parent) {
   big.setBold(true);
   value_->setFont(big);
   detail_ = new QLabel(this);
+  detail_->setWordWrap(true);  // a long detail takes a second line, not the next tile
   detail_->setFont(small);
   detail_->setForegroundRole(QPalette::PlaceholderText);
   layout->addWidget(caption);
@@ -215,7 +220,6 @@ void DashboardWidget::buildCharts() {
 
   splitChart_ = makeChart(tr("Step time split (ms)"));
   axes(splitChart_, tr("step"), tr("ms"), &splitX_, &splitY_);
-  splitY_->setLabelFormat(QStringLiteral("%.1f"));
   splitZero_ = new QLineSeries;
   splitData_ = new QLineSeries;
   splitCompute_ = new QLineSeries;
@@ -234,7 +238,6 @@ void DashboardWidget::buildCharts() {
 
   lossChart_ = makeChart(tr("Loss (all ranks' samples)"));
   axes(lossChart_, tr("step"), tr("loss"), &lossX_, &lossY_);
-  lossY_->setLabelFormat(QStringLiteral("%.2f"));
   loss_ = new QLineSeries;
   attach(lossChart_, loss_, lossX_, lossY_);
 
@@ -269,6 +272,12 @@ void DashboardWidget::applyTheme() {
     chart->setBackgroundBrush(palette().brush(QPalette::Base));
     chart->setTitleBrush(palette().brush(QPalette::WindowText));
   }
+}
+
+void DashboardWidget::changeEvent(QEvent* event) {
+  QWidget::changeEvent(event);
+  // The system switched light/dark (the application palette), or someone set ours.
+  if (event->type() == QEvent::PaletteChange || event->type() == QEvent::ApplicationPaletteChange) applyTheme();
 }
 
 void DashboardWidget::showJob(const QString& jobId) {

@@ -54,6 +54,9 @@ class DashboardWidget : public QWidget {
  public Q_SLOTS:
   void stopJob();
 
+ protected:
+  void changeEvent(QEvent* event) override;
+
  private:
   void buildCharts();
   void applyTheme();
