@@ -2,6 +2,7 @@
 // launcher, a live dashboard fed by real step reports, stopping, and the agent states a user sees
 // when keys are wrong or an agent goes away.
 
+#include <QAction>
 #include <QApplication>
 #include <QChart>
 #include <QChartView>
@@ -144,6 +145,8 @@ class AppTest : public QObject {
     // GPU utilization is unknown for CPU ranks, not 0.
     QCOMPARE(app.tile(QStringLiteral("GPU utilization")), none);
     QCOMPARE(app.dashboardLabel("jobBanner"), QString());
+    auto* stopAction = app.window.findChild<QAction*>(QStringLiteral("stopJobAction"));
+    QVERIFY(stopAction && stopAction->isEnabled());
 
     // Stop from the dashboard; the ranks go and the job's end is shown plainly.
     QSignalSpy stopped(&app.store, &ClusterStore::stopFinished);
@@ -156,6 +159,7 @@ class AppTest : public QObject {
     QVERIFY(QLocale().toDouble(app.tile(QStringLiteral("Throughput")), &ok) > 0 && ok);
     QTRY_VERIFY_WITH_TIMEOUT(processesOfJob("gui-job").empty(), kJobMs);
     QVERIFY(!app.window.dashboard()->findChild<QPushButton*>(QStringLiteral("stopJob"))->isEnabled());
+    QVERIFY(!stopAction->isEnabled());
 
     // The system switching to a dark palette turns the charts dark too.
     const QPalette light = QApplication::palette();

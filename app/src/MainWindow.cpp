@@ -79,6 +79,8 @@ MainWindow::MainWindow(ClusterStore& store, QString configDir, QWidget* parent)
   newJobAction->setShortcut(QKeySequence::New);
   auto* stopAction = jobMenu->addAction(tr("&Stop Job…"), dashboard_, &DashboardWidget::stopJob);
   stopAction->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_X));
+  stopAction->setObjectName(QStringLiteral("stopJobAction"));
+  stopAction_ = stopAction;
   auto* toolbar = addToolBar(tr("Main"));
   toolbar->setObjectName(QStringLiteral("mainToolbar"));
   toolbar->addAction(newJobAction);
@@ -163,6 +165,8 @@ void MainWindow::refreshNow() {
     selectJob(pick);
   }
   dashboard_->refresh();
+  const JobEntry* shown = store_.job(dashboard_->jobId().toStdString());
+  stopAction_->setEnabled(shown && (shown->state == JobState::kRunning || shown->state == JobState::kStarting));
   updateStatus();
 }
 

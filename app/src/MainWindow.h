@@ -9,6 +9,7 @@
 #include "ClusterStore.h"
 
 QT_BEGIN_NAMESPACE
+class QAction;
 class QLabel;
 class QSplitter;
 class QTableView;
@@ -65,6 +66,7 @@ class MainWindow : public QMainWindow {
   QSplitter* left_;
   QSplitter* right_;
   QLabel* status_;
+  QAction* stopAction_;  // enabled while the job on show runs
   QTimer coalesce_;
   QTimer tick_;
   QString pendingSelect_;
