@@ -69,9 +69,18 @@ struct App {
 
 QString idOf(const AgentProcess& agent) { return QString::fromStdString(agent.address().text()); }
 
-void addAgent(App& app, const AgentProcess& agent) {
+// Pins the agent's key in the app and connects to it. Returns what went wrong, or nothing.
+QString addAgent(App& app, const AgentProcess& agent) {
   auto added = app.window.addAgent(idOf(agent), QString::fromStdString(agent.publicKey()));
-  QVERIFY2(added, added ? "" : added.error().message.c_str());
+  return added ? QString() : QString::fromStdString(added.error().message);
+}
+
+// Authorizes the app's key on the agent, adds the agent and waits until the app shows it connected.
+QString connectAuthorized(App& app, const AgentProcess& agent) {
+  agent.authorize(app.keys.keys.publicKey);
+  if (QString problem = addAgent(app, agent); !problem.isEmpty()) return problem;
+  if (QTest::qWaitFor([&] { return app.stateOf(idOf(agent)) == QLatin1String("connected"); }, kConnectMs)) return {};
+  return QStringLiteral("the app shows the agent as '%1', not connected").arg(app.stateOf(idOf(agent)));
 }
 
 }  // namespace
@@ -90,9 +99,8 @@ class AppTest : public QObject {
     TempDir dir;
     AgentProcess agent(dir, "node-a");
     App app(dir);
-    agent.authorize(app.keys.keys.publicKey);
-    addAgent(app, agent);
-    QTRY_COMPARE_WITH_TIMEOUT(app.stateOf(idOf(agent)), QStringLiteral("connected"), kConnectMs);
+    const QString problem = connectAuthorized(app, agent);
+    QVERIFY2(problem.isEmpty(), qPrintable(problem));
 
     // The launcher through the window, as Ctrl+N opens it: fill it in while it runs modally.
     bool filled = false;
@@ -191,9 +199,8 @@ class AppTest : public QObject {
     TempDir dir;
     AgentProcess agent(dir, "node-a");
     App app(dir);
-    agent.authorize(app.keys.keys.publicKey);
-    addAgent(app, agent);
-    QTRY_COMPARE_WITH_TIMEOUT(app.stateOf(idOf(agent)), QStringLiteral("connected"), kConnectMs);
+    const QString problem = connectAuthorized(app, agent);
+    QVERIFY2(problem.isEmpty(), qPrintable(problem));
 
     LauncherDialog dialog(app.store, &app.window);
     auto* start = dialog.findChild<QPushButton*>(QStringLiteral("start"));
@@ -232,7 +239,8 @@ class AppTest : public QObject {
     TempDir dir;
     AgentProcess agent(dir, "node-a");  // the app's key is never authorized
     App app(dir);
-    addAgent(app, agent);
+    const QString problem = addAgent(app, agent);
+    QVERIFY2(problem.isEmpty(), qPrintable(problem));
     QTRY_COMPARE_WITH_TIMEOUT(app.stateOf(idOf(agent)), QStringLiteral("not authorized"), kConnectMs);
   }
 
@@ -252,9 +260,8 @@ class AppTest : public QObject {
     TempDir dir;
     AgentProcess agent(dir, "node-a");
     App app(dir);
-    agent.authorize(app.keys.keys.publicKey);
-    addAgent(app, agent);
-    QTRY_COMPARE_WITH_TIMEOUT(app.stateOf(idOf(agent)), QStringLiteral("connected"), kConnectMs);
+    const QString problem = connectAuthorized(app, agent);
+    QVERIFY2(problem.isEmpty(), qPrintable(problem));
 
     // A finished job stays in the jobs list across the outage, and is not duplicated by the replay.
     QSignalSpy launched(&app.store, &ClusterStore::launchFinished);
@@ -282,9 +289,8 @@ class AppTest : public QObject {
     TempDir dir;
     AgentProcess agent(dir, "gpu-node", {"--nvml-library", LOCKSTEP_FAKE_NVML_PATH, "--sample-hz", "10"});
     App app(dir);
-    agent.authorize(app.keys.keys.publicKey);
-    addAgent(app, agent);
-    QTRY_COMPARE_WITH_TIMEOUT(app.stateOf(idOf(agent)), QStringLiteral("connected"), kConnectMs);
+    const QString problem = connectAuthorized(app, agent);
+    QVERIFY2(problem.isEmpty(), qPrintable(problem));
     auto* gpus = app.window.findChild<QTableView*>(QStringLiteral("gpusView"))->model();
     QTRY_COMPARE_WITH_TIMEOUT(gpus->rowCount(), 2, kConnectMs);
     using Gpus = app::GpusModel;

@@ -19,6 +19,12 @@ struct Ctl {
     args.insert(args.begin(), lockstepctlPath());
     return runProcess(args, {{"LOCKSTEP_CONFIG_DIR", configDir}}, dir, 120s);
   }
+  // Makes this client's key, authorizes it on the agent and pins the agent's key: ready to use it.
+  bool pairWith(const AgentProcess& agent) const {
+    const auto key = nlohmann::json::parse((*this)({"keygen", "--json"}).out)["public_key"].get<std::string>();
+    agent.authorize(key);
+    return (*this)({"trust", agent.address().text(), agent.publicKey()}).status.exitCode == 0;
+  }
 };
 
 TEST(Lockstepctl, KeysTrustAndRefusalsAreSpelledOut) {
@@ -65,9 +71,7 @@ TEST(Lockstepctl, StartWaitStatusLogsAndStop) {
   TempDir dir;
   AgentProcess agent(dir, "node-a");
   Ctl ctl{dir, dir.file("config")};
-  const auto key = nlohmann::json::parse(ctl({"keygen", "--json"}).out)["public_key"].get<std::string>();
-  agent.authorize(key);
-  ASSERT_EQ(ctl({"trust", agent.address().text(), agent.publicKey()}).status.exitCode, 0);
+  ASSERT_TRUE(ctl.pairWith(agent));
 
   auto done = ctl({"start", "--ranks", "2", "--wait", "--job-id", "ctl-1", "--layers", "16,32,4", "--dataset",
                    "synthetic:n=2048", "--steps", "50", "--lr", "0.05"});
@@ -124,9 +128,7 @@ TEST(Lockstepctl, AFailedJobExitsFiveAndWatchShowsTheRanks) {
   TempDir dir;
   AgentProcess agent(dir, "node-a");
   Ctl ctl{dir, dir.file("config")};
-  const auto key = nlohmann::json::parse(ctl({"keygen", "--json"}).out)["public_key"].get<std::string>();
-  agent.authorize(key);
-  ASSERT_EQ(ctl({"trust", agent.address().text(), agent.publicKey()}).status.exitCode, 0);
+  ASSERT_TRUE(ctl.pairWith(agent));
   // Initial weights that are not there: rank 0 fails at start-up, so the job fails.
   auto failed = ctl({"start", "--ranks", "2", "--wait", "--job-id", "ctl-bad", "--layers", "16,4", "--dataset",
                      "synthetic:n=64", "--steps", "5", "--init-weights", dir.file("missing.safetensors")});

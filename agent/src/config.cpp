@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <algorithm>
 #include <fstream>
-#include <sstream>
 #include <map>
 #include <optional>
 
@@ -54,33 +53,20 @@ Result<void> set(AgentConfig& c, const std::string& key, const std::string& valu
   return {};
 }
 
-std::string trim(const std::string& s) {
-  const auto a = s.find_first_not_of(" \t\r");
-  if (a == std::string::npos) return {};
-  return s.substr(a, s.find_last_not_of(" \t\r") - a + 1);
-}
-
 Result<void> readConfigFile(AgentConfig& c, const std::string& path, bool mustExist) {
   std::error_code ec;
   if (!fs::exists(path, ec)) {
     if (mustExist) return usage("--config " + path + ": no such file");
     return {};
   }
-  LOCKSTEP_ASSIGN_OR_RETURN(auto text, readFile(path, 1u << 20));
-  std::istringstream lines(text);
-  std::string line;
-  int n = 0;
-  while (std::getline(lines, line)) {
-    ++n;
-    line = trim(line);
-    if (line.empty() || line[0] == '#') continue;
+  return forEachSettingsLine(path, 1u << 20, [&](const std::string& line, int n) -> Result<void> {
     const auto eq = line.find('=');
     if (eq == std::string::npos) return invalidArgument(path + " line " + std::to_string(n) + ": expected key = value");
     std::string key = trim(line.substr(0, eq));
     std::replace(key.begin(), key.end(), '_', '-');
     if (auto r = set(c, key, trim(line.substr(eq + 1))); !r) return r.error().withContext(path + " line " + std::to_string(n));
-  }
-  return {};
+    return {};
+  });
 }
 
 std::string besideThisProgram(const std::string& name) {

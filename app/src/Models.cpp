@@ -20,6 +20,18 @@ std::int64_t nowUnixUs() {
 
 }  // namespace
 
+RefreshedTableModel::RefreshedTableModel(QStringList headers, QObject* parent)
+    : QAbstractTableModel(parent), headers_(std::move(headers)) {}
+
+int RefreshedTableModel::columnCount(const QModelIndex& parent) const {
+  return parent.isValid() ? 0 : static_cast<int>(headers_.size());
+}
+
+QVariant RefreshedTableModel::headerData(int section, Qt::Orientation orientation, int role) const {
+  if (orientation != Qt::Horizontal || role != Qt::DisplayRole || section < 0 || section >= headers_.size()) return {};
+  return headers_[section];
+}
+
 void RefreshedTableModel::resetOrUpdate(int oldRows, int newRows) {
   if (oldRows != newRows) {
     beginResetModel();
@@ -45,15 +57,9 @@ QColor jobStateColor(JobState state, const QPalette& palette) {
 
 // ---- agents ----
 
-AgentsModel::AgentsModel(const ClusterStore& store, QObject* parent) : RefreshedTableModel(parent), store_(store) {}
+AgentsModel::AgentsModel(const ClusterStore& store, QObject* parent)
+    : RefreshedTableModel({tr("Agent"), tr("Node"), tr("State"), tr("Cores"), tr("GPUs")}, parent), store_(store) {}
 int AgentsModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : rows_; }
-int AgentsModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : kColumns; }
-
-QVariant AgentsModel::headerData(int section, Qt::Orientation orientation, int role) const {
-  if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
-  static const char* names[] = {"Agent", "Node", "State", "Cores", "GPUs"};
-  return tr(names[section]);
-}
 
 QVariant AgentsModel::data(const QModelIndex& index, int role) const {
   if (!index.isValid() || index.row() >= static_cast<int>(store_.agents().size())) return {};
@@ -90,15 +96,9 @@ QString AgentsModel::agentId(int row) const {
 
 // ---- GPUs ----
 
-GpusModel::GpusModel(const ClusterStore& store, QObject* parent) : RefreshedTableModel(parent), store_(store) {}
+GpusModel::GpusModel(const ClusterStore& store, QObject* parent)
+    : RefreshedTableModel({tr("Node"), tr("GPU"), tr("Name"), tr("Util %"), tr("Memory"), tr("Power"), tr("Temp"), tr("Job")}, parent), store_(store) {}
 int GpusModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : static_cast<int>(rows_.size()); }
-int GpusModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : kColumns; }
-
-QVariant GpusModel::headerData(int section, Qt::Orientation orientation, int role) const {
-  if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
-  static const char* names[] = {"Node", "GPU", "Name", "Util %", "Memory", "Power", "Temp", "Job"};
-  return tr(names[section]);
-}
 
 QVariant GpusModel::data(const QModelIndex& index, int role) const {
   if (!index.isValid() || index.row() >= static_cast<int>(rows_.size())) return {};
@@ -133,15 +133,9 @@ void GpusModel::refresh() {
 
 // ---- jobs ----
 
-JobsModel::JobsModel(const ClusterStore& store, QObject* parent) : RefreshedTableModel(parent), store_(store) {}
+JobsModel::JobsModel(const ClusterStore& store, QObject* parent)
+    : RefreshedTableModel({tr("Job"), tr("State"), tr("Ranks"), tr("Nodes"), tr("Step"), tr("Loss"), tr("Samples/s"), tr("Started")}, parent), store_(store) {}
 int JobsModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : static_cast<int>(rows_.size()); }
-int JobsModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : kColumns; }
-
-QVariant JobsModel::headerData(int section, Qt::Orientation orientation, int role) const {
-  if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
-  static const char* names[] = {"Job", "State", "Ranks", "Nodes", "Step", "Loss", "Samples/s", "Started"};
-  return tr(names[section]);
-}
 
 QVariant JobsModel::data(const QModelIndex& index, int role) const {
   if (!index.isValid() || index.row() >= static_cast<int>(rows_.size())) return {};

@@ -9,26 +9,29 @@
 
 namespace lockstep::app {
 
-// Rows only ever change all at once (a refresh): reset when the count changes, else say all cells
-// may have changed (selections survive).
+// A table with fixed, named columns whose rows only ever change all at once (a refresh): reset
+// when the count changes, else say all cells may have changed (selections survive).
 class RefreshedTableModel : public QAbstractTableModel {
   Q_OBJECT
  public:
-  using QAbstractTableModel::QAbstractTableModel;
+  RefreshedTableModel(QStringList headers, QObject* parent);
+  int columnCount(const QModelIndex& parent = {}) const override;
+  QVariant headerData(int section, Qt::Orientation orientation, int role) const override;
 
  protected:
   void resetOrUpdate(int oldRows, int newRows);
+
+ private:
+  QStringList headers_;
 };
 
 class AgentsModel : public RefreshedTableModel {
   Q_OBJECT
  public:
-  enum Column { kAgent, kNode, kState, kCores, kGpus, kColumns };
+  enum Column { kAgent, kNode, kState, kCores, kGpus };
   explicit AgentsModel(const ClusterStore& store, QObject* parent = nullptr);
   int rowCount(const QModelIndex& parent = {}) const override;
-  int columnCount(const QModelIndex& parent = {}) const override;
   QVariant data(const QModelIndex& index, int role) const override;
-  QVariant headerData(int section, Qt::Orientation orientation, int role) const override;
   void refresh();
   QString agentId(int row) const;
 
@@ -40,12 +43,10 @@ class AgentsModel : public RefreshedTableModel {
 class GpusModel : public RefreshedTableModel {
   Q_OBJECT
  public:
-  enum Column { kNode, kGpu, kName, kUtil, kMemory, kPower, kTemp, kJob, kColumns };
+  enum Column { kNode, kGpu, kName, kUtil, kMemory, kPower, kTemp, kJob };
   explicit GpusModel(const ClusterStore& store, QObject* parent = nullptr);
   int rowCount(const QModelIndex& parent = {}) const override;
-  int columnCount(const QModelIndex& parent = {}) const override;
   QVariant data(const QModelIndex& index, int role) const override;
-  QVariant headerData(int section, Qt::Orientation orientation, int role) const override;
   void refresh();
 
  private:
@@ -56,12 +57,10 @@ class GpusModel : public RefreshedTableModel {
 class JobsModel : public RefreshedTableModel {
   Q_OBJECT
  public:
-  enum Column { kJob, kState, kRanks, kNodes, kStep, kLoss, kThroughput, kStarted, kColumns };
+  enum Column { kJob, kState, kRanks, kNodes, kStep, kLoss, kThroughput, kStarted };
   explicit JobsModel(const ClusterStore& store, QObject* parent = nullptr);
   int rowCount(const QModelIndex& parent = {}) const override;
-  int columnCount(const QModelIndex& parent = {}) const override;
   QVariant data(const QModelIndex& index, int role) const override;
-  QVariant headerData(int section, Qt::Orientation orientation, int role) const override;
   void refresh();
   QString jobId(int row) const;
   int rowOf(const QString& jobId) const;

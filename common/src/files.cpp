@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <filesystem>
+#include <sstream>
 
 #include "lockstep/common/fd.h"
 
@@ -90,6 +91,29 @@ Result<void> makeDirectories(const std::string& path, unsigned mode) {
   if (!std::filesystem::is_directory(path)) return invalidArgument(path + " exists and is not a directory");
   // Only a directory we made gets our mode; an existing one keeps the mode its owner chose.
   if (created) ::chmod(path.c_str(), mode);
+  return {};
+}
+
+std::string trim(std::string_view text) {
+  const auto first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos) return {};
+  return std::string(text.substr(first, text.find_last_not_of(" \t\r\n") - first + 1));
+}
+
+Result<void> forEachSettingsLine(const std::string& path, std::uint64_t maxBytes,
+                                 const std::function<Result<void>(const std::string& line, int number)>& each) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return {};
+  LOCKSTEP_ASSIGN_OR_RETURN(const auto text, readFile(path, maxBytes));
+  std::istringstream lines(text);
+  std::string line;
+  int number = 0;
+  while (std::getline(lines, line)) {
+    ++number;
+    line = trim(line);
+    if (line.empty() || line[0] == '#') continue;
+    LOCKSTEP_TRY(each(line, number));
+  }
   return {};
 }
 

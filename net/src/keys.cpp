@@ -15,12 +15,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string trim(std::string s) {
-  const auto first = s.find_first_not_of(" \t\r\n");
-  if (first == std::string::npos) return {};
-  return s.substr(first, s.find_last_not_of(" \t\r\n") - first + 1);
-}
-
 Result<std::string> readKeyFile(const std::string& path, bool secret) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return errnoError("cannot read key file " + path, errno);
@@ -92,16 +86,7 @@ Result<CurveKeyPair> loadOrCreateKeyPair(const std::string& dir, const std::stri
 
 Result<AuthorizedKeys> readAuthorizedKeys(const std::string& path) {
   AuthorizedKeys keys;
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return keys;
-  LOCKSTEP_ASSIGN_OR_RETURN(auto text, readFile(path, 16u << 20));
-  std::istringstream lines(text);
-  std::string line;
-  int number = 0;
-  while (std::getline(lines, line)) {
-    ++number;
-    line = trim(line);
-    if (line.empty() || line[0] == '#') continue;
+  LOCKSTEP_TRY(forEachSettingsLine(path, 16u << 20, [&](const std::string& line, int number) -> Result<void> {
     const auto space = line.find_first_of(" \t");
     const std::string key = line.substr(0, space);
     if (!isValidPublicKey(key)) {
@@ -109,23 +94,15 @@ Result<AuthorizedKeys> readAuthorizedKeys(const std::string& path) {
                              ": expected a 40-character Z85 public key, then a comment");
     }
     keys.commentByKey[key] = space == std::string::npos ? "" : trim(line.substr(space));
-  }
+    return {};
+  }));
   return keys;
 }
 
 Result<KnownAgents> KnownAgents::load(const std::string& path) {
   KnownAgents known;
   known.path_ = path;
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return known;
-  LOCKSTEP_ASSIGN_OR_RETURN(auto text, readFile(path, 16u << 20));
-  std::istringstream lines(text);
-  std::string line;
-  int number = 0;
-  while (std::getline(lines, line)) {
-    ++number;
-    line = trim(line);
-    if (line.empty() || line[0] == '#') continue;
+  LOCKSTEP_TRY(forEachSettingsLine(path, 16u << 20, [&](const std::string& line, int number) -> Result<void> {
     std::istringstream fields(line);
     std::string address, key;
     fields >> address >> key;
@@ -133,7 +110,8 @@ Result<KnownAgents> KnownAgents::load(const std::string& path) {
       return invalidArgument(path + " line " + std::to_string(number) + ": expected HOST:PORT and a Z85 public key");
     }
     known.keyByAddress_[address] = key;
-  }
+    return {};
+  }));
   return known;
 }
 

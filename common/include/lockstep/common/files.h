@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -20,5 +21,14 @@ Result<void> writeFileAtomic(const std::string& path, std::string_view data, uns
 
 // Creates a directory and its parents; a newly made leaf gets `mode`. Succeeds if it exists.
 Result<void> makeDirectories(const std::string& path, unsigned mode = 0755);
+
+// Text without leading and trailing blanks (spaces, tabs, CR, LF).
+std::string trim(std::string_view text);
+
+// The settings-file format shared by agent.conf, authorized_keys and known_agents: calls `each`
+// with every line that is not blank or a # comment, trimmed, and its 1-based number; stops at the
+// first error. A missing file has no lines.
+Result<void> forEachSettingsLine(const std::string& path, std::uint64_t maxBytes,
+                                 const std::function<Result<void>(const std::string& line, int number)>& each);
 
 }  // namespace lockstep
