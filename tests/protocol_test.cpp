@@ -179,6 +179,8 @@ INSTANTIATE_TEST_SUITE_P(
         Rejection{"NegativeLr", [](JobSpec& s) { s.optimizer.lr = -1; }, "lr is -1"},
         Rejection{"NanLr", [](JobSpec& s) { s.optimizer.lr = NAN; }, "lr is"},
         Rejection{"MomentumOne", [](JobSpec& s) { s.optimizer.momentum = 1.0; }, "momentum is 1"},
+        // Found by the fuzzer: an SGD job carrying a NaN AdamW setting decoded, then failed to round-trip.
+        Rejection{"NanBeta2UnderSgd", [](JobSpec& s) { s.optimizer.beta2 = NAN; }, "beta2 is nan; it must be a finite number"},
         Rejection{"StepsAndEpochs", [](JobSpec& s) { s.epochs = 3; }, "exactly one of steps and epochs"},
         Rejection{"NeitherStepsNorEpochs", [](JobSpec& s) { s.steps = 0; }, "exactly one of steps and epochs"},
         Rejection{"CheckpointWithoutDir", [](JobSpec& s) { s.checkpointEvery = 10; }, "checkpoint directory"},

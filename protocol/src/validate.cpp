@@ -92,6 +92,10 @@ Result<void> validateDataset(const JobSpec& spec) {
 Result<void> validateOptimizer(const OptimizerSpec& o) {
   LOCKSTEP_TRY(checkRange("lr", o.lr, 0.0, 1e3, false));
   LOCKSTEP_TRY(checkRange("weight decay", o.weightDecay, 0.0, 1e3));
+  // The other optimizer's settings are carried along unused, but never as NaN or infinity.
+  for (const auto& [field, value] : {std::pair{"momentum", o.momentum}, {"beta1", o.beta1}, {"beta2", o.beta2}, {"eps", o.eps}}) {
+    if (!std::isfinite(value)) return bad(std::string(field) + " is " + num(value) + "; it must be a finite number");
+  }
   if (o.kind == OptimizerKind::kSgd) {
     LOCKSTEP_TRY(checkRange("momentum", o.momentum, 0.0, 0.9999));
     if (o.nesterov && o.momentum <= 0.0) return bad("nesterov needs a momentum greater than 0");
