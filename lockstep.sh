@@ -22,7 +22,7 @@ PACKAGES=(
   libprotobuf-dev protobuf-compiler
   libzmq3-dev cppzmq-dev libsodium-dev
   libgloo-dev libopenblas-dev
-  nlohmann-json3-dev libgtest-dev
+  nlohmann-json3-dev libgtest-dev libsqlite3-dev
   clang-14 libclang-rt-14-dev  # the protocol fuzzer (libFuzzer)
   python3-torch python3-numpy  # the PyTorch reference test and bench/
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev libgl-dev  # the desktop app

@@ -1,0 +1,142 @@
+#pragma once
+// The job history: one SQLite file (WAL) per user holding every job the app or lockstepctl
+// started or watched: spec, the nodes it ran on, events, every step report of every rank, GPU and
+// process samples (raw for `Options::rawHorizon`, then one row per `Options::bucket`), and the
+// final KPIs. Writes are idempotent: a message replayed by an agent after a reconnect, or after
+// the writer was killed, is stored once. A committed write survives kill -9 of the writer (WAL;
+// synchronous=NORMAL trades only the last transactions before a power loss).
+//
+// One History is one connection: use it from one thread at a time. Several processes may share
+// the file (the app and lockstepctl): SQLite serializes writers, readers never block.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "lockstep/common/result.h"
+#include "lockstep/kpi/kpi.h"
+#include "lockstep/protocol/types.h"
+
+struct sqlite3;
+
+namespace lockstep::history {
+
+// The schema version this build writes (PRAGMA user_version). Older files are migrated on open;
+// newer ones are refused.
+inline constexpr int kSchemaVersion = 1;
+
+struct Options {
+  // Samples younger than this stay raw; older ones are averaged into one row per bucket
+  // (docs/history.md says what each column keeps).
+  std::int64_t rawHorizonSeconds = 7 * 24 * 3600;
+  std::int64_t bucketSeconds = 60;
+};
+
+struct NodeRecord {
+  std::string node;
+  std::string host;
+  std::uint32_t cpuCores = 0;
+  std::uint64_t memoryTotalBytes = 0;
+  std::vector<GpuInfo> gpus;
+  std::string agentVersion;
+};
+
+// One job's part on one node, as its agent last reported it.
+struct PartRecord {
+  std::string node;
+  JobState state = JobState::kStarting;
+  std::int64_t startedUnixUs = 0;
+  std::int64_t endedUnixUs = 0;
+  std::string message;
+};
+
+struct JobRecord {
+  JobSpec spec;
+  JobState state = JobState::kStarting;  // failed if a part failed, stopped if one stopped, ...
+  std::int64_t startedUnixUs = 0;
+  std::int64_t endedUnixUs = 0;  // 0 while running
+  std::string message;
+  std::vector<PartRecord> parts;
+  std::vector<NodeRecord> nodes;  // the nodes of its parts, as their agents described them
+  std::int64_t recordedUnixUs = 0;
+  std::uint64_t stepReports = 0;
+  std::optional<kpi::JobKpis> finalKpis;  // without per-rank and per-GPU rows; once the job ended
+};
+
+struct Filter {
+  std::string text;  // matched against id, name and node names (case-insensitive substring)
+  std::optional<JobState> state;
+  std::int64_t sinceUnixUs = 0;  // started at or after
+  std::size_t limit = 0;         // 0: all
+};
+
+struct CompactStats {
+  std::uint64_t gpuRowsBefore = 0, gpuRowsAfter = 0;
+  std::uint64_t processRowsBefore = 0, processRowsAfter = 0;
+};
+
+// A GPU sample as stored: `spanUs` 0 for a raw sample, else the bucket it summarises.
+struct StoredGpuSample {
+  GpuSample sample;
+  std::int64_t spanUs = 0;
+};
+
+class History {
+ public:
+  // Opens (creating it and its directory) and migrates the file. Refuses a file that is not a
+  // Lockstep history or was written by a newer version, saying so.
+  static Result<History> open(const std::string& path, Options options = {});
+  // $LOCKSTEP_HISTORY, else $XDG_DATA_HOME/lockstep/history.db, else ~/.local/share/lockstep/history.db.
+  static std::string defaultPath();
+
+  History(History&&) noexcept;
+  History& operator=(History&&) noexcept;
+  ~History();
+
+  const std::string& path() const { return path_; }
+
+  // ---- writing (each call is one transaction) ----
+  Result<void> recordNode(const NodeHello& hello);
+  // A job's part on `node`, from the agent's job list: creates the job or updates that part.
+  Result<void> recordJob(const std::string& node, const JobStatus& status);
+  // Stream messages; those of jobs not recorded yet (and samples of no job) are skipped.
+  Result<void> recordMessages(std::span<const StreamMessage> messages);
+  // Recomputes the final KPIs of ended jobs written to since (by replaying them). Returns the ids.
+  Result<std::vector<std::string>> refreshFinalKpis();
+  Result<void> remove(const std::string& jobId);  // NotFound when absent
+  // Downsamples samples older than the raw horizon (relative to nowUnixUs).
+  Result<CompactStats> compact(std::int64_t nowUnixUs);
+
+  // ---- reading ----
+  Result<std::vector<JobRecord>> jobs(const Filter& filter = {}) const;  // newest first
+  Result<JobRecord> job(const std::string& jobId) const;                  // NotFound when absent
+  // Every stored message of the job in time order (events, step reports, samples), as received.
+  Result<void> replay(const std::string& jobId, const std::function<void(const StreamMessage&)>& visit) const;
+  // A KPI tracker fed with the whole job: the dashboard and reports as they were.
+  Result<std::unique_ptr<kpi::JobTracker>> tracker(const std::string& jobId, kpi::Settings settings = {}) const;
+  Result<void> forEachStep(const std::string& jobId,
+                           const std::function<void(const StepReport&, const std::string& node)>& visit) const;
+  Result<void> forEachGpuSample(const std::string& jobId, const std::function<void(const StoredGpuSample&)>& visit) const;
+  Result<std::vector<JobEvent>> events(const std::string& jobId) const;
+
+ private:
+  History(sqlite3* db, std::string path, Options options);
+  Result<void> migrate();
+
+  struct Closer {
+    void operator()(sqlite3* db) const;
+  };
+  std::unique_ptr<sqlite3, Closer> db_;
+  std::string path_;
+  Options options_;
+};
+
+// The state of a job from its parts: failed if any failed, running while any runs, stopped if any
+// was stopped, else finished. The app's live view uses the same rule.
+JobState combinedState(std::span<const JobState> parts);
+
+}  // namespace lockstep::history

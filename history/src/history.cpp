@@ -1,0 +1,796 @@
+#include "lockstep/history/history.h"
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "lockstep/common/files.h"
+#include "lockstep/protocol/codec.h"
+
+namespace lockstep::history {
+
+namespace {
+
+constexpr int kApplicationId = 0x4C4B5354;  // "LKST": marks the file as a Lockstep history
+
+// Migration i brings a file from schema version i to i + 1. Append; never edit a shipped one.
+constexpr std::array<const char*, kSchemaVersion> kMigrations = {
+    R"sql(
+CREATE TABLE nodes (
+  node TEXT PRIMARY KEY, host TEXT NOT NULL, cpu_cores INTEGER NOT NULL, memory_bytes INTEGER NOT NULL,
+  gpus_json TEXT NOT NULL, agent_version TEXT NOT NULL, seen_us INTEGER NOT NULL);
+CREATE TABLE jobs (
+  job_id TEXT PRIMARY KEY, name TEXT NOT NULL, spec_json TEXT NOT NULL, world_size INTEGER NOT NULL,
+  recorded_us INTEGER NOT NULL, step_reports INTEGER NOT NULL DEFAULT 0,
+  kpis_stale INTEGER NOT NULL DEFAULT 1);
+CREATE TABLE job_parts (
+  job_id TEXT NOT NULL REFERENCES jobs ON DELETE CASCADE, node TEXT NOT NULL, state INTEGER NOT NULL,
+  started_us INTEGER NOT NULL, ended_us INTEGER NOT NULL, message TEXT NOT NULL,
+  PRIMARY KEY (job_id, node)) WITHOUT ROWID;
+CREATE TABLE events (
+  job_id TEXT NOT NULL REFERENCES jobs ON DELETE CASCADE, node TEXT NOT NULL, time_us INTEGER NOT NULL,
+  kind INTEGER NOT NULL, rank INTEGER NOT NULL, exit_code INTEGER, signal INTEGER, step INTEGER,
+  message TEXT NOT NULL, log_tail TEXT NOT NULL,
+  PRIMARY KEY (job_id, node, time_us, kind, rank)) WITHOUT ROWID;
+CREATE TABLE steps (
+  job_id TEXT NOT NULL REFERENCES jobs ON DELETE CASCADE, attempt INTEGER NOT NULL, rank INTEGER NOT NULL,
+  step INTEGER NOT NULL, node TEXT NOT NULL, world_size INTEGER NOT NULL, epoch INTEGER NOT NULL,
+  samples INTEGER NOT NULL, loss REAL, global_loss REAL, data_us INTEGER NOT NULL, compute_us INTEGER NOT NULL,
+  exposed_us INTEGER NOT NULL, allreduce_us INTEGER NOT NULL, bytes_reduced INTEGER NOT NULL,
+  step_us INTEGER NOT NULL, time_us INTEGER NOT NULL, lr REAL NOT NULL,
+  PRIMARY KEY (job_id, attempt, rank, step)) WITHOUT ROWID;
+CREATE INDEX steps_by_time ON steps (job_id, time_us);
+CREATE TABLE gpu_samples (
+  job_id TEXT NOT NULL REFERENCES jobs ON DELETE CASCADE, node TEXT NOT NULL, gpu INTEGER NOT NULL,
+  time_us INTEGER NOT NULL, span_us INTEGER NOT NULL, utilization REAL, memory_bytes INTEGER,
+  power_mw INTEGER, energy_mj INTEGER, temperature_c INTEGER, sm_clock_mhz INTEGER,
+  PRIMARY KEY (job_id, node, gpu, time_us)) WITHOUT ROWID;
+CREATE INDEX gpu_samples_by_time ON gpu_samples (job_id, time_us);
+CREATE TABLE process_samples (
+  job_id TEXT NOT NULL REFERENCES jobs ON DELETE CASCADE, node TEXT NOT NULL, rank INTEGER NOT NULL,
+  time_us INTEGER NOT NULL, span_us INTEGER NOT NULL, pid INTEGER NOT NULL, cpu_pct REAL, rss_bytes INTEGER,
+  PRIMARY KEY (job_id, rank, time_us)) WITHOUT ROWID;
+CREATE INDEX process_samples_by_time ON process_samples (job_id, time_us);
+CREATE TABLE final_kpis (
+  job_id TEXT PRIMARY KEY REFERENCES jobs ON DELETE CASCADE, computed_us INTEGER NOT NULL,
+  world_size INTEGER NOT NULL, attempts INTEGER NOT NULL, step INTEGER NOT NULL, total_steps INTEGER NOT NULL,
+  elapsed_s REAL NOT NULL, samples_per_s REAL, comm_overhead REAL, scaling_efficiency REAL,
+  scaling_basis INTEGER NOT NULL, gpu_utilization_pct REAL, load_imbalance REAL, slowest_rank INTEGER,
+  slowest_cause INTEGER NOT NULL, last_global_loss REAL, smoothed_loss REAL, time_to_convergence_s REAL,
+  energy_kwh REAL, gpu_hours REAL, core_hours REAL, cost REAL, cost_complete INTEGER NOT NULL,
+  missing_json TEXT NOT NULL);
+)sql",
+};
+
+Error sqliteError(sqlite3* db, std::string_view what) {
+  const int code = db ? sqlite3_errcode(db) : SQLITE_ERROR;
+  std::string message = std::string(what) + ": " + (db ? sqlite3_errmsg(db) : "out of memory");
+  if (code == SQLITE_BUSY || code == SQLITE_LOCKED) {
+    return Error{ErrorCode::kUnavailable, message + " (another process kept the history busy for 5 s; try again)"};
+  }
+  if (code == SQLITE_NOTADB || code == SQLITE_CORRUPT) {
+    return Error{ErrorCode::kFailedPrecondition,
+                 message + " (not a usable Lockstep history: move the file away, or set LOCKSTEP_HISTORY to another path)"};
+  }
+  return Error{ErrorCode::kIo, message};
+}
+
+// A prepared statement: bind by position (from 1), step, read columns (from 0).
+class Statement {
+ public:
+  static Result<Statement> prepare(sqlite3* db, std::string_view sql) {
+    sqlite3_stmt* stmt = nullptr;
+    if (sqlite3_prepare_v2(db, sql.data(), static_cast<int>(sql.size()), &stmt, nullptr) != SQLITE_OK) {
+      return sqliteError(db, "preparing a history query");
+    }
+    return Statement(db, stmt);
+  }
+  Statement(Statement&& other) noexcept : db_(other.db_), stmt_(std::exchange(other.stmt_, nullptr)) {}
+  Statement& operator=(Statement&&) = delete;
+  ~Statement() { sqlite3_finalize(stmt_); }
+
+  Statement& bind(int i, std::int64_t v) { return check(sqlite3_bind_int64(stmt_, i, v)); }
+  Statement& bind(int i, std::uint64_t v) { return bind(i, static_cast<std::int64_t>(v)); }
+  Statement& bind(int i, std::uint32_t v) { return bind(i, std::int64_t{v}); }
+  Statement& bind(int i, std::int32_t v) { return bind(i, std::int64_t{v}); }
+  Statement& bind(int i, double v) { return check(sqlite3_bind_double(stmt_, i, v)); }
+  Statement& bind(int i, std::string_view v) {
+    return check(sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
+  }
+  Statement& bind(int i, const std::string& v) { return bind(i, std::string_view(v)); }
+  Statement& bind(int i, const char* v) { return bind(i, std::string_view(v)); }
+  template <class T>
+  Statement& bind(int i, const std::optional<T>& v) {
+    return v ? bind(i, *v) : check(sqlite3_bind_null(stmt_, i));
+  }
+  Statement& bindNull(int i) { return check(sqlite3_bind_null(stmt_, i)); }
+
+  // true: a row is ready; false: done.
+  Result<bool> step() {
+    if (bindFailed_) return sqliteError(db_, "binding a history query");
+    const int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    return sqliteError(db_, "history query");
+  }
+  Result<void> run() {
+    LOCKSTEP_TRY(step());
+    return reset();
+  }
+  Result<void> reset() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+    bindFailed_ = false;
+    return {};
+  }
+
+  bool null(int c) const { return sqlite3_column_type(stmt_, c) == SQLITE_NULL; }
+  std::int64_t i64(int c) const { return sqlite3_column_int64(stmt_, c); }
+  double real(int c) const { return sqlite3_column_double(stmt_, c); }
+  std::string text(int c) const {
+    const auto* p = sqlite3_column_text(stmt_, c);
+    return p ? std::string(reinterpret_cast<const char*>(p), static_cast<std::size_t>(sqlite3_column_bytes(stmt_, c)))
+             : std::string();
+  }
+  std::optional<double> maybeReal(int c) const { return null(c) ? std::nullopt : std::optional(real(c)); }
+  template <class T>
+  std::optional<T> maybeInt(int c) const {
+    return null(c) ? std::nullopt : std::optional(static_cast<T>(i64(c)));
+  }
+
+ private:
+  Statement(sqlite3* db, sqlite3_stmt* stmt) : db_(db), stmt_(stmt) {}
+  Statement& check(int rc) {
+    bindFailed_ |= rc != SQLITE_OK;
+    return *this;
+  }
+  sqlite3* db_;
+  sqlite3_stmt* stmt_;
+  bool bindFailed_ = false;
+};
+
+Result<void> exec(sqlite3* db, const char* sql) {
+  char* message = nullptr;
+  if (sqlite3_exec(db, sql, nullptr, nullptr, &message) != SQLITE_OK) {
+    sqlite3_free(message);
+    return sqliteError(db, "history");
+  }
+  return {};
+}
+
+Result<std::int64_t> pragmaInt(sqlite3* db, const char* sql) {
+  LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db, sql));
+  LOCKSTEP_ASSIGN_OR_RETURN(bool row, stmt.step());
+  return row ? stmt.i64(0) : 0;
+}
+
+// BEGIN IMMEDIATE ... COMMIT; rolled back unless committed.
+class Transaction {
+ public:
+  static Result<Transaction> begin(sqlite3* db) {
+    LOCKSTEP_TRY(exec(db, "BEGIN IMMEDIATE"));
+    return Transaction(db);
+  }
+  Transaction(Transaction&& other) noexcept : db_(std::exchange(other.db_, nullptr)) {}
+  Transaction& operator=(Transaction&&) = delete;
+  ~Transaction() {
+    if (db_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  Result<void> commit() {
+    LOCKSTEP_TRY(exec(std::exchange(db_, nullptr), "COMMIT"));
+    return {};
+  }
+
+ private:
+  explicit Transaction(sqlite3* db) : db_(db) {}
+  sqlite3* db_;
+};
+
+std::string gpusToJson(const std::vector<GpuInfo>& gpus) {
+  auto array = nlohmann::json::array();
+  for (const auto& g : gpus) {
+    array.push_back({{"index", g.index}, {"name", g.name}, {"uuid", g.uuid}, {"memory_total_bytes", g.memoryTotalBytes}});
+  }
+  return array.dump();
+}
+
+std::vector<GpuInfo> gpusFromJson(const std::string& text) {
+  std::vector<GpuInfo> gpus;
+  const auto array = nlohmann::json::parse(text, nullptr, false);
+  if (!array.is_array()) return gpus;
+  for (const auto& g : array) {
+    gpus.push_back(GpuInfo{g.value("index", 0u), g.value("name", ""), g.value("uuid", ""),
+                           g.value("memory_total_bytes", std::uint64_t{0})});
+  }
+  return gpus;
+}
+
+std::int64_t nowUnixUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+bool ended(JobState state) { return state == JobState::kFinished || state == JobState::kFailed || state == JobState::kStopped; }
+
+std::string likePattern(std::string_view text) {
+  std::string out = "%";
+  for (char c : text) {
+    if (c == '%' || c == '_' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "%";
+}
+
+}  // namespace
+
+JobState combinedState(std::span<const JobState> parts) {
+  bool running = false, failed = false, stopped = false, starting = false;
+  for (JobState s : parts) {
+    starting |= s == JobState::kStarting;
+    running |= s == JobState::kRunning;
+    failed |= s == JobState::kFailed;
+    stopped |= s == JobState::kStopped;
+  }
+  if (failed) return JobState::kFailed;
+  if (running) return JobState::kRunning;
+  if (starting || parts.empty()) return JobState::kStarting;
+  return stopped ? JobState::kStopped : JobState::kFinished;
+}
+
+void History::Closer::operator()(sqlite3* db) const { sqlite3_close_v2(db); }
+
+History::History(sqlite3* db, std::string path, Options options) : db_(db), path_(std::move(path)), options_(options) {}
+History::History(History&&) noexcept = default;
+History& History::operator=(History&&) noexcept = default;
+History::~History() = default;
+
+std::string History::defaultPath() {
+  if (const char* explicitPath = std::getenv("LOCKSTEP_HISTORY"); explicitPath && *explicitPath) return explicitPath;
+  std::filesystem::path base;
+  if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && *xdg) {
+    base = xdg;
+  } else if (const char* home = std::getenv("HOME"); home && *home) {
+    base = std::filesystem::path(home) / ".local" / "share";
+  } else {
+    base = ".";
+  }
+  return (base / "lockstep" / "history.db").string();
+}
+
+Result<History> History::open(const std::string& path, Options options) {
+  if (options.rawHorizonSeconds < 0 || options.bucketSeconds <= 0) {
+    return invalidArgument("history: the raw horizon must be >= 0 and the bucket > 0 seconds");
+  }
+  const auto dir = std::filesystem::path(path).parent_path();
+  if (!dir.empty()) LOCKSTEP_TRY(makeDirectories(dir.string(), 0700));
+  sqlite3* raw = nullptr;
+  const int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  History history(raw, path, options);
+  if (rc != SQLITE_OK) return sqliteError(raw, "opening history " + path);
+  sqlite3_busy_timeout(raw, 5000);
+  sqlite3_extended_result_codes(raw, 0);
+  if (auto migrated = history.migrate(); !migrated) return migrated.error().withContext("history " + path);
+  return history;
+}
+
+Result<void> History::migrate() {
+  sqlite3* db = db_.get();
+  LOCKSTEP_ASSIGN_OR_RETURN(const auto appId, pragmaInt(db, "PRAGMA application_id"));
+  LOCKSTEP_ASSIGN_OR_RETURN(const auto version, pragmaInt(db, "PRAGMA user_version"));
+  LOCKSTEP_ASSIGN_OR_RETURN(const auto tables, pragmaInt(db, "SELECT count(*) FROM sqlite_schema"));
+  if (appId != kApplicationId && (appId != 0 || tables != 0)) {
+    return Error{ErrorCode::kFailedPrecondition,
+                 "this SQLite file is not a Lockstep history: move it away, or set LOCKSTEP_HISTORY to another path"};
+  }
+  if (version > kSchemaVersion) {
+    return Error{ErrorCode::kFailedPrecondition,
+                 "written by a newer Lockstep (schema " + std::to_string(version) + "; this build knows up to " +
+                     std::to_string(kSchemaVersion) + "): use a newer Lockstep, or set LOCKSTEP_HISTORY to another path"};
+  }
+  LOCKSTEP_TRY(exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON"));
+  for (auto v = version; v < kSchemaVersion; ++v) {
+    LOCKSTEP_ASSIGN_OR_RETURN(auto tx, Transaction::begin(db));
+    LOCKSTEP_TRY(exec(db, kMigrations[static_cast<std::size_t>(v)]));
+    const std::string stamp = "PRAGMA application_id=" + std::to_string(kApplicationId) +
+                              "; PRAGMA user_version=" + std::to_string(v + 1);
+    LOCKSTEP_TRY(exec(db, stamp.c_str()));
+    LOCKSTEP_TRY(tx.commit());
+  }
+  return {};
+}
+
+// ---- writing ----
+
+Result<void> History::recordNode(const NodeHello& hello) {
+  LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db_.get(), R"sql(
+    INSERT INTO nodes VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+    ON CONFLICT (node) DO UPDATE SET host = ?2, cpu_cores = ?3, memory_bytes = ?4, gpus_json = ?5,
+      agent_version = ?6, seen_us = ?7)sql"));
+  const std::int64_t now = nowUnixUs();
+  stmt.bind(1, hello.nodeName).bind(2, hello.host).bind(3, hello.cpuCores).bind(4, hello.memoryTotalBytes);
+  stmt.bind(5, gpusToJson(hello.gpus)).bind(6, hello.agentVersion).bind(7, now);
+  return stmt.run();
+}
+
+Result<void> History::recordJob(const std::string& node, const JobStatus& status) {
+  sqlite3* db = db_.get();
+  LOCKSTEP_ASSIGN_OR_RETURN(auto tx, Transaction::begin(db));
+  LOCKSTEP_ASSIGN_OR_RETURN(auto job, Statement::prepare(db, R"sql(
+    INSERT INTO jobs (job_id, name, spec_json, world_size, recorded_us) VALUES (?1, ?2, ?3, ?4, ?5)
+    ON CONFLICT (job_id) DO NOTHING)sql"));
+  const std::int64_t now = nowUnixUs();
+  job.bind(1, status.spec.jobId).bind(2, status.spec.name).bind(3, jobSpecToJson(status.spec));
+  job.bind(4, status.spec.worldSize).bind(5, now);
+  LOCKSTEP_TRY(job.run());
+  LOCKSTEP_ASSIGN_OR_RETURN(auto part, Statement::prepare(db, R"sql(
+    INSERT INTO job_parts VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+    ON CONFLICT (job_id, node) DO UPDATE SET state = ?3, started_us = ?4, ended_us = ?5, message = ?6
+      WHERE state != ?3 OR started_us != ?4 OR ended_us != ?5 OR message != ?6)sql"));
+  part.bind(1, status.spec.jobId).bind(2, node).bind(3, static_cast<std::int64_t>(status.state));
+  part.bind(4, status.startedUnixUs).bind(5, status.endedUnixUs).bind(6, status.message);
+  LOCKSTEP_TRY(part.step());
+  if (sqlite3_changes(db) > 0) {
+    LOCKSTEP_ASSIGN_OR_RETURN(auto stale, Statement::prepare(db, "UPDATE jobs SET kpis_stale = 1 WHERE job_id = ?1"));
+    LOCKSTEP_TRY(stale.bind(1, status.spec.jobId).run());
+  }
+  return tx.commit();
+}
+
+Result<void> History::recordMessages(std::span<const StreamMessage> messages) {
+  if (messages.empty()) return {};
+  sqlite3* db = db_.get();
+  LOCKSTEP_ASSIGN_OR_RETURN(auto tx, Transaction::begin(db));
+  LOCKSTEP_ASSIGN_OR_RETURN(auto known, Statement::prepare(db, "SELECT 1 FROM jobs WHERE job_id = ?1"));
+  LOCKSTEP_ASSIGN_OR_RETURN(auto step, Statement::prepare(db, R"sql(
+    INSERT OR IGNORE INTO steps VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18))sql"));
+  LOCKSTEP_ASSIGN_OR_RETURN(auto gpu, Statement::prepare(db, R"sql(
+    INSERT OR IGNORE INTO gpu_samples VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10))sql"));
+  LOCKSTEP_ASSIGN_OR_RETURN(auto process, Statement::prepare(db, R"sql(
+    INSERT OR IGNORE INTO process_samples VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7))sql"));
+  LOCKSTEP_ASSIGN_OR_RETURN(auto event, Statement::prepare(db, R"sql(
+    INSERT OR IGNORE INTO events VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10))sql"));
+
+  std::map<std::string, bool, std::less<>> isKnown;
+  std::map<std::string, std::int64_t, std::less<>> newSteps;
+  std::set<std::string, std::less<>> touched;
+  for (const StreamMessage& m : messages) {
+    const std::string& jobId = std::visit([](const auto& p) -> const std::string& { return p.jobId; }, m.payload);
+    if (jobId.empty()) continue;  // a sample of an idle GPU
+    auto [it, fresh] = isKnown.try_emplace(jobId, false);
+    if (fresh) {
+      known.bind(1, jobId);
+      LOCKSTEP_ASSIGN_OR_RETURN(it->second, known.step());
+      LOCKSTEP_TRY(known.reset());
+    }
+    if (!it->second) continue;
+    Statement* insert = nullptr;
+    if (const auto* r = std::get_if<StepReport>(&m.payload)) {
+      step.bind(1, r->jobId).bind(2, r->attempt).bind(3, r->rank).bind(4, r->step).bind(5, m.node);
+      step.bind(6, r->worldSize).bind(7, r->epoch).bind(8, r->samples);
+      // NaN is stored as NULL by SQLite: a diverged loss reads back as unknown, never as a number.
+      step.bind(9, static_cast<double>(r->loss));
+      if (r->globalLoss) step.bind(10, static_cast<double>(*r->globalLoss)); else step.bindNull(10);
+      step.bind(11, r->dataTimeUs).bind(12, r->computeTimeUs).bind(13, r->exposedCommTimeUs);
+      step.bind(14, r->allreduceTimeUs).bind(15, r->bytesReduced).bind(16, r->stepTimeUs);
+      step.bind(17, r->timeUnixUs).bind(18, r->lr);
+      insert = &step;
+    } else if (const auto* g = std::get_if<GpuSample>(&m.payload)) {
+      gpu.bind(1, g->jobId).bind(2, g->node.empty() ? m.node : g->node).bind(3, g->gpuIndex).bind(4, g->timeUnixUs);
+      if (g->utilizationPct) gpu.bind(5, static_cast<double>(*g->utilizationPct)); else gpu.bindNull(5);
+      gpu.bind(6, g->memoryUsedBytes).bind(7, g->powerMilliwatts).bind(8, g->energyMillijoules);
+      gpu.bind(9, g->temperatureC).bind(10, g->smClockMhz);
+      insert = &gpu;
+    } else if (const auto* p = std::get_if<ProcessSample>(&m.payload)) {
+      process.bind(1, p->jobId).bind(2, m.node).bind(3, p->rank).bind(4, p->timeUnixUs).bind(5, p->pid);
+      if (p->cpuPct) process.bind(6, static_cast<double>(*p->cpuPct)); else process.bindNull(6);
+      process.bind(7, p->rssBytes);
+      insert = &process;
+    } else if (const auto* e = std::get_if<JobEvent>(&m.payload)) {
+      event.bind(1, e->jobId).bind(2, m.node).bind(3, e->timeUnixUs).bind(4, static_cast<std::int64_t>(e->kind));
+      event.bind(5, e->rank ? static_cast<std::int64_t>(*e->rank) : std::int64_t{-1});
+      event.bind(6, e->exitCode).bind(7, e->signal).bind(8, e->step).bind(9, e->message).bind(10, e->logTail);
+      insert = &event;
+    }
+    LOCKSTEP_TRY(insert->step());
+    const int inserted = sqlite3_changes(db);
+    LOCKSTEP_TRY(insert->reset());
+    if (inserted == 0) continue;  // replayed: stored already
+    touched.insert(jobId);
+    if (insert == &step) ++newSteps[jobId];
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(auto update, Statement::prepare(db, R"sql(
+    UPDATE jobs SET kpis_stale = 1, step_reports = step_reports + ?2 WHERE job_id = ?1)sql"));
+  for (const auto& jobId : touched) {
+    auto n = newSteps.find(jobId);
+    LOCKSTEP_TRY(update.bind(1, jobId).bind(2, n == newSteps.end() ? std::int64_t{0} : n->second).run());
+  }
+  return tx.commit();
+}
+
+Result<std::vector<std::string>> History::refreshFinalKpis() {
+  sqlite3* db = db_.get();
+  std::vector<std::string> stale;
+  {
+    LOCKSTEP_ASSIGN_OR_RETURN(auto query, Statement::prepare(db, "SELECT job_id FROM jobs WHERE kpis_stale = 1"));
+    for (;;) {
+      LOCKSTEP_ASSIGN_OR_RETURN(bool row, query.step());
+      if (!row) break;
+      stale.push_back(query.text(0));
+    }
+  }
+  std::vector<std::string> refreshed;
+  for (const auto& jobId : stale) {
+    LOCKSTEP_ASSIGN_OR_RETURN(JobRecord record, job(jobId));
+    if (!ended(record.state)) continue;  // computed once it ends
+    LOCKSTEP_ASSIGN_OR_RETURN(auto t, tracker(jobId));
+    const kpi::JobKpis k = t->snapshot(std::max(record.endedUnixUs, t->lastReportUnixUs()));
+    auto missing = nlohmann::json::array();
+    for (const auto& m : k.missing) missing.push_back(m);
+    const std::int64_t now = nowUnixUs();
+
+    LOCKSTEP_ASSIGN_OR_RETURN(auto tx, Transaction::begin(db));
+    LOCKSTEP_ASSIGN_OR_RETURN(auto insert, Statement::prepare(db, R"sql(
+      INSERT OR REPLACE INTO final_kpis VALUES
+        (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24))sql"));
+    insert.bind(1, jobId).bind(2, now).bind(3, k.worldSize).bind(4, k.attempts).bind(5, k.step).bind(6, k.totalSteps);
+    insert.bind(7, k.elapsedSeconds).bind(8, k.samplesPerSecond).bind(9, k.commOverhead).bind(10, k.scalingEfficiency);
+    insert.bind(11, static_cast<std::int64_t>(k.scalingBasis)).bind(12, k.gpuUtilizationPct).bind(13, k.loadImbalance);
+    insert.bind(14, k.slowestRank).bind(15, static_cast<std::int64_t>(k.slowestCause)).bind(16, k.lastGlobalLoss);
+    insert.bind(17, k.smoothedLoss).bind(18, k.timeToConvergenceSeconds).bind(19, k.energyKwh).bind(20, k.gpuHours);
+    insert.bind(21, k.coreHours).bind(22, k.costSoFar).bind(23, std::int64_t{k.costComplete}).bind(24, missing.dump());
+    LOCKSTEP_TRY(insert.run());
+    LOCKSTEP_ASSIGN_OR_RETURN(auto done, Statement::prepare(db, "UPDATE jobs SET kpis_stale = 0 WHERE job_id = ?1"));
+    LOCKSTEP_TRY(done.bind(1, jobId).run());
+    LOCKSTEP_TRY(tx.commit());
+    refreshed.push_back(jobId);
+  }
+  return refreshed;
+}
+
+Result<void> History::remove(const std::string& jobId) {
+  LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db_.get(), "DELETE FROM jobs WHERE job_id = ?1"));
+  LOCKSTEP_TRY(stmt.bind(1, jobId).run());
+  if (sqlite3_changes(db_.get()) == 0) {
+    return Error{ErrorCode::kNotFound, "no job " + jobId + " in the history (lockstepctl history lists them)"};
+  }
+  return {};
+}
+
+Result<CompactStats> History::compact(std::int64_t nowUnixUs) {
+  sqlite3* db = db_.get();
+  const std::int64_t bucket = options_.bucketSeconds * 1'000'000;
+  // Whole buckets only, so a bucket is written once and later raw rows never fall into it.
+  const std::int64_t cutoff = (nowUnixUs - options_.rawHorizonSeconds * 1'000'000) / bucket * bucket;
+  CompactStats stats;
+  LOCKSTEP_ASSIGN_OR_RETURN(stats.gpuRowsBefore, pragmaInt(db, "SELECT count(*) FROM gpu_samples"));
+  LOCKSTEP_ASSIGN_OR_RETURN(stats.processRowsBefore, pragmaInt(db, "SELECT count(*) FROM process_samples"));
+  LOCKSTEP_ASSIGN_OR_RETURN(auto tx, Transaction::begin(db));
+  // Per bucket: mean utilization, power, CPU % and clock; peak memory, RSS and temperature; the
+  // last energy counter reading (energy is a difference of readings, so it survives intact).
+  const char* statements[] = {
+      R"sql(CREATE TEMP TABLE gpu_buckets AS
+        SELECT job_id, node, gpu, (time_us / ?1) * ?1 AS t, ?1 AS span, avg(utilization) AS u, max(memory_bytes) AS m,
+               CAST(avg(power_mw) AS INTEGER) AS p, max(energy_mj) AS e, max(temperature_c) AS c,
+               CAST(avg(sm_clock_mhz) AS INTEGER) AS s
+        FROM gpu_samples WHERE span_us = 0 AND time_us < ?2 GROUP BY job_id, node, gpu, time_us / ?1)sql",
+      "DELETE FROM gpu_samples WHERE span_us = 0 AND time_us < ?2",
+      "INSERT OR REPLACE INTO gpu_samples SELECT * FROM gpu_buckets",
+      "DROP TABLE gpu_buckets",
+      R"sql(CREATE TEMP TABLE process_buckets AS
+        SELECT job_id, node, rank, (time_us / ?1) * ?1 AS t, ?1 AS span, max(pid) AS pid, avg(cpu_pct) AS c,
+               max(rss_bytes) AS r
+        FROM process_samples WHERE span_us = 0 AND time_us < ?2 GROUP BY job_id, rank, time_us / ?1)sql",
+      "DELETE FROM process_samples WHERE span_us = 0 AND time_us < ?2",
+      "INSERT OR REPLACE INTO process_samples SELECT * FROM process_buckets",
+      "DROP TABLE process_buckets",
+  };
+  for (const char* sql : statements) {
+    LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db, sql));
+    if (std::string_view(sql).find("?1") != std::string_view::npos) stmt.bind(1, bucket);
+    if (std::string_view(sql).find("?2") != std::string_view::npos) stmt.bind(2, cutoff);
+    LOCKSTEP_TRY(stmt.run());
+  }
+  LOCKSTEP_TRY(tx.commit());
+  LOCKSTEP_ASSIGN_OR_RETURN(stats.gpuRowsAfter, pragmaInt(db, "SELECT count(*) FROM gpu_samples"));
+  LOCKSTEP_ASSIGN_OR_RETURN(stats.processRowsAfter, pragmaInt(db, "SELECT count(*) FROM process_samples"));
+  return stats;
+}
+
+// ---- reading ----
+
+namespace {
+
+Result<std::vector<PartRecord>> readParts(sqlite3* db, const std::string& jobId) {
+  LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db, R"sql(
+    SELECT node, state, started_us, ended_us, message FROM job_parts WHERE job_id = ?1 ORDER BY node)sql"));
+  stmt.bind(1, jobId);
+  std::vector<PartRecord> parts;
+  for (;;) {
+    LOCKSTEP_ASSIGN_OR_RETURN(bool row, stmt.step());
+    if (!row) break;
+    parts.push_back(PartRecord{stmt.text(0), static_cast<JobState>(stmt.i64(1)), stmt.i64(2), stmt.i64(3), stmt.text(4)});
+  }
+  return parts;
+}
+
+Result<std::vector<NodeRecord>> readNodes(sqlite3* db, const std::vector<PartRecord>& parts) {
+  LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db, R"sql(
+    SELECT node, host, cpu_cores, memory_bytes, gpus_json, agent_version FROM nodes WHERE node = ?1)sql"));
+  std::vector<NodeRecord> nodes;
+  for (const auto& part : parts) {
+    stmt.bind(1, part.node);
+    LOCKSTEP_ASSIGN_OR_RETURN(bool row, stmt.step());
+    if (row) {
+      nodes.push_back(NodeRecord{stmt.text(0), stmt.text(1), static_cast<std::uint32_t>(stmt.i64(2)),
+                                 static_cast<std::uint64_t>(stmt.i64(3)), gpusFromJson(stmt.text(4)), stmt.text(5)});
+    }
+    LOCKSTEP_TRY(stmt.reset());
+  }
+  return nodes;
+}
+
+Result<std::optional<kpi::JobKpis>> readFinalKpis(sqlite3* db, const std::string& jobId) {
+  LOCKSTEP_ASSIGN_OR_RETURN(auto s, Statement::prepare(db, "SELECT * FROM final_kpis WHERE job_id = ?1"));
+  s.bind(1, jobId);
+  LOCKSTEP_ASSIGN_OR_RETURN(bool row, s.step());
+  if (!row) return std::optional<kpi::JobKpis>();
+  kpi::JobKpis k;
+  k.jobId = jobId;
+  k.worldSize = static_cast<std::uint32_t>(s.i64(2));
+  k.attempts = static_cast<std::uint32_t>(s.i64(3));
+  k.step = static_cast<std::uint64_t>(s.i64(4));
+  k.totalSteps = static_cast<std::uint64_t>(s.i64(5));
+  k.elapsedSeconds = s.real(6);
+  k.samplesPerSecond = s.maybeReal(7);
+  k.commOverhead = s.maybeReal(8);
+  k.scalingEfficiency = s.maybeReal(9);
+  k.scalingBasis = static_cast<kpi::ScalingBasis>(s.i64(10));
+  k.gpuUtilizationPct = s.maybeReal(11);
+  k.loadImbalance = s.maybeReal(12);
+  k.slowestRank = s.maybeInt<std::uint32_t>(13);
+  k.slowestCause = static_cast<kpi::SlowCause>(s.i64(14));
+  k.lastGlobalLoss = s.maybeReal(15);
+  k.smoothedLoss = s.maybeReal(16);
+  k.timeToConvergenceSeconds = s.maybeReal(17);
+  k.energyKwh = s.maybeReal(18);
+  k.gpuHours = s.maybeReal(19);
+  k.coreHours = s.maybeReal(20);
+  k.costSoFar = s.maybeReal(21);
+  k.costProjected = k.costSoFar;
+  k.costComplete = s.i64(22) != 0;
+  const auto missing = nlohmann::json::parse(s.text(23), nullptr, false);
+  if (missing.is_array()) {
+    for (const auto& m : missing) {
+      if (m.is_string()) k.missing.push_back(m.get<std::string>());
+    }
+  }
+  return std::optional(std::move(k));
+}
+
+// Fills a JobRecord from a `jobs` row read as (job_id, spec_json, recorded_us, step_reports).
+Result<JobRecord> readRecord(sqlite3* db, const Statement& row) {
+  JobRecord record;
+  const std::string jobId = row.text(0);
+  auto spec = jobSpecFromJson(row.text(1));
+  if (!spec) return spec.error().withContext("history: the stored spec of job " + jobId);
+  record.spec = std::move(*spec);
+  record.recordedUnixUs = row.i64(2);
+  record.stepReports = static_cast<std::uint64_t>(row.i64(3));
+  LOCKSTEP_ASSIGN_OR_RETURN(record.parts, readParts(db, jobId));
+  std::vector<JobState> states;
+  for (const auto& part : record.parts) {
+    states.push_back(part.state);
+    if (record.startedUnixUs == 0 || (part.startedUnixUs != 0 && part.startedUnixUs < record.startedUnixUs)) {
+      record.startedUnixUs = part.startedUnixUs;
+    }
+    record.endedUnixUs = std::max(record.endedUnixUs, part.endedUnixUs);
+    if (record.message.empty()) record.message = part.message;
+  }
+  record.state = combinedState(states);
+  if (!ended(record.state)) record.endedUnixUs = 0;
+  LOCKSTEP_ASSIGN_OR_RETURN(record.nodes, readNodes(db, record.parts));
+  LOCKSTEP_ASSIGN_OR_RETURN(record.finalKpis, readFinalKpis(db, jobId));
+  return record;
+}
+
+}  // namespace
+
+Result<std::vector<JobRecord>> History::jobs(const Filter& filter) const {
+  sqlite3* db = db_.get();
+  LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db, R"sql(
+    SELECT job_id, spec_json, recorded_us, step_reports FROM jobs
+    WHERE ?1 = '' OR job_id LIKE ?2 ESCAPE '\' OR name LIKE ?2 ESCAPE '\'
+       OR EXISTS (SELECT 1 FROM job_parts p WHERE p.job_id = jobs.job_id AND p.node LIKE ?2 ESCAPE '\')
+    ORDER BY recorded_us DESC, job_id DESC)sql"));
+  stmt.bind(1, filter.text).bind(2, likePattern(filter.text));
+  std::vector<JobRecord> out;
+  for (;;) {
+    LOCKSTEP_ASSIGN_OR_RETURN(bool row, stmt.step());
+    if (!row) break;
+    LOCKSTEP_ASSIGN_OR_RETURN(JobRecord record, readRecord(db, stmt));
+    if (filter.state && record.state != *filter.state) continue;
+    if (filter.sinceUnixUs && record.startedUnixUs < filter.sinceUnixUs) continue;
+    out.push_back(std::move(record));
+    if (filter.limit && out.size() == filter.limit) break;
+  }
+  return out;
+}
+
+Result<JobRecord> History::job(const std::string& jobId) const {
+  LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db_.get(), R"sql(
+    SELECT job_id, spec_json, recorded_us, step_reports FROM jobs WHERE job_id = ?1)sql"));
+  stmt.bind(1, jobId);
+  LOCKSTEP_ASSIGN_OR_RETURN(bool row, stmt.step());
+  if (!row) return Error{ErrorCode::kNotFound, "no job " + jobId + " in the history (lockstepctl history lists them)"};
+  return readRecord(db_.get(), stmt);
+}
+
+namespace {
+
+// One table's rows of a job in time order, as stream messages.
+struct Cursor {
+  Statement stmt;
+  StreamMessage (*read)(const Statement&);
+  std::optional<StreamMessage> current;
+  std::int64_t time = 0;
+
+  Result<void> advance() {
+    LOCKSTEP_ASSIGN_OR_RETURN(bool row, stmt.step());
+    current.reset();
+    if (row) {
+      current = read(stmt);
+      time = std::visit([](const auto& p) { return p.timeUnixUs; }, current->payload);
+    }
+    return {};
+  }
+};
+
+StreamMessage readEvent(const Statement& s) {
+  JobEvent e;
+  e.jobId = s.text(0);
+  e.timeUnixUs = s.i64(2);
+  e.kind = static_cast<JobEventKind>(s.i64(3));
+  if (s.i64(4) >= 0) e.rank = static_cast<std::uint32_t>(s.i64(4));
+  e.exitCode = s.maybeInt<std::int32_t>(5);
+  e.signal = s.maybeInt<std::int32_t>(6);
+  e.step = s.maybeInt<std::uint64_t>(7);
+  e.message = s.text(8);
+  e.logTail = s.text(9);
+  return StreamMessage{0, s.text(1), std::move(e)};
+}
+
+StreamMessage readStep(const Statement& s) {
+  StepReport r;
+  r.jobId = s.text(0);
+  r.attempt = static_cast<std::uint32_t>(s.i64(1));
+  r.rank = static_cast<std::uint32_t>(s.i64(2));
+  r.step = static_cast<std::uint64_t>(s.i64(3));
+  r.worldSize = static_cast<std::uint32_t>(s.i64(5));
+  r.epoch = static_cast<std::uint32_t>(s.i64(6));
+  r.samples = static_cast<std::uint32_t>(s.i64(7));
+  r.loss = s.null(8) ? std::numeric_limits<float>::quiet_NaN() : static_cast<float>(s.real(8));
+  if (!s.null(9)) r.globalLoss = static_cast<float>(s.real(9));
+  r.dataTimeUs = s.i64(10);
+  r.computeTimeUs = s.i64(11);
+  r.exposedCommTimeUs = s.i64(12);
+  r.allreduceTimeUs = s.i64(13);
+  r.bytesReduced = static_cast<std::uint64_t>(s.i64(14));
+  r.stepTimeUs = s.i64(15);
+  r.timeUnixUs = s.i64(16);
+  r.lr = s.real(17);
+  return StreamMessage{0, s.text(4), std::move(r)};
+}
+
+GpuSample gpuSampleOf(const Statement& s) {
+  GpuSample g;
+  g.jobId = s.text(0);
+  g.node = s.text(1);
+  g.gpuIndex = static_cast<std::uint32_t>(s.i64(2));
+  g.timeUnixUs = s.i64(3);
+  if (!s.null(5)) g.utilizationPct = static_cast<float>(s.real(5));
+  g.memoryUsedBytes = s.maybeInt<std::uint64_t>(6);
+  g.powerMilliwatts = s.maybeInt<std::uint32_t>(7);
+  g.energyMillijoules = s.maybeInt<std::uint64_t>(8);
+  g.temperatureC = s.maybeInt<std::int32_t>(9);
+  g.smClockMhz = s.maybeInt<std::uint32_t>(10);
+  return g;
+}
+
+StreamMessage readGpu(const Statement& s) {
+  GpuSample g = gpuSampleOf(s);
+  std::string node = g.node;
+  return StreamMessage{0, std::move(node), std::move(g)};
+}
+
+StreamMessage readProcess(const Statement& s) {
+  ProcessSample p;
+  p.jobId = s.text(0);
+  p.rank = static_cast<std::uint32_t>(s.i64(2));
+  p.timeUnixUs = s.i64(3);
+  p.pid = static_cast<std::uint32_t>(s.i64(5));
+  if (!s.null(6)) p.cpuPct = static_cast<float>(s.real(6));
+  p.rssBytes = s.maybeInt<std::uint64_t>(7);
+  return StreamMessage{0, s.text(1), std::move(p)};
+}
+
+}  // namespace
+
+Result<void> History::replay(const std::string& jobId, const std::function<void(const StreamMessage&)>& visit) const {
+  LOCKSTEP_TRY(job(jobId));  // NotFound says so
+  sqlite3* db = db_.get();
+  const std::pair<const char*, StreamMessage (*)(const Statement&)> tables[] = {
+      {"SELECT * FROM events WHERE job_id = ?1 ORDER BY time_us", readEvent},
+      {"SELECT * FROM steps WHERE job_id = ?1 ORDER BY time_us, step, rank", readStep},
+      {"SELECT * FROM gpu_samples WHERE job_id = ?1 ORDER BY time_us", readGpu},
+      {"SELECT * FROM process_samples WHERE job_id = ?1 ORDER BY time_us", readProcess},
+  };
+  std::vector<Cursor> cursors;
+  for (const auto& [sql, read] : tables) {
+    LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db, sql));
+    stmt.bind(1, jobId);
+    cursors.push_back(Cursor{std::move(stmt), read, std::nullopt, 0});
+    LOCKSTEP_TRY(cursors.back().advance());
+  }
+  // Merge by time; on a tie the earlier table wins (an event before the reports of its moment).
+  for (;;) {
+    Cursor* next = nullptr;
+    for (auto& c : cursors) {
+      if (c.current && (!next || c.time < next->time)) next = &c;
+    }
+    if (!next) return {};
+    visit(*next->current);
+    LOCKSTEP_TRY(next->advance());
+  }
+}
+
+Result<std::unique_ptr<kpi::JobTracker>> History::tracker(const std::string& jobId, kpi::Settings settings) const {
+  LOCKSTEP_ASSIGN_OR_RETURN(JobRecord record, job(jobId));
+  auto t = std::make_unique<kpi::JobTracker>(record.spec, settings);
+  LOCKSTEP_TRY(replay(jobId, [&](const StreamMessage& m) { t->add(m); }));
+  return t;
+}
+
+Result<void> History::forEachStep(const std::string& jobId,
+                                  const std::function<void(const StepReport&, const std::string& node)>& visit) const {
+  LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db_.get(), R"sql(
+    SELECT * FROM steps WHERE job_id = ?1 ORDER BY attempt, step, rank)sql"));
+  stmt.bind(1, jobId);
+  for (;;) {
+    LOCKSTEP_ASSIGN_OR_RETURN(bool row, stmt.step());
+    if (!row) return {};
+    const StreamMessage m = readStep(stmt);
+    visit(std::get<StepReport>(m.payload), m.node);
+  }
+}
+
+Result<void> History::forEachGpuSample(const std::string& jobId,
+                                       const std::function<void(const StoredGpuSample&)>& visit) const {
+  LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db_.get(), R"sql(
+    SELECT * FROM gpu_samples WHERE job_id = ?1 ORDER BY time_us, node, gpu)sql"));
+  stmt.bind(1, jobId);
+  for (;;) {
+    LOCKSTEP_ASSIGN_OR_RETURN(bool row, stmt.step());
+    if (!row) return {};
+    visit(StoredGpuSample{gpuSampleOf(stmt), stmt.i64(4)});
+  }
+}
+
+Result<std::vector<JobEvent>> History::events(const std::string& jobId) const {
+  LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db_.get(), "SELECT * FROM events WHERE job_id = ?1 ORDER BY time_us"));
+  stmt.bind(1, jobId);
+  std::vector<JobEvent> out;
+  for (;;) {
+    LOCKSTEP_ASSIGN_OR_RETURN(bool row, stmt.step());
+    if (!row) return out;
+    out.push_back(std::get<JobEvent>(readEvent(stmt).payload));
+  }
+}
+
+}  // namespace lockstep::history

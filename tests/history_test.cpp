@@ -1,0 +1,392 @@
+// The job history on real SQLite files: recording, idempotent replays, reading back in time order,
+// final KPIs, search, delete, downsampling, schema checks, and a writer killed with SIGKILL.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "lockstep/history/history.h"
+#include "support/test_support.h"
+
+namespace lockstep::history {
+namespace {
+
+using test::TempDir;
+
+constexpr std::int64_t kT0 = 1'800'000'000'000'000;  // a fixed start, in unix microseconds
+
+JobSpec spec(const std::string& id, std::uint32_t ranks = 2, const std::string& name = "mnist-mlp") {
+  JobSpec s;
+  s.jobId = id;
+  s.name = name;
+  s.layers = {8, 16, 4};
+  s.dataset = SyntheticDataset{.samples = 1024, .dim = 8, .classes = 4};
+  s.steps = 10;
+  s.worldSize = ranks;
+  for (std::uint32_t r = 0; r < ranks; ++r) s.ranks.push_back(RankPlacement{r, r % 2 ? "node-b" : "node-a", r / 2, {}});
+  return s;
+}
+
+JobStatus status(const JobSpec& s, JobState state, std::int64_t endedUs = 0) {
+  JobStatus st;
+  st.spec = s;
+  st.state = state;
+  st.startedUnixUs = kT0;
+  st.endedUnixUs = endedUs;
+  return st;
+}
+
+StreamMessage message(const std::string& node, auto payload) { return StreamMessage{0, node, std::move(payload)}; }
+
+// A job's stream: started, `steps` steps of every rank 100 ms apart, a GPU and a process sample per
+// step, and (when `finish`) the finished event.
+std::vector<StreamMessage> stream(const JobSpec& s, std::uint64_t steps, bool finish) {
+  std::vector<StreamMessage> out;
+  out.push_back(message("node-a", JobEvent{s.jobId, JobEventKind::kStarted, kT0}));
+  for (std::uint64_t step = 1; step <= steps; ++step) {
+    const std::int64_t t = kT0 + static_cast<std::int64_t>(step) * 100'000;
+    for (const auto& p : s.ranks) {
+      StepReport r;
+      r.jobId = s.jobId;
+      r.rank = p.rank;
+      r.worldSize = s.worldSize;
+      r.step = step;
+      r.samples = s.batchPerRank;
+      r.loss = 2.0f / static_cast<float>(step);
+      r.globalLoss = r.loss;
+      r.dataTimeUs = 5'000;
+      r.computeTimeUs = 70'000 + 5'000 * p.rank;
+      r.exposedCommTimeUs = 20'000;
+      r.stepTimeUs = 100'000;
+      r.timeUnixUs = t;
+      r.lr = 0.01;
+      out.push_back(message(p.node, r));
+      out.push_back(message(p.node, ProcessSample{s.jobId, p.rank, 1000 + p.rank, t, 95.0f, 1u << 20}));
+    }
+    GpuSample g;
+    g.node = "node-a";
+    g.jobId = s.jobId;
+    g.timeUnixUs = t;
+    g.utilizationPct = 80.0f;
+    g.energyMillijoules = 1000 * step;
+    out.push_back(message("node-a", g));
+  }
+  if (finish) out.push_back(message("node-a", JobEvent{s.jobId, JobEventKind::kFinished, kT0 + static_cast<std::int64_t>(steps + 1) * 100'000}));
+  return out;
+}
+
+NodeHello hello(const std::string& node) {
+  NodeHello h;
+  h.nodeName = node;
+  h.host = node + ".example";
+  h.cpuCores = 32;
+  h.memoryTotalBytes = 64ull << 30;
+  h.gpus = {GpuInfo{0, "NVIDIA H200", "GPU-1", 141ull << 30}};
+  h.agentVersion = "0.1.0";
+  return h;
+}
+
+// Records a whole finished job on two nodes.
+void recordFinished(History& h, const JobSpec& s, std::uint64_t steps = 10) {
+  ASSERT_TRUE(h.recordNode(hello("node-a")));
+  ASSERT_TRUE(h.recordNode(hello("node-b")));
+  ASSERT_TRUE(h.recordJob("node-a", status(s, JobState::kRunning)));
+  ASSERT_TRUE(h.recordJob("node-b", status(s, JobState::kRunning)));
+  const auto messages = stream(s, steps, true);
+  ASSERT_TRUE(h.recordMessages(messages));
+  const std::int64_t end = kT0 + static_cast<std::int64_t>(steps + 1) * 100'000;
+  ASSERT_TRUE(h.recordJob("node-a", status(s, JobState::kFinished, end)));
+  ASSERT_TRUE(h.recordJob("node-b", status(s, JobState::kFinished, end)));
+}
+
+std::int64_t count(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+  std::int64_t n = -1;
+  if (sqlite3_step(stmt) == SQLITE_ROW) n = sqlite3_column_int64(stmt, 0);
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  return n;
+}
+
+std::string textOf(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+  std::string out;
+  if (sqlite3_step(stmt) == SQLITE_ROW) out = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  return out;
+}
+
+void execSql(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+  sqlite3_close(db);
+}
+
+TEST(History, RecordsAJobAndReadsItBack) {
+  TempDir dir;
+  auto h = History::open(dir.file("sub/dir/history.db"));
+  ASSERT_TRUE(h) << h.error().message;
+  const JobSpec s = spec("j-1");
+  recordFinished(*h, s);
+
+  auto record = h->job("j-1");
+  ASSERT_TRUE(record) << record.error().message;
+  EXPECT_EQ(record->spec, s);
+  EXPECT_EQ(record->state, JobState::kFinished);
+  EXPECT_EQ(record->startedUnixUs, kT0);
+  EXPECT_EQ(record->stepReports, 20u);
+  ASSERT_EQ(record->parts.size(), 2u);
+  ASSERT_EQ(record->nodes.size(), 2u);
+  EXPECT_EQ(record->nodes[0].host, "node-a.example");
+  ASSERT_EQ(record->nodes[0].gpus.size(), 1u);
+  EXPECT_EQ(record->nodes[0].gpus[0].name, "NVIDIA H200");
+  EXPECT_FALSE(record->finalKpis) << "final KPIs are computed by refreshFinalKpis()";
+
+  // Replay: everything, in time order, the started event first.
+  std::vector<StreamMessage> replayed;
+  ASSERT_TRUE(h->replay("j-1", [&](const StreamMessage& m) { replayed.push_back(m); }));
+  EXPECT_EQ(replayed.size(), stream(s, 10, true).size());
+  ASSERT_TRUE(std::holds_alternative<JobEvent>(replayed.front().payload));
+  std::int64_t last = 0;
+  for (const auto& m : replayed) {
+    const std::int64_t t = std::visit([](const auto& p) { return p.timeUnixUs; }, m.payload);
+    EXPECT_GE(t, last);
+    last = t;
+  }
+  const auto& firstStep = std::get<StepReport>(replayed[1].payload);
+  EXPECT_EQ(replayed[1].node, "node-a");
+  EXPECT_EQ(firstStep.computeTimeUs, 70'000);
+  EXPECT_FLOAT_EQ(*firstStep.globalLoss, 2.0f);
+
+  // Final KPIs: the same as a live tracker fed the same stream.
+  auto refreshed = h->refreshFinalKpis();
+  ASSERT_TRUE(refreshed);
+  EXPECT_EQ(*refreshed, std::vector<std::string>{"j-1"});
+  EXPECT_TRUE(h->refreshFinalKpis()->empty()) << "nothing new: nothing recomputed";
+  record = h->job("j-1");
+  ASSERT_TRUE(record->finalKpis);
+  kpi::JobTracker live(s);
+  for (const auto& m : stream(s, 10, true)) live.add(m);
+  const kpi::JobKpis expected = live.snapshot(kT0 + 11 * 100'000);
+  EXPECT_EQ(record->finalKpis->step, 10u);
+  ASSERT_TRUE(record->finalKpis->samplesPerSecond);
+  EXPECT_DOUBLE_EQ(*record->finalKpis->samplesPerSecond, *expected.samplesPerSecond);
+  EXPECT_DOUBLE_EQ(*record->finalKpis->commOverhead, *expected.commOverhead);
+  EXPECT_DOUBLE_EQ(*record->finalKpis->loadImbalance, *expected.loadImbalance);
+  EXPECT_EQ(record->finalKpis->slowestRank, expected.slowestRank);
+  EXPECT_FALSE(record->finalKpis->timeToConvergenceSeconds) << "no target loss: unknown, not 0";
+  EXPECT_EQ(record->finalKpis->missing, expected.missing);
+}
+
+TEST(History, ReplayedMessagesAreStoredOnce) {
+  TempDir dir;
+  auto h = History::open(dir.file("h.db"));
+  ASSERT_TRUE(h);
+  const JobSpec s = spec("j-1");
+  recordFinished(*h, s);
+  const auto again = stream(s, 10, true);
+  ASSERT_TRUE(h->recordMessages(again));  // an agent replaying after a reconnect
+  EXPECT_EQ(h->job("j-1")->stepReports, 20u);
+  EXPECT_EQ(count(h->path(), "SELECT count(*) FROM steps"), 20);
+  EXPECT_EQ(count(h->path(), "SELECT count(*) FROM events"), 2);
+  EXPECT_EQ(count(h->path(), "SELECT count(*) FROM gpu_samples"), 10);
+}
+
+TEST(History, SkipsMessagesOfJobsItDoesNotHold) {
+  TempDir dir;
+  auto h = History::open(dir.file("h.db"));
+  ASSERT_TRUE(h);
+  ASSERT_TRUE(h->recordMessages(stream(spec("unknown"), 3, false)));
+  EXPECT_EQ(count(h->path(), "SELECT count(*) FROM steps"), 0);
+  EXPECT_EQ(h->job("unknown").error().code, ErrorCode::kNotFound);
+}
+
+TEST(History, KeepsEverythingAcrossReopening) {
+  TempDir dir;
+  const std::string path = dir.file("h.db");
+  {
+    auto h = History::open(path);
+    ASSERT_TRUE(h);
+    recordFinished(*h, spec("j-1"));
+  }
+  auto h = History::open(path);
+  ASSERT_TRUE(h) << h.error().message;
+  auto record = h->job("j-1");
+  ASSERT_TRUE(record) << record.error().message;
+  EXPECT_EQ(record->stepReports, 20u);
+  EXPECT_EQ(count(path, "PRAGMA user_version"), kSchemaVersion);
+  EXPECT_EQ(textOf(path, "PRAGMA journal_mode"), "wal");
+}
+
+TEST(History, RefusesAFileFromANewerVersion) {
+  TempDir dir;
+  const std::string path = dir.file("h.db");
+  ASSERT_TRUE(History::open(path));
+  execSql(path, "PRAGMA user_version = 99");
+  auto h = History::open(path);
+  ASSERT_FALSE(h);
+  EXPECT_EQ(h.error().code, ErrorCode::kFailedPrecondition);
+  EXPECT_NE(h.error().message.find("newer Lockstep"), std::string::npos) << h.error().message;
+  EXPECT_NE(h.error().message.find(path), std::string::npos) << h.error().message;
+}
+
+TEST(History, RefusesFilesThatAreNotAHistory) {
+  TempDir dir;
+  const std::string text = dir.file("notes.txt");
+  std::ofstream(text) << "this is not a database, it is a long enough text file to have a header page\n";
+  auto h = History::open(text);
+  ASSERT_FALSE(h);
+  EXPECT_NE(h.error().message.find("not a usable Lockstep history"), std::string::npos) << h.error().message;
+
+  const std::string other = dir.file("other.db");
+  execSql(other, "CREATE TABLE t (x)");
+  h = History::open(other);
+  ASSERT_FALSE(h);
+  EXPECT_NE(h.error().message.find("not a Lockstep history"), std::string::npos) << h.error().message;
+  EXPECT_EQ(count(other, "SELECT count(*) FROM sqlite_schema"), 1) << "someone else's file is left alone";
+}
+
+TEST(History, SearchesAndFilters) {
+  TempDir dir;
+  auto h = History::open(dir.file("h.db"));
+  ASSERT_TRUE(h);
+  recordFinished(*h, spec("j-1", 2, "resnet-sweep"));
+  recordFinished(*h, spec("j-2", 2, "mnist"));
+  ASSERT_TRUE(h->recordJob("node-c", status(spec("j-3", 1, "bert_50%"), JobState::kRunning)));
+
+  const auto ids = [&](const Filter& f) {
+    std::vector<std::string> out;
+    auto list = h->jobs(f);
+    EXPECT_TRUE(list) << list.error().message;
+    for (const auto& r : *list) out.push_back(r.spec.jobId);
+    return out;
+  };
+  EXPECT_EQ(ids({}), (std::vector<std::string>{"j-3", "j-2", "j-1"})) << "newest first";
+  EXPECT_EQ(ids({.text = "RESNET"}), std::vector<std::string>{"j-1"}) << "case-insensitive name";
+  EXPECT_EQ(ids({.text = "node-c"}), std::vector<std::string>{"j-3"}) << "by node";
+  EXPECT_EQ(ids({.text = "_50%"}), std::vector<std::string>{"j-3"}) << "LIKE wildcards are literal";
+  EXPECT_EQ(ids({.text = "0%"}), std::vector<std::string>{"j-3"});
+  EXPECT_EQ(ids({.state = JobState::kRunning}), std::vector<std::string>{"j-3"});
+  EXPECT_EQ(ids({.state = JobState::kFinished, .limit = 1}), std::vector<std::string>{"j-2"});
+}
+
+TEST(History, DeletesAJobWithAllItsRows) {
+  TempDir dir;
+  auto h = History::open(dir.file("h.db"));
+  ASSERT_TRUE(h);
+  recordFinished(*h, spec("j-1"));
+  recordFinished(*h, spec("j-2"));
+  ASSERT_TRUE(h->refreshFinalKpis());
+  ASSERT_TRUE(h->remove("j-1"));
+  EXPECT_EQ(h->job("j-1").error().code, ErrorCode::kNotFound);
+  for (const char* table : {"steps", "events", "gpu_samples", "process_samples", "job_parts", "final_kpis"}) {
+    EXPECT_EQ(count(h->path(), std::string("SELECT count(*) FROM ") + table + " WHERE job_id = 'j-1'"), 0) << table;
+    EXPECT_GT(count(h->path(), std::string("SELECT count(*) FROM ") + table + " WHERE job_id = 'j-2'"), 0) << table;
+  }
+  EXPECT_EQ(h->remove("j-1").error().code, ErrorCode::kNotFound);
+}
+
+TEST(History, DownsamplesOldSamplesAndKeepsRecentOnesRaw) {
+  TempDir dir;
+  auto h = History::open(dir.file("h.db"), Options{.rawHorizonSeconds = 3600, .bucketSeconds = 60});
+  ASSERT_TRUE(h);
+  JobSpec s = spec("j-1", 1);
+  s.ranks[0].gpuIndex = 0;
+  ASSERT_TRUE(h->recordJob("node-a", status(s, JobState::kRunning)));
+  // Three hours at 1 Hz: utilization alternating 60/100 (mean 80), energy +250 J per second.
+  std::vector<StreamMessage> samples;
+  samples.push_back(message("node-a", JobEvent{s.jobId, JobEventKind::kStarted, kT0}));
+  for (int i = 0; i < 3 * 3600; ++i) {
+    GpuSample g;
+    g.node = "node-a";
+    g.jobId = s.jobId;
+    g.timeUnixUs = kT0 + std::int64_t{i} * 1'000'000;
+    g.utilizationPct = i % 2 ? 100.0f : 60.0f;
+    g.energyMillijoules = 250'000ull * static_cast<std::uint64_t>(i);
+    samples.push_back(message("node-a", g));
+    samples.push_back(message("node-a", ProcessSample{s.jobId, 0, 7, g.timeUnixUs, 100.0f, 1u << 20}));
+  }
+  ASSERT_TRUE(h->recordMessages(samples));
+  const auto energyOf = [&] { return *(*h->tracker("j-1"))->snapshot(kT0 + 3 * 3600'000'000ll).gpus.at(0).energyKwh; };
+  const double energyBefore = energyOf();
+
+  auto stats = h->compact(kT0 + 3 * 3600'000'000ll);
+  ASSERT_TRUE(stats) << stats.error().message;
+  EXPECT_EQ(stats->gpuRowsBefore, 3u * 3600);
+  // The first two hours become 120 one-minute rows; the last hour stays raw.
+  EXPECT_EQ(stats->gpuRowsAfter, 120u + 3600);
+  EXPECT_EQ(stats->processRowsAfter, 120u + 3600);
+  EXPECT_EQ(count(h->path(), "SELECT count(*) FROM gpu_samples WHERE span_us = 60000000"), 120);
+  EXPECT_EQ(count(h->path(), "SELECT count(*) FROM gpu_samples WHERE span_us = 0 AND time_us < " +
+                                 std::to_string(kT0 + 2 * 3600'000'000ll)), 0);
+  EXPECT_EQ(count(h->path(), "SELECT count(*) FROM gpu_samples WHERE span_us != 0 AND abs(utilization - 80) > 0.001"), 0);
+  // Energy comes from counter differences: the last reading of each bucket keeps it whole, except
+  // for the part of the first minute before its last reading.
+  EXPECT_NEAR(energyOf(), energyBefore, 250.0 * 59 / 3.6e6);
+
+  // Again: nothing left to downsample.
+  stats = h->compact(kT0 + 3 * 3600'000'000ll);
+  EXPECT_EQ(stats->gpuRowsAfter, stats->gpuRowsBefore);
+}
+
+TEST(History, CommittedWritesSurviveAWriterKilledWithSigkill) {
+  TempDir dir;
+  const std::string path = dir.file("h.db");
+  const JobSpec s = spec("j-1");
+  {
+    auto h = History::open(path);
+    ASSERT_TRUE(h);
+    ASSERT_TRUE(h->recordJob("node-a", status(s, JobState::kRunning)));
+  }
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Records a batch of one step's reports at a time, forever; says when 50 steps are in.
+    auto h = History::open(path);
+    if (!h) _exit(2);
+    const auto messages = stream(s, 100'000, false);
+    std::size_t i = 0;
+    for (std::uint64_t step = 0;; ++step) {
+      std::vector<StreamMessage> batch;
+      while (i < messages.size() && batch.size() < 5) batch.push_back(messages[i++]);
+      if (!h->recordMessages(batch)) _exit(3);
+      if (step == 50) (void)!write(ready[1], "x", 1);
+    }
+  }
+  close(ready[1]);
+  char x;
+  ASSERT_EQ(read(ready[0], &x, 1), 1);
+  usleep(20'000);  // mid-write, most likely
+  kill(child, SIGKILL);
+  int wstatus = 0;
+  waitpid(child, &wstatus, 0);
+  close(ready[0]);
+  ASSERT_TRUE(WIFSIGNALED(wstatus));
+
+  auto h = History::open(path);
+  ASSERT_TRUE(h) << h.error().message;
+  EXPECT_EQ(textOf(path, "PRAGMA integrity_check"), "ok");
+  const auto stored = count(path, "SELECT count(*) FROM steps");
+  EXPECT_GT(stored, 50) << "batches committed before the kill are there";
+  EXPECT_EQ(static_cast<std::int64_t>(h->job("j-1")->stepReports), stored) << "the counter moved with the rows";
+  // Steps are whole: every stored step of rank 0 has its rank 1 too, up to the last batch.
+  EXPECT_LE(count(path, "SELECT max(step) - min(step) + 1 - count(DISTINCT step) FROM steps"), 0);
+}
+
+}  // namespace
+}  // namespace lockstep::history
