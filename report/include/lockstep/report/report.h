@@ -1,0 +1,119 @@
+#pragma once
+// KPI reports of one job, from the history: CSV (time series), JSON (summary KPIs plus series,
+// docs/report.schema.json), HTML (one self-contained file, charts as inline SVG) and, through
+// report_pdf.h (Qt), PDF. Also the comparison of several jobs with a scaling chart.
+//
+// A report says what it does not know: a KPI that was not measured is written as missing (JSON
+// null, "–" in tables) and listed with the reason, never as 0. No Qt here.
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lockstep/common/result.h"
+#include "lockstep/history/history.h"
+#include "lockstep/kpi/kpi.h"
+
+namespace lockstep::report {
+
+enum class Format { kCsv, kJson, kHtml, kPdf };
+Result<Format> parseFormat(std::string_view name);           // "csv", "json", "html", "pdf"
+std::optional<Format> formatOfPath(std::string_view path);  // by extension
+std::string_view formatName(Format format);
+
+// ---- what a report holds ----
+
+struct Series {
+  std::string name;
+  std::vector<kpi::Point> points;
+};
+
+struct Chart {
+  enum class Kind { kLine, kStackedArea, kBars };
+  std::string id;  // stable: "throughput", "loss", "step_time", "utilization", "communication", "scaling"
+  std::string title, xLabel, yLabel;
+  Kind kind = Kind::kLine;
+  std::vector<Series> series;           // kBars: one series, x = index into categories
+  std::vector<std::string> categories;  // kBars only
+  std::optional<double> yMax;           // fixed top (percentages), else from the data
+};
+
+struct ReportData {
+  history::JobRecord job;
+  kpi::JobKpis kpis;  // at the job's end (or now, for a job still running), with ranks and GPUs
+  std::optional<double> meanSamplesPerSecond;  // start to end, start-up included
+  std::vector<kpi::Point> throughput;          // samples/s against seconds since start
+  std::vector<kpi::Point> loss;                // global loss against step
+  std::vector<kpi::StepSplit> stepSplits;      // mean data / compute / exposed ms per step
+  bool utilizationIsGpu = false;               // else: CPU % per rank
+  std::vector<Series> utilization;             // per GPU ("node:index") or per rank ("rank N")
+  std::vector<JobEvent> events;
+  std::vector<std::string> missing;            // what could not be measured, in words
+  std::vector<std::string> recommendations;    // plain advice drawn from the figures
+  std::int64_t generatedUnixUs = 0;
+};
+
+// Reads everything a report needs. NotFound for an unknown job.
+Result<ReportData> load(const history::History& history, const std::string& jobId, std::int64_t nowUnixUs);
+// Advice from the figures, e.g. "Communication is 41% of step time: raise the per-rank batch or
+// the bucket size." Empty when nothing stands out.
+std::vector<std::string> recommendations(const ReportData& data);
+std::vector<Chart> charts(const ReportData& data);
+
+// ---- one layout for HTML and PDF ----
+
+struct Table {
+  std::string title;
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+};
+
+struct Section {
+  std::string heading;
+  std::vector<std::string> paragraphs;
+  std::vector<Table> tables;
+  std::vector<std::string> bullets;
+  std::vector<Chart> charts;
+};
+
+struct Document {
+  std::string title;
+  std::string subtitle;
+  std::vector<Section> sections;
+};
+
+Document document(const ReportData& data);
+
+// ---- renderers (pure: strings; writing files is write()'s job) ----
+
+std::string svg(const Chart& chart, int width, int height);  // a standalone <svg> element
+std::string html(const Document& document);                   // self-contained: CSS and SVG inline
+std::string json(const ReportData& data);                     // docs/report.schema.json
+// CSV: one row per rank per step; the GPU samples go to a second file, `gpuCsvPath(path)`.
+std::string gpuCsvPath(const std::string& path);  // report.csv -> report-gpus.csv
+
+// Writes a CSV, JSON or HTML report atomically (a temp file renamed into place; no half-written
+// file on failure). PDF needs Qt: report_pdf.h.
+Result<void> write(const history::History& history, const std::string& jobId, Format format, const std::string& path,
+                   std::int64_t nowUnixUs);
+
+// ---- comparing jobs ----
+
+// Jobs with the same workload (model, data, per-rank batch, precision, optimizer, backend) differ
+// only in their rank count, so their throughputs make a scaling curve.
+std::string workloadKey(const JobSpec& spec);
+
+struct Comparison {
+  Table kpis;  // a column per job
+  // Present when at least two of the jobs share a workload at different rank counts: throughput
+  // (samples/s) and scaling efficiency (%) against ranks, and how the efficiency was obtained.
+  std::optional<Chart> throughput;
+  std::optional<Chart> efficiency;
+  std::string scalingNote;
+};
+Comparison compare(std::span<const history::JobRecord> jobs);
+
+}  // namespace lockstep::report

@@ -1,0 +1,72 @@
+#include "csv.h"
+
+#include <optional>
+
+#include "lockstep/report/report.h"
+#include "text.h"
+
+namespace lockstep::report {
+namespace detail {
+namespace {
+
+template <class T>
+std::string cell(const std::optional<T>& value) {
+  return value ? std::to_string(*value) : std::string();
+}
+
+}  // namespace
+
+std::string csvField(std::string_view text) {
+  if (text.find_first_of(",\"\r\n") == std::string_view::npos) return std::string(text);
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  out += '"';
+  return out;
+}
+
+Result<std::string> stepsCsv(const history::History& history, const std::string& jobId) {
+  std::string out =
+      "job_id,node,rank,attempt,step,epoch,world_size,samples,loss,global_loss,lr,data_us,compute_us,"
+      "exposed_comm_us,allreduce_us,bytes_reduced,step_us,time_unix_us\r\n";
+  LOCKSTEP_TRY(history.forEachStep(jobId, [&](const StepReport& r, const std::string& node) {
+    out += csvField(r.jobId) + ',' + csvField(node) + ',' + std::to_string(r.rank) + ',' + std::to_string(r.attempt) +
+           ',' + std::to_string(r.step) + ',' + std::to_string(r.epoch) + ',' + std::to_string(r.worldSize) + ',' +
+           std::to_string(r.samples) + ',' + shortest(r.loss) + ',' + (r.globalLoss ? shortest(*r.globalLoss) : "") +
+           ',' + shortest(r.lr) + ',' + std::to_string(r.dataTimeUs) + ',' + std::to_string(r.computeTimeUs) + ',' +
+           std::to_string(r.exposedCommTimeUs) + ',' + std::to_string(r.allreduceTimeUs) + ',' +
+           std::to_string(r.bytesReduced) + ',' + std::to_string(r.stepTimeUs) + ',' + std::to_string(r.timeUnixUs) +
+           "\r\n";
+  }));
+  return out;
+}
+
+Result<std::string> gpuCsv(const history::History& history, const std::string& jobId) {
+  std::string out =
+      "job_id,node,gpu,time_unix_us,span_us,utilization_pct,memory_used_bytes,power_mw,energy_mj,temperature_c,"
+      "sm_clock_mhz\r\n";
+  LOCKSTEP_TRY(history.forEachGpuSample(jobId, [&](const history::StoredGpuSample& stored) {
+    const GpuSample& s = stored.sample;
+    out += csvField(jobId) + ',' + csvField(s.node) + ',' + std::to_string(s.gpuIndex) + ',' +
+           std::to_string(s.timeUnixUs) + ',' + std::to_string(stored.spanUs) + ',' +
+           (s.utilizationPct ? shortest(*s.utilizationPct) : "") + ',' + cell(s.memoryUsedBytes) + ',' +
+           cell(s.powerMilliwatts) + ',' + cell(s.energyMillijoules) + ',' + cell(s.temperatureC) + ',' +
+           cell(s.smClockMhz) + "\r\n";
+  }));
+  return out;
+}
+
+}  // namespace detail
+
+std::string gpuCsvPath(const std::string& path) {
+  const std::size_t slash = path.rfind('/');
+  const std::size_t dot = path.rfind('.');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash) || dot == slash + 1) {
+    return path + "-gpus.csv";
+  }
+  return path.substr(0, dot) + "-gpus" + path.substr(dot);
+}
+
+}  // namespace lockstep::report

@@ -1,0 +1,247 @@
+// The JSON report (docs/report.schema.json). An unknown value is null, never 0.
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "lockstep/protocol/codec.h"
+#include "lockstep/report/report.h"
+#include "text.h"
+
+namespace lockstep::report {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Json number(const std::optional<double>& value) {
+  if (!value || !std::isfinite(*value)) return nullptr;
+  return *value;
+}
+
+// Byte counts are whole numbers, though the KPI engine keeps them as doubles.
+Json byteCount(const std::optional<double>& value) {
+  if (!value || !std::isfinite(*value)) return nullptr;
+  return static_cast<std::int64_t>(std::llround(*value));
+}
+
+Json number(double value) { return std::isfinite(value) ? Json(value) : Json(nullptr); }
+
+template <class T>
+Json optional(const std::optional<T>& value) {
+  return value ? Json(*value) : Json(nullptr);
+}
+
+// A time as both an ISO-8601 UTC string and microseconds; 0 (not yet) is null in both.
+void time(Json& object, const std::string& name, std::int64_t unixUs) {
+  object[name] = unixUs > 0 ? Json(detail::isoTime(unixUs)) : Json(nullptr);
+  object[name + "_unix_us"] = unixUs > 0 ? Json(unixUs) : Json(nullptr);
+}
+
+std::string eventKind(JobEventKind kind) {
+  switch (kind) {
+    case JobEventKind::kStarted:
+      return "started";
+    case JobEventKind::kRankStarted:
+      return "rank_started";
+    case JobEventKind::kRankExited:
+      return "rank_exited";
+    case JobEventKind::kCheckpointSaved:
+      return "checkpoint_saved";
+    case JobEventKind::kFinished:
+      return "finished";
+    case JobEventKind::kFailed:
+      return "failed";
+    case JobEventKind::kStopped:
+      return "stopped";
+  }
+  return "unknown";
+}
+
+std::string causeName(kpi::SlowCause cause) {
+  switch (cause) {
+    case kpi::SlowCause::kDataWait:
+      return "data_wait";
+    case kpi::SlowCause::kCompute:
+      return "compute";
+    case kpi::SlowCause::kCommunication:
+      return "communication";
+    case kpi::SlowCause::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
+std::string basisName(kpi::ScalingBasis basis) {
+  switch (basis) {
+    case kpi::ScalingBasis::kCalibrated:
+      return "calibrated";
+    case kpi::ScalingBasis::kEstimatedFromCompute:
+      return "estimated_from_compute";
+    case kpi::ScalingBasis::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
+Json points(const std::vector<kpi::Point>& series) {
+  Json out = Json::array();
+  for (const auto& p : series) {
+    if (std::isfinite(p.x) && std::isfinite(p.y)) out.push_back(Json::array({p.x, p.y}));
+  }
+  return out;
+}
+
+Json jobJson(const history::JobRecord& job) {
+  Json j;
+  j["id"] = job.spec.jobId;
+  j["name"] = job.spec.name;
+  j["state"] = std::string(jobStateName(job.state));
+  time(j, "started_at", job.startedUnixUs);
+  time(j, "ended_at", job.endedUnixUs);
+  j["message"] = job.message;
+  j["spec"] = Json::parse(jobSpecToJson(job.spec), nullptr, /*allow_exceptions=*/false);
+  if (j["spec"].is_discarded()) j["spec"] = Json::object();
+  j["parts"] = Json::array();
+  for (const auto& p : job.parts) {
+    Json part;
+    part["node"] = p.node;
+    part["state"] = std::string(jobStateName(p.state));
+    time(part, "started_at", p.startedUnixUs);
+    time(part, "ended_at", p.endedUnixUs);
+    part["message"] = p.message;
+    j["parts"].push_back(std::move(part));
+  }
+  j["nodes"] = Json::array();
+  for (const auto& n : job.nodes) {
+    Json node;
+    node["node"] = n.node;
+    node["host"] = n.host;
+    node["cpu_cores"] = n.cpuCores;
+    node["memory_total_bytes"] = n.memoryTotalBytes;
+    node["agent_version"] = n.agentVersion;
+    node["gpus"] = Json::array();
+    for (const auto& g : n.gpus) {
+      node["gpus"].push_back(
+          Json{{"index", g.index}, {"name", g.name}, {"uuid", g.uuid}, {"memory_total_bytes", g.memoryTotalBytes}});
+    }
+    j["nodes"].push_back(std::move(node));
+  }
+  return j;
+}
+
+Json kpisJson(const ReportData& data) {
+  const kpi::JobKpis& k = data.kpis;
+  Json j;
+  j["world_size"] = k.worldSize;
+  j["attempts"] = k.attempts;
+  j["step"] = k.step;
+  j["total_steps"] = k.totalSteps > 0 ? Json(k.totalSteps) : Json(nullptr);
+  j["elapsed_seconds"] = number(k.elapsedSeconds);
+  j["mean_samples_per_second"] = number(data.meanSamplesPerSecond);
+  j["samples_per_second"] = number(k.samplesPerSecond);
+  j["comm_overhead"] = number(k.commOverhead);
+  j["scaling_efficiency"] = number(k.scalingEfficiency);
+  j["scaling_basis"] = k.scalingEfficiency ? Json(basisName(k.scalingBasis)) : Json(nullptr);
+  j["gpu_utilization_pct"] = number(k.gpuUtilizationPct);
+  j["load_imbalance"] = number(k.loadImbalance);
+  j["slowest_rank"] = optional(k.slowestRank);
+  j["slowest_cause"] = k.slowestRank ? Json(causeName(k.slowestCause)) : Json(nullptr);
+  j["last_global_loss"] = number(k.lastGlobalLoss);
+  j["smoothed_loss"] = number(k.smoothedLoss);
+  j["time_to_convergence_seconds"] = number(k.timeToConvergenceSeconds);
+  j["eta_seconds"] = number(k.etaSeconds);
+  j["energy_kwh"] = number(k.energyKwh);
+  j["gpu_hours"] = number(k.gpuHours);
+  j["core_hours"] = number(k.coreHours);
+  const bool priced =
+      data.job.spec.prices.gpuHour > 0 || data.job.spec.prices.coreHour > 0 || data.job.spec.prices.kwh > 0;
+  // Without prices the cost is unknown, not free.
+  j["cost_so_far"] = priced ? number(k.costSoFar) : Json(nullptr);
+  j["cost_projected"] = priced ? number(k.costProjected) : Json(nullptr);
+  j["cost_complete"] = priced && k.costComplete;
+  j["currency"] = data.job.spec.prices.currency;
+  j["missing"] = data.missing;
+  return j;
+}
+
+Json rankJson(const kpi::RankKpis& r) {
+  Json j;
+  j["rank"] = r.rank;
+  j["node"] = r.node;
+  j["attempt"] = r.attempt;
+  j["step"] = r.step;
+  j["epoch"] = r.epoch;
+  j["samples_per_second"] = number(r.samplesPerSecond);
+  j["comm_overhead"] = number(r.commOverhead);
+  j["mean_data_us"] = number(r.meanDataUs);
+  j["mean_compute_us"] = number(r.meanComputeUs);
+  j["mean_exposed_us"] = number(r.meanExposedUs);
+  j["mean_step_us"] = number(r.meanStepUs);
+  j["loss"] = number(r.loss);
+  j["cpu_pct"] = number(r.cpuPct);
+  j["rss_bytes"] = byteCount(r.rssBytes);
+  return j;
+}
+
+Json gpuJson(const kpi::GpuKpis& g) {
+  Json j;
+  j["node"] = g.node;
+  j["index"] = g.index;
+  j["utilization_pct"] = number(g.utilizationPct);
+  j["mean_utilization_pct"] = number(g.meanUtilizationPct);
+  j["memory_used_bytes"] = byteCount(g.memoryUsedBytes);
+  j["power_watts"] = number(g.powerWatts);
+  j["temperature_c"] = number(g.temperatureC);
+  j["energy_kwh"] = number(g.energyKwh);
+  return j;
+}
+
+Json eventJson(const JobEvent& e) {
+  Json j;
+  time(j, "time", e.timeUnixUs);
+  j["kind"] = eventKind(e.kind);
+  j["rank"] = optional(e.rank);
+  j["exit_code"] = optional(e.exitCode);
+  j["signal"] = optional(e.signal);
+  j["step"] = optional(e.step);
+  j["message"] = e.message;
+  j["log_tail"] = e.logTail;
+  return j;
+}
+
+}  // namespace
+
+std::string json(const ReportData& data) {
+  Json root;
+  root["schema"] = "lockstep.report.v1";
+  time(root, "generated_at", data.generatedUnixUs);
+  root["job"] = jobJson(data.job);
+  root["kpis"] = kpisJson(data);
+  root["ranks"] = Json::array();
+  for (const auto& r : data.kpis.ranks) root["ranks"].push_back(rankJson(r));
+  root["gpus"] = Json::array();
+  for (const auto& g : data.kpis.gpus) root["gpus"].push_back(gpuJson(g));
+
+  Json series;
+  series["throughput"] = points(data.throughput);
+  series["loss"] = points(data.loss);
+  series["step_time"] = Json::array();
+  for (const auto& s : data.stepSplits) {
+    series["step_time"].push_back(Json{{"step", s.step},
+                                       {"data_ms", number(s.dataMs)},
+                                       {"compute_ms", number(s.computeMs)},
+                                       {"exposed_ms", number(s.exposedMs)}});
+  }
+  series["utilization_source"] = data.utilizationIsGpu ? "gpu" : "cpu";
+  series["utilization"] = Json::array();
+  for (const auto& u : data.utilization)
+    series["utilization"].push_back(Json{{"name", u.name}, {"points", points(u.points)}});
+  root["series"] = std::move(series);
+
+  root["events"] = Json::array();
+  for (const auto& e : data.events) root["events"].push_back(eventJson(e));
+  root["recommendations"] = data.recommendations;
+  // Replace invalid UTF-8 (a rank's log tail can hold anything) instead of throwing.
+  return root.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace lockstep::report

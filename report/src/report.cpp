@@ -1,0 +1,814 @@
+#include "lockstep/report/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "csv.h"
+#include "lockstep/common/files.h"
+#include "text.h"
+
+namespace lockstep::report {
+namespace {
+
+using detail::kDash;
+using detail::number;
+
+std::string dash() { return std::string(kDash); }
+
+std::string lower(std::string_view text) {
+  std::string out(text);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+// A setting as written: 25 -> "25", 12.5 -> "12.5", 0.001 -> "0.001".
+std::string compact(double value) {
+  std::string text = detail::shortest(value);
+  return text.find('e') == std::string::npos ? text : number(value, 6);
+}
+
+std::string orDash(const kpi::Maybe& value, int decimals, std::string_view unit = {}) {
+  if (!value || !std::isfinite(*value)) return dash();
+  return number(*value, decimals) + std::string(unit);
+}
+
+// A figure that crossed a threshold, in whole percent; with one decimal where rounding would make it
+// read as the threshold itself ("15.0%", not "15%", for 0.1504 above 15%).
+std::string percentPast(double valuePct, double thresholdPct) {
+  return number(valuePct, std::round(valuePct) == std::round(thresholdPct) ? 1 : 0) + "%";
+}
+
+std::string eventName(JobEventKind kind) {
+  switch (kind) {
+    case JobEventKind::kStarted:
+      return "started";
+    case JobEventKind::kRankStarted:
+      return "rank started";
+    case JobEventKind::kRankExited:
+      return "rank exited";
+    case JobEventKind::kCheckpointSaved:
+      return "checkpoint saved";
+    case JobEventKind::kFinished:
+      return "finished";
+    case JobEventKind::kFailed:
+      return "failed";
+    case JobEventKind::kStopped:
+      return "stopped";
+  }
+  return "unknown";
+}
+
+std::string layersText(const std::vector<std::uint32_t>& layers) {
+  std::string text;
+  for (const auto size : layers) text += (text.empty() ? "" : ", ") + std::to_string(size);
+  return text.empty() ? dash() : text;
+}
+
+std::string datasetText(const DatasetSource& dataset) {
+  if (const auto* s = std::get_if<SyntheticDataset>(&dataset)) {
+    return "synthetic: " + number(static_cast<double>(s->samples), 0) + " samples, " + std::to_string(s->dim) +
+           " features, " + std::to_string(s->classes) + " classes, seed " + std::to_string(s->seed);
+  }
+  const auto& npy = std::get<NpyDataset>(dataset);
+  return "npy: " + npy.featuresPath + ", " + npy.labelsPath;
+}
+
+std::string optimizerText(const OptimizerSpec& o) {
+  std::string text;
+  if (o.kind == OptimizerKind::kSgd) {
+    text = "SGD, lr " + compact(o.lr) + ", momentum " + compact(o.momentum) + (o.nesterov ? " (Nesterov)" : "");
+  } else {
+    text = "AdamW, lr " + compact(o.lr) + ", betas " + compact(o.beta1) + "/" + compact(o.beta2) + ", eps " +
+           compact(o.eps);
+  }
+  text += ", weight decay " + compact(o.weightDecay);
+  if (o.lrScaling == LrScaling::kLinear) {
+    text += "; lr scaled linearly with the global batch (base batch " +
+            (o.lrBaseBatch > 0 ? std::to_string(o.lrBaseBatch) : std::string("the per-rank batch")) + ")";
+  }
+  return text;
+}
+
+bool priced(const Prices& p) { return p.gpuHour > 0 || p.coreHour > 0 || p.kwh > 0; }
+
+std::string moneyText(double amount, const std::string& currency) { return number(amount, 2) + " " + currency; }
+
+// The share of step time the ranks spend waiting for data: over the ranks' last window when known,
+// else over the recorded step splits.
+kpi::Maybe dataWaitShare(const ReportData& data) {
+  double dataUs = 0, stepUs = 0;
+  for (const auto& r : data.kpis.ranks) {
+    if (r.meanDataUs && r.meanStepUs) {
+      dataUs += *r.meanDataUs;
+      stepUs += *r.meanStepUs;
+    }
+  }
+  if (stepUs > 0) return dataUs / stepUs;
+  double d = 0, total = 0;
+  for (const auto& s : data.stepSplits) {
+    d += s.dataMs;
+    total += s.dataMs + s.computeMs + s.exposedMs;
+  }
+  if (total > 0) return d / total;
+  return std::nullopt;
+}
+
+bool ended(const history::JobRecord& job) {
+  return job.endedUnixUs != 0 || job.state == JobState::kFinished || job.state == JobState::kFailed ||
+         job.state == JobState::kStopped;
+}
+
+std::vector<kpi::Point> toVector(const std::deque<kpi::Point>& points) { return {points.begin(), points.end()}; }
+
+void addMissing(std::vector<std::string>& missing, std::string what) {
+  if (std::find(missing.begin(), missing.end(), what) == missing.end()) missing.push_back(std::move(what));
+}
+
+std::vector<std::string> missingOf(const ReportData& data) {
+  const JobSpec& spec = data.job.spec;
+  const kpi::JobKpis& k = data.kpis;
+  std::vector<std::string> missing = k.missing;
+  const bool stepsSeen = k.step > 0 || !k.ranks.empty();
+  if (!stepsSeen) {
+    addMissing(
+        missing,
+        "step reports (no rank reported a step: throughput, communication, load imbalance and loss are unknown)");
+  } else {
+    if (!k.samplesPerSecond) addMissing(missing, "throughput over the last 10 s (no step report in that window)");
+    if (!k.commOverhead) addMissing(missing, "communication overhead (no step times in the last 10 s)");
+    if (!k.loadImbalance) addMissing(missing, "load imbalance (no step that every rank completed in the last 10 s)");
+    if (!k.lastGlobalLoss) addMissing(missing, "loss (no finite global loss was reported)");
+  }
+  if (stepsSeen && !k.scalingEfficiency) {
+    addMissing(missing, "scaling efficiency (no calibration run and no compute times to estimate it from)");
+  }
+  if (spec.backend == Backend::kCpu && !k.gpuUtilizationPct) {
+    addMissing(missing, "GPU utilization (a CPU job uses no GPUs)");
+  }
+  if (!spec.targetLoss) addMissing(missing, "time to convergence (the job has no target loss)");
+  if (!priced(spec.prices))
+    addMissing(missing, "cost (no prices were set for this job)");
+  else if (!k.costComplete)
+    addMissing(missing, "part of the cost (a priced quantity was not measured; the cost leaves it out)");
+  return missing;
+}
+
+// Mean data / compute / exposed ms over groups of consecutive steps: one step alone is noisy.
+std::vector<kpi::StepSplit> grouped(const std::vector<kpi::StepSplit>& splits, std::size_t maxGroups) {
+  const std::size_t group = std::max<std::size_t>(1, (splits.size() + maxGroups - 1) / maxGroups);
+  std::vector<kpi::StepSplit> out;
+  for (std::size_t start = 0; start < splits.size(); start += group) {
+    const std::size_t end = std::min(splits.size(), start + group);
+    kpi::StepSplit sum{splits[end - 1].step, 0, 0, 0};
+    for (std::size_t i = start; i < end; ++i) {
+      sum.dataMs += splits[i].dataMs;
+      sum.computeMs += splits[i].computeMs;
+      sum.exposedMs += splits[i].exposedMs;
+    }
+    const auto n = static_cast<double>(end - start);
+    out.push_back({sum.step, sum.dataMs / n, sum.computeMs / n, sum.exposedMs / n});
+  }
+  return out;
+}
+
+std::size_t distinctNodes(const history::JobRecord& job) {
+  std::set<std::string> nodes;
+  for (const auto& p : job.spec.ranks) nodes.insert(p.node);
+  for (const auto& p : job.parts) nodes.insert(p.node);
+  return nodes.size();
+}
+
+// The job's mean throughput, start to end, from its final KPIs; else the last window's.
+kpi::Maybe meanThroughput(const history::JobRecord& job) {
+  if (!job.finalKpis) return std::nullopt;
+  const kpi::JobKpis& k = *job.finalKpis;
+  if (k.elapsedSeconds > 0 && k.step > 0) {
+    return static_cast<double>(k.step) * static_cast<double>(job.spec.globalBatch()) / k.elapsedSeconds;
+  }
+  return k.samplesPerSecond;
+}
+
+}  // namespace
+
+Result<Format> parseFormat(std::string_view name) {
+  const std::string n = lower(name);
+  if (n == "csv") return Format::kCsv;
+  if (n == "json") return Format::kJson;
+  if (n == "html") return Format::kHtml;
+  if (n == "pdf") return Format::kPdf;
+  return invalidArgument("unknown report format '" + std::string(name) + "': use csv, json, html or pdf");
+}
+
+std::optional<Format> formatOfPath(std::string_view path) {
+  const std::size_t dot = path.rfind('.');
+  const std::size_t slash = path.rfind('/');
+  if (dot == std::string_view::npos || (slash != std::string_view::npos && dot < slash)) return std::nullopt;
+  const std::string ext = lower(path.substr(dot + 1));
+  if (ext == "htm") return Format::kHtml;
+  auto format = parseFormat(ext);
+  if (!format) return std::nullopt;
+  return *format;
+}
+
+std::string_view formatName(Format format) {
+  switch (format) {
+    case Format::kCsv:
+      return "csv";
+    case Format::kJson:
+      return "json";
+    case Format::kHtml:
+      return "html";
+    case Format::kPdf:
+      return "pdf";
+  }
+  return "unknown";
+}
+
+Result<ReportData> load(const history::History& history, const std::string& jobId, std::int64_t nowUnixUs) {
+  ReportData data;
+  data.generatedUnixUs = nowUnixUs;
+  LOCKSTEP_ASSIGN_OR_RETURN(data.job, history.job(jobId));
+  LOCKSTEP_ASSIGN_OR_RETURN(auto tracker, history.tracker(jobId));
+  // At the job's end; a rank's last report can be stamped after the agent saw the job end, and the
+  // KPIs' window must include it.
+  const std::int64_t at =
+      data.job.endedUnixUs > 0 ? std::max(data.job.endedUnixUs, tracker->lastReportUnixUs()) : nowUnixUs;
+  data.kpis = tracker->snapshot(at);
+  const kpi::JobKpis& k = data.kpis;
+  if (k.elapsedSeconds > 0 && k.step > 0) {
+    data.meanSamplesPerSecond =
+        static_cast<double>(k.step) * static_cast<double>(data.job.spec.globalBatch()) / k.elapsedSeconds;
+  }
+  data.throughput = toVector(tracker->throughputSeries());
+  data.loss = toVector(tracker->lossSeries());
+  data.stepSplits.assign(tracker->stepSplits().begin(), tracker->stepSplits().end());
+  data.utilizationIsGpu = !tracker->gpuUtilizationSeries().empty();
+  if (data.utilizationIsGpu) {
+    for (const auto& [key, points] : tracker->gpuUtilizationSeries()) {
+      data.utilization.push_back({key.first + ":" + std::to_string(key.second), toVector(points)});
+    }
+  } else {
+    for (const auto& [rank, points] : tracker->cpuPercentSeries()) {
+      data.utilization.push_back({"rank " + std::to_string(rank), toVector(points)});
+    }
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(data.events, history.events(jobId));
+  data.missing = missingOf(data);
+  data.recommendations = recommendations(data);
+  return data;
+}
+
+std::vector<std::string> recommendations(const ReportData& data) {
+  const JobSpec& spec = data.job.spec;
+  const kpi::JobKpis& k = data.kpis;
+  std::vector<std::string> out;
+
+  if (k.commOverhead && *k.commOverhead > 0.15) {
+    out.push_back("Communication is " + percentPast(*k.commOverhead * 100, 15) +
+                  " of step time: raise the per-rank batch (now " + std::to_string(spec.batchPerRank) +
+                  ") or the bucket size (now " + compact(spec.bucketMb) +
+                  " MB) so that more of the all-reduce hides behind compute.");
+  }
+
+  if (k.loadImbalance && *k.loadImbalance > 1.15 && k.slowestRank) {
+    std::string node;
+    for (const auto& r : k.ranks) {
+      if (r.rank == *k.slowestRank) node = r.node;
+    }
+    std::string text = "Load imbalance is " + number(*k.loadImbalance, 2) +
+                       "× (the slowest compute time per step over the median rank's): rank " +
+                       std::to_string(*k.slowestRank) + (node.empty() ? "" : " on " + node) + " is the slowest";
+    switch (k.slowestCause) {
+      case kpi::SlowCause::kDataWait:
+        text +=
+            ", waiting for data: give it more data loader threads or faster storage (or keep the data set in memory).";
+        break;
+      case kpi::SlowCause::kCompute:
+        text +=
+            ", computing: its hardware is slower or shared; check for a slower or throttled GPU or CPU, or other work "
+            "on " +
+            (node.empty() ? std::string("its node") : node) + ".";
+        break;
+      case kpi::SlowCause::kCommunication:
+        text += ", communicating: check the network link of " + (node.empty() ? std::string("its node") : node) + ".";
+        break;
+      case kpi::SlowCause::kUnknown:
+        text += ".";
+        break;
+    }
+    out.push_back(text);
+  }
+
+  if (k.gpuUtilizationPct && *k.gpuUtilizationPct < 70) {
+    out.push_back("GPU utilization is " + percentPast(*k.gpuUtilizationPct, 70) + " (mean over " +
+                  std::to_string(k.gpus.size()) + " GPU" + (k.gpus.size() == 1 ? "" : "s") +
+                  " and the job): the GPUs wait for data, communication or the host; raise the per-rank batch (now " +
+                  std::to_string(spec.batchPerRank) + ") so that each step gives them more work.");
+  }
+
+  if (k.scalingEfficiency && *k.scalingEfficiency < 0.8 && spec.worldSize > 1) {
+    const std::string efficiency = percentPast(*k.scalingEfficiency * 100, 80);
+    out.push_back("Scaling efficiency is " + efficiency + " with " + std::to_string(spec.worldSize) + " ranks (" +
+                  std::string(kpi::scalingBasisName(k.scalingBasis)) + "): each rank delivers " + efficiency +
+                  " of what it would alone; fewer ranks or a larger per-rank batch would use the hardware better.");
+  }
+
+  if (const auto share = dataWaitShare(data); share && *share > 0.10) {
+    out.push_back("Waiting for data is " + percentPast(*share * 100, 10) +
+                  " of step time: use more data loader threads or faster storage, or keep the data set in memory.");
+  }
+
+  for (const auto& r : k.ranks) {
+    if (r.step > 0 && !r.loss) {
+      out.push_back("The loss of rank " + std::to_string(r.rank) + " is not a number at step " +
+                    std::to_string(r.step) + ": training diverged; lower the learning rate (now " +
+                    compact(spec.optimizer.lr) + ") or check the data for bad values.");
+      break;
+    }
+  }
+  if (data.loss.size() >= 10) {
+    // Means of the first and last tenth: single steps are too noisy to compare.
+    const std::size_t tenth = data.loss.size() / 10;
+    double first = 0, last = 0;
+    for (std::size_t i = 0; i < tenth; ++i) {
+      first += data.loss[i].y;
+      last += data.loss[data.loss.size() - 1 - i].y;
+    }
+    first /= static_cast<double>(tenth);
+    last /= static_cast<double>(tenth);
+    if (last > first * 1.05 && last - first > 1e-6) {
+      out.push_back("The loss rose from " + number(first, 4) + " to " + number(last, 4) +
+                    " over the job: lower the learning rate (now " + compact(spec.optimizer.lr) + ").");
+    }
+  }
+
+  if (spec.targetLoss && !k.timeToConvergenceSeconds && ended(data.job)) {
+    out.push_back(
+        (k.smoothedLoss ? "The smoothed loss (" + number(*k.smoothedLoss, 4) + ")" : std::string("The loss")) +
+        " did not reach the target loss " + compact(*spec.targetLoss) + " in " +
+        number(static_cast<double>(k.step), 0) + " steps: train for longer, or revisit the learning rate (now " +
+        compact(spec.optimizer.lr) + ").");
+  }
+
+  if (!priced(spec.prices)) {
+    out.push_back(
+        "No prices were set for this job, so its cost is unknown: give the price per GPU-hour, per CPU core-hour "
+        "and per kWh when starting a job.");
+  }
+  return out;
+}
+
+std::vector<Chart> charts(const ReportData& data) {
+  std::vector<Chart> out;
+
+  Chart throughput;
+  throughput.id = "throughput";
+  throughput.title = "Training throughput";
+  throughput.xLabel = "seconds since start";
+  throughput.yLabel = "samples/s";
+  throughput.series.push_back({"samples/s", data.throughput});
+  out.push_back(std::move(throughput));
+
+  Chart loss;
+  loss.id = "loss";
+  loss.title = "Global loss";
+  loss.xLabel = "step";
+  loss.yLabel = "loss";
+  loss.series.push_back({"global loss", data.loss});
+  out.push_back(std::move(loss));
+
+  Chart split;
+  split.id = "step_time";
+  split.title = "Step time: data, compute, exposed communication (mean over ranks)";
+  split.xLabel = "step";
+  split.yLabel = "ms";
+  split.kind = Chart::Kind::kStackedArea;
+  Series dataWait{"data", {}}, compute{"compute", {}}, exposed{"exposed communication", {}};
+  for (const auto& s : grouped(data.stepSplits, 300)) {
+    const auto x = static_cast<double>(s.step);
+    dataWait.points.push_back({x, s.dataMs});
+    compute.points.push_back({x, s.computeMs});
+    exposed.points.push_back({x, s.exposedMs});
+  }
+  split.series = {std::move(dataWait), std::move(compute), std::move(exposed)};
+  out.push_back(std::move(split));
+
+  Chart util;
+  util.id = "utilization";
+  util.title = data.utilizationIsGpu ? "GPU utilization" : "CPU % per rank";
+  util.xLabel = "seconds since start";
+  util.yLabel = data.utilizationIsGpu ? "GPU utilization (%)" : "CPU (%)";
+  util.series = data.utilization;
+  // CPU % of a rank exceeds 100 with several BLAS threads; only GPU utilization has a fixed top.
+  if (data.utilizationIsGpu) util.yMax = 100;
+  out.push_back(std::move(util));
+
+  Chart comm;
+  comm.id = "communication";
+  comm.title = "Communication overhead per rank";
+  comm.xLabel = "rank";
+  comm.yLabel = "% of step time";
+  comm.kind = Chart::Kind::kBars;
+  Series bars{"communication overhead", {}};
+  for (const auto& r : data.kpis.ranks) {
+    if (r.commOverhead) bars.points.push_back({static_cast<double>(comm.categories.size()), *r.commOverhead * 100});
+    comm.categories.push_back(std::to_string(r.rank));
+  }
+  comm.series.push_back(std::move(bars));
+  out.push_back(std::move(comm));
+  return out;
+}
+
+Document document(const ReportData& data) {
+  const history::JobRecord& job = data.job;
+  const JobSpec& spec = job.spec;
+  const kpi::JobKpis& k = data.kpis;
+  Document doc;
+  doc.title = "Job " + spec.jobId + (spec.name.empty() ? "" : " — " + spec.name);
+  doc.subtitle = std::string(jobStateName(job.state));
+  if (job.startedUnixUs > 0) doc.subtitle += " · started " + detail::displayTime(job.startedUnixUs);
+  if (job.endedUnixUs > 0) doc.subtitle += " · ended " + detail::displayTime(job.endedUnixUs);
+  doc.subtitle += " · report generated " + detail::displayTime(data.generatedUnixUs);
+
+  // ---- Summary ----
+  Section summary;
+  summary.heading = "Summary";
+  if (!job.message.empty()) summary.paragraphs.push_back(job.message);
+  Table kpis{"Key figures", {"KPI", "Value", "How it was obtained"}, {}};
+  kpis.rows.push_back({"Training throughput",
+                       data.meanSamplesPerSecond ? number(*data.meanSamplesPerSecond, 0) + " samples/s" : dash(),
+                       "mean over the job, start to end (start-up included)"});
+  kpis.rows.push_back(
+      {"Throughput at the end", orDash(k.samplesPerSecond, 0, " samples/s"), "over the last 10 s, summed over ranks"});
+  kpis.rows.push_back({"Scaling efficiency", detail::percent(k.scalingEfficiency),
+                       k.scalingEfficiency ? std::string(kpi::scalingBasisName(k.scalingBasis)) : "not known"});
+  kpis.rows.push_back({"GPU utilization", orDash(k.gpuUtilizationPct, 0, "%"),
+                       k.gpuUtilizationPct             ? "mean over the job's GPUs and time"
+                       : spec.backend == Backend::kCpu ? "a CPU job"
+                                                       : "no GPU samples"});
+  kpis.rows.push_back(
+      {"Communication overhead", detail::percent(k.commOverhead), "exposed all-reduce time / step time, last 10 s"});
+  std::string convergence = "no target loss";
+  if (spec.targetLoss) {
+    convergence =
+        (k.timeToConvergenceSeconds ? "smoothed loss reached " : "not reached: target ") + compact(*spec.targetLoss);
+  }
+  kpis.rows.push_back({"Time to convergence",
+                       k.timeToConvergenceSeconds ? detail::duration(*k.timeToConvergenceSeconds) : dash(),
+                       convergence});
+  std::string costNote = "no prices set";
+  if (priced(spec.prices)) {
+    costNote = "spent";
+    if (k.costProjected && k.totalSteps > k.step)
+      costNote += "; projected " + moneyText(*k.costProjected, spec.prices.currency);
+    if (!k.costComplete) costNote += "; without unmeasured parts";
+  }
+  kpis.rows.push_back({"Cost per training job",
+                       priced(spec.prices) && k.costSoFar ? moneyText(*k.costSoFar, spec.prices.currency) : dash(),
+                       costNote});
+  kpis.rows.push_back({"Energy", orDash(k.energyKwh, 3, " kWh"),
+                       k.energyKwh ? "NVML energy counters of the job's GPUs" : "no energy counter readings"});
+  std::string slowest = "–";
+  if (k.slowestRank) {
+    slowest =
+        "slowest rank " + std::to_string(*k.slowestRank) + " (" + std::string(kpi::slowCauseName(k.slowestCause)) + ")";
+  }
+  kpis.rows.push_back({"Load imbalance", orDash(k.loadImbalance, 2, "×"), slowest});
+  kpis.rows.push_back({"Final loss", orDash(k.smoothedLoss, 4),
+                       k.lastGlobalLoss ? "smoothed (EMA 0.1); last global loss " + number(*k.lastGlobalLoss, 4)
+                                        : std::string("smoothed (EMA 0.1)")});
+  kpis.rows.push_back({"Steps",
+                       number(static_cast<double>(k.step), 0) +
+                           (k.totalSteps > 0 ? " of " + number(static_cast<double>(k.totalSteps), 0) : ""),
+                       k.attempts > 1 ? std::to_string(k.attempts) + " attempts" : ""});
+  kpis.rows.push_back(
+      {"Elapsed", k.elapsedSeconds > 0 ? detail::duration(k.elapsedSeconds) : dash(), "first step to end"});
+  kpis.rows.push_back({"GPU-hours / core-hours", orDash(k.gpuHours, 2) + " / " + orDash(k.coreHours, 2),
+                       "GPUs × elapsed; measured CPU time of the ranks"});
+  summary.tables.push_back(std::move(kpis));
+  doc.sections.push_back(std::move(summary));
+
+  // ---- Recommendations ----
+  Section advice;
+  advice.heading = "Recommendations";
+  advice.bullets = data.recommendations;
+  if (advice.bullets.empty()) advice.paragraphs.push_back("Nothing stands out: no figure crossed a threshold.");
+  doc.sections.push_back(std::move(advice));
+
+  // ---- Job spec ----
+  Section specSection;
+  specSection.heading = "Job spec";
+  Table settings{"Settings", {"Setting", "Value"}, {}};
+  settings.rows = {
+      {"Job ID", spec.jobId},
+      {"Name", spec.name.empty() ? dash() : spec.name},
+      {"Backend", spec.backend == Backend::kCuda ? "CUDA" : "CPU"},
+      {"Model layers", layersText(spec.layers)},
+      {"Activation", spec.activation == Activation::kGelu ? "GELU" : "ReLU"},
+      {"Precision", spec.precision == Precision::kBf16   ? "BF16"
+                    : spec.precision == Precision::kTf32 ? "TF32"
+                                                         : "FP32"},
+      {"Dataset", datasetText(spec.dataset)},
+      {"Ranks", std::to_string(spec.worldSize)},
+      {"Batch per rank",
+       std::to_string(spec.batchPerRank) +
+           (spec.accumSteps > 1 ? " × " + std::to_string(spec.accumSteps) + " accumulation steps" : "")},
+      {"Global batch", number(static_cast<double>(spec.globalBatch()), 0)},
+      {"Optimizer", optimizerText(spec.optimizer)},
+      {"Steps", spec.steps > 0 ? number(static_cast<double>(spec.steps), 0) : dash()},
+      {"Epochs", spec.epochs > 0 ? std::to_string(spec.epochs) : dash()},
+      {"Target loss", spec.targetLoss ? compact(*spec.targetLoss) : dash()},
+      {"Bucket size", compact(spec.bucketMb) + " MB"},
+      {"Shuffle, seed", std::string(spec.shuffle ? "yes" : "no") + ", " + std::to_string(spec.seed)},
+      {"Checkpoints", spec.checkpointEvery > 0
+                          ? "every " + std::to_string(spec.checkpointEvery) + " steps to " + spec.checkpointDir
+                          : std::string("off")},
+      {"Prices", priced(spec.prices)
+                     ? compact(spec.prices.gpuHour) + " per GPU-hour, " + compact(spec.prices.coreHour) +
+                           " per core-hour, " + compact(spec.prices.kwh) + " per kWh (" + spec.prices.currency + ")"
+                     : std::string("not set")},
+  };
+  specSection.tables.push_back(std::move(settings));
+  doc.sections.push_back(std::move(specSection));
+
+  // ---- Nodes and GPUs ----
+  Section nodes;
+  nodes.heading = "Nodes and GPUs";
+  Table nodeTable{"Nodes", {"Node", "Host", "CPU cores", "Memory", "GPUs", "Ranks", "Agent"}, {}};
+  std::map<std::string, std::string> ranksOn;
+  for (const auto& p : spec.ranks) {
+    std::string& text = ranksOn[p.node];
+    text += (text.empty() ? "" : ", ") + std::to_string(p.rank) +
+            (p.gpuIndex ? " (GPU " + std::to_string(*p.gpuIndex) + ")" : "");
+  }
+  std::set<std::string> listed;
+  for (const auto& n : job.nodes) {
+    std::string gpus;
+    for (const auto& g : n.gpus) {
+      gpus += (gpus.empty() ? "" : "; ") + std::to_string(g.index) + ": " + g.name + " (" +
+              detail::bytes(static_cast<double>(g.memoryTotalBytes)) + ")";
+    }
+    nodeTable.rows.push_back({n.node, n.host, std::to_string(n.cpuCores),
+                              detail::bytes(static_cast<double>(n.memoryTotalBytes)), gpus.empty() ? "none" : gpus,
+                              ranksOn.count(n.node) ? ranksOn[n.node] : dash(), n.agentVersion});
+    listed.insert(n.node);
+  }
+  for (const auto& [node, ranks] : ranksOn) {
+    if (!listed.count(node)) nodeTable.rows.push_back({node, dash(), dash(), dash(), dash(), ranks, dash()});
+  }
+  nodes.tables.push_back(std::move(nodeTable));
+  doc.sections.push_back(std::move(nodes));
+
+  // ---- Ranks ----
+  Section ranks;
+  ranks.heading = "Ranks";
+  ranks.paragraphs.push_back("Rates and means over each rank's last 10 s of reports.");
+  Table rankTable{"Per rank",
+                  {"Rank", "Node", "Steps", "Samples/s", "Comm", "Data ms", "Compute ms", "Exposed ms", "Step ms",
+                   "Loss", "CPU %", "RSS"},
+                  {}};
+  const auto ms = [](const kpi::Maybe& us) { return us ? number(*us / 1000, 1) : dash(); };
+  for (const auto& r : k.ranks) {
+    rankTable.rows.push_back({std::to_string(r.rank), r.node, number(static_cast<double>(r.step), 0),
+                              orDash(r.samplesPerSecond, 0), detail::percent(r.commOverhead), ms(r.meanDataUs),
+                              ms(r.meanComputeUs), ms(r.meanExposedUs), ms(r.meanStepUs), orDash(r.loss, 4),
+                              orDash(r.cpuPct, 0), r.rssBytes ? detail::bytes(*r.rssBytes) : dash()});
+  }
+  ranks.tables.push_back(std::move(rankTable));
+  if (!k.gpus.empty()) {
+    Table gpuTable{
+        "GPUs",
+        {"Node", "GPU", "Name", "Utilization", "Mean utilization", "Memory used", "Power", "Temperature", "Energy"},
+        {}};
+    for (const auto& g : k.gpus) {
+      std::string name = dash();
+      for (const auto& n : job.nodes) {
+        for (const auto& info : n.gpus) {
+          if (n.node == g.node && info.index == g.index) name = info.name;
+        }
+      }
+      gpuTable.rows.push_back(
+          {g.node, std::to_string(g.index), name, orDash(g.utilizationPct, 0, "%"),
+           orDash(g.meanUtilizationPct, 0, "%"), g.memoryUsedBytes ? detail::bytes(*g.memoryUsedBytes) : dash(),
+           orDash(g.powerWatts, 0, " W"), orDash(g.temperatureC, 0, " °C"), orDash(g.energyKwh, 3, " kWh")});
+    }
+    ranks.tables.push_back(std::move(gpuTable));
+  }
+  doc.sections.push_back(std::move(ranks));
+
+  // ---- Charts ----
+  Section chartSection;
+  chartSection.heading = "Charts";
+  chartSection.charts = charts(data);
+  doc.sections.push_back(std::move(chartSection));
+
+  // ---- Events ----
+  Section events;
+  events.heading = "Events";
+  Table eventTable{"Events", {"Time", "Event", "Rank", "Message"}, {}};
+  for (const auto& e : data.events) {
+    std::string message = e.message;
+    if (e.exitCode)
+      message += (message.empty() ? "" : " ") + std::string("(exit code ") + std::to_string(*e.exitCode) + ")";
+    if (e.signal) message += (message.empty() ? "" : " ") + std::string("(signal ") + std::to_string(*e.signal) + ")";
+    if (e.step) message += (message.empty() ? "" : " ") + std::string("at step ") + std::to_string(*e.step);
+    eventTable.rows.push_back(
+        {detail::displayTime(e.timeUnixUs), eventName(e.kind), e.rank ? std::to_string(*e.rank) : dash(), message});
+  }
+  if (eventTable.rows.empty()) {
+    events.paragraphs.push_back("No events were recorded.");
+  } else {
+    events.tables.push_back(std::move(eventTable));
+  }
+  doc.sections.push_back(std::move(events));
+
+  // ---- Missing data ----
+  Section missing;
+  missing.heading = "Missing data";
+  missing.bullets = data.missing;
+  if (missing.bullets.empty()) missing.paragraphs.push_back("Everything was measured.");
+  doc.sections.push_back(std::move(missing));
+  return doc;
+}
+
+std::string workloadKey(const JobSpec& spec) {
+  std::string key = std::string(spec.backend == Backend::kCuda ? "cuda" : "cpu") + " layers " + layersText(spec.layers);
+  key += spec.activation == Activation::kGelu ? " gelu" : " relu";
+  key += spec.precision == Precision::kBf16 ? " bf16" : spec.precision == Precision::kTf32 ? " tf32" : " fp32";
+  if (const auto* s = std::get_if<SyntheticDataset>(&spec.dataset)) {
+    key += " synthetic n=" + std::to_string(s->samples) + " dim=" + std::to_string(s->dim) +
+           " classes=" + std::to_string(s->classes);
+  } else {
+    const auto& npy = std::get<NpyDataset>(spec.dataset);
+    key += " npy " + npy.featuresPath + " " + npy.labelsPath;
+  }
+  key += " batch " + std::to_string(spec.batchPerRank) + "x" + std::to_string(spec.accumSteps);
+  // The optimizer's kind sets the work per step; its learning rate does not.
+  key += spec.optimizer.kind == OptimizerKind::kAdamW ? " adamw" : " sgd";
+  return key;
+}
+
+Comparison compare(std::span<const history::JobRecord> jobs) {
+  Comparison c;
+  c.kpis.title = "Jobs compared";
+  c.kpis.header.push_back("");
+  for (const auto& job : jobs) c.kpis.header.push_back(job.spec.jobId);
+  const auto row = [&](std::string name, const auto& cell) {
+    std::vector<std::string> r{std::move(name)};
+    for (const auto& job : jobs) r.push_back(cell(job));
+    c.kpis.rows.push_back(std::move(r));
+  };
+  const auto fromKpis = [](const auto& get) {
+    return [get](const history::JobRecord& job) { return job.finalKpis ? get(*job.finalKpis) : dash(); };
+  };
+  row("Name", [](const history::JobRecord& j) { return j.spec.name.empty() ? dash() : j.spec.name; });
+  row("Ranks", [](const history::JobRecord& j) { return std::to_string(j.spec.worldSize); });
+  row("Nodes", [](const history::JobRecord& j) { return std::to_string(distinctNodes(j)); });
+  row("State", [](const history::JobRecord& j) { return std::string(jobStateName(j.state)); });
+  row("Started",
+      [](const history::JobRecord& j) { return j.startedUnixUs > 0 ? detail::displayTime(j.startedUnixUs) : dash(); });
+  row("Throughput (samples/s, mean)", [](const history::JobRecord& j) {
+    const auto t = meanThroughput(j);
+    return t ? number(*t, 0) : dash();
+  });
+  row("Scaling efficiency", fromKpis([](const kpi::JobKpis& k) {
+        return k.scalingEfficiency ? detail::percent(k.scalingEfficiency) + " (" +
+                                         std::string(kpi::scalingBasisName(k.scalingBasis)) + ")"
+                                   : dash();
+      }));
+  row("Communication overhead", fromKpis([](const kpi::JobKpis& k) { return detail::percent(k.commOverhead); }));
+  row("GPU utilization", fromKpis([](const kpi::JobKpis& k) { return orDash(k.gpuUtilizationPct, 0, "%"); }));
+  row("Load imbalance", fromKpis([](const kpi::JobKpis& k) { return orDash(k.loadImbalance, 2, "×"); }));
+  row("Time to convergence", fromKpis([](const kpi::JobKpis& k) {
+        return k.timeToConvergenceSeconds ? detail::duration(*k.timeToConvergenceSeconds) : dash();
+      }));
+  row("Cost", [](const history::JobRecord& j) {
+    return j.finalKpis && j.finalKpis->costSoFar && priced(j.spec.prices)
+               ? moneyText(*j.finalKpis->costSoFar, j.spec.prices.currency)
+               : dash();
+  });
+  row("Energy", fromKpis([](const kpi::JobKpis& k) { return orDash(k.energyKwh, 3, " kWh"); }));
+  row("Final loss", fromKpis([](const kpi::JobKpis& k) { return orDash(k.smoothedLoss, 4); }));
+
+  // Scaling: the workload with the most distinct rank counts among jobs with a known throughput.
+  struct Group {
+    std::map<std::uint32_t, std::vector<const history::JobRecord*>> byRanks;
+    std::size_t order = 0;
+  };
+  std::map<std::string, Group> groups;
+  for (const auto& job : jobs) {
+    if (!meanThroughput(job)) continue;
+    Group& g = groups[workloadKey(job.spec)];
+    if (g.byRanks.empty()) g.order = groups.size();
+    g.byRanks[job.spec.worldSize].push_back(&job);
+  }
+  const Group* best = nullptr;
+  for (const auto& [key, g] : groups) {
+    if (g.byRanks.size() < 2) continue;
+    if (!best || g.byRanks.size() > best->byRanks.size() ||
+        (g.byRanks.size() == best->byRanks.size() && g.order < best->order)) {
+      best = &g;
+    }
+  }
+  if (!best) {
+    c.scalingNote =
+        "No scaling chart: it needs at least two finished jobs of the same workload (model, data, per-rank "
+        "batch, precision, optimizer, backend) at different rank counts.";
+    return c;
+  }
+
+  // Several jobs at one rank count: their mean.
+  std::vector<std::pair<std::uint32_t, double>> points;
+  for (const auto& [ranks, list] : best->byRanks) {
+    double sum = 0;
+    for (const auto* job : list) sum += *meanThroughput(*job);
+    points.emplace_back(ranks, sum / static_cast<double>(list.size()));
+  }
+  const auto [baseRanks, baseThroughput] = points.front();
+  const double perRankBase = baseThroughput / baseRanks;
+
+  Chart tp;
+  tp.id = "scaling";
+  tp.title = "Throughput against ranks";
+  tp.xLabel = "ranks";
+  tp.yLabel = "samples/s";
+  const std::string baseName = std::to_string(baseRanks) + (baseRanks == 1 ? " rank" : " ranks");
+  Series measured{"measured", {}};
+  Series ideal{"ideal (linear from " + baseName + ")", {}};
+  Chart eff;
+  eff.id = "scaling_efficiency";
+  eff.title = "Scaling efficiency against ranks";
+  eff.xLabel = "ranks";
+  eff.yLabel = "efficiency (%)";
+  eff.yMax = 100;
+  Series efficiency{"scaling efficiency", {}};
+  for (const auto& [ranks, throughput] : points) {
+    const auto n = static_cast<double>(ranks);
+    measured.points.push_back({n, throughput});
+    ideal.points.push_back({n, perRankBase * n});
+    efficiency.points.push_back({n, throughput / n / perRankBase * 100});
+  }
+  tp.series = {std::move(measured), std::move(ideal)};
+  eff.series = {std::move(efficiency)};
+  c.throughput = std::move(tp);
+  c.efficiency = std::move(eff);
+
+  const auto& baseJobs = best->byRanks.begin()->second;
+  std::string ids;
+  for (const auto* job : baseJobs) ids += (ids.empty() ? "" : ", ") + job->spec.jobId;
+  const std::string jobWord = baseJobs.size() == 1 ? " job " : " jobs ";
+  if (baseRanks == 1) {
+    c.scalingNote = "Scaling efficiency = (throughput with N ranks / N) / single-rank throughput, against the 1-rank" +
+                    jobWord + ids + ".";
+  } else {
+    c.scalingNote = "No 1-rank job of this workload: scaling efficiency is relative to the smallest run, the " +
+                    baseName + jobWord + ids + ": (throughput with N ranks / N) / (its throughput / " +
+                    std::to_string(baseRanks) + "), so it reads 100% there.";
+  }
+  c.scalingNote +=
+      " Throughput is each job's mean, start to end; several jobs at one rank count are averaged. "
+      "Workload: " +
+      workloadKey(baseJobs.front()->spec) + ".";
+  return c;
+}
+
+Result<void> write(const history::History& history, const std::string& jobId, Format format, const std::string& path,
+                   std::int64_t nowUnixUs) {
+  const std::string context = "cannot write the " + std::string(formatName(format)) + " report " + path;
+  switch (format) {
+    case Format::kPdf:
+      return invalidArgument(
+          "a PDF report needs Qt: use report_pdf (writePdf) from the app, or write html and print it");
+    case Format::kCsv: {
+      LOCKSTEP_TRY(history.job(jobId));  // NotFound for an unknown job, before any file is written
+      LOCKSTEP_ASSIGN_OR_RETURN(const std::string gpus, detail::gpuCsv(history, jobId));
+      LOCKSTEP_ASSIGN_OR_RETURN(const std::string steps, detail::stepsCsv(history, jobId));
+      const std::string gpuPath = gpuCsvPath(path);
+      if (auto written = writeFileAtomic(gpuPath, gpus); !written) return written.error().withContext(context);
+      if (auto written = writeFileAtomic(path, steps); !written) {
+        // Half a report would be taken for a whole one.
+        std::remove(gpuPath.c_str());
+        return written.error().withContext(context);
+      }
+      return {};
+    }
+    case Format::kJson: {
+      LOCKSTEP_ASSIGN_OR_RETURN(const ReportData data, load(history, jobId, nowUnixUs));
+      if (auto written = writeFileAtomic(path, json(data)); !written) return written.error().withContext(context);
+      return {};
+    }
+    case Format::kHtml: {
+      LOCKSTEP_ASSIGN_OR_RETURN(const ReportData data, load(history, jobId, nowUnixUs));
+      if (auto written = writeFileAtomic(path, html(document(data))); !written)
+        return written.error().withContext(context);
+      return {};
+    }
+  }
+  return invalidArgument("unknown report format");
+}
+
+}  // namespace lockstep::report

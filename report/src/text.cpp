@@ -1,0 +1,119 @@
+#include "text.h"
+
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <ctime>
+
+namespace lockstep::report::detail {
+namespace {
+
+std::string toChars(double value, int decimals) {
+  std::array<char, 400> buffer{};  // fixed notation of 1e308 needs ~310 characters
+  const auto [end, ec] =
+      std::to_chars(buffer.data(), buffer.data() + buffer.size(), value, std::chars_format::fixed, decimals);
+  if (ec != std::errc()) return "0";
+  std::string text(buffer.data(), end);
+  // "-0.0" reads as a sign error in a report.
+  if (text.front() == '-' && text.find_first_not_of("-0.") == std::string::npos) text.erase(0, 1);
+  return text;
+}
+
+std::string utc(std::int64_t unixUs, const char* format) {
+  const std::time_t seconds = static_cast<std::time_t>(unixUs / 1'000'000);
+  std::tm parts{};
+  gmtime_r(&seconds, &parts);
+  std::array<char, 64> text{};
+  const std::size_t n = std::strftime(text.data(), text.size(), format, &parts);
+  return std::string(text.data(), n);
+}
+
+}  // namespace
+
+std::string number(double value, int decimals) {
+  if (!std::isfinite(value)) return std::string(kDash);
+  std::string text = toChars(value, decimals);
+  const std::size_t begin = text.front() == '-' ? 1 : 0;
+  std::size_t end = text.find('.');
+  if (end == std::string::npos) end = text.size();
+  for (std::size_t at = end; at > begin + 3; at -= 3) text.insert(at - 3, 1, ',');
+  return text;
+}
+
+std::string plainNumber(double value, int decimals) {
+  if (!std::isfinite(value)) return "0";
+  return toChars(value, decimals);
+}
+
+std::string shortest(double value) {
+  std::array<char, 64> buffer{};
+  const auto [end, ec] = std::to_chars(buffer.data(), buffer.data() + buffer.size(), value);
+  return ec == std::errc() ? std::string(buffer.data(), end) : std::string();
+}
+
+std::string shortest(float value) {
+  std::array<char, 64> buffer{};
+  const auto [end, ec] = std::to_chars(buffer.data(), buffer.data() + buffer.size(), value);
+  return ec == std::errc() ? std::string(buffer.data(), end) : std::string();
+}
+
+std::string xmlEscape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        // Control characters other than tab and newlines are not allowed in XML 1.0 at all.
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r') {
+          out += ' ';
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+std::string isoTime(std::int64_t unixUs) { return utc(unixUs, "%Y-%m-%dT%H:%M:%SZ"); }
+
+std::string displayTime(std::int64_t unixUs) { return utc(unixUs, "%Y-%m-%d %H:%M:%S UTC"); }
+
+std::string duration(double seconds) {
+  if (!std::isfinite(seconds)) return std::string(kDash);
+  if (seconds < 90) return number(seconds, seconds < 10 ? 1 : 0) + " s";
+  if (seconds < 5400) return number(seconds / 60, 1) + " min";
+  return number(seconds / 3600, 1) + " h";
+}
+
+std::string percent(std::optional<double> fraction, int decimals) {
+  if (!fraction || !std::isfinite(*fraction)) return std::string(kDash);
+  return number(*fraction * 100, decimals) + "%";
+}
+
+std::string bytes(double count) {
+  if (!std::isfinite(count)) return std::string(kDash);
+  constexpr std::array<const char*, 5> kUnits = {"B", "KiB", "MiB", "GiB", "TiB"};
+  std::size_t unit = 0;
+  while (std::abs(count) >= 1024 && unit + 1 < kUnits.size()) {
+    count /= 1024;
+    ++unit;
+  }
+  return number(count, unit == 0 ? 0 : 1) + " " + kUnits[unit];
+}
+
+}  // namespace lockstep::report::detail
