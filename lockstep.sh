@@ -25,7 +25,8 @@ PACKAGES=(
   nlohmann-json3-dev libgtest-dev libsqlite3-dev
   clang-14 libclang-rt-14-dev  # the protocol fuzzer (libFuzzer)
   python3-torch python3-numpy  # the PyTorch reference test and bench/
-  qt6-base-dev qt6-charts-dev libqt6opengl6-dev libgl-dev  # the desktop app
+  qt6-base-dev qt6-charts-dev qt6-svg-dev libqt6opengl6-dev libgl-dev  # the desktop app, PDF reports
+  poppler-utils python3-jsonschema  # the report tests read PDFs back and check JSON against its schema
 )
 
 say() { printf '\033[1mlockstep:\033[0m %s\n' "$*" >&2; }
@@ -130,7 +131,11 @@ cmd_run() {
   local job="demo-$(date +%Y%m%d-%H%M%S)" rc=0
   start_demo_job "$job" --steps 300
   "${CTL[@]}" watch "$job" || rc=$?
-  say "more: ${CTL[*]} --help (this agent runs only while this script does)"
+  # watch recorded the job in the history ($LOCKSTEP_HISTORY, else ~/.local/share/lockstep): its report.
+  if "${CTL[@]}" report "$job" --out "$RUN/$job.html" >/dev/null; then
+    say "the job's KPI report: $RUN/$job.html (also --out FILE.pdf, .json, .csv: ${CTL[*]} report $job --out FILE)"
+  fi
+  say "past jobs: ${CTL[*]} history; more: ${CTL[*]} --help (this agent runs only while this script does)"
   return "$rc"
 }
 
@@ -140,6 +145,7 @@ cmd_screenshot() {
   build
   ensure_packages xvfb xauth
   RUN=$BUILD/screenshot CONFIG=$BUILD/screenshot/config  # its own agent and keys: only this job on show
+  export LOCKSTEP_HISTORY=$RUN/history.db
   CTL=("$BIN/lockstepctl" --config-dir "$CONFIG")
   rm -rf "$RUN"
   start_local_agent

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -17,8 +18,9 @@ struct Ctl {
   std::string configDir;
   ProcessResult operator()(std::vector<std::string> args) const {
     args.insert(args.begin(), lockstepctlPath());
-    return runProcess(args, {{"LOCKSTEP_CONFIG_DIR", configDir}}, dir, 120s);
+    return runProcess(args, {{"LOCKSTEP_CONFIG_DIR", configDir}, {"LOCKSTEP_HISTORY", historyPath()}}, dir, 120s);
   }
+  std::string historyPath() const { return dir.file("history.db"); }
   // Makes this client's key, authorizes it on the agent and pins the agent's key: ready to use it.
   bool pairWith(const AgentProcess& agent) const {
     const auto key = nlohmann::json::parse((*this)({"keygen", "--json"}).out)["public_key"].get<std::string>();
@@ -153,6 +155,82 @@ TEST(Lockstepctl, AFailedJobExitsFiveAndWatchShowsTheRanks) {
   ASSERT_EQ(lines.back()["ranks"].size(), 2u);
   EXPECT_EQ(lines.back()["ranks"][0]["step"], 300);
   EXPECT_EQ(lines.back()["ranks"][1]["node"], "node-a");
+}
+
+// Issue 5: what start --wait and watch saw is in the history; reports in every format, read back
+// by tests/check_reports.py (CSV columns and rows, JSON against docs/report.schema.json, the HTML's
+// charts and figures, the PDF's pages and text through pdftotext); compare; delete.
+TEST(Lockstepctl, HistoryReportsCompareAndDelete) {
+  TempDir dir;
+  AgentProcess agent(dir, "node-a");
+  Ctl ctl{dir, dir.file("config")};
+  ASSERT_TRUE(ctl.pairWith(agent));
+  const std::vector<std::string> job = {"--layers", "16,32,4", "--dataset", "synthetic:n=2048", "--steps", "40",
+                                        "--price-core-hour", "0.05"};
+  auto start = [&](const std::string& id, const std::string& ranks) {
+    std::vector<std::string> args = {"start", "--ranks", ranks, "--wait", "--job-id", id, "--name", "scaling-run"};
+    args.insert(args.end(), job.begin(), job.end());
+    return ctl(args);
+  };
+  auto two = start("h-2", "2");
+  ASSERT_EQ(two.status.exitCode, 0) << two.out << two.err;
+  auto one = start("h-1", "1");
+  ASSERT_EQ(one.status.exitCode, 0) << one.out << one.err;
+  ASSERT_EQ(ctl({"start", "--ranks", "1", "--job-id", "h-watched", "--layers", "16,4", "--dataset", "synthetic:n=512",
+                 "--steps", "30"}).status.exitCode, 0);
+  ASSERT_EQ(ctl({"watch", "h-watched", "--json"}).status.exitCode, 0);
+
+  auto listed = ctl({"history", "--json"});
+  ASSERT_EQ(listed.status.exitCode, 0) << listed.err;
+  const auto jobs = nlohmann::json::parse(listed.out);
+  ASSERT_EQ(jobs.size(), 3u) << listed.out;
+  EXPECT_EQ(jobs[0]["job_id"], "h-watched");  // newest first
+  EXPECT_EQ(jobs[0]["step_reports"], 30);
+  EXPECT_EQ(jobs[2]["job_id"], "h-2");
+  EXPECT_EQ(jobs[2]["state"], "finished");
+  EXPECT_EQ(jobs[2]["step_reports"], 80) << "every step of both ranks";
+  EXPECT_EQ(jobs[2]["nodes"], nlohmann::json::array({"node-a"}));
+  ASSERT_TRUE(jobs[2]["kpis"].is_object()) << "final KPIs once the job ended";
+  EXPECT_EQ(jobs[2]["kpis"]["steps"], 40);
+  EXPECT_GT(jobs[2]["kpis"]["samples_per_s"].get<double>(), 0);
+  EXPECT_TRUE(jobs[2]["kpis"]["gpu_utilization_pct"].is_null()) << "a CPU job: unknown, not 0";
+  auto table = ctl({"history", "--search", "H-1"});
+  EXPECT_NE(table.out.find("h-1"), std::string::npos) << table.out;
+  EXPECT_EQ(table.out.find("h-2"), std::string::npos) << table.out;
+  EXPECT_EQ(ctl({"history", "--state", "sideways"}).status.exitCode, 2);
+
+  for (const char* format : {"csv", "json", "html", "pdf"}) {
+    auto written = ctl({"report", "h-2", "--out", dir.file(std::string("h-2.") + format)});
+    EXPECT_EQ(written.status.exitCode, 0) << format << ": " << written.err;
+  }
+  auto check = runProcess({"/usr/bin/python3", LOCKSTEP_SOURCE_DIR "/tests/check_reports.py", dir.path().string(),
+                           "h-2", "2", "40", LOCKSTEP_SOURCE_DIR "/docs/report.schema.json"},
+                          {}, dir, 120s);
+  EXPECT_EQ(check.status.exitCode, 0) << check.out << check.err;
+
+  auto missing = ctl({"report", "h-2", "--out", dir.file("no/such/dir/r.html")});
+  EXPECT_EQ(missing.status.exitCode, 1);
+  EXPECT_NE(missing.err.find("no/such/dir"), std::string::npos) << missing.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("no")));
+  auto unknownFormat = ctl({"report", "h-2", "--out", dir.file("r.docx")});
+  EXPECT_EQ(unknownFormat.status.exitCode, 2);
+  EXPECT_NE(unknownFormat.err.find("--format"), std::string::npos) << unknownFormat.err;
+
+  auto compared = ctl({"compare", "h-1", "h-2", "--json"});
+  ASSERT_EQ(compared.status.exitCode, 0) << compared.err;
+  const auto c = nlohmann::json::parse(compared.out);
+  ASSERT_EQ(c["scaling"].size(), 2u) << "same workload at 1 and 2 ranks: a scaling curve";
+  EXPECT_EQ(c["scaling"][0][0], 1);
+  EXPECT_EQ(c["scaling"][1][0], 2);
+  EXPECT_DOUBLE_EQ(c["scaling_efficiency"][0][1].get<double>(), 100.0);
+  auto apart = ctl({"compare", "h-1", "h-watched", "--json"});
+  EXPECT_FALSE(nlohmann::json::parse(apart.out).contains("scaling")) << "different workloads do not make a curve";
+
+  ASSERT_EQ(ctl({"history", "delete", "h-1"}).status.exitCode, 0);
+  EXPECT_EQ(nlohmann::json::parse(ctl({"history", "--json"}).out).size(), 2u);
+  auto again = ctl({"history", "delete", "h-1"});
+  EXPECT_EQ(again.status.exitCode, 1);
+  EXPECT_NE(again.err.find("no job h-1"), std::string::npos) << again.err;
 }
 
 }  // namespace

@@ -28,6 +28,7 @@
 #include "lockstep/net/keys.h"
 #include "lockstep/protocol/codec.h"
 #include "lockstep/protocol/validate.h"
+#include "ctl.h"
 
 namespace lockstep::ctl {
 namespace {
@@ -37,20 +38,10 @@ using Json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-// Exit codes scripts can rely on (also in --help).
-enum Exit : int {
-  kOk = 0,
-  kFailed = 1,       // an agent answered with an error
-  kUsage = 2,        // bad command line or input file
-  kUnreachable = 3,  // an agent did not answer
-  kRefused = 4,      // keys: an agent not pinned or not matching, or this client not authorized
-  kJobFailed = 5,    // the job ended failed (start --wait, watch, stop)
-  kJobStopped = 6,   // the job ended stopped (start --wait, watch)
-};
-
 std::atomic<int> g_interrupted{0};
 
-const char* kUsageText = R"(Usage: lockstepctl [--agent HOST:PORT]... [--json] [--timeout-s N] [--config-dir DIR] COMMAND
+const char* kUsageText = R"(Usage: lockstepctl [--agent HOST:PORT]... [--json] [--timeout-s N] [--config-dir DIR]
+                   [--history FILE | --no-history] COMMAND
 
 Commands:
   keygen                       create this client's key pair (once) and print its public key
@@ -66,6 +57,19 @@ Commands:
   watch JOB                    live per-rank throughput, loss, communication overhead, CPU/GPU use
   logs JOB --rank R [--bytes N]  the end of a rank's log
 
+History (start --wait and watch record every job they see; the app records too):
+  history [--search TEXT] [--state STATE] [--since YYYY-MM-DD] [--limit N]
+                               past and current jobs, newest first, with their final KPIs
+  history delete JOB...        remove jobs and everything recorded of them
+  history compact              downsample samples older than the raw horizon now
+  report JOB [--format csv|json|html|pdf] --out FILE
+                               the job's KPI report (format from FILE's extension by default);
+                               csv also writes FILE-gpus.csv with the GPU samples
+  compare JOB JOB...           KPIs side by side, and scaling against ranks for jobs of the same
+                               workload
+
+FILE is --history, else $LOCKSTEP_HISTORY, else $XDG_DATA_HOME/lockstep/history.db.
+
 Agents are the --agent options, or else every agent pinned in CONFIG/known_agents. Keys live in
 CONFIG ($LOCKSTEP_CONFIG_DIR, or $XDG_CONFIG_HOME/lockstep): client.key/.pub and known_agents.
 --agent-key KEY checks that an agent's key is the pinned one before connecting.
@@ -75,13 +79,7 @@ Exit codes: 0 done, 1 an agent refused the request, 2 bad usage, 3 an agent did 
 failed, 6 the job was stopped.
 )";
 
-struct Globals {
-  std::vector<std::string> agents;
-  std::string agentKey;
-  bool json = false;
-  milliseconds timeout{10000};
-  std::string configDir;
-};
+}  // namespace
 
 int exitFor(const Error& e) {
   switch (e.code) {
@@ -107,6 +105,8 @@ std::string timeText(std::int64_t unixUs) {
   std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S", &local);
   return text;
 }
+
+namespace {
 
 std::string gib(std::uint64_t bytes) {
   char text[32];
@@ -564,6 +564,18 @@ Json renderWatch(const WatchState& w, const std::string& jobId, JobState state, 
   return snapshot;
 }
 
+// After a job ended: what the agents sent since the last fetch (its last reports and events).
+void drain(std::map<AgentClient*, std::uint64_t>& lastSeq, Recorder& recorder, milliseconds timeout) {
+  for (auto& [agent, seq] : lastSeq) {
+    for (;;) {
+      auto batch = agent->fetch(seq, 5000, 0, timeout);
+      if (!batch || batch->messages.empty()) break;
+      recorder.messages(batch->messages);
+      seq = batch->messages.back().seq;
+    }
+  }
+}
+
 int cmdWatch(const Globals& g, const std::vector<std::string>& args) {
   if (args.size() != 1) return fail(invalidArgument("usage: lockstepctl watch JOB"));
   const std::string jobId = args[0];
@@ -573,10 +585,14 @@ int cmdWatch(const Globals& g, const std::vector<std::string>& args) {
   if (!parts) return fail(parts.error());
   const bool tty = ::isatty(STDOUT_FILENO) != 0;
   WatchState w;
-  // From each agent's last few thousand messages, so a running job shows its recent past at once.
+  Recorder recorder(g);
+  // Recording: everything the agents still hold of the job. Else their last few thousand
+  // messages, so that a running job shows its recent past at once.
   std::map<AgentClient*, std::uint64_t> lastSeq;
   for (const auto& p : *parts) {
-    lastSeq[p.agent] = p.agent->hello().lastSeq > 20000 ? p.agent->hello().lastSeq - 20000 : 0;
+    recorder.part(p.agent->hello(), p.status);
+    const std::uint64_t last = p.agent->hello().lastSeq;
+    lastSeq[p.agent] = !g.historyPath.empty() || last < 20000 ? 0 : last - 20000;
   }
   auto nextRender = Clock::now();
   while (g_interrupted.load() == 0) {
@@ -584,16 +600,20 @@ int cmdWatch(const Globals& g, const std::vector<std::string>& args) {
       auto batch = agent->fetch(seq, 5000, 200, g.timeout);
       if (!batch) return fail(batch.error());
       for (const auto& m : batch->messages) absorb(w, jobId, m);
+      recorder.messages(batch->messages);
       if (!batch->messages.empty()) seq = batch->messages.back().seq;
     }
     if (Clock::now() < nextRender) continue;
     nextRender = Clock::now() + std::chrono::seconds(1);
     auto now = findJob(*agents, jobId, g.timeout);
     if (!now) return fail(now.error());
+    for (const auto& p : *now) recorder.part(p.agent->hello(), p.status);
     const JobState state = overall(*now);
     renderWatch(w, jobId, state, g.json, tty);
     const bool ended = std::all_of(now->begin(), now->end(), [](const Part& p) { return partEnded(p.status); });
     if (ended) {
+      drain(lastSeq, recorder, g.timeout);
+      recorder.finish();
       if (!g.json) printJob(g, jobId, *now);
       return exitForState(state);
     }
@@ -699,6 +719,9 @@ int cmdStart(const Globals& g, const std::vector<std::string>& args) {
       counts.push_back(perAgent[a]);
     }
   }
+  // Where each agent's stream stood before the job: `--wait` records from there.
+  std::map<AgentClient*, std::uint64_t> seqBefore;
+  for (auto* agent : used) seqBefore[agent] = agent->hello().lastSeq;
   auto placed = placeJob(used, counts, spec, g.timeout);
   if (!placed) return fail(placed.error());
   if (auto v = validateJobSpec(*placed); !v) return fail(v.error());
@@ -713,9 +736,23 @@ int cmdStart(const Globals& g, const std::vector<std::string>& args) {
   }
   std::fflush(stdout);
   if (!wait) return kOk;
+  // Waiting: the job's stream goes to the history as it comes.
+  Recorder recorder(g);
+  std::map<AgentClient*, std::uint64_t> lastSeq;
+  for (auto* agent : used) lastSeq[agent] = seqBefore[agent];
+  auto nextStatus = Clock::now();
   while (true) {
+    for (auto& [agent, seq] : lastSeq) {
+      auto batch = agent->fetch(seq, 5000, 100, g.timeout);
+      if (!batch) return fail(batch.error());
+      recorder.messages(batch->messages);
+      if (!batch->messages.empty()) seq = batch->messages.back().seq;
+    }
+    if (Clock::now() < nextStatus && g_interrupted.load() == 0) continue;
+    nextStatus = Clock::now() + milliseconds(300);
     auto parts = findJob(*agents, placed->jobId, g.timeout);
     if (!parts) return fail(parts.error());
+    for (const auto& p : *parts) recorder.part(p.agent->hello(), p.status);
     const bool ended = std::all_of(parts->begin(), parts->end(), [](const Part& p) { return partEnded(p.status); });
     const bool failed = overall(*parts) == JobState::kFailed;
     if (failed && !ended) {
@@ -726,10 +763,12 @@ int cmdStart(const Globals& g, const std::vector<std::string>& args) {
     if (ended || failed || g_interrupted.load() != 0) {
       if (g_interrupted.load() != 0 && !ended) parts = stopEverywhere(*agents, placed->jobId, 0, g.timeout);
       if (!parts) return fail(parts.error());
+      for (const auto& p : *parts) recorder.part(p.agent->hello(), p.status);
+      drain(lastSeq, recorder, g.timeout);
+      recorder.finish();
       printJob(g, placed->jobId, *parts);
       return exitForState(overall(*parts));
     }
-    std::this_thread::sleep_for(milliseconds(300));
   }
 }
 
@@ -738,6 +777,7 @@ int cmdStart(const Globals& g, const std::vector<std::string>& args) {
 int run(int argc, char** argv) {
   Globals g;
   g.configDir = defaultClientConfigDir();
+  bool noHistory = false;
   std::vector<std::string> rest;
   std::string command;
   for (int i = 1; i < argc; ++i) {
@@ -763,6 +803,16 @@ int run(int argc, char** argv) {
     }
     if (a == "--json") {
       g.json = true;
+      continue;
+    }
+    if (a == "--history") {
+      auto v = value("--history");
+      if (!v) return kUsage;
+      g.historyPath = *v;
+      continue;
+    }
+    if (a == "--no-history") {
+      noHistory = true;
       continue;
     }
     if (a == "--config-dir") {
@@ -795,6 +845,14 @@ int run(int argc, char** argv) {
   if (!g.agentKey.empty() && g.agents.size() != 1) {
     return fail(invalidArgument("--agent-key goes with exactly one --agent"));
   }
+  if (noHistory) {
+    g.historyPath.clear();
+  } else if (g.historyPath.empty()) {
+    g.historyPath = history::History::defaultPath();
+  }
+  if (command == "history") return cmdHistory(g, rest);
+  if (command == "report") return cmdReport(g, rest);
+  if (command == "compare") return cmdCompare(g, rest);
   if (command == "keygen") return cmdKeygen(g);
   if (command == "trust") return cmdTrust(g, rest);
   if (command == "nodes") return cmdNodes(g);

@@ -210,6 +210,7 @@ Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
       {"--save-weights", asText(o.saveWeightsPath)},
       {"--metrics-out", asText(o.metricsOut)},
       {"--job-id", asText(s.jobId)},
+      {"--name", asText(s.name)},
       {"--threads", asWhole(o.threads, 1024u)},
       {"--log-every", asWhole(o.logEvery, 1u << 30)},
   };
@@ -309,6 +310,7 @@ Checkpoints and weights:
 Output:
   --metrics-out F             one JSON line per step and rank (default: stdout)
   --job-id ID                 job id in metrics and reports (default $LOCKSTEP_JOB_ID or "local")
+  --name TEXT                 a name for people: the history and reports show it beside the id
   --threads N                 BLAS threads per rank (default: cores / local ranks)
   --log-every N               progress line every N steps (default: about 20 per run)
   --quiet                     no progress lines
@@ -372,6 +374,7 @@ std::vector<std::string> jobSpecToTrainerArgs(const JobSpec& spec, const std::st
   }
   if (!spec.initWeightsPath.empty()) flag("--init-weights", spec.initWeightsPath);
   flag("--job-id", spec.jobId);
+  if (!spec.name.empty()) flag("--name", spec.name);
   flag("--metrics-out", metricsPath);
   return a;
 }

@@ -1,0 +1,315 @@
+// lockstepctl's job history commands: history, report, compare; and the recorder that start --wait
+// and watch feed.
+
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "ctl.h"
+#include "lockstep/report/report.h"
+#ifdef LOCKSTEP_HAVE_PDF
+#include "lockstep/report/report_pdf.h"
+#endif
+
+namespace lockstep::ctl {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::int64_t nowUnixUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+Result<history::History> openHistory(const Globals& g) {
+  if (g.historyPath.empty()) return invalidArgument("--no-history: there is no history to read");
+  return history::History::open(g.historyPath);
+}
+
+Json maybe(const std::optional<double>& v) { return v && std::isfinite(*v) ? Json(*v) : Json(nullptr); }
+
+std::string fixed(const std::optional<double>& v, const char* format, double scale = 1) {
+  if (!v || !std::isfinite(*v)) return "-";
+  char text[48];
+  std::snprintf(text, sizeof text, format, *v * scale);
+  return text;
+}
+
+std::string durationText(double seconds) {
+  char text[32];
+  const auto s = static_cast<long long>(seconds);
+  if (s >= 3600) {
+    std::snprintf(text, sizeof text, "%lldh%02lldm", s / 3600, s / 60 % 60);
+  } else {
+    std::snprintf(text, sizeof text, "%lldm%02llds", s / 60, s % 60);
+  }
+  return text;
+}
+
+Result<JobState> parseState(const std::string& name) {
+  for (JobState s : {JobState::kStarting, JobState::kRunning, JobState::kFinished, JobState::kFailed, JobState::kStopped}) {
+    if (jobStateName(s) == name) return s;
+  }
+  return invalidArgument("--state " + name + ": use starting, running, finished, failed or stopped");
+}
+
+Result<std::int64_t> parseDate(const std::string& text) {
+  std::tm tm{};
+  const char* end = strptime(text.c_str(), "%Y-%m-%d", &tm);
+  if (!end || *end != '\0') return invalidArgument("--since " + text + ": give a date as YYYY-MM-DD");
+  tm.tm_isdst = -1;
+  return static_cast<std::int64_t>(std::mktime(&tm)) * 1'000'000;
+}
+
+Json recordJson(const history::JobRecord& r) {
+  Json nodes = Json::array();
+  for (const auto& p : r.parts) nodes.push_back(p.node);
+  Json j = {{"job_id", r.spec.jobId},
+            {"name", r.spec.name},
+            {"state", std::string(jobStateName(r.state))},
+            {"message", r.message},
+            {"started_unix_us", r.startedUnixUs},
+            {"ended_unix_us", r.endedUnixUs ? Json(r.endedUnixUs) : Json(nullptr)},
+            {"world_size", r.spec.worldSize},
+            {"nodes", nodes},
+            {"step_reports", r.stepReports}};
+  if (r.finalKpis) {
+    const kpi::JobKpis& k = *r.finalKpis;
+    j["kpis"] = {{"steps", k.step},
+                 {"elapsed_s", k.elapsedSeconds},
+                 {"samples_per_s", maybe(k.samplesPerSecond)},
+                 {"scaling_efficiency", maybe(k.scalingEfficiency)},
+                 {"comm_overhead", maybe(k.commOverhead)},
+                 {"gpu_utilization_pct", maybe(k.gpuUtilizationPct)},
+                 {"time_to_convergence_s", maybe(k.timeToConvergenceSeconds)},
+                 {"cost", r.spec.prices.gpuHour > 0 || r.spec.prices.coreHour > 0 || r.spec.prices.kwh > 0
+                              ? maybe(k.costSoFar) : Json(nullptr)},
+                 {"currency", r.spec.prices.currency}};
+  } else {
+    j["kpis"] = nullptr;
+  }
+  return j;
+}
+
+int listJobs(const Globals& g, const std::vector<std::string>& args) {
+  history::Filter filter;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (i + 1 >= args.size()) return fail(invalidArgument("history " + a + ": needs a value (see lockstepctl --help)"));
+    const std::string& v = args[++i];
+    if (a == "--search") {
+      filter.text = v;
+    } else if (a == "--state") {
+      auto s = parseState(v);
+      if (!s) return fail(s.error());
+      filter.state = *s;
+    } else if (a == "--since") {
+      auto t = parseDate(v);
+      if (!t) return fail(t.error());
+      filter.sinceUnixUs = *t;
+    } else if (a == "--limit") {
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (*end != '\0' || n <= 0) return fail(invalidArgument("--limit " + v + ": give a positive number"));
+      filter.limit = static_cast<std::size_t>(n);
+    } else {
+      return fail(invalidArgument("history: unknown option " + a + " (see lockstepctl --help)"));
+    }
+  }
+  auto h = openHistory(g);
+  if (!h) return fail(h.error());
+  auto jobs = h->jobs(filter);
+  if (!jobs) return fail(jobs.error());
+  if (g.json) {
+    Json all = Json::array();
+    for (const auto& r : *jobs) all.push_back(recordJson(r));
+    std::printf("%s\n", all.dump().c_str());
+    return kOk;
+  }
+  if (jobs->empty()) {
+    std::printf("no jobs in %s%s\n", h->path().c_str(), filter.text.empty() && !filter.state ? "" : " match");
+    return kOk;
+  }
+  std::printf("%-28s %-16s %-9s %-19s %9s %5s %11s %6s %6s %12s\n", "JOB", "NAME", "STATE", "STARTED", "DURATION",
+              "RANKS", "SAMPLES/S", "EFF %", "COMM %", "COST");
+  for (const auto& r : *jobs) {
+    const kpi::JobKpis* k = r.finalKpis ? &*r.finalKpis : nullptr;
+    const double elapsed = r.endedUnixUs && r.startedUnixUs ? static_cast<double>(r.endedUnixUs - r.startedUnixUs) / 1e6
+                                                            : static_cast<double>(nowUnixUs() - r.startedUnixUs) / 1e6;
+    const Prices& prices = r.spec.prices;
+    const bool priced = prices.gpuHour > 0 || prices.coreHour > 0 || prices.kwh > 0;
+    const std::string cost = priced && k && k->costSoFar ? fixed(k->costSoFar, "%.2f ") + prices.currency : "-";
+    std::printf("%-28s %-16.16s %-9s %-19s %9s %5u %11s %6s %6s %12s\n", r.spec.jobId.c_str(), r.spec.name.c_str(),
+                std::string(jobStateName(r.state)).c_str(), timeText(r.startedUnixUs).c_str(),
+                r.startedUnixUs ? durationText(elapsed).c_str() : "-", r.spec.worldSize,
+                k ? fixed(k->samplesPerSecond, "%.0f").c_str() : "-", k ? fixed(k->scalingEfficiency, "%.0f", 100).c_str() : "-",
+                k ? fixed(k->commOverhead, "%.1f", 100).c_str() : "-", cost.c_str());
+  }
+  return kOk;
+}
+
+}  // namespace
+
+// ---- recording ----
+
+Recorder::Recorder(const Globals& g) {
+  if (g.historyPath.empty()) return;
+  auto h = history::History::open(g.historyPath);
+  if (!h) {
+    failed(h.error());
+    return;
+  }
+  history_ = std::move(*h);
+}
+
+void Recorder::failed(const Error& e) {
+  std::fprintf(stderr, "lockstepctl: not recording this job in the history: %s\n", e.message.c_str());
+  history_.reset();
+}
+
+void Recorder::part(const NodeHello& node, const JobStatus& status) {
+  if (!history_) return;
+  if (nodes_.insert(node.nodeName).second) {
+    if (auto r = history_->recordNode(node); !r) return failed(r.error());
+  }
+  if (auto r = history_->recordJob(node.nodeName, status); !r) failed(r.error());
+}
+
+void Recorder::messages(const std::vector<StreamMessage>& batch) {
+  if (!history_) return;
+  if (auto r = history_->recordMessages(batch); !r) failed(r.error());
+}
+
+void Recorder::finish() {
+  if (!history_) return;
+  if (auto r = history_->refreshFinalKpis(); !r) failed(r.error());
+}
+
+// ---- commands ----
+
+int cmdHistory(const Globals& g, const std::vector<std::string>& args) {
+  if (!args.empty() && args[0] == "delete") {
+    if (args.size() < 2) return fail(invalidArgument("usage: lockstepctl history delete JOB..."));
+    auto h = openHistory(g);
+    if (!h) return fail(h.error());
+    for (std::size_t i = 1; i < args.size(); ++i) {
+      if (auto removed = h->remove(args[i]); !removed) return fail(removed.error());
+      if (!g.json) std::printf("deleted %s\n", args[i].c_str());
+    }
+    return kOk;
+  }
+  if (!args.empty() && args[0] == "compact") {
+    auto h = openHistory(g);
+    if (!h) return fail(h.error());
+    auto stats = h->compact(nowUnixUs());
+    if (!stats) return fail(stats.error());
+    std::printf("GPU samples: %llu -> %llu rows; process samples: %llu -> %llu rows\n",
+                static_cast<unsigned long long>(stats->gpuRowsBefore), static_cast<unsigned long long>(stats->gpuRowsAfter),
+                static_cast<unsigned long long>(stats->processRowsBefore),
+                static_cast<unsigned long long>(stats->processRowsAfter));
+    return kOk;
+  }
+  return listJobs(g, args);
+}
+
+int cmdReport(const Globals& g, const std::vector<std::string>& args) {
+  const char* usage = "usage: lockstepctl report JOB [--format csv|json|html|pdf] --out FILE";
+  std::string jobId, out;
+  std::optional<report::Format> format;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--format" || a == "--out") {
+      if (i + 1 >= args.size()) return fail(invalidArgument(a + " needs a value; " + usage));
+      const std::string& v = args[++i];
+      if (a == "--out") {
+        out = v;
+        continue;
+      }
+      auto f = report::parseFormat(v);
+      if (!f) return fail(f.error());
+      format = *f;
+    } else if (jobId.empty() && !a.starts_with("--")) {
+      jobId = a;
+    } else {
+      return fail(invalidArgument("report: unexpected " + a + "; " + usage));
+    }
+  }
+  if (jobId.empty() || out.empty()) return fail(invalidArgument(usage));
+  if (!format) format = report::formatOfPath(out);
+  if (!format) return fail(invalidArgument("report: say --format csv|json|html|pdf (" + out + " has no known extension)"));
+  auto h = openHistory(g);
+  if (!h) return fail(h.error());
+  Result<void> written;
+  if (*format == report::Format::kPdf) {
+#ifdef LOCKSTEP_HAVE_PDF
+    written = report::writePdf(*h, jobId, out, nowUnixUs());
+#else
+    written = Error{ErrorCode::kFailedPrecondition, "this lockstepctl was built without Qt, which writes PDFs: "
+                                                    "use --format html, or a build with the desktop app"};
+#endif
+  } else {
+    written = report::write(*h, jobId, *format, out, nowUnixUs());
+  }
+  if (!written) return fail(written.error());
+  if (g.json) {
+    Json files = Json::array({out});
+    if (*format == report::Format::kCsv) files.push_back(report::gpuCsvPath(out));
+    std::printf("%s\n", Json{{"job_id", jobId}, {"format", std::string(report::formatName(*format))}, {"files", files}}.dump().c_str());
+  } else {
+    std::printf("wrote %s%s\n", out.c_str(), *format == report::Format::kCsv ? (" and " + report::gpuCsvPath(out)).c_str() : "");
+  }
+  return kOk;
+}
+
+int cmdCompare(const Globals& g, const std::vector<std::string>& args) {
+  if (args.size() < 2) return fail(invalidArgument("usage: lockstepctl compare JOB JOB..."));
+  auto h = openHistory(g);
+  if (!h) return fail(h.error());
+  std::vector<history::JobRecord> jobs;
+  for (const auto& id : args) {
+    auto r = h->job(id);
+    if (!r) return fail(r.error());
+    jobs.push_back(std::move(*r));
+  }
+  const report::Comparison c = report::compare(jobs);
+  if (g.json) {
+    Json rows = Json::array();
+    for (const auto& row : c.kpis.rows) rows.push_back(row);
+    Json out = {{"header", c.kpis.header}, {"rows", rows}, {"scaling_note", c.scalingNote}};
+    for (const auto* chart : {&c.throughput, &c.efficiency}) {
+      if (!*chart) continue;
+      Json points = Json::array();
+      for (const auto& p : (*chart)->series.at(0).points) points.push_back({p.x, p.y});
+      out[(*chart)->id] = points;
+    }
+    std::printf("%s\n", out.dump().c_str());
+    return kOk;
+  }
+  std::vector<std::size_t> widths(c.kpis.header.size(), 0);
+  auto widen = [&](const std::vector<std::string>& row) {
+    for (std::size_t i = 0; i < row.size() && i < widths.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  };
+  widen(c.kpis.header);
+  for (const auto& row : c.kpis.rows) widen(row);
+  auto print = [&](const std::vector<std::string>& row) {
+    for (std::size_t i = 0; i < row.size() && i < widths.size(); ++i) {
+      std::printf(i == 0 ? "%-*s" : "  %*s", static_cast<int>(widths[i]), row[i].c_str());
+    }
+    std::printf("\n");
+  };
+  print(c.kpis.header);
+  for (const auto& row : c.kpis.rows) print(row);
+  if (c.throughput && c.efficiency) {
+    std::printf("\nscaling (%s):\n%6s %12s %11s\n", c.scalingNote.c_str(), "RANKS", "SAMPLES/S", "EFFICIENCY");
+    const auto& t = c.throughput->series.at(0).points;
+    const auto& e = c.efficiency->series.at(0).points;
+    for (std::size_t i = 0; i < t.size() && i < e.size(); ++i) {
+      std::printf("%6.0f %12.0f %10.0f%%\n", t[i].x, t[i].y, e[i].y);
+    }
+  } else if (!c.scalingNote.empty()) {
+    std::printf("\n%s\n", c.scalingNote.c_str());
+  }
+  return kOk;
+}
+
+}  // namespace lockstep::ctl
