@@ -16,11 +16,23 @@
 #include <algorithm>
 #include <memory>
 
+#include <QSvgWidget>
+#include <sqlite3.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <QTableWidget>
+
 #include "ClusterStore.h"
 #include "DashboardWidget.h"
+#include "HistoryRecorder.h"
+#include "HistoryWindow.h"
 #include "LauncherDialog.h"
 #include "MainWindow.h"
 #include "Models.h"
+#include "lockstep/client/launch.h"
+#include "lockstep/history/history.h"
+#include "lockstep/net/keys.h"
 #include "support/agent_support.h"
 
 using namespace lockstep;
@@ -35,10 +47,16 @@ namespace {
 constexpr int kConnectMs = 20000;
 constexpr int kJobMs = 60000;
 
-// One app (store + window, config in a temp dir) and what it talks to.
+// One app (store + window, config in a temp dir) and what it talks to; with `historyPath`, it
+// records into that file.
 struct App {
-  explicit App(const TempDir& dir) : keys(dir, "app"), store(keys.keys), window(store, QString::fromStdString(keys.configDir)) {
+  explicit App(const TempDir& dir, const std::string& historyPath = {})
+      : keys(dir, "app"),
+        recorder(historyPath.empty() ? nullptr : std::make_unique<app::HistoryRecorder>(QString::fromStdString(historyPath))),
+        store(keys.keys, recorder.get()),
+        window(store, QString::fromStdString(keys.configDir), recorder.get()) {
     window.dashboard()->setConfirmStops(false);
+    if (recorder) recorder->start();
   }
   QString stateOf(const QString& agentId) {
     window.refreshNow();
@@ -63,9 +81,42 @@ struct App {
   }
 
   ClientKeys keys;
+  std::unique_ptr<app::HistoryRecorder> recorder;  // before the store: its workers report to it
   ClusterStore store;
   MainWindow window;
 };
+
+// A job in the history file once its final KPIs are in (read through a connection of its own).
+std::optional<history::JobRecord> recordedJob(const std::string& path, const std::string& jobId) {
+  auto h = history::History::open(path);
+  if (!h) return std::nullopt;
+  auto job = h->job(jobId);
+  if (!job) return std::nullopt;
+  return std::move(*job);
+}
+
+std::int64_t sqlCount(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  std::int64_t n = -1;
+  sqlite3_stmt* stmt = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK &&
+      sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK && sqlite3_step(stmt) == SQLITE_ROW) {
+    n = sqlite3_column_int64(stmt, 0);
+  }
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  return n;
+}
+
+// Launches a job through the store and waits for the launch to be acknowledged.
+QString launch(App& app, const AgentProcess& agent, const JobSpec& spec, std::uint32_t ranks) {
+  QSignalSpy launched(&app.store, &ClusterStore::launchFinished);
+  auto placed = app.store.place(spec, {{QString::fromStdString(agent.address().text()), ranks}});
+  if (!placed) return QString::fromStdString(placed.error().message);
+  app.store.launch(*placed);
+  if (!QTest::qWaitFor([&] { return launched.count() == 1; }, kJobMs)) return QStringLiteral("no launch answer");
+  return launched.at(0).at(1).toBool() ? QString() : launched.at(0).at(2).toString();
+}
 
 QString idOf(const AgentProcess& agent) { return QString::fromStdString(agent.address().text()); }
 
@@ -282,6 +333,145 @@ class AppTest : public QObject {
     QCOMPARE(app.window.jobsModel()->rowCount(), 1);
     QCOMPARE(app.dashboardLabel("jobBanner"), banner);
     QCOMPARE(app.points(QStringLiteral("loss")), 30);
+  }
+
+  // Issue 5: what the app saw is in the history; the History window searches, opens a job's
+  // dashboard as it was, compares, exports and deletes.
+  void historyRecordsOpensComparesExportsAndDeletes() {
+    TempDir dir;
+    AgentProcess agent(dir, "node-a");
+    const std::string path = dir.file("history.db");
+    App app(dir, path);
+    const QString problem = connectAuthorized(app, agent);
+    QVERIFY2(problem.isEmpty(), qPrintable(problem));
+    for (const auto& [id, ranks] : {std::pair{"rec-2", 2u}, std::pair{"rec-1", 1u}}) {
+      JobSpec spec = smallJob(id, ranks, 40);
+      spec.name = "scaling";
+      const QString launched = launch(app, agent, spec, ranks);
+      QVERIFY2(launched.isEmpty(), qPrintable(launched));
+      QTRY_VERIFY_WITH_TIMEOUT(recordedJob(path, id) && recordedJob(path, id)->finalKpis, kJobMs);
+      QCOMPARE(recordedJob(path, id)->stepReports, 40u * ranks);  // every step of every rank
+    }
+    const auto twoRanks = *recordedJob(path, "rec-2");
+    QCOMPARE(twoRanks.state, JobState::kFinished);
+    QCOMPARE(twoRanks.finalKpis->step, 40u);
+    QVERIFY(twoRanks.finalKpis->samplesPerSecond && *twoRanks.finalKpis->samplesPerSecond > 0);
+
+    app::HistoryWindow* history = app.window.showHistory();
+    QVERIFY(history);
+    history->setConfirmDeletes(false);
+    app::HistoryModel* model = history->model();
+    QTRY_COMPARE_WITH_TIMEOUT(model->rowCount(), 2, kConnectMs);
+    QCOMPARE(model->index(0, app::HistoryModel::kJob).data().toString(), QStringLiteral("rec-1"));  // newest first
+    QCOMPARE(model->index(1, app::HistoryModel::kState).data().toString(), QStringLiteral("finished"));
+    QCOMPARE(model->index(1, app::HistoryModel::kNodes).data().toString(), QStringLiteral("node-a"));
+    QCOMPARE(model->index(1, app::HistoryModel::kGpuUtil).data().toString(), QStringLiteral("–"));
+    history->setSearch(QStringLiteral("REC-2"));
+    QCOMPARE(model->rowCount(), 1);
+    history->setSearch(QString());
+    history->setStateFilter(JobState::kFailed);
+    QCOMPARE(model->rowCount(), 0);
+    history->setStateFilter(std::nullopt);
+    QCOMPARE(model->rowCount(), 2);
+
+    // Open: the dashboard as it was, from the history alone.
+    history->select({QStringLiteral("rec-2")});
+    auto* opened = qobject_cast<app::RecordedJobWindow*>(history->openSelected());
+    QVERIFY(opened);
+    app::DashboardWidget* dashboard = opened->dashboard();
+    QVERIFY(dashboard->showsRecorded());
+    QVERIFY(dashboard->tile(QStringLiteral("Throughput"))->value() != QStringLiteral("–"));
+    QVERIFY(dashboard->tile(QStringLiteral("Loss"))->value() != QStringLiteral("–"));
+    QCOMPARE(dashboard->chartPointCount(QStringLiteral("loss")), 40);
+    QCOMPARE(dashboard->chartPointCount(QStringLiteral("comm")), 2);
+    auto* stop = dashboard->findChild<QPushButton*>(QStringLiteral("stopJob"));
+    QVERIFY(stop && !stop->isVisibleTo(dashboard));
+    const QString banner = dashboard->findChild<QLabel*>(QStringLiteral("jobBanner"))->text();
+    QVERIFY2(banner.startsWith(QStringLiteral("Finished: 40 of 40 steps")), qPrintable(banner));
+    if (const QByteArray shots = qgetenv("LOCKSTEP_TEST_SCREENSHOTS"); !shots.isEmpty()) {
+      history->grab().save(QString::fromLocal8Bit(shots) + QStringLiteral("/history.png"));
+      opened->grab().save(QString::fromLocal8Bit(shots) + QStringLiteral("/recorded.png"));
+    }
+
+    // Compare: the same workload at 1 and 2 ranks makes a scaling chart.
+    history->select({QStringLiteral("rec-1"), QStringLiteral("rec-2")});
+    auto* compare = qobject_cast<app::CompareDialog*>(history->compareSelected());
+    QVERIFY(compare);
+    QVERIFY(compare->comparison().throughput && compare->comparison().efficiency);
+    QCOMPARE(compare->comparison().throughput->series.at(0).points.size(), 2u);
+    QVERIFY(compare->findChild<QSvgWidget*>(QStringLiteral("chart-scaling")));
+    QCOMPARE(compare->findChild<QTableWidget*>(QStringLiteral("compareTable"))->columnCount(), 3);
+    if (const QByteArray shots = qgetenv("LOCKSTEP_TEST_SCREENSHOTS"); !shots.isEmpty()) {
+      compare->grab().save(QString::fromLocal8Bit(shots) + QStringLiteral("/compare.png"));
+    }
+
+    // Export, as File > Export and the History view do once the file is chosen.
+    auto h = history::History::open(path);
+    QVERIFY(h);
+    for (const char* name : {"rec-2.pdf", "rec-2.html", "rec-2.json", "rec-2.csv"}) {
+      auto written = app::exportReport(*h, "rec-2", dir.file(name));
+      QVERIFY2(written, written ? "" : written.error().message.c_str());
+      QVERIFY(std::filesystem::file_size(dir.file(name)) > 0);
+    }
+    QVERIFY(std::filesystem::exists(dir.file("rec-2-gpus.csv")));
+    QVERIFY(!app::exportReport(*h, "rec-2", dir.file("rec-2.docx")));
+
+    // Delete: gone from the view and the file.
+    history->select({QStringLiteral("rec-1")});
+    history->deleteSelected();
+    QCOMPARE(model->rowCount(), 1);
+    QVERIFY(!recordedJob(path, "rec-1"));
+    QCOMPARE(sqlCount(path, "SELECT count(*) FROM steps WHERE job_id = 'rec-1'"), 0);
+  }
+
+  // Issue 5: kill -9 the app while a job trains; start it again: the history holds everything it
+  // had committed, and the agent's replay fills in the rest: every step of every rank, once.
+  void aKilledAppLosesNoRecordedSteps() {
+    TempDir dir;
+    AgentProcess agent(dir, "node-a");
+    const std::string config = dir.file("app-config");
+    const std::string path = dir.file("history.db");
+    const Env env = {{"QT_QPA_PLATFORM", "offscreen"}, {"LOCKSTEP_HISTORY", path}};
+    auto key = runProcess({LOCKSTEP_APP_PATH, "--config-dir", config, "--print-key"}, env, dir);
+    QCOMPARE(key.status.exitCode, 0);
+    agent.authorize(key.out.substr(0, key.out.find('\n')));
+    auto known = KnownAgents::load(config + "/known_agents");
+    QVERIFY(known && known->trust(agent.address().text(), agent.publicKey()));
+
+    // A job long enough to kill the app in its middle, started by another client.
+    ClientKeys client(dir);
+    agent.authorize(client.keys.publicKey);
+    auto connection = connectTo(agent, client);
+    QVERIFY(connection);
+    constexpr std::uint64_t kSteps = 6000;
+    auto placed = placeJob({connection.get()}, {2}, smallJob("crash", 2, kSteps), std::chrono::seconds(10));
+    QVERIFY(placed);
+    QVERIFY(launchJob({connection.get()}, *placed, std::chrono::seconds(10)));
+
+    const auto startApp = [&] {
+      return startProcess({LOCKSTEP_APP_PATH, "--config-dir", config}, env, dir.file("app.out"), dir.file("app.err"));
+    };
+    const auto steps = [&] { return sqlCount(path, "SELECT count(*) FROM steps WHERE job_id = 'crash'"); };
+    pid_t app = startApp();
+    QTRY_VERIFY_WITH_TIMEOUT(steps() >= 200, kJobMs);
+    ::kill(app, SIGKILL);
+    int status = 0;
+    ::waitpid(app, &status, 0);
+    const std::int64_t before = steps();
+    QVERIFY2(before < 2 * static_cast<std::int64_t>(kSteps), "the job should still be running at the kill");
+    QCOMPARE(sqlCount(path, "SELECT count(*) FROM pragma_integrity_check WHERE integrity_check = 'ok'"), 1);
+
+    app = startApp();
+    QTRY_VERIFY_WITH_TIMEOUT(recordedJob(path, "crash") && recordedJob(path, "crash")->finalKpis, 3 * kJobMs);
+    ::kill(app, SIGTERM);
+    ::waitpid(app, &status, 0);
+    const auto job = *recordedJob(path, "crash");
+    QCOMPARE(job.state, JobState::kFinished);
+    QCOMPARE(job.stepReports, 2 * kSteps);
+    QCOMPARE(steps(), static_cast<std::int64_t>(2 * kSteps));
+    QCOMPARE(sqlCount(path, "SELECT count(DISTINCT rank || '/' || step) FROM steps WHERE job_id = 'crash'"),
+             static_cast<std::int64_t>(2 * kSteps));
+    QCOMPARE(job.finalKpis->step, kSteps);
   }
 
   void gpusOfAnAgentAreListedWithTheirReadings() {

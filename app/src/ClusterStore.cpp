@@ -5,6 +5,7 @@
 #include <set>
 
 #include "AgentWorker.h"
+#include "HistoryRecorder.h"
 #include "lockstep/client/launch.h"
 #include "lockstep/protocol/validate.h"
 
@@ -12,7 +13,8 @@ Q_LOGGING_CATEGORY(lcStore, "lockstep.store")
 
 namespace lockstep::app {
 
-ClusterStore::ClusterStore(CurveKeyPair keys, QObject* parent) : QObject(parent), keys_(std::move(keys)) {
+ClusterStore::ClusterStore(CurveKeyPair keys, HistoryRecorder* history, QObject* parent)
+    : QObject(parent), keys_(std::move(keys)), history_(history) {
   registerMetaTypes();
 }
 
@@ -43,6 +45,12 @@ void ClusterStore::addAgent(const AgentAddress& address, const std::string& publ
   connect(entry->worker, &AgentWorker::messagesReceived, this, &ClusterStore::onMessages);
   connect(entry->worker, &AgentWorker::jobStarted, this, &ClusterStore::onJobStarted);
   connect(entry->worker, &AgentWorker::commandDone, this, &ClusterStore::onCommandDone);
+  if (history_) {
+    // Straight from the worker's thread to the recorder's: recording never waits for the GUI.
+    connect(entry->worker, &AgentWorker::helloReceived, history_, &HistoryRecorder::onHello);
+    connect(entry->worker, &AgentWorker::jobsReceived, history_, &HistoryRecorder::onJobs);
+    connect(entry->worker, &AgentWorker::messagesReceived, history_, &HistoryRecorder::onMessages);
+  }
   entry->thread->start();
   QMetaObject::invokeMethod(entry->worker, &AgentWorker::start, Qt::QueuedConnection);
   agents_.push_back(std::move(entry));

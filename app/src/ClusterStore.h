@@ -18,6 +18,7 @@
 namespace lockstep::app {
 
 class AgentWorker;
+class HistoryRecorder;
 
 struct AgentEntry {
   QString id;  // HOST:PORT
@@ -52,7 +53,8 @@ class ClusterStore : public QObject {
   Q_OBJECT
 
  public:
-  explicit ClusterStore(CurveKeyPair keys, QObject* parent = nullptr);
+  // With a recorder, every agent's worker also reports to it (the job history).
+  explicit ClusterStore(CurveKeyPair keys, HistoryRecorder* history = nullptr, QObject* parent = nullptr);
   ~ClusterStore() override;
 
   const CurveKeyPair& keys() const { return keys_; }
@@ -110,6 +112,7 @@ class ClusterStore : public QObject {
   };
 
   CurveKeyPair keys_;
+  HistoryRecorder* history_;
   std::vector<std::unique_ptr<AgentEntry>> agents_;
   std::map<std::string, std::unique_ptr<JobEntry>> jobs_;
   std::vector<std::string> jobOrder_;

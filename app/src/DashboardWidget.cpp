@@ -282,6 +282,14 @@ void DashboardWidget::changeEvent(QEvent* event) {
 
 void DashboardWidget::showJob(const QString& jobId) {
   jobId_ = jobId;
+  recorded_.reset();
+  refresh();
+}
+
+void DashboardWidget::showRecorded(std::shared_ptr<const JobEntry> job, std::int64_t atUnixUs) {
+  jobId_ = job ? QString::fromStdString(job->id) : QString();
+  recorded_ = std::move(job);
+  recordedAtUs_ = atUnixUs;
   refresh();
 }
 
@@ -295,16 +303,18 @@ int DashboardWidget::chartPointCount(const QString& chart) const {
 }
 
 void DashboardWidget::refresh() {
-  const JobEntry* job = jobId_.isEmpty() ? nullptr : store_.job(jobId_.toStdString());
+  const JobEntry* job = recorded_ ? recorded_.get() : jobId_.isEmpty() ? nullptr : store_.job(jobId_.toStdString());
   empty_->setVisible(job == nullptr);
   body_->setVisible(job != nullptr);
   if (!job) return;
-  const kpi::JobKpis k = job->tracker->snapshot(nowUnixUs());
-  const bool running = job->state == JobState::kRunning || job->state == JobState::kStarting;
+  const kpi::JobKpis k = job->tracker->snapshot(recorded_ ? recordedAtUs_ : nowUnixUs());
+  // A recorded job is shown as it was when recording ended, even if that was mid-run.
+  const bool running = !recorded_ && (job->state == JobState::kRunning || job->state == JobState::kStarting);
 
   QStringList nodes;
-  for (const auto& [agent, part] : job->parts) {
-    if (const AgentEntry* a = store_.agent(agent); a && a->hello) nodes << QString::fromStdString(a->hello->nodeName);
+  for (const auto& placement : job->spec.ranks) {
+    const QString node = QString::fromStdString(placement.node);
+    if (!nodes.contains(node)) nodes << node;
   }
   title_->setText(tr("%1 — %2 ranks on %3").arg(jobId_).arg(job->spec.worldSize).arg(nodes.join(QStringLiteral(", "))));
   state_->setText(jobStateText(job->state));
@@ -312,6 +322,7 @@ void DashboardWidget::refresh() {
   statePalette.setColor(QPalette::WindowText, jobStateColor(job->state, palette()));
   state_->setPalette(statePalette);
   stop_->setEnabled(running);
+  stop_->setVisible(!recorded_);
 
   // The end of a job, plainly.
   QString banner;
@@ -320,7 +331,8 @@ void DashboardWidget::refresh() {
   const QString took = duration(k.elapsedSeconds);
   switch (job->state) {
     case JobState::kFinished:
-      banner = !seen ? tr("Finished before this app connected; its step reports are gone, so it has no KPIs here.")
+      banner = !seen ? (recorded_ ? tr("Finished; no step reports of it were recorded, so it has no KPIs.")
+                                  : tr("Finished before this app connected; its step reports are gone, so it has no KPIs here."))
                : k.timeToConvergenceSeconds && job->spec.targetLoss && k.step < k.totalSteps
                    ? tr("Finished: target loss %1 reached at step %2, after %3.").arg(*job->spec.targetLoss).arg(k.step).arg(took)
                    : tr("Finished: %1 in %2.").arg(steps, took);

@@ -7,6 +7,7 @@
 #include <QPushButton>
 #include <QWidget>
 #include <map>
+#include <memory>
 
 #include "ClusterStore.h"
 
@@ -42,7 +43,10 @@ class DashboardWidget : public QWidget {
  public:
   explicit DashboardWidget(ClusterStore& store, QWidget* parent = nullptr);
 
-  void showJob(const QString& jobId);
+  void showJob(const QString& jobId);  // a job of the store, live
+  // A job from the history, frozen: its KPIs as of `atUnixUs` (its end, or the last report recorded).
+  void showRecorded(std::shared_ptr<const JobEntry> job, std::int64_t atUnixUs);
+  bool showsRecorded() const { return recorded_ != nullptr; }
   QString jobId() const { return jobId_; }
   void refresh();
   // Ask before stopping (the default); tests turn it off.
@@ -65,6 +69,8 @@ class DashboardWidget : public QWidget {
 
   ClusterStore& store_;
   QString jobId_;
+  std::shared_ptr<const JobEntry> recorded_;
+  std::int64_t recordedAtUs_ = 0;
   bool confirmStops_ = true;
   QLabel* title_;
   QLabel* state_;

@@ -17,6 +17,8 @@
 
 #include "AddAgentDialog.h"
 #include "DashboardWidget.h"
+#include "HistoryRecorder.h"
+#include "HistoryWindow.h"
 #include "LauncherDialog.h"
 #include "Models.h"
 #include "lockstep/net/keys.h"
@@ -43,8 +45,8 @@ std::string knownAgentsPath(const QString& configDir) {
 
 }  // namespace
 
-MainWindow::MainWindow(ClusterStore& store, QString configDir, QWidget* parent)
-    : QMainWindow(parent), store_(store), configDir_(std::move(configDir)) {
+MainWindow::MainWindow(ClusterStore& store, QString configDir, HistoryRecorder* history, QWidget* parent)
+    : QMainWindow(parent), store_(store), configDir_(std::move(configDir)), history_(history) {
   setWindowTitle(tr("Lockstep"));
   agentsModel_ = new AgentsModel(store_, this);
   gpusModel_ = new GpusModel(store_, this);
@@ -68,6 +70,9 @@ MainWindow::MainWindow(ClusterStore& store, QString configDir, QWidget* parent)
   auto* file = menuBar()->addMenu(tr("&File"));
   auto* keyAction = file->addAction(tr("This App's &Key…"), this, &MainWindow::showAppKey);
   keyAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_K));
+  exportAction_ = file->addAction(tr("&Export Report…"), this, &MainWindow::exportReport);
+  exportAction_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_E));
+  exportAction_->setObjectName(QStringLiteral("exportReportAction"));
   file->addSeparator();
   auto* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
   quit->setShortcut(QKeySequence::Quit);
@@ -81,10 +86,15 @@ MainWindow::MainWindow(ClusterStore& store, QString configDir, QWidget* parent)
   stopAction->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_X));
   stopAction->setObjectName(QStringLiteral("stopJobAction"));
   stopAction_ = stopAction;
+  jobMenu->addSeparator();
+  auto* historyAction = jobMenu->addAction(tr("&History…"), this, &MainWindow::showHistory);
+  historyAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_H));
+  historyAction->setEnabled(history_ != nullptr);
   auto* toolbar = addToolBar(tr("Main"));
   toolbar->setObjectName(QStringLiteral("mainToolbar"));
   toolbar->addAction(newJobAction);
   toolbar->addAction(stopAction);
+  toolbar->addAction(historyAction);
   toolbar->addAction(addAgent);
   status_ = new QLabel(this);
   statusBar()->addWidget(status_);
@@ -113,6 +123,20 @@ MainWindow::MainWindow(ClusterStore& store, QString configDir, QWidget* parent)
   connect(&store_, &ClusterStore::stopFinished, this, [this](const QString& jobId, bool ok, const QString& message) {
     if (!ok) QMessageBox::warning(this, tr("Stop failed"), tr("Job %1 did not stop everywhere:\n\n%2").arg(jobId, message));
   });
+
+  if (history_) {
+    connect(history_, &HistoryRecorder::opened, this, [this](bool ok, const QString& message) {
+      if (!ok) historyProblem_ = tr("history off: %1").arg(message);
+      updateStatus();
+    });
+    connect(history_, &HistoryRecorder::failed, this, [this](const QString& message) {
+      historyProblem_ = tr("history stopped: %1").arg(message);
+      updateStatus();
+    });
+    connect(history_, &HistoryRecorder::changed, this, [this] {
+      if (historyWindow_ && historyWindow_->isVisible()) historyWindow_->reload();
+    });
+  }
 
   QSettings settings;
   restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray());
@@ -167,6 +191,7 @@ void MainWindow::refreshNow() {
   dashboard_->refresh();
   const JobEntry* shown = store_.job(dashboard_->jobId().toStdString());
   stopAction_->setEnabled(shown && (shown->state == JobState::kRunning || shown->state == JobState::kStarting));
+  exportAction_->setEnabled(shown && history_);
   updateStatus();
 }
 
@@ -185,7 +210,8 @@ void MainWindow::updateStatus() {
   status_->setText(tr("%1 of %2 agents connected · %3 running")
                        .arg(connected)
                        .arg(store_.agents().size())
-                       .arg(running == 1 ? tr("1 job") : tr("%1 jobs").arg(running)));
+                       .arg(running == 1 ? tr("1 job") : tr("%1 jobs").arg(running)) +
+                   (historyProblem_.isEmpty() ? QString() : QStringLiteral(" · ") + historyProblem_));
 }
 
 Result<void> MainWindow::addAgent(const QString& address, const QString& key) {
@@ -208,6 +234,21 @@ void MainWindow::newJob() {
   LauncherDialog dialog(store_, this);
   if (dialog.exec() != QDialog::Accepted || !dialog.job()) return;
   store_.launch(*dialog.job());
+}
+
+HistoryWindow* MainWindow::showHistory() {
+  if (!history_) return nullptr;
+  if (!historyWindow_) historyWindow_ = new HistoryWindow(store_, history_->path(), this);
+  historyWindow_->reload();
+  historyWindow_->show();
+  historyWindow_->raise();
+  historyWindow_->activateWindow();
+  return historyWindow_;
+}
+
+void MainWindow::exportReport() {
+  if (!history_ || dashboard_->jobId().isEmpty()) return;
+  exportReportDialog(this, history_->path(), dashboard_->jobId());
 }
 
 void MainWindow::showAppKey() {

@@ -20,14 +20,17 @@ namespace lockstep::app {
 class AgentsModel;
 class DashboardWidget;
 class GpusModel;
+class HistoryRecorder;
+class HistoryWindow;
 class JobsModel;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
  public:
   // configDir holds the app's key pair (app.key/.pub) and the pinned agents (known_agents, shared
-  // with lockstepctl); every pinned agent is connected.
-  MainWindow(ClusterStore& store, QString configDir, QWidget* parent = nullptr);
+  // with lockstepctl); every pinned agent is connected. With a recorder, the History window and
+  // report export read the history file it writes.
+  MainWindow(ClusterStore& store, QString configDir, HistoryRecorder* history = nullptr, QWidget* parent = nullptr);
   ~MainWindow() override;
 
   DashboardWidget* dashboard() const { return dashboard_; }
@@ -44,6 +47,8 @@ class MainWindow : public QMainWindow {
   void newJob();
   void showAppKey();
   void addAgentDialog();
+  HistoryWindow* showHistory();  // nullptr without a history
+  void exportReport();          // of the job on show
 
  protected:
   void closeEvent(QCloseEvent* event) override;
@@ -67,6 +72,10 @@ class MainWindow : public QMainWindow {
   QSplitter* right_;
   QLabel* status_;
   QAction* stopAction_;  // enabled while the job on show runs
+  QAction* exportAction_;
+  HistoryRecorder* history_;
+  HistoryWindow* historyWindow_ = nullptr;
+  QString historyProblem_;
   QTimer coalesce_;
   QTimer tick_;
   QString pendingSelect_;

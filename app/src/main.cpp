@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "ClusterStore.h"
+#include "HistoryRecorder.h"
 #include "MainWindow.h"
 #include "lockstep/net/keys.h"
 
@@ -43,7 +44,11 @@ int main(int argc, char** argv) {
                                 QStringLiteral("FILE"));
   QCommandLineOption screenshotAfter(QStringLiteral("screenshot-after-ms"), QStringLiteral("when to take the screenshot"),
                                      QStringLiteral("MS"), QStringLiteral("5000"));
-  parser.addOptions({configOption, printKey, newJob, screenshot, screenshotAfter});
+  QCommandLineOption historyOption(QStringLiteral("history"),
+                                   QStringLiteral("the job history file (default $LOCKSTEP_HISTORY, else ~/.local/share/lockstep/history.db)"),
+                                   QStringLiteral("FILE"), QString::fromStdString(lockstep::history::History::defaultPath()));
+  QCommandLineOption noHistory(QStringLiteral("no-history"), QStringLiteral("record nothing"));
+  parser.addOptions({configOption, printKey, newJob, screenshot, screenshotAfter, historyOption, noHistory});
   parser.process(app);
 
   auto keys = lockstep::loadOrCreateKeyPair(parser.value(configOption).toStdString(), "app");
@@ -51,8 +56,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "lockstep: error: %s\n", keys.error().message.c_str());
     return 1;
   }
-  lockstep::app::ClusterStore store(*keys);
-  lockstep::app::MainWindow window(store, parser.value(configOption));
+  // Before the store: it outlives the agents' workers, which report to it.
+  std::unique_ptr<lockstep::app::HistoryRecorder> history;
+  if (!parser.isSet(noHistory)) history = std::make_unique<lockstep::app::HistoryRecorder>(parser.value(historyOption));
+  lockstep::app::ClusterStore store(*keys, history.get());
+  lockstep::app::MainWindow window(store, parser.value(configOption), history.get());
+  if (history) history->start();
   window.show();
   if (parser.isSet(newJob)) QTimer::singleShot(1500, &window, &lockstep::app::MainWindow::newJob);
   if (parser.isSet(screenshot)) {
