@@ -549,6 +549,24 @@ TEST(ReportDocument, UnknownKpisAreDashesNotZeros) {
   }
 }
 
+TEST(ReportDocument, ASmallCostKeepsItsSignificantDigits) {
+  ReportData d = healthy();
+  d.job.spec.prices.coreHour = 0.048;
+  const auto costOf = [&](double amount) {
+    d.kpis.costSoFar = amount;
+    d.kpis.costProjected = amount;
+    const Document doc = document(d);
+    for (const auto& row : doc.sections[0].tables[0].rows) {
+      if (row[0] == "Cost per training job") return row[1];
+    }
+    return std::string("(no cost row)");
+  };
+  EXPECT_EQ(costOf(0.000213), "0.00021 USD");
+  EXPECT_EQ(costOf(0.0099), "0.0099 USD");
+  EXPECT_EQ(costOf(12.5), "12.50 USD");
+  EXPECT_EQ(costOf(0), "0.00 USD");
+}
+
 TEST(ReportJson, ParsesAndWritesNullForUnknownKpis) {
   ReportData d = healthy();
   d.kpis.gpuUtilizationPct.reset();

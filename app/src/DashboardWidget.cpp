@@ -80,11 +80,6 @@ void fitAxis(QValueAxis* axis, double lo, double hi, bool fromZero, bool margin 
   axis->setRange(lo, hi);
 }
 
-// Money: cents, or finer below one unit (a short CPU job costs a fraction of a cent).
-QString money(double amount, const QString& currency) {
-  return QStringLiteral("%1 %2").arg(amount, 0, 'f', amount != 0 && std::abs(amount) < 1 ? 4 : 2).arg(currency);
-}
-
 }  // namespace
 
 KpiTile::KpiTile(const QString& title, QWidget* parent) : QFrame(parent) {

@@ -101,8 +101,7 @@ QVariant HistoryModel::data(const QModelIndex& index, int role) const {
     case kGpuUtil: return k ? fixed(k->gpuUtilizationPct, 0, 1, QStringLiteral("%")) : dash();
     case kCost:
       if (r.spec.prices.gpuHour <= 0 && r.spec.prices.coreHour <= 0 && r.spec.prices.kwh <= 0) return dash();  // unpriced
-      return k && k->costSoFar ? fixed(k->costSoFar, 2) + QLatin1Char(' ') + QString::fromStdString(r.spec.prices.currency)
-                               : dash();
+      return k && k->costSoFar ? money(*k->costSoFar, QString::fromStdString(r.spec.prices.currency)) : dash();
     default: return {};
   }
 }

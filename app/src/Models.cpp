@@ -5,6 +5,7 @@
 #include <QGuiApplication>
 #include <QPalette>
 #include <chrono>
+#include <cmath>
 
 namespace lockstep::app {
 namespace {
@@ -189,6 +190,10 @@ int JobsModel::rowOf(const QString& jobId) const {
     if (QString::fromStdString(rows_[i]->id) == jobId) return static_cast<int>(i);
   }
   return -1;
+}
+
+QString money(double amount, const QString& currency) {
+  return QStringLiteral("%1 %2").arg(amount, 0, 'f', amount != 0 && std::abs(amount) < 1 ? 4 : 2).arg(currency);
 }
 
 }  // namespace lockstep::app

@@ -740,6 +740,10 @@ int cmdStart(const Globals& g, const std::vector<std::string>& args) {
   Recorder recorder(g);
   std::map<AgentClient*, std::uint64_t> lastSeq;
   for (auto* agent : used) lastSeq[agent] = seqBefore[agent];
+  // The job first: messages of a job the history does not hold are not kept.
+  if (auto parts = findJob(*agents, placed->jobId, g.timeout)) {
+    for (const auto& p : *parts) recorder.part(p.agent->hello(), p.status);
+  }
   auto nextStatus = Clock::now();
   while (true) {
     for (auto& [agent, seq] : lastSeq) {

@@ -95,7 +95,15 @@ std::string optimizerText(const OptimizerSpec& o) {
 
 bool priced(const Prices& p) { return p.gpuHour > 0 || p.coreHour > 0 || p.kwh > 0; }
 
-std::string moneyText(double amount, const std::string& currency) { return number(amount, 2) + " " + currency; }
+// Cents, except for amounts below a cent, which get two significant digits: a short job's cost is
+// small, not nothing.
+std::string moneyText(double amount, const std::string& currency) {
+  if (amount > 0 && amount < 0.01) {
+    const int decimals = std::min(8, 1 - static_cast<int>(std::floor(std::log10(amount))));
+    return number(amount, decimals) + " " + currency;
+  }
+  return number(amount, 2) + " " + currency;
+}
 
 // The share of step time the ranks spend waiting for data: over the ranks' last window when known,
 // else over the recorded step splits.
@@ -611,11 +619,14 @@ Document document(const ReportData& data) {
   events.heading = "Events";
   Table eventTable{"Events", {"Time", "Event", "Rank", "Message"}, {}};
   for (const auto& e : data.events) {
+    // The agent's message usually says it already; add what it leaves out.
     std::string message = e.message;
-    if (e.exitCode)
-      message += (message.empty() ? "" : " ") + std::string("(exit code ") + std::to_string(*e.exitCode) + ")";
-    if (e.signal) message += (message.empty() ? "" : " ") + std::string("(signal ") + std::to_string(*e.signal) + ")";
-    if (e.step) message += (message.empty() ? "" : " ") + std::string("at step ") + std::to_string(*e.step);
+    const auto add = [&](const std::string& what) {
+      if (message.find(what) == std::string::npos) message += (message.empty() ? "" : " ") + ("(" + what + ")");
+    };
+    if (e.exitCode) add("exit code " + std::to_string(*e.exitCode));
+    if (e.signal) add("signal " + std::to_string(*e.signal));
+    if (e.step) add("at step " + std::to_string(*e.step));
     eventTable.rows.push_back(
         {detail::displayTime(e.timeUnixUs), eventName(e.kind), e.rank ? std::to_string(*e.rank) : dash(), message});
   }
