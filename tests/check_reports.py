@@ -80,6 +80,8 @@ def main():
     check(kpis["energy_kwh"] is None, "a CPU job's energy must be null")
     check(any("GPU utilization" in m for m in kpis["missing"]), "JSON says GPU utilization is missing")
     check(len(report["ranks"]) == ranks, f"JSON has {len(report['ranks'])} ranks")
+    kinds = [e["kind"] for e in report["events"]]
+    check(kinds[:1] == ["started"] and kinds[-1:] == ["finished"], f"JSON events are {kinds}: the job's whole life")
     check(len(report["series"]["loss"]) == steps, f"JSON loss series has {len(report['series']['loss'])} points")
     comm = percent(kpis["comm_overhead"])
     throughput = f"{kpis['mean_samples_per_second']:,.0f}"
