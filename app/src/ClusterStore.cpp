@@ -7,6 +7,7 @@
 #include "AgentWorker.h"
 #include "HistoryRecorder.h"
 #include "lockstep/client/launch.h"
+#include "lockstep/history/history.h"
 #include "lockstep/protocol/validate.h"
 
 Q_LOGGING_CATEGORY(lcStore, "lockstep.store")
@@ -125,20 +126,17 @@ JobEntry& ClusterStore::jobEntry(const JobSpec& spec) {
 }
 
 void ClusterStore::updateJobState(JobEntry& job) {
-  // Failed if any part failed, stopped if any stopped, finished when all did.
-  bool running = false, failed = false, stopped = false;
+  std::vector<JobState> states;
   QString message;
   job.startedUnixUs = 0;
   for (const auto& [agent, part] : job.parts) {
-    running |= part.state == JobState::kRunning || part.state == JobState::kStarting;
-    failed |= part.state == JobState::kFailed;
-    stopped |= part.state == JobState::kStopped;
+    states.push_back(part.state);
     if (!part.message.empty() && message.isEmpty()) message = QString::fromStdString(part.message);
     if (job.startedUnixUs == 0 || (part.startedUnixUs != 0 && part.startedUnixUs < job.startedUnixUs)) {
       job.startedUnixUs = part.startedUnixUs;
     }
   }
-  job.state = failed ? JobState::kFailed : running ? JobState::kRunning : stopped ? JobState::kStopped : JobState::kFinished;
+  job.state = history::combinedState(states);  // the same rule as the history's
   job.message = message;
 }
 

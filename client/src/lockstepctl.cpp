@@ -253,18 +253,11 @@ Result<std::vector<Part>> findJob(const Connected& agents, const std::string& jo
 
 bool partEnded(const JobStatus& s) { return s.state != JobState::kStarting && s.state != JobState::kRunning; }
 
-// A job's overall state: failed if any part failed, stopped if any stopped, finished when all did.
+// A job's overall state, by the history's rule (failed if any part failed, running while any runs, ...).
 JobState overall(const std::vector<Part>& parts) {
-  bool anyRunning = false, anyFailed = false, anyStopped = false;
-  for (const auto& p : parts) {
-    anyRunning |= !partEnded(p.status);
-    anyFailed |= p.status.state == JobState::kFailed;
-    anyStopped |= p.status.state == JobState::kStopped;
-  }
-  if (anyFailed) return JobState::kFailed;
-  if (anyRunning) return JobState::kRunning;
-  if (anyStopped) return JobState::kStopped;
-  return JobState::kFinished;
+  std::vector<JobState> states;
+  for (const auto& p : parts) states.push_back(p.status.state);
+  return history::combinedState(states);
 }
 
 int exitForState(JobState s) {

@@ -145,6 +145,19 @@ std::string_view jobStateName(JobState state) {
   return "unknown";
 }
 
+std::string_view jobEventKindName(JobEventKind kind) {
+  switch (kind) {
+    case JobEventKind::kStarted: return "started";
+    case JobEventKind::kRankStarted: return "rank_started";
+    case JobEventKind::kRankExited: return "rank_exited";
+    case JobEventKind::kCheckpointSaved: return "checkpoint_saved";
+    case JobEventKind::kFinished: return "finished";
+    case JobEventKind::kFailed: return "failed";
+    case JobEventKind::kStopped: return "stopped";
+  }
+  return "unknown";
+}
+
 Result<void> validateJobId(const std::string& jobId) {
   if (jobId.empty() || jobId.size() > 64) {
     return bad("job id '" + jobId.substr(0, 80) + "' must be 1 to 64 characters long");

@@ -36,26 +36,6 @@ void time(Json& object, const std::string& name, std::int64_t unixUs) {
   object[name + "_unix_us"] = unixUs > 0 ? Json(unixUs) : Json(nullptr);
 }
 
-std::string eventKind(JobEventKind kind) {
-  switch (kind) {
-    case JobEventKind::kStarted:
-      return "started";
-    case JobEventKind::kRankStarted:
-      return "rank_started";
-    case JobEventKind::kRankExited:
-      return "rank_exited";
-    case JobEventKind::kCheckpointSaved:
-      return "checkpoint_saved";
-    case JobEventKind::kFinished:
-      return "finished";
-    case JobEventKind::kFailed:
-      return "failed";
-    case JobEventKind::kStopped:
-      return "stopped";
-  }
-  return "unknown";
-}
-
 std::string causeName(kpi::SlowCause cause) {
   switch (cause) {
     case kpi::SlowCause::kDataWait:
@@ -198,7 +178,7 @@ Json gpuJson(const kpi::GpuKpis& g) {
 Json eventJson(const JobEvent& e) {
   Json j;
   time(j, "time", e.timeUnixUs);
-  j["kind"] = eventKind(e.kind);
+  j["kind"] = std::string(jobEventKindName(e.kind));
   j["rank"] = optional(e.rank);
   j["exit_code"] = optional(e.exitCode);
   j["signal"] = optional(e.signal);

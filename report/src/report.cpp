@@ -42,24 +42,11 @@ std::string percentPast(double valuePct, double thresholdPct) {
   return number(valuePct, std::round(valuePct) == std::round(thresholdPct) ? 1 : 0) + "%";
 }
 
+// "rank exited": the JSON's name, for people.
 std::string eventName(JobEventKind kind) {
-  switch (kind) {
-    case JobEventKind::kStarted:
-      return "started";
-    case JobEventKind::kRankStarted:
-      return "rank started";
-    case JobEventKind::kRankExited:
-      return "rank exited";
-    case JobEventKind::kCheckpointSaved:
-      return "checkpoint saved";
-    case JobEventKind::kFinished:
-      return "finished";
-    case JobEventKind::kFailed:
-      return "failed";
-    case JobEventKind::kStopped:
-      return "stopped";
-  }
-  return "unknown";
+  std::string name(jobEventKindName(kind));
+  std::replace(name.begin(), name.end(), '_', ' ');
+  return name;
 }
 
 std::string layersText(const std::vector<std::uint32_t>& layers) {

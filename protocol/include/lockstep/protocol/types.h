@@ -134,6 +134,9 @@ enum class JobEventKind {
   kStopped = 7,
 };
 
+// "rank_exited", ...: the names reports and JSON use.
+std::string_view jobEventKindName(JobEventKind kind);
+
 struct JobEvent {
   std::string jobId;
   JobEventKind kind = JobEventKind::kStarted;
