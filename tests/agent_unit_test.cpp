@@ -111,6 +111,21 @@ TEST(AgentConfig, FlagsOverTheConfigFile) {
   }
 }
 
+// Issue 8: the Debian package keeps authorized keys in /etc/lockstep (a conffile), apart from the
+// agent's state in /var/lib.
+TEST(AgentConfig, AuthorizedKeysFileFromTheConfigFile) {
+  TempDir dir;
+  auto defaults = parseAgentArgs({"--state-dir", dir.path().string()});
+  ASSERT_TRUE(defaults.ok()) << defaults.error().message;
+  EXPECT_EQ(defaults->authorizedKeysPath(), dir.file("authorized_keys"));
+  std::ofstream(dir.file("agent.conf")) << "state-dir = " << dir.file("state") << "\nauthorized-keys = /etc/lockstep/authorized_keys\n";
+  auto c = parseAgentArgs({"--config", dir.file("agent.conf")});
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->stateDir, dir.file("state"));
+  EXPECT_EQ(c->authorizedKeysPath(), "/etc/lockstep/authorized_keys");
+  EXPECT_EQ(c->logPath(), dir.file("state/agent.log"));
+}
+
 TEST(Keys, PairsFingerprintsAndAuthorizedKeys) {
   TempDir dir;
   bool created = false;

@@ -39,6 +39,8 @@ Result<void> set(AgentConfig& c, const std::string& key, const std::string& valu
     c.name = value;
   } else if (key == "trainer") {
     c.trainer = value;
+  } else if (key == "authorized-keys") {
+    c.authorizedKeys = value;
   } else if (key == "sample-hz") {
     LOCKSTEP_ASSIGN_OR_RETURN(c.sampleHz, number("--sample-hz", value, 1, 20));
   } else if (key == "stop-grace-ms") {
@@ -83,7 +85,9 @@ std::string AgentConfig::listenHost() const {
   return rest.substr(0, rest.rfind(':'));
 }
 
-std::string AgentConfig::authorizedKeysPath() const { return (fs::path(stateDir) / "authorized_keys").string(); }
+std::string AgentConfig::authorizedKeysPath() const {
+  return authorizedKeys.empty() ? (fs::path(stateDir) / "authorized_keys").string() : authorizedKeys;
+}
 std::string AgentConfig::logPath() const { return (fs::path(stateDir) / "agent.log").string(); }
 
 Result<AgentConfig> parseAgentArgs(const std::vector<std::string>& args) {
@@ -145,12 +149,14 @@ std::string agentUsage() {
 The Lockstep daemon of one node: it starts and stops training ranks (lockstep-trainer) for
 authorized clients, samples GPUs (NVML) and rank processes, and streams step reports, samples and
 job events to clients. All traffic is encrypted and authenticated with ZeroMQ CURVE: a client may
-connect only when its public key is in STATE/authorized_keys (one key and a comment per line).
+connect only when its public key is in its authorized keys file (one key and a comment per line).
 
   --listen tcp://HOST:PORT   where clients connect (default tcp://127.0.0.1:7700)
   --state-dir DIR            keys, authorized keys, job table, logs (default $XDG_STATE_HOME/lockstep-agent)
   --name NAME                this node's name in job specs (default: the host name)
   --trainer PATH             the one program jobs run (default: lockstep-trainer beside this program)
+  --authorized-keys FILE     the client keys it accepts, re-read when it changes
+                             (default STATE/authorized_keys)
   --sample-hz N              GPU and process samples per second, 1 to 20 (default 5)
   --stop-grace-ms N          SIGTERM to SIGKILL when stopping a job (default 10000)
   --replay-messages N        streamed messages kept for clients that reconnect (default 600000)

@@ -15,6 +15,7 @@ struct AgentConfig {
   std::string stateDir;             // default: $XDG_STATE_HOME/lockstep-agent
   std::string name;                 // default: the host name
   std::string trainer;              // default: lockstep-trainer beside this program
+  std::string authorizedKeys;       // default: STATE/authorized_keys
   std::uint32_t sampleHz = 5;       // 1 to 20
   std::uint32_t stopGraceMs = 10000;
   std::uint32_t replayMessages = 600000;
