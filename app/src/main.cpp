@@ -4,6 +4,8 @@
 #include <QCommandLineParser>
 #include <QTimer>
 #include <cstdio>
+#include <cstring>
+#include <memory>
 
 #include "ClusterStore.h"
 #include "HistoryRecorder.h"
@@ -28,7 +30,13 @@ int main(int argc, char** argv) {
     }
   }
 
-  QApplication app(argc, argv);
+  // --help and --version need no display either: a QCoreApplication answers them, from the same
+  // parser that describes the options below.
+  bool infoOnly = false;
+  for (int i = 1; i < argc && std::strcmp(argv[i], "--") != 0; ++i) {
+    for (const char* option : {"-h", "--help", "-?", "--help-all", "-v", "--version"}) infoOnly |= std::strcmp(argv[i], option) == 0;
+  }
+  std::unique_ptr<QCoreApplication> app(infoOnly ? new QCoreApplication(argc, argv) : new QApplication(argc, argv));
   QApplication::setOrganizationName(QStringLiteral("Lockstep"));
   QApplication::setApplicationName(QStringLiteral("lockstep"));
   QApplication::setApplicationVersion(QStringLiteral(LOCKSTEP_VERSION));
@@ -49,7 +57,7 @@ int main(int argc, char** argv) {
                                    QStringLiteral("FILE"), QString::fromStdString(lockstep::history::History::defaultPath()));
   QCommandLineOption noHistory(QStringLiteral("no-history"), QStringLiteral("record nothing"));
   parser.addOptions({configOption, printKey, newJob, screenshot, screenshotAfter, historyOption, noHistory});
-  parser.process(app);
+  parser.process(*app);
 
   auto keys = lockstep::loadOrCreateKeyPair(parser.value(configOption).toStdString(), "app");
   if (!keys) {
@@ -74,5 +82,5 @@ int main(int argc, char** argv) {
       QApplication::quit();
     });
   }
-  return app.exec();
+  return app->exec();
 }
