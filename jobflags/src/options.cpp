@@ -173,6 +173,7 @@ Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
   JobSpec& s = o.spec;
   std::string datasetText = "synthetic";
   std::string backendText = "cpu";
+  std::string precisionText;  // default: bf16 on GPUs, fp32 on CPUs
   std::optional<std::string> layersText;
   if (const char* id = std::getenv("LOCKSTEP_JOB_ID"); id != nullptr && *id != '\0') s.jobId = id;
   else s.jobId = "local";
@@ -183,8 +184,7 @@ Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
       {"--nproc", asWhole(o.nproc, 1024u)},
       {"--layers", asOptionalText(layersText)},
       {"--activation", asChoice(s.activation, {{"relu", Activation::kRelu}, {"gelu", Activation::kGelu}})},
-      {"--precision",
-       asChoice(s.precision, {{"fp32", Precision::kFp32}, {"tf32", Precision::kTf32}, {"bf16", Precision::kBf16}})},
+      {"--precision", asText(precisionText)},
       {"--dataset", asText(datasetText)},
       {"--batch-per-rank", asWhole(s.batchPerRank, 1u << 20)},
       {"--accum-steps", asWhole(s.accumSteps, 4096u)},
@@ -252,6 +252,9 @@ Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
   if (o.help || o.version) return o;
 
   LOCKSTEP_TRY(asChoice(s.backend, {{"cpu", Backend::kCpu}, {"cuda", Backend::kCuda}})("--backend", backendText));
+  if (precisionText.empty()) precisionText = s.backend == Backend::kCuda ? "bf16" : "fp32";
+  LOCKSTEP_TRY(asChoice(s.precision, {{"fp32", Precision::kFp32}, {"tf32", Precision::kTf32}, {"bf16", Precision::kBf16}})(
+      "--precision", precisionText));
   if (!layersText) return usage("--layers is required, e.g. --layers 784,1024,1024,10");
   LOCKSTEP_ASSIGN_OR_RETURN(s.layers, parseLayers(*layersText));
   LOCKSTEP_ASSIGN_OR_RETURN(s.dataset, parseDatasetSpec(datasetText, s.layers));
@@ -275,7 +278,8 @@ Job:
   --nproc N                   launch N ranks on this machine
   --layers A,B,...,C          layer sizes: input features first, classes last (required)
   --activation relu|gelu      hidden activation (default relu)
-  --precision fp32|tf32|bf16  math precision (the CPU backend: fp32)
+  --precision fp32|tf32|bf16  math precision (default: bf16 with fp32 master weights on GPUs; the CPU
+                              backend computes in fp32 only)
   --dataset SPEC              synthetic:n=65536,dim=784,classes=10,seed=1 (default synthetic, dim and
                               classes from --layers) or npy:FEATURES.npy,LABELS.npy (float32 [N,D],
                               integer labels [N])

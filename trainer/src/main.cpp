@@ -109,10 +109,10 @@ int run(int argc, char** argv) {
     std::printf("lockstep-trainer %s\n", LOCKSTEP_VERSION);
     return 0;
   }
-  if (options.spec.backend == lockstep::Backend::kCuda) {
+  if (options.spec.backend == lockstep::Backend::kCuda && !cudaBackendBuilt()) {
     std::fprintf(stderr,
-                 "lockstep-trainer: error: this build has no CUDA backend yet; use --backend cpu "
-                 "(the GPU backend is tracked in issue 6)\n");
+                 "lockstep-trainer: error: this build has no CUDA backend (it was built without the CUDA toolkit); "
+                 "use --backend cpu\n");
     return 2;
   }
   installSignalHandlers();

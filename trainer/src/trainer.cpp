@@ -21,16 +21,15 @@
 #include "model.h"
 #include "optimizer.h"
 #include "reducer.h"
+#include "rank_state.h"
 #include "sampler.h"
 
 namespace lockstep::trainer {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr double kLossSmoothing = 0.1;  // EMA weight of the newest loss for --target-loss
-constexpr auto kHeartbeatInterval = std::chrono::seconds(1);
 constexpr std::size_t kFirstBucketBytes = 1u << 20;  // like PyTorch DDP: start communicating early
 
 std::int64_t micros(Clock::duration d) { return std::chrono::duration_cast<std::chrono::microseconds>(d).count(); }
@@ -58,63 +57,6 @@ std::string withThousands(double v) {
   for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(static_cast<size_t>(i), ",");
   return digits;
 }
-
-// What the main thread is doing, for heartbeats: written by the main thread, read by the
-// heartbeat thread.
-class Progress {
- public:
-  void enter(RankPhase phase) {
-    phase_.store(phase);
-    since_.store(Clock::now().time_since_epoch().count());
-  }
-  void completed(std::uint64_t step) { step_.store(static_cast<std::int64_t>(step)); }
-  std::int64_t step() const { return step_.load(); }
-  RankPhase phase() const { return phase_.load(); }
-  std::int64_t millisInPhase() const {
-    return std::chrono::duration_cast<milliseconds>(Clock::now().time_since_epoch() - Clock::duration(since_.load()))
-        .count();
-  }
-
- private:
-  std::atomic<std::int64_t> step_{0};
-  std::atomic<RankPhase> phase_{RankPhase::kStartup};
-  std::atomic<Clock::rep> since_{Clock::now().time_since_epoch().count()};
-};
-
-// Sends the main thread's progress to the store every second, so that a rank whose collective
-// times out can tell which peer is not in it (computing, writing a checkpoint, or frozen).
-class Heartbeat {
- public:
-  Heartbeat(StoreClient& store, const Progress& progress) : store_(store), progress_(progress) {
-    thread_ = std::thread([this] { run(); });
-  }
-  ~Heartbeat() {
-    {
-      std::lock_guard lock(mutex_);
-      stop_ = true;
-    }
-    wake_.notify_all();
-    thread_.join();
-  }
-
- private:
-  void run() {
-    std::unique_lock lock(mutex_);
-    while (!wake_.wait_for(lock, kHeartbeatInterval, [this] { return stop_; })) {
-      lock.unlock();
-      // A failed heartbeat is not fatal: the collectives detect lost peers, this only explains them.
-      (void)store_.heartbeat(progress_.step(), progress_.phase(), progress_.millisInPhase());
-      lock.lock();
-    }
-  }
-
-  StoreClient& store_;
-  const Progress& progress_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stop_ = false;
-  std::thread thread_;
-};
 
 // A 64-bit fingerprint of the data set, so that a resumed run can tell it trains on the same data.
 std::uint64_t datasetHash(const Dataset& d) {
@@ -168,29 +110,6 @@ Result<DistEnv> distEnvFromEnvironment() {
   return env;
 }
 
-// Everything a running rank holds, in the order it is built (and the reverse of teardown).
-class RankRunner::State {
- public:
-  Dataset data;
-  std::unique_ptr<ParamLayout> layout;
-  std::vector<float> params;
-  std::vector<float> grads;
-  std::unique_ptr<Optimizer> optimizer;
-  std::unique_ptr<GlobalBatchSampler> sampler;
-  std::unique_ptr<Mlp> model;
-  std::unique_ptr<MetricsSink> metrics;
-  std::unique_ptr<StoreServer> storeServer;
-  std::unique_ptr<StoreClient> store;
-  std::unique_ptr<Comm> comm;
-  std::unique_ptr<GradientReducer> reducer;
-  Progress progress;
-  std::unique_ptr<Heartbeat> heartbeat;
-  std::unique_ptr<CheckpointWriter> checkpoints;  // rank 0, with --checkpoint-dir
-  ResumeSettings resume;
-  std::uint64_t firstStep = 0;
-  std::uint64_t totalSteps = 0;
-};
-
 RankRunner::RankRunner(TrainerOptions options, DistEnv env, const std::atomic<int>& stopSignal)
     : options_(std::move(options)), env_(std::move(env)), stopSignal_(stopSignal), state_(std::make_unique<State>()) {
   options_.spec.worldSize = env_.worldSize;
@@ -227,7 +146,7 @@ Result<void> RankRunner::setUp() {
   s.optimizer = std::make_unique<Optimizer>(spec.optimizer, *s.layout);
   s.sampler = std::make_unique<GlobalBatchSampler>(s.data.samples, env_.worldSize, spec.batchPerRank, spec.accumSteps,
                                                    spec.shuffle, spec.seed);
-  s.model = std::make_unique<Mlp>(*s.layout, spec.activation, spec.batchPerRank);
+  if (spec.backend == Backend::kCpu) s.model = std::make_unique<Mlp>(*s.layout, spec.activation, spec.batchPerRank);
   s.totalSteps = spec.steps > 0 ? spec.steps : std::uint64_t{spec.epochs} * s.sampler->stepsPerEpoch();
   if (!spec.checkpointDir.empty()) s.resume = resumeSettings(spec, s.data.samples, datasetHash(s.data));
   return {};
@@ -244,17 +163,25 @@ Result<void> RankRunner::connect() {
     LOCKSTEP_ASSIGN_OR_RETURN(s.store, StoreClient::connect(env_.masterAddr, env_.masterPort, timeout));
     s.store->setInterruptCheck([this] { return stopSignal_.load() != 0; });
     LOCKSTEP_TRY(s.store->registerRank(static_cast<int>(env_.rank)));
-    GlooOptions gloo;
-    gloo.rank = static_cast<int>(env_.rank);
-    gloo.worldSize = static_cast<int>(env_.worldSize);
-    gloo.storePrefix = "lockstep/" + spec.jobId + "/" + std::to_string(env_.attempt) + "/gloo/";
-    gloo.localHost = s.store->localAddress();
-    gloo.timeout = timeout;
-    LOCKSTEP_ASSIGN_OR_RETURN(s.comm, connectGloo(*s.store, gloo));
-    const std::size_t bucketBytes = static_cast<std::size_t>(spec.bucketMb * 1024 * 1024);
-    s.reducer = std::make_unique<GradientReducer>(
-        *s.comm, s.grads.data(), planBuckets(*s.layout, bucketBytes, std::min(bucketBytes, kFirstBucketBytes)), timeout);
+    const std::string prefix = "lockstep/" + spec.jobId + "/" + std::to_string(env_.attempt) + "/";
+    if (spec.backend == Backend::kCuda) {
+      LOCKSTEP_ASSIGN_OR_RETURN(s.comm, connectNccl(s.store.get(), prefix, env_, timeout));
+    } else {
+      GlooOptions gloo;
+      gloo.rank = static_cast<int>(env_.rank);
+      gloo.worldSize = static_cast<int>(env_.worldSize);
+      gloo.storePrefix = prefix + "gloo/";
+      gloo.localHost = s.store->localAddress();
+      gloo.timeout = timeout;
+      LOCKSTEP_ASSIGN_OR_RETURN(s.comm, connectGloo(*s.store, gloo));
+      const std::size_t bucketBytes = static_cast<std::size_t>(spec.bucketMb * 1024 * 1024);
+      s.reducer = std::make_unique<GradientReducer>(
+          *s.comm, s.grads.data(), planBuckets(*s.layout, bucketBytes, std::min(bucketBytes, kFirstBucketBytes)), timeout);
+    }
     s.heartbeat = std::make_unique<Heartbeat>(*s.store, s.progress);
+  } else if (spec.backend == Backend::kCuda) {
+    // A world of one still reduces through NCCL, as a larger one would.
+    LOCKSTEP_ASSIGN_OR_RETURN(s.comm, connectNccl(nullptr, "", env_, milliseconds(std::int64_t{spec.timeoutS} * 1000)));
   }
   LOCKSTEP_ASSIGN_OR_RETURN(s.metrics, MetricsSink::open(options_.metricsOut, env_.reportEndpoint));
   return {};
@@ -330,13 +257,80 @@ Result<void> RankRunner::restoreOrInit() {
   return {};
 }
 
+StepAccounting::StepAccounting(const TrainerOptions& options, const DistEnv& env, RankRunner::State& state,
+                               RunSummary& summary)
+    : options_(options), env_(env), state_(state), summary_(summary) {
+  logging_ = env.rank == 0 && !options.quiet;
+  logEvery_ = options.logEvery > 0 ? options.logEvery : std::max<std::uint64_t>(1, (state.totalSteps - state.firstStep) / 20);
+  summary_.firstStep = state.firstStep;
+  summary_.stepsDone = state.firstStep;
+  summary_.totalSteps = state.totalSteps;
+}
+
+void StepAccounting::printStart(std::size_t buckets) const {
+  if (!logging_) return;
+  const JobSpec& spec = options_.spec;
+  std::fprintf(stderr,
+               "[lockstep] %u rank%s x batch %u x accum %u = global batch %llu | %llu parameters | %zu bucket%s | "
+               "steps %llu..%llu\n",
+               env_.worldSize, env_.worldSize == 1 ? "" : "s", spec.batchPerRank, spec.accumSteps,
+               static_cast<unsigned long long>(spec.globalBatch()),
+               static_cast<unsigned long long>(state_.layout->parameterCount()), buckets, buckets == 1 ? "" : "s",
+               static_cast<unsigned long long>(state_.firstStep + 1), static_cast<unsigned long long>(state_.totalSteps));
+}
+
+Result<bool> StepAccounting::record(const StepReport& report, std::uint64_t globalSamples, double globalLoss,
+                                    bool finalStep) {
+  const JobSpec& spec = options_.spec;
+  smoothedLoss_ = smoothedLoss_ ? (1 - kLossSmoothing) * *smoothedLoss_ + kLossSmoothing * globalLoss : globalLoss;
+  LOCKSTEP_TRY(state_.metrics->write(report));
+  state_.progress.completed(report.step);
+  sumStepUs_ += report.stepTimeUs;
+  sumExposedUs_ += report.exposedCommTimeUs;
+  logSamples_ += globalSamples;
+  ++logSteps_;
+  logStepUs_ += report.stepTimeUs;
+  logDataUs_ += report.dataTimeUs;
+  logComputeUs_ += report.computeTimeUs;
+  logExposedUs_ += report.exposedCommTimeUs;
+  summary_.stepsDone = report.step;
+  summary_.finalLoss = globalLoss;
+  const bool reachedTarget = spec.targetLoss && *smoothedLoss_ <= *spec.targetLoss;
+  if (logging_ && ((report.step - state_.firstStep) % logEvery_ == 0 || finalStep || reachedTarget)) {
+    // Means over the steps since the last line.
+    const double seconds = std::chrono::duration<double>(Clock::now() - logStart_).count();
+    const double n = static_cast<double>(logSteps_) * 1e3;
+    std::fprintf(stderr,
+                 "[lockstep] step %llu/%llu | epoch %u | loss %.4f | %s samples/s | step %.1f ms: data %.1f, "
+                 "compute %.1f, comm wait %.1f\n",
+                 static_cast<unsigned long long>(report.step), static_cast<unsigned long long>(state_.totalSteps),
+                 report.epoch, globalLoss, withThousands(static_cast<double>(logSamples_) / seconds).c_str(),
+                 logStepUs_ / n, logDataUs_ / n, logComputeUs_ / n, logExposedUs_ / n);
+    logStart_ = Clock::now();
+    logSamples_ = logSteps_ = 0;
+    logStepUs_ = logDataUs_ = logComputeUs_ = logExposedUs_ = 0;
+  }
+  if (reachedTarget) {
+    summary_.reachedTargetLoss = true;
+    if (logging_) {
+      std::fprintf(stderr, "[lockstep] smoothed loss %.4f reached the target %.4f\n", *smoothedLoss_, *spec.targetLoss);
+    }
+  }
+  return reachedTarget;
+}
+
+void StepAccounting::finish(Clock::time_point runStart, std::uint64_t samplesSeen) {
+  summary_.seconds = std::chrono::duration<double>(Clock::now() - runStart).count();
+  summary_.samplesPerSecond = summary_.seconds > 0 ? static_cast<double>(samplesSeen) / summary_.seconds : 0;
+  summary_.exposedCommFraction =
+      sumStepUs_ > 0 ? static_cast<double>(sumExposedUs_) / static_cast<double>(sumStepUs_) : 0;
+}
+
 Result<RunSummary> RankRunner::train() {
+  if (options_.spec.backend == Backend::kCuda) return trainCuda();
   State& s = *state_;
   const JobSpec& spec = options_.spec;
   const double lr = effectiveLearningRate(spec);
-  const bool logging = env_.rank == 0 && !options_.quiet;
-  const std::uint64_t logEvery =
-      options_.logEvery > 0 ? options_.logEvery : std::max<std::uint64_t>(1, (s.totalSteps - s.firstStep) / 20);
   const std::vector<std::size_t> cuts = s.reducer ? s.reducer->cuts() : std::vector<std::size_t>{};
   const std::vector<Bucket> wholeBuffer = {{0, s.layout->totalFloats()}};
   const std::vector<Bucket>& buckets = s.reducer ? s.reducer->buckets() : wholeBuffer;
@@ -348,29 +342,11 @@ Result<RunSummary> RankRunner::train() {
   std::vector<std::int32_t> batchY(spec.batchPerRank);
 
   RunSummary summary;
-  summary.firstStep = s.firstStep;
-  summary.stepsDone = s.firstStep;
-  summary.totalSteps = s.totalSteps;
-  std::optional<double> smoothedLoss;
-  std::int64_t sumStepUs = 0, sumExposedUs = 0;
+  StepAccounting accounting(options_, env_, s, summary);
   std::uint64_t samplesSeen = 0;
-  auto logStart = Clock::now();
-  std::uint64_t logSamples = 0, logSteps = 0;
-  std::int64_t logStepUs = 0, logDataUs = 0, logComputeUs = 0, logExposedUs = 0;
   const auto runStart = Clock::now();
-
-  if (logging) {
-    std::fprintf(stderr,
-                 "[lockstep] %u rank%s x batch %u x accum %u = global batch %llu | %llu parameters | %zu bucket%s | "
-                 "steps %llu..%llu\n",
-                 env_.worldSize, env_.worldSize == 1 ? "" : "s", spec.batchPerRank, spec.accumSteps,
-                 static_cast<unsigned long long>(spec.globalBatch()),
-                 static_cast<unsigned long long>(s.layout->parameterCount()), buckets.size(),
-                 buckets.size() == 1 ? "" : "s", static_cast<unsigned long long>(s.firstStep + 1),
-                 static_cast<unsigned long long>(s.totalSteps));
-  }
-
-  if (logging && s.reducer && !s.reducer->yieldsCompute()) {
+  accounting.printStart(buckets.size());
+  if (env_.rank == 0 && !options_.quiet && s.reducer && !s.reducer->yieldsCompute()) {
     std::fprintf(stderr,
                  "[lockstep] note: this process may not return from SCHED_IDLE (needs CAP_SYS_NICE or "
                  "`ulimit -e 20`), so communication competes with compute for CPU time\n");
@@ -426,74 +402,60 @@ Result<RunSummary> RankRunner::train() {
 
     const double globalLoss = static_cast<double>(grads[kLossSum]) / grads[kSampleCount];
     const bool stopVoted = grads[kStopVotes] > 0.0f;
-    smoothedLoss = smoothedLoss ? (1 - kLossSmoothing) * *smoothedLoss + kLossSmoothing * globalLoss : globalLoss;
 
-    StepReport report;
-    report.jobId = spec.jobId;
-    report.rank = env_.rank;
-    report.worldSize = env_.worldSize;
-    report.attempt = env_.attempt;
-    report.step = step + 1;
-    report.epoch = s.sampler->epochOf(step);
-    report.samples = localSamples;
-    report.loss = localSamples > 0 ? static_cast<float>(localLossSum / localSamples) : NAN;
-    report.globalLoss = static_cast<float>(globalLoss);
+    StepReport report = stepReport(step + 1, localSamples, localLossSum, globalLoss, lr);
     report.dataTimeUs = micros(dataTime);
     report.exposedCommTimeUs = micros(exposed);
     report.stepTimeUs = micros(stepEnd - stepStart);
     report.computeTimeUs = std::max<std::int64_t>(0, report.stepTimeUs - report.dataTimeUs - report.exposedCommTimeUs);
     report.allreduceTimeUs = s.reducer ? s.reducer->allreduceMicros() : 0;
     report.bytesReduced = s.reducer ? s.reducer->bytesReduced() : 0;
-    report.timeUnixUs = unixMicros();
-    report.lr = lr;
-    LOCKSTEP_TRY(s.metrics->write(report));
-    s.progress.completed(step + 1);
-
-    sumStepUs += report.stepTimeUs;
-    sumExposedUs += report.exposedCommTimeUs;
     samplesSeen += static_cast<std::uint64_t>(grads[kSampleCount]);
-    logSamples += static_cast<std::uint64_t>(grads[kSampleCount]);
-    ++logSteps;
-    logStepUs += report.stepTimeUs;
-    logDataUs += report.dataTimeUs;
-    logComputeUs += report.computeTimeUs;
-    logExposedUs += report.exposedCommTimeUs;
-    summary.stepsDone = step + 1;
-    summary.finalLoss = globalLoss;
 
     const bool checkpointDue = spec.checkpointEvery > 0 && (step + 1) % spec.checkpointEvery == 0;
-    const bool reachedTarget = spec.targetLoss && *smoothedLoss <= *spec.targetLoss;
-    const bool finalStep = step + 1 == s.totalSteps || stopVoted || reachedTarget;
     if (s.checkpoints && (checkpointDue || (stopVoted && spec.checkpointEvery > 0))) {
       // The copy is quick; the file is written on the writer's thread while training goes on.
       s.progress.enter(RankPhase::kCheckpoint);
       LOCKSTEP_TRY(s.checkpoints->submit(snapshotCheckpoint(step + 1, s.resume, s.params, *s.optimizer)));
     }
-    if (logging && ((step + 1 - s.firstStep) % logEvery == 0 || finalStep)) {
-      // Means over the steps since the last line.
-      const double seconds = std::chrono::duration<double>(Clock::now() - logStart).count();
-      const double n = static_cast<double>(logSteps) * 1e3;
-      std::fprintf(stderr,
-                   "[lockstep] step %llu/%llu | epoch %u | loss %.4f | %s samples/s | step %.1f ms: data %.1f, "
-                   "compute %.1f, comm wait %.1f\n",
-                   static_cast<unsigned long long>(step + 1), static_cast<unsigned long long>(s.totalSteps),
-                   report.epoch, globalLoss, withThousands(static_cast<double>(logSamples) / seconds).c_str(),
-                   logStepUs / n, logDataUs / n, logComputeUs / n, logExposedUs / n);
-      logStart = Clock::now();
-      logSamples = logSteps = 0;
-      logStepUs = logDataUs = logComputeUs = logExposedUs = 0;
-    }
+    LOCKSTEP_ASSIGN_OR_RETURN(const bool reachedTarget,
+                              accounting.record(report, static_cast<std::uint64_t>(grads[kSampleCount]), globalLoss,
+                                                step + 1 == s.totalSteps || stopVoted));
     if (stopVoted) {
       summary.stoppedBySignal = stopSignal_.load() != 0 ? stopSignal_.load() : 15;
       break;
     }
-    if (reachedTarget) {
-      summary.reachedTargetLoss = true;
-      if (logging) std::fprintf(stderr, "[lockstep] smoothed loss %.4f reached the target %.4f\n", *smoothedLoss, *spec.targetLoss);
-      break;
-    }
+    if (reachedTarget) break;
   }
+  LOCKSTEP_TRY(finishRun(params));
+  accounting.finish(runStart, samplesSeen);
+  s.heartbeat.reset();
+  summary.droppedReports = s.metrics->close();
+  return summary;
+}
 
+StepReport RankRunner::stepReport(std::uint64_t step, std::uint32_t localSamples, double localLossSum,
+                                  double globalLoss, double lr) const {
+  const JobSpec& spec = options_.spec;
+  StepReport report;
+  report.jobId = spec.jobId;
+  report.rank = env_.rank;
+  report.worldSize = env_.worldSize;
+  report.attempt = env_.attempt;
+  report.step = step;
+  report.epoch = state_->sampler->epochOf(step - 1);
+  report.samples = localSamples;
+  report.loss = localSamples > 0 ? static_cast<float>(localLossSum / localSamples) : NAN;
+  report.globalLoss = static_cast<float>(globalLoss);
+  report.timeUnixUs = unixMicros();
+  report.lr = lr;
+  return report;
+}
+
+// After the last step: the last checkpoint, leaving together, the final weights.
+Result<void> RankRunner::finishRun(const float* params) {
+  State& s = *state_;
+  const bool logging = env_.rank == 0 && !options_.quiet;
   if (s.checkpoints) {
     s.progress.enter(RankPhase::kCheckpoint);
     LOCKSTEP_ASSIGN_OR_RETURN(const std::string last, s.checkpoints->finish());
@@ -501,19 +463,14 @@ Result<RunSummary> RankRunner::train() {
   }
   // Leave together, so that no rank tears down a connection another still reads.
   if (s.comm) {
-    s.reducer->shutdown();
+    if (s.reducer) s.reducer->shutdown();
     s.progress.enter(RankPhase::kCommunicate);
     if (auto r = s.comm->barrier(); !r) return diagnoseCommFailure(r.error(), "at the end");
   }
   if (env_.rank == 0 && !options_.saveWeightsPath.empty()) {
     if (auto r = saveWeights(options_.saveWeightsPath, *s.layout, params); !r) return r.error().withContext("--save-weights");
   }
-  summary.seconds = std::chrono::duration<double>(Clock::now() - runStart).count();
-  summary.samplesPerSecond = summary.seconds > 0 ? static_cast<double>(samplesSeen) / summary.seconds : 0;
-  summary.exposedCommFraction = sumStepUs > 0 ? static_cast<double>(sumExposedUs) / static_cast<double>(sumStepUs) : 0;
-  s.heartbeat.reset();
-  summary.droppedReports = s.metrics->close();
-  return summary;
+  return {};
 }
 
 Error RankRunner::diagnoseCommFailure(const Error& error, const std::string& when) {

@@ -11,6 +11,7 @@
 #include "lockstep/common/result.h"
 #include "lockstep/common/store.h"
 #include "lockstep/jobflags/options.h"
+#include "lockstep/protocol/types.h"
 
 namespace lockstep::trainer {
 
@@ -45,6 +46,9 @@ struct RunSummary {
   std::uint64_t droppedReports = 0;
 };
 
+// Whether this build has the CUDA backend (--backend cuda).
+bool cudaBackendBuilt();
+
 class RankRunner {
  public:
   // stopSignal is set (to the signal number) by the process's signal handler.
@@ -70,6 +74,10 @@ class RankRunner {
   Result<void> connect();
   Result<void> restoreOrInit();
   Result<RunSummary> train();
+  Result<RunSummary> trainCuda();  // cuda/gpu_train.cpp; without CUDA, an error that says so
+  StepReport stepReport(std::uint64_t step, std::uint32_t localSamples, double localLossSum, double globalLoss,
+                        double lr) const;
+  Result<void> finishRun(const float* params);
   Error diagnoseCommFailure(const Error& error, const std::string& when);
   std::string describeStragglers(const std::vector<RankLiveness>& status) const;
 

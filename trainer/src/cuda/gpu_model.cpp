@@ -1,0 +1,511 @@
+#include "gpu_model.h"
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+#include <type_traits>
+
+#include "cuda_check.h"
+#include "kernels.cuh"
+
+namespace lockstep::trainer::gpu {
+namespace {
+
+constexpr std::size_t kWorkspaceBytes = 64u << 20;
+
+template <class T>
+constexpr cudaDataType_t dataType() {
+  return std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_16BF;
+}
+
+struct CudaFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+struct PinnedFree {
+  void operator()(void* p) const { cudaFreeHost(p); }
+};
+template <class T>
+using DevicePtr = std::unique_ptr<T, CudaFree>;
+template <class T>
+using PinnedPtr = std::unique_ptr<T, PinnedFree>;
+
+template <class T>
+Result<DevicePtr<T>> deviceAlloc(std::size_t count, bool zero = true) {
+  void* p = nullptr;
+  LOCKSTEP_CUDA(cudaMalloc(&p, std::max<std::size_t>(1, count) * sizeof(T)));
+  DevicePtr<T> out(static_cast<T*>(p));
+  if (zero) LOCKSTEP_CUDA(cudaMemset(p, 0, std::max<std::size_t>(1, count) * sizeof(T)));
+  return out;
+}
+
+template <class T>
+Result<PinnedPtr<T>> pinnedAlloc(std::size_t count) {
+  void* p = nullptr;
+  LOCKSTEP_CUDA(cudaMallocHost(&p, std::max<std::size_t>(1, count) * sizeof(T)));
+  return PinnedPtr<T>(static_cast<T*>(p));
+}
+
+// One GEMM shape with its descriptors and the algorithm cuBLASLt's heuristic chose, kept for the
+// run: the heuristic costs tens of microseconds, a step calls a dozen GEMMs.
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Plan() {
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+  }
+};
+
+// Column-major GEMM D[m, n] = op(A) op(B) (+ beta D), with an epilogue.
+struct Gemm {
+  cublasOperation_t opA = CUBLAS_OP_N, opB = CUBLAS_OP_N;
+  std::uint64_t m = 0, n = 0, k = 0;
+  std::int64_t lda = 0, ldb = 0, ldd = 0;
+  cudaDataType_t abType = CUDA_R_32F, dType = CUDA_R_32F;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  std::int64_t auxLd = 0;
+  bool accumulate = false;
+
+  auto key() const {
+    return std::tuple(static_cast<int>(opA), static_cast<int>(opB), m, n, k, lda, ldb, ldd, static_cast<int>(abType),
+                      static_cast<int>(dType), static_cast<int>(epilogue), auxLd, accumulate);
+  }
+};
+
+template <class T>
+class Impl final : public GpuModel {
+ public:
+  Impl(const ParamLayout& layout, const JobSpec& spec) : layout_(layout), spec_(spec) {}
+
+  ~Impl() override {
+    if (compute_) cudaStreamSynchronize(compute_);
+    if (data_) cudaStreamSynchronize(data_);
+    for (auto& slot : h2dDone_)
+      for (auto e : slot) cudaEventDestroy(e);
+    for (auto& slot : batchReady_)
+      for (auto e : slot) cudaEventDestroy(e);
+    for (auto e : layerEvents_) cudaEventDestroy(e);
+    plans_.clear();
+    if (lt_) cublasLtDestroy(lt_);
+    if (compute_) cudaStreamDestroy(compute_);
+    if (data_) cudaStreamDestroy(data_);
+  }
+
+  Result<void> init(const Dataset& data, int device) {
+    LOCKSTEP_CUDA(cudaSetDevice(device));
+    LOCKSTEP_CUDA(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
+    LOCKSTEP_CUDA(cudaStreamCreateWithFlags(&data_, cudaStreamNonBlocking));
+    LOCKSTEP_CUBLAS(cublasLtCreate(&lt_));
+    LOCKSTEP_ASSIGN_OR_RETURN(workspace_, deviceAlloc<char>(kWorkspaceBytes, false));
+    computeType_ = spec_.precision == Precision::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    activation_ = spec_.activation == Activation::kGelu ? Act::kGelu : Act::kRelu;
+    layers_ = layout_.layerCount();
+    dim_ = data.dim;
+    maxBatch_ = spec_.batchPerRank;
+    accum_ = spec_.accumSteps;
+
+    // The data set, once, in the math type.
+    {
+      LOCKSTEP_ASSIGN_OR_RETURN(auto staging, deviceAlloc<float>(data.features.size(), false));
+      LOCKSTEP_CUDA(cudaMemcpy(staging.get(), data.features.data(), data.features.size() * sizeof(float),
+                               cudaMemcpyHostToDevice));
+      LOCKSTEP_ASSIGN_OR_RETURN(features_, deviceAlloc<T>(data.features.size(), false));
+      launchConvert<T>(staging.get(), features_.get(), data.features.size(), compute_);
+      LOCKSTEP_ASSIGN_OR_RETURN(labels_, deviceAlloc<std::int32_t>(data.labels.size(), false));
+      LOCKSTEP_CUDA(cudaMemcpy(labels_.get(), data.labels.data(), data.labels.size() * sizeof(std::int32_t),
+                               cudaMemcpyHostToDevice));
+      LOCKSTEP_CUDA(cudaStreamSynchronize(compute_));
+    }
+
+    const std::size_t total = layout_.totalFloats();
+    LOCKSTEP_ASSIGN_OR_RETURN(params_, deviceAlloc<float>(total));
+    LOCKSTEP_ASSIGN_OR_RETURN(grads_, deviceAlloc<float>(total));
+    if constexpr (!std::is_same_v<T, float>) {
+      LOCKSTEP_ASSIGN_OR_RETURN(lowStorage_, deviceAlloc<T>(total));
+    }
+    if (spec_.optimizer.kind == OptimizerKind::kAdamW) {
+      LOCKSTEP_ASSIGN_OR_RETURN(state1_, deviceAlloc<float>(total));
+      LOCKSTEP_ASSIGN_OR_RETURN(state2_, deviceAlloc<float>(total));
+    } else if (spec_.optimizer.momentum > 0) {
+      LOCKSTEP_ASSIGN_OR_RETURN(state1_, deviceAlloc<float>(total));
+    }
+
+    std::uint32_t widest = 0;
+    for (auto w : layout_.layers()) widest = std::max(widest, w);
+    for (std::size_t i = 0; i + 1 < layers_; ++i) {
+      const std::size_t n = std::size_t{maxBatch_} * layout_.layers()[i + 1];
+      LOCKSTEP_ASSIGN_OR_RETURN(auto act, deviceAlloc<T>(n, false));
+      act_.push_back(std::move(act));
+      if (activation_ == Act::kGelu) {
+        LOCKSTEP_ASSIGN_OR_RETURN(auto pre, deviceAlloc<T>(n, false));
+        pre_.push_back(std::move(pre));
+      }
+    }
+    LOCKSTEP_ASSIGN_OR_RETURN(logits_, deviceAlloc<float>(std::size_t{maxBatch_} * layout_.layers().back(), false));
+    LOCKSTEP_ASSIGN_OR_RETURN(dOut_, deviceAlloc<T>(std::size_t{maxBatch_} * widest, false));
+    LOCKSTEP_ASSIGN_OR_RETURN(dIn_, deviceAlloc<T>(std::size_t{maxBatch_} * widest, false));
+    LOCKSTEP_ASSIGN_OR_RETURN(biasGrad_, deviceAlloc<T>(widest, false));
+
+    for (int slot = 0; slot < 2; ++slot) {
+      for (std::uint32_t m = 0; m < accum_; ++m) {
+        LOCKSTEP_ASSIGN_OR_RETURN(auto x, deviceAlloc<T>(std::size_t{maxBatch_} * dim_, false));
+        LOCKSTEP_ASSIGN_OR_RETURN(auto y, deviceAlloc<std::int32_t>(maxBatch_, false));
+        LOCKSTEP_ASSIGN_OR_RETURN(auto idx, deviceAlloc<std::uint32_t>(maxBatch_, false));
+        LOCKSTEP_ASSIGN_OR_RETURN(auto host, pinnedAlloc<std::uint32_t>(maxBatch_));
+        batchX_[slot].push_back(std::move(x));
+        batchY_[slot].push_back(std::move(y));
+        indices_[slot].push_back(std::move(idx));
+        hostIndices_[slot].push_back(std::move(host));
+        cudaEvent_t copied = nullptr, ready = nullptr;
+        LOCKSTEP_CUDA(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming));
+        LOCKSTEP_CUDA(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+        LOCKSTEP_CUDA(cudaEventRecord(copied, data_));
+        h2dDone_[slot].push_back(copied);
+        batchReady_[slot].push_back(ready);
+      }
+    }
+    for (std::size_t i = 0; i < layers_; ++i) {
+      cudaEvent_t e = nullptr;
+      LOCKSTEP_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      layerEvents_.push_back(e);
+    }
+    return chooseEpilogues();
+  }
+
+  Result<void> upload(const float* params, const std::vector<std::vector<float>*>& optimizerState) override {
+    const std::size_t bytes = layout_.totalFloats() * sizeof(float);
+    LOCKSTEP_CUDA(cudaMemcpy(params_.get(), params, bytes, cudaMemcpyHostToDevice));
+    float* states[] = {state1_.get(), state2_.get()};
+    for (std::size_t i = 0; i < optimizerState.size() && i < 2; ++i) {
+      if (states[i]) LOCKSTEP_CUDA(cudaMemcpy(states[i], optimizerState[i]->data(), bytes, cudaMemcpyHostToDevice));
+    }
+    if constexpr (!std::is_same_v<T, float>) launchConvert<T>(params_.get(), lowStorage_.get(), layout_.totalFloats(), compute_);
+    LOCKSTEP_CUDA(cudaStreamSynchronize(compute_));
+    return {};
+  }
+
+  Result<void> download(float* params, const std::vector<std::vector<float>*>& optimizerState) override {
+    LOCKSTEP_CUDA(cudaDeviceSynchronize());
+    const std::size_t bytes = layout_.totalFloats() * sizeof(float);
+    LOCKSTEP_CUDA(cudaMemcpy(params, params_.get(), bytes, cudaMemcpyDeviceToHost));
+    const float* states[] = {state1_.get(), state2_.get()};
+    for (std::size_t i = 0; i < optimizerState.size() && i < 2; ++i) {
+      if (states[i]) LOCKSTEP_CUDA(cudaMemcpy(optimizerState[i]->data(), states[i], bytes, cudaMemcpyDeviceToHost));
+    }
+    return {};
+  }
+
+  Result<void> prepareBatch(int slot, std::uint32_t micro, const std::vector<std::uint32_t>& indices,
+                            cudaEvent_t slotFree) override {
+    const auto rows = static_cast<std::uint32_t>(indices.size());
+    // The pinned buffer's previous copy finished long ago (two steps back); this wait is a formality.
+    LOCKSTEP_CUDA(cudaEventSynchronize(h2dDone_[slot][micro]));
+    std::copy(indices.begin(), indices.end(), hostIndices_[slot][micro].get());
+    if (slotFree) LOCKSTEP_CUDA(cudaStreamWaitEvent(data_, slotFree));
+    LOCKSTEP_CUDA(cudaMemcpyAsync(indices_[slot][micro].get(), hostIndices_[slot][micro].get(),
+                                  rows * sizeof(std::uint32_t), cudaMemcpyHostToDevice, data_));
+    LOCKSTEP_CUDA(cudaEventRecord(h2dDone_[slot][micro], data_));
+    launchGather<T>(features_.get(), labels_.get(), indices_[slot][micro].get(), rows, dim_, batchX_[slot][micro].get(),
+                    batchY_[slot][micro].get(), data_);
+    LOCKSTEP_CUDA(cudaGetLastError());
+    LOCKSTEP_CUDA(cudaEventRecord(batchReady_[slot][micro], data_));
+    return {};
+  }
+
+  void beginStep(float samples, float stopVote) override { launchSetHeader(grads_.get(), samples, stopVote, compute_); }
+
+  Result<void> forwardBackward(int slot, std::uint32_t micro, std::uint32_t rows, bool last,
+                               const std::function<void(std::size_t, cudaEvent_t)>& layerDone) override {
+    LOCKSTEP_CUDA(cudaStreamWaitEvent(compute_, batchReady_[slot][micro]));
+    if (rows == 0) {
+      // An empty slice (the end of an epoch with more ranks than samples left): nothing to add.
+      if (last) {
+        for (std::size_t i = layers_; i-- > 0;) {
+          if (micro == 0) {
+            const TensorSlot& b = layout_.bias(i);
+            const TensorSlot& w = layout_.weight(i);
+            LOCKSTEP_CUDA(cudaMemsetAsync(grads_.get() + b.offset, 0, b.paddedCount * sizeof(float), compute_));
+            LOCKSTEP_CUDA(cudaMemsetAsync(grads_.get() + w.offset, 0, w.paddedCount * sizeof(float), compute_));
+          }
+          LOCKSTEP_TRY(layerFinished(i, layerDone));
+        }
+      }
+      return {};
+    }
+    const bool accumulate = micro > 0;
+    const T* x = batchX_[slot][micro].get();
+    const auto& widths = layout_.layers();
+
+    // Forward.
+    for (std::size_t i = 0; i < layers_; ++i) {
+      const T* in = i == 0 ? x : act_[i - 1].get();
+      const std::uint32_t inW = widths[i], outW = widths[i + 1];
+      Gemm g;
+      g.opA = CUBLAS_OP_T;
+      g.m = outW;
+      g.n = rows;
+      g.k = inW;
+      g.lda = inW;
+      g.ldb = inW;
+      g.ldd = outW;
+      g.abType = dataType<T>();
+      if (i + 1 == layers_) {
+        g.dType = CUDA_R_32F;
+        g.epilogue = CUBLASLT_EPILOGUE_BIAS;
+        LOCKSTEP_TRY(matmul(g, weights(i), in, logits_.get(), params_.get() + layout_.bias(i).offset, nullptr));
+      } else if (activation_ == Act::kRelu) {
+        g.dType = dataType<T>();
+        g.epilogue = CUBLASLT_EPILOGUE_RELU_BIAS;
+        LOCKSTEP_TRY(matmul(g, weights(i), in, act_[i].get(), low() + layout_.bias(i).offset, nullptr));
+      } else if (fused_) {
+        g.dType = dataType<T>();
+        g.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+        g.auxLd = outW;
+        LOCKSTEP_TRY(matmul(g, weights(i), in, act_[i].get(), low() + layout_.bias(i).offset, pre_[i].get()));
+      } else {
+        g.dType = dataType<T>();
+        g.epilogue = CUBLASLT_EPILOGUE_BIAS;
+        LOCKSTEP_TRY(matmul(g, weights(i), in, pre_[i].get(), low() + layout_.bias(i).offset, nullptr));
+        launchActivation<T>(pre_[i].get(), act_[i].get(), std::size_t{rows} * outW, activation_, compute_);
+      }
+    }
+    launchSoftmaxCrossEntropy<T>(logits_.get(), batchY_[slot][micro].get(), rows, widths.back(), dOut_.get(),
+                                 grads_.get() + kLossSum, compute_);
+
+    // Backward: dOut_ holds the gradient w.r.t. layer i's output before its activation.
+    T* dOut = dOut_.get();
+    T* dIn = dIn_.get();
+    for (std::size_t i = layers_; i-- > 0;) {
+      const T* in = i == 0 ? x : act_[i - 1].get();
+      const std::uint32_t inW = widths[i], outW = widths[i + 1];
+      float* gradW = grads_.get() + layout_.weight(i).offset;
+      float* gradB = grads_.get() + layout_.bias(i).offset;
+      // Bias: from the loss's gradient for the last layer, else fused into the GEMM below us.
+      if (i + 1 == layers_ || !fused_) launchColumnSums<T>(dOut, rows, outW, gradB, accumulate, compute_);
+
+      // dW[out, in] = dOut^T x, as column-major dW^T[in, out] = x^T[in, rows] dOut[rows, out].
+      Gemm w;
+      w.opB = CUBLAS_OP_T;
+      w.m = inW;
+      w.n = outW;
+      w.k = rows;
+      w.lda = inW;
+      w.ldb = outW;
+      w.ldd = inW;
+      w.abType = dataType<T>();
+      w.dType = CUDA_R_32F;
+      w.accumulate = accumulate;
+      LOCKSTEP_TRY(matmul(w, in, dOut, gradW, nullptr, nullptr));
+
+      if (i > 0) {
+        // dIn[rows, in] = dOut W, as column-major dIn^T[in, rows] = W^T[in, out] dOut^T[out, rows].
+        Gemm d;
+        d.m = inW;
+        d.n = rows;
+        d.k = outW;
+        d.lda = inW;
+        d.ldb = outW;
+        d.ldd = inW;
+        d.abType = dataType<T>();
+        d.dType = dataType<T>();
+        if (fused_) {
+          // Also multiplies by GELU'(pre of layer i-1) and sums layer i-1's bias gradient.
+          d.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
+          d.auxLd = inW;
+          LOCKSTEP_TRY(matmul(d, weights(i), dOut, dIn, biasGrad_.get(), pre_[i - 1].get()));
+          launchAddInto<T>(biasGrad_.get(), grads_.get() + layout_.bias(i - 1).offset, inW, accumulate, compute_);
+        } else {
+          LOCKSTEP_TRY(matmul(d, weights(i), dOut, dIn, nullptr, nullptr));
+          const T* gate = activation_ == Act::kRelu ? act_[i - 1].get() : pre_[i - 1].get();
+          launchActivationBackward<T>(dIn, gate, std::size_t{rows} * inW, activation_, compute_);
+        }
+      }
+      if (last) LOCKSTEP_TRY(layerFinished(i, layerDone));
+      std::swap(dOut, dIn);
+    }
+    LOCKSTEP_CUDA(cudaGetLastError());
+    return {};
+  }
+
+  void applyOptimizer(std::size_t begin, std::size_t end, double lr, std::int64_t step, cudaStream_t stream) override {
+    begin = std::max(begin, ParamLayout::kHeaderFloats);
+    if (begin >= end) return;
+    const std::size_t n = end - begin;
+    T* lowCopy = nullptr;
+    if constexpr (!std::is_same_v<T, float>) lowCopy = lowStorage_.get() + begin;
+    const float* count = grads_.get() + kSampleCount;
+    const OptimizerSpec& o = spec_.optimizer;
+    if (o.kind == OptimizerKind::kSgd) {
+      SgdArgs a{static_cast<float>(lr), static_cast<float>(o.momentum), static_cast<float>(o.weightDecay), o.nesterov};
+      launchSgd<T>(params_.get() + begin, grads_.get() + begin, state1_ ? state1_.get() + begin : nullptr, lowCopy, n,
+                   count, a, stream);
+      return;
+    }
+    AdamWArgs a;
+    a.lr = static_cast<float>(lr);
+    a.beta1 = static_cast<float>(o.beta1);
+    a.beta2 = static_cast<float>(o.beta2);
+    a.eps = static_cast<float>(o.eps);
+    a.weightDecay = static_cast<float>(o.weightDecay);
+    a.biasCorrection1 = static_cast<float>(1.0 - std::pow(o.beta1, static_cast<double>(step)));
+    a.biasCorrection2 = static_cast<float>(1.0 - std::pow(o.beta2, static_cast<double>(step)));
+    launchAdamW<T>(params_.get() + begin, grads_.get() + begin, state1_.get() + begin, state2_.get() + begin, lowCopy, n,
+                   count, a, stream);
+  }
+
+  float* grads() override { return grads_.get(); }
+  cudaStream_t computeStream() override { return compute_; }
+  cudaStream_t dataStream() override { return data_; }
+  cudaEvent_t batchReady(int slot, std::uint32_t micro) override { return batchReady_[slot][micro]; }
+  bool fusedEpilogues() const override { return fused_; }
+
+ private:
+  T* low() {
+    if constexpr (std::is_same_v<T, float>) {
+      return params_.get();
+    } else {
+      return lowStorage_.get();
+    }
+  }
+  const T* weights(std::size_t layer) { return low() + layout_.weight(layer).offset; }
+
+  Result<void> layerFinished(std::size_t layer, const std::function<void(std::size_t, cudaEvent_t)>& layerDone) {
+    const TensorSlot& w = layout_.weight(layer);
+    LOCKSTEP_CUDA(cudaEventRecord(layerEvents_[layer], compute_));
+    layerDone(w.offset + w.paddedCount, layerEvents_[layer]);
+    return {};
+  }
+
+  // GELU layers use the fused epilogues when cuBLASLt offers an algorithm for every such GEMM at
+  // the full batch (hidden widths must suit its auxiliary-buffer alignment); else the plain path.
+  Result<void> chooseEpilogues() {
+    fused_ = false;
+    if (activation_ != Act::kGelu || layers_ < 2) return {};
+    const auto& widths = layout_.layers();
+    for (std::size_t i = 0; i + 1 < layers_; ++i) {
+      if (widths[i + 1] % 8 != 0) return {};
+      Gemm f;
+      f.opA = CUBLAS_OP_T;
+      f.m = widths[i + 1];
+      f.n = maxBatch_;
+      f.k = widths[i];
+      f.lda = f.ldb = widths[i];
+      f.ldd = widths[i + 1];
+      f.abType = f.dType = dataType<T>();
+      f.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+      f.auxLd = widths[i + 1];
+      Gemm b;
+      b.m = widths[i + 1];
+      b.n = maxBatch_;
+      b.k = widths[i + 2];
+      b.lda = widths[i + 1];
+      b.ldb = widths[i + 2];
+      b.ldd = widths[i + 1];
+      b.abType = b.dType = dataType<T>();
+      b.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
+      b.auxLd = widths[i + 1];
+      if (!plan(f) || !plan(b)) return {};
+    }
+    fused_ = true;
+    return {};
+  }
+
+  // The plan for a GEMM shape, made on first use; nullptr when cuBLASLt has no algorithm for it.
+  Plan* plan(const Gemm& g) {
+    auto key = g.key();
+    if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
+    auto p = std::make_unique<Plan>();
+    bool ok = cublasLtMatmulDescCreate(&p->desc, computeType_, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
+    const auto set = [&](cublasLtMatmulDescAttributes_t attr, const auto& value) {
+      ok = ok && cublasLtMatmulDescSetAttribute(p->desc, attr, &value, sizeof value) == CUBLAS_STATUS_SUCCESS;
+    };
+    set(CUBLASLT_MATMUL_DESC_TRANSA, g.opA);
+    set(CUBLASLT_MATMUL_DESC_TRANSB, g.opB);
+    set(CUBLASLT_MATMUL_DESC_EPILOGUE, g.epilogue);
+    if (g.auxLd) set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.auxLd);
+    const bool aT = g.opA != CUBLAS_OP_N, bT = g.opB != CUBLAS_OP_N;
+    ok = ok && cublasLtMatrixLayoutCreate(&p->a, g.abType, aT ? g.k : g.m, aT ? g.m : g.k, g.lda) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatrixLayoutCreate(&p->b, g.abType, bT ? g.n : g.k, bT ? g.k : g.n, g.ldb) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatrixLayoutCreate(&p->d, g.dType, g.m, g.n, g.ldd) == CUBLAS_STATUS_SUCCESS;
+    if (ok) {
+      cublasLtMatmulPreference_t pref = nullptr;
+      ok = cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS;
+      const std::size_t workspace = kWorkspaceBytes;
+      ok = ok && cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                      sizeof workspace) == CUBLAS_STATUS_SUCCESS;
+      cublasLtMatmulHeuristicResult_t result{};
+      int found = 0;
+      ok = ok && cublasLtMatmulAlgoGetHeuristic(lt_, p->desc, p->a, p->b, p->d, p->d, pref, 1, &result, &found) ==
+                     CUBLAS_STATUS_SUCCESS &&
+           found > 0;
+      if (pref) cublasLtMatmulPreferenceDestroy(pref);
+      if (ok) p->algo = result.algo;
+    }
+    Plan* out = ok ? p.get() : nullptr;
+    plans_[key] = ok ? std::move(p) : nullptr;
+    return out;
+  }
+
+  Result<void> matmul(const Gemm& g, const void* a, const void* b, void* d, const void* bias, void* aux) {
+    Plan* p = plan(g);
+    if (!p) {
+      return Error{ErrorCode::kInternal, "cuBLASLt has no algorithm for a " + std::to_string(g.m) + "x" +
+                                             std::to_string(g.n) + "x" + std::to_string(g.k) + " GEMM on this GPU"};
+    }
+    if (bias) LOCKSTEP_CUBLAS(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    if (aux) LOCKSTEP_CUBLAS(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+    const float alpha = 1.0f, beta = g.accumulate ? 1.0f : 0.0f;
+    LOCKSTEP_CUBLAS(cublasLtMatmul(lt_, p->desc, &alpha, a, p->a, b, p->b, &beta, d, p->d, d, p->d, &p->algo,
+                                   workspace_.get(), kWorkspaceBytes, compute_));
+    return {};
+  }
+
+  const ParamLayout& layout_;
+  JobSpec spec_;
+  cublasComputeType_t computeType_ = CUBLAS_COMPUTE_32F;
+  Act activation_ = Act::kRelu;
+  std::size_t layers_ = 0;
+  std::uint32_t dim_ = 0, maxBatch_ = 0, accum_ = 1;
+  bool fused_ = false;
+  cudaStream_t compute_ = nullptr, data_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  DevicePtr<char> workspace_;
+  DevicePtr<T> features_;
+  DevicePtr<std::int32_t> labels_;
+  DevicePtr<float> params_, grads_, state1_, state2_;
+  DevicePtr<T> lowStorage_;
+  std::vector<DevicePtr<T>> act_, pre_;
+  DevicePtr<float> logits_;
+  DevicePtr<T> dOut_, dIn_, biasGrad_;
+  std::vector<DevicePtr<T>> batchX_[2];
+  std::vector<DevicePtr<std::int32_t>> batchY_[2];
+  std::vector<DevicePtr<std::uint32_t>> indices_[2];
+  std::vector<PinnedPtr<std::uint32_t>> hostIndices_[2];
+  std::vector<cudaEvent_t> h2dDone_[2], batchReady_[2];
+  std::vector<cudaEvent_t> layerEvents_;
+  std::map<decltype(Gemm{}.key()), std::unique_ptr<Plan>> plans_;
+};
+
+template <class T>
+Result<std::unique_ptr<GpuModel>> make(const ParamLayout& layout, const JobSpec& spec, const Dataset& data, int device) {
+  auto model = std::make_unique<Impl<T>>(layout, spec);
+  LOCKSTEP_TRY(model->init(data, device));
+  return std::unique_ptr<GpuModel>(std::move(model));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<GpuModel>> GpuModel::create(const ParamLayout& layout, const JobSpec& spec, const Dataset& data,
+                                                   int device) {
+  if (spec.precision == Precision::kBf16) return make<__nv_bfloat16>(layout, spec, data, device);
+  return make<float>(layout, spec, data, device);
+}
+
+}  // namespace lockstep::trainer::gpu

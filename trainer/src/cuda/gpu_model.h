@@ -1,0 +1,71 @@
+#pragma once
+// The MLP on one GPU: the data set, the batches, forward and backward through cuBLASLt, and the
+// optimizer, all enqueued on streams so that the host never waits inside a step.
+//
+// Buffers use the CPU backend's flat layout (model.h): fp32 master parameters, gradients and
+// optimizer state in [header | last layer .. first layer], so that buckets, checkpoints and the
+// header (loss sum, sample count, stop votes) mean the same on both backends. In bf16 the GEMMs
+// read a bf16 copy of the parameters that the optimizer refreshes as it updates them.
+//
+// Streams: `data` gathers the next batch while `compute` runs the current step; the caller's
+// communication stream all-reduces buckets and applies the optimizer (applyOptimizer). The caller
+// makes the compute stream wait for the previous step's optimizer before beginStep.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "dataset.h"
+#include "lockstep/common/result.h"
+#include "lockstep/protocol/types.h"
+#include "model.h"
+
+namespace lockstep::trainer::gpu {
+
+class GpuModel {
+ public:
+  // Picks the device, uploads the data set, allocates everything for batches of up to
+  // spec.batchPerRank rows and spec.accumSteps micro-steps in flight.
+  static Result<std::unique_ptr<GpuModel>> create(const ParamLayout& layout, const JobSpec& spec, const Dataset& data,
+                                                  int device);
+  virtual ~GpuModel() = default;
+
+  // Host <-> device copies of the parameters and optimizer state (synchronous; between steps).
+  virtual Result<void> upload(const float* params, const std::vector<std::vector<float>*>& optimizerState) = 0;
+  virtual Result<void> download(float* params, const std::vector<std::vector<float>*>& optimizerState) = 0;
+
+  // Copies the indices of micro-step `micro` of the step in buffer `slot` (0 or 1) and gathers
+  // their rows on the data stream. The slot must not be in use by a step still computing: pass
+  // the event after which it is free (the step two back's compute end), or nullptr.
+  virtual Result<void> prepareBatch(int slot, std::uint32_t micro, const std::vector<std::uint32_t>& indices,
+                                    cudaEvent_t slotFree) = 0;
+
+  // Starts a step on the compute stream: writes the header (sample count, stop vote; the loss
+  // kernel sums the loss into it).
+  virtual void beginStep(float samples, float stopVote) = 0;
+
+  // Forward and backward of one micro-step from buffer `slot` (waiting for its batch). Gradients are written (the first
+  // micro-step) or added. On the last micro-step, after each layer's gradients are final,
+  // `layerDone(end)` is called with the event recorded on the compute stream: grads[0, end) is
+  // final once it fires.
+  virtual Result<void> forwardBackward(int slot, std::uint32_t micro, std::uint32_t rows, bool last,
+                                       const std::function<void(std::size_t end, cudaEvent_t ready)>& layerDone) = 0;
+
+  // The optimizer on params[begin, end) on `stream` (after that range's all-reduce there).
+  virtual void applyOptimizer(std::size_t begin, std::size_t end, double lr, std::int64_t step,
+                              cudaStream_t stream) = 0;
+
+  virtual float* grads() = 0;  // device, the flat layout; grads()[kSampleCount] etc. are the header
+  virtual cudaStream_t computeStream() = 0;
+  virtual cudaStream_t dataStream() = 0;
+  // The data stream's event for a slot's micro-step: its batch is ready.
+  virtual cudaEvent_t batchReady(int slot, std::uint32_t micro) = 0;
+  // Whether GEMMs use fused cuBLASLt epilogues (bias + GELU forward, dGELU + bias gradient
+  // backward); otherwise bias-only epilogues and the trainer's own kernels.
+  virtual bool fusedEpilogues() const = 0;
+};
+
+}  // namespace lockstep::trainer::gpu

@@ -1,0 +1,255 @@
+#include <cmath>
+
+#include "kernels.cuh"
+
+namespace lockstep::trainer::gpu {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ inline float toFloat(float x) { return x; }
+__device__ inline float toFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <class T>
+__device__ inline T fromFloat(float x);
+template <>
+__device__ inline float fromFloat<float>(float x) { return x; }
+template <>
+__device__ inline __nv_bfloat16 fromFloat<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+unsigned blocksFor(std::size_t n) {
+  const std::size_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 65535u * 16u ? blocks : 65535u * 16u);
+}
+
+// PyTorch's exact GELU: x * Phi(x).
+__device__ inline float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+__device__ inline float geluGrad(float x) {
+  const float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
+  const float pdf = 0.39894228040143268f * __expf(-0.5f * x * x);
+  return cdf + x * pdf;
+}
+
+__global__ void setHeader(float* grads, float samples, float stopVote) {
+  grads[0] = 0.0f;
+  grads[1] = samples;
+  grads[2] = stopVote;
+}
+
+template <class T>
+__global__ void gather(const T* __restrict__ data, const std::int32_t* __restrict__ labels,
+                       const std::uint32_t* __restrict__ indices, std::uint32_t rows, std::uint32_t dim,
+                       T* __restrict__ batch, std::int32_t* __restrict__ batchLabels) {
+  const std::uint32_t row = blockIdx.x;
+  if (row >= rows) return;
+  const std::uint32_t src = indices[row];
+  const T* in = data + std::size_t{src} * dim;
+  T* out = batch + std::size_t{row} * dim;
+  for (std::uint32_t c = threadIdx.x; c < dim; c += blockDim.x) out[c] = in[c];
+  if (threadIdx.x == 0) batchLabels[row] = labels[src];
+}
+
+template <class T>
+__global__ void convert(const float* __restrict__ in, T* __restrict__ out, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x) {
+    out[i] = fromFloat<T>(in[i]);
+  }
+}
+
+template <class T>
+__global__ void activation(const T* __restrict__ pre, T* __restrict__ act, std::size_t n, Act a) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x) {
+    const float x = toFloat(pre[i]);
+    act[i] = fromFloat<T>(a == Act::kRelu ? fmaxf(x, 0.0f) : gelu(x));
+  }
+}
+
+template <class T>
+__global__ void activationBackward(T* __restrict__ grad, const T* __restrict__ pre, std::size_t n, Act a) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x) {
+    const float x = toFloat(pre[i]);
+    const float d = a == Act::kRelu ? (x > 0.0f ? 1.0f : 0.0f) : geluGrad(x);
+    grad[i] = fromFloat<T>(toFloat(grad[i]) * d);
+  }
+}
+
+// One block per row: max, sum of exponentials, loss, gradient.
+template <class T>
+__global__ void softmaxCrossEntropy(const float* __restrict__ logits, const std::int32_t* __restrict__ labels,
+                                    std::uint32_t classes, T* __restrict__ dlogits, float* lossSum) {
+  __shared__ float shared[kThreads / 32];
+  __shared__ float broadcast;
+  const float* z = logits + std::size_t{blockIdx.x} * classes;
+  T* d = dlogits + std::size_t{blockIdx.x} * classes;
+  const auto reduce = [&](float v, bool isMax) {
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const float other = __shfl_down_sync(0xffffffffu, v, offset);
+      v = isMax ? fmaxf(v, other) : v + other;
+    }
+    if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float r = shared[0];
+      for (unsigned w = 1; w < blockDim.x / 32; ++w) r = isMax ? fmaxf(r, shared[w]) : r + shared[w];
+      broadcast = r;
+    }
+    __syncthreads();
+    return broadcast;
+  };
+  float m = -INFINITY;
+  for (std::uint32_t c = threadIdx.x; c < classes; c += blockDim.x) m = fmaxf(m, z[c]);
+  const float maxLogit = reduce(m, true);
+  float s = 0.0f;
+  for (std::uint32_t c = threadIdx.x; c < classes; c += blockDim.x) s += __expf(z[c] - maxLogit);
+  const float sum = reduce(s, false);
+  const float inv = 1.0f / sum;
+  const auto label = static_cast<std::uint32_t>(labels[blockIdx.x]);
+  for (std::uint32_t c = threadIdx.x; c < classes; c += blockDim.x) {
+    const float p = __expf(z[c] - maxLogit) * inv;
+    d[c] = fromFloat<T>(c == label ? p - 1.0f : p);
+  }
+  if (threadIdx.x == 0) atomicAdd(lossSum, logf(sum) + maxLogit - z[label]);
+}
+
+// A column per thread, rows split across blockIdx.y; partial sums meet in the output by atomics.
+template <class T>
+__global__ void columnSums(const T* __restrict__ m, std::uint32_t rows, std::uint32_t cols, std::uint32_t rowsPerBlock,
+                           float* __restrict__ out) {
+  const std::uint32_t c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  const std::uint32_t begin = blockIdx.y * rowsPerBlock;
+  const std::uint32_t end = min(rows, begin + rowsPerBlock);
+  float s = 0.0f;
+  for (std::uint32_t r = begin; r < end; ++r) s += toFloat(m[std::size_t{r} * cols + c]);
+  atomicAdd(out + c, s);
+}
+
+template <class T>
+__global__ void addInto(const T* __restrict__ in, float* __restrict__ out, std::size_t n, bool accumulate) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x) {
+    out[i] = (accumulate ? out[i] : 0.0f) + toFloat(in[i]);
+  }
+}
+
+// PyTorch's SGD: g = scale * grad + wd * p; b = mu * b + g; p -= lr * (nesterov ? g + mu * b : b).
+template <class T>
+__global__ void sgd(float* __restrict__ p, const float* __restrict__ grad, float* __restrict__ buf,
+                    T* __restrict__ low, std::size_t n, const float* __restrict__ count, SgdArgs a) {
+  const float scale = 1.0f / *count;
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x) {
+    float param = p[i];
+    const float g = scale * grad[i] + a.weightDecay * param;
+    float step = g;
+    if (buf != nullptr) {
+      const float b = a.momentum * buf[i] + g;
+      buf[i] = b;
+      step = a.nesterov ? g + a.momentum * b : b;
+    }
+    param -= a.lr * step;
+    p[i] = param;
+    if (low != nullptr) low[i] = fromFloat<T>(param);
+  }
+}
+
+// PyTorch's AdamW.
+template <class T>
+__global__ void adamw(float* __restrict__ p, const float* __restrict__ grad, float* __restrict__ m1,
+                      float* __restrict__ m2, T* __restrict__ low, std::size_t n, const float* __restrict__ count,
+                      AdamWArgs a) {
+  const float scale = 1.0f / *count;
+  const float decay = 1.0f - a.lr * a.weightDecay;
+  const float stepSize = a.lr / a.biasCorrection1;
+  const float invSqrtBc2 = rsqrtf(a.biasCorrection2);
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x) {
+    const float g = scale * grad[i];
+    const float m = a.beta1 * m1[i] + (1.0f - a.beta1) * g;
+    const float v = a.beta2 * m2[i] + (1.0f - a.beta2) * g * g;
+    m1[i] = m;
+    m2[i] = v;
+    const float param = p[i] * decay - stepSize * m / (sqrtf(v) * invSqrtBc2 + a.eps);
+    p[i] = param;
+    if (low != nullptr) low[i] = fromFloat<T>(param);
+  }
+}
+
+}  // namespace
+
+void launchSetHeader(float* grads, float samples, float stopVote, cudaStream_t stream) {
+  setHeader<<<1, 1, 0, stream>>>(grads, samples, stopVote);
+}
+
+template <class T>
+void launchGather(const T* data, const std::int32_t* labels, const std::uint32_t* indices, std::uint32_t rows,
+                  std::uint32_t dim, T* batch, std::int32_t* batchLabels, cudaStream_t stream) {
+  if (rows == 0) return;
+  gather<T><<<rows, kThreads, 0, stream>>>(data, labels, indices, rows, dim, batch, batchLabels);
+}
+
+template <class T>
+void launchConvert(const float* in, T* out, std::size_t n, cudaStream_t stream) {
+  if (n > 0) convert<T><<<blocksFor(n), kThreads, 0, stream>>>(in, out, n);
+}
+
+template <class T>
+void launchActivation(const T* pre, T* act, std::size_t n, Act a, cudaStream_t stream) {
+  if (n > 0) activation<T><<<blocksFor(n), kThreads, 0, stream>>>(pre, act, n, a);
+}
+
+template <class T>
+void launchActivationBackward(T* grad, const T* pre, std::size_t n, Act a, cudaStream_t stream) {
+  if (n > 0) activationBackward<T><<<blocksFor(n), kThreads, 0, stream>>>(grad, pre, n, a);
+}
+
+template <class T>
+void launchSoftmaxCrossEntropy(const float* logits, const std::int32_t* labels, std::uint32_t rows,
+                               std::uint32_t classes, T* dlogits, float* lossSum, cudaStream_t stream) {
+  if (rows > 0) softmaxCrossEntropy<T><<<rows, kThreads, 0, stream>>>(logits, labels, classes, dlogits, lossSum);
+}
+
+template <class T>
+void launchColumnSums(const T* m, std::uint32_t rows, std::uint32_t cols, float* out, bool accumulate,
+                      cudaStream_t stream) {
+  if (!accumulate) cudaMemsetAsync(out, 0, sizeof(float) * cols, stream);
+  if (rows == 0 || cols == 0) return;
+  constexpr std::uint32_t kRowsPerBlock = 256;
+  const dim3 grid((cols + kThreads - 1) / kThreads, (rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  columnSums<T><<<grid, kThreads, 0, stream>>>(m, rows, cols, kRowsPerBlock, out);
+}
+
+template <class T>
+void launchAddInto(const T* in, float* out, std::size_t n, bool accumulate, cudaStream_t stream) {
+  if (n > 0) addInto<T><<<blocksFor(n), kThreads, 0, stream>>>(in, out, n, accumulate);
+}
+
+template <class T>
+void launchSgd(float* params, const float* grads, float* momentum, T* lowParams, std::size_t n,
+               const float* sampleCount, const SgdArgs& args, cudaStream_t stream) {
+  if (n > 0) sgd<T><<<blocksFor(n), kThreads, 0, stream>>>(params, grads, momentum, lowParams, n, sampleCount, args);
+}
+
+template <class T>
+void launchAdamW(float* params, const float* grads, float* expAvg, float* expAvgSq, T* lowParams, std::size_t n,
+                 const float* sampleCount, const AdamWArgs& args, cudaStream_t stream) {
+  if (n > 0) {
+    adamw<T><<<blocksFor(n), kThreads, 0, stream>>>(params, grads, expAvg, expAvgSq, lowParams, n, sampleCount, args);
+  }
+}
+
+#define LOCKSTEP_INSTANTIATE(T)                                                                                   \
+  template void launchGather<T>(const T*, const std::int32_t*, const std::uint32_t*, std::uint32_t, std::uint32_t, \
+                                T*, std::int32_t*, cudaStream_t);                                                 \
+  template void launchConvert<T>(const float*, T*, std::size_t, cudaStream_t);                                    \
+  template void launchActivation<T>(const T*, T*, std::size_t, Act, cudaStream_t);                                \
+  template void launchActivationBackward<T>(T*, const T*, std::size_t, Act, cudaStream_t);                        \
+  template void launchSoftmaxCrossEntropy<T>(const float*, const std::int32_t*, std::uint32_t, std::uint32_t, T*, \
+                                             float*, cudaStream_t);                                               \
+  template void launchColumnSums<T>(const T*, std::uint32_t, std::uint32_t, float*, bool, cudaStream_t);          \
+  template void launchAddInto<T>(const T*, float*, std::size_t, bool, cudaStream_t);                              \
+  template void launchSgd<T>(float*, const float*, float*, T*, std::size_t, const float*, const SgdArgs&,         \
+                             cudaStream_t);                                                                       \
+  template void launchAdamW<T>(float*, const float*, float*, float*, T*, std::size_t, const float*,               \
+                               const AdamWArgs&, cudaStream_t);
+LOCKSTEP_INSTANTIATE(float)
+LOCKSTEP_INSTANTIATE(__nv_bfloat16)
+#undef LOCKSTEP_INSTANTIATE
+
+}  // namespace lockstep::trainer::gpu
