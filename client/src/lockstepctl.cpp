@@ -72,7 +72,8 @@ FILE is --history, else $LOCKSTEP_HISTORY, else $XDG_DATA_HOME/lockstep/history.
 
 Agents are the --agent options, or else every agent pinned in CONFIG/known_agents. Keys live in
 CONFIG ($LOCKSTEP_CONFIG_DIR, or $XDG_CONFIG_HOME/lockstep): client.key/.pub and known_agents.
---agent-key KEY checks that an agent's key is the pinned one before connecting.
+--agent-key KEY checks that an agent's key is the pinned one before connecting. --help and
+--version print this text and the version.
 
 Exit codes: 0 done, 1 an agent refused the request, 2 bad usage, 3 an agent did not answer,
 4 a key problem (agent not pinned or not matching, or this client not authorized), 5 the job
