@@ -13,8 +13,8 @@ namespace lockstep::test {
 
 namespace fs = std::filesystem;
 
-std::string agentPath() { return LOCKSTEP_AGENT_PATH; }
-std::string lockstepctlPath() { return LOCKSTEPCTL_PATH; }
+std::string agentPath() { return builtBinary("lockstep-agent", LOCKSTEP_AGENT_PATH); }
+std::string lockstepctlPath() { return builtBinary("lockstepctl", LOCKSTEPCTL_PATH); }
 
 AgentProcess::AgentProcess(const TempDir& dir, const std::string& name, std::vector<std::string> extraArgs)
     : dir_(dir), name_(name), extraArgs_(std::move(extraArgs)), stateDir_(dir.file("agent-" + name)) {

@@ -27,7 +27,13 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
-std::string trainerPath() { return LOCKSTEP_TRAINER_PATH; }
+std::string builtBinary(const char* name, const char* builtPath) {
+  // Binaries carried to another machine (the GPU machine) live beside each other there.
+  if (const char* dir = std::getenv("LOCKSTEP_TEST_BIN_DIR"); dir && *dir) return std::string(dir) + "/" + name;
+  return builtPath;
+}
+
+std::string trainerPath() { return builtBinary("lockstep-trainer", LOCKSTEP_TRAINER_PATH); }
 
 pid_t startProcess(const std::vector<std::string>& argv, const Env& env, const std::string& stdoutPath,
                    const std::string& stderrPath) {

@@ -41,8 +41,10 @@ struct ProcessResult {
 
 using Env = std::vector<std::pair<std::string, std::string>>;
 
-// The lockstep-trainer binary under test.
+// The lockstep-trainer binary under test. $LOCKSTEP_TEST_BIN_DIR, when set, holds the binaries
+// under test instead of the build tree (a bundle carried to the GPU machine).
 std::string trainerPath();
+std::string builtBinary(const char* name, const char* builtPath);
 
 // Runs a program to completion (killing it after `timeout`), capturing stdout and stderr in dir.
 ProcessResult runProcess(const std::vector<std::string>& argv, const Env& env, const TempDir& dir,

@@ -383,11 +383,13 @@ class Impl final : public GpuModel {
     return {};
   }
 
-  // GELU layers use the fused epilogues when cuBLASLt offers an algorithm for every such GEMM at
-  // the full batch (hidden widths must suit its auxiliary-buffer alignment); else the plain path.
+  // bf16 GELU layers use the fused epilogues when cuBLASLt offers an algorithm for every such GEMM
+  // at the full batch (hidden widths must suit its auxiliary-buffer alignment); else the plain path.
+  // cuBLASLt's GELU is the tanh approximation, which differs from the exact (erf) GELU by less than
+  // bf16 resolves; fp32 and tf32 keep the exact one, as the CPU backend and PyTorch compute it.
   Result<void> chooseEpilogues() {
     fused_ = false;
-    if (activation_ != Act::kGelu || layers_ < 2) return {};
+    if (activation_ != Act::kGelu || layers_ < 2 || std::is_same_v<T, float>) return {};
     const auto& widths = layout_.layers();
     for (std::size_t i = 0; i + 1 < layers_; ++i) {
       if (widths[i + 1] % 8 != 0) return {};

@@ -142,14 +142,19 @@ Result<void> NcclComm::allReduceAsync(const Range* ranges, std::size_t n) {
   return {};
 }
 
+Result<void> NcclComm::ensureStaging(std::size_t bytes) {
+  if (bytes <= stagingBytes_) return {};
+  if (staging_) cudaFree(staging_);
+  staging_ = nullptr;
+  stagingBytes_ = 0;
+  LOCKSTEP_CUDA(cudaMalloc(&staging_, bytes));
+  stagingBytes_ = bytes;
+  return {};
+}
+
 Result<void> NcclComm::allReduceSum(float* hostData, std::size_t count) {
   const std::size_t bytes = count * sizeof(float);
-  if (bytes > stagingBytes_) {
-    if (staging_) cudaFree(staging_);
-    staging_ = nullptr;
-    LOCKSTEP_CUDA(cudaMalloc(&staging_, bytes));
-    stagingBytes_ = bytes;
-  }
+  LOCKSTEP_TRY(ensureStaging(bytes));
   LOCKSTEP_CUDA(cudaMemcpyAsync(staging_, hostData, bytes, cudaMemcpyHostToDevice, stream_));
   const Range range{static_cast<float*>(staging_), count};
   LOCKSTEP_TRY(allReduceAsync(&range, 1));
@@ -158,12 +163,7 @@ Result<void> NcclComm::allReduceSum(float* hostData, std::size_t count) {
 }
 
 Result<void> NcclComm::broadcast(void* hostData, std::size_t bytes, int root) {
-  if (bytes > stagingBytes_) {
-    if (staging_) cudaFree(staging_);
-    staging_ = nullptr;
-    LOCKSTEP_CUDA(cudaMalloc(&staging_, bytes));
-    stagingBytes_ = bytes;
-  }
+  LOCKSTEP_TRY(ensureStaging(bytes));
   LOCKSTEP_CUDA(cudaMemcpyAsync(staging_, hostData, bytes, cudaMemcpyHostToDevice, stream_));
   const ncclResult_t r = ncclBroadcast(staging_, staging_, bytes, ncclChar, root, comm_, stream_);
   if (r != ncclSuccess && r != ncclInProgress) return ncclError(r, "ncclBroadcast");

@@ -47,6 +47,7 @@ class NcclComm final : public Comm {
  private:
   NcclComm() = default;
   Result<void> sync();  // waits for stream_
+  Result<void> ensureStaging(std::size_t bytes);
   void abort();
 
   ncclComm_t comm_ = nullptr;
