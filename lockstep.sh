@@ -5,7 +5,8 @@
 #                        (without a display: run a 2-rank CPU job through lockstepctl instead)
 #   ./lockstep.sh test   build, then run the whole test suite (ctest; without a GPU: -LE gpu)
 #
-# and, for maintainers: `build`, and `screenshot [FILE]` (README's dashboard picture, under xvfb).
+# and, for maintainers: `build`, `package` (the Debian packages, in build/packages; README,
+# "Installing from packages") and `screenshot [FILE]` (README's dashboard picture, under xvfb).
 #
 # Both install the Debian packages they need first (apt-get, through sudo when not root) and build
 # into ./build (LOCKSTEP_BUILD_DIR to change). `run` keeps its agent's state and the app's keys in
@@ -27,6 +28,7 @@ PACKAGES=(
   python3-torch python3-numpy  # the PyTorch reference test and bench/
   qt6-base-dev qt6-charts-dev qt6-svg-dev libqt6opengl6-dev libgl-dev  # the desktop app, PDF reports
   poppler-utils python3-jsonschema  # the report tests read PDFs back and check JSON against its schema
+  dpkg-dev file help2man desktop-file-utils  # the Debian packages: shlibdeps, man pages, their test
 )
 
 say() { printf '\033[1mlockstep:\033[0m %s\n' "$*" >&2; }
@@ -156,6 +158,13 @@ cmd_screenshot() {
   say "saved $out"
 }
 
+# The Debian packages: lockstep (app, lockstepctl) and lockstep-agent (agent, trainer, systemd unit).
+cmd_package() {
+  build
+  (cd "$BUILD" && cpack -G DEB -B "$BUILD/packages")
+  say "packages: $(cd "$BUILD/packages" && ls ./*.deb | sed 's|^\./||' | tr '\n' ' ')(in $BUILD/packages)"
+}
+
 cmd_test() {
   build
   local labels=()
@@ -171,8 +180,9 @@ case "${1:-}" in
   screenshot) shift; cmd_screenshot "$@" ;;
   test) shift; cmd_test "$@" ;;
   build) shift; build ;;
+  package) shift; cmd_package ;;
   *)
-    echo "usage: ./lockstep.sh run | test | build | screenshot [FILE.png]" >&2
+    echo "usage: ./lockstep.sh run | test | build | package | screenshot [FILE.png]" >&2
     exit 2
     ;;
 esac
