@@ -92,6 +92,31 @@ TEST(Kpi, ThroughputOverheadScalingAndImbalance) {
   EXPECT_NEAR(*k.etaSeconds, 90.0, 1e-9);  // 90 steps left at 1 step/s
 }
 
+// Issue 7: a dynamic split shows as rows per rank, and the imbalance as it was at the start and now.
+TEST(Kpi, AnUnevenSplitAndTheImbalanceBeforeAndAfter) {
+  JobTracker t(gpuJob(), Settings{5.0, 0.1, std::nullopt, 100});
+  for (std::uint64_t s = 1; s <= 30; ++s) {
+    const std::int64_t time = t0 + static_cast<std::int64_t>(s) * kSecond;
+    // Steps 1-14: even rows, rank 1 computes 3x as long. From step 15: 15 rows against 5, balanced.
+    StepReport fast = report(0, s, 300'000, 600'000, time), slow = report(1, s, 900'000, 0, time);
+    if (s >= 15) {
+      fast.samples = 15;
+      slow.samples = 5;
+      slow.computeTimeUs = 300'000;
+      fast.computeTimeUs = 300'000;
+    }
+    t.add(fast, "n");
+    t.add(slow, "n");
+  }
+  const JobKpis k = t.snapshot(t0 + 30 * kSecond);
+  ASSERT_TRUE(k.initialLoadImbalance && k.loadImbalance);
+  EXPECT_NEAR(*k.initialLoadImbalance, 900.0 / 600.0, 1e-12);  // max over median of two: 0.9 / 0.6
+  EXPECT_NEAR(*k.loadImbalance, 1.0, 1e-12);
+  ASSERT_EQ(k.ranks.size(), 2u);
+  EXPECT_DOUBLE_EQ(*k.ranks[0].samplesPerStep, 15.0);
+  EXPECT_DOUBLE_EQ(*k.ranks[1].samplesPerStep, 5.0);
+}
+
 TEST(Kpi, CalibratedScalingEfficiencySaysSo) {
   JobTracker t(gpuJob(), Settings{5.0, 0.1, 12.5, 100});
   for (std::uint64_t s = 1; s <= 10; ++s) t.add(report(0, s, 600'000, 300'000, t0 + static_cast<std::int64_t>(s) * kSecond), "n");

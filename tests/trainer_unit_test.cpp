@@ -89,6 +89,47 @@ TEST(Sampler, NoShuffleGlobalStepTakesTheSameSamplesHoweverSplit) {
   }
 }
 
+TEST(Sampler, AnUnevenSplitTakesTheSameSamplesEachStep) {
+  GlobalBatchSampler even(1000, 3, 20, 2, true, 4), uneven(1000, 3, 20, 2, true, 4);
+  uneven.setSplit({35, 5, 20});
+  std::vector<std::uint32_t> out;
+  for (std::uint64_t step = 0; step < 40; ++step) {
+    for (std::uint32_t micro = 0; micro < 2; ++micro) {
+      std::multiset<std::uint32_t> a, b;
+      std::vector<std::size_t> sizes;
+      for (std::uint32_t r = 0; r < 3; ++r) {
+        even.indices(step, micro, r, out);
+        a.insert(out.begin(), out.end());
+        uneven.indices(step, micro, r, out);
+        b.insert(out.begin(), out.end());
+        sizes.push_back(out.size());
+      }
+      EXPECT_EQ(a, b) << "step " << step << " micro " << micro;
+      if (step % uneven.stepsPerEpoch() != uneven.stepsPerEpoch() - 1) {
+        EXPECT_EQ(sizes, (std::vector<std::size_t>{35, 5, 20}));
+      }
+    }
+  }
+}
+
+TEST(Sampler, SplitByCostGivesSlowerRanksFewerRows) {
+  // Rank 1 takes 3x the time per sample: a quarter of the rows.
+  EXPECT_EQ(splitByCost({1.0f, 3.0f}, 128, 256), (std::vector<std::uint32_t>{96, 32}));
+  // Equal costs: even; the total is kept through rounding.
+  EXPECT_EQ(splitByCost({2.0f, 2.0f, 2.0f}, 100, 100), (std::vector<std::uint32_t>{34, 33, 33}));
+  // Caps: no rank above maxRows or below 1; what the cap frees goes to the others.
+  EXPECT_EQ(splitByCost({1.0f, 100.0f, 100.0f}, 90, 50), (std::vector<std::uint32_t>{50, 20, 20}));
+  EXPECT_EQ(splitByCost({1.0f, 1e6f}, 64, 256), (std::vector<std::uint32_t>{63, 1}));
+  // An unmeasured rank (0) counts at the mean cost of the others.
+  EXPECT_EQ(splitByCost({1.0f, 0.0f}, 10, 10), (std::vector<std::uint32_t>{5, 5}));
+  // Damped: halfway from the current split to the ideal one.
+  EXPECT_EQ(splitByCost({1.0f, 3.0f}, 128, 256, {64, 64}), (std::vector<std::uint32_t>{80, 48}));
+  const auto split = splitByCost({0.3f, 0.7f, 1.9f, 0.01f}, 257, 200);
+  EXPECT_EQ(std::accumulate(split.begin(), split.end(), 0u), 257u);
+  for (auto rows : split) EXPECT_TRUE(rows >= 1 && rows <= 200) << rows;
+  EXPECT_EQ(split[3], 200u) << "the fastest rank is capped";
+}
+
 TEST(Sampler, ShuffleIsSharedAcrossRanksAndChangesEachEpoch) {
   GlobalBatchSampler a(500, 2, 50, 1, true, 9), b(500, 2, 50, 1, true, 9), other(500, 2, 50, 1, true, 10);
   std::vector<std::uint32_t> x, y, z, nextEpoch;

@@ -364,8 +364,11 @@ void DashboardWidget::refresh() {
   tiles_[tr("Slowest rank")]->set(
       k.slowestRank ? QStringLiteral("rank %1").arg(*k.slowestRank) : dash(),
       k.slowestRank ? tr("%1; imbalance %2")
-                          .arg(QString::fromUtf8(std::string(kpi::slowCauseName(k.slowestCause)).c_str()))
-                          .arg(k.loadImbalance ? QStringLiteral("%1×").arg(*k.loadImbalance, 0, 'f', 2) : dash())
+                              .arg(QString::fromUtf8(std::string(kpi::slowCauseName(k.slowestCause)).c_str()))
+                              .arg(k.loadImbalance ? QStringLiteral("%1×").arg(*k.loadImbalance, 0, 'f', 2) : dash()) +
+                          (job->spec.rebalanceEvery > 0 && k.initialLoadImbalance
+                               ? tr(" (%1× at the start; rebalanced)").arg(*k.initialLoadImbalance, 0, 'f', 2)
+                               : QString())
                     : QString());
   const QString lastLoss = k.lastGlobalLoss ? tr("smoothed; last %1").arg(*k.lastGlobalLoss, 0, 'f', 4) : QString();
   tiles_[tr("Loss")]->set(k.smoothedLoss ? QString::number(*k.smoothedLoss, 'f', 4) : dash(),

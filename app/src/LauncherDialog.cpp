@@ -203,6 +203,12 @@ LauncherDialog::LauncherDialog(const ClusterStore& store, QWidget* parent) : QDi
   comm->addWidget(bucketMb_);
   comm->addWidget(new QLabel(tr("timeout s"), this));
   comm->addWidget(timeout_);
+  balance_ = new QCheckBox(tr("balance ranks by speed"), this);
+  balance_->setObjectName(QStringLiteral("balanceDynamic"));
+  balance_->setToolTip(tr("Every 10 steps, re-split the global batch by each rank's measured compute rate, so that "
+                          "slower ranks get fewer samples and all finish together (CPU ranks)"));
+  connect(balance_, &QCheckBox::toggled, this, &LauncherDialog::revalidate);
+  comm->addWidget(balance_);
   comm->addStretch(1);
   form->addRow(tr("Communication"), comm);
 
@@ -287,6 +293,7 @@ Result<JobSpec> LauncherDialog::build() const {
   s.checkpointDir = checkpointDir_->text().trimmed().toStdString();
   s.checkpointEvery = static_cast<std::uint32_t>(checkpointEvery_->value());
   LOCKSTEP_ASSIGN_OR_RETURN(s.bucketMb, real(bucketMb_, tr("bucket MB")));
+  s.rebalanceEvery = balance_->isChecked() ? 10 : 0;
   s.timeoutS = static_cast<std::uint32_t>(timeout_->value());
   LOCKSTEP_ASSIGN_OR_RETURN(s.prices.gpuHour, real(priceGpu_, tr("price per GPU-hour")));
   LOCKSTEP_ASSIGN_OR_RETURN(s.prices.coreHour, real(priceCore_, tr("price per core-hour")));

@@ -174,6 +174,8 @@ Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
   std::string datasetText = "synthetic";
   std::string backendText = "cpu";
   std::string precisionText;  // default: bf16 on GPUs, fp32 on CPUs
+  std::string balanceText = "even";
+  std::uint32_t rebalanceEvery = 0;
   std::optional<std::string> layersText;
   if (const char* id = std::getenv("LOCKSTEP_JOB_ID"); id != nullptr && *id != '\0') s.jobId = id;
   else s.jobId = "local";
@@ -205,6 +207,8 @@ Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
       {"--timeout-s", asWhole(s.timeoutS, 86400u)},
       {"--checkpoint-dir", asText(s.checkpointDir)},
       {"--checkpoint-every", asWhole(s.checkpointEvery, 1u << 30)},
+      {"--balance", asText(balanceText)},
+      {"--rebalance-every", asWhole(rebalanceEvery, 1000000u)},
       {"--keep-checkpoints", asWhole(o.keepCheckpoints, 1u << 20)},
       {"--init-weights", asText(s.initWeightsPath)},
       {"--save-weights", asText(o.saveWeightsPath)},
@@ -252,6 +256,9 @@ Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
   if (o.help || o.version) return o;
 
   LOCKSTEP_TRY(asChoice(s.backend, {{"cpu", Backend::kCpu}, {"cuda", Backend::kCuda}})("--backend", backendText));
+  if (balanceText != "even" && balanceText != "dynamic") return usage("--balance " + balanceText + ": use even or dynamic");
+  if (rebalanceEvery > 0 && balanceText != "dynamic") return usage("--rebalance-every goes with --balance dynamic");
+  s.rebalanceEvery = balanceText == "dynamic" ? (rebalanceEvery > 0 ? rebalanceEvery : 10) : 0;
   if (precisionText.empty()) precisionText = s.backend == Backend::kCuda ? "bf16" : "fp32";
   LOCKSTEP_TRY(asChoice(s.precision, {{"fp32", Precision::kFp32}, {"tf32", Precision::kTf32}, {"bf16", Precision::kBf16}})(
       "--precision", precisionText));
@@ -301,6 +308,10 @@ Optimizer:
 
 Communication:
   --bucket-mb X               gradient bucket size; buckets all-reduce while backward goes on (default 25)
+  --balance even|dynamic      how the global batch is split among ranks (default even); dynamic
+                              re-splits it from the ranks' measured compute rates, so that slower
+                              ranks get fewer samples and all finish together (CPU backend)
+  --rebalance-every N         with --balance dynamic: steps between re-splits (default 10)
   --timeout-s N               limit for the rendezvous and every collective (default 60)
 
 Checkpoints and weights:
@@ -369,6 +380,10 @@ std::vector<std::string> jobSpecToTrainerArgs(const JobSpec& spec, const std::st
   if (!spec.shuffle) a.emplace_back("--no-shuffle");
   flag("--seed", std::to_string(spec.seed));
   flag("--bucket-mb", real(spec.bucketMb));
+  if (spec.rebalanceEvery > 0) {
+    flag("--balance", "dynamic");
+    flag("--rebalance-every", std::to_string(spec.rebalanceEvery));
+  }
   flag("--timeout-s", std::to_string(spec.timeoutS));
   if (!spec.checkpointDir.empty()) {
     flag("--checkpoint-dir", spec.checkpointDir);

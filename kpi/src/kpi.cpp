@@ -119,6 +119,13 @@ void JobTracker::add(const StepReport& r, const std::string& node) {
   if (acc.ranks == std::max<std::uint32_t>(spec_.worldSize, 1)) {
     const double n = acc.ranks * 1e3;
     push(splits_, StepSplit{r.step, acc.dataUs / n, acc.computeUs / n, acc.exposedUs / n});
+    // The imbalance the job started with (steps 2 to 11; the first one warms up), which a dynamic
+    // split then works off.
+    const double med = median(acc.computes);
+    if (r.step >= 2 && initialSteps_ < kInitialSteps && med > 0) {
+      initialImbalanceSum_ += *std::max_element(acc.computes.begin(), acc.computes.end()) / med;
+      ++initialSteps_;
+    }
   }
   while (steps_.size() > kStepsKept) steps_.erase(steps_.begin());
 }
@@ -214,6 +221,7 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
       rk.meanComputeUs = c / n;
       rk.meanExposedUs = e / n;
       rk.meanStepUs = st / n;
+      rk.samplesPerStep = samples / n;
       if (st > 0) rk.commOverhead = e / st;
       totalRate += *rk.samplesPerSecond;
       ++ratesKnown;
@@ -255,6 +263,7 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
     ++ratioCount;
   }
   if (ratioCount > 0) k.loadImbalance = ratioSum / ratioCount;
+  if (initialSteps_ > 0) k.initialLoadImbalance = initialImbalanceSum_ / initialSteps_;
   if (!busy.empty()) {
     const std::size_t slow = static_cast<std::size_t>(std::max_element(busy.begin(), busy.end()) - busy.begin());
     k.slowestRank = rankIds[slow];

@@ -76,6 +76,7 @@ void toPb(const JobSpec& s, pb::JobSpec* m) {
   m->set_seed(s.seed);
   m->set_bucket_mb(s.bucketMb);
   m->set_checkpoint_every(s.checkpointEvery);
+  m->set_rebalance_every(s.rebalanceEvery);
   m->set_checkpoint_dir(s.checkpointDir);
   m->set_init_weights_path(s.initWeightsPath);
   m->set_timeout_s(s.timeoutS);
@@ -136,6 +137,7 @@ Result<JobSpec> fromPb(const pb::JobSpec& m) {
   s.seed = m.seed();
   s.bucketMb = m.bucket_mb();
   s.checkpointEvery = m.checkpoint_every();
+  s.rebalanceEvery = m.rebalance_every();
   s.checkpointDir = m.checkpoint_dir();
   s.initWeightsPath = m.init_weights_path();
   s.timeoutS = m.timeout_s();

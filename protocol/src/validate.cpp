@@ -192,6 +192,10 @@ Result<void> validateJobSpec(const JobSpec& spec) {
   if (spec.epochs > 1'000'000) return bad("epochs is too large");
   if (spec.targetLoss) LOCKSTEP_TRY(checkRange("target loss", *spec.targetLoss, 0.0, 1e6));
   LOCKSTEP_TRY(checkRange("bucket size in MB", spec.bucketMb, 0.0, 4096.0, false));
+  if (spec.rebalanceEvery > 1000000) return bad("rebalance_every must be at most 1000000 steps");
+  if (spec.rebalanceEvery > 0 && spec.backend == Backend::kCuda) {
+    return bad("--balance dynamic is available on the CPU backend only for now; use --balance even with --backend cuda");
+  }
   if (spec.checkpointEvery > 0 && spec.checkpointDir.empty()) {
     return bad("a checkpoint interval needs a checkpoint directory");
   }

@@ -123,6 +123,7 @@ Json kpisJson(const ReportData& data) {
   j["scaling_basis"] = k.scalingEfficiency ? Json(basisName(k.scalingBasis)) : Json(nullptr);
   j["gpu_utilization_pct"] = number(k.gpuUtilizationPct);
   j["load_imbalance"] = number(k.loadImbalance);
+  j["initial_load_imbalance"] = number(k.initialLoadImbalance);
   j["slowest_rank"] = optional(k.slowestRank);
   j["slowest_cause"] = k.slowestRank ? Json(causeName(k.slowestCause)) : Json(nullptr);
   j["last_global_loss"] = number(k.lastGlobalLoss);
@@ -156,6 +157,7 @@ Json rankJson(const kpi::RankKpis& r) {
   j["mean_compute_us"] = number(r.meanComputeUs);
   j["mean_exposed_us"] = number(r.meanExposedUs);
   j["mean_step_us"] = number(r.meanStepUs);
+  j["samples_per_step"] = number(r.samplesPerStep);
   j["loss"] = number(r.loss);
   j["cpu_pct"] = number(r.cpuPct);
   j["rss_bytes"] = byteCount(r.rssBytes);

@@ -472,6 +472,8 @@ Document document(const ReportData& data) {
     slowest =
         "slowest rank " + std::to_string(*k.slowestRank) + " (" + std::string(kpi::slowCauseName(k.slowestCause)) + ")";
   }
+  if (k.initialLoadImbalance) slowest += "; " + number(*k.initialLoadImbalance, 2) + "× over the first steps";
+  if (spec.rebalanceEvery > 0) slowest += "; batch re-split every " + std::to_string(spec.rebalanceEvery) + " steps";
   kpis.rows.push_back({"Load imbalance", orDash(k.loadImbalance, 2, "×"), slowest});
   kpis.rows.push_back({"Final loss", orDash(k.smoothedLoss, 4),
                        k.lastGlobalLoss ? "smoothed (EMA 0.1); last global loss " + number(*k.lastGlobalLoss, 4)
@@ -563,13 +565,13 @@ Document document(const ReportData& data) {
   ranks.heading = "Ranks";
   ranks.paragraphs.push_back("Rates and means over each rank's last 10 s of reports.");
   Table rankTable{"Per rank",
-                  {"Rank", "Node", "Steps", "Samples/s", "Comm", "Data ms", "Compute ms", "Exposed ms", "Step ms",
-                   "Loss", "CPU %", "RSS"},
+                  {"Rank", "Node", "Steps", "Rows/step", "Samples/s", "Comm", "Data ms", "Compute ms", "Exposed ms",
+                   "Step ms", "Loss", "CPU %", "RSS"},
                   {}};
   const auto ms = [](const kpi::Maybe& us) { return us ? number(*us / 1000, 1) : dash(); };
   for (const auto& r : k.ranks) {
     rankTable.rows.push_back({std::to_string(r.rank), r.node, number(static_cast<double>(r.step), 0),
-                              orDash(r.samplesPerSecond, 0), detail::percent(r.commOverhead), ms(r.meanDataUs),
+                              orDash(r.samplesPerStep, 0), orDash(r.samplesPerSecond, 0), detail::percent(r.commOverhead), ms(r.meanDataUs),
                               ms(r.meanComputeUs), ms(r.meanExposedUs), ms(r.meanStepUs), orDash(r.loss, 4),
                               orDash(r.cpuPct, 0), r.rssBytes ? detail::bytes(*r.rssBytes) : dash()});
   }

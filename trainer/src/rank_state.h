@@ -104,6 +104,8 @@ class RankRunner::State {
   std::unique_ptr<Heartbeat> heartbeat;
   std::unique_ptr<CheckpointWriter> checkpoints;  // rank 0, with --checkpoint-dir
   ResumeSettings resume;
+  std::uint32_t maxRows = 0;    // the most rows of a micro-step this rank may get (the split's cap)
+  double slowdown = 1.0;        // LOCKSTEP_TEST_SLOWDOWN: this rank computes this many times slower
   std::uint64_t firstStep = 0;
   std::uint64_t totalSteps = 0;
 };

@@ -77,6 +77,19 @@ std::uint64_t datasetHash(const Dataset& d) {
   return h;
 }
 
+// LOCKSTEP_TEST_SLOWDOWN=RANK:FACTOR makes that rank compute FACTOR times slower (it idles for the
+// difference): the load-balancing tests and benchmark stand in for slower hardware with it.
+Result<double> testSlowdown(std::uint32_t rank) {
+  const char* text = std::getenv("LOCKSTEP_TEST_SLOWDOWN");
+  if (text == nullptr || *text == '\0') return 1.0;
+  unsigned slowRank = 0;
+  double factor = 0;
+  if (std::sscanf(text, "%u:%lf", &slowRank, &factor) != 2 || !(factor >= 1.0) || factor > 100.0) {
+    return invalidArgument(std::string("LOCKSTEP_TEST_SLOWDOWN='") + text + "': expected RANK:FACTOR with FACTOR 1 to 100");
+  }
+  return slowRank == rank ? factor : 1.0;
+}
+
 }  // namespace
 
 Result<DistEnv> distEnvFromEnvironment() {
@@ -146,7 +159,13 @@ Result<void> RankRunner::setUp() {
   s.optimizer = std::make_unique<Optimizer>(spec.optimizer, *s.layout);
   s.sampler = std::make_unique<GlobalBatchSampler>(s.data.samples, env_.worldSize, spec.batchPerRank, spec.accumSteps,
                                                    spec.shuffle, spec.seed);
-  if (spec.backend == Backend::kCpu) s.model = std::make_unique<Mlp>(*s.layout, spec.activation, spec.batchPerRank);
+  // With --balance dynamic a rank may take up to 4 per-rank batches of a micro-step.
+  s.maxRows = spec.rebalanceEvery > 0 && env_.worldSize > 1
+                  ? static_cast<std::uint32_t>(std::min<std::uint64_t>(std::uint64_t{spec.batchPerRank} * env_.worldSize,
+                                                                       std::uint64_t{spec.batchPerRank} * 4))
+                  : spec.batchPerRank;
+  if (spec.backend == Backend::kCpu) s.model = std::make_unique<Mlp>(*s.layout, spec.activation, s.maxRows);
+  LOCKSTEP_ASSIGN_OR_RETURN(s.slowdown, testSlowdown(env_.rank));
   s.totalSteps = spec.steps > 0 ? spec.steps : std::uint64_t{spec.epochs} * s.sampler->stepsPerEpoch();
   if (!spec.checkpointDir.empty()) s.resume = resumeSettings(spec, s.data.samples, datasetHash(s.data));
   return {};
@@ -338,12 +357,15 @@ Result<RunSummary> RankRunner::train() {
   float* params = s.params.data();
 
   std::vector<std::uint32_t> indices;
-  std::vector<float> batchX(std::size_t{spec.batchPerRank} * s.data.dim);
-  std::vector<std::int32_t> batchY(spec.batchPerRank);
+  std::vector<float> batchX(std::size_t{s.maxRows} * s.data.dim);
+  std::vector<std::int32_t> batchY(s.maxRows);
+  double busyUs = 0;  // this rank's data + compute time since the last re-split, and its samples
+  std::uint64_t busySamples = 0;
 
   RunSummary summary;
   StepAccounting accounting(options_, env_, s, summary);
   std::uint64_t samplesSeen = 0;
+  Clock::duration lastComputeTime{};
   const auto runStart = Clock::now();
   accounting.printStart(buckets.size());
   if (env_.rank == 0 && !options_.quiet && s.reducer && !s.reducer->yieldsCompute()) {
@@ -354,7 +376,7 @@ Result<RunSummary> RankRunner::train() {
   for (std::uint64_t step = s.firstStep; step < s.totalSteps; ++step) {
     const auto stepStart = Clock::now();
     s.progress.enter(RankPhase::kCompute);
-    Clock::duration dataTime{};
+    Clock::duration dataTime{}, modelTime{};
     double localLossSum = 0.0;
     std::uint32_t localSamples = 0;
     if (s.reducer) s.reducer->beginStep();
@@ -369,6 +391,12 @@ Result<RunSummary> RankRunner::train() {
       dataTime += Clock::now() - dataStart;
 
       const auto n = static_cast<std::uint32_t>(indices.size());
+      const auto modelStart = Clock::now();
+      if (s.slowdown > 1.0) {
+        // A test knob: stand in for slower hardware by idling (s.slowdown - 1) x the last compute time.
+        std::this_thread::sleep_for(lastComputeTime * (s.slowdown - 1.0));
+      }
+      const auto computeStart = Clock::now();
       localLossSum += s.model->forward(params, batchX.data(), batchY.data(), n);
       localSamples += n;
       const bool last = micro + 1 == spec.accumSteps;
@@ -380,6 +408,8 @@ Result<RunSummary> RankRunner::train() {
       s.model->backward(params, grads, micro > 0, cuts, [&](std::size_t end) {
         if (last && s.reducer) s.reducer->markReady(end);
       });
+      lastComputeTime = Clock::now() - computeStart;
+      modelTime += Clock::now() - modelStart;
     }
 
     // Apply each bucket as soon as it is reduced; the first carries the header.
@@ -421,6 +451,15 @@ Result<RunSummary> RankRunner::train() {
     LOCKSTEP_ASSIGN_OR_RETURN(const bool reachedTarget,
                               accounting.record(report, static_cast<std::uint64_t>(grads[kSampleCount]), globalLoss,
                                                 step + 1 == s.totalSteps || stopVoted));
+    // Forward and backward only: they grow with the rows, unlike the optimizer, which every rank
+    // runs over all parameters.
+    busyUs += static_cast<double>(micros(modelTime));
+    busySamples += localSamples;
+    if (spec.rebalanceEvery > 0 && s.comm && (step + 1) % spec.rebalanceEvery == 0 && !stopVoted && !reachedTarget) {
+      if (auto r = rebalance(busyUs, busySamples, step + 1); !r) return diagnoseCommFailure(r.error(), "re-splitting the batch");
+      busyUs = 0;
+      busySamples = 0;
+    }
     if (stopVoted) {
       summary.stoppedBySignal = stopSignal_.load() != 0 ? stopSignal_.load() : 15;
       break;
@@ -432,6 +471,30 @@ Result<RunSummary> RankRunner::train() {
   s.heartbeat.reset();
   summary.droppedReports = s.metrics->close();
   return summary;
+}
+
+Result<void> RankRunner::rebalance(double busyUs, std::uint64_t samples, std::uint64_t step) {
+  State& s = *state_;
+  const JobSpec& spec = options_.spec;
+  std::vector<float> cost(env_.worldSize, 0.0f);
+  cost[env_.rank] = samples > 0 ? static_cast<float>(busyUs / static_cast<double>(samples)) : 0.0f;
+  s.progress.enter(RankPhase::kCommunicate);
+  LOCKSTEP_TRY(s.comm->allReduceSum(cost.data(), cost.size()));
+  const auto split = splitByCost(cost, spec.batchPerRank * env_.worldSize, s.maxRows, s.sampler->split());
+  if (split == s.sampler->split()) return {};
+  s.sampler->setSplit(split);
+  if (env_.rank == 0 && !options_.quiet) {
+    std::string rows, costs;
+    for (std::size_t r = 0; r < split.size(); ++r) {
+      rows += (r ? ", " : "") + std::to_string(split[r]);
+      char text[32];
+      std::snprintf(text, sizeof text, "%s%.1f", r ? ", " : "", cost[r]);
+      costs += text;
+    }
+    std::fprintf(stderr, "[lockstep] after step %llu: rows per rank %s (measured us per sample: %s)\n",
+                 static_cast<unsigned long long>(step), rows.c_str(), costs.c_str());
+  }
+  return {};
 }
 
 StepReport RankRunner::stepReport(std::uint64_t step, std::uint32_t localSamples, double localLossSum,

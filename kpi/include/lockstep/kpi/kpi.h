@@ -54,6 +54,7 @@ struct RankKpis {
   Maybe samplesPerSecond;
   Maybe commOverhead;  // fraction of step time
   Maybe meanDataUs, meanComputeUs, meanExposedUs, meanStepUs;
+  Maybe samplesPerStep;  // its share of the global batch (uneven with --balance dynamic)
   Maybe loss;
   Maybe cpuPct;
   Maybe rssBytes;
@@ -82,7 +83,8 @@ struct JobKpis {
   Maybe scalingEfficiency;
   ScalingBasis scalingBasis = ScalingBasis::kUnknown;
   Maybe gpuUtilizationPct;
-  Maybe loadImbalance;  // max / median compute time, 1 = balanced
+  Maybe loadImbalance;         // max / median compute time, 1 = balanced
+  Maybe initialLoadImbalance;  // the same over the job's first steps (before a dynamic split acts)
   std::optional<std::uint32_t> slowestRank;
   SlowCause slowestCause = SlowCause::kUnknown;
   Maybe lastGlobalLoss;
@@ -189,6 +191,9 @@ class JobTracker {
   std::map<std::pair<std::string, std::uint32_t>, std::deque<Point>> gpuSeries_;
   std::map<std::uint32_t, std::deque<Point>> cpuSeries_;
   std::map<std::int64_t, double> samplesPerSecondBucket_;
+  static constexpr int kInitialSteps = 10;
+  int initialSteps_ = 0;
+  double initialImbalanceSum_ = 0;
 };
 
 }  // namespace lockstep::kpi

@@ -117,6 +117,7 @@ struct JobSpec {
   std::string rendezvousHost;
   std::uint32_t rendezvousPort = 0;
   Prices prices;
+  std::uint32_t rebalanceEvery = 0;  // 0: even split; N: re-split by measured rates every N steps
   bool operator==(const JobSpec&) const = default;
 
   std::uint64_t globalBatch() const { return std::uint64_t{batchPerRank} * accumSteps * worldSize; }
