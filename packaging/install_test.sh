@@ -16,7 +16,7 @@
 #    offscreen, taking a screenshot;
 # 6. stops the agent and purges both packages.
 #
-# Needs root (debootstrap, chroot, mounts, namespaces) and the Debian mirror; about 2-4 minutes,
+# Needs root (debootstrap, chroot, mounts, namespaces) and the Debian mirror; 1 to 2 minutes,
 # most of it apt. LOCKSTEP_INSTALL_TEST_KEEP=1 keeps the root (build/install-test/root) to look at.
 set -euo pipefail
 
