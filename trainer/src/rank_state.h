@@ -106,6 +106,9 @@ class RankRunner::State {
   ResumeSettings resume;
   std::uint32_t maxRows = 0;    // the most rows of a micro-step this rank may get (the split's cap)
   double slowdown = 1.0;        // LOCKSTEP_TEST_SLOWDOWN: this rank computes this many times slower
+  // The ranks' times per sample for a re-split. One buffer for the run: Gloo keeps an algorithm per
+  // buffer address, and every rank must reduce the same buffers in the same order.
+  std::vector<float> rankCosts;
   std::uint64_t firstStep = 0;
   std::uint64_t totalSteps = 0;
 };

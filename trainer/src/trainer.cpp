@@ -359,8 +359,7 @@ Result<RunSummary> RankRunner::train() {
   std::vector<std::uint32_t> indices;
   std::vector<float> batchX(std::size_t{s.maxRows} * s.data.dim);
   std::vector<std::int32_t> batchY(s.maxRows);
-  double busyUs = 0;  // this rank's data + compute time since the last re-split, and its samples
-  std::uint64_t busySamples = 0;
+  std::vector<double> costs;  // this rank's forward + backward time per sample, each step since the last re-split
 
   RunSummary summary;
   StepAccounting accounting(options_, env_, s, summary);
@@ -453,12 +452,10 @@ Result<RunSummary> RankRunner::train() {
                                                 step + 1 == s.totalSteps || stopVoted));
     // Forward and backward only: they grow with the rows, unlike the optimizer, which every rank
     // runs over all parameters.
-    busyUs += static_cast<double>(micros(modelTime));
-    busySamples += localSamples;
+    if (localSamples > 0) costs.push_back(static_cast<double>(micros(modelTime)) / localSamples);
     if (spec.rebalanceEvery > 0 && s.comm && (step + 1) % spec.rebalanceEvery == 0 && !stopVoted && !reachedTarget) {
-      if (auto r = rebalance(busyUs, busySamples, step + 1); !r) return diagnoseCommFailure(r.error(), "re-splitting the batch");
-      busyUs = 0;
-      busySamples = 0;
+      if (auto r = rebalance(std::move(costs), step + 1); !r) return diagnoseCommFailure(r.error(), "re-splitting the batch");
+      costs.clear();
     }
     if (stopVoted) {
       summary.stoppedBySignal = stopSignal_.load() != 0 ? stopSignal_.load() : 15;
@@ -473,11 +470,16 @@ Result<RunSummary> RankRunner::train() {
   return summary;
 }
 
-Result<void> RankRunner::rebalance(double busyUs, std::uint64_t samples, std::uint64_t step) {
+Result<void> RankRunner::rebalance(std::vector<double> costs, std::uint64_t step) {
   State& s = *state_;
   const JobSpec& spec = options_.spec;
-  std::vector<float> cost(env_.worldSize, 0.0f);
-  cost[env_.rank] = samples > 0 ? static_cast<float>(busyUs / static_cast<double>(samples)) : 0.0f;
+  std::vector<float>& cost = s.rankCosts;
+  cost.assign(env_.worldSize, 0.0f);  // same size each time: the buffer does not move
+  // The median step: a step the scheduler or the page cache held up says nothing about speed.
+  if (!costs.empty()) {
+    std::nth_element(costs.begin(), costs.begin() + static_cast<std::ptrdiff_t>(costs.size() / 2), costs.end());
+    cost[env_.rank] = static_cast<float>(costs[costs.size() / 2]);
+  }
   s.progress.enter(RankPhase::kCommunicate);
   LOCKSTEP_TRY(s.comm->allReduceSum(cost.data(), cost.size()));
   const auto split = splitByCost(cost, spec.batchPerRank * env_.worldSize, s.maxRows, s.sampler->split());

@@ -78,8 +78,9 @@ class RankRunner {
   StepReport stepReport(std::uint64_t step, std::uint32_t localSamples, double localLossSum, double globalLoss,
                         double lr) const;
   Result<void> finishRun(const float* params);
-  // --balance dynamic: shares each rank's time per sample since the last re-split and re-splits.
-  Result<void> rebalance(double busyUs, std::uint64_t samples, std::uint64_t step);
+  // --balance dynamic: shares each rank's time per sample (per step since the last re-split) and
+  // re-splits.
+  Result<void> rebalance(std::vector<double> costs, std::uint64_t step);
   Error diagnoseCommFailure(const Error& error, const std::string& when);
   std::string describeStragglers(const std::vector<RankLiveness>& status) const;
 
