@@ -486,15 +486,15 @@ Result<void> RankRunner::rebalance(std::vector<double> costs, std::uint64_t step
   if (split == s.sampler->split()) return {};
   s.sampler->setSplit(split);
   if (env_.rank == 0 && !options_.quiet) {
-    std::string rows, costs;
+    std::string rows, costText;
     for (std::size_t r = 0; r < split.size(); ++r) {
       rows += (r ? ", " : "") + std::to_string(split[r]);
       char text[32];
       std::snprintf(text, sizeof text, "%s%.1f", r ? ", " : "", cost[r]);
-      costs += text;
+      costText += text;
     }
     std::fprintf(stderr, "[lockstep] after step %llu: rows per rank %s (measured us per sample: %s)\n",
-                 static_cast<unsigned long long>(step), rows.c_str(), costs.c_str());
+                 static_cast<unsigned long long>(step), rows.c_str(), costText.c_str());
   }
   return {};
 }

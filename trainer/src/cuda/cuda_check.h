@@ -12,6 +12,9 @@
 
 namespace lockstep::trainer::gpu {
 
+// Loads cuBLASLt and NCCL (gpu_libraries.cpp), or says which cannot be loaded and why.
+Result<void> gpuLibraries();
+
 inline Error cudaError(cudaError_t e, const char* what) {
   return Error{ErrorCode::kInternal, std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")"};
 }

@@ -38,6 +38,7 @@ bool unhex(const std::string& text, void* data, std::size_t bytes) {
 
 Result<int> pickDevice(std::uint32_t localRank) {
   int count = 0;
+  LOCKSTEP_TRY(gpuLibraries());
   if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess || count == 0) {
     return Error{ErrorCode::kFailedPrecondition,
                  std::string("--backend cuda needs an NVIDIA GPU and its driver, and this machine offers none (") +
