@@ -4,6 +4,7 @@
 #include <QCommandLineParser>
 #include <QTimer>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -35,6 +36,14 @@ int main(int argc, char** argv) {
   bool infoOnly = false;
   for (int i = 1; i < argc && std::strcmp(argv[i], "--") != 0; ++i) {
     for (const char* option : {"-h", "--help", "-?", "--help-all", "-v", "--version"}) infoOnly |= std::strcmp(argv[i], option) == 0;
+  }
+  // Without a display Qt would abort; say what to do instead.
+  const auto set = [](const char* name) { return std::getenv(name) != nullptr && *std::getenv(name) != '\0'; };
+  if (!infoOnly && !set("DISPLAY") && !set("WAYLAND_DISPLAY") && !set("QT_QPA_PLATFORM")) {
+    std::fprintf(stderr,
+                 "lockstep: no display here (DISPLAY and WAYLAND_DISPLAY are unset): start it in a desktop session, "
+                 "or use lockstepctl, which needs none (lockstepctl --help)\n");
+    return 1;
   }
   std::unique_ptr<QCoreApplication> app(infoOnly ? new QCoreApplication(argc, argv) : new QApplication(argc, argv));
   QApplication::setOrganizationName(QStringLiteral("Lockstep"));

@@ -246,31 +246,20 @@ class Impl final : public GpuModel {
     // Forward.
     for (std::size_t i = 0; i < layers_; ++i) {
       const T* in = i == 0 ? x : act_[i - 1].get();
-      const std::uint32_t inW = widths[i], outW = widths[i + 1];
-      Gemm g;
-      g.opA = CUBLAS_OP_T;
-      g.m = outW;
-      g.n = rows;
-      g.k = inW;
-      g.lda = inW;
-      g.ldb = inW;
-      g.ldd = outW;
-      g.abType = dataType<T>();
+      const std::uint32_t outW = widths[i + 1];
+      Gemm g = forwardGemm(i, rows);
       if (i + 1 == layers_) {
         g.dType = CUDA_R_32F;
         g.epilogue = CUBLASLT_EPILOGUE_BIAS;
         LOCKSTEP_TRY(matmul(g, weights(i), in, logits_.get(), params_.get() + layout_.bias(i).offset, nullptr));
       } else if (activation_ == Act::kRelu) {
-        g.dType = dataType<T>();
         g.epilogue = CUBLASLT_EPILOGUE_RELU_BIAS;
         LOCKSTEP_TRY(matmul(g, weights(i), in, act_[i].get(), low() + layout_.bias(i).offset, nullptr));
       } else if (fused_) {
-        g.dType = dataType<T>();
         g.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
         g.auxLd = outW;
         LOCKSTEP_TRY(matmul(g, weights(i), in, act_[i].get(), low() + layout_.bias(i).offset, pre_[i].get()));
       } else {
-        g.dType = dataType<T>();
         g.epilogue = CUBLASLT_EPILOGUE_BIAS;
         LOCKSTEP_TRY(matmul(g, weights(i), in, pre_[i].get(), low() + layout_.bias(i).offset, nullptr));
         launchActivation<T>(pre_[i].get(), act_[i].get(), std::size_t{rows} * outW, activation_, compute_);
@@ -290,31 +279,11 @@ class Impl final : public GpuModel {
       // Bias: from the loss's gradient for the last layer, else fused into the GEMM below us.
       if (i + 1 == layers_ || !fused_) launchColumnSums<T>(dOut, rows, outW, gradB, accumulate, compute_);
 
-      // dW[out, in] = dOut^T x, as column-major dW^T[in, out] = x^T[in, rows] dOut[rows, out].
-      Gemm w;
-      w.opB = CUBLAS_OP_T;
-      w.m = inW;
-      w.n = outW;
-      w.k = rows;
-      w.lda = inW;
-      w.ldb = outW;
-      w.ldd = inW;
-      w.abType = dataType<T>();
-      w.dType = CUDA_R_32F;
-      w.accumulate = accumulate;
+      Gemm w = weightGradGemm(i, rows, accumulate);
       LOCKSTEP_TRY(matmul(w, in, dOut, gradW, nullptr, nullptr));
 
       if (i > 0) {
-        // dIn[rows, in] = dOut W, as column-major dIn^T[in, rows] = W^T[in, out] dOut^T[out, rows].
-        Gemm d;
-        d.m = inW;
-        d.n = rows;
-        d.k = outW;
-        d.lda = inW;
-        d.ldb = outW;
-        d.ldd = inW;
-        d.abType = dataType<T>();
-        d.dType = dataType<T>();
+        Gemm d = inputGradGemm(i, rows);
         if (fused_) {
           // Also multiplies by GELU'(pre of layer i-1) and sums layer i-1's bias gradient.
           d.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
@@ -383,6 +352,51 @@ class Impl final : public GpuModel {
     return {};
   }
 
+  // The GEMMs of layer i for `rows` rows (row-major activations, PyTorch's [out, in] weights, seen
+  // column-major by cuBLASLt). Epilogues are set by the caller.
+  //   forward:         y^T[out, rows] = W[out, in] x^T[in, rows]              (W read transposed)
+  //   weight gradient: dW^T[in, out]  = x^T[in, rows] dOut[rows, out]         (fp32, into the grads)
+  //   input gradient:  dIn^T[in, rows] = W^T[in, out] dOut^T[out, rows]
+  Gemm forwardGemm(std::size_t i, std::uint32_t rows) const {
+    const auto& w = layout_.layers();
+    Gemm g;
+    g.opA = CUBLAS_OP_T;
+    g.m = w[i + 1];
+    g.n = rows;
+    g.k = w[i];
+    g.lda = g.ldb = w[i];
+    g.ldd = w[i + 1];
+    g.abType = g.dType = dataType<T>();
+    return g;
+  }
+  Gemm weightGradGemm(std::size_t i, std::uint32_t rows, bool accumulate) const {
+    const auto& w = layout_.layers();
+    Gemm g;
+    g.opB = CUBLAS_OP_T;
+    g.m = w[i];
+    g.n = w[i + 1];
+    g.k = rows;
+    g.lda = w[i];
+    g.ldb = w[i + 1];
+    g.ldd = w[i];
+    g.abType = dataType<T>();
+    g.dType = CUDA_R_32F;
+    g.accumulate = accumulate;
+    return g;
+  }
+  Gemm inputGradGemm(std::size_t i, std::uint32_t rows) const {
+    const auto& w = layout_.layers();
+    Gemm g;
+    g.m = w[i];
+    g.n = rows;
+    g.k = w[i + 1];
+    g.lda = w[i];
+    g.ldb = w[i + 1];
+    g.ldd = w[i];
+    g.abType = g.dType = dataType<T>();
+    return g;
+  }
+
   // bf16 GELU layers use the fused epilogues when cuBLASLt offers an algorithm for every such GEMM
   // at the full batch (hidden widths must suit its auxiliary-buffer alignment); else the plain path.
   // cuBLASLt's GELU is the tanh approximation, which differs from the exact (erf) GELU by less than
@@ -393,27 +407,13 @@ class Impl final : public GpuModel {
     const auto& widths = layout_.layers();
     for (std::size_t i = 0; i + 1 < layers_; ++i) {
       if (widths[i + 1] % 8 != 0) return {};
-      Gemm f;
-      f.opA = CUBLAS_OP_T;
-      f.m = widths[i + 1];
-      f.n = maxBatch_;
-      f.k = widths[i];
-      f.lda = f.ldb = widths[i];
-      f.ldd = widths[i + 1];
-      f.abType = f.dType = dataType<T>();
-      f.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-      f.auxLd = widths[i + 1];
-      Gemm b;
-      b.m = widths[i + 1];
-      b.n = maxBatch_;
-      b.k = widths[i + 2];
-      b.lda = widths[i + 1];
-      b.ldb = widths[i + 2];
-      b.ldd = widths[i + 1];
-      b.abType = b.dType = dataType<T>();
-      b.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
-      b.auxLd = widths[i + 1];
-      if (!plan(f) || !plan(b)) return {};
+      Gemm forward = forwardGemm(i, maxBatch_);
+      forward.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+      forward.auxLd = widths[i + 1];
+      Gemm backward = inputGradGemm(i + 1, maxBatch_);  // layer i+1's input gradient is layer i's output's
+      backward.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
+      backward.auxLd = widths[i + 1];
+      if (!plan(forward) || !plan(backward)) return {};
     }
     fused_ = true;
     return {};
