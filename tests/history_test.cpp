@@ -41,13 +41,21 @@ JobStatus status(const JobSpec& s, JobState state, std::int64_t endedUs = 0) {
   return st;
 }
 
+JobEvent event(const std::string& jobId, JobEventKind kind, std::int64_t timeUs) {
+  JobEvent e;
+  e.jobId = jobId;
+  e.kind = kind;
+  e.timeUnixUs = timeUs;
+  return e;
+}
+
 StreamMessage message(const std::string& node, auto payload) { return StreamMessage{0, node, std::move(payload)}; }
 
 // A job's stream: started, `steps` steps of every rank 100 ms apart, a GPU and a process sample per
 // step, and (when `finish`) the finished event.
 std::vector<StreamMessage> stream(const JobSpec& s, std::uint64_t steps, bool finish) {
   std::vector<StreamMessage> out;
-  out.push_back(message("node-a", JobEvent{s.jobId, JobEventKind::kStarted, kT0}));
+  out.push_back(message("node-a", event(s.jobId, JobEventKind::kStarted, kT0)));
   for (std::uint64_t step = 1; step <= steps; ++step) {
     const std::int64_t t = kT0 + static_cast<std::int64_t>(step) * 100'000;
     for (const auto& p : s.ranks) {
@@ -76,7 +84,7 @@ std::vector<StreamMessage> stream(const JobSpec& s, std::uint64_t steps, bool fi
     g.energyMillijoules = 1000 * step;
     out.push_back(message("node-a", g));
   }
-  if (finish) out.push_back(message("node-a", JobEvent{s.jobId, JobEventKind::kFinished, kT0 + static_cast<std::int64_t>(steps + 1) * 100'000}));
+  if (finish) out.push_back(message("node-a", event(s.jobId, JobEventKind::kFinished, kT0 + static_cast<std::int64_t>(steps + 1) * 100'000)));
   return out;
 }
 
@@ -274,13 +282,24 @@ TEST(History, SearchesAndFilters) {
     for (const auto& r : *list) out.push_back(r.spec.jobId);
     return out;
   };
+  const auto text = [](const char* t) {
+    Filter f;
+    f.text = t;
+    return f;
+  };
+  const auto state = [](JobState st, std::size_t limit) {
+    Filter f;
+    f.state = st;
+    f.limit = limit;
+    return f;
+  };
   EXPECT_EQ(ids({}), (std::vector<std::string>{"j-3", "j-2", "j-1"})) << "newest first";
-  EXPECT_EQ(ids({.text = "RESNET"}), std::vector<std::string>{"j-1"}) << "case-insensitive name";
-  EXPECT_EQ(ids({.text = "node-c"}), std::vector<std::string>{"j-3"}) << "by node";
-  EXPECT_EQ(ids({.text = "_50%"}), std::vector<std::string>{"j-3"}) << "LIKE wildcards are literal";
-  EXPECT_EQ(ids({.text = "0%"}), std::vector<std::string>{"j-3"});
-  EXPECT_EQ(ids({.state = JobState::kRunning}), std::vector<std::string>{"j-3"});
-  EXPECT_EQ(ids({.state = JobState::kFinished, .limit = 1}), std::vector<std::string>{"j-2"});
+  EXPECT_EQ(ids(text("RESNET")), std::vector<std::string>{"j-1"}) << "case-insensitive name";
+  EXPECT_EQ(ids(text("node-c")), std::vector<std::string>{"j-3"}) << "by node";
+  EXPECT_EQ(ids(text("_50%")), std::vector<std::string>{"j-3"}) << "LIKE wildcards are literal";
+  EXPECT_EQ(ids(text("0%")), std::vector<std::string>{"j-3"});
+  EXPECT_EQ(ids(state(JobState::kRunning, 0)), std::vector<std::string>{"j-3"});
+  EXPECT_EQ(ids(state(JobState::kFinished, 1)), std::vector<std::string>{"j-2"});
 }
 
 TEST(History, DeletesAJobWithAllItsRows) {
@@ -308,7 +327,7 @@ TEST(History, DownsamplesOldSamplesAndKeepsRecentOnesRaw) {
   ASSERT_TRUE(h->recordJob("node-a", status(s, JobState::kRunning)));
   // Three hours at 1 Hz: utilization alternating 60/100 (mean 80), energy +250 J per second.
   std::vector<StreamMessage> samples;
-  samples.push_back(message("node-a", JobEvent{s.jobId, JobEventKind::kStarted, kT0}));
+  samples.push_back(message("node-a", event(s.jobId, JobEventKind::kStarted, kT0)));
   for (int i = 0; i < 3 * 3600; ++i) {
     GpuSample g;
     g.node = "node-a";

@@ -2,10 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "safetensors.h"
 #include "support/agent_support.h"
 
 namespace lockstep::test {
@@ -231,6 +235,218 @@ TEST(Lockstepctl, HistoryReportsCompareAndDelete) {
   auto again = ctl({"history", "delete", "h-1"});
   EXPECT_EQ(again.status.exitCode, 1);
   EXPECT_NE(again.err.find("no job h-1"), std::string::npos) << again.err;
+}
+
+// Issue 7: elastic restarts, supervised by lockstepctl start --wait.
+
+// Starts `lockstepctl start --wait ...` in the background; its output goes to DIR/NAME.out.
+pid_t startWaiting(const Ctl& ctl, const std::string& name, std::vector<std::string> args) {
+  args.insert(args.begin(), lockstepctlPath());
+  return startProcess(args, {{"LOCKSTEP_CONFIG_DIR", ctl.configDir}, {"LOCKSTEP_HISTORY", ctl.historyPath()}},
+                      ctl.dir.file(name + ".out"), ctl.dir.file(name + ".err"));
+}
+
+int exitCodeOf(pid_t pid, std::chrono::seconds timeout) {
+  auto status = waitProcess(pid, timeout);
+  if (!status || !*status) {
+    ::kill(pid, SIGKILL);
+    (void)waitProcess(pid, 5s);
+    return -1;
+  }
+  return (*status)->signal ? 128 + (*status)->signal : (*status)->exitCode;
+}
+
+// The pid of rank `rank` of a job (optionally only among the processes started by one agent).
+std::optional<pid_t> rankProcess(const std::string& jobId, int rank, const std::string& agentStateDir = {}) {
+  for (pid_t pid : processesOfJob(jobId)) {
+    if (environOf(pid, "RANK") != std::to_string(rank)) continue;
+    if (!agentStateDir.empty() && environOf(pid, "LOCKSTEP_REPORT").value_or("").find(agentStateDir) == std::string::npos) {
+      continue;
+    }
+    return pid;
+  }
+  return std::nullopt;
+}
+
+bool hasCheckpoint(const std::string& dir, std::uint64_t step) {
+  char name[64];
+  std::snprintf(name, sizeof name, "/step-%08llu.safetensors", static_cast<unsigned long long>(step));
+  return std::filesystem::exists(dir + name);
+}
+
+// Norm-wise relative difference over all tensors of two safetensors files (weights and optimizer).
+double checkpointDifference(const std::string& a, const std::string& b) {
+  auto x = trainer::readSafetensors(a), y = trainer::readSafetensors(b);
+  if (!x || !y) return INFINITY;
+  double diff = 0, norm = 0;
+  for (const auto& [name, t] : x->tensors) {
+    const auto it = y->tensors.find(name);
+    if (it == y->tensors.end() || it->second.data.size() != t.data.size()) return INFINITY;
+    for (std::size_t i = 0; i < t.data.size(); ++i) {
+      diff += std::pow(double(t.data[i]) - it->second.data[i], 2);
+      norm += std::pow(double(t.data[i]), 2);
+    }
+  }
+  return std::sqrt(diff / norm);
+}
+
+const std::vector<std::string> kElasticJob = {
+    "--layers", "64,256,10", "--dataset", "synthetic:n=3072,dim=64,seed=3", "--no-shuffle", "--lr", "0.05",
+    "--momentum", "0.9", "--checkpoint-every", "50", "--keep-checkpoints", "1000", "--timeout-s", "10"};
+
+// Three ranks on two agents (this machine has 2 cores, and an agent runs at most a rank per core).
+TEST(Lockstepctl, ALostRankRestartsTheJobWithTheRanksLeftFromItsLastCheckpoint) {
+  TempDir dir;
+  AgentProcess agent(dir, "node-a");
+  AgentProcess other(dir, "node-b");
+  Ctl ctl{dir, dir.file("config")};
+  ASSERT_TRUE(ctl.pairWith(agent));
+  ASSERT_TRUE(ctl.pairWith(other));
+  const std::string ckpt = dir.file("ckpt");
+  auto args = join({"--timeout-s", "5", "start", "--ranks-per-agent", "2,1", "--wait", "--job-id", "el-1",
+                    "--batch-per-rank", "64",
+                    "--steps", "3000", "--checkpoint-dir", ckpt, "--max-restarts", "2"},
+                   kElasticJob);
+  const pid_t ctlPid = startWaiting(ctl, "el-1", args);
+  ASSERT_TRUE(waitUntil([&] { return hasCheckpoint(ckpt, 100); }, 60s)) << readText(dir.file("el-1.err"));
+  const auto victim = rankProcess("el-1", 1);
+  ASSERT_TRUE(victim);
+  ::kill(*victim, SIGKILL);
+  // Keep copies of the checkpoints until the restart has started: it resumes from one of them,
+  // which the new attempt's retention (3 checkpoints) soon deletes.
+  const std::string kept = dir.file("kept");
+  std::filesystem::create_directories(kept);
+  const auto keep = [&] {
+    for (const auto& f : std::filesystem::directory_iterator(ckpt)) {
+      const auto name = f.path().filename().string();
+      if (name.ends_with(".safetensors") && !std::filesystem::exists(kept + "/" + name)) {
+        std::error_code ec;  // a file retention removes while we copy: the next pass has what counts
+        std::filesystem::copy_file(f.path(), kept + "/" + name, ec);
+      }
+    }
+  };
+  ASSERT_TRUE(waitUntil(
+      [&] {
+        keep();
+        return readText(dir.file("el-1.out")).find("restart 1 of 2") != std::string::npos;
+      },
+      60s))
+      << readText(dir.file("el-1.out"));
+  keep();
+  EXPECT_EQ(exitCodeOf(ctlPid, 180s), 0) << readText(dir.file("el-1.out")) << readText(dir.file("el-1.err"));
+  const std::string out = readText(dir.file("el-1.out"));
+  EXPECT_NE(out.find("rank 1 on node-"), std::string::npos) << out;  // the agents' order decides which node
+  EXPECT_NE(out.find("killed by signal 9"), std::string::npos) << out;
+  EXPECT_NE(out.find("restart 1 of 2 with 2 ranks from the last checkpoint"), std::string::npos) << out;
+  EXPECT_NE(out.find("job el-1: finished"), std::string::npos) << out;
+
+  // The second attempt: 2 ranks of 96 rows (the global batch kept), from a checkpoint, to the end.
+  const auto lines = readJsonLines(agent.stateDir() + "/jobs/el-1/metrics.jsonl");
+  ASSERT_FALSE(lines.empty());
+  std::uint64_t first = ~0ull;
+  for (const auto& l : lines) {
+    EXPECT_EQ(l["attempt"], 1);
+    EXPECT_EQ(l["world_size"], 2);
+    EXPECT_EQ(l["samples"], 96);
+    first = std::min(first, l["step"].get<std::uint64_t>());
+  }
+  const std::uint64_t resumedFrom = first - 1;
+  ASSERT_EQ(resumedFrom % 50, 0u) << "resumed at a checkpoint";
+  ASSERT_GE(resumedFrom, 100u);
+  ASSERT_TRUE(hasCheckpoint(ckpt, 3000));
+
+  // Its end equals a 2-rank run resumed by hand from that same checkpoint.
+  const std::string manual = dir.file("manual");
+  std::filesystem::create_directories(manual);
+  char name[64];
+  std::snprintf(name, sizeof name, "/step-%08llu.safetensors", static_cast<unsigned long long>(resumedFrom));
+  ASSERT_TRUE(std::filesystem::exists(kept + name)) << name;
+  std::filesystem::copy_file(kept + name, manual + name);
+  // Two BLAS threads per rank, as each agent gave its one rank here: the same sums in the same order.
+  auto byHand = runProcess(join({trainerPath(), "--nproc", "2", "--threads", "2", "--batch-per-rank", "96", "--steps",
+                                 "3000", "--checkpoint-dir", manual, "--resume", "--quiet"},
+                                kElasticJob),
+                           {}, dir, 300s);
+  ASSERT_TRUE(byHand.status.success()) << byHand.err;
+  EXPECT_LE(checkpointDifference(ckpt + "/step-00003000.safetensors", manual + "/step-00003000.safetensors"), 1e-6);
+
+  // The history keeps both attempts' reports, marked as such.
+  auto report = ctl({"report", "el-1", "--out", dir.file("el-1.json")});
+  ASSERT_EQ(report.status.exitCode, 0) << report.err;
+  const auto json = nlohmann::json::parse(readText(dir.file("el-1.json")));
+  EXPECT_EQ(json["kpis"]["attempts"], 2);
+  bool restartEvent = false;
+  for (const auto& e : json["events"]) {
+    restartEvent |= e["message"].get<std::string>().find("restart 1 started on node-") != std::string::npos &&
+                    e["message"].get<std::string>().find("with 2 ranks") != std::string::npos;
+  }
+  EXPECT_TRUE(restartEvent) << json["events"].dump();
+}
+
+TEST(Lockstepctl, ALostNodeLeavesTheJobToTheOtherNode) {
+  TempDir dir;
+  AgentProcess a(dir, "node-a");
+  AgentProcess b(dir, "node-b");
+  Ctl ctl{dir, dir.file("config")};
+  ASSERT_TRUE(ctl.pairWith(a));
+  ASSERT_TRUE(ctl.pairWith(b));
+  const std::string ckpt = dir.file("ckpt");
+  auto args = join({"--timeout-s", "3", "start", "--ranks-per-agent", "2,2", "--wait", "--job-id", "el-2",
+                    "--batch-per-rank", "32", "--steps", "3000", "--checkpoint-dir", ckpt, "--max-restarts", "1"},
+                   kElasticJob);
+  const pid_t ctlPid = startWaiting(ctl, "el-2", args);
+  ASSERT_TRUE(waitUntil([&] { return hasCheckpoint(ckpt, 100); }, 60s)) << readText(dir.file("el-2.err"));
+  // node-b goes: its agent and its ranks.
+  std::vector<pid_t> ranksOfB;
+  for (int rank = 0; rank < 4; ++rank) {
+    if (auto pid = rankProcess("el-2", rank, b.stateDir())) ranksOfB.push_back(*pid);
+  }
+  ASSERT_EQ(ranksOfB.size(), 2u);
+  b.kill();
+  for (pid_t pid : ranksOfB) ::kill(pid, SIGKILL);
+  EXPECT_EQ(exitCodeOf(ctlPid, 180s), 0) << readText(dir.file("el-2.out")) << readText(dir.file("el-2.err"));
+  const std::string out = readText(dir.file("el-2.out"));
+  EXPECT_NE(out.find("node node-b (agent " + b.address().text() + ") stopped answering"), std::string::npos) << out;
+  EXPECT_NE(out.find("restart 1 of 1 with 2 ranks"), std::string::npos) << out;
+  const auto lines = readJsonLines(a.stateDir() + "/jobs/el-2/metrics.jsonl");
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back()["step"], 3000);
+  EXPECT_EQ(lines.back()["world_size"], 2);
+  EXPECT_EQ(lines.back()["samples"], 64);  // 4 x 32, now on 2 ranks
+}
+
+TEST(Lockstepctl, ExhaustedRestartsFailWithWhatHappened) {
+  TempDir dir;
+  AgentProcess agent(dir, "node-a");
+  AgentProcess other(dir, "node-b");
+  Ctl ctl{dir, dir.file("config")};
+  ASSERT_TRUE(ctl.pairWith(agent));
+  ASSERT_TRUE(ctl.pairWith(other));
+  const std::string ckpt = dir.file("ckpt");
+  auto args = join({"--timeout-s", "5", "start", "--ranks-per-agent", "2,1", "--wait", "--job-id", "el-3",
+                    "--batch-per-rank", "64",
+                    "--steps", "9000", "--checkpoint-dir", ckpt, "--max-restarts", "1"},
+                   kElasticJob);
+  const pid_t ctlPid = startWaiting(ctl, "el-3", args);
+  ASSERT_TRUE(waitUntil([&] { return hasCheckpoint(ckpt, 100); }, 60s)) << readText(dir.file("el-3.err"));
+  ::kill(*rankProcess("el-3", 2), SIGKILL);
+  // Once the restart runs (2 ranks, attempt 1), lose another rank.
+  ASSERT_TRUE(waitUntil([&] { return readText(dir.file("el-3.out")).find("restart 1 of 1") != std::string::npos; }, 60s))
+      << readText(dir.file("el-3.out"));
+  std::optional<pid_t> second;
+  ASSERT_TRUE(waitUntil(
+      [&] {
+        second = rankProcess("el-3", 1);
+        return second && environOf(*second, "LOCKSTEP_ATTEMPT") == "1";
+      },
+      30s));
+  ::kill(*second, SIGKILL);
+  EXPECT_EQ(exitCodeOf(ctlPid, 120s), 5);
+  const std::string out = readText(dir.file("el-3.out"));
+  EXPECT_NE(out.find("what happened:"), std::string::npos) << out;
+  EXPECT_NE(out.find("attempt 0 with 3 ranks: rank 2 on node-"), std::string::npos) << out;
+  EXPECT_NE(out.find("attempt 1 with 2 ranks: rank 1 on node-"), std::string::npos) << out;
+  EXPECT_NE(out.find("not restarted: no restarts left (1 allowed)"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -28,11 +28,6 @@ std::vector<std::string> trainer(std::vector<std::string> args) {
   return args;
 }
 
-std::vector<std::string> join(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 // Norm-wise relative difference per tensor, the largest over the file.
 double maxRelativeDifference(const std::string& pathA, const std::string& pathB) {
   auto a = trainer::readSafetensors(pathA);

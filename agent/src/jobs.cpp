@@ -132,9 +132,16 @@ Result<void> JobManager::checkFits(const JobSpec& spec, const std::vector<RankPl
 }
 
 Result<StartJobReply> JobManager::start(const JobSpec& spec) {
-  if (jobs_.count(spec.jobId)) {
-    return Error{ErrorCode::kAlreadyExists, "job " + spec.jobId + " already exists on " + options_.node.name +
-                                                ": pick another job id"};
+  if (auto existing = jobs_.find(spec.jobId); existing != jobs_.end()) {
+    // A restart (a later attempt of a job that ended here) replaces the ended attempt's record.
+    const Job& old = *existing->second;
+    if (spec.attempt <= old.spec.attempt || old.running()) {
+      return Error{ErrorCode::kAlreadyExists,
+                   "job " + spec.jobId + " already exists on " + options_.node.name +
+                       (old.running() ? " and is running" : "") + ": pick another job id"};
+    }
+    jobs_.erase(existing);
+    order_.erase(std::remove(order_.begin(), order_.end(), spec.jobId), order_.end());
   }
   std::vector<RankPlacement> local;
   if (spec.ranks.empty()) {
@@ -192,6 +199,7 @@ Result<StartJobReply> JobManager::start(const JobSpec& spec) {
                  {"MASTER_PORT", std::to_string(masterPort)},
                  {"LOCKSTEP_AGENT_STORE", "1"},
                  {"LOCKSTEP_JOB_ID", spec.jobId},
+                 {"LOCKSTEP_ATTEMPT", std::to_string(spec.attempt)},
                  {"LOCKSTEP_REPORT", options_.reportEndpoint},
                  {"CUDA_VISIBLE_DEVICES", placement.gpuIndex ? std::to_string(*placement.gpuIndex) : ""},
                  {"OPENBLAS_NUM_THREADS", std::to_string(threads)}};
@@ -217,7 +225,12 @@ Result<StartJobReply> JobManager::start(const JobSpec& spec) {
     pids += (pids.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r.placement.rank) + " pid " +
             std::to_string(r.pid);
   }
-  emit_(event(*job, JobEventKind::kStarted, "started on " + options_.node.name + ": " + pids));
+  emit_(event(*job, JobEventKind::kStarted,
+              spec.attempt == 0 ? "started on " + options_.node.name + ": " + pids
+                                : "restart " + std::to_string(spec.attempt) + " started on " + options_.node.name +
+                                      " with " + std::to_string(spec.worldSize) + " rank" +
+                                      (spec.worldSize == 1 ? "" : "s") + " (" + pids + "), from the last checkpoint" +
+                                      (spec.restartReason.empty() ? "" : ": " + spec.restartReason)));
   order_.push_back(spec.jobId);
   jobs_[spec.jobId] = std::move(job);
   persist();

@@ -322,7 +322,8 @@ void DashboardWidget::refresh() {
   // The end of a job, plainly.
   QString banner;
   const bool seen = job->tracker->lastReportUnixUs() != 0;
-  const QString steps = k.totalSteps ? tr("%1 of %2 steps").arg(k.step).arg(k.totalSteps) : tr("%1 steps").arg(k.step);
+  const QString steps = (k.totalSteps ? tr("%1 of %2 steps").arg(k.step).arg(k.totalSteps) : tr("%1 steps").arg(k.step)) +
+                        (k.attempts == 2 ? tr(", 1 restart") : k.attempts > 2 ? tr(", %1 restarts").arg(k.attempts - 1) : QString());
   const QString took = duration(k.elapsedSeconds);
   switch (job->state) {
     case JobState::kFinished:

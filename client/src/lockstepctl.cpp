@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstring>
 #include <cstdio>
 #include <ctime>
 #include <deque>
@@ -52,6 +53,8 @@ Commands:
                                --layers 784,1024,10 --steps 200 --lr 0.01); prints its id.
                                PRICES, for the job's cost: --price-gpu-hour X --price-core-hour X
                                --price-kwh X --currency USD
+                               --wait follows the job to its end; with --max-restarts N it also
+                               restarts it from its last checkpoint when ranks or nodes are lost
   stop JOB [--grace-ms N]      stop a job everywhere and wait until its ranks are gone
   status [JOB]                 jobs on the agents, or one job's ranks
   watch JOB                    live per-rank throughput, loss, communication overhead, CPU/GPU use
@@ -240,11 +243,20 @@ struct Part {
   JobStatus status;
 };
 
-Result<std::vector<Part>> findJob(const Connected& agents, const std::string& jobId, milliseconds timeout) {
+// With `lost`: agents in it are skipped, and one that does not answer is added to it instead of
+// failing the call (a supervised job outlives a lost node).
+Result<std::vector<Part>> findJob(const Connected& agents, const std::string& jobId, milliseconds timeout,
+                                  std::set<AgentClient*>* lost = nullptr) {
   std::vector<Part> parts;
   for (auto* agent : agents.all()) {
-    LOCKSTEP_ASSIGN_OR_RETURN(auto jobs, agent->listJobs(timeout));
-    for (auto& job : jobs.jobs) {
+    if (lost && lost->count(agent)) continue;
+    auto jobs = agent->listJobs(timeout);
+    if (!jobs && lost && (jobs.error().code == ErrorCode::kUnavailable || jobs.error().code == ErrorCode::kTimeout)) {
+      lost->insert(agent);
+      continue;
+    }
+    if (!jobs) return jobs.error();
+    for (auto& job : jobs->jobs) {
       if (job.spec.jobId == jobId) parts.push_back({agent, std::move(job)});
     }
   }
@@ -267,14 +279,14 @@ int exitForState(JobState s) {
 
 // Stops every part and waits until no rank runs, or the grace period (and a margin) passes.
 Result<std::vector<Part>> stopEverywhere(const Connected& agents, const std::string& jobId, std::uint32_t graceMs,
-                                         milliseconds timeout) {
-  LOCKSTEP_ASSIGN_OR_RETURN(auto parts, findJob(agents, jobId, timeout));
+                                         milliseconds timeout, std::set<AgentClient*>* lost = nullptr) {
+  LOCKSTEP_ASSIGN_OR_RETURN(auto parts, findJob(agents, jobId, timeout, lost));
   for (auto& part : parts) {
     if (!partEnded(part.status)) LOCKSTEP_TRY(part.agent->stopJob(jobId, graceMs, timeout));
   }
   const auto deadline = Clock::now() + milliseconds(graceMs > 0 ? graceMs : 10000) + std::chrono::seconds(10);
   while (true) {
-    LOCKSTEP_ASSIGN_OR_RETURN(parts, findJob(agents, jobId, timeout));
+    LOCKSTEP_ASSIGN_OR_RETURN(parts, findJob(agents, jobId, timeout, lost));
     const bool done = std::all_of(parts.begin(), parts.end(), [](const Part& p) { return partEnded(p.status); });
     if (done) return parts;
     if (Clock::now() > deadline) return timeoutError("job " + jobId + " still has running ranks after the grace period");
@@ -615,6 +627,158 @@ int cmdWatch(const Globals& g, const std::vector<std::string>& args) {
   return kOk;
 }
 
+// ---- supervising a started job (start --wait) ----
+
+// Whether a rank's end means it was lost, rather than stopped because a peer was: survivors exit 3
+// (a lost peer), 0, or on our SIGTERM (143, or the signal itself).
+bool rankLost(const RankStatus& r) {
+  if (r.exitUnknown) return true;
+  if (r.signal) return *r.signal != SIGTERM;
+  return r.exitCode && *r.exitCode != 0 && *r.exitCode != 3 && *r.exitCode != 128 + SIGTERM;
+}
+
+std::string rankEndText(const RankStatus& r) {
+  if (r.exitUnknown) return "its process vanished";
+  if (r.signal) return "killed by signal " + std::to_string(*r.signal) + " (" + strsignal(*r.signal) + ")";
+  return r.exitCode ? "exited with code " + std::to_string(*r.exitCode) : "ended";
+}
+
+struct RestartPlan {
+  std::vector<AgentClient*> agents;  // where ranks survive, with how many
+  std::vector<std::uint32_t> ranks;
+  std::uint32_t survivors = 0;
+  std::string lost;  // what was lost and why, in words
+};
+
+RestartPlan planRestart(const std::vector<Part>& parts, const std::set<AgentClient*>& lostAgents) {
+  RestartPlan plan;
+  for (auto* agent : lostAgents) {
+    plan.lost += (plan.lost.empty() ? "" : "; ") + std::string("node ") + agent->hello().nodeName + " (agent " +
+                 agent->address().text() + ") stopped answering";
+  }
+  for (const auto& p : parts) {
+    std::uint32_t alive = 0;
+    for (const auto& r : p.status.ranks) {
+      if (rankLost(r)) {
+        plan.lost += (plan.lost.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r.rank) + " on " +
+                     p.agent->hello().nodeName + " " + rankEndText(r);
+      } else {
+        ++alive;
+      }
+    }
+    if (alive > 0) {
+      plan.agents.push_back(p.agent);
+      plan.ranks.push_back(alive);
+      plan.survivors += alive;
+    }
+  }
+  if (plan.lost.empty()) plan.lost = "the job failed: " + (parts.empty() ? std::string("no part left") : parts.front().status.message);
+  return plan;
+}
+
+// Follows a started job to its end, recording it in the history. A job with max_restarts is
+// restarted from its last checkpoint with the ranks left when ranks or nodes are lost, keeping its
+// global batch (more rows per rank), up to max_restarts times; then it fails with what happened.
+int superviseJob(const Globals& g, const Connected& agents, JobSpec spec, std::map<AgentClient*, std::uint64_t> lastSeq) {
+  Recorder recorder(g);
+  const bool elastic = spec.maxRestarts > 0;
+  std::set<AgentClient*> lost;
+  std::set<AgentClient*>* lostIfElastic = elastic ? &lost : nullptr;
+  std::vector<std::string> attempts;  // what ended each attempt
+  const auto recordParts = [&](const std::vector<Part>& parts) {
+    for (const auto& p : parts) recorder.part(p.agent->hello(), p.status);
+  };
+  // The job first: messages of a job the history does not hold are not kept.
+  if (auto parts = findJob(agents, spec.jobId, g.timeout, lostIfElastic)) recordParts(*parts);
+  auto nextStatus = Clock::now();
+  std::optional<Clock::time_point> failedSince;
+  while (true) {
+    for (auto& [agent, seq] : lastSeq) {
+      if (lost.count(agent)) continue;
+      auto batch = agent->fetch(seq, 5000, 100, g.timeout);
+      if (!batch) {
+        if (!elastic) return fail(batch.error());
+        lost.insert(agent);  // the status check below decides what it means for the job
+        continue;
+      }
+      recorder.messages(batch->messages);
+      if (!batch->messages.empty()) seq = batch->messages.back().seq;
+    }
+    if (Clock::now() < nextStatus && g_interrupted.load() == 0) continue;
+    nextStatus = Clock::now() + milliseconds(300);
+    auto parts = findJob(agents, spec.jobId, g.timeout, lostIfElastic);
+    if (!parts) return fail(parts.error());
+    recordParts(*parts);
+    bool nodeLost = false;
+    for (const auto& placement : spec.ranks) {
+      for (auto* agent : lost) nodeLost |= agent->hello().nodeName == placement.node;
+    }
+    const bool ended = std::all_of(parts->begin(), parts->end(), [](const Part& p) { return partEnded(p.status); });
+    const bool failed = overall(*parts) == JobState::kFailed || nodeLost;
+    if (failed && !ended && g_interrupted.load() == 0) {
+      // The ranks left see the loss at once and end themselves (exit 3, naming the peer); give
+      // them a few seconds, so that their own ends say they survived, then stop the rest.
+      if (!failedSince) failedSince = Clock::now();
+      if (Clock::now() - *failedSince < std::chrono::seconds(elastic ? 10 : 0)) continue;
+      auto stopped = stopEverywhere(agents, spec.jobId, 0, g.timeout, lostIfElastic);
+      if (stopped) parts = std::move(stopped);
+    }
+    if (!(ended || failed || g_interrupted.load() != 0)) continue;
+    if (g_interrupted.load() != 0 && !ended) parts = stopEverywhere(agents, spec.jobId, 0, g.timeout, lostIfElastic);
+    if (!parts) return fail(parts.error());
+    recordParts(*parts);
+    drain(lastSeq, recorder, g.timeout);
+    failedSince.reset();
+
+    if (failed && elastic && g_interrupted.load() == 0) {
+      const RestartPlan plan = planRestart(*parts, lost);
+      attempts.push_back("attempt " + std::to_string(spec.attempt) + " with " + std::to_string(spec.worldSize) +
+                         " rank" + (spec.worldSize == 1 ? "" : "s") + ": " + plan.lost);
+      const std::uint64_t global = spec.globalBatch();
+      const std::uint32_t minimum = std::max(1u, spec.minWorldSize);
+      std::string refusal;
+      if (spec.attempt >= spec.maxRestarts) {
+        refusal = "no restarts left (" + std::to_string(spec.maxRestarts) + " allowed)";
+      } else if (plan.survivors < minimum) {
+        refusal = std::to_string(plan.survivors) + " rank" + (plan.survivors == 1 ? "" : "s") +
+                  " left, under the minimum of " + std::to_string(minimum);
+      } else if (global % (std::uint64_t{plan.survivors} * spec.accumSteps) != 0) {
+        refusal = "the global batch of " + std::to_string(global) + " does not divide among " +
+                  std::to_string(plan.survivors) + " ranks";
+      }
+      if (refusal.empty()) {
+        JobSpec next = spec;
+        next.attempt = spec.attempt + 1;
+        next.restartReason = plan.lost;
+        next.batchPerRank = static_cast<std::uint32_t>(global / (std::uint64_t{plan.survivors} * spec.accumSteps));
+        next.ranks.clear();
+        next.rendezvousHost.clear();
+        next.rendezvousPort = 0;
+        auto placedAgain = placeJob(plan.agents, plan.ranks, next, g.timeout);
+        Result<void> launched = placedAgain ? validateJobSpec(*placedAgain) : Result<void>(placedAgain.error());
+        if (launched) launched = launchJob(plan.agents, *placedAgain, g.timeout);
+        if (launched) {
+          std::printf("job %s: %s; restart %u of %u with %u rank%s from the last checkpoint\n", spec.jobId.c_str(),
+                      plan.lost.c_str(), next.attempt, spec.maxRestarts, placedAgain->worldSize,
+                      placedAgain->worldSize == 1 ? "" : "s");
+          std::fflush(stdout);
+          spec = *placedAgain;
+          continue;
+        }
+        refusal = "the restart did not start: " + launched.error().message;
+      }
+      attempts.push_back("not restarted: " + refusal);
+    }
+    recorder.finish();
+    printJob(g, spec.jobId, *parts);
+    if (!attempts.empty() && !g.json) {
+      std::printf("what happened:\n");
+      for (const auto& line : attempts) std::printf("  %s\n", line.c_str());
+    }
+    return exitForState(failed ? JobState::kFailed : overall(*parts));
+  }
+}
+
 // ---- start ----
 
 int cmdStart(const Globals& g, const std::vector<std::string>& args) {
@@ -730,44 +894,9 @@ int cmdStart(const Globals& g, const std::vector<std::string>& args) {
   }
   std::fflush(stdout);
   if (!wait) return kOk;
-  // Waiting: the job's stream goes to the history as it comes.
-  Recorder recorder(g);
   std::map<AgentClient*, std::uint64_t> lastSeq;
   for (auto* agent : used) lastSeq[agent] = seqBefore[agent];
-  // The job first: messages of a job the history does not hold are not kept.
-  if (auto parts = findJob(*agents, placed->jobId, g.timeout)) {
-    for (const auto& p : *parts) recorder.part(p.agent->hello(), p.status);
-  }
-  auto nextStatus = Clock::now();
-  while (true) {
-    for (auto& [agent, seq] : lastSeq) {
-      auto batch = agent->fetch(seq, 5000, 100, g.timeout);
-      if (!batch) return fail(batch.error());
-      recorder.messages(batch->messages);
-      if (!batch->messages.empty()) seq = batch->messages.back().seq;
-    }
-    if (Clock::now() < nextStatus && g_interrupted.load() == 0) continue;
-    nextStatus = Clock::now() + milliseconds(300);
-    auto parts = findJob(*agents, placed->jobId, g.timeout);
-    if (!parts) return fail(parts.error());
-    for (const auto& p : *parts) recorder.part(p.agent->hello(), p.status);
-    const bool ended = std::all_of(parts->begin(), parts->end(), [](const Part& p) { return partEnded(p.status); });
-    const bool failed = overall(*parts) == JobState::kFailed;
-    if (failed && !ended) {
-      // A failure anywhere stops every part.
-      auto stopped = stopEverywhere(*agents, placed->jobId, 0, g.timeout);
-      if (stopped) parts = std::move(stopped);
-    }
-    if (ended || failed || g_interrupted.load() != 0) {
-      if (g_interrupted.load() != 0 && !ended) parts = stopEverywhere(*agents, placed->jobId, 0, g.timeout);
-      if (!parts) return fail(parts.error());
-      for (const auto& p : *parts) recorder.part(p.agent->hello(), p.status);
-      drain(lastSeq, recorder, g.timeout);
-      recorder.finish();
-      printJob(g, placed->jobId, *parts);
-      return exitForState(overall(*parts));
-    }
-  }
+  return superviseJob(g, *agents, *placed, lastSeq);
 }
 
 }  // namespace

@@ -209,6 +209,8 @@ Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
       {"--checkpoint-every", asWhole(s.checkpointEvery, 1u << 30)},
       {"--balance", asText(balanceText)},
       {"--rebalance-every", asWhole(rebalanceEvery, 1000000u)},
+      {"--max-restarts", asWhole(s.maxRestarts, 100u)},
+      {"--min-ranks", asWhole(s.minWorldSize, 4096u)},
       {"--keep-checkpoints", asWhole(o.keepCheckpoints, 1u << 20)},
       {"--init-weights", asText(s.initWeightsPath)},
       {"--save-weights", asText(o.saveWeightsPath)},
@@ -312,6 +314,10 @@ Communication:
                               re-splits it from the ranks' measured compute rates, so that slower
                               ranks get fewer samples and all finish together (CPU backend)
   --rebalance-every N         with --balance dynamic: steps between re-splits (default 10)
+  --max-restarts N            through agents: when ranks or nodes are lost, restart from the last
+                              checkpoint with the ranks left, up to N times (lockstepctl start
+                              --wait supervises; needs --checkpoint-dir on a path all nodes see)
+  --min-ranks N               with --max-restarts: fail instead when fewer ranks remain (default 1)
   --timeout-s N               limit for the rendezvous and every collective (default 60)
 
 Checkpoints and weights:
@@ -380,6 +386,8 @@ std::vector<std::string> jobSpecToTrainerArgs(const JobSpec& spec, const std::st
   if (!spec.shuffle) a.emplace_back("--no-shuffle");
   flag("--seed", std::to_string(spec.seed));
   flag("--bucket-mb", real(spec.bucketMb));
+  if (spec.maxRestarts > 0) flag("--max-restarts", std::to_string(spec.maxRestarts));
+  if (spec.minWorldSize > 0) flag("--min-ranks", std::to_string(spec.minWorldSize));
   if (spec.rebalanceEvery > 0) {
     flag("--balance", "dynamic");
     flag("--rebalance-every", std::to_string(spec.rebalanceEvery));

@@ -77,6 +77,10 @@ void toPb(const JobSpec& s, pb::JobSpec* m) {
   m->set_bucket_mb(s.bucketMb);
   m->set_checkpoint_every(s.checkpointEvery);
   m->set_rebalance_every(s.rebalanceEvery);
+  m->set_max_restarts(s.maxRestarts);
+  m->set_min_world_size(s.minWorldSize);
+  m->set_attempt(s.attempt);
+  m->set_restart_reason(s.restartReason);
   m->set_checkpoint_dir(s.checkpointDir);
   m->set_init_weights_path(s.initWeightsPath);
   m->set_timeout_s(s.timeoutS);
@@ -138,6 +142,10 @@ Result<JobSpec> fromPb(const pb::JobSpec& m) {
   s.bucketMb = m.bucket_mb();
   s.checkpointEvery = m.checkpoint_every();
   s.rebalanceEvery = m.rebalance_every();
+  s.maxRestarts = m.max_restarts();
+  s.minWorldSize = m.min_world_size();
+  s.attempt = m.attempt();
+  s.restartReason = m.restart_reason();
   s.checkpointDir = m.checkpoint_dir();
   s.initWeightsPath = m.init_weights_path();
   s.timeoutS = m.timeout_s();

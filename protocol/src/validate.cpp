@@ -193,6 +193,13 @@ Result<void> validateJobSpec(const JobSpec& spec) {
   if (spec.targetLoss) LOCKSTEP_TRY(checkRange("target loss", *spec.targetLoss, 0.0, 1e6));
   LOCKSTEP_TRY(checkRange("bucket size in MB", spec.bucketMb, 0.0, 4096.0, false));
   if (spec.rebalanceEvery > 1000000) return bad("rebalance_every must be at most 1000000 steps");
+  if (spec.maxRestarts > 100) return bad("max_restarts must be at most 100");
+  if (spec.attempt > 1000) return bad("attempt must be at most 1000");
+  LOCKSTEP_TRY(checkText("restart reason", spec.restartReason, 4096));
+  if (spec.maxRestarts > 0 && (spec.checkpointDir.empty() || spec.checkpointEvery == 0)) {
+    return bad("restarts resume from checkpoints: with --max-restarts give --checkpoint-dir (a path every node "
+               "sees) and --checkpoint-every");
+  }
   if (spec.rebalanceEvery > 0 && spec.backend == Backend::kCuda) {
     return bad("--balance dynamic is available on the CPU backend only for now; use --balance even with --backend cuda");
   }

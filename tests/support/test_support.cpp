@@ -33,6 +33,11 @@ std::string builtBinary(const char* name, const char* builtPath) {
   return builtPath;
 }
 
+std::vector<std::string> join(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 std::string trainerPath() { return builtBinary("lockstep-trainer", LOCKSTEP_TRAINER_PATH); }
 
 pid_t startProcess(const std::vector<std::string>& argv, const Env& env, const std::string& stdoutPath,

@@ -56,6 +56,9 @@ pid_t startProcess(const std::vector<std::string>& argv, const Env& env, const s
 
 std::string readText(const std::string& path);
 
+// a, then b: command lines built from parts.
+std::vector<std::string> join(std::vector<std::string> a, const std::vector<std::string>& b);
+
 // Parses a JSON-lines file.
 std::vector<nlohmann::json> readJsonLines(const std::string& path);
 

@@ -118,6 +118,10 @@ struct JobSpec {
   std::uint32_t rendezvousPort = 0;
   Prices prices;
   std::uint32_t rebalanceEvery = 0;  // 0: even split; N: re-split by measured rates every N steps
+  std::uint32_t maxRestarts = 0;     // elastic restarts (lockstepctl start --wait supervises them)
+  std::uint32_t minWorldSize = 0;    // 0: 1
+  std::uint32_t attempt = 0;         // restarts so far
+  std::string restartReason;         // why this attempt started
   bool operator==(const JobSpec&) const = default;
 
   std::uint64_t globalBatch() const { return std::uint64_t{batchPerRank} * accumSteps * worldSize; }
