@@ -377,8 +377,10 @@ TEST(Lockstepctl, ALostRankRestartsTheJobWithTheRanksLeftFromItsLastCheckpoint) 
   EXPECT_EQ(json["kpis"]["attempts"], 2);
   bool restartEvent = false;
   for (const auto& e : json["events"]) {
-    restartEvent |= e["message"].get<std::string>().find("restart 1 started on node-") != std::string::npos &&
-                    e["message"].get<std::string>().find("with 2 ranks") != std::string::npos;
+    const std::string m = e["message"];
+    restartEvent |= m.find("restart 1 started on node-") != std::string::npos && m.find("with 2 ranks") != std::string::npos &&
+                    m.find("resuming after step " + std::to_string(resumedFrom)) != std::string::npos &&
+                    m.find("killed by signal 9") != std::string::npos;
   }
   EXPECT_TRUE(restartEvent) << json["events"].dump();
 }

@@ -97,6 +97,27 @@ JobEvent JobManager::event(const Job& job, JobEventKind kind, std::string messag
   return e;
 }
 
+namespace {
+
+// Where a restart resumes, as the ranks will find it: the newest step-NNNNNNNN.safetensors.
+std::string resumePoint(const std::string& checkpointDir) {
+  std::uint64_t newest = 0;
+  bool found = false;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(checkpointDir, ec)) {
+    const std::string name = entry.path().filename().string();
+    unsigned long long step = 0;
+    char tail[32] = {};
+    if (std::sscanf(name.c_str(), "step-%llu.%31s", &step, tail) == 2 && std::string(tail) == "safetensors") {
+      newest = std::max<std::uint64_t>(newest, step);
+      found = true;
+    }
+  }
+  return found ? "resuming after step " + std::to_string(newest) : "from the last checkpoint";
+}
+
+}  // namespace
+
 Result<void> JobManager::checkFits(const JobSpec& spec, const std::vector<RankPlacement>& local) const {
   if (spec.backend == Backend::kCuda) {
     if (options_.node.gpuCount == 0) {
@@ -229,8 +250,9 @@ Result<StartJobReply> JobManager::start(const JobSpec& spec) {
               spec.attempt == 0 ? "started on " + options_.node.name + ": " + pids
                                 : "restart " + std::to_string(spec.attempt) + " started on " + options_.node.name +
                                       " with " + std::to_string(spec.worldSize) + " rank" +
-                                      (spec.worldSize == 1 ? "" : "s") + " (" + pids + "), from the last checkpoint" +
-                                      (spec.restartReason.empty() ? "" : ": " + spec.restartReason)));
+                                      (spec.worldSize == 1 ? "" : "s") + " (" + pids + "), " +
+                                      resumePoint(spec.checkpointDir) +
+                                      (spec.restartReason.empty() ? "" : "; " + spec.restartReason)));
   order_.push_back(spec.jobId);
   jobs_[spec.jobId] = std::move(job);
   persist();
