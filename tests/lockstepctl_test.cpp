@@ -294,21 +294,39 @@ const std::vector<std::string> kElasticJob = {
     "--layers", "64,256,10", "--dataset", "synthetic:n=3072,dim=64,seed=3", "--no-shuffle", "--lr", "0.05",
     "--momentum", "0.9", "--checkpoint-every", "50", "--keep-checkpoints", "1000", "--timeout-s", "10"};
 
-// Three ranks on two agents (this machine has 2 cores, and an agent runs at most a rank per core).
-TEST(Lockstepctl, ALostRankRestartsTheJobWithTheRanksLeftFromItsLastCheckpoint) {
+// Two agents on this machine and a job under `lockstepctl start --wait`, past its checkpoint at
+// step 100. (This machine has 2 cores and an agent runs at most a rank per core: 3 ranks need two.)
+struct SupervisedJob {
+  SupervisedJob(const std::string& jobId, const std::string& ranksPerAgent, const std::string& batch,
+                const std::string& steps, const std::string& restarts, const std::string& timeoutS = "5")
+      : a(dir, "node-a"), b(dir, "node-b"), ctl{dir, dir.file("config")}, ckpt(dir.file("ckpt")), id(jobId) {
+    paired = ctl.pairWith(a) && ctl.pairWith(b);
+    pid = startWaiting(ctl, id,
+                       join({"--timeout-s", timeoutS, "start", "--ranks-per-agent", ranksPerAgent, "--wait", "--job-id",
+                             id, "--batch-per-rank", batch, "--steps", steps, "--checkpoint-dir", ckpt,
+                             "--max-restarts", restarts},
+                            kElasticJob));
+    running = paired && waitUntil([&] { return hasCheckpoint(ckpt, 100); }, 60s);
+  }
+  std::string out() const { return readText(dir.file(id + ".out")); }
+  std::string err() const { return readText(dir.file(id + ".err")); }
+
   TempDir dir;
-  AgentProcess agent(dir, "node-a");
-  AgentProcess other(dir, "node-b");
-  Ctl ctl{dir, dir.file("config")};
-  ASSERT_TRUE(ctl.pairWith(agent));
-  ASSERT_TRUE(ctl.pairWith(other));
-  const std::string ckpt = dir.file("ckpt");
-  auto args = join({"--timeout-s", "5", "start", "--ranks-per-agent", "2,1", "--wait", "--job-id", "el-1",
-                    "--batch-per-rank", "64",
-                    "--steps", "3000", "--checkpoint-dir", ckpt, "--max-restarts", "2"},
-                   kElasticJob);
-  const pid_t ctlPid = startWaiting(ctl, "el-1", args);
-  ASSERT_TRUE(waitUntil([&] { return hasCheckpoint(ckpt, 100); }, 60s)) << readText(dir.file("el-1.err"));
+  AgentProcess a, b;
+  Ctl ctl;
+  std::string ckpt, id;
+  bool paired = false, running = false;
+  pid_t pid = -1;
+};
+
+TEST(Lockstepctl, ALostRankRestartsTheJobWithTheRanksLeftFromItsLastCheckpoint) {
+  SupervisedJob job("el-1", "2,1", "64", "3000", "2");
+  ASSERT_TRUE(job.running) << job.err();
+  const TempDir& dir = job.dir;
+  const std::string& ckpt = job.ckpt;
+  const pid_t ctlPid = job.pid;
+  Ctl& ctl = job.ctl;
+  AgentProcess& agent = job.a;
   const auto victim = rankProcess("el-1", 1);
   ASSERT_TRUE(victim);
   ::kill(*victim, SIGKILL);
@@ -386,18 +404,12 @@ TEST(Lockstepctl, ALostRankRestartsTheJobWithTheRanksLeftFromItsLastCheckpoint) 
 }
 
 TEST(Lockstepctl, ALostNodeLeavesTheJobToTheOtherNode) {
-  TempDir dir;
-  AgentProcess a(dir, "node-a");
-  AgentProcess b(dir, "node-b");
-  Ctl ctl{dir, dir.file("config")};
-  ASSERT_TRUE(ctl.pairWith(a));
-  ASSERT_TRUE(ctl.pairWith(b));
-  const std::string ckpt = dir.file("ckpt");
-  auto args = join({"--timeout-s", "3", "start", "--ranks-per-agent", "2,2", "--wait", "--job-id", "el-2",
-                    "--batch-per-rank", "32", "--steps", "3000", "--checkpoint-dir", ckpt, "--max-restarts", "1"},
-                   kElasticJob);
-  const pid_t ctlPid = startWaiting(ctl, "el-2", args);
-  ASSERT_TRUE(waitUntil([&] { return hasCheckpoint(ckpt, 100); }, 60s)) << readText(dir.file("el-2.err"));
+  SupervisedJob job("el-2", "2,2", "32", "3000", "1", "3");
+  ASSERT_TRUE(job.running) << job.err();
+  const TempDir& dir = job.dir;
+  const pid_t ctlPid = job.pid;
+  AgentProcess& a = job.a;
+  AgentProcess& b = job.b;
   // node-b goes: its agent and its ranks.
   std::vector<pid_t> ranksOfB;
   for (int rank = 0; rank < 4; ++rank) {
@@ -418,19 +430,10 @@ TEST(Lockstepctl, ALostNodeLeavesTheJobToTheOtherNode) {
 }
 
 TEST(Lockstepctl, ExhaustedRestartsFailWithWhatHappened) {
-  TempDir dir;
-  AgentProcess agent(dir, "node-a");
-  AgentProcess other(dir, "node-b");
-  Ctl ctl{dir, dir.file("config")};
-  ASSERT_TRUE(ctl.pairWith(agent));
-  ASSERT_TRUE(ctl.pairWith(other));
-  const std::string ckpt = dir.file("ckpt");
-  auto args = join({"--timeout-s", "5", "start", "--ranks-per-agent", "2,1", "--wait", "--job-id", "el-3",
-                    "--batch-per-rank", "64",
-                    "--steps", "9000", "--checkpoint-dir", ckpt, "--max-restarts", "1"},
-                   kElasticJob);
-  const pid_t ctlPid = startWaiting(ctl, "el-3", args);
-  ASSERT_TRUE(waitUntil([&] { return hasCheckpoint(ckpt, 100); }, 60s)) << readText(dir.file("el-3.err"));
+  SupervisedJob job("el-3", "2,1", "64", "9000", "1");
+  ASSERT_TRUE(job.running) << job.err();
+  const TempDir& dir = job.dir;
+  const pid_t ctlPid = job.pid;
   ::kill(*rankProcess("el-3", 2), SIGKILL);
   // Once the restart runs (2 ranks, attempt 1), lose another rank.
   ASSERT_TRUE(waitUntil([&] { return readText(dir.file("el-3.out")).find("restart 1 of 1") != std::string::npos; }, 60s))
