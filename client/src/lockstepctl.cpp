@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "lockstep/client/agent_client.h"
+#include "lockstep/client/elastic.h"
 #include "lockstep/client/launch.h"
 #include "lockstep/common/files.h"
 #include "lockstep/jobflags/options.h"
@@ -629,53 +630,6 @@ int cmdWatch(const Globals& g, const std::vector<std::string>& args) {
 
 // ---- supervising a started job (start --wait) ----
 
-// Whether a rank's end means it was lost, rather than stopped because a peer was: survivors exit 3
-// (a lost peer), 0, or on our SIGTERM (143, or the signal itself).
-bool rankLost(const RankStatus& r) {
-  if (r.exitUnknown) return true;
-  if (r.signal) return *r.signal != SIGTERM;
-  return r.exitCode && *r.exitCode != 0 && *r.exitCode != 3 && *r.exitCode != 128 + SIGTERM;
-}
-
-std::string rankEndText(const RankStatus& r) {
-  if (r.exitUnknown) return "its process vanished";
-  if (r.signal) return "killed by signal " + std::to_string(*r.signal) + " (" + strsignal(*r.signal) + ")";
-  return r.exitCode ? "exited with code " + std::to_string(*r.exitCode) : "ended";
-}
-
-struct RestartPlan {
-  std::vector<AgentClient*> agents;  // where ranks survive, with how many
-  std::vector<std::uint32_t> ranks;
-  std::uint32_t survivors = 0;
-  std::string lost;  // what was lost and why, in words
-};
-
-RestartPlan planRestart(const std::vector<Part>& parts, const std::set<AgentClient*>& lostAgents) {
-  RestartPlan plan;
-  for (auto* agent : lostAgents) {
-    plan.lost += (plan.lost.empty() ? "" : "; ") + std::string("node ") + agent->hello().nodeName + " (agent " +
-                 agent->address().text() + ") stopped answering";
-  }
-  for (const auto& p : parts) {
-    std::uint32_t alive = 0;
-    for (const auto& r : p.status.ranks) {
-      if (rankLost(r)) {
-        plan.lost += (plan.lost.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r.rank) + " on " +
-                     p.agent->hello().nodeName + " " + rankEndText(r);
-      } else {
-        ++alive;
-      }
-    }
-    if (alive > 0) {
-      plan.agents.push_back(p.agent);
-      plan.ranks.push_back(alive);
-      plan.survivors += alive;
-    }
-  }
-  if (plan.lost.empty()) plan.lost = "the job failed: " + (parts.empty() ? std::string("no part left") : parts.front().status.message);
-  return plan;
-}
-
 // Follows a started job to its end, recording it in the history. A job with max_restarts is
 // restarted from its last checkpoint with the ranks left when ranks or nodes are lost, keeping its
 // global batch (more rows per rank), up to max_restarts times; then it fails with what happened.
@@ -731,35 +685,31 @@ int superviseJob(const Globals& g, const Connected& agents, JobSpec spec, std::m
     failedSince.reset();
 
     if (failed && elastic && g_interrupted.load() == 0) {
-      const RestartPlan plan = planRestart(*parts, lost);
+      std::vector<EndedPart> ends;
+      for (auto* agent : lost) ends.push_back({agent->hello().nodeName, agent->address().text(), {}, true});
+      for (const auto& p : *parts) ends.push_back({p.agent->hello().nodeName, p.agent->address().text(), p.status.ranks});
+      const RestartPlan plan = planRestart(spec, ends);
       attempts.push_back("attempt " + std::to_string(spec.attempt) + " with " + std::to_string(spec.worldSize) +
                          " rank" + (spec.worldSize == 1 ? "" : "s") + ": " + plan.lost);
-      const std::uint64_t global = spec.globalBatch();
-      const std::uint32_t minimum = std::max(1u, spec.minWorldSize);
-      std::string refusal;
-      if (spec.attempt >= spec.maxRestarts) {
-        refusal = "no restarts left (" + std::to_string(spec.maxRestarts) + " allowed)";
-      } else if (plan.survivors < minimum) {
-        refusal = std::to_string(plan.survivors) + " rank" + (plan.survivors == 1 ? "" : "s") +
-                  " left, under the minimum of " + std::to_string(minimum);
-      } else if (global % (std::uint64_t{plan.survivors} * spec.accumSteps) != 0) {
-        refusal = "the global batch of " + std::to_string(global) + " does not divide among " +
-                  std::to_string(plan.survivors) + " ranks";
-      }
+      std::string refusal = plan.refusal;
       if (refusal.empty()) {
-        JobSpec next = spec;
-        next.attempt = spec.attempt + 1;
-        next.restartReason = plan.lost;
-        next.batchPerRank = static_cast<std::uint32_t>(global / (std::uint64_t{plan.survivors} * spec.accumSteps));
-        next.ranks.clear();
-        next.rendezvousHost.clear();
-        next.rendezvousPort = 0;
-        auto placedAgain = placeJob(plan.agents, plan.ranks, next, g.timeout);
+        std::vector<AgentClient*> where;
+        std::vector<std::uint32_t> counts;
+        for (const auto& [node, ranks] : plan.ranksPerNode) {
+          for (const auto& p : *parts) {
+            if (p.agent->hello().nodeName == node) {
+              where.push_back(p.agent);
+              counts.push_back(ranks);
+              break;
+            }
+          }
+        }
+        auto placedAgain = placeJob(where, counts, plan.next, g.timeout);
         Result<void> launched = placedAgain ? validateJobSpec(*placedAgain) : Result<void>(placedAgain.error());
-        if (launched) launched = launchJob(plan.agents, *placedAgain, g.timeout);
+        if (launched) launched = launchJob(where, *placedAgain, g.timeout);
         if (launched) {
           std::printf("job %s: %s; restart %u of %u with %u rank%s from the last checkpoint\n", spec.jobId.c_str(),
-                      plan.lost.c_str(), next.attempt, spec.maxRestarts, placedAgain->worldSize,
+                      plan.lost.c_str(), placedAgain->attempt, spec.maxRestarts, placedAgain->worldSize,
                       placedAgain->worldSize == 1 ? "" : "s");
           std::fflush(stdout);
           spec = *placedAgain;

@@ -1,0 +1,40 @@
+#pragma once
+// Elastic restarts (--max-restarts), decided the same way by every client that supervises a job
+// (lockstepctl start --wait, the app): which ranks of an ended attempt were lost, and whether and
+// how the job goes on with the ones left.
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lockstep/protocol/types.h"
+
+namespace lockstep {
+
+// Whether a rank's end means it was lost, rather than stopped because a peer was: survivors exit 3
+// (a lost peer), 0, or on a supervisor's SIGTERM (143, or the signal itself).
+bool rankLost(const RankStatus& r);
+std::string rankEndText(const RankStatus& r);  // "killed by signal 9 (Killed)", "exited with code 1"
+
+// One part of an ended attempt: the ranks its agent reported, or its agent gone.
+struct EndedPart {
+  std::string node;
+  std::string agent;  // how the client reaches it, for messages
+  std::vector<RankStatus> ranks;
+  bool agentLost = false;
+};
+
+struct RestartPlan {
+  std::string lost;     // what was lost and why, in words
+  std::string refusal;  // why the job does not go on; empty: restart with `next`
+  // The next attempt, not yet placed: attempt + 1, the reason, the same global batch over the ranks
+  // left (more rows per rank), and how many ranks go on each node.
+  JobSpec next;
+  std::vector<std::pair<std::string, std::uint32_t>> ranksPerNode;
+};
+
+// The restart of `spec` (the attempt that ended) after `parts` ended it.
+RestartPlan planRestart(const JobSpec& spec, const std::vector<EndedPart>& parts);
+
+}  // namespace lockstep

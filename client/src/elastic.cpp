@@ -1,0 +1,68 @@
+#include "lockstep/client/elastic.h"
+
+#include <csignal>
+#include <cstring>
+
+namespace lockstep {
+
+bool rankLost(const RankStatus& r) {
+  if (r.exitUnknown) return true;
+  if (r.signal) return *r.signal != SIGTERM;
+  return r.exitCode && *r.exitCode != 0 && *r.exitCode != 3 && *r.exitCode != 128 + SIGTERM;
+}
+
+std::string rankEndText(const RankStatus& r) {
+  if (r.exitUnknown) return "its process vanished";
+  if (r.signal) return "killed by signal " + std::to_string(*r.signal) + " (" + strsignal(*r.signal) + ")";
+  return r.exitCode ? "exited with code " + std::to_string(*r.exitCode) : "ended";
+}
+
+RestartPlan planRestart(const JobSpec& spec, const std::vector<EndedPart>& parts) {
+  RestartPlan plan;
+  std::uint32_t survivors = 0;
+  const auto note = [&](const std::string& what) { plan.lost += (plan.lost.empty() ? "" : "; ") + what; };
+  for (const auto& p : parts) {
+    if (p.agentLost) {
+      note("node " + p.node + " (agent " + p.agent + ") stopped answering");
+      continue;
+    }
+    std::uint32_t alive = 0;
+    for (const auto& r : p.ranks) {
+      if (rankLost(r)) {
+        note("rank " + std::to_string(r.rank) + " on " + p.node + " " + rankEndText(r));
+      } else {
+        ++alive;
+      }
+    }
+    if (alive > 0) {
+      plan.ranksPerNode.emplace_back(p.node, alive);
+      survivors += alive;
+    }
+  }
+  if (plan.lost.empty()) plan.lost = "the job failed";
+
+  const std::uint64_t global = spec.globalBatch();
+  const std::uint32_t minimum = std::max(1u, spec.minWorldSize);
+  if (spec.maxRestarts == 0) {
+    plan.refusal = "the job allows no restarts (--max-restarts)";
+  } else if (spec.attempt >= spec.maxRestarts) {
+    plan.refusal = "no restarts left (" + std::to_string(spec.maxRestarts) + " allowed)";
+  } else if (survivors < minimum) {
+    plan.refusal = std::to_string(survivors) + " rank" + (survivors == 1 ? "" : "s") + " left, under the minimum of " +
+                   std::to_string(minimum);
+  } else if (global % (std::uint64_t{survivors} * spec.accumSteps) != 0) {
+    plan.refusal = "the global batch of " + std::to_string(global) + " does not divide among " +
+                   std::to_string(survivors) + " ranks";
+  }
+  if (!plan.refusal.empty()) return plan;
+  plan.next = spec;
+  plan.next.attempt = spec.attempt + 1;
+  plan.next.restartReason = plan.lost;
+  plan.next.batchPerRank = static_cast<std::uint32_t>(global / (std::uint64_t{survivors} * spec.accumSteps));
+  plan.next.ranks.clear();
+  plan.next.rendezvousHost.clear();
+  plan.next.rendezvousPort = 0;
+  return plan;
+}
+
+}  // namespace lockstep
