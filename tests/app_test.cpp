@@ -474,6 +474,52 @@ class AppTest : public QObject {
     QCOMPARE(job.finalKpis->step, kSteps);
   }
 
+  // Issue 7: a job the app launched with max_restarts loses a rank; the app restarts it from its
+  // last checkpoint with the ranks left, and it finishes.
+  void theAppRestartsAJobThatLostARank() {
+    TempDir dir;
+    AgentProcess a(dir, "node-a");
+    AgentProcess b(dir, "node-b");
+    App app(dir);
+    for (const auto* agent : {&a, &b}) {
+      const QString problem = connectAuthorized(app, *agent);
+      QVERIFY2(problem.isEmpty(), qPrintable(problem));
+    }
+    JobSpec spec = smallJob("app-elastic", 3, 3000);
+    spec.checkpointDir = dir.file("ckpt");
+    spec.checkpointEvery = 50;
+    spec.maxRestarts = 1;
+    QSignalSpy restarted(&app.store, &ClusterStore::jobRestarted);
+    QSignalSpy refused(&app.store, &ClusterStore::restartRefused);
+    QSignalSpy launched(&app.store, &ClusterStore::launchFinished);
+    auto placed = app.store.place(spec, {{idOf(a), 2}, {idOf(b), 1}});
+    QVERIFY2(placed, placed ? "" : placed.error().message.c_str());
+    app.store.launch(*placed);
+    QTRY_COMPARE_WITH_TIMEOUT(launched.count(), 1, kJobMs);
+    QVERIFY2(launched.at(0).at(1).toBool(), qPrintable(launched.at(0).at(2).toString()));
+    QTRY_VERIFY_WITH_TIMEOUT(std::filesystem::exists(dir.file("ckpt/step-00000100.safetensors")), kJobMs);
+    pid_t victim = -1;
+    for (pid_t pid : processesOfJob("app-elastic")) {
+      if (environOf(pid, "RANK") == "1") victim = pid;
+    }
+    QVERIFY(victim > 0);
+    ::kill(victim, SIGKILL);
+    QTRY_COMPARE_WITH_TIMEOUT(restarted.count() + refused.count(), 1, kJobMs);
+    QVERIFY2(refused.isEmpty(), qPrintable(refused.isEmpty() ? QString() : refused.at(0).at(1).toString()));
+    const QString message = restarted.at(0).at(1).toString();
+    QVERIFY2(message.contains(QStringLiteral("killed by signal 9")) &&
+                 message.contains(QStringLiteral("restart 1 of 1 with 2 ranks")),
+             qPrintable(message));
+    QTRY_VERIFY_WITH_TIMEOUT(app.store.job("app-elastic") && app.store.job("app-elastic")->state == JobState::kFinished,
+                             3 * kJobMs);
+    const app::JobEntry* job = app.store.job("app-elastic");
+    QCOMPARE(job->spec.attempt, 1u);
+    QCOMPARE(job->spec.worldSize, 2u);
+    QCOMPARE(job->tracker->snapshot(job->tracker->lastReportUnixUs()).attempts, 2u);
+    app.window.selectJob(QStringLiteral("app-elastic"));
+    QVERIFY2(app.dashboardLabel("jobBanner").contains(QStringLiteral("1 restart")), qPrintable(app.dashboardLabel("jobBanner")));
+  }
+
   void gpusOfAnAgentAreListedWithTheirReadings() {
     // The agent reads a stand-in NVML (tests/support/fake_nvml.c): 2 GPUs, the second without power.
     TempDir dir;

@@ -117,6 +117,35 @@ TEST(Kpi, AnUnevenSplitAndTheImbalanceBeforeAndAfter) {
   EXPECT_DOUBLE_EQ(*k.ranks[1].samplesPerStep, 5.0);
 }
 
+// Issue 7: a restart with fewer ranks repeats step numbers; the KPIs follow the new attempt.
+TEST(Kpi, ARestartWithFewerRanksIsMeasuredOnItsOwn) {
+  JobTracker t(gpuJob(), Settings{5.0, 0.1, std::nullopt, 100});
+  const auto reportOf = [](std::uint32_t rank, std::uint32_t world, std::uint32_t attempt, std::uint64_t step,
+                           std::int64_t computeUs, std::int64_t time) {
+    StepReport r = report(rank, step, computeUs, 0, time);
+    r.worldSize = world;
+    r.attempt = attempt;
+    return r;
+  };
+  std::int64_t time = t0;
+  for (std::uint64_t s = 1; s <= 20; ++s) {  // attempt 0: three ranks
+    time += kSecond;
+    for (std::uint32_t r = 0; r < 3; ++r) t.add(reportOf(r, 3, 0, s, 500'000, time), "n");
+  }
+  for (std::uint64_t s = 11; s <= 30; ++s) {  // attempt 1: two ranks from step 11, rank 1 slower
+    time += kSecond;
+    t.add(reportOf(0, 2, 1, s, 400'000, time), "n");
+    t.add(reportOf(1, 2, 1, s, 800'000, time), "n");
+  }
+  const JobKpis k = t.snapshot(time);
+  EXPECT_EQ(k.attempts, 2u);
+  EXPECT_EQ(k.worldSize, 2u);
+  ASSERT_EQ(k.ranks.size(), 2u) << "rank 2 belonged to the attempt before";
+  ASSERT_TRUE(k.loadImbalance);
+  EXPECT_NEAR(*k.loadImbalance, 800.0 / 600.0, 1e-12);  // max over median of the new attempt's two ranks
+  EXPECT_EQ(k.step, 30u);
+}
+
 TEST(Kpi, CalibratedScalingEfficiencySaysSo) {
   JobTracker t(gpuJob(), Settings{5.0, 0.1, 12.5, 100});
   for (std::uint64_t s = 1; s <= 10; ++s) t.add(report(0, s, 600'000, 300'000, t0 + static_cast<std::int64_t>(s) * kSecond), "n");

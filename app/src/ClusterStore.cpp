@@ -6,6 +6,7 @@
 
 #include "AgentWorker.h"
 #include "HistoryRecorder.h"
+#include "lockstep/client/elastic.h"
 #include "lockstep/client/launch.h"
 #include "lockstep/history/history.h"
 #include "lockstep/protocol/validate.h"
@@ -17,6 +18,9 @@ namespace lockstep::app {
 ClusterStore::ClusterStore(CurveKeyPair keys, HistoryRecorder* history, QObject* parent)
     : QObject(parent), keys_(std::move(keys)), history_(history) {
   registerMetaTypes();
+  superviseTimer_.setInterval(1000);
+  connect(&superviseTimer_, &QTimer::timeout, this, qOverload<>(&ClusterStore::supervise));
+  superviseTimer_.start();
 }
 
 ClusterStore::~ClusterStore() {
@@ -163,12 +167,20 @@ void ClusterStore::onJobs(QString id, JobList jobs) {
   bool changed = false;
   for (const auto& status : *jobs) {
     JobEntry& job = jobEntry(status.spec);
+    // A restart replaces a job's parts: an older attempt's part (a lost node coming back) is history.
+    if (status.spec.attempt < job.spec.attempt) continue;
+    if (status.spec.attempt > job.spec.attempt) {
+      job.spec = status.spec;
+      job.parts.clear();
+      changed = true;
+    }
     auto& part = job.parts[id];
     changed |= part.state != status.state || part.ranks.size() != status.ranks.size() || part.message != status.message;
     part = status;
     updateJobState(job);
   }
   if (changed) Q_EMIT jobsChanged();
+  supervise();
 }
 
 void ClusterStore::onMessages(QString id, MessageBatch messages) {
@@ -209,13 +221,81 @@ Result<JobSpec> ClusterStore::place(const JobSpec& spec, const std::vector<std::
     counts.push_back(count);
   }
   if (nodes.empty()) return invalidArgument("choose at least one rank on a connected agent");
-  if (jobs_.count(spec.jobId)) return invalidArgument("job id " + spec.jobId + " is taken: pick another");
+  // A restart is a later attempt of a job the store holds; anything else needs a new id.
+  if (auto it = jobs_.find(spec.jobId); it != jobs_.end() && spec.attempt <= it->second->spec.attempt) {
+    return invalidArgument("job id " + spec.jobId + " is taken: pick another");
+  }
   LOCKSTEP_ASSIGN_OR_RETURN(auto placed, placeJob(nodes, counts, spec));
   LOCKSTEP_TRY(validateJobSpec(placed));
   return placed;
 }
 
+void ClusterStore::supervise() {
+  for (const auto& id : std::vector<std::string>(supervised_.begin(), supervised_.end())) {
+    if (auto it = jobs_.find(id); it != jobs_.end()) supervise(*it->second);
+  }
+}
+
+void ClusterStore::supervise(JobEntry& job) {
+  if (!supervised_.count(job.id) || restarting_.count(job.id)) return;
+  // Agents of the job's nodes that are gone, and whether its parts all ended.
+  std::vector<EndedPart> ends;
+  std::set<QString> lostAgents;
+  for (const auto& placement : job.spec.ranks) {
+    AgentEntry* a = agentOfNode(placement.node);
+    if (a && a->state != AgentState::kConnected && lostAgents.insert(a->id).second) {
+      ends.push_back({placement.node, a->id.toStdString(), {}, true});
+    }
+  }
+  bool allEnded = true;
+  for (const auto& [agentId, part] : job.parts) {
+    if (lostAgents.count(agentId)) continue;
+    allEnded &= part.state != JobState::kRunning && part.state != JobState::kStarting;
+    const AgentEntry* a = agent(agentId);
+    ends.push_back({a && a->hello ? a->hello->nodeName : agentId.toStdString(), agentId.toStdString(), part.ranks});
+  }
+  // Only a failure starts it: an agent that reconnects after a network blip leaves a healthy job
+  // alone (a lost node's peers fail at once, which is the failure that counts).
+  if (job.state != JobState::kFailed) {
+    failingSince_.erase(job.id);
+    return;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  auto since = failingSince_.try_emplace(job.id, now).first->second;
+  if (!allEnded) {
+    // The ranks left end by themselves on a lost peer (exit 3); after 10 s, stop the rest.
+    if (now - since > std::chrono::seconds(10)) stopJob(job.id);
+    return;
+  }
+  failingSince_.erase(job.id);
+  const RestartPlan plan = planRestart(job.spec, ends);
+  std::vector<std::pair<QString, std::uint32_t>> counts;
+  for (const auto& [node, ranks] : plan.ranksPerNode) {
+    if (AgentEntry* a = agentOfNode(node)) counts.emplace_back(a->id, ranks);
+  }
+  Result<JobSpec> placed = plan.refusal.empty() ? place(plan.next, counts) : Result<JobSpec>(invalidArgument(plan.refusal));
+  if (!placed) {
+    supervised_.erase(job.id);
+    const QString message = QString::fromStdString(plan.lost + "; not restarted: " + placed.error().message);
+    job.message = message;
+    Q_EMIT restartRefused(QString::fromStdString(job.id), message);
+    Q_EMIT jobsChanged();
+    return;
+  }
+  restarting_.insert(job.id);
+  job.spec = *placed;
+  job.parts.clear();
+  launch(*placed);
+  Q_EMIT jobRestarted(QString::fromStdString(job.id),
+                      tr("%1; restart %2 of %3 with %4 ranks from the last checkpoint")
+                          .arg(QString::fromStdString(plan.lost))
+                          .arg(placed->attempt)
+                          .arg(placed->maxRestarts)
+                          .arg(placed->worldSize));
+}
+
 void ClusterStore::launch(const JobSpec& placed) {
+  if (placed.maxRestarts > 0) supervised_.insert(placed.jobId);
   std::vector<QString> order;  // rank 0's agent first
   for (const auto& p : placed.ranks) {
     AgentEntry* a = agentOfNode(p.node);
@@ -268,6 +348,7 @@ void ClusterStore::onCommandDone(quint64 tag, bool ok, QString message) {
     --launch.outstanding;
     if (!ok && !launch.failed) {
       launch.failed = true;
+      restarting_.erase(jobId);
       for (const auto& id : launch.started) {
         QMetaObject::invokeMethod(findAgent(id)->worker, "stopJob", Qt::QueuedConnection, Q_ARG(quint64, 0),
                                   Q_ARG(QString, QString::fromStdString(jobId)));
@@ -275,6 +356,7 @@ void ClusterStore::onCommandDone(quint64 tag, bool ok, QString message) {
       Q_EMIT launchFinished(QString::fromStdString(jobId), false, message);
     }
     if (launch.outstanding == 0) {
+      restarting_.erase(jobId);
       if (!launch.failed) Q_EMIT launchFinished(QString::fromStdString(jobId), true, {});
       launches_.erase(l);
     }

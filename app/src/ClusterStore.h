@@ -6,6 +6,9 @@
 #include <QObject>
 #include <QString>
 #include <QThread>
+#include <QTimer>
+#include <chrono>
+#include <set>
 #include <map>
 #include <memory>
 #include <optional>
@@ -88,6 +91,9 @@ class ClusterStore : public QObject {
   void jobDataChanged(QString jobId);
   void launchFinished(QString jobId, bool ok, QString message);
   void stopFinished(QString jobId, bool ok, QString message);
+  // A job this app launched with max_restarts lost ranks or a node: restarted, or not (and why).
+  void jobRestarted(QString jobId, QString message);
+  void restartRefused(QString jobId, QString message);
 
  private:
   AgentEntry* findAgent(const QString& id);
@@ -97,6 +103,10 @@ class ClusterStore : public QObject {
   void onState(QString id, AgentState state, QString message);
   void onJobStarted(quint64 tag, QString id, quint32 port);
   void onCommandDone(quint64 tag, bool ok, QString message);
+  // Elastic restarts of the jobs this app launched (docs/agent.md): checked on every job list,
+  // agent state change, and once a second.
+  void supervise();
+  void supervise(JobEntry& job);
 
   struct Launch {
     JobSpec spec;
@@ -118,6 +128,10 @@ class ClusterStore : public QObject {
   std::vector<std::string> jobOrder_;
   std::map<std::pair<QString, std::uint32_t>, GpuSample> gpuSamples_;
   quint64 nextTag_ = 1;
+  std::set<std::string> supervised_;  // launched here with max_restarts
+  std::set<std::string> restarting_;  // a restart is being launched
+  std::map<std::string, std::chrono::steady_clock::time_point> failingSince_;
+  QTimer superviseTimer_;
   std::map<quint64, std::string> launchOfTag_;
   std::map<std::string, Launch> launches_;
   std::map<quint64, std::string> stopOfTag_;

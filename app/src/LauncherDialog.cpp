@@ -190,6 +190,16 @@ LauncherDialog::LauncherDialog(const ClusterStore& store, QWidget* parent) : QDi
   ckpt->addWidget(new QLabel(tr("every"), this));
   ckpt->addWidget(checkpointEvery_);
   ckpt->addWidget(new QLabel(tr("steps"), this));
+  restarts_ = new QSpinBox(this);
+  restarts_->setObjectName(QStringLiteral("maxRestarts"));
+  restarts_->setRange(0, 100);
+  restarts_->setSpecialValueText(tr("no restarts"));
+  restarts_->setSuffix(tr(" restarts"));
+  restarts_->setToolTip(tr("When ranks or a node are lost, restart from the last checkpoint with the ranks left, up "
+                           "to this many times (this app supervises the job while it runs; the checkpoint directory "
+                           "must be one every node sees)"));
+  connect(restarts_, &QSpinBox::valueChanged, this, &LauncherDialog::revalidate);
+  ckpt->addWidget(restarts_);
   form->addRow(tr("Checkpoints"), ckpt);
 
   bucketMb_ = edit(QStringLiteral("bucketMb"), QStringLiteral("25"));
@@ -294,6 +304,7 @@ Result<JobSpec> LauncherDialog::build() const {
   s.checkpointEvery = static_cast<std::uint32_t>(checkpointEvery_->value());
   LOCKSTEP_ASSIGN_OR_RETURN(s.bucketMb, real(bucketMb_, tr("bucket MB")));
   s.rebalanceEvery = balance_->isChecked() ? 10 : 0;
+  s.maxRestarts = static_cast<std::uint32_t>(restarts_->value());
   s.timeoutS = static_cast<std::uint32_t>(timeout_->value());
   LOCKSTEP_ASSIGN_OR_RETURN(s.prices.gpuHour, real(priceGpu_, tr("price per GPU-hour")));
   LOCKSTEP_ASSIGN_OR_RETURN(s.prices.coreHour, real(priceCore_, tr("price per core-hour")));

@@ -45,6 +45,7 @@ class LauncherDialog : public QDialog {
   QLineEdit *jobId_, *layers_, *samples_, *dataSeed_, *features_, *labels_, *lr_, *momentum_, *weightDecay_;
   QLineEdit *targetLoss_, *checkpointDir_, *priceGpu_, *priceCore_, *priceKwh_, *currency_, *bucketMb_;
   QCheckBox* balance_;
+  QSpinBox* restarts_;
   QComboBox *activation_, *optimizer_, *durationKind_;
   QRadioButton *synthetic_, *npy_;
   QSpinBox *batch_, *accum_, *duration_, *checkpointEvery_, *timeout_;

@@ -120,6 +120,12 @@ MainWindow::MainWindow(ClusterStore& store, QString configDir, HistoryRecorder* 
       QMessageBox::warning(this, tr("Job not started"), tr("Job %1 did not start:\n\n%2").arg(jobId, message));
     }
   });
+  connect(&store_, &ClusterStore::jobRestarted, this, [this](const QString& jobId, const QString& message) {
+    statusBar()->showMessage(tr("Job %1: %2").arg(jobId, message), 30000);
+  });
+  connect(&store_, &ClusterStore::restartRefused, this, [this](const QString& jobId, const QString& message) {
+    QMessageBox::warning(this, tr("Job not restarted"), tr("Job %1 lost ranks and was not restarted:\n\n%2").arg(jobId, message));
+  });
   connect(&store_, &ClusterStore::stopFinished, this, [this](const QString& jobId, bool ok, const QString& message) {
     if (!ok) QMessageBox::warning(this, tr("Stop failed"), tr("Job %1 did not stop everywhere:\n\n%2").arg(jobId, message));
   });

@@ -663,12 +663,9 @@ int superviseJob(const Globals& g, const Connected& agents, JobSpec spec, std::m
     auto parts = findJob(agents, spec.jobId, g.timeout, lostIfElastic);
     if (!parts) return fail(parts.error());
     recordParts(*parts);
-    bool nodeLost = false;
-    for (const auto& placement : spec.ranks) {
-      for (auto* agent : lost) nodeLost |= agent->hello().nodeName == placement.node;
-    }
+    // A lost agent alone is no failure (it may be a slow answer); its node's peers failing is.
     const bool ended = std::all_of(parts->begin(), parts->end(), [](const Part& p) { return partEnded(p.status); });
-    const bool failed = overall(*parts) == JobState::kFailed || nodeLost;
+    const bool failed = overall(*parts) == JobState::kFailed;
     if (failed && !ended && g_interrupted.load() == 0) {
       // The ranks left see the loss at once and end themselves (exit 3, naming the peer); give
       // them a few seconds, so that their own ends say they survived, then stop the rest.

@@ -78,6 +78,10 @@ void JobTracker::add(const StepReport& r, const std::string& node) {
     attempts_ = std::max(attempts_, r.attempt > rank.attempt ? r.attempt + 1 : attempts_ + 1);
     if (r.step <= lossStep_) lossStep_ = r.step - 1;
   }
+  if (r.attempt >= latestAttempt_) {
+    latestAttempt_ = r.attempt;
+    worldSize_ = r.worldSize;
+  }
   rank.node = node;
   rank.attempt = r.attempt;
   rank.step = r.step;
@@ -109,14 +113,16 @@ void JobTracker::add(const StepReport& r, const std::string& node) {
     }
   }
 
-  StepAcc& acc = steps_[r.step];
+  // Keyed by attempt too: a restarted job repeats step numbers, with another world size.
+  StepAcc& acc = steps_[{r.attempt, r.step}];
+  acc.worldSize = std::max<std::uint32_t>(r.worldSize, 1);
   ++acc.ranks;
   acc.dataUs += static_cast<double>(r.dataTimeUs);
   acc.computeUs += static_cast<double>(r.computeTimeUs);
   acc.exposedUs += static_cast<double>(r.exposedCommTimeUs);
   acc.computes.push_back(static_cast<double>(r.computeTimeUs));
   acc.timeUs = std::max(acc.timeUs, r.timeUnixUs);
-  if (acc.ranks == std::max<std::uint32_t>(spec_.worldSize, 1)) {
+  if (acc.ranks == acc.worldSize) {
     const double n = acc.ranks * 1e3;
     push(splits_, StepSplit{r.step, acc.dataUs / n, acc.computeUs / n, acc.exposedUs / n});
     // The imbalance the job started with (steps 2 to 11; the first one warms up), which a dynamic
@@ -177,7 +183,7 @@ void JobTracker::add(const JobEvent& e) {
 JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
   JobKpis k;
   k.jobId = spec_.jobId;
-  k.worldSize = spec_.worldSize;
+  k.worldSize = worldSize_ > 0 ? worldSize_ : spec_.worldSize;
   k.attempts = attempts_;
   const std::int64_t now = ended_ && endUs_ > 0 ? std::min(nowUnixUs, std::max(endUs_, lastReportUs_)) : nowUnixUs;
   k.elapsedSeconds = startUs_ == 0 ? 0 : std::max(0.0, secondsSinceStart(now));
@@ -194,6 +200,7 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
   std::vector<double> busy, data, compute;
   std::vector<std::uint32_t> rankIds;
   for (const auto& [id, r] : ranks_) {
+    if (r.attempt < latestAttempt_) continue;  // a rank of an attempt before the last restart
     RankKpis rk;
     rk.rank = id;
     rk.node = r.node;
@@ -255,8 +262,8 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
   // Load imbalance: complete steps in the window.
   double ratioSum = 0;
   int ratioCount = 0;
-  for (const auto& [step, acc] : steps_) {
-    if (acc.ranks < std::max<std::uint32_t>(spec_.worldSize, 1) || acc.timeUs <= now - windowUs || acc.timeUs > now) continue;
+  for (const auto& [key, acc] : steps_) {
+    if (acc.ranks < acc.worldSize || acc.timeUs <= now - windowUs || acc.timeUs > now) continue;
     const double med = median(acc.computes);
     if (med <= 0) continue;
     ratioSum += *std::max_element(acc.computes.begin(), acc.computes.end()) / med;

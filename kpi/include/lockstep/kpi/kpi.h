@@ -161,6 +161,7 @@ class JobTracker {
   };
   struct StepAcc {
     std::uint32_t ranks = 0;
+    std::uint32_t worldSize = 1;
     double dataUs = 0, computeUs = 0, exposedUs = 0;
     std::vector<double> computes;
     std::int64_t timeUs = 0;
@@ -178,9 +179,11 @@ class JobTracker {
   std::int64_t endUs_ = 0;
   bool ended_ = false;
   std::uint32_t attempts_ = 1;
+  std::uint32_t latestAttempt_ = 0;
+  std::uint32_t worldSize_ = 0;  // of the latest attempt's reports
   std::map<std::uint32_t, RankState> ranks_;
   std::map<std::pair<std::string, std::uint32_t>, GpuState> gpus_;
-  std::map<std::uint64_t, StepAcc> steps_;  // recent global steps, for imbalance and splits
+  std::map<std::pair<std::uint32_t, std::uint64_t>, StepAcc> steps_;  // (attempt, step): for imbalance, splits
   Maybe smoothedLoss_;
   Maybe lastGlobalLoss_;
   std::uint64_t lossStep_ = 0;
