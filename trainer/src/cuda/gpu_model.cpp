@@ -114,13 +114,14 @@ class Impl final : public GpuModel {
     // The data set, once, in the math type.
     {
       LOCKSTEP_ASSIGN_OR_RETURN(auto staging, deviceAlloc<float>(data.features.size(), false));
-      LOCKSTEP_CUDA(cudaMemcpy(staging.get(), data.features.data(), data.features.size() * sizeof(float),
-                               cudaMemcpyHostToDevice));
+      // On the compute stream (non-blocking streams do not wait for the legacy one), then waited for.
+      LOCKSTEP_CUDA(cudaMemcpyAsync(staging.get(), data.features.data(), data.features.size() * sizeof(float),
+                                    cudaMemcpyHostToDevice, compute_));
       LOCKSTEP_ASSIGN_OR_RETURN(features_, deviceAlloc<T>(data.features.size(), false));
       launchConvert<T>(staging.get(), features_.get(), data.features.size(), compute_);
       LOCKSTEP_ASSIGN_OR_RETURN(labels_, deviceAlloc<std::int32_t>(data.labels.size(), false));
-      LOCKSTEP_CUDA(cudaMemcpy(labels_.get(), data.labels.data(), data.labels.size() * sizeof(std::int32_t),
-                               cudaMemcpyHostToDevice));
+      LOCKSTEP_CUDA(cudaMemcpyAsync(labels_.get(), data.labels.data(), data.labels.size() * sizeof(std::int32_t),
+                                    cudaMemcpyHostToDevice, compute_));
       LOCKSTEP_CUDA(cudaStreamSynchronize(compute_));
     }
 
@@ -181,10 +182,12 @@ class Impl final : public GpuModel {
 
   Result<void> upload(const float* params, const std::vector<std::vector<float>*>& optimizerState) override {
     const std::size_t bytes = layout_.totalFloats() * sizeof(float);
-    LOCKSTEP_CUDA(cudaMemcpy(params_.get(), params, bytes, cudaMemcpyHostToDevice));
+    LOCKSTEP_CUDA(cudaMemcpyAsync(params_.get(), params, bytes, cudaMemcpyHostToDevice, compute_));
     float* states[] = {state1_.get(), state2_.get()};
     for (std::size_t i = 0; i < optimizerState.size() && i < 2; ++i) {
-      if (states[i]) LOCKSTEP_CUDA(cudaMemcpy(states[i], optimizerState[i]->data(), bytes, cudaMemcpyHostToDevice));
+      if (states[i]) {
+        LOCKSTEP_CUDA(cudaMemcpyAsync(states[i], optimizerState[i]->data(), bytes, cudaMemcpyHostToDevice, compute_));
+      }
     }
     if constexpr (!std::is_same_v<T, float>) launchConvert<T>(params_.get(), lowStorage_.get(), layout_.totalFloats(), compute_);
     LOCKSTEP_CUDA(cudaStreamSynchronize(compute_));
@@ -205,6 +208,8 @@ class Impl final : public GpuModel {
   Result<void> prepareBatch(int slot, std::uint32_t micro, const std::vector<std::uint32_t>& indices,
                             cudaEvent_t slotFree) override {
     const auto rows = static_cast<std::uint32_t>(indices.size());
+    if (rows > maxBatch_) return invalidArgument("a micro-batch of " + std::to_string(rows) + " rows exceeds the " +
+                                                 std::to_string(maxBatch_) + " the GPU buffers hold");
     // The pinned buffer's previous copy finished long ago (two steps back); this wait is a formality.
     LOCKSTEP_CUDA(cudaEventSynchronize(h2dDone_[slot][micro]));
     std::copy(indices.begin(), indices.end(), hostIndices_[slot][micro].get());
@@ -223,19 +228,18 @@ class Impl final : public GpuModel {
 
   Result<void> forwardBackward(int slot, std::uint32_t micro, std::uint32_t rows, bool last,
                                const std::function<void(std::size_t, cudaEvent_t)>& layerDone) override {
+    if (rows > maxBatch_) return invalidArgument("a micro-batch of " + std::to_string(rows) + " rows exceeds the " +
+                                                   std::to_string(maxBatch_) + " the GPU buffers hold");
     LOCKSTEP_CUDA(cudaStreamWaitEvent(compute_, batchReady_[slot][micro]));
     if (rows == 0) {
-      // An empty slice (the end of an epoch with more ranks than samples left): nothing to add.
+      // An empty slice (the end of an epoch with more ranks than samples left): nothing to add,
+      // but the first micro-step's gradients must be zeros, not the last step's.
+      if (micro == 0) {
+        const std::size_t from = ParamLayout::kHeaderFloats;
+        LOCKSTEP_CUDA(cudaMemsetAsync(grads_.get() + from, 0, (layout_.totalFloats() - from) * sizeof(float), compute_));
+      }
       if (last) {
-        for (std::size_t i = layers_; i-- > 0;) {
-          if (micro == 0) {
-            const TensorSlot& b = layout_.bias(i);
-            const TensorSlot& w = layout_.weight(i);
-            LOCKSTEP_CUDA(cudaMemsetAsync(grads_.get() + b.offset, 0, b.paddedCount * sizeof(float), compute_));
-            LOCKSTEP_CUDA(cudaMemsetAsync(grads_.get() + w.offset, 0, w.paddedCount * sizeof(float), compute_));
-          }
-          LOCKSTEP_TRY(layerFinished(i, layerDone));
-        }
+        for (std::size_t i = layers_; i-- > 0;) LOCKSTEP_TRY(layerFinished(i, layerDone));
       }
       return {};
     }
@@ -255,11 +259,10 @@ class Impl final : public GpuModel {
       } else if (activation_ == Act::kRelu) {
         g.epilogue = CUBLASLT_EPILOGUE_RELU_BIAS;
         LOCKSTEP_TRY(matmul(g, weights(i), in, act_[i].get(), low() + layout_.bias(i).offset, nullptr));
-      } else if (fused_) {
-        g.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-        g.auxLd = outW;
-        LOCKSTEP_TRY(matmul(g, weights(i), in, act_[i].get(), low() + layout_.bias(i).offset, pre_[i].get()));
+      } else if (Gemm f = fusedForward(g); fused_ && plan(f)) {
+        LOCKSTEP_TRY(matmul(f, weights(i), in, act_[i].get(), low() + layout_.bias(i).offset, pre_[i].get()));
       } else {
+        // Also where cuBLASLt has no fused algorithm for this row count (an epoch's short tail).
         g.epilogue = CUBLASLT_EPILOGUE_BIAS;
         LOCKSTEP_TRY(matmul(g, weights(i), in, pre_[i].get(), low() + layout_.bias(i).offset, nullptr));
         launchActivation<T>(pre_[i].get(), act_[i].get(), std::size_t{rows} * outW, activation_, compute_);
@@ -271,25 +274,25 @@ class Impl final : public GpuModel {
     // Backward: dOut_ holds the gradient w.r.t. layer i's output before its activation.
     T* dOut = dOut_.get();
     T* dIn = dIn_.get();
+    bool biasSummed = false;  // layer i's bias gradient came with layer i+1's input-gradient GEMM
     for (std::size_t i = layers_; i-- > 0;) {
       const T* in = i == 0 ? x : act_[i - 1].get();
       const std::uint32_t inW = widths[i], outW = widths[i + 1];
       float* gradW = grads_.get() + layout_.weight(i).offset;
       float* gradB = grads_.get() + layout_.bias(i).offset;
-      // Bias: from the loss's gradient for the last layer, else fused into the GEMM below us.
-      if (i + 1 == layers_ || !fused_) launchColumnSums<T>(dOut, rows, outW, gradB, accumulate, compute_);
+      if (!biasSummed) launchColumnSums<T>(dOut, rows, outW, gradB, accumulate, compute_);
+      biasSummed = false;
 
       Gemm w = weightGradGemm(i, rows, accumulate);
       LOCKSTEP_TRY(matmul(w, in, dOut, gradW, nullptr, nullptr));
 
       if (i > 0) {
         Gemm d = inputGradGemm(i, rows);
-        if (fused_) {
+        if (Gemm f = fusedBackward(d); fused_ && plan(f)) {
           // Also multiplies by GELU'(pre of layer i-1) and sums layer i-1's bias gradient.
-          d.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
-          d.auxLd = inW;
-          LOCKSTEP_TRY(matmul(d, weights(i), dOut, dIn, biasGrad_.get(), pre_[i - 1].get()));
+          LOCKSTEP_TRY(matmul(f, weights(i), dOut, dIn, biasGrad_.get(), pre_[i - 1].get()));
           launchAddInto<T>(biasGrad_.get(), grads_.get() + layout_.bias(i - 1).offset, inW, accumulate, compute_);
+          biasSummed = true;
         } else {
           LOCKSTEP_TRY(matmul(d, weights(i), dOut, dIn, nullptr, nullptr));
           const T* gate = activation_ == Act::kRelu ? act_[i - 1].get() : pre_[i - 1].get();
@@ -397,6 +400,17 @@ class Impl final : public GpuModel {
     return g;
   }
 
+  Gemm fusedForward(Gemm g) const {
+    g.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    g.auxLd = static_cast<std::int64_t>(g.m);
+    return g;
+  }
+  Gemm fusedBackward(Gemm g) const {
+    g.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    g.auxLd = static_cast<std::int64_t>(g.m);
+    return g;
+  }
+
   // bf16 GELU layers use the fused epilogues when cuBLASLt offers an algorithm for every such GEMM
   // at the full batch (hidden widths must suit its auxiliary-buffer alignment); else the plain path.
   // cuBLASLt's GELU is the tanh approximation, which differs from the exact (erf) GELU by less than
@@ -407,13 +421,10 @@ class Impl final : public GpuModel {
     const auto& widths = layout_.layers();
     for (std::size_t i = 0; i + 1 < layers_; ++i) {
       if (widths[i + 1] % 8 != 0) return {};
-      Gemm forward = forwardGemm(i, maxBatch_);
-      forward.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-      forward.auxLd = widths[i + 1];
-      Gemm backward = inputGradGemm(i + 1, maxBatch_);  // layer i+1's input gradient is layer i's output's
-      backward.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
-      backward.auxLd = widths[i + 1];
-      if (!plan(forward) || !plan(backward)) return {};
+      // Layer i+1's input gradient is the gradient of layer i's output.
+      if (!plan(fusedForward(forwardGemm(i, maxBatch_))) || !plan(fusedBackward(inputGradGemm(i + 1, maxBatch_)))) {
+        return {};
+      }
     }
     fused_ = true;
     return {};
@@ -442,6 +453,13 @@ class Impl final : public GpuModel {
       const std::size_t workspace = kWorkspaceBytes;
       ok = ok && cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                       sizeof workspace) == CUBLAS_STATUS_SUCCESS;
+      // The heuristic assumes 256-byte aligned operands unless told: ours are 16-byte aligned at
+      // least (tensor slices of the flat buffers, 64-byte aligned in fp32, 32 in bf16).
+      const std::uint32_t alignment = 16;
+      for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+        ok = ok && cublasLtMatmulPreferenceSetAttribute(pref, attr, &alignment, sizeof alignment) == CUBLAS_STATUS_SUCCESS;
+      }
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
       ok = ok && cublasLtMatmulAlgoGetHeuristic(lt_, p->desc, p->a, p->b, p->d, p->d, pref, 1, &result, &found) ==

@@ -64,17 +64,23 @@ class StepSlots {
     LOCKSTEP_CUDA(cudaEventCreate(&start_));
     return {};
   }
-  StepSlot& operator[](std::uint64_t step) { return slots_[step % 2]; }
+  // Three: the step being enqueued, the one reported meanwhile, and the one before it, whose end
+  // event is the reported step's start.
+  StepSlot& operator[](std::uint64_t step) { return slots_[step % 3]; }
   cudaEvent_t start() const { return start_; }
 
  private:
-  StepSlot slots_[2];
+  StepSlot slots_[3];
   cudaEvent_t start_ = nullptr;
 };
 
 double elapsedUs(cudaEvent_t from, cudaEvent_t to) {
   float ms = 0;
-  return cudaEventElapsedTime(&ms, from, to) == cudaSuccess ? static_cast<double>(ms) * 1e3 : 0.0;
+  if (cudaEventElapsedTime(&ms, from, to) != cudaSuccess) {
+    (void)cudaGetLastError();  // a sticky "not ready" would fail the next launch check
+    return 0.0;
+  }
+  return static_cast<double>(ms) * 1e3;
 }
 
 }  // namespace
@@ -118,6 +124,7 @@ Result<RunSummary> RankRunner::trainCuda() {
   std::vector<std::uint32_t> indices;
 
   const auto fail = [&](const Error& e, std::uint64_t step) -> Error {
+    nccl->abort();  // kernels of a broken collective would otherwise hold up every later free
     const std::string when = "during step " + std::to_string(step);
     if (s.store) return diagnoseCommFailure(e, when);
     commBroken_ = true;
@@ -216,6 +223,7 @@ Result<RunSummary> RankRunner::trainCuda() {
     }
     if (!commError) return fail(commError.error(), step + 1);
     LOCKSTEP_CUDA(cudaEventRecord(slot.backwardEnd, compute));
+    LOCKSTEP_CUDA(cudaStreamWaitEvent(comm, slot.backwardEnd));  // the step ends after its backward, too
     LOCKSTEP_CUDA(cudaMemcpyAsync(slot.header, grads, 3 * sizeof(float), cudaMemcpyDeviceToHost, comm));
     LOCKSTEP_CUDA(cudaEventRecord(slot.end, comm));
 
@@ -246,7 +254,8 @@ Result<RunSummary> RankRunner::trainCuda() {
     LOCKSTEP_TRY(report(*pending, pendingPreviousEnd, true));
   }
   LOCKSTEP_TRY(model->download(s.params.data(), optimizerState));
-  if (s.checkpoints && summary.stoppedBySignal != 0 && spec.checkpointEvery > 0) {
+  if (s.checkpoints && summary.stoppedBySignal != 0 && spec.checkpointEvery > 0 &&
+      summary.stepsDone % spec.checkpointEvery != 0) {
     LOCKSTEP_TRY(s.checkpoints->submit(snapshotCheckpoint(summary.stepsDone, s.resume, s.params, *s.optimizer)));
   }
   LOCKSTEP_TRY(finishRun(s.params.data()));

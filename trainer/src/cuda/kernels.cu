@@ -25,7 +25,7 @@ unsigned blocksFor(std::size_t n) {
 __device__ inline float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 __device__ inline float geluGrad(float x) {
   const float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
-  const float pdf = 0.39894228040143268f * __expf(-0.5f * x * x);
+  const float pdf = 0.39894228040143268f * expf(-0.5f * x * x);
   return cdf + x * pdf;
 }
 
@@ -99,12 +99,12 @@ __global__ void softmaxCrossEntropy(const float* __restrict__ logits, const std:
   for (std::uint32_t c = threadIdx.x; c < classes; c += blockDim.x) m = fmaxf(m, z[c]);
   const float maxLogit = reduce(m, true);
   float s = 0.0f;
-  for (std::uint32_t c = threadIdx.x; c < classes; c += blockDim.x) s += __expf(z[c] - maxLogit);
+  for (std::uint32_t c = threadIdx.x; c < classes; c += blockDim.x) s += expf(z[c] - maxLogit);
   const float sum = reduce(s, false);
   const float inv = 1.0f / sum;
   const auto label = static_cast<std::uint32_t>(labels[blockIdx.x]);
   for (std::uint32_t c = threadIdx.x; c < classes; c += blockDim.x) {
-    const float p = __expf(z[c] - maxLogit) * inv;
+    const float p = expf(z[c] - maxLogit) * inv;
     d[c] = fromFloat<T>(c == label ? p - 1.0f : p);
   }
   if (threadIdx.x == 0) atomicAdd(lossSum, logf(sum) + maxLogit - z[label]);
@@ -158,7 +158,7 @@ __global__ void adamw(float* __restrict__ p, const float* __restrict__ grad, flo
   const float scale = 1.0f / *count;
   const float decay = 1.0f - a.lr * a.weightDecay;
   const float stepSize = a.lr / a.biasCorrection1;
-  const float invSqrtBc2 = rsqrtf(a.biasCorrection2);
+  const float invSqrtBc2 = 1.0f / sqrtf(a.biasCorrection2);  // as the CPU computes it
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x) {
     const float g = scale * grad[i];
     const float m = a.beta1 * m1[i] + (1.0f - a.beta1) * g;

@@ -94,6 +94,7 @@ NcclComm::~NcclComm() {
     ncclCommDestroy(comm_);
   }
   if (staging_) cudaFree(staging_);
+  if (pinned_) cudaFreeHost(pinned_);
   if (done_) cudaEventDestroy(done_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -109,6 +110,7 @@ Result<void> NcclComm::wait(cudaEvent_t event) {
     const cudaError_t e = cudaEventQuery(event);
     if (e == cudaSuccess) return {};
     if (e != cudaErrorNotReady) return cudaError(e, "waiting for the GPU");
+    (void)cudaGetLastError();  // "not ready" sticks as the last error and would fail the next launch check
     ncclResult_t state = ncclSuccess;
     ncclCommGetAsyncError(comm_, &state);
     if (state != ncclSuccess && state != ncclInProgress) {
@@ -129,6 +131,29 @@ Result<void> NcclComm::sync() {
   return wait(done_);
 }
 
+// A non-blocking communicator's call may return ncclInProgress while NCCL still connects and
+// enqueues the kernel from a thread of its own: wait until it has (the next call would be refused
+// before), bounded by the timeout.
+Result<void> NcclComm::settle(ncclResult_t r, const char* what) {
+  if (r == ncclSuccess) return {};
+  if (r != ncclInProgress) return ncclError(r, what);
+  const auto deadline = Clock::now() + timeout_;
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    ncclCommGetAsyncError(comm_, &state);
+    if (state == ncclSuccess) return {};
+    if (state != ncclInProgress) {
+      abort();
+      return ncclError(state, what);
+    }
+    if (Clock::now() > deadline) {
+      abort();
+      return timeoutError(std::string(what) + " did not start within " + std::to_string(timeout_.count() / 1000) + " s");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
 Result<void> NcclComm::allReduceAsync(const Range* ranges, std::size_t n) {
   LOCKSTEP_NCCL(ncclGroupStart());
   for (std::size_t i = 0; i < n; ++i) {
@@ -138,17 +163,19 @@ Result<void> NcclComm::allReduceAsync(const Range* ranges, std::size_t n) {
       return ncclError(r, "ncclAllReduce");
     }
   }
-  const ncclResult_t r = ncclGroupEnd();
-  if (r != ncclSuccess && r != ncclInProgress) return ncclError(r, "ncclGroupEnd");
-  return {};
+  return settle(ncclGroupEnd(), "ncclGroupEnd");
 }
 
+// A device buffer and a pinned host one: copies from pinned memory are asynchronous, so a peer
+// that died mid-collective shows up in wait() (with its timeout), not in a copy that never returns.
 Result<void> NcclComm::ensureStaging(std::size_t bytes) {
   if (bytes <= stagingBytes_) return {};
   if (staging_) cudaFree(staging_);
-  staging_ = nullptr;
+  if (pinned_) cudaFreeHost(pinned_);
+  staging_ = pinned_ = nullptr;
   stagingBytes_ = 0;
   LOCKSTEP_CUDA(cudaMalloc(&staging_, bytes));
+  LOCKSTEP_CUDA(cudaMallocHost(&pinned_, bytes));
   stagingBytes_ = bytes;
   return {};
 }
@@ -156,20 +183,25 @@ Result<void> NcclComm::ensureStaging(std::size_t bytes) {
 Result<void> NcclComm::allReduceSum(float* hostData, std::size_t count) {
   const std::size_t bytes = count * sizeof(float);
   LOCKSTEP_TRY(ensureStaging(bytes));
-  LOCKSTEP_CUDA(cudaMemcpyAsync(staging_, hostData, bytes, cudaMemcpyHostToDevice, stream_));
+  std::memcpy(pinned_, hostData, bytes);
+  LOCKSTEP_CUDA(cudaMemcpyAsync(staging_, pinned_, bytes, cudaMemcpyHostToDevice, stream_));
   const Range range{static_cast<float*>(staging_), count};
   LOCKSTEP_TRY(allReduceAsync(&range, 1));
-  LOCKSTEP_CUDA(cudaMemcpyAsync(hostData, staging_, bytes, cudaMemcpyDeviceToHost, stream_));
-  return sync();
+  LOCKSTEP_CUDA(cudaMemcpyAsync(pinned_, staging_, bytes, cudaMemcpyDeviceToHost, stream_));
+  LOCKSTEP_TRY(sync());
+  std::memcpy(hostData, pinned_, bytes);
+  return {};
 }
 
 Result<void> NcclComm::broadcast(void* hostData, std::size_t bytes, int root) {
   LOCKSTEP_TRY(ensureStaging(bytes));
-  LOCKSTEP_CUDA(cudaMemcpyAsync(staging_, hostData, bytes, cudaMemcpyHostToDevice, stream_));
-  const ncclResult_t r = ncclBroadcast(staging_, staging_, bytes, ncclChar, root, comm_, stream_);
-  if (r != ncclSuccess && r != ncclInProgress) return ncclError(r, "ncclBroadcast");
-  LOCKSTEP_CUDA(cudaMemcpyAsync(hostData, staging_, bytes, cudaMemcpyDeviceToHost, stream_));
-  return sync();
+  std::memcpy(pinned_, hostData, bytes);
+  LOCKSTEP_CUDA(cudaMemcpyAsync(staging_, pinned_, bytes, cudaMemcpyHostToDevice, stream_));
+  LOCKSTEP_TRY(settle(ncclBroadcast(staging_, staging_, bytes, ncclChar, root, comm_, stream_), "ncclBroadcast"));
+  LOCKSTEP_CUDA(cudaMemcpyAsync(pinned_, staging_, bytes, cudaMemcpyDeviceToHost, stream_));
+  LOCKSTEP_TRY(sync());
+  std::memcpy(hostData, pinned_, bytes);
+  return {};
 }
 
 Result<void> NcclComm::barrier() {

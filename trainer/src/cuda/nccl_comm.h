@@ -42,18 +42,21 @@ class NcclComm final : public Comm {
   // Waits for `event` (recorded on any stream), polling for NCCL errors; past the timeout, aborts
   // the communicator and fails (Timeout), naming nobody: the caller asks the store who is gone.
   Result<void> wait(cudaEvent_t event);
+  // Ends the communicator and its kernels in flight: after an error, before anything waits on them.
+  void abort();
   bool aborted() const { return aborted_; }
 
  private:
   NcclComm() = default;
   Result<void> sync();  // waits for stream_
   Result<void> ensureStaging(std::size_t bytes);
-  void abort();
+  Result<void> settle(ncclResult_t r, const char* what);
 
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t done_ = nullptr;
   void* staging_ = nullptr;
+  void* pinned_ = nullptr;
   std::size_t stagingBytes_ = 0;
   int rank_ = 0, worldSize_ = 1;
   std::chrono::milliseconds timeout_{60000};
