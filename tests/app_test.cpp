@@ -485,7 +485,7 @@ class AppTest : public QObject {
       const QString problem = connectAuthorized(app, *agent);
       QVERIFY2(problem.isEmpty(), qPrintable(problem));
     }
-    JobSpec spec = smallJob("app-elastic", 3, 3000);
+    JobSpec spec = smallJob("app-elastic", 3, 20000);
     spec.checkpointDir = dir.file("ckpt");
     spec.checkpointEvery = 50;
     spec.maxRestarts = 1;
@@ -497,7 +497,7 @@ class AppTest : public QObject {
     app.store.launch(*placed);
     QTRY_COMPARE_WITH_TIMEOUT(launched.count(), 1, kJobMs);
     QVERIFY2(launched.at(0).at(1).toBool(), qPrintable(launched.at(0).at(2).toString()));
-    QTRY_VERIFY_WITH_TIMEOUT(std::filesystem::exists(dir.file("ckpt/step-00000100.safetensors")), kJobMs);
+    QTRY_VERIFY_WITH_TIMEOUT(hasCheckpointFrom(dir.file("ckpt"), 100), kJobMs);
     pid_t victim = -1;
     for (pid_t pid : processesOfJob("app-elastic")) {
       if (environOf(pid, "RANK") == "1") victim = pid;

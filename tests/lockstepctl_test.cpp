@@ -306,7 +306,7 @@ struct SupervisedJob {
                              id, "--batch-per-rank", batch, "--steps", steps, "--checkpoint-dir", ckpt,
                              "--max-restarts", restarts},
                             kElasticJob));
-    running = paired && waitUntil([&] { return hasCheckpoint(ckpt, 100); }, 60s);
+    running = paired && waitUntil([&] { return hasCheckpointFrom(ckpt, 100); }, 60s);
   }
   std::string out() const { return readText(dir.file(id + ".out")); }
   std::string err() const { return readText(dir.file(id + ".err")); }
@@ -320,7 +320,7 @@ struct SupervisedJob {
 };
 
 TEST(Lockstepctl, ALostRankRestartsTheJobWithTheRanksLeftFromItsLastCheckpoint) {
-  SupervisedJob job("el-1", "2,1", "64", "3000", "2");
+  SupervisedJob job("el-1", "2,1", "64", "6000", "2");
   ASSERT_TRUE(job.running) << job.err();
   const TempDir& dir = job.dir;
   const std::string& ckpt = job.ckpt;
@@ -371,7 +371,7 @@ TEST(Lockstepctl, ALostRankRestartsTheJobWithTheRanksLeftFromItsLastCheckpoint) 
   const std::uint64_t resumedFrom = first - 1;
   ASSERT_EQ(resumedFrom % 50, 0u) << "resumed at a checkpoint";
   ASSERT_GE(resumedFrom, 100u);
-  ASSERT_TRUE(hasCheckpoint(ckpt, 3000));
+  ASSERT_TRUE(hasCheckpoint(ckpt, 6000));
 
   // Its end equals a 2-rank run resumed by hand from that same checkpoint.
   const std::string manual = dir.file("manual");
@@ -382,11 +382,11 @@ TEST(Lockstepctl, ALostRankRestartsTheJobWithTheRanksLeftFromItsLastCheckpoint) 
   std::filesystem::copy_file(kept + name, manual + name);
   // Two BLAS threads per rank, as each agent gave its one rank here: the same sums in the same order.
   auto byHand = runProcess(join({trainerPath(), "--nproc", "2", "--threads", "2", "--batch-per-rank", "96", "--steps",
-                                 "3000", "--checkpoint-dir", manual, "--resume", "--quiet"},
+                                 "6000", "--checkpoint-dir", manual, "--resume", "--quiet"},
                                 kElasticJob),
                            {}, dir, 300s);
   ASSERT_TRUE(byHand.status.success()) << byHand.err;
-  EXPECT_LE(checkpointDifference(ckpt + "/step-00003000.safetensors", manual + "/step-00003000.safetensors"), 1e-6);
+  EXPECT_LE(checkpointDifference(ckpt + "/step-00006000.safetensors", manual + "/step-00006000.safetensors"), 1e-6);
 
   // The history keeps both attempts' reports, marked as such.
   auto report = ctl({"report", "el-1", "--out", dir.file("el-1.json")});
@@ -404,7 +404,7 @@ TEST(Lockstepctl, ALostRankRestartsTheJobWithTheRanksLeftFromItsLastCheckpoint) 
 }
 
 TEST(Lockstepctl, ALostNodeLeavesTheJobToTheOtherNode) {
-  SupervisedJob job("el-2", "2,2", "32", "3000", "1", "3");
+  SupervisedJob job("el-2", "2,2", "32", "6000", "1", "3");
   ASSERT_TRUE(job.running) << job.err();
   const TempDir& dir = job.dir;
   const pid_t ctlPid = job.pid;
@@ -424,7 +424,7 @@ TEST(Lockstepctl, ALostNodeLeavesTheJobToTheOtherNode) {
   EXPECT_NE(out.find("restart 1 of 1 with 2 ranks"), std::string::npos) << out;
   const auto lines = readJsonLines(a.stateDir() + "/jobs/el-2/metrics.jsonl");
   ASSERT_FALSE(lines.empty());
-  EXPECT_EQ(lines.back()["step"], 3000);
+  EXPECT_EQ(lines.back()["step"], 6000);
   EXPECT_EQ(lines.back()["world_size"], 2);
   EXPECT_EQ(lines.back()["samples"], 64);  // 4 x 32, now on 2 ranks
 }

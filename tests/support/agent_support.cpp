@@ -1,6 +1,7 @@
 #include "support/agent_support.h"
 
 #include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -88,6 +89,15 @@ std::vector<pid_t> processesOfJob(const std::string& jobId) {
     out.push_back(pid);
   }
   return out;
+}
+
+bool hasCheckpointFrom(const std::string& dir, std::uint64_t step) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    unsigned long long n = 0;
+    if (std::sscanf(entry.path().filename().string().c_str(), "step-%llu.safetensors", &n) == 1 && n >= step) return true;
+  }
+  return false;
 }
 
 JobSpec smallJob(const std::string& jobId, std::uint32_t worldSize, std::uint64_t steps) {

@@ -59,6 +59,10 @@ std::unique_ptr<AgentClient> connectTo(const AgentProcess& agent, const ClientKe
 // Living (not zombie) processes whose environment says LOCKSTEP_JOB_ID=jobId.
 std::vector<pid_t> processesOfJob(const std::string& jobId);
 
+// Whether `dir` holds a checkpoint of step `step` or later (retention deletes older ones quickly
+// in a fast job, so "step 100 exists" can be missed between two looks).
+bool hasCheckpointFrom(const std::string& dir, std::uint64_t step);
+
 // A small CPU job for agents: an MLP on synthetic data.
 JobSpec smallJob(const std::string& jobId, std::uint32_t worldSize, std::uint64_t steps);
 
