@@ -15,6 +15,7 @@
 #include <set>
 
 #include "host.h"
+#include "lockstep/common/clock.h"
 #include "lockstep/common/files.h"
 #include "lockstep/common/npy.h"
 #include "lockstep/jobflags/options.h"
@@ -28,11 +29,6 @@ using Clock = std::chrono::steady_clock;
 using Json = nlohmann::json;
 
 constexpr std::size_t kLogTailBytes = 4096;
-
-std::int64_t unixMicros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 int pidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 
@@ -92,7 +88,7 @@ JobEvent JobManager::event(const Job& job, JobEventKind kind, std::string messag
   JobEvent e;
   e.jobId = job.spec.jobId;
   e.kind = kind;
-  e.timeUnixUs = unixMicros();
+  e.timeUnixUs = unixMicrosNow();
   e.message = std::move(message);
   return e;
 }
@@ -239,7 +235,7 @@ Result<StartJobReply> JobManager::start(const JobSpec& spec) {
     job->ranks.push_back(std::move(rank));
   }
   job->state = JobState::kRunning;
-  job->startedUnixUs = unixMicros();
+  job->startedUnixUs = unixMicrosNow();
   StartJobReply reply{spec.jobId, job->storePort};
   std::string pids;
   for (const auto& r : job->ranks) {
@@ -358,13 +354,13 @@ void JobManager::rankEnded(Job& job, std::size_t index, std::optional<ExitStatus
 void JobManager::finishIfDone(Job& job) {
   if (job.anyRankRunning() || !job.running()) {
     if (!job.anyRankRunning() && job.endedUnixUs == 0) {
-      job.endedUnixUs = unixMicros();
+      job.endedUnixUs = unixMicrosNow();
       job.store.reset();
       job.killAt.reset();
     }
     return;
   }
-  job.endedUnixUs = unixMicros();
+  job.endedUnixUs = unixMicrosNow();
   job.store.reset();
   job.killAt.reset();
   if (job.stopRequested) {

@@ -4,14 +4,10 @@
 #include <unistd.h>
 
 #include "host.h"
+#include "lockstep/common/clock.h"
 
 namespace lockstep::agent {
 namespace {
-
-std::int64_t unixMicros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 constexpr std::size_t kMaxQueued = 100000;  // the loop is stuck: drop the oldest rather than grow
 
@@ -75,7 +71,7 @@ void Sampler::sampleOnce(bool withEnergy) {
       GpuSample s;
       s.node = node_;
       s.gpuIndex = gpu.index;
-      s.timeUnixUs = unixMicros();
+      s.timeUnixUs = unixMicrosNow();
       if (auto it = gpuJobs.find(gpu.index); it != gpuJobs.end()) s.jobId = it->second;
       s.utilizationPct = r.utilizationPct;
       s.memoryUsedBytes = r.memoryUsedBytes;
@@ -95,7 +91,7 @@ void Sampler::sampleOnce(bool withEnergy) {
     s.jobId = rank.jobId;
     s.rank = rank.rank;
     s.pid = static_cast<std::uint32_t>(rank.pid);
-    s.timeUnixUs = unixMicros();
+    s.timeUnixUs = unixMicrosNow();
     s.rssBytes = stat->rssBytes;
     // CPU % needs two readings of the same process; the first sample of a rank has none.
     if (auto it = cpu_.find(rank.pid); it != cpu_.end() && it->second.startTicks == stat->startTicks) {

@@ -19,6 +19,7 @@
 
 #include "HeatmapWidget.h"
 #include "Models.h"
+#include "lockstep/common/clock.h"
 
 namespace lockstep::app {
 namespace {
@@ -27,11 +28,6 @@ constexpr int kMaxChartPoints = 600;   // what a chart draws; older points are t
 constexpr int kMaxUtilLines = 16;      // beyond this, the heatmap is the readable view
 constexpr int kHeatmapSeconds = 120;
 constexpr double kUtilWindowSeconds = 300;  // the utilization chart's sliding window
-
-std::int64_t nowUnixUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 QString dash() { return QStringLiteral("–"); }
 
@@ -302,7 +298,7 @@ void DashboardWidget::refresh() {
   empty_->setVisible(job == nullptr);
   body_->setVisible(job != nullptr);
   if (!job) return;
-  const kpi::JobKpis k = job->tracker->snapshot(recorded_ ? recordedAtUs_ : nowUnixUs());
+  const kpi::JobKpis k = job->tracker->snapshot(recorded_ ? recordedAtUs_ : unixMicrosNow());
   // A recorded job is shown as it was when recording ended, even if that was mid-run.
   const bool running = !recorded_ && (job->state == JobState::kRunning || job->state == JobState::kStarting);
 
@@ -378,8 +374,7 @@ void DashboardWidget::refresh() {
                                                      : lastLoss);
   tiles_[tr("ETA")]->set(running && k.etaSeconds ? duration(*k.etaSeconds) : dash(), steps);
   const Prices& prices = job->spec.prices;
-  const bool priced = prices.gpuHour > 0 || prices.coreHour > 0 || prices.kwh > 0;
-  if (!priced) {
+  if (!prices.anySet()) {
     tiles_[tr("Cost")]->set(dash(), tr("no prices set for this job"));
   } else {
     tiles_[tr("Cost")]->set(k.costSoFar ? money(*k.costSoFar, currency) : dash(),

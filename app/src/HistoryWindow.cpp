@@ -20,15 +20,12 @@
 #include <cmath>
 
 #include "DashboardWidget.h"
+#include "lockstep/common/clock.h"
 #include "lockstep/report/report_pdf.h"
 
 namespace lockstep::app {
 
 namespace {
-
-std::int64_t nowUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 QString dash() { return QStringLiteral("–"); }
 
@@ -88,7 +85,7 @@ QVariant HistoryModel::data(const QModelIndex& index, int role) const {
                              : dash();
     case kDuration:
       if (!r.startedUnixUs) return dash();
-      return durationText(static_cast<double>((r.endedUnixUs ? r.endedUnixUs : nowUs()) - r.startedUnixUs) / 1e6);
+      return durationText(static_cast<double>((r.endedUnixUs ? r.endedUnixUs : unixMicrosNow()) - r.startedUnixUs) / 1e6);
     case kRanks: return r.spec.worldSize;
     case kNodes: {
       QStringList nodes;
@@ -100,7 +97,7 @@ QVariant HistoryModel::data(const QModelIndex& index, int role) const {
     case kComm: return k ? fixed(k->commOverhead, 1, 100, QStringLiteral("%")) : dash();
     case kGpuUtil: return k ? fixed(k->gpuUtilizationPct, 0, 1, QStringLiteral("%")) : dash();
     case kCost:
-      if (r.spec.prices.gpuHour <= 0 && r.spec.prices.coreHour <= 0 && r.spec.prices.kwh <= 0) return dash();  // unpriced
+      if (!r.spec.prices.anySet()) return dash();
       return k && k->costSoFar ? money(*k->costSoFar, QString::fromStdString(r.spec.prices.currency)) : dash();
     default: return {};
   }
@@ -125,8 +122,8 @@ Result<std::pair<std::shared_ptr<const JobEntry>, std::int64_t>> loadRecordedJob
 Result<void> exportReport(const history::History& history, const std::string& jobId, const std::string& path) {
   const auto format = report::formatOfPath(path);
   if (!format) return invalidArgument(path + ": name the file .pdf, .html, .json or .csv to choose the format");
-  if (*format == report::Format::kPdf) return report::writePdf(history, jobId, path, nowUs());
-  return report::write(history, jobId, *format, path, nowUs());
+  if (*format == report::Format::kPdf) return report::writePdf(history, jobId, path, unixMicrosNow());
+  return report::write(history, jobId, *format, path, unixMicrosNow());
 }
 
 void exportReportDialog(QWidget* parent, const QString& historyPath, const QString& jobId) {

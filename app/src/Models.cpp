@@ -7,17 +7,14 @@
 #include <chrono>
 #include <cmath>
 
+#include "lockstep/common/clock.h"
+
 namespace lockstep::app {
 namespace {
 
 QString dash() { return QStringLiteral("–"); }
 
 QString number(double v, int decimals) { return QString::number(v, 'f', decimals); }
-
-std::int64_t nowUnixUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 }  // namespace
 
@@ -175,7 +172,7 @@ void JobsModel::refresh() {
   const int old = static_cast<int>(rows_.size());
   rows_ = store_.jobs();
   kpis_.clear();
-  const std::int64_t now = nowUnixUs();
+  const std::int64_t now = unixMicrosNow();
   for (const auto* j : rows_) kpis_.push_back(j->tracker->snapshot(now));
   resetOrUpdate(old, static_cast<int>(rows_.size()));
 }

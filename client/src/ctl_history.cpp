@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ctl.h"
+#include "lockstep/common/clock.h"
 #include "lockstep/report/report.h"
 #ifdef LOCKSTEP_HAVE_PDF
 #include "lockstep/report/report_pdf.h"
@@ -16,10 +17,6 @@ namespace lockstep::ctl {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-std::int64_t nowUnixUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 Result<history::History> openHistory(const Globals& g) {
   if (g.historyPath.empty()) return invalidArgument("--no-history: there is no history to read");
@@ -82,7 +79,7 @@ Json recordJson(const history::JobRecord& r) {
                  {"comm_overhead", maybe(k.commOverhead)},
                  {"gpu_utilization_pct", maybe(k.gpuUtilizationPct)},
                  {"time_to_convergence_s", maybe(k.timeToConvergenceSeconds)},
-                 {"cost", r.spec.prices.gpuHour > 0 || r.spec.prices.coreHour > 0 || r.spec.prices.kwh > 0
+                 {"cost", r.spec.prices.anySet()
                               ? maybe(k.costSoFar) : Json(nullptr)},
                  {"currency", r.spec.prices.currency}};
   } else {
@@ -135,10 +132,9 @@ int listJobs(const Globals& g, const std::vector<std::string>& args) {
   for (const auto& r : *jobs) {
     const kpi::JobKpis* k = r.finalKpis ? &*r.finalKpis : nullptr;
     const double elapsed = r.endedUnixUs && r.startedUnixUs ? static_cast<double>(r.endedUnixUs - r.startedUnixUs) / 1e6
-                                                            : static_cast<double>(nowUnixUs() - r.startedUnixUs) / 1e6;
+                                                            : static_cast<double>(unixMicrosNow() - r.startedUnixUs) / 1e6;
     const Prices& prices = r.spec.prices;
-    const bool priced = prices.gpuHour > 0 || prices.coreHour > 0 || prices.kwh > 0;
-    const std::string cost = priced && k && k->costSoFar ? fixed(k->costSoFar, "%.2f ") + prices.currency : "-";
+    const std::string cost = prices.anySet() && k && k->costSoFar ? fixed(k->costSoFar, "%.2f ") + prices.currency : "-";
     std::printf("%-28s %-16.16s %-9s %-19s %9s %5u %11s %6s %6s %12s\n", r.spec.jobId.c_str(), r.spec.name.c_str(),
                 std::string(jobStateName(r.state)).c_str(), timeText(r.startedUnixUs).c_str(),
                 r.startedUnixUs ? durationText(elapsed).c_str() : "-", r.spec.worldSize,
@@ -201,7 +197,7 @@ int cmdHistory(const Globals& g, const std::vector<std::string>& args) {
   if (!args.empty() && args[0] == "compact") {
     auto h = openHistory(g);
     if (!h) return fail(h.error());
-    auto stats = h->compact(nowUnixUs());
+    auto stats = h->compact(unixMicrosNow());
     if (!stats) return fail(stats.error());
     std::printf("GPU samples: %llu -> %llu rows; process samples: %llu -> %llu rows\n",
                 static_cast<unsigned long long>(stats->gpuRowsBefore), static_cast<unsigned long long>(stats->gpuRowsAfter),
@@ -242,13 +238,13 @@ int cmdReport(const Globals& g, const std::vector<std::string>& args) {
   Result<void> written;
   if (*format == report::Format::kPdf) {
 #ifdef LOCKSTEP_HAVE_PDF
-    written = report::writePdf(*h, jobId, out, nowUnixUs());
+    written = report::writePdf(*h, jobId, out, unixMicrosNow());
 #else
     written = Error{ErrorCode::kFailedPrecondition, "this lockstepctl was built without Qt, which writes PDFs: "
                                                     "use --format html, or a build with the desktop app"};
 #endif
   } else {
-    written = report::write(*h, jobId, *format, out, nowUnixUs());
+    written = report::write(*h, jobId, *format, out, unixMicrosNow());
   }
   if (!written) return fail(written.error());
   if (g.json) {

@@ -133,8 +133,7 @@ Json kpisJson(const ReportData& data) {
   j["energy_kwh"] = number(k.energyKwh);
   j["gpu_hours"] = number(k.gpuHours);
   j["core_hours"] = number(k.coreHours);
-  const bool priced =
-      data.job.spec.prices.gpuHour > 0 || data.job.spec.prices.coreHour > 0 || data.job.spec.prices.kwh > 0;
+  const bool priced = data.job.spec.prices.anySet();
   // Without prices the cost is unknown, not free.
   j["cost_so_far"] = priced ? number(k.costSoFar) : Json(nullptr);
   j["cost_projected"] = priced ? number(k.costProjected) : Json(nullptr);

@@ -80,8 +80,6 @@ std::string optimizerText(const OptimizerSpec& o) {
   return text;
 }
 
-bool priced(const Prices& p) { return p.gpuHour > 0 || p.coreHour > 0 || p.kwh > 0; }
-
 // Cents, except for amounts below a cent, which get two significant digits: a short job's cost is
 // small, not nothing.
 std::string moneyText(double amount, const std::string& currency) {
@@ -145,7 +143,7 @@ std::vector<std::string> missingOf(const ReportData& data) {
     addMissing(missing, "GPU utilization (a CPU job uses no GPUs)");
   }
   if (!spec.targetLoss) addMissing(missing, "time to convergence (the job has no target loss)");
-  if (!priced(spec.prices))
+  if (!spec.prices.anySet())
     addMissing(missing, "cost (no prices were set for this job)");
   else if (!k.costComplete)
     addMissing(missing, "part of the cost (a priced quantity was not measured; the cost leaves it out)");
@@ -349,7 +347,7 @@ std::vector<std::string> recommendations(const ReportData& data) {
         compact(spec.optimizer.lr) + ").");
   }
 
-  if (!priced(spec.prices)) {
+  if (!spec.prices.anySet()) {
     out.push_back(
         "No prices were set for this job, so its cost is unknown: give the price per GPU-hour, per CPU core-hour "
         "and per kWh when starting a job.");
@@ -456,14 +454,14 @@ Document document(const ReportData& data) {
                        k.timeToConvergenceSeconds ? detail::duration(*k.timeToConvergenceSeconds) : dash(),
                        convergence});
   std::string costNote = "no prices set";
-  if (priced(spec.prices)) {
+  if (spec.prices.anySet()) {
     costNote = "spent";
     if (k.costProjected && k.totalSteps > k.step)
       costNote += "; projected " + moneyText(*k.costProjected, spec.prices.currency);
     if (!k.costComplete) costNote += "; without unmeasured parts";
   }
   kpis.rows.push_back({"Cost per training job",
-                       priced(spec.prices) && k.costSoFar ? moneyText(*k.costSoFar, spec.prices.currency) : dash(),
+                       spec.prices.anySet() && k.costSoFar ? moneyText(*k.costSoFar, spec.prices.currency) : dash(),
                        costNote});
   kpis.rows.push_back({"Energy", orDash(k.energyKwh, 3, " kWh"),
                        k.energyKwh ? "NVML energy counters of the job's GPUs" : "no energy counter readings"});
@@ -524,7 +522,7 @@ Document document(const ReportData& data) {
       {"Checkpoints", spec.checkpointEvery > 0
                           ? "every " + std::to_string(spec.checkpointEvery) + " steps to " + spec.checkpointDir
                           : std::string("off")},
-      {"Prices", priced(spec.prices)
+      {"Prices", spec.prices.anySet()
                      ? compact(spec.prices.gpuHour) + " per GPU-hour, " + compact(spec.prices.coreHour) +
                            " per core-hour, " + compact(spec.prices.kwh) + " per kWh (" + spec.prices.currency + ")"
                      : std::string("not set")},
@@ -687,7 +685,7 @@ Comparison compare(std::span<const history::JobRecord> jobs) {
         return k.timeToConvergenceSeconds ? detail::duration(*k.timeToConvergenceSeconds) : dash();
       }));
   row("Cost", [](const history::JobRecord& j) {
-    return j.finalKpis && j.finalKpis->costSoFar && priced(j.spec.prices)
+    return j.finalKpis && j.finalKpis->costSoFar && j.spec.prices.anySet()
                ? moneyText(*j.finalKpis->costSoFar, j.spec.prices.currency)
                : dash();
   });

@@ -27,6 +27,7 @@ namespace lockstep::trainer {
 
 using Clock = std::chrono::steady_clock;
 inline constexpr auto kHeartbeatInterval = std::chrono::seconds(1);
+inline constexpr std::size_t kFirstBucketBytes = 1u << 20;  // like PyTorch DDP: start communicating early
 
 // What the main thread is doing, for heartbeats: written by the main thread, read by the
 // heartbeat thread.

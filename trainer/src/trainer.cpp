@@ -16,12 +16,13 @@
 #include "checkpoint.h"
 #include "comm.h"
 #include "dataset.h"
+#include "lockstep/common/clock.h"
 #include "lockstep/common/store.h"
 #include "metrics.h"
 #include "model.h"
 #include "optimizer.h"
-#include "reducer.h"
 #include "rank_state.h"
+#include "reducer.h"
 #include "sampler.h"
 
 namespace lockstep::trainer {
@@ -30,14 +31,8 @@ namespace {
 using std::chrono::milliseconds;
 
 constexpr double kLossSmoothing = 0.1;  // EMA weight of the newest loss for --target-loss
-constexpr std::size_t kFirstBucketBytes = 1u << 20;  // like PyTorch DDP: start communicating early
 
 std::int64_t micros(Clock::duration d) { return std::chrono::duration_cast<std::chrono::microseconds>(d).count(); }
-
-std::int64_t unixMicros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 
 Result<std::uint32_t> envNumber(const char* name, std::uint32_t fallback, std::uint32_t max) {
@@ -512,7 +507,7 @@ StepReport RankRunner::stepReport(std::uint64_t step, std::uint32_t localSamples
   report.samples = localSamples;
   report.loss = localSamples > 0 ? static_cast<float>(localLossSum / localSamples) : NAN;
   report.globalLoss = static_cast<float>(globalLoss);
-  report.timeUnixUs = unixMicros();
+  report.timeUnixUs = unixMicrosNow();
   report.lr = lr;
   return report;
 }

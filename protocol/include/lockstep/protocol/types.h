@@ -88,6 +88,8 @@ struct Prices {
   double coreHour = 0.0;
   double kwh = 0.0;
   std::string currency = "USD";
+  // Whether the job has a price at all: without one its cost is unknown, not 0.
+  bool anySet() const { return gpuHour > 0 || coreHour > 0 || kwh > 0; }
   bool operator==(const Prices&) const = default;
 };
 
