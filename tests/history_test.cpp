@@ -199,6 +199,32 @@ TEST(History, RecordsAJobAndReadsItBack) {
   EXPECT_EQ(record->finalKpis->missing, expected.missing);
 }
 
+// A restart (a later attempt) makes the job that attempt: its spec and parts; a part of the
+// attempt before, arriving late (a lost node's agent coming back), changes nothing.
+TEST(History, ARestartReplacesTheJobsSpecAndParts) {
+  TempDir dir;
+  auto h = History::open(dir.file("h.db"));
+  ASSERT_TRUE(h);
+  JobSpec first = spec("j-1", 2);
+  auto changed = h->recordJob("node-a", status(first, JobState::kFailed, kT0 + 5'000'000));
+  ASSERT_TRUE(changed);
+  EXPECT_TRUE(*changed);
+  EXPECT_FALSE(*h->recordJob("node-a", status(first, JobState::kFailed, kT0 + 5'000'000))) << "nothing new";
+  EXPECT_TRUE(*h->recordJob("node-b", status(first, JobState::kFailed, kT0 + 5'000'000)));
+
+  JobSpec second = spec("j-1", 1);
+  second.attempt = 1;
+  EXPECT_TRUE(*h->recordJob("node-a", status(second, JobState::kFinished, kT0 + 9'000'000)));
+  EXPECT_FALSE(*h->recordJob("node-b", status(first, JobState::kFailed, kT0 + 5'000'000))) << "the replaced attempt";
+  const auto record = h->job("j-1");
+  ASSERT_TRUE(record) << record.error().message;
+  EXPECT_EQ(record->spec.attempt, 1u);
+  EXPECT_EQ(record->spec.worldSize, 1u);
+  ASSERT_EQ(record->parts.size(), 1u);
+  EXPECT_EQ(record->parts[0].node, "node-a");
+  EXPECT_EQ(record->state, JobState::kFinished);
+}
+
 TEST(History, ReplayedMessagesAreStoredOnce) {
   TempDir dir;
   auto h = History::open(dir.file("h.db"));

@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "lockstep/common/clock.h"
+
 namespace lockstep::app {
 
 HistoryRecorder::HistoryRecorder(QString path) : path_(std::move(path)) {
@@ -44,40 +46,37 @@ void HistoryRecorder::open() {
   Q_EMIT opened(true, path_);
 }
 
-void HistoryRecorder::check(const Result<void>& result) {
-  if (result) {
-    dirty_ = true;
-    return;
-  }
+void HistoryRecorder::fail(const Error& error) {
   history_.reset();
   if (timer_) timer_->stop();
-  Q_EMIT failed(QString::fromStdString(result.error().message));
+  Q_EMIT failed(QString::fromStdString(error.message));
 }
 
 void HistoryRecorder::onHello(QString agentId, HelloPtr hello) {
   nodeOfAgent_[agentId] = hello->nodeName;
-  if (history_) check(history_->recordNode(*hello));
+  if (!history_) return;
+  if (auto r = history_->recordNode(*hello); !r) fail(r.error());
 }
 
 void HistoryRecorder::onJobs(QString agentId, JobList jobs) {
   auto node = nodeOfAgent_.find(agentId);
   if (!history_ || node == nodeOfAgent_.end()) return;
+  // Agents list their jobs every second, mostly unchanged: views re-read only on a change.
   for (const auto& status : *jobs) {
-    check(history_->recordJob(node->second, status));
-    if (!history_) return;
+    auto changed = history_->recordJob(node->second, status);
+    if (!changed) return fail(changed.error());
+    dirty_ |= *changed;
   }
 }
 
 void HistoryRecorder::onMessages(QString, MessageBatch messages) {
-  if (history_) check(history_->recordMessages(*messages));
+  if (!history_) return;
+  if (auto r = history_->recordMessages(*messages); !r) return fail(r.error());
+  dirty_ = true;
 }
 
 void HistoryRecorder::compact() {
-  const auto now = std::chrono::system_clock::now();
-  if (auto done = history_->compact(std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count());
-      !done) {
-    return check(done.error());
-  }
+  if (auto done = history_->compact(unixMicrosNow()); !done) return fail(done.error());
   nextCompact_ = std::chrono::steady_clock::now() + std::chrono::hours(1);
 }
 
@@ -85,11 +84,9 @@ void HistoryRecorder::tick() {
   if (!history_) return;
   if (std::chrono::steady_clock::now() >= nextCompact_) compact();
   if (!history_) return;
-  if (auto refreshed = history_->refreshFinalKpis(); !refreshed) {
-    check(refreshed.error());
-  } else if (!refreshed->empty()) {
-    dirty_ = true;
-  }
+  auto refreshed = history_->refreshFinalKpis();
+  if (!refreshed) return fail(refreshed.error());
+  dirty_ |= !refreshed->empty();
   if (std::exchange(dirty_, false)) Q_EMIT changed();
 }
 

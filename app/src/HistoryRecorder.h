@@ -46,7 +46,7 @@ class HistoryRecorder : public QObject {
   void open();
   void tick();
   void compact();
-  void check(const Result<void>& result);
+  void fail(const Error& error);  // reports once and stops recording
 
   const QString path_;
   QThread thread_;

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
@@ -12,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "lockstep/common/clock.h"
 #include "lockstep/common/files.h"
 #include "lockstep/protocol/codec.h"
 
@@ -213,10 +213,6 @@ std::vector<GpuInfo> gpusFromJson(const std::string& text) {
   return gpus;
 }
 
-std::int64_t nowUnixUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 bool ended(JobState state) { return state == JobState::kFinished || state == JobState::kFailed || state == JobState::kStopped; }
 
 std::string likePattern(std::string_view text) {
@@ -313,34 +309,52 @@ Result<void> History::recordNode(const NodeHello& hello) {
     INSERT INTO nodes VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
     ON CONFLICT (node) DO UPDATE SET host = ?2, cpu_cores = ?3, memory_bytes = ?4, gpus_json = ?5,
       agent_version = ?6, seen_us = ?7)sql"));
-  const std::int64_t now = nowUnixUs();
+  const std::int64_t now = unixMicrosNow();
   stmt.bind(1, hello.nodeName).bind(2, hello.host).bind(3, hello.cpuCores).bind(4, hello.memoryTotalBytes);
   stmt.bind(5, gpusToJson(hello.gpus)).bind(6, hello.agentVersion).bind(7, now);
   return stmt.run();
 }
 
-Result<void> History::recordJob(const std::string& node, const JobStatus& status) {
+Result<bool> History::recordJob(const std::string& node, const JobStatus& status) {
   sqlite3* db = db_.get();
+  const JobSpec& spec = status.spec;
   LOCKSTEP_ASSIGN_OR_RETURN(auto tx, Transaction::begin(db));
-  LOCKSTEP_ASSIGN_OR_RETURN(auto job, Statement::prepare(db, R"sql(
-    INSERT INTO jobs (job_id, name, spec_json, world_size, recorded_us) VALUES (?1, ?2, ?3, ?4, ?5)
-    ON CONFLICT (job_id) DO NOTHING)sql"));
-  const std::int64_t now = nowUnixUs();
-  job.bind(1, status.spec.jobId).bind(2, status.spec.name).bind(3, jobSpecToJson(status.spec));
-  job.bind(4, status.spec.worldSize).bind(5, now);
-  LOCKSTEP_TRY(job.run());
+  LOCKSTEP_ASSIGN_OR_RETURN(auto stored, Statement::prepare(db, R"sql(
+    SELECT coalesce(json_extract(spec_json, '$.attempt'), 0) FROM jobs WHERE job_id = ?1)sql"));
+  stored.bind(1, spec.jobId);
+  LOCKSTEP_ASSIGN_OR_RETURN(const bool known, stored.step());
+  const std::int64_t storedAttempt = known ? stored.i64(0) : 0;
+  if (known && spec.attempt < storedAttempt) return false;  // a part of an attempt a restart replaced
+  bool changed = false;
+  if (!known) {
+    LOCKSTEP_ASSIGN_OR_RETURN(auto job, Statement::prepare(db, R"sql(
+      INSERT INTO jobs (job_id, name, spec_json, world_size, recorded_us) VALUES (?1, ?2, ?3, ?4, ?5))sql"));
+    job.bind(1, spec.jobId).bind(2, spec.name).bind(3, jobSpecToJson(spec)).bind(4, spec.worldSize);
+    LOCKSTEP_TRY(job.bind(5, unixMicrosNow()).run());
+    changed = true;
+  } else if (spec.attempt > storedAttempt) {
+    // A restart: the job is now this attempt's spec and parts (its reports keep their attempts).
+    LOCKSTEP_ASSIGN_OR_RETURN(auto job, Statement::prepare(db, R"sql(
+      UPDATE jobs SET spec_json = ?2, world_size = ?3, kpis_stale = 1 WHERE job_id = ?1)sql"));
+    LOCKSTEP_TRY(job.bind(1, spec.jobId).bind(2, jobSpecToJson(spec)).bind(3, spec.worldSize).run());
+    LOCKSTEP_ASSIGN_OR_RETURN(auto parts, Statement::prepare(db, "DELETE FROM job_parts WHERE job_id = ?1"));
+    LOCKSTEP_TRY(parts.bind(1, spec.jobId).run());
+    changed = true;
+  }
   LOCKSTEP_ASSIGN_OR_RETURN(auto part, Statement::prepare(db, R"sql(
     INSERT INTO job_parts VALUES (?1, ?2, ?3, ?4, ?5, ?6)
     ON CONFLICT (job_id, node) DO UPDATE SET state = ?3, started_us = ?4, ended_us = ?5, message = ?6
       WHERE state != ?3 OR started_us != ?4 OR ended_us != ?5 OR message != ?6)sql"));
-  part.bind(1, status.spec.jobId).bind(2, node).bind(3, static_cast<std::int64_t>(status.state));
+  part.bind(1, spec.jobId).bind(2, node).bind(3, static_cast<std::int64_t>(status.state));
   part.bind(4, status.startedUnixUs).bind(5, status.endedUnixUs).bind(6, status.message);
   LOCKSTEP_TRY(part.step());
   if (sqlite3_changes(db) > 0) {
     LOCKSTEP_ASSIGN_OR_RETURN(auto stale, Statement::prepare(db, "UPDATE jobs SET kpis_stale = 1 WHERE job_id = ?1"));
-    LOCKSTEP_TRY(stale.bind(1, status.spec.jobId).run());
+    LOCKSTEP_TRY(stale.bind(1, spec.jobId).run());
+    changed = true;
   }
-  return tx.commit();
+  LOCKSTEP_TRY(tx.commit());
+  return changed;
 }
 
 Result<void> History::recordMessages(std::span<const StreamMessage> messages) {
@@ -418,7 +432,12 @@ Result<std::vector<std::string>> History::refreshFinalKpis() {
   sqlite3* db = db_.get();
   std::vector<std::string> stale;
   {
-    LOCKSTEP_ASSIGN_OR_RETURN(auto query, Statement::prepare(db, "SELECT job_id FROM jobs WHERE kpis_stale = 1"));
+    // Only jobs whose parts all ended: a running job is written to all the time, and is computed
+    // once it ends.
+    LOCKSTEP_ASSIGN_OR_RETURN(auto query, Statement::prepare(db, R"sql(
+      SELECT job_id FROM jobs WHERE kpis_stale = 1 AND NOT EXISTS (
+        SELECT 1 FROM job_parts p WHERE p.job_id = jobs.job_id AND p.state IN (?1, ?2)))sql"));
+    query.bind(1, static_cast<std::int64_t>(JobState::kStarting)).bind(2, static_cast<std::int64_t>(JobState::kRunning));
     for (;;) {
       LOCKSTEP_ASSIGN_OR_RETURN(bool row, query.step());
       if (!row) break;
@@ -433,7 +452,7 @@ Result<std::vector<std::string>> History::refreshFinalKpis() {
     const kpi::JobKpis k = t->snapshot(std::max(record.endedUnixUs, t->lastReportUnixUs()));
     auto missing = nlohmann::json::array();
     for (const auto& m : k.missing) missing.push_back(m);
-    const std::int64_t now = nowUnixUs();
+    const std::int64_t now = unixMicrosNow();
 
     LOCKSTEP_ASSIGN_OR_RETURN(auto tx, Transaction::begin(db));
     LOCKSTEP_ASSIGN_OR_RETURN(auto insert, Statement::prepare(db, R"sql(

@@ -102,7 +102,9 @@ class History {
   // ---- writing (each call is one transaction) ----
   Result<void> recordNode(const NodeHello& hello);
   // A job's part on `node`, from the agent's job list: creates the job or updates that part.
-  Result<void> recordJob(const std::string& node, const JobStatus& status);
+  // A later attempt (a restart) replaces the job's spec and parts; a part of an earlier attempt is
+  // ignored. Returns whether anything changed.
+  Result<bool> recordJob(const std::string& node, const JobStatus& status);
   // Stream messages; those of jobs not recorded yet (and samples of no job) are skipped.
   Result<void> recordMessages(std::span<const StreamMessage> messages);
   // Recomputes the final KPIs of ended jobs written to since (by replaying them). Returns the ids.
