@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <numeric>
 
 #include "cuda_check.h"
 #include "gpu_model.h"
@@ -25,13 +26,6 @@ namespace lockstep::trainer {
 
 namespace {
 
-constexpr std::size_t kFirstBucketBytes = 1u << 20;
-
-std::int64_t unixMicros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // The events and pinned header of one step in flight.
 struct StepSlot {
   cudaEvent_t computeStart = nullptr, backwardEnd = nullptr, commStart = nullptr, end = nullptr;
@@ -39,6 +33,7 @@ struct StepSlot {
   float* localLoss = nullptr;  // this rank's loss sum before the reduction (pinned)
   std::uint64_t step = 0;      // 1-based; 0: empty
   std::uint32_t localSamples = 0;
+  std::vector<std::uint32_t> rows;  // per micro-step
   bool commStarted = false;
 };
 
@@ -131,15 +126,16 @@ Result<RunSummary> RankRunner::trainCuda() {
     return e.withContext("rank 0 " + when);
   };
 
-  // Gathers step `step`'s micro-batches into its slot once the step two back is done with it.
-  const auto prepare = [&](std::uint64_t step, cudaEvent_t slotFree) -> Result<std::uint32_t> {
-    std::uint32_t samples = 0;
+  // Gathers step `step`'s micro-batches into its slot once the step two back is done with it;
+  // returns their row counts.
+  const auto prepare = [&](std::uint64_t step, cudaEvent_t slotFree) -> Result<std::vector<std::uint32_t>> {
+    std::vector<std::uint32_t> counts;
     for (std::uint32_t micro = 0; micro < spec.accumSteps; ++micro) {
       s.sampler->indices(step, micro, env_.rank, indices);
-      samples += static_cast<std::uint32_t>(indices.size());
+      counts.push_back(static_cast<std::uint32_t>(indices.size()));
       LOCKSTEP_TRY(model->prepareBatch(static_cast<int>(step % 2), micro, indices, micro == 0 ? slotFree : nullptr));
     }
-    return samples;
+    return counts;
   };
 
   // Reads a finished step's header and times, and reports it. Returns whether to stop after the
@@ -156,7 +152,6 @@ Result<RunSummary> RankRunner::trainCuda() {
     r.stepTimeUs = static_cast<std::int64_t>(elapsedUs(previousEnd, slot.end));
     r.allreduceTimeUs = static_cast<std::int64_t>(elapsedUs(slot.commStart, slot.end));
     r.bytesReduced = bytesPerStep;
-    r.timeUnixUs = unixMicros();
     samplesSeen += static_cast<std::uint64_t>(h[kSampleCount]);
     LOCKSTEP_ASSIGN_OR_RETURN(const bool reached,
                               accounting.record(r, static_cast<std::uint64_t>(h[kSampleCount]), globalLoss,
@@ -167,7 +162,7 @@ Result<RunSummary> RankRunner::trainCuda() {
 
   LOCKSTEP_CUDA(cudaEventRecord(slots.start(), compute));
   cudaEvent_t previousEnd = slots.start();
-  LOCKSTEP_ASSIGN_OR_RETURN(std::uint32_t nextSamples, prepare(s.firstStep, nullptr));
+  LOCKSTEP_ASSIGN_OR_RETURN(std::vector<std::uint32_t> nextRows, prepare(s.firstStep, nullptr));
   StepSlot* pending = nullptr;  // the step before the one just enqueued
   cudaEvent_t pendingPreviousEnd = nullptr;
   bool stopAfterThis = false;
@@ -176,7 +171,8 @@ Result<RunSummary> RankRunner::trainCuda() {
     s.progress.enter(RankPhase::kCompute);
     StepSlot& slot = slots[step];
     slot.step = step + 1;
-    slot.localSamples = nextSamples;
+    slot.rows = nextRows;
+    slot.localSamples = std::accumulate(slot.rows.begin(), slot.rows.end(), 0u);
     slot.commStarted = false;
     s.optimizer->beginStep(lr);
     const std::int64_t optimizerStep = s.optimizer->stepsTaken();
@@ -215,11 +211,8 @@ Result<RunSummary> RankRunner::trainCuda() {
       }
     };
     for (std::uint32_t micro = 0; micro < spec.accumSteps; ++micro) {
-      std::uint32_t rows = 0;
-      // The sampler is deterministic: the rows of each micro-step are known again here.
-      s.sampler->indices(step, micro, env_.rank, indices);
-      rows = static_cast<std::uint32_t>(indices.size());
-      LOCKSTEP_TRY(model->forwardBackward(static_cast<int>(step % 2), micro, rows, micro + 1 == spec.accumSteps, layerDone));
+      LOCKSTEP_TRY(model->forwardBackward(static_cast<int>(step % 2), micro, slot.rows[micro], micro + 1 == spec.accumSteps,
+                                          layerDone));
     }
     if (!commError) return fail(commError.error(), step + 1);
     LOCKSTEP_CUDA(cudaEventRecord(slot.backwardEnd, compute));
@@ -229,7 +222,7 @@ Result<RunSummary> RankRunner::trainCuda() {
 
     // The next batch, into the other slot, once the step before this one has finished reading it.
     if (step + 1 < s.totalSteps) {
-      LOCKSTEP_ASSIGN_OR_RETURN(nextSamples, prepare(step + 1, pending ? pending->backwardEnd : nullptr));
+      LOCKSTEP_ASSIGN_OR_RETURN(nextRows, prepare(step + 1, pending ? pending->backwardEnd : nullptr));
     }
 
     // Meanwhile: the previous step's figures.
