@@ -12,15 +12,6 @@
 namespace lockstep::trainer::kernels {
 namespace {
 
-constexpr float kInvSqrt2 = 0.70710678118654752f;
-constexpr float kInvSqrt2Pi = 0.39894228040143268f;
-
-// PyTorch's default (exact, erf-based) GELU.
-inline float gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2)); }
-inline float geluGrad(float x) {
-  return 0.5f * (1.0f + std::erf(x * kInvSqrt2)) + x * kInvSqrt2Pi * std::exp(-0.5f * x * x);
-}
-
 LOCKSTEP_SIMD void biasRelu(float* __restrict pre, float* __restrict act, const float* __restrict bias,
                             std::size_t rows, std::size_t cols) {
   for (std::size_t r = 0; r < rows; ++r) {
@@ -105,32 +96,19 @@ LOCKSTEP_SIMD void sumFloats(void* c, const void* a, const void* b, std::size_t 
 
 LOCKSTEP_SIMD void sgdUpdate(float* __restrict param, const float* __restrict grad, float* __restrict momentumBuf,
                              std::size_t n, const SgdParams& p) {
-  const float lr = p.lr, scale = p.gradScale, wd = p.weightDecay, mu = p.momentum;
-  if (mu == 0.0f) {
-    for (std::size_t i = 0; i < n; ++i) param[i] -= lr * (scale * grad[i] + wd * param[i]);
+  const SgdParams q = p;  // a local: stores through param cannot change it, so the loop vectorises
+  if (q.momentum == 0.0f) {
+    float unused = 0.0f;
+    for (std::size_t i = 0; i < n; ++i) param[i] = sgdStep(param[i], grad[i], unused, q);
     return;
   }
-  for (std::size_t i = 0; i < n; ++i) {
-    const float g = scale * grad[i] + wd * param[i];
-    const float b = mu * momentumBuf[i] + g;
-    momentumBuf[i] = b;
-    param[i] -= lr * (p.nesterov ? g + mu * b : b);
-  }
+  for (std::size_t i = 0; i < n; ++i) param[i] = sgdStep(param[i], grad[i], momentumBuf[i], q);
 }
 
 LOCKSTEP_SIMD void adamwUpdate(float* __restrict param, const float* __restrict grad, float* __restrict expAvg,
                                float* __restrict expAvgSq, std::size_t n, const AdamWParams& p) {
-  const float decay = 1.0f - p.lr * p.weightDecay;
-  const float stepSize = p.lr / p.biasCorrection1;
-  const float invSqrtBc2 = 1.0f / std::sqrt(p.biasCorrection2);
-  for (std::size_t i = 0; i < n; ++i) {
-    const float g = p.gradScale * grad[i];
-    const float m = p.beta1 * expAvg[i] + (1.0f - p.beta1) * g;
-    const float v = p.beta2 * expAvgSq[i] + (1.0f - p.beta2) * g * g;
-    expAvg[i] = m;
-    expAvgSq[i] = v;
-    param[i] = param[i] * decay - stepSize * m / (std::sqrt(v) * invSqrtBc2 + p.eps);
-  }
+  const AdamWParams q = p;
+  for (std::size_t i = 0; i < n; ++i) param[i] = adamwStep(param[i], grad[i], expAvg[i], expAvgSq[i], q);
 }
 
 }  // namespace lockstep::trainer::kernels

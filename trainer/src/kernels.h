@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "element_math.h"
 #include "lockstep/protocol/types.h"
 
 namespace lockstep::trainer::kernels {
@@ -26,26 +27,8 @@ void columnSums(const float* m, std::size_t rows, std::size_t cols, float* out, 
 // c[i] = a[i] + b[i] (c may be a); Gloo's reduce function signature.
 void sumFloats(void* c, const void* a, const void* b, std::size_t n);
 
-struct SgdParams {
-  float lr = 0;
-  float gradScale = 1;  // multiplies the raw gradient (1 / samples in the global step)
-  float momentum = 0;
-  float weightDecay = 0;
-  bool nesterov = false;
-};
-// PyTorch's rule; its first-step buffer = gradient is what a zeroed buffer gives here.
+// The optimizer rules over a range (element_math.h has the per-parameter math).
 void sgdUpdate(float* param, const float* grad, float* momentumBuf, std::size_t n, const SgdParams& p);
-
-struct AdamWParams {
-  float lr = 0;
-  float gradScale = 1;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weightDecay = 0;
-  float biasCorrection1 = 1;  // 1 - beta1^t
-  float biasCorrection2 = 1;  // 1 - beta2^t
-};
 void adamwUpdate(float* param, const float* grad, float* expAvg, float* expAvgSq, std::size_t n,
                  const AdamWParams& p);
 

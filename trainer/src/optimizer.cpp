@@ -26,15 +26,25 @@ void Optimizer::apply(float* params, const float* grads, std::size_t begin, std:
   if (begin >= end) return;
   const std::size_t n = end - begin;
   if (spec_.kind == OptimizerKind::kSgd) {
-    kernels::SgdParams p;
-    p.lr = static_cast<float>(lr_);
-    p.gradScale = gradScale;
-    p.momentum = static_cast<float>(spec_.momentum);
-    p.weightDecay = static_cast<float>(spec_.weightDecay);
-    p.nesterov = spec_.nesterov;
-    kernels::sgdUpdate(params + begin, grads + begin, first_.empty() ? nullptr : first_.data() + begin, n, p);
+    kernels::sgdUpdate(params + begin, grads + begin, first_.empty() ? nullptr : first_.data() + begin, n,
+                       sgdParams(gradScale));
     return;
   }
+  kernels::adamwUpdate(params + begin, grads + begin, first_.data() + begin, second_.data() + begin, n,
+                       adamwParams(gradScale));
+}
+
+kernels::SgdParams Optimizer::sgdParams(float gradScale) const {
+  kernels::SgdParams p;
+  p.lr = static_cast<float>(lr_);
+  p.gradScale = gradScale;
+  p.momentum = static_cast<float>(spec_.momentum);
+  p.weightDecay = static_cast<float>(spec_.weightDecay);
+  p.nesterov = spec_.nesterov;
+  return p;
+}
+
+kernels::AdamWParams Optimizer::adamwParams(float gradScale) const {
   kernels::AdamWParams p;
   p.lr = static_cast<float>(lr_);
   p.gradScale = gradScale;
@@ -42,9 +52,11 @@ void Optimizer::apply(float* params, const float* grads, std::size_t begin, std:
   p.beta2 = static_cast<float>(spec_.beta2);
   p.eps = static_cast<float>(spec_.eps);
   p.weightDecay = static_cast<float>(spec_.weightDecay);
-  p.biasCorrection1 = static_cast<float>(1.0 - std::pow(spec_.beta1, static_cast<double>(steps_)));
-  p.biasCorrection2 = static_cast<float>(1.0 - std::pow(spec_.beta2, static_cast<double>(steps_)));
-  kernels::adamwUpdate(params + begin, grads + begin, first_.data() + begin, second_.data() + begin, n, p);
+  // In double, as PyTorch computes these Python floats.
+  const auto t = static_cast<double>(steps_);
+  p.stepSize = static_cast<float>(lr_ / (1.0 - std::pow(spec_.beta1, t)));
+  p.biasCorrection2Sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(spec_.beta2, t)));
+  return p;
 }
 
 std::vector<Optimizer::StateBuffer> Optimizer::stateBuffers() {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "element_math.h"
 #include "lockstep/protocol/types.h"
 #include "model.h"
 
@@ -27,6 +28,10 @@ class Optimizer {
   // Applies the step to params[begin, end) (header floats are skipped). gradScale turns the raw
   // summed gradient into the mean (1 / samples in the global step).
   void apply(float* params, const float* grads, std::size_t begin, std::size_t end, float gradScale);
+
+  // The current step's per-parameter rule (for the GPU backend, which applies it on the device).
+  kernels::SgdParams sgdParams(float gradScale) const;
+  kernels::AdamWParams adamwParams(float gradScale) const;
 
   std::int64_t stepsTaken() const { return steps_; }
   void setStepsTaken(std::int64_t steps) { steps_ = steps; }

@@ -4,7 +4,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 #include <tuple>
 #include <type_traits>
@@ -306,30 +305,20 @@ class Impl final : public GpuModel {
     return {};
   }
 
-  void applyOptimizer(std::size_t begin, std::size_t end, double lr, std::int64_t step, cudaStream_t stream) override {
+  void applyOptimizer(std::size_t begin, std::size_t end, const Optimizer& optimizer, cudaStream_t stream) override {
     begin = std::max(begin, ParamLayout::kHeaderFloats);
     if (begin >= end) return;
     const std::size_t n = end - begin;
     T* lowCopy = nullptr;
     if constexpr (!std::is_same_v<T, float>) lowCopy = lowStorage_.get() + begin;
-    const float* count = grads_.get() + kSampleCount;
-    const OptimizerSpec& o = spec_.optimizer;
-    if (o.kind == OptimizerKind::kSgd) {
-      SgdArgs a{static_cast<float>(lr), static_cast<float>(o.momentum), static_cast<float>(o.weightDecay), o.nesterov};
+    const float* count = grads_.get() + kSampleCount;  // the kernels take the gradient scale from it
+    if (spec_.optimizer.kind == OptimizerKind::kSgd) {
       launchSgd<T>(params_.get() + begin, grads_.get() + begin, state1_ ? state1_.get() + begin : nullptr, lowCopy, n,
-                   count, a, stream);
+                   count, optimizer.sgdParams(1.0f), stream);
       return;
     }
-    AdamWArgs a;
-    a.lr = static_cast<float>(lr);
-    a.beta1 = static_cast<float>(o.beta1);
-    a.beta2 = static_cast<float>(o.beta2);
-    a.eps = static_cast<float>(o.eps);
-    a.weightDecay = static_cast<float>(o.weightDecay);
-    a.biasCorrection1 = static_cast<float>(1.0 - std::pow(o.beta1, static_cast<double>(step)));
-    a.biasCorrection2 = static_cast<float>(1.0 - std::pow(o.beta2, static_cast<double>(step)));
     launchAdamW<T>(params_.get() + begin, grads_.get() + begin, state1_.get() + begin, state2_.get() + begin, lowCopy, n,
-                   count, a, stream);
+                   count, optimizer.adamwParams(1.0f), stream);
   }
 
   float* grads() override { return grads_.get(); }

@@ -22,6 +22,7 @@
 #include "lockstep/common/result.h"
 #include "lockstep/protocol/types.h"
 #include "model.h"
+#include "optimizer.h"
 
 namespace lockstep::trainer::gpu {
 
@@ -54,9 +55,9 @@ class GpuModel {
   virtual Result<void> forwardBackward(int slot, std::uint32_t micro, std::uint32_t rows, bool last,
                                        const std::function<void(std::size_t end, cudaEvent_t ready)>& layerDone) = 0;
 
-  // The optimizer on params[begin, end) on `stream` (after that range's all-reduce there).
-  virtual void applyOptimizer(std::size_t begin, std::size_t end, double lr, std::int64_t step,
-                              cudaStream_t stream) = 0;
+  // The optimizer's current step on params[begin, end) on `stream` (after that range's all-reduce
+  // there).
+  virtual void applyOptimizer(std::size_t begin, std::size_t end, const Optimizer& optimizer, cudaStream_t stream) = 0;
 
   virtual float* grads() = 0;  // device, the flat layout; grads()[kSampleCount] etc. are the header
   virtual cudaStream_t computeStream() = 0;

@@ -175,7 +175,6 @@ Result<RunSummary> RankRunner::trainCuda() {
     slot.localSamples = std::accumulate(slot.rows.begin(), slot.rows.end(), 0u);
     slot.commStarted = false;
     s.optimizer->beginStep(lr);
-    const std::int64_t optimizerStep = s.optimizer->stepsTaken();
 
     // Compute: after the previous step's optimizer (it wrote the weights) and this step's batch.
     LOCKSTEP_CUDA(cudaStreamWaitEvent(compute, previousEnd));
@@ -207,7 +206,7 @@ Result<RunSummary> RankRunner::trainCuda() {
         return;
       }
       for (std::size_t b = first; b < launched; ++b) {
-        model->applyOptimizer(buckets[b].begin, buckets[b].end, lr, optimizerStep, comm);
+        model->applyOptimizer(buckets[b].begin, buckets[b].end, *s.optimizer, comm);
       }
     };
     for (std::uint32_t micro = 0; micro < spec.accumSteps; ++micro) {

@@ -21,13 +21,8 @@ unsigned blocksFor(std::size_t n) {
   return static_cast<unsigned>(blocks < 65535u * 16u ? blocks : 65535u * 16u);
 }
 
-// PyTorch's exact GELU: x * Phi(x).
-__device__ inline float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
-__device__ inline float geluGrad(float x) {
-  const float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
-  const float pdf = 0.39894228040143268f * expf(-0.5f * x * x);
-  return cdf + x * pdf;
-}
+using kernels::gelu;
+using kernels::geluGrad;
 
 __global__ void setHeader(float* grads, float samples, float stopVote) {
   grads[0] = 0.0f;
@@ -130,42 +125,30 @@ __global__ void addInto(const T* __restrict__ in, float* __restrict__ out, std::
   }
 }
 
-// PyTorch's SGD: g = scale * grad + wd * p; b = mu * b + g; p -= lr * (nesterov ? g + mu * b : b).
+// The per-parameter rules are the CPU backend's (element_math.h).
 template <class T>
 __global__ void sgd(float* __restrict__ p, const float* __restrict__ grad, float* __restrict__ buf,
-                    T* __restrict__ low, std::size_t n, const float* __restrict__ count, SgdArgs a) {
-  const float scale = 1.0f / *count;
+                    T* __restrict__ low, std::size_t n, const float* __restrict__ count, kernels::SgdParams a) {
+  a.gradScale = 1.0f / *count;
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x) {
-    float param = p[i];
-    const float g = scale * grad[i] + a.weightDecay * param;
-    float step = g;
-    if (buf != nullptr) {
-      const float b = a.momentum * buf[i] + g;
-      buf[i] = b;
-      step = a.nesterov ? g + a.momentum * b : b;
-    }
-    param -= a.lr * step;
+    float b = buf != nullptr ? buf[i] : 0.0f;
+    const float param = kernels::sgdStep(p[i], grad[i], b, a);
+    if (buf != nullptr) buf[i] = b;
     p[i] = param;
     if (low != nullptr) low[i] = fromFloat<T>(param);
   }
 }
 
-// PyTorch's AdamW.
 template <class T>
 __global__ void adamw(float* __restrict__ p, const float* __restrict__ grad, float* __restrict__ m1,
                       float* __restrict__ m2, T* __restrict__ low, std::size_t n, const float* __restrict__ count,
-                      AdamWArgs a) {
-  const float scale = 1.0f / *count;
-  const float decay = 1.0f - a.lr * a.weightDecay;
-  const float stepSize = a.lr / a.biasCorrection1;
-  const float invSqrtBc2 = 1.0f / sqrtf(a.biasCorrection2);  // as the CPU computes it
+                      kernels::AdamWParams a) {
+  a.gradScale = 1.0f / *count;
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x) {
-    const float g = scale * grad[i];
-    const float m = a.beta1 * m1[i] + (1.0f - a.beta1) * g;
-    const float v = a.beta2 * m2[i] + (1.0f - a.beta2) * g * g;
+    float m = m1[i], v = m2[i];
+    const float param = kernels::adamwStep(p[i], grad[i], m, v, a);
     m1[i] = m;
     m2[i] = v;
-    const float param = p[i] * decay - stepSize * m / (sqrtf(v) * invSqrtBc2 + a.eps);
     p[i] = param;
     if (low != nullptr) low[i] = fromFloat<T>(param);
   }
@@ -222,13 +205,13 @@ void launchAddInto(const T* in, float* out, std::size_t n, bool accumulate, cuda
 
 template <class T>
 void launchSgd(float* params, const float* grads, float* momentum, T* lowParams, std::size_t n,
-               const float* sampleCount, const SgdArgs& args, cudaStream_t stream) {
+               const float* sampleCount, const kernels::SgdParams& args, cudaStream_t stream) {
   if (n > 0) sgd<T><<<blocksFor(n), kThreads, 0, stream>>>(params, grads, momentum, lowParams, n, sampleCount, args);
 }
 
 template <class T>
 void launchAdamW(float* params, const float* grads, float* expAvg, float* expAvgSq, T* lowParams, std::size_t n,
-                 const float* sampleCount, const AdamWArgs& args, cudaStream_t stream) {
+                 const float* sampleCount, const kernels::AdamWParams& args, cudaStream_t stream) {
   if (n > 0) {
     adamw<T><<<blocksFor(n), kThreads, 0, stream>>>(params, grads, expAvg, expAvgSq, lowParams, n, sampleCount, args);
   }
@@ -244,10 +227,10 @@ void launchAdamW(float* params, const float* grads, float* expAvg, float* expAvg
                                              float*, cudaStream_t);                                               \
   template void launchColumnSums<T>(const T*, std::uint32_t, std::uint32_t, float*, bool, cudaStream_t);          \
   template void launchAddInto<T>(const T*, float*, std::size_t, bool, cudaStream_t);                              \
-  template void launchSgd<T>(float*, const float*, float*, T*, std::size_t, const float*, const SgdArgs&,         \
+  template void launchSgd<T>(float*, const float*, float*, T*, std::size_t, const float*, const kernels::SgdParams&,     \
                              cudaStream_t);                                                                       \
   template void launchAdamW<T>(float*, const float*, float*, float*, T*, std::size_t, const float*,               \
-                               const AdamWArgs&, cudaStream_t);
+                               const kernels::AdamWParams&, cudaStream_t);
 LOCKSTEP_INSTANTIATE(float)
 LOCKSTEP_INSTANTIATE(__nv_bfloat16)
 #undef LOCKSTEP_INSTANTIATE

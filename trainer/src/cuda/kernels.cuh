@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "element_math.h"
+
 namespace lockstep::trainer::gpu {
 
 enum class Act { kRelu, kGelu };
@@ -48,23 +50,15 @@ void launchColumnSums(const T* m, std::uint32_t rows, std::uint32_t cols, float*
 template <class T>
 void launchAddInto(const T* in, float* out, std::size_t n, bool accumulate, cudaStream_t stream);
 
-struct SgdArgs {
-  float lr = 0, momentum = 0, weightDecay = 0;
-  bool nesterov = false;
-};
-struct AdamWArgs {
-  float lr = 0, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weightDecay = 0;
-  float biasCorrection1 = 1, biasCorrection2 = 1;
-};
-
-// The optimizer on params[0, n) (a bucket), reading the gradient scale (1 / samples of the global
-// step) from the reduced header on the device, so that the host never waits for it. Also refreshes
-// the low-precision copy of the weights the GEMMs read (lowParams null: none).
+// The optimizer on params[0, n) (a bucket), with the CPU backend's per-parameter rule
+// (element_math.h), but the gradient scale (1 / samples of the global step) read from the reduced
+// header on the device, so that the host never waits for it: args.gradScale is ignored. Also
+// refreshes the low-precision copy of the weights the GEMMs read (lowParams null: none).
 template <class T>
 void launchSgd(float* params, const float* grads, float* momentum, T* lowParams, std::size_t n,
-               const float* sampleCount, const SgdArgs& args, cudaStream_t stream);
+               const float* sampleCount, const kernels::SgdParams& args, cudaStream_t stream);
 template <class T>
 void launchAdamW(float* params, const float* grads, float* expAvg, float* expAvgSq, T* lowParams, std::size_t n,
-                 const float* sampleCount, const AdamWArgs& args, cudaStream_t stream);
+                 const float* sampleCount, const kernels::AdamWParams& args, cudaStream_t stream);
 
 }  // namespace lockstep::trainer::gpu
