@@ -442,13 +442,10 @@ class Impl final : public GpuModel {
       const std::size_t workspace = kWorkspaceBytes;
       ok = ok && cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                       sizeof workspace) == CUBLAS_STATUS_SUCCESS;
-      // The heuristic assumes 256-byte aligned operands unless told: ours are 16-byte aligned at
-      // least (tensor slices of the flat buffers, 64-byte aligned in fp32, 32 in bf16).
-      const std::uint32_t alignment = 16;
-      for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
-        ok = ok && cublasLtMatmulPreferenceSetAttribute(pref, attr, &alignment, sizeof alignment) == CUBLAS_STATUS_SUCCESS;
-      }
+      // The heuristic's default: every operand 256-byte aligned, which ours are (cudaMalloc'd
+      // buffers, and tensor slices of the flat buffers, 512-byte aligned in fp32, 256 in bf16), so
+      // no algorithm is ruled out.
+      static_assert(ParamLayout::kAlignFloats * sizeof(__nv_bfloat16) % 256 == 0);
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
       ok = ok && cublasLtMatmulAlgoGetHeuristic(lt_, p->desc, p->a, p->b, p->d, p->d, pref, 1, &result, &found) ==
