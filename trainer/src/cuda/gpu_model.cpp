@@ -4,6 +4,9 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
 #include <map>
 #include <tuple>
 #include <type_traits>
@@ -48,12 +51,17 @@ Result<PinnedPtr<T>> pinnedAlloc(std::size_t count) {
   return PinnedPtr<T>(static_cast<T*>(p));
 }
 
-// One GEMM shape with its descriptors and the algorithm cuBLASLt's heuristic chose, kept for the
-// run: the heuristic costs tens of microseconds, a step calls a dozen GEMMs.
+// How many of the heuristic's algorithms a GEMM of the full batch is timed with at start-up.
+constexpr int kCandidates = 8;
+
+// One GEMM shape with its descriptors and algorithm, kept for the run: the heuristic costs tens of
+// microseconds, a step calls a dozen GEMMs.
 struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulAlgo_t algo{};
+  cublasLtMatmulAlgo_t algo{};                     // the one used: the heuristic's first, or the fastest timed
+  std::vector<cublasLtMatmulAlgo_t> candidates;    // the heuristic's best first
+  bool tuned = false;
   ~Plan() {
     if (desc) cublasLtMatmulDescDestroy(desc);
     if (a) cublasLtMatrixLayoutDestroy(a);
@@ -91,6 +99,8 @@ class Impl final : public GpuModel {
     for (auto& slot : batchReady_)
       for (auto e : slot) cudaEventDestroy(e);
     for (auto e : layerEvents_) cudaEventDestroy(e);
+    if (tuneStart_) cudaEventDestroy(tuneStart_);
+    if (tuneEnd_) cudaEventDestroy(tuneEnd_);
     plans_.clear();
     if (lt_) cublasLtDestroy(lt_);
     if (compute_) cudaStreamDestroy(compute_);
@@ -155,8 +165,9 @@ class Impl final : public GpuModel {
 
     for (int slot = 0; slot < 2; ++slot) {
       for (std::uint32_t m = 0; m < accum_; ++m) {
-        LOCKSTEP_ASSIGN_OR_RETURN(auto x, deviceAlloc<T>(std::size_t{maxBatch_} * dim_, false));
-        LOCKSTEP_ASSIGN_OR_RETURN(auto y, deviceAlloc<std::int32_t>(maxBatch_, false));
+        // Zeros: warmUp() computes on them before the first batch arrives.
+        LOCKSTEP_ASSIGN_OR_RETURN(auto x, deviceAlloc<T>(std::size_t{maxBatch_} * dim_));
+        LOCKSTEP_ASSIGN_OR_RETURN(auto y, deviceAlloc<std::int32_t>(maxBatch_));
         LOCKSTEP_ASSIGN_OR_RETURN(auto idx, deviceAlloc<std::uint32_t>(maxBatch_, false));
         LOCKSTEP_ASSIGN_OR_RETURN(auto host, pinnedAlloc<std::uint32_t>(maxBatch_));
         batchX_[slot].push_back(std::move(x));
@@ -176,7 +187,8 @@ class Impl final : public GpuModel {
       LOCKSTEP_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
       layerEvents_.push_back(e);
     }
-    return chooseEpilogues();
+    LOCKSTEP_TRY(chooseEpilogues());
+    return warmUp();
   }
 
   Result<void> upload(const float* params, const std::vector<std::vector<float>*>& optimizerState) override {
@@ -326,6 +338,7 @@ class Impl final : public GpuModel {
   cudaStream_t dataStream() override { return data_; }
   cudaEvent_t batchReady(int slot, std::uint32_t micro) override { return batchReady_[slot][micro]; }
   bool fusedEpilogues() const override { return fused_; }
+  int tunedGemms() const override { return tunedShapes_; }
 
  private:
   T* low() {
@@ -446,13 +459,16 @@ class Impl final : public GpuModel {
       // buffers, and tensor slices of the flat buffers, 512-byte aligned in fp32, 256 in bf16), so
       // no algorithm is ruled out.
       static_assert(ParamLayout::kAlignFloats * sizeof(__nv_bfloat16) % 256 == 0);
-      cublasLtMatmulHeuristicResult_t result{};
+      cublasLtMatmulHeuristicResult_t results[kCandidates]{};
       int found = 0;
-      ok = ok && cublasLtMatmulAlgoGetHeuristic(lt_, p->desc, p->a, p->b, p->d, p->d, pref, 1, &result, &found) ==
-                     CUBLAS_STATUS_SUCCESS &&
-           found > 0;
+      ok = ok && cublasLtMatmulAlgoGetHeuristic(lt_, p->desc, p->a, p->b, p->d, p->d, pref, kCandidates, results,
+                                                &found) == CUBLAS_STATUS_SUCCESS;
       if (pref) cublasLtMatmulPreferenceDestroy(pref);
-      if (ok) p->algo = result.algo;
+      for (int i = 0; ok && i < found; ++i) {
+        if (results[i].state == CUBLAS_STATUS_SUCCESS) p->candidates.push_back(results[i].algo);
+      }
+      ok = ok && !p->candidates.empty();
+      if (ok) p->algo = p->candidates.front();
     }
     Plan* out = ok ? p.get() : nullptr;
     plans_[key] = ok ? std::move(p) : nullptr;
@@ -468,8 +484,56 @@ class Impl final : public GpuModel {
     if (bias) LOCKSTEP_CUBLAS(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     if (aux) LOCKSTEP_CUBLAS(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
     const float alpha = 1.0f, beta = g.accumulate ? 1.0f : 0.0f;
+    if (tuning_ && !p->tuned) LOCKSTEP_TRY(tune(*p, a, b, d, beta));
     LOCKSTEP_CUBLAS(cublasLtMatmul(lt_, p->desc, &alpha, a, p->a, b, p->b, &beta, d, p->d, d, p->d, &p->algo,
                                    workspace_.get(), kWorkspaceBytes, compute_));
+    return {};
+  }
+
+  // Times each candidate algorithm on these operands (a warm-up run, then three) and keeps the
+  // fastest: the heuristic's first choice is not always the fastest for a shape (PyTorch uses the
+  // first). Only during warmUp(), since the runs overwrite D.
+  Result<void> tune(Plan& p, const void* a, const void* b, void* d, float beta) {
+    p.tuned = true;
+    if (p.candidates.size() < 2) return {};
+    const float alpha = 1.0f;
+    float best = INFINITY;
+    for (const cublasLtMatmulAlgo_t& algo : p.candidates) {
+      bool ok = true;
+      for (int run = 0; run < 4 && ok; ++run) {
+        if (run == 1) LOCKSTEP_CUDA(cudaEventRecord(tuneStart_, compute_));
+        ok = cublasLtMatmul(lt_, p.desc, &alpha, a, p.a, b, p.b, &beta, d, p.d, d, p.d, &algo, workspace_.get(),
+                            kWorkspaceBytes, compute_) == CUBLAS_STATUS_SUCCESS;
+      }
+      LOCKSTEP_CUDA(cudaEventRecord(tuneEnd_, compute_));
+      LOCKSTEP_CUDA(cudaEventSynchronize(tuneEnd_));
+      float ms = 0;
+      if (ok && cudaEventElapsedTime(&ms, tuneStart_, tuneEnd_) == cudaSuccess && ms < best) {
+        best = ms;
+        p.algo = algo;
+      }
+      (void)cudaGetLastError();  // a candidate that failed to launch leaves nothing behind
+    }
+    ++tunedShapes_;
+    return {};
+  }
+
+  // Runs the GEMMs of a full-batch step once, on buffers that hold nothing yet (zeros), so that
+  // tune() picks each shape's algorithm before training starts. Shapes met later (an epoch's short
+  // last batch) keep the heuristic's choice: timing them would overwrite live gradients.
+  Result<void> warmUp() {
+    if (const char* env = std::getenv("LOCKSTEP_GEMM_TUNING"); env && std::string(env) == "0") return {};
+    LOCKSTEP_CUDA(cudaEventCreate(&tuneStart_));
+    LOCKSTEP_CUDA(cudaEventCreate(&tuneEnd_));
+    tuning_ = true;
+    Result<void> done;
+    for (std::uint32_t micro = 0; micro < std::min(accum_, 2u) && done; ++micro) {
+      done = forwardBackward(0, micro, maxBatch_, false, {});
+    }
+    tuning_ = false;
+    LOCKSTEP_TRY(done);
+    LOCKSTEP_CUDA(cudaStreamSynchronize(compute_));
+    LOCKSTEP_CUDA(cudaMemset(grads_.get(), 0, layout_.totalFloats() * sizeof(float)));
     return {};
   }
 
@@ -480,6 +544,9 @@ class Impl final : public GpuModel {
   std::size_t layers_ = 0;
   std::uint32_t dim_ = 0, maxBatch_ = 0, accum_ = 1;
   bool fused_ = false;
+  bool tuning_ = false;  // during warmUp()
+  int tunedShapes_ = 0;
+  cudaEvent_t tuneStart_ = nullptr, tuneEnd_ = nullptr;
   cudaStream_t compute_ = nullptr, data_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   DevicePtr<char> workspace_;

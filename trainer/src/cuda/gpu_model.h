@@ -67,6 +67,9 @@ class GpuModel {
   // Whether GEMMs use fused cuBLASLt epilogues (bias + GELU forward, dGELU + bias gradient
   // backward); otherwise bias-only epilogues and the trainer's own kernels.
   virtual bool fusedEpilogues() const = 0;
+  // How many GEMM shapes had their algorithm picked by timing cuBLASLt's candidates at start-up
+  // (0 with LOCKSTEP_GEMM_TUNING=0: the heuristic's first choice everywhere).
+  virtual int tunedGemms() const = 0;
 };
 
 }  // namespace lockstep::trainer::gpu
