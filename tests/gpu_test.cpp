@@ -9,8 +9,10 @@
 // SGD steps at lr 0.05 with momentum compound this by at most a small factor, so weights agree to
 // ~1e-5 relative; we allow 1e-4 (relative L2 over all weights) and losses to 1e-4 per step.
 // bf16 keeps 8 bits of mantissa (relative error 2^-9 ~ 2e-3 per rounding) in activations and
-// weights copies, with fp32 accumulation and fp32 master weights: its loss curve must stay within
-// 2% of fp32's and its weights within 3% (relative L2) after 200 steps.
+// weights copies, with fp32 accumulation and fp32 master weights, and its fused GELU is the tanh
+// approximation: its loss, averaged over windows of 20 steps, must stay within 3% of fp32's, and
+// its weights within 3% (relative L2) after 200 steps. (Per step, a small loss makes the relative
+// difference as large as the logits' absolute bf16 error.)
 
 #include <gtest/gtest.h>
 
@@ -27,21 +29,27 @@ namespace {
 
 using namespace std::chrono_literals;
 
-const std::vector<std::string> kJob = {"--layers", "64,128,128,10", "--dataset", "synthetic:n=4096,dim=64,classes=10,seed=3",
-                                       "--batch-per-rank", "256", "--no-shuffle", "--seed", "7", "--quiet"};
+const std::vector<std::string> kJob = {"--layers", "64,128,128,10", "--batch-per-rank", "256", "--no-shuffle",
+                                       "--seed", "7", "--quiet"};
+// 16 full batches of 256 an epoch.
+const std::string kData = "synthetic:n=4096,dim=64,classes=10,seed=3";
+// 15 full batches and a last one of 160 rows (with two micro-steps of 256: 7, then 116 and 0 rows),
+// so that GEMM shapes first met mid-run and empty micro-steps are exercised.
+const std::string kDataWithTail = "synthetic:n=4000,dim=64,classes=10,seed=3";
 
 struct TrainedRun {
   std::vector<double> losses;
   std::vector<float> weights;
 };
 
-TrainedRun train(const TempDir& dir, const std::string& name, std::vector<std::string> extra) {
-  std::vector<std::string> args = {trainerPath()};
+TrainedRun train(const TempDir& dir, const std::string& name, std::vector<std::string> extra,
+                 const std::string& data = kData, const Env& env = {}) {
+  std::vector<std::string> args = {trainerPath(), "--dataset", data};
   args.insert(args.end(), kJob.begin(), kJob.end());
   args.insert(args.end(), extra.begin(), extra.end());
   const std::string weights = dir.file(name + ".safetensors"), metrics = dir.file(name + ".jsonl");
-  args.insert(args.end(), {"--save-weights", weights, "--metrics-out", metrics});
-  auto r = runProcess(args, {}, dir, 300s);
+  args.insert(args.end(), {"--save-weights", weights, "--metrics-out", metrics, "--timeout-s", "30"});
+  auto r = runProcess(args, env, dir, 120s);
   EXPECT_EQ(r.status.exitCode, 0) << name << ": " << r.err;
   TrainedRun run;
   for (const auto& line : readJsonLines(metrics)) run.losses.push_back(line.at("global_loss").get<double>());
@@ -82,7 +90,8 @@ TEST(Gpu, Fp32SgdMatchesTheCpuBackend) {
 }
 
 TEST(Gpu, Fp32GeluAdamWAccumulationMatchesTheCpuBackend) {
-  // Exact GELU, AdamW, two micro-steps, and epochs whose last batch is cut short.
+  // Exact GELU, AdamW, two micro-steps, and epochs whose last step is cut short (116 rows, then an
+  // empty micro-step).
   TempDir dir;
   const std::vector<std::string> common = {"--activation", "gelu", "--optimizer", "adamw", "--lr", "0.001",
                                            "--weight-decay", "0.01", "--accum-steps", "2", "--epochs", "2"};
@@ -90,12 +99,20 @@ TEST(Gpu, Fp32GeluAdamWAccumulationMatchesTheCpuBackend) {
     more.insert(more.end(), common.begin(), common.end());
     return more;
   };
-  const TrainedRun cpu = train(dir, "cpu", with({"--backend", "cpu"}));
-  const TrainedRun gpu = train(dir, "gpu", with({"--backend", "cuda", "--precision", "fp32"}));
+  const TrainedRun cpu = train(dir, "cpu", with({"--backend", "cpu"}), kDataWithTail);
+  const TrainedRun gpu = train(dir, "gpu", with({"--backend", "cuda", "--precision", "fp32"}), kDataWithTail);
+  ASSERT_EQ(cpu.losses.size(), 16u);
   expectClose(gpu, cpu, 1e-4, 1e-4);
 }
 
+double windowMean(const std::vector<double>& v, std::size_t from, std::size_t to) {
+  double sum = 0;
+  for (std::size_t i = from; i < to; ++i) sum += v[i];
+  return sum / static_cast<double>(to - from);
+}
+
 TEST(Gpu, Bf16TracksFp32) {
+  // With a short last batch each epoch: bf16 GEMM shapes (fused epilogues included) first met mid-run.
   TempDir dir;
   const std::vector<std::string> common = {"--backend", "cuda", "--activation", "gelu", "--steps", "200",
                                            "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9"};
@@ -103,36 +120,46 @@ TEST(Gpu, Bf16TracksFp32) {
     more.insert(more.end(), common.begin(), common.end());
     return more;
   };
-  const TrainedRun fp32 = train(dir, "fp32", with({"--precision", "fp32"}));
-  const TrainedRun bf16 = train(dir, "bf16", with({"--precision", "bf16"}));
+  const TrainedRun fp32 = train(dir, "fp32", with({"--precision", "fp32"}), kDataWithTail);
+  const TrainedRun bf16 = train(dir, "bf16", with({"--precision", "bf16"}), kDataWithTail);
   ASSERT_EQ(bf16.losses.size(), 200u);
+  ASSERT_EQ(fp32.losses.size(), 200u);
   EXPECT_LT(fp32.losses.back(), 0.8 * fp32.losses.front()) << "the job must learn for the comparison to mean anything";
-  for (std::size_t i = 0; i < fp32.losses.size(); ++i) {
-    EXPECT_NEAR(bf16.losses[i], fp32.losses[i], 0.02 * fp32.losses[i]) << "step " << i + 1;
+  for (std::size_t w = 0; w < 200; w += 20) {
+    const double reference = windowMean(fp32.losses, w, w + 20);
+    EXPECT_NEAR(windowMean(bf16.losses, w, w + 20), reference, 0.03 * reference) << "steps " << w + 1 << "-" << w + 20;
   }
   EXPECT_LT(relativeL2(bf16.weights, fp32.weights), 3e-2);
 }
 
 TEST(Gpu, ResumingFromACheckpointRepeatsTheRun) {
+  // The heuristic's GEMM algorithms in all three runs (timing could pick others in each); what may
+  // still differ is the order of the bias sums' atomics, within fp32 rounding.
   TempDir dir;
+  const Env fixed = {{"LOCKSTEP_GEMM_TUNING", "0"}};
   const std::vector<std::string> common = {"--backend", "cuda", "--precision", "fp32", "--steps", "20",
                                            "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9"};
   auto with = [&](std::vector<std::string> more) {
     more.insert(more.end(), common.begin(), common.end());
     return more;
   };
-  const TrainedRun whole = train(dir, "whole", with({}));
+  const TrainedRun whole = train(dir, "whole", with({}), kData, fixed);
   // Stop at 10 by asking for 10 steps with checkpoints every 10, then resume to 20.
   std::vector<std::string> first = {"--backend", "cuda", "--precision", "fp32", "--steps", "10", "--optimizer",
                                     "sgd", "--lr", "0.05", "--momentum", "0.9", "--checkpoint-dir", dir.file("ckpt"),
                                     "--checkpoint-every", "10"};
-  train(dir, "first", first);
+  train(dir, "first", first, kData, fixed);
   const TrainedRun resumed = train(dir, "resumed", with({"--checkpoint-dir", dir.file("ckpt"), "--checkpoint-every", "10",
-                                                  "--resume"}));
+                                                  "--resume"}), kData, fixed);
   ASSERT_EQ(resumed.losses.size(), 10u);
-  for (std::size_t i = 0; i < 10; ++i) EXPECT_NEAR(resumed.losses[i], whole.losses[10 + i], 1e-5) << "step " << 11 + i;
-  // Only the order of additions may differ (atomics in bias sums, GEMM algorithms picked by timing).
-  EXPECT_LT(relativeL2(resumed.weights, whole.weights), 1e-6);
+  for (std::size_t i = 0; i < 10; ++i) {
+    EXPECT_NEAR(resumed.losses[i], whole.losses[10 + i], 1e-5 * whole.losses[10 + i]) << "step " << 11 + i;
+  }
+  // Rounding differences (a ReLU gate flipping on a pre-activation within rounding of 0) stay far
+  // below 1e-4. The last ten steps move the weights by 5.6% (relative L2); starting them from the
+  // step-10 weights without momentum and from the epoch's start lands 3.1% away (both measured with
+  // the CPU backend).
+  EXPECT_LT(relativeL2(resumed.weights, whole.weights), 1e-4);
 }
 
 TEST(Gpu, TheAgentReportsRealNvmlReadingsWhileACudaJobTrains) {

@@ -187,7 +187,9 @@ class Impl final : public GpuModel {
       LOCKSTEP_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
       layerEvents_.push_back(e);
     }
-    LOCKSTEP_TRY(chooseEpilogues());
+    // The zeroing above ran on the legacy stream, which the non-blocking streams do not wait for.
+    LOCKSTEP_CUDA(cudaDeviceSynchronize());
+    chooseEpilogues();
     return warmUp();
   }
 
@@ -270,7 +272,7 @@ class Impl final : public GpuModel {
       } else if (activation_ == Act::kRelu) {
         g.epilogue = CUBLASLT_EPILOGUE_RELU_BIAS;
         LOCKSTEP_TRY(matmul(g, weights(i), in, act_[i].get(), low() + layout_.bias(i).offset, nullptr));
-      } else if (Gemm f = fusedForward(g); fused_ && plan(f)) {
+      } else if (Gemm f = fusedForward(g); fusedForward_ && plan(f)) {
         LOCKSTEP_TRY(matmul(f, weights(i), in, act_[i].get(), low() + layout_.bias(i).offset, pre_[i].get()));
       } else {
         // Also where cuBLASLt has no fused algorithm for this row count (an epoch's short tail).
@@ -299,7 +301,7 @@ class Impl final : public GpuModel {
 
       if (i > 0) {
         Gemm d = inputGradGemm(i, rows);
-        if (Gemm f = fusedBackward(d); fused_ && plan(f)) {
+        if (Gemm f = fusedBackward(d); fusedBackward_ && plan(f)) {
           // Also multiplies by GELU'(pre of layer i-1) and sums layer i-1's bias gradient.
           LOCKSTEP_TRY(matmul(f, weights(i), dOut, dIn, biasGrad_.get(), pre_[i - 1].get()));
           launchAddInto<T>(biasGrad_.get(), grads_.get() + layout_.bias(i - 1).offset, inW, accumulate, compute_);
@@ -337,7 +339,11 @@ class Impl final : public GpuModel {
   cudaStream_t computeStream() override { return compute_; }
   cudaStream_t dataStream() override { return data_; }
   cudaEvent_t batchReady(int slot, std::uint32_t micro) override { return batchReady_[slot][micro]; }
-  bool fusedEpilogues() const override { return fused_; }
+  std::string epilogues() const override {
+    return fusedBackward_ ? "bias + GELU forward, dGELU + bias gradient backward"
+           : fusedForward_ ? "bias + GELU forward"
+                           : "bias";
+  }
   int tunedGemms() const override { return tunedShapes_; }
 
  private:
@@ -414,22 +420,24 @@ class Impl final : public GpuModel {
   }
 
   // bf16 GELU layers use the fused epilogues when cuBLASLt offers an algorithm for every such GEMM
-  // at the full batch (hidden widths must suit its auxiliary-buffer alignment); else the plain path.
-  // cuBLASLt's GELU is the tanh approximation, which differs from the exact (erf) GELU by less than
-  // bf16 resolves; fp32 and tf32 keep the exact one, as the CPU backend and PyTorch compute it.
-  Result<void> chooseEpilogues() {
-    fused_ = false;
-    if (activation_ != Act::kGelu || layers_ < 2 || std::is_same_v<T, float>) return {};
+  // at the full batch (hidden widths must suit its auxiliary-buffer alignment); forward and
+  // backward are decided apart, the backward only where the forward is fused (it reads the forward's
+  // auxiliary output). cuBLASLt's GELU is the tanh approximation, which differs from the exact
+  // (erf) GELU by less than bf16 resolves; fp32 and tf32 keep the exact one, as the CPU backend and
+  // PyTorch compute it. LOCKSTEP_GPU_FUSED=0 turns fusion off (to measure what it gains).
+  void chooseEpilogues() {
+    fusedForward_ = fusedBackward_ = false;
+    if (activation_ != Act::kGelu || layers_ < 2 || std::is_same_v<T, float>) return;
+    if (const char* env = std::getenv("LOCKSTEP_GPU_FUSED"); env && std::string(env) == "0") return;
     const auto& widths = layout_.layers();
+    bool forward = true, backward = true;
     for (std::size_t i = 0; i + 1 < layers_; ++i) {
-      if (widths[i + 1] % 8 != 0) return {};
+      forward = forward && widths[i + 1] % 8 == 0 && plan(fusedForward(forwardGemm(i, maxBatch_)));
       // Layer i+1's input gradient is the gradient of layer i's output.
-      if (!plan(fusedForward(forwardGemm(i, maxBatch_))) || !plan(fusedBackward(inputGradGemm(i + 1, maxBatch_)))) {
-        return {};
-      }
+      backward = backward && plan(fusedBackward(inputGradGemm(i + 1, maxBatch_)));
     }
-    fused_ = true;
-    return {};
+    fusedForward_ = forward;
+    fusedBackward_ = forward && backward;
   }
 
   // The plan for a GEMM shape, made on first use; nullptr when cuBLASLt has no algorithm for it.
@@ -532,8 +540,8 @@ class Impl final : public GpuModel {
     }
     tuning_ = false;
     LOCKSTEP_TRY(done);
+    LOCKSTEP_CUDA(cudaMemsetAsync(grads_.get(), 0, layout_.totalFloats() * sizeof(float), compute_));
     LOCKSTEP_CUDA(cudaStreamSynchronize(compute_));
-    LOCKSTEP_CUDA(cudaMemset(grads_.get(), 0, layout_.totalFloats() * sizeof(float)));
     return {};
   }
 
@@ -543,7 +551,7 @@ class Impl final : public GpuModel {
   Act activation_ = Act::kRelu;
   std::size_t layers_ = 0;
   std::uint32_t dim_ = 0, maxBatch_ = 0, accum_ = 1;
-  bool fused_ = false;
+  bool fusedForward_ = false, fusedBackward_ = false;
   bool tuning_ = false;  // during warmUp()
   int tunedShapes_ = 0;
   cudaEvent_t tuneStart_ = nullptr, tuneEnd_ = nullptr;

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "dataset.h"
@@ -64,9 +65,9 @@ class GpuModel {
   virtual cudaStream_t dataStream() = 0;
   // The data stream's event for a slot's micro-step: its batch is ready.
   virtual cudaEvent_t batchReady(int slot, std::uint32_t micro) = 0;
-  // Whether GEMMs use fused cuBLASLt epilogues (bias + GELU forward, dGELU + bias gradient
-  // backward); otherwise bias-only epilogues and the trainer's own kernels.
-  virtual bool fusedEpilogues() const = 0;
+  // Which cuBLASLt epilogues the GEMMs use: "bias", "bias + GELU forward", or also "dGELU + bias
+  // gradient backward"; what they leave out, the trainer's own kernels do.
+  virtual std::string epilogues() const = 0;
   // How many GEMM shapes had their algorithm picked by timing cuBLASLt's candidates at start-up
   // (0 with LOCKSTEP_GEMM_TUNING=0: the heuristic's first choice everywhere).
   virtual int tunedGemms() const = 0;

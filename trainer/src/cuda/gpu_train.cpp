@@ -108,11 +108,11 @@ Result<RunSummary> RankRunner::trainCuda() {
   StepAccounting accounting(options_, env_, s, summary);
   accounting.printStart(buckets.size());
   if (env_.rank == 0 && !options_.quiet) {
-    std::fprintf(stderr, "[lockstep] GPU %d, %s, %s epilogues, %d GEMM shapes timed\n", device,
+    std::fprintf(stderr, "[lockstep] GPU %d, %s, epilogues: %s; %d GEMM shapes timed\n", device,
                  spec.precision == Precision::kBf16   ? "bf16"
                  : spec.precision == Precision::kTf32 ? "tf32"
                                                       : "fp32",
-                 model->fusedEpilogues() ? "fused GELU" : "bias", model->tunedGemms());
+                 model->epilogues().c_str(), model->tunedGemms());
   }
   std::uint64_t samplesSeen = 0;
   const auto runStart = Clock::now();

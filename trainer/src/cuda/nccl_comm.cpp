@@ -76,7 +76,10 @@ Result<std::unique_ptr<NcclComm>> NcclComm::connect(StoreClient* store, const st
     ncclResult_t state = ncclSuccess;
     LOCKSTEP_NCCL(ncclCommGetAsyncError(c->comm_, &state));
     if (state == ncclSuccess) break;
-    if (state != ncclInProgress) return ncclError(state, "ncclCommInitRankConfig");
+    if (state != ncclInProgress) {
+      c->abort();  // a communicator in error is aborted, not destroyed
+      return ncclError(state, "ncclCommInitRankConfig");
+    }
     if (Clock::now() > deadline) {
       c->abort();
       return timeoutError("NCCL did not connect all " + std::to_string(worldSize) + " ranks within " +
@@ -84,7 +87,10 @@ Result<std::unique_ptr<NcclComm>> NcclComm::connect(StoreClient* store, const st
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  if (r != ncclSuccess && r != ncclInProgress) return ncclError(r, "ncclCommInitRankConfig");
+  if (r != ncclSuccess && r != ncclInProgress) {
+    c->abort();
+    return ncclError(r, "ncclCommInitRankConfig");
+  }
   return c;
 }
 
