@@ -33,9 +33,10 @@ const std::vector<std::string> kJob = {"--layers", "64,128,128,10", "--batch-per
                                        "--seed", "7", "--quiet"};
 // 16 full batches of 256 an epoch.
 const std::string kData = "synthetic:n=4096,dim=64,classes=10,seed=3";
-// 15 full batches and a last one of 160 rows (with two micro-steps of 256: 7, then 116 and 0 rows),
-// so that GEMM shapes first met mid-run and empty micro-steps are exercised.
-const std::string kDataWithTail = "synthetic:n=4000,dim=64,classes=10,seed=3";
+// 14 full batches of 256 and a last one of 116 rows (with two micro-steps of 256: 7 full steps,
+// then one of 116 rows and an empty micro-step), so that GEMM shapes first met mid-run and empty
+// micro-steps are exercised.
+const std::string kDataWithTail = "synthetic:n=3700,dim=64,classes=10,seed=3";
 
 struct TrainedRun {
   std::vector<double> losses;
