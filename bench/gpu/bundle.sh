@@ -9,8 +9,9 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${1:-$ROOT/build}
 OUT=$ROOT/gpu-bundle
-# On the GPU machine already (glibc, the C++ runtime, CUDA's and NCCL's libraries, protobuf 32).
-PRESENT='^(linux-vdso|ld-linux|libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|libcuda|libcublas|libcublasLt|libnccl|libprotobuf)\.'
+# On the GPU machine already (glibc and its parts, which must match its libc; the C++ runtime;
+# CUDA's and NCCL's libraries; protobuf 32).
+PRESENT='^(linux-vdso|ld-linux|libc|libm|libdl|librt|libpthread|libresolv|libnsl|libutil|libanl|libstdc\+\+|libgcc_s|libcuda|libcublas|libcublasLt|libnccl|libprotobuf)\.'
 
 rm -rf "$OUT"
 mkdir -p "$OUT/bin" "$OUT/lib"

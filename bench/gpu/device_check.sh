@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # Every GPU check of issue 6 in one run on the GPU machine (one H200; see
-# ../shared/gpu-machine/README.md), from the bundle made here with bench/gpu/bundle.sh:
+# ../shared/gpu-machine/README.md), from the bundle made here with bench/gpu/bundle.sh. Most
+# valuable first, every step capped, so that a failure leaves device time for a second try:
 #
-#   1. the tests labelled `gpu` (tests/gpu_test.cpp): CUDA fp32 against the CPU backend, bf16
+#   0. a smoke run: five bf16 steps of a small model (stops the script if it fails);
+#   1. the reference benchmark, MLP 1024-4096-4096-4096-1000, batch 8192, bf16, SGD momentum,
+#      world size 1 through NCCL (GEMM algorithms timed at start-up, fused GELU epilogues);
+#   2. PyTorch's eager and DDP numbers for the same workload on the same machine;
+#   3. the tests labelled `gpu` (tests/gpu_test.cpp): CUDA fp32 against the CPU backend, bf16
 #      against fp32, checkpoint and resume, the agent's real NVML readings during a CUDA job;
-#   2. the reference benchmark, MLP 1024-4096-4096-4096-1000, batch 8192, bf16, SGD momentum,
-#      world size 1 through NCCL, with GEMM algorithms timed at start-up and with the heuristic's
-#      first choice, beside PyTorch's eager and DDP numbers from the same machine, with samples/s,
-#      model TFLOP/s (6 x parameters x samples/s) and the ratio;
-#   3. where nsys exists there, the GPU time per kernel over 60 steps.
+#   4. the benchmark again with the heuristic's first GEMM algorithms, and without fused epilogues;
+#   5. where nsys exists there, the GPU time per kernel over 60 steps;
+#   then samples/s, model TFLOP/s (6 x parameters x samples/s) and the ratios, in figures.json.
 #
 # Locally:  bench/gpu/bundle.sh
 # There:    run(command="bash bench/gpu/device_check.sh", carry=["gpu-bundle"], timeout_s=540)
-# Figures and logs go to $OUT (or ./gpu-check-out).
+# Figures and logs go to $OUT (or ./gpu-check-out). The caps add up to 525 s.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUNDLE=$ROOT/gpu-bundle
@@ -22,44 +25,73 @@ say() { printf '== %s\n' "$*"; }
 
 [ -d "$BUNDLE/bin" ] || { echo "no $BUNDLE: run bench/gpu/bundle.sh and carry gpu-bundle" >&2; exit 2; }
 [ -d "$BUNDLE/lib" ] || tar -C "$BUNDLE" -xJf "$BUNDLE/lib.tar.xz"
-# cuBLASLt and NCCL: the machine's CUDA toolkit, else PyTorch's wheels.
+PY=/opt/torch/.venv/bin/python
+[ -x "$PY" ] || PY=python3
+MACHINE_LD_LIBRARY_PATH=${LD_LIBRARY_PATH-}  # PyTorch runs with the machine's own libraries
+# Ours: the bundle's Debian libraries, then cuBLASLt and NCCL from the CUDA toolkit, else from
+# PyTorch's wheels.
 libs=$BUNDLE/lib
 for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /opt/torch/.venv/lib/python3*/site-packages/nvidia/*/lib; do
   [ -d "$d" ] && libs=$libs:$d
 done
 export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export LOCKSTEP_TEST_BIN_DIR=$BUNDLE/bin
-PY=/opt/torch/.venv/bin/python
-[ -x "$PY" ] || PY=python3
+# The bundle carries Debian's libibverbs (Gloo links it); one GPU needs no InfiniBand.
+export NCCL_IB_DISABLE=1 NCCL_DEBUG=WARN
+TRAINER=$BUNDLE/bin/lockstep-trainer
 
 say "machine"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-ldd "$BUNDLE/bin/lockstep-trainer" | grep -E "not found|cublas|nccl"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv,noheader
+for lib in libcublasLt.so.13 libnccl.so.2; do
+  found=$(IFS=:; for d in $LD_LIBRARY_PATH; do [ -e "$d/$lib" ] && { echo "$d/$lib"; break; }; done)
+  echo "$lib: ${found:-$(ldconfig -p | grep -m1 "$lib" || echo 'NOT FOUND')}"
+done
 
-say "1. tests labelled gpu"
-timeout 300 "$BUNDLE/bin/gpu_test" --gtest_output="json:$OUT/gpu_test.json" 2>&1 | tee "$OUT/gpu_test.txt" | grep -E "^\[|Failure|Expected|Which|error" 
+say "0. smoke: five bf16 steps of a small model"
+if ! timeout 45 "$TRAINER" --backend cuda --precision bf16 --activation gelu --layers 64,128,10 \
+     --dataset synthetic:n=2048,dim=64,classes=10,seed=1 --batch-per-rank 256 --steps 5 --timeout-s 20 \
+     --log-every 1 2>&1 | tee "$OUT/smoke.txt"; then
+  say "the smoke run failed: stopping here (see $OUT/smoke.txt)"
+  exit 3
+fi
+
+workload=(--layers 1024,4096,4096,4096,1000 --activation gelu --precision bf16 --batch-per-rank 8192
+          --optimizer sgd --lr 0.01 --momentum 0.9 --dataset synthetic:n=65536,dim=1024,classes=1000,seed=1
+          --timeout-s 20)
+bench() {  # NAME [VAR=VALUE...]: 200 steps of the reference workload into $OUT/NAME.jsonl
+  local name=$1
+  shift
+  env "$@" timeout 45 "$TRAINER" --backend cuda "${workload[@]}" --steps 200 --log-every 100 \
+    --metrics-out "$OUT/$name.jsonl" 2>&1 | tee "$OUT/$name.txt"
+}
+
+say "1. reference MLP: lockstep-trainer --backend cuda"
+bench bench
+
+say "2. reference MLP: PyTorch (bench/gpu/mlp_reference.py)"
+LD_LIBRARY_PATH=$MACHINE_LD_LIBRARY_PATH timeout 90 "$PY" "$ROOT/bench/gpu/mlp_reference.py" 2>"$OUT/torch.err" \
+  | grep '^{' | tail -1 | tee "$OUT/torch.json"
+tail -3 "$OUT/torch.err"
+
+say "3. tests labelled gpu"
+timeout 180 "$BUNDLE/bin/gpu_test" --gtest_output="json:$OUT/gpu_test.json" 2>&1 | tee "$OUT/gpu_test.txt" \
+  | grep -E "^\[|Failure|Expected|Which|error"
 tests_rc=${PIPESTATUS[0]}
 
-say "2. reference MLP: lockstep-trainer --backend cuda (GEMM algorithms timed at start-up, then the heuristic's first)"
-workload=(--layers 1024,4096,4096,4096,1000 --activation gelu --precision bf16 --batch-per-rank 8192
-          --optimizer sgd --lr 0.01 --momentum 0.9 --dataset synthetic:n=65536,dim=1024,classes=1000,seed=1)
-timeout 120 "$BUNDLE/bin/lockstep-trainer" --backend cuda "${workload[@]}" --steps 200 --log-every 50 \
-  --metrics-out "$OUT/bench.jsonl" 2>&1 | tee "$OUT/bench.txt"
-LOCKSTEP_GEMM_TUNING=0 timeout 120 "$BUNDLE/bin/lockstep-trainer" --backend cuda "${workload[@]}" --steps 200 \
-  --log-every 100 --metrics-out "$OUT/bench-heuristic.jsonl" 2>&1 | tee "$OUT/bench-heuristic.txt"
-say "2. reference MLP: PyTorch (bench/gpu/mlp_reference.py)"
-timeout 240 "$PY" "$ROOT/bench/gpu/mlp_reference.py" 2>&1 | tail -1 | tee "$OUT/torch.json"
+say "4. reference MLP: the heuristic's first GEMM algorithms; then no fused epilogues"
+bench bench-heuristic LOCKSTEP_GEMM_TUNING=0
+bench bench-unfused LOCKSTEP_GPU_FUSED=0
 
 NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
 if [ -n "$NSYS" ]; then
-  say "3. where a step's time goes (nsys, 60 steps)"
-  timeout 120 "$NSYS" profile --stats=false -o "$OUT/steps" --force-overwrite true \
-    "$BUNDLE/bin/lockstep-trainer" --backend cuda "${workload[@]}" --steps 60 --quiet >/dev/null 2>&1
-  timeout 60 "$NSYS" stats --report cuda_gpu_kern_sum --format csv "$OUT/steps.nsys-rep" 2>/dev/null \
+  say "5. where a step's time goes (nsys, 60 steps)"
+  timeout 45 "$NSYS" profile --stats=false -o "$OUT/steps" --force-overwrite true \
+    "$TRAINER" --backend cuda "${workload[@]}" --steps 60 --quiet >/dev/null 2>&1
+  timeout 30 "$NSYS" stats --report cuda_gpu_kern_sum --format csv "$OUT/steps.nsys-rep" 2>/dev/null \
     | tee "$OUT/kernels.csv" | cut -d, -f1-4,9 | head -25
   rm -f "$OUT"/steps.sqlite
 else
-  say "3. no nsys on this machine: no per-kernel breakdown"
+  say "5. no nsys on this machine: no per-kernel breakdown"
 fi
 
 say "figures"
@@ -77,20 +109,20 @@ def figures(name):
     if not tail:
         return f"only {len(steps)} steps"
     mean_ms = statistics.mean(s["step_time_us"] for s in tail) / 1e3
-    samples = 8192 / (mean_ms / 1e3)
-    split = {k: statistics.mean(s[k] for s in tail) / 1e3
-             for k in ("data_time_us", "compute_time_us", "exposed_comm_time_us")}
+    samples = statistics.mean(s["samples"] for s in tail) / (mean_ms / 1e3)
+    split = {k: statistics.mean(s[f"{k}_time_us"] for s in tail) / 1e3 for k in ("data", "compute", "exposed_comm")}
     return {"step_ms_mean": mean_ms, "step_ms_median": statistics.median(s["step_time_us"] for s in tail) / 1e3,
             "samples_s": samples, "tflops": 6 * params * samples / 1e12, "split_ms": split,
             "steps": len(steps), "final_loss": steps[-1].get("global_loss")}
 
-res = {"lockstep_tuned": figures("bench"), "lockstep_heuristic": figures("bench-heuristic")}
+runs = {"lockstep": "bench", "lockstep_heuristic_gemms": "bench-heuristic", "lockstep_unfused": "bench-unfused"}
+res = {key: figures(name) for key, name in runs.items()}
 try:
     res["torch"] = json.loads(open(f"{out}/torch.json").read())
-    for k in ("lockstep_tuned", "lockstep_heuristic"):
-        if isinstance(res[k], dict):
-            res[k]["ratio_vs_ddp"] = res[k]["samples_s"] / res["torch"]["mlp_ddp1"]["samples_s"]
-            res[k]["ratio_vs_plain"] = res[k]["samples_s"] / res["torch"]["mlp_plain"]["samples_s"]
+    for key in runs:
+        if isinstance(res[key], dict):
+            res[key]["ratio_vs_ddp"] = res[key]["samples_s"] / res["torch"]["mlp_ddp1"]["samples_s"]
+            res[key]["ratio_vs_plain"] = res[key]["samples_s"] / res["torch"]["mlp_plain"]["samples_s"]
 except Exception as e:  # PyTorch's run failed: say so, keep ours
     res["torch"] = repr(e)
 print(json.dumps(res, indent=1))
