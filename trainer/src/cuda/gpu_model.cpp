@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <string>
 #include <map>
+#include <string>
 #include <tuple>
 #include <type_traits>
 
