@@ -12,7 +12,9 @@
 // weights copies, with fp32 accumulation and fp32 master weights, and its fused GELU is the tanh
 // approximation: its loss, averaged over windows of 20 steps, must stay within 3% of fp32's, and
 // its weights within 3% (relative L2) after 200 steps. (Per step, a small loss makes the relative
-// difference as large as the logits' absolute bf16 error.)
+// difference as large as the logits' absolute bf16 error.) PyTorch's bf16 autocast on the CPU, same
+// model and schedule on similar data, stays within 0.2% for windows, 0.6% for single steps and
+// 0.2% for the weights (bench/gpu/bf16_divergence.py), so 3% leaves room for the GPU's own rounding.
 
 #include <gtest/gtest.h>
 
