@@ -175,7 +175,8 @@ TEST(Gpu, TheAgentReportsRealNvmlReadingsWhileACudaJobTrains) {
   auto c = connectTo(agent, client);
   ASSERT_TRUE(c);
   ASSERT_FALSE(c->hello().gpus.empty()) << "NVML found no GPU: " << c->hello().gpuStatus;
-  JobSpec spec = smallJob("nvml-job", 1, 3000);
+  // Long enough (about 1 ms a step) that the agent sees many samples; stopped once it has.
+  JobSpec spec = smallJob("nvml-job", 1, 30000);
   spec.backend = Backend::kCuda;
   spec.precision = Precision::kBf16;
   spec.layers = {1024, 4096, 4096, 10};
