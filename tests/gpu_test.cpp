@@ -175,8 +175,8 @@ TEST(Gpu, TheAgentReportsRealNvmlReadingsWhileACudaJobTrains) {
   auto c = connectTo(agent, client);
   ASSERT_TRUE(c);
   ASSERT_FALSE(c->hello().gpus.empty()) << "NVML found no GPU: " << c->hello().gpuStatus;
-  // Long enough (about 1 ms a step) that the agent sees many samples; stopped once it has.
-  JobSpec spec = smallJob("nvml-job", 1, 30000);
+  // About 10 s at ~1 ms a step: many of the agent's samples; stopped once it has what it needs.
+  JobSpec spec = smallJob("nvml-job", 1, 10000);
   spec.backend = Backend::kCuda;
   spec.precision = Precision::kBf16;
   spec.layers = {1024, 4096, 4096, 10};

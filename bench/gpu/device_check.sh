@@ -77,6 +77,7 @@ say "3. tests labelled gpu"
 timeout 180 "$BUNDLE/bin/gpu_test" --gtest_output="json:$OUT/gpu_test.json" 2>&1 | tee "$OUT/gpu_test.txt" \
   | grep -E "^\[|Failure|Expected|Which|error"
 tests_rc=${PIPESTATUS[0]}
+pkill -f "$BUNDLE/bin/lockstep-trainer" && say "stopped ranks a failed test left running"
 
 say "4. reference MLP: the heuristic's first GEMM algorithms; then no fused epilogues"
 bench bench-heuristic LOCKSTEP_GEMM_TUNING=0
