@@ -51,6 +51,12 @@ Result<PinnedPtr<T>> pinnedAlloc(std::size_t count) {
   return PinnedPtr<T>(static_cast<T*>(p));
 }
 
+// Whether an environment switch (LOCKSTEP_GEMM_TUNING, LOCKSTEP_GPU_FUSED) is set to 0.
+bool switchedOff(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && std::string(value) == "0";
+}
+
 // How many of the heuristic's algorithms a GEMM of the full batch is timed with at start-up.
 constexpr int kCandidates = 8;
 
@@ -344,7 +350,11 @@ class Impl final : public GpuModel {
            : fusedForward_ ? "bias + GELU forward"
                            : "bias";
   }
-  int tunedGemms() const override { return tunedShapes_; }
+  int tunedGemms() const override {
+    return static_cast<int>(std::count_if(plans_.begin(), plans_.end(), [](const auto& entry) {
+      return entry.second && entry.second->tuned && entry.second->candidates.size() > 1;
+    }));
+  }
 
  private:
   T* low() {
@@ -428,7 +438,7 @@ class Impl final : public GpuModel {
   void chooseEpilogues() {
     fusedForward_ = fusedBackward_ = false;
     if (activation_ != Act::kGelu || layers_ < 2 || std::is_same_v<T, float>) return;
-    if (const char* env = std::getenv("LOCKSTEP_GPU_FUSED"); env && std::string(env) == "0") return;
+    if (switchedOff("LOCKSTEP_GPU_FUSED")) return;
     const auto& widths = layout_.layers();
     bool forward = true, backward = true;
     for (std::size_t i = 0; i + 1 < layers_; ++i) {
@@ -522,7 +532,6 @@ class Impl final : public GpuModel {
       }
       (void)cudaGetLastError();  // a candidate that failed to launch leaves nothing behind
     }
-    ++tunedShapes_;
     return {};
   }
 
@@ -530,7 +539,7 @@ class Impl final : public GpuModel {
   // tune() picks each shape's algorithm before training starts. Shapes met later (an epoch's short
   // last batch) keep the heuristic's choice: timing them would overwrite live gradients.
   Result<void> warmUp() {
-    if (const char* env = std::getenv("LOCKSTEP_GEMM_TUNING"); env && std::string(env) == "0") return {};
+    if (switchedOff("LOCKSTEP_GEMM_TUNING")) return {};
     LOCKSTEP_CUDA(cudaEventCreate(&tuneStart_));
     LOCKSTEP_CUDA(cudaEventCreate(&tuneEnd_));
     tuning_ = true;
@@ -553,7 +562,6 @@ class Impl final : public GpuModel {
   std::uint32_t dim_ = 0, maxBatch_ = 0, accum_ = 1;
   bool fusedForward_ = false, fusedBackward_ = false;
   bool tuning_ = false;  // during warmUp()
-  int tunedShapes_ = 0;
   cudaEvent_t tuneStart_ = nullptr, tuneEnd_ = nullptr;
   cudaStream_t compute_ = nullptr, data_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
