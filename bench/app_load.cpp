@@ -164,7 +164,7 @@ class Generator {
             r.exposedCommTimeUs = 12000;
             r.allreduceTimeUs = 30000;
             r.bytesReduced = 2ull << 20;
-            r.stepTimeUs = r.dataTimeUs + r.computeTimeUs + r.exposedCommTimeUs;
+            r.stepTimeUs = *r.dataTimeUs + *r.computeTimeUs + *r.exposedCommTimeUs;
             r.timeUnixUs = now - (steps - 1 - s) * static_cast<std::int64_t>(1e6 / o_.stepsPerSecond);
             batch.push_back({++seq[static_cast<std::size_t>(a)], nodeName(a), r});
           }

@@ -20,6 +20,7 @@ import jsonschema
 STEP_COLUMNS = [
     "job_id", "node", "rank", "attempt", "step", "epoch", "world_size", "samples", "loss", "global_loss", "lr",
     "data_us", "compute_us", "exposed_comm_us", "allreduce_us", "bytes_reduced", "step_us", "time_unix_us",
+    "tokens",
 ]
 GPU_COLUMNS = [
     "job_id", "node", "gpu", "time_unix_us", "span_us", "utilization_pct", "memory_used_bytes", "power_mw",

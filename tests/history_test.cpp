@@ -265,6 +265,68 @@ TEST(History, KeepsEverythingAcrossReopening) {
   EXPECT_EQ(textOf(path, "PRAGMA journal_mode"), "wal");
 }
 
+// Issue 13: a file from schema 1 (every step timed, no tokens) moves to schema 2 with its steps
+// intact, and then takes steps whose split was not measured.
+TEST(History, MigratesASchemaOneFileAndStoresUntimedSteps) {
+  TempDir dir;
+  const std::string path = dir.file("h.db");
+  {
+    auto h = History::open(path);
+    ASSERT_TRUE(h);
+    recordFinished(*h, spec("old-job"), 3);
+  }
+  // Back to schema 1's steps table, as the first release wrote it.
+  execSql(path, R"sql(
+    CREATE TABLE steps_v1 (
+      job_id TEXT NOT NULL REFERENCES jobs ON DELETE CASCADE, attempt INTEGER NOT NULL, rank INTEGER NOT NULL,
+      step INTEGER NOT NULL, node TEXT NOT NULL, world_size INTEGER NOT NULL, epoch INTEGER NOT NULL,
+      samples INTEGER NOT NULL, loss REAL, global_loss REAL, data_us INTEGER NOT NULL, compute_us INTEGER NOT NULL,
+      exposed_us INTEGER NOT NULL, allreduce_us INTEGER NOT NULL, bytes_reduced INTEGER NOT NULL,
+      step_us INTEGER NOT NULL, time_us INTEGER NOT NULL, lr REAL NOT NULL,
+      PRIMARY KEY (job_id, attempt, rank, step)) WITHOUT ROWID;
+    INSERT INTO steps_v1 SELECT job_id, attempt, rank, step, node, world_size, epoch, samples, loss, global_loss,
+      data_us, compute_us, exposed_us, coalesce(allreduce_us, 0), coalesce(bytes_reduced, 0), step_us, time_us, lr
+      FROM steps;
+    DROP TABLE steps;
+    ALTER TABLE steps_v1 RENAME TO steps;
+    CREATE INDEX steps_by_time ON steps (job_id, time_us);
+    PRAGMA user_version = 1;)sql");
+  ASSERT_EQ(count(path, "PRAGMA user_version"), 1);
+
+  auto h = History::open(path);
+  ASSERT_TRUE(h) << h.error().message;
+  EXPECT_EQ(count(path, "PRAGMA user_version"), 2);
+  std::vector<StepReport> old;
+  ASSERT_TRUE(h->forEachStep("old-job", [&](const StepReport& r, const std::string&) { old.push_back(r); }));
+  ASSERT_EQ(old.size(), 6u);
+  EXPECT_EQ(old[1].computeTimeUs, 75'000);  // rank 1 of step 1
+  EXPECT_FALSE(old[1].tokens);
+
+  JobSpec own = spec("own-job", 1);
+  own.layers.clear();
+  own.steps = 0;
+  own.command = CommandSpec{{"python3", "train.py"}, "/tmp", {}};
+  ASSERT_TRUE(h->recordJob("node-a", status(own, JobState::kRunning)));
+  StepReport untimed;
+  untimed.jobId = "own-job";
+  untimed.step = 1;
+  untimed.samples = 32;
+  untimed.loss = 1.5f;
+  untimed.tokens = 32 * 256;
+  untimed.stepTimeUs = 90'000;
+  untimed.timeUnixUs = kT0 + 90'000;
+  ASSERT_TRUE(h->recordMessages(std::vector<StreamMessage>{message("node-a", untimed)}));
+  std::vector<StepReport> back;
+  ASSERT_TRUE(h->forEachStep("own-job", [&](const StepReport& r, const std::string&) { back.push_back(r); }));
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0], untimed);
+  EXPECT_FALSE(back[0].dataTimeUs);  // unknown, not 0
+  EXPECT_EQ(count(path, "SELECT count(*) FROM steps WHERE job_id = 'own-job' AND compute_us IS NULL"), 1);
+  auto record = h->job("own-job");
+  ASSERT_TRUE(record);
+  EXPECT_EQ(record->spec.command, own.command);
+}
+
 TEST(History, RefusesAFileFromANewerVersion) {
   TempDir dir;
   const std::string path = dir.file("h.db");

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -264,6 +265,86 @@ TEST(Kpi, OtherJobsAndEndedJobs) {
   EXPECT_EQ(later.step, 10u);
   EXPECT_DOUBLE_EQ(later.elapsedSeconds, 10.0);
   EXPECT_DOUBLE_EQ(*later.samplesPerSecond, 20.0);
+}
+
+
+// Issue 13: a job that runs the user's own program. Its reports may carry no timings (the
+// program calls lockstep.step() without lockstep.watch()) and no global loss (it does not
+// all-reduce its loss); or it sends none at all.
+JobSpec commandJob() {
+  JobSpec s;
+  s.jobId = "k";
+  s.worldSize = 2;
+  s.command = CommandSpec{{"python3", "train.py"}, "/tmp", {}};
+  s.targetLoss = 1.0;
+  return s;
+}
+
+StepReport untimed(std::uint32_t rank, std::uint64_t step, std::uint32_t samples, float loss, std::int64_t timeUs) {
+  StepReport r;
+  r.jobId = "k";
+  r.rank = rank;
+  r.worldSize = 2;
+  r.step = step;
+  r.samples = samples;
+  r.loss = loss;
+  r.tokens = std::uint64_t{samples} * 128;
+  r.stepTimeUs = kSecond;
+  r.timeUnixUs = timeUs;
+  return r;
+}
+
+TEST(Kpi, ACommandJobWithoutReportsSaysHowToGetThem) {
+  JobTracker t(commandJob(), Settings{});
+  t.add(JobEvent{"k", JobEventKind::kStarted, t0, {}, {}, {}, "started", "", {}});
+  const JobKpis k = t.snapshot(t0 + 5 * kSecond);
+  EXPECT_FALSE(k.samplesPerSecond);
+  EXPECT_FALSE(k.commOverhead);
+  EXPECT_FALSE(k.scalingEfficiency);
+  EXPECT_EQ(k.totalSteps, 0u);  // only the program knows its length
+  EXPECT_NE(k.noStepsReason.find("add lockstep.step(...)"), std::string::npos) << k.noStepsReason;
+  EXPECT_NE(std::find_if(k.missing.begin(), k.missing.end(),
+                         [](const std::string& m) { return m.find("lockstep.step") != std::string::npos; }),
+            k.missing.end());
+}
+
+TEST(Kpi, UntimedStepsGiveThroughputAndLossButNoSplit) {
+  JobTracker t(commandJob(), Settings{5.0, 0.5, std::nullopt, 100});
+  for (std::uint64_t s = 1; s <= 10; ++s) {
+    const std::int64_t time = t0 + static_cast<std::int64_t>(s) * kSecond;
+    // Rank 0: 30 samples at loss 2; rank 1: 10 samples at loss 1. The samples' mean: 1.75.
+    t.add(untimed(0, s, 30, 2.0f, time), "n");
+    t.add(untimed(1, s, 10, 1.0f, time), "n");
+  }
+  const JobKpis k = t.snapshot(t0 + 10 * kSecond);
+  EXPECT_DOUBLE_EQ(*k.samplesPerSecond, 40.0);  // 200 samples in the 5 s window
+  EXPECT_DOUBLE_EQ(*k.tokensPerSecond, 40.0 * 128);
+  EXPECT_EQ(k.totalSamples, 400u);
+  EXPECT_EQ(*k.totalTokens, 400u * 128);
+  EXPECT_DOUBLE_EQ(*k.meanSamplesPerSecond, 40.0);  // 400 samples over 10 s
+  EXPECT_NEAR(*k.lastGlobalLoss, 1.75, 1e-12);
+  ASSERT_EQ(t.lossSeries().size(), 10u);
+  EXPECT_NEAR(t.lossSeries().back().y, 1.75, 1e-12);
+  // Unknown, not 0: nothing measured the split.
+  EXPECT_FALSE(k.commOverhead);
+  EXPECT_FALSE(k.loadImbalance);
+  EXPECT_FALSE(k.scalingEfficiency);
+  EXPECT_FALSE(k.ranks[0].meanComputeUs);
+  EXPECT_TRUE(t.stepSplits().empty());
+  EXPECT_TRUE(k.noStepsReason.empty());
+  EXPECT_NE(k.noTimingsReason.find("lockstep.watch"), std::string::npos) << k.noTimingsReason;
+}
+
+TEST(Kpi, ACalibrationRunGivesACommandJobItsScalingEfficiency) {
+  JobTracker t(commandJob(), Settings{5.0, 0.1, 25.0, 100});
+  for (std::uint64_t s = 1; s <= 10; ++s) {
+    const std::int64_t time = t0 + static_cast<std::int64_t>(s) * kSecond;
+    t.add(untimed(0, s, 20, 2.0f, time), "n");
+    t.add(untimed(1, s, 20, 2.0f, time), "n");
+  }
+  const JobKpis k = t.snapshot(t0 + 10 * kSecond);
+  EXPECT_EQ(k.scalingBasis, ScalingBasis::kCalibrated);
+  EXPECT_DOUBLE_EQ(*k.scalingEfficiency, 40.0 / (2 * 25.0));
 }
 
 }  // namespace

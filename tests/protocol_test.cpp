@@ -28,6 +28,19 @@ JobSpec validSpec() {
   return s;
 }
 
+// Issue 13: a job whose ranks run the user's own program.
+JobSpec validCommandSpec() {
+  JobSpec s;
+  s.jobId = "own-1";
+  s.worldSize = 2;
+  s.ranks = {{0, "node-a", 0, std::nullopt}, {1, "node-a", 1, std::nullopt}};
+  s.command = CommandSpec{{"python3", "train.py", "--epochs", "3", ""}, "/home/me/project",
+                          {{"PYTHONUNBUFFERED", "1"}, {"DATA", "a=b c"}}};
+  s.maxRestarts = 2;  // the program resumes itself: no checkpoint directory of the trainer's
+  s.prices = {0, 0.04, 0, "USD"};
+  return s;
+}
+
 StepReport validReport() {
   StepReport r;
   r.jobId = "job-1";
@@ -72,6 +85,33 @@ TEST(ProtocolRoundTrip, StartJobRequestKeepsEveryField) {
     ASSERT_TRUE(out.ok()) << out.error().message;
     EXPECT_EQ(*out, request);
   }
+}
+
+TEST(ProtocolRoundTrip, ACommandJobKeepsItsProgramAndNeedsNoModel) {
+  const Request in{9, StartJobRequest{validCommandSpec()}};
+  auto out = decodeRequest(encode(in));
+  ASSERT_TRUE(out.ok()) << out.error().message;
+  EXPECT_EQ(*out, in);
+  auto json = jobSpecFromJson(jobSpecToJson(validCommandSpec()));
+  ASSERT_TRUE(json.ok()) << json.error().message;
+  EXPECT_EQ(*json, validCommandSpec());
+  EXPECT_EQ(validCommandSpec().globalBatch(), 0u);  // only the program knows its batch
+}
+
+TEST(ProtocolRoundTrip, AStepReportWithoutTimingsKeepsThemUnknown) {
+  StepReport r = validReport();
+  r.dataTimeUs.reset();
+  r.computeTimeUs.reset();
+  r.exposedCommTimeUs.reset();
+  r.allreduceTimeUs.reset();
+  r.bytesReduced.reset();
+  r.tokens = 4096;
+  const StepReport out = roundTripStream(r);
+  EXPECT_EQ(out, r);
+  EXPECT_FALSE(out.computeTimeUs.has_value());
+  // A measured 0 stays a 0.
+  r.exposedCommTimeUs = 0;
+  EXPECT_EQ(*roundTripStream(r).exposedCommTimeUs, 0);
 }
 
 TEST(ProtocolRoundTrip, OtherRequestsAndReplies) {
@@ -191,6 +231,39 @@ INSTANTIATE_TEST_SUITE_P(
         Rejection{"NegativePrice", [](JobSpec& s) { s.prices.gpuHour = -1; }, "price per GPU-hour"},
         Rejection{"ZeroTimeout", [](JobSpec& s) { s.timeoutS = 0; }, "timeout"},
         Rejection{"HugeBucket", [](JobSpec& s) { s.bucketMb = 1e9; }, "bucket size"}),
+    [](const auto& param) { return std::string(param.param.name); });
+
+class CommandSpecRejection : public ::testing::TestWithParam<Rejection> {};
+
+TEST_P(CommandSpecRejection, DecodeRefusesWithAClearMessage) {
+  JobSpec spec = validCommandSpec();
+  GetParam().breakIt(spec);
+  auto out = decodeRequest(encode(Request{1, StartJobRequest{spec}}));
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(out.error().message.find(GetParam().expectedText), std::string::npos) << out.error().message;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Protocol, CommandSpecRejection,
+    ::testing::Values(
+        Rejection{"NoProgram", [](JobSpec& s) { s.command->argv.clear(); }, "the command is empty"},
+        Rejection{"EmptyProgram", [](JobSpec& s) { s.command->argv[0] = ""; }, "the command is empty"},
+        Rejection{"RelativeWorkingDir", [](JobSpec& s) { s.command->workingDir = "project"; }, "is relative"},
+        Rejection{"MalformedEnvName", [](JobSpec& s) { s.command->env.push_back({"1BAD", "x"}); }, "'1BAD' is malformed"},
+        Rejection{"EnvNameWithEquals", [](JobSpec& s) { s.command->env.push_back({"A=B", "x"}); }, "is malformed"},
+        Rejection{"EnvSetsRank", [](JobSpec& s) { s.command->env.push_back({"RANK", "3"}); }, "RANK is set by the agent"},
+        Rejection{"EnvSetsLockstep", [](JobSpec& s) { s.command->env.push_back({"LOCKSTEP_REPORT", "x"}); },
+                  "LOCKSTEP_REPORT is set by the agent"},
+        Rejection{"EnvTwice", [](JobSpec& s) { s.command->env.push_back({"DATA", "again"}); }, "DATA is given twice"},
+        Rejection{"NulInArgument", [](JobSpec& s) { s.command->argv[1] = std::string("a\0b", 3); }, "NUL byte"},
+        Rejection{"HugeArgument", [](JobSpec& s) { s.command->argv[1] = std::string(200 * 1024, 'x'); },
+                  "command argument 1 is 204800 bytes long"},
+        Rejection{"TooManyArguments", [](JobSpec& s) { s.command->argv.resize(5000, "x"); }, "5000 arguments"},
+        Rejection{"TooLargeInAll", [](JobSpec& s) { s.command->argv.resize(20, std::string(100 * 1024, 'x')); },
+                  "the limit is 1048576"},
+        Rejection{"TrainerLayers", [](JobSpec& s) { s.layers = {4, 2}; }, "pass such settings to your program"},
+        Rejection{"TrainerSteps", [](JobSpec& s) { s.steps = 10; }, "pass such settings to your program"}),
     [](const auto& param) { return std::string(param.param.name); });
 
 TEST(ProtocolRejection, GarbageBytes) {

@@ -522,8 +522,9 @@ Json renderWatch(const WatchState& w, const std::string& jobId, JobState state, 
       std::int64_t stepUs = 0, exposedUs = 0;
       for (std::size_t i = 1; i < v.window.size(); ++i) samples += v.window[i].samples;
       for (const auto& r : v.window) {
+        if (!r.exposedCommTimeUs) continue;  // not measured: the share is over the steps that were
         stepUs += r.stepTimeUs;
-        exposedUs += r.exposedCommTimeUs;
+        exposedUs += *r.exposedCommTimeUs;
       }
       if (seconds > 0) rate = static_cast<double>(samples) / seconds;
       if (stepUs > 0) comm = 100.0 * static_cast<double>(exposedUs) / static_cast<double>(stepUs);

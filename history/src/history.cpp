@@ -68,7 +68,30 @@ CREATE TABLE final_kpis (
   energy_kwh REAL, gpu_hours REAL, core_hours REAL, cost REAL, cost_complete INTEGER NOT NULL,
   missing_json TEXT NOT NULL);
 )sql",
+    // 2: a step's split may be unknown (a program that reports steps without timing them), and
+    // steps count tokens. SQLite cannot drop NOT NULL in place: the table is copied.
+    R"sql(
+CREATE TABLE steps_v2 (
+  job_id TEXT NOT NULL REFERENCES jobs ON DELETE CASCADE, attempt INTEGER NOT NULL, rank INTEGER NOT NULL,
+  step INTEGER NOT NULL, node TEXT NOT NULL, world_size INTEGER NOT NULL, epoch INTEGER NOT NULL,
+  samples INTEGER NOT NULL, loss REAL, global_loss REAL, data_us INTEGER, compute_us INTEGER,
+  exposed_us INTEGER, allreduce_us INTEGER, bytes_reduced INTEGER,
+  step_us INTEGER NOT NULL, time_us INTEGER NOT NULL, lr REAL NOT NULL, tokens INTEGER,
+  PRIMARY KEY (job_id, attempt, rank, step)) WITHOUT ROWID;
+INSERT INTO steps_v2 (job_id, attempt, rank, step, node, world_size, epoch, samples, loss, global_loss, data_us,
+                      compute_us, exposed_us, allreduce_us, bytes_reduced, step_us, time_us, lr)
+  SELECT job_id, attempt, rank, step, node, world_size, epoch, samples, loss, global_loss, data_us, compute_us,
+         exposed_us, allreduce_us, bytes_reduced, step_us, time_us, lr FROM steps;
+DROP TABLE steps;
+ALTER TABLE steps_v2 RENAME TO steps;
+CREATE INDEX steps_by_time ON steps (job_id, time_us);
+)sql",
 };
+
+// The steps table's columns by name, in the order readStep reads them.
+constexpr const char* kStepColumns =
+    "job_id, attempt, rank, step, node, world_size, epoch, samples, loss, global_loss, data_us, compute_us, "
+    "exposed_us, allreduce_us, bytes_reduced, step_us, time_us, lr, tokens";
 
 Error sqliteError(sqlite3* db, std::string_view what) {
   const int code = db ? sqlite3_errcode(db) : SQLITE_ERROR;
@@ -362,8 +385,8 @@ Result<void> History::recordMessages(std::span<const StreamMessage> messages) {
   sqlite3* db = db_.get();
   LOCKSTEP_ASSIGN_OR_RETURN(auto tx, Transaction::begin(db));
   LOCKSTEP_ASSIGN_OR_RETURN(auto known, Statement::prepare(db, "SELECT 1 FROM jobs WHERE job_id = ?1"));
-  LOCKSTEP_ASSIGN_OR_RETURN(auto step, Statement::prepare(db, R"sql(
-    INSERT OR IGNORE INTO steps VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18))sql"));
+  LOCKSTEP_ASSIGN_OR_RETURN(auto step, Statement::prepare(db, std::string("INSERT OR IGNORE INTO steps (") + kStepColumns +
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)"));
   LOCKSTEP_ASSIGN_OR_RETURN(auto gpu, Statement::prepare(db, R"sql(
     INSERT OR IGNORE INTO gpu_samples VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10))sql"));
   LOCKSTEP_ASSIGN_OR_RETURN(auto process, Statement::prepare(db, R"sql(
@@ -393,7 +416,7 @@ Result<void> History::recordMessages(std::span<const StreamMessage> messages) {
       if (r->globalLoss) step.bind(10, static_cast<double>(*r->globalLoss)); else step.bindNull(10);
       step.bind(11, r->dataTimeUs).bind(12, r->computeTimeUs).bind(13, r->exposedCommTimeUs);
       step.bind(14, r->allreduceTimeUs).bind(15, r->bytesReduced).bind(16, r->stepTimeUs);
-      step.bind(17, r->timeUnixUs).bind(18, r->lr);
+      step.bind(17, r->timeUnixUs).bind(18, r->lr).bind(19, r->tokens);
       insert = &step;
     } else if (const auto* g = std::get_if<GpuSample>(&m.payload)) {
       gpu.bind(1, g->jobId).bind(2, g->node.empty() ? m.node : g->node).bind(3, g->gpuIndex).bind(4, g->timeUnixUs);
@@ -696,14 +719,15 @@ StreamMessage readStep(const Statement& s) {
   r.samples = static_cast<std::uint32_t>(s.i64(7));
   r.loss = s.null(8) ? std::numeric_limits<float>::quiet_NaN() : static_cast<float>(s.real(8));
   if (!s.null(9)) r.globalLoss = static_cast<float>(s.real(9));
-  r.dataTimeUs = s.i64(10);
-  r.computeTimeUs = s.i64(11);
-  r.exposedCommTimeUs = s.i64(12);
-  r.allreduceTimeUs = s.i64(13);
-  r.bytesReduced = static_cast<std::uint64_t>(s.i64(14));
+  r.dataTimeUs = s.maybeInt<std::int64_t>(10);
+  r.computeTimeUs = s.maybeInt<std::int64_t>(11);
+  r.exposedCommTimeUs = s.maybeInt<std::int64_t>(12);
+  r.allreduceTimeUs = s.maybeInt<std::int64_t>(13);
+  r.bytesReduced = s.maybeInt<std::uint64_t>(14);
   r.stepTimeUs = s.i64(15);
   r.timeUnixUs = s.i64(16);
   r.lr = s.real(17);
+  r.tokens = s.maybeInt<std::uint64_t>(18);
   return StreamMessage{0, s.text(4), std::move(r)};
 }
 
@@ -744,9 +768,9 @@ StreamMessage readProcess(const Statement& s) {
 Result<void> History::replay(const std::string& jobId, const std::function<void(const StreamMessage&)>& visit) const {
   LOCKSTEP_TRY(job(jobId));  // NotFound says so
   sqlite3* db = db_.get();
-  const std::pair<const char*, StreamMessage (*)(const Statement&)> tables[] = {
+  const std::pair<std::string, StreamMessage (*)(const Statement&)> tables[] = {
       {"SELECT * FROM events WHERE job_id = ?1 ORDER BY time_us", readEvent},
-      {"SELECT * FROM steps WHERE job_id = ?1 ORDER BY time_us, step, rank", readStep},
+      {std::string("SELECT ") + kStepColumns + " FROM steps WHERE job_id = ?1 ORDER BY time_us, step, rank", readStep},
       {"SELECT * FROM gpu_samples WHERE job_id = ?1 ORDER BY time_us", readGpu},
       {"SELECT * FROM process_samples WHERE job_id = ?1 ORDER BY time_us", readProcess},
   };
@@ -778,8 +802,8 @@ Result<std::unique_ptr<kpi::JobTracker>> History::tracker(const std::string& job
 
 Result<void> History::forEachStep(const std::string& jobId,
                                   const std::function<void(const StepReport&, const std::string& node)>& visit) const {
-  LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db_.get(), R"sql(
-    SELECT * FROM steps WHERE job_id = ?1 ORDER BY attempt, step, rank)sql"));
+  LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db_.get(), std::string("SELECT ") + kStepColumns +
+                                                                       " FROM steps WHERE job_id = ?1 ORDER BY attempt, step, rank"));
   stmt.bind(1, jobId);
   for (;;) {
     LOCKSTEP_ASSIGN_OR_RETURN(bool row, stmt.step());

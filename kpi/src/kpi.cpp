@@ -102,38 +102,56 @@ void JobTracker::add(const StepReport& r, const std::string& node) {
     push(throughput_, Point{static_cast<double>(s), samples});
   }
 
-  if (r.globalLoss && r.step > lossStep_ && std::isfinite(*r.globalLoss)) {
-    lossStep_ = r.step;
-    lastGlobalLoss_ = *r.globalLoss;
-    smoothedLoss_ = smoothedLoss_ ? (1 - settings_.lossSmoothing) * *smoothedLoss_ + settings_.lossSmoothing * *r.globalLoss
-                                  : static_cast<double>(*r.globalLoss);
-    push(loss_, Point{static_cast<double>(r.step), *r.globalLoss});
-    if (spec_.targetLoss && !convergedAtSeconds_ && *smoothedLoss_ <= *spec_.targetLoss) {
-      convergedAtSeconds_ = secondsSinceStart(r.timeUnixUs);
-    }
-  }
+  totalSamples_ += r.samples;
+  if (r.tokens) totalTokens_ = totalTokens_.value_or(0) + *r.tokens;
+  if (r.computeTimeUs) timedReports_ = true;
+  if (r.globalLoss && std::isfinite(*r.globalLoss)) noteGlobalLoss(r.step, *r.globalLoss, r.timeUnixUs);
 
   // Keyed by attempt too: a restarted job repeats step numbers, with another world size.
   StepAcc& acc = steps_[{r.attempt, r.step}];
   acc.worldSize = std::max<std::uint32_t>(r.worldSize, 1);
   ++acc.ranks;
-  acc.dataUs += static_cast<double>(r.dataTimeUs);
-  acc.computeUs += static_cast<double>(r.computeTimeUs);
-  acc.exposedUs += static_cast<double>(r.exposedCommTimeUs);
-  acc.computes.push_back(static_cast<double>(r.computeTimeUs));
+  const bool timed = r.dataTimeUs && r.computeTimeUs && r.exposedCommTimeUs;
+  acc.timed += timed;
+  acc.dataUs += static_cast<double>(r.dataTimeUs.value_or(0));
+  acc.computeUs += static_cast<double>(r.computeTimeUs.value_or(0));
+  acc.exposedUs += static_cast<double>(r.exposedCommTimeUs.value_or(0));
+  if (r.computeTimeUs) acc.computes.push_back(static_cast<double>(*r.computeTimeUs));
+  if (std::isfinite(r.loss) && r.samples > 0) {
+    acc.lossSum += static_cast<double>(r.loss) * r.samples;
+    acc.lossSamples += r.samples;
+  }
+  acc.reportedGlobalLoss = acc.reportedGlobalLoss || r.globalLoss.has_value();
   acc.timeUs = std::max(acc.timeUs, r.timeUnixUs);
   if (acc.ranks == acc.worldSize) {
-    const double n = acc.ranks * 1e3;
-    push(splits_, StepSplit{r.step, acc.dataUs / n, acc.computeUs / n, acc.exposedUs / n});
+    // A program that does not all-reduce its loss: the global loss is the samples' mean over ranks.
+    if (!acc.reportedGlobalLoss && acc.lossSamples > 0) {
+      noteGlobalLoss(r.step, acc.lossSum / static_cast<double>(acc.lossSamples), acc.timeUs);
+    }
+    if (acc.timed == acc.ranks) {
+      const double n = acc.ranks * 1e3;
+      push(splits_, StepSplit{r.step, acc.dataUs / n, acc.computeUs / n, acc.exposedUs / n});
+    }
     // The imbalance the job started with (steps 2 to 11; the first one warms up), which a dynamic
     // split then works off.
     const double med = median(acc.computes);
-    if (r.step >= 2 && initialSteps_ < kInitialSteps && med > 0) {
+    if (r.step >= 2 && initialSteps_ < kInitialSteps && med > 0 && acc.computes.size() == acc.ranks) {
       initialImbalanceSum_ += *std::max_element(acc.computes.begin(), acc.computes.end()) / med;
       ++initialSteps_;
     }
   }
   while (steps_.size() > kStepsKept) steps_.erase(steps_.begin());
+}
+
+void JobTracker::noteGlobalLoss(std::uint64_t step, double loss, std::int64_t timeUnixUs) {
+  if (step <= lossStep_) return;
+  lossStep_ = step;
+  lastGlobalLoss_ = loss;
+  smoothedLoss_ = smoothedLoss_ ? (1 - settings_.lossSmoothing) * *smoothedLoss_ + settings_.lossSmoothing * loss : loss;
+  push(loss_, Point{static_cast<double>(step), loss});
+  if (spec_.targetLoss && !convergedAtSeconds_ && *smoothedLoss_ <= *spec_.targetLoss) {
+    convergedAtSeconds_ = secondsSinceStart(timeUnixUs);
+  }
 }
 
 void JobTracker::add(const GpuSample& s) {
@@ -189,6 +207,8 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
   k.elapsedSeconds = startUs_ == 0 ? 0 : std::max(0.0, secondsSinceStart(now));
   if (spec_.steps > 0) {
     k.totalSteps = spec_.steps;
+  } else if (spec_.isCommand()) {
+    // Only the program knows how long it runs.
   } else if (const auto* syn = std::get_if<SyntheticDataset>(&spec_.dataset); syn && spec_.globalBatch() > 0) {
     k.totalSteps = std::uint64_t{spec_.epochs} * ((syn->samples + spec_.globalBatch() - 1) / spec_.globalBatch());
   }
@@ -196,6 +216,7 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
   const double span = std::min(settings_.windowSeconds, k.elapsedSeconds);
 
   double totalRate = 0, exposedSum = 0, stepSum = 0, singleRateSum = 0;
+  Maybe totalTokenRate;
   int ratesKnown = 0, singleKnown = 0;
   std::vector<double> busy, data, compute;
   std::vector<std::uint32_t> rankIds;
@@ -210,42 +231,61 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
     if (std::isfinite(r.loss)) rk.loss = r.loss;
     rk.cpuPct = r.cpuPct;
     rk.rssBytes = r.rssBytes;
-    double samples = 0, d = 0, c = 0, e = 0, st = 0;
-    int n = 0;
+    // Samples and step times are in every report; the split only where the sender measured it.
+    double samples = 0, tokens = 0, st = 0, d = 0, c = 0, e = 0, timedSamples = 0, timedSt = 0;
+    int n = 0, timed = 0;
+    bool tokensKnown = false;
     for (const auto& rep : r.window) {
       if (rep.timeUnixUs <= now - windowUs || rep.timeUnixUs > now) continue;
       samples += rep.samples;
-      d += static_cast<double>(rep.dataTimeUs);
-      c += static_cast<double>(rep.computeTimeUs);
-      e += static_cast<double>(rep.exposedCommTimeUs);
       st += static_cast<double>(rep.stepTimeUs);
       ++n;
+      if (rep.tokens) {
+        tokens += static_cast<double>(*rep.tokens);
+        tokensKnown = true;
+      }
+      if (rep.dataTimeUs && rep.computeTimeUs && rep.exposedCommTimeUs) {
+        d += static_cast<double>(*rep.dataTimeUs);
+        c += static_cast<double>(*rep.computeTimeUs);
+        e += static_cast<double>(*rep.exposedCommTimeUs);
+        timedSamples += rep.samples;
+        timedSt += static_cast<double>(rep.stepTimeUs);
+        ++timed;
+      }
     }
     k.step = std::max(k.step, r.step);
     if (n > 0 && span > 0) {
       rk.samplesPerSecond = samples / span;
-      rk.meanDataUs = d / n;
-      rk.meanComputeUs = c / n;
-      rk.meanExposedUs = e / n;
+      if (tokensKnown) rk.tokensPerSecond = tokens / span;
       rk.meanStepUs = st / n;
       rk.samplesPerStep = samples / n;
-      if (st > 0) rk.commOverhead = e / st;
       totalRate += *rk.samplesPerSecond;
+      if (rk.tokensPerSecond) totalTokenRate = totalTokenRate.value_or(0) + *rk.tokensPerSecond;
       ++ratesKnown;
+    }
+    if (timed > 0 && span > 0) {
+      rk.meanDataUs = d / timed;
+      rk.meanComputeUs = c / timed;
+      rk.meanExposedUs = e / timed;
+      if (timedSt > 0) rk.commOverhead = e / timedSt;
       exposedSum += e;
-      stepSum += st;
+      stepSum += timedSt;
       if (d + c > 0) {
-        singleRateSum += samples / ((d + c) / 1e6);
+        singleRateSum += timedSamples / ((d + c) / 1e6);
         ++singleKnown;
       }
-      busy.push_back((d + c) / n);
-      data.push_back(d / n);
-      compute.push_back(c / n);
+      busy.push_back((d + c) / timed);
+      data.push_back(d / timed);
+      compute.push_back(c / timed);
       rankIds.push_back(id);
     }
     k.ranks.push_back(rk);
   }
   if (ratesKnown > 0) k.samplesPerSecond = totalRate;
+  k.tokensPerSecond = totalTokenRate;
+  k.totalSamples = totalSamples_;
+  k.totalTokens = totalTokens_;
+  if (lastReportUs_ != 0 && k.elapsedSeconds > 0) k.meanSamplesPerSecond = static_cast<double>(totalSamples_) / k.elapsedSeconds;
   if (stepSum > 0) k.commOverhead = exposedSum / stepSum;
   if (k.samplesPerSecond) {
     if (settings_.calibratedSingleRankSamplesPerSecond && *settings_.calibratedSingleRankSamplesPerSecond > 0) {
@@ -263,7 +303,10 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
   double ratioSum = 0;
   int ratioCount = 0;
   for (const auto& [key, acc] : steps_) {
-    if (acc.ranks < acc.worldSize || acc.timeUs <= now - windowUs || acc.timeUs > now) continue;
+    if (acc.ranks < acc.worldSize || acc.computes.size() < acc.ranks || acc.timeUs <= now - windowUs ||
+        acc.timeUs > now) {
+      continue;
+    }
     const double med = median(acc.computes);
     if (med <= 0) continue;
     ratioSum += *std::max_element(acc.computes.begin(), acc.computes.end()) / med;
@@ -347,6 +390,13 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
     }
   }
   if (cpuKnown) k.coreHours = cpuSeconds / 3600.0;
+  if (spec_.isCommand() && lastReportUs_ == 0) {
+    k.noStepsReason = "this program reports no steps: add lockstep.step(...) (docs/own-program.md)";
+    k.missing.push_back("throughput, communication, load imbalance, loss and scaling efficiency (" + k.noStepsReason + ")");
+  } else if (lastReportUs_ != 0 && !timedReports_) {
+    k.noTimingsReason = "its steps carry no data, compute or communication times: add lockstep.watch(model)";
+    k.missing.push_back("communication overhead and load imbalance (" + k.noTimingsReason + ")");
+  }
   if (!k.gpuUtilizationPct && gpuCount > 0) k.missing.push_back("GPU utilization (no NVML samples for the job's GPUs)");
   if (!k.energyKwh) k.missing.push_back("energy (no NVML energy counter readings)");
   if (!k.coreHours) k.missing.push_back("CPU time (no process samples)");

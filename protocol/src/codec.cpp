@@ -37,14 +37,35 @@ Result<Domain> enumFromPb(Pb value, int first, int last, const char* field) {
 
 // ---- job spec ----
 
+void toPb(const CommandSpec& c, pb::Command* m) {
+  for (const auto& arg : c.argv) m->add_argv(arg);
+  m->set_working_dir(c.workingDir);
+  for (const auto& [name, value] : c.env) {
+    auto* e = m->add_env();
+    e->set_name(name);
+    e->set_value(value);
+  }
+}
+
+CommandSpec fromPb(const pb::Command& m) {
+  CommandSpec c;
+  c.argv.assign(m.argv().begin(), m.argv().end());
+  c.workingDir = m.working_dir();
+  for (const auto& e : m.env()) c.env.emplace_back(e.name(), e.value());
+  return c;
+}
+
 void toPb(const JobSpec& s, pb::JobSpec* m) {
   m->set_job_id(s.jobId);
   m->set_name(s.name);
   m->set_backend(static_cast<pb::Backend>(s.backend));
+  if (s.command) toPb(*s.command, m->mutable_command());
   for (auto l : s.layers) m->add_layers(l);
   m->set_activation(static_cast<pb::Activation>(s.activation));
   m->set_precision(static_cast<pb::Precision>(s.precision));
-  if (const auto* syn = std::get_if<SyntheticDataset>(&s.dataset)) {
+  if (s.command) {
+    // No data set: the program reads its own.
+  } else if (const auto* syn = std::get_if<SyntheticDataset>(&s.dataset)) {
     auto* d = m->mutable_dataset()->mutable_synthetic();
     d->set_samples(syn->samples);
     d->set_dim(syn->dim);
@@ -106,9 +127,15 @@ Result<JobSpec> fromPb(const pb::JobSpec& m) {
   s.jobId = m.job_id();
   s.name = m.name();
   LOCKSTEP_ASSIGN_OR_RETURN(s.backend, (enumFromPb<Backend>(m.backend(), 1, 2, "job spec backend")));
+  if (m.has_command()) s.command = fromPb(m.command());
   s.layers.assign(m.layers().begin(), m.layers().end());
-  LOCKSTEP_ASSIGN_OR_RETURN(s.activation, (enumFromPb<Activation>(m.activation(), 1, 2, "job spec activation")));
-  LOCKSTEP_ASSIGN_OR_RETURN(s.precision, (enumFromPb<Precision>(m.precision(), 1, 3, "job spec precision")));
+  // A command job need not say what only the built-in MLP uses: unset enums keep their defaults.
+  if (!s.command || m.activation() != pb::ACTIVATION_UNSPECIFIED) {
+    LOCKSTEP_ASSIGN_OR_RETURN(s.activation, (enumFromPb<Activation>(m.activation(), 1, 2, "job spec activation")));
+  }
+  if (!s.command || m.precision() != pb::PRECISION_UNSPECIFIED) {
+    LOCKSTEP_ASSIGN_OR_RETURN(s.precision, (enumFromPb<Precision>(m.precision(), 1, 3, "job spec precision")));
+  }
   switch (m.dataset().source_case()) {
     case pb::Dataset::kSynthetic: {
       const auto& d = m.dataset().synthetic();
@@ -119,12 +146,15 @@ Result<JobSpec> fromPb(const pb::JobSpec& m) {
       s.dataset = NpyDataset{m.dataset().npy().features_path(), m.dataset().npy().labels_path()};
       break;
     case pb::Dataset::SOURCE_NOT_SET:
-      return bad("job spec dataset is required (synthetic or npy)");
+      if (!s.command) return bad("job spec dataset is required (synthetic or npy)");
+      break;
   }
   s.batchPerRank = m.batch_per_rank();
   s.accumSteps = m.accum_steps();
   const auto& o = m.optimizer();
-  LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.kind, (enumFromPb<OptimizerKind>(o.kind(), 1, 2, "job spec optimizer")));
+  if (!s.command || o.kind() != pb::OPTIMIZER_KIND_UNSPECIFIED) {
+    LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.kind, (enumFromPb<OptimizerKind>(o.kind(), 1, 2, "job spec optimizer")));
+  }
   s.optimizer.lr = o.lr();
   s.optimizer.momentum = o.momentum();
   s.optimizer.nesterov = o.nesterov();
@@ -290,14 +320,15 @@ void toPb(const StepReport& r, pb::StepReport* m) {
   m->set_samples(r.samples);
   m->set_loss(r.loss);
   setIf(r.globalLoss, m, &pb::StepReport::set_global_loss);
-  m->set_data_time_us(r.dataTimeUs);
-  m->set_compute_time_us(r.computeTimeUs);
-  m->set_exposed_comm_time_us(r.exposedCommTimeUs);
-  m->set_allreduce_time_us(r.allreduceTimeUs);
-  m->set_bytes_reduced(r.bytesReduced);
+  setIf(r.dataTimeUs, m, &pb::StepReport::set_data_time_us);
+  setIf(r.computeTimeUs, m, &pb::StepReport::set_compute_time_us);
+  setIf(r.exposedCommTimeUs, m, &pb::StepReport::set_exposed_comm_time_us);
+  setIf(r.allreduceTimeUs, m, &pb::StepReport::set_allreduce_time_us);
+  setIf(r.bytesReduced, m, &pb::StepReport::set_bytes_reduced);
   m->set_step_time_us(r.stepTimeUs);
   m->set_time_unix_us(r.timeUnixUs);
   m->set_lr(r.lr);
+  setIf(r.tokens, m, &pb::StepReport::set_tokens);
 }
 
 Result<StepReport> fromPb(const pb::StepReport& m) {
@@ -311,14 +342,15 @@ Result<StepReport> fromPb(const pb::StepReport& m) {
   r.samples = m.samples();
   r.loss = m.loss();
   if (m.has_global_loss()) r.globalLoss = m.global_loss();
-  r.dataTimeUs = m.data_time_us();
-  r.computeTimeUs = m.compute_time_us();
-  r.exposedCommTimeUs = m.exposed_comm_time_us();
-  r.allreduceTimeUs = m.allreduce_time_us();
-  r.bytesReduced = m.bytes_reduced();
+  if (m.has_data_time_us()) r.dataTimeUs = m.data_time_us();
+  if (m.has_compute_time_us()) r.computeTimeUs = m.compute_time_us();
+  if (m.has_exposed_comm_time_us()) r.exposedCommTimeUs = m.exposed_comm_time_us();
+  if (m.has_allreduce_time_us()) r.allreduceTimeUs = m.allreduce_time_us();
+  if (m.has_bytes_reduced()) r.bytesReduced = m.bytes_reduced();
   r.stepTimeUs = m.step_time_us();
   r.timeUnixUs = m.time_unix_us();
   r.lr = m.lr();
+  if (m.has_tokens()) r.tokens = m.tokens();
   LOCKSTEP_TRY(validateStepReport(r));
   return r;
 }
@@ -469,7 +501,8 @@ bool StepReport::operator==(const StepReport& o) const {
          step == o.step && epoch == o.epoch && samples == o.samples && sameFloat(loss, o.loss) && sameGlobal &&
          dataTimeUs == o.dataTimeUs && computeTimeUs == o.computeTimeUs &&
          exposedCommTimeUs == o.exposedCommTimeUs && allreduceTimeUs == o.allreduceTimeUs &&
-         bytesReduced == o.bytesReduced && stepTimeUs == o.stepTimeUs && timeUnixUs == o.timeUnixUs && lr == o.lr;
+         bytesReduced == o.bytesReduced && stepTimeUs == o.stepTimeUs && timeUnixUs == o.timeUnixUs && lr == o.lr &&
+         tokens == o.tokens;
 }
 
 std::string encode(const Request& request) {

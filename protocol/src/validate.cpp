@@ -1,5 +1,6 @@
 #include "lockstep/protocol/validate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <string>
@@ -13,6 +14,10 @@ constexpr std::uint64_t kMaxParameters = 1ull << 31;
 constexpr std::uint32_t kMaxWorldSize = 4096;
 constexpr size_t kMaxPathLength = 4096;
 constexpr size_t kMaxTextLength = 64 * 1024;
+constexpr std::size_t kMaxCommandArgs = 4096;
+constexpr std::size_t kMaxCommandArgBytes = 128 * 1024;  // Linux's MAX_ARG_STRLEN
+constexpr std::size_t kMaxCommandEnv = 1024;
+constexpr std::size_t kMaxCommandBytes = 1024 * 1024;    // argv and env together, under ARG_MAX
 
 Error bad(std::string message) { return invalidArgument(std::move(message)); }
 
@@ -132,7 +137,123 @@ Result<void> validatePlacements(const JobSpec& spec) {
   return {};
 }
 
+// The environment the agent gives each rank of a command job; a job's own env may not set these.
+constexpr std::string_view kRankVariables[] = {
+    "RANK",       "WORLD_SIZE",      "LOCAL_RANK",      "LOCAL_WORLD_SIZE", "GROUP_RANK",
+    "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",        "MASTER_ADDR",
+    "MASTER_PORT", "CUDA_VISIBLE_DEVICES"};
+
+bool validEnvName(const std::string& name) {
+  if (name.empty() || name.size() > 256 || (name[0] >= '0' && name[0] <= '9')) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+Result<void> checkNoNul(const std::string& what, const std::string& value) {
+  if (value.find('\0') != std::string::npos) return bad(what + " contains a NUL byte, which no program can receive");
+  return {};
+}
+
+Result<void> validateCommand(const CommandSpec& c) {
+  if (c.argv.empty() || c.argv.front().empty()) {
+    return bad("the command is empty: give the program and its arguments after -- (e.g. -- python3 train.py)");
+  }
+  if (c.argv.size() > kMaxCommandArgs) {
+    return bad("the command has " + std::to_string(c.argv.size()) + " arguments; the limit is " +
+               std::to_string(kMaxCommandArgs));
+  }
+  std::size_t bytes = 0;
+  for (std::size_t i = 0; i < c.argv.size(); ++i) {
+    const std::string what = i == 0 ? "the program name" : "command argument " + std::to_string(i);
+    LOCKSTEP_TRY(checkText(what.c_str(), c.argv[i], kMaxCommandArgBytes));
+    LOCKSTEP_TRY(checkNoNul(what, c.argv[i]));
+    bytes += c.argv[i].size() + 1;
+  }
+  LOCKSTEP_TRY(checkText("working directory", c.workingDir, kMaxPathLength));
+  LOCKSTEP_TRY(checkNoNul("the working directory", c.workingDir));
+  if (!c.workingDir.empty() && c.workingDir.front() != '/') {
+    return bad("working directory '" + c.workingDir + "' is relative; give an absolute path (a node has no current "
+               "directory of yours)");
+  }
+  if (c.env.size() > kMaxCommandEnv) {
+    return bad("the job sets " + std::to_string(c.env.size()) + " environment variables; the limit is " +
+               std::to_string(kMaxCommandEnv));
+  }
+  std::set<std::string> names;
+  for (const auto& [name, value] : c.env) {
+    if (!validEnvName(name)) {
+      return bad("environment variable name '" + name.substr(0, 80) +
+                 "' is malformed: use letters, digits and '_', not starting with a digit (NAME=VALUE)");
+    }
+    if (isRankVariable(name)) {
+      return bad(name + " is set by the agent for each rank (torchrun's variables, CUDA_VISIBLE_DEVICES and "
+                        "LOCKSTEP_*); leave it out of the job's environment");
+    }
+    if (!names.insert(name).second) return bad("environment variable " + name + " is given twice");
+    LOCKSTEP_TRY(checkText(("the value of " + name).c_str(), value, kMaxCommandArgBytes));
+    LOCKSTEP_TRY(checkNoNul("the value of " + name, value));
+    bytes += name.size() + value.size() + 2;
+  }
+  if (bytes > kMaxCommandBytes) {
+    return bad("the command and its environment take " + std::to_string(bytes) + " bytes; the limit is " +
+               std::to_string(kMaxCommandBytes));
+  }
+  return {};
+}
+
+// What only the built-in trainer's MLP job has: model, data, batch, optimizer, length.
+Result<void> validateTrainerJob(const JobSpec& spec) {
+  LOCKSTEP_TRY(validateLayers(spec));
+  LOCKSTEP_TRY(validateDataset(spec));
+  if (spec.backend == Backend::kCpu && spec.precision != Precision::kFp32) {
+    return bad("the CPU backend computes in fp32 only; use --precision fp32 or --backend cuda");
+  }
+  LOCKSTEP_TRY(checkRange("batch per rank", spec.batchPerRank, 1, 1 << 20));
+  LOCKSTEP_TRY(checkRange("accum steps", spec.accumSteps, 1, 4096));
+  LOCKSTEP_TRY(validateOptimizer(spec.optimizer));
+  if ((spec.steps == 0) == (spec.epochs == 0)) {
+    return bad("give exactly one of steps and epochs (steps=" + std::to_string(spec.steps) +
+               ", epochs=" + std::to_string(spec.epochs) + ")");
+  }
+  if (spec.steps > 1'000'000'000'000ull) return bad("steps is too large");
+  if (spec.epochs > 1'000'000) return bad("epochs is too large");
+  LOCKSTEP_TRY(checkRange("bucket size in MB", spec.bucketMb, 0.0, 4096.0, false));
+  if (spec.rebalanceEvery > 1000000) return bad("rebalance_every must be at most 1000000 steps");
+  if (spec.maxRestarts > 0 && (spec.checkpointDir.empty() || spec.checkpointEvery == 0)) {
+    return bad("restarts resume from checkpoints: with --max-restarts give --checkpoint-dir (a path every node "
+               "sees) and --checkpoint-every");
+  }
+  if (spec.rebalanceEvery > 0 && spec.backend == Backend::kCuda) {
+    return bad("--balance dynamic is available on the CPU backend only for now; use --balance even with --backend cuda");
+  }
+  if (spec.checkpointEvery > 0 && spec.checkpointDir.empty()) {
+    return bad("a checkpoint interval needs a checkpoint directory");
+  }
+  LOCKSTEP_TRY(checkText("checkpoint directory", spec.checkpointDir, kMaxPathLength));
+  LOCKSTEP_TRY(checkText("initial weights path", spec.initWeightsPath, kMaxPathLength));
+  return {};
+}
+
+// A command job: the program decides its model, data and length; the trainer's fields stay unset.
+Result<void> validateCommandJob(const JobSpec& spec) {
+  LOCKSTEP_TRY(validateCommand(*spec.command));
+  const bool trainerFields = !spec.layers.empty() || spec.steps != 0 || spec.epochs != 0 ||
+                             spec.checkpointEvery != 0 || !spec.checkpointDir.empty() ||
+                             !spec.initWeightsPath.empty() || spec.rebalanceEvery != 0;
+  if (trainerFields) {
+    return bad("a job that runs your own program has no layers, steps, epochs, checkpoints, initial weights or "
+               "balancing of lockstep-trainer's: pass such settings to your program after --");
+  }
+  return {};
+}
+
 }  // namespace
+
+bool isRankVariable(std::string_view name) {
+  return std::find(std::begin(kRankVariables), std::end(kRankVariables), name) != std::end(kRankVariables) ||
+         name.rfind("LOCKSTEP_", 0) == 0 || name.rfind("TORCHELASTIC_", 0) == 0;
+}
 
 std::string_view jobStateName(JobState state) {
   switch (state) {
@@ -176,38 +297,11 @@ Result<void> validateJobId(const std::string& jobId) {
 Result<void> validateJobSpec(const JobSpec& spec) {
   LOCKSTEP_TRY(validateJobId(spec.jobId));
   LOCKSTEP_TRY(checkText("name", spec.name, 256));
-  LOCKSTEP_TRY(validateLayers(spec));
-  LOCKSTEP_TRY(validateDataset(spec));
-  if (spec.backend == Backend::kCpu && spec.precision != Precision::kFp32) {
-    return bad("the CPU backend computes in fp32 only; use --precision fp32 or --backend cuda");
-  }
-  LOCKSTEP_TRY(checkRange("batch per rank", spec.batchPerRank, 1, 1 << 20));
-  LOCKSTEP_TRY(checkRange("accum steps", spec.accumSteps, 1, 4096));
-  LOCKSTEP_TRY(validateOptimizer(spec.optimizer));
-  if ((spec.steps == 0) == (spec.epochs == 0)) {
-    return bad("give exactly one of steps and epochs (steps=" + std::to_string(spec.steps) +
-               ", epochs=" + std::to_string(spec.epochs) + ")");
-  }
-  if (spec.steps > 1'000'000'000'000ull) return bad("steps is too large");
-  if (spec.epochs > 1'000'000) return bad("epochs is too large");
+  LOCKSTEP_TRY(spec.command ? validateCommandJob(spec) : validateTrainerJob(spec));
   if (spec.targetLoss) LOCKSTEP_TRY(checkRange("target loss", *spec.targetLoss, 0.0, 1e6));
-  LOCKSTEP_TRY(checkRange("bucket size in MB", spec.bucketMb, 0.0, 4096.0, false));
-  if (spec.rebalanceEvery > 1000000) return bad("rebalance_every must be at most 1000000 steps");
   if (spec.maxRestarts > 100) return bad("max_restarts must be at most 100");
   if (spec.attempt > 1000) return bad("attempt must be at most 1000");
   LOCKSTEP_TRY(checkText("restart reason", spec.restartReason, 4096));
-  if (spec.maxRestarts > 0 && (spec.checkpointDir.empty() || spec.checkpointEvery == 0)) {
-    return bad("restarts resume from checkpoints: with --max-restarts give --checkpoint-dir (a path every node "
-               "sees) and --checkpoint-every");
-  }
-  if (spec.rebalanceEvery > 0 && spec.backend == Backend::kCuda) {
-    return bad("--balance dynamic is available on the CPU backend only for now; use --balance even with --backend cuda");
-  }
-  if (spec.checkpointEvery > 0 && spec.checkpointDir.empty()) {
-    return bad("a checkpoint interval needs a checkpoint directory");
-  }
-  LOCKSTEP_TRY(checkText("checkpoint directory", spec.checkpointDir, kMaxPathLength));
-  LOCKSTEP_TRY(checkText("initial weights path", spec.initWeightsPath, kMaxPathLength));
   LOCKSTEP_TRY(checkRange("timeout in seconds", spec.timeoutS, 1, 86400));
   LOCKSTEP_TRY(checkRange("world size", spec.worldSize, 1, kMaxWorldSize));
   LOCKSTEP_TRY(validatePlacements(spec));
@@ -266,8 +360,9 @@ Result<void> validateStepReport(const StepReport& r) {
   if (r.step == 0) return bad("step report step is required (steps count from 1)");
   for (auto [field, value] : {std::pair{"data time", r.dataTimeUs}, {"compute time", r.computeTimeUs},
                               {"exposed communication time", r.exposedCommTimeUs},
-                              {"all-reduce time", r.allreduceTimeUs}, {"step time", r.stepTimeUs}}) {
-    if (value < 0) return bad(std::string("step report ") + field + " is negative");
+                              {"all-reduce time", r.allreduceTimeUs},
+                              {"step time", std::optional<std::int64_t>(r.stepTimeUs)}}) {
+    if (value && *value < 0) return bad(std::string("step report ") + field + " is negative");
   }
   LOCKSTEP_TRY(checkRange("step report lr", r.lr, 0.0, 1e6));
   return {};

@@ -24,11 +24,12 @@ std::string stepReportJson(const StepReport& r) {
   j["samples"] = r.samples;
   j["loss"] = real(r.loss);
   j["global_loss"] = r.globalLoss ? real(*r.globalLoss) : nlohmann::ordered_json(nullptr);
-  j["data_time_us"] = r.dataTimeUs;
-  j["compute_time_us"] = r.computeTimeUs;
-  j["exposed_comm_time_us"] = r.exposedCommTimeUs;
-  j["allreduce_time_us"] = r.allreduceTimeUs;
-  j["bytes_reduced"] = r.bytesReduced;
+  auto maybe = [](const auto& v) { return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr); };
+  j["data_time_us"] = maybe(r.dataTimeUs);
+  j["compute_time_us"] = maybe(r.computeTimeUs);
+  j["exposed_comm_time_us"] = maybe(r.exposedCommTimeUs);
+  j["allreduce_time_us"] = maybe(r.allreduceTimeUs);
+  j["bytes_reduced"] = maybe(r.bytesReduced);
   j["step_time_us"] = r.stepTimeUs;
   j["time_unix_us"] = r.timeUnixUs;
   j["lr"] = r.lr;

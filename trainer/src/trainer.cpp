@@ -300,13 +300,14 @@ Result<bool> StepAccounting::record(const StepReport& report, std::uint64_t glob
   LOCKSTEP_TRY(state_.metrics->write(report));
   state_.progress.completed(report.step);
   sumStepUs_ += report.stepTimeUs;
-  sumExposedUs_ += report.exposedCommTimeUs;
+  // The trainer measures every part of its steps: the optional fields are always set here.
+  sumExposedUs_ += report.exposedCommTimeUs.value_or(0);
   logSamples_ += globalSamples;
   ++logSteps_;
   logStepUs_ += report.stepTimeUs;
-  logDataUs_ += report.dataTimeUs;
-  logComputeUs_ += report.computeTimeUs;
-  logExposedUs_ += report.exposedCommTimeUs;
+  logDataUs_ += report.dataTimeUs.value_or(0);
+  logComputeUs_ += report.computeTimeUs.value_or(0);
+  logExposedUs_ += report.exposedCommTimeUs.value_or(0);
   summary_.stepsDone = report.step;
   summary_.finalLoss = globalLoss;
   const bool reachedTarget = spec.targetLoss && *smoothedLoss_ <= *spec.targetLoss;
@@ -431,7 +432,7 @@ Result<RunSummary> RankRunner::train() {
     report.dataTimeUs = micros(dataTime);
     report.exposedCommTimeUs = micros(exposed);
     report.stepTimeUs = micros(stepEnd - stepStart);
-    report.computeTimeUs = std::max<std::int64_t>(0, report.stepTimeUs - report.dataTimeUs - report.exposedCommTimeUs);
+    report.computeTimeUs = std::max<std::int64_t>(0, report.stepTimeUs - micros(dataTime) - micros(exposed));
     report.allreduceTimeUs = s.reducer ? s.reducer->allreduceMicros() : 0;
     report.bytesReduced = s.reducer ? s.reducer->bytesReduced() : 0;
     samplesSeen += static_cast<std::uint64_t>(grads[kSampleCount]);

@@ -151,7 +151,7 @@ Result<RunSummary> RankRunner::trainCuda() {
     r.exposedCommTimeUs = static_cast<std::int64_t>(elapsedUs(slot.backwardEnd, slot.end));
     r.stepTimeUs = static_cast<std::int64_t>(elapsedUs(previousEnd, slot.end));
     r.allreduceTimeUs = static_cast<std::int64_t>(elapsedUs(slot.commStart, slot.end));
-    r.bytesReduced = bytesPerStep;
+    r.bytesReduced = std::uint64_t{bytesPerStep};
     samplesSeen += static_cast<std::uint64_t>(h[kSampleCount]);
     LOCKSTEP_ASSIGN_OR_RETURN(const bool reached,
                               accounting.record(r, static_cast<std::uint64_t>(h[kSampleCount]), globalLoss,

@@ -52,6 +52,7 @@ struct RankKpis {
   std::uint64_t step = 0;
   std::uint32_t epoch = 0;
   Maybe samplesPerSecond;
+  Maybe tokensPerSecond;  // when its reports count tokens
   Maybe commOverhead;  // fraction of step time
   Maybe meanDataUs, meanComputeUs, meanExposedUs, meanStepUs;
   Maybe samplesPerStep;  // its share of the global batch (uneven with --balance dynamic)
@@ -78,7 +79,11 @@ struct JobKpis {
   std::uint64_t step = 0;        // the newest step any rank completed
   std::uint64_t totalSteps = 0;  // 0 when not known (epochs over an unknown data set size)
   double elapsedSeconds = 0;
-  Maybe samplesPerSecond;
+  Maybe samplesPerSecond;      // over the window
+  Maybe tokensPerSecond;       // over the window, when the reports count tokens
+  Maybe meanSamplesPerSecond;  // every sample reported / elapsed time (start-up included)
+  std::uint64_t totalSamples = 0;
+  std::optional<std::uint64_t> totalTokens;
   Maybe commOverhead;
   Maybe scalingEfficiency;
   ScalingBasis scalingBasis = ScalingBasis::kUnknown;
@@ -98,6 +103,10 @@ struct JobKpis {
   Maybe costProjected;  // costSoFar scaled to the last step
   bool costComplete = true;
   std::vector<std::string> missing;  // what could not be measured, in words (for reports and tiles)
+  // Why the KPIs that need step reports are unknown, for a program that sends none (or sends
+  // steps without timings); empty otherwise. Also in `missing`.
+  std::string noStepsReason;
+  std::string noTimingsReason;
   std::vector<RankKpis> ranks;
   std::vector<GpuKpis> gpus;
 };
@@ -161,13 +170,18 @@ class JobTracker {
   };
   struct StepAcc {
     std::uint32_t ranks = 0;
+    std::uint32_t timed = 0;  // ranks whose report carried data, compute and exposed times
     std::uint32_t worldSize = 1;
     double dataUs = 0, computeUs = 0, exposedUs = 0;
     std::vector<double> computes;
+    double lossSum = 0;  // sum of loss x samples over the ranks with a finite loss
+    std::uint64_t lossSamples = 0;
+    bool reportedGlobalLoss = false;
     std::int64_t timeUs = 0;
   };
 
   double secondsSinceStart(std::int64_t unixUs) const;
+  void noteGlobalLoss(std::uint64_t step, double loss, std::int64_t timeUnixUs);
   void trimWindow(RankState& rank, std::int64_t nowUs) const;
   template <class T>
   void push(std::deque<T>& series, T value) const;
@@ -184,6 +198,9 @@ class JobTracker {
   std::map<std::uint32_t, RankState> ranks_;
   std::map<std::pair<std::string, std::uint32_t>, GpuState> gpus_;
   std::map<std::pair<std::uint32_t, std::uint64_t>, StepAcc> steps_;  // (attempt, step): for imbalance, splits
+  std::uint64_t totalSamples_ = 0;
+  std::optional<std::uint64_t> totalTokens_;
+  bool timedReports_ = false;  // a report carried a compute time
   Maybe smoothedLoss_;
   Maybe lastGlobalLoss_;
   std::uint64_t lossStep_ = 0;

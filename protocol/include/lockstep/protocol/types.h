@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -93,6 +94,14 @@ struct Prices {
   bool operator==(const Prices&) const = default;
 };
 
+// The user's own program as a job's ranks (lockstep.v1.Command; docs/own-program.md).
+struct CommandSpec {
+  std::vector<std::string> argv;  // argv[0]: absolute, relative to workingDir, or looked up in PATH
+  std::string workingDir;         // absolute; empty: the agent's job directory
+  std::vector<std::pair<std::string, std::string>> env;
+  bool operator==(const CommandSpec&) const = default;
+};
+
 struct JobSpec {
   std::string jobId;
   std::string name;
@@ -124,9 +133,16 @@ struct JobSpec {
   std::uint32_t minWorldSize = 0;    // 0: 1
   std::uint32_t attempt = 0;         // restarts so far
   std::string restartReason;         // why this attempt started
+  // Set: the ranks run this program instead of lockstep-trainer, and the MLP fields above (layers
+  // to bucketMb, checkpoints, initial weights) do not apply.
+  std::optional<CommandSpec> command;
   bool operator==(const JobSpec&) const = default;
 
-  std::uint64_t globalBatch() const { return std::uint64_t{batchPerRank} * accumSteps * worldSize; }
+  bool isCommand() const { return command.has_value(); }
+  // The built-in trainer's global batch; 0 for a command job, whose batch only the program knows.
+  std::uint64_t globalBatch() const {
+    return isCommand() ? 0 : std::uint64_t{batchPerRank} * accumSteps * worldSize;
+  }
 };
 
 // ---- streamed messages ----
@@ -189,16 +205,18 @@ struct StepReport {
   std::uint64_t step = 0;
   std::uint32_t epoch = 0;
   std::uint32_t samples = 0;
-  float loss = 0.0f;
+  float loss = 0.0f;  // NaN: no samples, or not reported
   std::optional<float> globalLoss;
-  std::int64_t dataTimeUs = 0;
-  std::int64_t computeTimeUs = 0;
-  std::int64_t exposedCommTimeUs = 0;
-  std::int64_t allreduceTimeUs = 0;
-  std::uint64_t bytesReduced = 0;
+  // The step's split; empty when the sender did not measure it (unknown, not 0).
+  std::optional<std::int64_t> dataTimeUs;
+  std::optional<std::int64_t> computeTimeUs;
+  std::optional<std::int64_t> exposedCommTimeUs;
+  std::optional<std::int64_t> allreduceTimeUs;
+  std::optional<std::uint64_t> bytesReduced;
   std::int64_t stepTimeUs = 0;
   std::int64_t timeUnixUs = 0;
   double lr = 0.0;
+  std::optional<std::uint64_t> tokens;
   // Not defaulted: NaN losses must compare equal to themselves in round-trip checks.
   bool operator==(const StepReport& other) const;
 };

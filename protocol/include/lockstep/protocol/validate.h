@@ -3,15 +3,21 @@
 // validateJobSpec, the agent validates StartJob with it, the codec validates what it decodes.
 // Errors are InvalidArgument and say which field is wrong and what would be right.
 
+#include <string_view>
+
 #include "lockstep/common/result.h"
 #include "lockstep/protocol/types.h"
 
 namespace lockstep {
 
 Result<void> validateJobId(const std::string& jobId);
-// A job spec on its own: sizes, ranges, exactly one of steps/epochs, rank placements.
-// Dataset files are not opened here (that needs the node's file system).
+// A job spec on its own: sizes, ranges, exactly one of steps/epochs, rank placements; for a
+// command job its argv, working directory and environment. Dataset files and programs are not
+// looked at here (that needs the node's file system).
 Result<void> validateJobSpec(const JobSpec& spec);
+// The variables the agent sets for every rank of a command job (torchrun's, CUDA_VISIBLE_DEVICES,
+// LOCKSTEP_*, TORCHELASTIC_*), which the job's own environment may not set.
+bool isRankVariable(std::string_view name);
 Result<void> validateNodeHello(const NodeHello& hello);
 Result<void> validateJobEvent(const JobEvent& event);
 Result<void> validateGpuSample(const GpuSample& sample);
