@@ -2,6 +2,8 @@
 // rendezvous store, all for real (files on disk, forked processes, TCP on loopback).
 
 #include <gtest/gtest.h>
+
+#include <filesystem>
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
@@ -64,6 +66,29 @@ TEST(Process, ExecFailureIsAnErrorNotAChild) {
   auto pid = spawnProcess(options);
   ASSERT_FALSE(pid.ok());
   EXPECT_NE(pid.error().message.find("/nonexistent/program"), std::string::npos);
+}
+
+// Issue 13: a command job's ranks start in the job's working directory and read nothing of the
+// agent's stdin.
+TEST(Process, WorkingDirectoryAndStdinFromDevNull) {
+  TempDir dir;
+  SpawnOptions options;
+  options.argv = {"/bin/sh", "-c", "pwd; cat; echo end"};
+  options.workingDir = dir.path().string();
+  options.stdinFromDevNull = true;
+  options.stdoutPath = dir.file("out");
+  auto pid = spawnProcess(options);
+  ASSERT_TRUE(pid.ok()) << pid.error().message;
+  auto status = waitProcess(*pid, std::chrono::seconds(10));
+  ASSERT_TRUE(status.ok() && status->has_value());
+  EXPECT_EQ(test::readText(dir.file("out")), std::filesystem::canonical(dir.path()).string() + "\nend\n");
+
+  options.workingDir = dir.file("missing");
+  auto refused = spawnProcess(options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("cannot enter the working directory " + dir.file("missing")),
+            std::string::npos)
+      << refused.error().message;
 }
 
 TEST(Process, WaitTimesOutThenTerminateStopsTheGroup) {

@@ -108,6 +108,12 @@ Result<pid_t> spawnProcess(const SpawnOptions& options) {
     }
     if (!redirect(options.stdoutPath, STDOUT_FILENO)) childFail(errPipe[1], 3);
     if (!redirect(options.stderrPath, STDERR_FILENO)) childFail(errPipe[1], 4);
+    if (!options.workingDir.empty() && ::chdir(options.workingDir.c_str()) != 0) childFail(errPipe[1], 6);
+    if (options.stdinFromDevNull) {
+      const int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+      if (null < 0 || ::dup2(null, STDIN_FILENO) < 0) childFail(errPipe[1], 7);
+      ::close(null);
+    }
     // Signals the parent ignored or blocked must not leak into the child.
     sigset_t none;
     sigemptyset(&none);
@@ -127,10 +133,11 @@ Result<pid_t> spawnProcess(const SpawnOptions& options) {
   if (n == static_cast<ssize_t>(sizeof report)) {
     int status = 0;
     ::waitpid(pid, &status, 0);
-    static constexpr const char* kStages[] = {"", "setpgid", "prctl", "open stdout file",
-                                              "open stderr file", "execute"};
-    const char* stage = report[0] >= 1 && report[0] <= 5 ? kStages[report[0]] : "start";
-    return errnoError(std::string("cannot ") + stage + " for " + options.argv[0], report[1]);
+    static constexpr const char* kStages[] = {"", "setpgid", "prctl", "open stdout file", "open stderr file",
+                                              "execute", "enter the working directory", "open /dev/null as stdin"};
+    const char* stage = report[0] >= 1 && report[0] <= 7 ? kStages[report[0]] : "start";
+    const std::string where = report[0] == 6 ? " " + options.workingDir : "";
+    return errnoError(std::string("cannot ") + stage + where + " for " + options.argv[0], report[1]);
   }
   return pid;
 }

@@ -6,9 +6,8 @@
 #include <cerrno>
 #include <cmath>
 #include <nlohmann/json.hpp>
-#include <zmq.hpp>
 
-#include "lockstep/protocol/codec.h"
+#include "lockstep/reporter/sender.h"
 
 namespace lockstep::trainer {
 
@@ -40,10 +39,7 @@ class MetricsSink::Impl {
  public:
   int fd = STDOUT_FILENO;
   bool ownsFd = false;
-  std::unique_ptr<zmq::context_t> context;
-  std::unique_ptr<zmq::socket_t> push;
-  std::uint64_t seq = 0;
-  std::uint64_t dropped = 0;
+  std::unique_ptr<ReportSender> sender;
 
   ~Impl() {
     if (ownsFd) ::close(fd);
@@ -61,15 +57,7 @@ Result<std::unique_ptr<MetricsSink>> MetricsSink::open(const std::string& path, 
     impl->ownsFd = true;
   }
   if (!reportEndpoint.empty()) {
-    try {
-      impl->context = std::make_unique<zmq::context_t>(1);
-      impl->push = std::make_unique<zmq::socket_t>(*impl->context, zmq::socket_type::push);
-      impl->push->set(zmq::sockopt::sndhwm, 100000);
-      impl->push->set(zmq::sockopt::linger, 2000);
-      impl->push->connect(reportEndpoint);
-    } catch (const zmq::error_t& e) {
-      return invalidArgument("LOCKSTEP_REPORT='" + reportEndpoint + "' is not a usable ZeroMQ endpoint: " + e.what());
-    }
+    LOCKSTEP_ASSIGN_OR_RETURN(impl->sender, ReportSender::connect(reportEndpoint));
   }
   return std::unique_ptr<MetricsSink>(new MetricsSink(std::move(impl)));
 }
@@ -86,26 +74,10 @@ Result<void> MetricsSink::write(const StepReport& report) {
     }
     done += static_cast<size_t>(n);
   }
-  if (impl_->push) {
-    StreamMessage message{++impl_->seq, "", report};
-    const std::string bytes = encode(message);
-    try {
-      if (!impl_->push->send(zmq::buffer(bytes), zmq::send_flags::dontwait)) ++impl_->dropped;
-    } catch (const zmq::error_t&) {
-      ++impl_->dropped;
-    }
-  }
+  if (impl_->sender) impl_->sender->send(report);
   return {};
 }
 
-std::uint64_t MetricsSink::close() {
-  if (impl_->push) {
-    impl_->push->close();  // lingers up to 2 s for queued reports
-    impl_->context->close();
-    impl_->push.reset();
-    impl_->context.reset();
-  }
-  return impl_->dropped;
-}
+std::uint64_t MetricsSink::close() { return impl_->sender ? impl_->sender->close() : 0; }
 
 }  // namespace lockstep::trainer

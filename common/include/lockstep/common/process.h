@@ -26,6 +26,10 @@ struct SpawnOptions {
   bool newProcessGroup = false;
   // Signal delivered to the child when the spawning thread dies (PR_SET_PDEATHSIG); 0 for none.
   int parentDeathSignal = 0;
+  // The child's working directory; empty: the parent's.
+  std::string workingDir;
+  // stdin from /dev/null instead of the parent's.
+  bool stdinFromDevNull = false;
 };
 
 // Starts the child; fails (without leaving a child behind) when exec fails, saying why.

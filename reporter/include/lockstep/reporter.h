@@ -1,0 +1,98 @@
+/* lockstep/reporter.h: step reports from your own program to the Lockstep agent that runs it.
+ *
+ * A rank started by lockstep-agent finds the agent through its environment (LOCKSTEP_REPORT,
+ * LOCKSTEP_JOB_ID, RANK, WORLD_SIZE, LOCKSTEP_ATTEMPT). Outside Lockstep every call is a no-op,
+ * so the same program runs under torchrun, mpirun or alone. Reports never block: when the agent
+ * is slow or gone, a full queue drops reports and counts them (lockstep_dropped).
+ *
+ *     lockstep_reporter* reporter = lockstep_open();
+ *     for (...) {
+ *       ... one optimizer step ...
+ *       lockstep_step_info step;
+ *       lockstep_step_init(&step);
+ *       step.samples = batch;
+ *       step.loss = loss;
+ *       step.compute_time_us = ...;   // what you measured; the rest stays unknown
+ *       lockstep_report(reporter, &step);
+ *     }
+ *     lockstep_close(reporter);
+ *
+ * Threading: a reporter is used by one thread at a time (the training loop's). Link with
+ * -llockstep-reporter (the lockstep-agent package; docs/own-program.md).
+ */
+#ifndef LOCKSTEP_REPORTER_H
+#define LOCKSTEP_REPORTER_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A time, count or size that was not measured: unknown, never shown as 0. */
+#define LOCKSTEP_UNKNOWN (-1)
+
+typedef struct lockstep_step_info {
+  uint64_t step;               /* 1-based optimizer step; 0: the previous report's + 1 */
+  uint32_t epoch;
+  uint32_t samples;            /* this rank's samples in this step */
+  double loss;                 /* this rank's mean loss; NaN: unknown */
+  double global_loss;          /* the mean over all ranks, if the program all-reduced it; NaN: not */
+  double lr;                   /* 0: unknown */
+  int64_t tokens;              /* this rank's tokens in this step, for sequence models */
+  int64_t data_time_us;        /* waiting for the batch */
+  int64_t compute_time_us;     /* forward, backward and optimizer, not hidden communication */
+  int64_t exposed_comm_time_us;/* waiting for all-reduce after the compute was done */
+  int64_t allreduce_time_us;   /* all-reduce in total, hidden behind compute or not */
+  int64_t bytes_reduced;       /* gradient bytes all-reduced in this step */
+  int64_t step_time_us;        /* LOCKSTEP_UNKNOWN: the time since the previous report (or open) */
+} lockstep_step_info;
+
+typedef struct lockstep_reporter lockstep_reporter;
+
+/* Every field unknown, step 0 (counted), samples 0. */
+void lockstep_step_init(lockstep_step_info* step);
+
+/* Connects to the agent named by the environment. Returns a reporter that does nothing when the
+ * program runs outside Lockstep (or the environment is malformed: it says so once on stderr).
+ * NULL only when out of memory. */
+lockstep_reporter* lockstep_open(void);
+
+/* 1 when reports go to an agent, 0 when this is a no-op reporter. */
+int lockstep_active(const lockstep_reporter* reporter);
+
+/* Sends one step's report without waiting. Returns 0 when queued, 1 when dropped (queue full),
+ * 2 when inactive, -1 when the report is malformed (a negative time, say; stderr says why). */
+int lockstep_report(lockstep_reporter* reporter, const lockstep_step_info* step);
+
+/* Reports dropped so far. */
+uint64_t lockstep_dropped(const lockstep_reporter* reporter);
+
+/* Waits up to 2 s for queued reports to leave, then frees the reporter. NULL is allowed. */
+void lockstep_close(lockstep_reporter* reporter);
+
+#ifdef __cplusplus
+} /* extern "C" */
+
+namespace lockstep {
+
+// RAII over the C API for C++ programs.
+class StepReporter {
+ public:
+  StepReporter() : reporter_(lockstep_open()) {}
+  ~StepReporter() { lockstep_close(reporter_); }
+  StepReporter(const StepReporter&) = delete;
+  StepReporter& operator=(const StepReporter&) = delete;
+
+  bool active() const { return reporter_ != nullptr && lockstep_active(reporter_) != 0; }
+  int report(const lockstep_step_info& step) { return lockstep_report(reporter_, &step); }
+  uint64_t dropped() const { return lockstep_dropped(reporter_); }
+
+ private:
+  lockstep_reporter* reporter_;
+};
+
+}  // namespace lockstep
+#endif
+
+#endif /* LOCKSTEP_REPORTER_H */

@@ -1,0 +1,133 @@
+// The C API of lockstep/reporter.h over ReportSender.
+
+#include "lockstep/reporter.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <new>
+#include <optional>
+#include <string>
+
+#include "lockstep/common/clock.h"
+#include "lockstep/protocol/validate.h"
+#include "lockstep/reporter/sender.h"
+
+struct lockstep_reporter {
+  std::unique_ptr<lockstep::ReportSender> sender;  // null: outside Lockstep
+  lockstep::StepReport identity;                    // job, rank, world size, attempt
+  std::uint64_t lastStep = 0;
+  std::chrono::steady_clock::time_point last = std::chrono::steady_clock::now();
+};
+
+namespace {
+
+std::optional<std::uint32_t> envNumber(const char* name, std::string* problem) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  char* end = nullptr;
+  const unsigned long value = std::strtoul(text, &end, 10);
+  if (*end != '\0' || value > std::numeric_limits<std::uint32_t>::max()) {
+    *problem = std::string(name) + "='" + text + "' is not a number";
+    return std::nullopt;
+  }
+  return static_cast<std::uint32_t>(value);
+}
+
+template <class T>
+std::optional<T> known(std::int64_t value) {
+  if (value < 0) return std::nullopt;
+  return static_cast<T>(value);
+}
+
+}  // namespace
+
+extern "C" {
+
+void lockstep_step_init(lockstep_step_info* step) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  *step = lockstep_step_info{};
+  step->loss = nan;
+  step->global_loss = nan;
+  step->tokens = LOCKSTEP_UNKNOWN;
+  step->data_time_us = LOCKSTEP_UNKNOWN;
+  step->compute_time_us = LOCKSTEP_UNKNOWN;
+  step->exposed_comm_time_us = LOCKSTEP_UNKNOWN;
+  step->allreduce_time_us = LOCKSTEP_UNKNOWN;
+  step->bytes_reduced = LOCKSTEP_UNKNOWN;
+  step->step_time_us = LOCKSTEP_UNKNOWN;
+}
+
+lockstep_reporter* lockstep_open(void) {
+  auto* reporter = new (std::nothrow) lockstep_reporter;
+  if (reporter == nullptr) return nullptr;
+  const char* endpoint = std::getenv("LOCKSTEP_REPORT");
+  const char* jobId = std::getenv("LOCKSTEP_JOB_ID");
+  if (endpoint == nullptr || *endpoint == '\0' || jobId == nullptr || *jobId == '\0') return reporter;  // not under Lockstep
+  std::string problem;
+  const auto rank = envNumber("RANK", &problem);
+  const auto world = envNumber("WORLD_SIZE", &problem);
+  const auto attempt = envNumber("LOCKSTEP_ATTEMPT", &problem);
+  if (problem.empty() && (!lockstep::validateJobId(jobId) || rank.value_or(0) >= world.value_or(1))) {
+    problem = "LOCKSTEP_JOB_ID, RANK and WORLD_SIZE do not name a rank of a job";
+  }
+  if (problem.empty()) {
+    auto sender = lockstep::ReportSender::connect(endpoint);
+    if (sender) {
+      reporter->sender = std::move(sender).value();
+    } else {
+      problem = sender.error().message;
+    }
+  }
+  if (!problem.empty()) {
+    std::fprintf(stderr, "lockstep: not reporting steps: %s\n", problem.c_str());
+    return reporter;
+  }
+  reporter->identity.jobId = jobId;
+  reporter->identity.rank = rank.value_or(0);
+  reporter->identity.worldSize = world.value_or(1);
+  reporter->identity.attempt = attempt.value_or(0);
+  return reporter;
+}
+
+int lockstep_active(const lockstep_reporter* reporter) { return reporter != nullptr && reporter->sender ? 1 : 0; }
+
+int lockstep_report(lockstep_reporter* reporter, const lockstep_step_info* step) {
+  if (reporter == nullptr || !reporter->sender) return 2;
+  const auto now = std::chrono::steady_clock::now();
+  lockstep::StepReport r = reporter->identity;
+  r.step = step->step > 0 ? step->step : reporter->lastStep + 1;
+  r.epoch = step->epoch;
+  r.samples = step->samples;
+  r.loss = static_cast<float>(step->loss);
+  if (std::isfinite(step->global_loss)) r.globalLoss = static_cast<float>(step->global_loss);
+  r.lr = std::isfinite(step->lr) && step->lr > 0 ? step->lr : 0.0;
+  r.tokens = known<std::uint64_t>(step->tokens);
+  r.dataTimeUs = known<std::int64_t>(step->data_time_us);
+  r.computeTimeUs = known<std::int64_t>(step->compute_time_us);
+  r.exposedCommTimeUs = known<std::int64_t>(step->exposed_comm_time_us);
+  r.allreduceTimeUs = known<std::int64_t>(step->allreduce_time_us);
+  r.bytesReduced = known<std::uint64_t>(step->bytes_reduced);
+  r.stepTimeUs = step->step_time_us >= 0
+                     ? step->step_time_us
+                     : std::chrono::duration_cast<std::chrono::microseconds>(now - reporter->last).count();
+  r.timeUnixUs = lockstep::unixMicrosNow();
+  if (auto valid = lockstep::validateStepReport(r); !valid) {
+    std::fprintf(stderr, "lockstep: step %llu not reported: %s\n", static_cast<unsigned long long>(r.step),
+                 valid.error().message.c_str());
+    return -1;
+  }
+  reporter->lastStep = r.step;
+  reporter->last = now;
+  return reporter->sender->send(r) ? 0 : 1;
+}
+
+uint64_t lockstep_dropped(const lockstep_reporter* reporter) {
+  return reporter != nullptr && reporter->sender ? reporter->sender->dropped() : 0;
+}
+
+void lockstep_close(lockstep_reporter* reporter) { delete reporter; }
+
+}  // extern "C"
