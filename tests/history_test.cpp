@@ -290,6 +290,8 @@ TEST(History, MigratesASchemaOneFileAndStoresUntimedSteps) {
     DROP TABLE steps;
     ALTER TABLE steps_v1 RENAME TO steps;
     CREATE INDEX steps_by_time ON steps (job_id, time_us);
+    ALTER TABLE final_kpis DROP COLUMN total_samples;
+    ALTER TABLE final_kpis DROP COLUMN total_tokens;
     PRAGMA user_version = 1;)sql");
   ASSERT_EQ(count(path, "PRAGMA user_version"), 1);
 
@@ -301,6 +303,12 @@ TEST(History, MigratesASchemaOneFileAndStoresUntimedSteps) {
   ASSERT_EQ(old.size(), 6u);
   EXPECT_EQ(old[1].computeTimeUs, 75'000);  // rank 1 of step 1
   EXPECT_FALSE(old[1].tokens);
+  // Its final KPIs are recomputed, now with the samples it counted: 3 steps x 2 ranks x 64.
+  ASSERT_TRUE(h->refreshFinalKpis());
+  auto oldRecord = h->job("old-job");
+  ASSERT_TRUE(oldRecord && oldRecord->finalKpis);
+  EXPECT_EQ(oldRecord->finalKpis->totalSamples, 3u * 2 * 64);
+  EXPECT_TRUE(oldRecord->finalKpis->meanSamplesPerSecond);
 
   JobSpec own = spec("own-job", 1);
   own.layers.clear();

@@ -647,8 +647,10 @@ history::JobRecord finished(const std::string& id, std::uint32_t ranks, double s
   kpi::JobKpis k;
   k.worldSize = ranks;
   k.elapsedSeconds = 10;
-  // step x global batch / elapsed = samplesPerSecond
+  // step x global batch = every sample reported; / elapsed = samplesPerSecond, the job's mean
   k.step = static_cast<std::uint64_t>(samplesPerSecond * 10 / static_cast<double>(j.spec.globalBatch()));
+  k.totalSamples = k.step * j.spec.globalBatch();
+  k.meanSamplesPerSecond = static_cast<double>(k.totalSamples) / k.elapsedSeconds;
   k.samplesPerSecond = samplesPerSecond * 1.1;  // the last window: not what a scaling curve uses
   k.commOverhead = 0.2;
   j.finalKpis = k;
@@ -661,6 +663,8 @@ TEST(ReportCompare, ScalingAgainstTheSingleRankJob) {
   history::JobRecord other = finished("other", 8, 8000);
   other.spec.batchPerRank = 128;  // another workload
   other.finalKpis->step = 8000 * 10 / other.spec.globalBatch();
+  other.finalKpis->totalSamples = 8000 * 10;
+  other.finalKpis->meanSamplesPerSecond = 8000;
   jobs.push_back(other);
 
   const Comparison c = compare(jobs);

@@ -49,6 +49,9 @@ Result<void> set(AgentConfig& c, const std::string& key, const std::string& valu
     LOCKSTEP_ASSIGN_OR_RETURN(c.replayMessages, number("--replay-messages", value, 1000, 100000000));
   } else if (key == "nvml-library") {
     c.nvmlLibrary = value;
+  } else if (key == "command-jobs") {
+    if (value != "yes" && value != "no") return usage("--command-jobs: '" + value + "' must be yes or no");
+    c.commandJobs = value == "yes";
   } else {
     return usage("unknown setting '" + key + "'");
   }
@@ -146,21 +149,23 @@ Result<AgentConfig> parseAgentArgs(const std::vector<std::string>& args) {
 std::string agentUsage() {
   return R"(Usage: lockstep-agent [options]
 
-The Lockstep daemon of one node: it starts and stops training ranks (lockstep-trainer) for
-authorized clients, samples GPUs (NVML) and rank processes, and streams step reports, samples and
+The Lockstep daemon of one node: it starts and stops training ranks (lockstep-trainer, or a job's
+own program, such as a PyTorch DDP script) for authorized clients, samples GPUs (NVML) and rank processes, and streams step reports, samples and
 job events to clients. All traffic is encrypted and authenticated with ZeroMQ CURVE: a client may
 connect only when its public key is in its authorized keys file (one key and a comment per line).
 
   --listen tcp://HOST:PORT   where clients connect (default tcp://127.0.0.1:7700)
   --state-dir DIR            keys, authorized keys, job table, logs (default $XDG_STATE_HOME/lockstep-agent)
   --name NAME                this node's name in job specs (default: the host name)
-  --trainer PATH             the one program jobs run (default: lockstep-trainer beside this program)
+  --trainer PATH             the built-in trainer (default: lockstep-trainer beside this program)
   --authorized-keys FILE     the client keys it accepts, re-read when it changes
                              (default STATE/authorized_keys)
   --sample-hz N              GPU and process samples per second, 1 to 20 (default 5)
   --stop-grace-ms N          SIGTERM to SIGKILL when stopping a job (default 10000)
   --replay-messages N        streamed messages kept for clients that reconnect (default 600000)
   --nvml-library SONAME      NVML to load (default libnvidia-ml.so.1)
+  --command-jobs yes|no      whether jobs may run their own program instead of lockstep-trainer
+                             (default yes; per key: the no-command-jobs option in authorized keys)
   --config FILE              settings as `key = value` lines (default STATE/agent.conf if present)
   --print-key                print this agent's public key (creating its key pair) and exit
   --help, --version

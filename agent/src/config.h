@@ -20,6 +20,7 @@ struct AgentConfig {
   std::uint32_t stopGraceMs = 10000;
   std::uint32_t replayMessages = 600000;
   std::string nvmlLibrary = "libnvidia-ml.so.1";
+  bool commandJobs = true;          // jobs may run their own program (docs/own-program.md)
   std::string configFile;
   bool printKey = false;
   bool help = false;

@@ -1,6 +1,9 @@
 #include "jobs.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -18,8 +21,8 @@
 #include "lockstep/common/clock.h"
 #include "lockstep/common/files.h"
 #include "lockstep/common/npy.h"
-#include "lockstep/jobflags/options.h"
 #include "lockstep/protocol/codec.h"
+#include "rank_launch.h"
 
 namespace lockstep::agent {
 namespace {
@@ -70,7 +73,8 @@ struct JobManager::Job {
   std::string message;
   std::string dir;
   std::unique_ptr<StoreServer> store;
-  std::uint32_t storePort = 0;
+  std::uint32_t storePort = 0;   // the trainer's rendezvous store, when rank 0 runs here
+  std::uint32_t masterPort = 0;  // a command job's MASTER_PORT, when rank 0 runs here
   bool stopRequested = false;
   std::optional<Clock::time_point> killAt;
 
@@ -112,6 +116,29 @@ std::string resumePoint(const std::string& checkpointDir) {
   return found ? "resuming after step " + std::to_string(newest) : "from the last checkpoint";
 }
 
+bool isWildcard(const std::string& host) { return host.empty() || host == "*" || host == "0.0.0.0"; }
+
+// A TCP port free on `host` a moment ago, for a command job's own rendezvous (torch's c10d store
+// binds it on rank 0), as torchrun picks one.
+Result<std::uint32_t> freePortOn(const std::string& host) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return errnoError("cannot make a socket to find a free port", errno);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = 0;
+  if (::inet_pton(AF_INET, isWildcard(host) ? "0.0.0.0" : host.c_str(), &address.sin_addr) != 1) {
+    address.sin_addr.s_addr = htonl(INADDR_ANY);  // a host name: any interface has it
+  }
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    return errnoError("cannot find a free port on " + host, errno);
+  }
+  socklen_t length = sizeof address;
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    return errnoError("cannot read the free port", errno);
+  }
+  return std::uint32_t{ntohs(address.sin_port)};
+}
+
 }  // namespace
 
 Result<void> JobManager::checkFits(const JobSpec& spec, const std::vector<RankPlacement>& local) const {
@@ -138,17 +165,10 @@ Result<void> JobManager::checkFits(const JobSpec& spec, const std::vector<RankPl
                                                     std::to_string(options_.node.cpuCores) + " cores for " +
                                                     std::to_string(local.size()) + " CPU ranks: place fewer ranks here"};
   }
-  if (const auto* npy = std::get_if<NpyDataset>(&spec.dataset)) {
-    LOCKSTEP_TRY(checkNpyDataset(npy->featuresPath, npy->labelsPath, spec.layers.front()));
-  }
-  if (::access(options_.trainerPath.c_str(), X_OK) != 0) {
-    return Error{ErrorCode::kFailedPrecondition, "the trainer " + options_.trainerPath +
-                                                     " cannot be run on this node: set --trainer when starting the agent"};
-  }
-  return {};
+  return {};  // the files it names were checked off the event loop (preflight.h)
 }
 
-Result<StartJobReply> JobManager::start(const JobSpec& spec) {
+Result<StartJobReply> JobManager::start(const JobSpec& spec, const CheckedPaths& checked) {
   if (auto existing = jobs_.find(spec.jobId); existing != jobs_.end()) {
     // A restart (a later attempt of a job that ended here) replaces the ended attempt's record.
     const Job& old = *existing->second;
@@ -160,70 +180,25 @@ Result<StartJobReply> JobManager::start(const JobSpec& spec) {
     jobs_.erase(existing);
     order_.erase(std::remove(order_.begin(), order_.end(), spec.jobId), order_.end());
   }
-  std::vector<RankPlacement> local;
-  if (spec.ranks.empty()) {
-    for (std::uint32_t r = 0; r < spec.worldSize; ++r) local.push_back({r, options_.node.name, r, std::nullopt});
-  } else {
-    std::string nodes;
-    for (const auto& p : spec.ranks) {
-      if (p.node == options_.node.name) local.push_back(p);
-      if (nodes.find(p.node) == std::string::npos) nodes += (nodes.empty() ? "" : ", ") + p.node;
-    }
-    if (local.empty()) {
-      return invalidArgument("job " + spec.jobId + " places no rank on node " + options_.node.name + " (it names " +
-                             nodes + ")");
-    }
-  }
+  LOCKSTEP_ASSIGN_OR_RETURN(const std::vector<RankPlacement> local, localRanks(spec));
   LOCKSTEP_TRY(checkFits(spec, local));
 
   auto job = std::make_unique<Job>();
   job->spec = spec;
   job->dir = (fs::path(options_.stateDir) / "jobs" / spec.jobId).string();
-  const bool runsRankZero = std::any_of(local.begin(), local.end(), [](const RankPlacement& p) { return p.rank == 0; });
-  std::string masterAddr = spec.rendezvousHost;
-  std::uint32_t masterPort = spec.rendezvousPort;
-  if (spec.worldSize > 1 && runsRankZero) {
-    const bool wildcard = options_.listenHost.empty() || options_.listenHost == "*" || options_.listenHost == "0.0.0.0";
-    LOCKSTEP_ASSIGN_OR_RETURN(job->store, StoreServer::start(wildcard ? "0.0.0.0" : options_.listenHost, 0));
-    job->storePort = job->store->port();
-    masterPort = job->storePort;
-    if (masterAddr.empty()) masterAddr = wildcard ? "127.0.0.1" : options_.listenHost;
-  } else if (spec.worldSize > 1 && (masterAddr.empty() || masterPort == 0)) {
-    return invalidArgument("job " + spec.jobId + ": rank 0 runs on another node, so the job spec needs that node's "
-                           "rendezvous host and port (start the job there first; lockstepctl does)");
-  }
+  NodeLaunch launch{&job->spec, local, checked.program, spec.rendezvousHost, spec.rendezvousPort,
+                    options_.reportEndpoint, options_.node.cpuCores, "", job->dir, options_.pythonPath};
+  LOCKSTEP_TRY(rendezvous(*job, local, launch));
 
   LOCKSTEP_TRY(makeDirectories(job->dir, 0700));
-  const std::string metricsPath = (fs::path(job->dir) / "metrics.jsonl").string();
-  LOCKSTEP_TRY(writeFileAtomic(metricsPath, ""));
-  const auto localWorld = static_cast<std::uint32_t>(local.size());
-  const std::uint32_t threads = std::max(1u, options_.node.cpuCores / localWorld);
-  std::vector<std::string> argv = {options_.trainerPath};
-  const auto args = trainer::jobSpecToTrainerArgs(spec, metricsPath);
-  argv.insert(argv.end(), args.begin(), args.end());
+  launch.metricsPath = (fs::path(job->dir) / "metrics.jsonl").string();
+  if (!spec.command) LOCKSTEP_TRY(writeFileAtomic(launch.metricsPath, ""));
 
   for (const auto& placement : local) {
     Rank rank;
     rank.placement = placement;
     rank.logPath = (fs::path(job->dir) / ("rank-" + std::to_string(placement.rank) + ".log")).string();
-    SpawnOptions spawn;
-    spawn.argv = argv;
-    spawn.env = {{"RANK", std::to_string(placement.rank)},
-                 {"WORLD_SIZE", std::to_string(spec.worldSize)},
-                 {"LOCAL_RANK", std::to_string(placement.localRank)},
-                 {"LOCAL_WORLD_SIZE", std::to_string(localWorld)},
-                 {"MASTER_ADDR", masterAddr.empty() ? "127.0.0.1" : masterAddr},
-                 {"MASTER_PORT", std::to_string(masterPort)},
-                 {"LOCKSTEP_AGENT_STORE", "1"},
-                 {"LOCKSTEP_JOB_ID", spec.jobId},
-                 {"LOCKSTEP_ATTEMPT", std::to_string(spec.attempt)},
-                 {"LOCKSTEP_REPORT", options_.reportEndpoint},
-                 {"CUDA_VISIBLE_DEVICES", placement.gpuIndex ? std::to_string(*placement.gpuIndex) : ""},
-                 {"OPENBLAS_NUM_THREADS", std::to_string(threads)}};
-    spawn.stdoutPath = rank.logPath;
-    spawn.stderrPath = rank.logPath;
-    spawn.newProcessGroup = true;
-    auto pid = spawnProcess(spawn);
+    auto pid = spawnProcess(rankSpawnOptions(launch, options_.node.name, placement, rank.logPath));
     if (!pid) {
       signalRanks(*job, SIGKILL);
       for (auto& r : job->ranks) (void)waitProcess(r.pid, std::chrono::seconds(5));
@@ -236,23 +211,66 @@ Result<StartJobReply> JobManager::start(const JobSpec& spec) {
   }
   job->state = JobState::kRunning;
   job->startedUnixUs = unixMicrosNow();
-  StartJobReply reply{spec.jobId, job->storePort};
+  StartJobReply reply{spec.jobId, job->storePort != 0 ? job->storePort : job->masterPort};
   std::string pids;
   for (const auto& r : job->ranks) {
     pids += (pids.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r.placement.rank) + " pid " +
             std::to_string(r.pid);
   }
+  const std::string resumes = spec.command ? "its program resuming as it does" : resumePoint(spec.checkpointDir);
   emit_(event(*job, JobEventKind::kStarted,
               spec.attempt == 0 ? "started on " + options_.node.name + ": " + pids
                                 : "restart " + std::to_string(spec.attempt) + " started on " + options_.node.name +
                                       " with " + std::to_string(spec.worldSize) + " rank" +
-                                      (spec.worldSize == 1 ? "" : "s") + " (" + pids + "), " +
-                                      resumePoint(spec.checkpointDir) +
+                                      (spec.worldSize == 1 ? "" : "s") + " (" + pids + "), " + resumes +
                                       (spec.restartReason.empty() ? "" : "; " + spec.restartReason)));
   order_.push_back(spec.jobId);
   jobs_[spec.jobId] = std::move(job);
   persist();
   return reply;
+}
+
+Result<std::vector<RankPlacement>> JobManager::localRanks(const JobSpec& spec) const {
+  std::vector<RankPlacement> local;
+  if (spec.ranks.empty()) {
+    for (std::uint32_t r = 0; r < spec.worldSize; ++r) local.push_back({r, options_.node.name, r, std::nullopt});
+    return local;
+  }
+  std::string nodes;
+  for (const auto& p : spec.ranks) {
+    if (p.node == options_.node.name) local.push_back(p);
+    if (nodes.find(p.node) == std::string::npos) nodes += (nodes.empty() ? "" : ", ") + p.node;
+  }
+  if (local.empty()) {
+    return invalidArgument("job " + spec.jobId + " places no rank on node " + options_.node.name + " (it names " +
+                           nodes + ")");
+  }
+  return local;
+}
+
+// Where the ranks meet: the trainer's store, hosted here when rank 0 runs here, or the free port
+// a command job's own store binds on rank 0; else the host and port rank 0's agent gave.
+Result<void> JobManager::rendezvous(Job& job, const std::vector<RankPlacement>& local, NodeLaunch& launch) const {
+  const JobSpec& spec = job.spec;
+  const bool runsRankZero = std::any_of(local.begin(), local.end(), [](const RankPlacement& p) { return p.rank == 0; });
+  const bool wildcard = isWildcard(options_.listenHost);
+  if (runsRankZero) {
+    if (spec.command) {
+      LOCKSTEP_ASSIGN_OR_RETURN(job.masterPort, freePortOn(options_.listenHost));
+      launch.masterPort = job.masterPort;
+    } else if (spec.worldSize > 1) {
+      LOCKSTEP_ASSIGN_OR_RETURN(job.store, StoreServer::start(wildcard ? "0.0.0.0" : options_.listenHost, 0));
+      job.storePort = job.store->port();
+      launch.masterPort = job.storePort;
+    }
+    if (launch.masterAddr.empty()) launch.masterAddr = wildcard ? "127.0.0.1" : options_.listenHost;
+    return {};
+  }
+  if (launch.masterAddr.empty() || launch.masterPort == 0) {
+    return invalidArgument("job " + spec.jobId + ": rank 0 runs on another node, so the job spec needs that node's "
+                           "rendezvous host and port (start the job there first; lockstepctl does)");
+  }
+  return {};
 }
 
 Result<StopJobReply> JobManager::stop(const std::string& jobId, std::uint32_t graceMs) {
@@ -292,6 +310,14 @@ void JobManager::poll() {
       Rank& r = job->ranks[i];
       if (r.state != JobState::kRunning) continue;
       if (r.child) {
+        // Not reaped yet (WNOWAIT): while the rank is a zombie its pid, and so its process group's
+        // id, cannot be reused. Whatever it left in its group (DataLoader workers, a shell's
+        // children) is killed before it is reaped: no orphans.
+        siginfo_t info{};
+        if (::waitid(P_PID, static_cast<id_t>(r.pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != r.pid) {
+          continue;
+        }
+        ::kill(-r.pid, SIGKILL);
         int status = 0;
         if (::waitpid(r.pid, &status, WNOHANG) == r.pid) rankEnded(*job, i, exitStatusFromWait(status));
       } else {
@@ -379,7 +405,8 @@ std::vector<JobStatus> JobManager::list() const {
   std::vector<JobStatus> out;
   for (const auto& id : order_) {
     const Job& job = *jobs_.at(id);
-    JobStatus s{job.spec, job.state, {}, job.startedUnixUs, job.endedUnixUs, job.message, job.storePort};
+    JobStatus s{job.spec,     job.state, {}, job.startedUnixUs, job.endedUnixUs, job.message,
+                job.storePort != 0 ? job.storePort : job.masterPort};
     for (const auto& r : job.ranks) {
       RankStatus rs{r.placement.rank, r.placement.localRank, r.placement.gpuIndex, static_cast<std::uint32_t>(r.pid),
                     r.state, std::nullopt, std::nullopt, r.exitUnknown};
@@ -492,6 +519,7 @@ void JobManager::persist() {
                      {"message", job.message},
                      {"dir", job.dir},
                      {"store_port", job.storePort},
+                     {"master_port", job.masterPort},
                      {"stop_requested", job.stopRequested},
                      {"ranks", ranks}});
   }
@@ -518,6 +546,7 @@ Result<void> JobManager::restore() {
       job->message = entry.at("message").get<std::string>();
       job->dir = entry.at("dir").get<std::string>();
       job->storePort = entry.at("store_port").get<std::uint32_t>();
+      job->masterPort = entry.value("master_port", 0u);
       job->stopRequested = entry.at("stop_requested").get<bool>();
       for (const auto& rj : entry.at("ranks")) {
         Rank r;
@@ -551,8 +580,7 @@ Result<void> JobManager::restore() {
   for (auto& [id, job] : jobs_) {
     if (job->anyRankRunning() && job->storePort != 0) {
       // The ranks' store clients reconnect to the same port and register again.
-      const bool wildcard = options_.listenHost.empty() || options_.listenHost == "0.0.0.0" || options_.listenHost == "*";
-      auto store = StoreServer::start(wildcard ? "0.0.0.0" : options_.listenHost,
+      auto store = StoreServer::start(isWildcard(options_.listenHost) ? "0.0.0.0" : options_.listenHost,
                                       static_cast<std::uint16_t>(job->storePort));
       if (store) job->store = std::move(store).value();
     }

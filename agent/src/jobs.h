@@ -2,10 +2,13 @@
 // The jobs this agent runs: starting a job's local ranks, watching them, stopping them, and
 // remembering all of it across agent restarts.
 //
-// Each rank is lockstep-trainer (the configured executable, never a shell) in its own process
-// group, with torchrun's environment, its GPU in CUDA_VISIBLE_DEVICES, LOCKSTEP_REPORT pointing at
-// the agent, and stdout/stderr in a log file the agent keeps bounded. A rank that fails stops the
-// job's other ranks here (fail fast). The agent that runs rank 0 hosts the job's rendezvous store.
+// Each rank is lockstep-trainer (the configured executable) or the job's own program (a command
+// job), never a shell, in its own process group, with torchrun's environment, its GPUs in
+// CUDA_VISIBLE_DEVICES, LOCKSTEP_REPORT pointing at the agent, and stdout/stderr in a log file the
+// agent keeps bounded (rank_launch.h). A rank that fails stops the job's other ranks here (fail
+// fast); what a rank leaves behind in its process group (DataLoader workers) is killed when it
+// ends. The agent that runs rank 0 hosts the trainer's rendezvous store, or picks the free port a
+// command job's own store (torch's c10d) listens on.
 //
 // The job table is written to STATE/jobs.json on every change. A restarted agent re-adopts the
 // ranks still running (same pid and start time): it relays and samples them again, but cannot
@@ -29,8 +32,11 @@
 #include "lockstep/common/result.h"
 #include "lockstep/common/store.h"
 #include "lockstep/protocol/types.h"
+#include "preflight.h"
 
 namespace lockstep::agent {
+
+struct NodeLaunch;
 
 struct NodeFacts {
   std::string name;
@@ -44,6 +50,7 @@ struct JobManagerOptions {
   std::string trainerPath;
   std::string listenHost;        // the interface the agent listens on: stores bind there too
   std::string reportEndpoint;    // what ranks get as LOCKSTEP_REPORT
+  std::string pythonPath;        // where command jobs' ranks import the lockstep package from
   std::chrono::milliseconds defaultStopGrace{10000};
   std::uint64_t logCapBytes = 8u << 20;  // per rank log file, plus one rotated copy
   std::size_t keepFinishedJobs = 100;
@@ -66,7 +73,8 @@ class JobManager {
   // Loads the persisted job table and re-adopts ranks that still run.
   Result<void> restore();
 
-  Result<StartJobReply> start(const JobSpec& spec);
+  // Starts this node's ranks of `spec`, whose paths the preflight checked (preflight.h).
+  Result<StartJobReply> start(const JobSpec& spec, const CheckedPaths& checked);
   Result<StopJobReply> stop(const std::string& jobId, std::uint32_t graceMs);
   std::vector<JobStatus> list() const;
   Result<LogsReply> logs(const std::string& jobId, std::uint32_t rank, std::uint32_t maxBytes) const;
@@ -86,7 +94,9 @@ class JobManager {
   struct Job;
 
  private:
+  Result<std::vector<RankPlacement>> localRanks(const JobSpec& spec) const;
   Result<void> checkFits(const JobSpec& spec, const std::vector<RankPlacement>& local) const;
+  Result<void> rendezvous(Job& job, const std::vector<RankPlacement>& local, NodeLaunch& launch) const;
   void rankEnded(Job& job, std::size_t index, std::optional<ExitStatus> status);
   void finishIfDone(Job& job);
   void signalRanks(Job& job, int signal);

@@ -10,6 +10,7 @@
 #include <ctime>
 #include <deque>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <zmq.hpp>
 
@@ -19,6 +20,8 @@
 #include "lockstep/net/zmq_util.h"
 #include "lockstep/protocol/codec.h"
 #include "nvml.h"
+#include "preflight.h"
+#include "rank_launch.h"
 #include "sampler.h"
 #include "stream_buffer.h"
 
@@ -78,6 +81,13 @@ class Agent::Impl {
   const CurveKeyPair& keys() const { return keys_; }
 
  private:
+  // A StartJob whose paths are being checked off the loop (preflight.h).
+  struct PendingStart {
+    std::string client;
+    std::uint64_t requestId;
+    JobSpec spec;
+  };
+
   struct PendingFetch {
     std::string client;
     std::uint64_t requestId;
@@ -87,6 +97,8 @@ class Agent::Impl {
   };
 
   void onRequest();
+  void onStartJob(const std::string& client, const std::string& key, std::uint64_t id, JobSpec spec);
+  void onPreflight();
   void onReports();
   void onSamples();
   void answerFetches(bool onlyExpired);
@@ -110,6 +122,9 @@ class Agent::Impl {
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<Sampler> sampler_;
   std::deque<PendingFetch> fetches_;
+  std::unique_ptr<Preflight> preflight_;
+  std::map<std::uint64_t, PendingStart> starts_;  // by preflight id
+  std::uint64_t nextPreflightId_ = 1;
   AuthorizedKeys authorized_;
   struct timespec authorizedMtime_ {};
   std::uint64_t droppedReports_ = 0;
@@ -151,6 +166,11 @@ Result<void> Agent::Impl::init() {
   jobOptions.trainerPath = config_.trainer;
   jobOptions.listenHost = config_.listenHost();
   jobOptions.reportEndpoint = reportEndpoint;
+  jobOptions.pythonPath = findPythonPackage();
+  if (jobOptions.pythonPath.empty()) {
+    log_.info("the lockstep Python package is not beside this agent: command jobs' ranks cannot `import lockstep` "
+              "unless it is on their own PYTHONPATH");
+  }
   jobOptions.defaultStopGrace = milliseconds(config_.stopGraceMs);
   jobs_ = std::make_unique<JobManager>(jobOptions, [this](JobEvent e) {
     log_.info("job " + e.jobId + ": " + e.message);
@@ -179,6 +199,7 @@ Result<void> Agent::Impl::init() {
                                               (e.num() == EADDRINUSE ? " (is another agent running? pick another port)" : "")};
   }
   sampler_ = std::make_unique<Sampler>(nvml_.get(), config_.name, config_.sampleHz);
+  preflight_ = std::make_unique<Preflight>();
   log_.info("listening on " + config_.listen + " as node " + config_.name + "; public key " + keys_.publicKey +
             "; authorized keys in " + config_.authorizedKeysPath());
   return {};
@@ -270,14 +291,7 @@ void Agent::Impl::onRequest() {
             reply(client, Reply{id, hello()});
           }
         } else if constexpr (std::is_same_v<T, StartJobRequest>) {
-          auto started = jobs_->start(body.spec);
-          if (started) {
-            reply(client, Reply{id, *started});
-          } else {
-            log_.info("refused job " + body.spec.jobId + ": " + started.error().message);
-            replyError(client, id, started.error());
-          }
-          sampler_->track(jobs_->runningRanks(), jobs_->busyGpus());
+          onStartJob(client, clientKeyOf((*frames)[1]), id, std::move(body.spec));
         } else if constexpr (std::is_same_v<T, StopJobRequest>) {
           auto stopped = jobs_->stop(body.jobId, body.graceMs);
           if (stopped) {
@@ -306,6 +320,45 @@ void Agent::Impl::onRequest() {
         }
       },
       request->body);
+}
+
+void Agent::Impl::onStartJob(const std::string& client, const std::string& key, std::uint64_t id, JobSpec spec) {
+  const auto refuse = [&](const Error& why) {
+    log_.info("refused job " + spec.jobId + ": " + why.message);
+    replyError(client, id, why);
+  };
+  if (spec.command && !config_.commandJobs) {
+    return refuse(Error{ErrorCode::kPermissionDenied,
+                        "node " + config_.name + " runs no jobs of their own program (its agent sets command-jobs = no); "
+                        "run lockstep-trainer there, or ask its admin"});
+  }
+  if (spec.command && !authorized_.allowsCommandJobs(key)) {
+    return refuse(Error{ErrorCode::kPermissionDenied,
+                        "this client's key may not start jobs that run their own program on " + config_.name +
+                            " (its authorized keys give it the no-command-jobs option)"});
+  }
+  const std::uint64_t check = nextPreflightId_++;
+  const PathFacts facts{config_.name, config_.trainer, std::getenv("PATH") != nullptr ? std::getenv("PATH") : ""};
+  if (auto submitted = preflight_->submit(check, spec, facts); !submitted) return refuse(submitted.error());
+  starts_.emplace(check, PendingStart{client, id, std::move(spec)});
+}
+
+void Agent::Impl::onPreflight() {
+  for (auto& done : preflight_->take()) {
+    auto it = starts_.find(done.id);
+    if (it == starts_.end()) continue;
+    PendingStart pending = std::move(it->second);
+    starts_.erase(it);
+    Result<StartJobReply> started =
+        done.result ? jobs_->start(pending.spec, *done.result) : Result<StartJobReply>(done.result.error());
+    if (started) {
+      reply(pending.client, Reply{pending.requestId, *started});
+    } else {
+      log_.info("refused job " + pending.spec.jobId + ": " + started.error().message);
+      replyError(pending.client, pending.requestId, started.error());
+    }
+  }
+  sampler_->track(jobs_->runningRanks(), jobs_->busyGpus());
 }
 
 void Agent::Impl::onReports() {
@@ -357,11 +410,18 @@ Result<void> Agent::Impl::loop(const std::atomic<int>& stop) {
         {zap_->socket().handle(), 0, ZMQ_POLLIN, 0},
         {reports_->handle(), 0, ZMQ_POLLIN, 0},
         {nullptr, sampler_->wakeFd(), ZMQ_POLLIN, 0},
+        {nullptr, preflight_->wakeFd(), ZMQ_POLLIN, 0},
     };
     for (int fd : jobs_->exitFds()) items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
     auto timeout = milliseconds(200);
     for (const auto& f : fetches_) {
       timeout = std::min(timeout, std::chrono::duration_cast<milliseconds>(f.deadline - Clock::now()) + milliseconds(1));
+    }
+    if (!starts_.empty()) {
+      const auto next = preflight_->nextDeadline();
+      if (next != Clock::time_point::max()) {
+        timeout = std::min(timeout, std::chrono::duration_cast<milliseconds>(next - Clock::now()) + milliseconds(1));
+      }
     }
     try {
       zmq::poll(items, std::max(timeout, milliseconds(0)));
@@ -377,6 +437,7 @@ Result<void> Agent::Impl::loop(const std::atomic<int>& stop) {
     }
     if (items[2].revents & ZMQ_POLLIN) onReports();
     if (items[3].revents & ZMQ_POLLIN) onSamples();
+    if (!starts_.empty()) onPreflight();  // finished checks, and those past their deadline
     const auto ranksBefore = jobs_->runningRanks().size();
     jobs_->poll();
     if (jobs_->runningRanks().size() != ranksBefore) sampler_->track(jobs_->runningRanks(), jobs_->busyGpus());

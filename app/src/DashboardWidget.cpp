@@ -344,20 +344,27 @@ void DashboardWidget::refresh() {
   banner_->setPalette(bannerPalette);
 
   const QString currency = QString::fromStdString(job->spec.prices.currency);
+  // A program that reports no steps (or steps without timings) gets the reason instead of the detail.
+  const QString noSteps = QString::fromStdString(k.noStepsReason);
+  const QString noSplit = noSteps.isEmpty() ? QString::fromStdString(k.noTimingsReason) : noSteps;
+  const auto unless = [](const QString& reason, const QString& detail) { return reason.isEmpty() ? detail : reason; };
   if (running) {
     tiles_[tr("Throughput")]->set(k.samplesPerSecond ? QStringLiteral("%L1").arg(*k.samplesPerSecond, 0, 'f', 0) : dash(),
-                                  tr("samples/s, last 10 s"));
+                                  unless(noSteps, k.tokensPerSecond ? tr("samples/s, last 10 s; %L1 tokens/s").arg(*k.tokensPerSecond, 0, 'f', 0)
+                                                                    : tr("samples/s, last 10 s")));
   } else {
     // An ended job: its mean, start to end (start-up included).
-    const double samples = static_cast<double>(k.step) * job->spec.globalBatch();
-    tiles_[tr("Throughput")]->set(seen && k.elapsedSeconds > 0 ? QStringLiteral("%L1").arg(samples / k.elapsedSeconds, 0, 'f', 0) : dash(),
-                                  tr("samples/s, mean over the job"));
+    tiles_[tr("Throughput")]->set(k.meanSamplesPerSecond ? QStringLiteral("%L1").arg(*k.meanSamplesPerSecond, 0, 'f', 0) : dash(),
+                                  k.noStepsReason.empty() ? tr("samples/s, mean over the job") : QString::fromStdString(k.noStepsReason));
   }
-  tiles_[tr("Scaling efficiency")]->set(percent(k.scalingEfficiency),
-                                        k.scalingEfficiency ? QString::fromUtf8(std::string(kpi::scalingBasisName(k.scalingBasis)).c_str()) : QString());
+  tiles_[tr("Scaling efficiency")]->set(
+      percent(k.scalingEfficiency),
+      k.scalingEfficiency ? QString::fromUtf8(std::string(kpi::scalingBasisName(k.scalingBasis)).c_str())
+      : job->spec.isCommand() ? unless(noSplit, tr("no 1-rank run of this program in the history to compare with"))
+                              : QString());
   tiles_[tr("GPU utilization")]->set(k.gpuUtilizationPct ? QStringLiteral("%1%").arg(*k.gpuUtilizationPct, 0, 'f', 0) : dash(),
                                      k.gpuUtilizationPct ? tr("mean over the job") : tr("no GPU samples"));
-  tiles_[tr("Communication")]->set(percent(k.commOverhead), tr("exposed, of step time"));
+  tiles_[tr("Communication")]->set(percent(k.commOverhead), k.commOverhead ? tr("exposed, of step time") : unless(noSplit, tr("exposed, of step time")));
   tiles_[tr("Slowest rank")]->set(
       k.slowestRank ? QStringLiteral("rank %1").arg(*k.slowestRank) : dash(),
       k.slowestRank ? tr("%1; imbalance %2")
@@ -366,9 +373,10 @@ void DashboardWidget::refresh() {
                           (job->spec.rebalanceEvery > 0 && k.initialLoadImbalance
                                ? tr(" (%1× at the start; rebalanced)").arg(*k.initialLoadImbalance, 0, 'f', 2)
                                : QString())
-                    : QString());
+                    : noSplit);
   const QString lastLoss = k.lastGlobalLoss ? tr("smoothed; last %1").arg(*k.lastGlobalLoss, 0, 'f', 4) : QString();
   tiles_[tr("Loss")]->set(k.smoothedLoss ? QString::number(*k.smoothedLoss, 'f', 4) : dash(),
+                          !noSteps.isEmpty() ? noSteps :
                           k.timeToConvergenceSeconds ? tr("target reached after %1").arg(duration(*k.timeToConvergenceSeconds))
                           : job->spec.targetLoss     ? tr("%1; target %2").arg(lastLoss).arg(*job->spec.targetLoss)
                                                      : lastLoss);

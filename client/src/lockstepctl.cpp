@@ -49,9 +49,16 @@ Commands:
   keygen                       create this client's key pair (once) and print its public key
   trust HOST:PORT KEY          pin an agent's public key (like SSH's known_hosts)
   nodes                        the agents' nodes: cores, memory, GPUs
-  start [--ranks N | --ranks-per-agent A,B,...] [--wait] [--spec job.json] [PRICES] JOB FLAGS...
-                               start a job on the agents (JOB FLAGS are lockstep-trainer's, e.g.
-                               --layers 784,1024,10 --steps 200 --lr 0.01); prints its id.
+  start [--ranks N | --ranks-per-agent A,B,... | --gpus-per-agent G] [--wait] [PRICES] JOB FLAGS...
+                               start a job of the built-in trainer on the agents (JOB FLAGS are
+                               lockstep-trainer's, e.g. --layers 784,1024,10 --steps 200 --lr 0.01,
+                               or --spec job.json); prints its id.
+  start [PLACEMENT] [--wait] [PRICES] [--workdir DIR] [--env NAME=VALUE]... -- PROGRAM ARGS...
+                               run your own program (a PyTorch DDP script, any torchrun-style
+                               program) once per rank, with torchrun's environment; it runs in
+                               this directory unless --workdir says otherwise. Its job flags:
+                               --job-id --name --backend cpu|cuda --target-loss --max-restarts
+                               --min-ranks --timeout-s (docs/own-program.md)
                                PRICES, for the job's cost: --price-gpu-hour X --price-core-hour X
                                --price-kwh X --currency USD
                                --wait follows the job to its end; with --max-restarts N it also
@@ -729,14 +736,19 @@ int superviseJob(const Globals& g, const Connected& agents, JobSpec spec, std::m
 
 // ---- start ----
 
-int cmdStart(const Globals& g, const std::vector<std::string>& args) {
-  std::optional<std::uint32_t> totalRanks;
+int cmdStart(const Globals& g, const std::vector<std::string>& allArgs) {
+  std::optional<std::uint32_t> totalRanks, gpusPerAgent;
   std::vector<std::uint32_t> perAgent;
   std::string specFile, jobId;
   bool wait = false;
   std::vector<std::string> jobFlags;
   std::optional<double> gpuHour, coreHour, kwh;  // prices, over a --spec file's
   std::optional<std::string> currency;
+  // Everything after `--` is the user's own program and its arguments, run once per rank.
+  const auto dashes = std::find(allArgs.begin(), allArgs.end(), "--");
+  const std::vector<std::string> args(allArgs.begin(), dashes);
+  const std::optional<std::vector<std::string>> command =
+      dashes == allArgs.end() ? std::nullopt : std::optional(std::vector<std::string>(dashes + 1, allArgs.end()));
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&]() -> std::optional<std::string> {
@@ -747,6 +759,14 @@ int cmdStart(const Globals& g, const std::vector<std::string>& args) {
       auto v = value();
       if (!v) return fail(invalidArgument("--ranks needs a number"));
       totalRanks = static_cast<std::uint32_t>(std::strtoul(v->c_str(), nullptr, 10));
+    } else if (a == "--gpus-per-agent") {
+      auto v = value();
+      char* end = nullptr;
+      const unsigned long n = v ? std::strtoul(v->c_str(), &end, 10) : 0;
+      if (!v || v->empty() || *end != '\0' || n == 0 || n > 64) {
+        return fail(invalidArgument("--gpus-per-agent needs a number of GPUs from 1 to 64"));
+      }
+      gpusPerAgent = static_cast<std::uint32_t>(n);
     } else if (a == "--ranks-per-agent") {
       auto v = value();
       if (!v) return fail(invalidArgument("--ranks-per-agent needs A,B,..."));
@@ -779,8 +799,26 @@ int cmdStart(const Globals& g, const std::vector<std::string>& args) {
       jobFlags.push_back(a);
     }
   }
+  if (command && !specFile.empty()) return fail(invalidArgument("give the job as --spec FILE or as -- PROGRAM ARGS, not both"));
+  if (gpusPerAgent && std::find(jobFlags.begin(), jobFlags.end(), "--backend") == jobFlags.end()) {
+    jobFlags.insert(jobFlags.begin(), {"--backend", "cuda"});
+  }
   JobSpec spec;
-  if (!specFile.empty()) {
+  if (command) {
+    if (std::find(jobFlags.begin(), jobFlags.end(), "--job-id") == jobFlags.end()) {
+      jobFlags.push_back("--job-id");
+      jobFlags.push_back(newJobId());
+    }
+    // A program runs where its user is: this directory, unless --workdir says otherwise.
+    if (std::none_of(jobFlags.begin(), jobFlags.end(), [](const std::string& f) { return f.rfind("--workdir", 0) == 0; })) {
+      std::error_code ec;
+      jobFlags.push_back("--workdir");
+      jobFlags.push_back(fs::current_path(ec).string());
+    }
+    auto parsed = trainer::parseCommandJobArgs(jobFlags, *command);
+    if (!parsed) return fail(parsed.error());
+    spec = *parsed;
+  } else if (!specFile.empty()) {
     auto text = readFile(specFile, 4u << 20);
     if (!text) return fail(text.error());
     auto parsed = jobSpecFromJson(*text);
@@ -809,6 +847,11 @@ int cmdStart(const Globals& g, const std::vector<std::string>& args) {
   auto agents = connectAgents(g);
   if (!agents) return fail(agents.error());
   const std::size_t n = agents->clients.size();
+  if (gpusPerAgent) {
+    if (totalRanks || !perAgent.empty()) return fail(invalidArgument("--gpus-per-agent goes without --ranks and --ranks-per-agent"));
+    if (spec.backend != Backend::kCuda) return fail(invalidArgument("--gpus-per-agent gives each rank a GPU: leave out --backend cpu"));
+    perAgent.assign(n, *gpusPerAgent);
+  }
   if (perAgent.empty()) {
     const std::uint32_t total = totalRanks.value_or(static_cast<std::uint32_t>(n));
     for (std::size_t a = 0; a < n; ++a) perAgent.push_back(total / n + (a < total % n ? 1 : 0));

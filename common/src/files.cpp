@@ -27,12 +27,44 @@ Result<void> writeAll(int fd, std::string_view data, const std::string& path) {
 
 }  // namespace
 
+std::string fileKind(unsigned mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG: return "a file";
+    case S_IFDIR: return "a directory";
+    case S_IFIFO: return "a FIFO";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFSOCK: return "a socket";
+    case S_IFLNK: return "a symbolic link";
+  }
+  return "not a file";
+}
+
+Result<int> openRegularFile(const std::string& path, std::string_view role) {
+  const std::string who = std::string(role) + " " + path;
+  // O_PATH opens nothing for I/O: a FIFO without a writer, or a device, cannot block or react here.
+  UniqueFd probe(::open(path.c_str(), O_PATH | O_CLOEXEC));
+  if (!probe.valid()) return errnoError("cannot open " + who, errno);
+  struct stat st {};
+  if (::fstat(probe.get(), &st) != 0) return errnoError("cannot stat " + who, errno);
+  if (!S_ISREG(st.st_mode)) return invalidArgument(who + " is " + fileKind(st.st_mode) + ", not a file");
+  // O_NONBLOCK: should the path be swapped for a FIFO in between, open still returns at once.
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+  if (!fd.valid()) return errnoError("cannot open " + who, errno);
+  struct stat again {};
+  if (::fstat(fd.get(), &again) != 0) return errnoError("cannot stat " + who, errno);
+  if (again.st_dev != st.st_dev || again.st_ino != st.st_ino || !S_ISREG(again.st_mode)) {
+    return invalidArgument(who + " changed while it was being opened; try again");
+  }
+  ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
+  return fd.release();
+}
+
 Result<std::string> readFile(const std::string& path, std::uint64_t maxBytes) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return errnoError("cannot open " + path, errno);
+  LOCKSTEP_ASSIGN_OR_RETURN(const int raw, openRegularFile(path, "file"));
+  UniqueFd fd(raw);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return errnoError("cannot stat " + path, errno);
-  if (!S_ISREG(st.st_mode)) return invalidArgument(path + " is not a regular file");
   if (static_cast<std::uint64_t>(st.st_size) > maxBytes) {
     return Error{ErrorCode::kResourceExhausted,
                  path + " is " + std::to_string(st.st_size) + " bytes, more than the limit of " +

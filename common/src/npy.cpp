@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "lockstep/common/files.h"
+
 namespace lockstep {
 namespace {
 
@@ -19,15 +21,12 @@ std::string shapeText(const std::vector<std::uint64_t>& shape) {
 }
 
 Result<NpyFile> openNpy(const std::string& path, const char* role) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return errnoError(std::string("cannot open the ") + role + " file " + path, errno)
-        .withContext("npy dataset");
-  }
+  auto opened = openRegularFile(path, std::string("the ") + role + " file");
+  if (!opened) return opened.error().withContext("npy dataset");
+  const int fd = *opened;
   NpyFile npy{UniqueFd(fd), {}, 0};
   struct stat st {};
   if (::fstat(fd, &st) != 0) return errnoError("cannot stat " + path, errno);
-  if (!S_ISREG(st.st_mode)) return bad(path + " is not a regular file");
   npy.fileBytes = static_cast<std::uint64_t>(st.st_size);
   std::string head(static_cast<size_t>(std::min<std::uint64_t>(npy.fileBytes, 65536 + 12)), '\0');
   LOCKSTEP_TRY(readExactly(fd, head.data(), head.size(), 0, path));

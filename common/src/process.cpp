@@ -119,7 +119,7 @@ Result<pid_t> spawnProcess(const SpawnOptions& options) {
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     ::signal(SIGPIPE, SIG_DFL);
-    ::execve(image.argv[0], image.argv.data(), image.envp.data());
+    ::execve(options.executable.empty() ? image.argv[0] : options.executable.c_str(), image.argv.data(), image.envp.data());
     childFail(errPipe[1], 5);
   }
 
@@ -137,7 +137,8 @@ Result<pid_t> spawnProcess(const SpawnOptions& options) {
                                               "execute", "enter the working directory", "open /dev/null as stdin"};
     const char* stage = report[0] >= 1 && report[0] <= 7 ? kStages[report[0]] : "start";
     const std::string where = report[0] == 6 ? " " + options.workingDir : "";
-    return errnoError(std::string("cannot ") + stage + where + " for " + options.argv[0], report[1]);
+    const std::string& program = options.executable.empty() ? options.argv[0] : options.executable;
+    return errnoError(std::string("cannot ") + stage + where + " for " + program, report[1]);
   }
   return pid;
 }

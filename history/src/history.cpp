@@ -85,6 +85,10 @@ INSERT INTO steps_v2 (job_id, attempt, rank, step, node, world_size, epoch, samp
 DROP TABLE steps;
 ALTER TABLE steps_v2 RENAME TO steps;
 CREATE INDEX steps_by_time ON steps (job_id, time_us);
+-- The samples and tokens every report counted: a job's mean throughput without its batch size.
+ALTER TABLE final_kpis ADD COLUMN total_samples INTEGER;
+ALTER TABLE final_kpis ADD COLUMN total_tokens INTEGER;
+UPDATE jobs SET kpis_stale = 1;
 )sql",
 };
 
@@ -480,13 +484,15 @@ Result<std::vector<std::string>> History::refreshFinalKpis() {
     LOCKSTEP_ASSIGN_OR_RETURN(auto tx, Transaction::begin(db));
     LOCKSTEP_ASSIGN_OR_RETURN(auto insert, Statement::prepare(db, R"sql(
       INSERT OR REPLACE INTO final_kpis VALUES
-        (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24))sql"));
+        (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24,
+         ?25, ?26))sql"));
     insert.bind(1, jobId).bind(2, now).bind(3, k.worldSize).bind(4, k.attempts).bind(5, k.step).bind(6, k.totalSteps);
     insert.bind(7, k.elapsedSeconds).bind(8, k.samplesPerSecond).bind(9, k.commOverhead).bind(10, k.scalingEfficiency);
     insert.bind(11, static_cast<std::int64_t>(k.scalingBasis)).bind(12, k.gpuUtilizationPct).bind(13, k.loadImbalance);
     insert.bind(14, k.slowestRank).bind(15, static_cast<std::int64_t>(k.slowestCause)).bind(16, k.lastGlobalLoss);
     insert.bind(17, k.smoothedLoss).bind(18, k.timeToConvergenceSeconds).bind(19, k.energyKwh).bind(20, k.gpuHours);
     insert.bind(21, k.coreHours).bind(22, k.costSoFar).bind(23, std::int64_t{k.costComplete}).bind(24, missing.dump());
+    insert.bind(25, k.totalSamples).bind(26, k.totalTokens);
     LOCKSTEP_TRY(insert.run());
     LOCKSTEP_ASSIGN_OR_RETURN(auto done, Statement::prepare(db, "UPDATE jobs SET kpis_stale = 0 WHERE job_id = ?1"));
     LOCKSTEP_TRY(done.bind(1, jobId).run());
@@ -607,6 +613,9 @@ Result<std::optional<kpi::JobKpis>> readFinalKpis(sqlite3* db, const std::string
   k.costSoFar = s.maybeReal(21);
   k.costProjected = k.costSoFar;
   k.costComplete = s.i64(22) != 0;
+  k.totalSamples = s.maybeInt<std::uint64_t>(24).value_or(0);
+  k.totalTokens = s.maybeInt<std::uint64_t>(25);
+  if (k.elapsedSeconds > 0 && !s.null(24)) k.meanSamplesPerSecond = static_cast<double>(k.totalSamples) / k.elapsedSeconds;
   const auto missing = nlohmann::json::parse(s.text(23), nullptr, false);
   if (missing.is_array()) {
     for (const auto& m : missing) {

@@ -275,6 +275,51 @@ Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
   return o;
 }
 
+Result<JobSpec> parseCommandJobArgs(const std::vector<std::string>& args, const std::vector<std::string>& command) {
+  JobSpec s;
+  s.command = CommandSpec{command, "", {}};
+  std::string backendText = "cpu";
+  std::vector<std::string> envText;
+  const std::map<std::string, Handler> valued = {
+      {"--job-id", asText(s.jobId)},
+      {"--name", asText(s.name)},
+      {"--backend", asText(backendText)},
+      {"--workdir", asText(s.command->workingDir)},
+      {"--env", [&](const std::string&, const std::string& v) -> Result<void> {
+         envText.push_back(v);
+         return {};
+       }},
+      {"--target-loss", asOptionalReal(s.targetLoss)},
+      {"--max-restarts", asWhole(s.maxRestarts, 100u)},
+      {"--min-ranks", asWhole(s.minWorldSize, 4096u)},
+      {"--timeout-s", asWhole(s.timeoutS, 86400u)},
+  };
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i];
+    std::optional<std::string> inlineValue;
+    if (const auto eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+      inlineValue = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    }
+    const auto handler = valued.find(flag);
+    if (handler == valued.end()) {
+      return invalidArgument(flag + " is not a flag of a job that runs your own program; the program's own flags "
+                             "go after -- (job flags: --job-id --name --backend --workdir --env --target-loss "
+                             "--max-restarts --min-ranks --timeout-s)");
+    }
+    if (!inlineValue && i + 1 >= args.size()) return invalidArgument(flag + " needs a value");
+    LOCKSTEP_TRY(handler->second(flag, inlineValue ? *inlineValue : args[++i]));
+  }
+  LOCKSTEP_TRY(asChoice(s.backend, {{"cpu", Backend::kCpu}, {"cuda", Backend::kCuda}})("--backend", backendText));
+  for (const auto& item : envText) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos) return invalidArgument("--env '" + item + "' is not NAME=VALUE");
+    s.command->env.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+  }
+  LOCKSTEP_TRY(validateJobSpec(s));
+  return s;
+}
+
 std::string trainerUsage() {
   return R"(Usage: lockstep-trainer [options]
 

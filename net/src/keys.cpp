@@ -87,13 +87,29 @@ Result<CurveKeyPair> loadOrCreateKeyPair(const std::string& dir, const std::stri
 Result<AuthorizedKeys> readAuthorizedKeys(const std::string& path) {
   AuthorizedKeys keys;
   LOCKSTEP_TRY(forEachSettingsLine(path, 16u << 20, [&](const std::string& line, int number) -> Result<void> {
-    const auto space = line.find_first_of(" \t");
-    const std::string key = line.substr(0, space);
-    if (!isValidPublicKey(key)) {
-      return invalidArgument(path + " line " + std::to_string(number) +
-                             ": expected a 40-character Z85 public key, then a comment");
+    const std::string where = path + " line " + std::to_string(number);
+    std::istringstream fields(line);
+    std::string first, key;
+    fields >> first;
+    std::string options;
+    if (isValidPublicKey(first)) {
+      key = first;
+    } else {
+      options = first;
+      fields >> key;
     }
-    keys.commentByKey[key] = space == std::string::npos ? "" : trim(line.substr(space));
+    if (!isValidPublicKey(key)) return invalidArgument(where + ": expected a 40-character Z85 public key, then a comment");
+    std::string comment;
+    std::getline(fields, comment);
+    std::istringstream each(options);
+    for (std::string option; std::getline(each, option, ',');) {
+      if (option == "no-command-jobs") {
+        keys.noCommandJobs.insert(key);
+      } else {
+        return invalidArgument(where + ": unknown option '" + option + "' (known: no-command-jobs)");
+      }
+    }
+    keys.commentByKey[key] = trim(comment);
     return {};
   }));
   return keys;

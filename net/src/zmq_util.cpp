@@ -15,23 +15,34 @@ void ZapHandler::handleOne(const std::function<bool(const std::string&)>& allowe
   auto& frames = *request;
   // version, request id, domain, address, identity, mechanism, credentials...
   const bool wellFormed = frames.size() >= 6 && frames[0].to_string_view() == "1.0";
-  std::string status = "400", text = "not authorized";
+  std::string status = "400", text = "not authorized", userId;
   if (wellFormed && frames[5].to_string_view() == "CURVE" && frames.size() >= 7 && frames[6].size() == 32) {
     char key[41];
     zmq_z85_encode(key, static_cast<const std::uint8_t*>(frames[6].data()), 32);
     if (allowed(key)) {
       status = "200";
       text = "OK";
+      userId = key;  // every message of the connection carries it as its "User-Id"
     }
   }
   const std::string requestId = wellFormed ? frames[1].to_string() : "";
-  const std::array<std::string, 6> reply = {"1.0", requestId, status, text, "", ""};
+  const std::array<std::string, 6> reply = {"1.0", requestId, status, text, userId, ""};
   try {
     for (size_t i = 0; i < reply.size(); ++i) {
       socket_.send(zmq::buffer(reply[i]), i + 1 < reply.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
     }
   } catch (const zmq::error_t&) {
     // libzmq went away (shutting down): nothing to answer.
+  }
+}
+
+std::string clientKeyOf(const zmq::message_t& frame) {
+  try {
+    // zmq_msg_gets reads the property without changing the message; cppzmq's gets() is not const.
+    const char* id = zmq_msg_gets(frame.handle(), "User-Id");
+    return id != nullptr ? id : "";
+  } catch (const zmq::error_t&) {
+    return "";  // no such property: not a CURVE connection
   }
 }
 

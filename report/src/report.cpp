@@ -179,10 +179,7 @@ std::size_t distinctNodes(const history::JobRecord& job) {
 kpi::Maybe meanThroughput(const history::JobRecord& job) {
   if (!job.finalKpis) return std::nullopt;
   const kpi::JobKpis& k = *job.finalKpis;
-  if (k.elapsedSeconds > 0 && k.step > 0) {
-    return static_cast<double>(k.step) * static_cast<double>(job.spec.globalBatch()) / k.elapsedSeconds;
-  }
-  return k.samplesPerSecond;
+  return k.meanSamplesPerSecond ? k.meanSamplesPerSecond : k.samplesPerSecond;
 }
 
 }  // namespace
@@ -232,10 +229,7 @@ Result<ReportData> load(const history::History& history, const std::string& jobI
       data.job.endedUnixUs > 0 ? std::max(data.job.endedUnixUs, tracker->lastReportUnixUs()) : nowUnixUs;
   data.kpis = tracker->snapshot(at);
   const kpi::JobKpis& k = data.kpis;
-  if (k.elapsedSeconds > 0 && k.step > 0) {
-    data.meanSamplesPerSecond =
-        static_cast<double>(k.step) * static_cast<double>(data.job.spec.globalBatch()) / k.elapsedSeconds;
-  }
+  data.meanSamplesPerSecond = k.meanSamplesPerSecond;
   data.throughput = toVector(tracker->throughputSeries());
   data.loss = toVector(tracker->lossSeries());
   data.stepSplits.assign(tracker->stepSplits().begin(), tracker->stepSplits().end());

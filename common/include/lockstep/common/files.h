@@ -11,6 +11,14 @@
 
 namespace lockstep {
 
+// Opens a regular file for reading without ever blocking on what is not one: a FIFO, a device or
+// a directory is refused with what it is ("is a FIFO, not a file") before it is opened for
+// reading. `role` names the file in errors ("the features file").
+Result<int> openRegularFile(const std::string& path, std::string_view role);
+
+// What kind of file `mode` (st_mode) is, in words: "a FIFO", "a directory", "a character device".
+std::string fileKind(unsigned mode);
+
 // Reads a whole file; refuses files larger than maxBytes instead of exhausting memory.
 Result<std::string> readFile(const std::string& path, std::uint64_t maxBytes);
 

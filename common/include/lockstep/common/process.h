@@ -15,8 +15,10 @@
 namespace lockstep {
 
 struct SpawnOptions {
-  // argv[0] is the executable's path; there is no PATH lookup and no shell.
+  // argv[0] is the executable's path unless `executable` names it; there is no PATH lookup and no
+  // shell.
   std::vector<std::string> argv;
+  std::string executable;
   // Set on top of the parent's environment (an existing name is replaced).
   std::vector<std::pair<std::string, std::string>> env;
   // Files for the child's stdout/stderr (created or truncated); empty means inherit.

@@ -35,6 +35,13 @@ Result<DatasetSource> parseDatasetSpec(const std::string& text, const std::vecto
 
 std::string trainerUsage();
 
+// A job that runs the user's own program: `command` is its argv (everything after `--`), `args`
+// the job flags before it: --job-id, --name, --backend cpu|cuda (whether ranks get GPUs),
+// --workdir DIR, --env NAME=VALUE (repeatable), --target-loss, --max-restarts, --min-ranks,
+// --timeout-s. The built-in trainer's flags are refused, saying that the program's own flags go
+// after `--`. The spec is validated, except for its placement.
+Result<JobSpec> parseCommandJobArgs(const std::vector<std::string>& args, const std::vector<std::string>& command);
+
 // argv[1..] without --nproc and its value: what the launcher passes to each rank it spawns.
 std::vector<std::string> withoutNproc(const std::vector<std::string>& args);
 

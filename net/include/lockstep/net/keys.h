@@ -7,6 +7,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -28,11 +29,17 @@ std::string fingerprint(std::string_view publicKeyZ85);
 Result<CurveKeyPair> loadOrCreateKeyPair(const std::string& dir, const std::string& name, bool* created = nullptr);
 Result<CurveKeyPair> loadKeyPair(const std::string& dir, const std::string& name);
 
-// An authorized-keys file, like SSH's: one Z85 public key per line followed by a comment;
-// blank lines and lines starting with '#' are ignored. A missing file authorizes nobody.
+// An authorized-keys file, like SSH's: one Z85 public key per line followed by a comment, with
+// comma-separated options before the key as sshd takes them (`no-command-jobs KEY comment`: the
+// key may not start jobs that run their own program); blank lines and lines starting with '#'
+// are ignored. A missing file authorizes nobody.
 struct AuthorizedKeys {
   std::map<std::string, std::string> commentByKey;
+  std::set<std::string> noCommandJobs;  // keys with the no-command-jobs option
   bool allows(std::string_view key) const { return commentByKey.count(std::string(key)) > 0; }
+  bool allowsCommandJobs(std::string_view key) const {
+    return allows(key) && noCommandJobs.count(std::string(key)) == 0;
+  }
 };
 Result<AuthorizedKeys> readAuthorizedKeys(const std::string& path);
 

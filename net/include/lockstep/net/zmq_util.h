@@ -23,12 +23,16 @@ class ZapHandler {
  public:
   explicit ZapHandler(zmq::context_t& context);
   zmq::socket_t& socket() { return socket_; }
-  // Answers one waiting request; `allowed` gets the client's Z85 public key.
+  // Answers one waiting request; `allowed` gets the client's Z85 public key. An allowed client's
+  // messages carry its key as their "User-Id" property (clientKeyOf).
   void handleOne(const std::function<bool(const std::string& clientKey)>& allowed);
 
  private:
   zmq::socket_t socket_;
 };
+
+// The Z85 key of the client that sent `frame` on a ZAP-checked CURVE socket; "" when unknown.
+std::string clientKeyOf(const zmq::message_t& frame);
 
 Result<void> makeCurveServer(zmq::socket_t& socket, const CurveKeyPair& keys);
 Result<void> makeCurveClient(zmq::socket_t& socket, const CurveKeyPair& keys, const std::string& serverPublicKey);

@@ -1,0 +1,186 @@
+#include "preflight.h"
+
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "lockstep/common/fd.h"
+#include "lockstep/common/files.h"
+#include "lockstep/common/npy.h"
+
+namespace lockstep::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+Error unfit(std::string message) { return Error{ErrorCode::kFailedPrecondition, std::move(message)}; }
+
+Result<void> checkWorkingDir(const std::string& dir, const std::string& node) {
+  if (dir.empty()) return {};
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    return unfit("working directory " + dir + " does not exist on " + node + " (" + std::strerror(errno) +
+                 "): create it there, or choose another (lockstepctl start --workdir DIR)");
+  }
+  if (!S_ISDIR(st.st_mode)) return unfit("working directory " + dir + " on " + node + " is " + fileKind(st.st_mode) + ", not a directory");
+  if (::access(dir.c_str(), X_OK) != 0) {
+    return unfit("working directory " + dir + " on " + node + " cannot be entered by the agent's user (" +
+                 std::strerror(errno) + ")");
+  }
+  return {};
+}
+
+// Why `path` cannot be run, or "" when it can.
+std::string whyNotRunnable(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::strerror(errno);
+  if (!S_ISREG(st.st_mode)) return "it is " + fileKind(st.st_mode) + ", not a program";
+  if (::access(path.c_str(), X_OK) != 0) {
+    return "it is not executable: `chmod +x` it, or run it through its interpreter (-- python3 " + path + ")";
+  }
+  return "";
+}
+
+Result<std::string> resolveProgram(const CommandSpec& c, const std::string& pathVar, const std::string& node) {
+  const std::string& name = c.argv.front();
+  if (name.find('/') != std::string::npos) {
+    if (name.front() != '/' && c.workingDir.empty()) {
+      return unfit("program " + name + " is a relative path and the job has no working directory: give an "
+                   "absolute path, or a working directory (--workdir)");
+    }
+    const std::string path = name.front() == '/' ? name : (fs::path(c.workingDir) / name).string();
+    if (const std::string why = whyNotRunnable(path); !why.empty()) {
+      return unfit("program " + path + " cannot be run on " + node + ": " + why);
+    }
+    return path;
+  }
+  std::string lastWhy;
+  std::size_t start = 0;
+  while (start <= pathVar.size()) {
+    const std::size_t colon = std::min(pathVar.find(':', start), pathVar.size());
+    const std::string dir = pathVar.substr(start, colon - start);
+    start = colon + 1;
+    if (dir.empty() || dir.front() != '/') continue;  // a relative PATH entry means the agent's directory: never
+    const std::string candidate = (fs::path(dir) / name).string();
+    const std::string why = whyNotRunnable(candidate);
+    if (why.empty()) return candidate;
+    if (::access(candidate.c_str(), F_OK) == 0) lastWhy = candidate + ": " + why;
+  }
+  if (!lastWhy.empty()) return unfit("program " + name + " cannot be run on " + node + ": " + lastWhy);
+  return unfit("program " + name + " is not found on " + node + " (PATH=" + pathVar +
+               "): install it there, give its absolute path, or set PATH in the job's environment (--env PATH=...)");
+}
+
+std::string pathOf(const CommandSpec& c, const std::string& agentPath) {
+  for (const auto& [name, value] : c.env) {
+    if (name == "PATH") return value;
+  }
+  return agentPath;
+}
+
+}  // namespace
+
+Result<CheckedPaths> checkJobPaths(const JobSpec& spec, const PathFacts& facts) {
+  CheckedPaths out;
+  if (spec.command) {
+    LOCKSTEP_TRY(checkWorkingDir(spec.command->workingDir, facts.node));
+    LOCKSTEP_ASSIGN_OR_RETURN(out.program, resolveProgram(*spec.command, pathOf(*spec.command, facts.agentPath), facts.node));
+    return out;
+  }
+  if (const std::string why = whyNotRunnable(facts.trainerPath); !why.empty()) {
+    return unfit("the trainer " + facts.trainerPath + " cannot be run on " + facts.node + " (" + why +
+                 "): set --trainer when starting the agent");
+  }
+  out.program = facts.trainerPath;
+  if (const auto* npy = std::get_if<NpyDataset>(&spec.dataset)) {
+    LOCKSTEP_TRY(checkNpyDataset(npy->featuresPath, npy->labelsPath, spec.layers.front()));
+  }
+  // Initial weights are not looked at here: only rank 0 reads them, on its own node.
+  return out;
+}
+
+// ---- running checks off the loop ----
+
+struct Preflight::Shared {
+  std::mutex mutex;
+  std::vector<Done> finished;
+  UniqueFd wake{::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)};
+  std::atomic<std::size_t> running{0};  // threads not yet finished, abandoned ones included
+};
+
+Preflight::Preflight(std::chrono::milliseconds deadline) : deadline_(deadline), shared_(std::make_shared<Shared>()) {}
+Preflight::~Preflight() = default;  // threads still running keep `shared_` alive and finish alone
+
+int Preflight::wakeFd() const { return shared_->wake.get(); }
+
+Result<void> Preflight::submit(std::uint64_t id, const JobSpec& spec, const PathFacts& facts) {
+  if (shared_->running.load() >= kMaxInFlight) {
+    return Error{ErrorCode::kResourceExhausted,
+                 "node " + facts.node + " is still checking the paths of " + std::to_string(kMaxInFlight) +
+                     " jobs (a hung file system?); try again later"};
+  }
+  ++shared_->running;
+  try {
+    std::thread([shared = shared_, id, spec, facts] {
+      Result<CheckedPaths> result = checkJobPaths(spec, facts);
+      {
+        std::lock_guard lock(shared->mutex);
+        shared->finished.push_back(Done{id, std::move(result)});
+      }
+      const std::uint64_t one = 1;
+      [[maybe_unused]] const ssize_t n = ::write(shared->wake.get(), &one, sizeof one);
+      --shared->running;
+    }).detach();
+  } catch (const std::system_error& e) {
+    --shared_->running;
+    return Error{ErrorCode::kResourceExhausted, std::string("cannot start a thread to check the job's paths: ") + e.what()};
+  }
+  waiting_.push_back(Waiting{id, Clock::now() + deadline_, facts.node});
+  return {};
+}
+
+std::vector<Preflight::Done> Preflight::take() {
+  std::uint64_t count = 0;
+  [[maybe_unused]] const ssize_t n = ::read(shared_->wake.get(), &count, sizeof count);
+  std::vector<Done> finished;
+  {
+    std::lock_guard lock(shared_->mutex);
+    finished.swap(shared_->finished);
+  }
+  std::vector<Done> out;
+  for (auto& done : finished) {
+    const auto it = std::find_if(waiting_.begin(), waiting_.end(), [&](const Waiting& w) { return w.id == done.id; });
+    if (it == waiting_.end()) continue;  // answered already, at its deadline
+    waiting_.erase(it);
+    out.push_back(std::move(done));
+  }
+  const auto now = Clock::now();
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (now < it->deadline) {
+      ++it;
+      continue;
+    }
+    out.push_back(Done{it->id, timeoutError("checking the job's paths on " + it->node + " took longer than " +
+                                            std::to_string(deadline_.count() / 1000) +
+                                            " s (a hung network file system, or a very slow disk?)")});
+    it = waiting_.erase(it);
+  }
+  return out;
+}
+
+Clock::time_point Preflight::nextDeadline() const {
+  auto next = Clock::time_point::max();
+  for (const auto& w : waiting_) next = std::min(next, w.deadline);
+  return next;
+}
+
+}  // namespace lockstep::agent

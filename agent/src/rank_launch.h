@@ -1,0 +1,40 @@
+#pragma once
+// How the agent starts one rank: its program, arguments, environment and working directory, for
+// the built-in trainer and for a job's own program (docs/own-program.md says what a rank gets).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lockstep/common/process.h"
+#include "lockstep/protocol/types.h"
+
+namespace lockstep::agent {
+
+// What every rank of a job on this node shares.
+struct NodeLaunch {
+  const JobSpec* spec = nullptr;
+  std::vector<RankPlacement> local;  // this node's ranks
+  std::string program;               // resolved by the preflight checks
+  std::string masterAddr;
+  std::uint32_t masterPort = 0;
+  std::string reportEndpoint;  // LOCKSTEP_REPORT
+  std::uint32_t cpuCores = 1;
+  std::string metricsPath;  // the trainer's JSON lines
+  std::string jobDir;       // a command job's working directory when it names none
+  std::string pythonPath;   // where `import lockstep` finds the package ("" when not found)
+};
+
+// The node's index among the job's nodes (rank 0's node is 0) and how many nodes there are,
+// torchrun's GROUP_RANK and GROUP_WORLD_SIZE.
+std::pair<std::uint32_t, std::uint32_t> nodeRankOf(const JobSpec& spec, const std::string& node);
+
+// How `placement` starts, its output going to logPath.
+SpawnOptions rankSpawnOptions(const NodeLaunch& node, const std::string& nodeName, const RankPlacement& placement,
+                              const std::string& logPath);
+
+// Where the `lockstep` Python package is, beside this agent: the build tree's python/ or the
+// installed dist-packages; "" when neither holds it.
+std::string findPythonPackage();
+
+}  // namespace lockstep::agent

@@ -1,0 +1,128 @@
+"""The report channel: protobuf StreamMessages pushed to the agent over ZeroMQ, as the trainer's."""
+
+import atexit
+import math
+import os
+import sys
+import threading
+import time
+
+_lock = threading.Lock()
+_reporter = None  # created on first use; None again after close()
+_closed = False
+
+
+def _warn(text):
+    print("lockstep: " + text, file=sys.stderr, flush=True)
+
+
+class _Reporter:
+    """One rank's PUSH socket to its agent. Sending never waits: a full queue counts a drop."""
+
+    QUEUE = 100000     # reports held while the agent does not read (the trainer's figure)
+    LINGER_MS = 2000   # how long exit waits for queued reports
+
+    def __init__(self, endpoint, job_id, rank, world_size, attempt):
+        import zmq  # Debian's python3-zmq
+        from lockstep.v1 import lockstep_pb2  # generated from protocol/lockstep/v1/lockstep.proto
+
+        self._zmq = zmq
+        self._pb = lockstep_pb2
+        self._context = zmq.Context(io_threads=1)
+        self._socket = self._context.socket(zmq.PUSH)
+        self._socket.setsockopt(zmq.SNDHWM, self.QUEUE)
+        self._socket.setsockopt(zmq.LINGER, self.LINGER_MS)
+        self._socket.connect(endpoint)
+        self.job_id = job_id
+        self.rank = rank
+        self.world_size = world_size
+        self.attempt = attempt
+        self.seq = 0
+        self.dropped = 0
+
+    def send(self, fields):
+        """fields: the StepReport's values by their proto names; None means unknown (unset)."""
+        report = self._pb.StepReport(job_id=self.job_id, rank=self.rank, world_size=self.world_size,
+                                     attempt=self.attempt)
+        for name, value in fields.items():
+            if value is not None:
+                setattr(report, name, value)
+        self.seq += 1
+        message = self._pb.StreamMessage(seq=self.seq, step_report=report)
+        try:
+            self._socket.send(message.SerializeToString(), self._zmq.NOBLOCK)
+            return True
+        except self._zmq.ZMQError:  # Again: the queue is full; anything else: the socket is gone
+            self.dropped += 1
+            return False
+
+    def close(self):
+        self._socket.close()  # lingers up to LINGER_MS for queued reports
+        self._context.term()
+
+
+def _from_environment():
+    endpoint = os.environ.get("LOCKSTEP_REPORT", "")
+    job_id = os.environ.get("LOCKSTEP_JOB_ID", "")
+    if not endpoint or not job_id:
+        return None  # not started by a Lockstep agent: every call is a no-op
+    try:
+        rank = int(os.environ.get("RANK", "0"))
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        attempt = int(os.environ.get("LOCKSTEP_ATTEMPT", "0"))
+        if not 0 <= rank < world_size:
+            raise ValueError("RANK %d is outside WORLD_SIZE %d" % (rank, world_size))
+    except ValueError as e:
+        _warn("not reporting steps: the rank's environment is malformed (%s)" % e)
+        return None
+    try:
+        return _Reporter(endpoint, job_id, rank, world_size, attempt)
+    except ImportError as e:
+        _warn("not reporting steps: %s (install python3-zmq and python3-protobuf)" % e)
+    except Exception as e:  # a malformed endpoint, say: the training goes on without reports
+        _warn("not reporting steps: cannot connect to LOCKSTEP_REPORT=%r: %s" % (endpoint, e))
+    return None
+
+
+def reporter():
+    """The rank's reporter, or None outside Lockstep (or after close())."""
+    global _reporter
+    with _lock:
+        if _reporter is None and not _closed:
+            _reporter = _from_environment() or False
+            if _reporter:
+                atexit.register(close)
+        return _reporter or None
+
+
+def active():
+    """Whether this process reports to a Lockstep agent."""
+    return reporter() is not None
+
+
+def dropped():
+    """Reports dropped so far because the agent did not take them."""
+    r = reporter()
+    return r.dropped if r else 0
+
+
+_before_close = []  # callables run before the socket closes (the watcher's pending GPU steps)
+
+
+def close():
+    """Sends what is pending and closes the channel (also run at exit); later calls are no-ops."""
+    global _reporter, _closed
+    for flush in list(_before_close):
+        flush()
+    with _lock:
+        r, _reporter, _closed = _reporter, None, True
+    if r:
+        r.close()
+
+
+def now_unix_us():
+    return time.time_ns() // 1000
+
+
+def finite_or_none(value):
+    return value if value is not None and math.isfinite(value) else None
