@@ -2,12 +2,18 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "config.h"
 #include "lockstep/net/keys.h"
 #include "nvml.h"
+#include "preflight.h"
+#include "rank_launch.h"
 #include "stream_buffer.h"
 #include "support/test_support.h"
 
@@ -157,6 +163,127 @@ TEST(Keys, PairsFingerprintsAndAuthorizedKeys) {
   ASSERT_FALSE(broken.ok());
   EXPECT_NE(broken.error().message.find("line 1"), std::string::npos);
   EXPECT_TRUE(readAuthorizedKeys(dir.file("none"))->commentByKey.empty());
+}
+
+
+// Issue 13: an admin refuses command jobs per key, as sshd's options in authorized_keys do.
+TEST(Keys, AuthorizedKeysOptions) {
+  TempDir dir;
+  const auto a = generateKeyPair()->publicKey, b = generateKeyPair()->publicKey;
+  std::ofstream(dir.file("authorized")) << a << " alice@laptop\n" << "no-command-jobs " << b << " ci runner\n";
+  auto keys = readAuthorizedKeys(dir.file("authorized"));
+  ASSERT_TRUE(keys.ok()) << keys.error().message;
+  EXPECT_TRUE(keys->allowsCommandJobs(a));
+  EXPECT_TRUE(keys->allows(b));
+  EXPECT_FALSE(keys->allowsCommandJobs(b));
+  EXPECT_EQ(keys->commentByKey.at(b), "ci runner");
+  std::ofstream(dir.file("typo")) << "no-comand-jobs " << b << "\n";
+  auto typo = readAuthorizedKeys(dir.file("typo"));
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.error().message.find("unknown option 'no-comand-jobs'"), std::string::npos) << typo.error().message;
+}
+
+// The checks run on their own thread: a check that hangs is answered at its deadline and
+// abandoned, and a node with too many hung checks says so instead of starting more threads.
+TEST(Preflight, AHungCheckIsAnsweredAtItsDeadlineAndTheRestGoOn) {
+  using namespace std::chrono_literals;
+  Preflight preflight(200ms);
+  auto release = std::make_shared<std::atomic<bool>>(false);
+  auto hang = [release]() -> Result<CheckedPaths> {
+    while (!release->load()) std::this_thread::sleep_for(5ms);
+    return CheckedPaths{"/late"};
+  };
+  ASSERT_TRUE(preflight.submit(1, hang, "node-a"));
+  ASSERT_TRUE(preflight.submit(2, [] { return Result<CheckedPaths>(CheckedPaths{"/bin/true"}); }, "node-a"));
+  std::vector<Preflight::Done> done;
+  const auto start = std::chrono::steady_clock::now();
+  while (done.size() < 2 && std::chrono::steady_clock::now() - start < 5s) {
+    for (auto& d : preflight.take()) done.push_back(std::move(d));
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].id, 2u);  // the quick one first, not behind the hung one
+  EXPECT_EQ(done[0].result->program, "/bin/true");
+  EXPECT_EQ(done[1].id, 1u);
+  ASSERT_FALSE(done[1].result);
+  EXPECT_EQ(done[1].result.error().code, ErrorCode::kTimeout);
+  EXPECT_NE(done[1].result.error().message.find("node-a"), std::string::npos);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 200ms);
+
+  for (std::uint64_t id = 10; id < 10 + Preflight::kMaxInFlight - 1; ++id) ASSERT_TRUE(preflight.submit(id, hang, "node-a"));
+  auto refused = preflight.submit(99, hang, "node-a");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kResourceExhausted);
+  release->store(true);  // the abandoned result arrives late and is dropped
+  std::this_thread::sleep_for(100ms);
+  for (const auto& d : preflight.take()) EXPECT_NE(d.id, 1u);
+}
+
+TEST(Preflight, FindsTheProgramAndSaysWhyOneCannotRun) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("bin"));
+  std::ofstream(dir.file("bin/tool")) << "#!/bin/sh\n";
+  ::chmod(dir.file("bin/tool").c_str(), 0755);
+  std::ofstream(dir.file("bin/plain")) << "data\n";
+  const PathFacts facts{"node-a", "/nonexistent/lockstep-trainer", "relative:" + dir.file("bin") + ":/usr/bin"};
+  JobSpec spec;
+  spec.command = CommandSpec{{"tool", "--flag"}, dir.path().string(), {}};
+  auto found = checkJobPaths(spec, facts);
+  ASSERT_TRUE(found) << found.error().message;
+  EXPECT_EQ(found->program, dir.file("bin/tool"));
+  spec.command->argv[0] = "plain";
+  auto plain = checkJobPaths(spec, facts);
+  ASSERT_FALSE(plain);
+  EXPECT_NE(plain.error().message.find("bin/plain: it is not executable"), std::string::npos) << plain.error().message;
+  spec.command->argv[0] = "bin/tool";  // relative to the working directory
+  EXPECT_EQ(checkJobPaths(spec, facts)->program, dir.file("bin/tool"));
+  spec.command->env = {{"PATH", "/nowhere"}};  // the job's PATH, not the agent's
+  spec.command->argv[0] = "tool";
+  auto elsewhere = checkJobPaths(spec, facts);
+  ASSERT_FALSE(elsewhere);
+  EXPECT_NE(elsewhere.error().message.find("not found on node-a (PATH=/nowhere)"), std::string::npos);
+  JobSpec trainerJob;
+  auto noTrainer = checkJobPaths(trainerJob, facts);
+  ASSERT_FALSE(noTrainer);
+  EXPECT_NE(noTrainer.error().message.find("set --trainer"), std::string::npos) << noTrainer.error().message;
+}
+
+// What a command job's rank gets (docs/own-program.md): torchrun's variables, the node's job GPUs
+// in local-rank order (so that cuda:LOCAL_RANK is its own), and the job's variables on top.
+TEST(RankLaunch, TorchrunsEnvironmentAndGpusInLocalRankOrder) {
+  JobSpec spec;
+  spec.jobId = "j";
+  spec.backend = Backend::kCuda;
+  spec.worldSize = 4;
+  spec.ranks = {{0, "a", 0, 0u}, {1, "a", 1, 1u}, {2, "b", 1, 7u}, {3, "b", 0, 5u}};
+  spec.command = CommandSpec{{"python3", "train.py"}, "/work", {{"OMP_NUM_THREADS", "3"}, {"PYTHONPATH", "/mine"}}};
+  NodeLaunch node{&spec, {spec.ranks[2], spec.ranks[3]}, "/usr/bin/python3", "10.0.0.1", 29511, "ipc:///r", 16, "",
+                  "/state/jobs/j", "/opt/lockstep/python"};
+  const SpawnOptions o = rankSpawnOptions(node, "b", spec.ranks[2], "/state/jobs/j/rank-2.log");
+  const auto env = [&](const std::string& name) {
+    for (const auto& [n, v] : o.env) {
+      if (n == name) return v;
+    }
+    return std::string("<unset>");
+  };
+  EXPECT_EQ(o.argv, (std::vector<std::string>{"python3", "train.py"}));
+  EXPECT_EQ(o.executable, "/usr/bin/python3");
+  EXPECT_EQ(o.workingDir, "/work");
+  EXPECT_EQ(env("RANK"), "2");
+  EXPECT_EQ(env("LOCAL_RANK"), "1");
+  EXPECT_EQ(env("LOCAL_WORLD_SIZE"), "2");
+  EXPECT_EQ(env("GROUP_RANK"), "1");
+  EXPECT_EQ(env("GROUP_WORLD_SIZE"), "2");
+  EXPECT_EQ(env("MASTER_ADDR"), "10.0.0.1");
+  EXPECT_EQ(env("MASTER_PORT"), "29511");
+  EXPECT_EQ(env("CUDA_VISIBLE_DEVICES"), "5,7");  // local rank 0's GPU first
+  EXPECT_EQ(env("CUDA_DEVICE_ORDER"), "PCI_BUS_ID");
+  EXPECT_EQ(env("OMP_NUM_THREADS"), "3");  // the job's own value wins
+  EXPECT_EQ(env("PYTHONPATH"), "/mine:/opt/lockstep/python");
+  EXPECT_EQ(env("LOCKSTEP_REPORT"), "ipc:///r");
+  EXPECT_EQ(env("LOCKSTEP_AGENT_STORE"), "<unset>");  // the program has its own store
+  EXPECT_TRUE(o.stdinFromDevNull);
+  EXPECT_TRUE(o.newProcessGroup);
 }
 
 }  // namespace

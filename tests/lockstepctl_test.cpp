@@ -17,22 +17,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-struct Ctl {
-  const TempDir& dir;
-  std::string configDir;
-  ProcessResult operator()(std::vector<std::string> args) const {
-    args.insert(args.begin(), lockstepctlPath());
-    return runProcess(args, {{"LOCKSTEP_CONFIG_DIR", configDir}, {"LOCKSTEP_HISTORY", historyPath()}}, dir, 120s);
-  }
-  std::string historyPath() const { return dir.file("history.db"); }
-  // Makes this client's key, authorizes it on the agent and pins the agent's key: ready to use it.
-  bool pairWith(const AgentProcess& agent) const {
-    const auto key = nlohmann::json::parse((*this)({"keygen", "--json"}).out)["public_key"].get<std::string>();
-    agent.authorize(key);
-    return (*this)({"trust", agent.address().text(), agent.publicKey()}).status.exitCode == 0;
-  }
-};
-
 TEST(Lockstepctl, KeysTrustAndRefusalsAreSpelledOut) {
   TempDir dir;
   AgentProcess agent(dir, "node-a");

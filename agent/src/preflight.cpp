@@ -122,16 +122,16 @@ Preflight::~Preflight() = default;  // threads still running keep `shared_` aliv
 
 int Preflight::wakeFd() const { return shared_->wake.get(); }
 
-Result<void> Preflight::submit(std::uint64_t id, const JobSpec& spec, const PathFacts& facts) {
+Result<void> Preflight::submit(std::uint64_t id, Check check, const std::string& node) {
   if (shared_->running.load() >= kMaxInFlight) {
     return Error{ErrorCode::kResourceExhausted,
-                 "node " + facts.node + " is still checking the paths of " + std::to_string(kMaxInFlight) +
+                 "node " + node + " is still checking the paths of " + std::to_string(kMaxInFlight) +
                      " jobs (a hung file system?); try again later"};
   }
   ++shared_->running;
   try {
-    std::thread([shared = shared_, id, spec, facts] {
-      Result<CheckedPaths> result = checkJobPaths(spec, facts);
+    std::thread([shared = shared_, id, check = std::move(check)] {
+      Result<CheckedPaths> result = check();
       {
         std::lock_guard lock(shared->mutex);
         shared->finished.push_back(Done{id, std::move(result)});
@@ -144,7 +144,7 @@ Result<void> Preflight::submit(std::uint64_t id, const JobSpec& spec, const Path
     --shared_->running;
     return Error{ErrorCode::kResourceExhausted, std::string("cannot start a thread to check the job's paths: ") + e.what()};
   }
-  waiting_.push_back(Waiting{id, Clock::now() + deadline_, facts.node});
+  waiting_.push_back(Waiting{id, Clock::now() + deadline_, node});
   return {};
 }
 

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,8 +47,10 @@ class Preflight {
 
   // Readable when a check finished.
   int wakeFd() const;
-  // Starts checking `spec`; `id` comes back with the result.
-  Result<void> submit(std::uint64_t id, const JobSpec& spec, const PathFacts& facts);
+  using Check = std::function<Result<CheckedPaths>()>;
+  // Starts `check` (checkJobPaths of a spec) on a thread; `id` comes back with its result. `node`
+  // names this node in errors.
+  Result<void> submit(std::uint64_t id, Check check, const std::string& node);
 
   struct Done {
     std::uint64_t id;

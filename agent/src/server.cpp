@@ -339,7 +339,10 @@ void Agent::Impl::onStartJob(const std::string& client, const std::string& key, 
   }
   const std::uint64_t check = nextPreflightId_++;
   const PathFacts facts{config_.name, config_.trainer, std::getenv("PATH") != nullptr ? std::getenv("PATH") : ""};
-  if (auto submitted = preflight_->submit(check, spec, facts); !submitted) return refuse(submitted.error());
+  auto paths = [spec, facts] { return checkJobPaths(spec, facts); };
+  if (auto submitted = preflight_->submit(check, std::move(paths), config_.name); !submitted) {
+    return refuse(submitted.error());
+  }
   starts_.emplace(check, PendingStart{client, id, std::move(spec)});
 }
 

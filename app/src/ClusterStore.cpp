@@ -117,13 +117,24 @@ const JobEntry* ClusterStore::job(const std::string& id) const {
   return it == jobs_.end() ? nullptr : it->second.get();
 }
 
+kpi::Settings ClusterStore::trackerSettings(const JobSpec& spec) const {
+  // A 1-rank run of the same workload in the history calibrates the job's scaling efficiency, as in
+  // its reports; without one (or a history) it is estimated or unknown.
+  kpi::Settings settings;
+  if (!history_ || spec.worldSize <= 1) return settings;
+  auto history = history::History::open(history_->path().toStdString());
+  if (!history) return settings;
+  if (auto single = history->calibration(spec)) settings.calibratedSingleRankSamplesPerSecond = *single;
+  return settings;
+}
+
 JobEntry& ClusterStore::jobEntry(const JobSpec& spec) {
   auto& slot = jobs_[spec.jobId];
   if (!slot) {
     slot = std::make_unique<JobEntry>();
     slot->id = spec.jobId;
     slot->spec = spec;
-    slot->tracker = std::make_unique<kpi::JobTracker>(spec);
+    slot->tracker = std::make_unique<kpi::JobTracker>(spec, trackerSettings(spec));
     jobOrder_.push_back(spec.jobId);
   }
   return *slot;

@@ -122,6 +122,7 @@ class ClusterStore : public QObject {
   };
 
   CurveKeyPair keys_;
+  kpi::Settings trackerSettings(const JobSpec& spec) const;
   HistoryRecorder* history_;
   std::vector<std::unique_ptr<AgentEntry>> agents_;
   std::map<std::string, std::unique_ptr<JobEntry>> jobs_;

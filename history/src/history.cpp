@@ -683,6 +683,25 @@ Result<JobRecord> History::job(const std::string& jobId) const {
   return readRecord(db_.get(), stmt);
 }
 
+Result<kpi::Maybe> History::calibration(const JobSpec& spec) const {
+  // A 1-rank run's whole-job pace: the same workload, finished, newest first (not the job itself).
+  LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db_.get(), R"sql(
+    SELECT job_id, spec_json, recorded_us, step_reports FROM jobs
+    WHERE world_size = 1 AND job_id != ?1 AND step_reports > 0 ORDER BY recorded_us DESC)sql"));
+  stmt.bind(1, spec.jobId);
+  const std::string key = kpi::workloadKey(spec);
+  for (;;) {
+    LOCKSTEP_ASSIGN_OR_RETURN(bool row, stmt.step());
+    if (!row) return kpi::Maybe{};
+    auto spec1 = jobSpecFromJson(stmt.text(1));
+    if (!spec1 || kpi::workloadKey(*spec1) != key) continue;
+    LOCKSTEP_ASSIGN_OR_RETURN(JobRecord record, readRecord(db_.get(), stmt));
+    if (record.state == JobState::kFinished && record.finalKpis && record.finalKpis->meanSamplesPerSecond) {
+      return record.finalKpis->meanSamplesPerSecond;
+    }
+  }
+}
+
 namespace {
 
 // One table's rows of a job in time order, as stream messages.
@@ -804,6 +823,9 @@ Result<void> History::replay(const std::string& jobId, const std::function<void(
 
 Result<std::unique_ptr<kpi::JobTracker>> History::tracker(const std::string& jobId, kpi::Settings settings) const {
   LOCKSTEP_ASSIGN_OR_RETURN(JobRecord record, job(jobId));
+  if (!settings.calibratedSingleRankSamplesPerSecond && record.spec.worldSize > 1) {
+    LOCKSTEP_ASSIGN_OR_RETURN(settings.calibratedSingleRankSamplesPerSecond, calibration(record.spec));
+  }
   auto t = std::make_unique<kpi::JobTracker>(record.spec, settings);
   LOCKSTEP_TRY(replay(jobId, [&](const StreamMessage& m) { t->add(m); }));
   return t;

@@ -17,6 +17,31 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
+std::string workloadKey(const JobSpec& spec) {
+  std::string key = spec.backend == Backend::kCuda ? "cuda" : "cpu";
+  if (spec.command) {
+    key += " program";
+    for (const auto& word : spec.command->argv) key += " [" + word + "]";
+    return key + " in " + spec.command->workingDir;
+  }
+  std::string layers;
+  for (const auto size : spec.layers) layers += (layers.empty() ? "" : ", ") + std::to_string(size);
+  key += " layers " + layers;
+  key += spec.activation == Activation::kGelu ? " gelu" : " relu";
+  key += spec.precision == Precision::kBf16 ? " bf16" : spec.precision == Precision::kTf32 ? " tf32" : " fp32";
+  if (const auto* s = std::get_if<SyntheticDataset>(&spec.dataset)) {
+    key += " synthetic n=" + std::to_string(s->samples) + " dim=" + std::to_string(s->dim) +
+           " classes=" + std::to_string(s->classes);
+  } else {
+    const auto& npy = std::get<NpyDataset>(spec.dataset);
+    key += " npy " + npy.featuresPath + " " + npy.labelsPath;
+  }
+  key += " batch " + std::to_string(spec.batchPerRank) + "x" + std::to_string(spec.accumSteps);
+  // The optimizer's kind sets the work per step; its learning rate does not.
+  key += spec.optimizer.kind == OptimizerKind::kAdamW ? " adamw" : " sgd";
+  return key;
+}
+
 std::string_view scalingBasisName(ScalingBasis basis) {
   switch (basis) {
     case ScalingBasis::kCalibrated: return "calibrated";

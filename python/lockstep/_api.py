@@ -194,11 +194,15 @@ def step(samples, loss=None, tokens=None, epoch=None, lr=None, step=None):
 
 
 def _close_split(fields, step_seconds, data, exposed, allreduce):
+    """Data, compute and exposed communication add up to the step time, in whole microseconds."""
+    step_us, data_us = fields["step_time_us"], min(fields["data_time_us"], fields["step_time_us"])
+    fields["data_time_us"] = data_us
+    exposed_us = 0
     if exposed is not None:
-        exposed = min(exposed, max(0.0, step_seconds - data))
-        fields["exposed_comm_time_us"] = _seconds_to_us(exposed)
-        fields["allreduce_time_us"] = _seconds_to_us(allreduce)
-    fields["compute_time_us"] = _seconds_to_us(step_seconds - data - (exposed or 0.0))
+        exposed_us = min(_seconds_to_us(exposed), step_us - data_us)
+        fields["exposed_comm_time_us"] = exposed_us
+        fields["allreduce_time_us"] = max(exposed_us, _seconds_to_us(allreduce))
+    fields["compute_time_us"] = step_us - data_us - exposed_us
 
 
 def _send(r, fields, loss_value):

@@ -118,6 +118,9 @@ Json kpisJson(const ReportData& data) {
   j["elapsed_seconds"] = number(k.elapsedSeconds);
   j["mean_samples_per_second"] = number(data.meanSamplesPerSecond);
   j["samples_per_second"] = number(k.samplesPerSecond);
+  j["tokens_per_second"] = number(k.tokensPerSecond);
+  j["total_samples"] = k.totalSamples;
+  j["total_tokens"] = optional(k.totalTokens);
   j["comm_overhead"] = number(k.commOverhead);
   j["scaling_efficiency"] = number(k.scalingEfficiency);
   j["scaling_basis"] = k.scalingEfficiency ? Json(basisName(k.scalingBasis)) : Json(nullptr);

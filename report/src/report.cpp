@@ -410,6 +410,72 @@ std::vector<Chart> charts(const ReportData& data) {
   return out;
 }
 
+namespace {
+
+// The built-in trainer's settings, one row each.
+std::vector<std::vector<std::string>> trainerSettings(const JobSpec& spec) {
+  return {
+      {"Job ID", spec.jobId},
+      {"Name", spec.name.empty() ? dash() : spec.name},
+      {"Backend", spec.backend == Backend::kCuda ? "CUDA" : "CPU"},
+      {"Model layers", layersText(spec.layers)},
+      {"Activation", spec.activation == Activation::kGelu ? "GELU" : "ReLU"},
+      {"Precision", spec.precision == Precision::kBf16   ? "BF16"
+                    : spec.precision == Precision::kTf32 ? "TF32"
+                                                         : "FP32"},
+      {"Dataset", datasetText(spec.dataset)},
+      {"Ranks", std::to_string(spec.worldSize)},
+      {"Batch per rank",
+       std::to_string(spec.batchPerRank) +
+           (spec.accumSteps > 1 ? " × " + std::to_string(spec.accumSteps) + " accumulation steps" : "")},
+      {"Global batch", number(static_cast<double>(spec.globalBatch()), 0)},
+      {"Optimizer", optimizerText(spec.optimizer)},
+      {"Steps", spec.steps > 0 ? number(static_cast<double>(spec.steps), 0) : dash()},
+      {"Epochs", spec.epochs > 0 ? std::to_string(spec.epochs) : dash()},
+      {"Target loss", spec.targetLoss ? compact(*spec.targetLoss) : dash()},
+      {"Bucket size", compact(spec.bucketMb) + " MB"},
+      {"Shuffle, seed", std::string(spec.shuffle ? "yes" : "no") + ", " + std::to_string(spec.seed)},
+      {"Checkpoints", spec.checkpointEvery > 0
+                          ? "every " + std::to_string(spec.checkpointEvery) + " steps to " + spec.checkpointDir
+                          : std::string("off")},
+  };
+}
+
+// A command job's: what it ran, where, with what.
+std::vector<std::vector<std::string>> commandSettings(const JobSpec& spec) {
+  const CommandSpec& c = *spec.command;
+  std::string env;
+  for (const auto& [name, value] : c.env) env += (env.empty() ? "" : " ") + name + "=" + shellWord(value);
+  return {
+      {"Job ID", spec.jobId},
+      {"Name", spec.name.empty() ? dash() : spec.name},
+      {"Ranks run", "your own program"},
+      {"Command", commandLine(c.argv)},
+      {"Working directory", c.workingDir.empty() ? std::string("the agent's job directory") : c.workingDir},
+      {"Environment", env.empty() ? dash() : env},
+      {"Ranks", std::to_string(spec.worldSize) + (spec.backend == Backend::kCuda ? ", one GPU each" : ", on CPU cores")},
+      {"Target loss", spec.targetLoss ? compact(*spec.targetLoss) : dash()},
+      {"Restarts", spec.maxRestarts > 0 ? "up to " + std::to_string(spec.maxRestarts) : std::string("none")},
+  };
+}
+
+}  // namespace
+
+std::string shellWord(const std::string& word) {
+  const bool plain = !word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                             "0123456789_-+=/.,:@%") == std::string::npos;
+  if (plain) return word;
+  std::string out = "'";
+  for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string commandLine(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const auto& word : argv) out += (out.empty() ? "" : " ") + shellWord(word);
+  return out;
+}
+
 Document document(const ReportData& data) {
   const history::JobRecord& job = data.job;
   const JobSpec& spec = job.spec;
@@ -492,37 +558,19 @@ Document document(const ReportData& data) {
   Section specSection;
   specSection.heading = "Job spec";
   Table settings{"Settings", {"Setting", "Value"}, {}};
-  settings.rows = {
-      {"Job ID", spec.jobId},
-      {"Name", spec.name.empty() ? dash() : spec.name},
-      {"Backend", spec.backend == Backend::kCuda ? "CUDA" : "CPU"},
-      {"Model layers", layersText(spec.layers)},
-      {"Activation", spec.activation == Activation::kGelu ? "GELU" : "ReLU"},
-      {"Precision", spec.precision == Precision::kBf16   ? "BF16"
-                    : spec.precision == Precision::kTf32 ? "TF32"
-                                                         : "FP32"},
-      {"Dataset", datasetText(spec.dataset)},
-      {"Ranks", std::to_string(spec.worldSize)},
-      {"Batch per rank",
-       std::to_string(spec.batchPerRank) +
-           (spec.accumSteps > 1 ? " × " + std::to_string(spec.accumSteps) + " accumulation steps" : "")},
-      {"Global batch", number(static_cast<double>(spec.globalBatch()), 0)},
-      {"Optimizer", optimizerText(spec.optimizer)},
-      {"Steps", spec.steps > 0 ? number(static_cast<double>(spec.steps), 0) : dash()},
-      {"Epochs", spec.epochs > 0 ? std::to_string(spec.epochs) : dash()},
-      {"Target loss", spec.targetLoss ? compact(*spec.targetLoss) : dash()},
-      {"Bucket size", compact(spec.bucketMb) + " MB"},
-      {"Shuffle, seed", std::string(spec.shuffle ? "yes" : "no") + ", " + std::to_string(spec.seed)},
-      {"Checkpoints", spec.checkpointEvery > 0
-                          ? "every " + std::to_string(spec.checkpointEvery) + " steps to " + spec.checkpointDir
-                          : std::string("off")},
-      {"Prices", spec.prices.anySet()
-                     ? compact(spec.prices.gpuHour) + " per GPU-hour, " + compact(spec.prices.coreHour) +
-                           " per core-hour, " + compact(spec.prices.kwh) + " per kWh (" + spec.prices.currency + ")"
-                     : std::string("not set")},
-  };
+  if (spec.command) {
+    settings.rows = commandSettings(spec);
+  } else {
+    settings.rows = trainerSettings(spec);
+  }
+  settings.rows.push_back({"Prices", spec.prices.anySet()
+                                         ? compact(spec.prices.gpuHour) + " per GPU-hour, " + compact(spec.prices.coreHour) +
+                                               " per core-hour, " + compact(spec.prices.kwh) + " per kWh (" +
+                                               spec.prices.currency + ")"
+                                         : std::string("not set")});
   specSection.tables.push_back(std::move(settings));
   doc.sections.push_back(std::move(specSection));
+
 
   // ---- Nodes and GPUs ----
   Section nodes;
@@ -625,23 +673,6 @@ Document document(const ReportData& data) {
   if (missing.bullets.empty()) missing.paragraphs.push_back("Everything was measured.");
   doc.sections.push_back(std::move(missing));
   return doc;
-}
-
-std::string workloadKey(const JobSpec& spec) {
-  std::string key = std::string(spec.backend == Backend::kCuda ? "cuda" : "cpu") + " layers " + layersText(spec.layers);
-  key += spec.activation == Activation::kGelu ? " gelu" : " relu";
-  key += spec.precision == Precision::kBf16 ? " bf16" : spec.precision == Precision::kTf32 ? " tf32" : " fp32";
-  if (const auto* s = std::get_if<SyntheticDataset>(&spec.dataset)) {
-    key += " synthetic n=" + std::to_string(s->samples) + " dim=" + std::to_string(s->dim) +
-           " classes=" + std::to_string(s->classes);
-  } else {
-    const auto& npy = std::get<NpyDataset>(spec.dataset);
-    key += " npy " + npy.featuresPath + " " + npy.labelsPath;
-  }
-  key += " batch " + std::to_string(spec.batchPerRank) + "x" + std::to_string(spec.accumSteps);
-  // The optimizer's kind sets the work per step; its learning rate does not.
-  key += spec.optimizer.kind == OptimizerKind::kAdamW ? " adamw" : " sgd";
-  return key;
 }
 
 Comparison compare(std::span<const history::JobRecord> jobs) {

@@ -76,6 +76,17 @@ std::unique_ptr<AgentClient> connectTo(const AgentProcess& agent, const ClientKe
   return std::move(c).value();
 }
 
+ProcessResult Ctl::operator()(std::vector<std::string> args, std::chrono::milliseconds timeout) const {
+  args.insert(args.begin(), lockstepctlPath());
+  return runProcess(args, {{"LOCKSTEP_CONFIG_DIR", configDir}, {"LOCKSTEP_HISTORY", historyPath()}}, dir, timeout);
+}
+
+bool Ctl::pairWith(const AgentProcess& agent) const {
+  const auto key = nlohmann::json::parse((*this)({"keygen", "--json"}).out)["public_key"].get<std::string>();
+  agent.authorize(key);
+  return (*this)({"trust", agent.address().text(), agent.publicKey()}).status.exitCode == 0;
+}
+
 std::vector<pid_t> processesOfJob(const std::string& jobId) {
   std::vector<pid_t> out;
   for (const auto& entry : fs::directory_iterator("/proc")) {

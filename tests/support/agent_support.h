@@ -56,6 +56,17 @@ struct ClientKeys {
 std::unique_ptr<AgentClient> connectTo(const AgentProcess& agent, const ClientKeys& client,
                                        std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
+// lockstepctl with its own config dir and a history file in `dir`.
+struct Ctl {
+  const TempDir& dir;
+  std::string configDir;
+  ProcessResult operator()(std::vector<std::string> args,
+                           std::chrono::milliseconds timeout = std::chrono::seconds(120)) const;
+  std::string historyPath() const { return dir.file("history.db"); }
+  // Makes this client's key, authorizes it on the agent and pins the agent's key: ready to use it.
+  bool pairWith(const AgentProcess& agent) const;
+};
+
 // Living (not zombie) processes whose environment says LOCKSTEP_JOB_ID=jobId.
 std::vector<pid_t> processesOfJob(const std::string& jobId);
 

@@ -41,6 +41,12 @@ struct Settings {
 };
 
 enum class ScalingBasis { kUnknown, kCalibrated, kEstimatedFromCompute };
+
+// What makes two jobs the same work at different rank counts, so that a 1-rank run calibrates the
+// others' scaling efficiency: the model, data, per-rank batch, precision, optimizer and backend of
+// the built-in trainer; the program, its arguments and working directory and the backend of a job
+// that runs its own program.
+std::string workloadKey(const JobSpec& spec);
 enum class SlowCause { kUnknown, kDataWait, kCompute, kCommunication };
 std::string_view scalingBasisName(ScalingBasis basis);
 std::string_view slowCauseName(SlowCause cause);

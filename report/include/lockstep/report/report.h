@@ -104,7 +104,11 @@ Result<void> write(const history::History& history, const std::string& jobId, Fo
 
 // Jobs with the same workload (model, data, per-rank batch, precision, optimizer, backend) differ
 // only in their rank count, so their throughputs make a scaling curve.
-std::string workloadKey(const JobSpec& spec);
+using kpi::workloadKey;
+
+// A command job's argv as a shell would read it back: words quoted where they need it.
+std::string shellWord(const std::string& word);
+std::string commandLine(const std::vector<std::string>& argv);
 
 struct Comparison {
   Table kpis;  // a column per job

@@ -1,0 +1,265 @@
+// Issue 13: the user's own program as a job's ranks. Real agents, real lockstepctl, Debian's
+// PyTorch with Gloo in real processes (tests/programs/ddp_mlp.py), the real history file.
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "lockstep/history/history.h"
+#include "support/agent_support.h"
+
+namespace lockstep::test {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+const std::string kProgram = std::string(LOCKSTEP_SOURCE_DIR) + "/tests/programs/ddp_mlp.py";
+
+struct OwnProgram : ::testing::Test {
+  void SetUp() override { ASSERT_TRUE(ctl.pairWith(agent)); }
+
+  // lockstepctl start [flags] -- /usr/bin/python3 ddp_mlp.py [args]
+  ProcessResult start(std::vector<std::string> flags, const std::vector<std::string>& args) const {
+    flags.insert(flags.begin(), "start");
+    flags.insert(flags.end(), {"--", "/usr/bin/python3", kProgram});
+    flags.insert(flags.end(), args.begin(), args.end());
+    return ctl(flags, 180s);
+  }
+  std::vector<StepReport> steps(const std::string& jobId) const {
+    auto h = history::History::open(ctl.historyPath());
+    EXPECT_TRUE(h) << h.error().message;
+    std::vector<StepReport> out;
+    if (h) {
+      EXPECT_TRUE(h->forEachStep(jobId, [&](const StepReport& r, const std::string&) { out.push_back(r); }));
+    }
+    return out;
+  }
+  std::vector<JobEvent> events(const std::string& jobId) const {
+    auto h = history::History::open(ctl.historyPath());
+    auto e = h ? h->events(jobId) : Result<std::vector<JobEvent>>(h.error());
+    EXPECT_TRUE(e) << e.error().message;
+    return e ? *e : std::vector<JobEvent>{};
+  }
+  nlohmann::json jsonReport(const std::string& jobId) const {
+    const std::string path = dir.file(jobId + ".json");
+    const auto r = ctl({"report", jobId, "--out", path});
+    EXPECT_EQ(r.status.exitCode, 0) << r.err;
+    return nlohmann::json::parse(readText(path), nullptr, false);
+  }
+
+  TempDir dir;
+  AgentProcess agent{dir, "node-a"};
+  Ctl ctl{dir, dir.file("config")};
+};
+
+TEST_F(OwnProgram, TwoInstrumentedRanksReportEveryStepWithExposedCommunication) {
+  const auto run = start({"--ranks", "2", "--wait", "--job-id", "own-ddp", "--env", "PYTHONUNBUFFERED=1"},
+                         {"--instrument", "--steps", "40"});
+  ASSERT_EQ(run.status.exitCode, 0) << run.out << run.err;
+
+  const auto reports = steps("own-ddp");
+  ASSERT_EQ(reports.size(), 80u) << "both ranks, every step";
+  std::map<std::uint32_t, std::set<std::uint64_t>> stepsOf;
+  for (const auto& r : reports) {
+    stepsOf[r.rank].insert(r.step);
+    EXPECT_EQ(r.worldSize, 2u);
+    EXPECT_EQ(r.samples, 64u);
+    EXPECT_EQ(r.tokens, 64u * 32);
+    ASSERT_TRUE(r.exposedCommTimeUs && r.dataTimeUs && r.computeTimeUs && r.allreduceTimeUs) << "step " << r.step;
+    EXPECT_GE(*r.exposedCommTimeUs, 0);
+    EXPECT_LE(*r.exposedCommTimeUs, r.stepTimeUs);
+    EXPECT_LE(*r.exposedCommTimeUs, *r.allreduceTimeUs + 1);  // exposed is part of the all-reduce time
+    EXPECT_EQ(*r.dataTimeUs + *r.computeTimeUs + *r.exposedCommTimeUs, r.stepTimeUs) << "the split adds up";
+    // 32x256 + 256 + 256x4 + 4 float32 parameters, all-reduced every step.
+    EXPECT_EQ(r.bytesReduced, std::uint64_t{(32 * 256 + 256 + 256 * 4 + 4) * 4});
+  }
+  for (std::uint32_t rank : {0u, 1u}) {
+    ASSERT_EQ(stepsOf[rank].size(), 40u);
+    EXPECT_EQ(*stepsOf[rank].begin(), 1u);
+    EXPECT_EQ(*stepsOf[rank].rbegin(), 40u);
+  }
+  const auto meanLoss = [&](std::uint64_t from, std::uint64_t to) {
+    double sum = 0;
+    int n = 0;
+    for (const auto& r : reports) {
+      if (r.step >= from && r.step <= to) {
+        sum += r.loss;
+        ++n;
+      }
+    }
+    return sum / n;
+  };
+  EXPECT_LT(meanLoss(31, 40), 0.8 * meanLoss(1, 10)) << "the loss falls";
+
+  const auto report = jsonReport("own-ddp");
+  ASSERT_FALSE(report.is_discarded());
+  EXPECT_TRUE(report["kpis"]["comm_overhead"].is_number()) << report["kpis"].dump();
+  EXPECT_TRUE(report["kpis"]["last_global_loss"].is_number());
+  EXPECT_GT(report["kpis"]["mean_samples_per_second"].get<double>(), 0);
+  EXPECT_EQ(report["job"]["spec"]["command"]["argv"][0], "/usr/bin/python3") << report["job"].dump();
+
+  // Each rank had torchrun's environment: its own rank, one node, and a port of its own store.
+  for (std::uint32_t rank : {0u, 1u}) {
+    const auto log = ctl({"logs", "own-ddp", "--rank", std::to_string(rank)});
+    ASSERT_EQ(log.status.exitCode, 0) << log.err;
+    EXPECT_NE(log.out.find("RANK=" + std::to_string(rank) + " WORLD_SIZE=2 LOCAL_RANK=" + std::to_string(rank) +
+                           " LOCAL_WORLD_SIZE=2 GROUP_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT="),
+              std::string::npos)
+        << log.out;
+    EXPECT_EQ(log.out.find("MASTER_PORT=0 "), std::string::npos) << log.out;
+    EXPECT_EQ(log.out.find("MASTER_PORT=" + std::to_string(agent.address().port) + " "), std::string::npos);
+    EXPECT_NE(log.out.find("CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS="), std::string::npos) << "a CPU rank sees no GPU";
+  }
+}
+
+TEST_F(OwnProgram, AnUnmodifiedScriptRunsToTheEndAndItsStepKpisSayWhyTheyAreMissing) {
+  const auto run = start({"--ranks", "2", "--wait", "--job-id", "own-plain"}, {"--steps", "20"});
+  ASSERT_EQ(run.status.exitCode, 0) << run.out << run.err;
+  EXPECT_TRUE(steps("own-plain").empty());
+  const auto report = jsonReport("own-plain");
+  ASSERT_FALSE(report.is_discarded());
+  EXPECT_TRUE(report["kpis"]["samples_per_second"].is_null());
+  EXPECT_TRUE(report["kpis"]["comm_overhead"].is_null());
+  const std::string missing = report["kpis"]["missing"].dump() + report["missing"].dump();
+  EXPECT_NE(missing.find("this program reports no steps: add lockstep.step(...)"), std::string::npos) << missing;
+  // What needs no step reports is there: CPU time from the agent's process samples.
+  EXPECT_TRUE(report["kpis"]["core_hours"].is_number()) << report["kpis"].dump();
+}
+
+TEST_F(OwnProgram, ARankThatRaisesFailsTheJobWithItsTracebackAndNothingIsLeftRunning) {
+  const auto run = start({"--ranks", "2", "--wait", "--job-id", "own-fail"},
+                         {"--instrument", "--steps", "1000", "--fail-rank", "1", "--fail-at", "5"});
+  EXPECT_EQ(run.status.exitCode, 5) << run.out << run.err;
+  EXPECT_NE(run.out.find("job own-fail: failed: rank 1 exited with exit code 1"), std::string::npos) << run.out;
+  const auto all = events("own-fail");
+  const auto failed = std::find_if(all.begin(), all.end(), [](const JobEvent& e) { return e.kind == JobEventKind::kFailed; });
+  ASSERT_NE(failed, all.end());
+  EXPECT_EQ(failed->rank, 1u);
+  EXPECT_NE(failed->logTail.find("Traceback (most recent call last)"), std::string::npos) << failed->logTail;
+  EXPECT_NE(failed->logTail.find("RuntimeError: rank 1 gave up at step 5 on purpose"), std::string::npos) << failed->logTail;
+  EXPECT_TRUE(waitUntil([] { return processesOfJob("own-fail").empty(); }, 10s)) << "rank 0 was stopped";
+}
+
+TEST_F(OwnProgram, StopEndsEveryProcessOfTheJobDataLoaderWorkersIncluded) {
+  const auto run = start({"--ranks", "2", "--job-id", "own-stop"},
+                         {"--instrument", "--steps", "100000", "--workers", "2", "--sleep-ms", "20"});
+  ASSERT_EQ(run.status.exitCode, 0) << run.err;
+  // Two ranks with two DataLoader workers each.
+  ASSERT_TRUE(waitUntil([] { return processesOfJob("own-stop").size() >= 6; }, 60s))
+      << processesOfJob("own-stop").size() << " processes";
+  const auto stopped = ctl({"stop", "own-stop", "--grace-ms", "3000"});
+  EXPECT_EQ(stopped.status.exitCode, 0) << stopped.err;
+  EXPECT_NE(stopped.out.find("job own-stop: stopped"), std::string::npos) << stopped.out;
+  EXPECT_TRUE(waitUntil([] { return processesOfJob("own-stop").empty(); }, 10s))
+      << processesOfJob("own-stop").size() << " processes left";
+}
+
+TEST_F(OwnProgram, ARankThatEndsTakesWhatItLeftInItsProcessGroupWithIt) {
+  // The shell exits at once and leaves `sleep` behind: an orphan, unless the agent kills the group.
+  const auto run = ctl({"start", "--ranks", "1", "--wait", "--job-id", "own-leftover", "--", "/bin/sh", "-c",
+                        "sleep 600 & echo left a child behind"});
+  EXPECT_EQ(run.status.exitCode, 0) << run.out << run.err;
+  EXPECT_TRUE(waitUntil([] { return processesOfJob("own-leftover").empty(); }, 10s))
+      << processesOfJob("own-leftover").size() << " processes left";
+}
+
+TEST_F(OwnProgram, AFifoAsADataFileIsRefusedAtOnceAndTheAgentKeepsAnswering) {
+  // Before the preflight, opening it blocked the agent's loop until someone wrote to the FIFO.
+  ASSERT_EQ(::mkfifo(dir.file("features.npy").c_str(), 0600), 0);
+  const auto run = ctl({"start", "--ranks", "1", "--job-id", "fifo-data", "--layers", "8,2", "--steps", "2",
+                        "--dataset", "npy:" + dir.file("features.npy") + "," + dir.file("labels.npy")},
+                       10s);
+  EXPECT_FALSE(run.timedOut);
+  EXPECT_EQ(run.status.exitCode, 2) << run.err;  // bad input
+  EXPECT_NE(run.err.find("features.npy is a FIFO, not a file"), std::string::npos) << run.err;
+  EXPECT_EQ(ctl({"nodes"}, 10s).status.exitCode, 0);
+}
+
+TEST_F(OwnProgram, BadProgramsAndPathsAreRefusedWithTheirReasonBeforeAnythingStarts) {
+  const std::string script = dir.file("not-executable.sh");
+  std::ofstream(script) << "#!/bin/sh\necho hi\n";
+  ::chmod(script.c_str(), 0644);
+  ASSERT_EQ(::mkfifo(dir.file("fifo").c_str(), 0600), 0);
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+    int exitCode;
+  };
+  const std::vector<Case> cases = {
+      {{"--", "no-such-program-anywhere"}, "program no-such-program-anywhere is not found on node-a", 1},
+      {{"--", script}, "it is not executable: `chmod +x` it", 1},
+      {{"--", dir.path().string()}, "it is a directory, not a program", 1},
+      {{"--workdir", "relative/dir", "--", "/bin/true"}, "is relative; give an absolute path", 2},
+      {{"--workdir", dir.file("missing"), "--", "/bin/true"}, "working directory " + dir.file("missing") + " does not exist", 1},
+      {{"--workdir", dir.file("fifo"), "--", "/bin/true"}, "is a FIFO, not a directory", 1},
+      {{"--env", "1X=y", "--", "/bin/true"}, "'1X' is malformed", 2},
+      {{"--env", "RANK=3", "--", "/bin/true"}, "RANK is set by the agent", 2},
+      {{"--layers", "4,2", "--", "/bin/true"}, "the program's own flags go after --", 2},
+      {{"--"}, "the command is empty", 2},
+  };
+  for (const auto& c : cases) {
+    auto args = c.args;
+    args.insert(args.begin(), {"start", "--ranks", "2", "--job-id", "bad"});
+    const auto run = ctl(args);
+    EXPECT_EQ(run.status.exitCode, c.exitCode) << c.says << ": " << run.err;
+    EXPECT_NE(run.err.find(c.says), std::string::npos) << run.err;
+  }
+  const auto status = ctl({"status", "--json"});
+  EXPECT_EQ(nlohmann::json::parse(status.out).size(), 0u) << "nothing started: " << status.out;
+}
+
+TEST_F(OwnProgram, AFifoAsWorkingDirectoryDoesNotStallTheAgent) {
+  // The preflight runs off the event loop: while it looks at paths the agent keeps answering.
+  ASSERT_EQ(::mkfifo(dir.file("fifo").c_str(), 0600), 0);
+  const auto run = ctl({"start", "--ranks", "1", "--job-id", "fifo", "--workdir", dir.file("fifo"), "--", "/bin/true"}, 10s);
+  EXPECT_FALSE(run.timedOut);
+  EXPECT_LT(run.seconds, 5.0);
+  EXPECT_EQ(ctl({"nodes"}, 10s).status.exitCode, 0);
+}
+
+TEST_F(OwnProgram, AnAdminCanRefuseCommandJobsForAKey) {
+  // The same key, now with the no-command-jobs option (authorized_keys is re-read on change).
+  const std::string keys = agent.stateDir() + "/authorized_keys";
+  std::string text = readText(keys);
+  ASSERT_FALSE(text.empty());
+  std::ofstream(keys) << "no-command-jobs " << text;
+  const auto run = ctl({"start", "--ranks", "1", "--job-id", "refused", "--", "/bin/true"});
+  EXPECT_EQ(run.status.exitCode, 4) << run.err;
+  EXPECT_NE(run.err.find("no-command-jobs"), std::string::npos) << run.err;
+  // The built-in trainer is still allowed for that key.
+  EXPECT_EQ(ctl({"start", "--ranks", "1", "--job-id", "allowed", "--layers", "8,2", "--steps", "2"}).status.exitCode, 0);
+}
+
+TEST(OwnProgramNode, AnAgentWithCommandJobsOffRefusesThem) {
+  TempDir dir;
+  AgentProcess agent(dir, "node-a", {"--command-jobs", "no"});
+  Ctl ctl{dir, dir.file("config")};
+  ASSERT_TRUE(ctl.pairWith(agent));
+  const auto run = ctl({"start", "--ranks", "1", "--job-id", "refused", "--", "/bin/true"});
+  EXPECT_EQ(run.status.exitCode, 4) << run.err;
+  EXPECT_NE(run.err.find("command-jobs = no"), std::string::npos) << run.err;
+}
+
+TEST_F(OwnProgram, TheScriptGoesOnWhenItsAgentIsKilledMidRun) {
+  const std::string done = dir.file("done");
+  const auto run = start({"--ranks", "2", "--job-id", "own-orphan"},
+                         {"--instrument", "--steps", "300", "--sleep-ms", "5", "--done", done});
+  ASSERT_EQ(run.status.exitCode, 0) << run.err;
+  ASSERT_TRUE(waitUntil([&] { return steps("own-orphan").size() > 0 || readText(agent.stateDir() + "/agent.log").find("own-orphan") != std::string::npos; }, 30s));
+  ASSERT_TRUE(waitUntil([&] { return readText(agent.stateDir() + "/jobs/own-orphan/rank-0.log").find("step 10 ") != std::string::npos; }, 60s));
+  agent.kill();
+  // Both ranks finish all their steps, and no step() call waited on the dead agent.
+  ASSERT_TRUE(waitUntil([&] { return fs::exists(done + ".0") && fs::exists(done + ".1"); }, 120s))
+      << readText(agent.stateDir() + "/jobs/own-orphan/rank-0.log");
+  for (const char* rank : {".0", ".1"}) EXPECT_LT(std::stod(readText(done + rank)), 50.0) << "ms in the slowest step()";
+}
+
+}  // namespace
+}  // namespace lockstep::test

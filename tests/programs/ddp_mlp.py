@@ -1,0 +1,82 @@
+"""A PyTorch DDP program as users write them, for the tests of issue 13 (your own program under
+Lockstep). It learns a fixed linear rule on random data, so its loss falls.
+
+  --instrument        call lockstep.watch and lockstep.step (without it: no lockstep at all)
+  --steps N           optimizer steps (default 40)
+  --workers N         DataLoader worker processes (default 0)
+  --sleep-ms N        extra time per batch in the data pipeline
+  --fail-rank R --fail-at S   rank R raises at step S
+  --done FILE         write how the run ended there (the step calls' slowest time, in ms)
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+p = argparse.ArgumentParser()
+p.add_argument("--instrument", action="store_true")
+p.add_argument("--steps", type=int, default=40)
+p.add_argument("--workers", type=int, default=0)
+p.add_argument("--sleep-ms", type=float, default=0)
+p.add_argument("--fail-rank", type=int, default=-1)
+p.add_argument("--fail-at", type=int, default=0)
+p.add_argument("--done", default="")
+args = p.parse_args()
+
+names = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
+         "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"]
+print("env " + " ".join("%s=%s" % (n, os.environ.get(n, "<unset>")) for n in names), flush=True)
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(0)
+rule = torch.randn(32, 4, generator=torch.Generator().manual_seed(7))
+
+
+class Rows(torch.utils.data.Dataset):
+    def __len__(self):
+        return 1 << 30
+
+    def __getitem__(self, i):
+        if args.sleep_ms:
+            time.sleep(args.sleep_ms / 1000 / 64)
+        g = torch.Generator().manual_seed(i * world + rank)
+        x = torch.randn(32, generator=g)
+        return x, (x @ rule).argmax()
+
+
+loader = torch.utils.data.DataLoader(Rows(), batch_size=64, num_workers=args.workers)
+model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(32, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4)))
+opt = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)
+if args.instrument:
+    import lockstep
+
+    lockstep.watch(model)
+
+slowest = 0.0
+for step, (x, y) in enumerate(loader, start=1):
+    if step > args.steps:
+        break
+    if rank == args.fail_rank and step == args.fail_at:
+        raise RuntimeError("rank %d gave up at step %d on purpose" % (rank, step))
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    if args.instrument:
+        began = time.perf_counter()
+        lockstep.step(samples=len(x), loss=loss, tokens=len(x) * 32)
+        slowest = max(slowest, time.perf_counter() - began)
+    if step % 10 == 0:
+        print("step %d loss %.4f" % (step, loss.item()), flush=True)
+
+dist.barrier()  # Debian's torch 1.13 can abort in teardown when ranks leave at different times
+dist.destroy_process_group()
+if args.done:
+    with open(args.done + ".%d" % rank, "w") as f:
+        f.write("%.3f\n" % (slowest * 1000))

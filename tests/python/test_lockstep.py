@@ -1,0 +1,175 @@
+"""Issue 13: the lockstep Python package against a real ZeroMQ socket, real PyTorch and Gloo.
+
+Each case runs a small program in its own process (the package keeps one reporter per process)
+and reads what it sent on a PULL socket bound here, decoded with the package's own protobuf module.
+Run with the build tree's python/ on PYTHONPATH (ctest does).
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import unittest
+
+import zmq
+from lockstep.v1 import lockstep_pb2
+
+PYTHON = "/usr/bin/python3"
+
+
+def run(program, env=None, timeout=60):
+    full = dict(os.environ)
+    for name in ("LOCKSTEP_REPORT", "LOCKSTEP_JOB_ID", "RANK", "WORLD_SIZE", "LOCKSTEP_ATTEMPT"):
+        full.pop(name, None)
+    full.update(env or {})
+    return subprocess.run([PYTHON, "-c", textwrap.dedent(program)], env=full, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+class Receiver:
+    def __init__(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.endpoint = "ipc://" + os.path.join(self.dir.name, "report.sock")
+        self.context = zmq.Context()
+        self.socket = self.context.socket(zmq.PULL)
+        self.socket.bind(self.endpoint)
+
+    def env(self, rank=0, world=1):
+        return {"LOCKSTEP_REPORT": self.endpoint, "LOCKSTEP_JOB_ID": "py-test", "RANK": str(rank),
+                "WORLD_SIZE": str(world), "LOCKSTEP_ATTEMPT": "2"}
+
+    def messages(self, count, timeout_s=10):
+        out, deadline = [], time.time() + timeout_s
+        while len(out) < count and time.time() < deadline:
+            if self.socket.poll(100):
+                m = lockstep_pb2.StreamMessage()
+                m.ParseFromString(self.socket.recv())
+                out.append(m)
+        return out
+
+    def close(self):
+        self.socket.close(0)
+        self.context.term()
+        self.dir.cleanup()
+
+
+class OutsideLockstep(unittest.TestCase):
+    def test_watch_and_step_are_no_ops(self):
+        r = run("""
+            import time, torch, lockstep
+            model = torch.nn.Linear(4, 2)
+            assert lockstep.watch(model) is model
+            assert not lockstep.active()
+            began = time.perf_counter()
+            for i in range(10000):
+                lockstep.step(samples=8, loss=0.5)
+            print("%.1f us per call" % ((time.perf_counter() - began) / 10000 * 1e6))
+            assert lockstep.dropped() == 0
+        """)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr, "")
+        self.assertLess(float(r.stdout.split()[0]), 20.0, r.stdout)
+
+
+class Reporting(unittest.TestCase):
+    def setUp(self):
+        self.receiver = Receiver()
+
+    def tearDown(self):
+        self.receiver.close()
+
+    def test_steps_without_watch_carry_no_split(self):
+        r = run("""
+            import lockstep
+            for i in range(3):
+                lockstep.step(samples=8, loss=0.5 - 0.1 * i, tokens=64, lr=0.1, epoch=1)
+            lockstep.step(samples=8)  # no loss: NaN, unknown
+        """, self.receiver.env(rank=1, world=2))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got = self.receiver.messages(4)
+        self.assertEqual([m.seq for m in got], [1, 2, 3, 4])
+        reports = [m.step_report for m in got]
+        self.assertEqual([s.step for s in reports], [1, 2, 3, 4])
+        first = reports[0]
+        self.assertEqual((first.job_id, first.rank, first.world_size, first.attempt), ("py-test", 1, 2, 2))
+        self.assertEqual((first.samples, first.tokens, first.epoch), (8, 64, 1))
+        self.assertAlmostEqual(first.loss, 0.5, places=6)
+        self.assertAlmostEqual(first.lr, 0.1)
+        for field in ("data_time_us", "compute_time_us", "exposed_comm_time_us", "allreduce_time_us", "bytes_reduced"):
+            self.assertFalse(first.HasField(field), field)  # unknown, not 0
+        self.assertFalse(reports[3].HasField("tokens"))
+        self.assertNotEqual(reports[3].loss, reports[3].loss)  # NaN
+        self.assertGreater(first.time_unix_us, 0)
+
+    def test_watch_times_a_ddp_step_with_gloo(self):
+        r = run("""
+            import torch, torch.distributed as dist, lockstep
+            from torch.nn.parallel import DistributedDataParallel
+            dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
+            model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 3)))
+            lockstep.watch(model)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for i in range(5):
+                x = torch.randn(32, 16)
+                loss = model(x).square().mean()
+                opt.zero_grad(); loss.backward(); opt.step()
+                lockstep.step(samples=32, loss=loss)
+            dist.destroy_process_group()
+        """ % _free_port(), self.receiver.env())
+        self.assertEqual(r.returncode, 0, r.stderr)
+        reports = [m.step_report for m in self.receiver.messages(5)]
+        self.assertEqual(len(reports), 5)
+        for s in reports:
+            for field in ("data_time_us", "compute_time_us", "exposed_comm_time_us", "allreduce_time_us", "bytes_reduced"):
+                self.assertTrue(s.HasField(field), field)
+            self.assertEqual(s.data_time_us + s.compute_time_us + s.exposed_comm_time_us, s.step_time_us)
+            self.assertLessEqual(s.exposed_comm_time_us, s.allreduce_time_us)
+            self.assertEqual(s.bytes_reduced, (16 * 64 + 64 + 64 * 3 + 3) * 4)
+            self.assertGreater(s.compute_time_us, 0)
+
+    def test_an_agent_that_does_not_read_costs_drops_not_time(self):
+        # Nobody binds this endpoint: reports queue up to the (here lowered) limit, then drop.
+        r = run("""
+            import time, lockstep, lockstep._report
+            lockstep._report._Reporter.QUEUE = 100
+            lockstep._report._Reporter.LINGER_MS = 100
+            began = time.perf_counter()
+            for i in range(2000):
+                lockstep.step(samples=8, loss=1.0)
+            print("%.3f %d" % (time.perf_counter() - began, lockstep.dropped()))
+        """, dict(self.receiver.env(), LOCKSTEP_REPORT="ipc://" + os.path.join(self.receiver.dir.name, "nobody.sock")))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        seconds, dropped = r.stdout.split()
+        self.assertLess(float(seconds), 2.0)
+        self.assertGreaterEqual(int(dropped), 2000 - 100 - 10)
+
+    def test_bad_values_and_a_malformed_environment_never_raise(self):
+        r = run("""
+            import lockstep
+            lockstep.step(samples=-1)
+            lockstep.step(samples="many")
+            lockstep.step(samples=8, loss=float("nan"))
+        """, self.receiver.env())
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("step not reported", r.stderr)
+        self.assertEqual(len(self.receiver.messages(1)), 1)  # the good one
+        r = run("""
+            import lockstep
+            lockstep.step(samples=8)
+            assert not lockstep.active()
+        """, dict(self.receiver.env(), RANK="three"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("the rank's environment is malformed", r.stderr)
+
+
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+if __name__ == "__main__":
+    unittest.main()
