@@ -115,8 +115,24 @@ TEST_F(OwnProgram, TwoInstrumentedRanksReportEveryStepWithExposedCommunication) 
         << log.out;
     EXPECT_EQ(log.out.find("MASTER_PORT=0 "), std::string::npos) << log.out;
     EXPECT_EQ(log.out.find("MASTER_PORT=" + std::to_string(agent.address().port) + " "), std::string::npos);
-    EXPECT_NE(log.out.find("CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS="), std::string::npos) << "a CPU rank sees no GPU";
+    EXPECT_NE(log.out.find("CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS=1 TORCHELASTIC_RESTART_COUNT=0"), std::string::npos)
+        << "a CPU rank sees no GPU, and two ranks on two cores get one thread each: " << log.out;
   }
+}
+
+TEST_F(OwnProgram, ANativeProgramReportsThroughTheCLibrary) {
+  const auto run = ctl({"start", "--ranks", "2", "--wait", "--job-id", "own-native", "--", LOCKSTEP_NATIVE_EXAMPLE, "60"});
+  ASSERT_EQ(run.status.exitCode, 0) << run.out << run.err;
+  const auto reports = steps("own-native");
+  ASSERT_EQ(reports.size(), 120u);
+  for (const auto& r : reports) {
+    EXPECT_EQ(r.samples, 128u);
+    ASSERT_TRUE(r.computeTimeUs && r.exposedCommTimeUs);
+    EXPECT_EQ(*r.exposedCommTimeUs, 0);
+    EXPECT_FALSE(r.allreduceTimeUs);  // it did not say: unknown
+    EXPECT_DOUBLE_EQ(r.lr, 0.5);
+  }
+  EXPECT_LT(reports.back().loss, 0.01 * reports.front().loss);
 }
 
 TEST_F(OwnProgram, AnUnmodifiedScriptRunsToTheEndAndItsStepKpisSayWhyTheyAreMissing) {
@@ -145,6 +161,24 @@ TEST_F(OwnProgram, ARankThatRaisesFailsTheJobWithItsTracebackAndNothingIsLeftRun
   EXPECT_NE(failed->logTail.find("Traceback (most recent call last)"), std::string::npos) << failed->logTail;
   EXPECT_NE(failed->logTail.find("RuntimeError: rank 1 gave up at step 5 on purpose"), std::string::npos) << failed->logTail;
   EXPECT_TRUE(waitUntil([] { return processesOfJob("own-fail").empty(); }, 10s)) << "rank 0 was stopped";
+}
+
+TEST_F(OwnProgram, ALostRankRestartsTheProgramWithTheRanksLeft) {
+  const auto run = start({"--ranks", "2", "--wait", "--job-id", "own-elastic", "--max-restarts", "1"},
+                         {"--instrument", "--steps", "30", "--fail-rank", "1", "--fail-at", "5", "--fail-attempt", "0"});
+  EXPECT_EQ(run.status.exitCode, 0) << run.out << run.err;
+  EXPECT_NE(run.out.find("restart 1 of 1 with 1 rank"), std::string::npos) << run.out;
+  std::uint32_t secondAttempt = 0;
+  for (const auto& r : steps("own-elastic")) {
+    if (r.attempt == 1) {
+      ++secondAttempt;
+      EXPECT_EQ(r.worldSize, 1u);
+    }
+  }
+  EXPECT_EQ(secondAttempt, 30u) << "the survivor ran the program again, alone";
+  const auto log = ctl({"logs", "own-elastic", "--rank", "0"});
+  EXPECT_NE(log.out.find("WORLD_SIZE=1 "), std::string::npos) << log.out;
+  EXPECT_NE(log.out.find("TORCHELASTIC_RESTART_COUNT=1"), std::string::npos) << log.out;
 }
 
 TEST_F(OwnProgram, StopEndsEveryProcessOfTheJobDataLoaderWorkersIncluded) {

@@ -5,8 +5,11 @@
 
 namespace lockstep {
 
-bool rankLost(const RankStatus& r) {
+bool rankLost(const RankStatus& r, bool ownProgram) {
   if (r.exitUnknown) return true;
+  // A program of the user's own says nothing by its exit code: the rank whose end failed the job
+  // was lost; the ones its agent then stopped (state stopped, whatever their code) survived.
+  if (ownProgram) return r.state == JobState::kFailed;
   if (r.signal) return *r.signal != SIGTERM;
   return r.exitCode && *r.exitCode != 0 && *r.exitCode != 3 && *r.exitCode != 128 + SIGTERM;
 }
@@ -28,7 +31,7 @@ RestartPlan planRestart(const JobSpec& spec, const std::vector<EndedPart>& parts
     }
     std::uint32_t alive = 0;
     for (const auto& r : p.ranks) {
-      if (rankLost(r)) {
+      if (rankLost(r, spec.isCommand())) {
         note("rank " + std::to_string(r.rank) + " on " + p.node + " " + rankEndText(r));
       } else {
         ++alive;
@@ -50,7 +53,7 @@ RestartPlan planRestart(const JobSpec& spec, const std::vector<EndedPart>& parts
   } else if (survivors < minimum) {
     plan.refusal = std::to_string(survivors) + " rank" + (survivors == 1 ? "" : "s") + " left, under the minimum of " +
                    std::to_string(minimum);
-  } else if (global % (std::uint64_t{survivors} * spec.accumSteps) != 0) {
+  } else if (!spec.isCommand() && global % (std::uint64_t{survivors} * spec.accumSteps) != 0) {
     plan.refusal = "the global batch of " + std::to_string(global) + " does not divide among " +
                    std::to_string(survivors) + " ranks";
   }
@@ -58,7 +61,10 @@ RestartPlan planRestart(const JobSpec& spec, const std::vector<EndedPart>& parts
   plan.next = spec;
   plan.next.attempt = spec.attempt + 1;
   plan.next.restartReason = plan.lost;
-  plan.next.batchPerRank = static_cast<std::uint32_t>(global / (std::uint64_t{survivors} * spec.accumSteps));
+  // The program decides its own batch; the trainer keeps the global batch over fewer ranks.
+  if (!spec.isCommand()) {
+    plan.next.batchPerRank = static_cast<std::uint32_t>(global / (std::uint64_t{survivors} * spec.accumSteps));
+  }
   plan.next.ranks.clear();
   plan.next.rendezvousHost.clear();
   plan.next.rendezvousPort = 0;

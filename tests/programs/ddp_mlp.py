@@ -5,7 +5,7 @@ Lockstep). It learns a fixed linear rule on random data, so its loss falls.
   --steps N           optimizer steps (default 40)
   --workers N         DataLoader worker processes (default 0)
   --sleep-ms N        extra time per batch in the data pipeline
-  --fail-rank R --fail-at S   rank R raises at step S
+  --fail-rank R --fail-at S   rank R raises at step S (of every attempt, or --fail-attempt A's)
   --done FILE         write how the run ended there (the step calls' slowest time, in ms)
 """
 
@@ -25,11 +25,12 @@ p.add_argument("--workers", type=int, default=0)
 p.add_argument("--sleep-ms", type=float, default=0)
 p.add_argument("--fail-rank", type=int, default=-1)
 p.add_argument("--fail-at", type=int, default=0)
+p.add_argument("--fail-attempt", type=int, default=-1)
 p.add_argument("--done", default="")
 args = p.parse_args()
 
 names = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-         "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"]
+         "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "TORCHELASTIC_RESTART_COUNT"]
 print("env " + " ".join("%s=%s" % (n, os.environ.get(n, "<unset>")) for n in names), flush=True)
 
 dist.init_process_group("gloo")
@@ -62,7 +63,8 @@ slowest = 0.0
 for step, (x, y) in enumerate(loader, start=1):
     if step > args.steps:
         break
-    if rank == args.fail_rank and step == args.fail_at:
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if rank == args.fail_rank and step == args.fail_at and args.fail_attempt in (-1, attempt):
         raise RuntimeError("rank %d gave up at step %d on purpose" % (rank, step))
     loss = torch.nn.functional.cross_entropy(model(x), y)
     opt.zero_grad()

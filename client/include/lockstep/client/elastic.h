@@ -12,9 +12,10 @@
 
 namespace lockstep {
 
-// Whether a rank's end means it was lost, rather than stopped because a peer was: survivors exit 3
-// (a lost peer), 0, or on a supervisor's SIGTERM (143, or the signal itself).
-bool rankLost(const RankStatus& r);
+// Whether a rank's end means it was lost, rather than stopped because a peer was. Trainer ranks
+// that survive exit 3 (a lost peer), 0, or on a supervisor's SIGTERM (143, or the signal itself);
+// of a job running its own program, the rank whose end failed the job was lost.
+bool rankLost(const RankStatus& r, bool ownProgram = false);
 std::string rankEndText(const RankStatus& r);  // "killed by signal 9 (Killed)", "exited with code 1"
 
 // One part of an ended attempt: the ranks its agent reported, or its agent gone.
