@@ -246,6 +246,65 @@ class AppTest : public QObject {
     QTRY_VERIFY_WITH_TIMEOUT(allCharts(QChart::ChartThemeLight), 5000);
   }
 
+  // Issue 13: "Your program" in the launcher runs a PyTorch DDP script, and its reports fill the
+  // same dashboard.
+  void launchYourOwnProgramAndWatchItsReports() {
+    TempDir dir;
+    AgentProcess agent(dir, "node-a");
+    App app(dir);
+    const QString problem = connectAuthorized(app, agent);
+    QVERIFY2(problem.isEmpty(), qPrintable(problem));
+    const QString script = QStringLiteral(LOCKSTEP_SOURCE_DIR "/tests/programs/ddp_mlp.py");
+    bool filled = false;
+    QString fillError;
+    QTimer::singleShot(200, &app.window, [&] {
+      auto* dialog = qobject_cast<LauncherDialog*>(QApplication::activeModalWidget());
+      if (!dialog) {
+        fillError = QStringLiteral("the launcher did not open");
+        return;
+      }
+      dialog->setField(QStringLiteral("kind"), 1);
+      dialog->setField(QStringLiteral("jobId"), QStringLiteral("gui-own"));
+      dialog->setField(QStringLiteral("program"), QStringLiteral("/usr/bin/python3"));
+      dialog->setField(QStringLiteral("ranks:") + idOf(agent), 2);
+      dialog->setField(QStringLiteral("workingDir"), QStringLiteral("relative/dir"));
+      if (dialog->job() || !dialog->error().contains(QStringLiteral("is relative"))) {
+        fillError = QStringLiteral("a relative working directory was not refused: ") + dialog->error();
+        dialog->reject();
+        return;
+      }
+      dialog->setField(QStringLiteral("workingDir"), QString::fromStdString(dir.path().string()));
+      dialog->setField(QStringLiteral("arguments"), script + QStringLiteral(" --instrument --steps 100000 --sleep-ms 5"));
+      dialog->setField(QStringLiteral("environment"), QStringLiteral("PYTHONUNBUFFERED=1"));
+      if (!dialog->job()) {
+        fillError = QStringLiteral("launcher refused a valid program job: ") + dialog->error();
+        dialog->reject();
+        return;
+      }
+      filled = true;
+      dialog->findChild<QPushButton*>(QStringLiteral("start"))->click();
+    });
+    QSignalSpy launched(&app.store, &ClusterStore::launchFinished);
+    app.window.newJob();
+    QVERIFY2(filled, qPrintable(fillError));
+    QTRY_COMPARE_WITH_TIMEOUT(launched.count(), 1, kJobMs);
+    QVERIFY2(launched.at(0).at(1).toBool(), qPrintable(launched.at(0).at(2).toString()));
+    QTRY_COMPARE_WITH_TIMEOUT(app.window.dashboard()->jobId(), QStringLiteral("gui-own"), kConnectMs);
+    const QString none = QStringLiteral("–");
+    QTRY_VERIFY_WITH_TIMEOUT(app.tile(QStringLiteral("Throughput")) != none, kJobMs);
+    QTRY_VERIFY_WITH_TIMEOUT(app.tile(QStringLiteral("Loss")) != none, kJobMs);
+    QTRY_VERIFY_WITH_TIMEOUT(app.tile(QStringLiteral("Communication")) != none, kJobMs);
+    QTRY_COMPARE_WITH_TIMEOUT(app.points(QStringLiteral("comm")), 2, kJobMs);  // exposed comm. of both ranks
+    QTRY_VERIFY_WITH_TIMEOUT(app.points(QStringLiteral("split")) >= 2, kJobMs);
+    if (const QByteArray shots = qgetenv("LOCKSTEP_TEST_SCREENSHOTS"); !shots.isEmpty()) {
+      app.window.grab().save(QString::fromLocal8Bit(shots) + QStringLiteral("/dashboard-own-program.png"));
+    }
+    QSignalSpy stopped(&app.store, &ClusterStore::stopFinished);
+    app.window.dashboard()->findChild<QPushButton*>(QStringLiteral("stopJob"))->click();
+    QTRY_COMPARE_WITH_TIMEOUT(stopped.count(), 1, kJobMs);
+    QTRY_VERIFY_WITH_TIMEOUT(processesOfJob("gui-own").empty(), kJobMs);
+  }
+
   void invalidLauncherInputIsRefusedWithItsMessage() {
     TempDir dir;
     AgentProcess agent(dir, "node-a");

@@ -335,6 +335,20 @@ TEST(Kpi, UntimedStepsGiveThroughputAndLossButNoSplit) {
   EXPECT_NE(k.noTimingsReason.find("lockstep.watch"), std::string::npos) << k.noTimingsReason;
 }
 
+// A rank's start-up (a Python program importing torch, say) is not in its training rate.
+TEST(Kpi, StartUpIsNotPartOfTheRate) {
+  JobTracker t(commandJob(), Settings{10.0, 0.5, std::nullopt, 100});
+  t.add(JobEvent{"k", JobEventKind::kStarted, t0, {}, {}, {}, "started", "", {}});
+  for (std::uint64_t s = 1; s <= 3; ++s) {
+    // Steps of 1 s from t0 + 4 s on: the ranks took 4 s to start.
+    t.add(untimed(0, s, 10, 1.0f, t0 + static_cast<std::int64_t>(4 + s) * kSecond), "n");
+  }
+  const JobKpis k = t.snapshot(t0 + 7 * kSecond);
+  EXPECT_DOUBLE_EQ(k.elapsedSeconds, 7.0);           // the job's time includes it
+  EXPECT_DOUBLE_EQ(*k.ranks[0].samplesPerSecond, 10.0);  // 30 samples in the 3 s of steps, not in 7 s
+  EXPECT_NEAR(*k.meanSamplesPerSecond, 30.0 / 7.0, 1e-12);  // the whole job's mean keeps it in
+}
+
 TEST(Kpi, ACalibrationRunGivesACommandJobItsScalingEfficiency) {
   JobTracker t(commandJob(), Settings{5.0, 0.1, 25.0, 100});
   for (std::uint64_t s = 1; s <= 10; ++s) {

@@ -5,6 +5,7 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDateTime>
+#include <QDir>
 #include <QDialogButtonBox>
 #include <QFormLayout>
 #include <QGroupBox>
@@ -12,9 +13,11 @@
 #include <QHeaderView>
 #include <QLabel>
 #include <QLineEdit>
+#include <QProcess>
 #include <QPushButton>
 #include <QRadioButton>
 #include <QSpinBox>
+#include <QTabWidget>
 #include <QTableWidget>
 #include <QVBoxLayout>
 
@@ -47,10 +50,7 @@ QLineEdit* LauncherDialog::edit(const QString& name, const QString& text, const 
   return e;
 }
 
-LauncherDialog::LauncherDialog(const ClusterStore& store, QWidget* parent) : QDialog(parent), store_(store) {
-  setWindowTitle(tr("New Job"));
-  auto* layout = new QVBoxLayout(this);
-
+QWidget* LauncherDialog::placementBox() {
   auto* where = new QGroupBox(tr("Ranks"), this);
   auto* whereLayout = new QVBoxLayout(where);
   backend_ = new QComboBox(this);
@@ -66,7 +66,7 @@ LauncherDialog::LauncherDialog(const ClusterStore& store, QWidget* parent) : QDi
   agents_->verticalHeader()->hide();
   agents_->setEditTriggers(QAbstractItemView::NoEditTriggers);
   int row = 0;
-  for (const auto& a : store.agents()) {
+  for (const auto& a : store_.agents()) {
     if (a->state != AgentState::kConnected || !a->hello) continue;
     agents_->insertRow(row);
     agents_->setItem(row, 0, new QTableWidgetItem(a->id));
@@ -85,11 +85,14 @@ LauncherDialog::LauncherDialog(const ClusterStore& store, QWidget* parent) : QDi
   agents_->setMinimumHeight(90);
   agents_->setMaximumHeight(agents_->horizontalHeader()->height() + 6 + agents_->verticalHeader()->defaultSectionSize() * std::clamp(row, 2, 8));
   whereLayout->addWidget(agents_);
-  layout->addWidget(where);
+  return where;
 
-  auto* form = new QFormLayout;
-  jobId_ = edit(QStringLiteral("jobId"), QStringLiteral("job-") + QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-hhmmss")));
-  form->addRow(tr("Job id"), jobId_);
+}
+
+// The built-in MLP of lockstep-trainer: model, data, batch, optimizer, length, checkpoints.
+QWidget* LauncherDialog::trainerPage() {
+  auto* page = new QWidget(this);
+  auto* form = new QFormLayout(page);
   layers_ = edit(QStringLiteral("layers"), QStringLiteral("784,1024,1024,10"), tr("input features, hidden sizes, classes"));
   activation_ = new QComboBox(this);
   activation_->setObjectName(QStringLiteral("activation"));
@@ -221,7 +224,45 @@ LauncherDialog::LauncherDialog(const ClusterStore& store, QWidget* parent) : QDi
   comm->addWidget(balance_);
   comm->addStretch(1);
   form->addRow(tr("Communication"), comm);
+  return page;
+}
 
+// The user's own program, run once per rank with torchrun's environment (docs/own-program.md).
+QWidget* LauncherDialog::programPage() {
+  auto* page = new QWidget(this);
+  auto* form = new QFormLayout(page);
+  program_ = edit(QStringLiteral("program"), QStringLiteral("/usr/bin/python3"), tr("a path, or a name in the node's PATH"));
+  form->addRow(tr("Program"), program_);
+  arguments_ = edit(QStringLiteral("arguments"), {}, tr("train.py --epochs 3 (quote words with spaces)"));
+  form->addRow(tr("Arguments"), arguments_);
+  workingDir_ = edit(QStringLiteral("workingDir"), QDir::homePath(), tr("absolute, on every node"));
+  form->addRow(tr("Working directory"), workingDir_);
+  environment_ = edit(QStringLiteral("environment"), {}, tr("NAME=VALUE NAME=VALUE (optional)"));
+  form->addRow(tr("Environment"), environment_);
+  programTarget_ = edit(QStringLiteral("programTargetLoss"), {}, tr("optional: time to convergence is measured to it"));
+  programRestarts_ = new QSpinBox(this);
+  programRestarts_->setObjectName(QStringLiteral("programRestarts"));
+  programRestarts_->setRange(0, 100);
+  programRestarts_->setSpecialValueText(tr("no restarts"));
+  programRestarts_->setSuffix(tr(" restarts"));
+  programRestarts_->setToolTip(tr("When ranks or a node are lost, run the program again with the ranks left (it "
+                                  "resumes from its own checkpoints and gets TORCHELASTIC_RESTART_COUNT)"));
+  connect(programRestarts_, &QSpinBox::valueChanged, this, &LauncherDialog::revalidate);
+  auto* end = new QHBoxLayout;
+  end->addWidget(programTarget_, 1);
+  end->addWidget(programRestarts_);
+  form->addRow(tr("Target loss"), end);
+  auto* hint = new QLabel(tr("Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT as under "
+                             "torchrun. Add <code>lockstep.watch(model)</code> and <code>lockstep.step(samples=…, "
+                             "loss=…)</code> for every KPI."),
+                          this);
+  hint->setWordWrap(true);
+  hint->setForegroundRole(QPalette::PlaceholderText);
+  form->addRow(hint);
+  return page;
+}
+
+QLayout* LauncherDialog::pricesRow() {
   priceGpu_ = edit(QStringLiteral("priceGpuHour"), QStringLiteral("0"));
   priceCore_ = edit(QStringLiteral("priceCoreHour"), QStringLiteral("0"));
   priceKwh_ = edit(QStringLiteral("priceKwh"), QStringLiteral("0"));
@@ -234,8 +275,27 @@ LauncherDialog::LauncherDialog(const ClusterStore& store, QWidget* parent) : QDi
   prices->addWidget(new QLabel(tr("per kWh"), this));
   prices->addWidget(priceKwh_);
   prices->addWidget(currency_);
-  form->addRow(tr("Prices"), prices);
-  layout->addLayout(form);
+  return prices;
+
+}
+
+LauncherDialog::LauncherDialog(const ClusterStore& store, QWidget* parent) : QDialog(parent), store_(store) {
+  setWindowTitle(tr("New Job"));
+  auto* layout = new QVBoxLayout(this);
+  layout->addWidget(placementBox());
+  auto* top = new QFormLayout;
+  jobId_ = edit(QStringLiteral("jobId"), QStringLiteral("job-") + QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-hhmmss")));
+  top->addRow(tr("Job id"), jobId_);
+  layout->addLayout(top);
+  kind_ = new QTabWidget(this);
+  kind_->setObjectName(QStringLiteral("kind"));
+  kind_->addTab(trainerPage(), tr("Built-in MLP"));
+  kind_->addTab(programPage(), tr("Your program"));
+  connect(kind_, &QTabWidget::currentChanged, this, &LauncherDialog::revalidate);
+  layout->addWidget(kind_);
+  auto* bottom = new QFormLayout;
+  bottom->addRow(tr("Prices"), pricesRow());
+  layout->addLayout(bottom);
 
   error_ = new QLabel(this);
   error_->setObjectName(QStringLiteral("error"));
@@ -260,13 +320,55 @@ void LauncherDialog::setField(const QString& name, const QVariant& value) {
   if (auto* c = findChild<QComboBox*>(name)) c->setCurrentIndex(value.toInt());
   if (auto* b = findChild<QCheckBox*>(name)) b->setChecked(value.toBool());
   if (auto* r = findChild<QRadioButton*>(name)) r->setChecked(value.toBool());
+  if (auto* t = findChild<QTabWidget*>(name)) t->setCurrentIndex(value.toInt());
 }
 
 QString LauncherDialog::error() const { return placed_ ? QString() : error_->text(); }
 
 Result<JobSpec> LauncherDialog::build() const {
   JobSpec s;
+  if (kind_->currentIndex() == 1) {
+    LOCKSTEP_ASSIGN_OR_RETURN(s, programJob());
+  } else {
+    LOCKSTEP_ASSIGN_OR_RETURN(s, trainerJob());
+  }
   s.jobId = jobId_->text().trimmed().toStdString();
+  s.backend = static_cast<Backend>(backend_->currentData().toInt());
+  LOCKSTEP_ASSIGN_OR_RETURN(s.prices.gpuHour, real(priceGpu_, tr("price per GPU-hour")));
+  LOCKSTEP_ASSIGN_OR_RETURN(s.prices.coreHour, real(priceCore_, tr("price per core-hour")));
+  LOCKSTEP_ASSIGN_OR_RETURN(s.prices.kwh, real(priceKwh_, tr("price per kWh")));
+  s.prices.currency = currency_->text().trimmed().toStdString();
+  std::vector<std::pair<QString, std::uint32_t>> ranks;
+  for (int row = 0; row < agents_->rowCount(); ++row) {
+    const auto* spin = qobject_cast<QSpinBox*>(agents_->cellWidget(row, 4));
+    ranks.emplace_back(agents_->item(row, 0)->text(), static_cast<std::uint32_t>(spin->value()));
+  }
+  if (agents_->rowCount() == 0) return invalidArgument("no agent is connected: add one with Cluster ▸ Add Agent");
+  return store_.place(s, ranks);
+}
+
+Result<JobSpec> LauncherDialog::programJob() const {
+  JobSpec s;
+  CommandSpec c;
+  c.argv.push_back(program_->text().trimmed().toStdString());
+  for (const QString& word : QProcess::splitCommand(arguments_->text())) c.argv.push_back(word.toStdString());
+  c.workingDir = workingDir_->text().trimmed().toStdString();
+  for (const QString& item : QProcess::splitCommand(environment_->text())) {
+    const auto eq = item.indexOf(QLatin1Char('='));
+    if (eq < 0) return invalidArgument(("environment: '" + item + "' is not NAME=VALUE").toStdString());
+    c.env.emplace_back(item.left(eq).toStdString(), item.mid(eq + 1).toStdString());
+  }
+  s.command = std::move(c);
+  if (!programTarget_->text().trimmed().isEmpty()) {
+    LOCKSTEP_ASSIGN_OR_RETURN(s.targetLoss, real(programTarget_, tr("target loss")));
+  }
+  s.maxRestarts = static_cast<std::uint32_t>(programRestarts_->value());
+  s.timeoutS = static_cast<std::uint32_t>(timeout_->value());
+  return s;
+}
+
+Result<JobSpec> LauncherDialog::trainerJob() const {
+  JobSpec s;
   s.backend = static_cast<Backend>(backend_->currentData().toInt());
   s.precision = s.backend == Backend::kCuda ? Precision::kBf16 : Precision::kFp32;
   for (const QString& part : layers_->text().split(QLatin1Char(','))) {
@@ -306,18 +408,7 @@ Result<JobSpec> LauncherDialog::build() const {
   s.rebalanceEvery = balance_->isChecked() ? 10 : 0;
   s.maxRestarts = static_cast<std::uint32_t>(restarts_->value());
   s.timeoutS = static_cast<std::uint32_t>(timeout_->value());
-  LOCKSTEP_ASSIGN_OR_RETURN(s.prices.gpuHour, real(priceGpu_, tr("price per GPU-hour")));
-  LOCKSTEP_ASSIGN_OR_RETURN(s.prices.coreHour, real(priceCore_, tr("price per core-hour")));
-  LOCKSTEP_ASSIGN_OR_RETURN(s.prices.kwh, real(priceKwh_, tr("price per kWh")));
-  s.prices.currency = currency_->text().trimmed().toStdString();
-
-  std::vector<std::pair<QString, std::uint32_t>> ranks;
-  for (int row = 0; row < agents_->rowCount(); ++row) {
-    const auto* spin = qobject_cast<QSpinBox*>(agents_->cellWidget(row, 4));
-    ranks.emplace_back(agents_->item(row, 0)->text(), static_cast<std::uint32_t>(spin->value()));
-  }
-  if (agents_->rowCount() == 0) return invalidArgument("no agent is connected: add one with Cluster ▸ Add Agent");
-  return store_.place(s, ranks);
+  return s;
 }
 
 void LauncherDialog::revalidate() {
@@ -326,10 +417,14 @@ void LauncherDialog::revalidate() {
   for (QWidget* w : {static_cast<QWidget*>(samples_), static_cast<QWidget*>(dataSeed_)}) w->setEnabled(synthetic_->isChecked());
   for (QWidget* w : {static_cast<QWidget*>(features_), static_cast<QWidget*>(labels_)}) w->setEnabled(npy_->isChecked());
   targetLoss_->setEnabled(useTarget_->isChecked());
+  const bool program = kind_->currentIndex() == 1;
+  backend_->setItemText(0, program ? tr("CPU ranks") : tr("CPU ranks (OpenBLAS + Gloo)"));
+  backend_->setItemText(1, program ? tr("GPU ranks (one GPU each)") : tr("GPU ranks (CUDA + NCCL)"));
   auto built = build();
   if (built) {
     placed_ = *built;
-    error_->setText(tr("%1 rank(s), global batch %2.").arg(built->worldSize).arg(built->globalBatch()));
+    error_->setText(program ? tr("%1 rank(s) of %2.").arg(built->worldSize).arg(QString::fromStdString(built->command->argv.front()))
+                            : tr("%1 rank(s), global batch %2.").arg(built->worldSize).arg(built->globalBatch()));
     error_->setForegroundRole(QPalette::PlaceholderText);
   } else {
     placed_.reset();

@@ -1,6 +1,7 @@
 #pragma once
-// The job launcher: where ranks go (agents and their ranks, CPU or GPU), the model, data, batch,
-// optimizer, duration, target loss, checkpoints and prices. Every edit re-checks the job with the
+// The job launcher: where ranks go (agents and their ranks, CPU or GPU), then either the built-in
+// MLP (model, data, batch, optimizer, duration, target loss, checkpoints) or "Your program"
+// (program, arguments, working directory, environment), and prices. Every edit re-checks the job with the
 // same rules the agents apply, shows what is wrong under the form and enables Start only when the
 // job is valid.
 
@@ -14,6 +15,8 @@ class QCheckBox;
 class QComboBox;
 class QDialogButtonBox;
 class QLabel;
+class QLayout;
+class QTabWidget;
 class QLineEdit;
 class QRadioButton;
 class QSpinBox;
@@ -34,13 +37,22 @@ class LauncherDialog : public QDialog {
   void setField(const QString& name, const QVariant& value);
 
  private:
+  QWidget* placementBox();
+  QWidget* trainerPage();
+  QWidget* programPage();
+  QLayout* pricesRow();
   void revalidate();
   Result<JobSpec> build() const;
+  Result<JobSpec> trainerJob() const;
+  Result<JobSpec> programJob() const;
   QLineEdit* edit(const QString& name, const QString& text, const QString& placeholder = {});
 
   const ClusterStore& store_;
   std::optional<JobSpec> placed_;
   QTableWidget* agents_;
+  QTabWidget* kind_;
+  QLineEdit *program_, *arguments_, *workingDir_, *environment_, *programTarget_;
+  QSpinBox* programRestarts_;
   QComboBox* backend_;
   QLineEdit *jobId_, *layers_, *samples_, *dataSeed_, *features_, *labels_, *lr_, *momentum_, *weightDecay_;
   QLineEdit *targetLoss_, *checkpointDir_, *priceGpu_, *priceCore_, *priceKwh_, *currency_, *bucketMb_;

@@ -98,6 +98,7 @@ void JobTracker::add(const StepReport& r, const std::string& node) {
   RankState& rank = ranks_[r.rank];
   // A new attempt, or the step counter going back, is a restart: measurements start afresh.
   const bool restarted = r.attempt > rank.attempt || (r.attempt == rank.attempt && rank.step > 0 && r.step <= rank.step);
+  if (rank.firstStepStartUs == 0) rank.firstStepStartUs = stepStart;
   if (restarted) {
     rank.window.clear();
     attempts_ = std::max(attempts_, r.attempt > rank.attempt ? r.attempt + 1 : attempts_ + 1);
@@ -279,9 +280,13 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
       }
     }
     k.step = std::max(k.step, r.step);
+    // Over the window, or since the rank's first step began when that is later: a program's
+    // start-up (imports, rendezvous) is not part of its training rate; a gap later on, or a
+    // restart, is.
+    const double rankSpan = std::clamp(static_cast<double>(now - r.firstStepStartUs) / 1e6, 1e-6, std::max(span, 1e-6));
     if (n > 0 && span > 0) {
-      rk.samplesPerSecond = samples / span;
-      if (tokensKnown) rk.tokensPerSecond = tokens / span;
+      rk.samplesPerSecond = samples / rankSpan;
+      if (tokensKnown) rk.tokensPerSecond = tokens / rankSpan;
       rk.meanStepUs = st / n;
       rk.samplesPerStep = samples / n;
       totalRate += *rk.samplesPerSecond;

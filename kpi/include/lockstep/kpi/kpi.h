@@ -161,6 +161,7 @@ class JobTracker {
     std::uint32_t epoch = 0;
     float loss = 0;
     std::deque<StepReport> window;  // reports within the window, oldest first
+    std::int64_t firstStepStartUs = 0;  // when its first step began
     Maybe cpuPct;
     Maybe rssBytes;
     double cpuSeconds = 0;  // integrated from process samples
