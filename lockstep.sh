@@ -25,7 +25,8 @@ PACKAGES=(
   libgloo-dev libopenblas-dev
   nlohmann-json3-dev libgtest-dev libsqlite3-dev
   clang-14 libclang-rt-14-dev  # the protocol fuzzer (libFuzzer)
-  python3-torch python3-numpy  # the PyTorch reference test and bench/
+  python3-torch python3-numpy  # the PyTorch reference test, own-program jobs and bench/
+  python3-zmq python3-protobuf  # the lockstep Python package reports with them
   qt6-base-dev qt6-charts-dev qt6-svg-dev libqt6opengl6-dev libgl-dev  # the desktop app, PDF reports
   poppler-utils python3-jsonschema  # the report tests read PDFs back and check JSON against its schema
   dpkg-dev file help2man desktop-file-utils  # the Debian packages: shlibdeps, man pages, their test

@@ -167,12 +167,21 @@ def main():
         files = files_of(node)
         unit = "lib/systemd/system/lockstep-agent.service"
         expected = ["usr/bin/lockstep-agent", "usr/bin/lockstep-trainer", unit,
-                    "etc/lockstep/agent.conf", "etc/lockstep/authorized_keys"]
+                    "etc/lockstep/agent.conf", "etc/lockstep/authorized_keys",
+                    # Issue 13: what a user's own program reports its steps with.
+                    "usr/lib/python3/dist-packages/lockstep/__init__.py",
+                    "usr/lib/python3/dist-packages/lockstep/v1/lockstep_pb2.py",
+                    "usr/include/lockstep/reporter.h", "usr/lib/liblockstep-reporter.so.0",
+                    "usr/lib/liblockstep-reporter.so"]
         if man_pages:
             expected += ["usr/share/man/man1/lockstep-agent.1.gz", "usr/share/man/man1/lockstep-trainer.1.gz"]
         for path in expected:
             check(path in files, f"lockstep-agent lacks {path}")
         check(not any("lockstepctl" in p or p.endswith("bin/lockstep") for p in files), "lockstep-agent ships desktop files")
+        check(not any("__pycache__" in p for p in files), "lockstep-agent ships Python bytecode caches")
+        recommends = depends_entries(field(node, "Recommends") or "")
+        for package in ("python3-zmq", "python3-protobuf"):
+            check(package in recommends, f"lockstep-agent should recommend {package} (the lockstep package reports with it)")
 
         control = os.path.join(tmp, "control")
         run(["dpkg-deb", "-e", node, control])
@@ -233,6 +242,13 @@ def main():
                 result = subprocess.run([validate, os.path.join(root, "usr/share/applications/lockstep.desktop")],
                                         capture_output=True, text=True)
                 check(result.returncode == 0, f"desktop-file-validate: {result.stdout}{result.stderr}")
+
+        # The packaged Python package imports with Debian's Python and its packages.
+        result = subprocess.run(["/usr/bin/python3", "-c", "import lockstep, lockstep.v1.lockstep_pb2; print(lockstep.active())"],
+                                capture_output=True, text=True, timeout=60,
+                                env=dict(os.environ, PYTHONPATH=os.path.join(root, "usr/lib/python3/dist-packages")))
+        check(result.returncode == 0 and result.stdout.strip() == "False",
+              f"the packaged lockstep Python package does not import: {result.stderr[-500:]}")
 
         check_programs(root, ["lockstepctl"] + (["lockstep"] if app else []), args.version)
         check_programs(root, ["lockstep-agent", "lockstep-trainer"], args.version)

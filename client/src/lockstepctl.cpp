@@ -30,6 +30,7 @@
 #include "lockstep/net/keys.h"
 #include "lockstep/protocol/codec.h"
 #include "lockstep/protocol/validate.h"
+#include "lockstep/report/report.h"
 #include "ctl.h"
 
 namespace lockstep::ctl {
@@ -334,13 +335,21 @@ int printJob(const Globals& g, const std::string& jobId, const std::vector<Part>
     const Prices& prices = parts.front().status.spec.prices;
     const Json pricesJson{{"gpu_hour", prices.gpuHour}, {"core_hour", prices.coreHour}, {"kwh", prices.kwh},
                           {"currency", prices.currency}};
-    std::printf("%s\n", Json{{"job_id", jobId}, {"state", std::string(jobStateName(state))}, {"message", message},
-                             {"world_size", parts.front().status.spec.worldSize}, {"prices", pricesJson},
-                             {"ranks", ranks}}.dump().c_str());
+    Json out{{"job_id", jobId}, {"state", std::string(jobStateName(state))}, {"message", message},
+             {"world_size", parts.front().status.spec.worldSize}, {"prices", pricesJson}, {"ranks", ranks}};
+    if (const auto& command = parts.front().status.spec.command) {
+      out["command"] = command->argv;
+      out["working_dir"] = command->workingDir;
+    }
+    std::printf("%s\n", out.dump().c_str());
     return kOk;
   }
   std::printf("job %s: %s%s%s\n", jobId.c_str(), std::string(jobStateName(state)).c_str(), message.empty() ? "" : ": ",
               message.c_str());
+  if (const auto& command = parts.front().status.spec.command) {
+    std::printf("runs %s in %s\n", report::commandLine(command->argv).c_str(),
+                command->workingDir.empty() ? "the agent's job directory" : command->workingDir.c_str());
+  }
   std::printf("%-6s %-16s %-8s %-10s %s\n", "RANK", "NODE", "PID", "STATE", "EXIT");
   std::vector<std::pair<std::uint32_t, std::string>> rows;
   for (const auto& p : parts) {
