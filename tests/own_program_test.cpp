@@ -295,5 +295,44 @@ TEST_F(OwnProgram, TheScriptGoesOnWhenItsAgentIsKilledMidRun) {
   for (const char* rank : {".0", ".1"}) EXPECT_LT(std::stod(readText(done + rank)), 50.0) << "ms in the slowest step()";
 }
 
+TEST_F(OwnProgram, TheExamplesTrainAndReport) {
+  // examples/*.py as users run them, cut to 20 small steps so that they cannot rot unnoticed.
+  struct Example {
+    std::string jobId, script;
+    std::vector<std::string> args;
+    std::uint32_t samples;
+    std::optional<std::uint64_t> tokens;
+  };
+  const std::vector<Example> examples = {
+      {"example-lm", "examples/ddp_transformer_lm.py", {"--batch", "8", "--seq", "32"}, 8, 8 * 32},
+      {"example-cnn", "examples/ddp_cnn.py", {"--batch", "32", "--workers", "1"}, 32, std::nullopt},
+  };
+  for (const auto& e : examples) {
+    SCOPED_TRACE(e.script);
+    std::vector<std::string> args = {"start", "--ranks", "2", "--wait", "--job-id", e.jobId, "--workdir",
+                                     LOCKSTEP_SOURCE_DIR, "--", "/usr/bin/python3", e.script, "--steps", "20"};
+    args.insert(args.end(), e.args.begin(), e.args.end());
+    const auto run = ctl(args, 180s);
+    ASSERT_EQ(run.status.exitCode, 0) << run.out << run.err;
+
+    const auto reports = steps(e.jobId);
+    ASSERT_EQ(reports.size(), 40u) << "both ranks, every step";
+    std::map<std::uint32_t, std::set<std::uint64_t>> stepsOf;
+    double first = 0, last = 0;
+    for (const auto& r : reports) {
+      stepsOf[r.rank].insert(r.step);
+      EXPECT_EQ(r.samples, e.samples);
+      EXPECT_EQ(r.tokens, e.tokens) << "step " << r.step;
+      EXPECT_TRUE(std::isfinite(r.loss)) << "step " << r.step;
+      EXPECT_GT(r.lr, 0);
+      if (r.step <= 5) first += r.loss;
+      if (r.step > 15) last += r.loss;
+    }
+    EXPECT_EQ(stepsOf[0].size(), 20u);
+    EXPECT_EQ(stepsOf[1].size(), 20u);
+    EXPECT_LT(last, 0.9 * first) << "the loss of the last 5 steps is below the first 5's";
+  }
+}
+
 }  // namespace
 }  // namespace lockstep::test
