@@ -119,6 +119,19 @@ TEST(AgentConfig, FlagsOverTheConfigFile) {
 
 // Issue 8: the Debian package keeps authorized keys in /etc/lockstep (a conffile), apart from the
 // agent's state in /var/lib.
+// Found running the examples: with a relative --state-dir, ranks that start in another working
+// directory got a relative LOCKSTEP_REPORT (ipc://state/report.sock) and every report was lost.
+TEST(AgentConfig, TheStateDirectoryIsMadeAbsolute) {
+  TempDir dir;
+  const auto before = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());
+  auto c = parseAgentArgs({"--state-dir", "relative/state", "--trainer", "bin/trainer"});
+  std::filesystem::current_path(before);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->stateDir, (dir.path() / "relative/state").string());
+  EXPECT_EQ(c->trainer, (dir.path() / "bin/trainer").string());
+}
+
 TEST(AgentConfig, AuthorizedKeysFileFromTheConfigFile) {
   TempDir dir;
   auto defaults = parseAgentArgs({"--state-dir", dir.path().string()});

@@ -72,10 +72,10 @@ TEST_F(OwnProgram, TwoInstrumentedRanksReportEveryStepWithExposedCommunication) 
     EXPECT_EQ(r.worldSize, 2u);
     EXPECT_EQ(r.samples, 64u);
     EXPECT_EQ(r.tokens, 64u * 32);
-    ASSERT_TRUE(r.exposedCommTimeUs && r.dataTimeUs && r.computeTimeUs && r.allreduceTimeUs) << "step " << r.step;
+    ASSERT_TRUE(r.exposedCommTimeUs && r.dataTimeUs && r.computeTimeUs) << "step " << r.step;
     EXPECT_GE(*r.exposedCommTimeUs, 0);
     EXPECT_LE(*r.exposedCommTimeUs, r.stepTimeUs);
-    EXPECT_LE(*r.exposedCommTimeUs, *r.allreduceTimeUs + 1);  // exposed is part of the all-reduce time
+    EXPECT_FALSE(r.allreduceTimeUs) << "on CPUs DDP's own all-reduce is left alone: its hidden time is unknown";
     EXPECT_EQ(*r.dataTimeUs + *r.computeTimeUs + *r.exposedCommTimeUs, r.stepTimeUs) << "the split adds up";
     // 32x256 + 256 + 256x4 + 4 float32 parameters, all-reduced every step.
     EXPECT_EQ(r.bytesReduced, std::uint64_t{(32 * 256 + 256 + 256 * 4 + 4) * 4});

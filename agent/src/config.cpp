@@ -143,6 +143,12 @@ Result<AgentConfig> parseAgentArgs(const std::vector<std::string>& args) {
   if (c.name.empty()) c.name = hostName();
   if (c.name.size() > 255) return usage("--name is longer than 255 characters");
   if (c.trainer.empty()) c.trainer = besideThisProgram("lockstep-trainer");
+  // Ranks run in other directories (a command job's working directory): every path they are given
+  // (report.sock's endpoint, their logs, the trainer) must not depend on the agent's.
+  std::error_code ec;
+  c.stateDir = fs::absolute(c.stateDir, ec).lexically_normal().string();
+  c.trainer = fs::absolute(c.trainer, ec).lexically_normal().string();
+  if (!c.authorizedKeys.empty()) c.authorizedKeys = fs::absolute(c.authorizedKeys, ec).lexically_normal().string();
   return c;
 }
 

@@ -122,12 +122,38 @@ class Reporting(unittest.TestCase):
         reports = [m.step_report for m in self.receiver.messages(5)]
         self.assertEqual(len(reports), 5)
         for s in reports:
-            for field in ("data_time_us", "compute_time_us", "exposed_comm_time_us", "allreduce_time_us", "bytes_reduced"):
+            for field in ("data_time_us", "compute_time_us", "exposed_comm_time_us", "bytes_reduced"):
                 self.assertTrue(s.HasField(field), field)
+            # On CPUs DDP's own all-reduce is left alone: its total (hidden) time is not known.
+            self.assertFalse(s.HasField("allreduce_time_us"))
             self.assertEqual(s.data_time_us + s.compute_time_us + s.exposed_comm_time_us, s.step_time_us)
-            self.assertLessEqual(s.exposed_comm_time_us, s.allreduce_time_us)
             self.assertEqual(s.bytes_reduced, (16 * 64 + 64 + 64 * 3 + 3) * 4)
             self.assertGreater(s.compute_time_us, 0)
+
+    def test_no_sync_steps_reduce_nothing_and_an_evaluation_is_not_a_step(self):
+        r = run("""
+            import torch, torch.distributed as dist, lockstep
+            from torch.nn.parallel import DistributedDataParallel
+            dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
+            model = DistributedDataParallel(torch.nn.Linear(8, 2))
+            lockstep.watch(model)
+            x = torch.randn(4, 8)
+            with model.no_sync():
+                model(x).sum().backward()
+            lockstep.step(samples=4)          # accumulated only: nothing all-reduced
+            model(x).sum().backward()
+            import time; time.sleep(0.2)
+            with torch.no_grad():
+                model(x)                      # an evaluation: not where the next step began
+            lockstep.step(samples=4)
+            dist.destroy_process_group()
+        """ % _free_port(), self.receiver.env())
+        self.assertEqual(r.returncode, 0, r.stderr)
+        first, second = [m.step_report for m in self.receiver.messages(2)]
+        self.assertEqual(first.bytes_reduced, 0)
+        self.assertLess(first.exposed_comm_time_us, 1000)  # microseconds of bookkeeping, no waiting
+        self.assertEqual(second.bytes_reduced, (8 * 2 + 2) * 4)
+        self.assertLess(second.data_time_us, 100000)  # the 0.2 s sleep came after its forward
 
     def test_an_agent_that_does_not_read_costs_drops_not_time(self):
         # Nobody binds this endpoint: reports queue up to the (here lowered) limit, then drop.
@@ -143,7 +169,10 @@ class Reporting(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         seconds, dropped = r.stdout.split()
         self.assertLess(float(seconds), 2.0)
-        self.assertGreaterEqual(int(dropped), 2000 - 100 - 10)
+        self.assertGreaterEqual(int(dropped), 2000 - 100 - 64)  # a burst of up to 64 may still be held
+        # It says so, rather than seem to report (found by running the examples with a relative
+        # state directory), and exits without waiting for an agent that never came.
+        self.assertIn("2000 step reports never reached the agent", r.stderr)
 
     def test_bad_values_and_a_malformed_environment_never_raise(self):
         r = run("""
