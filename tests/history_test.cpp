@@ -335,6 +335,35 @@ TEST(History, MigratesASchemaOneFileAndStoresUntimedSteps) {
   EXPECT_EQ(record->spec.command, own.command);
 }
 
+// Issue 13: a 1-rank run of the same workload calibrates the scaling efficiency of later jobs.
+TEST(History, AOneRankRunOfTheSameWorkloadCalibratesScalingEfficiency) {
+  TempDir dir;
+  auto h = History::open(dir.file("h.db"));
+  ASSERT_TRUE(h);
+  recordFinished(*h, spec("single", 1), 10);
+  recordFinished(*h, spec("pair", 2), 10);
+  JobSpec other = spec("other", 2);
+  other.batchPerRank = 128;  // another workload
+  recordFinished(*h, other, 10);
+  ASSERT_TRUE(h->refreshFinalKpis());
+  const auto single = h->job("single");
+  ASSERT_TRUE(single && single->finalKpis && single->finalKpis->samplesPerSecond);
+
+  auto calibration = h->calibration(spec("pair", 2));
+  ASSERT_TRUE(calibration);
+  ASSERT_TRUE(*calibration);
+  EXPECT_DOUBLE_EQ(**calibration, *single->finalKpis->samplesPerSecond);
+  EXPECT_FALSE(*h->calibration(other)) << "no 1-rank run of that workload";
+  EXPECT_FALSE(*h->calibration(spec("single", 1))) << "a job is not its own calibration";
+
+  auto tracker = h->tracker("pair");
+  ASSERT_TRUE(tracker);
+  const auto k = (*tracker)->snapshot(kT0 + 11 * 100'000);
+  EXPECT_EQ(k.scalingBasis, kpi::ScalingBasis::kCalibrated);
+  ASSERT_TRUE(k.scalingEfficiency && k.samplesPerSecond);
+  EXPECT_NEAR(*k.scalingEfficiency, *k.samplesPerSecond / (2 * *single->finalKpis->samplesPerSecond), 1e-9);
+}
+
 TEST(History, RefusesAFileFromANewerVersion) {
   TempDir dir;
   const std::string path = dir.file("h.db");

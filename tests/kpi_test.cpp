@@ -349,6 +349,18 @@ TEST(Kpi, StartUpIsNotPartOfTheRate) {
   EXPECT_NEAR(*k.meanSamplesPerSecond, 30.0 / 7.0, 1e-12);  // the whole job's mean keeps it in
 }
 
+// An ended job's pace is that of its last steps: the ranks' tear-down after their last report (an
+// evaluation, destroy_process_group) counts in its elapsed time, not in its throughput.
+TEST(Kpi, AnEndedJobsRateLeavesOutItsTearDown) {
+  JobTracker t(commandJob(), Settings{10.0, 0.5, std::nullopt, 100});
+  for (std::uint64_t s = 1; s <= 4; ++s) t.add(untimed(0, s, 10, 1.0f, t0 + static_cast<std::int64_t>(s) * kSecond), "n");
+  t.add(JobEvent{"k", JobEventKind::kFinished, t0 + 9 * kSecond, {}, {}, {}, "finished", "", {}});
+  const JobKpis k = t.snapshot(t0 + 100 * kSecond);
+  EXPECT_DOUBLE_EQ(k.elapsedSeconds, 9.0);
+  EXPECT_DOUBLE_EQ(*k.ranks[0].samplesPerSecond, 10.0);  // 40 samples in its 4 s of steps
+  EXPECT_NEAR(*k.meanSamplesPerSecond, 40.0 / 9.0, 1e-12);
+}
+
 TEST(Kpi, ACalibrationRunGivesACommandJobItsScalingEfficiency) {
   JobTracker t(commandJob(), Settings{5.0, 0.1, 25.0, 100});
   for (std::uint64_t s = 1; s <= 10; ++s) {

@@ -684,7 +684,8 @@ Result<JobRecord> History::job(const std::string& jobId) const {
 }
 
 Result<kpi::Maybe> History::calibration(const JobSpec& spec) const {
-  // A 1-rank run's whole-job pace: the same workload, finished, newest first (not the job itself).
+  // A 1-rank run's pace over its last steps (what a job's scaling efficiency divides its own pace
+  // over its last steps by): the same workload, finished, newest first (not the job itself).
   LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db_.get(), R"sql(
     SELECT job_id, spec_json, recorded_us, step_reports FROM jobs
     WHERE world_size = 1 AND job_id != ?1 AND step_reports > 0 ORDER BY recorded_us DESC)sql"));
@@ -696,8 +697,8 @@ Result<kpi::Maybe> History::calibration(const JobSpec& spec) const {
     auto spec1 = jobSpecFromJson(stmt.text(1));
     if (!spec1 || kpi::workloadKey(*spec1) != key) continue;
     LOCKSTEP_ASSIGN_OR_RETURN(JobRecord record, readRecord(db_.get(), stmt));
-    if (record.state == JobState::kFinished && record.finalKpis && record.finalKpis->meanSamplesPerSecond) {
-      return record.finalKpis->meanSamplesPerSecond;
+    if (record.state == JobState::kFinished && record.finalKpis && record.finalKpis->samplesPerSecond) {
+      return record.finalKpis->samplesPerSecond;
     }
   }
 }

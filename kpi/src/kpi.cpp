@@ -229,8 +229,11 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
   k.jobId = spec_.jobId;
   k.worldSize = worldSize_ > 0 ? worldSize_ : spec_.worldSize;
   k.attempts = attempts_;
-  const std::int64_t now = ended_ && endUs_ > 0 ? std::min(nowUnixUs, std::max(endUs_, lastReportUs_)) : nowUnixUs;
-  k.elapsedSeconds = startUs_ == 0 ? 0 : std::max(0.0, secondsSinceStart(now));
+  const std::int64_t end = ended_ && endUs_ > 0 ? std::min(nowUnixUs, std::max(endUs_, lastReportUs_)) : nowUnixUs;
+  k.elapsedSeconds = startUs_ == 0 ? 0 : std::max(0.0, secondsSinceStart(end));
+  // An ended job's rates are those of its last steps: what its ranks did after their last report
+  // (an evaluation, leaving the process group) is in its elapsed time and cost, not its pace.
+  const std::int64_t now = ended_ && lastReportUs_ > 0 ? std::min(end, lastReportUs_) : end;
   if (spec_.steps > 0) {
     k.totalSteps = spec_.steps;
   } else if (spec_.isCommand()) {
@@ -239,7 +242,7 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
     k.totalSteps = std::uint64_t{spec_.epochs} * ((syn->samples + spec_.globalBatch() - 1) / spec_.globalBatch());
   }
   const auto windowUs = static_cast<std::int64_t>(settings_.windowSeconds * 1e6);
-  const double span = std::min(settings_.windowSeconds, k.elapsedSeconds);
+  const double span = std::min(settings_.windowSeconds, startUs_ == 0 ? 0.0 : std::max(0.0, secondsSinceStart(now)));
 
   double totalRate = 0, exposedSum = 0, stepSum = 0, singleRateSum = 0;
   Maybe totalTokenRate;

@@ -118,8 +118,8 @@ class History {
   Result<JobRecord> job(const std::string& jobId) const;                  // NotFound when absent
   // Every stored message of the job in time order (events, step reports, samples), as received.
   Result<void> replay(const std::string& jobId, const std::function<void(const StreamMessage&)>& visit) const;
-  // The samples/s of the newest finished 1-rank job of the same workload (kpi::workloadKey), which
-  // calibrates a job's scaling efficiency; empty when there is none.
+  // The samples/s over the last steps of the newest finished 1-rank job of the same workload
+  // (kpi::workloadKey), which calibrates a job's scaling efficiency; empty when there is none.
   Result<kpi::Maybe> calibration(const JobSpec& spec) const;
   // A KPI tracker fed with the whole job: the dashboard and reports as they were. Without a
   // calibration in `settings`, the history's (calibration()) is used.
