@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint.h"
@@ -208,6 +209,52 @@ TEST(Gpu, TheAgentReportsRealNvmlReadingsWhileACudaJobTrains) {
   EXPECT_TRUE(power) << "power readings";
   EXPECT_TRUE(energy) << "energy counter readings";
   (void)c->stopJob("nvml-job", 0, 10s);
+}
+
+// Issue 13 on a GPU: an instrumented PyTorch DDP script through an agent, NCCL at world size 1;
+// watch() measures the all-reduce with CUDA events (the CPU path cannot see GPU time).
+TEST(Gpu, AnInstrumentedDdpScriptReportsItsAllReduceFromCudaEvents) {
+  const char* python = std::getenv("LOCKSTEP_TORCH_PYTHON");
+  TempDir dir;
+  AgentProcess agent(dir, "gpu-node");
+  ClientKeys client(dir);
+  agent.authorize(client.keys.publicKey);
+  auto c = connectTo(agent, client);
+  ASSERT_TRUE(c);
+  ASSERT_FALSE(c->hello().gpus.empty()) << "NVML found no GPU: " << c->hello().gpuStatus;
+  JobSpec spec;
+  spec.jobId = "own-cuda";
+  spec.backend = Backend::kCuda;
+  spec.command = CommandSpec{{python ? python : "/usr/bin/python3", std::string(LOCKSTEP_SOURCE_DIR) + "/tests/programs/ddp_cuda.py", "50"},
+                             dir.path().string(), {}};
+  auto placed = placeJob({c.get()}, {1}, spec, 10s);
+  ASSERT_TRUE(placed) << placed.error().message;
+  ASSERT_TRUE(launchJob({c.get()}, *placed, 10s));
+  std::uint64_t seq = 0;
+  std::vector<StepReport> reports;
+  bool ended = false;
+  const auto deadline = std::chrono::steady_clock::now() + 180s;
+  while (std::chrono::steady_clock::now() < deadline && !ended) {
+    auto batch = c->fetch(seq, 1000, 200, 10s);
+    ASSERT_TRUE(batch) << batch.error().message;
+    for (const auto& m : batch->messages) {
+      seq = m.seq;
+      if (const auto* r = std::get_if<StepReport>(&m.payload); r && r->jobId == "own-cuda") reports.push_back(*r);
+      if (const auto* e = std::get_if<JobEvent>(&m.payload); e && e->jobId == "own-cuda") {
+        ended |= e->kind == JobEventKind::kFinished || e->kind == JobEventKind::kFailed;
+        EXPECT_NE(e->kind, JobEventKind::kFailed) << e->message << "\n" << e->logTail;
+      }
+    }
+  }
+  ASSERT_TRUE(ended) << "the job did not end in time";
+  ASSERT_EQ(reports.size(), 50u) << "every step, the last ones read at exit";
+  for (const auto& r : reports) {
+    ASSERT_TRUE(r.exposedCommTimeUs && r.allreduceTimeUs && r.computeTimeUs) << "step " << r.step;
+    EXPECT_LE(*r.exposedCommTimeUs, *r.allreduceTimeUs);
+    EXPECT_LE(*r.exposedCommTimeUs, r.stepTimeUs);
+    EXPECT_EQ(r.bytesReduced, std::uint64_t{(1024 * 4096 + 4096 + 4096 * 1000 + 1000) * 4});
+    EXPECT_TRUE(std::isfinite(r.loss));
+  }
 }
 
 }  // namespace

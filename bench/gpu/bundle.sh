@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Packs what the GPU machine lacks into gpu-bundle/ (git-ignored; carry it with the `run` tool):
-# stripped lockstep-trainer, lockstep-agent and gpu_test, and the shared libraries they need that
+# stripped lockstep-trainer, lockstep-agent and gpu_test, the lockstep Python package and
+# liblockstep-reporter, and the shared libraries they need that
 # the GPU machine does not have (ZeroMQ, Gloo, OpenBLAS and their dependencies; see
 # ../shared/gpu-machine/README.md), compressed to stay under the 64 MiB a run may carry.
 #
@@ -19,7 +20,12 @@ for b in lockstep-trainer lockstep-agent gpu_test; do
   [ -x "$BUILD/bin/$b" ] || { echo "bundle: $BUILD/bin/$b is missing: build with CUDA first" >&2; exit 1; }
   strip -o "$OUT/bin/$b" "$BUILD/bin/$b"
 done
-ldd "$OUT"/bin/* | awk '$3 ~ /^\// { print $1, $3 }' | sort -u | while read -r name path; do
+# The lockstep Python package beside bin/, where the agent looks for it, and the reporting library
+# it falls back to in a Python without python3-zmq (the GPU machine's PyTorch venv).
+cp -r "$BUILD/python" "$OUT/python"
+find "$OUT/python" -name __pycache__ -prune -exec rm -rf {} +
+cp -L "$BUILD/lib/liblockstep-reporter.so.0" "$OUT/lib/"
+ldd "$OUT"/bin/* "$OUT/lib/liblockstep-reporter.so.0" | awk '$3 ~ /^\// { print $1, $3 }' | sort -u | while read -r name path; do
   [[ $name =~ $PRESENT ]] && continue
   cp -L "$path" "$OUT/lib/$name"
 done

@@ -36,6 +36,8 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /opt/torch/.venv/lib/python3*
 done
 export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export LOCKSTEP_TEST_BIN_DIR=$BUNDLE/bin
+# The own-program gpu test (issue 13) runs its DDP script with the machine's PyTorch.
+export LOCKSTEP_TORCH_PYTHON=$PY
 # The bundle carries Debian's libibverbs (Gloo links it); one GPU needs no InfiniBand.
 export NCCL_IB_DISABLE=1 NCCL_DEBUG=WARN
 TRAINER=$BUNDLE/bin/lockstep-trainer

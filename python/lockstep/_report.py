@@ -1,4 +1,7 @@
-"""The report channel: protobuf StreamMessages pushed to the agent over ZeroMQ, as the trainer's."""
+"""The report channel: protobuf StreamMessages pushed to the agent over ZeroMQ, as the trainer's.
+
+Through Debian's python3-zmq and python3-protobuf; in a Python without them, through
+liblockstep-reporter, the trainer's own code (_native.py)."""
 
 import atexit
 import os
@@ -125,9 +128,20 @@ def _from_environment():
         _warn("not reporting steps: the rank's environment is malformed (%s)" % e)
         return None
     try:
-        return _Reporter(endpoint, job_id, rank, world_size, attempt)
-    except ImportError as e:
-        _warn("not reporting steps: %s (install python3-zmq and python3-protobuf)" % e)
+        if os.environ.get("LOCKSTEP_PYTHON_TRANSPORT", "") != "native":
+            try:
+                return _Reporter(endpoint, job_id, rank, world_size, attempt)
+            except ImportError as missing:  # no python3-zmq or python3-protobuf in this Python
+                first = missing
+        else:
+            first = None
+        from lockstep import _native
+
+        try:
+            return _native.NativeReporter()
+        except ImportError as e:
+            _warn("not reporting steps: %s; and %s (install python3-zmq and python3-protobuf, or the "
+                  "lockstep-agent package's liblockstep-reporter)" % (first or "the native transport was asked for", e))
     except Exception as e:  # a malformed endpoint, say: the training goes on without reports
         _warn("not reporting steps: cannot connect to LOCKSTEP_REPORT=%r: %s" % (endpoint, e))
     return None

@@ -58,6 +58,7 @@ void lockstep_step_init(lockstep_step_info* step) {
   step->allreduce_time_us = LOCKSTEP_UNKNOWN;
   step->bytes_reduced = LOCKSTEP_UNKNOWN;
   step->step_time_us = LOCKSTEP_UNKNOWN;
+  step->time_unix_us = LOCKSTEP_UNKNOWN;
 }
 
 lockstep_reporter* lockstep_open(void) {
@@ -113,7 +114,7 @@ int lockstep_report(lockstep_reporter* reporter, const lockstep_step_info* step)
   r.stepTimeUs = step->step_time_us >= 0
                      ? step->step_time_us
                      : std::chrono::duration_cast<std::chrono::microseconds>(now - reporter->last).count();
-  r.timeUnixUs = lockstep::unixMicrosNow();
+  r.timeUnixUs = step->time_unix_us > 0 ? step->time_unix_us : lockstep::unixMicrosNow();
   if (auto valid = lockstep::validateStepReport(r); !valid) {
     std::fprintf(stderr, "lockstep: step %llu not reported: %s\n", static_cast<unsigned long long>(r.step),
                  valid.error().message.c_str());

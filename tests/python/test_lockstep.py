@@ -103,6 +103,25 @@ class Reporting(unittest.TestCase):
         self.assertNotEqual(reports[3].loss, reports[3].loss)  # NaN
         self.assertGreater(first.time_unix_us, 0)
 
+    def test_without_pyzmq_reports_go_through_liblockstep_reporter(self):
+        # A Python without python3-zmq and python3-protobuf (a venv) reports through the C library.
+        r = run("""
+            import lockstep, lockstep._report
+            for i in range(3):
+                lockstep.step(samples=8, loss=0.25, tokens=80, lr=0.5)
+            print(type(lockstep._report.reporter()).__name__)
+        """, dict(self.receiver.env(rank=1, world=2), LOCKSTEP_PYTHON_TRANSPORT="native"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), "NativeReporter")
+        reports = [m.step_report for m in self.receiver.messages(3)]
+        self.assertEqual([s.step for s in reports], [1, 2, 3])
+        first = reports[0]
+        self.assertEqual((first.job_id, first.rank, first.world_size, first.attempt), ("py-test", 1, 2, 2))
+        self.assertEqual((first.samples, first.tokens), (8, 80))
+        self.assertAlmostEqual(first.loss, 0.25)
+        self.assertFalse(first.HasField("compute_time_us"))
+        self.assertLess(abs(first.time_unix_us - time.time_ns() // 1000), 60 * 10**6)
+
     def test_watch_times_a_ddp_step_with_gloo(self):
         r = run("""
             import torch, torch.distributed as dist, lockstep

@@ -46,6 +46,7 @@ typedef struct lockstep_step_info {
   int64_t allreduce_time_us;   /* all-reduce in total, hidden behind compute or not */
   int64_t bytes_reduced;       /* gradient bytes all-reduced in this step */
   int64_t step_time_us;        /* LOCKSTEP_UNKNOWN: the time since the previous report (or open) */
+  int64_t time_unix_us;        /* when the step ended, microseconds since 1970; LOCKSTEP_UNKNOWN: now */
 } lockstep_step_info;
 
 typedef struct lockstep_reporter lockstep_reporter;

@@ -1,0 +1,94 @@
+"""The report channel through liblockstep-reporter (lockstep/reporter.h), for Pythons without
+python3-zmq and python3-protobuf (a virtual environment, another Python version). It sends the
+same StreamMessages over the same code as lockstep-trainer; the library reads the rank's
+environment itself."""
+
+import ctypes
+import ctypes.util
+import math
+import os
+
+_UNKNOWN = -1
+_FIELDS = ("data_time_us", "compute_time_us", "exposed_comm_time_us", "allreduce_time_us", "bytes_reduced", "tokens")
+
+
+class _StepInfo(ctypes.Structure):
+    _fields_ = [("step", ctypes.c_uint64), ("epoch", ctypes.c_uint32), ("samples", ctypes.c_uint32),
+                ("loss", ctypes.c_double), ("global_loss", ctypes.c_double), ("lr", ctypes.c_double),
+                ("tokens", ctypes.c_int64), ("data_time_us", ctypes.c_int64), ("compute_time_us", ctypes.c_int64),
+                ("exposed_comm_time_us", ctypes.c_int64), ("allreduce_time_us", ctypes.c_int64),
+                ("bytes_reduced", ctypes.c_int64), ("step_time_us", ctypes.c_int64), ("time_unix_us", ctypes.c_int64)]
+
+
+def _library():
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = [os.environ.get("LOCKSTEP_REPORTER_LIB", ""),
+                  os.path.join(here, "..", "..", "lib", "liblockstep-reporter.so.0"),  # the build tree
+                  ctypes.util.find_library("lockstep-reporter") or "", "liblockstep-reporter.so.0"]
+    last = None
+    for path in candidates:
+        if not path:
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            last = e
+            continue
+        lib.lockstep_open.restype = ctypes.c_void_p
+        lib.lockstep_active.argtypes = [ctypes.c_void_p]
+        lib.lockstep_report.argtypes = [ctypes.c_void_p, ctypes.POINTER(_StepInfo)]
+        lib.lockstep_dropped.argtypes = [ctypes.c_void_p]
+        lib.lockstep_dropped.restype = ctypes.c_uint64
+        lib.lockstep_close.argtypes = [ctypes.c_void_p]
+        return lib
+    raise ImportError("liblockstep-reporter is not found (%s)" % last)
+
+
+class NativeReporter:
+    """The interface of _report._Reporter (send, flush, close, made, dropped), over the C API."""
+
+    FLUSH_S, BURST = 0.1, 64
+
+    def __init__(self):
+        self._lib = _library()
+        self._handle = self._lib.lockstep_open()
+        if not self._handle or not self._lib.lockstep_active(self._handle):
+            raise ImportError("liblockstep-reporter does not report from this environment")
+        self.made = 0
+        self._held = []
+        self._last_flush = None
+        self._dropped_here = 0
+
+    @property
+    def dropped(self):
+        return self._dropped_here + (self._lib.lockstep_dropped(self._handle) if self._handle else 0)
+
+    def send(self, fields):
+        import time
+
+        self.made += 1
+        self._held.append(fields)
+        now = time.monotonic()
+        if self._last_flush is None:
+            self._last_flush = now
+        if len(self._held) >= self.BURST or now - self._last_flush >= self.FLUSH_S:
+            self.flush()
+
+    def flush(self):
+        import time
+
+        self._last_flush = time.monotonic()
+        held, self._held = self._held, []
+        for fields in held:
+            info = _StepInfo(step=fields["step"], epoch=fields.get("epoch", 0), samples=fields["samples"],
+                             loss=fields.get("loss", math.nan), global_loss=math.nan, lr=fields.get("lr", 0.0),
+                             step_time_us=fields["step_time_us"], time_unix_us=fields["time_unix_us"])
+            for name in _FIELDS:
+                setattr(info, name, fields.get(name, _UNKNOWN))
+            if self._lib.lockstep_report(self._handle, ctypes.byref(info)) == -1:
+                self._dropped_here += 1  # malformed: the library said why on stderr
+
+    def close(self):
+        self.flush()
+        handle, self._handle = self._handle, None
+        self._lib.lockstep_close(handle)
