@@ -169,8 +169,9 @@ def main():
         expected = ["usr/bin/lockstep-agent", "usr/bin/lockstep-trainer", unit,
                     "etc/lockstep/agent.conf", "etc/lockstep/authorized_keys",
                     # Issue 13: what a user's own program reports its steps with.
-                    "usr/lib/python3/dist-packages/lockstep/__init__.py",
-                    "usr/lib/python3/dist-packages/lockstep/v1/lockstep_pb2.py",
+                    "usr/lib/lockstep/python/lockstep/__init__.py",
+                    "usr/lib/lockstep/python/lockstep/v1/lockstep_pb2.py",
+                    "usr/lib/python3/dist-packages/lockstep.pth",
                     "usr/include/lockstep/reporter.h", "usr/lib/liblockstep-reporter.so.0",
                     "usr/lib/liblockstep-reporter.so"]
         if man_pages:
@@ -179,6 +180,8 @@ def main():
             check(path in files, f"lockstep-agent lacks {path}")
         check(not any("lockstepctl" in p or p.endswith("bin/lockstep") for p in files), "lockstep-agent ships desktop files")
         check(not any("__pycache__" in p for p in files), "lockstep-agent ships Python bytecode caches")
+        check(not any(p.startswith("usr/lib/python3/dist-packages/lockstep/") for p in files),
+              "the lockstep package must not be in dist-packages: the agent puts its directory on PYTHONPATH")
         recommends = depends_entries(field(node, "Recommends") or "")
         for package in ("python3-zmq", "python3-protobuf"):
             check(package in recommends, f"lockstep-agent should recommend {package} (the lockstep package reports with it)")
@@ -244,9 +247,11 @@ def main():
                 check(result.returncode == 0, f"desktop-file-validate: {result.stdout}{result.stderr}")
 
         # The packaged Python package imports with Debian's Python and its packages.
+        with open(os.path.join(root, "usr/lib/python3/dist-packages/lockstep.pth")) as f:
+            check(f.read().strip() == "/usr/lib/lockstep/python", "lockstep.pth must name /usr/lib/lockstep/python")
         result = subprocess.run(["/usr/bin/python3", "-c", "import lockstep, lockstep.v1.lockstep_pb2; print(lockstep.active())"],
                                 capture_output=True, text=True, timeout=60,
-                                env=dict(os.environ, PYTHONPATH=os.path.join(root, "usr/lib/python3/dist-packages")))
+                                env=dict(os.environ, PYTHONPATH=os.path.join(root, "usr/lib/lockstep/python")))
         check(result.returncode == 0 and result.stdout.strip() == "False",
               f"the packaged lockstep Python package does not import: {result.stderr[-500:]}")
 

@@ -49,6 +49,8 @@ Result<void> set(AgentConfig& c, const std::string& key, const std::string& valu
     LOCKSTEP_ASSIGN_OR_RETURN(c.replayMessages, number("--replay-messages", value, 1000, 100000000));
   } else if (key == "nvml-library") {
     c.nvmlLibrary = value;
+  } else if (key == "path-check-timeout-ms") {
+    LOCKSTEP_ASSIGN_OR_RETURN(c.pathCheckTimeoutMs, number("--path-check-timeout-ms", value, 1, 600000));
   } else if (key == "command-jobs") {
     if (value != "yes" && value != "no") return usage("--command-jobs: '" + value + "' must be yes or no");
     c.commandJobs = value == "yes";
@@ -170,6 +172,8 @@ connect only when its public key is in its authorized keys file (one key and a c
   --stop-grace-ms N          SIGTERM to SIGKILL when stopping a job (default 10000)
   --replay-messages N        streamed messages kept for clients that reconnect (default 600000)
   --nvml-library SONAME      NVML to load (default libnvidia-ml.so.1)
+  --path-check-timeout-ms N  how long the paths a job names may take to check, off the event loop
+                             (default 5000; a slow network file system may need more)
   --command-jobs yes|no      whether jobs may run their own program instead of lockstep-trainer
                              (default yes; per key: the no-command-jobs option in authorized keys)
   --config FILE              settings as `key = value` lines (default STATE/agent.conf if present)

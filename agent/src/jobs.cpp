@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "host.h"
 #include "lockstep/common/clock.h"
@@ -47,6 +48,25 @@ std::string fileTail(const std::string& path, std::uint64_t maxBytes, bool* more
   std::string text(static_cast<std::size_t>(size - start), '\0');
   if (!readExactly(fd.get(), text.data(), text.size(), start, path)) return {};
   return text;
+}
+
+// What an adopted rank (not our child, so not reaped by us) left in its process group. Its pid
+// may be reused once it is gone, so the group's members are picked by the job they belong to.
+void killLeftovers(pid_t pgid, const std::string& jobId) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(name));
+    if (::getpgid(pid) != pgid) continue;
+    std::istringstream environ(fileTail("/proc/" + name + "/environ", 1u << 20, nullptr));
+    for (std::string variable; std::getline(environ, variable, '\0');) {
+      if (variable == "LOCKSTEP_JOB_ID=" + jobId) {
+        ::kill(pid, SIGKILL);
+        break;
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -323,7 +343,10 @@ void JobManager::poll() {
       } else {
         // Adopted: gone, a zombie awaiting its new parent, or the pid reused by another process.
         const auto stat = readProcStat(r.pid);
-        if (!stat || stat->state == 'Z' || stat->startTicks != r.startTicks) rankEnded(*job, i, std::nullopt);
+        if (!stat || stat->state == 'Z' || stat->startTicks != r.startTicks) {
+          killLeftovers(r.pid, id);
+          rankEnded(*job, i, std::nullopt);
+        }
       }
     }
     if (job->killAt && Clock::now() >= *job->killAt) {
@@ -349,7 +372,10 @@ void JobManager::rankEnded(Job& job, std::size_t index, std::optional<ExitStatus
   if (stoppedByUs) {
     r.state = JobState::kStopped;
   } else if (!status) {
-    const bool reachedEnd = job.spec.steps > 0 && r.lastStep >= job.spec.steps;
+    // How an adopted rank ended is not ours to read. The trainer's last step says whether it got
+    // to the end; a program of the user's own has no last step we know, and is not called failed
+    // (which would restart a job that may have finished) on no evidence.
+    const bool reachedEnd = job.spec.isCommand() || (job.spec.steps > 0 && r.lastStep >= job.spec.steps);
     r.state = reachedEnd ? JobState::kFinished : JobState::kFailed;
   } else {
     r.state = status->success() ? JobState::kFinished : JobState::kFailed;

@@ -170,8 +170,9 @@ std::vector<Preflight::Done> Preflight::take() {
       continue;
     }
     out.push_back(Done{it->id, timeoutError("checking the job's paths on " + it->node + " took longer than " +
-                                            std::to_string(deadline_.count() / 1000) +
-                                            " s (a hung network file system, or a very slow disk?)")});
+                                            std::to_string(deadline_.count()) +
+                                            " ms (a hung network file system, or a very slow disk? the agent's "
+                                            "path-check-timeout-ms sets the limit)")});
     it = waiting_.erase(it);
   }
   return out;

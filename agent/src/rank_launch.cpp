@@ -132,7 +132,7 @@ std::string findPythonPackage() {
   const ssize_t length = ::readlink("/proc/self/exe", self, sizeof self - 1);
   if (length <= 0) return "";
   const fs::path bin = fs::path(std::string(self, static_cast<std::size_t>(length))).parent_path();
-  for (const fs::path& dir : {bin.parent_path() / "python", bin.parent_path() / "lib" / "python3" / "dist-packages"}) {
+  for (const fs::path& dir : {bin.parent_path() / "python", bin.parent_path() / "lib" / "lockstep" / "python"}) {
     std::error_code ec;
     if (fs::exists(dir / "lockstep" / "__init__.py", ec)) return dir.lexically_normal().string();
   }

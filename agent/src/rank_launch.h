@@ -34,7 +34,8 @@ SpawnOptions rankSpawnOptions(const NodeLaunch& node, const std::string& nodeNam
                               const std::string& logPath);
 
 // Where the `lockstep` Python package is, beside this agent: the build tree's python/ or the
-// installed dist-packages; "" when neither holds it.
+// installed lib/lockstep/python (a directory of its own: not dist-packages, whose Debian torch
+// would shadow a virtual environment's); "" when neither holds it.
 std::string findPythonPackage();
 
 }  // namespace lockstep::agent

@@ -99,6 +99,7 @@ class Agent::Impl {
   void onRequest();
   void onStartJob(const std::string& client, const std::string& key, std::uint64_t id, JobSpec spec);
   void onPreflight();
+  bool cancelPendingStart(const std::string& jobId);
   void onReports();
   void onSamples();
   void answerFetches(bool onlyExpired);
@@ -199,7 +200,7 @@ Result<void> Agent::Impl::init() {
                                               (e.num() == EADDRINUSE ? " (is another agent running? pick another port)" : "")};
   }
   sampler_ = std::make_unique<Sampler>(nvml_.get(), config_.name, config_.sampleHz);
-  preflight_ = std::make_unique<Preflight>();
+  preflight_ = std::make_unique<Preflight>(milliseconds(config_.pathCheckTimeoutMs));
   log_.info("listening on " + config_.listen + " as node " + config_.name + "; public key " + keys_.publicKey +
             "; authorized keys in " + config_.authorizedKeysPath());
   return {};
@@ -293,6 +294,10 @@ void Agent::Impl::onRequest() {
         } else if constexpr (std::is_same_v<T, StartJobRequest>) {
           onStartJob(client, clientKeyOf((*frames)[1]), id, std::move(body.spec));
         } else if constexpr (std::is_same_v<T, StopJobRequest>) {
+          if (cancelPendingStart(body.jobId)) {
+            reply(client, Reply{id, StopJobReply{body.jobId, JobState::kStopped}});
+            return;
+          }
           auto stopped = jobs_->stop(body.jobId, body.graceMs);
           if (stopped) {
             reply(client, Reply{id, *stopped});
@@ -337,6 +342,12 @@ void Agent::Impl::onStartJob(const std::string& client, const std::string& key, 
                         "this client's key may not start jobs that run their own program on " + config_.name +
                             " (its authorized keys give it the no-command-jobs option)"});
   }
+  const bool pending = std::any_of(starts_.begin(), starts_.end(),
+                                   [&](const auto& entry) { return entry.second.spec.jobId == spec.jobId; });
+  if (pending) {
+    return refuse(Error{ErrorCode::kAlreadyExists, "job " + spec.jobId + " is already being started on " +
+                                                       config_.name + ": pick another job id"});
+  }
   const std::uint64_t check = nextPreflightId_++;
   const PathFacts facts{config_.name, config_.trainer, std::getenv("PATH") != nullptr ? std::getenv("PATH") : ""};
   auto paths = [spec, facts] { return checkJobPaths(spec, facts); };
@@ -344,6 +355,20 @@ void Agent::Impl::onStartJob(const std::string& client, const std::string& key, 
     return refuse(submitted.error());
   }
   starts_.emplace(check, PendingStart{client, id, std::move(spec)});
+}
+
+bool Agent::Impl::cancelPendingStart(const std::string& jobId) {
+  // A StopJob while the job's paths are still being checked: it never starts (a client that
+  // gave up waiting for StartJob's answer undoes it so).
+  for (auto it = starts_.begin(); it != starts_.end(); ++it) {
+    if (it->second.spec.jobId != jobId) continue;
+    log_.info("job " + jobId + ": stopped before it started");
+    replyError(it->second.client, it->second.requestId,
+               Error{ErrorCode::kCancelled, "job " + jobId + " was stopped on " + config_.name + " before it started"});
+    starts_.erase(it);
+    return true;
+  }
+  return false;
 }
 
 void Agent::Impl::onPreflight() {
@@ -440,7 +465,9 @@ Result<void> Agent::Impl::loop(const std::atomic<int>& stop) {
     }
     if (items[2].revents & ZMQ_POLLIN) onReports();
     if (items[3].revents & ZMQ_POLLIN) onSamples();
-    if (!starts_.empty()) onPreflight();  // finished checks, and those past their deadline
+    // Finished checks, and those past their deadline. Its eventfd is read whenever it fired: a
+    // check answered at its deadline still writes it when its thread ends.
+    if ((items[4].revents & ZMQ_POLLIN) || !starts_.empty()) onPreflight();
     const auto ranksBefore = jobs_->runningRanks().size();
     jobs_->poll();
     if (jobs_->runningRanks().size() != ranksBefore) sampler_->track(jobs_->runningRanks(), jobs_->busyGpus());

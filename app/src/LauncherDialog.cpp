@@ -22,6 +22,7 @@
 #include <QVBoxLayout>
 
 #include "lockstep/client/launch.h"
+#include "lockstep/jobflags/options.h"
 
 namespace lockstep::app {
 namespace {
@@ -354,16 +355,14 @@ Result<JobSpec> LauncherDialog::programJob() const {
   for (const QString& word : QProcess::splitCommand(arguments_->text())) c.argv.push_back(word.toStdString());
   c.workingDir = workingDir_->text().trimmed().toStdString();
   for (const QString& item : QProcess::splitCommand(environment_->text())) {
-    const auto eq = item.indexOf(QLatin1Char('='));
-    if (eq < 0) return invalidArgument(("environment: '" + item + "' is not NAME=VALUE").toStdString());
-    c.env.emplace_back(item.left(eq).toStdString(), item.mid(eq + 1).toStdString());
+    LOCKSTEP_ASSIGN_OR_RETURN(auto assignment, trainer::parseEnvAssignment(item.toStdString()));
+    c.env.push_back(std::move(assignment));
   }
   s.command = std::move(c);
   if (!programTarget_->text().trimmed().isEmpty()) {
     LOCKSTEP_ASSIGN_OR_RETURN(s.targetLoss, real(programTarget_, tr("target loss")));
   }
   s.maxRestarts = static_cast<std::uint32_t>(programRestarts_->value());
-  s.timeoutS = static_cast<std::uint32_t>(timeout_->value());
   return s;
 }
 

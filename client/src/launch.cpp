@@ -76,6 +76,9 @@ Result<void> launchJob(const std::vector<AgentClient*>& agents, JobSpec spec, st
   if (order.empty()) return invalidArgument("no agent runs a rank of job " + spec.jobId);
   std::vector<AgentClient*> started;
   auto undo = [&](const Error& why, AgentClient* where) -> Error {
+    // An agent whose answer did not come in time may still start its part (it checks the job's
+    // paths first): it is stopped too, which cancels a start still under way.
+    if (why.code == ErrorCode::kTimeout || why.code == ErrorCode::kUnavailable) started.push_back(where);
     for (auto* agent : started) (void)agent->stopJob(spec.jobId, 0, timeout);
     return why.withContext("starting job " + spec.jobId + " on " + where->address().text() + " (" +
                            where->hello().nodeName + ")" +

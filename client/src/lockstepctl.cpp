@@ -809,17 +809,20 @@ int cmdStart(const Globals& g, const std::vector<std::string>& allArgs) {
     }
   }
   if (command && !specFile.empty()) return fail(invalidArgument("give the job as --spec FILE or as -- PROGRAM ARGS, not both"));
-  if (gpusPerAgent && std::find(jobFlags.begin(), jobFlags.end(), "--backend") == jobFlags.end()) {
-    jobFlags.insert(jobFlags.begin(), {"--backend", "cuda"});
+  // A flag given as `--flag value` or `--flag=value`.
+  const auto given = [&](const std::string& flag) {
+    return std::any_of(jobFlags.begin(), jobFlags.end(),
+                       [&](const std::string& f) { return f == flag || f.rfind(flag + "=", 0) == 0; });
+  };
+  if (gpusPerAgent && !given("--backend")) jobFlags.insert(jobFlags.begin(), {"--backend", "cuda"});
+  if (specFile.empty() && !given("--job-id")) {
+    jobFlags.push_back("--job-id");
+    jobFlags.push_back(newJobId());
   }
   JobSpec spec;
   if (command) {
-    if (std::find(jobFlags.begin(), jobFlags.end(), "--job-id") == jobFlags.end()) {
-      jobFlags.push_back("--job-id");
-      jobFlags.push_back(newJobId());
-    }
     // A program runs where its user is: this directory, unless --workdir says otherwise.
-    if (std::none_of(jobFlags.begin(), jobFlags.end(), [](const std::string& f) { return f.rfind("--workdir", 0) == 0; })) {
+    if (!given("--workdir")) {
       std::error_code ec;
       jobFlags.push_back("--workdir");
       jobFlags.push_back(fs::current_path(ec).string());
@@ -833,14 +836,17 @@ int cmdStart(const Globals& g, const std::vector<std::string>& allArgs) {
     auto parsed = jobSpecFromJson(*text);
     if (!parsed) return fail(parsed.error().withContext(specFile));
     spec = *parsed;
-    for (std::size_t i = 0; i + 1 < jobFlags.size(); ++i) {
-      if (jobFlags[i] == "--job-id") spec.jobId = jobFlags[i + 1];
+    // Only the id may be given beside the file: any other job flag would be dropped.
+    for (std::size_t i = 0; i < jobFlags.size(); ++i) {
+      if (jobFlags[i] == "--job-id" && i + 1 < jobFlags.size()) {
+        spec.jobId = jobFlags[++i];
+      } else if (jobFlags[i].rfind("--job-id=", 0) == 0) {
+        spec.jobId = jobFlags[i].substr(9);
+      } else {
+        return fail(invalidArgument(jobFlags[i] + " goes in the --spec file, not beside it (only --job-id may)"));
+      }
     }
   } else {
-    if (std::find(jobFlags.begin(), jobFlags.end(), "--job-id") == jobFlags.end()) {
-      jobFlags.push_back("--job-id");
-      jobFlags.push_back(newJobId());
-    }
     auto parsed = trainer::parseTrainerArgs(jobFlags);
     if (!parsed) return fail(parsed.error());
     if (parsed->help) {

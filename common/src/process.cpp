@@ -124,6 +124,22 @@ Result<pid_t> spawnProcess(const SpawnOptions& options) {
   }
 
   ::close(errPipe[1]);
+  // The pipe closes at exec (O_CLOEXEC) or carries why the child failed; a child stuck before
+  // exec (a hung mount) must not hold the caller, the agent's event loop among them.
+  pollfd ready{errPipe[0], POLLIN, 0};
+  int polled;
+  do {
+    polled = ::poll(&ready, 1, static_cast<int>(options.startTimeout.count()));
+  } while (polled < 0 && errno == EINTR);
+  if (polled == 0) {
+    ::close(errPipe[0]);
+    ::kill(pid, SIGKILL);
+    // A child stuck in the kernel (D state) dies only when its system call returns: reap it if it
+    // goes within a second, else leave it (it becomes a zombie of ours, not a hang).
+    for (int i = 0; i < 100 && ::waitpid(pid, nullptr, WNOHANG) == 0; ++i) ::usleep(10000);
+    return timeoutError(options.argv[0] + " did not start within " + std::to_string(options.startTimeout.count()) +
+                        " ms (its working directory or program on a hung file system?)");
+  }
   int report[2] = {0, 0};
   ssize_t n;
   do {

@@ -275,6 +275,14 @@ Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
   return o;
 }
 
+Result<std::pair<std::string, std::string>> parseEnvAssignment(const std::string& text) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    return invalidArgument("environment variable '" + text + "' is not NAME=VALUE");
+  }
+  return std::pair{text.substr(0, eq), text.substr(eq + 1)};
+}
+
 Result<JobSpec> parseCommandJobArgs(const std::vector<std::string>& args, const std::vector<std::string>& command) {
   JobSpec s;
   s.command = CommandSpec{command, "", {}};
@@ -292,7 +300,6 @@ Result<JobSpec> parseCommandJobArgs(const std::vector<std::string>& args, const 
       {"--target-loss", asOptionalReal(s.targetLoss)},
       {"--max-restarts", asWhole(s.maxRestarts, 100u)},
       {"--min-ranks", asWhole(s.minWorldSize, 4096u)},
-      {"--timeout-s", asWhole(s.timeoutS, 86400u)},
   };
   for (std::size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i];
@@ -305,16 +312,15 @@ Result<JobSpec> parseCommandJobArgs(const std::vector<std::string>& args, const 
     if (handler == valued.end()) {
       return invalidArgument(flag + " is not a flag of a job that runs your own program; the program's own flags "
                              "go after -- (job flags: --job-id --name --backend --workdir --env --target-loss "
-                             "--max-restarts --min-ranks --timeout-s)");
+                             "--max-restarts --min-ranks)");
     }
     if (!inlineValue && i + 1 >= args.size()) return invalidArgument(flag + " needs a value");
     LOCKSTEP_TRY(handler->second(flag, inlineValue ? *inlineValue : args[++i]));
   }
   LOCKSTEP_TRY(asChoice(s.backend, {{"cpu", Backend::kCpu}, {"cuda", Backend::kCuda}})("--backend", backendText));
   for (const auto& item : envText) {
-    const auto eq = item.find('=');
-    if (eq == std::string::npos) return invalidArgument("--env '" + item + "' is not NAME=VALUE");
-    s.command->env.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+    LOCKSTEP_ASSIGN_OR_RETURN(auto assignment, parseEnvAssignment(item));
+    s.command->env.push_back(std::move(assignment));
   }
   LOCKSTEP_TRY(validateJobSpec(s));
   return s;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 #include <string>
 
@@ -121,7 +122,11 @@ Result<void> validatePlacements(const JobSpec& spec) {
   }
   std::set<std::uint32_t> seen;
   std::set<std::pair<std::string, std::uint32_t>> gpus;
+  std::map<std::string, std::set<std::uint32_t>> localRanks;  // per node: 0..n-1, each once
   for (const auto& p : spec.ranks) {
+    if (!localRanks[p.node].insert(p.localRank).second) {
+      return bad("local rank " + std::to_string(p.localRank) + " on " + p.node + " is given to two ranks");
+    }
     if (p.rank >= spec.worldSize) {
       return bad("rank " + std::to_string(p.rank) + " is outside the world size " + std::to_string(spec.worldSize));
     }
@@ -134,14 +139,22 @@ Result<void> validatePlacements(const JobSpec& spec) {
       }
     }
   }
+  for (const auto& [node, locals] : localRanks) {
+    if (*locals.rbegin() + 1 != locals.size()) {
+      return bad("the local ranks on " + node + " must be numbered 0 to " + std::to_string(locals.size() - 1) +
+                 " (LOCAL_RANK picks each rank's GPU)");
+    }
+  }
   return {};
 }
 
-// The environment the agent gives each rank of a command job; a job's own env may not set these.
+// The environment the agent gives each rank of a command job (agent/src/rank_launch.cpp, which a
+// test checks against this list); a job's own env may not set these. OMP_NUM_THREADS and PYTHONPATH
+// are the agent's defaults, which a job may change.
 constexpr std::string_view kRankVariables[] = {
     "RANK",       "WORLD_SIZE",      "LOCAL_RANK",      "LOCAL_WORLD_SIZE", "GROUP_RANK",
     "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",        "MASTER_ADDR",
-    "MASTER_PORT", "CUDA_VISIBLE_DEVICES"};
+    "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"};
 
 bool validEnvName(const std::string& name) {
   if (name.empty() || name.size() > 256 || (name[0] >= '0' && name[0] <= '9')) return false;
@@ -187,8 +200,8 @@ Result<void> validateCommand(const CommandSpec& c) {
                  "' is malformed: use letters, digits and '_', not starting with a digit (NAME=VALUE)");
     }
     if (isRankVariable(name)) {
-      return bad(name + " is set by the agent for each rank (torchrun's variables, CUDA_VISIBLE_DEVICES and "
-                        "LOCKSTEP_*); leave it out of the job's environment");
+      return bad(name + " is set by the agent for each rank (torchrun's variables, CUDA_VISIBLE_DEVICES, "
+                        "CUDA_DEVICE_ORDER and LOCKSTEP_*); leave it out of the job's environment");
     }
     if (!names.insert(name).second) return bad("environment variable " + name + " is given twice");
     LOCKSTEP_TRY(checkText(("the value of " + name).c_str(), value, kMaxCommandArgBytes));

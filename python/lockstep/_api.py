@@ -5,14 +5,15 @@ Two ways of timing the all-reduce, chosen by where the model lives:
 - On CPUs (Gloo), DDP's own all-reduce is left as it is. Registering any comm hook, even DDP's
   built-in one, costs a second pass over the gradients there (DDP then copies them into its
   buckets and divides apart, instead of dividing while it copies): 1.8 ms of a 35 ms step on the
-  reference workload, measured. Instead a hook on the parameter whose gradient comes first in
-  backward (found in the first backward) queues an autograd callback. Callbacks run in the order
-  they were queued, after the graph: DDP queues its own, which waits for the reductions, only when
-  its last bucket is ready, so ours runs first, when backward's compute is done, and queues a
-  second, which runs after DDP's. The time between the two is the exposed communication.
+  reference workload, measured. Instead each forward hooks its output's gradient, which backward
+  computes before any parameter's; that hook queues an autograd callback. Callbacks run in the
+  order they were queued, after the graph: DDP queues its own, which waits for the reductions,
+  only when its last bucket is ready, so ours runs first, when backward's compute is done, and
+  queues a second, which runs after DDP's. The time between the two is the exposed communication.
 - On GPUs (NCCL) the host's clock says nothing about the GPU's. A comm hook does what DDP's
-  built-in one does and records CUDA events when a bucket's gradients are ready and when its
-  reduction is done; they are read once they completed, steps later, so the host never waits.
+  built-in one does (on DDP's process group) and records CUDA events when a bucket's gradients
+  are ready and when its reduction is done; they are read once they completed, steps later, so
+  the host never waits. A CUDA loss is copied to pinned memory without waiting, and read then too.
 """
 
 import collections
@@ -24,12 +25,13 @@ from lockstep import _report
 
 _IMPORTED = time.perf_counter()  # the first step of a program that never calls watch() starts here
 _MAX_PENDING_GPU_STEPS = 64      # steps whose CUDA events have not completed yet, beyond: dropped
+_U32, _I63 = 2**32, 2**63
 
 
 class _Measured:
     """What the hooks saw during the step now running."""
 
-    __slots__ = ("forward_start", "exposed", "synced", "intervals", "compute_done")
+    __slots__ = ("forward_start", "exposed", "synced", "intervals", "compute_done", "evaluating", "excluded")
 
     def __init__(self):
         self.forward_start = None  # host time of the step's first forward with autograd on
@@ -37,6 +39,8 @@ class _Measured:
         self.synced = False        # a backward of this step all-reduced (not under no_sync())
         self.intervals = []        # (ready, done) CUDA events per bucket (GPU)
         self.compute_done = None   # host time the running backward's compute ended (CPU)
+        self.evaluating = None     # host time a forward without autograd began
+        self.excluded = 0.0        # seconds of such forwards before the step's first: not data time
 
 
 def _union_length(intervals):
@@ -49,6 +53,17 @@ def _union_length(intervals):
             total += stop - end
             end = stop
     return total
+
+
+def _first_grad_tensor(output):
+    if hasattr(output, "requires_grad"):
+        return output if output.requires_grad else None
+    items = output.values() if isinstance(output, dict) else output if isinstance(output, (list, tuple)) else ()
+    for item in items:
+        found = _first_grad_tensor(item)
+        if found is not None:
+            return found
+    return None
 
 
 class _Watcher:
@@ -67,35 +82,41 @@ class _Watcher:
         self.bytes_per_sync = sum(p.numel() * p.element_size() for p in parameters)
         self.gpu = self.ddp and bool(parameters) and parameters[0].is_cuda
         self.timed = self.ddp  # whether this model's all-reduce is timed at all
-        module.register_forward_pre_hook(self._on_forward)
         self._queue = torch.autograd.Variable._execution_engine.queue_callback
-        self._first = []  # the hooks of the first backward, one per parameter, until it found its first
+        module.register_forward_pre_hook(self._before_forward)
+        module.register_forward_hook(self._after_forward)
         if self.gpu:
             try:
-                module.register_comm_hook(None, self._comm_hook)
+                module.register_comm_hook(module.process_group, self._comm_hook)
             except RuntimeError as e:  # the program registered its own hook already
                 _report._warn("not timing all-reduce: %s" % e)
                 self.timed = False
-        elif self.ddp:
-            for p in parameters:
-                self._first.append((p, p.register_hook(lambda grad, p=p: self._backward_began(p))))
 
-    def _on_forward(self, module, inputs):
+    def _before_forward(self, module, inputs):
+        measured = self.current
         if not self._torch.is_grad_enabled():
-            return  # an evaluation between steps is not the step's start
-        if self.current.forward_start is None:
-            self.current.forward_start = time.perf_counter()
+            measured.evaluating = time.perf_counter()  # an evaluation between steps is not a step
+            return
+        if measured.forward_start is None:
+            measured.forward_start = time.perf_counter()
         if getattr(module, "require_backward_grad_sync", False):
-            self.current.synced = True
+            measured.synced = True
+
+    def _after_forward(self, module, inputs, output):
+        measured = self.current
+        if measured.evaluating is not None:
+            if measured.forward_start is None:
+                measured.excluded += time.perf_counter() - measured.evaluating
+            measured.evaluating = None
+            return
+        if self.ddp and not self.gpu:
+            tensor = _first_grad_tensor(output)
+            if tensor is not None:
+                tensor.register_hook(self._backward_began)
 
     # ---- CPU: two autograd callbacks around DDP's own ----
 
-    def _backward_began(self, parameter):
-        if self._first:  # the first backward: keep only the hook of the parameter that came first
-            for p, handle in self._first:
-                if p is not parameter:
-                    handle.remove()
-            self._first = []
+    def _backward_began(self, grad):
         self._queue(self._compute_done)
 
     def _compute_done(self):
@@ -110,15 +131,15 @@ class _Watcher:
 
     # ---- GPU: a comm hook with CUDA events ----
 
-    def _comm_hook(self, state, bucket):
+    def _comm_hook(self, group, bucket):
         torch, dist = self._torch, self._dist
         tensor = bucket.buffer()
         ready = torch.cuda.Event(enable_timing=True)
         ready.record()  # on the stream that produced the gradients
         slot = [ready, None]
         self.current.intervals.append(slot)
-        tensor.div_(dist.get_world_size())  # what DDP's built-in hook does
-        future = dist.all_reduce(tensor, async_op=True).get_future()
+        tensor.div_(group.size() if group is not None else dist.get_world_size())  # as DDP's built-in hook
+        future = dist.all_reduce(tensor, group=group, async_op=True).get_future()
 
         def done(fut):
             finished = torch.cuda.Event(enable_timing=True)
@@ -160,21 +181,56 @@ def _seconds_to_us(seconds):
     return max(0, int(round(seconds * 1e6)))
 
 
+class _CudaLoss:
+    """A CUDA loss on its way to the host: copied to pinned memory without waiting."""
+
+    __slots__ = ("value", "ready")
+
+    def __init__(self, loss):
+        import torch
+
+        self.value = torch.empty((), dtype=loss.dtype, pin_memory=True)
+        self.value.copy_(loss.detach().reshape(()), non_blocking=True)
+        self.ready = torch.cuda.Event()
+        self.ready.record()
+
+    def read(self):
+        return float(self.value) if self.ready.query() else None
+
+
 def _loss_value(loss):
     if loss is None:
         return None
-    if hasattr(loss, "is_cuda"):  # a tensor: read it without forcing a CUDA sync when it is on a GPU
-        return loss.detach() if loss.is_cuda else loss.item()
+    if hasattr(loss, "is_cuda"):  # a tensor
+        if loss.numel() != 1:
+            raise ValueError("loss has %d elements; give its mean" % loss.numel())
+        return _CudaLoss(loss) if loss.is_cuda else loss.item()
     return float(loss)
+
+
+def _checked_fields(samples, tokens, epoch, lr, number):
+    """A step's report fields, checked so that no value can fail later, in the transport."""
+    fields = {"step": number, "samples": int(samples), "time_unix_us": time.time_ns() // 1000}
+    if epoch is not None:
+        fields["epoch"] = int(epoch)
+    if lr is not None and math.isfinite(float(lr)) and float(lr) > 0:
+        fields["lr"] = float(lr)
+    if tokens is not None:
+        fields["tokens"] = int(tokens)
+    for name, top in (("step", _I63), ("samples", _U32), ("epoch", _U32), ("tokens", _I63)):
+        if name in fields and not (1 if name == "step" else 0) <= fields[name] < top:
+            raise ValueError("%s is %d, outside [%d, %d)" % (name, fields[name], name == "step", top))
+    return fields
 
 
 def step(samples, loss=None, tokens=None, epoch=None, lr=None, step=None):
     """Closes the step that just ended on this rank and reports it.
 
-    samples: this rank's samples in the step; loss: its mean loss (a float or a tensor; a CUDA
-    tensor is read once the step's GPU work is done); tokens: its tokens, for sequence models;
-    epoch, lr: shown beside the step; step: the optimizer step's number when the program knows it
-    (a resumed run), else the count of calls. Never raises on bad values: it says so and skips.
+    samples: this rank's samples in the step; loss: its mean loss (a float or a one-element tensor;
+    a CUDA tensor is read once the GPU got there, without waiting); tokens: its tokens, for
+    sequence models; epoch, lr: shown beside the step; step: the optimizer step's number when the
+    program knows it (a resumed run), else the count of calls. Never raises: a bad value is said on
+    stderr and the step is not reported.
     """
     global _last_step, _last_end
     r = _report.reporter()
@@ -183,17 +239,9 @@ def step(samples, loss=None, tokens=None, epoch=None, lr=None, step=None):
     end = time.perf_counter()
     try:
         number = int(step) if step is not None else _last_step + 1
-        fields = {"step": number, "samples": int(samples), "time_unix_us": time.time_ns() // 1000}
-        if epoch is not None:
-            fields["epoch"] = int(epoch)
-        if lr is not None and math.isfinite(float(lr)) and float(lr) > 0:
-            fields["lr"] = float(lr)
-        if tokens is not None:
-            fields["tokens"] = int(tokens)
+        fields = _checked_fields(samples, tokens, epoch, lr, number)
         loss_value = _loss_value(loss)
-        if number < 1 or not 0 <= fields["samples"] < 2**32 or fields.get("tokens", 0) < 0:
-            raise ValueError("step %d with %d samples" % (number, fields["samples"]))
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, RuntimeError) as e:
         _report._warn("step not reported: %s" % e)
         return
     _last_step = number
@@ -206,16 +254,20 @@ def step(samples, loss=None, tokens=None, epoch=None, lr=None, step=None):
         return
     start, measured = w.close_step(end)
     fields["step_time_us"] = _seconds_to_us(end - start)
-    data = max(0.0, measured.forward_start - start) if measured.forward_start is not None else 0.0
+    if measured.forward_start is not None:
+        data = max(0.0, measured.forward_start - start - measured.excluded)
+    else:
+        data = 0.0
     fields["data_time_us"] = _seconds_to_us(data)
     if w.timed:
         fields["bytes_reduced"] = w.bytes_per_sync if measured.synced else 0
-    if w.gpu and measured.intervals:
-        # Read once the GPU got there: the host never waits for it.
+    if w.gpu and (measured.intervals or w.pending or isinstance(loss_value, _CudaLoss)):
+        # Read once the GPU got there: the host never waits for it. A step without buckets waits
+        # behind the ones before it, so that reports keep their order.
         w.pending.append((fields, loss_value, measured))
         if len(w.pending) > _MAX_PENDING_GPU_STEPS:
             w.pending.popleft()
-            r.dropped += 1
+            r.count_drop()
         _flush_gpu(r, w, wait=False)
         return
     _close_split(fields, measured.exposed if w.timed else None)
@@ -236,10 +288,17 @@ def _close_split(fields, exposed, allreduce=None):
 
 
 def _send(r, fields, loss_value):
-    if loss_value is not None and not isinstance(loss_value, float):
-        loss_value = float(loss_value.item())
-    fields["loss"] = loss_value if loss_value is not None else float("nan")
+    if isinstance(loss_value, _CudaLoss):
+        loss_value = loss_value.read()
+    fields["loss"] = loss_value if loss_value is not None and math.isfinite(loss_value) else float("nan")
     r.send(fields)
+
+
+def _gpu_done(measured, loss_value):
+    """Whether a pending GPU step's events (and its loss's copy) completed."""
+    if isinstance(loss_value, _CudaLoss) and not loss_value.ready.query():
+        return False
+    return all(d is not None and d.query() for _, d in measured.intervals[-1:])
 
 
 def _flush_gpu(r, w, wait):
@@ -250,18 +309,20 @@ def _flush_gpu(r, w, wait):
         fields, loss_value, measured = w.pending[0]
         if any(d is None for _, d in measured.intervals):  # cannot happen after backward; be safe
             w.pending.popleft()
-            r.dropped += 1
+            r.count_drop()
             continue
-        last_done = measured.intervals[-1][1]
-        while not last_done.query():
+        while not _gpu_done(measured, loss_value):
             if not wait or time.monotonic() > deadline:
                 return
             time.sleep(0.001)
-        anchor = measured.intervals[0][0]
-        intervals = [(anchor.elapsed_time(s) / 1e3, anchor.elapsed_time(d) / 1e3) for s, d in measured.intervals]
-        exposed = max(0.0, max(d for _, d in intervals) - max(s for s, _ in intervals))
-        _close_split(fields, exposed, _union_length(intervals))
         w.pending.popleft()
+        exposed = allreduce = 0.0  # a step without buckets (under no_sync) reduced nothing
+        if measured.intervals:
+            anchor = measured.intervals[0][0]
+            intervals = [(anchor.elapsed_time(s) / 1e3, anchor.elapsed_time(d) / 1e3) for s, d in measured.intervals]
+            exposed = max(0.0, max(d for _, d in intervals) - max(s for s, _ in intervals))
+            allreduce = _union_length(intervals)
+        _close_split(fields, exposed if w.timed else None, allreduce)
         _send(r, fields, loss_value)
 
 

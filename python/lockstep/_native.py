@@ -8,6 +8,8 @@ import ctypes.util
 import math
 import os
 
+from lockstep._report import _Bursts
+
 _UNKNOWN = -1
 _FIELDS = ("data_time_us", "compute_time_us", "exposed_comm_time_us", "allreduce_time_us", "bytes_reduced", "tokens")
 
@@ -44,41 +46,21 @@ def _library():
     raise ImportError("liblockstep-reporter is not found (%s)" % last)
 
 
-class NativeReporter:
-    """The interface of _report._Reporter (send, flush, close, made, dropped), over the C API."""
-
-    FLUSH_S, BURST = 0.1, 64
+class NativeReporter(_Bursts):
+    """The C API under _Bursts: the same reports, through lockstep-trainer's report code."""
 
     def __init__(self):
         self._lib = _library()
         self._handle = self._lib.lockstep_open()
         if not self._handle or not self._lib.lockstep_active(self._handle):
             raise ImportError("liblockstep-reporter does not report from this environment")
-        self.made = 0
-        self._held = []
-        self._last_flush = None
-        self._dropped_here = 0
+        super().__init__()
 
     @property
     def dropped(self):
-        return self._dropped_here + (self._lib.lockstep_dropped(self._handle) if self._handle else 0)
+        return super().dropped + (self._lib.lockstep_dropped(self._handle) if self._handle else 0)
 
-    def send(self, fields):
-        import time
-
-        self.made += 1
-        self._held.append(fields)
-        now = time.monotonic()
-        if self._last_flush is None:
-            self._last_flush = now
-        if len(self._held) >= self.BURST or now - self._last_flush >= self.FLUSH_S:
-            self.flush()
-
-    def flush(self):
-        import time
-
-        self._last_flush = time.monotonic()
-        held, self._held = self._held, []
+    def _deliver(self, held):
         for fields in held:
             info = _StepInfo(step=fields["step"], epoch=fields.get("epoch", 0), samples=fields["samples"],
                              loss=fields.get("loss", math.nan), global_loss=math.nan, lr=fields.get("lr", 0.0),
@@ -86,9 +68,10 @@ class NativeReporter:
             for name in _FIELDS:
                 setattr(info, name, fields.get(name, _UNKNOWN))
             if self._lib.lockstep_report(self._handle, ctypes.byref(info)) == -1:
-                self._dropped_here += 1  # malformed: the library said why on stderr
+                self.count_drop()  # malformed: the library said why on stderr
 
     def close(self):
-        self.flush()
-        handle, self._handle = self._handle, None
-        self._lib.lockstep_close(handle)
+        super().close()
+        with self._flushing:
+            handle, self._handle = self._handle, None
+            self._lib.lockstep_close(handle)

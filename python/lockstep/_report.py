@@ -1,7 +1,10 @@
 """The report channel: protobuf StreamMessages pushed to the agent over ZeroMQ, as the trainer's.
 
 Through Debian's python3-zmq and python3-protobuf; in a Python without them, through
-liblockstep-reporter, the trainer's own code (_native.py)."""
+liblockstep-reporter, the trainer's own code (_native.py). Either way reports leave in bursts
+(_Bursts): step() only notes a step, and a burst goes every FLUSH_S, from the training loop or,
+when it is busy elsewhere (an evaluation, a checkpoint), from a timer thread.
+"""
 
 import atexit
 import os
@@ -18,16 +21,70 @@ def _warn(text):
     print("lockstep: " + text, file=sys.stderr, flush=True)
 
 
-class _Reporter:
+class _Bursts:
+    """Holds reports and hands them on in bursts: each send wakes the transport's I/O thread, which
+    on a node whose cores the ranks keep busy preempts the training loop (190 us a send, measured
+    on the 2-core build machine; one wake-up serves a whole burst)."""
+
+    FLUSH_S = 0.1
+    BURST = 64
+
+    def __init__(self):
+        self.made = 0          # reports given to send()
+        self._dropped = 0      # reports lost on this side (a full queue, a GPU step never read)
+        self._held = []        # their fields, not yet handed on
+        self._holding = threading.Lock()   # guards _held: taken for an append or a swap, never longer
+        self._last_flush = time.monotonic()
+        self._flushing = threading.Lock()  # the transport is used by one thread at a time
+        self._stop = threading.Event()
+        self._timer = threading.Thread(target=self._tick, name="lockstep-reports", daemon=True)
+        self._timer.start()
+
+    @property
+    def dropped(self):
+        return self._dropped
+
+    def count_drop(self, n=1):
+        self._dropped += n
+
+    def send(self, fields):
+        """fields: the StepReport's values by their proto names, only those known. Never waits."""
+        self.made += 1
+        with self._holding:
+            self._held.append(fields)
+            due = len(self._held) >= self.BURST or time.monotonic() - self._last_flush >= self.FLUSH_S
+        if due:
+            self.flush(wait=False)
+
+    def flush(self, wait=True):
+        """Hands the held reports on. Without `wait`, gives way when the timer is at it already."""
+        if not self._flushing.acquire(blocking=wait):
+            return
+        try:
+            with self._holding:
+                self._last_flush = time.monotonic()
+                held, self._held = self._held, []
+            if held:
+                self._deliver(held)
+        finally:
+            self._flushing.release()
+
+    def _tick(self):
+        while not self._stop.wait(self.FLUSH_S):
+            if self._held and time.monotonic() - self._last_flush >= self.FLUSH_S:
+                self.flush()
+
+    def close(self):
+        self._stop.set()
+        self.flush()
+
+
+class _Reporter(_Bursts):
     """One rank's PUSH socket to its agent. Sending never waits: a full queue counts a drop."""
 
     QUEUE = 100000     # reports held while the agent does not read (the trainer's figure)
     LINGER_MS = 2000   # how long exit waits for queued reports
-    # Reports leave in bursts, at most this far apart: each send wakes ZeroMQ's I/O thread, which
-    # on a node whose cores the ranks keep busy preempts the training loop (190 us a send, measured
-    # on the 2-core build machine; one wake-up serves a whole burst).
-    FLUSH_S = 0.1
-    BURST = 64
+    NOT_CONNECTED_WARNING_S = 10.0
 
     def __init__(self, endpoint, job_id, rank, world_size, attempt):
         import zmq  # Debian's python3-zmq
@@ -52,24 +109,10 @@ class _Reporter:
         self.world_size = world_size
         self.attempt = attempt
         self.seq = 0      # reports handed to ZeroMQ, numbered
-        self.made = 0     # reports given to send()
-        self.dropped = 0
-        self._held = []  # reports (their fields) not yet handed to ZeroMQ
-        self._last_flush = time.monotonic()
+        super().__init__()
 
-    def send(self, fields):
-        """fields: the StepReport's values by their proto names, only those known. Held until the
-        burst leaves (FLUSH_S); never waits. Building the protobuf waits for the burst too: the
-        training loop only appends."""
-        self.made += 1
-        self._held.append(fields)
-        if len(self._held) >= self.BURST or time.monotonic() - self._last_flush >= self.FLUSH_S:
-            self.flush()
-
-    def flush(self):
-        self._last_flush = time.monotonic()
+    def _deliver(self, held):
         self._check_connected()
-        held, self._held = self._held, []
         pb = self._pb
         for i, fields in enumerate(held):
             self.seq += 1
@@ -79,10 +122,8 @@ class _Reporter:
                 self._socket.send(pb.StreamMessage(seq=self.seq, step_report=report).SerializeToString(),
                                   self._zmq.NOBLOCK)
             except self._zmq.ZMQError:  # Again: the queue is full; anything else: the socket is gone
-                self.dropped += len(held) - i
+                self.count_drop(len(held) - i)
                 return
-
-    NOT_CONNECTED_WARNING_S = 10.0
 
     def _check_connected(self):
         if self.connected:
@@ -102,15 +143,17 @@ class _Reporter:
                   "queue, then drop; training goes on" % self.endpoint)
 
     def close(self):
-        self.flush()
-        if not self.connected and self.made > 0 and self._monitor.poll(self.LINGER_MS):
-            self._check_connected()  # the connection was still being made
-        if not self.connected and self.made > 0:
-            _warn("%d step reports never reached the agent at LOCKSTEP_REPORT=%s" % (self.made, self.endpoint))
-            self._socket.setsockopt(self._zmq.LINGER, 0)  # nobody to wait for
-        self._monitor.close(0)
-        self._socket.close()  # lingers up to LINGER_MS for queued reports
-        self._context.term()
+        super().close()
+        with self._flushing:
+            self._check_connected()
+            if not self.connected and self.made > 0 and self._monitor.poll(self.LINGER_MS):
+                self._check_connected()  # the connection was still being made
+            if not self.connected and self.made > 0:
+                _warn("%d step reports never reached the agent at LOCKSTEP_REPORT=%s" % (self.made, self.endpoint))
+                self._socket.setsockopt(self._zmq.LINGER, 0)  # nobody to wait for
+            self._monitor.close(0)
+            self._socket.close()  # lingers up to LINGER_MS for queued reports
+            self._context.term()
 
 
 def _from_environment():
@@ -127,14 +170,13 @@ def _from_environment():
     except ValueError as e:
         _warn("not reporting steps: the rank's environment is malformed (%s)" % e)
         return None
+    first = None
     try:
         if os.environ.get("LOCKSTEP_PYTHON_TRANSPORT", "") != "native":
             try:
                 return _Reporter(endpoint, job_id, rank, world_size, attempt)
             except ImportError as missing:  # no python3-zmq or python3-protobuf in this Python
                 first = missing
-        else:
-            first = None
         from lockstep import _native
 
         try:

@@ -5,11 +5,13 @@ Lockstep). It learns a fixed linear rule on random data, so its loss falls.
   --steps N           optimizer steps (default 40)
   --workers N         DataLoader worker processes (default 0)
   --sleep-ms N        extra time per batch in the data pipeline
+  --slow-rank R --slow-ms N   rank R computes N ms longer each step (the others wait for it)
   --fail-rank R --fail-at S   rank R raises at step S (of every attempt, or --fail-attempt A's)
   --done FILE         write how the run ended there (the step calls' slowest time, in ms)
 """
 
 import argparse
+import gc
 import os
 import sys
 import time
@@ -23,6 +25,8 @@ p.add_argument("--instrument", action="store_true")
 p.add_argument("--steps", type=int, default=40)
 p.add_argument("--workers", type=int, default=0)
 p.add_argument("--sleep-ms", type=float, default=0)
+p.add_argument("--slow-rank", type=int, default=-1)
+p.add_argument("--slow-ms", type=float, default=0)
 p.add_argument("--fail-rank", type=int, default=-1)
 p.add_argument("--fail-at", type=int, default=0)
 p.add_argument("--fail-attempt", type=int, default=-1)
@@ -67,6 +71,8 @@ for step, (x, y) in enumerate(loader, start=1):
     if rank == args.fail_rank and step == args.fail_at and args.fail_attempt in (-1, attempt):
         raise RuntimeError("rank %d gave up at step %d on purpose" % (rank, step))
     loss = torch.nn.functional.cross_entropy(model(x), y)
+    if rank == args.slow_rank:
+        time.sleep(args.slow_ms / 1000)
     opt.zero_grad()
     loss.backward()
     opt.step()
@@ -77,7 +83,12 @@ for step, (x, y) in enumerate(loader, start=1):
     if step % 10 == 0:
         print("step %d loss %.4f" % (step, loss.item()), flush=True)
 
-dist.barrier()  # Debian's torch 1.13 can abort in teardown when ranks leave at different times
+# Debian's torch 1.13 can abort ("terminate called without an active exception") or hang in
+# teardown when ranks leave at different times, or when DDP outlives the process group.
+dist.barrier()
+del model, opt
+gc.collect()
+dist.barrier()
 dist.destroy_process_group()
 if args.done:
     with open(args.done + ".%d" % rank, "w") as f:

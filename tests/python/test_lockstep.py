@@ -70,7 +70,7 @@ class OutsideLockstep(unittest.TestCase):
         """)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stderr, "")
-        self.assertLess(float(r.stdout.split()[0]), 20.0, r.stdout)
+        self.assertLess(float(r.stdout.split()[0]), 100.0, r.stdout)  # a no-op, even on a busy machine
 
 
 class Reporting(unittest.TestCase):
@@ -154,16 +154,23 @@ class Reporting(unittest.TestCase):
             import torch, torch.distributed as dist, lockstep
             from torch.nn.parallel import DistributedDataParallel
             dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
-            model = DistributedDataParallel(torch.nn.Linear(8, 2))
+            import time
+
+            class Slow(torch.nn.Linear):      # its evaluations take 0.2 s
+                def forward(self, x):
+                    if not torch.is_grad_enabled():
+                        time.sleep(0.2)
+                    return super().forward(x)
+
+            model = DistributedDataParallel(Slow(8, 2))
             lockstep.watch(model)
             x = torch.randn(4, 8)
             with model.no_sync():
                 model(x).sum().backward()
             lockstep.step(samples=4)          # accumulated only: nothing all-reduced
-            model(x).sum().backward()
-            import time; time.sleep(0.2)
             with torch.no_grad():
-                model(x)                      # an evaluation: not where the next step began
+                model(x)                      # an evaluation: not where the next step began,
+            model(x).sum().backward()         # nor time spent waiting for data
             lockstep.step(samples=4)
             dist.destroy_process_group()
         """ % _free_port(), self.receiver.env())
@@ -172,7 +179,8 @@ class Reporting(unittest.TestCase):
         self.assertEqual(first.bytes_reduced, 0)
         self.assertLess(first.exposed_comm_time_us, 1000)  # microseconds of bookkeeping, no waiting
         self.assertEqual(second.bytes_reduced, (8 * 2 + 2) * 4)
-        self.assertLess(second.data_time_us, 100000)  # the 0.2 s sleep came after its forward
+        self.assertLess(second.data_time_us, 100000)  # the 0.2 s went to the evaluation
+        self.assertGreaterEqual(second.step_time_us, 200000)
 
     def test_an_agent_that_does_not_read_costs_drops_not_time(self):
         # Nobody binds this endpoint: reports queue up to the (here lowered) limit, then drop.
@@ -187,7 +195,7 @@ class Reporting(unittest.TestCase):
         """, dict(self.receiver.env(), LOCKSTEP_REPORT="ipc://" + os.path.join(self.receiver.dir.name, "nobody.sock")))
         self.assertEqual(r.returncode, 0, r.stderr)
         seconds, dropped = r.stdout.split()
-        self.assertLess(float(seconds), 2.0)
+        self.assertLess(float(seconds), 10.0)  # 2000 steps: a wait on the absent agent would take far longer
         self.assertGreaterEqual(int(dropped), 2000 - 100 - 64)  # a burst of up to 64 may still be held
         # It says so, rather than seem to report (found by running the examples with a relative
         # state directory), and exits without waiting for an agent that never came.

@@ -32,6 +32,9 @@ struct SpawnOptions {
   std::string workingDir;
   // stdin from /dev/null instead of the parent's.
   bool stdinFromDevNull = false;
+  // How long the child may take to get from fork to exec (entering its working directory and
+  // loading the program, on a file system that may hang); then it is killed and spawnProcess fails.
+  std::chrono::milliseconds startTimeout{10000};
 };
 
 // Starts the child; fails (without leaving a child behind) when exec fails, saying why.

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lockstep/common/result.h"
@@ -37,9 +38,12 @@ std::string trainerUsage();
 
 // A job that runs the user's own program: `command` is its argv (everything after `--`), `args`
 // the job flags before it: --job-id, --name, --backend cpu|cuda (whether ranks get GPUs),
-// --workdir DIR, --env NAME=VALUE (repeatable), --target-loss, --max-restarts, --min-ranks,
-// --timeout-s. The built-in trainer's flags are refused, saying that the program's own flags go
+// --workdir DIR, --env NAME=VALUE (repeatable), --target-loss, --max-restarts, --min-ranks. The
+// built-in trainer's flags are refused, saying that the program's own flags go
 // after `--`. The spec is validated, except for its placement.
+// "NAME=VALUE" (an --env flag, one word of the launcher's environment field) as its two parts.
+Result<std::pair<std::string, std::string>> parseEnvAssignment(const std::string& text);
+
 Result<JobSpec> parseCommandJobArgs(const std::vector<std::string>& args, const std::vector<std::string>& command);
 
 // argv[1..] without --nproc and its value: what the launcher passes to each rank it spawns.
