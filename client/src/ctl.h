@@ -1,13 +1,19 @@
 #pragma once
-// What lockstepctl's commands share: global options, exit codes, error printing. The job history
-// commands live in ctl_history.cpp, the rest in lockstepctl.cpp.
+// What lockstepctl's commands share: global options, exit codes, error printing, agents and a
+// job's parts (ctl_agents.cpp). The commands: start (ctl_start.cpp), watch (ctl_watch.cpp), the
+// job history's (ctl_history.cpp), the rest in lockstepctl.cpp.
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "lockstep/client/agent_client.h"
 #include "lockstep/common/result.h"
 #include "lockstep/history/history.h"
 #include "lockstep/protocol/types.h"
@@ -53,6 +59,42 @@ class Recorder {
   std::set<std::string> nodes_;
 };
 
+// The signal that asked lockstepctl to stop (SIGINT, SIGTERM), or 0.
+extern std::atomic<int> g_interrupted;
+
+// ---- agents and jobs (ctl_agents.cpp) ----
+
+struct Connected {
+  std::vector<std::unique_ptr<AgentClient>> clients;
+  std::vector<AgentClient*> all() const;
+};
+// The --agent options, or else every pinned agent, connected.
+Result<Connected> connectAgents(const Globals& g);
+
+// The job's parts: each agent that knows the job, with its status there.
+struct Part {
+  AgentClient* agent;
+  JobStatus status;
+};
+// With `lost`: agents in it are skipped, and one that does not answer is added to it instead of
+// failing the call (a supervised job outlives a lost node).
+Result<std::vector<Part>> findJob(const Connected& agents, const std::string& jobId, std::chrono::milliseconds timeout,
+                                  std::set<AgentClient*>* lost = nullptr);
+bool partEnded(const JobStatus& s);
+// A job's overall state, by the history's rule (failed if any part failed, running while any runs, ...).
+JobState overall(const std::vector<Part>& parts);
+int exitForState(JobState s);
+// Stops every part and waits until no rank runs, or the grace period (and a margin) passes.
+Result<std::vector<Part>> stopEverywhere(const Connected& agents, const std::string& jobId, std::uint32_t graceMs,
+                                         std::chrono::milliseconds timeout, std::set<AgentClient*>* lost = nullptr);
+int printJob(const Globals& g, const std::string& jobId, const std::vector<Part>& parts);
+// After a job ended: what the agents sent since the last fetch (its last reports and events).
+void drain(std::map<AgentClient*, std::uint64_t>& lastSeq, Recorder& recorder, std::chrono::milliseconds timeout);
+
+// ---- commands ----
+
+int cmdStart(const Globals& g, const std::vector<std::string>& args);
+int cmdWatch(const Globals& g, const std::vector<std::string>& args);
 int cmdHistory(const Globals& g, const std::vector<std::string>& args);
 int cmdReport(const Globals& g, const std::vector<std::string>& args);
 int cmdCompare(const Globals& g, const std::vector<std::string>& args);

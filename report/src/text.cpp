@@ -116,4 +116,9 @@ std::string bytes(double count) {
   return number(count, unit == 0 ? 0 : 1) + " " + kUnits[unit];
 }
 
+std::string compact(double value) {
+  std::string text = shortest(value);
+  return text.find('e') == std::string::npos ? text : number(value, 6);
+}
+
 }  // namespace lockstep::report::detail

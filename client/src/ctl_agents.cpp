@@ -1,0 +1,197 @@
+// What lockstepctl's commands share about agents and jobs: connecting, finding a job's parts,
+// stopping it everywhere, printing it, draining what the agents still hold.
+
+#include <algorithm>
+#include <filesystem>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ctl.h"
+#include "lockstep/net/keys.h"
+#include "lockstep/report/report.h"
+
+namespace lockstep::ctl {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+}  // namespace
+
+std::vector<AgentClient*> Connected::all() const {
+  std::vector<AgentClient*> out;
+  for (const auto& c : clients) out.push_back(c.get());
+  return out;
+}
+
+Result<Connected> connectAgents(const Globals& g) {
+  LOCKSTEP_ASSIGN_OR_RETURN(auto known, KnownAgents::load((fs::path(g.configDir) / "known_agents").string()));
+  std::vector<std::string> addresses = g.agents;
+  if (addresses.empty()) {
+    for (const auto& [address, key] : known.all()) addresses.push_back(address);
+  }
+  if (addresses.empty()) {
+    return invalidArgument("no agents: name one with --agent HOST:PORT, after pinning its key with "
+                           "`lockstepctl trust HOST:PORT KEY`");
+  }
+  auto keys = loadKeyPair(g.configDir, "client");
+  if (!keys) {
+    return Error{ErrorCode::kPermissionDenied, keys.error().message + " (run `lockstepctl keygen` first)"};
+  }
+  Connected out;
+  for (const auto& text : addresses) {
+    LOCKSTEP_ASSIGN_OR_RETURN(const AgentAddress address, parseAgentAddress(text));
+    const auto pinned = known.keyFor(address.text());
+    if (!g.agentKey.empty() && pinned != g.agentKey) {
+      return Error{ErrorCode::kPermissionDenied,
+                   "agent " + address.text() + " would be reached with key " + fingerprint(g.agentKey) +
+                       ", which is not the key pinned for it (" + (pinned ? fingerprint(*pinned) : "none pinned") +
+                       "). If you trust that key, run:\n  lockstepctl trust " + address.text() + " " + g.agentKey};
+    }
+    if (!pinned) {
+      return Error{ErrorCode::kPermissionDenied,
+                   "agent " + address.text() + " is not trusted: no key is pinned for it. On that node run "
+                   "`lockstep-agent --print-key`, check the key, then:\n  lockstepctl trust " + address.text() + " KEY"};
+    }
+    auto client = AgentClient::connect(address, *keys, *pinned, g.timeout);
+    if (!client) return client.error();
+    out.clients.push_back(std::move(client).value());
+  }
+  return out;
+}
+
+
+Result<std::vector<Part>> findJob(const Connected& agents, const std::string& jobId, milliseconds timeout,
+                                  std::set<AgentClient*>* lost) {
+  std::vector<Part> parts;
+  for (auto* agent : agents.all()) {
+    if (lost && lost->count(agent)) continue;
+    auto jobs = agent->listJobs(timeout);
+    if (!jobs && lost && (jobs.error().code == ErrorCode::kUnavailable || jobs.error().code == ErrorCode::kTimeout)) {
+      lost->insert(agent);
+      continue;
+    }
+    if (!jobs) return jobs.error();
+    for (auto& job : jobs->jobs) {
+      if (job.spec.jobId == jobId) parts.push_back({agent, std::move(job)});
+    }
+  }
+  if (parts.empty()) return Error{ErrorCode::kNotFound, "no agent knows job " + jobId + " (lockstepctl status lists jobs)"};
+  return parts;
+}
+
+bool partEnded(const JobStatus& s) { return s.state != JobState::kStarting && s.state != JobState::kRunning; }
+
+JobState overall(const std::vector<Part>& parts) {
+  std::vector<JobState> states;
+  for (const auto& p : parts) states.push_back(p.status.state);
+  return history::combinedState(states);
+}
+
+int exitForState(JobState s) {
+  return s == JobState::kFailed ? kJobFailed : s == JobState::kStopped ? kJobStopped : kOk;
+}
+
+Result<std::vector<Part>> stopEverywhere(const Connected& agents, const std::string& jobId, std::uint32_t graceMs,
+                                         milliseconds timeout, std::set<AgentClient*>* lost) {
+  LOCKSTEP_ASSIGN_OR_RETURN(auto parts, findJob(agents, jobId, timeout, lost));
+  for (auto& part : parts) {
+    if (!partEnded(part.status)) LOCKSTEP_TRY(part.agent->stopJob(jobId, graceMs, timeout));
+  }
+  const auto deadline = Clock::now() + milliseconds(graceMs > 0 ? graceMs : 10000) + std::chrono::seconds(10);
+  while (true) {
+    LOCKSTEP_ASSIGN_OR_RETURN(parts, findJob(agents, jobId, timeout, lost));
+    const bool done = std::all_of(parts.begin(), parts.end(), [](const Part& p) { return partEnded(p.status); });
+    if (done) return parts;
+    if (Clock::now() > deadline) return timeoutError("job " + jobId + " still has running ranks after the grace period");
+    std::this_thread::sleep_for(milliseconds(200));
+  }
+}
+
+namespace {
+
+Json rankJson(const Part& part, const RankStatus& r) {
+  Json j = {{"rank", r.rank}, {"node", part.agent->hello().nodeName}, {"agent", part.agent->address().text()},
+            {"pid", r.pid}, {"state", std::string(jobStateName(r.state))}};
+  if (r.gpuIndex) j["gpu"] = *r.gpuIndex;
+  if (r.exitCode) j["exit_code"] = *r.exitCode;
+  if (r.signal) j["signal"] = *r.signal;
+  if (r.exitUnknown) j["exit_unknown"] = true;
+  return j;
+}
+
+std::string rankExitText(const RankStatus& r) {
+  if (r.exitUnknown) return "exit unknown";
+  if (r.signal) return "signal " + std::to_string(*r.signal);
+  if (r.exitCode) return "exit " + std::to_string(*r.exitCode);
+  return "";
+}
+
+}  // namespace
+
+int printJob(const Globals& g, const std::string& jobId, const std::vector<Part>& parts) {
+  const JobState state = overall(parts);
+  std::string message;
+  for (const auto& p : parts) {
+    if (!p.status.message.empty() && message.find(p.status.message) == std::string::npos) {
+      message += (message.empty() ? "" : "; ") + p.status.message;
+    }
+  }
+  if (g.json) {
+    Json ranks = Json::array();
+    for (const auto& p : parts)
+      for (const auto& r : p.status.ranks) ranks.push_back(rankJson(p, r));
+    const Prices& prices = parts.front().status.spec.prices;
+    const Json pricesJson{{"gpu_hour", prices.gpuHour}, {"core_hour", prices.coreHour}, {"kwh", prices.kwh},
+                          {"currency", prices.currency}};
+    Json out{{"job_id", jobId}, {"state", std::string(jobStateName(state))}, {"message", message},
+             {"world_size", parts.front().status.spec.worldSize}, {"prices", pricesJson}, {"ranks", ranks}};
+    if (const auto& command = parts.front().status.spec.command) {
+      out["command"] = command->argv;
+      out["working_dir"] = command->workingDir;
+    }
+    std::printf("%s\n", out.dump().c_str());
+    return kOk;
+  }
+  std::printf("job %s: %s%s%s\n", jobId.c_str(), std::string(jobStateName(state)).c_str(), message.empty() ? "" : ": ",
+              message.c_str());
+  if (const auto& command = parts.front().status.spec.command) {
+    std::printf("runs %s in %s\n", report::commandLine(command->argv).c_str(),
+                command->workingDir.empty() ? "the agent's job directory" : command->workingDir.c_str());
+  }
+  std::printf("%-6s %-16s %-8s %-10s %s\n", "RANK", "NODE", "PID", "STATE", "EXIT");
+  std::vector<std::pair<std::uint32_t, std::string>> rows;
+  for (const auto& p : parts) {
+    for (const auto& r : p.status.ranks) {
+      char line[256];
+      std::snprintf(line, sizeof line, "%-6u %-16s %-8u %-10s %s", r.rank, p.agent->hello().nodeName.c_str(), r.pid,
+                    std::string(jobStateName(r.state)).c_str(), rankExitText(r).c_str());
+      rows.emplace_back(r.rank, line);
+    }
+  }
+  std::sort(rows.begin(), rows.end());
+  for (const auto& [rank, line] : rows) std::printf("%s\n", line.c_str());
+  return kOk;
+}
+
+void drain(std::map<AgentClient*, std::uint64_t>& lastSeq, Recorder& recorder, milliseconds timeout) {
+  for (auto& [agent, seq] : lastSeq) {
+    for (;;) {
+      auto batch = agent->fetch(seq, 5000, 0, timeout);
+      if (!batch || batch->messages.empty()) break;
+      recorder.messages(batch->messages);
+      seq = batch->messages.back().seq;
+    }
+  }
+}
+
+}  // namespace lockstep::ctl

@@ -1,0 +1,308 @@
+// lockstepctl start: place a job on the agents, launch it, and with --wait supervise it.
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+#include <ctime>
+#include <filesystem>
+#include <optional>
+#include <random>
+
+#include "ctl.h"
+#include "lockstep/client/elastic.h"
+#include "lockstep/client/launch.h"
+#include "lockstep/common/files.h"
+#include "lockstep/jobflags/options.h"
+#include "lockstep/protocol/codec.h"
+#include "lockstep/protocol/validate.h"
+
+namespace lockstep::ctl {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+std::string newJobId() {
+  char stamp[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &local);
+  std::random_device random;
+  char suffix[8];
+  std::snprintf(suffix, sizeof suffix, "%04x", random() & 0xffff);
+  return std::string("job-") + stamp + "-" + suffix;
+}
+
+// ---- supervising a started job (start --wait) ----
+
+// Follows a started job to its end, recording it in the history. A job with max_restarts is
+// restarted from its last checkpoint with the ranks left when ranks or nodes are lost, keeping its
+// global batch (more rows per rank), up to max_restarts times; then it fails with what happened.
+int superviseJob(const Globals& g, const Connected& agents, JobSpec spec, std::map<AgentClient*, std::uint64_t> lastSeq) {
+  Recorder recorder(g);
+  const bool elastic = spec.maxRestarts > 0;
+  std::set<AgentClient*> lost;
+  std::set<AgentClient*>* lostIfElastic = elastic ? &lost : nullptr;
+  std::vector<std::string> attempts;  // what ended each attempt
+  const auto recordParts = [&](const std::vector<Part>& parts) {
+    for (const auto& p : parts) recorder.part(p.agent->hello(), p.status);
+  };
+  // The job first: messages of a job the history does not hold are not kept.
+  if (auto parts = findJob(agents, spec.jobId, g.timeout, lostIfElastic)) recordParts(*parts);
+  auto nextStatus = Clock::now();
+  std::optional<Clock::time_point> failedSince;
+  while (true) {
+    for (auto& [agent, seq] : lastSeq) {
+      if (lost.count(agent)) continue;
+      auto batch = agent->fetch(seq, 5000, 100, g.timeout);
+      if (!batch) {
+        if (!elastic) return fail(batch.error());
+        lost.insert(agent);  // the status check below decides what it means for the job
+        continue;
+      }
+      recorder.messages(batch->messages);
+      if (!batch->messages.empty()) seq = batch->messages.back().seq;
+    }
+    if (Clock::now() < nextStatus && g_interrupted.load() == 0) continue;
+    nextStatus = Clock::now() + milliseconds(300);
+    auto parts = findJob(agents, spec.jobId, g.timeout, lostIfElastic);
+    if (!parts) return fail(parts.error());
+    recordParts(*parts);
+    // A lost agent alone is no failure (it may be a slow answer); its node's peers failing is.
+    const bool ended = std::all_of(parts->begin(), parts->end(), [](const Part& p) { return partEnded(p.status); });
+    const bool failed = overall(*parts) == JobState::kFailed;
+    if (failed && !ended && g_interrupted.load() == 0) {
+      // The ranks left see the loss at once and end themselves (exit 3, naming the peer); give
+      // them a few seconds, so that their own ends say they survived, then stop the rest.
+      if (!failedSince) failedSince = Clock::now();
+      if (Clock::now() - *failedSince < std::chrono::seconds(elastic ? 10 : 0)) continue;
+      auto stopped = stopEverywhere(agents, spec.jobId, 0, g.timeout, lostIfElastic);
+      if (stopped) parts = std::move(stopped);
+    }
+    if (!(ended || failed || g_interrupted.load() != 0)) continue;
+    if (g_interrupted.load() != 0 && !ended) parts = stopEverywhere(agents, spec.jobId, 0, g.timeout, lostIfElastic);
+    if (!parts) return fail(parts.error());
+    recordParts(*parts);
+    drain(lastSeq, recorder, g.timeout);
+    failedSince.reset();
+
+    if (failed && elastic && g_interrupted.load() == 0) {
+      std::vector<EndedPart> ends;
+      for (auto* agent : lost) ends.push_back({agent->hello().nodeName, agent->address().text(), {}, true});
+      for (const auto& p : *parts) ends.push_back({p.agent->hello().nodeName, p.agent->address().text(), p.status.ranks});
+      const RestartPlan plan = planRestart(spec, ends);
+      attempts.push_back("attempt " + std::to_string(spec.attempt) + " with " + std::to_string(spec.worldSize) +
+                         " rank" + (spec.worldSize == 1 ? "" : "s") + ": " + plan.lost);
+      std::string refusal = plan.refusal;
+      if (refusal.empty()) {
+        std::vector<AgentClient*> where;
+        std::vector<std::uint32_t> counts;
+        for (const auto& [node, ranks] : plan.ranksPerNode) {
+          for (const auto& p : *parts) {
+            if (p.agent->hello().nodeName == node) {
+              where.push_back(p.agent);
+              counts.push_back(ranks);
+              break;
+            }
+          }
+        }
+        auto placedAgain = placeJob(where, counts, plan.next, g.timeout);
+        Result<void> launched = placedAgain ? validateJobSpec(*placedAgain) : Result<void>(placedAgain.error());
+        if (launched) launched = launchJob(where, *placedAgain, g.timeout);
+        if (launched) {
+          std::printf("job %s: %s; restart %u of %u with %u rank%s from the last checkpoint\n", spec.jobId.c_str(),
+                      plan.lost.c_str(), placedAgain->attempt, spec.maxRestarts, placedAgain->worldSize,
+                      placedAgain->worldSize == 1 ? "" : "s");
+          std::fflush(stdout);
+          spec = *placedAgain;
+          continue;
+        }
+        refusal = "the restart did not start: " + launched.error().message;
+      }
+      attempts.push_back("not restarted: " + refusal);
+    }
+    recorder.finish();
+    printJob(g, spec.jobId, *parts);
+    if (!attempts.empty() && !g.json) {
+      std::printf("what happened:\n");
+      for (const auto& line : attempts) std::printf("  %s\n", line.c_str());
+    }
+    return exitForState(failed ? JobState::kFailed : overall(*parts));
+  }
+}
+
+}  // namespace
+
+// ---- start ----
+
+int cmdStart(const Globals& g, const std::vector<std::string>& allArgs) {
+  std::optional<std::uint32_t> totalRanks, gpusPerAgent;
+  std::vector<std::uint32_t> perAgent;
+  std::string specFile, jobId;
+  bool wait = false;
+  std::vector<std::string> jobFlags;
+  std::optional<double> gpuHour, coreHour, kwh;  // prices, over a --spec file's
+  std::optional<std::string> currency;
+  // Everything after `--` is the user's own program and its arguments, run once per rank.
+  const auto dashes = std::find(allArgs.begin(), allArgs.end(), "--");
+  const std::vector<std::string> args(allArgs.begin(), dashes);
+  const std::optional<std::vector<std::string>> command =
+      dashes == allArgs.end() ? std::nullopt : std::optional(std::vector<std::string>(dashes + 1, allArgs.end()));
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> std::optional<std::string> {
+      if (i + 1 >= args.size()) return std::nullopt;
+      return args[++i];
+    };
+    if (a == "--ranks") {
+      auto v = value();
+      if (!v) return fail(invalidArgument("--ranks needs a number"));
+      totalRanks = static_cast<std::uint32_t>(std::strtoul(v->c_str(), nullptr, 10));
+    } else if (a == "--gpus-per-agent") {
+      auto v = value();
+      char* end = nullptr;
+      const unsigned long n = v ? std::strtoul(v->c_str(), &end, 10) : 0;
+      if (!v || v->empty() || *end != '\0' || n == 0 || n > 64) {
+        return fail(invalidArgument("--gpus-per-agent needs a number of GPUs from 1 to 64"));
+      }
+      gpusPerAgent = static_cast<std::uint32_t>(n);
+    } else if (a == "--ranks-per-agent") {
+      auto v = value();
+      if (!v) return fail(invalidArgument("--ranks-per-agent needs A,B,..."));
+      std::size_t start = 0;
+      while (start <= v->size()) {
+        const auto comma = v->find(',', start);
+        perAgent.push_back(static_cast<std::uint32_t>(std::strtoul(v->substr(start, comma - start).c_str(), nullptr, 10)));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+    } else if (a == "--spec") {
+      auto v = value();
+      if (!v) return fail(invalidArgument("--spec needs a file"));
+      specFile = *v;
+    } else if (a == "--wait") {
+      wait = true;
+    } else if (a == "--price-gpu-hour" || a == "--price-core-hour" || a == "--price-kwh") {
+      auto v = value();
+      char* end = nullptr;
+      const double price = v ? std::strtod(v->c_str(), &end) : 0;
+      if (!v || v->empty() || *end != '\0') return fail(invalidArgument(a + " needs a price, like 2.50"));
+      (a == "--price-gpu-hour" ? gpuHour : a == "--price-core-hour" ? coreHour : kwh) = price;
+    } else if (a == "--currency") {
+      auto v = value();
+      if (!v) return fail(invalidArgument("--currency needs a name, like USD"));
+      currency = *v;
+    } else if (a == "--nproc" || a == "--metrics-out" || a == "--save-weights") {
+      return fail(invalidArgument(a + " is for lockstep-trainer run by hand; with agents use --ranks and lockstepctl watch"));
+    } else {
+      jobFlags.push_back(a);
+    }
+  }
+  if (command && !specFile.empty()) return fail(invalidArgument("give the job as --spec FILE or as -- PROGRAM ARGS, not both"));
+  // A flag given as `--flag value` or `--flag=value`.
+  const auto given = [&](const std::string& flag) {
+    return std::any_of(jobFlags.begin(), jobFlags.end(),
+                       [&](const std::string& f) { return f == flag || f.rfind(flag + "=", 0) == 0; });
+  };
+  if (gpusPerAgent && !given("--backend")) jobFlags.insert(jobFlags.begin(), {"--backend", "cuda"});
+  if (specFile.empty() && !given("--job-id")) {
+    jobFlags.push_back("--job-id");
+    jobFlags.push_back(newJobId());
+  }
+  JobSpec spec;
+  if (command) {
+    // A program runs where its user is: this directory, unless --workdir says otherwise.
+    if (!given("--workdir")) {
+      std::error_code ec;
+      jobFlags.push_back("--workdir");
+      jobFlags.push_back(fs::current_path(ec).string());
+    }
+    auto parsed = trainer::parseCommandJobArgs(jobFlags, *command);
+    if (!parsed) return fail(parsed.error());
+    spec = *parsed;
+  } else if (!specFile.empty()) {
+    auto text = readFile(specFile, 4u << 20);
+    if (!text) return fail(text.error());
+    auto parsed = jobSpecFromJson(*text);
+    if (!parsed) return fail(parsed.error().withContext(specFile));
+    spec = *parsed;
+    // Only the id may be given beside the file: any other job flag would be dropped.
+    for (std::size_t i = 0; i < jobFlags.size(); ++i) {
+      if (jobFlags[i] == "--job-id" && i + 1 < jobFlags.size()) {
+        spec.jobId = jobFlags[++i];
+      } else if (jobFlags[i].rfind("--job-id=", 0) == 0) {
+        spec.jobId = jobFlags[i].substr(9);
+      } else {
+        return fail(invalidArgument(jobFlags[i] + " goes in the --spec file, not beside it (only --job-id may)"));
+      }
+    }
+  } else {
+    auto parsed = trainer::parseTrainerArgs(jobFlags);
+    if (!parsed) return fail(parsed.error());
+    if (parsed->help) {
+      std::fputs(trainer::trainerUsage().c_str(), stdout);
+      return kOk;
+    }
+    spec = parsed->spec;
+  }
+  spec.prices.gpuHour = gpuHour.value_or(spec.prices.gpuHour);
+  spec.prices.coreHour = coreHour.value_or(spec.prices.coreHour);
+  spec.prices.kwh = kwh.value_or(spec.prices.kwh);
+  spec.prices.currency = currency.value_or(spec.prices.currency);
+  auto agents = connectAgents(g);
+  if (!agents) return fail(agents.error());
+  const std::size_t n = agents->clients.size();
+  if (gpusPerAgent) {
+    if (totalRanks || !perAgent.empty()) return fail(invalidArgument("--gpus-per-agent goes without --ranks and --ranks-per-agent"));
+    if (spec.backend != Backend::kCuda) return fail(invalidArgument("--gpus-per-agent gives each rank a GPU: leave out --backend cpu"));
+    perAgent.assign(n, *gpusPerAgent);
+  }
+  if (perAgent.empty()) {
+    const std::uint32_t total = totalRanks.value_or(static_cast<std::uint32_t>(n));
+    for (std::size_t a = 0; a < n; ++a) perAgent.push_back(total / n + (a < total % n ? 1 : 0));
+  }
+  if (perAgent.size() != n) {
+    return fail(invalidArgument("--ranks-per-agent gives " + std::to_string(perAgent.size()) + " counts for " +
+                                std::to_string(n) + " agents"));
+  }
+  std::vector<AgentClient*> used;
+  std::vector<std::uint32_t> counts;
+  for (std::size_t a = 0; a < n; ++a) {
+    if (perAgent[a] > 0) {
+      used.push_back(agents->clients[a].get());
+      counts.push_back(perAgent[a]);
+    }
+  }
+  // Where each agent's stream stood before the job: `--wait` records from there.
+  std::map<AgentClient*, std::uint64_t> seqBefore;
+  for (auto* agent : used) seqBefore[agent] = agent->hello().lastSeq;
+  auto placed = placeJob(used, counts, spec, g.timeout);
+  if (!placed) return fail(placed.error());
+  if (auto v = validateJobSpec(*placed); !v) return fail(v.error());
+  if (auto launched = launchJob(used, *placed, g.timeout); !launched) return fail(launched.error());
+  if (g.json) {
+    std::printf("%s\n", Json{{"job_id", placed->jobId}, {"world_size", placed->worldSize}}.dump().c_str());
+  } else {
+    std::string nodes;
+    for (auto* agent : used) nodes += (nodes.empty() ? "" : ", ") + agent->hello().nodeName;
+    std::printf("started job %s: %u rank%s on %s\n", placed->jobId.c_str(), placed->worldSize,
+                placed->worldSize == 1 ? "" : "s", nodes.c_str());
+  }
+  std::fflush(stdout);
+  if (!wait) return kOk;
+  std::map<AgentClient*, std::uint64_t> lastSeq;
+  for (auto* agent : used) lastSeq[agent] = seqBefore[agent];
+  return superviseJob(g, *agents, *placed, lastSeq);
+}
+
+}  // namespace lockstep::ctl

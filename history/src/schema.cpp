@@ -1,0 +1,79 @@
+#include "schema.h"
+
+namespace lockstep::history::detail {
+
+const std::array<const char*, kSchemaVersion> kMigrations = {
+    R"sql(
+CREATE TABLE nodes (
+  node TEXT PRIMARY KEY, host TEXT NOT NULL, cpu_cores INTEGER NOT NULL, memory_bytes INTEGER NOT NULL,
+  gpus_json TEXT NOT NULL, agent_version TEXT NOT NULL, seen_us INTEGER NOT NULL);
+CREATE TABLE jobs (
+  job_id TEXT PRIMARY KEY, name TEXT NOT NULL, spec_json TEXT NOT NULL, world_size INTEGER NOT NULL,
+  recorded_us INTEGER NOT NULL, step_reports INTEGER NOT NULL DEFAULT 0,
+  kpis_stale INTEGER NOT NULL DEFAULT 1);
+CREATE TABLE job_parts (
+  job_id TEXT NOT NULL REFERENCES jobs ON DELETE CASCADE, node TEXT NOT NULL, state INTEGER NOT NULL,
+  started_us INTEGER NOT NULL, ended_us INTEGER NOT NULL, message TEXT NOT NULL,
+  PRIMARY KEY (job_id, node)) WITHOUT ROWID;
+CREATE TABLE events (
+  job_id TEXT NOT NULL REFERENCES jobs ON DELETE CASCADE, node TEXT NOT NULL, time_us INTEGER NOT NULL,
+  kind INTEGER NOT NULL, rank INTEGER NOT NULL, exit_code INTEGER, signal INTEGER, step INTEGER,
+  message TEXT NOT NULL, log_tail TEXT NOT NULL,
+  PRIMARY KEY (job_id, node, time_us, kind, rank)) WITHOUT ROWID;
+CREATE TABLE steps (
+  job_id TEXT NOT NULL REFERENCES jobs ON DELETE CASCADE, attempt INTEGER NOT NULL, rank INTEGER NOT NULL,
+  step INTEGER NOT NULL, node TEXT NOT NULL, world_size INTEGER NOT NULL, epoch INTEGER NOT NULL,
+  samples INTEGER NOT NULL, loss REAL, global_loss REAL, data_us INTEGER NOT NULL, compute_us INTEGER NOT NULL,
+  exposed_us INTEGER NOT NULL, allreduce_us INTEGER NOT NULL, bytes_reduced INTEGER NOT NULL,
+  step_us INTEGER NOT NULL, time_us INTEGER NOT NULL, lr REAL NOT NULL,
+  PRIMARY KEY (job_id, attempt, rank, step)) WITHOUT ROWID;
+CREATE INDEX steps_by_time ON steps (job_id, time_us);
+CREATE TABLE gpu_samples (
+  job_id TEXT NOT NULL REFERENCES jobs ON DELETE CASCADE, node TEXT NOT NULL, gpu INTEGER NOT NULL,
+  time_us INTEGER NOT NULL, span_us INTEGER NOT NULL, utilization REAL, memory_bytes INTEGER,
+  power_mw INTEGER, energy_mj INTEGER, temperature_c INTEGER, sm_clock_mhz INTEGER,
+  PRIMARY KEY (job_id, node, gpu, time_us)) WITHOUT ROWID;
+CREATE INDEX gpu_samples_by_time ON gpu_samples (job_id, time_us);
+CREATE TABLE process_samples (
+  job_id TEXT NOT NULL REFERENCES jobs ON DELETE CASCADE, node TEXT NOT NULL, rank INTEGER NOT NULL,
+  time_us INTEGER NOT NULL, span_us INTEGER NOT NULL, pid INTEGER NOT NULL, cpu_pct REAL, rss_bytes INTEGER,
+  PRIMARY KEY (job_id, rank, time_us)) WITHOUT ROWID;
+CREATE INDEX process_samples_by_time ON process_samples (job_id, time_us);
+CREATE TABLE final_kpis (
+  job_id TEXT PRIMARY KEY REFERENCES jobs ON DELETE CASCADE, computed_us INTEGER NOT NULL,
+  world_size INTEGER NOT NULL, attempts INTEGER NOT NULL, step INTEGER NOT NULL, total_steps INTEGER NOT NULL,
+  elapsed_s REAL NOT NULL, samples_per_s REAL, comm_overhead REAL, scaling_efficiency REAL,
+  scaling_basis INTEGER NOT NULL, gpu_utilization_pct REAL, load_imbalance REAL, slowest_rank INTEGER,
+  slowest_cause INTEGER NOT NULL, last_global_loss REAL, smoothed_loss REAL, time_to_convergence_s REAL,
+  energy_kwh REAL, gpu_hours REAL, core_hours REAL, cost REAL, cost_complete INTEGER NOT NULL,
+  missing_json TEXT NOT NULL);
+)sql",
+    // 2: a step's split may be unknown (a program that reports steps without timing them), and
+    // steps count tokens. SQLite cannot drop NOT NULL in place: the table is copied.
+    R"sql(
+CREATE TABLE steps_v2 (
+  job_id TEXT NOT NULL REFERENCES jobs ON DELETE CASCADE, attempt INTEGER NOT NULL, rank INTEGER NOT NULL,
+  step INTEGER NOT NULL, node TEXT NOT NULL, world_size INTEGER NOT NULL, epoch INTEGER NOT NULL,
+  samples INTEGER NOT NULL, loss REAL, global_loss REAL, data_us INTEGER, compute_us INTEGER,
+  exposed_us INTEGER, allreduce_us INTEGER, bytes_reduced INTEGER,
+  step_us INTEGER NOT NULL, time_us INTEGER NOT NULL, lr REAL NOT NULL, tokens INTEGER,
+  PRIMARY KEY (job_id, attempt, rank, step)) WITHOUT ROWID;
+INSERT INTO steps_v2 (job_id, attempt, rank, step, node, world_size, epoch, samples, loss, global_loss, data_us,
+                      compute_us, exposed_us, allreduce_us, bytes_reduced, step_us, time_us, lr)
+  SELECT job_id, attempt, rank, step, node, world_size, epoch, samples, loss, global_loss, data_us, compute_us,
+         exposed_us, allreduce_us, bytes_reduced, step_us, time_us, lr FROM steps;
+DROP TABLE steps;
+ALTER TABLE steps_v2 RENAME TO steps;
+CREATE INDEX steps_by_time ON steps (job_id, time_us);
+-- The samples and tokens every report counted: a job's mean throughput without its batch size.
+ALTER TABLE final_kpis ADD COLUMN total_samples INTEGER;
+ALTER TABLE final_kpis ADD COLUMN total_tokens INTEGER;
+UPDATE jobs SET kpis_stale = 1;
+)sql",
+};
+
+const char* const kStepColumns =
+    "job_id, attempt, rank, step, node, world_size, epoch, samples, loss, global_loss, data_us, compute_us, "
+    "exposed_us, allreduce_us, bytes_reduced, step_us, time_us, lr, tokens";
+
+}  // namespace lockstep::history::detail
