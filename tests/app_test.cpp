@@ -23,6 +23,8 @@
 
 #include <QTableWidget>
 
+#include <functional>
+
 #include "ClusterStore.h"
 #include "DashboardWidget.h"
 #include "HistoryRecorder.h"
@@ -120,6 +122,25 @@ QString launch(App& app, const AgentProcess& agent, const JobSpec& spec, std::ui
 
 QString idOf(const AgentProcess& agent) { return QString::fromStdString(agent.address().text()); }
 
+// Opens the launcher as Ctrl+N does and, while it runs modally, fills it with `fill` (which says
+// what was wrong, or nothing) and presses Start. Returns what went wrong, or nothing.
+QString startFromLauncher(App& app, const std::function<QString(LauncherDialog&)>& fill) {
+  QString problem = QStringLiteral("the launcher did not open");
+  QTimer::singleShot(200, &app.window, [&] {
+    auto* dialog = qobject_cast<LauncherDialog*>(QApplication::activeModalWidget());
+    if (!dialog) return;
+    problem = fill(*dialog);
+    if (problem.isEmpty() && !dialog->job()) problem = QStringLiteral("launcher refused a valid job: ") + dialog->error();
+    if (!problem.isEmpty()) {
+      dialog->reject();
+      return;
+    }
+    dialog->findChild<QPushButton*>(QStringLiteral("start"))->click();
+  });
+  app.window.newJob();
+  return problem;
+}
+
 // Pins the agent's key in the app and connects to it. Returns what went wrong, or nothing.
 QString addAgent(App& app, const AgentProcess& agent) {
   auto added = app.window.addAgent(idOf(agent), QString::fromStdString(agent.publicKey()));
@@ -154,32 +175,18 @@ class AppTest : public QObject {
     QVERIFY2(problem.isEmpty(), qPrintable(problem));
 
     // The launcher through the window, as Ctrl+N opens it: fill it in while it runs modally.
-    bool filled = false;
-    QString fillError;
-    QTimer::singleShot(200, &app.window, [&] {
-      auto* dialog = qobject_cast<LauncherDialog*>(QApplication::activeModalWidget());
-      if (!dialog) {
-        fillError = QStringLiteral("the launcher did not open");
-        return;
-      }
-      dialog->setField(QStringLiteral("jobId"), QStringLiteral("gui-job"));
-      dialog->setField(QStringLiteral("layers"), QStringLiteral("32,64,10"));
-      dialog->setField(QStringLiteral("samples"), QStringLiteral("4096"));
-      dialog->setField(QStringLiteral("batchPerRank"), 32);
-      dialog->setField(QStringLiteral("duration"), 1000000);  // runs until stopped
-      dialog->setField(QStringLiteral("priceCoreHour"), QStringLiteral("0.05"));
-      dialog->setField(QStringLiteral("ranks:") + idOf(agent), 2);
-      if (!dialog->job()) {
-        fillError = QStringLiteral("launcher refused a valid job: ") + dialog->error();
-        dialog->reject();
-        return;
-      }
-      filled = true;
-      dialog->findChild<QPushButton*>(QStringLiteral("start"))->click();
-    });
     QSignalSpy launched(&app.store, &ClusterStore::launchFinished);
-    app.window.newJob();
-    QVERIFY2(filled, qPrintable(fillError));
+    const QString fillError = startFromLauncher(app, [&](LauncherDialog& dialog) {
+      dialog.setField(QStringLiteral("jobId"), QStringLiteral("gui-job"));
+      dialog.setField(QStringLiteral("layers"), QStringLiteral("32,64,10"));
+      dialog.setField(QStringLiteral("samples"), QStringLiteral("4096"));
+      dialog.setField(QStringLiteral("batchPerRank"), 32);
+      dialog.setField(QStringLiteral("duration"), 1000000);  // runs until stopped
+      dialog.setField(QStringLiteral("priceCoreHour"), QStringLiteral("0.05"));
+      dialog.setField(QStringLiteral("ranks:") + idOf(agent), 2);
+      return QString();
+    });
+    QVERIFY2(fillError.isEmpty(), qPrintable(fillError));
     QTRY_COMPARE_WITH_TIMEOUT(launched.count(), 1, kJobMs);
     QVERIFY2(launched.at(0).at(1).toBool(), qPrintable(launched.at(0).at(2).toString()));
     QCOMPARE(launched.at(0).at(0).toString(), QStringLiteral("gui-job"));
@@ -255,38 +262,22 @@ class AppTest : public QObject {
     const QString problem = connectAuthorized(app, agent);
     QVERIFY2(problem.isEmpty(), qPrintable(problem));
     const QString script = QStringLiteral(LOCKSTEP_SOURCE_DIR "/tests/programs/ddp_mlp.py");
-    bool filled = false;
-    QString fillError;
-    QTimer::singleShot(200, &app.window, [&] {
-      auto* dialog = qobject_cast<LauncherDialog*>(QApplication::activeModalWidget());
-      if (!dialog) {
-        fillError = QStringLiteral("the launcher did not open");
-        return;
-      }
-      dialog->setField(QStringLiteral("kind"), 1);
-      dialog->setField(QStringLiteral("jobId"), QStringLiteral("gui-own"));
-      dialog->setField(QStringLiteral("program"), QStringLiteral("/usr/bin/python3"));
-      dialog->setField(QStringLiteral("ranks:") + idOf(agent), 2);
-      dialog->setField(QStringLiteral("workingDir"), QStringLiteral("relative/dir"));
-      if (dialog->job() || !dialog->error().contains(QStringLiteral("is relative"))) {
-        fillError = QStringLiteral("a relative working directory was not refused: ") + dialog->error();
-        dialog->reject();
-        return;
-      }
-      dialog->setField(QStringLiteral("workingDir"), QString::fromStdString(dir.path().string()));
-      dialog->setField(QStringLiteral("arguments"), script + QStringLiteral(" --instrument --steps 100000 --sleep-ms 5"));
-      dialog->setField(QStringLiteral("environment"), QStringLiteral("PYTHONUNBUFFERED=1"));
-      if (!dialog->job()) {
-        fillError = QStringLiteral("launcher refused a valid program job: ") + dialog->error();
-        dialog->reject();
-        return;
-      }
-      filled = true;
-      dialog->findChild<QPushButton*>(QStringLiteral("start"))->click();
-    });
     QSignalSpy launched(&app.store, &ClusterStore::launchFinished);
-    app.window.newJob();
-    QVERIFY2(filled, qPrintable(fillError));
+    const QString fillError = startFromLauncher(app, [&](LauncherDialog& dialog) {
+      dialog.setField(QStringLiteral("kind"), 1);
+      dialog.setField(QStringLiteral("jobId"), QStringLiteral("gui-own"));
+      dialog.setField(QStringLiteral("program"), QStringLiteral("/usr/bin/python3"));
+      dialog.setField(QStringLiteral("ranks:") + idOf(agent), 2);
+      dialog.setField(QStringLiteral("workingDir"), QStringLiteral("relative/dir"));
+      if (dialog.job() || !dialog.error().contains(QStringLiteral("is relative"))) {
+        return QStringLiteral("a relative working directory was not refused: ") + dialog.error();
+      }
+      dialog.setField(QStringLiteral("workingDir"), QString::fromStdString(dir.path().string()));
+      dialog.setField(QStringLiteral("arguments"), script + QStringLiteral(" --instrument --steps 100000 --sleep-ms 5"));
+      dialog.setField(QStringLiteral("environment"), QStringLiteral("PYTHONUNBUFFERED=1"));
+      return QString();
+    });
+    QVERIFY2(fillError.isEmpty(), qPrintable(fillError));
     QTRY_COMPARE_WITH_TIMEOUT(launched.count(), 1, kJobMs);
     QVERIFY2(launched.at(0).at(1).toBool(), qPrintable(launched.at(0).at(2).toString()));
     QTRY_COMPARE_WITH_TIMEOUT(app.window.dashboard()->jobId(), QStringLiteral("gui-own"), kConnectMs);
