@@ -7,6 +7,11 @@ find_package(Protobuf REQUIRED)
 set_package_properties(Protobuf PROPERTIES TYPE REQUIRED
   PURPOSE "wire schema (libprotobuf-dev, protobuf-compiler)")
 
+# libsodium: CURVE keys' fingerprints (net/) and the rendezvous store's HMAC (common/).
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET libsodium)
+set_package_properties(PkgConfig PROPERTIES TYPE REQUIRED PURPOSE "finds libsodium (libsodium-dev)")
+
 find_package(cppzmq REQUIRED)
 set_package_properties(cppzmq PROPERTIES TYPE REQUIRED
   PURPOSE "ZeroMQ transport (libzmq3-dev, cppzmq-dev)")

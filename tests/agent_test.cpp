@@ -84,7 +84,7 @@ TEST(AgentJob, StartReportStopLeavesNoProcessBehind) {
   EXPECT_EQ(c->hello().nodeName, "node-a");
   EXPECT_FALSE(c->hello().gpuStatus.empty());  // no NVML here: said, not an error
 
-  ASSERT_TRUE(c->startJob(smallJob("job-stop", 2, 1'000'000), 10s).ok());
+  ASSERT_TRUE(c->startJob(smallJob("job-stop", 2, 1'000'000), "", 10s).ok());
   std::uint64_t after = 0;
   auto seen = fetchUntil(*c, after, [](const std::vector<StreamMessage>& all) {
     std::set<std::uint32_t> ranksReporting, ranksSampled;
@@ -142,7 +142,7 @@ TEST(AgentJob, AKilledRankFailsTheJobNamingItAndTheOthersGo) {
   ClientKeys client(dir);
   agent.authorize(client.keys.publicKey);
   auto c = connectTo(agent, client);
-  ASSERT_TRUE(c->startJob(smallJob("job-kill", 2, 1'000'000), 10s).ok());
+  ASSERT_TRUE(c->startJob(smallJob("job-kill", 2, 1'000'000), "", 10s).ok());
   std::uint64_t after = 0;
   fetchUntil(*c, after, [](const auto& all) { return payloads<StepReport>(all, "job-kill").size() >= 10; });
   const auto job = jobOn(*c, "job-kill");
@@ -316,13 +316,13 @@ TEST(AgentValidation, ImpossibleJobsAreRefusedWithTheReason) {
   nowhere.ranks = {{0, "node-z", 0, std::nullopt}};
   cases.push_back({nowhere, ErrorCode::kInvalidArgument, "places no rank on node node-a"});
   for (const auto& k : cases) {
-    auto r = c->startJob(k.spec, 5s);
+    auto r = c->startJob(k.spec, "", 5s);
     ASSERT_FALSE(r.ok()) << k.spec.jobId;
     EXPECT_EQ(r.error().code, k.code) << r.error().message;
     EXPECT_NE(r.error().message.find(k.text), std::string::npos) << r.error().message;
   }
-  ASSERT_TRUE(c->startJob(smallJob("twice", 1, 5), 5s).ok());
-  auto again = c->startJob(smallJob("twice", 1, 5), 5s);
+  ASSERT_TRUE(c->startJob(smallJob("twice", 1, 5), "", 5s).ok());
+  auto again = c->startJob(smallJob("twice", 1, 5), "", 5s);
   ASSERT_FALSE(again.ok());
   EXPECT_EQ(again.error().code, ErrorCode::kAlreadyExists);
   auto logs = c->logs("nope", 0, 100, 5s);
@@ -340,7 +340,7 @@ TEST(AgentStream, AClientThatReconnectsGetsEveryStepReportExactlyOnce) {
   std::uint64_t after = 0;
   {
     auto first = connectTo(agent, client);
-    ASSERT_TRUE(first->startJob(smallJob("job-replay", 2, kSteps), 10s).ok());
+    ASSERT_TRUE(first->startJob(smallJob("job-replay", 2, kSteps), "", 10s).ok());
     auto part = fetchUntil(*first, after, [](const auto& all) { return payloads<StepReport>(all, "job-replay").size() >= 20; });
     received.insert(received.end(), part.begin(), part.end());
   }  // the client goes away mid-job
@@ -370,7 +370,7 @@ TEST(AgentRestart, AKilledAgentRestartsAndTheJobKeepsRunningAndReporting) {
   std::vector<std::uint32_t> pidsBefore;
   {
     auto c = connectTo(agent, client);
-    ASSERT_TRUE(c->startJob(smallJob("job-restart", 2, 1'000'000), 10s).ok());
+    ASSERT_TRUE(c->startJob(smallJob("job-restart", 2, 1'000'000), "", 10s).ok());
     auto seen = fetchUntil(*c, after, [](const auto& all) { return payloads<StepReport>(all, "job-restart").size() >= 10; });
     for (const auto& r : payloads<StepReport>(seen, "job-restart")) lastStepBefore = std::max(lastStepBefore, r.step);
     const auto job = jobOn(*c, "job-restart");

@@ -94,6 +94,7 @@ struct JobManager::Job {
   std::string dir;
   std::unique_ptr<StoreServer> store;
   std::uint32_t storePort = 0;   // the trainer's rendezvous store, when rank 0 runs here
+  std::string storeSecret;       // its secret (docs/security.md), which the job's ranks get
   std::uint32_t masterPort = 0;  // a command job's MASTER_PORT, when rank 0 runs here
   bool stopRequested = false;
   std::optional<Clock::time_point> killAt;
@@ -188,7 +189,7 @@ Result<void> JobManager::checkFits(const JobSpec& spec, const std::vector<RankPl
   return {};  // the files it names were checked off the event loop (preflight.h)
 }
 
-Result<StartJobReply> JobManager::start(const JobSpec& spec, const CheckedPaths& checked) {
+Result<StartJobReply> JobManager::start(const JobSpec& spec, const CheckedPaths& checked, const std::string& storeSecret) {
   if (auto existing = jobs_.find(spec.jobId); existing != jobs_.end()) {
     // A restart (a later attempt of a job that ended here) replaces the ended attempt's record.
     const Job& old = *existing->second;
@@ -206,6 +207,7 @@ Result<StartJobReply> JobManager::start(const JobSpec& spec, const CheckedPaths&
   auto job = std::make_unique<Job>();
   job->spec = spec;
   job->dir = (fs::path(options_.stateDir) / "jobs" / spec.jobId).string();
+  job->storeSecret = storeSecret;
   NodeLaunch launch{&job->spec, local, checked.program, spec.rendezvousHost, spec.rendezvousPort,
                     options_.reportEndpoint, options_.node.cpuCores, "", job->dir, options_.pythonPath};
   LOCKSTEP_TRY(rendezvous(*job, local, launch));
@@ -231,7 +233,8 @@ Result<StartJobReply> JobManager::start(const JobSpec& spec, const CheckedPaths&
   }
   job->state = JobState::kRunning;
   job->startedUnixUs = unixMicrosNow();
-  StartJobReply reply{spec.jobId, job->storePort != 0 ? job->storePort : job->masterPort};
+  StartJobReply reply{spec.jobId, job->storePort != 0 ? job->storePort : job->masterPort,
+                      job->store ? job->storeSecret : std::string()};
   std::string pids;
   for (const auto& r : job->ranks) {
     pids += (pids.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r.placement.rank) + " pid " +
@@ -248,6 +251,14 @@ Result<StartJobReply> JobManager::start(const JobSpec& spec, const CheckedPaths&
   jobs_[spec.jobId] = std::move(job);
   persist();
   return reply;
+}
+
+// The job's store, on the address the agent listens on (the wildcard only when the agent's is).
+Result<std::unique_ptr<StoreServer>> JobManager::startStore(const Job& job, std::uint16_t port) const {
+  StoreServerOptions store;
+  store.secret = job.storeSecret;
+  store.worldSize = job.spec.worldSize;
+  return StoreServer::start(isWildcard(options_.listenHost) ? "0.0.0.0" : options_.listenHost, port, store);
 }
 
 Result<std::vector<RankPlacement>> JobManager::localRanks(const JobSpec& spec) const {
@@ -279,10 +290,12 @@ Result<void> JobManager::rendezvous(Job& job, const std::vector<RankPlacement>& 
       LOCKSTEP_ASSIGN_OR_RETURN(job.masterPort, freePortOn(options_.listenHost));
       launch.masterPort = job.masterPort;
     } else if (spec.worldSize > 1) {
-      LOCKSTEP_ASSIGN_OR_RETURN(job.store, StoreServer::start(wildcard ? "0.0.0.0" : options_.listenHost, 0));
+      job.storeSecret = newStoreSecret();
+      LOCKSTEP_ASSIGN_OR_RETURN(job.store, startStore(job, 0));
       job.storePort = job.store->port();
       launch.masterPort = job.storePort;
     }
+    launch.storeSecret = job.storeSecret;
     if (launch.masterAddr.empty()) launch.masterAddr = wildcard ? "127.0.0.1" : options_.listenHost;
     return {};
   }
@@ -290,6 +303,12 @@ Result<void> JobManager::rendezvous(Job& job, const std::vector<RankPlacement>& 
     return invalidArgument("job " + spec.jobId + ": rank 0 runs on another node, so the job spec needs that node's "
                            "rendezvous host and port (start the job there first; lockstepctl does)");
   }
+  if (!spec.command && job.storeSecret.empty()) {
+    return invalidArgument("job " + spec.jobId + ": rank 0 runs on another node, so its store's secret is needed, "
+                           "which that node's agent returned when the job started there (lockstepctl and the app "
+                           "pass it on)");
+  }
+  launch.storeSecret = job.storeSecret;
   return {};
 }
 
@@ -546,6 +565,7 @@ void JobManager::persist() {
                      {"dir", job.dir},
                      {"store_port", job.storePort},
                      {"master_port", job.masterPort},
+                     {"store_secret", job.storeSecret},
                      {"stop_requested", job.stopRequested},
                      {"ranks", ranks}});
   }
@@ -573,6 +593,8 @@ Result<void> JobManager::restore() {
       job->dir = entry.at("dir").get<std::string>();
       job->storePort = entry.at("store_port").get<std::uint32_t>();
       job->masterPort = entry.value("master_port", 0u);
+      job->storeSecret = entry.value("store_secret", std::string());
+      if (!isValidStoreSecret(job->storeSecret)) job->storeSecret.clear();
       job->stopRequested = entry.at("stop_requested").get<bool>();
       for (const auto& rj : entry.at("ranks")) {
         Rank r;
@@ -606,8 +628,7 @@ Result<void> JobManager::restore() {
   for (auto& [id, job] : jobs_) {
     if (job->anyRankRunning() && job->storePort != 0) {
       // The ranks' store clients reconnect to the same port and register again.
-      auto store = StoreServer::start(isWildcard(options_.listenHost) ? "0.0.0.0" : options_.listenHost,
-                                      static_cast<std::uint16_t>(job->storePort));
+      auto store = startStore(*job, static_cast<std::uint16_t>(job->storePort));
       if (store) job->store = std::move(store).value();
     }
   }

@@ -74,7 +74,9 @@ class JobManager {
   Result<void> restore();
 
   // Starts this node's ranks of `spec`, whose paths the preflight checked (preflight.h).
-  Result<StartJobReply> start(const JobSpec& spec, const CheckedPaths& checked);
+  // storeSecret: the job's store's, from rank 0's agent; this agent makes one when it hosts the
+  // store, and replies with it.
+  Result<StartJobReply> start(const JobSpec& spec, const CheckedPaths& checked, const std::string& storeSecret = {});
   Result<StopJobReply> stop(const std::string& jobId, std::uint32_t graceMs);
   std::vector<JobStatus> list() const;
   Result<LogsReply> logs(const std::string& jobId, std::uint32_t rank, std::uint32_t maxBytes) const;
@@ -97,6 +99,7 @@ class JobManager {
   Result<std::vector<RankPlacement>> localRanks(const JobSpec& spec) const;
   Result<void> checkFits(const JobSpec& spec, const std::vector<RankPlacement>& local) const;
   Result<void> rendezvous(Job& job, const std::vector<RankPlacement>& local, NodeLaunch& launch) const;
+  Result<std::unique_ptr<StoreServer>> startStore(const Job& job, std::uint16_t port) const;
   void rankEnded(Job& job, std::size_t index, std::optional<ExitStatus> status);
   void finishIfDone(Job& job);
   void signalRanks(Job& job, int signal);

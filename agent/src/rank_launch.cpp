@@ -84,6 +84,7 @@ Env trainerEnv(const NodeLaunch& n, const RankPlacement& p) {
           {"MASTER_ADDR", n.masterAddr},
           {"MASTER_PORT", std::to_string(n.masterPort)},
           {"LOCKSTEP_AGENT_STORE", "1"},
+          {"LOCKSTEP_STORE_SECRET", n.storeSecret},
           {"LOCKSTEP_JOB_ID", spec.jobId},
           {"LOCKSTEP_ATTEMPT", std::to_string(spec.attempt)},
           {"LOCKSTEP_REPORT", n.reportEndpoint},

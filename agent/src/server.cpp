@@ -86,6 +86,7 @@ class Agent::Impl {
     std::string client;
     std::uint64_t requestId;
     JobSpec spec;
+    std::string storeSecret;
   };
 
   struct PendingFetch {
@@ -97,7 +98,8 @@ class Agent::Impl {
   };
 
   void onRequest();
-  void onStartJob(const std::string& client, const std::string& key, std::uint64_t id, JobSpec spec);
+  void onStartJob(const std::string& client, const std::string& key, std::uint64_t id, JobSpec spec,
+                  std::string storeSecret);
   void onPreflight();
   bool cancelPendingStart(const std::string& jobId);
   void onReports();
@@ -292,7 +294,7 @@ void Agent::Impl::onRequest() {
             reply(client, Reply{id, hello()});
           }
         } else if constexpr (std::is_same_v<T, StartJobRequest>) {
-          onStartJob(client, clientKeyOf((*frames)[1]), id, std::move(body.spec));
+          onStartJob(client, clientKeyOf((*frames)[1]), id, std::move(body.spec), std::move(body.storeSecret));
         } else if constexpr (std::is_same_v<T, StopJobRequest>) {
           if (cancelPendingStart(body.jobId)) {
             reply(client, Reply{id, StopJobReply{body.jobId, JobState::kStopped}});
@@ -327,7 +329,8 @@ void Agent::Impl::onRequest() {
       request->body);
 }
 
-void Agent::Impl::onStartJob(const std::string& client, const std::string& key, std::uint64_t id, JobSpec spec) {
+void Agent::Impl::onStartJob(const std::string& client, const std::string& key, std::uint64_t id, JobSpec spec,
+                             std::string storeSecret) {
   const auto refuse = [&](const Error& why) {
     log_.info("refused job " + spec.jobId + ": " + why.message);
     replyError(client, id, why);
@@ -354,7 +357,7 @@ void Agent::Impl::onStartJob(const std::string& client, const std::string& key, 
   if (auto submitted = preflight_->submit(check, std::move(paths), config_.name); !submitted) {
     return refuse(submitted.error());
   }
-  starts_.emplace(check, PendingStart{client, id, std::move(spec)});
+  starts_.emplace(check, PendingStart{client, id, std::move(spec), std::move(storeSecret)});
 }
 
 bool Agent::Impl::cancelPendingStart(const std::string& jobId) {
@@ -378,7 +381,7 @@ void Agent::Impl::onPreflight() {
     PendingStart pending = std::move(it->second);
     starts_.erase(it);
     Result<StartJobReply> started =
-        done.result ? jobs_->start(pending.spec, *done.result) : Result<StartJobReply>(done.result.error());
+        done.result ? jobs_->start(pending.spec, *done.result, pending.storeSecret) : Result<StartJobReply>(done.result.error());
     if (started) {
       reply(pending.client, Reply{pending.requestId, *started});
     } else {

@@ -130,18 +130,18 @@ void AgentWorker::tick() {
   timer_->start(0);
 }
 
-void AgentWorker::startJob(quint64 tag, lockstep::JobSpec spec) {
+void AgentWorker::startJob(quint64 tag, lockstep::JobSpec spec, QString storeSecret) {
   if (!client_) {
     Q_EMIT commandDone(tag, false, QStringLiteral("agent %1 is not connected").arg(id_));
     return;
   }
-  auto started = client_->startJob(spec, kRequestTimeout);
+  auto started = client_->startJob(spec, storeSecret.toStdString(), kRequestTimeout);
   if (!started) {
     Q_EMIT commandDone(tag, false, QString::fromStdString(started.error().message));
     return;
   }
   knownJobs_.insert(spec.jobId);
-  Q_EMIT jobStarted(tag, id_, started->rendezvousPort);
+  Q_EMIT jobStarted(tag, id_, started->rendezvousPort, QString::fromStdString(started->storeSecret));
   Q_EMIT commandDone(tag, true, {});
   refreshJobs();
 }

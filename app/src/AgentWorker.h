@@ -27,7 +27,8 @@ class AgentWorker : public QObject {
   void start();
   void stop();
   // Commands; each answers with commandDone(tag, ok, message).
-  void startJob(quint64 tag, lockstep::JobSpec spec);
+  // storeSecret: rank 0's agent's (from its jobStarted), for the other agents; empty for rank 0's.
+  void startJob(quint64 tag, lockstep::JobSpec spec, QString storeSecret);
   void stopJob(quint64 tag, QString jobId);
 
  Q_SIGNALS:
@@ -35,7 +36,7 @@ class AgentWorker : public QObject {
   void helloReceived(QString id, lockstep::app::HelloPtr hello);
   void jobsReceived(QString id, lockstep::app::JobList jobs);
   void messagesReceived(QString id, lockstep::app::MessageBatch messages);
-  void jobStarted(quint64 tag, QString id, quint32 rendezvousPort);
+  void jobStarted(quint64 tag, QString id, quint32 rendezvousPort, QString storeSecret);
   void commandDone(quint64 tag, bool ok, QString message);
 
  private:

@@ -324,10 +324,10 @@ void ClusterStore::launch(const JobSpec& placed) {
   launchOfTag_[tag] = placed.jobId;
   launches_[placed.jobId] = std::move(launch);
   QMetaObject::invokeMethod(findAgent(order.front())->worker, "startJob", Qt::QueuedConnection, Q_ARG(quint64, tag),
-                            Q_ARG(lockstep::JobSpec, placed));
+                            Q_ARG(lockstep::JobSpec, placed), Q_ARG(QString, QString()));
 }
 
-void ClusterStore::onJobStarted(quint64 tag, QString id, quint32 port) {
+void ClusterStore::onJobStarted(quint64 tag, QString id, quint32 port, QString storeSecret) {
   auto it = launchOfTag_.find(tag);
   if (it == launchOfTag_.end()) return;
   auto l = launches_.find(it->second);
@@ -343,7 +343,7 @@ void ClusterStore::onJobStarted(quint64 tag, QString id, quint32 port) {
       launchOfTag_[next] = launch.spec.jobId;
       ++launch.outstanding;
       QMetaObject::invokeMethod(findAgent(other)->worker, "startJob", Qt::QueuedConnection, Q_ARG(quint64, next),
-                                Q_ARG(lockstep::JobSpec, launch.spec));
+                                Q_ARG(lockstep::JobSpec, launch.spec), Q_ARG(QString, storeSecret));
     }
     launch.pending.clear();
   }

@@ -101,7 +101,7 @@ class ClusterStore : public QObject {
   JobEntry& jobEntry(const JobSpec& spec);
   void updateJobState(JobEntry& job);
   void onState(QString id, AgentState state, QString message);
-  void onJobStarted(quint64 tag, QString id, quint32 port);
+  void onJobStarted(quint64 tag, QString id, quint32 port, QString storeSecret);
   void onCommandDone(quint64 tag, bool ok, QString message);
   // Elastic restarts of the jobs this app launched (docs/agent.md): checked on every job list,
   // agent state change, and once a second.

@@ -189,8 +189,8 @@ Result<NodeHello> AgentClient::refreshHello(milliseconds timeout) {
   return hello;
 }
 
-Result<StartJobReply> AgentClient::startJob(const JobSpec& spec, milliseconds timeout) {
-  return expect<StartJobReply>(impl_->call(StartJobRequest{spec}, timeout), "start job");
+Result<StartJobReply> AgentClient::startJob(const JobSpec& spec, const std::string& storeSecret, milliseconds timeout) {
+  return expect<StartJobReply>(impl_->call(StartJobRequest{spec, storeSecret}, timeout), "start job");
 }
 
 Result<StopJobReply> AgentClient::stopJob(const std::string& jobId, std::uint32_t graceMs, milliseconds timeout) {

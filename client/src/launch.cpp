@@ -84,12 +84,14 @@ Result<void> launchJob(const std::vector<AgentClient*>& agents, JobSpec spec, st
                            where->hello().nodeName + ")" +
                            (started.empty() ? "" : "; stopped the parts already started"));
   };
+  std::string storeSecret;  // rank 0's agent's store's, which the other agents' ranks need
   for (auto* agent : order) {
-    auto reply = agent->startJob(spec, timeout);
+    auto reply = agent->startJob(spec, storeSecret, timeout);
     if (!reply) return undo(reply.error(), agent);
     started.push_back(agent);
     if (agent == order.front() && spec.worldSize > 1) {
       spec.rendezvousPort = reply->rendezvousPort;
+      storeSecret = reply->storeSecret;
       if (spec.rendezvousHost.empty()) spec.rendezvousHost = agent->address().host;
     }
   }

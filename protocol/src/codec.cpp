@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "lockstep/common/store.h"
 #include "lockstep/protocol/validate.h"
 #include "lockstep/v1/lockstep.pb.h"
 
@@ -516,6 +517,7 @@ std::string encode(const Request& request) {
           m.mutable_hello()->set_client_name(body.clientName);
         } else if constexpr (std::is_same_v<T, StartJobRequest>) {
           toPb(body.spec, m.mutable_start_job()->mutable_spec());
+          m.mutable_start_job()->set_store_secret(body.storeSecret);
         } else if constexpr (std::is_same_v<T, StopJobRequest>) {
           m.mutable_stop_job()->set_job_id(body.jobId);
           m.mutable_stop_job()->set_grace_ms(body.graceMs);
@@ -549,7 +551,8 @@ Result<Request> decodeRequest(std::string_view bytes, std::size_t maxBytes) {
         if (!m.start_job().has_spec()) return bad("start job: the job spec is required");
         auto spec = fromPb(m.start_job().spec());
         if (!spec) return spec.error().withContext("start job");
-        return Body{StartJobRequest{std::move(spec).value()}};
+        if (!isValidStoreSecret(m.start_job().store_secret())) return bad("start job: the store secret is not 64 hex digits");
+        return Body{StartJobRequest{std::move(spec).value(), m.start_job().store_secret()}};
       }
       case pb::Request::kStopJob:
         LOCKSTEP_TRY(validateJobId(m.stop_job().job_id()));
@@ -585,6 +588,7 @@ std::string encode(const Reply& reply) {
         } else if constexpr (std::is_same_v<T, StartJobReply>) {
           m.mutable_start_job()->set_job_id(body.jobId);
           m.mutable_start_job()->set_rendezvous_port(body.rendezvousPort);
+          m.mutable_start_job()->set_store_secret(body.storeSecret);
         } else if constexpr (std::is_same_v<T, StopJobReply>) {
           m.mutable_stop_job()->set_job_id(body.jobId);
           m.mutable_stop_job()->set_state(static_cast<pb::JobState>(body.state));
@@ -628,7 +632,8 @@ Result<Reply> decodeReply(std::string_view bytes, std::size_t maxBytes) {
     case pb::Reply::kStartJob:
       LOCKSTEP_TRY(validateJobId(m.start_job().job_id()));
       if (m.start_job().rendezvous_port() > 65535) return bad("start job reply: the rendezvous port is out of range");
-      r.body = StartJobReply{m.start_job().job_id(), m.start_job().rendezvous_port()};
+      if (!isValidStoreSecret(m.start_job().store_secret())) return bad("start job reply: the store secret is not 64 hex digits");
+      r.body = StartJobReply{m.start_job().job_id(), m.start_job().rendezvous_port(), m.start_job().store_secret()};
       break;
     case pb::Reply::kFetch: {
       FetchReply f{m.fetch().instance_id(), m.fetch().first_seq(), m.fetch().last_seq(), {}};

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the protocol fuzzer for a while on a fresh corpus seeded from the current schema.
+# Runs a fuzzer (protocol or store) for a while on a fresh corpus seeded from the current schema.
 #   run_fuzz.sh SEEDS_PROGRAM FUZZER SECONDS
 set -euo pipefail
 corpus=$(mktemp -d)

@@ -42,7 +42,10 @@ Result<int> runLocalRanks(const TrainerOptions& options, const std::vector<std::
     if (fd < 0) return errnoError("--metrics-out: cannot create " + options.metricsOut, errno);
     ::close(fd);
   }
-  LOCKSTEP_ASSIGN_OR_RETURN(auto store, StoreServer::start("127.0.0.1", 0));
+  StoreServerOptions storeOptions;
+  storeOptions.secret = newStoreSecret();  // the ranks get it in their environment, never argv
+  storeOptions.worldSize = nproc;
+  LOCKSTEP_ASSIGN_OR_RETURN(auto store, StoreServer::start("127.0.0.1", 0, storeOptions));
   LOCKSTEP_ASSIGN_OR_RETURN(const std::string exe, selfExecutable());
   const std::uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
   const std::uint32_t threads = options.threads > 0 ? options.threads : std::max(1u, cores / nproc);
@@ -63,6 +66,7 @@ Result<int> runLocalRanks(const TrainerOptions& options, const std::vector<std::
                  {"MASTER_ADDR", "127.0.0.1"},
                  {"MASTER_PORT", std::to_string(store->port())},
                  {"LOCKSTEP_AGENT_STORE", "1"},
+                 {"LOCKSTEP_STORE_SECRET", storeOptions.secret},
                  {"OPENBLAS_NUM_THREADS", std::to_string(threads)}};
     spawn.parentDeathSignal = SIGTERM;
     auto pid = spawnProcess(spawn);

@@ -115,6 +115,13 @@ Result<DistEnv> distEnvFromEnvironment() {
   }
   const char* agentStore = std::getenv("LOCKSTEP_AGENT_STORE");
   env.storeHostedByLauncher = agentStore != nullptr && std::string(agentStore) == "1";
+  if (const char* secret = std::getenv("LOCKSTEP_STORE_SECRET"); secret != nullptr) {
+    if (!isValidStoreSecret(secret)) {
+      return invalidArgument("LOCKSTEP_STORE_SECRET is not 64 hex digits (the agent and the --nproc launcher set it; "
+                             "ranks started by hand may share one, from `openssl rand -hex 32`)");
+    }
+    env.storeSecret = secret;
+  }
   return env;
 }
 
@@ -172,11 +179,15 @@ Result<void> RankRunner::connect() {
   if (env_.worldSize > 1) {
     const milliseconds timeout(std::int64_t{spec.timeoutS} * 1000);
     if (env_.rank == 0 && !env_.storeHostedByLauncher) {
-      LOCKSTEP_ASSIGN_OR_RETURN(s.storeServer, StoreServer::start(env_.masterAddr, env_.masterPort));
+      StoreServerOptions store;
+      store.secret = env_.storeSecret;
+      store.worldSize = env_.worldSize;
+      LOCKSTEP_ASSIGN_OR_RETURN(s.storeServer, StoreServer::start(env_.masterAddr, env_.masterPort, store));
     }
-    LOCKSTEP_ASSIGN_OR_RETURN(s.store, StoreClient::connect(env_.masterAddr, env_.masterPort, timeout));
+    LOCKSTEP_ASSIGN_OR_RETURN(s.store, StoreClient::connect(env_.masterAddr, env_.masterPort, timeout, env_.storeSecret,
+                                                            static_cast<int>(env_.rank)));
     s.store->setInterruptCheck([this] { return stopSignal_.load() != 0; });
-    LOCKSTEP_TRY(s.store->registerRank(static_cast<int>(env_.rank)));
+    LOCKSTEP_TRY(s.store->registerRank());
     const std::string prefix = "lockstep/" + spec.jobId + "/" + std::to_string(env_.attempt) + "/";
     if (spec.backend == Backend::kCuda) {
       LOCKSTEP_ASSIGN_OR_RETURN(s.comm, connectNccl(s.store.get(), prefix, env_, timeout));

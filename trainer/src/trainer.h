@@ -25,6 +25,7 @@ struct DistEnv {
   std::uint16_t masterPort = 0;
   // LOCKSTEP_AGENT_STORE=1: the launcher (or agent) hosts the store, not rank 0.
   bool storeHostedByLauncher = false;
+  std::string storeSecret;     // LOCKSTEP_STORE_SECRET: the job's, for the rendezvous store; "" open
   std::string reportEndpoint;  // LOCKSTEP_REPORT
   std::uint32_t attempt = 0;   // LOCKSTEP_ATTEMPT: restarts of the job so far
 };

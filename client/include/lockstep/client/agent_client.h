@@ -42,7 +42,8 @@ class AgentClient {
   const NodeHello& hello() const;
 
   Result<NodeHello> refreshHello(std::chrono::milliseconds timeout);
-  Result<StartJobReply> startJob(const JobSpec& spec, std::chrono::milliseconds timeout);
+  // storeSecret: rank 0's agent's (its StartJobReply), for the others; "" for rank 0's agent.
+  Result<StartJobReply> startJob(const JobSpec& spec, const std::string& storeSecret, std::chrono::milliseconds timeout);
   Result<StopJobReply> stopJob(const std::string& jobId, std::uint32_t graceMs, std::chrono::milliseconds timeout);
   // Long poll: the agent answers once something newer than afterSeq exists, or after waitMs.
   Result<FetchReply> fetch(std::uint64_t afterSeq, std::uint32_t maxMessages, std::uint32_t waitMs,

@@ -4,8 +4,17 @@
 // collective fails can ask which peer went away and name it.
 //
 // Hosted by rank 0 at MASTER_ADDR:MASTER_PORT (torchrun's convention), or by whoever launched the
-// ranks (the trainer's --nproc launcher, later the agent), which then also records how each rank
-// exited. Unauthenticated, like torchrun's TCPStore: bind it to loopback or a private network.
+// ranks (the trainer's --nproc launcher, or the agent), which then also records how each rank
+// exited.
+//
+// Every connection proves it belongs to the job before anything else is read (docs/security.md):
+// the server opens with a random 32-byte challenge, and the client answers with its rank and
+// HMAC-SHA256(job secret, challenge || rank); an observer who saw one answer cannot replay it. A
+// connection that has not answered may send one small frame within the auth deadline. After it,
+// keys, bytes, waiting Gets and unread replies are bounded per connection and in all; a key
+// belongs to the rank that set it first; only the connection that authenticated as rank k
+// registers or heartbeats as rank k. The secret reaches ranks in LOCKSTEP_STORE_SECRET, never on
+// their command line. An empty secret is an open store (ranks started by hand without one).
 //
 // Wire format (both directions): u32 little-endian length, then that many bytes; the first byte of
 // a request is its op. Frames over kMaxFrameBytes are refused and the connection closed.
@@ -25,6 +34,14 @@ namespace lockstep {
 
 inline constexpr std::uint32_t kStoreMaxFrameBytes = 16u << 20;
 
+// A new job secret: 32 random bytes as 64 hex characters (what LOCKSTEP_STORE_SECRET holds).
+std::string newStoreSecret();
+// Whether `secret` is empty or 64 lower-case hex characters (inline: the protocol checks it too).
+inline bool isValidStoreSecret(std::string_view secret) {
+  return secret.empty() ||
+         (secret.size() == 64 && secret.find_first_not_of("0123456789abcdef") == std::string_view::npos);
+}
+
 // What a rank's main thread is doing, as its heartbeats say.
 enum class RankPhase : std::uint8_t { kStartup = 0, kCompute = 1, kCommunicate = 2, kCheckpoint = 3 };
 std::string_view rankPhaseName(RankPhase phase);
@@ -40,11 +57,27 @@ struct RankLiveness {
   std::string exitNote;                   // how the process ended, when its launcher knows
 };
 
+struct StoreServerOptions {
+  std::string secret;              // the job's (newStoreSecret()); empty: an open store
+  std::uint32_t worldSize = 4096;  // ranks 0..worldSize-1 may authenticate
+  std::chrono::milliseconds authDeadline{5000};  // for a new connection's answer to the challenge
+  std::size_t maxUnauthenticated = 64;   // beyond it, the oldest unauthenticated connection goes
+  std::size_t maxConnections = 8192;     // authenticated ones
+  std::size_t maxKeys = 1u << 16;
+  std::size_t maxKeyBytes = 4096;
+  std::uint64_t maxStoredBytes = 256ull << 20;  // keys and values in all
+  std::size_t maxWaitingGetsPerConnection = 64;
+  std::size_t maxWaitingGets = 8192;
+  std::size_t maxUnreadReplyBytes = 64u << 20;  // per connection: a client that does not read goes
+  std::chrono::milliseconds maxGetWait{3600 * 1000};
+};
+
 // Serves the store from its own thread. Thread-safe; the destructor stops the thread.
 class StoreServer {
  public:
   // Binds host:port (port 0 picks a free one, see port()). The socket is listening on return.
-  static Result<std::unique_ptr<StoreServer>> start(const std::string& host, std::uint16_t port);
+  static Result<std::unique_ptr<StoreServer>> start(const std::string& host, std::uint16_t port,
+                                                    StoreServerOptions options = {});
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
@@ -63,12 +96,14 @@ class StoreServer {
 
 // One connection to a store. Calls are serialized by an internal mutex, so one client may be
 // shared by threads; every call has a deadline. A call that fails mid-exchange drops the
-// connection; the next call reconnects (and registers the rank again).
+// connection; the next call reconnects (authenticates and registers the rank again).
 class StoreClient {
  public:
-  // Connects, retrying refused connections until `timeout` (the server may not be up yet).
+  // Connects and authenticates as `rank` with the job's secret, retrying refused connections
+  // until `timeout` (the server may not be up yet). A wrong secret is PermissionDenied.
   static Result<std::unique_ptr<StoreClient>> connect(const std::string& host, std::uint16_t port,
-                                                      std::chrono::milliseconds timeout);
+                                                      std::chrono::milliseconds timeout, const std::string& secret,
+                                                      int rank);
   ~StoreClient();
   StoreClient(const StoreClient&) = delete;
   StoreClient& operator=(const StoreClient&) = delete;
@@ -76,8 +111,8 @@ class StoreClient {
   Result<void> set(const std::string& key, const std::string& value);
   // Waits until the key exists (server side, no polling) or the timeout passes.
   Result<std::string> get(const std::string& key, std::chrono::milliseconds timeout);
-  // Registers this connection as `rank`'s: when it closes, the store marks the rank disconnected.
-  Result<void> registerRank(int rank);
+  // Registers this connection as its rank's: when it closes, the store marks the rank disconnected.
+  Result<void> registerRank();
   // Called when a wait is interrupted by a signal: returning true ends the call with kCancelled
   // (a stop request); otherwise the wait goes on.
   void setInterruptCheck(std::function<bool()> interrupted);
@@ -90,7 +125,7 @@ class StoreClient {
   std::string localAddress() const;
 
  private:
-  StoreClient(int fd, std::string host, std::uint16_t port);
+  StoreClient(int fd, std::string host, std::uint16_t port, std::string secret, int rank);
   Result<std::string> call(const std::string& request, std::chrono::milliseconds timeout);
   Result<std::string> exchange(const std::string& request, std::chrono::steady_clock::time_point deadline);
 
@@ -98,7 +133,9 @@ class StoreClient {
   int fd_;
   const std::string host_;
   const std::uint16_t port_;
-  int rank_ = -1;
+  const std::string secret_;
+  const int rank_;
+  bool registered_ = false;
   std::function<bool()> interrupted_;
   std::chrono::milliseconds ioTimeout_{10000};
 };

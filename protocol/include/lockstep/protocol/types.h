@@ -237,6 +237,7 @@ struct HelloRequest {
 };
 struct StartJobRequest {
   JobSpec spec;
+  std::string storeSecret;  // rank 0's agent's, for the others; "" for rank 0's agent
   bool operator==(const StartJobRequest&) const = default;
 };
 struct StopJobRequest {
@@ -272,6 +273,7 @@ std::string_view jobStateName(JobState state);
 struct StartJobReply {
   std::string jobId;
   std::uint32_t rendezvousPort = 0;
+  std::string storeSecret;  // the store's secret, when this agent hosts the job's store
   bool operator==(const StartJobReply&) const = default;
 };
 struct StopJobReply {
