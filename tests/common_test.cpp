@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include <csignal>
 #include <thread>
@@ -30,6 +31,36 @@ TEST(Files, AtomicWriteReplacesWholeFileAndLeavesNoTemp) {
   int entries = 0;
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path())) ++entries;
   EXPECT_EQ(entries, 1);
+}
+
+// Issue 14: the temp name was ".NAME.tmp.PID", so anyone who could write the directory could plant
+// a symlink there and have the writer truncate and fill the file it points to.
+TEST(Files, APlantedTempFileSymlinkIsNeverFollowed) {
+  TempDir dir;
+  const std::string victim = dir.file("victim");
+  ASSERT_TRUE(writeFileAtomic(victim, "precious").ok());
+  const std::string path = dir.file("ckpt.safetensors");
+  for (const std::string& planted : {".ckpt.safetensors.tmp." + std::to_string(::getpid()), std::string(".ckpt.safetensors.tmp")}) {
+    ASSERT_EQ(::symlink(victim.c_str(), dir.file(planted).c_str()), 0);
+  }
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(writeFileAtomic(path, "checkpoint " + std::to_string(i)).ok());
+  EXPECT_EQ(*readFile(victim, 64), "precious");
+  EXPECT_EQ(*readFile(path, 64), "checkpoint 19");
+}
+
+TEST(Files, AtomicWritesFollowTheUmask) {
+  TempDir dir;
+  const mode_t old = ::umask(077);
+  const auto written = writeFileAtomic(dir.file("private"), "x", 0644);
+  ::umask(022);
+  const auto secret = writeFileAtomic(dir.file("secret"), "x", 0600);
+  ::umask(old);
+  ASSERT_TRUE(written.ok() && secret.ok());
+  struct stat st {};
+  ASSERT_EQ(::stat(dir.file("private").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u) << "umask 077 must narrow 0644";
+  ASSERT_EQ(::stat(dir.file("secret").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u) << "a 0600 file must not widen";
 }
 
 TEST(Files, ReadRefusesMissingAndOversizedFiles) {

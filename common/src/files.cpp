@@ -1,6 +1,7 @@
 #include "lockstep/common/files.h"
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -85,16 +86,37 @@ Result<std::string> readFile(const std::string& path, std::uint64_t maxBytes) {
   return out;
 }
 
+namespace {
+
+// A new temp file beside `target`, with a name nobody can guess, made by this call: O_EXCL and
+// O_NOFOLLOW, so a name planted in the directory (a symlink to a victim file) is never opened.
+Result<int> createTempBeside(const std::filesystem::path& dir, const std::filesystem::path& target, unsigned mode,
+                             std::string& tmp) {
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    unsigned char random[8];
+    if (::getrandom(random, sizeof random, 0) != static_cast<ssize_t>(sizeof random)) {
+      return errnoError("cannot get random bytes for a temp file name", errno);
+    }
+    std::string suffix;
+    for (unsigned char c : random) suffix += "0123456789abcdef"[c >> 4], suffix += "0123456789abcdef"[c & 15];
+    tmp = (dir / ("." + target.filename().string() + ".tmp." + suffix)).string();
+    // The mode is narrowed by the umask, as for any file a program creates.
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    if (fd >= 0) return fd;
+    if (errno != EEXIST) return errnoError("cannot create " + tmp, errno);
+  }
+  return ioError("cannot create a temp file beside " + target.string() + ": every name tried exists");
+}
+
+}  // namespace
+
 Result<void> writeFileAtomic(const std::string& path, std::string_view data, unsigned mode) {
   const std::filesystem::path target(path);
   const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
-  const std::string tmp = (dir / ("." + target.filename().string() + ".tmp." +
-                                  std::to_string(::getpid())))
-                              .string();
+  std::string tmp;
   {
-    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode));
-    if (fd.valid()) ::fchmod(fd.get(), mode);  // the umask must not widen or narrow it
-    if (fd.get() < 0) return errnoError("cannot create " + tmp, errno);
+    LOCKSTEP_ASSIGN_OR_RETURN(const int raw, createTempBeside(dir, target, mode, tmp));
+    UniqueFd fd(raw);
     if (auto written = writeAll(fd.get(), data, tmp); !written) {
       ::unlink(tmp.c_str());
       return written.error();
