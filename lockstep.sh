@@ -84,6 +84,7 @@ start_local_agent() {
   for key in "$("$BIN/lockstep" --config-dir "$CONFIG" --print-key)" "$(cat "$CONFIG/client.pub")"; do
     grep -qF "$key" "$state/authorized_keys" 2>/dev/null || echo "$key local client (lockstep.sh run)" >>"$state/authorized_keys"
   done
+  chmod 600 "$state/authorized_keys"  # the agent refuses a key file others may write
   "${CTL[@]}" trust "$address" "$agent_key" >/dev/null
 
   say "starting an agent on $address (state and logs: $state)"

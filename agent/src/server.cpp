@@ -16,6 +16,7 @@
 
 #include "host.h"
 #include "jobs.h"
+#include "key_ring.h"
 #include "lockstep/common/files.h"
 #include "lockstep/net/zmq_util.h"
 #include "lockstep/protocol/codec.h"
@@ -74,7 +75,8 @@ void Log::write(const char* level, const std::string& line) {
 
 class Agent::Impl {
  public:
-  Impl(const AgentConfig& config, Log& log) : config_(config), log_(log), context_(1) {}
+  Impl(const AgentConfig& config, Log& log)
+      : config_(config), log_(log), keyRing_(config_.authorizedKeysPath(), log), context_(1) {}
 
   Result<void> init();
   Result<void> loop(const std::atomic<int>& stop);
@@ -84,6 +86,7 @@ class Agent::Impl {
   // A StartJob whose paths are being checked off the loop (preflight.h).
   struct PendingStart {
     std::string client;
+    std::string key;  // the client's
     std::uint64_t requestId;
     JobSpec spec;
     std::string storeSecret;
@@ -91,6 +94,7 @@ class Agent::Impl {
 
   struct PendingFetch {
     std::string client;
+    std::string key;
     std::uint64_t requestId;
     std::uint64_t afterSeq;
     std::size_t max;
@@ -109,10 +113,13 @@ class Agent::Impl {
   void replyError(const std::string& client, std::uint64_t requestId, const Error& error);
   NodeHello hello() const;
   bool authorized(const std::string& key);
+  void revoke(const std::vector<std::string>& keys);
+  Error revokedError() const;
   void append(StreamBuffer::Payload payload);
 
   AgentConfig config_;
   Log& log_;
+  KeyRing keyRing_;
   CurveKeyPair keys_;
   std::uint64_t instanceId_ = 0;
   std::unique_ptr<Nvml> nvml_;
@@ -128,13 +135,17 @@ class Agent::Impl {
   std::unique_ptr<Preflight> preflight_;
   std::map<std::uint64_t, PendingStart> starts_;  // by preflight id
   std::uint64_t nextPreflightId_ = 1;
-  AuthorizedKeys authorized_;
-  struct timespec authorizedMtime_ {};
   std::uint64_t droppedReports_ = 0;
 };
 
 Result<void> Agent::Impl::init() {
   LOCKSTEP_TRY(makeDirectories(config_.stateDir, 0700));
+  // StrictModes, as sshd: a state directory others may write would let them replace our keys.
+  if (struct stat st {}; ::stat(config_.stateDir.c_str(), &st) == 0) {
+    if (auto why = strictModesProblem(config_.stateDir, st.st_mode, st.st_uid); !why.empty()) {
+      return Error{ErrorCode::kPermissionDenied, "the state directory " + why};
+    }
+  }
   bool created = false;
   LOCKSTEP_ASSIGN_OR_RETURN(keys_, loadOrCreateKeyPair(config_.stateDir, "agent", &created));
   if (created) log_.info("created this agent's key pair; public key " + keys_.publicKey);
@@ -209,26 +220,40 @@ Result<void> Agent::Impl::init() {
 }
 
 bool Agent::Impl::authorized(const std::string& key) {
-  // Re-read the file when it changes, so that authorizing a client needs no restart.
-  struct stat st {};
-  const std::string path = config_.authorizedKeysPath();
-  const bool exists = ::stat(path.c_str(), &st) == 0;
-  if (!exists) {
-    authorized_ = {};
-    authorizedMtime_ = {};
-  } else if (st.st_mtim.tv_sec != authorizedMtime_.tv_sec || st.st_mtim.tv_nsec != authorizedMtime_.tv_nsec) {
-    auto keys = readAuthorizedKeys(path);
-    if (keys) {
-      authorized_ = std::move(keys).value();
-    } else {
-      log_.error(keys.error().message + " (no client is authorized until it is fixed)");
-      authorized_ = {};
-    }
-    authorizedMtime_ = st.st_mtim;
-  }
-  const bool ok = authorized_.allows(key);
-  if (!ok) log_.info("refused a client with key " + key + " (" + fingerprint(key) + "): not in " + path);
+  revoke(keyRing_.refresh());  // a key added a moment ago is let in without a restart
+  const bool ok = keyRing_.allows(key);
+  if (!ok) keyRing_.noteRefusedHandshake(key);
   return ok;
+}
+
+// Keys that left the authorized keys: their waiting requests are refused now, their next ones in
+// onRequest (ZeroMQ cannot close one peer of a ROUTER socket, so the session is refused instead).
+void Agent::Impl::revoke(const std::vector<std::string>& keys) {
+  if (keys.empty()) return;
+  const auto gone = [&](const std::string& key) { return std::find(keys.begin(), keys.end(), key) != keys.end(); };
+  const Error why = revokedError();
+  for (auto it = fetches_.begin(); it != fetches_.end();) {
+    if (gone(it->key)) {
+      replyError(it->client, it->requestId, why);
+      it = fetches_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = starts_.begin(); it != starts_.end();) {
+    if (gone(it->second.key)) {
+      log_.info("job " + it->second.spec.jobId + ": not started, its client's key was revoked");
+      replyError(it->second.client, it->second.requestId, why);
+      it = starts_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+Error Agent::Impl::revokedError() const {
+  return Error{ErrorCode::kPermissionDenied, "this client's key is no longer in the authorized keys of node " +
+                                                 config_.name + " (" + config_.authorizedKeysPath() + ")"};
 }
 
 NodeHello Agent::Impl::hello() const {
@@ -275,12 +300,17 @@ void Agent::Impl::onRequest() {
     replyError(client, 0, invalidArgument("a request is one frame holding a lockstep.v1.Request"));
     return;
   }
+  const std::string key = clientKeyOf((*frames)[1]);
   auto request = decodeRequest((*frames)[1].to_string_view(), kMaxRequestBytes);
   if (!request) {
     replyError(client, 0, request.error());
     return;
   }
   const std::uint64_t id = request->requestId;
+  if (!keyRing_.allows(key)) {
+    replyError(client, id, revokedError());
+    return;
+  }
   std::visit(
       [&](auto& body) {
         using T = std::decay_t<decltype(body)>;
@@ -294,8 +324,9 @@ void Agent::Impl::onRequest() {
             reply(client, Reply{id, hello()});
           }
         } else if constexpr (std::is_same_v<T, StartJobRequest>) {
-          onStartJob(client, clientKeyOf((*frames)[1]), id, std::move(body.spec), std::move(body.storeSecret));
+          onStartJob(client, key, id, std::move(body.spec), std::move(body.storeSecret));
         } else if constexpr (std::is_same_v<T, StopJobRequest>) {
+          log_.info("job " + body.jobId + ": stop asked by key " + keyRing_.describe(key));
           if (cancelPendingStart(body.jobId)) {
             reply(client, Reply{id, StopJobReply{body.jobId, JobState::kStopped}});
             return;
@@ -312,7 +343,7 @@ void Agent::Impl::onRequest() {
           if (stream_->hasAfter(body.afterSeq) || body.waitMs == 0) {
             reply(client, Reply{id, stream_->fetch(body.afterSeq, max, instanceId_)});
           } else {
-            fetches_.push_back(PendingFetch{client, id, body.afterSeq, max,
+            fetches_.push_back(PendingFetch{client, key, id, body.afterSeq, max,
                                             Clock::now() + milliseconds(std::min(body.waitMs, kFetchMaxWaitMs))});
           }
         } else if constexpr (std::is_same_v<T, ListJobsRequest>) {
@@ -340,7 +371,7 @@ void Agent::Impl::onStartJob(const std::string& client, const std::string& key, 
                         "node " + config_.name + " runs no jobs of their own program (its agent sets command-jobs = no); "
                         "run lockstep-trainer there, or ask its admin"});
   }
-  if (spec.command && !authorized_.allowsCommandJobs(key)) {
+  if (spec.command && !keyRing_.allowsCommandJobs(key)) {
     return refuse(Error{ErrorCode::kPermissionDenied,
                         "this client's key may not start jobs that run their own program on " + config_.name +
                             " (its authorized keys give it the no-command-jobs option)"});
@@ -357,7 +388,8 @@ void Agent::Impl::onStartJob(const std::string& client, const std::string& key, 
   if (auto submitted = preflight_->submit(check, std::move(paths), config_.name); !submitted) {
     return refuse(submitted.error());
   }
-  starts_.emplace(check, PendingStart{client, id, std::move(spec), std::move(storeSecret)});
+  log_.info("job " + spec.jobId + ": start asked by key " + keyRing_.describe(key));
+  starts_.emplace(check, PendingStart{client, key, id, std::move(spec), std::move(storeSecret)});
 }
 
 bool Agent::Impl::cancelPendingStart(const std::string& jobId) {
@@ -461,6 +493,7 @@ Result<void> Agent::Impl::loop(const std::atomic<int>& stop) {
       continue;
     }
     if (items[1].revents & ZMQ_POLLIN) zap_->handleOne([this](const std::string& key) { return authorized(key); });
+    revoke(keyRing_.refreshEverySecond());
     const std::uint64_t before = stream_->lastSeq();
     for (int i = 0; i < 64 && (items[0].revents & ZMQ_POLLIN); ++i) {
       onRequest();

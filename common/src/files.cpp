@@ -159,7 +159,12 @@ Result<void> forEachSettingsLine(const std::string& path, std::uint64_t maxBytes
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return {};
   LOCKSTEP_ASSIGN_OR_RETURN(const auto text, readFile(path, maxBytes));
-  std::istringstream lines(text);
+  return forEachSettingsLineIn(text, each);
+}
+
+Result<void> forEachSettingsLineIn(std::string_view text,
+                                   const std::function<Result<void>(const std::string& line, int number)>& each) {
+  std::istringstream lines{std::string(text)};
   std::string line;
   int number = 0;
   while (std::getline(lines, line)) {

@@ -85,8 +85,15 @@ Result<CurveKeyPair> loadOrCreateKeyPair(const std::string& dir, const std::stri
 }
 
 Result<AuthorizedKeys> readAuthorizedKeys(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return AuthorizedKeys{};
+  LOCKSTEP_ASSIGN_OR_RETURN(const std::string text, readFile(path, kMaxAuthorizedKeysBytes));
+  return parseAuthorizedKeys(text, path);
+}
+
+Result<AuthorizedKeys> parseAuthorizedKeys(std::string_view text, const std::string& path) {
   AuthorizedKeys keys;
-  LOCKSTEP_TRY(forEachSettingsLine(path, 16u << 20, [&](const std::string& line, int number) -> Result<void> {
+  LOCKSTEP_TRY(forEachSettingsLineIn(text, [&](const std::string& line, int number) -> Result<void> {
     const std::string where = path + " line " + std::to_string(number);
     std::istringstream fields(line);
     std::string first, key;

@@ -1,5 +1,7 @@
 #include "support/agent_support.h"
 
+#include <sys/stat.h>
+
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -43,7 +45,9 @@ void AgentProcess::launch() {
 }
 
 void AgentProcess::authorize(const std::string& clientPublicKey) const {
-  std::ofstream(stateDir_ + "/authorized_keys", std::ios::app) << clientPublicKey << " test client\n";
+  const std::string path = stateDir_ + "/authorized_keys";
+  std::ofstream(path, std::ios::app) << clientPublicKey << " test client\n";
+  ::chmod(path.c_str(), 0644);  // whatever the umask: the agent refuses a file others may write
 }
 
 void AgentProcess::terminate() {

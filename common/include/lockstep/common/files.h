@@ -38,5 +38,8 @@ std::string trim(std::string_view text);
 // first error. A missing file has no lines.
 Result<void> forEachSettingsLine(const std::string& path, std::uint64_t maxBytes,
                                  const std::function<Result<void>(const std::string& line, int number)>& each);
+// The same over text already read.
+Result<void> forEachSettingsLineIn(std::string_view text,
+                                   const std::function<Result<void>(const std::string& line, int number)>& each);
 
 }  // namespace lockstep

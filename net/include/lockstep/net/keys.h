@@ -5,6 +5,7 @@
 // files: NAME.key (the secret key, mode 0600, refused when others may read it) and NAME.pub.
 // Fingerprints look like SSH's: "SHA256:" and the unpadded base64 of the SHA-256 of the key bytes.
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <set>
@@ -41,7 +42,10 @@ struct AuthorizedKeys {
     return allows(key) && noCommandJobs.count(std::string(key)) == 0;
   }
 };
+inline constexpr std::uint64_t kMaxAuthorizedKeysBytes = 1u << 20;
 Result<AuthorizedKeys> readAuthorizedKeys(const std::string& path);
+// The same over the file's text; `path` names it in errors.
+Result<AuthorizedKeys> parseAuthorizedKeys(std::string_view text, const std::string& path);
 
 // Pinned agent keys, like SSH's known_hosts: "HOST:PORT KEY [comment]" per line.
 class KnownAgents {

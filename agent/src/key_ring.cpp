@@ -1,0 +1,130 @@
+#include "key_ring.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "lockstep/common/fd.h"
+#include "lockstep/common/files.h"
+#include "server.h"
+
+namespace lockstep::agent {
+
+using Clock = std::chrono::steady_clock;
+
+std::string strictModesProblem(const std::string& path, unsigned mode, unsigned owner) {
+  char octal[8];
+  std::snprintf(octal, sizeof octal, "%04o", mode & 07777);
+  if ((mode & 022) != 0) {
+    return path + " is writable by group or others (mode " + octal + "): anyone among them could " +
+           "replace what the agent trusts there; chmod go-w " + path;
+  }
+  if (owner != ::geteuid() && owner != 0) {
+    return path + " is owned by uid " + std::to_string(owner) + ", not by the agent's user (uid " +
+           std::to_string(::geteuid()) + ") or root; chown it";
+  }
+  return {};
+}
+
+Result<std::string> KeyRing::readChecked() const {
+  const std::filesystem::path file(path_);
+  const std::string dir = file.has_parent_path() ? file.parent_path().string() : ".";
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return errnoError("cannot look at " + dir, errno);
+  if (auto why = strictModesProblem(dir, st.st_mode, st.st_uid); !why.empty()) return invalidArgument(why);
+  // Non-blocking: a FIFO planted there must not stall the loop.
+  UniqueFd fd(::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!fd.valid()) return errnoError("cannot open " + path_, errno);
+  if (::fstat(fd.get(), &st) != 0) return errnoError("cannot look at " + path_, errno);
+  if (!S_ISREG(st.st_mode)) return invalidArgument(path_ + " is " + fileKind(st.st_mode) + ", not a file");
+  if (auto why = strictModesProblem(path_, st.st_mode, st.st_uid); !why.empty()) return invalidArgument(why);
+  if (static_cast<std::uint64_t>(st.st_size) > kMaxAuthorizedKeysBytes) {
+    return invalidArgument(path_ + " is larger than " + std::to_string(kMaxAuthorizedKeysBytes >> 20) + " MiB");
+  }
+  std::string text;
+  char buf[65536];
+  ssize_t n;
+  while ((n = ::read(fd.get(), buf, sizeof buf)) > 0 && text.size() <= kMaxAuthorizedKeysBytes) {
+    text.append(buf, static_cast<size_t>(n));
+  }
+  if (n < 0) return errnoError("cannot read " + path_, errno);
+  return text;
+}
+
+void KeyRing::problem(const std::string& why) {
+  if (why == problem_) return;
+  problem_ = why;
+  log_.error("cannot use the authorized keys: " + why + "; " +
+             (loaded_ ? "keeping the " + std::to_string(keys_.commentByKey.size()) + " key(s) read before"
+                      : std::string("no client is authorized until it is fixed")));
+}
+
+std::vector<std::string> KeyRing::refresh() {
+  lastRefresh_ = Clock::now();
+  auto text = readChecked();
+  if (!text && text.error().code == ErrorCode::kNotFound) text = std::string();  // nobody
+  if (!text) {
+    problem(text.error().message);
+    return {};
+  }
+  if (loaded_ && *text == text_) {
+    if (!problem_.empty()) log_.info("the authorized keys in " + path_ + " can be used again");
+    problem_.clear();
+    return {};
+  }
+  auto parsed = parseAuthorizedKeys(*text, path_);
+  if (!parsed) {
+    problem(parsed.error().message);
+    return {};
+  }
+  std::vector<std::string> removed;
+  for (const auto& [key, comment] : keys_.commentByKey) {
+    if (!parsed->allows(key)) {
+      log_.info("key " + describe(key) + " left " + path_ + ": its open sessions are refused from now on");
+      removed.push_back(key);
+    }
+  }
+  keys_ = std::move(parsed).value();
+  text_ = std::move(text).value();
+  if (loaded_ || !keys_.commentByKey.empty()) {
+    log_.info("authorized keys: " + std::to_string(keys_.commentByKey.size()) + " key(s) from " + path_);
+  }
+  loaded_ = true;
+  problem_.clear();
+  return removed;
+}
+
+std::vector<std::string> KeyRing::refreshEverySecond() {
+  if (Clock::now() - lastRefresh_ < std::chrono::seconds(1)) return {};
+  return refresh();
+}
+
+std::string KeyRing::describe(const std::string& key) const {
+  auto it = keys_.commentByKey.find(key);
+  const std::string comment = it == keys_.commentByKey.end() || it->second.empty() ? "(no comment)" : it->second;
+  return "'" + comment + "' (" + fingerprint(key) + ")";
+}
+
+void KeyRing::noteRefusedHandshake(const std::string& key) {
+  const auto now = Clock::now();
+  if (now - refusalWindow_ >= std::chrono::minutes(1)) {
+    if (refusalsUnlogged_ > 0) {
+      log_.info("refused " + std::to_string(refusalsUnlogged_) + " more handshake(s) in the last minute, not logged one by one");
+    }
+    refusalWindow_ = now;
+    refusalsLogged_ = 0;
+    refusalsUnlogged_ = 0;
+  }
+  if (refusalsLogged_ >= kRefusalsLoggedPerMinute) {
+    ++refusalsUnlogged_;
+    return;
+  }
+  ++refusalsLogged_;
+  log_.info("refused a client with key " + key + " (" + fingerprint(key) + "): not in " + path_ +
+            (refusalsLogged_ == kRefusalsLoggedPerMinute ? " (further refusals this minute are counted, not logged)" : ""));
+}
+
+}  // namespace lockstep::agent
