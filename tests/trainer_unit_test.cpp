@@ -368,6 +368,19 @@ TEST(Safetensors, RefusesDamagedFiles) {
   EXPECT_NE(r.error().message.find("float32"), std::string::npos);
 }
 
+// Issue 14: --init-weights pointed at the agent's secret key printed its first 8 bytes as a
+// "header length" into an event every client sees.
+TEST(Safetensors, AnErrorNeverEchoesTheFilesBytes) {
+  const std::string secret = "0123456789ABCDEFsecret-key-material\n";
+  std::uint64_t asLength = 0;
+  for (int i = 0; i < 8; ++i) asLength |= std::uint64_t{static_cast<unsigned char>(secret[i])} << (8 * i);
+  auto r = decodeSafetensors(secret, "agent.key");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().message.find(std::to_string(asLength)), std::string::npos) << r.error().message;
+  EXPECT_EQ(r.error().message.find("01234567"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("is it a safetensors file?"), std::string::npos) << r.error().message;
+}
+
 TEST(Safetensors, RefusesOverlappingTensors) {
   const std::vector<float> a = {1, 2};
   std::string bytes = encodeSafetensors({{"a", {2}, a.data()}, {"b", {2}, a.data()}}, {});

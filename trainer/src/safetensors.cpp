@@ -47,7 +47,8 @@ Result<SafetensorsFile> decodeSafetensors(const std::string& bytes, const std::s
   std::uint64_t headerBytes = 0;
   for (int i = 0; i < 8; ++i) headerBytes |= std::uint64_t{static_cast<unsigned char>(bytes[i])} << (8 * i);
   if (headerBytes > kMaxHeaderBytes || 8 + headerBytes > bytes.size()) {
-    return bad(path, "header length " + std::to_string(headerBytes) + " does not fit the file");
+    // Not the number itself: it is the file's first 8 bytes, and the file may be a secret.
+    return bad(path, "its first 8 bytes, the header length, do not fit the file (is it a safetensors file?)");
   }
   const nlohmann::json header =
       nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(headerBytes), nullptr,
