@@ -15,7 +15,9 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -62,14 +64,26 @@ Stores& stores() {
 
 int connectTo(std::uint16_t port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // From a new loopback source address every 10000 connections: the store closes first, and the
+  // TIME_WAIT it leaves holds the ephemeral port for that pair of addresses for a minute.
+  static std::uint32_t connections = 0;
+  const std::uint32_t source = 1 + (connections++ / 10000) % 60000;
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  from.sin_addr.s_addr = htonl((127u << 24) | (1u << 16) | source);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    std::fprintf(stderr, "store_fuzzer: cannot connect to the store\n");
+    std::fprintf(stderr, "store_fuzzer: cannot connect to the store: %s\n", std::strerror(errno));
     std::abort();
   }
+  // Closed with a reset, not into TIME_WAIT: tens of thousands of inputs would use up the
+  // ephemeral ports.
+  const linger reset{1, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
   return fd;
 }
 
