@@ -5,10 +5,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
+#include <set>
 #include <future>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+#include "lockstep/net/zmq_util.h"
+#include "lockstep/protocol/codec.h"
 #include "support/agent_support.h"
 
 namespace lockstep::test {
@@ -133,6 +140,138 @@ TEST(AgentKeys, StartsAndStopsNameTheKeyAndRefusalsCannotFloodTheLog) {
   }
   EXPECT_EQ(count(agentLog(agent), "refused a client with key"), 10u) << agentLog(agent);
   EXPECT_NE(agentLog(agent).find("further refusals this minute are counted"), std::string::npos);
+}
+
+// Issue 14: every long poll was held until it ran out, so one authorized client could make the
+// agent hold any number of them.
+TEST(AgentBounds, HundredThousandWaitingFetchesAreRefusedBeyondABoundAndOthersAreServed) {
+  TempDir dir;
+  AgentProcess agent(dir, "node-a");
+  ClientKeys greedy(dir, "greedy"), other(dir, "other");
+  agent.authorize(greedy.keys.publicKey);
+  agent.authorize(other.keys.publicKey);
+  zmq::context_t context(1);
+  zmq::socket_t dealer(context, zmq::socket_type::dealer);
+  ASSERT_TRUE(makeCurveClient(dealer, greedy.keys, agent.publicKey()).ok());
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.set(zmq::sockopt::sndhwm, 0);
+  dealer.set(zmq::sockopt::rcvhwm, 0);
+  dealer.connect(agent.address().endpoint());
+  // In batches, reading the answers between them: the agent drops replies to a client that lets
+  // 10000 pile up unread, which is its other bound.
+  constexpr int kFetches = 100'000, kBatch = 5000;
+  int refused = 0;
+  std::string sample;
+  zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
+  for (int sent = 0; sent < kFetches;) {
+    for (int i = 0; i < kBatch; ++i, ++sent) {
+      const std::string fetch = encode(Request{static_cast<std::uint64_t>(sent + 1), FetchRequest{1ull << 40, 10, 30000}});
+      dealer.send(zmq::buffer(fetch), zmq::send_flags::none);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (refused < sent - 16 && std::chrono::steady_clock::now() < deadline) {
+      if (zmq::poll(&item, 1, 1s) <= 0) continue;
+      zmq::message_t m;
+      while (dealer.recv(m, zmq::recv_flags::dontwait)) {
+        auto r = decodeReply(m.to_string_view());
+        const auto* e = r ? std::get_if<ErrorReply>(&r->body) : nullptr;
+        if (e != nullptr && e->code == ErrorCode::kResourceExhausted) {
+          ++refused;
+          sample = e->message;
+        }
+      }
+    }
+    ASSERT_EQ(refused, sent - 16) << "Fetches held beyond the bound, or answers lost";
+  }
+  EXPECT_EQ(refused, kFetches - 16) << "Fetches held beyond the bound";
+  EXPECT_NE(sample.find("Fetches waiting"), std::string::npos) << sample;
+  auto c = connectTo(agent, other);
+  EXPECT_TRUE(c->fetch(1ull << 40, 10, 200, 5s).ok()) << "another client's long poll was refused";
+  EXPECT_TRUE(c->listJobs(5s).ok());
+}
+
+// A job's own program, run by a real agent, tries every way to the agent's secret key it can think
+// of: the path, /proc/AGENT/root, ".." from its working directory, and unmounting what hides it.
+TEST(AgentJobs, AJobCannotReadTheAgentsSecretKey) {
+  TempDir dir;
+  AgentProcess agent(dir, "node-a");
+  Ctl ctl{dir, dir.file("ctl")};
+  ASSERT_TRUE(ctl.pairWith(agent));
+  const std::string state = agent.stateDir(), out = dir.file("probe.out");
+  const std::string script =
+      "for f in " + state + "/agent.key /proc/" + std::to_string(agent.pid()) + "/root" + state +
+      "/agent.key; do cat \"$f\" >/dev/null 2>&1 && echo \"read $f\"; done\n"
+      "(cd ../.. && cat agent.key >/dev/null 2>&1 && echo 'read ../../agent.key')\n"
+      "umount " + state + " 2>/dev/null; cat " + state + "/agent.key >/dev/null 2>&1 && echo 'read after umount'\n"
+      "ls " + state + "/jobs | tr '\\n' ' ' | sed 's/^/jobs seen: /'; echo\n"
+      "ls -d " + state + "/run >/dev/null && echo 'report socket directory seen'\n"
+      "echo probed\n";
+  const auto run = ctl({"start", "--ranks", "1", "--job-id", "probe", "--wait", "--", "/bin/sh", "-c",
+                        "{\n" + script + "} >" + out + " 2>&1"});
+  ASSERT_EQ(run.status.exitCode, 0) << run.err;
+  const std::string seen = readText(out) + readText(state + "/jobs/probe/rank-0.log");
+  EXPECT_NE(seen.find("probed"), std::string::npos) << seen;
+  EXPECT_EQ(seen.find("read "), std::string::npos) << seen;
+  EXPECT_NE(seen.find("jobs seen: probe \n"), std::string::npos) << seen;
+  EXPECT_NE(seen.find("report socket directory seen"), std::string::npos) << seen;
+}
+
+// The agent passed --resume to every job with a checkpoint directory: a new job pointed at another
+// run's directory silently resumed from it, and its retention deleted that run's checkpoints.
+TEST(AgentJobs, ANewJobOnAnotherRunsCheckpointDirectoryIsRefused) {
+  TempDir dir;
+  AgentProcess agent(dir, "node-a");
+  Ctl ctl{dir, dir.file("ctl")};
+  ASSERT_TRUE(ctl.pairWith(agent));
+  const std::string checkpoints = dir.file("ckpt");
+  const std::vector<std::string> job = {"--ranks", "1", "--layers", "8,4,2", "--steps", "40", "--checkpoint-dir",
+                                        checkpoints, "--checkpoint-every", "10", "--wait", "--quiet"};
+  const auto first = ctl(join({"start", "--job-id", "first"}, job));
+  ASSERT_EQ(first.status.exitCode, 0) << first.err;
+  std::set<std::string> before;
+  for (const auto& e : std::filesystem::directory_iterator(checkpoints)) before.insert(e.path().filename().string());
+  ASSERT_FALSE(before.empty());
+
+  const auto second = ctl(join({"start", "--job-id", "second"}, job));
+  EXPECT_NE(second.status.exitCode, 0);
+  const std::string said = second.out + second.err + ctl({"logs", "second", "--rank", "0"}).out;
+  EXPECT_NE(said.find("already holds checkpoints"), std::string::npos) << said;
+  std::set<std::string> after;
+  for (const auto& e : std::filesystem::directory_iterator(checkpoints)) after.insert(e.path().filename().string());
+  EXPECT_EQ(after, before) << "the first run's checkpoints were touched";
+}
+
+// The job table named each job's directory and rank logs; an edited table made the restarted agent
+// serve (and trim) whatever file it named.
+TEST(AgentJobs, PathsInTheJobTableComeFromJobIdsNotFromTheFile) {
+  TempDir dir;
+  AgentProcess agent(dir, "node-a");
+  Ctl ctl{dir, dir.file("ctl")};
+  ASSERT_TRUE(ctl.pairWith(agent));
+  ASSERT_EQ(ctl({"start", "--ranks", "1", "--job-id", "table", "--wait", "--", "/bin/echo", "from-the-job"}).status.exitCode, 0);
+  agent.terminate();
+  const std::string victim = dir.file("victim.txt"), table = agent.stateDir() + "/jobs.json";
+  std::ofstream(victim) << "not-the-jobs-log";
+  auto jobs = nlohmann::json::parse(readText(table));
+  jobs[0]["dir"] = dir.path().string();
+  jobs[0]["ranks"][0]["log"] = victim;
+  std::ofstream(table, std::ios::trunc) << jobs.dump();
+  agent.restart();
+  const auto logs = ctl({"logs", "table", "--rank", "0"});
+  EXPECT_EQ(logs.out.find("not-the-jobs-log"), std::string::npos) << logs.out;
+  EXPECT_NE(logs.out.find("from-the-job"), std::string::npos) << logs.out << logs.err;
+}
+
+TEST(AgentJobs, WithoutTheSandboxTheKeyIsReadableAsDocumented) {
+  TempDir dir;
+  AgentProcess agent(dir, "node-a", {"--job-sandbox", "no"});
+  Ctl ctl{dir, dir.file("ctl")};
+  ASSERT_TRUE(ctl.pairWith(agent));
+  const std::string out = dir.file("probe.out");
+  const auto run = ctl({"start", "--ranks", "1", "--job-id", "open", "--wait", "--", "/bin/sh", "-c",
+                        "cat " + agent.stateDir() + "/agent.key >" + out});
+  ASSERT_EQ(run.status.exitCode, 0) << run.err;
+  EXPECT_FALSE(readText(out).empty()) << "this test must show the probe above can succeed";
 }
 
 }  // namespace

@@ -5,7 +5,9 @@
 
 #include <filesystem>
 #include <unistd.h>
+#include <grp.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <csignal>
 #include <thread>
@@ -85,6 +87,63 @@ TEST(Process, ExitCodesSignalsAndOutput) {
   EXPECT_EQ(r.status.shellCode(), 137);
   r = test::runProcess({"/bin/sh", "-c", "echo $LOCKSTEP_X"}, {{"LOCKSTEP_X", "42"}}, dir);
   EXPECT_EQ(r.out, "42\n");
+}
+
+// Issue 14: what a job's rank sees of the agent's state directory. Run as the agent's user would
+// be: as this test's user, and (when that is root) once more as an unprivileged one, which takes
+// the user-namespace path.
+std::string sandboxedProbe(const std::string& state, const std::string& out) {
+  SpawnOptions spawn;
+  spawn.argv = {"/bin/sh", "-c",
+                "{ cat " + state + "/agent.key; cat " + state + "/jobs/j/data; ls -A " + state + "; cd " + state +
+                    "/jobs/j && cat ../../agent.key; umount " + state + " && cat " + state + "/agent.key; } >" + out +
+                    " 2>&1"};
+  spawn.sandbox = SpawnOptions::Sandbox{state, {state + "/jobs/j"}};
+  auto pid = spawnProcess(spawn);
+  if (!pid) return "spawn failed: " + pid.error().message;
+  auto status = waitProcess(*pid, std::chrono::seconds(20));
+  return status && *status ? test::readText(out) : "the probe did not finish";
+}
+
+void makeState(const std::string& state) {
+  std::filesystem::create_directories(state + "/jobs/j");
+  std::filesystem::create_directories(state + "/jobs/other");
+  ASSERT_TRUE(writeFileAtomic(state + "/agent.key", "SECRET-KEY", 0600).ok());
+  ASSERT_TRUE(writeFileAtomic(state + "/jobs/j/data", "job-data", 0600).ok());
+}
+
+TEST(Process, ASandboxedChildSeesOnlyWhatItKeeps) {
+  TempDir dir;
+  const std::string state = dir.file("state");
+  makeState(state);
+  const std::string seen = sandboxedProbe(state, dir.file("out"));
+  EXPECT_EQ(seen.find("SECRET-KEY"), std::string::npos) << seen;
+  EXPECT_NE(seen.find("job-data"), std::string::npos) << seen;
+  EXPECT_EQ(seen.find("other"), std::string::npos) << "another job's directory was visible: " << seen;
+}
+
+TEST(Process, ASandboxedChildOfAnUnprivilegedUserSeesOnlyWhatItKeeps) {
+  if (::geteuid() != 0) GTEST_SKIP() << "the test above ran this path already, as this unprivileged user";
+  const std::string base = "/tmp/lockstep-sandbox-" + std::to_string(::getpid());
+  std::filesystem::remove_all(base);
+  const std::string state = base + "/state";
+  makeState(state);
+  for (const auto& p : std::filesystem::recursive_directory_iterator(base)) ::chown(p.path().c_str(), 65534, 65534);
+  ::chown(base.c_str(), 65534, 65534);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(65534, 65534, 65534) != 0 || ::setresuid(65534, 65534, 65534) != 0) {
+      ::_exit(3);
+    }
+    const std::string seen = sandboxedProbe(state, base + "/out");
+    const bool ok = seen.find("SECRET-KEY") == std::string::npos && seen.find("job-data") != std::string::npos;
+    std::fprintf(stderr, "%s\n", seen.c_str());
+    ::_exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  std::filesystem::remove_all(base);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
 }
 
 TEST(Process, ExecFailureIsAnErrorNotAChild) {

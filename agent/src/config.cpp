@@ -51,6 +51,9 @@ Result<void> set(AgentConfig& c, const std::string& key, const std::string& valu
     c.nvmlLibrary = value;
   } else if (key == "path-check-timeout-ms") {
     LOCKSTEP_ASSIGN_OR_RETURN(c.pathCheckTimeoutMs, number("--path-check-timeout-ms", value, 1, 600000));
+  } else if (key == "job-sandbox") {
+    if (value != "yes" && value != "no") return usage("--job-sandbox: '" + value + "' must be yes or no");
+    c.jobSandbox = value == "yes";
   } else if (key == "command-jobs") {
     if (value != "yes" && value != "no") return usage("--command-jobs: '" + value + "' must be yes or no");
     c.commandJobs = value == "yes";
@@ -176,6 +179,9 @@ connect only when its public key is in its authorized keys file (one key and a c
                              (default 5000; a slow network file system may need more)
   --command-jobs yes|no      whether jobs may run their own program instead of lockstep-trainer
                              (default yes; per key: the no-command-jobs option in authorized keys)
+  --job-sandbox yes|no       whether ranks see the state directory (the agent's secret key) as an
+                             empty one, through a private mount namespace (default yes;
+                             docs/security.md)
   --config FILE              settings as `key = value` lines (default STATE/agent.conf if present)
   --print-key                print this agent's public key (creating its key pair) and exit
   --help, --version

@@ -21,6 +21,7 @@ struct AgentConfig {
   std::uint32_t replayMessages = 600000;
   std::string nvmlLibrary = "libnvidia-ml.so.1";
   bool commandJobs = true;          // jobs may run their own program (docs/own-program.md)
+  bool jobSandbox = true;           // ranks cannot see the state directory (docs/security.md)
   std::uint32_t pathCheckTimeoutMs = 5000;  // how long a job's paths may take to check (preflight.h)
   std::string configFile;
   bool printKey = false;

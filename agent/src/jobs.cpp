@@ -206,10 +206,11 @@ Result<StartJobReply> JobManager::start(const JobSpec& spec, const CheckedPaths&
 
   auto job = std::make_unique<Job>();
   job->spec = spec;
-  job->dir = (fs::path(options_.stateDir) / "jobs" / spec.jobId).string();
+  job->dir = jobDir(spec.jobId);
   job->storeSecret = storeSecret;
   NodeLaunch launch{&job->spec, local, checked.program, spec.rendezvousHost, spec.rendezvousPort,
                     options_.reportEndpoint, options_.node.cpuCores, "", job->dir, options_.pythonPath};
+  if (options_.sandbox) launch.hide = options_.stateDir;
   LOCKSTEP_TRY(rendezvous(*job, local, launch));
 
   LOCKSTEP_TRY(makeDirectories(job->dir, 0700));
@@ -219,7 +220,7 @@ Result<StartJobReply> JobManager::start(const JobSpec& spec, const CheckedPaths&
   for (const auto& placement : local) {
     Rank rank;
     rank.placement = placement;
-    rank.logPath = (fs::path(job->dir) / ("rank-" + std::to_string(placement.rank) + ".log")).string();
+    rank.logPath = rankLogPath(job->dir, placement.rank);
     auto pid = spawnProcess(rankSpawnOptions(launch, options_.node.name, placement, rank.logPath));
     if (!pid) {
       signalRanks(*job, SIGKILL);
@@ -552,7 +553,7 @@ void JobManager::persist() {
       Json rank = {{"rank", r.placement.rank},       {"local_rank", r.placement.localRank},
                    {"pid", r.pid},                    {"start_ticks", r.startTicks},
                    {"state", static_cast<int>(r.state)}, {"exit_unknown", r.exitUnknown},
-                   {"log", r.logPath},                {"last_step", r.lastStep}};
+                   {"last_step", r.lastStep}};
       if (r.placement.gpuIndex) rank["gpu"] = *r.placement.gpuIndex;
       if (r.exit) rank["exit"] = {r.exit->exitCode, r.exit->signal};
       ranks.push_back(rank);
@@ -562,7 +563,6 @@ void JobManager::persist() {
                      {"started_unix_us", job.startedUnixUs},
                      {"ended_unix_us", job.endedUnixUs},
                      {"message", job.message},
-                     {"dir", job.dir},
                      {"store_port", job.storePort},
                      {"master_port", job.masterPort},
                      {"store_secret", job.storeSecret},
@@ -573,6 +573,14 @@ void JobManager::persist() {
   if (auto written = writeFileAtomic((fs::path(options_.stateDir) / "jobs.json").string(), table.dump(1)); !written) {
     std::fprintf(stderr, "lockstep-agent: cannot save the job table: %s\n", written.error().message.c_str());
   }
+}
+
+std::string JobManager::jobDir(const std::string& jobId) const {
+  return (fs::path(options_.stateDir) / "jobs" / jobId).string();
+}
+
+std::string JobManager::rankLogPath(const std::string& jobDir, std::uint32_t rank) {
+  return (fs::path(jobDir) / ("rank-" + std::to_string(rank) + ".log")).string();
 }
 
 Result<void> JobManager::restore() {
@@ -590,7 +598,9 @@ Result<void> JobManager::restore() {
       job->startedUnixUs = entry.at("started_unix_us").get<std::int64_t>();
       job->endedUnixUs = entry.at("ended_unix_us").get<std::int64_t>();
       job->message = entry.at("message").get<std::string>();
-      job->dir = entry.at("dir").get<std::string>();
+      // Paths come from the (validated) job id, not from the file: a job table edited to name
+      // other files must not make the agent trim or serve them.
+      job->dir = jobDir(job->spec.jobId);
       job->storePort = entry.at("store_port").get<std::uint32_t>();
       job->masterPort = entry.value("master_port", 0u);
       job->storeSecret = entry.value("store_secret", std::string());
@@ -605,7 +615,7 @@ Result<void> JobManager::restore() {
         r.startTicks = rj.at("start_ticks").get<std::uint64_t>();
         r.state = static_cast<JobState>(rj.at("state").get<int>());
         r.exitUnknown = rj.at("exit_unknown").get<bool>();
-        r.logPath = rj.at("log").get<std::string>();
+        r.logPath = rankLogPath(job->dir, r.placement.rank);
         r.lastStep = rj.at("last_step").get<std::uint64_t>();
         if (rj.contains("exit")) r.exit = ExitStatus{rj.at("exit")[0].get<int>(), rj.at("exit")[1].get<int>()};
         r.child = false;

@@ -51,6 +51,7 @@ struct JobManagerOptions {
   std::string listenHost;        // the interface the agent listens on: stores bind there too
   std::string reportEndpoint;    // what ranks get as LOCKSTEP_REPORT
   std::string pythonPath;        // where command jobs' ranks import the lockstep package from
+  bool sandbox = true;           // ranks see the state directory as empty but for their job's
   std::chrono::milliseconds defaultStopGrace{10000};
   std::uint64_t logCapBytes = 8u << 20;  // per rank log file, plus one rotated copy
   std::size_t keepFinishedJobs = 100;
@@ -100,6 +101,8 @@ class JobManager {
   Result<void> checkFits(const JobSpec& spec, const std::vector<RankPlacement>& local) const;
   Result<void> rendezvous(Job& job, const std::vector<RankPlacement>& local, NodeLaunch& launch) const;
   Result<std::unique_ptr<StoreServer>> startStore(const Job& job, std::uint16_t port) const;
+  std::string jobDir(const std::string& jobId) const;
+  static std::string rankLogPath(const std::string& jobDir, std::uint32_t rank);
   void rankEnded(Job& job, std::size_t index, std::optional<ExitStatus> status);
   void finishIfDone(Job& job);
   void signalRanks(Job& job, int signal);

@@ -1,5 +1,7 @@
 // lockstep-agent: the daemon on each node.
 
+#include <sys/prctl.h>
+
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -48,6 +50,9 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &sa, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
+  // Not dumpable: a process of the same user (a job's rank) cannot read this one's memory or
+  // reach its files through /proc/PID/root.
+  ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   Log log(config->logPath());
   auto agent = Agent::create(*config, log);
   if (!agent) {

@@ -125,6 +125,15 @@ SpawnOptions rankSpawnOptions(const NodeLaunch& n, const std::string& nodeName, 
     spawn.argv.insert(spawn.argv.end(), args.begin(), args.end());
     spawn.env = trainerEnv(n, placement);
   }
+  if (!n.hide.empty()) {
+    // Its own job's directory and the report socket's stay; the agent's keys, the job table and
+    // the other jobs' files are hidden.
+    SpawnOptions::Sandbox sandbox{n.hide, {n.jobDir}};
+    if (n.reportEndpoint.rfind("ipc://", 0) == 0) {
+      sandbox.keep.push_back(fs::path(n.reportEndpoint.substr(6)).parent_path().string());
+    }
+    spawn.sandbox = std::move(sandbox);
+  }
   return spawn;
 }
 

@@ -24,6 +24,7 @@ struct NodeLaunch {
   std::string jobDir;       // a command job's working directory when it names none
   std::string pythonPath;   // where `import lockstep` finds the package ("" when not found)
   std::string storeSecret;  // the trainer's rendezvous store's (LOCKSTEP_STORE_SECRET)
+  std::string hide;         // the state directory when ranks must not see it (SpawnOptions::sandbox)
 };
 
 // The node's index among the job's nodes (rank 0's node is 0) and how many nodes there are,

@@ -38,6 +38,10 @@ constexpr std::size_t kMaxReportBytes = 64u << 10;
 constexpr std::size_t kFetchDefaultMessages = 2000;
 constexpr std::size_t kFetchMaxMessages = 20000;
 constexpr std::uint32_t kFetchMaxWaitMs = 30000;
+// Long polls that may wait at once: per client key (the app and lockstepctl use one or two), and
+// in all. Beyond, a Fetch is refused at once instead of held.
+constexpr std::size_t kMaxWaitingFetchesPerKey = 16;
+constexpr std::size_t kMaxWaitingFetches = 1024;
 constexpr std::uint64_t kLogRotateBytes = 16u << 20;
 
 std::string version() { return LOCKSTEP_VERSION; }
@@ -167,7 +171,10 @@ Result<void> Agent::Impl::init() {
     return writeFileAtomic(seqPath, std::to_string(upTo) + "\n");
   });
 
-  const std::string reportSocket = (fs::path(config_.stateDir) / "report.sock").string();
+  // In a directory of its own: jobs' sandboxes keep that directory, so a restarted agent's new
+  // socket is the one their ranks reach.
+  LOCKSTEP_TRY(makeDirectories((fs::path(config_.stateDir) / "run").string(), 0700));
+  const std::string reportSocket = (fs::path(config_.stateDir) / "run" / "report.sock").string();
   if (reportSocket.size() > 100) {
     return invalidArgument("--state-dir " + config_.stateDir + " is too long for a UNIX socket path (" +
                            std::to_string(reportSocket.size()) + " bytes); use a shorter one");
@@ -181,6 +188,8 @@ Result<void> Agent::Impl::init() {
   jobOptions.listenHost = config_.listenHost();
   jobOptions.reportEndpoint = reportEndpoint;
   jobOptions.pythonPath = findPythonPackage();
+  jobOptions.sandbox = config_.jobSandbox;
+  if (!config_.jobSandbox) log_.info("job-sandbox = no: every job's processes can read this agent's secret key");
   if (jobOptions.pythonPath.empty()) {
     log_.info("the lockstep Python package is not beside this agent: command jobs' ranks cannot `import lockstep` "
               "unless it is on their own PYTHONPATH");
@@ -290,13 +299,15 @@ void Agent::Impl::replyError(const std::string& client, std::uint64_t requestId,
 }
 
 void Agent::Impl::onRequest() {
-  auto frames = receiveMultipart(*router_, 64);
+  // The routing id and one body frame are kept; further frames are dropped as they are read.
+  bool dropped = false;
+  auto frames = receiveMultipart(*router_, 2, &dropped);
   if (!frames) {
     if (frames.error().code != ErrorCode::kUnavailable) log_.info("dropped a request: " + frames.error().message);
     return;
   }
   const std::string client = (*frames)[0].to_string();
-  if (frames->size() != 2) {
+  if (dropped || frames->size() != 2) {
     replyError(client, 0, invalidArgument("a request is one frame holding a lockstep.v1.Request"));
     return;
   }
@@ -340,8 +351,15 @@ void Agent::Impl::onRequest() {
         } else if constexpr (std::is_same_v<T, FetchRequest>) {
           const std::size_t max =
               std::min<std::size_t>(body.maxMessages > 0 ? body.maxMessages : kFetchDefaultMessages, kFetchMaxMessages);
+          const auto waiting = static_cast<std::size_t>(
+              std::count_if(fetches_.begin(), fetches_.end(), [&](const PendingFetch& f) { return f.key == key; }));
           if (stream_->hasAfter(body.afterSeq) || body.waitMs == 0) {
             reply(client, Reply{id, stream_->fetch(body.afterSeq, max, instanceId_)});
+          } else if (waiting >= kMaxWaitingFetchesPerKey || fetches_.size() >= kMaxWaitingFetches) {
+            replyError(client, id, Error{ErrorCode::kResourceExhausted,
+                                         "this client already has " + std::to_string(waiting) + " Fetches waiting on node " +
+                                             config_.name + " (at most " + std::to_string(kMaxWaitingFetchesPerKey) +
+                                             "): wait for their answers before asking again"});
           } else {
             fetches_.push_back(PendingFetch{client, key, id, body.afterSeq, max,
                                             Clock::now() + milliseconds(std::min(body.waitMs, kFetchMaxWaitMs))});

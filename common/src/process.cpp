@@ -13,6 +13,8 @@
 #include <cstring>
 #include <thread>
 
+#include "sandbox.h"
+
 extern char** environ;
 
 namespace lockstep {
@@ -87,6 +89,10 @@ Result<pid_t> spawnProcess(const SpawnOptions& options) {
     return invalidArgument("spawnProcess: no executable given");
   }
   ExecImage image = buildImage(options);
+  std::optional<sandbox::Plan> sandboxPlan;
+  if (options.sandbox) {
+    LOCKSTEP_ASSIGN_OR_RETURN(sandboxPlan, sandbox::plan(*options.sandbox));
+  }
   int errPipe[2];
   if (::pipe2(errPipe, O_CLOEXEC) != 0) return errnoError("pipe2", errno);
   const pid_t parent = ::getpid();
@@ -108,6 +114,9 @@ Result<pid_t> spawnProcess(const SpawnOptions& options) {
     }
     if (!redirect(options.stdoutPath, STDOUT_FILENO)) childFail(errPipe[1], 3);
     if (!redirect(options.stderrPath, STDERR_FILENO)) childFail(errPipe[1], 4);
+    // Before chdir: a working directory entered before the tmpfs covers it would still lead
+    // (through "..") to what it hides.
+    if (sandboxPlan && !sandbox::enter(*sandboxPlan)) childFail(errPipe[1], 8);
     if (!options.workingDir.empty() && ::chdir(options.workingDir.c_str()) != 0) childFail(errPipe[1], 6);
     if (options.stdinFromDevNull) {
       const int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -150,9 +159,14 @@ Result<pid_t> spawnProcess(const SpawnOptions& options) {
     int status = 0;
     ::waitpid(pid, &status, 0);
     static constexpr const char* kStages[] = {"", "setpgid", "prctl", "open stdout file", "open stderr file",
-                                              "execute", "enter the working directory", "open /dev/null as stdin"};
-    const char* stage = report[0] >= 1 && report[0] <= 7 ? kStages[report[0]] : "start";
-    const std::string where = report[0] == 6 ? " " + options.workingDir : "";
+                                              "execute", "enter the working directory", "open /dev/null as stdin",
+                                              "hide"};
+    const char* stage = report[0] >= 1 && report[0] <= 8 ? kStages[report[0]] : "start";
+    const std::string where = report[0] == 6   ? " " + options.workingDir
+                              : report[0] == 8 ? " " + options.sandbox->hide + " (a private mount namespace" +
+                                                     (::geteuid() != 0 ? " in a user namespace" : "") +
+                                                     "; docs/security.md says what the kernel must allow)"
+                                               : "";
     const std::string& program = options.executable.empty() ? options.argv[0] : options.executable;
     return errnoError(std::string("cannot ") + stage + where + " for " + program, report[1]);
   }

@@ -447,8 +447,10 @@ std::vector<std::string> jobSpecToTrainerArgs(const JobSpec& spec, const std::st
   if (!spec.checkpointDir.empty()) {
     flag("--checkpoint-dir", spec.checkpointDir);
     if (spec.checkpointEvery > 0) flag("--checkpoint-every", std::to_string(spec.checkpointEvery));
-    // A job started again with the same checkpoint directory continues where it stopped.
-    a.emplace_back("--resume");
+    // A restart of this job (attempt 1, 2, ...) continues where the last attempt stopped. A new
+    // job is not told to resume: a directory already holding another run's checkpoints is refused
+    // rather than resumed from (and then pruned by this job's retention).
+    if (spec.attempt > 0) a.emplace_back("--resume");
   }
   if (!spec.initWeightsPath.empty()) flag("--init-weights", spec.initWeightsPath);
   flag("--job-id", spec.jobId);

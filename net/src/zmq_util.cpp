@@ -69,7 +69,7 @@ Result<void> makeCurveClient(zmq::socket_t& socket, const CurveKeyPair& keys, co
   }
 }
 
-Result<std::vector<zmq::message_t>> receiveMultipart(zmq::socket_t& socket, std::size_t maxFrames) {
+Result<std::vector<zmq::message_t>> receiveMultipart(zmq::socket_t& socket, std::size_t maxFrames, bool* dropped) {
   std::vector<zmq::message_t> frames;
   bool tooMany = false;
   try {
@@ -90,7 +90,8 @@ Result<std::vector<zmq::message_t>> receiveMultipart(zmq::socket_t& socket, std:
   } catch (const zmq::error_t& e) {
     return ioError(std::string("receive failed: ") + e.what());
   }
-  if (tooMany) return invalidArgument("a message of more than " + std::to_string(maxFrames) + " frames");
+  if (tooMany && dropped != nullptr) *dropped = true;
+  if (tooMany && dropped == nullptr) return invalidArgument("a message of more than " + std::to_string(maxFrames) + " frames");
   return frames;
 }
 

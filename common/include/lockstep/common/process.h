@@ -35,6 +35,16 @@ struct SpawnOptions {
   // How long the child may take to get from fork to exec (entering its working directory and
   // loading the program, on a file system that may hang); then it is killed and spawnProcess fails.
   std::chrono::milliseconds startTimeout{10000};
+  // A private view of the file system (docs/security.md): in a new mount namespace an empty tmpfs
+  // covers `hide`, and the paths under it in `keep` (directories or files) are bound back in
+  // place. Not root, the child is in a new user namespace that maps only the caller's uid and
+  // gid, so it holds no capability to undo that; root, it keeps uid 0 with no capabilities
+  // (bounding set emptied, SECBIT_NOROOT). The spawn fails when the kernel refuses a step.
+  struct Sandbox {
+    std::string hide;
+    std::vector<std::string> keep;
+  };
+  std::optional<Sandbox> sandbox;
 };
 
 // Starts the child; fails (without leaving a child behind) when exec fails, saying why.

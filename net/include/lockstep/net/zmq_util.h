@@ -38,7 +38,9 @@ Result<void> makeCurveServer(zmq::socket_t& socket, const CurveKeyPair& keys);
 Result<void> makeCurveClient(zmq::socket_t& socket, const CurveKeyPair& keys, const std::string& serverPublicKey);
 
 // Receives one whole multipart message without blocking (call when the socket is readable).
-// More than maxFrames frames is an error; the rest of the message is drained either way.
-Result<std::vector<zmq::message_t>> receiveMultipart(zmq::socket_t& socket, std::size_t maxFrames);
+// More than maxFrames frames is an error, or, with `dropped`, the first maxFrames and *dropped
+// set; the rest of the message is read and freed frame by frame either way, never kept.
+Result<std::vector<zmq::message_t>> receiveMultipart(zmq::socket_t& socket, std::size_t maxFrames,
+                                                     bool* dropped = nullptr);
 
 }  // namespace lockstep

@@ -1,0 +1,135 @@
+#include "sandbox.h"
+
+#include <fcntl.h>
+#include <linux/securebits.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <set>
+
+namespace lockstep::sandbox {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::string_view kProcFd = "/proc/self/fd/";
+
+// Absolute, normal, without a trailing separator.
+fs::path clean(const std::string& path) {
+  fs::path p = fs::path(path).lexically_normal();
+  if (p.filename().empty() && p.has_parent_path() && p != p.root_path()) p = p.parent_path();
+  return p;
+}
+
+bool writeText(const char* path, const std::string& text) {
+  const int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const ssize_t n = ::write(fd, text.data(), text.size());
+  const int err = errno;
+  ::close(fd);
+  errno = err;
+  return n == static_cast<ssize_t>(text.size());
+}
+
+// Writes fd's number after "/proc/self/fd/" in the space plan() reserved, without allocating.
+void fillFdPath(std::string& procPath, int fd) {
+  char digits[12];
+  int n = 0;
+  auto v = static_cast<unsigned>(fd);
+  do {
+    digits[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  for (int i = 0; i < n; ++i) procPath[kProcFd.size() + static_cast<size_t>(i)] = digits[n - 1 - i];
+  procPath[kProcFd.size() + static_cast<size_t>(n)] = '\0';
+}
+
+// Root keeps uid 0 but no capability survives exec: it can neither unmount the tmpfs nor read
+// another process's files through /proc.
+bool dropCapabilities() {
+  for (int cap = 0; cap < 64; ++cap) {
+    if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) return false;
+  }
+  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) return false;
+  return ::prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED, 0, 0, 0) == 0;
+}
+
+}  // namespace
+
+Result<Plan> plan(const SpawnOptions::Sandbox& sandbox) {
+  Plan p;
+  const fs::path hide = clean(sandbox.hide);
+  if (!hide.is_absolute() || hide == hide.root_path()) {
+    return invalidArgument("sandbox: " + sandbox.hide + " is not an absolute path below /");
+  }
+  struct stat st {};
+  if (::stat(hide.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return invalidArgument("sandbox: " + sandbox.hide + " is not a directory");
+  }
+  p.hide = hide.string();
+  p.userNamespace = ::geteuid() != 0;
+  p.uidMap = std::to_string(::geteuid()) + " " + std::to_string(::geteuid()) + " 1\n";
+  p.gidMap = std::to_string(::getegid()) + " " + std::to_string(::getegid()) + " 1\n";
+  std::set<std::string> made;
+  for (const auto& kept : sandbox.keep) {
+    const fs::path path = clean(kept);
+    const fs::path relative = path.lexically_relative(hide);
+    if (relative.empty() || relative == "." || *relative.begin() == "..") {
+      return invalidArgument("sandbox: " + kept + " is not below " + p.hide);
+    }
+    if (::stat(path.c_str(), &st) != 0) return errnoError("sandbox: cannot look at " + kept, errno);
+    fs::path at = hide;
+    for (auto it = relative.begin(); std::next(it) != relative.end(); ++it) {
+      at /= *it;
+      if (made.insert(at.string()).second) p.dirsToMake.push_back(at.string());
+    }
+    p.keep.push_back({path.string(), S_ISDIR(st.st_mode), std::string(kProcFd) + std::string(12, '\0'), -1});
+  }
+  return p;
+}
+
+bool enter(Plan& p) {
+  if (::unshare(CLONE_NEWNS | (p.userNamespace ? CLONE_NEWUSER : 0)) != 0) return false;
+  if (p.userNamespace) {
+    // The agent is not dumpable, so /proc/self/*_map would belong to root: become dumpable to
+    // write them. Safe now: tracing this process takes CAP_SYS_PTRACE in its new namespace, which
+    // only the agent's own namespace holds (other jobs' ranks live in namespaces of their own).
+    if (::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) return false;
+    if (!writeText("/proc/self/setgroups", "deny") || !writeText("/proc/self/uid_map", p.uidMap) ||
+        !writeText("/proc/self/gid_map", p.gidMap)) {
+      return false;
+    }
+  }
+  // Nothing mounted here reaches the agent's namespace, nor the other way round.
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return false;
+  for (auto& k : p.keep) {
+    k.fd = ::open(k.path.c_str(), O_PATH | O_CLOEXEC);
+    if (k.fd < 0) return false;
+  }
+  if (::mount("lockstep-hidden", p.hide.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64k,mode=0755") != 0) {
+    return false;
+  }
+  for (const auto& dir : p.dirsToMake) {
+    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return false;
+  }
+  for (auto& k : p.keep) {
+    if (k.directory) {
+      if (::mkdir(k.path.c_str(), 0755) != 0 && errno != EEXIST) return false;
+    } else {
+      const int mountPoint = ::open(k.path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+      if (mountPoint < 0) return false;
+      ::close(mountPoint);
+    }
+    fillFdPath(k.procPath, k.fd);
+    if (::mount(k.procPath.c_str(), k.path.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) return false;
+    ::close(k.fd);
+  }
+  return p.userNamespace || dropCapabilities();
+}
+
+}  // namespace lockstep::sandbox
