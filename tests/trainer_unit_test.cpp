@@ -546,7 +546,13 @@ TEST(Options, AJobSpecSurvivesTheTripThroughTrainerFlags) {
   ASSERT_TRUE(parsed.ok()) << parsed.error().message;
   EXPECT_EQ(parsed->spec, spec);
   EXPECT_EQ(parsed->metricsOut, "/m.jsonl");
-  EXPECT_TRUE(parsed->resume);  // an agent-run job continues from its checkpoints
+  // Issue 14: only a restart attempt resumes; a new job on a directory with checkpoints is refused.
+  EXPECT_FALSE(parsed->resume);
+  JobSpec restart = spec;
+  restart.attempt = 1;
+  auto resumed = parseTrainerArgs(jobSpecToTrainerArgs(restart, "/m.jsonl"));
+  ASSERT_TRUE(resumed.ok()) << resumed.error().message;
+  EXPECT_TRUE(resumed->resume);  // a restart continues from the last attempt's checkpoints
 
   spec.dataset = SyntheticDataset{1000, 12, 7, 9};
   spec.optimizer = {OptimizerKind::kSgd, 0.05, 0.9, true, 0.0, 0.9, 0.999, 1e-8, LrScaling::kNone, 0};
