@@ -20,6 +20,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "lockstep/common/store.h"
 #include "store_wire.h"
@@ -62,16 +63,33 @@ Stores& stores() {
   return *s;
 }
 
+std::pair<std::uint32_t, std::uint32_t> portsAboveTheEphemeralRange() {
+  std::uint32_t low = 32768, high = 60999;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(f, "%u %u", &low, &high) != 2) high = 60999;
+    std::fclose(f);
+  }
+  if (high + 1000 <= 65535) return {high + 1, 65535 - high};
+  return {low - 1000, 1000};  // a range that reaches 65535: the thousand ports below it
+}
+
 int connectTo(std::uint16_t port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  // From a new loopback source address every 10000 connections: the store closes first, and the
-  // TIME_WAIT it leaves holds the ephemeral port for that pair of addresses for a minute.
+  // Never from the ephemeral port range: at 1500 connections a second that would keep taking the
+  // free ports other tests pick for their servers (a command job's MASTER_PORT). Ports above the
+  // range instead, from a new loopback source address each round, so that the TIME_WAIT the
+  // store leaves (it closes first) never blocks a pair of addresses reused.
+  static const auto [firstPort, ports] = portsAboveTheEphemeralRange();
   static std::uint32_t connections = 0;
-  const std::uint32_t source = 1 + (connections++ / 10000) % 60000;
+  const std::uint32_t n = connections++;
   sockaddr_in from{};
   from.sin_family = AF_INET;
-  from.sin_addr.s_addr = htonl((127u << 24) | (1u << 16) | source);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from);
+  from.sin_port = htons(static_cast<std::uint16_t>(firstPort + n % ports));
+  from.sin_addr.s_addr = htonl((127u << 24) | (1u << 16) | (1 + (n / ports) % 60000));
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0) {
+    std::fprintf(stderr, "store_fuzzer: cannot bind a source address: %s\n", std::strerror(errno));
+    std::abort();
+  }
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
