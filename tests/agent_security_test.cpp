@@ -262,6 +262,31 @@ TEST(AgentJobs, PathsInTheJobTableComeFromJobIdsNotFromTheFile) {
   EXPECT_NE(logs.out.find("from-the-job"), std::string::npos) << logs.out << logs.err;
 }
 
+// Ranks were spawned before the job table named them: an agent killed in between came back
+// knowing nothing of them, and they ran on unrecorded. The failpoint kills the agent right there.
+TEST(AgentCrash, AnAgentKilledBetweenSpawnAndReplyAdoptsItsRanksWhenItStartsAgain) {
+  TempDir dir;
+  ::setenv("LOCKSTEP_AGENT_FAILPOINT", "after-spawn", 1);
+  AgentProcess agent(dir, "node-a");
+  ::unsetenv("LOCKSTEP_AGENT_FAILPOINT");
+  ClientKeys client(dir);
+  agent.authorize(client.keys.publicKey);
+  {
+    auto c = connectTo(agent, client);
+    EXPECT_FALSE(c->startJob(smallJob("job-crash", 2, 1'000'000), "", 3s).ok()) << "the failpoint did not fire";
+  }
+  agent.kill();  // reaps it: it killed itself
+  ASSERT_TRUE(waitUntil([] { return processesOfJob("job-crash").size() >= 2; }, 10s)) << "its ranks were not left running";
+  agent.restart();
+  auto c = connectTo(agent, client);
+  auto jobs = c->listJobs(5s);
+  ASSERT_TRUE(jobs.ok()) << jobs.error().message;
+  ASSERT_EQ(jobs->jobs.size(), 1u) << "the restarted agent does not know the job";
+  EXPECT_EQ(jobs->jobs[0].state, JobState::kRunning) << jobs->jobs[0].message << "\n" << readText(agent.stateDir() + "/agent.log");
+  ASSERT_TRUE(c->stopJob("job-crash", 2000, 10s).ok());
+  EXPECT_TRUE(waitUntil([] { return processesOfJob("job-crash").empty(); }, 15s)) << "ranks left behind";
+}
+
 TEST(AgentJobs, WithoutTheSandboxTheKeyIsReadableAsDocumented) {
   TempDir dir;
   AgentProcess agent(dir, "node-a", {"--job-sandbox", "no"});

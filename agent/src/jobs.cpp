@@ -50,6 +50,22 @@ std::string fileTail(const std::string& path, std::uint64_t maxBytes, bool* more
   return text;
 }
 
+// A process's environment variables. /proc files report a size of 0, so this reads to the end
+// (fileTail would read nothing); "" when it cannot be read.
+std::vector<std::string> environmentOf(pid_t pid) {
+  UniqueFd fd(::open(("/proc/" + std::to_string(pid) + "/environ").c_str(), O_RDONLY | O_CLOEXEC));
+  std::string text;
+  char buf[16384];
+  ssize_t n;
+  while (fd.valid() && (n = ::read(fd.get(), buf, sizeof buf)) > 0 && text.size() < (1u << 20)) {
+    text.append(buf, static_cast<size_t>(n));
+  }
+  std::vector<std::string> variables;
+  std::istringstream in(text);
+  for (std::string variable; std::getline(in, variable, '\0');) variables.push_back(std::move(variable));
+  return variables;
+}
+
 // What an adopted rank (not our child, so not reaped by us) left in its process group. Its pid
 // may be reused once it is gone, so the group's members are picked by the job they belong to.
 void killLeftovers(pid_t pgid, const std::string& jobId) {
@@ -59,14 +75,31 @@ void killLeftovers(pid_t pgid, const std::string& jobId) {
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
     const pid_t pid = static_cast<pid_t>(std::stol(name));
     if (::getpgid(pid) != pgid) continue;
-    std::istringstream environ(fileTail("/proc/" + name + "/environ", 1u << 20, nullptr));
-    for (std::string variable; std::getline(environ, variable, '\0');) {
+    for (const auto& variable : environmentOf(pid)) {
       if (variable == "LOCKSTEP_JOB_ID=" + jobId) {
         ::kill(pid, SIGKILL);
         break;
       }
     }
   }
+}
+
+// The process the agent spawned as `rank` of this attempt of the job: the leader of its own
+// process group (what it is started as) with the job's variables; -1 if there is none.
+pid_t findRankProcess(const JobSpec& spec, std::uint32_t rank) {
+  const std::set<std::string> wanted = {"LOCKSTEP_JOB_ID=" + spec.jobId, "LOCKSTEP_ATTEMPT=" + std::to_string(spec.attempt),
+                                        "RANK=" + std::to_string(rank)};
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(name));
+    if (::getpgid(pid) != pid) continue;
+    std::size_t found = 0;
+    for (const auto& variable : environmentOf(pid)) found += wanted.count(variable);
+    if (found == wanted.size()) return pid;
+  }
+  return -1;
 }
 
 }  // namespace
@@ -217,39 +250,67 @@ Result<StartJobReply> JobManager::start(const JobSpec& spec, const CheckedPaths&
   launch.metricsPath = (fs::path(job->dir) / "metrics.jsonl").string();
   if (!spec.command) LOCKSTEP_TRY(writeFileAtomic(launch.metricsPath, ""));
 
+  // Recorded before any rank exists: an agent killed from here on finds the job in its table when
+  // it starts again, and adopts the ranks it had spawned (restore()).
   for (const auto& placement : local) {
     Rank rank;
     rank.placement = placement;
     rank.logPath = rankLogPath(job->dir, placement.rank);
-    auto pid = spawnProcess(rankSpawnOptions(launch, options_.node.name, placement, rank.logPath));
+    rank.state = JobState::kStarting;
+    job->ranks.push_back(std::move(rank));
+  }
+  order_.push_back(spec.jobId);
+  Job& started = *(jobs_[spec.jobId] = std::move(job));
+  persist();
+  if (auto spawned = spawnRanks(started, launch); !spawned) {
+    jobs_.erase(spec.jobId);
+    order_.erase(std::remove(order_.begin(), order_.end(), spec.jobId), order_.end());
+    persist();
+    return spawned.error();
+  }
+  // For the crash-window test: die where a crash would hurt most, ranks running and unanswered.
+  if (const char* failpoint = std::getenv("LOCKSTEP_AGENT_FAILPOINT"); failpoint && std::string(failpoint) == "after-spawn") {
+    ::raise(SIGKILL);
+  }
+  return announceStart(started);
+}
+
+Result<void> JobManager::spawnRanks(Job& job, const NodeLaunch& launch) {
+  for (auto& rank : job.ranks) {
+    auto pid = spawnProcess(rankSpawnOptions(launch, options_.node.name, rank.placement, rank.logPath));
     if (!pid) {
-      signalRanks(*job, SIGKILL);
-      for (auto& r : job->ranks) (void)waitProcess(r.pid, std::chrono::seconds(5));
-      return pid.error().withContext("cannot start rank " + std::to_string(placement.rank));
+      signalRanks(job, SIGKILL);
+      for (auto& r : job.ranks) {
+        if (r.state == JobState::kRunning) (void)waitProcess(r.pid, std::chrono::seconds(5));
+      }
+      return pid.error().withContext("cannot start rank " + std::to_string(rank.placement.rank));
     }
     rank.pid = *pid;
     rank.pidfd = UniqueFd(pidfdOpen(*pid));
     if (auto stat = readProcStat(*pid)) rank.startTicks = stat->startTicks;
-    job->ranks.push_back(std::move(rank));
+    rank.state = JobState::kRunning;
   }
-  job->state = JobState::kRunning;
-  job->startedUnixUs = unixMicrosNow();
-  StartJobReply reply{spec.jobId, job->storePort != 0 ? job->storePort : job->masterPort,
-                      job->store ? job->storeSecret : std::string()};
+  return {};
+}
+
+StartJobReply JobManager::announceStart(Job& job) {
+  const JobSpec& spec = job.spec;
+  job.state = JobState::kRunning;
+  job.startedUnixUs = unixMicrosNow();
+  StartJobReply reply{spec.jobId, job.storePort != 0 ? job.storePort : job.masterPort,
+                      job.store ? job.storeSecret : std::string()};
   std::string pids;
-  for (const auto& r : job->ranks) {
+  for (const auto& r : job.ranks) {
     pids += (pids.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r.placement.rank) + " pid " +
             std::to_string(r.pid);
   }
   const std::string resumes = spec.command ? "its program resuming as it does" : resumePoint(spec.checkpointDir);
-  emit_(event(*job, JobEventKind::kStarted,
+  emit_(event(job, JobEventKind::kStarted,
               spec.attempt == 0 ? "started on " + options_.node.name + ": " + pids
                                 : "restart " + std::to_string(spec.attempt) + " started on " + options_.node.name +
                                       " with " + std::to_string(spec.worldSize) + " rank" +
                                       (spec.worldSize == 1 ? "" : "s") + " (" + pids + "), " + resumes +
                                       (spec.restartReason.empty() ? "" : "; " + spec.restartReason)));
-  order_.push_back(spec.jobId);
-  jobs_[spec.jobId] = std::move(job);
   persist();
   return reply;
 }
@@ -575,6 +636,40 @@ void JobManager::persist() {
   }
 }
 
+void JobManager::adoptUnrecordedRanks(Job& job) {
+  // The agent stopped between recording the job and answering its start: the ranks it spawned are
+  // found by their environment; if one was never spawned the job cannot run, and fails.
+  bool all = true;
+  for (auto& r : job.ranks) {
+    if (r.state != JobState::kStarting) continue;
+    r.child = false;
+    r.pid = findRankProcess(job.spec, r.placement.rank);
+    const auto stat = r.pid > 0 ? readProcStat(r.pid) : std::nullopt;
+    if (stat) {
+      r.startTicks = stat->startTicks;
+      r.pidfd = UniqueFd(pidfdOpen(r.pid));
+      r.state = JobState::kRunning;
+    } else {
+      r.state = JobState::kFailed;
+      r.exitUnknown = true;
+      all = false;
+    }
+  }
+  if (job.state != JobState::kStarting) return;
+  job.startedUnixUs = unixMicrosNow();
+  if (all) {
+    job.state = JobState::kRunning;
+    emit_(event(job, JobEventKind::kStarted, "started on " + options_.node.name + "; the agent stopped before it "
+                                             "answered, and adopted the ranks when it started again"));
+    return;
+  }
+  job.state = JobState::kFailed;
+  job.message = "the agent on " + options_.node.name + " stopped while starting the job, before every rank was started";
+  emit_(event(job, JobEventKind::kFailed, job.message));
+  signalRanks(job, SIGTERM);
+  job.killAt = Clock::now() + options_.defaultStopGrace;
+}
+
 std::string JobManager::jobDir(const std::string& jobId) const {
   return (fs::path(options_.stateDir) / "jobs" / jobId).string();
 }
@@ -627,6 +722,7 @@ Result<void> JobManager::restore() {
         }
         job->ranks.push_back(std::move(r));
       }
+      adoptUnrecordedRanks(*job);
       const std::string id = job->spec.jobId;
       if (jobs_.count(id)) continue;
       order_.push_back(id);

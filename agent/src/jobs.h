@@ -102,6 +102,9 @@ class JobManager {
   Result<void> rendezvous(Job& job, const std::vector<RankPlacement>& local, NodeLaunch& launch) const;
   Result<std::unique_ptr<StoreServer>> startStore(const Job& job, std::uint16_t port) const;
   std::string jobDir(const std::string& jobId) const;
+  Result<void> spawnRanks(Job& job, const NodeLaunch& launch);
+  StartJobReply announceStart(Job& job);
+  void adoptUnrecordedRanks(Job& job);
   static std::string rankLogPath(const std::string& jobDir, std::uint32_t rank);
   void rankEnded(Job& job, std::size_t index, std::optional<ExitStatus> status);
   void finishIfDone(Job& job);
