@@ -24,7 +24,8 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev libsodium-dev
   libgloo-dev libopenblas-dev
   nlohmann-json3-dev libgtest-dev libsqlite3-dev
-  clang-14 libclang-rt-14-dev  # the protocol fuzzer (libFuzzer)
+  clang-14 libclang-rt-14-dev  # the protocol and store fuzzers (libFuzzer)
+  iproute2  # the network partition test: two agents in network namespaces
   python3-torch python3-numpy  # the PyTorch reference test, own-program jobs and bench/
   python3-zmq python3-protobuf  # the lockstep Python package reports with them
   qt6-base-dev qt6-charts-dev qt6-svg-dev libqt6opengl6-dev libgl-dev  # the desktop app, PDF reports
