@@ -55,6 +55,46 @@ TEST(StreamBuffer, NumbersFetchesAndForgetsTheOldest) {
   EXPECT_FALSE(buffer.hasAfter(8));
 }
 
+// Issue 14: with the state disk full, numbers beyond the reserved block were handed out anyway,
+// and an agent restarted afterwards handed them out again, so a client skipped those messages.
+TEST(StreamBuffer, NoNumberIsHandedOutBeforeItIsReservedSoARestartNeverReusesOne) {
+  bool full = false;
+  std::uint64_t persisted = 0;
+  auto reserve = [&](std::uint64_t upTo) -> Result<void> {
+    if (full) return errnoError("cannot write seq", ENOSPC);
+    persisted = upTo;
+    return {};
+  };
+  std::uint64_t handedOut = 0;
+  {
+    StreamBuffer first("n", 1, 100, reserve, 10);
+    for (int i = 0; i < 10; ++i) handedOut = *first.append(sample(0));
+    full = true;
+    for (int i = 0; i < 5; ++i) {
+      auto seq = first.append(sample(static_cast<std::uint32_t>(i + 1)));
+      ASSERT_FALSE(seq.ok());
+      EXPECT_NE(seq.error().message.find("No space left"), std::string::npos) << seq.error().message;
+    }
+    EXPECT_EQ(first.lastSeq(), 10u) << "numbers handed out that no reservation covers";
+    EXPECT_EQ(first.waiting(), 5u);
+    full = false;
+    handedOut = *first.append(sample(6));
+    EXPECT_EQ(handedOut, 16u) << "the waiting messages are numbered first, in order";
+    auto f = first.fetch(10, 10, 1);
+    ASSERT_EQ(f.messages.size(), 6u);
+    for (std::uint32_t i = 0; i < 6; ++i) EXPECT_EQ(std::get<GpuSample>(f.messages[i].payload).gpuIndex, i + 1);
+    full = true;
+    for (int i = 0; i < 300; ++i) (void)first.append(sample(0));  // the block runs out again
+    EXPECT_LE(first.lastSeq(), persisted);
+    EXPECT_EQ(first.waiting(), 100u) << "at most `capacity` wait";
+    EXPECT_GT(first.droppedWaiting(), 0u);
+    handedOut = first.lastSeq();
+  }
+  full = false;
+  StreamBuffer second("n", persisted + 1, 100, reserve, 10);
+  EXPECT_GT(*second.append(sample(0)), handedOut);
+}
+
 TEST(StreamBuffer, ARestartContinuesAfterTheReservedBlock) {
   std::uint64_t persisted = 0;
   auto reserve = [&](std::uint64_t upTo) {

@@ -5,24 +5,32 @@
 namespace lockstep::agent {
 
 StreamBuffer::StreamBuffer(std::string node, std::uint64_t nextSeq, std::size_t capacity,
-                           std::function<Result<void>(std::uint64_t)> reserve)
+                           std::function<Result<void>(std::uint64_t)> reserve, std::uint64_t reserveBlock)
     : node_(std::move(node)),
       nextSeq_(std::max<std::uint64_t>(nextSeq, 1)),
       reservedUpTo_(nextSeq_ - 1),
       capacity_(std::max<std::size_t>(capacity, 1)),
-      reserve_(std::move(reserve)) {}
+      reserve_(std::move(reserve)),
+      reserveBlock_(std::max<std::uint64_t>(reserveBlock, 1)) {}
 
 Result<std::uint64_t> StreamBuffer::append(Payload payload) {
-  Result<void> reserved;
-  if (nextSeq_ > reservedUpTo_) {
-    reserved = reserve_(reservedUpTo_ + kReserveBlock);
-    if (reserved) reservedUpTo_ += kReserveBlock;
+  pending_.push_back(std::move(payload));
+  while (!pending_.empty()) {
+    if (nextSeq_ > reservedUpTo_) {
+      if (auto reserved = reserve_(reservedUpTo_ + reserveBlock_); !reserved) {
+        while (pending_.size() > capacity_) {
+          pending_.pop_front();
+          ++droppedWaiting_;
+        }
+        return reserved.error();
+      }
+      reservedUpTo_ += reserveBlock_;
+    }
+    messages_.push_back(StreamMessage{nextSeq_++, node_, std::move(pending_.front())});
+    pending_.pop_front();
   }
-  const std::uint64_t seq = nextSeq_++;
-  messages_.push_back(StreamMessage{seq, node_, std::move(payload)});
   while (messages_.size() > capacity_) messages_.pop_front();
-  if (!reserved) return reserved.error();
-  return seq;
+  return lastSeq();
 }
 
 FetchReply StreamBuffer::fetch(std::uint64_t afterSeq, std::size_t max, std::uint64_t instanceId) const {
