@@ -95,7 +95,7 @@ TEST(Process, ExitCodesSignalsAndOutput) {
 std::string sandboxedProbe(const std::string& state, const std::string& out) {
   SpawnOptions spawn;
   spawn.argv = {"/bin/sh", "-c",
-                "{ cat " + state + "/agent.key; cat " + state + "/jobs/j/data; ls -A " + state + "; cd " + state +
+                "{ cat " + state + "/agent.key; cat " + state + "/jobs/j/data; ls -A " + state + " " + state + "/jobs; cd " + state +
                     "/jobs/j && cat ../../agent.key; umount " + state + " && cat " + state + "/agent.key; } >" + out +
                     " 2>&1"};
   spawn.sandbox = SpawnOptions::Sandbox{state, {state + "/jobs/j"}};

@@ -36,18 +36,32 @@ constexpr std::size_t kLogTailBytes = 4096;
 
 int pidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 
-// The last `maxBytes` of a file (and how much more there was).
-std::string fileTail(const std::string& path, std::uint64_t maxBytes, bool* more) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return {};
+// A file in a job's directory, which its ranks can write: never through a symlink they planted
+// (to the agent's key), never a FIFO that would block the loop; a regular file or nothing.
+UniqueFd openJobFile(const std::string& path, int flags) {
+  UniqueFd fd(::open(path.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return {};
+  if (fd.valid() && (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))) fd.reset();
+  return fd;
+}
+
+// The last `maxBytes` of an open file (and how much more there was).
+std::string fileTail(int fd, std::uint64_t maxBytes, bool* more, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return {};
   const auto size = static_cast<std::uint64_t>(st.st_size);
   const std::uint64_t start = size > maxBytes ? size - maxBytes : 0;
   if (more) *more = start > 0;
   std::string text(static_cast<std::size_t>(size - start), '\0');
-  if (!readExactly(fd.get(), text.data(), text.size(), start, path)) return {};
+  if (!readExactly(fd, text.data(), text.size(), start, path)) return {};
   return text;
+}
+
+// The last `maxBytes` of a job's file (and how much more there was).
+std::string fileTail(const std::string& path, std::uint64_t maxBytes, bool* more) {
+  UniqueFd fd = openJobFile(path, O_RDONLY);
+  if (!fd.valid()) return {};
+  return fileTail(fd.get(), maxBytes, more, path);
 }
 
 // A process's environment variables. /proc files report a size of 0, so this reads to the end
@@ -453,9 +467,12 @@ void JobManager::rankEnded(Job& job, std::size_t index, std::optional<ExitStatus
   if (stoppedByUs) {
     r.state = JobState::kStopped;
   } else if (!status) {
-    // How an adopted rank ended is not ours to read. The trainer's last step says whether it got
-    // to the end; a program of the user's own has no last step we know, and is not called failed
-    // (which would restart a job that may have finished) on no evidence.
+    // How an adopted rank ended is not ours to read. Its reports while the agent was away went
+    // nowhere, but the trainer's JSON lines kept them.
+    // The trainer's last step says whether it got to the end; a program of the user's own has
+    // no last step we know, and is not called failed (which would restart a job that may have
+    // finished) on no evidence.
+    if (!job.spec.isCommand()) r.lastStep = std::max(r.lastStep, lastStepInMetrics(job, r.placement.rank));
     const bool reachedEnd = job.spec.isCommand() || (job.spec.steps > 0 && r.lastStep >= job.spec.steps);
     r.state = reachedEnd ? JobState::kFinished : JobState::kFailed;
   } else {
@@ -585,11 +602,16 @@ void JobManager::trimLogs() {
   for (const auto& [id, job] : jobs_) {
     for (const auto& r : job->ranks) {
       if (r.state != JobState::kRunning) continue;
+      // Through one descriptor of the file itself: a path the rank swapped for a symlink is not
+      // followed (the agent would truncate what it points to).
+      UniqueFd log = openJobFile(r.logPath, O_RDWR);
       struct stat st {};
-      if (::stat(r.logPath.c_str(), &st) != 0 || static_cast<std::uint64_t>(st.st_size) <= options_.logCapBytes) continue;
+      if (!log.valid() || ::fstat(log.get(), &st) != 0 || static_cast<std::uint64_t>(st.st_size) <= options_.logCapBytes) {
+        continue;
+      }
       bool more = false;
-      const std::string all = fileTail(r.logPath, options_.logCapBytes * 2, &more);
-      if (writeFileAtomic(r.logPath + ".1", all)) ::truncate(r.logPath.c_str(), 0);
+      const std::string all = fileTail(log.get(), options_.logCapBytes * 2, &more, r.logPath);
+      if (writeFileAtomic(r.logPath + ".1", all)) (void)::ftruncate(log.get(), 0);
     }
   }
 }
@@ -670,6 +692,19 @@ void JobManager::adoptUnrecordedRanks(Job& job) {
   job.killAt = Clock::now() + options_.defaultStopGrace;
 }
 
+// The last step `rank` wrote to the job's metrics file (its last 1 MiB: every rank's final lines).
+std::uint64_t JobManager::lastStepInMetrics(const Job& job, std::uint32_t rank) const {
+  std::istringstream lines(fileTail((fs::path(job.dir) / "metrics.jsonl").string(), 1u << 20, nullptr));
+  std::uint64_t last = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const Json j = Json::parse(line, nullptr, false);  // the first line may be cut
+    if (j.is_object() && j.value("rank", -1) == static_cast<int>(rank) && j.contains("step") && j["step"].is_number_unsigned()) {
+      last = std::max(last, j["step"].get<std::uint64_t>());
+    }
+  }
+  return last;
+}
+
 std::string JobManager::jobDir(const std::string& jobId) const {
   return (fs::path(options_.stateDir) / "jobs" / jobId).string();
 }
@@ -732,7 +767,9 @@ Result<void> JobManager::restore() {
     return invalidArgument(path + " is damaged (" + e.what() + "); move it away to start afresh");
   }
   for (auto& [id, job] : jobs_) {
-    if (job->anyRankRunning() && job->storePort != 0) {
+    // Never an open store for a job that had a secret: one restored without it (a damaged or
+    // older table) is not served, and its ranks fail on their own.
+    if (job->anyRankRunning() && job->storePort != 0 && !job->storeSecret.empty()) {
       // The ranks' store clients reconnect to the same port and register again.
       auto store = startStore(*job, static_cast<std::uint16_t>(job->storePort));
       if (store) job->store = std::move(store).value();

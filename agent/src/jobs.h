@@ -102,6 +102,7 @@ class JobManager {
   Result<void> rendezvous(Job& job, const std::vector<RankPlacement>& local, NodeLaunch& launch) const;
   Result<std::unique_ptr<StoreServer>> startStore(const Job& job, std::uint16_t port) const;
   std::string jobDir(const std::string& jobId) const;
+  std::uint64_t lastStepInMetrics(const Job& job, std::uint32_t rank) const;
   Result<void> spawnRanks(Job& job, const NodeLaunch& launch);
   StartJobReply announceStart(Job& job);
   void adoptUnrecordedRanks(Job& job);

@@ -130,7 +130,9 @@ SpawnOptions rankSpawnOptions(const NodeLaunch& n, const std::string& nodeName, 
     // the other jobs' files are hidden.
     SpawnOptions::Sandbox sandbox{n.hide, {n.jobDir}};
     if (n.reportEndpoint.rfind("ipc://", 0) == 0) {
+      // Read-only: a rank may connect to the socket, not replace it (and so hear other jobs).
       sandbox.keep.push_back(fs::path(n.reportEndpoint.substr(6)).parent_path().string());
+      sandbox.readOnly.push_back(sandbox.keep.back());
     }
     spawn.sandbox = std::move(sandbox);
   }

@@ -69,7 +69,7 @@ void Log::write(const char* level, const std::string& line) {
   if (::stat(path_.c_str(), &st) == 0 && static_cast<std::uint64_t>(st.st_size) > kLogRotateBytes) {
     std::rename(path_.c_str(), (path_ + ".1").c_str());
   }
-  if (FILE* f = std::fopen(path_.c_str(), "a")) {
+  if (FILE* f = std::fopen(path_.c_str(), "ae")) {  // close-on-exec: never inherited by a rank
     std::fputs(text.c_str(), f);
     std::fclose(f);
   }
@@ -140,6 +140,7 @@ class Agent::Impl {
   std::map<std::uint64_t, PendingStart> starts_;  // by preflight id
   std::uint64_t nextPreflightId_ = 1;
   std::uint64_t droppedReports_ = 0;
+  bool reserveFailing_ = false;
 };
 
 Result<void> Agent::Impl::init() {
@@ -281,7 +282,16 @@ NodeHello Agent::Impl::hello() const {
 }
 
 void Agent::Impl::append(StreamBuffer::Payload payload) {
-  if (auto r = stream_->append(std::move(payload)); !r) log_.error("cannot reserve sequence numbers: " + r.error().message);
+  // Said once per episode: while the state disk is full every append fails the same way.
+  auto r = stream_->append(std::move(payload));
+  if (!r && !reserveFailing_) {
+    log_.error("cannot reserve sequence numbers: " + r.error().message +
+               "; new messages wait unnumbered (the newest " + std::to_string(config_.replayMessages) + ") until it can");
+  } else if (r && reserveFailing_) {
+    log_.info("sequence numbers reserved again; " + std::to_string(stream_->droppedWaiting()) +
+              " waiting message(s) were dropped so far");
+  }
+  reserveFailing_ = !r;
 }
 
 void Agent::Impl::reply(const std::string& client, const Reply& message) {

@@ -57,7 +57,9 @@ ExecImage buildImage(const SpawnOptions& options) {
 bool redirect(const std::string& path, int targetFd) {
   if (path.empty()) return true;
   // O_APPEND: whoever trims the file later (copytruncate) does not leave the writer past its end.
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  // O_NOFOLLOW: a rank's log lies in a directory the job's earlier ranks could write; a symlink
+  // planted there must not make the agent truncate what it points to.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return false;
   if (::dup2(fd, targetFd) < 0) return false;  // dup2 clears O_CLOEXEC on the target
   ::close(fd);

@@ -6,8 +6,10 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <set>
@@ -49,6 +51,21 @@ void fillFdPath(std::string& procPath, int fd) {
   procPath[kProcFd.size() + static_cast<size_t>(n)] = '\0';
 }
 
+// A bind mount made read-only, keeping the flags it has (a user namespace may not drop those it
+// inherited locked: nosuid, nodev, noexec, the atime ones).
+bool remountReadOnly(const char* path) {
+  struct statvfs sv {};
+  if (::statvfs(path, &sv) != 0) return false;
+  unsigned long flags = MS_REMOUNT | MS_BIND | MS_RDONLY;
+  if (sv.f_flag & ST_NOSUID) flags |= MS_NOSUID;
+  if (sv.f_flag & ST_NODEV) flags |= MS_NODEV;
+  if (sv.f_flag & ST_NOEXEC) flags |= MS_NOEXEC;
+  if (sv.f_flag & ST_NOATIME) flags |= MS_NOATIME;
+  if (sv.f_flag & ST_NODIRATIME) flags |= MS_NODIRATIME;
+  if (sv.f_flag & ST_RELATIME) flags |= MS_RELATIME;
+  return ::mount(nullptr, path, nullptr, flags, nullptr) == 0;
+}
+
 // Root keeps uid 0 but no capability survives exec: it can neither unmount the tmpfs nor read
 // another process's files through /proc.
 bool dropCapabilities() {
@@ -88,7 +105,8 @@ Result<Plan> plan(const SpawnOptions::Sandbox& sandbox) {
       at /= *it;
       if (made.insert(at.string()).second) p.dirsToMake.push_back(at.string());
     }
-    p.keep.push_back({path.string(), S_ISDIR(st.st_mode), std::string(kProcFd) + std::string(12, '\0'), -1});
+    const bool readOnly = std::find(sandbox.readOnly.begin(), sandbox.readOnly.end(), kept) != sandbox.readOnly.end();
+    p.keep.push_back({path.string(), S_ISDIR(st.st_mode), readOnly, std::string(kProcFd) + std::string(12, '\0'), -1});
   }
   return p;
 }
@@ -104,6 +122,8 @@ bool enter(Plan& p) {
         !writeText("/proc/self/gid_map", p.gidMap)) {
       return false;
     }
+    // Not dumpable again at once: until exec this process holds a copy of the agent's memory.
+    if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) return false;
   }
   // Nothing mounted here reaches the agent's namespace, nor the other way round.
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return false;
@@ -128,6 +148,7 @@ bool enter(Plan& p) {
     fillFdPath(k.procPath, k.fd);
     if (::mount(k.procPath.c_str(), k.path.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) return false;
     ::close(k.fd);
+    if (k.readOnly && !remountReadOnly(k.path.c_str())) return false;
   }
   return p.userNamespace || dropCapabilities();
 }

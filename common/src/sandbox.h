@@ -18,6 +18,7 @@ struct Plan {
   struct Keep {
     std::string path;
     bool directory;
+    bool readOnly;
     std::string procPath;  // "/proc/self/fd/" and room for the number, filled in the child
     int fd;                // opened in the child
   };

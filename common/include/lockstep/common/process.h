@@ -43,6 +43,7 @@ struct SpawnOptions {
   struct Sandbox {
     std::string hide;
     std::vector<std::string> keep;
+    std::vector<std::string> readOnly;  // those of `keep` the child may not change
   };
   std::optional<Sandbox> sandbox;
 };
