@@ -82,10 +82,18 @@ std::vector<std::string> KeyRing::refresh() {
   }
   std::vector<std::string> removed;
   for (const auto& [key, comment] : keys_.commentByKey) {
-    if (!parsed->allows(key)) {
-      log_.info("key " + describe(key) + " left " + path_ + ": its open sessions are refused from now on");
-      removed.push_back(key);
-    }
+    if (!parsed->allows(key)) removed.push_back(key);
+  }
+  // A removal takes effect once the same content is read a second later: an edit that truncates
+  // and rewrites the file in place must not, read half-way, end everyone's sessions.
+  const auto now = Clock::now();
+  if (!removed.empty() && (*text != settling_ || now - settlingSince_ < std::chrono::seconds(1))) {
+    if (*text != settling_) settlingSince_ = now;
+    settling_ = *text;
+    return {};
+  }
+  for (const auto& key : removed) {
+    log_.info("key " + describe(key) + " left " + path_ + ": its open sessions are refused from now on");
   }
   keys_ = std::move(parsed).value();
   text_ = std::move(text).value();

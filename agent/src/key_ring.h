@@ -47,6 +47,8 @@ class KeyRing {
   bool loaded_ = false;
   std::string text_;     // what keys_ was parsed from
   std::string problem_;  // the last failure said, so that it is said once
+  std::string settling_; // content that removes keys, applied once it is read again a second on
+  std::chrono::steady_clock::time_point settlingSince_{};
   std::chrono::steady_clock::time_point lastRefresh_{};
   std::chrono::steady_clock::time_point refusalWindow_{};
   int refusalsLogged_ = 0;

@@ -298,10 +298,22 @@ class StoreServer::Impl {
     storedBytes_ = storedBytes_ - before + key.size() + value.size();
     data_[key] = Entry{value, c.rank};
     c.out += Writer().u8(kOk).frame();
+    // The value goes to every waiting Get: bounded per connection and in all, or the waiter is
+    // dropped (it reconnects and finds the key set).
+    std::uint64_t unread = 0;
+    for (const auto& other : clients_) unread += other->out.size();
+    const std::string answer = Writer().u8(kValue).str(value).frame();
     for (auto p = pending_.begin(); p != pending_.end();) {
       if (p->key == key) {
-        p->client->out += Writer().u8(kValue).str(value).frame();
-        --p->client->waiting;
+        Client& waiter = *p->client;
+        if (waiter.out.size() + answer.size() > options_.maxUnreadReplyBytes ||
+            unread + answer.size() > options_.maxTotalUnreadReplyBytes) {
+          waiter.closing = true;
+        } else {
+          waiter.out += answer;
+          unread += answer.size();
+        }
+        --waiter.waiting;
         p = pending_.erase(p);
       } else {
         ++p;
@@ -314,6 +326,10 @@ class StoreServer::Impl {
     std::string key;
     std::uint32_t timeoutMillis = 0;
     if (!r.str(key) || !r.u32(timeoutMillis) || !r.done()) return false;
+    if (key.size() > options_.maxKeyBytes) {
+      c.out += Writer().u8(kFailed).str("a key of " + std::to_string(key.size()) + " bytes is too long").frame();
+      return true;
+    }
     if (auto it = data_.find(key); it != data_.end()) {
       c.out += Writer().u8(kValue).str(it->second.value).frame();
       return true;
@@ -401,7 +417,11 @@ class StoreServer::Impl {
         continue;
       }
       std::erase_if(pending_, [c](const PendingGet& p) { return p.client == c; });
-      if (c->registered) {
+      // A rank that reconnected has registered again on another connection: still connected.
+      const bool stillThere = std::any_of(clients_.begin(), clients_.end(), [c](const auto& other) {
+        return other.get() != c && !other->closing && other->registered && other->rank == c->rank;
+      });
+      if (c->registered && !stillThere) {
         std::lock_guard lock(mutex_);
         ranks_[c->rank].state = RankLiveness::State::kDisconnected;
       }

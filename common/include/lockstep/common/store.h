@@ -69,6 +69,7 @@ struct StoreServerOptions {
   std::size_t maxWaitingGetsPerConnection = 64;
   std::size_t maxWaitingGets = 8192;
   std::size_t maxUnreadReplyBytes = 64u << 20;  // per connection: a client that does not read goes
+  std::uint64_t maxTotalUnreadReplyBytes = 1ull << 30;  // in all
   std::chrono::milliseconds maxGetWait{3600 * 1000};
 };
 
