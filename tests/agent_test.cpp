@@ -214,7 +214,7 @@ TEST(AgentSecurity, AnUnknownClientKeyIsRefusedAndStartsNothing) {
   ASSERT_TRUE(makeCurveClient(dealer, stranger.keys, agent.publicKey()).ok());
   dealer.set(zmq::sockopt::linger, 0);
   dealer.connect(agent.address().endpoint());
-  const std::string start = encode(Request{1, StartJobRequest{smallJob("job-intruder", 1, 100)}});
+  const std::string start = encode(Request{1, StartJobRequest{smallJob("job-intruder", 1, 100), ""}});
   dealer.send(zmq::buffer(start), zmq::send_flags::dontwait);
   zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
   EXPECT_EQ(zmq::poll(&item, 1, 2s), 0) << "the agent answered an unknown key";
@@ -283,7 +283,7 @@ TEST(AgentRobustness, GarbageTruncatedAndOversizedRequestsThenAGoodClient) {
   JobSpec impossible = smallJob("job-x", 1, 10);
   impossible.backend = Backend::kCuda;
   impossible.precision = Precision::kBf16;
-  EXPECT_NE(errorReplyTo({encode(Request{9, StartJobRequest{impossible}})}).find("has no GPUs"), std::string::npos);
+  EXPECT_NE(errorReplyTo({encode(Request{9, StartJobRequest{impossible, ""}})}).find("has no GPUs"), std::string::npos);
   // Over the 4 MiB cap: libzmq drops the connection instead of reading it.
   dealer.send(zmq::buffer(std::string(5u << 20, 'x')), zmq::send_flags::none);
 

@@ -312,7 +312,7 @@ TEST(RankLaunch, TorchrunsEnvironmentAndGpusInLocalRankOrder) {
   spec.ranks = {{0, "a", 0, 0u}, {1, "a", 1, 1u}, {2, "b", 1, 7u}, {3, "b", 0, 5u}};
   spec.command = CommandSpec{{"python3", "train.py"}, "/work", {{"OMP_NUM_THREADS", "3"}, {"PYTHONPATH", "/mine"}}};
   NodeLaunch node{&spec, {spec.ranks[2], spec.ranks[3]}, "/usr/bin/python3", "10.0.0.1", 29511, "ipc:///r", 16, "",
-                  "/state/jobs/j", "/opt/lockstep/python"};
+                  "/state/jobs/j", "/opt/lockstep/python", "", ""};
   const SpawnOptions o = rankSpawnOptions(node, "b", spec.ranks[2], "/state/jobs/j/rank-2.log");
   const auto env = [&](const std::string& name) {
     for (const auto& [n, v] : o.env) {

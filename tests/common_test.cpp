@@ -98,7 +98,7 @@ std::string sandboxedProbe(const std::string& state, const std::string& out) {
                 "{ cat " + state + "/agent.key; cat " + state + "/jobs/j/data; ls -A " + state + " " + state + "/jobs; cd " + state +
                     "/jobs/j && cat ../../agent.key; umount " + state + " && cat " + state + "/agent.key; } >" + out +
                     " 2>&1"};
-  spawn.sandbox = SpawnOptions::Sandbox{state, {state + "/jobs/j"}};
+  spawn.sandbox = SpawnOptions::Sandbox{state, {state + "/jobs/j"}, {}};
   auto pid = spawnProcess(spawn);
   if (!pid) return "spawn failed: " + pid.error().message;
   auto status = waitProcess(*pid, std::chrono::seconds(20));

@@ -35,7 +35,10 @@ class Partition : public ::testing::Test {
   void SetUp() override {
     const std::string tag = std::to_string(::getpid() % 100000);
     const std::string subnet = "10.231." + std::to_string(::getpid() % 250) + ".";
-    ns_ = {"lsA" + tag, "lsB" + tag, subnet + "1", subnet + "2"};
+    ns_.a = "lsA" + tag;
+    ns_.b = "lsB" + tag;
+    ns_.addressA = subnet + "1";
+    ns_.addressB = subnet + "2";
     veth_ = "lsv" + tag;
     const auto made = sh(dir_, "set -e; ip netns add " + ns_.a + "; ip netns add " + ns_.b + "; ip link add " + veth_ +
                                    "a type veth peer name " + veth_ + "b; ip link set " + veth_ + "a netns " + ns_.a +

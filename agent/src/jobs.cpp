@@ -256,7 +256,7 @@ Result<StartJobReply> JobManager::start(const JobSpec& spec, const CheckedPaths&
   job->dir = jobDir(spec.jobId);
   job->storeSecret = storeSecret;
   NodeLaunch launch{&job->spec, local, checked.program, spec.rendezvousHost, spec.rendezvousPort,
-                    options_.reportEndpoint, options_.node.cpuCores, "", job->dir, options_.pythonPath};
+                    options_.reportEndpoint, options_.node.cpuCores, "", job->dir, options_.pythonPath, "", ""};
   if (options_.sandbox) launch.hide = options_.stateDir;
   LOCKSTEP_TRY(rendezvous(*job, local, launch));
 

@@ -128,7 +128,7 @@ SpawnOptions rankSpawnOptions(const NodeLaunch& n, const std::string& nodeName, 
   if (!n.hide.empty()) {
     // Its own job's directory and the report socket's stay; the agent's keys, the job table and
     // the other jobs' files are hidden.
-    SpawnOptions::Sandbox sandbox{n.hide, {n.jobDir}};
+    SpawnOptions::Sandbox sandbox{n.hide, {n.jobDir}, {}};
     if (n.reportEndpoint.rfind("ipc://", 0) == 0) {
       // Read-only: a rank may connect to the socket, not replace it (and so hear other jobs).
       sandbox.keep.push_back(fs::path(n.reportEndpoint.substr(6)).parent_path().string());

@@ -29,8 +29,8 @@ int main(int argc, char** argv) {
   npy.dataset = NpyDataset{"/x.npy", "/y.npy"};
   npy.layers = {16, 4};
   write(0, encode(Request{1, HelloRequest{1, "seed"}}));
-  write(0, encode(Request{2, StartJobRequest{spec}}));
-  write(0, encode(Request{3, StartJobRequest{npy}}));
+  write(0, encode(Request{2, StartJobRequest{spec, ""}}));
+  write(0, encode(Request{3, StartJobRequest{npy, ""}}));
   write(0, encode(Request{4, StopJobRequest{"seed", 100}}));
   write(0, encode(Request{5, FetchRequest{10, 100, 200}}));
   write(0, encode(Request{6, LogsRequest{"seed", 1, 100}}));
