@@ -72,7 +72,7 @@ T roundTripStream(const T& payload) {
 }
 
 TEST(ProtocolRoundTrip, StartJobRequestKeepsEveryField) {
-  Request in{7, StartJobRequest{validSpec()}};
+  Request in{7, StartJobRequest{validSpec(), ""}};
   auto npySpec = validSpec();
   npySpec.dataset = NpyDataset{"/data/x.npy", "/data/y.npy"};
   npySpec.layers = {32, 10};
@@ -80,7 +80,7 @@ TEST(ProtocolRoundTrip, StartJobRequestKeepsEveryField) {
   npySpec.precision = Precision::kBf16;
   npySpec.ranks = {{0, "gpu-1", 0, 3u}, {1, "gpu-1", 1, 5u}};
   npySpec.targetLoss.reset();
-  for (const Request& request : {in, Request{8, StartJobRequest{npySpec}}}) {
+  for (const Request& request : {in, Request{8, StartJobRequest{npySpec, ""}}}) {
     auto out = decodeRequest(encode(request));
     ASSERT_TRUE(out.ok()) << out.error().message;
     EXPECT_EQ(*out, request);
@@ -88,7 +88,7 @@ TEST(ProtocolRoundTrip, StartJobRequestKeepsEveryField) {
 }
 
 TEST(ProtocolRoundTrip, ACommandJobKeepsItsProgramAndNeedsNoModel) {
-  const Request in{9, StartJobRequest{validCommandSpec()}};
+  const Request in{9, StartJobRequest{validCommandSpec(), ""}};
   auto out = decodeRequest(encode(in));
   ASSERT_TRUE(out.ok()) << out.error().message;
   EXPECT_EQ(*out, in);
@@ -128,7 +128,7 @@ TEST(ProtocolRoundTrip, OtherRequestsAndReplies) {
                                                  {1, 1, 3u, 4243, JobState::kStopped, std::nullopt, std::nullopt, true}},
                 100, 200, "rank 0 was killed by signal 9", 29500};
   FetchReply fetch{7, 3, 5, {StreamMessage{4, "node-a", validReport()}, StreamMessage{5, "node-a", JobEvent{"job-1", JobEventKind::kStarted, 1, {}, {}, {}, "", "", {}}}}};
-  for (const Reply& r : {Reply{1, hello}, Reply{2, StartJobReply{"job-1", 29500}}, Reply{3, StopJobReply{"job-1", JobState::kStopped}},
+  for (const Reply& r : {Reply{1, hello}, Reply{2, StartJobReply{"job-1", 29500, ""}}, Reply{3, StopJobReply{"job-1", JobState::kStopped}},
                          Reply{4, ErrorReply{ErrorCode::kNotFound, "no job 'x'"}}, Reply{5, fetch}, Reply{6, JobsReply{{job}}}, Reply{61, JobsReply{}},
                          Reply{7, LogsReply{"job-1", 1, "line\n", true}}}) {
     auto out = decodeReply(encode(r));
@@ -198,7 +198,7 @@ void PrintTo(const Rejection& r, std::ostream* os) { *os << r.name; }
 // `base`, broken as the case says, is refused by the decoder with the case's text.
 void expectRefused(JobSpec base, const Rejection& r) {
   r.breakIt(base);
-  auto out = decodeRequest(encode(Request{1, StartJobRequest{base}}));
+  auto out = decodeRequest(encode(Request{1, StartJobRequest{base, ""}}));
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.error().code, ErrorCode::kInvalidArgument);
   EXPECT_NE(out.error().message.find(r.expectedText), std::string::npos) << out.error().message;

@@ -277,7 +277,7 @@ TEST_F(StoreTest, NothingIsReadBeforeTheAnswer) {
 }
 
 TEST_F(StoreTest, ARankBeyondTheWorldIsRefused) {
-  start({.worldSize = 2});
+  start({.secret = "", .worldSize = 2});
   RawConnection c(server->port());
   EXPECT_EQ(c.authenticate(secret, 1u << 31), kFailed);
   EXPECT_TRUE(c.closedWithin(2s));
@@ -288,7 +288,7 @@ TEST_F(StoreTest, ARankBeyondTheWorldIsRefused) {
 }
 
 TEST_F(StoreTest, ThousandIdleConnectionsDoNotKeepGoodClientsOut) {
-  start({.authDeadline = 1000ms});
+  start({.secret = "", .authDeadline = 1000ms});
   std::vector<std::unique_ptr<RawConnection>> idle;
   for (int i = 0; i < 1000; ++i) {
     idle.push_back(std::make_unique<RawConnection>(server->port()));
@@ -317,7 +317,7 @@ TEST_F(StoreTest, HugeFramesBeforeTheAnswerAreCutOffAndMemoryStaysBounded) {
 }
 
 TEST_F(StoreTest, AGetCannotWaitLongerThanTheStoreAllows) {
-  start({.maxGetWait = 300ms});
+  start({.secret = "", .maxGetWait = 300ms});
   auto c = client();
   const auto start = std::chrono::steady_clock::now();
   auto value = c->get("never", std::chrono::milliseconds(std::int64_t{1} << 32));
@@ -334,7 +334,7 @@ TEST_F(StoreTest, AGetCannotWaitLongerThanTheStoreAllows) {
 }
 
 TEST_F(StoreTest, WaitingGetsAreBoundedPerConnection) {
-  start({.maxWaitingGetsPerConnection = 4});
+  start({.secret = "", .maxWaitingGetsPerConnection = 4});
   RawConnection raw(server->port());
   ASSERT_EQ(raw.authenticate(secret, 0), kOk);
   for (int i = 0; i < 5; ++i) raw.send(Writer().u8(kOpGet).str("k" + std::to_string(i)).u32(60000).frame());
@@ -345,7 +345,7 @@ TEST_F(StoreTest, WaitingGetsAreBoundedPerConnection) {
 }
 
 TEST_F(StoreTest, AClientThatDoesNotReadItsRepliesIsDropped) {
-  start({.maxUnreadReplyBytes = 1u << 20});
+  start({.secret = "", .maxUnreadReplyBytes = 1u << 20});
   auto owner = client(0);
   ASSERT_TRUE(owner->set("big", std::string(256u << 10, 'v')).ok());
   RawConnection raw(server->port());
@@ -372,7 +372,7 @@ TEST_F(StoreTest, AKeyBelongsToTheRankThatSetItFirst) {
 }
 
 TEST_F(StoreTest, TheStoreRefusesToGrowBeyondItsBounds) {
-  start({.maxKeys = 3, .maxStoredBytes = 1000});
+  start({.secret = "", .maxKeys = 3, .maxStoredBytes = 1000});
   auto c = client();
   EXPECT_TRUE(c->set("a", std::string(500, 'x')).ok());
   auto big = c->set("b", std::string(600, 'x'));
