@@ -80,48 +80,69 @@ Result<int> connectWithRetry(const std::string& host, std::uint16_t port, Clock:
   }
 }
 
-// Reads one reply frame from `fd` within the deadline (used before the client object exists).
-Result<std::string> readFrameBefore(int fd, Clock::time_point deadline) {
-  std::string in;
-  std::int64_t len;
-  while ((len = completeFrame(in)) < 0) {
-    if (in.size() >= 4 && announcedLength(in) > kStoreMaxFrameBytes) return internalError("oversized reply");
-    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) return timeoutError("no answer in time");
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left)) < 0 && errno != EINTR) return errnoError("poll", errno);
-    char buf[4096];
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n > 0) {
-      in.append(buf, static_cast<size_t>(n));
-    } else if (n == 0) {
-      return Error{ErrorCode::kPeerLost, "the connection was closed"};
-    } else if (errno != EAGAIN && errno != EINTR) {
-      return errnoError("recv", errno);
-    }
-  }
-  return in.substr(4, static_cast<size_t>(len));
-}
+// One socket's side of the exchanges, before and after authentication: every wait ends at the
+// deadline, and a signal ends it only when `interrupted` says so (a stop request).
+struct Wire {
+  int fd;
+  Clock::time_point deadline;
+  const std::function<bool()>* interrupted = nullptr;
 
-Result<void> sendAll(int fd, const std::string& bytes) {
-  std::size_t sent = 0;
-  while (sent < bytes.size()) {
-    const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-    if (n > 0) {
-      sent += static_cast<size_t>(n);
-    } else if (n < 0 && errno == EAGAIN) {
-      pollfd p{fd, POLLOUT, 0};
-      ::poll(&p, 1, 100);
-    } else if (n < 0 && errno != EINTR) {
-      return errnoError("send", errno);
+  Result<void> waitFor(short events) const {
+    while (true) {
+      const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return timeoutError("rendezvous store: no reply in time");
+      pollfd p{fd, events, 0};
+      const int rc = ::poll(&p, 1, static_cast<int>(left));
+      if (rc > 0) return {};
+      if (rc < 0 && errno == EINTR && interrupted != nullptr && *interrupted && (*interrupted)()) {
+        return Error{ErrorCode::kCancelled, "rendezvous store: interrupted by a stop request"};
+      }
     }
   }
-  return {};
-}
+
+  Result<void> send(const std::string& bytes) const {
+    std::size_t sent = 0;
+    while (sent < bytes.size()) {
+      const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+      if (n > 0) {
+        sent += static_cast<size_t>(n);
+      } else if (n < 0 && errno == EAGAIN) {
+        LOCKSTEP_TRY(waitFor(POLLOUT));
+      } else if (n < 0 && errno != EINTR) {
+        return Error{ErrorCode::kPeerLost, std::string("rendezvous store: send failed: ") + std::strerror(errno)};
+      }
+    }
+    return {};
+  }
+
+  // One frame's payload.
+  Result<std::string> read() const {
+    std::string in;
+    std::int64_t len;
+    while ((len = completeFrame(in)) < 0) {
+      if (in.size() >= 4 && announcedLength(in) > kStoreMaxFrameBytes) {
+        return internalError("rendezvous store: oversized reply");
+      }
+      char buf[65536];
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n > 0) {
+        in.append(buf, static_cast<size_t>(n));
+      } else if (n == 0) {
+        return Error{ErrorCode::kPeerLost, "rendezvous store closed the connection"};
+      } else if (errno == EAGAIN) {
+        LOCKSTEP_TRY(waitFor(POLLIN));
+      } else if (errno != EINTR) {
+        return Error{ErrorCode::kPeerLost, std::string("rendezvous store: recv failed: ") + std::strerror(errno)};
+      }
+    }
+    return in.substr(4, static_cast<size_t>(len));
+  }
+};
 
 // Answers the store's challenge: this rank, with the job's secret.
 Result<void> authenticate(int fd, const std::string& secret, int rank, Clock::time_point deadline) {
-  LOCKSTEP_ASSIGN_OR_RETURN(const std::string challenge, readFrameBefore(fd, deadline));
+  const Wire wire{fd, deadline};
+  LOCKSTEP_ASSIGN_OR_RETURN(const std::string challenge, wire.read());
   Reader r(challenge);
   std::uint8_t code = 255;
   std::string nonce;
@@ -129,8 +150,8 @@ Result<void> authenticate(int fd, const std::string& secret, int rank, Clock::ti
     return Error{ErrorCode::kPeerLost, "what answers there is not a Lockstep rendezvous store"};
   }
   const auto asRank = static_cast<std::uint32_t>(rank);
-  LOCKSTEP_TRY(sendAll(fd, Writer().u8(kOpAuth).u32(asRank).raw(authMac(secret, nonce, asRank)).frame()));
-  LOCKSTEP_ASSIGN_OR_RETURN(const std::string reply, readFrameBefore(fd, deadline));
+  LOCKSTEP_TRY(wire.send(Writer().u8(kOpAuth).u32(asRank).raw(authMac(secret, nonce, asRank)).frame()));
+  LOCKSTEP_ASSIGN_OR_RETURN(const std::string reply, wire.read());
   Reader answer(reply);
   if (answer.u8(code) && code == kOk) return {};
   std::string why = "it closed the connection";
@@ -197,49 +218,9 @@ std::string StoreClient::localAddress() const {
 }
 
 Result<std::string> StoreClient::exchange(const std::string& request, Clock::time_point deadline) {
-  // Waits for the socket; a signal only ends the wait when the interrupt check says so.
-  auto waitFor = [&](short events) -> Result<void> {
-    while (true) {
-      const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
-      if (left <= 0) return timeoutError("rendezvous store: no reply in time");
-      pollfd p{fd_, events, 0};
-      const int rc = ::poll(&p, 1, static_cast<int>(left));
-      if (rc > 0) return {};
-      if (rc < 0 && errno == EINTR && interrupted_ && interrupted_()) {
-        return Error{ErrorCode::kCancelled, "rendezvous store: interrupted by a stop request"};
-      }
-    }
-  };
-  size_t sent = 0;
-  while (sent < request.size()) {
-    const ssize_t n = ::send(fd_, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
-    if (n > 0) {
-      sent += static_cast<size_t>(n);
-    } else if (n < 0 && errno == EAGAIN) {
-      LOCKSTEP_TRY(waitFor(POLLOUT));
-    } else if (n < 0 && errno != EINTR) {
-      return Error{ErrorCode::kPeerLost, std::string("rendezvous store: send failed: ") + std::strerror(errno)};
-    }
-  }
-  std::string in;
-  std::int64_t len;
-  while ((len = completeFrame(in)) < 0) {
-    if (in.size() >= 4 && announcedLength(in) > kStoreMaxFrameBytes) {
-      return internalError("rendezvous store: oversized reply");
-    }
-    char buf[65536];
-    const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-    if (n > 0) {
-      in.append(buf, static_cast<size_t>(n));
-    } else if (n == 0) {
-      return Error{ErrorCode::kPeerLost, "rendezvous store closed the connection"};
-    } else if (errno == EAGAIN) {
-      LOCKSTEP_TRY(waitFor(POLLIN));
-    } else if (errno != EINTR) {
-      return Error{ErrorCode::kPeerLost, std::string("rendezvous store: recv failed: ") + std::strerror(errno)};
-    }
-  }
-  return in.substr(4, static_cast<size_t>(len));
+  const Wire wire{fd_, deadline, &interrupted_};
+  LOCKSTEP_TRY(wire.send(request));
+  return wire.read();
 }
 
 Result<std::string> StoreClient::call(const std::string& request, milliseconds timeout) {
