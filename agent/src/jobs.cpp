@@ -39,10 +39,8 @@ int pidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid
 // A file in a job's directory, which its ranks can write: never through a symlink they planted
 // (to the agent's key), never a FIFO that would block the loop; a regular file or nothing.
 UniqueFd openJobFile(const std::string& path, int flags) {
-  UniqueFd fd(::open(path.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-  struct stat st {};
-  if (fd.valid() && (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))) fd.reset();
-  return fd;
+  auto fd = openRegularFile(path, "the job's file", flags | O_NOFOLLOW);
+  return fd ? UniqueFd(*fd) : UniqueFd();
 }
 
 // The last `maxBytes` of an open file (and how much more there was).

@@ -35,23 +35,12 @@ Result<std::string> KeyRing::readChecked() const {
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) return errnoError("cannot look at " + dir, errno);
   if (auto why = strictModesProblem(dir, st.st_mode, st.st_uid); !why.empty()) return invalidArgument(why);
-  // Non-blocking: a FIFO planted there must not stall the loop.
-  UniqueFd fd(::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
-  if (!fd.valid()) return errnoError("cannot open " + path_, errno);
+  // A regular file (a FIFO planted there must not stall the loop), trusted only if StrictModes say so.
+  LOCKSTEP_ASSIGN_OR_RETURN(const int raw, openRegularFile(path_, "the authorized keys file"));
+  UniqueFd fd(raw);
   if (::fstat(fd.get(), &st) != 0) return errnoError("cannot look at " + path_, errno);
-  if (!S_ISREG(st.st_mode)) return invalidArgument(path_ + " is " + fileKind(st.st_mode) + ", not a file");
   if (auto why = strictModesProblem(path_, st.st_mode, st.st_uid); !why.empty()) return invalidArgument(why);
-  if (static_cast<std::uint64_t>(st.st_size) > kMaxAuthorizedKeysBytes) {
-    return invalidArgument(path_ + " is larger than " + std::to_string(kMaxAuthorizedKeysBytes >> 20) + " MiB");
-  }
-  std::string text;
-  char buf[65536];
-  ssize_t n;
-  while ((n = ::read(fd.get(), buf, sizeof buf)) > 0 && text.size() <= kMaxAuthorizedKeysBytes) {
-    text.append(buf, static_cast<size_t>(n));
-  }
-  if (n < 0) return errnoError("cannot read " + path_, errno);
-  return text;
+  return readOpenFile(fd.get(), path_, kMaxAuthorizedKeysBytes);
 }
 
 void KeyRing::problem(const std::string& why) {

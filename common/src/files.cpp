@@ -41,16 +41,16 @@ std::string fileKind(unsigned mode) {
   return "not a file";
 }
 
-Result<int> openRegularFile(const std::string& path, std::string_view role) {
+Result<int> openRegularFile(const std::string& path, std::string_view role, int flags) {
   const std::string who = std::string(role) + " " + path;
   // O_PATH opens nothing for I/O: a FIFO without a writer, or a device, cannot block or react here.
-  UniqueFd probe(::open(path.c_str(), O_PATH | O_CLOEXEC));
+  UniqueFd probe(::open(path.c_str(), O_PATH | O_CLOEXEC | (flags & O_NOFOLLOW)));
   if (!probe.valid()) return errnoError("cannot open " + who, errno);
   struct stat st {};
   if (::fstat(probe.get(), &st) != 0) return errnoError("cannot stat " + who, errno);
   if (!S_ISREG(st.st_mode)) return invalidArgument(who + " is " + fileKind(st.st_mode) + ", not a file");
   // O_NONBLOCK: should the path be swapped for a FIFO in between, open still returns at once.
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), flags | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
   if (!fd.valid()) return errnoError("cannot open " + who, errno);
   struct stat again {};
   if (::fstat(fd.get(), &again) != 0) return errnoError("cannot stat " + who, errno);
@@ -64,8 +64,12 @@ Result<int> openRegularFile(const std::string& path, std::string_view role) {
 Result<std::string> readFile(const std::string& path, std::uint64_t maxBytes) {
   LOCKSTEP_ASSIGN_OR_RETURN(const int raw, openRegularFile(path, "file"));
   UniqueFd fd(raw);
+  return readOpenFile(fd.get(), path, maxBytes);
+}
+
+Result<std::string> readOpenFile(int fd, const std::string& path, std::uint64_t maxBytes) {
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return errnoError("cannot stat " + path, errno);
+  if (::fstat(fd, &st) != 0) return errnoError("cannot stat " + path, errno);
   if (static_cast<std::uint64_t>(st.st_size) > maxBytes) {
     return Error{ErrorCode::kResourceExhausted,
                  path + " is " + std::to_string(st.st_size) + " bytes, more than the limit of " +
@@ -74,7 +78,7 @@ Result<std::string> readFile(const std::string& path, std::uint64_t maxBytes) {
   std::string out(static_cast<size_t>(st.st_size), '\0');
   size_t done = 0;
   while (done < out.size()) {
-    const ssize_t n = ::read(fd.get(), out.data() + done, out.size() - done);
+    const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
       return errnoError("cannot read " + path, errno);

@@ -1,6 +1,8 @@
 #pragma once
 // Small file helpers with errors that name the file.
 
+#include <fcntl.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -14,13 +16,16 @@ namespace lockstep {
 // Opens a regular file for reading without ever blocking on what is not one: a FIFO, a device or
 // a directory is refused with what it is ("is a FIFO, not a file") before it is opened for
 // reading. `role` names the file in errors ("the features file").
-Result<int> openRegularFile(const std::string& path, std::string_view role);
+// `flags`: O_RDONLY or O_RDWR, plus O_NOFOLLOW to refuse a symlink ("is a symbolic link").
+Result<int> openRegularFile(const std::string& path, std::string_view role, int flags = O_RDONLY);
 
 // What kind of file `mode` (st_mode) is, in words: "a FIFO", "a directory", "a character device".
 std::string fileKind(unsigned mode);
 
 // Reads a whole file; refuses files larger than maxBytes instead of exhausting memory.
 Result<std::string> readFile(const std::string& path, std::uint64_t maxBytes);
+// The same for a file already open (openRegularFile); `path` names it in errors.
+Result<std::string> readOpenFile(int fd, const std::string& path, std::uint64_t maxBytes);
 
 // Writes `data` to `path` so that readers see the old file or the complete new one, never a
 // partial one, even across a crash: temp file in the same directory (created with `mode`),
