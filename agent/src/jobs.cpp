@@ -78,22 +78,29 @@ std::vector<std::string> environmentOf(pid_t pid) {
   return variables;
 }
 
-// What an adopted rank (not our child, so not reaped by us) left in its process group. Its pid
-// may be reused once it is gone, so the group's members are picked by the job they belong to.
-void killLeftovers(pid_t pgid, const std::string& jobId) {
+// The processes that `inGroup` picks by their process group (checked first: it is cheap) and whose
+// environment holds every one of `variables`.
+std::vector<pid_t> processesWith(const std::function<bool(pid_t pid, pid_t pgid)>& inGroup,
+                                 const std::set<std::string>& variables) {
+  std::vector<pid_t> found;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator("/proc", ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
     const pid_t pid = static_cast<pid_t>(std::stol(name));
-    if (::getpgid(pid) != pgid) continue;
-    for (const auto& variable : environmentOf(pid)) {
-      if (variable == "LOCKSTEP_JOB_ID=" + jobId) {
-        ::kill(pid, SIGKILL);
-        break;
-      }
-    }
+    if (!inGroup(pid, ::getpgid(pid))) continue;
+    std::size_t matched = 0;
+    for (const auto& variable : environmentOf(pid)) matched += variables.count(variable);
+    if (matched == variables.size()) found.push_back(pid);
   }
+  return found;
+}
+
+// What an adopted rank (not our child, so not reaped by us) left in its process group. Its pid
+// may be reused once it is gone, so the group's members are picked by the job they belong to.
+void killLeftovers(pid_t pgid, const std::string& jobId) {
+  const auto members = [pgid](pid_t, pid_t group) { return group == pgid; };
+  for (pid_t pid : processesWith(members, {"LOCKSTEP_JOB_ID=" + jobId})) ::kill(pid, SIGKILL);
 }
 
 // The process the agent spawned as `rank` of this attempt of the job: the leader of its own
@@ -101,17 +108,8 @@ void killLeftovers(pid_t pgid, const std::string& jobId) {
 pid_t findRankProcess(const JobSpec& spec, std::uint32_t rank) {
   const std::set<std::string> wanted = {"LOCKSTEP_JOB_ID=" + spec.jobId, "LOCKSTEP_ATTEMPT=" + std::to_string(spec.attempt),
                                         "RANK=" + std::to_string(rank)};
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const pid_t pid = static_cast<pid_t>(std::stol(name));
-    if (::getpgid(pid) != pid) continue;
-    std::size_t found = 0;
-    for (const auto& variable : environmentOf(pid)) found += wanted.count(variable);
-    if (found == wanted.size()) return pid;
-  }
-  return -1;
+  const auto leaders = processesWith([](pid_t pid, pid_t group) { return group == pid; }, wanted);
+  return leaders.empty() ? -1 : leaders.front();
 }
 
 }  // namespace
