@@ -13,7 +13,6 @@
 #include <QStatusBar>
 #include <QTableView>
 #include <QToolBar>
-#include <filesystem>
 
 #include "AddAgentDialog.h"
 #include "DashboardWidget.h"
@@ -37,10 +36,6 @@ QTableView* makeTable(QAbstractItemModel* model, QWidget* parent) {
   view->horizontalHeader()->setStretchLastSection(true);
   view->setWordWrap(false);
   return view;
-}
-
-std::string knownAgentsPath(const QString& configDir) {
-  return (std::filesystem::path(configDir.toStdString()) / "known_agents").string();
 }
 
 }  // namespace
@@ -157,7 +152,7 @@ MainWindow::MainWindow(ClusterStore& store, QString configDir, HistoryRecorder* 
     right_->setSizes({150, 800});
   }
 
-  if (auto known = KnownAgents::load(knownAgentsPath(configDir_))) {
+  if (auto known = KnownAgents::load(knownAgentsPath(configDir_.toStdString()))) {
     for (const auto& [address, key] : known->all()) {
       if (auto parsed = parseAgentAddress(address)) store_.addAgent(*parsed, key);
     }
@@ -222,7 +217,7 @@ void MainWindow::updateStatus() {
 
 Result<void> MainWindow::addAgent(const QString& address, const QString& key) {
   LOCKSTEP_ASSIGN_OR_RETURN(auto parsed, parseAgentAddress(address.toStdString()));
-  LOCKSTEP_ASSIGN_OR_RETURN(auto known, KnownAgents::load(knownAgentsPath(configDir_)));
+  LOCKSTEP_ASSIGN_OR_RETURN(auto known, KnownAgents::load(knownAgentsPath(configDir_.toStdString())));
   LOCKSTEP_TRY(known.trust(parsed.text(), key.toStdString()));
   store_.addAgent(parsed, key.toStdString());
   return {};

@@ -2,7 +2,6 @@
 // stopping it everywhere, printing it, draining what the agents still hold.
 
 #include <algorithm>
-#include <filesystem>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -20,7 +19,6 @@
 namespace lockstep::ctl {
 namespace {
 
-namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
@@ -34,7 +32,7 @@ std::vector<AgentClient*> Connected::all() const {
 }
 
 Result<Connected> connectAgents(const Globals& g) {
-  LOCKSTEP_ASSIGN_OR_RETURN(auto known, KnownAgents::load((fs::path(g.configDir) / "known_agents").string()));
+  LOCKSTEP_ASSIGN_OR_RETURN(auto known, KnownAgents::load(knownAgentsPath(g.configDir)));
   std::vector<std::string> addresses = g.agents;
   if (addresses.empty()) {
     for (const auto& [address, key] : known.all()) addresses.push_back(address);

@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
-#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -22,7 +21,6 @@
 namespace lockstep::ctl {
 namespace {
 
-namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
@@ -135,7 +133,7 @@ int cmdTrust(const Globals& g, const std::vector<std::string>& args) {
   if (args.size() != 2) return fail(invalidArgument("usage: lockstepctl trust HOST:PORT KEY"));
   auto address = parseAgentAddress(args[0]);
   if (!address) return fail(address.error());
-  auto known = KnownAgents::load((fs::path(g.configDir) / "known_agents").string());
+  auto known = KnownAgents::load(knownAgentsPath(g.configDir));
   if (!known) return fail(known.error());
   const auto previous = known->keyFor(address->text());
   if (auto r = known->trust(address->text(), args[1]); !r) return fail(r.error());

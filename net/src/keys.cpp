@@ -153,6 +153,10 @@ Result<void> KnownAgents::trust(const std::string& address, const std::string& k
   return writeFileAtomic(path_, text);
 }
 
+std::string knownAgentsPath(const std::string& configDir) {
+  return (std::filesystem::path(configDir) / "known_agents").string();
+}
+
 std::string defaultClientConfigDir() {
   if (const char* dir = std::getenv("LOCKSTEP_CONFIG_DIR"); dir != nullptr && *dir != '\0') return dir;
   if (const char* xdg = std::getenv("XDG_CONFIG_HOME"); xdg != nullptr && *xdg != '\0') {

@@ -63,6 +63,8 @@ class KnownAgents {
 
 // $XDG_CONFIG_HOME/lockstep (or ~/.config/lockstep), or $LOCKSTEP_CONFIG_DIR when set.
 std::string defaultClientConfigDir();
+// Where a client with config dir `configDir` pins agent keys: CONFIG/known_agents.
+std::string knownAgentsPath(const std::string& configDir);
 // $XDG_STATE_HOME/lockstep-agent (or ~/.local/state/lockstep-agent).
 std::string defaultAgentStateDir();
 
