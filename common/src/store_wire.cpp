@@ -83,13 +83,13 @@ bool Reader::raw(std::string& s, std::size_t n) {
   return true;
 }
 
-std::int64_t completeFrame(const std::string& in) {
+std::int64_t completeFrame(std::string_view in) {
   if (in.size() < 4) return -1;
   const std::uint32_t n = announcedLength(in);
   return in.size() >= 4 + std::size_t{n} ? std::int64_t{n} : -1;
 }
 
-std::uint32_t announcedLength(const std::string& in) {
+std::uint32_t announcedLength(std::string_view in) {
   std::uint32_t n = 0;
   Reader(in).u32(n);
   return n;

@@ -45,9 +45,9 @@ class Reader {
 };
 
 // The size of the first complete frame's payload in `in`, or -1 when more bytes are needed.
-std::int64_t completeFrame(const std::string& in);
+std::int64_t completeFrame(std::string_view in);
 // The length the first frame announces (in.size() >= 4).
-std::uint32_t announcedLength(const std::string& in);
+std::uint32_t announcedLength(std::string_view in);
 
 // HMAC-SHA256(secret, "lockstep-store-v1" || nonce || rank), 32 bytes.
 std::string authMac(const std::string& secret, std::string_view nonce, std::uint32_t rank);
