@@ -402,7 +402,12 @@ TEST(AgentRestart, AKilledAgentRestartsAndTheJobKeepsRunningAndReporting) {
   ASSERT_TRUE(waitUntil([&] { return ended(jobOn(*c, "job-restart")); }, 30s));
   const auto stopped = jobOn(*c, "job-restart");
   EXPECT_EQ(stopped->state, JobState::kStopped);
-  for (const auto& r : stopped->ranks) EXPECT_TRUE(r.exitUnknown);  // no longer the agent's children
+  // No longer the agent's children, but their keepers wrote down how they ended: the trainer's
+  // answer to SIGTERM, 128 + 15.
+  for (const auto& r : stopped->ranks) {
+    EXPECT_FALSE(r.exitUnknown);
+    EXPECT_EQ(r.exitCode.value_or(-1), 143) << "signal " << r.signal.value_or(0);
+  }
   while (::waitpid(-1, nullptr, WNOHANG) > 0) {
   }
   EXPECT_TRUE(waitUntil([] { return processesOfJob("job-restart").empty(); }, 10s));

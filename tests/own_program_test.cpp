@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -226,16 +227,33 @@ TEST_F(OwnProgram, ARankThatEndsTakesWhatItLeftInItsProcessGroupWithIt) {
       << processesOfJob("own-leftover").size() << " processes left";
 }
 
-TEST_F(OwnProgram, AFifoAsADataFileIsRefusedAtOnceAndTheAgentKeepsAnswering) {
-  // Before the preflight, opening it blocked the agent's loop until someone wrote to the FIFO.
-  ASSERT_EQ(::mkfifo(dir.file("features.npy").c_str(), 0600), 0);
-  const auto run = ctl({"start", "--ranks", "1", "--job-id", "fifo-data", "--layers", "8,2", "--steps", "2",
-                        "--dataset", "npy:" + dir.file("features.npy") + "," + dir.file("labels.npy")},
-                       10s);
-  EXPECT_FALSE(run.timedOut);
-  EXPECT_EQ(run.status.exitCode, 2) << run.err;  // bad input
-  EXPECT_NE(run.err.find("features.npy is a FIFO, not a file"), std::string::npos) << run.err;
-  EXPECT_EQ(ctl({"nodes"}, 10s).status.exitCode, 0);
+TEST_F(OwnProgram, AFifoADeviceOrADirectoryAsADataFileIsRefusedAtOnceAndTheAgentKeepsAnswering) {
+  // Before the preflight, opening the FIFO blocked the agent's loop until someone wrote to it,
+  // and a device (endless) or a directory failed only inside the ranks.
+  ASSERT_EQ(::mkfifo(dir.file("fifo.npy").c_str(), 0600), 0);
+  ASSERT_EQ(::mkdir(dir.file("dir.npy").c_str(), 0700), 0);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {dir.file("fifo.npy"), "fifo.npy is a FIFO, not a file"},
+      {"/dev/zero", "/dev/zero is a character device, not a file"},
+      {dir.file("dir.npy"), "dir.npy is a directory, not a file"}};
+  // Another client asks the agent who it is all along; every question is answered.
+  std::atomic<bool> done{false};
+  std::atomic<int> answered{0}, unanswered{0};
+  std::thread asking([&] {
+    while (!done) (ctl({"nodes"}, 10s).status.exitCode == 0 ? answered : unanswered)++;
+  });
+  for (const auto& [path, says] : cases) {
+    const auto run = ctl({"start", "--ranks", "1", "--job-id", "bad-data", "--layers", "8,2", "--steps", "2",
+                          "--dataset", "npy:" + path + "," + dir.file("labels.npy")},
+                         10s);
+    EXPECT_FALSE(run.timedOut) << path;
+    EXPECT_EQ(run.status.exitCode, 2) << run.err;  // bad input
+    EXPECT_NE(run.err.find(says), std::string::npos) << run.err;
+  }
+  done = true;
+  asking.join();
+  EXPECT_GT(answered.load(), 0);
+  EXPECT_EQ(unanswered.load(), 0);
 }
 
 TEST_F(OwnProgram, BadProgramsAndPathsAreRefusedWithTheirReasonBeforeAnythingStarts) {

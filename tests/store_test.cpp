@@ -25,6 +25,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using namespace store_wire;
+using test::residentKib;
 
 // A raw TCP connection to the store, for frames no StoreClient would send.
 class RawConnection {
@@ -102,15 +103,6 @@ class RawConnection {
   bool connected_ = false;
   std::string in_;
 };
-
-std::int64_t residentKib() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
-  }
-  return -1;
-}
 
 struct StoreTest : ::testing::Test {
   void SetUp() override { start({}); }

@@ -45,6 +45,7 @@ std::optional<ProcStat> readProcStat(pid_t pid) {
   for (int i = 0; i < 6; ++i) fields >> skip;  // cutime cstime priority nice num_threads itrealvalue
   fields >> start;
   if (!fields) return std::nullopt;
+  s.parent = static_cast<pid_t>(ppid);
   s.processGroup = static_cast<pid_t>(pgrp);
   s.cpuTicks = utime + stime;
   s.startTicks = start;

@@ -16,6 +16,7 @@ std::uint64_t memoryTotalBytes();
 // One process's line in /proc/PID/stat and its resident memory.
 struct ProcStat {
   char state = '?';              // R, S, D, Z, ...
+  pid_t parent = 0;
   pid_t processGroup = 0;
   std::uint64_t cpuTicks = 0;    // user + system, in clock ticks
   std::uint64_t startTicks = 0;  // when it started, in clock ticks after boot: with the pid, its identity

@@ -24,6 +24,7 @@
 #include "lockstep/common/npy.h"
 #include "lockstep/protocol/codec.h"
 #include "rank_launch.h"
+#include "rank_processes.h"
 
 namespace lockstep::agent {
 namespace {
@@ -62,61 +63,12 @@ std::string fileTail(const std::string& path, std::uint64_t maxBytes, bool* more
   return fileTail(fd.get(), maxBytes, more, path);
 }
 
-// A process's environment variables. /proc files report a size of 0, so this reads to the end
-// (fileTail would read nothing); "" when it cannot be read.
-std::vector<std::string> environmentOf(pid_t pid) {
-  UniqueFd fd(::open(("/proc/" + std::to_string(pid) + "/environ").c_str(), O_RDONLY | O_CLOEXEC));
-  std::string text;
-  char buf[16384];
-  ssize_t n;
-  while (fd.valid() && (n = ::read(fd.get(), buf, sizeof buf)) > 0 && text.size() < (1u << 20)) {
-    text.append(buf, static_cast<size_t>(n));
-  }
-  std::vector<std::string> variables;
-  std::istringstream in(text);
-  for (std::string variable; std::getline(in, variable, '\0');) variables.push_back(std::move(variable));
-  return variables;
-}
-
-// The processes that `inGroup` picks by their process group (checked first: it is cheap) and whose
-// environment holds every one of `variables`.
-std::vector<pid_t> processesWith(const std::function<bool(pid_t pid, pid_t pgid)>& inGroup,
-                                 const std::set<std::string>& variables) {
-  std::vector<pid_t> found;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const pid_t pid = static_cast<pid_t>(std::stol(name));
-    if (!inGroup(pid, ::getpgid(pid))) continue;
-    std::size_t matched = 0;
-    for (const auto& variable : environmentOf(pid)) matched += variables.count(variable);
-    if (matched == variables.size()) found.push_back(pid);
-  }
-  return found;
-}
-
-// What an adopted rank (not our child, so not reaped by us) left in its process group. Its pid
-// may be reused once it is gone, so the group's members are picked by the job they belong to.
-void killLeftovers(pid_t pgid, const std::string& jobId) {
-  const auto members = [pgid](pid_t, pid_t group) { return group == pgid; };
-  for (pid_t pid : processesWith(members, {"LOCKSTEP_JOB_ID=" + jobId})) ::kill(pid, SIGKILL);
-}
-
-// The process the agent spawned as `rank` of this attempt of the job: the leader of its own
-// process group (what it is started as) with the job's variables; -1 if there is none.
-pid_t findRankProcess(const JobSpec& spec, std::uint32_t rank) {
-  const std::set<std::string> wanted = {"LOCKSTEP_JOB_ID=" + spec.jobId, "LOCKSTEP_ATTEMPT=" + std::to_string(spec.attempt),
-                                        "RANK=" + std::to_string(rank)};
-  const auto leaders = processesWith([](pid_t pid, pid_t group) { return group == pid; }, wanted);
-  return leaders.empty() ? -1 : leaders.front();
-}
-
 }  // namespace
 
 struct Rank {
   RankPlacement placement;
-  pid_t pid = -1;
+  pid_t pid = -1;  // the rank's keeper: the process group's leader, what the agent waits for
+  pid_t programPid = -1;
   std::uint64_t startTicks = 0;
   bool child = true;  // false once adopted by a restarted agent: its exit status is not ours to read
   UniqueFd pidfd;
@@ -287,17 +239,19 @@ Result<StartJobReply> JobManager::start(const JobSpec& spec, const CheckedPaths&
 
 Result<void> JobManager::spawnRanks(Job& job, const NodeLaunch& launch) {
   for (auto& rank : job.ranks) {
-    auto pid = spawnProcess(rankSpawnOptions(launch, options_.node.name, rank.placement, rank.logPath));
-    if (!pid) {
+    const Keeper keeper{options_.keeperPath, rankExitPath(job.dir, rank.placement.rank)};
+    auto spawned = spawnKept(rankSpawnOptions(launch, options_.node.name, rank.placement, rank.logPath), keeper);
+    if (!spawned) {
       signalRanks(job, SIGKILL);
       for (auto& r : job.ranks) {
         if (r.state == JobState::kRunning) (void)waitProcess(r.pid, std::chrono::seconds(5));
       }
-      return pid.error().withContext("cannot start rank " + std::to_string(rank.placement.rank));
+      return spawned.error().withContext("cannot start rank " + std::to_string(rank.placement.rank));
     }
-    rank.pid = *pid;
-    rank.pidfd = UniqueFd(pidfdOpen(*pid));
-    if (auto stat = readProcStat(*pid)) rank.startTicks = stat->startTicks;
+    rank.pid = spawned->keeper;
+    rank.programPid = spawned->program;
+    rank.pidfd = UniqueFd(pidfdOpen(rank.pid));
+    if (auto stat = readProcStat(rank.pid)) rank.startTicks = stat->startTicks;
     rank.state = JobState::kRunning;
   }
   return {};
@@ -312,7 +266,7 @@ StartJobReply JobManager::announceStart(Job& job) {
   std::string pids;
   for (const auto& r : job.ranks) {
     pids += (pids.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r.placement.rank) + " pid " +
-            std::to_string(r.pid);
+            std::to_string(r.programPid);
   }
   const std::string resumes = spec.command ? "its program resuming as it does" : resumePoint(spec.checkpointDir);
   emit_(event(job, JobEventKind::kStarted,
@@ -436,7 +390,7 @@ void JobManager::poll() {
         const auto stat = readProcStat(r.pid);
         if (!stat || stat->state == 'Z' || stat->startTicks != r.startTicks) {
           killLeftovers(r.pid, id);
-          rankEnded(*job, i, std::nullopt);
+          rankEnded(*job, i, exitRecorded(*job, r.placement.rank));
         }
       }
     }
@@ -463,8 +417,8 @@ void JobManager::rankEnded(Job& job, std::size_t index, std::optional<ExitStatus
   if (stoppedByUs) {
     r.state = JobState::kStopped;
   } else if (!status) {
-    // How an adopted rank ended is not ours to read. Its reports while the agent was away went
-    // nowhere, but the trainer's JSON lines kept them.
+    // An adopted rank whose keeper left no record (it was killed too). Its reports while the
+    // agent was away went nowhere, but the trainer's JSON lines kept them.
     // The trainer's last step says whether it got to the end; a program of the user's own has
     // no last step we know, and is not called failed (which would restart a job that may have
     // finished) on no evidence.
@@ -528,7 +482,7 @@ std::vector<JobStatus> JobManager::list() const {
     JobStatus s{job.spec,     job.state, {}, job.startedUnixUs, job.endedUnixUs, job.message,
                 job.storePort != 0 ? job.storePort : job.masterPort};
     for (const auto& r : job.ranks) {
-      RankStatus rs{r.placement.rank, r.placement.localRank, r.placement.gpuIndex, static_cast<std::uint32_t>(r.pid),
+      RankStatus rs{r.placement.rank, r.placement.localRank, r.placement.gpuIndex, static_cast<std::uint32_t>(r.programPid),
                     r.state, std::nullopt, std::nullopt, r.exitUnknown};
       if (r.exit && r.exit->signal == 0) rs.exitCode = r.exit->exitCode;
       if (r.exit && r.exit->signal != 0) rs.signal = r.exit->signal;
@@ -577,7 +531,7 @@ std::vector<TrackedRank> JobManager::runningRanks() const {
   std::vector<TrackedRank> out;
   for (const auto& [id, job] : jobs_) {
     for (const auto& r : job->ranks) {
-      if (r.state == JobState::kRunning) out.push_back({id, r.placement.rank, r.pid});
+      if (r.state == JobState::kRunning) out.push_back({id, r.placement.rank, r.programPid});
     }
   }
   return out;
@@ -630,7 +584,8 @@ void JobManager::persist() {
     Json ranks = Json::array();
     for (const auto& r : job.ranks) {
       Json rank = {{"rank", r.placement.rank},       {"local_rank", r.placement.localRank},
-                   {"pid", r.pid},                    {"start_ticks", r.startTicks},
+                   {"pid", r.pid},                    {"program_pid", r.programPid},
+                   {"start_ticks", r.startTicks},
                    {"state", static_cast<int>(r.state)}, {"exit_unknown", r.exitUnknown},
                    {"last_step", r.lastStep}};
       if (r.placement.gpuIndex) rank["gpu"] = *r.placement.gpuIndex;
@@ -661,7 +616,9 @@ void JobManager::adoptUnrecordedRanks(Job& job) {
   for (auto& r : job.ranks) {
     if (r.state != JobState::kStarting) continue;
     r.child = false;
-    r.pid = findRankProcess(job.spec, r.placement.rank);
+    const FoundRank found = findRankProcess(job.spec, r.placement.rank);
+    r.pid = found.keeper;
+    r.programPid = found.program;
     const auto stat = r.pid > 0 ? readProcStat(r.pid) : std::nullopt;
     if (stat) {
       r.startTicks = stat->startTicks;
@@ -709,6 +666,20 @@ std::string JobManager::rankLogPath(const std::string& jobDir, std::uint32_t ran
   return (fs::path(jobDir) / ("rank-" + std::to_string(rank) + ".log")).string();
 }
 
+std::string JobManager::rankExitPath(const std::string& jobDir, std::uint32_t rank) {
+  return (fs::path(jobDir) / ("rank-" + std::to_string(rank) + ".exit")).string();
+}
+
+// How an adopted rank ended, as its keeper wrote it; nullopt when the keeper did not (it was
+// killed, or the rank was never kept).
+std::optional<ExitStatus> JobManager::exitRecorded(const Job& job, std::uint32_t rank) const {
+  const std::string path = rankExitPath(job.dir, rank);
+  UniqueFd fd = openJobFile(path, O_RDONLY);
+  if (!fd.valid()) return std::nullopt;
+  auto text = readOpenFile(fd.get(), path, 64);
+  return text ? ExitStatus::fromRecord(*text) : std::nullopt;
+}
+
 Result<void> JobManager::restore() {
   const std::string path = (fs::path(options_.stateDir) / "jobs.json").string();
   std::error_code ec;
@@ -738,6 +709,7 @@ Result<void> JobManager::restore() {
                        std::nullopt};
         if (rj.contains("gpu")) r.placement.gpuIndex = rj.at("gpu").get<std::uint32_t>();
         r.pid = rj.at("pid").get<pid_t>();
+        r.programPid = rj.value("program_pid", r.pid);
         r.startTicks = rj.at("start_ticks").get<std::uint64_t>();
         r.state = static_cast<JobState>(rj.at("state").get<int>());
         r.exitUnknown = rj.at("exit_unknown").get<bool>();

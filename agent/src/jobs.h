@@ -48,6 +48,8 @@ struct JobManagerOptions {
   NodeFacts node;
   std::string stateDir;
   std::string trainerPath;
+  // What keeps each rank (a program whose main runs lockstep::runKeeper): the agent itself.
+  std::string keeperPath = "/proc/self/exe";
   std::string listenHost;        // the interface the agent listens on: stores bind there too
   std::string reportEndpoint;    // what ranks get as LOCKSTEP_REPORT
   std::string pythonPath;        // where command jobs' ranks import the lockstep package from
@@ -61,7 +63,7 @@ struct JobManagerOptions {
 struct TrackedRank {
   std::string jobId;
   std::uint32_t rank = 0;
-  pid_t pid = 0;
+  pid_t pid = 0;  // the program, not its keeper
 };
 
 class JobManager {
@@ -107,6 +109,8 @@ class JobManager {
   StartJobReply announceStart(Job& job);
   void adoptUnrecordedRanks(Job& job);
   static std::string rankLogPath(const std::string& jobDir, std::uint32_t rank);
+  static std::string rankExitPath(const std::string& jobDir, std::uint32_t rank);
+  std::optional<ExitStatus> exitRecorded(const Job& job, std::uint32_t rank) const;
   void rankEnded(Job& job, std::size_t index, std::optional<ExitStatus> status);
   void finishIfDone(Job& job);
   void signalRanks(Job& job, int signal);

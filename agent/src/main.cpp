@@ -6,9 +6,11 @@
 #include <csignal>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "config.h"
+#include "lockstep/common/process.h"
 #include "lockstep/net/keys.h"
 #include "server.h"
 
@@ -21,6 +23,8 @@ void onSignal(int signal) { g_stop.store(signal); }
 
 int main(int argc, char** argv) {
   using namespace lockstep::agent;
+  // The agent's ranks are each kept by a copy of this program (lockstep/common/process.h).
+  if (argc >= 2 && std::string_view(argv[1]) == lockstep::kKeeperArg) return lockstep::runKeeper(argc, argv);
   auto config = parseAgentArgs(std::vector<std::string>(argv + 1, argv + argc));
   if (!config) {
     std::fprintf(stderr, "lockstep-agent: error: %s\n", config.error().message.c_str());

@@ -3,16 +3,21 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
+#include "lockstep/common/fd.h"
 #include "sandbox.h"
 
 extern char** environ;
@@ -76,6 +81,24 @@ std::string ExitStatus::describe() const {
   return "exit code " + std::to_string(exitCode);
 }
 
+std::optional<ExitStatus> ExitStatus::fromRecord(std::string_view record) {
+  const auto number = [](std::string_view digits) -> std::optional<int> {
+    int value = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    if (ec != std::errc() || end != digits.data() + digits.size() || value < 0 || value > 255) return std::nullopt;
+    return value;
+  };
+  if (record.empty() || record.back() != '\n') return std::nullopt;
+  record.remove_suffix(1);
+  for (const std::string_view prefix : {"exit ", "signal "}) {
+    if (record.substr(0, prefix.size()) != prefix) continue;
+    const auto value = number(record.substr(prefix.size()));
+    if (!value) return std::nullopt;
+    return prefix == "exit " ? ExitStatus{*value, 0} : ExitStatus{0, *value};
+  }
+  return std::nullopt;
+}
+
 ExitStatus exitStatusFromWait(int waitStatus) {
   ExitStatus status;
   if (WIFSIGNALED(waitStatus)) {
@@ -86,7 +109,122 @@ ExitStatus exitStatusFromWait(int waitStatus) {
   return status;
 }
 
-Result<pid_t> spawnProcess(const SpawnOptions& options) {
+namespace {
+
+// Writes `value` in decimal into `out` (at least 12 bytes); async-signal-safe, unlike snprintf.
+void formatInt(long value, char* out) {
+  char digits[24];
+  int n = 0;
+  const bool negative = value < 0;
+  unsigned long v = negative ? static_cast<unsigned long>(-value) : static_cast<unsigned long>(value);
+  do {
+    digits[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  int i = 0;
+  if (negative) out[i++] = '-';
+  while (n > 0) out[i++] = digits[--n];
+  out[i] = '\0';
+}
+
+// What the forked child needs to become a keeper, built before fork.
+struct KeeperImage {
+  UniqueFd record;
+  std::string executable;
+  char pid[24] = {};
+  char fd[24] = {};
+};
+
+Result<KeeperImage> buildKeeper(const Keeper& keeper) {
+  KeeperImage image;
+  image.record = UniqueFd(::open(keeper.exitRecord.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!image.record.valid()) return errnoError("cannot create the exit record " + keeper.exitRecord, errno);
+  image.executable = keeper.executable;
+  formatInt(image.record.get(), image.fd);
+  return image;
+}
+
+// In the forked child, with every signal blocked: forks the program's process (which returns from
+// here to go on to exec) and becomes the keeper. Async-signal-safe calls only.
+void forkKeeper(KeeperImage& keeper, int pipeFd) {
+  const pid_t program = ::fork();
+  if (program < 0) childFail(pipeFd, 9);
+  if (program == 0) return;
+  const int report[2] = {0, program};  // stage 0: not a failure, the program's pid
+  [[maybe_unused]] ssize_t n = ::write(pipeFd, report, sizeof report);
+  formatInt(program, keeper.pid);
+  // The record must outlive exec (the program's copy closed at its own exec); the working
+  // directory must not: a rank could reach what the sandbox hides through /proc/KEEPER/cwd.
+  if (::fcntl(keeper.record.get(), F_SETFD, 0) != 0 || ::chdir("/") != 0) {
+    ::kill(program, SIGKILL);
+    childFail(pipeFd, 9);
+  }
+  static char arg0[] = "lockstep-keeper";
+  char* argv[] = {arg0, const_cast<char*>(kKeeperArg), keeper.pid, keeper.fd, nullptr};
+  char* envp[] = {nullptr};  // the keeper needs no environment, and shows none in /proc
+  ::execve(keeper.executable.c_str(), argv, envp);
+  ::kill(program, SIGKILL);
+  childFail(pipeFd, 9);
+}
+
+// What the child sends before exec: the program's pid (from a keeper) and why it failed.
+struct ChildReport {
+  bool timedOut = false;
+  pid_t program = -1;
+  int stage = 0;  // 0: exec'd
+  int error = 0;
+};
+
+ChildReport readChildReport(int fd, std::chrono::milliseconds timeout) {
+  ChildReport out;
+  const auto deadline = Clock::now() + timeout;
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    pollfd ready{fd, POLLIN, 0};
+    const int polled = left.count() > 0 ? ::poll(&ready, 1, static_cast<int>(left.count())) : 0;
+    if (polled < 0 && errno == EINTR) continue;
+    if (polled == 0) {
+      out.timedOut = true;
+      return out;
+    }
+    int report[2] = {0, 0};
+    ssize_t n;
+    do {
+      n = ::read(fd, report, sizeof report);
+    } while (n < 0 && errno == EINTR);
+    if (n != static_cast<ssize_t>(sizeof report)) return out;  // EOF: every process exec'd
+    if (report[0] == 0) {
+      out.program = report[1];
+      continue;
+    }
+    out.stage = report[0];
+    out.error = report[1];
+    return out;
+  }
+}
+
+std::string stageFailure(const SpawnOptions& options, int stage) {
+  static constexpr const char* kStages[] = {"",
+                                            "setpgid",
+                                            "prctl",
+                                            "open stdout file",
+                                            "open stderr file",
+                                            "execute",
+                                            "enter the working directory",
+                                            "open /dev/null as stdin",
+                                            "hide",
+                                            "start the keeper process"};
+  const char* what = stage >= 1 && stage <= 9 ? kStages[stage] : "start";
+  const std::string where = stage == 6   ? " " + options.workingDir
+                            : stage == 8 ? " " + options.sandbox->hide + " (a private mount namespace" +
+                                               (::geteuid() != 0 ? " in a user namespace" : "") +
+                                               "; docs/security.md says what the kernel must allow)"
+                                         : "";
+  const std::string& program = options.executable.empty() ? options.argv[0] : options.executable;
+  return std::string("cannot ") + what + where + " for " + program;
+}
+
+Result<KeptProcess> spawn(const SpawnOptions& options, KeeperImage* keeper) {
   if (options.argv.empty() || options.argv[0].empty()) {
     return invalidArgument("spawnProcess: no executable given");
   }
@@ -119,16 +257,23 @@ Result<pid_t> spawnProcess(const SpawnOptions& options) {
     // Before chdir: a working directory entered before the tmpfs covers it would still lead
     // (through "..") to what it hides.
     if (sandboxPlan && !sandbox::enter(*sandboxPlan)) childFail(errPipe[1], 8);
-    if (!options.workingDir.empty() && ::chdir(options.workingDir.c_str()) != 0) childFail(errPipe[1], 6);
     if (options.stdinFromDevNull) {
       const int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
       if (null < 0 || ::dup2(null, STDIN_FILENO) < 0) childFail(errPipe[1], 7);
       ::close(null);
     }
+    sigset_t signals;
+    if (keeper != nullptr) {
+      // Blocked from here on in the keeper (a stop's SIGTERM to the group is for the program),
+      // unblocked below in the program.
+      sigfillset(&signals);
+      ::sigprocmask(SIG_SETMASK, &signals, nullptr);
+      forkKeeper(*keeper, errPipe[1]);
+    }
+    if (!options.workingDir.empty() && ::chdir(options.workingDir.c_str()) != 0) childFail(errPipe[1], 6);
     // Signals the parent ignored or blocked must not leak into the child.
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    sigemptyset(&signals);
+    ::sigprocmask(SIG_SETMASK, &signals, nullptr);
     ::signal(SIGPIPE, SIG_DFL);
     ::execve(options.executable.empty() ? image.argv[0] : options.executable.c_str(), image.argv.data(), image.envp.data());
     childFail(errPipe[1], 5);
@@ -137,42 +282,67 @@ Result<pid_t> spawnProcess(const SpawnOptions& options) {
   ::close(errPipe[1]);
   // The pipe closes at exec (O_CLOEXEC) or carries why the child failed; a child stuck before
   // exec (a hung mount) must not hold the caller, the agent's event loop among them.
-  pollfd ready{errPipe[0], POLLIN, 0};
-  int polled;
-  do {
-    polled = ::poll(&ready, 1, static_cast<int>(options.startTimeout.count()));
-  } while (polled < 0 && errno == EINTR);
-  if (polled == 0) {
-    ::close(errPipe[0]);
+  const ChildReport report = readChildReport(errPipe[0], options.startTimeout);
+  ::close(errPipe[0]);
+  if (report.timedOut) {
     ::kill(pid, SIGKILL);
+    if (report.program > 0) ::kill(report.program, SIGKILL);
     // A child stuck in the kernel (D state) dies only when its system call returns: reap it if it
     // goes within a second, else leave it (it becomes a zombie of ours, not a hang).
     for (int i = 0; i < 100 && ::waitpid(pid, nullptr, WNOHANG) == 0; ++i) ::usleep(10000);
     return timeoutError(options.argv[0] + " did not start within " + std::to_string(options.startTimeout.count()) +
                         " ms (its working directory or program on a hung file system?)");
   }
-  int report[2] = {0, 0};
-  ssize_t n;
-  do {
-    n = ::read(errPipe[0], report, sizeof report);
-  } while (n < 0 && errno == EINTR);
-  ::close(errPipe[0]);
-  if (n == static_cast<ssize_t>(sizeof report)) {
+  if (report.stage != 0) {
     int status = 0;
-    ::waitpid(pid, &status, 0);
-    static constexpr const char* kStages[] = {"", "setpgid", "prctl", "open stdout file", "open stderr file",
-                                              "execute", "enter the working directory", "open /dev/null as stdin",
-                                              "hide"};
-    const char* stage = report[0] >= 1 && report[0] <= 8 ? kStages[report[0]] : "start";
-    const std::string where = report[0] == 6   ? " " + options.workingDir
-                              : report[0] == 8 ? " " + options.sandbox->hide + " (a private mount namespace" +
-                                                     (::geteuid() != 0 ? " in a user namespace" : "") +
-                                                     "; docs/security.md says what the kernel must allow)"
-                                               : "";
-    const std::string& program = options.executable.empty() ? options.argv[0] : options.executable;
-    return errnoError(std::string("cannot ") + stage + where + " for " + program, report[1]);
+    ::waitpid(pid, &status, 0);  // a keeper whose program failed ends as soon as it has reaped it
+    return errnoError(stageFailure(options, report.stage), report.error);
   }
-  return pid;
+  return KeptProcess{pid, keeper != nullptr ? report.program : pid};
+}
+
+}  // namespace
+
+Result<pid_t> spawnProcess(const SpawnOptions& options) {
+  LOCKSTEP_ASSIGN_OR_RETURN(auto spawned, spawn(options, nullptr));
+  return spawned.keeper;
+}
+
+Result<KeptProcess> spawnKept(const SpawnOptions& options, const Keeper& keeper) {
+  LOCKSTEP_ASSIGN_OR_RETURN(auto image, buildKeeper(keeper));
+  return spawn(options, &image);
+}
+
+int runKeeper(int argc, char** argv) {
+  char* end = nullptr;
+  const long program = argc == 4 ? std::strtol(argv[2], &end, 10) : 0;
+  const long record = argc == 4 && end != nullptr && *end == '\0' ? std::strtol(argv[3], &end, 10) : -1;
+  if (program <= 0 || record < 0 || *end != '\0' || std::string_view(argv[1]) != kKeeperArg) {
+    std::fprintf(stderr, "%s PROGRAM_PID RECORD_FD: only the agent starts a keeper, for a rank it spawns\n", kKeeperArg);
+    return 2;
+  }
+  int status = 0;
+  pid_t reaped;
+  while ((reaped = ::waitpid(static_cast<pid_t>(program), &status, 0)) < 0 && errno == EINTR) {
+  }
+  if (reaped != program) return 127;
+  const ExitStatus how = exitStatusFromWait(status);
+  const std::string line = how.signal != 0 ? "signal " + std::to_string(how.signal) + "\n"
+                                           : "exit " + std::to_string(how.exitCode) + "\n";
+  [[maybe_unused]] ssize_t n = ::write(static_cast<int>(record), line.data(), line.size());
+  ::close(static_cast<int>(record));
+  if (how.signal != 0) {
+    // End the way the program did (without a core of our own), so that the agent learns the same.
+    const rlimit noCore{0, 0};
+    ::setrlimit(RLIMIT_CORE, &noCore);
+    ::signal(how.signal, SIG_DFL);
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, how.signal);
+    ::kill(::getpid(), how.signal);
+    ::sigprocmask(SIG_UNBLOCK, &one, nullptr);
+  }
+  return how.shellCode();
 }
 
 Result<std::optional<std::pair<pid_t, ExitStatus>>> waitAnyProcess(

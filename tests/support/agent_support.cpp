@@ -127,4 +127,14 @@ JobSpec smallJob(const std::string& jobId, std::uint32_t worldSize, std::uint64_
   return spec;
 }
 
+JobSpec commandJob(const std::string& jobId, std::uint32_t worldSize, std::vector<std::string> argv,
+                   const std::string& workingDir) {
+  JobSpec spec;
+  spec.jobId = jobId;
+  spec.worldSize = worldSize;
+  spec.timeoutS = 10;
+  spec.command = CommandSpec{std::move(argv), workingDir, {}};
+  return spec;
+}
+
 }  // namespace lockstep::test

@@ -76,5 +76,8 @@ bool hasCheckpointFrom(const std::string& dir, std::uint64_t step);
 
 // A small CPU job for agents: an MLP on synthetic data.
 JobSpec smallJob(const std::string& jobId, std::uint32_t worldSize, std::uint64_t steps);
+// A job of `worldSize` ranks that each run `argv` (no shell, no PATH lookup) in `workingDir`.
+JobSpec commandJob(const std::string& jobId, std::uint32_t worldSize, std::vector<std::string> argv,
+                   const std::string& workingDir);
 
 }  // namespace lockstep::test

@@ -175,4 +175,13 @@ std::vector<pid_t> livingProcessesInGroup(pid_t pgid) {
   return out;
 }
 
+std::int64_t residentKib(pid_t pid) {
+  std::ifstream status("/proc/" + (pid == 0 ? std::string("self") : std::to_string(pid)) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
+  }
+  return -1;
+}
+
 }  // namespace lockstep::test

@@ -78,4 +78,7 @@ std::optional<std::string> environOf(pid_t pid, const std::string& name);
 // Processes of a process group that are not zombies.
 std::vector<pid_t> livingProcessesInGroup(pid_t pgid);
 
+// A process's resident memory in KiB (VmRSS; 0 for this process); -1 when it cannot be read.
+std::int64_t residentKib(pid_t pid = 0);
+
 }  // namespace lockstep::test

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -51,6 +52,29 @@ struct SpawnOptions {
 // Starts the child; fails (without leaving a child behind) when exec fails, saying why.
 Result<pid_t> spawnProcess(const SpawnOptions& options);
 
+// A keeper stands between the caller and the program so that how the program ended outlives the
+// caller (the agent restarting while its ranks run). The caller's child is the keeper: it leads
+// the process group, blocks every signal it can, waits for the program (its own child), writes how
+// it ended to `exitRecord`, and then ends the same way, so the caller waiting for it learns the
+// same. `executable` is a program whose main() hands `kKeeperArg` to runKeeper (for the agent,
+// /proc/self/exe: a fresh image, not a copy of the caller's memory).
+struct Keeper {
+  std::string executable;
+  std::string exitRecord;  // created or truncated; a symlink there is refused
+};
+inline constexpr const char* kKeeperArg = "--lockstep-keeper";
+
+struct KeptProcess {
+  pid_t keeper = -1;   // the caller's child and the process group's id: wait for and signal this
+  pid_t program = -1;  // the program itself (what uses the CPU, the GPU and the memory)
+};
+Result<KeptProcess> spawnKept(const SpawnOptions& options, const Keeper& keeper);
+
+// The keeper's main, for argv = {any, kKeeperArg, PROGRAM_PID, RECORD_FD}; returns the exit code
+// for main() as the program's (128 + signal if one ended it), or 2 with a usage message when argv
+// is not a keeper's.
+int runKeeper(int argc, char** argv);
+
 struct ExitStatus {
   int exitCode = 0;  // valid when signal == 0
   int signal = 0;    // the signal that killed the child, or 0
@@ -60,6 +84,9 @@ struct ExitStatus {
   int shellCode() const { return signal != 0 ? 128 + signal : exitCode; }
   // "exit code 3" or "signal 9 (Killed)".
   std::string describe() const;
+  // What a keeper writes: "exit 3\n" or "signal 9\n"; nullopt for anything else (an empty file: the
+  // keeper died before the program did).
+  static std::optional<ExitStatus> fromRecord(std::string_view record);
 };
 
 ExitStatus exitStatusFromWait(int waitStatus);
