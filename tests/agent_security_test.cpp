@@ -280,7 +280,7 @@ TEST(AgentJobs, ANewJobOnAnotherRunsCheckpointDirectoryIsRefused) {
   ASSERT_TRUE(ctl.pairWith(agent));
   const std::string checkpoints = dir.file("ckpt");
   const std::vector<std::string> job = {"--ranks", "1", "--layers", "8,4,2", "--steps", "40", "--checkpoint-dir",
-                                        checkpoints, "--checkpoint-every", "10", "--wait", "--quiet"};
+                                        checkpoints, "--checkpoint-every", "10", "--wait"};
   const auto first = ctl(join({"start", "--job-id", "first"}, job));
   ASSERT_EQ(first.status.exitCode, 0) << first.err;
   std::set<std::string> before;

@@ -114,6 +114,31 @@ TEST(Lockstepctl, StartWaitStatusLogsAndStop) {
   EXPECT_NE(missing.err.find("no agent knows job no-such-job"), std::string::npos);
 }
 
+// lockstepctl start took the trainer's process flags and dropped them: a job's ranks never saw
+// them. Each is now refused with what to do instead, and nothing starts.
+TEST(Lockstepctl, TheTrainersOwnFlagsAreRefusedWithTheirReasonNotDropped) {
+  TempDir dir;
+  AgentProcess agent(dir, "node-a");
+  Ctl ctl{dir, dir.file("config")};
+  ASSERT_TRUE(ctl.pairWith(agent));
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--threads", "4"}, "--threads is lockstep-trainer's own, not a job's: the agent gives each rank"},
+      {{"--log-every", "5"}, "--log-every is lockstep-trainer's own"},
+      {{"--quiet"}, "--quiet is lockstep-trainer's own"},
+      {{"--resume", "--checkpoint-dir", dir.file("ck")}, "a job resumes only in its own restarts"},
+      {{"--nproc", "2"}, "give --ranks or --ranks-per-agent"},
+      {{"--metrics-out", dir.file("m.jsonl")}, "--metrics-out is lockstep-trainer's own"},
+      {{"--save-weights", dir.file("w.safetensors")}, "give --checkpoint-dir and --checkpoint-every"},
+      {{"--keep-checkpoints", "0", "--checkpoint-dir", dir.file("ck")}, "--keep-checkpoints must be at least 1"},
+  };
+  for (const auto& [flags, says] : cases) {
+    const auto run = ctl(join({"start", "--ranks", "1", "--job-id", "flags", "--layers", "8,2", "--steps", "2"}, flags));
+    EXPECT_EQ(run.status.exitCode, 2) << flags[0] << ": " << run.out << run.err;
+    EXPECT_NE(run.err.find(says), std::string::npos) << run.err;
+  }
+  EXPECT_EQ(nlohmann::json::parse(ctl({"status", "--json"}).out).size(), 0u) << "nothing started";
+}
+
 TEST(Lockstepctl, AFailedJobExitsFiveAndWatchShowsTheRanks) {
   TempDir dir;
   AgentProcess agent(dir, "node-a");
@@ -314,27 +339,8 @@ TEST(Lockstepctl, ALostRankRestartsTheJobWithTheRanksLeftFromItsLastCheckpoint) 
   const auto victim = rankProcess("el-1", 1);
   ASSERT_TRUE(victim);
   ::kill(*victim, SIGKILL);
-  // Keep copies of the checkpoints until the restart has started: it resumes from one of them,
-  // which the new attempt's retention (3 checkpoints) soon deletes.
-  const std::string kept = dir.file("kept");
-  std::filesystem::create_directories(kept);
-  const auto keep = [&] {
-    for (const auto& f : std::filesystem::directory_iterator(ckpt)) {
-      const auto name = f.path().filename().string();
-      if (name.ends_with(".safetensors") && !std::filesystem::exists(kept + "/" + name)) {
-        std::error_code ec;  // a file retention removes while we copy: the next pass has what counts
-        std::filesystem::copy_file(f.path(), kept + "/" + name, ec);
-      }
-    }
-  };
-  ASSERT_TRUE(waitUntil(
-      [&] {
-        keep();
-        return readText(dir.file("el-1.out")).find("restart 1 of 2") != std::string::npos;
-      },
-      60s))
+  ASSERT_TRUE(waitUntil([&] { return readText(dir.file("el-1.out")).find("restart 1 of 2") != std::string::npos; }, 60s))
       << readText(dir.file("el-1.out"));
-  keep();
   EXPECT_EQ(exitCodeOf(ctlPid, 180s), 0) << readText(dir.file("el-1.out")) << readText(dir.file("el-1.err"));
   const std::string out = readText(dir.file("el-1.out"));
   EXPECT_NE(out.find("rank 1 on node-"), std::string::npos) << out;  // the agents' order decides which node
@@ -356,14 +362,16 @@ TEST(Lockstepctl, ALostRankRestartsTheJobWithTheRanksLeftFromItsLastCheckpoint) 
   ASSERT_EQ(resumedFrom % 50, 0u) << "resumed at a checkpoint";
   ASSERT_GE(resumedFrom, 100u);
   ASSERT_TRUE(hasCheckpoint(ckpt, 6000));
+  // --keep-checkpoints 1000 reached the job (lockstepctl once dropped it, and kept 3).
+  ASSERT_TRUE(hasCheckpoint(ckpt, resumedFrom)) << "the checkpoint it resumed from was pruned";
+  ASSERT_TRUE(hasCheckpoint(ckpt, 100));
 
   // Its end equals a 2-rank run resumed by hand from that same checkpoint.
   const std::string manual = dir.file("manual");
   std::filesystem::create_directories(manual);
   char name[64];
   std::snprintf(name, sizeof name, "/step-%08llu.safetensors", static_cast<unsigned long long>(resumedFrom));
-  ASSERT_TRUE(std::filesystem::exists(kept + name)) << name;
-  std::filesystem::copy_file(kept + name, manual + name);
+  std::filesystem::copy_file(ckpt + name, manual + name);
   // Two BLAS threads per rank, as each agent gave its one rank here: the same sums in the same order.
   auto byHand = runProcess(join({trainerPath(), "--nproc", "2", "--threads", "2", "--batch-per-rank", "96", "--steps",
                                  "6000", "--checkpoint-dir", manual, "--resume", "--quiet"},

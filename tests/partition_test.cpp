@@ -133,7 +133,7 @@ TEST_F(Partition, ALinkDownMidJobFailsItInTimeAndAllRecoversWhenItComesBack) {
 
   link(true);
   EXPECT_TRUE(waitUntil([&] { return ctl({"nodes"}, 20s).status.exitCode == 0; }, 30s)) << ctl({"nodes"}).err;
-  const auto again = ctl({"start", "--ranks-per-agent", "1,1", "--job-id", "after", "--wait", "--quiet", "--layers",
+  const auto again = ctl({"start", "--ranks-per-agent", "1,1", "--job-id", "after", "--wait", "--layers",
                           "16,16,2", "--steps", "50", "--timeout-s", "10"});
   EXPECT_EQ(again.status.exitCode, 0) << again.out << again.err;
 }

@@ -539,6 +539,7 @@ TEST(Options, AJobSpecSurvivesTheTripThroughTrainerFlags) {
   spec.bucketMb = 2.5;
   spec.checkpointEvery = 50;
   spec.checkpointDir = "/ckpt";
+  spec.keepCheckpoints = 7;  // lockstepctl once dropped it: it reaches the ranks now
   spec.initWeightsPath = "/w.safetensors";
   spec.timeoutS = 90;
   const auto args = jobSpecToTrainerArgs(spec, "/m.jsonl");
@@ -561,6 +562,7 @@ TEST(Options, AJobSpecSurvivesTheTripThroughTrainerFlags) {
   spec.targetLoss.reset();
   spec.checkpointDir.clear();
   spec.checkpointEvery = 0;
+  spec.keepCheckpoints = 0;
   parsed = parseTrainerArgs(jobSpecToTrainerArgs(spec, "/m.jsonl"));
   ASSERT_TRUE(parsed.ok()) << parsed.error().message;
   EXPECT_EQ(parsed->spec, spec);

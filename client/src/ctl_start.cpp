@@ -202,8 +202,6 @@ int cmdStart(const Globals& g, const std::vector<std::string>& allArgs) {
       auto v = value();
       if (!v) return fail(invalidArgument("--currency needs a name, like USD"));
       currency = *v;
-    } else if (a == "--nproc" || a == "--metrics-out" || a == "--save-weights") {
-      return fail(invalidArgument(a + " is for lockstep-trainer run by hand; with agents use --ranks and lockstepctl watch"));
     } else {
       jobFlags.push_back(a);
     }
@@ -247,7 +245,7 @@ int cmdStart(const Globals& g, const std::vector<std::string>& allArgs) {
       }
     }
   } else {
-    auto parsed = trainer::parseTrainerArgs(jobFlags);
+    auto parsed = trainer::parseJobArgs(jobFlags);
     if (!parsed) return fail(parsed.error());
     if (parsed->help) {
       std::fputs(trainer::trainerUsage().c_str(), stdout);

@@ -211,7 +211,7 @@ Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
       {"--rebalance-every", asWhole(rebalanceEvery, 1000000u)},
       {"--max-restarts", asWhole(s.maxRestarts, 100u)},
       {"--min-ranks", asWhole(s.minWorldSize, 4096u)},
-      {"--keep-checkpoints", asWhole(o.keepCheckpoints, 1u << 20)},
+      {"--keep-checkpoints", asWhole(s.keepCheckpoints, 1u << 20)},
       {"--init-weights", asText(s.initWeightsPath)},
       {"--save-weights", asText(o.saveWeightsPath)},
       {"--metrics-out", asText(o.metricsOut)},
@@ -237,6 +237,7 @@ Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
       inlineValue = flag.substr(eq + 1);
       flag = flag.substr(0, eq);
     }
+    o.given.push_back(flag);
     if (auto sw = switches.find(flag); sw != switches.end()) {
       if (inlineValue) return usage(flag + " takes no value");
       sw->second();
@@ -269,9 +270,28 @@ Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
   LOCKSTEP_ASSIGN_OR_RETURN(s.dataset, parseDatasetSpec(datasetText, s.layers));
   if (s.steps == 0 && s.epochs == 0) return usage("give --steps N or --epochs N");
   if (o.resume && s.checkpointDir.empty()) return usage("--resume needs --checkpoint-dir");
-  if (o.keepCheckpoints == 0) return usage("--keep-checkpoints must be at least 1");
+  if (o.gave("--keep-checkpoints") && s.keepCheckpoints == 0) return usage("--keep-checkpoints must be at least 1");
   if (o.nproc > 0) s.worldSize = o.nproc;
   LOCKSTEP_TRY(validateJobSpec(s));
+  return o;
+}
+
+Result<TrainerOptions> parseJobArgs(const std::vector<std::string>& args) {
+  LOCKSTEP_ASSIGN_OR_RETURN(auto o, parseTrainerArgs(args));
+  static const std::vector<std::pair<std::string, std::string>> processOnly = {
+      {"--nproc", "the agents start a job's ranks: give --ranks or --ranks-per-agent"},
+      {"--metrics-out", "the agent writes a job's metrics to its job directory; `lockstepctl history` and "
+                        "`report` read them"},
+      {"--save-weights", "a job's weights are its checkpoints: give --checkpoint-dir and --checkpoint-every"},
+      {"--resume", "a job resumes only in its own restarts (--max-restarts); a new job refuses a directory "
+                   "that holds another run's checkpoints: give it an empty --checkpoint-dir"},
+      {"--threads", "the agent gives each rank the node's cores divided by its local ranks"},
+      {"--log-every", "a job's rank logs keep the trainer's own interval (`lockstepctl logs JOB`)"},
+      {"--quiet", "a job's rank logs keep the trainer's progress lines (`lockstepctl logs JOB`)"},
+  };
+  for (const auto& [flag, why] : processOnly) {
+    if (o.gave(flag)) return invalidArgument(flag + " is lockstep-trainer's own, not a job's: " + why);
+  }
   return o;
 }
 
@@ -447,6 +467,7 @@ std::vector<std::string> jobSpecToTrainerArgs(const JobSpec& spec, const std::st
   if (!spec.checkpointDir.empty()) {
     flag("--checkpoint-dir", spec.checkpointDir);
     if (spec.checkpointEvery > 0) flag("--checkpoint-every", std::to_string(spec.checkpointEvery));
+    if (spec.keepCheckpoints > 0) flag("--keep-checkpoints", std::to_string(spec.keepCheckpoints));
     // A restart of this job (attempt 1, 2, ...) continues where the last attempt stopped. A new
     // job is not told to resume: a directory already holding another run's checkpoints is refused
     // rather than resumed from (and then pruned by this job's retention).

@@ -104,6 +104,7 @@ void toPb(const JobSpec& s, pb::JobSpec* m) {
   m->set_attempt(s.attempt);
   m->set_restart_reason(s.restartReason);
   m->set_checkpoint_dir(s.checkpointDir);
+  m->set_keep_checkpoints(s.keepCheckpoints);
   m->set_init_weights_path(s.initWeightsPath);
   m->set_timeout_s(s.timeoutS);
   m->set_world_size(s.worldSize);
@@ -178,6 +179,7 @@ Result<JobSpec> fromPb(const pb::JobSpec& m) {
   s.attempt = m.attempt();
   s.restartReason = m.restart_reason();
   s.checkpointDir = m.checkpoint_dir();
+  s.keepCheckpoints = m.keep_checkpoints();
   s.initWeightsPath = m.init_weights_path();
   s.timeoutS = m.timeout_s();
   s.worldSize = m.world_size();

@@ -243,6 +243,7 @@ Result<void> validateTrainerJob(const JobSpec& spec) {
   if (spec.checkpointEvery > 0 && spec.checkpointDir.empty()) {
     return bad("a checkpoint interval needs a checkpoint directory");
   }
+  if (spec.keepCheckpoints > (1u << 20)) return bad("keep_checkpoints must be at most 1048576");
   LOCKSTEP_TRY(checkText("checkpoint directory", spec.checkpointDir, kMaxPathLength));
   LOCKSTEP_TRY(checkText("initial weights path", spec.initWeightsPath, kMaxPathLength));
   return {};
@@ -252,7 +253,7 @@ Result<void> validateTrainerJob(const JobSpec& spec) {
 Result<void> validateCommandJob(const JobSpec& spec) {
   LOCKSTEP_TRY(validateCommand(*spec.command));
   const bool trainerFields = !spec.layers.empty() || spec.steps != 0 || spec.epochs != 0 ||
-                             spec.checkpointEvery != 0 || !spec.checkpointDir.empty() ||
+                             spec.checkpointEvery != 0 || !spec.checkpointDir.empty() || spec.keepCheckpoints != 0 ||
                              !spec.initWeightsPath.empty() || spec.rebalanceEvery != 0;
   if (trainerFields) {
     return bad("a job that runs your own program has no layers, steps, epochs, checkpoints, initial weights or "

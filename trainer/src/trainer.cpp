@@ -277,7 +277,8 @@ Result<void> RankRunner::restoreOrInit() {
     }
   }
   if (env_.rank == 0 && !spec.checkpointDir.empty()) {
-    s.checkpoints = std::make_unique<CheckpointWriter>(spec.checkpointDir, *s.layout, options_.keepCheckpoints);
+    s.checkpoints = std::make_unique<CheckpointWriter>(
+        spec.checkpointDir, *s.layout, spec.keepCheckpoints > 0 ? spec.keepCheckpoints : kDefaultKeepCheckpoints);
   }
   return {};
 }

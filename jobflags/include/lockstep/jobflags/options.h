@@ -3,6 +3,7 @@
 // plus what only this process needs. Flag names are the interface documented in docs/trainer.md;
 // lockstepctl start takes the same job flags, and the agent turns a JobSpec back into them.
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -19,16 +20,23 @@ struct TrainerOptions {
   std::string metricsOut;         // JSON lines per step and rank; empty: stdout
   std::string saveWeightsPath;    // final weights (safetensors), written by rank 0
   bool resume = false;            // continue from the newest checkpoint in spec.checkpointDir
-  std::uint32_t keepCheckpoints = 3;
   std::uint32_t threads = 0;      // BLAS threads per rank; 0: cores / local ranks
   std::uint32_t logEvery = 0;     // progress line interval in steps; 0: about 20 lines per run
   bool quiet = false;             // no progress lines
   bool help = false;
   bool version = false;
+  std::vector<std::string> given;  // the flags on the command line, in order
+
+  bool gave(const std::string& flag) const { return std::find(given.begin(), given.end(), flag) != given.end(); }
 };
 
 // Parses argv[1..]. Usage errors are InvalidArgument and name the flag.
 Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args);
+
+// lockstepctl start's job flags: the trainer's less those only a lockstep-trainer process started
+// by hand has (the agent decides them for a job's ranks), each refused with its reason rather than
+// dropped.
+Result<TrainerOptions> parseJobArgs(const std::vector<std::string>& args);
 
 // Parses "synthetic:n=65536,dim=784,classes=10,seed=1" or "npy:FEATURES.npy,LABELS.npy". A synthetic
 // dim or classes left out is taken from the first or last layer size.

@@ -102,6 +102,8 @@ struct CommandSpec {
   bool operator==(const CommandSpec&) const = default;
 };
 
+inline constexpr std::uint32_t kDefaultKeepCheckpoints = 3;
+
 struct JobSpec {
   std::string jobId;
   std::string name;
@@ -121,6 +123,7 @@ struct JobSpec {
   double bucketMb = 25.0;
   std::uint32_t checkpointEvery = 0;
   std::string checkpointDir;
+  std::uint32_t keepCheckpoints = 0;  // the newest ones kept; 0: kDefaultKeepCheckpoints
   std::string initWeightsPath;
   std::uint32_t timeoutS = 60;
   std::uint32_t worldSize = 1;
