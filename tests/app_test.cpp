@@ -385,6 +385,22 @@ class AppTest : public QObject {
     QCOMPARE(app.points(QStringLiteral("loss")), 30);
   }
 
+  // Issue 14: a partition is not a crash: no reset, only silence. The agent lives in a network
+  // namespace joined to the app's by a veth pair whose far end goes down, then up again.
+  void aPartitionedAgentShowsReconnectingAndRecovers() {
+    TempDir dir;
+    NamespacedLink link(dir);
+    if (!link.made) QSKIP(qPrintable("network namespaces cannot be made here (they need root): " + QString::fromStdString(link.why)));
+    AgentProcess agent(dir, "node-p", {}, {link.nsAddress, link.ns});
+    App app(dir);
+    const QString problem = connectAuthorized(app, agent);
+    QVERIFY2(problem.isEmpty(), qPrintable(problem));
+    link.set(false);
+    QTRY_COMPARE_WITH_TIMEOUT(app.stateOf(idOf(agent)), QStringLiteral("reconnecting"), kConnectMs);
+    link.set(true);
+    QTRY_COMPARE_WITH_TIMEOUT(app.stateOf(idOf(agent)), QStringLiteral("connected"), kConnectMs);
+  }
+
   // Issue 5: what the app saw is in the history; the History window searches, opens a job's
   // dashboard as it was, compares, exports and deletes.
   void historyRecordsOpensComparesExportsAndDeletes() {

@@ -25,8 +25,7 @@ struct Namespaces {
   std::string why;
 };
 
-// iproute2's ip (apt: iproute2); no PATH lookup for a spawned program.
-const std::string kIp = ::access("/usr/sbin/ip", X_OK) == 0 ? "/usr/sbin/ip" : "/sbin/ip";
+const std::string kIp = ipPath();  // no PATH lookup for a spawned program
 
 ProcessResult sh(const TempDir& dir, const std::string& command) { return runProcess({"/bin/sh", "-c", command}, {}, dir, 20s); }
 

@@ -1,6 +1,7 @@
 #include "support/agent_support.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <cstdio>
@@ -19,9 +20,42 @@ namespace fs = std::filesystem;
 std::string agentPath() { return builtBinary("lockstep-agent", LOCKSTEP_AGENT_PATH); }
 std::string lockstepctlPath() { return builtBinary("lockstepctl", LOCKSTEPCTL_PATH); }
 
-AgentProcess::AgentProcess(const TempDir& dir, const std::string& name, std::vector<std::string> extraArgs)
-    : dir_(dir), name_(name), extraArgs_(std::move(extraArgs)), stateDir_(dir.file("agent-" + name)) {
-  address_ = {"127.0.0.1", freePort()};
+std::string ipPath() { return ::access("/usr/sbin/ip", X_OK) == 0 ? "/usr/sbin/ip" : "/sbin/ip"; }
+
+NamespacedLink::NamespacedLink(const TempDir& dir) : dir_(dir) {
+  const std::string tag = std::to_string(::getpid() % 100000);
+  const std::string subnet = "10.233." + std::to_string(::getpid() % 250) + ".";
+  ns = "lsN" + tag;
+  veth_ = "lsw" + tag;
+  hostAddress = subnet + "1";
+  nsAddress = subnet + "2";
+  const std::string ip = ipPath();
+  const auto r = runProcess(
+      {"/bin/sh", "-c",
+       "set -e; " + ip + " netns add " + ns + "; " + ip + " link add " + veth_ + "h type veth peer name " + veth_ +
+           "n; " + ip + " link set " + veth_ + "n netns " + ns + "; " + ip + " addr add " + hostAddress + "/24 dev " +
+           veth_ + "h; " + ip + " -n " + ns + " addr add " + nsAddress + "/24 dev " + veth_ + "n; " + ip + " link set " +
+           veth_ + "h up; " + ip + " -n " + ns + " link set " + veth_ + "n up; " + ip + " -n " + ns + " link set lo up"},
+      {}, dir_, std::chrono::seconds(20));
+  made = r.status.success();
+  why = r.err;
+}
+
+NamespacedLink::~NamespacedLink() {
+  const std::string ip = ipPath();
+  runProcess({"/bin/sh", "-c", ip + " netns del " + ns + " 2>/dev/null; " + ip + " link del " + veth_ + "h 2>/dev/null; true"},
+             {}, dir_, std::chrono::seconds(20));
+}
+
+void NamespacedLink::set(bool up) const {
+  const auto r = runProcess({ipPath(), "-n", ns, "link", "set", veth_ + "n", up ? "up" : "down"}, {}, dir_,
+                            std::chrono::seconds(20));
+  if (!r.status.success()) throw std::runtime_error("ip link set: " + r.err);
+}
+
+AgentProcess::AgentProcess(const TempDir& dir, const std::string& name, std::vector<std::string> extraArgs, AgentPlace where)
+    : dir_(dir), name_(name), extraArgs_(std::move(extraArgs)), netns_(where.netns), stateDir_(dir.file("agent-" + name)) {
+  address_ = {where.host, freePort()};
   launch();
 }
 
@@ -32,6 +66,8 @@ AgentProcess::~AgentProcess() {
 void AgentProcess::launch() {
   std::vector<std::string> argv = {agentPath(), "--state-dir", stateDir_, "--listen", address_.endpoint(), "--name",
                                    name_, "--trainer", trainerPath(), "--stop-grace-ms", "3000"};
+  // ip execs the agent after entering the namespace: the pid stays the agent's.
+  if (!netns_.empty()) argv.insert(argv.begin(), {ipPath(), "netns", "exec", netns_});
   argv.insert(argv.end(), extraArgs_.begin(), extraArgs_.end());
   const std::string tag = name_ + "-" + std::to_string(++launches_);
   pid_ = startProcess(argv, {}, dir_.file("agent-" + tag + ".out"), dir_.file("agent-" + tag + ".err"));

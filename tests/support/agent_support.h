@@ -17,10 +17,38 @@ namespace lockstep::test {
 std::string agentPath();
 std::string lockstepctlPath();
 
+// iproute2's ip (apt: iproute2), for tests with network namespaces.
+std::string ipPath();
+
+// A network namespace of its own joined to this process's by a veth pair: `hostAddress` here,
+// `nsAddress` inside (a /24 of 10.233.x). Making it takes root (CAP_SYS_ADMIN, CAP_NET_ADMIN);
+// `made` says whether it worked and `why` why not. Removed (with its link) on destruction.
+class NamespacedLink {
+ public:
+  explicit NamespacedLink(const TempDir& dir);
+  ~NamespacedLink();
+  void set(bool up) const;  // the namespace's end of the link
+
+  bool made = false;
+  std::string why, ns, hostAddress, nsAddress;
+
+ private:
+  const TempDir& dir_;
+  std::string veth_;
+};
+
+// Where an agent listens: a free port on `host`, inside network namespace `netns` if one is named.
+struct AgentPlace {
+  std::string host = "127.0.0.1";
+  std::string netns;
+};
+
 class AgentProcess {
  public:
-  // Starts an agent named `name` on a free loopback port with its own state dir under `dir`.
-  AgentProcess(const TempDir& dir, const std::string& name, std::vector<std::string> extraArgs = {});
+  // Starts an agent named `name` with its own state dir under `dir`, on a free loopback port
+  // unless `where` says otherwise.
+  AgentProcess(const TempDir& dir, const std::string& name, std::vector<std::string> extraArgs = {},
+               AgentPlace where = {});
   ~AgentProcess();
 
   const AgentAddress& address() const { return address_; }
@@ -39,6 +67,7 @@ class AgentProcess {
   const TempDir& dir_;
   std::string name_;
   std::vector<std::string> extraArgs_;
+  std::string netns_;
   std::string stateDir_;
   AgentAddress address_;
   std::string publicKey_;
