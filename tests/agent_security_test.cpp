@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <stdexcept>
 #include <future>
 #include <thread>
 
@@ -139,18 +140,26 @@ TEST(AgentKeys, StartsAndStopsNameTheKeyAndRefusalsCannotFloodTheLog) {
   EXPECT_NE(agentLog(agent).find("further refusals this minute are counted"), std::string::npos);
 }
 
+// An agent, a well-behaved client and a greedy one on a raw CURVE socket (not yet connected).
+struct Greedy {
+  Greedy() {
+    agent.authorize(greedy.keys.publicKey);
+    agent.authorize(other.keys.publicKey);
+    if (!makeCurveClient(dealer, greedy.keys, agent.publicKey()).ok()) throw std::runtime_error("no CURVE client");
+    dealer.set(zmq::sockopt::linger, 0);
+  }
+  TempDir dir;
+  AgentProcess agent{dir, "node-a"};
+  ClientKeys greedy{dir, "greedy"}, other{dir, "other"};
+  zmq::context_t context{1};
+  zmq::socket_t dealer{context, zmq::socket_type::dealer};
+};
+
 // Issue 14: every long poll was held until it ran out, so one authorized client could make the
 // agent hold any number of them.
 TEST(AgentBounds, HundredThousandWaitingFetchesAreRefusedBeyondABoundAndOthersAreServed) {
-  TempDir dir;
-  AgentProcess agent(dir, "node-a");
-  ClientKeys greedy(dir, "greedy"), other(dir, "other");
-  agent.authorize(greedy.keys.publicKey);
-  agent.authorize(other.keys.publicKey);
-  zmq::context_t context(1);
-  zmq::socket_t dealer(context, zmq::socket_type::dealer);
-  ASSERT_TRUE(makeCurveClient(dealer, greedy.keys, agent.publicKey()).ok());
-  dealer.set(zmq::sockopt::linger, 0);
+  Greedy g;
+  auto& [dir, agent, greedy, other, context, dealer] = g;
   dealer.set(zmq::sockopt::sndhwm, 0);
   dealer.set(zmq::sockopt::rcvhwm, 0);
   dealer.connect(agent.address().endpoint());
@@ -193,17 +202,10 @@ TEST(AgentBounds, HundredThousandWaitingFetchesAreRefusedBeyondABoundAndOthersAr
 // under it are the worst case. What the agent does bound: it says why, keeps no copy, gives the
 // memory back, and serves others.
 TEST(AgentBounds, AHundredPartsOfFourMebibytesAreRefusedAndTheMemoryComesBack) {
-  TempDir dir;
-  AgentProcess agent(dir, "node-a");
-  ClientKeys greedy(dir, "greedy"), other(dir, "other");
-  agent.authorize(greedy.keys.publicKey);
-  agent.authorize(other.keys.publicKey);
+  Greedy g;
+  auto& [dir, agent, greedy, other, context, dealer] = g;
   ASSERT_TRUE(connectTo(agent, other)->listJobs(5s).ok());
   const std::int64_t before = residentKib(agent.pid());
-  zmq::context_t context(1);
-  zmq::socket_t dealer(context, zmq::socket_type::dealer);
-  ASSERT_TRUE(makeCurveClient(dealer, greedy.keys, agent.publicKey()).ok());
-  dealer.set(zmq::sockopt::linger, 0);
   dealer.connect(agent.address().endpoint());
   const std::string part((4u << 20) - 4096, 'x');
   constexpr int kParts = 100;
