@@ -11,9 +11,12 @@
 #include <QPainter>
 #include <QPdfWriter>
 #include <QSvgRenderer>
+#include <QTextOption>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <numeric>
 
 #include "lockstep/report/report_pdf.h"
 
@@ -30,6 +33,10 @@ const QColor kHeaderFill(0xee, 0xf1, 0xf5);
 const QColor kZebra(0xf7, 0xf8, 0xfa);
 
 QString q(const std::string& text) { return QString::fromStdString(text); }
+
+// 4 points each side of a cell's text, and 1 for the text layout to round up: a cell as wide as
+// its text must not wrap it.
+constexpr double kCellPadding = 9;
 
 QFont font(double points, bool bold = false) {
   QFont f(QStringLiteral("DejaVu Sans"));
@@ -71,7 +78,7 @@ class Layout {
     const QRectF needed = p_.boundingRect(box, Qt::TextWordWrap, text);
     ensure(needed.height());
     p_.setPen(kInk);
-    if (!bullet.isEmpty()) p_.drawText(QPointF(body_.left() + 2, y_ + QFontMetricsF(p_.font()).ascent()), bullet);
+    if (!bullet.isEmpty()) p_.drawText(QPointF(body_.left() + 2, y_ + QFontMetricsF(p_.font(), p_.device()).ascent()), bullet);
     p_.drawText(QRectF(box.left(), y_, box.width(), needed.height()), Qt::TextWordWrap, text);
     y_ += needed.height() + 4;
   }
@@ -83,32 +90,28 @@ class Layout {
     }
     const std::size_t columns = std::max(t.header.size(), t.rows.empty() ? 0 : t.rows.front().size());
     if (columns == 0) return;
-    // The largest font (8 pt down to 5.5 pt) at which the widest cell of each column fits.
+    // The largest font (8 pt down to 6 pt) at which the widest cell of each column fits; below
+    // that, the widest columns share what the others leave and their text wraps.
     double points = 8;
     std::vector<double> widths;
     for (;; points -= 0.5) {
       widths = columnWidths(t, columns, points);
-      double total = 0;
-      for (double w : widths) total += w;
-      if (total <= body_.width() || points <= 5.5) {
-        if (total > body_.width()) {
-          for (double& w : widths) w *= body_.width() / total;  // elided below
-        }
-        break;
-      }
+      if (std::accumulate(widths.begin(), widths.end(), 0.0) <= body_.width() || points <= 6) break;
     }
+    widths = fitWidths(std::move(widths), body_.width());
     const QFont cellFont = font(points), headerFont = font(points, true);
-    const double rowHeight = QFontMetricsF(cellFont).height() + 5;
-    ensure(rowHeight * std::min<std::size_t>(3, t.rows.size() + 1));
     // Figures right-aligned in columns of figures; a two-column table of settings reads left to right.
     const bool alignFigures = columns > 2;
-    drawRow(t.header, widths, headerFont, kHeaderFill, rowHeight, false);
+    const double headerHeight = rowHeight(t.header, widths, headerFont);
+    ensure(headerHeight + (t.rows.empty() ? 0 : rowHeight(t.rows.front(), widths, cellFont)));
+    drawRow(t.header, widths, headerFont, kHeaderFill, headerHeight, false);
     for (std::size_t r = 0; r < t.rows.size(); ++r) {
-      if (y_ + rowHeight > body_.bottom()) {
+      const double height = rowHeight(t.rows[r], widths, cellFont);
+      if (y_ + height > body_.bottom()) {
         newPage();
-        drawRow(t.header, widths, headerFont, kHeaderFill, rowHeight, false);
+        drawRow(t.header, widths, headerFont, kHeaderFill, headerHeight, false);
       }
-      drawRow(t.rows[r], widths, cellFont, r % 2 ? kZebra : QColor(Qt::white), rowHeight, alignFigures);
+      drawRow(t.rows[r], widths, cellFont, r % 2 ? kZebra : QColor(Qt::white), height, alignFigures);
     }
     y_ += 8;
   }
@@ -131,23 +134,55 @@ class Layout {
 
  private:
   std::vector<double> columnWidths(const Table& t, std::size_t columns, double points) const {
-    const QFontMetricsF cell(font(points)), header(font(points, true));
+    // Measured on the PDF writer (72 dpi: points are its units), not on a screen.
+    const QFontMetricsF cell(font(points), p_.device()), header(font(points, true), p_.device());
     std::vector<double> widths(columns, 0);
     for (std::size_t c = 0; c < columns && c < t.header.size(); ++c) {
-      widths[c] = header.horizontalAdvance(q(t.header[c])) + 8;
+      widths[c] = header.horizontalAdvance(q(t.header[c])) + kCellPadding;
     }
     for (const auto& row : t.rows) {
       for (std::size_t c = 0; c < columns && c < row.size(); ++c) {
-        widths[c] = std::max(widths[c], cell.horizontalAdvance(q(row[c])) + 8);
+        widths[c] = std::max(widths[c], cell.horizontalAdvance(q(row[c])) + kCellPadding);
       }
     }
     return widths;
   }
 
+  // Natural widths when they fit; else the narrow columns keep theirs and the wide ones get an equal
+  // share of the rest (water-filling), so that a long name never cuts "Rank" to "Ra…".
+  static std::vector<double> fitWidths(std::vector<double> widths, double available) {
+    std::vector<double> sorted = widths;
+    std::sort(sorted.begin(), sorted.end());
+    double used = 0, cap = available;
+    for (std::size_t i = 0; i < sorted.size(); ++i) {
+      cap = (available - used) / static_cast<double>(sorted.size() - i);
+      if (sorted[i] > cap) break;
+      used += sorted[i];
+    }
+    for (double& w : widths) w = std::min(w, cap);
+    return widths;
+  }
+
+  // Cell text wraps at words, and inside a word longer than its column.
+  static QTextOption cellOption(Qt::Alignment alignment) {
+    QTextOption option(alignment | Qt::AlignVCenter);
+    option.setWrapMode(QTextOption::WrapAtWordBoundaryOrAnywhere);
+    return option;
+  }
+
+  double rowHeight(const std::vector<std::string>& cells, const std::vector<double>& widths, const QFont& f) {
+    p_.setFont(f);
+    double height = QFontMetricsF(f, p_.device()).height();
+    for (std::size_t c = 0; c < widths.size() && c < cells.size(); ++c) {
+      const QRectF room(0, 0, std::max(1.0, widths[c] - 8), 1e6);
+      height = std::max(height, p_.boundingRect(room, q(cells[c]), cellOption(Qt::AlignLeft)).height());
+    }
+    return height + 5;
+  }
+
   void drawRow(const std::vector<std::string>& cells, const std::vector<double>& widths, const QFont& f,
                const QColor& fill, double height, bool alignFigures) {
     p_.setFont(f);
-    const QFontMetricsF metrics(f);
     double x = body_.left();
     for (std::size_t c = 0; c < widths.size(); ++c) {
       const QRectF cell(x, y_, widths[c], height);
@@ -156,9 +191,8 @@ class Layout {
       p_.drawRect(cell);
       if (c < cells.size()) {
         p_.setPen(kInk);
-        const QString text = metrics.elidedText(q(cells[c]), Qt::ElideRight, widths[c] - 8);
-        p_.drawText(cell.adjusted(4, 0, -4, 0),
-                    Qt::AlignVCenter | (alignFigures && numeric(cells[c]) ? Qt::AlignRight : Qt::AlignLeft), text);
+        const Qt::Alignment side = alignFigures && numeric(cells[c]) ? Qt::AlignRight : Qt::AlignLeft;
+        p_.drawText(cell.adjusted(4, 0, -4, 0), q(cells[c]), cellOption(side));
       }
       x += widths[c];
     }
