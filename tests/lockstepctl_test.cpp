@@ -139,6 +139,34 @@ TEST(Lockstepctl, TheTrainersOwnFlagsAreRefusedWithTheirReasonNotDropped) {
   EXPECT_EQ(nlohmann::json::parse(ctl({"status", "--json"}).out).size(), 0u) << "nothing started";
 }
 
+// Malformed values were read as 0 (`stop --grace-ms abc` stopped at once), and global options
+// were taken from a program's own arguments after `--`.
+TEST(Lockstepctl, MalformedValuesAreRefusedAndAProgramKeepsItsOwnArguments) {
+  TempDir dir;
+  AgentProcess agent(dir, "node-a");
+  Ctl ctl{dir, dir.file("config")};
+  ASSERT_TRUE(ctl.pairWith(agent));
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"stop", "job", "--grace-ms", "abc"}, "--grace-ms needs a whole number from 0 to 3600000 (not 'abc')"},
+      {{"logs", "job", "--rank", "x"}, "--rank needs a whole number"},
+      {{"--timeout-s", "soon", "nodes"}, "--timeout-s needs a whole number from 1 to 86400 (not 'soon')"},
+      {{"start", "--ranks", "two", "--layers", "8,2", "--steps", "2"}, "--ranks needs a whole number"},
+      {{"start", "--ranks-per-agent", "1,x", "--layers", "8,2", "--steps", "2"}, "--ranks-per-agent needs a whole number"},
+      {{"nodes", "extra"}, "unexpected argument 'extra'"},
+      {{"history", "--limit", "0"}, "--limit needs a whole number from 1"},
+      {{"report", "job"}, "--out is missing"},
+  };
+  for (const auto& [args, says] : cases) {
+    const auto run = ctl(args);
+    EXPECT_EQ(run.status.exitCode, 2) << args[0] << ": " << run.out << run.err;
+    EXPECT_NE(run.err.find(says), std::string::npos) << run.err;
+  }
+  const auto own = ctl({"start", "--ranks", "1", "--job-id", "own-args", "--wait", "--", "/bin/sh", "-c",
+                        "echo \"$0 $1\"", "--json", "--agent"});
+  EXPECT_EQ(own.status.exitCode, 0) << own.out << own.err;
+  EXPECT_NE(ctl({"logs", "own-args", "--rank", "0"}).out.find("--json --agent"), std::string::npos);
+}
+
 TEST(Lockstepctl, AFailedJobExitsFiveAndWatchShowsTheRanks) {
   TempDir dir;
   AgentProcess agent(dir, "node-a");

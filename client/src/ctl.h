@@ -1,7 +1,9 @@
 #pragma once
 // What lockstepctl's commands share: global options, exit codes, error printing, agents and a
-// job's parts (ctl_agents.cpp). The commands: start (ctl_start.cpp), watch (ctl_watch.cpp), the
-// job history's (ctl_history.cpp), the rest in lockstepctl.cpp.
+// job's parts (ctl_agents.cpp). The command line (ctl_run.cpp) and one flag parser (ctl_flags.h);
+// the commands: keygen and trust (ctl_keys.cpp), nodes, status, stop and logs (ctl_jobs.cpp),
+// start (ctl_start.cpp), watch (ctl_watch.cpp), the job history's (ctl_history.cpp). All of it is
+// the lockstep_ctl library; lockstepctl is a thin main over it.
 
 #include <atomic>
 #include <chrono>
@@ -41,6 +43,14 @@ struct Globals {
 };
 
 int exitFor(const Error& e);
+// Returns fail(error) from the calling command when `expr` (a Result) holds an error.
+#define LOCKSTEP_TRY_OR_FAIL(expr)                 \
+  do {                                             \
+    auto&& lockstep_ctl_result_ = (expr);          \
+    if (!lockstep_ctl_result_) {                   \
+      return ::lockstep::ctl::fail(lockstep_ctl_result_.error()); \
+    }                                              \
+  } while (false)
 int fail(const Error& e);            // prints "lockstepctl: message" and returns its exit code
 std::string timeText(std::int64_t unixUs);  // local time, "-" for 0
 
@@ -93,6 +103,14 @@ void drain(std::map<AgentClient*, std::uint64_t>& lastSeq, Recorder& recorder, s
 
 // ---- commands ----
 
+int run(int argc, char** argv);  // lockstepctl's command line: global options, then a command
+
+int cmdKeygen(const Globals& g, const std::vector<std::string>& args);  // ctl_keys.cpp
+int cmdTrust(const Globals& g, const std::vector<std::string>& args);
+int cmdNodes(const Globals& g, const std::vector<std::string>& args);  // ctl_jobs.cpp
+int cmdStatus(const Globals& g, const std::vector<std::string>& args);
+int cmdStop(const Globals& g, const std::vector<std::string>& args);
+int cmdLogs(const Globals& g, const std::vector<std::string>& args);
 int cmdStart(const Globals& g, const std::vector<std::string>& args);
 int cmdWatch(const Globals& g, const std::vector<std::string>& args);
 int cmdHistory(const Globals& g, const std::vector<std::string>& args);

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ctl.h"
+#include "ctl_flags.h"
 #include "lockstep/common/clock.h"
 #include "lockstep/report/report.h"
 #ifdef LOCKSTEP_HAVE_PDF
@@ -90,29 +91,25 @@ Json recordJson(const history::JobRecord& r) {
 
 int listJobs(const Globals& g, const std::vector<std::string>& args) {
   history::Filter filter;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (i + 1 >= args.size()) return fail(invalidArgument("history " + a + ": needs a value (see lockstepctl --help)"));
-    const std::string& v = args[++i];
-    if (a == "--search") {
-      filter.text = v;
-    } else if (a == "--state") {
-      auto s = parseState(v);
-      if (!s) return fail(s.error());
-      filter.state = *s;
-    } else if (a == "--since") {
-      auto t = parseDate(v);
-      if (!t) return fail(t.error());
-      filter.sinceUnixUs = *t;
-    } else if (a == "--limit") {
-      char* end = nullptr;
-      const long n = std::strtol(v.c_str(), &end, 10);
-      if (*end != '\0' || n <= 0) return fail(invalidArgument("--limit " + v + ": give a positive number"));
-      filter.limit = static_cast<std::size_t>(n);
-    } else {
-      return fail(invalidArgument("history: unknown option " + a + " (see lockstepctl --help)"));
-    }
+  std::optional<std::string> state, since;
+  std::optional<std::uint32_t> limit;
+  LOCKSTEP_TRY_OR_FAIL(Flags("usage: lockstepctl history [--search TEXT] [--state STATE] [--since YYYY-MM-DD] [--limit N]")
+                           .text("--search", &filter.text)
+                           .text("--state", &state)
+                           .text("--since", &since)
+                           .whole("--limit", &limit, 1, 1u << 30)
+                           .parse(args));
+  if (state) {
+    auto s = parseState(*state);
+    if (!s) return fail(s.error());
+    filter.state = *s;
   }
+  if (since) {
+    auto t = parseDate(*since);
+    if (!t) return fail(t.error());
+    filter.sinceUnixUs = *t;
+  }
+  if (limit) filter.limit = *limit;
   auto h = openHistory(g);
   if (!h) return fail(h.error());
   auto jobs = h->jobs(filter);
@@ -185,16 +182,20 @@ void Recorder::finish() {
 
 int cmdHistory(const Globals& g, const std::vector<std::string>& args) {
   if (!args.empty() && args[0] == "delete") {
-    if (args.size() < 2) return fail(invalidArgument("usage: lockstepctl history delete JOB..."));
+    std::vector<std::string> jobs;
+    LOCKSTEP_TRY_OR_FAIL(Flags("usage: lockstepctl history delete JOB...")
+                             .arguments(&jobs, 1, Flags::kAny)
+                             .parse({args.begin() + 1, args.end()}));
     auto h = openHistory(g);
     if (!h) return fail(h.error());
-    for (std::size_t i = 1; i < args.size(); ++i) {
-      if (auto removed = h->remove(args[i]); !removed) return fail(removed.error());
-      if (!g.json) std::printf("deleted %s\n", args[i].c_str());
+    for (const auto& job : jobs) {
+      if (auto removed = h->remove(job); !removed) return fail(removed.error());
+      if (!g.json) std::printf("deleted %s\n", job.c_str());
     }
     return kOk;
   }
   if (!args.empty() && args[0] == "compact") {
+    LOCKSTEP_TRY_OR_FAIL(Flags("usage: lockstepctl history compact").parse({args.begin() + 1, args.end()}));
     auto h = openHistory(g);
     if (!h) return fail(h.error());
     auto stats = h->compact(unixMicrosNow());
@@ -210,27 +211,18 @@ int cmdHistory(const Globals& g, const std::vector<std::string>& args) {
 
 int cmdReport(const Globals& g, const std::vector<std::string>& args) {
   const char* usage = "usage: lockstepctl report JOB [--format csv|json|html|pdf] --out FILE";
-  std::string jobId, out;
+  std::vector<std::string> job;
+  std::string out;
+  std::optional<std::string> formatName;
   std::optional<report::Format> format;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--format" || a == "--out") {
-      if (i + 1 >= args.size()) return fail(invalidArgument(a + " needs a value; " + usage));
-      const std::string& v = args[++i];
-      if (a == "--out") {
-        out = v;
-        continue;
-      }
-      auto f = report::parseFormat(v);
-      if (!f) return fail(f.error());
-      format = *f;
-    } else if (jobId.empty() && !a.starts_with("--")) {
-      jobId = a;
-    } else {
-      return fail(invalidArgument("report: unexpected " + a + "; " + usage));
-    }
+  LOCKSTEP_TRY_OR_FAIL(Flags(usage).text("--out", &out).text("--format", &formatName).arguments(&job, 1).parse(args));
+  if (out.empty()) return fail(invalidArgument(std::string("--out is missing; ") + usage));
+  if (formatName) {
+    auto f = report::parseFormat(*formatName);
+    if (!f) return fail(f.error());
+    format = *f;
   }
-  if (jobId.empty() || out.empty()) return fail(invalidArgument(usage));
+  const std::string& jobId = job[0];
   if (!format) format = report::formatOfPath(out);
   if (!format) return fail(invalidArgument("report: say --format csv|json|html|pdf (" + out + " has no known extension)"));
   auto h = openHistory(g);
@@ -257,8 +249,9 @@ int cmdReport(const Globals& g, const std::vector<std::string>& args) {
   return kOk;
 }
 
-int cmdCompare(const Globals& g, const std::vector<std::string>& args) {
-  if (args.size() < 2) return fail(invalidArgument("usage: lockstepctl compare JOB JOB..."));
+int cmdCompare(const Globals& g, const std::vector<std::string>& argv) {
+  std::vector<std::string> args;
+  LOCKSTEP_TRY_OR_FAIL(Flags("usage: lockstepctl compare JOB JOB...").arguments(&args, 2, Flags::kAny).parse(argv));
   auto h = openHistory(g);
   if (!h) return fail(h.error());
   std::vector<history::JobRecord> jobs;

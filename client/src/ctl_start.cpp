@@ -16,6 +16,7 @@
 #include <random>
 
 #include "ctl.h"
+#include "ctl_flags.h"
 #include "lockstep/client/elastic.h"
 #include "lockstep/client/launch.h"
 #include "lockstep/common/files.h"
@@ -158,54 +159,18 @@ int cmdStart(const Globals& g, const std::vector<std::string>& allArgs) {
   const std::vector<std::string> args(allArgs.begin(), dashes);
   const std::optional<std::vector<std::string>> command =
       dashes == allArgs.end() ? std::nullopt : std::optional(std::vector<std::string>(dashes + 1, allArgs.end()));
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> std::optional<std::string> {
-      if (i + 1 >= args.size()) return std::nullopt;
-      return args[++i];
-    };
-    if (a == "--ranks") {
-      auto v = value();
-      if (!v) return fail(invalidArgument("--ranks needs a number"));
-      totalRanks = static_cast<std::uint32_t>(std::strtoul(v->c_str(), nullptr, 10));
-    } else if (a == "--gpus-per-agent") {
-      auto v = value();
-      char* end = nullptr;
-      const unsigned long n = v ? std::strtoul(v->c_str(), &end, 10) : 0;
-      if (!v || v->empty() || *end != '\0' || n == 0 || n > 64) {
-        return fail(invalidArgument("--gpus-per-agent needs a number of GPUs from 1 to 64"));
-      }
-      gpusPerAgent = static_cast<std::uint32_t>(n);
-    } else if (a == "--ranks-per-agent") {
-      auto v = value();
-      if (!v) return fail(invalidArgument("--ranks-per-agent needs A,B,..."));
-      std::size_t start = 0;
-      while (start <= v->size()) {
-        const auto comma = v->find(',', start);
-        perAgent.push_back(static_cast<std::uint32_t>(std::strtoul(v->substr(start, comma - start).c_str(), nullptr, 10)));
-        if (comma == std::string::npos) break;
-        start = comma + 1;
-      }
-    } else if (a == "--spec") {
-      auto v = value();
-      if (!v) return fail(invalidArgument("--spec needs a file"));
-      specFile = *v;
-    } else if (a == "--wait") {
-      wait = true;
-    } else if (a == "--price-gpu-hour" || a == "--price-core-hour" || a == "--price-kwh") {
-      auto v = value();
-      char* end = nullptr;
-      const double price = v ? std::strtod(v->c_str(), &end) : 0;
-      if (!v || v->empty() || *end != '\0') return fail(invalidArgument(a + " needs a price, like 2.50"));
-      (a == "--price-gpu-hour" ? gpuHour : a == "--price-core-hour" ? coreHour : kwh) = price;
-    } else if (a == "--currency") {
-      auto v = value();
-      if (!v) return fail(invalidArgument("--currency needs a name, like USD"));
-      currency = *v;
-    } else {
-      jobFlags.push_back(a);
-    }
-  }
+  LOCKSTEP_TRY_OR_FAIL(Flags("see lockstepctl --help")
+                           .whole("--ranks", &totalRanks, 1, 1u << 20)
+                           .whole("--gpus-per-agent", &gpusPerAgent, 1, 64)
+                           .wholes("--ranks-per-agent", &perAgent, 0, 1u << 20)
+                           .text("--spec", &specFile)
+                           .on("--wait", &wait)
+                           .price("--price-gpu-hour", &gpuHour)
+                           .price("--price-core-hour", &coreHour)
+                           .price("--price-kwh", &kwh)
+                           .text("--currency", &currency)
+                           .passOn(&jobFlags)
+                           .parse(args));
   if (command && !specFile.empty()) return fail(invalidArgument("give the job as --spec FILE or as -- PROGRAM ARGS, not both"));
   // A flag given as `--flag value` or `--flag=value`.
   const auto given = [&](const std::string& flag) {

@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "ctl.h"
+#include "ctl_flags.h"
 
 namespace lockstep::ctl {
 namespace {
@@ -144,8 +145,9 @@ Json renderWatch(const WatchState& w, const std::string& jobId, JobState state, 
 // After a job ended: what the agents sent since the last fetch (its last reports and events).
 }  // namespace
 
-int cmdWatch(const Globals& g, const std::vector<std::string>& args) {
-  if (args.size() != 1) return fail(invalidArgument("usage: lockstepctl watch JOB"));
+int cmdWatch(const Globals& g, const std::vector<std::string>& argv) {
+  std::vector<std::string> args;
+  LOCKSTEP_TRY_OR_FAIL(Flags("usage: lockstepctl watch JOB").arguments(&args, 1).parse(argv));
   const std::string jobId = args[0];
   auto agents = connectAgents(g);
   if (!agents) return fail(agents.error());

@@ -1,0 +1,151 @@
+// lockstepctl nodes, status, stop and logs: what the agents run, and a job's ranks.
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ctl.h"
+#include "ctl_flags.h"
+
+namespace lockstep::ctl {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string gib(std::uint64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / (1u << 30));
+  return text;
+}
+
+}  // namespace
+
+int cmdNodes(const Globals& g, const std::vector<std::string>& args) {
+  LOCKSTEP_TRY_OR_FAIL(Flags("usage: lockstepctl nodes").parse(args));
+  auto agents = connectAgents(g);
+  if (!agents) return fail(agents.error());
+  Json all = Json::array();
+  for (auto* agent : agents->all()) {
+    const NodeHello& h = agent->hello();
+    Json gpus = Json::array();
+    for (const auto& gpu : h.gpus) {
+      gpus.push_back({{"index", gpu.index}, {"name", gpu.name}, {"uuid", gpu.uuid}, {"memory_bytes", gpu.memoryTotalBytes}});
+    }
+    all.push_back({{"agent", agent->address().text()}, {"node", h.nodeName}, {"host", h.host},
+                   {"agent_version", h.agentVersion}, {"cpu_cores", h.cpuCores}, {"memory_bytes", h.memoryTotalBytes},
+                   {"gpus", gpus}, {"gpu_status", h.gpuStatus}, {"sample_hz", h.sampleHz}});
+    if (g.json) continue;
+    std::printf("%s  node %s (host %s, agent %s): %u cores, %s memory\n", agent->address().text().c_str(),
+                h.nodeName.c_str(), h.host.c_str(), h.agentVersion.c_str(), h.cpuCores, gib(h.memoryTotalBytes).c_str());
+    for (const auto& gpu : h.gpus) {
+      std::printf("  GPU %u  %s  %s  %s\n", gpu.index, gpu.name.c_str(), gib(gpu.memoryTotalBytes).c_str(), gpu.uuid.c_str());
+    }
+    if (h.gpus.empty()) std::printf("  no GPUs%s%s\n", h.gpuStatus.empty() ? "" : ": ", h.gpuStatus.c_str());
+  }
+  if (g.json) std::printf("%s\n", all.dump().c_str());
+  return kOk;
+}
+
+int cmdStatus(const Globals& g, const std::vector<std::string>& argv) {
+  std::vector<std::string> args;
+  LOCKSTEP_TRY_OR_FAIL(Flags("usage: lockstepctl status [JOB]").arguments(&args, 0, 1).parse(argv));
+  auto agents = connectAgents(g);
+  if (!agents) return fail(agents.error());
+  if (!args.empty()) {
+    auto parts = findJob(*agents, args[0], g.timeout);
+    if (!parts) return fail(parts.error());
+    return printJob(g, args[0], *parts);
+  }
+  std::map<std::string, std::vector<Part>> byJob;
+  std::vector<std::string> order;
+  for (auto* agent : agents->all()) {
+    auto jobs = agent->listJobs(g.timeout);
+    if (!jobs) return fail(jobs.error());
+    for (auto& job : jobs->jobs) {
+      const std::string id = job.spec.jobId;
+      if (!byJob.count(id)) order.push_back(id);
+      byJob[id].push_back({agent, std::move(job)});
+    }
+  }
+  Json all = Json::array();
+  if (!g.json) std::printf("%-32s %-9s %-6s %-20s %-20s %s\n", "JOB", "STATE", "RANKS", "STARTED", "ENDED", "MESSAGE");
+  for (const auto& id : order) {
+    const auto& parts = byJob[id];
+    std::size_t ranks = 0, running = 0;
+    std::int64_t started = 0, ended = 0;
+    std::string message;
+    for (const auto& p : parts) {
+      ranks += p.status.ranks.size();
+      for (const auto& r : p.status.ranks) running += r.state == JobState::kRunning;
+      started = started == 0 ? p.status.startedUnixUs : std::min(started, p.status.startedUnixUs);
+      ended = std::max(ended, p.status.endedUnixUs);
+      if (!p.status.message.empty() && message.empty()) message = p.status.message;
+    }
+    const std::string state(jobStateName(overall(parts)));
+    if (g.json) {
+      all.push_back({{"job_id", id}, {"state", state}, {"ranks", ranks}, {"ranks_running", running},
+                     {"started_unix_us", started}, {"ended_unix_us", ended}, {"message", message}});
+    } else {
+      std::printf("%-32s %-9s %-6s %-20s %-20s %s\n", id.c_str(), state.c_str(),
+                  (std::to_string(running) + "/" + std::to_string(ranks)).c_str(), timeText(started).c_str(),
+                  timeText(ended).c_str(), message.c_str());
+    }
+  }
+  if (g.json) std::printf("%s\n", all.dump().c_str());
+  return kOk;
+}
+
+int cmdStop(const Globals& g, const std::vector<std::string>& args) {
+  std::vector<std::string> job;
+  std::uint32_t graceMs = 0;
+  LOCKSTEP_TRY_OR_FAIL(Flags("usage: lockstepctl stop JOB [--grace-ms N]")
+                           .whole("--grace-ms", &graceMs, 0, 3'600'000)
+                           .arguments(&job, 1)
+                           .parse(args));
+  const std::string& jobId = job[0];
+  auto agents = connectAgents(g);
+  if (!agents) return fail(agents.error());
+  auto parts = stopEverywhere(*agents, jobId, graceMs, g.timeout);
+  if (!parts) return fail(parts.error());
+  printJob(g, jobId, *parts);
+  return kOk;
+}
+
+int cmdLogs(const Globals& g, const std::vector<std::string>& args) {
+  std::vector<std::string> job;
+  std::optional<std::uint32_t> rank;
+  std::uint32_t bytes = 0;
+  const char* usage = "usage: lockstepctl logs JOB --rank R [--bytes N]";
+  LOCKSTEP_TRY_OR_FAIL(Flags(usage)
+                           .whole("--rank", &rank, 0, 1u << 20)
+                           .whole("--bytes", &bytes, 0, 64u << 20)
+                           .arguments(&job, 1)
+                           .parse(args));
+  if (!rank) return fail(invalidArgument(std::string("--rank is missing; ") + usage));
+  const std::string& jobId = job[0];
+  auto agents = connectAgents(g);
+  if (!agents) return fail(agents.error());
+  auto parts = findJob(*agents, jobId, g.timeout);
+  if (!parts) return fail(parts.error());
+  for (const auto& p : *parts) {
+    for (const auto& r : p.status.ranks) {
+      if (r.rank != *rank) continue;
+      auto logs = p.agent->logs(jobId, *rank, bytes, g.timeout);
+      if (!logs) return fail(logs.error());
+      if (g.json) {
+        std::printf("%s\n", Json{{"job_id", jobId}, {"rank", *rank}, {"truncated", logs->truncated}, {"text", logs->text}}
+                                .dump().c_str());
+      } else {
+        std::fwrite(logs->text.data(), 1, logs->text.size(), stdout);
+      }
+      return kOk;
+    }
+  }
+  return fail(Error{ErrorCode::kNotFound, "job " + jobId + " has no rank " + std::to_string(*rank)});
+}
+
+}  // namespace lockstep::ctl
