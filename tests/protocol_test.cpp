@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "lockstep/protocol/codec.h"
+#include "lockstep/protocol/names.h"
 #include "lockstep/protocol/validate.h"
 #include "lockstep/v1/lockstep.pb.h"
 
@@ -336,6 +337,33 @@ TEST(ProtocolValidation, TheDefaultSpecIsValidOnceItHasLayersAndSteps) {
   s.layers = {784, 10};
   s.steps = 1;
   EXPECT_TRUE(validateJobSpec(s).ok());
+}
+
+}  // namespace
+}  // namespace lockstep
+
+namespace lockstep {
+namespace {
+
+// Issue 15: one table per enum turns it into text and back (flags, checkpoints, reports, the app).
+template <typename E>
+void expectRoundTrip() {
+  for (const auto& n : namesOf(E{})) {
+    EXPECT_EQ(named<E>(n.name), n.value) << n.name;
+    EXPECT_EQ(nameOf(n.value), n.name);
+    EXPECT_FALSE(n.title.empty());
+  }
+  EXPECT_FALSE(named<E>("no-such-name").has_value());
+}
+
+TEST(EnumNames, EveryNameReadsBackAsItsValue) {
+  expectRoundTrip<Backend>();
+  expectRoundTrip<Activation>();
+  expectRoundTrip<Precision>();
+  expectRoundTrip<OptimizerKind>();
+  expectRoundTrip<LrScaling>();
+  EXPECT_EQ(titleOf(Precision::kBf16), "BF16");
+  EXPECT_EQ(namesText<Precision>(), "fp32, tf32, bf16");
 }
 
 }  // namespace

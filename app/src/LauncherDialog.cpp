@@ -23,6 +23,7 @@
 
 #include "lockstep/client/launch.h"
 #include "lockstep/jobflags/options.h"
+#include "lockstep/protocol/names.h"
 
 namespace lockstep::app {
 namespace {
@@ -97,7 +98,7 @@ QWidget* LauncherDialog::trainerPage() {
   layers_ = edit(QStringLiteral("layers"), QStringLiteral("784,1024,1024,10"), tr("input features, hidden sizes, classes"));
   activation_ = new QComboBox(this);
   activation_->setObjectName(QStringLiteral("activation"));
-  activation_->addItems({QStringLiteral("relu"), QStringLiteral("gelu")});
+  for (const auto& n : kActivationNames) activation_->addItem(QString::fromUtf8(n.name), static_cast<int>(n.value));
   auto* model = new QHBoxLayout;
   model->addWidget(layers_, 1);
   model->addWidget(activation_);
@@ -142,7 +143,7 @@ QWidget* LauncherDialog::trainerPage() {
 
   optimizer_ = new QComboBox(this);
   optimizer_->setObjectName(QStringLiteral("optimizer"));
-  optimizer_->addItems({QStringLiteral("sgd"), QStringLiteral("adamw")});
+  for (const auto& n : kOptimizerNames) optimizer_->addItem(QString::fromUtf8(n.name), static_cast<int>(n.value));
   connect(optimizer_, &QComboBox::currentIndexChanged, this, &LauncherDialog::revalidate);
   lr_ = edit(QStringLiteral("lr"), QStringLiteral("0.05"));
   momentum_ = edit(QStringLiteral("momentum"), QStringLiteral("0.9"));
@@ -376,7 +377,7 @@ Result<JobSpec> LauncherDialog::trainerJob() const {
     if (!ok) return invalidArgument(("MLP layers: '" + part.trimmed() + "' is not a whole number (write sizes like 784,1024,10)").toStdString());
     s.layers.push_back(v);
   }
-  s.activation = activation_->currentIndex() == 1 ? Activation::kGelu : Activation::kRelu;
+  s.activation = static_cast<Activation>(activation_->currentData().toInt());
   if (synthetic_->isChecked()) {
     LOCKSTEP_ASSIGN_OR_RETURN(const auto samples, whole(samples_, tr("samples")));
     LOCKSTEP_ASSIGN_OR_RETURN(const auto seed, whole(dataSeed_, tr("seed")));
@@ -386,7 +387,7 @@ Result<JobSpec> LauncherDialog::trainerJob() const {
   }
   s.batchPerRank = static_cast<std::uint32_t>(batch_->value());
   s.accumSteps = static_cast<std::uint32_t>(accum_->value());
-  s.optimizer.kind = optimizer_->currentIndex() == 1 ? OptimizerKind::kAdamW : OptimizerKind::kSgd;
+  s.optimizer.kind = static_cast<OptimizerKind>(optimizer_->currentData().toInt());
   LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.lr, real(lr_, tr("learning rate")));
   if (s.optimizer.kind == OptimizerKind::kSgd) {
     LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.momentum, real(momentum_, tr("momentum")));
@@ -411,7 +412,7 @@ Result<JobSpec> LauncherDialog::trainerJob() const {
 }
 
 void LauncherDialog::revalidate() {
-  const bool sgd = optimizer_->currentIndex() == 0;
+  const bool sgd = static_cast<OptimizerKind>(optimizer_->currentData().toInt()) == OptimizerKind::kSgd;
   momentum_->setEnabled(sgd);
   for (QWidget* w : {static_cast<QWidget*>(samples_), static_cast<QWidget*>(dataSeed_)}) w->setEnabled(synthetic_->isChecked());
   for (QWidget* w : {static_cast<QWidget*>(features_), static_cast<QWidget*>(labels_)}) w->setEnabled(npy_->isChecked());

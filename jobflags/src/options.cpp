@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 
+#include "lockstep/protocol/names.h"
 #include "lockstep/protocol/validate.h"
 
 namespace lockstep::trainer {
@@ -98,17 +99,12 @@ Handler asOptionalReal(std::optional<double>& field) {
 }
 
 template <class Enum>
-Handler asChoice(Enum& field, std::vector<std::pair<std::string, Enum>> choices) {
-  return [&field, choices = std::move(choices)](const std::string& flag, const std::string& v) -> Result<void> {
-    std::string names;
-    for (const auto& [name, value] : choices) {
-      if (v == name) {
-        field = value;
-        return {};
-      }
-      names += (names.empty() ? "" : ", ") + name;
-    }
-    return usage(flag + ": '" + v + "' is not one of " + names);
+Handler asChoice(Enum& field) {
+  return [&field](const std::string& flag, const std::string& v) -> Result<void> {
+    const auto value = named<Enum>(v);
+    if (!value) return usage(flag + ": '" + v + "' is not one of " + namesText<Enum>());
+    field = *value;
+    return {};
   };
 }
 
@@ -185,21 +181,21 @@ Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
       {"--backend", asText(backendText)},
       {"--nproc", asWhole(o.nproc, 1024u)},
       {"--layers", asOptionalText(layersText)},
-      {"--activation", asChoice(s.activation, {{"relu", Activation::kRelu}, {"gelu", Activation::kGelu}})},
+      {"--activation", asChoice(s.activation)},
       {"--precision", asText(precisionText)},
       {"--dataset", asText(datasetText)},
       {"--batch-per-rank", asWhole(s.batchPerRank, 1u << 20)},
       {"--accum-steps", asWhole(s.accumSteps, 4096u)},
       {"--steps", asWhole(s.steps, std::uint64_t{1'000'000'000'000})},
       {"--epochs", asWhole(s.epochs, 1'000'000u)},
-      {"--optimizer", asChoice(s.optimizer.kind, {{"sgd", OptimizerKind::kSgd}, {"adamw", OptimizerKind::kAdamW}})},
+      {"--optimizer", asChoice(s.optimizer.kind)},
       {"--lr", asReal(s.optimizer.lr)},
       {"--momentum", asReal(s.optimizer.momentum)},
       {"--weight-decay", asReal(s.optimizer.weightDecay)},
       {"--beta1", asReal(s.optimizer.beta1)},
       {"--beta2", asReal(s.optimizer.beta2)},
       {"--eps", asReal(s.optimizer.eps)},
-      {"--lr-scaling", asChoice(s.optimizer.lrScaling, {{"none", LrScaling::kNone}, {"linear", LrScaling::kLinear}})},
+      {"--lr-scaling", asChoice(s.optimizer.lrScaling)},
       {"--lr-base-batch", asWhole(s.optimizer.lrBaseBatch, 1u << 30)},
       {"--seed", asWhole(s.seed, ~std::uint64_t{0})},
       {"--target-loss", asOptionalReal(s.targetLoss)},
@@ -258,12 +254,12 @@ Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
   }
   if (o.help || o.version) return o;
 
-  LOCKSTEP_TRY(asChoice(s.backend, {{"cpu", Backend::kCpu}, {"cuda", Backend::kCuda}})("--backend", backendText));
+  LOCKSTEP_TRY(asChoice(s.backend)("--backend", backendText));
   if (balanceText != "even" && balanceText != "dynamic") return usage("--balance " + balanceText + ": use even or dynamic");
   if (rebalanceEvery > 0 && balanceText != "dynamic") return usage("--rebalance-every goes with --balance dynamic");
   s.rebalanceEvery = balanceText == "dynamic" ? (rebalanceEvery > 0 ? rebalanceEvery : 10) : 0;
-  if (precisionText.empty()) precisionText = s.backend == Backend::kCuda ? "bf16" : "fp32";
-  LOCKSTEP_TRY(asChoice(s.precision, {{"fp32", Precision::kFp32}, {"tf32", Precision::kTf32}, {"bf16", Precision::kBf16}})(
+  if (precisionText.empty()) precisionText = nameOf(s.backend == Backend::kCuda ? Precision::kBf16 : Precision::kFp32);
+  LOCKSTEP_TRY(asChoice(s.precision)(
       "--precision", precisionText));
   if (!layersText) return usage("--layers is required, e.g. --layers 784,1024,1024,10");
   LOCKSTEP_ASSIGN_OR_RETURN(s.layers, parseLayers(*layersText));
@@ -337,7 +333,7 @@ Result<JobSpec> parseCommandJobArgs(const std::vector<std::string>& args, const 
     if (!inlineValue && i + 1 >= args.size()) return invalidArgument(flag + " needs a value");
     LOCKSTEP_TRY(handler->second(flag, inlineValue ? *inlineValue : args[++i]));
   }
-  LOCKSTEP_TRY(asChoice(s.backend, {{"cpu", Backend::kCpu}, {"cuda", Backend::kCuda}})("--backend", backendText));
+  LOCKSTEP_TRY(asChoice(s.backend)("--backend", backendText));
   for (const auto& item : envText) {
     LOCKSTEP_ASSIGN_OR_RETURN(auto assignment, parseEnvAssignment(item));
     s.command->env.push_back(std::move(assignment));
@@ -425,12 +421,12 @@ std::vector<std::string> jobSpecToTrainerArgs(const JobSpec& spec, const std::st
     a.emplace_back(name);
     a.push_back(std::move(value));
   };
-  flag("--backend", spec.backend == Backend::kCuda ? "cuda" : "cpu");
+  flag("--backend", std::string(nameOf(spec.backend)));
   std::string layers;
   for (auto l : spec.layers) layers += (layers.empty() ? "" : ",") + std::to_string(l);
   flag("--layers", layers);
-  flag("--activation", spec.activation == Activation::kGelu ? "gelu" : "relu");
-  flag("--precision", spec.precision == Precision::kBf16 ? "bf16" : spec.precision == Precision::kTf32 ? "tf32" : "fp32");
+  flag("--activation", std::string(nameOf(spec.activation)));
+  flag("--precision", std::string(nameOf(spec.precision)));
   if (const auto* s = std::get_if<SyntheticDataset>(&spec.dataset)) {
     flag("--dataset", "synthetic:n=" + std::to_string(s->samples) + ",dim=" + std::to_string(s->dim) +
                           ",classes=" + std::to_string(s->classes) + ",seed=" + std::to_string(s->seed));
@@ -443,7 +439,7 @@ std::vector<std::string> jobSpecToTrainerArgs(const JobSpec& spec, const std::st
   if (spec.steps > 0) flag("--steps", std::to_string(spec.steps));
   if (spec.epochs > 0) flag("--epochs", std::to_string(spec.epochs));
   const auto& o = spec.optimizer;
-  flag("--optimizer", o.kind == OptimizerKind::kAdamW ? "adamw" : "sgd");
+  flag("--optimizer", std::string(nameOf(o.kind)));
   flag("--lr", real(o.lr));
   flag("--momentum", real(o.momentum));
   if (o.nesterov) a.emplace_back("--nesterov");
@@ -451,7 +447,7 @@ std::vector<std::string> jobSpecToTrainerArgs(const JobSpec& spec, const std::st
   flag("--beta1", real(o.beta1));
   flag("--beta2", real(o.beta2));
   flag("--eps", real(o.eps));
-  flag("--lr-scaling", o.lrScaling == LrScaling::kLinear ? "linear" : "none");
+  flag("--lr-scaling", std::string(nameOf(o.lrScaling)));
   if (o.lrBaseBatch > 0) flag("--lr-base-batch", std::to_string(o.lrBaseBatch));
   if (spec.targetLoss) flag("--target-loss", real(*spec.targetLoss));
   if (!spec.shuffle) a.emplace_back("--no-shuffle");

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "lockstep/protocol/names.h"
+
 namespace lockstep::kpi {
 namespace {
 
@@ -18,7 +20,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 std::string workloadKey(const JobSpec& spec) {
-  std::string key = spec.backend == Backend::kCuda ? "cuda" : "cpu";
+  std::string key(nameOf(spec.backend));
   if (spec.command) {
     key += " program";
     for (const auto& word : spec.command->argv) key += " [" + word + "]";
@@ -27,8 +29,7 @@ std::string workloadKey(const JobSpec& spec) {
   std::string layers;
   for (const auto size : spec.layers) layers += (layers.empty() ? "" : ", ") + std::to_string(size);
   key += " layers " + layers;
-  key += spec.activation == Activation::kGelu ? " gelu" : " relu";
-  key += spec.precision == Precision::kBf16 ? " bf16" : spec.precision == Precision::kTf32 ? " tf32" : " fp32";
+  key += " " + std::string(nameOf(spec.activation)) + " " + std::string(nameOf(spec.precision));
   if (const auto* s = std::get_if<SyntheticDataset>(&spec.dataset)) {
     key += " synthetic n=" + std::to_string(s->samples) + " dim=" + std::to_string(s->dim) +
            " classes=" + std::to_string(s->classes);
@@ -38,7 +39,7 @@ std::string workloadKey(const JobSpec& spec) {
   }
   key += " batch " + std::to_string(spec.batchPerRank) + "x" + std::to_string(spec.accumSteps);
   // The optimizer's kind sets the work per step; its learning rate does not.
-  key += spec.optimizer.kind == OptimizerKind::kAdamW ? " adamw" : " sgd";
+  key += " " + std::string(nameOf(spec.optimizer.kind));
   return key;
 }
 

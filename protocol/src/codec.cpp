@@ -23,6 +23,46 @@ void setIf(const Optional& value, Message* message, Setter setter) {
 
 // ---- enums ----
 
+// The domain enums (types.h, result.h) cast to and from the protobuf ones: each value is tied here,
+// so that a change to either side fails to compile instead of silently meaning another value.
+#define LOCKSTEP_SAME(domain, pbValue) static_assert(static_cast<int>(domain) == static_cast<int>(pb::pbValue))
+LOCKSTEP_SAME(Backend::kCpu, BACKEND_CPU);
+LOCKSTEP_SAME(Backend::kCuda, BACKEND_CUDA);
+LOCKSTEP_SAME(Activation::kRelu, ACTIVATION_RELU);
+LOCKSTEP_SAME(Activation::kGelu, ACTIVATION_GELU);
+LOCKSTEP_SAME(Precision::kFp32, PRECISION_FP32);
+LOCKSTEP_SAME(Precision::kTf32, PRECISION_TF32);
+LOCKSTEP_SAME(Precision::kBf16, PRECISION_BF16);
+LOCKSTEP_SAME(OptimizerKind::kSgd, OPTIMIZER_KIND_SGD);
+LOCKSTEP_SAME(OptimizerKind::kAdamW, OPTIMIZER_KIND_ADAMW);
+LOCKSTEP_SAME(LrScaling::kNone, LR_SCALING_NONE);
+LOCKSTEP_SAME(LrScaling::kLinear, LR_SCALING_LINEAR);
+LOCKSTEP_SAME(JobState::kStarting, JOB_STATE_STARTING);
+LOCKSTEP_SAME(JobState::kRunning, JOB_STATE_RUNNING);
+LOCKSTEP_SAME(JobState::kFinished, JOB_STATE_FINISHED);
+LOCKSTEP_SAME(JobState::kFailed, JOB_STATE_FAILED);
+LOCKSTEP_SAME(JobState::kStopped, JOB_STATE_STOPPED);
+LOCKSTEP_SAME(JobEventKind::kStarted, JOB_EVENT_KIND_STARTED);
+LOCKSTEP_SAME(JobEventKind::kRankStarted, JOB_EVENT_KIND_RANK_STARTED);
+LOCKSTEP_SAME(JobEventKind::kRankExited, JOB_EVENT_KIND_RANK_EXITED);
+LOCKSTEP_SAME(JobEventKind::kCheckpointSaved, JOB_EVENT_KIND_CHECKPOINT_SAVED);
+LOCKSTEP_SAME(JobEventKind::kFinished, JOB_EVENT_KIND_FINISHED);
+LOCKSTEP_SAME(JobEventKind::kFailed, JOB_EVENT_KIND_FAILED);
+LOCKSTEP_SAME(JobEventKind::kStopped, JOB_EVENT_KIND_STOPPED);
+LOCKSTEP_SAME(ErrorCode::kInvalidArgument, ERROR_CODE_INVALID_ARGUMENT);
+LOCKSTEP_SAME(ErrorCode::kNotFound, ERROR_CODE_NOT_FOUND);
+LOCKSTEP_SAME(ErrorCode::kAlreadyExists, ERROR_CODE_ALREADY_EXISTS);
+LOCKSTEP_SAME(ErrorCode::kPermissionDenied, ERROR_CODE_PERMISSION_DENIED);
+LOCKSTEP_SAME(ErrorCode::kResourceExhausted, ERROR_CODE_RESOURCE_EXHAUSTED);
+LOCKSTEP_SAME(ErrorCode::kFailedPrecondition, ERROR_CODE_FAILED_PRECONDITION);
+LOCKSTEP_SAME(ErrorCode::kTimeout, ERROR_CODE_TIMEOUT);
+LOCKSTEP_SAME(ErrorCode::kUnavailable, ERROR_CODE_UNAVAILABLE);
+LOCKSTEP_SAME(ErrorCode::kPeerLost, ERROR_CODE_PEER_LOST);
+LOCKSTEP_SAME(ErrorCode::kIo, ERROR_CODE_IO);
+LOCKSTEP_SAME(ErrorCode::kInternal, ERROR_CODE_INTERNAL);
+LOCKSTEP_SAME(ErrorCode::kCancelled, ERROR_CODE_CANCELLED);
+#undef LOCKSTEP_SAME
+
 pb::ErrorCode toPb(ErrorCode c) { return static_cast<pb::ErrorCode>(static_cast<int>(c)); }
 Result<ErrorCode> fromPb(pb::ErrorCode c) {
   if (c < pb::ERROR_CODE_INVALID_ARGUMENT || c > pb::ERROR_CODE_CANCELLED) return bad("error code is missing or unknown");

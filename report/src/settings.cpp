@@ -1,5 +1,6 @@
 #include "settings.h"
 
+#include "lockstep/protocol/names.h"
 #include "lockstep/report/report.h"
 #include "text.h"
 
@@ -47,12 +48,10 @@ std::vector<std::vector<std::string>> trainerSettings(const JobSpec& spec) {
   return {
       {"Job ID", spec.jobId},
       {"Name", spec.name.empty() ? dash() : spec.name},
-      {"Backend", spec.backend == Backend::kCuda ? "CUDA" : "CPU"},
+      {"Backend", std::string(titleOf(spec.backend))},
       {"Model layers", layersText(spec.layers)},
-      {"Activation", spec.activation == Activation::kGelu ? "GELU" : "ReLU"},
-      {"Precision", spec.precision == Precision::kBf16   ? "BF16"
-                    : spec.precision == Precision::kTf32 ? "TF32"
-                                                         : "FP32"},
+      {"Activation", std::string(titleOf(spec.activation))},
+      {"Precision", std::string(titleOf(spec.precision))},
       {"Dataset", datasetText(spec.dataset)},
       {"Ranks", std::to_string(spec.worldSize)},
       {"Batch per rank",

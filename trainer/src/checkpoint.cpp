@@ -7,6 +7,7 @@
 #include <map>
 
 #include "lockstep/common/files.h"
+#include "lockstep/protocol/names.h"
 #include "safetensors.h"
 
 namespace lockstep::trainer {
@@ -92,8 +93,8 @@ ResumeSettings resumeSettings(const JobSpec& spec, std::uint64_t datasetSamples,
   };
   ResumeSettings s = {
       {"layers", layersText(spec.layers)},
-      {"activation", spec.activation == Activation::kGelu ? "gelu" : "relu"},
-      {"optimizer", o.kind == OptimizerKind::kAdamW ? "adamw" : "sgd"},
+      {"activation", std::string(nameOf(spec.activation))},
+      {"optimizer", std::string(nameOf(o.kind))},
       {"weight_decay", real(o.weightDecay)},
       {"global_batch", std::to_string(spec.globalBatch())},
       {"seed", std::to_string(spec.seed)},

@@ -19,6 +19,7 @@
 
 #include "cuda_check.h"
 #include "gpu_model.h"
+#include "lockstep/protocol/names.h"
 #include "nccl_comm.h"
 #include "rank_state.h"
 
@@ -109,9 +110,7 @@ Result<RunSummary> RankRunner::trainCuda() {
   accounting.printStart(buckets.size());
   if (env_.rank == 0 && !options_.quiet) {
     std::fprintf(stderr, "[lockstep] GPU %d, %s, epilogues: %s; %d GEMM shapes timed\n", device,
-                 spec.precision == Precision::kBf16   ? "bf16"
-                 : spec.precision == Precision::kTf32 ? "tf32"
-                                                      : "fp32",
+                 std::string(nameOf(spec.precision)).c_str(),
                  model->epilogues().c_str(), model->tunedGemms());
   }
   std::uint64_t samplesSeen = 0;

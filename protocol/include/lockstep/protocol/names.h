@@ -1,0 +1,71 @@
+#pragma once
+// One table per job-spec enum: each value's name (what flags, checkpoints, workload keys and JSON
+// say: "bf16") and its title (what reports show: "BF16"). Everything that turns these enums into
+// text, or text into them, goes through the tables. codec.cpp ties the values to the protobuf
+// ones with static_asserts.
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "lockstep/protocol/types.h"
+
+namespace lockstep {
+
+template <typename E>
+struct Named {
+  E value;
+  std::string_view name;
+  std::string_view title;
+};
+
+inline constexpr Named<Backend> kBackendNames[] = {{Backend::kCpu, "cpu", "CPU"}, {Backend::kCuda, "cuda", "CUDA"}};
+inline constexpr Named<Activation> kActivationNames[] = {{Activation::kRelu, "relu", "ReLU"},
+                                                         {Activation::kGelu, "gelu", "GELU"}};
+inline constexpr Named<Precision> kPrecisionNames[] = {
+    {Precision::kFp32, "fp32", "FP32"}, {Precision::kTf32, "tf32", "TF32"}, {Precision::kBf16, "bf16", "BF16"}};
+inline constexpr Named<OptimizerKind> kOptimizerNames[] = {{OptimizerKind::kSgd, "sgd", "SGD"},
+                                                           {OptimizerKind::kAdamW, "adamw", "AdamW"}};
+inline constexpr Named<LrScaling> kLrScalingNames[] = {{LrScaling::kNone, "none", "none"},
+                                                       {LrScaling::kLinear, "linear", "linear"}};
+
+constexpr std::span<const Named<Backend>> namesOf(Backend) { return kBackendNames; }
+constexpr std::span<const Named<Activation>> namesOf(Activation) { return kActivationNames; }
+constexpr std::span<const Named<Precision>> namesOf(Precision) { return kPrecisionNames; }
+constexpr std::span<const Named<OptimizerKind>> namesOf(OptimizerKind) { return kOptimizerNames; }
+constexpr std::span<const Named<LrScaling>> namesOf(LrScaling) { return kLrScalingNames; }
+
+template <typename E>
+constexpr std::string_view nameOf(E value) {
+  for (const auto& n : namesOf(value)) {
+    if (n.value == value) return n.name;
+  }
+  return "unknown";
+}
+
+template <typename E>
+constexpr std::string_view titleOf(E value) {
+  for (const auto& n : namesOf(value)) {
+    if (n.value == value) return n.title;
+  }
+  return "unknown";
+}
+
+template <typename E>
+std::optional<E> named(std::string_view name) {
+  for (const auto& n : namesOf(E{})) {
+    if (n.name == name) return n.value;
+  }
+  return std::nullopt;
+}
+
+// "relu, gelu": the names, for an error message.
+template <typename E>
+std::string namesText() {
+  std::string out;
+  for (const auto& n : namesOf(E{})) out += (out.empty() ? "" : ", ") + std::string(n.name);
+  return out;
+}
+
+}  // namespace lockstep
