@@ -265,6 +265,44 @@ TEST(History, KeepsEverythingAcrossReopening) {
   EXPECT_EQ(textOf(path, "PRAGMA journal_mode"), "wal");
 }
 
+// Issue 15: final_kpis was written with positional binds and read back with SELECT * and column
+// numbers. Schema 3 names its end-of-job throughput; a schema-2 file keeps its final KPIs, and
+// they are read by name whatever the physical order of the columns.
+TEST(History, ASchemaTwoFilesFinalKpisReadBackByName) {
+  TempDir dir;
+  const std::string path = dir.file("h.db");
+  std::optional<kpi::JobKpis> before;
+  {
+    auto h = History::open(path);
+    ASSERT_TRUE(h);
+    recordFinished(*h, spec("kept"), 3);
+    ASSERT_TRUE(h->refreshFinalKpis());
+    before = h->job("kept")->finalKpis;
+    ASSERT_TRUE(before && before->samplesPerSecond);
+  }
+  // As schema 2 wrote it: the old name, and the columns in another order (total_* moved first).
+  execSql(path, R"sql(
+    ALTER TABLE final_kpis RENAME COLUMN end_samples_per_s TO samples_per_s;
+    CREATE TABLE shuffled AS SELECT total_tokens, total_samples, missing_json, cost_complete, cost, core_hours,
+      gpu_hours, energy_kwh, time_to_convergence_s, smoothed_loss, last_global_loss, slowest_cause, slowest_rank,
+      load_imbalance, gpu_utilization_pct, scaling_basis, scaling_efficiency, comm_overhead, samples_per_s,
+      elapsed_s, total_steps, step, attempts, world_size, computed_us, job_id FROM final_kpis;
+    DROP TABLE final_kpis;
+    ALTER TABLE shuffled RENAME TO final_kpis;
+    PRAGMA user_version = 2;)sql");
+  auto h = History::open(path);
+  ASSERT_TRUE(h) << h.error().message;
+  EXPECT_EQ(count(path, "PRAGMA user_version"), kSchemaVersion);
+  const auto after = h->job("kept");
+  ASSERT_TRUE(after && after->finalKpis);
+  EXPECT_EQ(after->finalKpis->samplesPerSecond, before->samplesPerSecond);
+  EXPECT_EQ(after->finalKpis->meanSamplesPerSecond, before->meanSamplesPerSecond);
+  EXPECT_EQ(after->finalKpis->totalSamples, before->totalSamples);
+  EXPECT_EQ(after->finalKpis->elapsedSeconds, before->elapsedSeconds);
+  EXPECT_EQ(after->finalKpis->worldSize, before->worldSize);
+  EXPECT_EQ(after->finalKpis->missing, before->missing);
+}
+
 // Issue 13: a file from schema 1 (every step timed, no tokens) moves to schema 2 with its steps
 // intact, and then takes steps whose split was not measured.
 TEST(History, MigratesASchemaOneFileAndStoresUntimedSteps) {
@@ -292,12 +330,13 @@ TEST(History, MigratesASchemaOneFileAndStoresUntimedSteps) {
     CREATE INDEX steps_by_time ON steps (job_id, time_us);
     ALTER TABLE final_kpis DROP COLUMN total_samples;
     ALTER TABLE final_kpis DROP COLUMN total_tokens;
+    ALTER TABLE final_kpis RENAME COLUMN end_samples_per_s TO samples_per_s;
     PRAGMA user_version = 1;)sql");
   ASSERT_EQ(count(path, "PRAGMA user_version"), 1);
 
   auto h = History::open(path);
   ASSERT_TRUE(h) << h.error().message;
-  EXPECT_EQ(count(path, "PRAGMA user_version"), 2);
+  EXPECT_EQ(count(path, "PRAGMA user_version"), kSchemaVersion);
   std::vector<StepReport> old;
   ASSERT_TRUE(h->forEachStep("old-job", [&](const StepReport& r, const std::string&) { old.push_back(r); }));
   ASSERT_EQ(old.size(), 6u);

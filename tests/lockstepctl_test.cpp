@@ -248,6 +248,11 @@ TEST(Lockstepctl, HistoryReportsCompareAndDelete) {
                            "h-2", "2", "40", LOCKSTEP_SOURCE_DIR "/docs/report.schema.json"},
                           {}, dir, 120s);
   EXPECT_EQ(check.status.exitCode, 0) << check.out << check.err;
+  // One meaning per figure (issue 15): an ended job's samples/s in `history` is the report's
+  // training throughput (the mean over the job), not the last 10 s.
+  const auto reportJson = nlohmann::json::parse(readText(dir.file("h-2.json")));
+  EXPECT_DOUBLE_EQ(jobs[2]["kpis"]["samples_per_s"].get<double>(), reportJson["kpis"]["mean_samples_per_second"].get<double>());
+  EXPECT_DOUBLE_EQ(jobs[2]["kpis"]["end_samples_per_s"].get<double>(), reportJson["kpis"]["samples_per_second"].get<double>());
 
   auto missing = ctl({"report", "h-2", "--out", dir.file("no/such/dir/r.html")});
   EXPECT_EQ(missing.status.exitCode, 1);
@@ -263,7 +268,15 @@ TEST(Lockstepctl, HistoryReportsCompareAndDelete) {
   ASSERT_EQ(c["scaling"].size(), 2u) << "same workload at 1 and 2 ranks: a scaling curve";
   EXPECT_EQ(c["scaling"][0][0], 1);
   EXPECT_EQ(c["scaling"][1][0], 2);
-  EXPECT_DOUBLE_EQ(c["scaling_efficiency"][0][1].get<double>(), 100.0);
+  // The 2-rank job's efficiency: its throughput over twice the 1-rank job's, from their history.
+  const auto throughputOf = [&](const std::string& id) {
+    for (const auto& j : jobs) {
+      if (j["job_id"] == id) return j["kpis"]["samples_per_s"].get<double>();
+    }
+    return 0.0;
+  };
+  EXPECT_NEAR(c["scaling_efficiency"][1][1].get<double>(), 100 * throughputOf("h-2") / (2 * throughputOf("h-1")), 0.01)
+      << compared.out;
   auto apart = ctl({"compare", "h-1", "h-watched", "--json"});
   EXPECT_FALSE(nlohmann::json::parse(apart.out).contains("scaling")) << "different workloads do not make a curve";
 

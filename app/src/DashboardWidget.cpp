@@ -19,6 +19,7 @@
 
 #include "HeatmapWidget.h"
 #include "Models.h"
+#include "Present.h"
 #include "lockstep/common/clock.h"
 
 namespace lockstep::app {
@@ -29,15 +30,6 @@ constexpr int kMaxUtilLines = 16;      // beyond this, the heatmap is the readab
 constexpr int kHeatmapSeconds = 120;
 constexpr double kUtilWindowSeconds = 300;  // the utilization chart's sliding window
 
-QString dash() { return QStringLiteral("–"); }
-
-QString duration(double seconds) {
-  if (seconds < 90) return QStringLiteral("%1 s").arg(seconds, 0, 'f', 0);
-  if (seconds < 5400) return QStringLiteral("%1 min").arg(seconds / 60, 0, 'f', 1);
-  return QStringLiteral("%1 h").arg(seconds / 3600, 0, 'f', 1);
-}
-
-QString percent(const kpi::Maybe& fraction) { return fraction ? QStringLiteral("%1%").arg(*fraction * 100, 0, 'f', 1) : dash(); }
 
 // Keeps at most `max` points, evenly thinned, the last one always kept.
 template <class Container, class Make>
@@ -348,21 +340,20 @@ void DashboardWidget::refresh() {
   const QString noSteps = QString::fromStdString(k.noStepsReason);
   const QString noSplit = noSteps.isEmpty() ? QString::fromStdString(k.noTimingsReason) : noSteps;
   const auto unless = [](const QString& reason, const QString& detail) { return reason.isEmpty() ? detail : reason; };
+  // Running: the last 10 s; ended: the mean over the job (present::jobThroughput).
+  const QString throughput = figure(present::jobThroughput(k, !running), 0);
   if (running) {
-    tiles_[tr("Throughput")]->set(k.samplesPerSecond ? QStringLiteral("%L1").arg(*k.samplesPerSecond, 0, 'f', 0) : dash(),
-                                  unless(noSteps, k.tokensPerSecond ? tr("samples/s, last 10 s; %L1 tokens/s").arg(*k.tokensPerSecond, 0, 'f', 0)
-                                                                    : tr("samples/s, last 10 s")));
+    tiles_[tr("Throughput")]->set(throughput, unless(noSteps, k.tokensPerSecond ? tr("samples/s, last 10 s; %1 tokens/s").arg(figure(k.tokensPerSecond, 0))
+                                                                                : tr("samples/s, last 10 s")));
   } else {
-    // An ended job: its mean, start to end (start-up included).
-    tiles_[tr("Throughput")]->set(k.meanSamplesPerSecond ? QStringLiteral("%L1").arg(*k.meanSamplesPerSecond, 0, 'f', 0) : dash(),
-                                  k.noStepsReason.empty() ? tr("samples/s, mean over the job") : QString::fromStdString(k.noStepsReason));
+    tiles_[tr("Throughput")]->set(throughput, k.noStepsReason.empty() ? tr("samples/s, mean over the job") : QString::fromStdString(k.noStepsReason));
   }
   tiles_[tr("Scaling efficiency")]->set(
       percent(k.scalingEfficiency),
       k.scalingEfficiency ? QString::fromUtf8(std::string(kpi::scalingBasisName(k.scalingBasis)).c_str())
       : job->spec.isCommand() ? unless(noSplit, tr("no 1-rank run of this program in the history to compare with"))
                               : QString());
-  tiles_[tr("GPU utilization")]->set(k.gpuUtilizationPct ? QStringLiteral("%1%").arg(*k.gpuUtilizationPct, 0, 'f', 0) : dash(),
+  tiles_[tr("GPU utilization")]->set(figure(k.gpuUtilizationPct, 0, "%"),
                                      k.gpuUtilizationPct ? tr("mean over the job") : tr("no GPU samples"));
   tiles_[tr("Communication")]->set(percent(k.commOverhead), k.commOverhead ? tr("exposed, of step time") : unless(noSplit, tr("exposed, of step time")));
   tiles_[tr("Slowest rank")]->set(
@@ -375,7 +366,7 @@ void DashboardWidget::refresh() {
                                : QString())
                     : noSplit);
   const QString lastLoss = k.lastGlobalLoss ? tr("smoothed; last %1").arg(*k.lastGlobalLoss, 0, 'f', 4) : QString();
-  tiles_[tr("Loss")]->set(k.smoothedLoss ? QString::number(*k.smoothedLoss, 'f', 4) : dash(),
+  tiles_[tr("Loss")]->set(figure(k.smoothedLoss, 4),
                           !noSteps.isEmpty() ? noSteps :
                           k.timeToConvergenceSeconds ? tr("target reached after %1").arg(duration(*k.timeToConvergenceSeconds))
                           : job->spec.targetLoss     ? tr("%1; target %2").arg(lastLoss).arg(*job->spec.targetLoss)
@@ -389,7 +380,7 @@ void DashboardWidget::refresh() {
                             (k.costProjected ? tr("projected %1").arg(money(*k.costProjected, currency)) : QString()) +
                                 (k.costComplete ? QString() : tr(" (without unmeasured parts)")));
   }
-  tiles_[tr("Energy")]->set(k.energyKwh ? QStringLiteral("%1 kWh").arg(*k.energyKwh, 0, 'f', 3) : dash(),
+  tiles_[tr("Energy")]->set(figure(k.energyKwh, 3, " kWh"),
                             k.energyKwh ? QString() : tr("no NVML energy counter"));
   refreshCharts(*job, k);
 }

@@ -20,6 +20,7 @@
 #include <cmath>
 
 #include "DashboardWidget.h"
+#include "Present.h"
 #include "lockstep/common/clock.h"
 #include "lockstep/report/report_pdf.h"
 
@@ -27,17 +28,6 @@ namespace lockstep::app {
 
 namespace {
 
-QString dash() { return QStringLiteral("–"); }
-
-QString fixed(const std::optional<double>& v, int decimals, double scale = 1, const QString& suffix = {}) {
-  return v && std::isfinite(*v) ? QStringLiteral("%L1").arg(*v * scale, 0, 'f', decimals) + suffix : dash();
-}
-
-QString durationText(double seconds) {
-  if (seconds < 60) return QStringLiteral("%1 s").arg(seconds, 0, 'f', 0);
-  if (seconds < 3600) return QStringLiteral("%1 min").arg(seconds / 60, 0, 'f', 1);
-  return QStringLiteral("%1 h").arg(seconds / 3600, 0, 'f', 1);
-}
 
 const QStringList kHeaders = {
     QObject::tr("Job"),     QObject::tr("Name"),     QObject::tr("State"),      QObject::tr("Started"),
@@ -85,17 +75,18 @@ QVariant HistoryModel::data(const QModelIndex& index, int role) const {
                              : dash();
     case kDuration:
       if (!r.startedUnixUs) return dash();
-      return durationText(static_cast<double>((r.endedUnixUs ? r.endedUnixUs : unixMicrosNow()) - r.startedUnixUs) / 1e6);
+      return duration(static_cast<double>((r.endedUnixUs ? r.endedUnixUs : unixMicrosNow()) - r.startedUnixUs) / 1e6);
     case kRanks: return r.spec.worldSize;
     case kNodes: {
       QStringList nodes;
       for (const auto& p : r.parts) nodes << QString::fromStdString(p.node);
       return nodes.join(QStringLiteral(", "));
     }
-    case kThroughput: return k ? fixed(k->samplesPerSecond, 0) : dash();
-    case kEfficiency: return k ? fixed(k->scalingEfficiency, 0, 100, QStringLiteral("%")) : dash();
-    case kComm: return k ? fixed(k->commOverhead, 1, 100, QStringLiteral("%")) : dash();
-    case kGpuUtil: return k ? fixed(k->gpuUtilizationPct, 0, 1, QStringLiteral("%")) : dash();
+    // Final KPIs exist once a job ended: its throughput is what it delivered, start to end.
+    case kThroughput: return k ? figure(present::jobThroughput(*k, true), 0) : dash();
+    case kEfficiency: return k ? percent(k->scalingEfficiency, 0) : dash();
+    case kComm: return k ? percent(k->commOverhead, 1) : dash();
+    case kGpuUtil: return k ? figure(k->gpuUtilizationPct, 0, "%") : dash();
     case kCost:
       if (!r.spec.prices.anySet()) return dash();
       return k && k->costSoFar ? money(*k->costSoFar, QString::fromStdString(r.spec.prices.currency)) : dash();

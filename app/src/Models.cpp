@@ -7,14 +7,13 @@
 #include <chrono>
 #include <cmath>
 
+#include "Present.h"
 #include "lockstep/common/clock.h"
 
 namespace lockstep::app {
 namespace {
 
-QString dash() { return QStringLiteral("–"); }
-
-QString number(double v, int decimals) { return QString::number(v, 'f', decimals); }
+QString number(double v, int decimals) { return qtext(present::number(v, decimals)); }
 
 }  // namespace
 
@@ -160,7 +159,7 @@ QVariant JobsModel::data(const QModelIndex& index, int role) const {
       if (j.tracker->lastReportUnixUs() == 0) return dash();  // no step report seen (yet)
       return k.totalSteps ? QStringLiteral("%1 / %2").arg(k.step).arg(k.totalSteps) : QString::number(k.step);
     case kLoss: return k.lastGlobalLoss ? number(*k.lastGlobalLoss, 4) : dash();
-    case kThroughput: return k.samplesPerSecond && j.state == JobState::kRunning ? number(*k.samplesPerSecond, 0) : dash();
+    case kThroughput: return figure(present::jobThroughput(k, j.state != JobState::kRunning && j.state != JobState::kStarting), 0);
     case kStarted:
       return j.startedUnixUs ? QDateTime::fromMSecsSinceEpoch(j.startedUnixUs / 1000).toString(QStringLiteral("yyyy-MM-dd hh:mm:ss"))
                              : dash();
@@ -189,8 +188,5 @@ int JobsModel::rowOf(const QString& jobId) const {
   return -1;
 }
 
-QString money(double amount, const QString& currency) {
-  return QStringLiteral("%1 %2").arg(amount, 0, 'f', amount != 0 && std::abs(amount) < 1 ? 4 : 2).arg(currency);
-}
 
 }  // namespace lockstep::app

@@ -74,7 +74,5 @@ class JobsModel : public RefreshedTableModel {
 // Text and colour for a job state, shared by the jobs list and the dashboard.
 QString jobStateText(JobState state);
 QColor jobStateColor(JobState state, const QPalette& palette);
-// Money: cents, or finer below one unit (a short CPU job costs a fraction of a cent).
-QString money(double amount, const QString& currency);
 
 }  // namespace lockstep::app

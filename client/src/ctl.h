@@ -52,7 +52,10 @@ int exitFor(const Error& e);
     }                                              \
   } while (false)
 int fail(const Error& e);            // prints "lockstepctl: message" and returns its exit code
-std::string timeText(std::int64_t unixUs);  // local time, "-" for 0
+std::string timeText(std::int64_t unixUs);  // local time, present::kUnknown for 0
+// `text` in a column `width` characters wide (not bytes: "–" is three in UTF-8), right-aligned;
+// left-aligned for a negative width, as printf's.
+std::string column(const std::string& text, int width);
 
 // Records what `start --wait` and `watch` see of a job into the history. A history that cannot be
 // opened or written is reported once and then left alone: running a job never fails for it.

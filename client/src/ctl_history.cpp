@@ -8,6 +8,7 @@
 
 #include "ctl.h"
 #include "ctl_flags.h"
+#include "lockstep/present/present.h"
 #include "lockstep/common/clock.h"
 #include "lockstep/report/report.h"
 #ifdef LOCKSTEP_HAVE_PDF
@@ -26,23 +27,6 @@ Result<history::History> openHistory(const Globals& g) {
 
 Json maybe(const std::optional<double>& v) { return v && std::isfinite(*v) ? Json(*v) : Json(nullptr); }
 
-std::string fixed(const std::optional<double>& v, const char* format, double scale = 1) {
-  if (!v || !std::isfinite(*v)) return "-";
-  char text[48];
-  std::snprintf(text, sizeof text, format, *v * scale);
-  return text;
-}
-
-std::string durationText(double seconds) {
-  char text[32];
-  const auto s = static_cast<long long>(seconds);
-  if (s >= 3600) {
-    std::snprintf(text, sizeof text, "%lldh%02lldm", s / 3600, s / 60 % 60);
-  } else {
-    std::snprintf(text, sizeof text, "%lldm%02llds", s / 60, s % 60);
-  }
-  return text;
-}
 
 Result<JobState> parseState(const std::string& name) {
   for (JobState s : {JobState::kStarting, JobState::kRunning, JobState::kFinished, JobState::kFailed, JobState::kStopped}) {
@@ -75,7 +59,8 @@ Json recordJson(const history::JobRecord& r) {
     const kpi::JobKpis& k = *r.finalKpis;
     j["kpis"] = {{"steps", k.step},
                  {"elapsed_s", k.elapsedSeconds},
-                 {"samples_per_s", maybe(k.samplesPerSecond)},
+                 {"samples_per_s", maybe(present::jobThroughput(k, true))},  // what the job delivered
+                 {"end_samples_per_s", maybe(k.samplesPerSecond)},          // over its last 10 s
                  {"scaling_efficiency", maybe(k.scalingEfficiency)},
                  {"comm_overhead", maybe(k.commOverhead)},
                  {"gpu_utilization_pct", maybe(k.gpuUtilizationPct)},
@@ -125,18 +110,21 @@ int listJobs(const Globals& g, const std::vector<std::string>& args) {
     return kOk;
   }
   std::printf("%-28s %-16s %-9s %-19s %9s %5s %11s %6s %6s %12s\n", "JOB", "NAME", "STATE", "STARTED", "DURATION",
-              "RANKS", "SAMPLES/S", "EFF %", "COMM %", "COST");
+              "RANKS", "SAMPLES/S", "EFF", "COMM", "COST");
   for (const auto& r : *jobs) {
     const kpi::JobKpis* k = r.finalKpis ? &*r.finalKpis : nullptr;
     const double elapsed = r.endedUnixUs && r.startedUnixUs ? static_cast<double>(r.endedUnixUs - r.startedUnixUs) / 1e6
                                                             : static_cast<double>(unixMicrosNow() - r.startedUnixUs) / 1e6;
     const Prices& prices = r.spec.prices;
-    const std::string cost = prices.anySet() && k && k->costSoFar ? fixed(k->costSoFar, "%.2f ") + prices.currency : "-";
-    std::printf("%-28s %-16.16s %-9s %-19s %9s %5u %11s %6s %6s %12s\n", r.spec.jobId.c_str(), r.spec.name.c_str(),
-                std::string(jobStateName(r.state)).c_str(), timeText(r.startedUnixUs).c_str(),
-                r.startedUnixUs ? durationText(elapsed).c_str() : "-", r.spec.worldSize,
-                k ? fixed(k->samplesPerSecond, "%.0f").c_str() : "-", k ? fixed(k->scalingEfficiency, "%.0f", 100).c_str() : "-",
-                k ? fixed(k->commOverhead, "%.1f", 100).c_str() : "-", cost.c_str());
+    const std::string unknown(present::kUnknown);
+    const std::string cost = prices.anySet() && k && k->costSoFar ? present::money(*k->costSoFar, prices.currency) : unknown;
+    // Final KPIs exist once a job ended: its throughput is what it delivered, start to end.
+    std::printf("%-28s %-16.16s %-9s %s %s %5u %s %s %s %s\n", r.spec.jobId.c_str(), r.spec.name.c_str(),
+                std::string(jobStateName(r.state)).c_str(), column(timeText(r.startedUnixUs), -19).c_str(),
+                column(r.startedUnixUs ? present::duration(elapsed) : unknown, 9).c_str(), r.spec.worldSize,
+                column(k ? present::figure(present::jobThroughput(*k, true), 0) : unknown, 11).c_str(),
+                column(k ? present::percent(k->scalingEfficiency, 0) : unknown, 6).c_str(),
+                column(k ? present::percent(k->commOverhead, 1) : unknown, 6).c_str(), column(cost, 12).c_str());
   }
   return kOk;
 }

@@ -90,9 +90,9 @@ int cmdStatus(const Globals& g, const std::vector<std::string>& argv) {
       all.push_back({{"job_id", id}, {"state", state}, {"ranks", ranks}, {"ranks_running", running},
                      {"started_unix_us", started}, {"ended_unix_us", ended}, {"message", message}});
     } else {
-      std::printf("%-32s %-9s %-6s %-20s %-20s %s\n", id.c_str(), state.c_str(),
-                  (std::to_string(running) + "/" + std::to_string(ranks)).c_str(), timeText(started).c_str(),
-                  timeText(ended).c_str(), message.c_str());
+      std::printf("%-32s %-9s %-6s %s %s %s\n", id.c_str(), state.c_str(),
+                  (std::to_string(running) + "/" + std::to_string(ranks)).c_str(), column(timeText(started), -20).c_str(),
+                  column(timeText(ended), -20).c_str(), message.c_str());
     }
   }
   if (g.json) std::printf("%s\n", all.dump().c_str());

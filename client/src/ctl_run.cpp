@@ -2,6 +2,7 @@
 // dispatch; each command lives in a ctl_*.cpp of its own (ctl.h). See `lockstepctl --help`.
 
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include "ctl.h"
 #include "ctl_flags.h"
 #include "lockstep/net/keys.h"
+#include "lockstep/present/present.h"
 
 namespace lockstep::ctl {
 namespace {
@@ -84,8 +86,15 @@ int fail(const Error& e) {
   return exitFor(e);
 }
 
+std::string column(const std::string& text, int width) {
+  const auto characters = static_cast<int>(
+      std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+  const std::string pad(static_cast<std::size_t>(std::max(0, std::abs(width) - characters)), ' ');
+  return width < 0 ? text + pad : pad + text;
+}
+
 std::string timeText(std::int64_t unixUs) {
-  if (unixUs == 0) return "-";
+  if (unixUs == 0) return std::string(present::kUnknown);
   const std::time_t t = static_cast<std::time_t>(unixUs / 1000000);
   char text[32];
   std::tm local{};

@@ -14,139 +14,22 @@
 #include "lockstep/common/clock.h"
 #include "lockstep/common/files.h"
 #include "lockstep/protocol/codec.h"
+#include "final_kpis.h"
 #include "schema.h"
+#include "sqlite.h"
 
 namespace lockstep::history {
 
 using detail::kApplicationId;
 using detail::kMigrations;
 using detail::kStepColumns;
+using detail::exec;
+using detail::pragmaInt;
+using detail::sqliteError;
+using detail::Statement;
+using detail::Transaction;
 
 namespace {
-
-Error sqliteError(sqlite3* db, std::string_view what) {
-  const int code = db ? sqlite3_errcode(db) : SQLITE_ERROR;
-  std::string message = std::string(what) + ": " + (db ? sqlite3_errmsg(db) : "out of memory");
-  if (code == SQLITE_BUSY || code == SQLITE_LOCKED) {
-    return Error{ErrorCode::kUnavailable, message + " (another process kept the history busy for 5 s; try again)"};
-  }
-  if (code == SQLITE_NOTADB || code == SQLITE_CORRUPT) {
-    return Error{ErrorCode::kFailedPrecondition,
-                 message + " (not a usable Lockstep history: move the file away, or set LOCKSTEP_HISTORY to another path)"};
-  }
-  return Error{ErrorCode::kIo, message};
-}
-
-// A prepared statement: bind by position (from 1), step, read columns (from 0).
-class Statement {
- public:
-  static Result<Statement> prepare(sqlite3* db, std::string_view sql) {
-    sqlite3_stmt* stmt = nullptr;
-    if (sqlite3_prepare_v2(db, sql.data(), static_cast<int>(sql.size()), &stmt, nullptr) != SQLITE_OK) {
-      return sqliteError(db, "preparing a history query");
-    }
-    return Statement(db, stmt);
-  }
-  Statement(Statement&& other) noexcept : db_(other.db_), stmt_(std::exchange(other.stmt_, nullptr)) {}
-  Statement& operator=(Statement&&) = delete;
-  ~Statement() { sqlite3_finalize(stmt_); }
-
-  Statement& bind(int i, std::int64_t v) { return check(sqlite3_bind_int64(stmt_, i, v)); }
-  Statement& bind(int i, std::uint64_t v) { return bind(i, static_cast<std::int64_t>(v)); }
-  Statement& bind(int i, std::uint32_t v) { return bind(i, std::int64_t{v}); }
-  Statement& bind(int i, std::int32_t v) { return bind(i, std::int64_t{v}); }
-  Statement& bind(int i, double v) { return check(sqlite3_bind_double(stmt_, i, v)); }
-  Statement& bind(int i, std::string_view v) {
-    return check(sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
-  }
-  Statement& bind(int i, const std::string& v) { return bind(i, std::string_view(v)); }
-  Statement& bind(int i, const char* v) { return bind(i, std::string_view(v)); }
-  template <class T>
-  Statement& bind(int i, const std::optional<T>& v) {
-    return v ? bind(i, *v) : check(sqlite3_bind_null(stmt_, i));
-  }
-  Statement& bindNull(int i) { return check(sqlite3_bind_null(stmt_, i)); }
-
-  // true: a row is ready; false: done.
-  Result<bool> step() {
-    if (bindFailed_) return sqliteError(db_, "binding a history query");
-    const int rc = sqlite3_step(stmt_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    return sqliteError(db_, "history query");
-  }
-  Result<void> run() {
-    LOCKSTEP_TRY(step());
-    return reset();
-  }
-  Result<void> reset() {
-    sqlite3_reset(stmt_);
-    sqlite3_clear_bindings(stmt_);
-    bindFailed_ = false;
-    return {};
-  }
-
-  bool null(int c) const { return sqlite3_column_type(stmt_, c) == SQLITE_NULL; }
-  std::int64_t i64(int c) const { return sqlite3_column_int64(stmt_, c); }
-  double real(int c) const { return sqlite3_column_double(stmt_, c); }
-  std::string text(int c) const {
-    const auto* p = sqlite3_column_text(stmt_, c);
-    return p ? std::string(reinterpret_cast<const char*>(p), static_cast<std::size_t>(sqlite3_column_bytes(stmt_, c)))
-             : std::string();
-  }
-  std::optional<double> maybeReal(int c) const { return null(c) ? std::nullopt : std::optional(real(c)); }
-  template <class T>
-  std::optional<T> maybeInt(int c) const {
-    return null(c) ? std::nullopt : std::optional(static_cast<T>(i64(c)));
-  }
-
- private:
-  Statement(sqlite3* db, sqlite3_stmt* stmt) : db_(db), stmt_(stmt) {}
-  Statement& check(int rc) {
-    bindFailed_ |= rc != SQLITE_OK;
-    return *this;
-  }
-  sqlite3* db_;
-  sqlite3_stmt* stmt_;
-  bool bindFailed_ = false;
-};
-
-Result<void> exec(sqlite3* db, const char* sql) {
-  char* message = nullptr;
-  if (sqlite3_exec(db, sql, nullptr, nullptr, &message) != SQLITE_OK) {
-    sqlite3_free(message);
-    return sqliteError(db, "history");
-  }
-  return {};
-}
-
-Result<std::int64_t> pragmaInt(sqlite3* db, const char* sql) {
-  LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db, sql));
-  LOCKSTEP_ASSIGN_OR_RETURN(bool row, stmt.step());
-  return row ? stmt.i64(0) : 0;
-}
-
-// BEGIN IMMEDIATE ... COMMIT; rolled back unless committed.
-class Transaction {
- public:
-  static Result<Transaction> begin(sqlite3* db) {
-    LOCKSTEP_TRY(exec(db, "BEGIN IMMEDIATE"));
-    return Transaction(db);
-  }
-  Transaction(Transaction&& other) noexcept : db_(std::exchange(other.db_, nullptr)) {}
-  Transaction& operator=(Transaction&&) = delete;
-  ~Transaction() {
-    if (db_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-  }
-  Result<void> commit() {
-    LOCKSTEP_TRY(exec(std::exchange(db_, nullptr), "COMMIT"));
-    return {};
-  }
-
- private:
-  explicit Transaction(sqlite3* db) : db_(db) {}
-  sqlite3* db_;
-};
 
 std::string gpusToJson(const std::vector<GpuInfo>& gpus) {
   auto array = nlohmann::json::array();
@@ -404,23 +287,10 @@ Result<std::vector<std::string>> History::refreshFinalKpis() {
     if (!ended(record.state)) continue;  // computed once it ends
     LOCKSTEP_ASSIGN_OR_RETURN(auto t, tracker(jobId));
     const kpi::JobKpis k = t->snapshot(std::max(record.endedUnixUs, t->lastReportUnixUs()));
-    auto missing = nlohmann::json::array();
-    for (const auto& m : k.missing) missing.push_back(m);
     const std::int64_t now = unixMicrosNow();
 
     LOCKSTEP_ASSIGN_OR_RETURN(auto tx, Transaction::begin(db));
-    LOCKSTEP_ASSIGN_OR_RETURN(auto insert, Statement::prepare(db, R"sql(
-      INSERT OR REPLACE INTO final_kpis VALUES
-        (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24,
-         ?25, ?26))sql"));
-    insert.bind(1, jobId).bind(2, now).bind(3, k.worldSize).bind(4, k.attempts).bind(5, k.step).bind(6, k.totalSteps);
-    insert.bind(7, k.elapsedSeconds).bind(8, k.samplesPerSecond).bind(9, k.commOverhead).bind(10, k.scalingEfficiency);
-    insert.bind(11, static_cast<std::int64_t>(k.scalingBasis)).bind(12, k.gpuUtilizationPct).bind(13, k.loadImbalance);
-    insert.bind(14, k.slowestRank).bind(15, static_cast<std::int64_t>(k.slowestCause)).bind(16, k.lastGlobalLoss);
-    insert.bind(17, k.smoothedLoss).bind(18, k.timeToConvergenceSeconds).bind(19, k.energyKwh).bind(20, k.gpuHours);
-    insert.bind(21, k.coreHours).bind(22, k.costSoFar).bind(23, std::int64_t{k.costComplete}).bind(24, missing.dump());
-    insert.bind(25, k.totalSamples).bind(26, k.totalTokens);
-    LOCKSTEP_TRY(insert.run());
+    LOCKSTEP_TRY(detail::writeFinalKpis(db, jobId, k, now));
     LOCKSTEP_ASSIGN_OR_RETURN(auto done, Statement::prepare(db, "UPDATE jobs SET kpis_stale = 0 WHERE job_id = ?1"));
     LOCKSTEP_TRY(done.bind(1, jobId).run());
     LOCKSTEP_TRY(tx.commit());
@@ -511,47 +381,6 @@ Result<std::vector<NodeRecord>> readNodes(sqlite3* db, const std::vector<PartRec
   return nodes;
 }
 
-Result<std::optional<kpi::JobKpis>> readFinalKpis(sqlite3* db, const std::string& jobId) {
-  LOCKSTEP_ASSIGN_OR_RETURN(auto s, Statement::prepare(db, "SELECT * FROM final_kpis WHERE job_id = ?1"));
-  s.bind(1, jobId);
-  LOCKSTEP_ASSIGN_OR_RETURN(bool row, s.step());
-  if (!row) return std::optional<kpi::JobKpis>();
-  kpi::JobKpis k;
-  k.jobId = jobId;
-  k.worldSize = static_cast<std::uint32_t>(s.i64(2));
-  k.attempts = static_cast<std::uint32_t>(s.i64(3));
-  k.step = static_cast<std::uint64_t>(s.i64(4));
-  k.totalSteps = static_cast<std::uint64_t>(s.i64(5));
-  k.elapsedSeconds = s.real(6);
-  k.samplesPerSecond = s.maybeReal(7);
-  k.commOverhead = s.maybeReal(8);
-  k.scalingEfficiency = s.maybeReal(9);
-  k.scalingBasis = static_cast<kpi::ScalingBasis>(s.i64(10));
-  k.gpuUtilizationPct = s.maybeReal(11);
-  k.loadImbalance = s.maybeReal(12);
-  k.slowestRank = s.maybeInt<std::uint32_t>(13);
-  k.slowestCause = static_cast<kpi::SlowCause>(s.i64(14));
-  k.lastGlobalLoss = s.maybeReal(15);
-  k.smoothedLoss = s.maybeReal(16);
-  k.timeToConvergenceSeconds = s.maybeReal(17);
-  k.energyKwh = s.maybeReal(18);
-  k.gpuHours = s.maybeReal(19);
-  k.coreHours = s.maybeReal(20);
-  k.costSoFar = s.maybeReal(21);
-  k.costProjected = k.costSoFar;
-  k.costComplete = s.i64(22) != 0;
-  k.totalSamples = s.maybeInt<std::uint64_t>(24).value_or(0);
-  k.totalTokens = s.maybeInt<std::uint64_t>(25);
-  if (k.elapsedSeconds > 0 && !s.null(24)) k.meanSamplesPerSecond = static_cast<double>(k.totalSamples) / k.elapsedSeconds;
-  const auto missing = nlohmann::json::parse(s.text(23), nullptr, false);
-  if (missing.is_array()) {
-    for (const auto& m : missing) {
-      if (m.is_string()) k.missing.push_back(m.get<std::string>());
-    }
-  }
-  return std::optional(std::move(k));
-}
-
 // Fills a JobRecord from a `jobs` row read as (job_id, spec_json, recorded_us, step_reports).
 Result<JobRecord> readRecord(sqlite3* db, const Statement& row) {
   JobRecord record;
@@ -574,7 +403,7 @@ Result<JobRecord> readRecord(sqlite3* db, const Statement& row) {
   record.state = combinedState(states);
   if (!ended(record.state)) record.endedUnixUs = 0;
   LOCKSTEP_ASSIGN_OR_RETURN(record.nodes, readNodes(db, record.parts));
-  LOCKSTEP_ASSIGN_OR_RETURN(record.finalKpis, readFinalKpis(db, jobId));
+  LOCKSTEP_ASSIGN_OR_RETURN(record.finalKpis, detail::readFinalKpis(db, jobId));
   return record;
 }
 

@@ -70,6 +70,11 @@ ALTER TABLE final_kpis ADD COLUMN total_samples INTEGER;
 ALTER TABLE final_kpis ADD COLUMN total_tokens INTEGER;
 UPDATE jobs SET kpis_stale = 1;
 )sql",
+    // 3: final_kpis is written and read by column name (final_kpis.cpp); the throughput it keeps
+    // is the one at the end (the last 10 s), named so, beside the whole job's samples.
+    R"sql(
+ALTER TABLE final_kpis RENAME COLUMN samples_per_s TO end_samples_per_s;
+)sql",
 };
 
 const char* const kStepColumns =

@@ -46,16 +46,6 @@ std::string eventName(JobEventKind kind) {
 }
 
 
-// Cents, except for amounts below a cent, which get two significant digits: a short job's cost is
-// small, not nothing.
-std::string moneyText(double amount, const std::string& currency) {
-  if (amount > 0 && amount < 0.01) {
-    const int decimals = std::min(8, 1 - static_cast<int>(std::floor(std::log10(amount))));
-    return number(amount, decimals) + " " + currency;
-  }
-  return number(amount, 2) + " " + currency;
-}
-
 // The share of step time the ranks spend waiting for data: over the ranks' last window when known,
 // else over the recorded step splits.
 kpi::Maybe dataWaitShare(const ReportData& data) {
@@ -141,11 +131,9 @@ std::size_t distinctNodes(const history::JobRecord& job) {
   return nodes.size();
 }
 
-// The job's mean throughput, start to end, from its final KPIs; else the last window's.
+// The ended job's throughput, from its final KPIs.
 kpi::Maybe meanThroughput(const history::JobRecord& job) {
-  if (!job.finalKpis) return std::nullopt;
-  const kpi::JobKpis& k = *job.finalKpis;
-  return k.meanSamplesPerSecond ? k.meanSamplesPerSecond : k.samplesPerSecond;
+  return job.finalKpis ? present::jobThroughput(*job.finalKpis, true) : std::nullopt;
 }
 
 }  // namespace
@@ -393,10 +381,10 @@ Document document(const ReportData& data) {
   if (!job.message.empty()) summary.paragraphs.push_back(job.message);
   Table kpis{"Key figures", {"KPI", "Value", "How it was obtained"}, {}};
   kpis.rows.push_back({"Training throughput",
-                       data.meanSamplesPerSecond ? number(*data.meanSamplesPerSecond, 0) + " samples/s" : dash(),
-                       "mean over the job, start to end (start-up included)"});
-  kpis.rows.push_back(
-      {"Throughput at the end", orDash(k.samplesPerSecond, 0, " samples/s"), "over the last 10 s, summed over ranks"});
+                       present::figure(data.meanSamplesPerSecond, 0, " samples/s"),
+                       std::string(present::jobThroughputMeaning(true))});
+  kpis.rows.push_back({"Throughput at the end", present::figure(k.samplesPerSecond, 0, " samples/s"),
+                       std::string(present::jobThroughputMeaning(false))});
   kpis.rows.push_back({"Scaling efficiency", detail::percent(k.scalingEfficiency),
                        k.scalingEfficiency ? std::string(kpi::scalingBasisName(k.scalingBasis)) : "not known"});
   kpis.rows.push_back({"GPU utilization", orDash(k.gpuUtilizationPct, 0, "%"),
@@ -417,11 +405,11 @@ Document document(const ReportData& data) {
   if (spec.prices.anySet()) {
     costNote = "spent";
     if (k.costProjected && k.totalSteps > k.step)
-      costNote += "; projected " + moneyText(*k.costProjected, spec.prices.currency);
+      costNote += "; projected " + present::money(*k.costProjected, spec.prices.currency);
     if (!k.costComplete) costNote += "; without unmeasured parts";
   }
   kpis.rows.push_back({"Cost per training job",
-                       spec.prices.anySet() && k.costSoFar ? moneyText(*k.costSoFar, spec.prices.currency) : dash(),
+                       spec.prices.anySet() && k.costSoFar ? present::money(*k.costSoFar, spec.prices.currency) : dash(),
                        costNote});
   kpis.rows.push_back({"Energy", orDash(k.energyKwh, 3, " kWh"),
                        k.energyKwh ? "NVML energy counters of the job's GPUs" : "no energy counter readings"});
@@ -601,7 +589,7 @@ Comparison compare(std::span<const history::JobRecord> jobs) {
       }));
   row("Cost", [](const history::JobRecord& j) {
     return j.finalKpis && j.finalKpis->costSoFar && j.spec.prices.anySet()
-               ? moneyText(*j.finalKpis->costSoFar, j.spec.prices.currency)
+               ? present::money(*j.finalKpis->costSoFar, j.spec.prices.currency)
                : dash();
   });
   row("Energy", fromKpis([](const kpi::JobKpis& k) { return orDash(k.energyKwh, 3, " kWh"); }));

@@ -30,15 +30,6 @@ std::string utc(std::int64_t unixUs, const char* format) {
 
 }  // namespace
 
-std::string number(double value, int decimals) {
-  if (!std::isfinite(value)) return std::string(kDash);
-  std::string text = toChars(value, decimals);
-  const std::size_t begin = text.front() == '-' ? 1 : 0;
-  std::size_t end = text.find('.');
-  if (end == std::string::npos) end = text.size();
-  for (std::size_t at = end; at > begin + 3; at -= 3) text.insert(at - 3, 1, ',');
-  return text;
-}
 
 std::string plainNumber(double value, int decimals) {
   if (!std::isfinite(value)) return "0";
@@ -93,28 +84,8 @@ std::string isoTime(std::int64_t unixUs) { return utc(unixUs, "%Y-%m-%dT%H:%M:%S
 
 std::string displayTime(std::int64_t unixUs) { return utc(unixUs, "%Y-%m-%d %H:%M:%S UTC"); }
 
-std::string duration(double seconds) {
-  if (!std::isfinite(seconds)) return std::string(kDash);
-  if (seconds < 90) return number(seconds, seconds < 10 ? 1 : 0) + " s";
-  if (seconds < 5400) return number(seconds / 60, 1) + " min";
-  return number(seconds / 3600, 1) + " h";
-}
 
-std::string percent(std::optional<double> fraction, int decimals) {
-  if (!fraction || !std::isfinite(*fraction)) return std::string(kDash);
-  return number(*fraction * 100, decimals) + "%";
-}
 
-std::string bytes(double count) {
-  if (!std::isfinite(count)) return std::string(kDash);
-  constexpr std::array<const char*, 5> kUnits = {"B", "KiB", "MiB", "GiB", "TiB"};
-  std::size_t unit = 0;
-  while (std::abs(count) >= 1024 && unit + 1 < kUnits.size()) {
-    count /= 1024;
-    ++unit;
-  }
-  return number(count, unit == 0 ? 0 : 1) + " " + kUnits[unit];
-}
 
 std::string compact(double value) {
   std::string text = shortest(value);

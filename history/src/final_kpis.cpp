@@ -1,0 +1,109 @@
+#include "final_kpis.h"
+
+#include <nlohmann/json.hpp>
+#include <string_view>
+
+#include "sqlite.h"
+
+namespace lockstep::history::detail {
+namespace {
+
+// final_kpis' columns (schema.cpp), in one place: the INSERT and the SELECT are built from it.
+constexpr std::string_view kColumns[] = {
+    "job_id",           "computed_us",   "world_size",        "attempts",         "step",
+    "total_steps",      "elapsed_s",     "end_samples_per_s", "comm_overhead",    "scaling_efficiency",
+    "scaling_basis",    "gpu_utilization_pct", "load_imbalance", "slowest_rank",  "slowest_cause",
+    "last_global_loss", "smoothed_loss", "time_to_convergence_s", "energy_kwh",   "gpu_hours",
+    "core_hours",       "cost",          "cost_complete",     "missing_json",     "total_samples",
+    "total_tokens"};
+
+std::string joined(std::string_view prefix) {
+  std::string out;
+  for (const auto name : kColumns) out += (out.empty() ? "" : ", ") + std::string(prefix) + std::string(name);
+  return out;
+}
+
+// Reads the named columns of one row.
+class Row {
+ public:
+  explicit Row(const Statement& s) : s_(s) {}
+  int at(std::string_view name) const { return s_.column(name); }
+  std::int64_t i64(std::string_view name) const { return s_.i64(at(name)); }
+  double real(std::string_view name) const { return s_.real(at(name)); }
+  std::optional<double> maybeReal(std::string_view name) const { return s_.maybeReal(at(name)); }
+  template <class T>
+  std::optional<T> maybeInt(std::string_view name) const {
+    return s_.maybeInt<T>(at(name));
+  }
+  std::string text(std::string_view name) const { return s_.text(at(name)); }
+
+ private:
+  const Statement& s_;
+};
+
+}  // namespace
+
+Result<void> writeFinalKpis(sqlite3* db, const std::string& jobId, const kpi::JobKpis& k, std::int64_t computedUnixUs) {
+  auto missing = nlohmann::json::array();
+  for (const auto& m : k.missing) missing.push_back(m);
+  const std::string sql = "INSERT OR REPLACE INTO final_kpis (" + joined("") + ") VALUES (" + joined(":") + ")";
+  LOCKSTEP_ASSIGN_OR_RETURN(auto insert, Statement::prepare(db, sql));
+  insert.bind(":job_id", jobId).bind(":computed_us", computedUnixUs).bind(":world_size", k.worldSize);
+  insert.bind(":attempts", k.attempts).bind(":step", k.step).bind(":total_steps", k.totalSteps);
+  insert.bind(":elapsed_s", k.elapsedSeconds).bind(":end_samples_per_s", k.samplesPerSecond);
+  insert.bind(":comm_overhead", k.commOverhead).bind(":scaling_efficiency", k.scalingEfficiency);
+  insert.bind(":scaling_basis", static_cast<std::int64_t>(k.scalingBasis));
+  insert.bind(":gpu_utilization_pct", k.gpuUtilizationPct).bind(":load_imbalance", k.loadImbalance);
+  insert.bind(":slowest_rank", k.slowestRank).bind(":slowest_cause", static_cast<std::int64_t>(k.slowestCause));
+  insert.bind(":last_global_loss", k.lastGlobalLoss).bind(":smoothed_loss", k.smoothedLoss);
+  insert.bind(":time_to_convergence_s", k.timeToConvergenceSeconds).bind(":energy_kwh", k.energyKwh);
+  insert.bind(":gpu_hours", k.gpuHours).bind(":core_hours", k.coreHours).bind(":cost", k.costSoFar);
+  insert.bind(":cost_complete", std::int64_t{k.costComplete}).bind(":missing_json", missing.dump());
+  insert.bind(":total_samples", k.totalSamples).bind(":total_tokens", k.totalTokens);
+  return insert.run();
+}
+
+Result<std::optional<kpi::JobKpis>> readFinalKpis(sqlite3* db, const std::string& jobId) {
+  LOCKSTEP_ASSIGN_OR_RETURN(auto s, Statement::prepare(db, "SELECT " + joined("") + " FROM final_kpis WHERE job_id = ?1"));
+  s.bind(1, jobId);
+  LOCKSTEP_ASSIGN_OR_RETURN(bool found, s.step());
+  if (!found) return std::optional<kpi::JobKpis>();
+  const Row row(s);
+  kpi::JobKpis k;
+  k.jobId = jobId;
+  k.worldSize = static_cast<std::uint32_t>(row.i64("world_size"));
+  k.attempts = static_cast<std::uint32_t>(row.i64("attempts"));
+  k.step = static_cast<std::uint64_t>(row.i64("step"));
+  k.totalSteps = static_cast<std::uint64_t>(row.i64("total_steps"));
+  k.elapsedSeconds = row.real("elapsed_s");
+  k.samplesPerSecond = row.maybeReal("end_samples_per_s");
+  k.commOverhead = row.maybeReal("comm_overhead");
+  k.scalingEfficiency = row.maybeReal("scaling_efficiency");
+  k.scalingBasis = static_cast<kpi::ScalingBasis>(row.i64("scaling_basis"));
+  k.gpuUtilizationPct = row.maybeReal("gpu_utilization_pct");
+  k.loadImbalance = row.maybeReal("load_imbalance");
+  k.slowestRank = row.maybeInt<std::uint32_t>("slowest_rank");
+  k.slowestCause = static_cast<kpi::SlowCause>(row.i64("slowest_cause"));
+  k.lastGlobalLoss = row.maybeReal("last_global_loss");
+  k.smoothedLoss = row.maybeReal("smoothed_loss");
+  k.timeToConvergenceSeconds = row.maybeReal("time_to_convergence_s");
+  k.energyKwh = row.maybeReal("energy_kwh");
+  k.gpuHours = row.maybeReal("gpu_hours");
+  k.coreHours = row.maybeReal("core_hours");
+  k.costSoFar = row.maybeReal("cost");
+  k.costProjected = k.costSoFar;
+  k.costComplete = row.i64("cost_complete") != 0;
+  const auto totalSamples = row.maybeInt<std::uint64_t>("total_samples");
+  k.totalSamples = totalSamples.value_or(0);
+  k.totalTokens = row.maybeInt<std::uint64_t>("total_tokens");
+  if (k.elapsedSeconds > 0 && totalSamples) k.meanSamplesPerSecond = static_cast<double>(*totalSamples) / k.elapsedSeconds;
+  const auto missing = nlohmann::json::parse(row.text("missing_json"), nullptr, false);
+  if (missing.is_array()) {
+    for (const auto& m : missing) {
+      if (m.is_string()) k.missing.push_back(m.get<std::string>());
+    }
+  }
+  return std::optional(std::move(k));
+}
+
+}  // namespace lockstep::history::detail

@@ -1,0 +1,37 @@
+#pragma once
+// How Lockstep shows a figure, in one place for the dashboard, the History window, lockstepctl and
+// the reports: numbers, units, durations, what an unknown value looks like, and which throughput a
+// job's "Samples/s" means. No Qt (the app converts the text); locale-independent (std::to_chars):
+// Qt applications set the C library's locale from the environment, and a decimal comma would break
+// SVG coordinates, CSV and JSON.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "lockstep/kpi/kpi.h"
+
+namespace lockstep::present {
+
+// Shown for a figure that is not known: never 0, which would be a claim.
+inline constexpr std::string_view kUnknown = "–";
+
+// Fixed decimals with thousands separators: number(12400.26, 1) == "12,400.3"; NaN/inf: kUnknown.
+std::string number(double value, int decimals);
+// The same, kUnknown when there is no value, with a unit after it: figure(12400, 0, " samples/s").
+std::string figure(const std::optional<double>& value, int decimals, std::string_view unit = "");
+std::string percent(const std::optional<double>& fraction, int decimals = 1);  // 0.412 -> 41.2%
+std::string duration(double seconds);                                          // 42 s, 3.5 min, 2.1 h
+std::string bytes(double count);                                               // 1.5 GiB
+// Cents, except below a cent, which gets two significant digits (a short job's cost is small, not
+// nothing): "2.50 USD", "0.0031 USD".
+std::string money(double amount, std::string_view currency);
+
+// A job's "Samples/s": while it runs, the rate over the last 10 s; once it ended, the whole job's
+// mean (every sample over the elapsed time, start-up included), which is what it delivered.
+kpi::Maybe jobThroughput(const kpi::JobKpis& k, bool ended);
+// What jobThroughput means, for a tooltip or a report's "how it was obtained".
+std::string_view jobThroughputMeaning(bool ended);
+
+}  // namespace lockstep::present

@@ -1,0 +1,77 @@
+#include "lockstep/present/present.h"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+
+namespace lockstep::present {
+namespace {
+
+std::string toChars(double value, int decimals) {
+  std::array<char, 400> buffer{};  // fixed notation of 1e308 needs ~310 characters
+  const auto [end, ec] =
+      std::to_chars(buffer.data(), buffer.data() + buffer.size(), value, std::chars_format::fixed, decimals);
+  if (ec != std::errc()) return "0";
+  std::string text(buffer.data(), end);
+  // "-0.0" reads as a sign error.
+  if (text.front() == '-' && text.find_first_not_of("-0.") == std::string::npos) text.erase(0, 1);
+  return text;
+}
+
+}  // namespace
+
+std::string number(double value, int decimals) {
+  if (!std::isfinite(value)) return std::string(kUnknown);
+  std::string text = toChars(value, decimals);
+  const std::size_t begin = text.front() == '-' ? 1 : 0;
+  std::size_t end = text.find('.');
+  if (end == std::string::npos) end = text.size();
+  for (std::size_t at = end; at > begin + 3; at -= 3) text.insert(at - 3, 1, ',');
+  return text;
+}
+
+std::string figure(const std::optional<double>& value, int decimals, std::string_view unit) {
+  if (!value || !std::isfinite(*value)) return std::string(kUnknown);
+  return number(*value, decimals) + std::string(unit);
+}
+
+std::string percent(const std::optional<double>& fraction, int decimals) {
+  if (!fraction || !std::isfinite(*fraction)) return std::string(kUnknown);
+  return number(*fraction * 100, decimals) + "%";
+}
+
+std::string duration(double seconds) {
+  if (!std::isfinite(seconds)) return std::string(kUnknown);
+  if (seconds < 90) return number(seconds, seconds < 10 ? 1 : 0) + " s";
+  if (seconds < 5400) return number(seconds / 60, 1) + " min";
+  return number(seconds / 3600, 1) + " h";
+}
+
+std::string bytes(double count) {
+  if (!std::isfinite(count)) return std::string(kUnknown);
+  constexpr std::array<const char*, 5> kUnits = {"B", "KiB", "MiB", "GiB", "TiB"};
+  std::size_t unit = 0;
+  while (std::abs(count) >= 1024 && unit + 1 < kUnits.size()) {
+    count /= 1024;
+    ++unit;
+  }
+  return number(count, unit == 0 ? 0 : 1) + " " + kUnits[unit];
+}
+
+std::string money(double amount, std::string_view currency) {
+  int decimals = 2;
+  if (amount > 0 && amount < 0.01) decimals = std::min(8, 1 - static_cast<int>(std::floor(std::log10(amount))));
+  return number(amount, decimals) + " " + std::string(currency);
+}
+
+kpi::Maybe jobThroughput(const kpi::JobKpis& k, bool ended) {
+  if (!ended) return k.samplesPerSecond;
+  return k.meanSamplesPerSecond ? k.meanSamplesPerSecond : k.samplesPerSecond;
+}
+
+std::string_view jobThroughputMeaning(bool ended) {
+  return ended ? "mean over the job, start to end (start-up included)" : "over the last 10 s, summed over ranks";
+}
+
+}  // namespace lockstep::present

@@ -1,0 +1,55 @@
+// Issue 15: one presentation module for every face of Lockstep. The dashboard, the History window,
+// lockstepctl and the reports each had their own "–", durations, percentages and money, and an
+// ended job's samples/s meant the whole job in one place and the last 10 s in another.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "lockstep/present/present.h"
+
+namespace lockstep::present {
+namespace {
+
+TEST(Present, NumbersUnitsAndTheUnknownValue) {
+  EXPECT_EQ(number(12400.26, 1), "12,400.3");
+  EXPECT_EQ(number(-1234567, 0), "-1,234,567");
+  EXPECT_EQ(number(-0.001, 1), "0.0");
+  EXPECT_EQ(number(NAN, 1), kUnknown);
+  EXPECT_EQ(figure(std::nullopt, 0, " W"), kUnknown) << "unknown is never 0";
+  EXPECT_EQ(figure(250.4, 0, " W"), "250 W");
+  EXPECT_EQ(percent(0.412), "41.2%");
+  EXPECT_EQ(percent(std::nullopt), kUnknown);
+  EXPECT_EQ(bytes(1.5 * (1u << 30)), "1.5 GiB");
+  EXPECT_EQ(bytes(512), "512 B");
+}
+
+TEST(Present, DurationsChangeUnitWhereTheyReadBest) {
+  EXPECT_EQ(duration(4.25), "4.2 s");
+  EXPECT_EQ(duration(42), "42 s");
+  EXPECT_EQ(duration(89), "89 s");
+  EXPECT_EQ(duration(90), "1.5 min");
+  EXPECT_EQ(duration(5399), "90.0 min");
+  EXPECT_EQ(duration(7560), "2.1 h");
+  EXPECT_EQ(duration(INFINITY), kUnknown);
+}
+
+TEST(Present, MoneyKeepsAShortJobsFractionOfACent) {
+  EXPECT_EQ(money(2.5, "USD"), "2.50 USD");
+  EXPECT_EQ(money(0.0031, "EUR"), "0.0031 EUR");
+  EXPECT_EQ(money(0, "USD"), "0.00 USD");
+}
+
+TEST(Present, AJobsSamplesPerSecondIsTheWindowWhileItRunsAndTheMeanOnceItEnded) {
+  kpi::JobKpis k;
+  k.samplesPerSecond = 900;       // the last 10 s
+  k.meanSamplesPerSecond = 600;   // start to end, start-up included
+  EXPECT_EQ(jobThroughput(k, false), 900);
+  EXPECT_EQ(jobThroughput(k, true), 600);
+  k.meanSamplesPerSecond.reset();  // a file from before the mean was kept
+  EXPECT_EQ(jobThroughput(k, true), 900);
+  EXPECT_NE(jobThroughputMeaning(true), jobThroughputMeaning(false));
+}
+
+}  // namespace
+}  // namespace lockstep::present
