@@ -55,6 +55,8 @@ TEST(CtlFlags, EveryMistakeIsNamedWithTheUsage) {
   EXPECT_EQ(parse({"JOB", "--bogus"}), "unknown option --bogus; usage: t JOB [--n N]");
   EXPECT_EQ(parse({"JOB", "OTHER"}), "unexpected argument 'OTHER'; usage: t JOB [--n N]");
   EXPECT_EQ(parse({}), "an argument is missing; usage: t JOB [--n N]");
+  EXPECT_EQ(parse({"-x1"}), "ok") << "a single dash starts an argument (a Z85 key may)";
+  EXPECT_EQ(parse({"--", "--n"}), "ok") << "after --, everything is an argument";
 }
 
 TEST(CtlFlags, WhatAParserDoesNotKnowIsPassedOnWhenAskedInOrder) {

@@ -118,14 +118,7 @@ const JobEntry* ClusterStore::job(const std::string& id) const {
 }
 
 kpi::Settings ClusterStore::trackerSettings(const JobSpec& spec) const {
-  // A 1-rank run of the same workload in the history calibrates the job's scaling efficiency, as in
-  // its reports; without one (or a history) it is estimated or unknown.
-  kpi::Settings settings;
-  if (!history_ || spec.worldSize <= 1) return settings;
-  auto history = history::History::open(history_->path().toStdString());
-  if (!history) return settings;
-  if (auto single = history->calibration(spec)) settings.calibratedSingleRankSamplesPerSecond = *single;
-  return settings;
+  return history::liveTrackerSettings(history_ ? history_->path().toStdString() : std::string(), spec);
 }
 
 JobEntry& ClusterStore::jobEntry(const JobSpec& spec) {

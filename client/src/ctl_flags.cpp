@@ -106,6 +106,15 @@ Flags& Flags::passOn(std::vector<std::string>* out) {
 
 Error Flags::usageError(const std::string& problem) const { return invalidArgument(problem + "; " + usage_); }
 
+Result<void> Flags::argument(const std::string& text, std::size_t& count) const {
+  if (arguments_ == nullptr || (optional_ != kAny && count >= required_ + optional_)) {
+    return usageError("unexpected argument '" + text + "'");
+  }
+  arguments_->push_back(text);
+  ++count;
+  return {};
+}
+
 Result<void> Flags::parse(const std::vector<std::string>& args) const {
   std::size_t positionals = 0;
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -127,12 +136,13 @@ Result<void> Flags::parse(const std::vector<std::string>& args) const {
       passOn_->push_back(args[i]);
       continue;
     }
-    if (flag.starts_with("-") && flag != "-") return usageError("unknown option " + flag);
-    if (arguments_ == nullptr || (optional_ != kAny && positionals >= required_ + optional_)) {
-      return usageError("unexpected argument '" + args[i] + "'");
+    if (args[i] == "--") {  // the end of options: what follows is arguments, even "-x"
+      for (++i; i < args.size(); ++i) LOCKSTEP_TRY(argument(args[i], positionals));
+      break;
     }
-    arguments_->push_back(args[i]);
-    ++positionals;
+    // A single dash may start an argument: a negative number, a key's Z85 text.
+    if (flag.starts_with("--") || flag == "-h") return usageError("unknown option " + flag);
+    LOCKSTEP_TRY(argument(args[i], positionals));
   }
   if (positionals < required_) return usageError(required_ == 1 ? "an argument is missing" : "arguments are missing");
   return {};

@@ -43,6 +43,7 @@ class Flags {
     Apply apply;
   };
   Error usageError(const std::string& problem) const;
+  Result<void> argument(const std::string& text, std::size_t& count) const;
 
   std::string usage_;
   std::vector<Spec> specs_;

@@ -29,9 +29,9 @@ int cmdKeygen(const Globals& g, const std::vector<std::string>& args) {
   return kOk;
 }
 
-int cmdTrust(const Globals& g, const std::vector<std::string>& argv) {
-  std::vector<std::string> args;
-  LOCKSTEP_TRY_OR_FAIL(Flags("usage: lockstepctl trust HOST:PORT KEY").arguments(&args, 2).parse(argv));
+int cmdTrust(const Globals& g, const std::vector<std::string>& args) {
+  // Taken as they are, not through Flags: a key's Z85 text may begin with '-'.
+  if (args.size() != 2) return fail(invalidArgument("usage: lockstepctl trust HOST:PORT KEY"));
   auto address = parseAgentAddress(args[0]);
   if (!address) return fail(address.error());
   auto known = KnownAgents::load(knownAgentsPath(g.configDir));

@@ -624,4 +624,13 @@ Result<std::vector<JobEvent>> History::events(const std::string& jobId) const {
   }
 }
 
+kpi::Settings liveTrackerSettings(const std::string& historyPath, const JobSpec& spec) {
+  kpi::Settings settings;
+  if (historyPath.empty() || spec.worldSize <= 1) return settings;
+  auto history = History::open(historyPath);
+  if (!history) return settings;
+  if (auto single = history->calibration(spec); single && *single) settings.calibratedSingleRankSamplesPerSecond = *single;
+  return settings;
+}
+
 }  // namespace lockstep::history

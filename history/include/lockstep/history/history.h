@@ -145,4 +145,9 @@ class History {
 // was stopped, else finished. The app's live view uses the same rule.
 JobState combinedState(std::span<const JobState> parts);
 
+// The KPI engine's settings for a job watched live (the app's dashboard, lockstepctl watch): a
+// 1-rank run of the same workload in the history at `historyPath` calibrates its scaling
+// efficiency, as in its reports; without one (or a history) it is estimated or unknown.
+kpi::Settings liveTrackerSettings(const std::string& historyPath, const JobSpec& spec);
+
 }  // namespace lockstep::history
