@@ -144,7 +144,7 @@ void ClusterStore::updateJobState(JobEntry& job) {
       job.startedUnixUs = part.startedUnixUs;
     }
   }
-  job.state = history::combinedState(states);  // the same rule as the history's
+  job.state = combinedState(states);  // the same rule as the history's
   job.message = message;
 }
 

@@ -92,7 +92,7 @@ bool partEnded(const JobStatus& s) { return s.state != JobState::kStarting && s.
 JobState overall(const std::vector<Part>& parts) {
   std::vector<JobState> states;
   for (const auto& p : parts) states.push_back(p.status.state);
-  return history::combinedState(states);
+  return combinedState(states);
 }
 
 int exitForState(JobState s) {

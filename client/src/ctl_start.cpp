@@ -19,6 +19,7 @@
 #include "ctl_flags.h"
 #include "lockstep/client/elastic.h"
 #include "lockstep/client/launch.h"
+#include "lockstep/client/supervisor.h"
 #include "lockstep/common/files.h"
 #include "lockstep/jobflags/options.h"
 #include "lockstep/protocol/codec.h"
@@ -46,99 +47,95 @@ std::string newJobId() {
 
 // ---- supervising a started job (start --wait) ----
 
-// Follows a started job to its end, recording it in the history. A job with max_restarts is
-// restarted from its last checkpoint with the ranks left when ranks or nodes are lost, keeping its
-// global batch (more rows per rank), up to max_restarts times; then it fails with what happened.
+// The parts as the supervisor sees them: each agent's, and the agents that stopped answering.
+std::vector<EndedPart> endedParts(const std::vector<Part>& parts, const std::set<AgentClient*>& lost) {
+  std::vector<EndedPart> ends;
+  for (auto* agent : lost) ends.push_back({agent->hello().nodeName, agent->address().text(), {}, true});
+  for (const auto& p : parts) {
+    ends.push_back({p.agent->hello().nodeName, p.agent->address().text(), p.status.ranks, false, p.status.state});
+  }
+  return ends;
+}
+
+// Places and launches the attempt the supervisor planned, on the agents of the nodes it keeps.
+Result<JobSpec> launchRestart(const Globals& g, const std::vector<Part>& parts, const RestartPlan& plan) {
+  std::vector<AgentClient*> where;
+  std::vector<std::uint32_t> counts;
+  for (const auto& [node, ranks] : plan.ranksPerNode) {
+    for (const auto& p : parts) {
+      if (p.agent->hello().nodeName == node) {
+        where.push_back(p.agent);
+        counts.push_back(ranks);
+        break;
+      }
+    }
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(auto placed, placeJob(where, counts, plan.next, g.timeout));
+  LOCKSTEP_TRY(validateJobSpec(placed));
+  LOCKSTEP_TRY(launchJob(where, placed, g.timeout));
+  return placed;
+}
+
+// Follows a started job to its end, recording it in the history, and carries out what the
+// supervisor decides (client/supervisor.h): stop a failed job's remaining parts, restart it with
+// the ranks left, or end.
 int superviseJob(const Globals& g, const Connected& agents, JobSpec spec, std::map<AgentClient*, std::uint64_t> lastSeq) {
   Recorder recorder(g);
+  Supervisor supervisor(spec);
   const bool elastic = spec.maxRestarts > 0;
   std::set<AgentClient*> lost;
   std::set<AgentClient*>* lostIfElastic = elastic ? &lost : nullptr;
-  std::vector<std::string> attempts;  // what ended each attempt
   const auto recordParts = [&](const std::vector<Part>& parts) {
     for (const auto& p : parts) recorder.part(p.agent->hello(), p.status);
   };
   // The job first: messages of a job the history does not hold are not kept.
   if (auto parts = findJob(agents, spec.jobId, g.timeout, lostIfElastic)) recordParts(*parts);
   auto nextStatus = Clock::now();
-  std::optional<Clock::time_point> failedSince;
   while (true) {
     for (auto& [agent, seq] : lastSeq) {
       if (lost.count(agent)) continue;
       auto batch = agent->fetch(seq, 5000, 100, g.timeout);
       if (!batch) {
         if (!elastic) return fail(batch.error());
-        lost.insert(agent);  // the status check below decides what it means for the job
+        lost.insert(agent);  // the supervisor decides what it means for the job
         continue;
       }
       recorder.messages(batch->messages);
       if (!batch->messages.empty()) seq = batch->messages.back().seq;
     }
-    if (Clock::now() < nextStatus && g_interrupted.load() == 0) continue;
+    const bool interrupted = g_interrupted.load() != 0;
+    if (Clock::now() < nextStatus && !interrupted) continue;
     nextStatus = Clock::now() + milliseconds(300);
-    auto parts = findJob(agents, spec.jobId, g.timeout, lostIfElastic);
+    auto parts = findJob(agents, supervisor.spec().jobId, g.timeout, lostIfElastic);
     if (!parts) return fail(parts.error());
     recordParts(*parts);
-    // A lost agent alone is no failure (it may be a slow answer); its node's peers failing is.
-    const bool ended = std::all_of(parts->begin(), parts->end(), [](const Part& p) { return partEnded(p.status); });
-    const bool failed = overall(*parts) == JobState::kFailed;
-    if (failed && !ended && g_interrupted.load() == 0) {
-      // The ranks left see the loss at once and end themselves (exit 3, naming the peer); give
-      // them a few seconds, so that their own ends say they survived, then stop the rest.
-      if (!failedSince) failedSince = Clock::now();
-      if (Clock::now() - *failedSince < std::chrono::seconds(elastic ? 10 : 0)) continue;
-      auto stopped = stopEverywhere(agents, spec.jobId, 0, g.timeout, lostIfElastic);
-      if (stopped) parts = std::move(stopped);
+    const auto ends = endedParts(*parts, lost);
+    auto action = interrupted ? supervisor.interrupt(ends) : supervisor.observe(ends, Clock::now());
+    if (action.kind == Supervisor::Action::Kind::kWait) continue;
+    if (action.kind == Supervisor::Action::Kind::kStop) {
+      (void)stopEverywhere(agents, supervisor.spec().jobId, 0, g.timeout, lostIfElastic);
+      continue;
     }
-    if (!(ended || failed || g_interrupted.load() != 0)) continue;
-    if (g_interrupted.load() != 0 && !ended) parts = stopEverywhere(agents, spec.jobId, 0, g.timeout, lostIfElastic);
-    if (!parts) return fail(parts.error());
-    recordParts(*parts);
     drain(lastSeq, recorder, g.timeout);
-    failedSince.reset();
-
-    if (failed && elastic && g_interrupted.load() == 0) {
-      std::vector<EndedPart> ends;
-      for (auto* agent : lost) ends.push_back({agent->hello().nodeName, agent->address().text(), {}, true});
-      for (const auto& p : *parts) ends.push_back({p.agent->hello().nodeName, p.agent->address().text(), p.status.ranks});
-      const RestartPlan plan = planRestart(spec, ends);
-      attempts.push_back("attempt " + std::to_string(spec.attempt) + " with " + std::to_string(spec.worldSize) +
-                         " rank" + (spec.worldSize == 1 ? "" : "s") + ": " + plan.lost);
-      std::string refusal = plan.refusal;
-      if (refusal.empty()) {
-        std::vector<AgentClient*> where;
-        std::vector<std::uint32_t> counts;
-        for (const auto& [node, ranks] : plan.ranksPerNode) {
-          for (const auto& p : *parts) {
-            if (p.agent->hello().nodeName == node) {
-              where.push_back(p.agent);
-              counts.push_back(ranks);
-              break;
-            }
-          }
-        }
-        auto placedAgain = placeJob(where, counts, plan.next, g.timeout);
-        Result<void> launched = placedAgain ? validateJobSpec(*placedAgain) : Result<void>(placedAgain.error());
-        if (launched) launched = launchJob(where, *placedAgain, g.timeout);
-        if (launched) {
-          std::printf("job %s: %s; restart %u of %u with %u rank%s from the last checkpoint\n", spec.jobId.c_str(),
-                      plan.lost.c_str(), placedAgain->attempt, spec.maxRestarts, placedAgain->worldSize,
-                      placedAgain->worldSize == 1 ? "" : "s");
-          std::fflush(stdout);
-          spec = *placedAgain;
-          continue;
-        }
-        refusal = "the restart did not start: " + launched.error().message;
+    if (action.kind == Supervisor::Action::Kind::kRestart) {
+      auto placed = launchRestart(g, *parts, action.plan);
+      if (placed) {
+        std::printf("job %s: %s; restart %u of %u with %u rank%s from the last checkpoint\n", spec.jobId.c_str(),
+                    action.message.c_str(), placed->attempt, spec.maxRestarts, placed->worldSize,
+                    placed->worldSize == 1 ? "" : "s");
+        std::fflush(stdout);
+        supervisor.restarted(*placed);
+        continue;
       }
-      attempts.push_back("not restarted: " + refusal);
+      action = supervisor.restartFailed(placed.error().message);
     }
     recorder.finish();
     printJob(g, spec.jobId, *parts);
-    if (!attempts.empty() && !g.json) {
+    if (!supervisor.attempts().empty() && !g.json) {
       std::printf("what happened:\n");
-      for (const auto& line : attempts) std::printf("  %s\n", line.c_str());
+      for (const auto& line : supervisor.attempts()) std::printf("  %s\n", line.c_str());
     }
-    return exitForState(failed ? JobState::kFailed : overall(*parts));
+    return exitForState(action.state);
   }
 }
 

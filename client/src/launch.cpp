@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "lockstep/client/launcher.h"
+
 namespace lockstep {
 
 std::vector<std::uint32_t> freeGpus(const NodeHello& hello, const std::vector<JobStatus>& jobs) {
@@ -66,35 +68,34 @@ Result<JobSpec> placeJob(const std::vector<AgentClient*>& agents, const std::vec
 }
 
 Result<void> launchJob(const std::vector<AgentClient*>& agents, JobSpec spec, std::chrono::milliseconds timeout) {
-  std::vector<AgentClient*> order;  // rank 0's agent first
-  for (const auto& p : spec.ranks) {
+  const auto agentOf = [&](const std::string& node) -> AgentClient* {
     for (auto* agent : agents) {
-      const bool runsHere = agent->hello().nodeName == p.node;
-      if (runsHere && std::find(order.begin(), order.end(), agent) == order.end()) order.push_back(agent);
+      if (agent->hello().nodeName == node) return agent;
     }
-  }
-  if (order.empty()) return invalidArgument("no agent runs a rank of job " + spec.jobId);
-  std::vector<AgentClient*> started;
-  auto undo = [&](const Error& why, AgentClient* where) -> Error {
-    // An agent whose answer did not come in time may still start its part (it checks the job's
-    // paths first): it is stopped too, which cancels a start still under way.
-    if (why.code == ErrorCode::kTimeout || why.code == ErrorCode::kUnavailable) started.push_back(where);
-    for (auto* agent : started) (void)agent->stopJob(spec.jobId, 0, timeout);
-    return why.withContext("starting job " + spec.jobId + " on " + where->address().text() + " (" +
-                           where->hello().nodeName + ")" +
-                           (started.empty() ? "" : "; stopped the parts already started"));
+    return nullptr;
   };
-  std::string storeSecret;  // rank 0's agent's store's, which the other agents' ranks need
-  for (auto* agent : order) {
-    auto reply = agent->startJob(spec, storeSecret, timeout);
-    if (!reply) return undo(reply.error(), agent);
-    started.push_back(agent);
-    if (agent == order.front() && spec.worldSize > 1) {
-      spec.rendezvousPort = reply->rendezvousPort;
-      storeSecret = reply->storeSecret;
-      if (spec.rendezvousHost.empty()) spec.rendezvousHost = agent->address().host;
+  Launcher launcher(std::move(spec));
+  // One start at a time: the others' wait is this client's, not the agents'.
+  for (auto starts = launcher.next(); !starts.empty(); starts = launcher.next()) {
+    for (const auto& start : starts) {
+      if (launcher.error()) {  // another part failed: this one is not sent
+        launcher.failed(start.node, Error{ErrorCode::kCancelled, "not started"});
+        continue;
+      }
+      AgentClient* agent = agentOf(start.node);
+      auto reply = agent ? agent->startJob(start.spec, start.storeSecret, timeout)
+                         : Result<StartJobReply>(Error{ErrorCode::kUnavailable, "no agent of node " + start.node});
+      if (reply) {
+        launcher.started(start.node, *reply);
+      } else {
+        launcher.failed(start.node, reply.error().withContext(agent ? agent->address().text() : start.node));
+      }
     }
   }
+  for (const auto& node : launcher.toStop()) {
+    if (AgentClient* agent = agentOf(node)) (void)agent->stopJob(launcher.spec().jobId, 0, timeout);
+  }
+  if (launcher.error()) return *launcher.error();
   return {};
 }
 

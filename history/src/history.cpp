@@ -63,20 +63,6 @@ std::string likePattern(std::string_view text) {
 
 }  // namespace
 
-JobState combinedState(std::span<const JobState> parts) {
-  bool running = false, failed = false, stopped = false, starting = false;
-  for (JobState s : parts) {
-    starting |= s == JobState::kStarting;
-    running |= s == JobState::kRunning;
-    failed |= s == JobState::kFailed;
-    stopped |= s == JobState::kStopped;
-  }
-  if (failed) return JobState::kFailed;
-  if (running) return JobState::kRunning;
-  if (starting || parts.empty()) return JobState::kStarting;
-  return stopped ? JobState::kStopped : JobState::kFinished;
-}
-
 void History::Closer::operator()(sqlite3* db) const { sqlite3_close_v2(db); }
 
 History::History(sqlite3* db, std::string path, Options options) : db_(db), path_(std::move(path)), options_(options) {}

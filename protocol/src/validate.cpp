@@ -269,6 +269,20 @@ bool isRankVariable(std::string_view name) {
          name.rfind("LOCKSTEP_", 0) == 0 || name.rfind("TORCHELASTIC_", 0) == 0;
 }
 
+JobState combinedState(const std::vector<JobState>& parts) {
+  bool running = false, failed = false, stopped = false, starting = false;
+  for (JobState s : parts) {
+    starting |= s == JobState::kStarting;
+    running |= s == JobState::kRunning;
+    failed |= s == JobState::kFailed;
+    stopped |= s == JobState::kStopped;
+  }
+  if (failed) return JobState::kFailed;
+  if (running) return JobState::kRunning;
+  if (starting || parts.empty()) return JobState::kStarting;
+  return stopped ? JobState::kStopped : JobState::kFinished;
+}
+
 std::string_view jobStateName(JobState state) {
   switch (state) {
     case JobState::kStarting: return "starting";

@@ -24,6 +24,7 @@ struct EndedPart {
   std::string agent;  // how the client reaches it, for messages
   std::vector<RankStatus> ranks;
   bool agentLost = false;
+  JobState state = JobState::kRunning;  // as its agent reported it (not meaningful when agentLost)
 };
 
 struct RestartPlan {

@@ -141,10 +141,6 @@ class History {
   Options options_;
 };
 
-// The state of a job from its parts: failed if any failed, running while any runs, stopped if any
-// was stopped, else finished. The app's live view uses the same rule.
-JobState combinedState(std::span<const JobState> parts);
-
 // The KPI engine's settings for a job watched live (the app's dashboard, lockstepctl watch): a
 // 1-rank run of the same workload in the history at `historyPath` calibrates its scaling
 // efficiency, as in its reports; without one (or a history) it is estimated or unknown.

@@ -272,6 +272,10 @@ struct Request {
 
 enum class JobState { kStarting = 1, kRunning = 2, kFinished = 3, kFailed = 4, kStopped = 5 };
 std::string_view jobStateName(JobState state);
+// The state of a job from its parts (one per node): failed if any failed, running while any runs,
+// starting while any starts (or none is known), stopped if any was stopped, else finished. The
+// history, both clients and the supervisor use this one rule.
+JobState combinedState(const std::vector<JobState>& parts);
 
 struct StartJobReply {
   std::string jobId;

@@ -1,0 +1,69 @@
+#pragma once
+// Following a launched job to its end, and its elastic restarts (--max-restarts), as a plain state
+// machine that both clients drive (lockstepctl start --wait, the app): the job's parts and the
+// time come in, what to do comes out. Tests drive it with a fake clock.
+//
+// The rules: a job that failed while some of its ranks still run gets a grace period (10 s when it
+// may restart, so that the ranks left end by themselves and say they survived; none otherwise),
+// then its remaining parts are stopped. Once every part ended: finished, stopped or failed; a
+// failed job with restarts left is restarted from its last checkpoint with the ranks left (the
+// plan: elastic.h), else given up with what happened. A lost agent alone is no failure (it may
+// be a slow answer); its node's peers failing is.
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lockstep/client/elastic.h"
+#include "lockstep/protocol/types.h"
+
+namespace lockstep {
+
+class Supervisor {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr auto kRestartGrace = std::chrono::seconds(10);
+
+  // What to do now.
+  struct Action {
+    enum class Kind {
+      kWait,     // nothing yet
+      kStop,     // stop every part still running (handed out once per attempt)
+      kRestart,  // place and launch `plan.next` with `plan.ranksPerNode`, then restarted() or restartFailed()
+      kEnd,      // the job is over: `state` and `summary`
+    };
+    Kind kind = Kind::kWait;
+    RestartPlan plan;
+    JobState state = JobState::kRunning;
+    std::string message;  // for kRestart and kEnd: what happened, in words
+  };
+
+  explicit Supervisor(JobSpec launched);
+
+  // The job's parts as last seen (an agent that does not answer: agentLost), at `now`.
+  Action observe(const std::vector<EndedPart>& parts, Clock::time_point now);
+  // The user asked to stop following (Ctrl-C): stop the job, then end.
+  Action interrupt(const std::vector<EndedPart>& parts);
+
+  void restarted(const JobSpec& placed);       // the next attempt runs
+  Action restartFailed(const std::string& why);  // it did not start: the job ends failed
+
+  const JobSpec& spec() const { return spec_; }
+  // One line per attempt that ended, and why the last was not restarted.
+  const std::vector<std::string>& attempts() const { return attempts_; }
+
+ private:
+  Action end(JobState state, const std::string& message);
+  JobSpec spec_;
+  std::optional<Clock::time_point> failedSince_;
+  bool stopSent_ = false;
+  bool restarting_ = false;
+  bool over_ = false;
+  std::vector<std::string> attempts_;
+};
+
+// A job's overall state from the parts whose agents answer, by the history's rule (combinedState).
+JobState partsState(const std::vector<EndedPart>& parts);
+
+}  // namespace lockstep

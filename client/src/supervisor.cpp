@@ -1,0 +1,93 @@
+#include "lockstep/client/supervisor.h"
+
+#include <algorithm>
+
+namespace lockstep {
+namespace {
+
+// A lost agent's part is not waited for: nothing more will be learnt of it (the plan counts it lost).
+bool partEnded(const EndedPart& p) {
+  return p.agentLost || (p.state != JobState::kRunning && p.state != JobState::kStarting);
+}
+
+}  // namespace
+
+JobState partsState(const std::vector<EndedPart>& parts) {
+  std::vector<JobState> states;
+  for (const auto& p : parts) {
+    if (!p.agentLost) states.push_back(p.state);
+  }
+  return combinedState(states);
+}
+
+Supervisor::Supervisor(JobSpec launched) : spec_(std::move(launched)) {}
+
+Supervisor::Action Supervisor::end(JobState state, const std::string& message) {
+  over_ = true;
+  Action a;
+  a.kind = Action::Kind::kEnd;
+  a.state = state;
+  a.message = message;
+  return a;
+}
+
+Supervisor::Action Supervisor::observe(const std::vector<EndedPart>& parts, Clock::time_point now) {
+  if (over_ || restarting_) return {};
+  const bool elastic = spec_.maxRestarts > 0;
+  const JobState state = partsState(parts);
+  const bool allEnded = std::all_of(parts.begin(), parts.end(), partEnded);
+  if (state != JobState::kFailed) {
+    failedSince_.reset();
+    if (allEnded && state != JobState::kStarting) return end(state, "");
+    return {};
+  }
+  if (!allEnded) {
+    if (!failedSince_) failedSince_ = now;
+    if (stopSent_ || now - *failedSince_ < (elastic ? kRestartGrace : Clock::duration::zero())) return {};
+    stopSent_ = true;
+    Action stop;
+    stop.kind = Action::Kind::kStop;
+    return stop;
+  }
+  // Every part ended, and the job failed.
+  failedSince_.reset();
+  RestartPlan plan = planRestart(spec_, parts);
+  attempts_.push_back("attempt " + std::to_string(spec_.attempt) + " with " + std::to_string(spec_.worldSize) + " rank" +
+                      (spec_.worldSize == 1 ? "" : "s") + ": " + plan.lost);
+  if (!elastic) return end(JobState::kFailed, plan.lost);
+  if (!plan.refusal.empty()) {
+    attempts_.push_back("not restarted: " + plan.refusal);
+    return end(JobState::kFailed, plan.lost + "; not restarted: " + plan.refusal);
+  }
+  restarting_ = true;
+  Action restart;
+  restart.kind = Action::Kind::kRestart;
+  restart.message = plan.lost;
+  restart.plan = std::move(plan);
+  return restart;
+}
+
+Supervisor::Action Supervisor::interrupt(const std::vector<EndedPart>& parts) {
+  if (over_) return {};
+  if (!std::all_of(parts.begin(), parts.end(), partEnded) && !stopSent_) {
+    stopSent_ = true;
+    Action stop;
+    stop.kind = Action::Kind::kStop;
+    return stop;
+  }
+  return end(partsState(parts), "interrupted");
+}
+
+void Supervisor::restarted(const JobSpec& placed) {
+  spec_ = placed;
+  restarting_ = false;
+  stopSent_ = false;
+}
+
+Supervisor::Action Supervisor::restartFailed(const std::string& why) {
+  restarting_ = false;
+  attempts_.push_back("not restarted: the restart did not start: " + why);
+  return end(JobState::kFailed, "the restart did not start: " + why);
+}
+
+}  // namespace lockstep

@@ -1,0 +1,165 @@
+// Issue 15: the launcher and the supervisor as plain state machines, the one implementation that
+// lockstepctl and the app both drive. Events and a fake clock in, actions out.
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+
+#include "lockstep/client/launcher.h"
+#include "lockstep/client/supervisor.h"
+
+namespace lockstep {
+namespace {
+
+using namespace std::chrono_literals;
+using Kind = Supervisor::Action::Kind;
+
+JobSpec placedOn(const std::vector<std::string>& nodes, std::uint32_t maxRestarts = 0) {
+  JobSpec spec;
+  spec.jobId = "j";
+  spec.layers = {8, 2};
+  spec.batchPerRank = 32;
+  spec.steps = 100;
+  spec.maxRestarts = maxRestarts;
+  spec.worldSize = static_cast<std::uint32_t>(nodes.size() * 2);
+  for (std::uint32_t r = 0; r < spec.worldSize; ++r) spec.ranks.push_back({r, nodes[r / 2], r % 2, std::nullopt});
+  spec.rendezvousHost = "10.0.0.1";
+  return spec;
+}
+
+TEST(Launcher, RankZerosNodeFirstThenTheOthersWithItsStore) {
+  Launcher l(placedOn({"a", "b", "c"}));
+  auto first = l.next();
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].node, "a");
+  EXPECT_TRUE(first[0].storeSecret.empty());
+  EXPECT_TRUE(l.next().empty()) << "the others wait for rank 0's store";
+  l.started("a", StartJobReply{"j", 5123, "secret"});
+  auto rest = l.next();
+  ASSERT_EQ(rest.size(), 2u);
+  for (const auto& s : rest) {
+    EXPECT_EQ(s.spec.rendezvousPort, 5123u);
+    EXPECT_EQ(s.storeSecret, "secret");
+  }
+  EXPECT_FALSE(l.finished());
+  l.started("b", {});
+  l.started("c", {});
+  EXPECT_TRUE(l.ok());
+  EXPECT_TRUE(l.toStop().empty());
+  EXPECT_TRUE(l.next().empty());
+}
+
+TEST(Launcher, AFailedPartStopsTheStartedOnesAndOneThatDidNotAnswer) {
+  Launcher l(placedOn({"a", "b", "c"}));
+  l.next();
+  l.started("a", StartJobReply{"j", 5123, "s"});
+  l.next();
+  l.failed("b", Error{ErrorCode::kTimeout, "no answer in 10 s"});
+  EXPECT_FALSE(l.finished()) << "c's answer is still awaited";
+  l.started("c", {});
+  ASSERT_TRUE(l.finished());
+  EXPECT_FALSE(l.ok());
+  EXPECT_NE(l.error()->message.find("starting job j on b; stopped the parts already started"), std::string::npos)
+      << l.error()->message;
+  auto stop = l.toStop();
+  std::sort(stop.begin(), stop.end());
+  EXPECT_EQ(stop, (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_TRUE(l.toStop().empty()) << "handed out once";
+}
+
+TEST(Launcher, ARefusedFirstPartStartsNothing) {
+  Launcher l(placedOn({"a", "b"}));
+  l.next();
+  l.failed("a", invalidArgument("bad spec"));
+  EXPECT_TRUE(l.finished());
+  EXPECT_TRUE(l.toStop().empty());
+  EXPECT_TRUE(l.next().empty());
+}
+
+EndedPart part(const std::string& node, JobState state, std::vector<RankStatus> ranks = {}) {
+  return {node, node + ":7700", std::move(ranks), false, state};
+}
+RankStatus rank(std::uint32_t r, JobState state, std::optional<int> code, std::optional<int> signal = {}) {
+  RankStatus s;
+  s.rank = r;
+  s.state = state;
+  s.exitCode = code;
+  s.signal = signal;
+  return s;
+}
+
+TEST(Supervisor, AFailedJobWithoutRestartsIsStoppedAtOnceAndEndsFailed) {
+  const auto t0 = Supervisor::Clock::time_point{};
+  Supervisor s(placedOn({"a", "b"}));
+  EXPECT_EQ(s.observe({part("a", JobState::kRunning), part("b", JobState::kRunning)}, t0).kind, Kind::kWait);
+  const auto failing = std::vector<EndedPart>{part("a", JobState::kFailed, {rank(0, JobState::kFailed, 1)}),
+                                              part("b", JobState::kRunning)};
+  EXPECT_EQ(s.observe(failing, t0 + 1s).kind, Kind::kStop);
+  EXPECT_EQ(s.observe(failing, t0 + 2s).kind, Kind::kWait) << "one stop per attempt";
+  const auto ended = s.observe({failing[0], part("b", JobState::kStopped, {rank(2, JobState::kStopped, 143)})}, t0 + 3s);
+  ASSERT_EQ(ended.kind, Kind::kEnd);
+  EXPECT_EQ(ended.state, JobState::kFailed);
+  EXPECT_NE(ended.message.find("rank 0 on a exited with code 1"), std::string::npos) << ended.message;
+}
+
+TEST(Supervisor, ALostRankIsRestartedAfterTheGraceWithTheRanksLeftUntilNoRestartsRemain) {
+  const auto t0 = Supervisor::Clock::time_point{};
+  JobSpec spec = placedOn({"a", "b"}, 1);
+  spec.batchPerRank = 48;  // a global batch of 192, which 3 ranks can share
+  Supervisor s(spec);
+  const auto failing = std::vector<EndedPart>{
+      part("a", JobState::kFailed, {rank(0, JobState::kFailed, {}, SIGKILL), rank(1, JobState::kFailed, 3)}),
+      part("b", JobState::kRunning)};
+  EXPECT_EQ(s.observe(failing, t0).kind, Kind::kWait);
+  EXPECT_EQ(s.observe(failing, t0 + 9s).kind, Kind::kWait) << "the ranks left get 10 s to end by themselves";
+  EXPECT_EQ(s.observe(failing, t0 + 10s).kind, Kind::kStop);
+  const auto restart = s.observe(
+      {failing[0], part("b", JobState::kFailed, {rank(2, JobState::kFailed, 3), rank(3, JobState::kFailed, 3)})}, t0 + 11s);
+  ASSERT_EQ(restart.kind, Kind::kRestart) << restart.message;
+  EXPECT_EQ(restart.plan.next.attempt, 1u);
+  EXPECT_EQ(restart.plan.next.batchPerRank, 64u) << "the global batch kept";
+  EXPECT_EQ(restart.plan.ranksPerNode,
+            (std::vector<std::pair<std::string, std::uint32_t>>{{"a", 1}, {"b", 2}}));
+  EXPECT_NE(restart.message.find("rank 0 on a killed by signal 9"), std::string::npos) << restart.message;
+  EXPECT_EQ(s.observe(failing, t0 + 12s).kind, Kind::kWait) << "nothing while the restart is launched";
+
+  JobSpec next = restart.plan.next;
+  next.worldSize = 3;
+  s.restarted(next);
+  EXPECT_EQ(s.observe({part("a", JobState::kRunning), part("b", JobState::kRunning)}, t0 + 20s).kind, Kind::kWait);
+  const auto last = s.observe({part("a", JobState::kFailed, {rank(0, JobState::kFailed, 1)}),
+                               part("b", JobState::kStopped, {rank(1, JobState::kStopped, 143)})},
+                              t0 + 30s);
+  ASSERT_EQ(last.kind, Kind::kEnd);
+  EXPECT_NE(last.message.find("no restarts left (1 allowed)"), std::string::npos) << last.message;
+  ASSERT_EQ(s.attempts().size(), 3u);
+  EXPECT_EQ(s.attempts()[2], "not restarted: no restarts left (1 allowed)");
+}
+
+TEST(Supervisor, ALostNodeIsNotWaitedForAndItsRanksAreLeftOut) {
+  const auto t0 = Supervisor::Clock::time_point{};
+  Supervisor s(placedOn({"a", "b"}, 2));
+  EndedPart lost{"b", "b:7700", {}, true, JobState::kRunning};
+  EXPECT_EQ(s.observe({part("a", JobState::kRunning), lost}, t0).kind, Kind::kWait) << "a lost agent alone is no failure";
+  const auto restart =
+      s.observe({part("a", JobState::kFailed, {rank(0, JobState::kFailed, 3), rank(1, JobState::kFailed, 3)}), lost}, t0 + 1s);
+  ASSERT_EQ(restart.kind, Kind::kRestart) << restart.message;
+  EXPECT_EQ(restart.plan.ranksPerNode, (std::vector<std::pair<std::string, std::uint32_t>>{{"a", 2}}));
+  EXPECT_NE(restart.message.find("node b (agent b:7700) stopped answering"), std::string::npos) << restart.message;
+  const auto failed = s.restartFailed("agent a refused: no free GPUs");
+  EXPECT_EQ(failed.kind, Kind::kEnd);
+  EXPECT_EQ(failed.state, JobState::kFailed);
+}
+
+TEST(Supervisor, AFinishedJobEndsAndAnInterruptStopsARunningOne) {
+  Supervisor done(placedOn({"a"}));
+  const auto end = done.observe({part("a", JobState::kFinished)}, {});
+  EXPECT_EQ(end.kind, Kind::kEnd);
+  EXPECT_EQ(end.state, JobState::kFinished);
+  Supervisor running(placedOn({"a"}));
+  EXPECT_EQ(running.interrupt({part("a", JobState::kRunning)}).kind, Kind::kStop);
+  EXPECT_EQ(running.interrupt({part("a", JobState::kStopped)}).kind, Kind::kEnd);
+}
+
+}  // namespace
+}  // namespace lockstep
