@@ -26,6 +26,7 @@
 #include <functional>
 
 #include "ClusterStore.h"
+#include "JobControl.h"
 #include "DashboardWidget.h"
 #include "HistoryRecorder.h"
 #include "HistoryWindow.h"
@@ -41,6 +42,7 @@ using namespace lockstep;
 using namespace lockstep::test;
 using lockstep::app::AgentsModel;
 using lockstep::app::ClusterStore;
+using lockstep::app::JobControl;
 using lockstep::app::LauncherDialog;
 using lockstep::app::MainWindow;
 
@@ -112,10 +114,10 @@ std::int64_t sqlCount(const std::string& path, const std::string& sql) {
 
 // Launches a job through the store and waits for the launch to be acknowledged.
 QString launch(App& app, const AgentProcess& agent, const JobSpec& spec, std::uint32_t ranks) {
-  QSignalSpy launched(&app.store, &ClusterStore::launchFinished);
+  QSignalSpy launched(&app.window.control(), &JobControl::launchFinished);
   auto placed = app.store.place(spec, {{QString::fromStdString(agent.address().text()), ranks}});
   if (!placed) return QString::fromStdString(placed.error().message);
-  app.store.launch(*placed);
+  app.window.control().launch(*placed);
   if (!QTest::qWaitFor([&] { return launched.count() == 1; }, kJobMs)) return QStringLiteral("no launch answer");
   return launched.at(0).at(1).toBool() ? QString() : launched.at(0).at(2).toString();
 }
@@ -175,7 +177,7 @@ class AppTest : public QObject {
     QVERIFY2(problem.isEmpty(), qPrintable(problem));
 
     // The launcher through the window, as Ctrl+N opens it: fill it in while it runs modally.
-    QSignalSpy launched(&app.store, &ClusterStore::launchFinished);
+    QSignalSpy launched(&app.window.control(), &JobControl::launchFinished);
     const QString fillError = startFromLauncher(app, [&](LauncherDialog& dialog) {
       dialog.setField(QStringLiteral("jobId"), QStringLiteral("gui-job"));
       dialog.setField(QStringLiteral("layers"), QStringLiteral("32,64,10"));
@@ -215,7 +217,7 @@ class AppTest : public QObject {
     QVERIFY(stopAction && stopAction->isEnabled());
 
     // Stop from the dashboard; the ranks go and the job's end is shown plainly.
-    QSignalSpy stopped(&app.store, &ClusterStore::stopFinished);
+    QSignalSpy stopped(&app.window.control(), &JobControl::stopFinished);
     app.window.dashboard()->findChild<QPushButton*>(QStringLiteral("stopJob"))->click();
     QTRY_COMPARE_WITH_TIMEOUT(stopped.count(), 1, kJobMs);
     QVERIFY2(stopped.at(0).at(1).toBool(), qPrintable(stopped.at(0).at(2).toString()));
@@ -262,7 +264,7 @@ class AppTest : public QObject {
     const QString problem = connectAuthorized(app, agent);
     QVERIFY2(problem.isEmpty(), qPrintable(problem));
     const QString script = QStringLiteral(LOCKSTEP_SOURCE_DIR "/tests/programs/ddp_mlp.py");
-    QSignalSpy launched(&app.store, &ClusterStore::launchFinished);
+    QSignalSpy launched(&app.window.control(), &JobControl::launchFinished);
     const QString fillError = startFromLauncher(app, [&](LauncherDialog& dialog) {
       dialog.setField(QStringLiteral("kind"), 1);
       dialog.setField(QStringLiteral("jobId"), QStringLiteral("gui-own"));
@@ -290,7 +292,7 @@ class AppTest : public QObject {
     if (const QByteArray shots = qgetenv("LOCKSTEP_TEST_SCREENSHOTS"); !shots.isEmpty()) {
       app.window.grab().save(QString::fromLocal8Bit(shots) + QStringLiteral("/dashboard-own-program.png"));
     }
-    QSignalSpy stopped(&app.store, &ClusterStore::stopFinished);
+    QSignalSpy stopped(&app.window.control(), &JobControl::stopFinished);
     app.window.dashboard()->findChild<QPushButton*>(QStringLiteral("stopJob"))->click();
     QTRY_COMPARE_WITH_TIMEOUT(stopped.count(), 1, kJobMs);
     QTRY_VERIFY_WITH_TIMEOUT(processesOfJob("gui-own").empty(), kJobMs);
@@ -365,10 +367,10 @@ class AppTest : public QObject {
     QVERIFY2(problem.isEmpty(), qPrintable(problem));
 
     // A finished job stays in the jobs list across the outage, and is not duplicated by the replay.
-    QSignalSpy launched(&app.store, &ClusterStore::launchFinished);
+    QSignalSpy launched(&app.window.control(), &JobControl::launchFinished);
     auto placed = app.store.place(smallJob("before-outage", 2, 30), {{idOf(agent), 2}});
     QVERIFY2(placed, placed ? "" : placed.error().message.c_str());
-    app.store.launch(*placed);
+    app.window.control().launch(*placed);
     QTRY_COMPARE_WITH_TIMEOUT(launched.count(), 1, kJobMs);
     QVERIFY(launched.at(0).at(1).toBool());
     QTRY_COMPARE_WITH_TIMEOUT(app.dashboardLabel("jobState"), QStringLiteral("finished"), kJobMs);
@@ -555,12 +557,12 @@ class AppTest : public QObject {
     spec.checkpointDir = dir.file("ckpt");
     spec.checkpointEvery = 50;
     spec.maxRestarts = 1;
-    QSignalSpy restarted(&app.store, &ClusterStore::jobRestarted);
-    QSignalSpy refused(&app.store, &ClusterStore::restartRefused);
-    QSignalSpy launched(&app.store, &ClusterStore::launchFinished);
+    QSignalSpy restarted(&app.window.control(), &JobControl::jobRestarted);
+    QSignalSpy refused(&app.window.control(), &JobControl::restartRefused);
+    QSignalSpy launched(&app.window.control(), &JobControl::launchFinished);
     auto placed = app.store.place(spec, {{idOf(a), 2}, {idOf(b), 1}});
     QVERIFY2(placed, placed ? "" : placed.error().message.c_str());
-    app.store.launch(*placed);
+    app.window.control().launch(*placed);
     QTRY_COMPARE_WITH_TIMEOUT(launched.count(), 1, kJobMs);
     QVERIFY2(launched.at(0).at(1).toBool(), qPrintable(launched.at(0).at(2).toString()));
     QTRY_VERIFY_WITH_TIMEOUT(hasCheckpointFrom(dir.file("ckpt"), 100), kJobMs);

@@ -132,27 +132,28 @@ void AgentWorker::tick() {
 
 void AgentWorker::startJob(quint64 tag, lockstep::JobSpec spec, QString storeSecret) {
   if (!client_) {
-    Q_EMIT commandDone(tag, false, QStringLiteral("agent %1 is not connected").arg(id_));
+    Q_EMIT commandDone(tag, false, QStringLiteral("agent %1 is not connected").arg(id_), static_cast<int>(ErrorCode::kUnavailable));
     return;
   }
   auto started = client_->startJob(spec, storeSecret.toStdString(), kRequestTimeout);
   if (!started) {
-    Q_EMIT commandDone(tag, false, QString::fromStdString(started.error().message));
+    Q_EMIT commandDone(tag, false, QString::fromStdString(started.error().message), static_cast<int>(started.error().code));
     return;
   }
   knownJobs_.insert(spec.jobId);
   Q_EMIT jobStarted(tag, id_, started->rendezvousPort, QString::fromStdString(started->storeSecret));
-  Q_EMIT commandDone(tag, true, {});
+  Q_EMIT commandDone(tag, true, {}, 0);
   refreshJobs();
 }
 
 void AgentWorker::stopJob(quint64 tag, QString jobId) {
   if (!client_) {
-    Q_EMIT commandDone(tag, false, QStringLiteral("agent %1 is not connected").arg(id_));
+    Q_EMIT commandDone(tag, false, QStringLiteral("agent %1 is not connected").arg(id_), static_cast<int>(ErrorCode::kUnavailable));
     return;
   }
   auto stopped = client_->stopJob(jobId.toStdString(), 0, kRequestTimeout);
-  Q_EMIT commandDone(tag, stopped.ok(), stopped ? QString() : QString::fromStdString(stopped.error().message));
+  Q_EMIT commandDone(tag, stopped.ok(), stopped ? QString() : QString::fromStdString(stopped.error().message),
+                     stopped ? 0 : static_cast<int>(stopped.error().code));
 }
 
 }  // namespace lockstep::app

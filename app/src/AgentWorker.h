@@ -37,7 +37,8 @@ class AgentWorker : public QObject {
   void jobsReceived(QString id, lockstep::app::JobList jobs);
   void messagesReceived(QString id, lockstep::app::MessageBatch messages);
   void jobStarted(quint64 tag, QString id, quint32 rendezvousPort, QString storeSecret);
-  void commandDone(quint64 tag, bool ok, QString message);
+  // errorCode: an lockstep::ErrorCode when !ok (a timeout means the agent may still start the job).
+  void commandDone(quint64 tag, bool ok, QString message, int errorCode);
 
  private:
   void tick();

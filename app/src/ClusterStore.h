@@ -6,7 +6,6 @@
 #include <QObject>
 #include <QString>
 #include <QThread>
-#include <QTimer>
 #include <chrono>
 #include <set>
 #include <map>
@@ -31,8 +30,9 @@ struct AgentEntry {
   QString message;
   std::optional<NodeHello> hello;
   std::vector<JobStatus> jobs;
-  QThread* thread = nullptr;
-  AgentWorker* worker = nullptr;
+  // The worker lives in the thread; both go together (ClusterStore::closeAgent).
+  std::unique_ptr<QThread> thread;
+  std::unique_ptr<AgentWorker> worker;
 };
 
 struct GpuEntry {
@@ -72,11 +72,15 @@ class ClusterStore : public QObject {
 
   // Places a job: ranks per agent id (agents with 0 are left out). Errors say what is wrong.
   Result<JobSpec> place(const JobSpec& spec, const std::vector<std::pair<QString, std::uint32_t>>& ranks) const;
-  // Starts a placed job: rank 0's agent first (its store port goes to the others), then the rest;
-  // a failure stops the parts already started. Answers with launchFinished.
-  void launch(const JobSpec& placed);
-  // Stops every part of a job; answers with stopFinished.
-  void stopJob(const std::string& jobId);
+  const AgentEntry* agentOfNode(const std::string& node) const;  // connected or not
+
+  // Commands to an agent, through its worker's thread (JobControl sends them); answered with
+  // jobStarted and commandDone carrying the same tag.
+  void startOn(const QString& agentId, quint64 tag, const JobSpec& spec, const QString& storeSecret);
+  void stopOn(const QString& agentId, quint64 tag, const std::string& jobId);
+  // A restart: the job's next attempt replaces its parts.
+  void beginAttempt(const JobSpec& placed);
+  void setJobMessage(const std::string& jobId, const QString& message);
 
   // What an agent's worker reports lands here (queued to the GUI thread). Anything else holding an
   // agent's data may feed it the same way: bench/app_load.cpp does, to load the GUI at 8 x 8 GPUs.
@@ -89,54 +93,23 @@ class ClusterStore : public QObject {
   void gpusChanged();
   void jobsChanged();
   void jobDataChanged(QString jobId);
-  void launchFinished(QString jobId, bool ok, QString message);
-  void stopFinished(QString jobId, bool ok, QString message);
-  // A job this app launched with max_restarts lost ranks or a node: restarted, or not (and why).
-  void jobRestarted(QString jobId, QString message);
-  void restartRefused(QString jobId, QString message);
+  // An agent's answers to startOn/stopOn, from its worker.
+  void jobStarted(quint64 tag, QString agentId, quint32 rendezvousPort, QString storeSecret);
+  void commandDone(quint64 tag, bool ok, QString message, int errorCode);
 
  private:
   AgentEntry* findAgent(const QString& id);
-  AgentEntry* agentOfNode(const std::string& node);
   JobEntry& jobEntry(const JobSpec& spec);
   void updateJobState(JobEntry& job);
   void onState(QString id, AgentState state, QString message);
-  void onJobStarted(quint64 tag, QString id, quint32 port, QString storeSecret);
-  void onCommandDone(quint64 tag, bool ok, QString message);
-  // Elastic restarts of the jobs this app launched (docs/agent.md): checked on every job list,
-  // agent state change, and once a second.
-  void supervise();
-  void supervise(JobEntry& job);
-
-  struct Launch {
-    JobSpec spec;
-    std::vector<QString> pending;  // agents still to start, after rank 0's
-    std::vector<QString> started;
-    int outstanding = 0;
-    bool failed = false;
-  };
-  struct Stop {
-    std::string jobId;
-    int outstanding = 0;
-    QString error;
-  };
+  kpi::Settings trackerSettings(const JobSpec& spec) const;
 
   CurveKeyPair keys_;
-  kpi::Settings trackerSettings(const JobSpec& spec) const;
   HistoryRecorder* history_;
   std::vector<std::unique_ptr<AgentEntry>> agents_;
   std::map<std::string, std::unique_ptr<JobEntry>> jobs_;
   std::vector<std::string> jobOrder_;
   std::map<std::pair<QString, std::uint32_t>, GpuSample> gpuSamples_;
-  quint64 nextTag_ = 1;
-  std::set<std::string> supervised_;  // launched here with max_restarts
-  std::set<std::string> restarting_;  // a restart is being launched
-  std::map<std::string, std::chrono::steady_clock::time_point> failingSince_;
-  QTimer superviseTimer_;
-  std::map<quint64, std::string> launchOfTag_;
-  std::map<std::string, Launch> launches_;
-  std::map<quint64, std::string> stopOfTag_;
-  std::map<std::string, Stop> stops_;
 };
 
 }  // namespace lockstep::app

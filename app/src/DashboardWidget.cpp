@@ -556,7 +556,7 @@ void DashboardWidget::stopJob() {
     if (answer != QMessageBox::Yes) return;
   }
   stop_->setEnabled(false);
-  store_.stopJob(jobId_.toStdString());
+  Q_EMIT stopRequested(jobId_);
 }
 
 }  // namespace lockstep::app

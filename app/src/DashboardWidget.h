@@ -56,7 +56,10 @@ class DashboardWidget : public QWidget {
   int chartPointCount(const QString& chart) const;
 
  public Q_SLOTS:
-  void stopJob();
+  void stopJob();  // asks (stopRequested) once the user confirmed
+
+ Q_SIGNALS:
+  void stopRequested(QString jobId);
 
  protected:
   void changeEvent(QEvent* event) override;

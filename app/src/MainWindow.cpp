@@ -41,7 +41,7 @@ QTableView* makeTable(QAbstractItemModel* model, QWidget* parent) {
 }  // namespace
 
 MainWindow::MainWindow(ClusterStore& store, QString configDir, HistoryRecorder* history, QWidget* parent)
-    : QMainWindow(parent), store_(store), configDir_(std::move(configDir)), history_(history) {
+    : QMainWindow(parent), store_(store), control_(store), configDir_(std::move(configDir)), history_(history) {
   setWindowTitle(tr("Lockstep"));
   agentsModel_ = new AgentsModel(store_, this);
   gpusModel_ = new GpusModel(store_, this);
@@ -58,6 +58,7 @@ MainWindow::MainWindow(ClusterStore& store, QString configDir, HistoryRecorder* 
   jobsView_->setObjectName(QStringLiteral("jobsView"));
   jobsView_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);  // a few rows: cheap
   dashboard_ = new DashboardWidget(store_, right_);
+  connect(dashboard_, &DashboardWidget::stopRequested, this, [this](const QString& jobId) { control_.stopJob(jobId.toStdString()); });
   right_->setStretchFactor(1, 4);
   outer_->setStretchFactor(1, 3);
   setCentralWidget(outer_);
@@ -107,7 +108,7 @@ MainWindow::MainWindow(ClusterStore& store, QString configDir, HistoryRecorder* 
   tick_.setInterval(1000);
   connect(&tick_, &QTimer::timeout, this, &MainWindow::scheduleRefresh);
   tick_.start();
-  connect(&store_, &ClusterStore::launchFinished, this, [this](const QString& jobId, bool ok, const QString& message) {
+  connect(&control_, &JobControl::launchFinished, this, [this](const QString& jobId, bool ok, const QString& message) {
     if (ok) {
       pendingSelect_ = jobId;
       scheduleRefresh();
@@ -115,13 +116,13 @@ MainWindow::MainWindow(ClusterStore& store, QString configDir, HistoryRecorder* 
       QMessageBox::warning(this, tr("Job not started"), tr("Job %1 did not start:\n\n%2").arg(jobId, message));
     }
   });
-  connect(&store_, &ClusterStore::jobRestarted, this, [this](const QString& jobId, const QString& message) {
+  connect(&control_, &JobControl::jobRestarted, this, [this](const QString& jobId, const QString& message) {
     statusBar()->showMessage(tr("Job %1: %2").arg(jobId, message), 30000);
   });
-  connect(&store_, &ClusterStore::restartRefused, this, [this](const QString& jobId, const QString& message) {
+  connect(&control_, &JobControl::restartRefused, this, [this](const QString& jobId, const QString& message) {
     QMessageBox::warning(this, tr("Job not restarted"), tr("Job %1 lost ranks and was not restarted:\n\n%2").arg(jobId, message));
   });
-  connect(&store_, &ClusterStore::stopFinished, this, [this](const QString& jobId, bool ok, const QString& message) {
+  connect(&control_, &JobControl::stopFinished, this, [this](const QString& jobId, bool ok, const QString& message) {
     if (!ok) QMessageBox::warning(this, tr("Stop failed"), tr("Job %1 did not stop everywhere:\n\n%2").arg(jobId, message));
   });
 
@@ -234,7 +235,7 @@ void MainWindow::addAgentDialog() {
 void MainWindow::newJob() {
   LauncherDialog dialog(store_, this);
   if (dialog.exec() != QDialog::Accepted || !dialog.job()) return;
-  store_.launch(*dialog.job());
+  control_.launch(*dialog.job());
 }
 
 HistoryWindow* MainWindow::showHistory() {

@@ -7,6 +7,7 @@
 #include <QTimer>
 
 #include "ClusterStore.h"
+#include "JobControl.h"
 
 QT_BEGIN_NAMESPACE
 class QAction;
@@ -34,6 +35,7 @@ class MainWindow : public QMainWindow {
   ~MainWindow() override;
 
   DashboardWidget* dashboard() const { return dashboard_; }
+  JobControl& control() { return control_; }  // launches, stops and follows jobs
   AgentsModel* agentsModel() const { return agentsModel_; }
   JobsModel* jobsModel() const { return jobsModel_; }
   QTableView* jobsView() const { return jobsView_; }
@@ -59,6 +61,7 @@ class MainWindow : public QMainWindow {
   void saveState();
 
   ClusterStore& store_;
+  JobControl control_;
   QString configDir_;
   AgentsModel* agentsModel_;
   GpusModel* gpusModel_;
