@@ -31,6 +31,11 @@ std::string number(double value, int decimals) {
   return text;
 }
 
+std::string plainNumber(double value, int decimals) {
+  if (!std::isfinite(value)) return "0";
+  return toChars(value, decimals);
+}
+
 std::string figure(const std::optional<double>& value, int decimals, std::string_view unit) {
   if (!value || !std::isfinite(*value)) return std::string(kUnknown);
   return number(*value, decimals) + std::string(unit);

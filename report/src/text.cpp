@@ -8,17 +8,6 @@
 namespace lockstep::report::detail {
 namespace {
 
-std::string toChars(double value, int decimals) {
-  std::array<char, 400> buffer{};  // fixed notation of 1e308 needs ~310 characters
-  const auto [end, ec] =
-      std::to_chars(buffer.data(), buffer.data() + buffer.size(), value, std::chars_format::fixed, decimals);
-  if (ec != std::errc()) return "0";
-  std::string text(buffer.data(), end);
-  // "-0.0" reads as a sign error in a report.
-  if (text.front() == '-' && text.find_first_not_of("-0.") == std::string::npos) text.erase(0, 1);
-  return text;
-}
-
 std::string utc(std::int64_t unixUs, const char* format) {
   const std::time_t seconds = static_cast<std::time_t>(unixUs / 1'000'000);
   std::tm parts{};
@@ -31,10 +20,6 @@ std::string utc(std::int64_t unixUs, const char* format) {
 }  // namespace
 
 
-std::string plainNumber(double value, int decimals) {
-  if (!std::isfinite(value)) return "0";
-  return toChars(value, decimals);
-}
 
 std::string shortest(double value) {
   std::array<char, 64> buffer{};

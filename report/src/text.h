@@ -20,9 +20,8 @@ using present::bytes;
 using present::duration;
 using present::number;
 using present::percent;
+using present::plainNumber;
 
-// Fixed decimals without separators, for coordinates: plainNumber(3.14159, 1) == "3.1".
-std::string plainNumber(double value, int decimals);
 // A setting as written: 25 -> "25", 12.5 -> "12.5", 0.001 -> "0.001".
 std::string compact(double value);
 // The shortest text that reads back as the same double (CSV): "0.1", "1e-08", "nan".

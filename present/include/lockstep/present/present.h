@@ -19,6 +19,9 @@ inline constexpr std::string_view kUnknown = "–";
 
 // Fixed decimals with thousands separators: number(12400.26, 1) == "12,400.3"; NaN/inf: kUnknown.
 std::string number(double value, int decimals);
+// Fixed decimals without separators, for coordinates and files: plainNumber(3.14159, 1) == "3.1";
+// NaN/inf: "0".
+std::string plainNumber(double value, int decimals);
 // The same, kUnknown when there is no value, with a unit after it: figure(12400, 0, " samples/s").
 std::string figure(const std::optional<double>& value, int decimals, std::string_view unit = "");
 std::string percent(const std::optional<double>& fraction, int decimals = 1);  // 0.412 -> 41.2%
