@@ -44,27 +44,16 @@ QList<QPointF> thinned(const Container& points, Make make) {
 }
 
 // A round tick interval (1, 2 or 5 times a power of ten) giving about five intervals over `span`.
-double tickInterval(double span) {
-  const double raw = span / 5;
-  const double power = std::pow(10.0, std::floor(std::log10(raw)));
-  for (double m : {1.0, 2.0, 5.0}) {
-    if (m * power >= raw) return m * power;
-  }
-  return 10 * power;
-}
-
 // Fits an axis to the data, with ticks at round values. A sliding window (`margin` false) fits exactly.
 void fitAxis(QValueAxis* axis, double lo, double hi, bool fromZero, bool margin = true) {
   if (fromZero) lo = 0;
   if (!(hi > lo)) hi = lo + 1;
   if (margin) hi += (hi - lo) * 0.05;
-  const double interval = tickInterval(hi - lo);
+  const double interval = present::tickStep(hi - lo, 5);
   axis->setTickType(QValueAxis::TicksDynamic);
   axis->setTickAnchor(0);
   axis->setTickInterval(interval);
-  // As many decimals as the interval needs: 0.02 steps read 0.02, 0.04, not 0.0, 0.0.
-  const int decimals = std::clamp(static_cast<int>(-std::floor(std::log10(interval))), 0, 6);
-  axis->setLabelFormat(QStringLiteral("%.%1f").arg(decimals));
+  axis->setLabelFormat(QStringLiteral("%.%1f").arg(present::tickDecimals(interval)));
   axis->setRange(lo, hi);
 }
 
@@ -483,23 +472,13 @@ void DashboardWidget::refreshCharts(const JobEntry& job, const kpi::JobKpis& k) 
   fitAxis(throughputY_, 0, tpMax, true);
 
   // Steps vary a lot one by one: show means over groups of steps (at most 150 groups).
-  const auto& splits = t.stepSplits();
   QList<QPointF> zero, dataTop, compute, total;
-  const std::size_t group = std::max<std::size_t>(1, (splits.size() + 149) / 150);
-  for (std::size_t start = 0; start < splits.size(); start += group) {
-    const std::size_t end = std::min(splits.size(), start + group);
-    double d = 0, c = 0, e = 0;
-    for (std::size_t i = start; i < end; ++i) {
-      d += splits[i].dataMs;
-      c += splits[i].computeMs;
-      e += splits[i].exposedMs;
-    }
-    const double n = static_cast<double>(end - start);
-    const double x = static_cast<double>(splits[end - 1].step);
+  for (const auto& s : kpi::groupedSplits(t.stepSplits(), 150)) {
+    const double x = static_cast<double>(s.step);
     zero << QPointF(x, 0);
-    dataTop << QPointF(x, d / n);
-    compute << QPointF(x, (d + c) / n);
-    total << QPointF(x, (d + c + e) / n);
+    dataTop << QPointF(x, s.dataMs);
+    compute << QPointF(x, s.dataMs + s.computeMs);
+    total << QPointF(x, s.dataMs + s.computeMs + s.exposedMs);
   }
   splitZero_->replace(zero);
   splitData_->replace(dataTop);

@@ -70,6 +70,17 @@ std::string money(double amount, std::string_view currency) {
   return number(amount, decimals) + " " + std::string(currency);
 }
 
+double tickStep(double span, int intervals) {
+  const double raw = span / std::max(1, intervals);
+  const double power = std::pow(10.0, std::floor(std::log10(raw)));
+  for (const double m : {1.0, 2.0, 5.0}) {
+    if (m * power >= raw * (1 - 1e-9)) return m * power;
+  }
+  return 10 * power;
+}
+
+int tickDecimals(double step) { return std::clamp(static_cast<int>(-std::floor(std::log10(step) + 1e-9)), 0, 6); }
+
 kpi::Maybe jobThroughput(const kpi::JobKpis& k, bool ended) {
   if (!ended) return k.samplesPerSecond;
   return k.meanSamplesPerSecond ? k.meanSamplesPerSecond : k.samplesPerSecond;

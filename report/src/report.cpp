@@ -106,24 +106,6 @@ std::vector<std::string> missingOf(const ReportData& data) {
   return missing;
 }
 
-// Mean data / compute / exposed ms over groups of consecutive steps: one step alone is noisy.
-std::vector<kpi::StepSplit> grouped(const std::vector<kpi::StepSplit>& splits, std::size_t maxGroups) {
-  const std::size_t group = std::max<std::size_t>(1, (splits.size() + maxGroups - 1) / maxGroups);
-  std::vector<kpi::StepSplit> out;
-  for (std::size_t start = 0; start < splits.size(); start += group) {
-    const std::size_t end = std::min(splits.size(), start + group);
-    kpi::StepSplit sum{splits[end - 1].step, 0, 0, 0};
-    for (std::size_t i = start; i < end; ++i) {
-      sum.dataMs += splits[i].dataMs;
-      sum.computeMs += splits[i].computeMs;
-      sum.exposedMs += splits[i].exposedMs;
-    }
-    const auto n = static_cast<double>(end - start);
-    out.push_back({sum.step, sum.dataMs / n, sum.computeMs / n, sum.exposedMs / n});
-  }
-  return out;
-}
-
 std::size_t distinctNodes(const history::JobRecord& job) {
   std::set<std::string> nodes;
   for (const auto& p : job.spec.ranks) nodes.insert(p.node);
@@ -329,7 +311,7 @@ std::vector<Chart> charts(const ReportData& data) {
   split.yLabel = "ms";
   split.kind = Chart::Kind::kStackedArea;
   Series dataWait{"data", {}}, compute{"compute", {}}, exposed{"exposed communication", {}};
-  for (const auto& s : grouped(data.stepSplits, 300)) {
+  for (const auto& s : kpi::groupedSplits(data.stepSplits, 300)) {
     const auto x = static_cast<double>(s.step);
     dataWait.points.push_back({x, s.dataMs});
     compute.points.push_back({x, s.computeMs});

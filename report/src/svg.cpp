@@ -43,15 +43,7 @@ Ticks niceTicks(double lo, double hi, int intervals) {
     lo -= lo == 0 ? 0 : pad;
     hi += pad;
   }
-  const double raw = (hi - lo) / std::max(1, intervals);
-  const double power = std::pow(10.0, std::floor(std::log10(raw)));
-  double step = 10 * power;
-  for (const double m : {1.0, 2.0, 5.0}) {
-    if (m * power >= raw * (1 - 1e-9)) {
-      step = m * power;
-      break;
-    }
-  }
+  const double step = present::tickStep(hi - lo, intervals);
   Ticks t;
   t.step = step;
   t.first = std::lround(std::floor(lo / step + 1e-9));
@@ -59,8 +51,7 @@ Ticks niceTicks(double lo, double hi, int intervals) {
   t.count = last - t.first + 1;
   t.lo = static_cast<double>(t.first) * step;
   t.hi = static_cast<double>(last) * step;
-  // As many decimals as the step needs: 0.02 steps read 0.02, 0.04, not 0.0, 0.0.
-  t.decimals = std::clamp(static_cast<int>(-std::floor(std::log10(step) + 1e-9)), 0, 6);
+  t.decimals = present::tickDecimals(step);
   return t;
 }
 

@@ -19,6 +19,7 @@
 // A value that cannot be known (no GPU, no energy counter, no target) is empty, never 0.
 // Not thread-safe: one owner at a time.
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -127,6 +128,30 @@ struct StepSplit {
   std::uint64_t step = 0;
   double dataMs = 0, computeMs = 0, exposedMs = 0;
 };
+
+// Means of data / compute / exposed time over groups of consecutive steps (at most `maxGroups`
+// groups, each at its last step): one step alone is noisy. The dashboard's and the report's
+// step-time charts both show these.
+template <class Splits>
+std::vector<StepSplit> groupedSplits(const Splits& splits, std::size_t maxGroups) {
+  const std::size_t group = std::max<std::size_t>(1, (splits.size() + maxGroups - 1) / maxGroups);
+  std::vector<StepSplit> out;
+  for (std::size_t start = 0; start < splits.size(); start += group) {
+    const std::size_t end = std::min(splits.size(), start + group);
+    StepSplit mean{splits[end - 1].step, 0, 0, 0};
+    for (std::size_t i = start; i < end; ++i) {
+      mean.dataMs += splits[i].dataMs;
+      mean.computeMs += splits[i].computeMs;
+      mean.exposedMs += splits[i].exposedMs;
+    }
+    const auto n = static_cast<double>(end - start);
+    mean.dataMs /= n;
+    mean.computeMs /= n;
+    mean.exposedMs /= n;
+    out.push_back(mean);
+  }
+  return out;
+}
 
 class JobTracker {
  public:

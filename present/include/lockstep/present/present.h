@@ -31,6 +31,11 @@ std::string bytes(double count);                                               /
 // nothing): "2.50 USD", "0.0031 USD".
 std::string money(double amount, std::string_view currency);
 
+// Chart axes: the round tick step (1, 2 or 5 times a power of ten) that covers `span` in at most
+// `intervals` steps, and the decimals its labels need (0.02 steps read 0.02, 0.04, not 0.0, 0.0).
+double tickStep(double span, int intervals);
+int tickDecimals(double step);
+
 // A job's "Samples/s": while it runs, the rate over the last 10 s; once it ended, the whole job's
 // mean (every sample over the elapsed time, start-up included), which is what it delivered.
 kpi::Maybe jobThroughput(const kpi::JobKpis& k, bool ended);
