@@ -1,0 +1,347 @@
+// Issue 5: comparing jobs (scaling curves), report formats, and load()/write() over a real SQLite
+// history. The renderers and recommendations are in report_test.cpp.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "lockstep/history/history.h"
+#include "lockstep/report/report.h"
+#include "report_fixtures.h"
+#include "support/test_support.h"
+
+namespace lockstep::report {
+namespace {
+
+using namespace fixtures;
+using test::TempDir;
+
+// ---- comparing jobs ----
+
+history::JobRecord finished(const std::string& id, std::uint32_t ranks, double samplesPerSecond) {
+  history::JobRecord j;
+  j.spec = spec(id, ranks);
+  j.state = JobState::kFinished;
+  j.startedUnixUs = kT0;
+  j.endedUnixUs = kT0 + 10 * kSecond;
+  kpi::JobKpis k;
+  k.worldSize = ranks;
+  k.elapsedSeconds = 10;
+  // step x global batch = every sample reported; / elapsed = samplesPerSecond, the job's mean
+  k.step = static_cast<std::uint64_t>(samplesPerSecond * 10 / static_cast<double>(j.spec.globalBatch()));
+  k.totalSamples = k.step * j.spec.globalBatch();
+  k.meanSamplesPerSecond = static_cast<double>(k.totalSamples) / k.elapsedSeconds;
+  k.samplesPerSecond = samplesPerSecond * 1.1;  // the last window: not what a scaling curve uses
+  k.commOverhead = 0.2;
+  j.finalKpis = k;
+  return j;
+}
+
+TEST(ReportCompare, ScalingAgainstTheSingleRankJob) {
+  std::vector<history::JobRecord> jobs = {finished("one", 1, 1280), finished("four", 4, 4096),
+                                          finished("two", 2, 2304)};
+  history::JobRecord other = finished("other", 8, 8000);
+  other.spec.batchPerRank = 128;  // another workload
+  other.finalKpis->step = 8000 * 10 / other.spec.globalBatch();
+  other.finalKpis->totalSamples = 8000 * 10;
+  other.finalKpis->meanSamplesPerSecond = 8000;
+  jobs.push_back(other);
+
+  const Comparison c = compare(jobs);
+  EXPECT_EQ(c.kpis.header, (std::vector<std::string>{"", "one", "four", "two", "other"}));
+  bool sawThroughput = false;
+  for (const auto& row : c.kpis.rows) {
+    ASSERT_EQ(row.size(), 5u);
+    if (row[0].starts_with("Throughput")) {
+      sawThroughput = true;
+      EXPECT_EQ(row[1], "1,280");
+      EXPECT_EQ(row[2], "4,096");
+    }
+    if (row[0] == "Ranks") {
+      EXPECT_EQ(row[4], "8");
+    }
+    if (row[0] == "Energy") {
+      EXPECT_EQ(row[1], "–");
+    }
+  }
+  EXPECT_TRUE(sawThroughput);
+  ASSERT_TRUE(c.throughput && c.efficiency);
+  ASSERT_EQ(c.efficiency->series.size(), 1u);
+  const auto& eff = c.efficiency->series[0].points;
+  ASSERT_EQ(eff.size(), 3u);  // 1, 2, 4 ranks; the 8-rank job is another workload
+  EXPECT_DOUBLE_EQ(eff[0].x, 1);
+  EXPECT_DOUBLE_EQ(eff[0].y, 100);
+  EXPECT_DOUBLE_EQ(eff[1].x, 2);
+  EXPECT_DOUBLE_EQ(eff[1].y, 90);  // (2304 / 2) / 1280
+  EXPECT_DOUBLE_EQ(eff[2].x, 4);
+  EXPECT_DOUBLE_EQ(eff[2].y, 80);  // (4096 / 4) / 1280
+  EXPECT_DOUBLE_EQ(c.throughput->series[0].points[2].y, 4096);
+  EXPECT_DOUBLE_EQ(c.throughput->series[1].points[2].y, 4 * 1280);  // ideal
+  EXPECT_NE(c.scalingNote.find("1-rank job one"), std::string::npos) << c.scalingNote;
+}
+
+TEST(ReportCompare, ScalingRelativeToTheSmallestRankCountWithoutASingleRankJob) {
+  const std::vector<history::JobRecord> jobs = {finished("two", 2, 2048), finished("four", 4, 3276.8)};
+  const Comparison c = compare(jobs);
+  ASSERT_TRUE(c.efficiency);
+  const auto& eff = c.efficiency->series[0].points;
+  ASSERT_EQ(eff.size(), 2u);
+  EXPECT_DOUBLE_EQ(eff[0].y, 100);
+  EXPECT_DOUBLE_EQ(eff[1].y, 80);  // (3276.8 / 4) / (2048 / 2)
+  EXPECT_NE(c.scalingNote.find("No 1-rank job"), std::string::npos) << c.scalingNote;
+  EXPECT_NE(c.scalingNote.find("2 ranks"), std::string::npos) << c.scalingNote;
+}
+
+TEST(ReportCompare, NoScalingChartWithoutTwoRankCountsOfOneWorkload) {
+  std::vector<history::JobRecord> jobs = {finished("a", 2, 2000), finished("b", 2, 2100)};
+  EXPECT_FALSE(compare(jobs).throughput);
+  jobs[1] = finished("b", 4, 3000);
+  jobs[1].spec.layers = {784, 512, 10};  // another model
+  EXPECT_FALSE(compare(jobs).efficiency);
+  jobs[1] = finished("b", 4, 3000);
+  jobs[1].finalKpis.reset();  // still running: no throughput to compare
+  const Comparison c = compare(jobs);
+  EXPECT_FALSE(c.throughput);
+  EXPECT_FALSE(c.scalingNote.empty());
+}
+
+TEST(ReportCompare, WorkloadIgnoresRankCountAndLearningRate) {
+  JobSpec a = spec("a", 2), b = spec("b", 8);
+  b.optimizer.lr = 0.08;
+  b.ranks[0].node = "node-z";
+  EXPECT_EQ(workloadKey(a), workloadKey(b));
+  b.precision = Precision::kBf16;
+  EXPECT_NE(workloadKey(a), workloadKey(b));
+  b = spec("b", 8);
+  b.optimizer.kind = OptimizerKind::kAdamW;
+  EXPECT_NE(workloadKey(a), workloadKey(b));
+}
+
+// ---- formats ----
+
+TEST(ReportFormats, NamesAndExtensions) {
+  EXPECT_EQ(*parseFormat("csv"), Format::kCsv);
+  EXPECT_EQ(*parseFormat("HTML"), Format::kHtml);
+  const auto bad = parseFormat("docx");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad.error().message.find("csv, json, html or pdf"), std::string::npos);
+  EXPECT_EQ(formatOfPath("out/report.json"), Format::kJson);
+  EXPECT_EQ(formatOfPath("report.HTM"), Format::kHtml);
+  EXPECT_EQ(formatOfPath("a.pdf"), Format::kPdf);
+  EXPECT_EQ(formatOfPath("dir.v2/report"), std::nullopt);
+  EXPECT_EQ(formatOfPath("report.txt"), std::nullopt);
+  EXPECT_EQ(formatName(Format::kCsv), "csv");
+  EXPECT_EQ(gpuCsvPath("report.csv"), "report-gpus.csv");
+  EXPECT_EQ(gpuCsvPath("dir.v2/report"), "dir.v2/report-gpus.csv");
+  EXPECT_EQ(gpuCsvPath("/tmp/job.7.csv"), "/tmp/job.7-gpus.csv");
+}
+
+// ---- over a real history ----
+
+constexpr std::uint64_t kSteps = 30;
+const std::string kNode = "gpu-node,\"a\"";  // needs quoting in CSV
+
+std::vector<StreamMessage> stream(const JobSpec& s) {
+  std::vector<StreamMessage> out;
+  out.push_back({0, kNode, event(s.jobId, JobEventKind::kStarted, kT0)});
+  for (std::uint64_t step = 1; step <= kSteps; ++step) {
+    const std::int64_t t = kT0 + static_cast<std::int64_t>(step) * 100'000;
+    for (const auto& p : s.ranks) {
+      StepReport r;
+      r.jobId = s.jobId;
+      r.rank = p.rank;
+      r.worldSize = s.worldSize;
+      r.step = step;
+      r.samples = s.batchPerRank;
+      r.loss = 2.0f / static_cast<float>(step);
+      r.globalLoss = r.loss;
+      r.dataTimeUs = 5'000;
+      r.computeTimeUs = 60'000 + 20'000 * p.rank;  // rank 1 is slower
+      r.exposedCommTimeUs = 20'000;
+      r.allreduceTimeUs = 30'000;
+      r.bytesReduced = 1 << 20;
+      r.stepTimeUs = 100'000;
+      r.timeUnixUs = t;
+      r.lr = 0.01;
+      out.push_back({0, kNode, r});
+      out.push_back({0, kNode, ProcessSample{s.jobId, p.rank, 1000 + p.rank, t, 95.0f, 1u << 28}});
+      GpuSample g;
+      g.node = kNode;
+      g.gpuIndex = p.rank;
+      g.jobId = s.jobId;
+      g.timeUnixUs = t;
+      g.utilizationPct = 60.0f + 10.0f * static_cast<float>(p.rank);
+      g.memoryUsedBytes = 4ull << 30;
+      g.powerMilliwatts = 300'000;
+      g.energyMillijoules = 30'000 * step;
+      g.temperatureC = 55;
+      // no SM clock: an unknown metric
+      out.push_back({0, kNode, g});
+    }
+  }
+  out.push_back(
+      {0, kNode, event(s.jobId, JobEventKind::kFinished, kT0 + static_cast<std::int64_t>(kSteps + 1) * 100'000)});
+  return out;
+}
+
+class ReportOverHistory : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto opened = history::History::open(dir_.file("history.db"));
+    ASSERT_TRUE(opened) << opened.error().message;
+    history_.emplace(std::move(*opened));
+    spec_ = spec("job-7", 2);
+    spec_.steps = kSteps;
+    spec_.targetLoss.reset();
+    for (auto& p : spec_.ranks) p.node = kNode;
+    NodeHello hello;
+    hello.nodeName = kNode;
+    hello.host = "a.example";
+    hello.cpuCores = 64;
+    hello.memoryTotalBytes = 512ull << 30;
+    hello.gpus = {{0, "NVIDIA H200", "GPU-0", 141ull << 30}, {1, "NVIDIA H200", "GPU-1", 141ull << 30}};
+    ASSERT_TRUE(history_->recordNode(hello));
+    JobStatus status;
+    status.spec = spec_;
+    status.state = JobState::kRunning;
+    status.startedUnixUs = kT0;
+    ASSERT_TRUE(history_->recordJob(kNode, status));
+    ASSERT_TRUE(history_->recordMessages(stream(spec_)));
+    status.state = JobState::kFinished;
+    status.endedUnixUs = kT0 + static_cast<std::int64_t>(kSteps + 1) * 100'000;
+    ASSERT_TRUE(history_->recordJob(kNode, status));
+  }
+
+  std::vector<std::string> lines(const std::string& path) {
+    std::ifstream in(path);
+    std::vector<std::string> out;
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      out.push_back(line);
+    }
+    return out;
+  }
+
+  TempDir dir_;
+  std::optional<history::History> history_;
+  JobSpec spec_;
+  const std::int64_t now_ = kT0 + 3600 * kSecond;
+};
+
+TEST_F(ReportOverHistory, LoadsTheJobAtItsEnd) {
+  const auto loaded = load(*history_, "job-7", now_);
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  const ReportData& d = *loaded;
+  EXPECT_EQ(d.job.spec.jobId, "job-7");
+  EXPECT_EQ(d.job.state, JobState::kFinished);
+  EXPECT_EQ(d.kpis.step, kSteps);
+  ASSERT_EQ(d.kpis.ranks.size(), 2u);
+  ASSERT_EQ(d.kpis.gpus.size(), 2u);
+  // Elapsed is the first step's start to the end, not to `now_`: 0 .. 3.1 s.
+  EXPECT_NEAR(d.kpis.elapsedSeconds, 3.1, 1e-6);
+  ASSERT_TRUE(d.meanSamplesPerSecond);
+  EXPECT_NEAR(*d.meanSamplesPerSecond, 30.0 * 128 / 3.1, 1e-6);
+  EXPECT_TRUE(d.utilizationIsGpu);
+  ASSERT_EQ(d.utilization.size(), 2u);
+  EXPECT_EQ(d.utilization[0].name, kNode + ":0");
+  EXPECT_EQ(d.loss.size(), kSteps);
+  EXPECT_EQ(d.stepSplits.size(), kSteps);
+  EXPECT_EQ(d.events.size(), 2u);
+  ASSERT_TRUE(d.kpis.slowestRank);
+  EXPECT_EQ(*d.kpis.slowestRank, 1u);
+  EXPECT_EQ(d.generatedUnixUs, now_);
+  // Measured: GPU utilization 65% < 70 is advised on; no target loss is said to be missing.
+  EXPECT_FALSE(d.recommendations.empty());
+  EXPECT_NE(std::find_if(d.recommendations.begin(), d.recommendations.end(),
+                         [](const std::string& r) { return r.find("GPU utilization is 65%") != std::string::npos; }),
+            d.recommendations.end());
+  EXPECT_NE(std::find_if(d.missing.begin(), d.missing.end(),
+                         [](const std::string& m) { return m.starts_with("time to convergence"); }),
+            d.missing.end());
+
+  const auto unknown = load(*history_, "nope", now_);
+  ASSERT_FALSE(unknown);
+  EXPECT_EQ(unknown.error().code, ErrorCode::kNotFound);
+}
+
+TEST_F(ReportOverHistory, WritesCsvWithAGpuFileAndQuoting) {
+  const std::string path = dir_.file("report.csv");
+  const auto written = write(*history_, "job-7", Format::kCsv, path, now_);
+  ASSERT_TRUE(written) << written.error().message;
+  const auto steps = lines(path);
+  ASSERT_EQ(steps.size(), 1 + 2 * kSteps);
+  EXPECT_EQ(steps[0],
+            "job_id,node,rank,attempt,step,epoch,world_size,samples,loss,global_loss,lr,data_us,compute_us,"
+            "exposed_comm_us,allreduce_us,bytes_reduced,step_us,time_unix_us,tokens");
+  // The job's reports count no tokens: the last field is empty, not 0.
+  EXPECT_EQ(steps[1], "job-7,\"gpu-node,\"\"a\"\"\",0,0,1,0,2,64,2,2,0.01,5000,60000,20000,30000,1048576,100000," +
+                          std::to_string(kT0 + 100'000) + ",");
+  EXPECT_TRUE(steps[2].starts_with("job-7,\"gpu-node,\"\"a\"\"\",1,0,1,"));
+
+  const auto gpus = lines(dir_.file("report-gpus.csv"));
+  ASSERT_EQ(gpus.size(), 1 + 2 * kSteps);
+  EXPECT_EQ(gpus[0],
+            "job_id,node,gpu,time_unix_us,span_us,utilization_pct,memory_used_bytes,power_mw,energy_mj,temperature_c,"
+            "sm_clock_mhz");
+  EXPECT_EQ(gpus[1], "job-7,\"gpu-node,\"\"a\"\"\",0," + std::to_string(kT0 + 100'000) +
+                         ",0,60,4294967296,300000,30000,55,");  // no SM clock: an empty cell
+}
+
+TEST_F(ReportOverHistory, WritesJsonAndHtml) {
+  const std::string jsonPath = dir_.file("report.json");
+  ASSERT_TRUE(write(*history_, "job-7", Format::kJson, jsonPath, now_));
+  const std::string jsonText = test::readText(jsonPath);
+  const auto j = nlohmann::json::parse(jsonText);
+  EXPECT_EQ(j["job"]["id"], "job-7");
+  EXPECT_EQ(j["kpis"]["step"], kSteps);
+  EXPECT_TRUE(j["kpis"]["time_to_convergence_seconds"].is_null());
+  EXPECT_NEAR(j["kpis"]["gpu_utilization_pct"].get<double>(), 65, 1e-3);
+  EXPECT_EQ(j["job"]["nodes"][0]["node"], kNode);
+  EXPECT_EQ(j["ranks"].size(), 2u);
+  EXPECT_EQ(j["series"]["utilization_source"], "gpu");
+  EXPECT_EQ(j["events"].size(), 2u);
+  expectMatchesSchema(jsonText);
+
+  const std::string htmlPath = dir_.file("report.html");
+  ASSERT_TRUE(write(*history_, "job-7", Format::kHtml, htmlPath, now_));
+  const std::string page = test::readText(htmlPath);
+  EXPECT_NE(page.find("<title>Job job-7 — mnist-mlp</title>"), std::string::npos);
+  EXPECT_EQ(count(page, "<svg "), 5u);
+  EXPECT_NE(page.find("gpu-node,&quot;a&quot;"), std::string::npos);
+}
+
+TEST_F(ReportOverHistory, WriteFailsCleanly) {
+  const std::string missingDir = dir_.file("no/such/dir");
+  for (const Format format : {Format::kCsv, Format::kJson, Format::kHtml}) {
+    const std::string path = missingDir + "/report." + std::string(formatName(format));
+    const auto written = write(*history_, "job-7", format, path, now_);
+    ASSERT_FALSE(written) << formatName(format);
+    EXPECT_NE(written.error().message.find("no/such/dir"), std::string::npos) << written.error().message;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("no")));
+
+  // The directory exists but the main CSV cannot be written: the GPU file is not left alone.
+  std::filesystem::create_directories(dir_.file("out/report.csv"));  // a directory where the file should go
+  const auto blocked = write(*history_, "job-7", Format::kCsv, dir_.file("out/report.csv"), now_);
+  ASSERT_FALSE(blocked);
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("out/report-gpus.csv")));
+
+  const auto pdf = write(*history_, "job-7", Format::kPdf, dir_.file("report.pdf"), now_);
+  ASSERT_FALSE(pdf);
+  EXPECT_EQ(pdf.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(pdf.error().message.find("Qt"), std::string::npos);
+
+  const auto unknown = write(*history_, "nope", Format::kCsv, dir_.file("nope.csv"), now_);
+  ASSERT_FALSE(unknown);
+  EXPECT_EQ(unknown.error().code, ErrorCode::kNotFound);
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("nope-gpus.csv")));
+}
+
+}  // namespace
+}  // namespace lockstep::report
