@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -308,8 +309,11 @@ TEST(OwnProgramNode, APathCheckPastItsDeadlineIsRefusedAndTheAgentGoesQuiet) {
   AgentProcess agent(dir, "node-a", {"--path-check-timeout-ms", "1"});
   Ctl ctl{dir, dir.file("config")};
   ASSERT_TRUE(ctl.pairWith(agent));
-  std::string path;  // thousands of directories to look in: the check takes longer than 1 ms
-  for (int i = 0; i < 5000; ++i) path += "/nonexistent/" + std::to_string(i) + ":";
+  // Thousands of directories to look in, each behind a symlink to itself (40 hops before ELOOP):
+  // the check takes far longer than 1 ms, however fast the machine.
+  ASSERT_EQ(::symlink("loop", dir.file("loop").c_str()), 0);
+  std::string path;
+  for (int i = 0; i < 2500; ++i) path += dir.file("loop") + "/" + std::to_string(i) + ":";
   const auto run = ctl({"start", "--ranks", "1", "--job-id", "slow-check", "--env", "PATH=" + path + "/bin", "--",
                         "true"});
   EXPECT_EQ(run.status.exitCode, 3) << run.err;  // a timeout
