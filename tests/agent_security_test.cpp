@@ -275,6 +275,32 @@ TEST(AgentJobs, ARankLogSwappedForASymlinkIsNotFollowed) {
   }
 }
 
+// Found in review: the agent created each rank's exit record itself, blocking: a rank that put a
+// FIFO in its place made the next attempt's start hang the whole agent.
+TEST(AgentJobs, AFifoPlantedAsTheExitRecordDoesNotHangTheNextAttempt) {
+  TempDir dir;
+  AgentProcess agent(dir, "node-a");
+  ClientKeys client(dir);
+  agent.authorize(client.keys.publicKey);
+  auto c = connectTo(agent, client);
+  const std::string record = agent.stateDir() + "/jobs/job-plant/rank-0.exit";
+  JobSpec spec = commandJob("job-plant", 1, {"/bin/sh", "-c", "rm -f " + record + " && mkfifo " + record + "; exit 1"},
+                            dir.path().string());
+  ASSERT_TRUE(c->startJob(spec, "", 10s).ok());
+  ASSERT_TRUE(waitUntil([&] {
+    auto j = c->listJobs(5s);
+    return j && j->jobs.size() == 1u && j->jobs[0].state == JobState::kFailed;
+  }, 20s));
+  struct stat st {};
+  ASSERT_EQ(::lstat(record.c_str(), &st), 0);
+  ASSERT_TRUE(S_ISFIFO(st.st_mode)) << "the probe did not plant its FIFO";
+  spec.attempt = 1;
+  spec.command->argv = {"/bin/true"};
+  auto again = c->startJob(spec, "", 10s);
+  EXPECT_TRUE(again.ok()) << again.error().message;
+  EXPECT_TRUE(c->listJobs(5s).ok()) << "the agent stopped answering";
+}
+
 TEST(AgentJobs, ANewJobOnAnotherRunsCheckpointDirectoryIsRefused) {
   TempDir dir;
   AgentProcess agent(dir, "node-a");

@@ -59,7 +59,7 @@ TEST(Launcher, AFailedPartStopsTheStartedOnesAndOneThatDidNotAnswer) {
   l.started("c", {});
   ASSERT_TRUE(l.finished());
   EXPECT_FALSE(l.ok());
-  EXPECT_NE(l.error()->message.find("starting job j on b; stopped the parts already started"), std::string::npos)
+  EXPECT_NE(l.error()->message.find("starting job j on b; stopping the parts already started"), std::string::npos)
       << l.error()->message;
   auto stop = l.toStop();
   std::sort(stop.begin(), stop.end());
@@ -126,9 +126,14 @@ TEST(Supervisor, ALostRankIsRestartedAfterTheGraceWithTheRanksLeftUntilNoRestart
   JobSpec next = restart.plan.next;
   next.worldSize = 3;
   s.restarted(next);
-  EXPECT_EQ(s.observe({part("a", JobState::kRunning), part("b", JobState::kRunning)}, t0 + 20s).kind, Kind::kWait);
-  const auto last = s.observe({part("a", JobState::kFailed, {rank(0, JobState::kFailed, 1)}),
-                               part("b", JobState::kStopped, {rank(1, JobState::kStopped, 143)})},
+  const auto ofAttempt1 = [](EndedPart p) {
+    p.attempt = 1;
+    return p;
+  };
+  EXPECT_EQ(s.observe({ofAttempt1(part("a", JobState::kRunning)), ofAttempt1(part("b", JobState::kRunning))}, t0 + 20s).kind,
+            Kind::kWait);
+  const auto last = s.observe({ofAttempt1(part("a", JobState::kFailed, {rank(0, JobState::kFailed, 1)})),
+                               ofAttempt1(part("b", JobState::kStopped, {rank(1, JobState::kStopped, 143)}))},
                               t0 + 30s);
   ASSERT_EQ(last.kind, Kind::kEnd);
   EXPECT_NE(last.message.find("no restarts left (1 allowed)"), std::string::npos) << last.message;
@@ -149,6 +154,23 @@ TEST(Supervisor, ALostNodeIsNotWaitedForAndItsRanksAreLeftOut) {
   const auto failed = s.restartFailed("agent a refused: no free GPUs");
   EXPECT_EQ(failed.kind, Kind::kEnd);
   EXPECT_EQ(failed.state, JobState::kFailed);
+}
+
+// Found in review: a node the restart left out still reports the earlier attempt as failed; it
+// made the new attempt look failed, which was stopped 10 s later.
+TEST(Supervisor, AnEarlierAttemptsPartIsHistory) {
+  const auto t0 = Supervisor::Clock::time_point{};
+  JobSpec next = placedOn({"a"}, 2);
+  next.attempt = 1;
+  Supervisor s(next);
+  EndedPart stale = part("b", JobState::kFailed, {rank(2, JobState::kFailed, {}, SIGKILL)});
+  stale.attempt = 0;
+  EndedPart current = part("a", JobState::kRunning);
+  current.attempt = 1;
+  EXPECT_EQ(s.observe({current, stale}, t0).kind, Kind::kWait);
+  EXPECT_EQ(s.observe({current, stale}, t0 + 30s).kind, Kind::kWait) << "the running attempt was stopped";
+  current.state = JobState::kFinished;
+  EXPECT_EQ(s.observe({current, stale}, t0 + 40s).state, JobState::kFinished);
 }
 
 TEST(Supervisor, AFinishedJobEndsAndAnInterruptStopsARunningOne) {

@@ -384,7 +384,10 @@ void JobManager::poll() {
         }
         ::kill(-r.pid, SIGKILL);
         int status = 0;
-        if (::waitpid(r.pid, &status, WNOHANG) == r.pid) rankEnded(*job, i, exitStatusFromWait(status));
+        if (::waitpid(r.pid, &status, WNOHANG) == r.pid) {
+          // The keeper's record has the whole truth (a crash by signal it does not repeat).
+          rankEnded(*job, i, exitRecorded(*job, r.placement.rank).value_or(exitStatusFromWait(status)));
+        }
       } else {
         // Adopted: gone, a zombie awaiting its new parent, or the pid reused by another process.
         const auto stat = readProcStat(r.pid);

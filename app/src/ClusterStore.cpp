@@ -93,20 +93,22 @@ const AgentEntry* ClusterStore::agentOfNode(const std::string& node) const {
   return nullptr;
 }
 
-void ClusterStore::startOn(const QString& agentId, quint64 tag, const JobSpec& spec, const QString& storeSecret) {
+bool ClusterStore::startOn(const QString& agentId, quint64 tag, const JobSpec& spec, const QString& storeSecret) {
   AgentEntry* a = findAgent(agentId);
-  if (!a) return;
+  if (!a) return false;
   AgentWorker* worker = a->worker.get();
   QMetaObject::invokeMethod(worker, [worker, tag, spec, storeSecret] { worker->startJob(tag, spec, storeSecret); },
                             Qt::QueuedConnection);
+  return true;
 }
 
-void ClusterStore::stopOn(const QString& agentId, quint64 tag, const std::string& jobId) {
+bool ClusterStore::stopOn(const QString& agentId, quint64 tag, const std::string& jobId) {
   AgentEntry* a = findAgent(agentId);
-  if (!a) return;
+  if (!a) return false;
   AgentWorker* worker = a->worker.get();
   const QString id = QString::fromStdString(jobId);
   QMetaObject::invokeMethod(worker, [worker, tag, id] { worker->stopJob(tag, id); }, Qt::QueuedConnection);
+  return true;
 }
 
 void ClusterStore::beginAttempt(const JobSpec& placed) {

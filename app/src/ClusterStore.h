@@ -75,9 +75,9 @@ class ClusterStore : public QObject {
   const AgentEntry* agentOfNode(const std::string& node) const;  // connected or not
 
   // Commands to an agent, through its worker's thread (JobControl sends them); answered with
-  // jobStarted and commandDone carrying the same tag.
-  void startOn(const QString& agentId, quint64 tag, const JobSpec& spec, const QString& storeSecret);
-  void stopOn(const QString& agentId, quint64 tag, const std::string& jobId);
+  // jobStarted and commandDone carrying the same tag. false: there is no such agent (no answer).
+  bool startOn(const QString& agentId, quint64 tag, const JobSpec& spec, const QString& storeSecret);
+  bool stopOn(const QString& agentId, quint64 tag, const std::string& jobId);
   // A restart: the job's next attempt replaces its parts.
   void beginAttempt(const JobSpec& placed);
   void setJobMessage(const std::string& jobId, const QString& message);

@@ -25,21 +25,33 @@ void JobControl::pump(const std::string& jobId) {
   auto it = launches_.find(jobId);
   if (it == launches_.end()) return;
   Launcher& launcher = it->second.launcher;
+  // Starts that cannot be sent fail here, after the loop: nothing below re-enters this launch.
+  std::vector<std::string> unsent;
   for (const auto& start : launcher.next()) {
     const AgentEntry* agent = store_.agentOfNode(start.node);
     const quint64 tag = nextTag_++;
-    startTags_[tag] = {jobId, start.node};
-    if (!agent) {
-      onCommandDone(tag, false, QStringLiteral("no connected agent runs node %1").arg(QString::fromStdString(start.node)),
-                    static_cast<int>(ErrorCode::kUnavailable));
-      continue;
+    if (agent && store_.startOn(agent->id, tag, start.spec, QString::fromStdString(start.storeSecret))) {
+      startTags_[tag] = {jobId, start.node};
+    } else {
+      unsent.push_back(start.node);
     }
-    store_.startOn(agent->id, tag, start.spec, QString::fromStdString(start.storeSecret));
   }
+  for (const auto& node : unsent) launcher.failed(node, Error{ErrorCode::kUnavailable, "no agent of node " + node + " is connected"});
   for (const auto& node : launcher.toStop()) {
     if (const AgentEntry* agent = store_.agentOfNode(node)) store_.stopOn(agent->id, 0, jobId);
   }
   if (launcher.finished()) launchEnded(jobId);
+}
+
+void JobControl::failOrphanedStarts() {
+  // A start queued to an agent removed meanwhile gets no answer: it failed.
+  std::vector<quint64> orphaned;
+  for (const auto& [tag, jobAndNode] : startTags_) {
+    if (!store_.agentOfNode(jobAndNode.second)) orphaned.push_back(tag);
+  }
+  for (quint64 tag : orphaned) {
+    onCommandDone(tag, false, QStringLiteral("the agent was removed"), static_cast<int>(ErrorCode::kUnavailable));
+  }
 }
 
 void JobControl::onJobStarted(quint64 tag, QString, quint32 port, QString storeSecret) {
@@ -79,6 +91,7 @@ void JobControl::onCommandDone(quint64 tag, bool ok, QString message, int errorC
 
 void JobControl::launchEnded(const std::string& jobId) {
   auto it = launches_.find(jobId);
+  if (it == launches_.end()) return;
   Run run = std::move(it->second);
   launches_.erase(it);
   const QString id = QString::fromStdString(jobId);
@@ -99,19 +112,27 @@ void JobControl::launchEnded(const std::string& jobId) {
   Q_EMIT launchFinished(id, launcher.ok(), error);
 }
 
-void JobControl::stopJob(const std::string& jobId) {
+void JobControl::stopJob(const std::string& jobId) { stop(jobId, true); }
+
+void JobControl::stop(const std::string& jobId, bool answer) {
   const JobEntry* job = store_.job(jobId);
   if (!job) return;
-  Stop& stop = stops_[jobId];
+  if (!answer) {
+    // The supervisor's own stop: nobody waits for an answer (a lost agent's part may refuse it).
+    for (const auto& [agentId, part] : job->parts) {
+      if (part.state == JobState::kRunning || part.state == JobState::kStarting) store_.stopOn(agentId, 0, jobId);
+    }
+    return;
+  }
+  Stop& pending = stops_[jobId];
   for (const auto& [agentId, part] : job->parts) {
     if (part.state != JobState::kRunning && part.state != JobState::kStarting) continue;
-    if (!store_.agent(agentId)) continue;
     const quint64 tag = nextTag_++;
+    if (!store_.stopOn(agentId, tag, jobId)) continue;
     stopTags_[tag] = jobId;
-    ++stop.outstanding;
-    store_.stopOn(agentId, tag, jobId);
+    ++pending.outstanding;
   }
-  if (stop.outstanding == 0) {
+  if (pending.outstanding == 0) {
     stops_.erase(jobId);
     Q_EMIT stopFinished(QString::fromStdString(jobId), true, {});
   }
@@ -131,12 +152,13 @@ std::vector<EndedPart> JobControl::partsOf(const JobEntry& job) const {
     if (lost.count(agentId)) continue;
     const AgentEntry* a = store_.agent(agentId);
     parts.push_back({a && a->hello ? a->hello->nodeName : agentId.toStdString(), agentId.toStdString(), part.ranks, false,
-                     part.state});
+                     part.state, part.spec.attempt});
   }
   return parts;
 }
 
 void JobControl::supervise() {
+  failOrphanedStarts();
   const auto now = std::chrono::steady_clock::now();
   std::vector<std::string> ids;
   for (const auto& [id, supervisor] : supervisors_) ids.push_back(id);
@@ -153,7 +175,7 @@ void JobControl::act(const std::string& jobId, Supervisor::Action action) {
   const QString id = QString::fromStdString(jobId);
   switch (action.kind) {
     case Kind::kWait: return;
-    case Kind::kStop: stopJob(jobId); return;
+    case Kind::kStop: stop(jobId, false); return;
     case Kind::kRestart: {
       std::vector<std::pair<QString, std::uint32_t>> counts;
       for (const auto& [node, ranks] : action.plan.ranksPerNode) {

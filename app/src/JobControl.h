@@ -49,6 +49,8 @@ class JobControl : public QObject {
   void onCommandDone(quint64 tag, bool ok, QString message, int errorCode);
   void pump(const std::string& jobId);  // sends what the job's launcher has to send
   void launchEnded(const std::string& jobId);
+  void failOrphanedStarts();
+  void stop(const std::string& jobId, bool answer);  // answer: emit stopFinished (a user's stop)
   void supervise();
   void act(const std::string& jobId, Supervisor::Action action);
   std::vector<EndedPart> partsOf(const JobEntry& job) const;

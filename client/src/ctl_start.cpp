@@ -52,7 +52,8 @@ std::vector<EndedPart> endedParts(const std::vector<Part>& parts, const std::set
   std::vector<EndedPart> ends;
   for (auto* agent : lost) ends.push_back({agent->hello().nodeName, agent->address().text(), {}, true});
   for (const auto& p : parts) {
-    ends.push_back({p.agent->hello().nodeName, p.agent->address().text(), p.status.ranks, false, p.status.state});
+    ends.push_back({p.agent->hello().nodeName, p.agent->address().text(), p.status.ranks, false, p.status.state,
+                    p.status.spec.attempt});
   }
   return ends;
 }
@@ -113,7 +114,9 @@ int superviseJob(const Globals& g, const Connected& agents, JobSpec spec, std::m
     auto action = interrupted ? supervisor.interrupt(ends) : supervisor.observe(ends, Clock::now());
     if (action.kind == Supervisor::Action::Kind::kWait) continue;
     if (action.kind == Supervisor::Action::Kind::kStop) {
-      (void)stopEverywhere(agents, supervisor.spec().jobId, 0, g.timeout, lostIfElastic);
+      auto stopped = stopEverywhere(agents, supervisor.spec().jobId, 0, g.timeout, lostIfElastic);
+      // Asked to stop (Ctrl-C), a stop that did not take is the answer; else the job goes on ending.
+      if (!stopped && interrupted) return fail(stopped.error());
       continue;
     }
     drain(lastSeq, recorder, g.timeout);

@@ -48,7 +48,7 @@ void Launcher::failed(const std::string& node, const Error& error) {
   stopping_ = started_;
   if (mayStart) stopping_.push_back(node);
   error_ = error.withContext("starting job " + spec_.jobId + " on " + node +
-                             (stopping_.empty() ? "" : "; stopped the parts already started"));
+                             (stopping_.empty() ? "" : "; stopping the parts already started"));
 }
 
 bool Launcher::finished() const { return awaited_ == 0 && (error_ || handedOut_ == order_.size()); }

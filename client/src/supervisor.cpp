@@ -31,8 +31,13 @@ Supervisor::Action Supervisor::end(JobState state, const std::string& message) {
   return a;
 }
 
-Supervisor::Action Supervisor::observe(const std::vector<EndedPart>& parts, Clock::time_point now) {
+Supervisor::Action Supervisor::observe(const std::vector<EndedPart>& allParts, Clock::time_point now) {
   if (over_ || restarting_) return {};
+  // An earlier attempt's part (a node the restart left out still reports it) is history.
+  std::vector<EndedPart> parts;
+  for (const auto& p : allParts) {
+    if (p.agentLost || p.attempt >= spec_.attempt) parts.push_back(p);
+  }
   const bool elastic = spec_.maxRestarts > 0;
   const JobState state = partsState(parts);
   const bool allEnded = std::all_of(parts.begin(), parts.end(), partEnded);
@@ -52,9 +57,9 @@ Supervisor::Action Supervisor::observe(const std::vector<EndedPart>& parts, Cloc
   // Every part ended, and the job failed.
   failedSince_.reset();
   RestartPlan plan = planRestart(spec_, parts);
+  if (!elastic) return end(JobState::kFailed, plan.lost);
   attempts_.push_back("attempt " + std::to_string(spec_.attempt) + " with " + std::to_string(spec_.worldSize) + " rank" +
                       (spec_.worldSize == 1 ? "" : "s") + ": " + plan.lost);
-  if (!elastic) return end(JobState::kFailed, plan.lost);
   if (!plan.refusal.empty()) {
     attempts_.push_back("not restarted: " + plan.refusal);
     return end(JobState::kFailed, plan.lost + "; not restarted: " + plan.refusal);

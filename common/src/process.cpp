@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -137,7 +136,13 @@ struct KeeperImage {
 
 Result<KeeperImage> buildKeeper(const Keeper& keeper) {
   KeeperImage image;
-  image.record = UniqueFd(::open(keeper.exitRecord.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
+  // A new file, whatever was there: the record lies where the job's ranks can write, and a FIFO or
+  // a symlink planted in its place must neither block the caller nor send the record elsewhere.
+  if (::unlink(keeper.exitRecord.c_str()) != 0 && errno != ENOENT) {
+    return errnoError("cannot replace the exit record " + keeper.exitRecord, errno);
+  }
+  image.record = UniqueFd(
+      ::open(keeper.exitRecord.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600));
   if (!image.record.valid()) return errnoError("cannot create the exit record " + keeper.exitRecord, errno);
   image.executable = keeper.executable;
   formatInt(image.record.get(), image.fd);
@@ -313,6 +318,17 @@ Result<KeptProcess> spawnKept(const SpawnOptions& options, const Keeper& keeper)
   return spawn(options, &image);
 }
 
+namespace {
+
+bool dumpsCore(int signal) {
+  for (const int s : {SIGQUIT, SIGILL, SIGTRAP, SIGABRT, SIGBUS, SIGFPE, SIGSEGV, SIGSYS, SIGXCPU, SIGXFSZ}) {
+    if (s == signal) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 int runKeeper(int argc, char** argv) {
   char* end = nullptr;
   const long program = argc == 4 ? std::strtol(argv[2], &end, 10) : 0;
@@ -331,10 +347,10 @@ int runKeeper(int argc, char** argv) {
                                            : "exit " + std::to_string(how.exitCode) + "\n";
   [[maybe_unused]] ssize_t n = ::write(static_cast<int>(record), line.data(), line.size());
   ::close(static_cast<int>(record));
-  if (how.signal != 0) {
-    // End the way the program did (without a core of our own), so that the agent learns the same.
-    const rlimit noCore{0, 0};
-    ::setrlimit(RLIMIT_CORE, &noCore);
+  // End the way the program did, so that the agent learns the same, except by a signal that dumps
+  // core: a crash handler (systemd-coredump, apport) would report a second crash, of the agent's
+  // binary. Then the exit code says 128 + signal, and the record the signal.
+  if (how.signal != 0 && !dumpsCore(how.signal)) {
     ::signal(how.signal, SIG_DFL);
     sigset_t one;
     sigemptyset(&one);

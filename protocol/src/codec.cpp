@@ -2,8 +2,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 
 #include "lockstep/common/store.h"
+#include "lockstep/protocol/names.h"
 #include "lockstep/protocol/validate.h"
 #include "lockstep/v1/lockstep.pb.h"
 
@@ -62,6 +64,12 @@ LOCKSTEP_SAME(ErrorCode::kIo, ERROR_CODE_IO);
 LOCKSTEP_SAME(ErrorCode::kInternal, ERROR_CODE_INTERNAL);
 LOCKSTEP_SAME(ErrorCode::kCancelled, ERROR_CODE_CANCELLED);
 #undef LOCKSTEP_SAME
+// Every value has a name (names.h): a new enumerator without one would be written as "unknown".
+static_assert(std::size(kBackendNames) == pb::Backend_ARRAYSIZE - 1);
+static_assert(std::size(kActivationNames) == pb::Activation_ARRAYSIZE - 1);
+static_assert(std::size(kPrecisionNames) == pb::Precision_ARRAYSIZE - 1);
+static_assert(std::size(kOptimizerNames) == pb::OptimizerKind_ARRAYSIZE - 1);
+static_assert(std::size(kLrScalingNames) == pb::LrScaling_ARRAYSIZE);  // LR_SCALING_NONE is a value
 
 pb::ErrorCode toPb(ErrorCode c) { return static_cast<pb::ErrorCode>(static_cast<int>(c)); }
 Result<ErrorCode> fromPb(pb::ErrorCode c) {

@@ -37,6 +37,15 @@ QString q(const std::string& text) { return QString::fromStdString(text); }
 // 4 points each side of a cell's text, and 1 for the text layout to round up: a cell as wide as
 // its text must not wrap it.
 constexpr double kCellPadding = 9;
+// A cell shows at most this much of its text (an event's message may be 64 KiB): a row must fit
+// on a page.
+constexpr qsizetype kMaxCellCharacters = 600;
+
+QString cellText(const std::string& text) {
+  QString q = QString::fromStdString(text);
+  if (q.size() > kMaxCellCharacters) q = q.left(kMaxCellCharacters - 1) + QChar(0x2026);
+  return q;
+}
 
 QFont font(double points, bool bold = false) {
   QFont f(QStringLiteral("DejaVu Sans"));
@@ -175,7 +184,7 @@ class Layout {
     double height = QFontMetricsF(f, p_.device()).height();
     for (std::size_t c = 0; c < widths.size() && c < cells.size(); ++c) {
       const QRectF room(0, 0, std::max(1.0, widths[c] - 8), 1e6);
-      height = std::max(height, p_.boundingRect(room, q(cells[c]), cellOption(Qt::AlignLeft)).height());
+      height = std::max(height, p_.boundingRect(room, cellText(cells[c]), cellOption(Qt::AlignLeft)).height());
     }
     return height + 5;
   }
@@ -192,7 +201,7 @@ class Layout {
       if (c < cells.size()) {
         p_.setPen(kInk);
         const Qt::Alignment side = alignFigures && numeric(cells[c]) ? Qt::AlignRight : Qt::AlignLeft;
-        p_.drawText(cell.adjusted(4, 0, -4, 0), q(cells[c]), cellOption(side));
+        p_.drawText(cell.adjusted(4, 0, -4, 0), cellText(cells[c]), cellOption(side));
       }
       x += widths[c];
     }

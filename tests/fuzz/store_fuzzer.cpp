@@ -73,6 +73,24 @@ std::pair<std::uint32_t, std::uint32_t> portsAboveTheEphemeralRange() {
   return {low - 1000, 1000};  // a range that reaches 65535: the thousand ports below it
 }
 
+// connect(), finishing one that a signal interrupted (libFuzzer's timers send them): the
+// connection goes on in the kernel; wait for it and read its outcome.
+bool connectRetryingSignals(int fd, const sockaddr_in& to) {
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&to), sizeof to) == 0) return true;
+  if (errno != EINTR) return false;
+  pollfd writable{fd, POLLOUT, 0};
+  int polled;
+  do {
+    polled = ::poll(&writable, 1, 5000);
+  } while (polled < 0 && errno == EINTR);
+  if (polled <= 0) return false;
+  int error = 0;
+  socklen_t size = sizeof error;
+  if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) != 0) return false;
+  errno = error;
+  return error == 0;
+}
+
 int connectTo(std::uint16_t port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   // Never from the ephemeral port range: at 1500 connections a second that would keep taking the
@@ -94,7 +112,7 @@ int connectTo(std::uint16_t port) {
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+  if (fd < 0 || !connectRetryingSignals(fd, a)) {
     std::fprintf(stderr, "store_fuzzer: cannot connect to the store: %s\n", std::strerror(errno));
     std::abort();
   }

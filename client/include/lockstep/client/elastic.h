@@ -25,6 +25,7 @@ struct EndedPart {
   std::vector<RankStatus> ranks;
   bool agentLost = false;
   JobState state = JobState::kRunning;  // as its agent reported it (not meaningful when agentLost)
+  std::uint32_t attempt = 0;            // of the part its agent reported
 };
 
 struct RestartPlan {

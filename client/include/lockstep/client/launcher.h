@@ -31,7 +31,7 @@ class Launcher {
 
   bool finished() const;  // every start answered, or one failed and no other answer is awaited
   bool ok() const { return finished() && !error_; }
-  // Why it failed, naming the node: "starting job J on node-b: ...; stopped the parts already started".
+  // Why it failed, naming the node: "starting job J on node-b; stopping the parts already started: ...".
   const std::optional<Error>& error() const { return error_; }
   // The nodes whose part must be stopped because the launch failed (each handed out once).
   std::vector<std::string> toStop();

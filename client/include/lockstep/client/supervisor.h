@@ -50,7 +50,7 @@ class Supervisor {
   Action restartFailed(const std::string& why);  // it did not start: the job ends failed
 
   const JobSpec& spec() const { return spec_; }
-  // One line per attempt that ended, and why the last was not restarted.
+  // Of a job that may restart: one line per attempt that ended, and why the last was not restarted.
   const std::vector<std::string>& attempts() const { return attempts_; }
 
  private:

@@ -55,12 +55,13 @@ Result<pid_t> spawnProcess(const SpawnOptions& options);
 // A keeper stands between the caller and the program so that how the program ended outlives the
 // caller (the agent restarting while its ranks run). The caller's child is the keeper: it leads
 // the process group, blocks every signal it can, waits for the program (its own child), writes how
-// it ended to `exitRecord`, and then ends the same way, so the caller waiting for it learns the
-// same. `executable` is a program whose main() hands `kKeeperArg` to runKeeper (for the agent,
+// it ended to `exitRecord`, and then ends the same way (by the same exit code or signal; for a
+// signal that dumps core, by exit code 128 + signal, so that no second crash is reported): the
+// caller reads the record for the whole truth. `executable` is a program whose main() hands `kKeeperArg` to runKeeper (for the agent,
 // /proc/self/exe: a fresh image, not a copy of the caller's memory).
 struct Keeper {
   std::string executable;
-  std::string exitRecord;  // created or truncated; a symlink there is refused
+  std::string exitRecord;  // created anew (whatever was at the path is removed first)
 };
 inline constexpr const char* kKeeperArg = "--lockstep-keeper";
 
