@@ -588,6 +588,46 @@ class AppTest : public QObject {
     QVERIFY2(app.dashboardLabel("jobBanner").contains(QStringLiteral("1 restart")), qPrintable(app.dashboardLabel("jobBanner")));
   }
 
+  // Issue 16: a job of 320 ranks on 40 nodes (fed as the bench feeds the store: no agents) made
+  // the title list every node, and the window grew to fit it.
+  void aJobOnManyNodesKeepsTheWindowAtItsSize() {
+    TempDir dir;
+    App app(dir);
+    auto keys = loadOrCreateKeyPair(dir.file("sim"), "agent");
+    QVERIFY(keys.ok());
+    constexpr int kNodes = 40, kRanksPerNode = 8;
+    JobSpec spec = smallJob("wide", kNodes * kRanksPerNode, 1000);
+    for (std::uint32_t r = 0; r < spec.worldSize; ++r) {
+      spec.ranks.push_back({r, "gpu-node-" + std::to_string(r / kRanksPerNode) + ".cluster.example.org", r % kRanksPerNode,
+                            std::nullopt});
+    }
+    for (int a = 0; a < kNodes; ++a) {
+      const QString id = QStringLiteral("127.0.0.1:%1").arg(1 + a);
+      app.store.addAgent({"127.0.0.1", static_cast<std::uint16_t>(1 + a)}, keys->publicKey);
+      auto hello = std::make_shared<NodeHello>();
+      hello->nodeName = "gpu-node-" + std::to_string(a) + ".cluster.example.org";
+      app.store.onHello(id, hello);
+      JobStatus status;
+      status.spec = spec;
+      status.state = JobState::kRunning;
+      for (int g = 0; g < kRanksPerNode; ++g) {
+        RankStatus rank;
+        rank.rank = static_cast<std::uint32_t>(a * kRanksPerNode + g);
+        status.ranks.push_back(rank);
+      }
+      app.store.onJobs(id, std::make_shared<const std::vector<JobStatus>>(std::vector<JobStatus>{status}));
+    }
+    app.window.resize(1200, 800);
+    app.window.show();
+    app.window.selectJob(QStringLiteral("wide"));
+    app.window.refreshNow();
+    QCoreApplication::processEvents();
+    const QString title = app.dashboardLabel("jobTitle");
+    QVERIFY2(title.contains(QStringLiteral("320 ranks on 40 nodes")), qPrintable(title));
+    QVERIFY2(title.size() < 200, qPrintable(title));
+    QVERIFY2(app.window.width() <= 1200, qPrintable(QStringLiteral("the window grew to %1 px").arg(app.window.width())));
+  }
+
   void gpusOfAnAgentAreListedWithTheirReadings() {
     // The agent reads a stand-in NVML (tests/support/fake_nvml.c): 2 GPUs, the second without power.
     TempDir dir;

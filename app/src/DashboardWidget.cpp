@@ -106,6 +106,9 @@ DashboardWidget::DashboardWidget(ClusterStore& store, QWidget* parent) : QWidget
   titleFont.setPointSizeF(titleFont.pointSizeF() * 1.3);
   titleFont.setBold(true);
   title_->setFont(titleFont);
+  title_->setObjectName(QStringLiteral("jobTitle"));
+  // Shrinks (and is cut) rather than widening the window when even the short form does not fit.
+  title_->setMinimumWidth(1);
   state_ = new QLabel(body_);
   state_->setObjectName(QStringLiteral("jobState"));
   QFont stateFont = state_->font();
@@ -288,7 +291,14 @@ void DashboardWidget::refresh() {
     const QString node = QString::fromStdString(placement.node);
     if (!nodes.contains(node)) nodes << node;
   }
-  title_->setText(tr("%1 — %2 ranks on %3").arg(jobId_).arg(job->spec.worldSize).arg(nodes.join(QStringLiteral(", "))));
+  // A few nodes by name; a cluster by count (all of them in the tooltip): the title never widens
+  // the window, whatever the job's size.
+  constexpr int kNodesNamed = 4;
+  const QString where = nodes.size() <= kNodesNamed
+                            ? nodes.join(QStringLiteral(", "))
+                            : tr("%1 nodes (%2, …)").arg(nodes.size()).arg(nodes.mid(0, kNodesNamed - 1).join(QStringLiteral(", ")));
+  title_->setText(tr("%1 — %2 ranks on %3").arg(jobId_).arg(job->spec.worldSize).arg(where));
+  title_->setToolTip(nodes.size() <= kNodesNamed ? QString() : nodes.join(QStringLiteral(", ")));
   state_->setText(jobStateText(job->state));
   QPalette statePalette = state_->palette();
   statePalette.setColor(QPalette::WindowText, jobStateColor(job->state, palette()));
