@@ -34,6 +34,13 @@ TEST(Present, DurationsChangeUnitWhereTheyReadBest) {
   EXPECT_EQ(duration(INFINITY), kUnknown);
 }
 
+TEST(Present, AJobsNodesAreNamedWhenFewAndCountedWhenMany) {
+  EXPECT_EQ(nodesText({"a", "b"}), "a, b");
+  EXPECT_EQ(nodesText({"a", "b", "c", "d"}), "a, b, c, d");
+  EXPECT_EQ(nodesText({"a", "b", "c", "d", "e"}), "5 nodes (a, b, c, …)");
+  EXPECT_EQ(nodesText({}), "");
+}
+
 TEST(Present, MoneyKeepsAShortJobsFractionOfACent) {
   EXPECT_EQ(money(2.5, "USD"), "2.50 USD");
   EXPECT_EQ(money(0.0031, "EUR"), "0.0031 EUR");

@@ -286,19 +286,14 @@ void DashboardWidget::refresh() {
   // A recorded job is shown as it was when recording ended, even if that was mid-run.
   const bool running = !recorded_ && (job->state == JobState::kRunning || job->state == JobState::kStarting);
 
-  QStringList nodes;
+  std::vector<std::string> nodes;
   for (const auto& placement : job->spec.ranks) {
-    const QString node = QString::fromStdString(placement.node);
-    if (!nodes.contains(node)) nodes << node;
+    if (std::find(nodes.begin(), nodes.end(), placement.node) == nodes.end()) nodes.push_back(placement.node);
   }
-  // A few nodes by name; a cluster by count (all of them in the tooltip): the title never widens
+  // A few nodes by name, a cluster by count (all of them in the tooltip): the title never widens
   // the window, whatever the job's size.
-  constexpr int kNodesNamed = 4;
-  const QString where = nodes.size() <= kNodesNamed
-                            ? nodes.join(QStringLiteral(", "))
-                            : tr("%1 nodes (%2, …)").arg(nodes.size()).arg(nodes.mid(0, kNodesNamed - 1).join(QStringLiteral(", ")));
-  title_->setText(tr("%1 — %2 ranks on %3").arg(jobId_).arg(job->spec.worldSize).arg(where));
-  title_->setToolTip(nodes.size() <= kNodesNamed ? QString() : nodes.join(QStringLiteral(", ")));
+  title_->setText(tr("%1 — %2 ranks on %3").arg(jobId_).arg(job->spec.worldSize).arg(qtext(present::nodesText(nodes))));
+  title_->setToolTip(qtext(present::nodesText(nodes, nodes.size())));
   state_->setText(jobStateText(job->state));
   QPalette statePalette = state_->palette();
   statePalette.setColor(QPalette::WindowText, jobStateColor(job->state, palette()));

@@ -145,11 +145,11 @@ QVariant JobsModel::data(const QModelIndex& index, int role) const {
     case kState: return jobStateText(j.state);
     case kRanks: return j.spec.worldSize;
     case kNodes: {
-      QStringList nodes;
+      std::vector<std::string> nodes;
       for (const auto& [agent, part] : j.parts) {
-        if (const AgentEntry* a = store_.agent(agent); a && a->hello) nodes << QString::fromStdString(a->hello->nodeName);
+        if (const AgentEntry* a = store_.agent(agent); a && a->hello) nodes.push_back(a->hello->nodeName);
       }
-      return nodes.join(QStringLiteral(", "));
+      return qtext(present::nodesText(nodes));
     }
     default: break;
   }

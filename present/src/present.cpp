@@ -70,6 +70,16 @@ std::string money(double amount, std::string_view currency) {
   return number(amount, decimals) + " " + std::string(currency);
 }
 
+std::string nodesText(const std::vector<std::string>& nodes, std::size_t named) {
+  const auto joined = [&](std::size_t n) {
+    std::string out;
+    for (std::size_t i = 0; i < n && i < nodes.size(); ++i) out += (i == 0 ? "" : ", ") + nodes[i];
+    return out;
+  };
+  if (nodes.size() <= named) return joined(nodes.size());
+  return std::to_string(nodes.size()) + " nodes (" + joined(named - 1) + ", …)";
+}
+
 double tickStep(double span, int intervals) {
   const double raw = span / std::max(1, intervals);
   const double power = std::pow(10.0, std::floor(std::log10(raw)));

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "lockstep/kpi/kpi.h"
 
@@ -30,6 +31,10 @@ std::string bytes(double count);                                               /
 // Cents, except below a cent, which gets two significant digits (a short job's cost is small, not
 // nothing): "2.50 USD", "0.0031 USD".
 std::string money(double amount, std::string_view currency);
+
+// A job's nodes in a title or a cell: all of them when few, else their count and the first few:
+// "gpu-a, gpu-b" or "40 nodes (gpu-0, gpu-1, gpu-2, …)". The text never grows with the cluster.
+std::string nodesText(const std::vector<std::string>& nodes, std::size_t named = 4);
 
 // Chart axes: the round tick step (1, 2 or 5 times a power of ten) that covers `span` in at most
 // `intervals` steps, and the decimals its labels need (0.02 steps read 0.02, 0.04, not 0.0, 0.0).
