@@ -93,6 +93,36 @@ TEST(Kpi, ThroughputOverheadScalingAndImbalance) {
   EXPECT_NEAR(*k.etaSeconds, 90.0, 1e-9);  // 90 steps left at 1 step/s
 }
 
+// Issue 19: all-reduce bandwidth, worked by hand. Rank 0 reduces 100 MB in 50 ms a step (2 GB/s),
+// rank 1 the same bytes in 80 ms (1.25 GB/s: it waited for rank 0). With 2 ranks the bus
+// bandwidth is the algorithm bandwidth (2(n-1)/n = 1); with 4 it is 1.5 times it.
+TEST(Kpi, AllReduceBandwidthPerRankAndForTheJob) {
+  for (const std::uint32_t world : {2u, 4u}) {
+    JobSpec spec = gpuJob();
+    spec.worldSize = world;
+    JobTracker t(spec);
+    for (std::uint64_t step = 1; step <= 10; ++step) {
+      for (std::uint32_t rank = 0; rank < 2; ++rank) {
+        StepReport r = report(rank, step, 600'000, 100'000, t0 + static_cast<std::int64_t>(step) * kSecond);
+        r.worldSize = world;
+        r.bytesReduced = 100'000'000;
+        r.allreduceTimeUs = rank == 0 ? 50'000 : 80'000;
+        t.add(r, "n");
+      }
+    }
+    const JobKpis k = t.snapshot(t0 + 10 * kSecond);
+    const double factor = world == 2 ? 1.0 : 1.5;
+    ASSERT_EQ(k.ranks.size(), 2u);
+    EXPECT_DOUBLE_EQ(*k.ranks[0].algBandwidth, 2e9);
+    EXPECT_DOUBLE_EQ(*k.ranks[1].algBandwidth, 1.25e9);
+    EXPECT_DOUBLE_EQ(*k.ranks[0].busBandwidth, 2e9 * factor);
+    EXPECT_DOUBLE_EQ(*k.algBandwidth, (2e9 + 1.25e9) / 2);
+    EXPECT_DOUBLE_EQ(*k.busBandwidth, (2e9 + 1.25e9) / 2 * factor);
+  }
+  // Reports without timed reductions: unknown, not 0.
+  EXPECT_FALSE(tenSteps().snapshot(t0 + 10 * kSecond).busBandwidth.has_value());
+}
+
 // Issue 7: a dynamic split shows as rows per rank, and the imbalance as it was at the start and now.
 TEST(Kpi, AnUnevenSplitAndTheImbalanceBeforeAndAfter) {
   JobTracker t(gpuJob(), Settings{5.0, 0.1, std::nullopt, 100});

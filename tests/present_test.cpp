@@ -22,6 +22,9 @@ TEST(Present, NumbersUnitsAndTheUnknownValue) {
   EXPECT_EQ(percent(std::nullopt), kUnknown);
   EXPECT_EQ(bytes(1.5 * (1u << 30)), "1.5 GiB");
   EXPECT_EQ(bytes(512), "512 B");
+  EXPECT_EQ(bandwidth(12.34e9), "12.3 GB/s");
+  EXPECT_EQ(bandwidth(5e7), "0.050 GB/s");
+  EXPECT_EQ(bandwidth(std::nullopt), kUnknown);
 }
 
 TEST(Present, DurationsChangeUnitWhereTheyReadBest) {

@@ -349,7 +349,9 @@ void DashboardWidget::refresh() {
                               : QString());
   tiles_[tr("GPU utilization")]->set(figure(k.gpuUtilizationPct, 0, "%"),
                                      k.gpuUtilizationPct ? tr("mean over the job") : tr("no GPU samples"));
-  tiles_[tr("Communication")]->set(percent(k.commOverhead), k.commOverhead ? tr("exposed, of step time") : unless(noSplit, tr("exposed, of step time")));
+  const QString commDetail = k.busBandwidth ? tr("exposed, of step time; bus %1").arg(qtext(present::bandwidth(k.busBandwidth)))
+                                            : tr("exposed, of step time");
+  tiles_[tr("Communication")]->set(percent(k.commOverhead), k.commOverhead ? commDetail : unless(noSplit, commDetail));
   tiles_[tr("Slowest rank")]->set(
       k.slowestRank ? QStringLiteral("rank %1").arg(*k.slowestRank) : dash(),
       k.slowestRank ? tr("%1; imbalance %2")

@@ -62,8 +62,8 @@ Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool 
   Json ranks = Json::array();
   std::string table;
   char line[400];
-  std::snprintf(line, sizeof line, "%-5s %-14s %8s %6s %10s %11s %8s %6s %9s %6s\n", "RANK", "NODE", "STEP", "EPOCH",
-                "LOSS", "SAMPLES/S", "COMM", "CPU", "RSS", "GPU");
+  std::snprintf(line, sizeof line, "%-5s %-14s %8s %6s %10s %11s %8s %11s %6s %9s %6s\n", "RANK", "NODE", "STEP", "EPOCH",
+                "LOSS", "SAMPLES/S", "COMM", "BUS BW", "CPU", "RSS", "GPU");
   table += line;
   for (const auto& r : k.ranks) {
     const kpi::Maybe gpu = gpuOf(k, spec, r);
@@ -74,13 +74,16 @@ Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool 
                      {"loss", maybeJson(r.loss)},
                      {"samples_per_s", maybeJson(r.samplesPerSecond)},
                      {"comm_overhead_pct", maybeJson(r.commOverhead, 100)},
+                     {"alg_bandwidth_bytes_per_s", maybeJson(r.algBandwidth)},
+                     {"bus_bandwidth_bytes_per_s", maybeJson(r.busBandwidth)},
                      {"cpu_pct", maybeJson(r.cpuPct)},
                      {"rss_bytes", maybeJson(r.rssBytes)},
                      {"gpu_util_pct", maybeJson(gpu)}});
-    std::snprintf(line, sizeof line, "%-5u %-14s %8llu %6u %s %s %s %s %s %s\n", r.rank, r.node.c_str(),
+    std::snprintf(line, sizeof line, "%-5u %-14s %8llu %6u %s %s %s %s %s %s %s\n", r.rank, r.node.c_str(),
                   static_cast<unsigned long long>(r.step), r.epoch, column(present::figure(r.loss, 4), 10).c_str(),
                   column(present::figure(r.samplesPerSecond, 0), 11).c_str(),
-                  column(present::percent(r.commOverhead, 1), 8).c_str(), column(present::figure(r.cpuPct, 0, "%"), 6).c_str(),
+                  column(present::percent(r.commOverhead, 1), 8).c_str(), column(present::bandwidth(r.busBandwidth), 11).c_str(),
+                  column(present::figure(r.cpuPct, 0, "%"), 6).c_str(),
                   column(r.rssBytes ? present::bytes(*r.rssBytes) : std::string(present::kUnknown), 9).c_str(),
                   column(present::figure(gpu, 0, "%"), 6).c_str());
     table += line;
@@ -91,6 +94,8 @@ Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool 
                    {"state", stateName},
                    {"samples_per_s", maybeJson(throughput)},
                    {"comm_overhead", maybeJson(k.commOverhead)},
+                   {"alg_bandwidth_bytes_per_s", maybeJson(k.algBandwidth)},
+                   {"bus_bandwidth_bytes_per_s", maybeJson(k.busBandwidth)},
                    {"scaling_efficiency", maybeJson(k.scalingEfficiency)},
                    {"load_imbalance", maybeJson(k.loadImbalance)},
                    {"slowest_rank", k.slowestRank ? Json(*k.slowestRank) : Json(nullptr)},
@@ -99,9 +104,10 @@ Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool 
     std::printf("%s\n", snapshot.dump().c_str());
   } else {
     if (tty) std::printf("\033[H\033[J");
-    std::printf("job %s: %s, %s samples/s (%s); communication %s, scaling %s, imbalance %s\n%s", spec.jobId.c_str(),
-                stateName.c_str(), present::figure(throughput, 0).c_str(),
+    std::printf("job %s: %s, %s samples/s (%s); communication %s (bus %s), scaling %s, imbalance %s\n%s",
+                spec.jobId.c_str(), stateName.c_str(), present::figure(throughput, 0).c_str(),
                 std::string(present::jobThroughputMeaning(ended)).c_str(), present::percent(k.commOverhead).c_str(),
+                present::bandwidth(k.busBandwidth).c_str(),
                 present::percent(k.scalingEfficiency, 0).c_str(), present::figure(k.loadImbalance, 2, "×").c_str(),
                 table.c_str());
     const std::size_t shown = std::min<std::size_t>(w.events.size(), 5);
@@ -137,6 +143,7 @@ int cmdWatch(const Globals& g, const std::vector<std::string>& argv) {
   while (g_interrupted.load() == 0) {
     for (auto& [agent, seq] : lastSeq) {
       auto batch = agent->fetch(seq, 5000, 200, g.timeout);
+      if (!batch && g_interrupted.load() != 0) return kOk;  // Ctrl-C during the long poll
       if (!batch) return fail(batch.error());
       for (const auto& m : batch->messages) absorb(w, jobId, m);
       recorder.messages(batch->messages);

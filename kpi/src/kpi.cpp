@@ -250,6 +250,8 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
   int ratesKnown = 0, singleKnown = 0;
   std::vector<double> busy, data, compute;
   std::vector<std::uint32_t> rankIds;
+  double algSum = 0, busSum = 0;
+  int bandwidthKnown = 0;
   for (const auto& [id, r] : ranks_) {
     if (r.attempt < latestAttempt_) continue;  // a rank of an attempt before the last restart
     RankKpis rk;
@@ -263,6 +265,8 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
     rk.rssBytes = r.rssBytes;
     // Samples and step times are in every report; the split only where the sender measured it.
     double samples = 0, tokens = 0, st = 0, d = 0, c = 0, e = 0, timedSamples = 0, timedSt = 0;
+    double reducedBytes = 0, reduceUs = 0;
+    std::uint32_t world = 1;
     int n = 0, timed = 0;
     bool tokensKnown = false;
     for (const auto& rep : r.window) {
@@ -273,6 +277,11 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
       if (rep.tokens) {
         tokens += static_cast<double>(*rep.tokens);
         tokensKnown = true;
+      }
+      if (rep.bytesReduced && rep.allreduceTimeUs && *rep.allreduceTimeUs > 0) {
+        reducedBytes += static_cast<double>(*rep.bytesReduced);
+        reduceUs += static_cast<double>(*rep.allreduceTimeUs);
+        world = rep.worldSize;
       }
       if (rep.dataTimeUs && rep.computeTimeUs && rep.exposedCommTimeUs) {
         d += static_cast<double>(*rep.dataTimeUs);
@@ -313,7 +322,18 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
       compute.push_back(c / timed);
       rankIds.push_back(id);
     }
+    if (reduceUs > 0 && world > 1) {
+      rk.algBandwidth = reducedBytes / (reduceUs / 1e6);
+      rk.busBandwidth = *rk.algBandwidth * busBandwidthFactor(world);
+      algSum += *rk.algBandwidth;
+      busSum += *rk.busBandwidth;
+      ++bandwidthKnown;
+    }
     k.ranks.push_back(rk);
+  }
+  if (bandwidthKnown > 0) {
+    k.algBandwidth = algSum / bandwidthKnown;
+    k.busBandwidth = busSum / bandwidthKnown;
   }
   if (ratesKnown > 0) k.samplesPerSecond = totalRate;
   k.tokensPerSecond = totalTokenRate;

@@ -64,6 +64,11 @@ std::string bytes(double count) {
   return number(count, unit == 0 ? 0 : 1) + " " + kUnits[unit];
 }
 
+std::string bandwidth(const std::optional<double>& bytesPerSecond) {
+  if (!bytesPerSecond || !std::isfinite(*bytesPerSecond)) return std::string(kUnknown);
+  return number(*bytesPerSecond / 1e9, *bytesPerSecond < 1e8 ? 3 : 1) + " GB/s";
+}
+
 std::string money(double amount, std::string_view currency) {
   int decimals = 2;
   if (amount > 0 && amount < 0.01) decimals = std::min(8, 1 - static_cast<int>(std::floor(std::log10(amount))));

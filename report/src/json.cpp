@@ -122,6 +122,8 @@ Json kpisJson(const ReportData& data) {
   j["total_samples"] = k.totalSamples;
   j["total_tokens"] = optional(k.totalTokens);
   j["comm_overhead"] = number(k.commOverhead);
+  j["alg_bandwidth_bytes_per_second"] = number(k.algBandwidth);
+  j["bus_bandwidth_bytes_per_second"] = number(k.busBandwidth);
   j["scaling_efficiency"] = number(k.scalingEfficiency);
   j["scaling_basis"] = k.scalingEfficiency ? Json(basisName(k.scalingBasis)) : Json(nullptr);
   j["gpu_utilization_pct"] = number(k.gpuUtilizationPct);
@@ -155,6 +157,8 @@ Json rankJson(const kpi::RankKpis& r) {
   j["epoch"] = r.epoch;
   j["samples_per_second"] = number(r.samplesPerSecond);
   j["comm_overhead"] = number(r.commOverhead);
+  j["alg_bandwidth_bytes_per_second"] = number(r.algBandwidth);
+  j["bus_bandwidth_bytes_per_second"] = number(r.busBandwidth);
   j["mean_data_us"] = number(r.meanDataUs);
   j["mean_compute_us"] = number(r.meanComputeUs);
   j["mean_exposed_us"] = number(r.meanExposedUs);

@@ -375,6 +375,8 @@ Document document(const ReportData& data) {
                                                        : "no GPU samples"});
   kpis.rows.push_back(
       {"Communication overhead", detail::percent(k.commOverhead), "exposed all-reduce time / step time, last 10 s"});
+  kpis.rows.push_back({"All-reduce bandwidth", present::bandwidth(k.busBandwidth) + " bus, " + present::bandwidth(k.algBandwidth) + " algorithm",
+                       "bytes all-reduced / reduction time, last 10 s, mean over ranks; bus = algorithm × 2(n−1)/n"});
   std::string convergence = "no target loss";
   if (spec.targetLoss) {
     convergence =
@@ -465,13 +467,14 @@ Document document(const ReportData& data) {
   ranks.heading = "Ranks";
   ranks.paragraphs.push_back("Rates and means over each rank's last 10 s of reports.");
   Table rankTable{"Per rank",
-                  {"Rank", "Node", "Steps", "Rows/step", "Samples/s", "Comm", "Data ms", "Compute ms", "Exposed ms",
-                   "Step ms", "Loss", "CPU %", "RSS"},
+                  {"Rank", "Node", "Steps", "Rows/step", "Samples/s", "Comm", "Bus GB/s", "Data ms", "Compute ms",
+                   "Exposed ms", "Step ms", "Loss", "CPU %", "RSS"},
                   {}};
   const auto ms = [](const kpi::Maybe& us) { return us ? number(*us / 1000, 1) : dash(); };
   for (const auto& r : k.ranks) {
     rankTable.rows.push_back({std::to_string(r.rank), r.node, number(static_cast<double>(r.step), 0),
-                              orDash(r.samplesPerStep, 0), orDash(r.samplesPerSecond, 0), detail::percent(r.commOverhead), ms(r.meanDataUs),
+                              orDash(r.samplesPerStep, 0), orDash(r.samplesPerSecond, 0), detail::percent(r.commOverhead),
+                              r.busBandwidth ? number(*r.busBandwidth / 1e9, 2) : dash(), ms(r.meanDataUs),
                               ms(r.meanComputeUs), ms(r.meanExposedUs), ms(r.meanStepUs), orDash(r.loss, 4),
                               orDash(r.cpuPct, 0), r.rssBytes ? detail::bytes(*r.rssBytes) : dash()});
   }

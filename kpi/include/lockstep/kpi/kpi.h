@@ -63,6 +63,11 @@ struct RankKpis {
   Maybe commOverhead;  // fraction of step time
   Maybe meanDataUs, meanComputeUs, meanExposedUs, meanStepUs;
   Maybe samplesPerStep;  // its share of the global batch (uneven with --balance dynamic)
+  // All-reduce bandwidth over the window (docs/kpis.md): bytes all-reduced over the time its
+  // reductions took (algorithm bandwidth), and that times 2(n-1)/n (bus bandwidth, as nccl-tests
+  // reports it); bytes per second. Unknown without timed reductions, or alone (n = 1).
+  Maybe algBandwidth;
+  Maybe busBandwidth;
   Maybe loss;
   Maybe cpuPct;
   Maybe rssBytes;
@@ -92,6 +97,8 @@ struct JobKpis {
   std::uint64_t totalSamples = 0;
   std::optional<std::uint64_t> totalTokens;
   Maybe commOverhead;
+  Maybe algBandwidth;  // the mean over the ranks that measured it
+  Maybe busBandwidth;
   Maybe scalingEfficiency;
   ScalingBasis scalingBasis = ScalingBasis::kUnknown;
   Maybe gpuUtilizationPct;
@@ -128,6 +135,11 @@ struct StepSplit {
   std::uint64_t step = 0;
   double dataMs = 0, computeMs = 0, exposedMs = 0;
 };
+
+// nccl-tests' bus bandwidth factor for an all-reduce among n ranks: 2(n-1)/n (0 alone).
+inline double busBandwidthFactor(std::uint32_t ranks) {
+  return ranks > 1 ? 2.0 * static_cast<double>(ranks - 1) / static_cast<double>(ranks) : 0.0;
+}
 
 // Means of data / compute / exposed time over groups of consecutive steps (at most `maxGroups`
 // groups, each at its last step): one step alone is noisy. The dashboard's and the report's

@@ -28,6 +28,7 @@ std::string figure(const std::optional<double>& value, int decimals, std::string
 std::string percent(const std::optional<double>& fraction, int decimals = 1);  // 0.412 -> 41.2%
 std::string duration(double seconds);                                          // 42 s, 3.5 min, 2.1 h
 std::string bytes(double count);                                               // 1.5 GiB
+std::string bandwidth(const std::optional<double>& bytesPerSecond);            // 12.3 GB/s (decimal, as nccl-tests)
 // Cents, except below a cent, which gets two significant digits (a short job's cost is small, not
 // nothing): "2.50 USD", "0.0031 USD".
 std::string money(double amount, std::string_view currency);
