@@ -356,7 +356,10 @@ TEST(AgentCrash, AnAgentKilledBetweenSpawnAndReplyAdoptsItsRanksWhenItStartsAgai
   agent.authorize(client.keys.publicKey);
   {
     auto c = connectTo(agent, client);
-    EXPECT_FALSE(c->startJob(smallJob("job-crash", 2, 1'000'000), "", 3s).ok()) << "the failpoint did not fire";
+    // A program of its own, not the trainer: its ranks do not need the agent's store, so they
+    // outlive the agent however slowly this test gets to look (a trainer's would end with it).
+    EXPECT_FALSE(c->startJob(commandJob("job-crash", 2, {"/bin/sh", "-c", "sleep 600"}, dir.path().string()), "", 3s).ok())
+        << "the failpoint did not fire";
   }
   agent.kill();  // reaps it: it killed itself
   ASSERT_TRUE(waitUntil([] { return processesOfJob("job-crash").size() >= 2; }, 10s)) << "its ranks were not left running";
