@@ -76,6 +76,20 @@ TEST(Files, ReadRefusesMissingAndOversizedFiles) {
   EXPECT_EQ(big.error().code, ErrorCode::kResourceExhausted);
 }
 
+// A keeper's exit record (issue 14) reads back as what was written, and nothing else passes for one.
+TEST(Process, AnExitRecordReadsBackAndNothingElseDoes) {
+  for (const ExitStatus& s : {ExitStatus{0, 0}, ExitStatus{3, 0}, ExitStatus{0, 9}, ExitStatus{255, 0}}) {
+    const auto back = ExitStatus::fromRecord(s.record());
+    ASSERT_TRUE(back.has_value()) << s.record();
+    EXPECT_EQ(back->exitCode, s.exitCode);
+    EXPECT_EQ(back->signal, s.signal);
+  }
+  EXPECT_EQ((ExitStatus{0, 9}.record()), "signal 9\n");
+  for (const char* bad : {"", "exit 3", "exit 256\n", "exit -1\n", "exit 3x\n", "quit 3\n", "signal \n"}) {
+    EXPECT_FALSE(ExitStatus::fromRecord(bad).has_value()) << bad;
+  }
+}
+
 TEST(Process, ExitCodesSignalsAndOutput) {
   TempDir dir;
   auto r = test::runProcess({"/bin/sh", "-c", "echo hello; echo oops >&2; exit 7"}, {}, dir);

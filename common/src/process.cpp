@@ -80,6 +80,10 @@ std::string ExitStatus::describe() const {
   return "exit code " + std::to_string(exitCode);
 }
 
+std::string ExitStatus::record() const {
+  return signal != 0 ? "signal " + std::to_string(signal) + "\n" : "exit " + std::to_string(exitCode) + "\n";
+}
+
 std::optional<ExitStatus> ExitStatus::fromRecord(std::string_view record) {
   const auto number = [](std::string_view digits) -> std::optional<int> {
     int value = 0;
@@ -343,8 +347,7 @@ int runKeeper(int argc, char** argv) {
   }
   if (reaped != program) return 127;
   const ExitStatus how = exitStatusFromWait(status);
-  const std::string line = how.signal != 0 ? "signal " + std::to_string(how.signal) + "\n"
-                                           : "exit " + std::to_string(how.exitCode) + "\n";
+  const std::string line = how.record();
   [[maybe_unused]] ssize_t n = ::write(static_cast<int>(record), line.data(), line.size());
   ::close(static_cast<int>(record));
   // End the way the program did, so that the agent learns the same, except by a signal that dumps

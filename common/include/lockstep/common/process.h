@@ -85,8 +85,9 @@ struct ExitStatus {
   int shellCode() const { return signal != 0 ? 128 + signal : exitCode; }
   // "exit code 3" or "signal 9 (Killed)".
   std::string describe() const;
-  // What a keeper writes: "exit 3\n" or "signal 9\n"; nullopt for anything else (an empty file: the
-  // keeper died before the program did).
+  // What a keeper writes: "exit 3\n" or "signal 9\n"; fromRecord reads it back, nullopt for anything
+  // else (an empty file: the keeper died before the program did).
+  std::string record() const;
   static std::optional<ExitStatus> fromRecord(std::string_view record);
 };
 
