@@ -72,7 +72,7 @@ std::optional<JobStatus> jobOn(AgentClient& client, const std::string& jobId) {
 }
 
 bool ended(const std::optional<JobStatus>& j) {
-  return j && j->state != JobState::kRunning && j->state != JobState::kStarting;
+  return j && jobStateEnded(j->state);
 }
 
 TEST(AgentJob, StartReportStopLeavesNoProcessBehind) {

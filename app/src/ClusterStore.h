@@ -6,8 +6,6 @@
 #include <QObject>
 #include <QString>
 #include <QThread>
-#include <chrono>
-#include <set>
 #include <map>
 #include <memory>
 #include <optional>

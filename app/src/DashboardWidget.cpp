@@ -284,7 +284,7 @@ void DashboardWidget::refresh() {
   if (!job) return;
   const kpi::JobKpis k = job->tracker->snapshot(recorded_ ? recordedAtUs_ : unixMicrosNow());
   // A recorded job is shown as it was when recording ended, even if that was mid-run.
-  const bool running = !recorded_ && (job->state == JobState::kRunning || job->state == JobState::kStarting);
+  const bool running = !recorded_ && !jobStateEnded(job->state);
 
   std::vector<std::string> nodes;
   for (const auto& placement : job->spec.ranks) {

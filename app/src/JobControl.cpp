@@ -1,6 +1,7 @@
 #include "JobControl.h"
 
 #include <chrono>
+#include <set>
 
 namespace lockstep::app {
 
@@ -120,13 +121,13 @@ void JobControl::stop(const std::string& jobId, bool answer) {
   if (!answer) {
     // The supervisor's own stop: nobody waits for an answer (a lost agent's part may refuse it).
     for (const auto& [agentId, part] : job->parts) {
-      if (part.state == JobState::kRunning || part.state == JobState::kStarting) store_.stopOn(agentId, 0, jobId);
+      if (!jobStateEnded(part.state)) store_.stopOn(agentId, 0, jobId);
     }
     return;
   }
   Stop& pending = stops_[jobId];
   for (const auto& [agentId, part] : job->parts) {
-    if (part.state != JobState::kRunning && part.state != JobState::kStarting) continue;
+    if (jobStateEnded(part.state)) continue;
     const quint64 tag = nextTag_++;
     if (!store_.stopOn(agentId, tag, jobId)) continue;
     stopTags_[tag] = jobId;

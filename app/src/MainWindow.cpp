@@ -192,7 +192,7 @@ void MainWindow::refreshNow() {
   }
   dashboard_->refresh();
   const JobEntry* shown = store_.job(dashboard_->jobId().toStdString());
-  stopAction_->setEnabled(shown && (shown->state == JobState::kRunning || shown->state == JobState::kStarting));
+  stopAction_->setEnabled(shown && !jobStateEnded(shown->state));
   exportAction_->setEnabled(shown && history_);
   updateStatus();
 }

@@ -159,7 +159,7 @@ QVariant JobsModel::data(const QModelIndex& index, int role) const {
       if (j.tracker->lastReportUnixUs() == 0) return dash();  // no step report seen (yet)
       return k.totalSteps ? QStringLiteral("%1 / %2").arg(k.step).arg(k.totalSteps) : QString::number(k.step);
     case kLoss: return k.lastGlobalLoss ? number(*k.lastGlobalLoss, 4) : dash();
-    case kThroughput: return figure(present::jobThroughput(k, j.state != JobState::kRunning && j.state != JobState::kStarting), 0);
+    case kThroughput: return figure(present::jobThroughput(k, jobStateEnded(j.state)), 0);
     case kStarted:
       return j.startedUnixUs ? QDateTime::fromMSecsSinceEpoch(j.startedUnixUs / 1000).toString(QStringLiteral("yyyy-MM-dd hh:mm:ss"))
                              : dash();

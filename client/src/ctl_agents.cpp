@@ -87,7 +87,7 @@ Result<std::vector<Part>> findJob(const Connected& agents, const std::string& jo
   return parts;
 }
 
-bool partEnded(const JobStatus& s) { return s.state != JobState::kStarting && s.state != JobState::kRunning; }
+bool partEnded(const JobStatus& s) { return jobStateEnded(s.state); }
 
 JobState overall(const std::vector<Part>& parts) {
   std::vector<JobState> states;

@@ -7,7 +7,7 @@ namespace {
 
 // A lost agent's part is not waited for: nothing more will be learnt of it (the plan counts it lost).
 bool partEnded(const EndedPart& p) {
-  return p.agentLost || (p.state != JobState::kRunning && p.state != JobState::kStarting);
+  return p.agentLost || jobStateEnded(p.state);
 }
 
 }  // namespace

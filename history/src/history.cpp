@@ -50,8 +50,6 @@ std::vector<GpuInfo> gpusFromJson(const std::string& text) {
   return gpus;
 }
 
-bool ended(JobState state) { return state == JobState::kFinished || state == JobState::kFailed || state == JobState::kStopped; }
-
 std::string likePattern(std::string_view text) {
   std::string out = "%";
   for (char c : text) {
@@ -270,7 +268,7 @@ Result<std::vector<std::string>> History::refreshFinalKpis() {
   std::vector<std::string> refreshed;
   for (const auto& jobId : stale) {
     LOCKSTEP_ASSIGN_OR_RETURN(JobRecord record, job(jobId));
-    if (!ended(record.state)) continue;  // computed once it ends
+    if (!jobStateEnded(record.state)) continue;  // computed once it ends
     LOCKSTEP_ASSIGN_OR_RETURN(auto t, tracker(jobId));
     const kpi::JobKpis k = t->snapshot(std::max(record.endedUnixUs, t->lastReportUnixUs()));
     const std::int64_t now = unixMicrosNow();
@@ -387,7 +385,7 @@ Result<JobRecord> readRecord(sqlite3* db, const Statement& row) {
     if (record.message.empty()) record.message = part.message;
   }
   record.state = combinedState(states);
-  if (!ended(record.state)) record.endedUnixUs = 0;
+  if (!jobStateEnded(record.state)) record.endedUnixUs = 0;
   LOCKSTEP_ASSIGN_OR_RETURN(record.nodes, readNodes(db, record.parts));
   LOCKSTEP_ASSIGN_OR_RETURN(record.finalKpis, detail::readFinalKpis(db, jobId));
   return record;

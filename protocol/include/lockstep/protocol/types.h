@@ -276,6 +276,8 @@ std::string_view jobStateName(JobState state);
 // starting while any starts (or none is known), stopped if any was stopped, else finished. The
 // history, both clients and the supervisor use this one rule.
 JobState combinedState(const std::vector<JobState>& parts);
+// Finished, failed or stopped: nothing of it runs or starts any more.
+constexpr bool jobStateEnded(JobState state) { return state != JobState::kRunning && state != JobState::kStarting; }
 
 struct StartJobReply {
   std::string jobId;
