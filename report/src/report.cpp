@@ -14,22 +14,17 @@
 namespace lockstep::report {
 namespace {
 
-using detail::kDash;
 using detail::compact;
+using detail::dash;
+using detail::figure;
+using detail::kDash;
 using detail::number;
-
-std::string dash() { return std::string(kDash); }
 
 std::string lower(std::string_view text) {
   std::string out(text);
   std::transform(out.begin(), out.end(), out.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return out;
-}
-
-std::string orDash(const kpi::Maybe& value, int decimals, std::string_view unit = {}) {
-  if (!value || !std::isfinite(*value)) return dash();
-  return number(*value, decimals) + std::string(unit);
 }
 
 // A figure that crossed a threshold, in whole percent; with one decimal where rounding would make it
@@ -369,7 +364,7 @@ Document document(const ReportData& data) {
                        std::string(present::jobThroughputMeaning(false))});
   kpis.rows.push_back({"Scaling efficiency", detail::percent(k.scalingEfficiency),
                        k.scalingEfficiency ? std::string(kpi::scalingBasisName(k.scalingBasis)) : "not known"});
-  kpis.rows.push_back({"GPU utilization", orDash(k.gpuUtilizationPct, 0, "%"),
+  kpis.rows.push_back({"GPU utilization", figure(k.gpuUtilizationPct, 0, "%"),
                        k.gpuUtilizationPct             ? "mean over the job's GPUs and time"
                        : spec.backend == Backend::kCpu ? "a CPU job"
                                                        : "no GPU samples"});
@@ -395,7 +390,7 @@ Document document(const ReportData& data) {
   kpis.rows.push_back({"Cost per training job",
                        spec.prices.anySet() && k.costSoFar ? present::money(*k.costSoFar, spec.prices.currency) : dash(),
                        costNote});
-  kpis.rows.push_back({"Energy", orDash(k.energyKwh, 3, " kWh"),
+  kpis.rows.push_back({"Energy", figure(k.energyKwh, 3, " kWh"),
                        k.energyKwh ? "NVML energy counters of the job's GPUs" : "no energy counter readings"});
   std::string slowest = "–";
   if (k.slowestRank) {
@@ -404,8 +399,8 @@ Document document(const ReportData& data) {
   }
   if (k.initialLoadImbalance) slowest += "; " + number(*k.initialLoadImbalance, 2) + "× over the first steps";
   if (spec.rebalanceEvery > 0) slowest += "; batch re-split every " + std::to_string(spec.rebalanceEvery) + " steps";
-  kpis.rows.push_back({"Load imbalance", orDash(k.loadImbalance, 2, "×"), slowest});
-  kpis.rows.push_back({"Final loss", orDash(k.smoothedLoss, 4),
+  kpis.rows.push_back({"Load imbalance", figure(k.loadImbalance, 2, "×"), slowest});
+  kpis.rows.push_back({"Final loss", figure(k.smoothedLoss, 4),
                        k.lastGlobalLoss ? "smoothed (EMA 0.1); last global loss " + number(*k.lastGlobalLoss, 4)
                                         : std::string("smoothed (EMA 0.1)")});
   kpis.rows.push_back({"Steps",
@@ -414,7 +409,7 @@ Document document(const ReportData& data) {
                        k.attempts > 1 ? std::to_string(k.attempts) + " attempts" : ""});
   kpis.rows.push_back(
       {"Elapsed", k.elapsedSeconds > 0 ? detail::duration(k.elapsedSeconds) : dash(), "first step to end"});
-  kpis.rows.push_back({"GPU-hours / core-hours", orDash(k.gpuHours, 2) + " / " + orDash(k.coreHours, 2),
+  kpis.rows.push_back({"GPU-hours / core-hours", figure(k.gpuHours, 2) + " / " + figure(k.coreHours, 2),
                        "GPUs × elapsed; measured CPU time of the ranks"});
   summary.tables.push_back(std::move(kpis));
   doc.sections.push_back(std::move(summary));
@@ -473,10 +468,10 @@ Document document(const ReportData& data) {
   const auto ms = [](const kpi::Maybe& us) { return us ? number(*us / 1000, 1) : dash(); };
   for (const auto& r : k.ranks) {
     rankTable.rows.push_back({std::to_string(r.rank), r.node, number(static_cast<double>(r.step), 0),
-                              orDash(r.samplesPerStep, 0), orDash(r.samplesPerSecond, 0), detail::percent(r.commOverhead),
+                              figure(r.samplesPerStep, 0), figure(r.samplesPerSecond, 0), detail::percent(r.commOverhead),
                               r.busBandwidth ? number(*r.busBandwidth / 1e9, 2) : dash(), ms(r.meanDataUs),
-                              ms(r.meanComputeUs), ms(r.meanExposedUs), ms(r.meanStepUs), orDash(r.loss, 4),
-                              orDash(r.cpuPct, 0), r.rssBytes ? detail::bytes(*r.rssBytes) : dash()});
+                              ms(r.meanComputeUs), ms(r.meanExposedUs), ms(r.meanStepUs), figure(r.loss, 4),
+                              figure(r.cpuPct, 0), r.rssBytes ? detail::bytes(*r.rssBytes) : dash()});
   }
   ranks.tables.push_back(std::move(rankTable));
   if (!k.gpus.empty()) {
@@ -492,9 +487,9 @@ Document document(const ReportData& data) {
         }
       }
       gpuTable.rows.push_back(
-          {g.node, std::to_string(g.index), name, orDash(g.utilizationPct, 0, "%"),
-           orDash(g.meanUtilizationPct, 0, "%"), g.memoryUsedBytes ? detail::bytes(*g.memoryUsedBytes) : dash(),
-           orDash(g.powerWatts, 0, " W"), orDash(g.temperatureC, 0, " °C"), orDash(g.energyKwh, 3, " kWh")});
+          {g.node, std::to_string(g.index), name, figure(g.utilizationPct, 0, "%"),
+           figure(g.meanUtilizationPct, 0, "%"), g.memoryUsedBytes ? detail::bytes(*g.memoryUsedBytes) : dash(),
+           figure(g.powerWatts, 0, " W"), figure(g.temperatureC, 0, " °C"), figure(g.energyKwh, 3, " kWh")});
     }
     ranks.tables.push_back(std::move(gpuTable));
   }
@@ -567,8 +562,8 @@ Comparison compare(std::span<const history::JobRecord> jobs) {
                                    : dash();
       }));
   row("Communication overhead", fromKpis([](const kpi::JobKpis& k) { return detail::percent(k.commOverhead); }));
-  row("GPU utilization", fromKpis([](const kpi::JobKpis& k) { return orDash(k.gpuUtilizationPct, 0, "%"); }));
-  row("Load imbalance", fromKpis([](const kpi::JobKpis& k) { return orDash(k.loadImbalance, 2, "×"); }));
+  row("GPU utilization", fromKpis([](const kpi::JobKpis& k) { return figure(k.gpuUtilizationPct, 0, "%"); }));
+  row("Load imbalance", fromKpis([](const kpi::JobKpis& k) { return figure(k.loadImbalance, 2, "×"); }));
   row("Time to convergence", fromKpis([](const kpi::JobKpis& k) {
         return k.timeToConvergenceSeconds ? detail::duration(*k.timeToConvergenceSeconds) : dash();
       }));
@@ -577,8 +572,8 @@ Comparison compare(std::span<const history::JobRecord> jobs) {
                ? present::money(*j.finalKpis->costSoFar, j.spec.prices.currency)
                : dash();
   });
-  row("Energy", fromKpis([](const kpi::JobKpis& k) { return orDash(k.energyKwh, 3, " kWh"); }));
-  row("Final loss", fromKpis([](const kpi::JobKpis& k) { return orDash(k.smoothedLoss, 4); }));
+  row("Energy", fromKpis([](const kpi::JobKpis& k) { return figure(k.energyKwh, 3, " kWh"); }));
+  row("Final loss", fromKpis([](const kpi::JobKpis& k) { return figure(k.smoothedLoss, 4); }));
 
   // Scaling: the workload with the most distinct rank counts among jobs with a known throughput.
   struct Group {

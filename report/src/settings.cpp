@@ -8,9 +8,8 @@ namespace lockstep::report {
 namespace {
 
 using detail::compact;
+using detail::dash;
 using detail::number;
-
-std::string dash() { return std::string(detail::kDash); }
 
 std::string layersText(const std::vector<std::uint32_t>& layers) {
   std::string text;

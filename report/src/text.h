@@ -16,8 +16,10 @@
 namespace lockstep::report::detail {
 
 inline constexpr std::string_view kDash = present::kUnknown;
+inline std::string dash() { return std::string(kDash); }
 using present::bytes;
 using present::duration;
+using present::figure;
 using present::number;
 using present::percent;
 using present::plainNumber;
