@@ -114,6 +114,17 @@ TEST(Lockstepctl, StartWaitStatusLogsAndStop) {
   EXPECT_NE(missing.err.find("no agent knows job no-such-job"), std::string::npos);
 }
 
+using Refusals = std::vector<std::pair<std::vector<std::string>, std::string>>;
+
+// Each command line is bad usage (exit 2) and says what was wrong.
+void expectEachRefused(const Ctl& ctl, const Refusals& cases) {
+  for (const auto& [args, says] : cases) {
+    const auto run = ctl(args);
+    EXPECT_EQ(run.status.exitCode, 2) << args.back() << ": " << run.out << run.err;
+    EXPECT_NE(run.err.find(says), std::string::npos) << run.err;
+  }
+}
+
 // lockstepctl start took the trainer's process flags and dropped them: a job's ranks never saw
 // them. Each is now refused with what to do instead, and nothing starts.
 TEST(Lockstepctl, TheTrainersOwnFlagsAreRefusedWithTheirReasonNotDropped) {
@@ -121,7 +132,7 @@ TEST(Lockstepctl, TheTrainersOwnFlagsAreRefusedWithTheirReasonNotDropped) {
   AgentProcess agent(dir, "node-a");
   Ctl ctl{dir, dir.file("config")};
   ASSERT_TRUE(ctl.pairWith(agent));
-  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+  const Refusals flags = {
       {{"--threads", "4"}, "--threads is lockstep-trainer's own, not a job's: the agent gives each rank"},
       {{"--log-every", "5"}, "--log-every is lockstep-trainer's own"},
       {{"--quiet"}, "--quiet is lockstep-trainer's own"},
@@ -131,11 +142,11 @@ TEST(Lockstepctl, TheTrainersOwnFlagsAreRefusedWithTheirReasonNotDropped) {
       {{"--save-weights", dir.file("w.safetensors")}, "give --checkpoint-dir and --checkpoint-every"},
       {{"--keep-checkpoints", "0", "--checkpoint-dir", dir.file("ck")}, "--keep-checkpoints must be at least 1"},
   };
-  for (const auto& [flags, says] : cases) {
-    const auto run = ctl(join({"start", "--ranks", "1", "--job-id", "flags", "--layers", "8,2", "--steps", "2"}, flags));
-    EXPECT_EQ(run.status.exitCode, 2) << flags[0] << ": " << run.out << run.err;
-    EXPECT_NE(run.err.find(says), std::string::npos) << run.err;
+  Refusals cases;
+  for (const auto& [given, says] : flags) {
+    cases.push_back({join({"start", "--ranks", "1", "--job-id", "flags", "--layers", "8,2", "--steps", "2"}, given), says});
   }
+  expectEachRefused(ctl, cases);
   EXPECT_EQ(nlohmann::json::parse(ctl({"status", "--json"}).out).size(), 0u) << "nothing started";
 }
 
@@ -146,7 +157,7 @@ TEST(Lockstepctl, MalformedValuesAreRefusedAndAProgramKeepsItsOwnArguments) {
   AgentProcess agent(dir, "node-a");
   Ctl ctl{dir, dir.file("config")};
   ASSERT_TRUE(ctl.pairWith(agent));
-  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+  expectEachRefused(ctl, {
       {{"stop", "job", "--grace-ms", "abc"}, "--grace-ms needs a whole number from 0 to 3600000 (not 'abc')"},
       {{"logs", "job", "--rank", "x"}, "--rank needs a whole number"},
       {{"--timeout-s", "soon", "nodes"}, "--timeout-s needs a whole number from 1 to 86400 (not 'soon')"},
@@ -155,12 +166,7 @@ TEST(Lockstepctl, MalformedValuesAreRefusedAndAProgramKeepsItsOwnArguments) {
       {{"nodes", "extra"}, "unexpected argument 'extra'"},
       {{"history", "--limit", "0"}, "--limit needs a whole number from 1"},
       {{"report", "job"}, "--out is missing"},
-  };
-  for (const auto& [args, says] : cases) {
-    const auto run = ctl(args);
-    EXPECT_EQ(run.status.exitCode, 2) << args[0] << ": " << run.out << run.err;
-    EXPECT_NE(run.err.find(says), std::string::npos) << run.err;
-  }
+  });
   const auto own = ctl({"start", "--ranks", "1", "--job-id", "own-args", "--wait", "--", "/bin/sh", "-c",
                         "echo \"$0 $1\"", "--json", "--agent"});
   EXPECT_EQ(own.status.exitCode, 0) << own.out << own.err;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
@@ -53,6 +54,8 @@ int exitFor(const Error& e);
   } while (false)
 int fail(const Error& e);            // prints "lockstepctl: message" and returns its exit code
 std::string timeText(std::int64_t unixUs);  // local time, present::kUnknown for 0
+// A figure for --json: the value (times `scale`), or null when it is unknown (never 0).
+nlohmann::ordered_json jsonFigure(const std::optional<double>& value, double scale = 1);
 // `text` in a column `width` characters wide (not bytes: "–" is three in UTF-8), right-aligned;
 // left-aligned for a negative width, as printf's.
 std::string column(const std::string& text, int width);

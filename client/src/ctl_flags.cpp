@@ -16,72 +16,42 @@ Result<std::uint32_t> parseWhole(const std::string& what, const std::string& tex
   return static_cast<std::uint32_t>(value);
 }
 
-Flags& Flags::text(const std::string& name, std::string* out) {
-  specs_.push_back({name, true, [out](const std::string&, const std::string& v) -> Result<void> {
-                      *out = v;
-                      return {};
-                    }});
-  return *this;
-}
-
-Flags& Flags::text(const std::string& name, std::optional<std::string>* out) {
-  specs_.push_back({name, true, [out](const std::string&, const std::string& v) -> Result<void> {
-                      *out = v;
-                      return {};
-                    }});
+Flags& Flags::add(const std::string& name, Apply apply) {
+  specs_.push_back({name, true, std::move(apply)});
   return *this;
 }
 
 Flags& Flags::texts(const std::string& name, std::vector<std::string>* out) {
-  specs_.push_back({name, true, [out](const std::string&, const std::string& v) -> Result<void> {
-                      out->push_back(v);
-                      return {};
-                    }});
-  return *this;
-}
-
-Flags& Flags::whole(const std::string& name, std::uint32_t* out, std::uint32_t min, std::uint32_t max) {
-  specs_.push_back({name, true, [=](const std::string& flag, const std::string& v) -> Result<void> {
-                      LOCKSTEP_ASSIGN_OR_RETURN(*out, parseWhole(flag, v, min, max));
-                      return {};
-                    }});
-  return *this;
-}
-
-Flags& Flags::whole(const std::string& name, std::optional<std::uint32_t>* out, std::uint32_t min, std::uint32_t max) {
-  specs_.push_back({name, true, [=](const std::string& flag, const std::string& v) -> Result<void> {
-                      LOCKSTEP_ASSIGN_OR_RETURN(*out, parseWhole(flag, v, min, max));
-                      return {};
-                    }});
-  return *this;
+  return add(name, [out](const std::string&, const std::string& v) -> Result<void> {
+    out->push_back(v);
+    return {};
+  });
 }
 
 Flags& Flags::wholes(const std::string& name, std::vector<std::uint32_t>* out, std::uint32_t min, std::uint32_t max) {
-  specs_.push_back({name, true, [=](const std::string& flag, const std::string& v) -> Result<void> {
-                      out->clear();
-                      std::size_t start = 0;
-                      while (true) {
-                        const auto comma = v.find(',', start);
-                        LOCKSTEP_ASSIGN_OR_RETURN(auto n, parseWhole(flag, v.substr(start, comma - start), min, max));
-                        out->push_back(n);
-                        if (comma == std::string::npos) return {};
-                        start = comma + 1;
-                      }
-                    }});
-  return *this;
+  return add(name, [=](const std::string& flag, const std::string& v) -> Result<void> {
+    out->clear();
+    std::size_t start = 0;
+    while (true) {
+      const auto comma = v.find(',', start);
+      LOCKSTEP_ASSIGN_OR_RETURN(auto n, parseWhole(flag, v.substr(start, comma - start), min, max));
+      out->push_back(n);
+      if (comma == std::string::npos) return {};
+      start = comma + 1;
+    }
+  });
 }
 
 Flags& Flags::price(const std::string& name, std::optional<double>* out) {
-  specs_.push_back({name, true, [out](const std::string& flag, const std::string& v) -> Result<void> {
-                      char* end = nullptr;
-                      const double price = std::strtod(v.c_str(), &end);
-                      if (v.empty() || *end != '\0' || !(price >= 0)) {
-                        return invalidArgument(flag + " needs a price, like 2.50 (not '" + v + "')");
-                      }
-                      *out = price;
-                      return {};
-                    }});
-  return *this;
+  return add(name, [out](const std::string& flag, const std::string& v) -> Result<void> {
+    char* end = nullptr;
+    const double price = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || !(price >= 0)) {
+      return invalidArgument(flag + " needs a price, like 2.50 (not '" + v + "')");
+    }
+    *out = price;
+    return {};
+  });
 }
 
 Flags& Flags::on(const std::string& name, bool* out) {

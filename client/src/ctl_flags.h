@@ -13,15 +13,32 @@
 
 namespace lockstep::ctl {
 
+// The whole number `text` within [min, max], or an error naming `what`.
+Result<std::uint32_t> parseWhole(const std::string& what, const std::string& text, std::uint32_t min, std::uint32_t max);
+
 class Flags {
  public:
+  using Apply = std::function<Result<void>(const std::string& flag, const std::string& value)>;
+
   explicit Flags(std::string usage) : usage_(std::move(usage)) {}
 
-  Flags& text(const std::string& name, std::string* out);
-  Flags& text(const std::string& name, std::optional<std::string>* out);
+  // `out` is a std::string or a std::optional<std::string>.
+  template <class Out>
+  Flags& text(const std::string& name, Out* out) {
+    return add(name, [out](const std::string&, const std::string& v) -> Result<void> {
+      *out = v;
+      return {};
+    });
+  }
   Flags& texts(const std::string& name, std::vector<std::string>* out);  // may be given again
-  Flags& whole(const std::string& name, std::uint32_t* out, std::uint32_t min, std::uint32_t max);
-  Flags& whole(const std::string& name, std::optional<std::uint32_t>* out, std::uint32_t min, std::uint32_t max);
+  // `out` is a std::uint32_t or a std::optional<std::uint32_t>.
+  template <class Out>
+  Flags& whole(const std::string& name, Out* out, std::uint32_t min, std::uint32_t max) {
+    return add(name, [=](const std::string& flag, const std::string& v) -> Result<void> {
+      LOCKSTEP_ASSIGN_OR_RETURN(*out, parseWhole(flag, v, min, max));
+      return {};
+    });
+  }
   Flags& wholes(const std::string& name, std::vector<std::uint32_t>* out, std::uint32_t min, std::uint32_t max);  // A,B,...
   Flags& price(const std::string& name, std::optional<double>* out);  // a number >= 0
   Flags& on(const std::string& name, bool* out);                      // a switch
@@ -36,12 +53,12 @@ class Flags {
   Result<void> parse(const std::vector<std::string>& args) const;
 
  private:
-  using Apply = std::function<Result<void>(const std::string& flag, const std::string& value)>;
   struct Spec {
     std::string name;
     bool takesValue = true;
     Apply apply;
   };
+  Flags& add(const std::string& name, Apply apply);  // a flag that takes a value
   Error usageError(const std::string& problem) const;
   Result<void> argument(const std::string& text, std::size_t& count) const;
 
@@ -52,7 +69,5 @@ class Flags {
   std::vector<std::string>* passOn_ = nullptr;
 };
 
-// The whole number `text` within [min, max], or an error naming `what`.
-Result<std::uint32_t> parseWhole(const std::string& what, const std::string& text, std::uint32_t min, std::uint32_t max);
 
 }  // namespace lockstep::ctl

@@ -25,7 +25,6 @@ Result<history::History> openHistory(const Globals& g) {
   return history::History::open(g.historyPath);
 }
 
-Json maybe(const std::optional<double>& v) { return v && std::isfinite(*v) ? Json(*v) : Json(nullptr); }
 
 
 Result<JobState> parseState(const std::string& name) {
@@ -59,14 +58,14 @@ Json recordJson(const history::JobRecord& r) {
     const kpi::JobKpis& k = *r.finalKpis;
     j["kpis"] = {{"steps", k.step},
                  {"elapsed_s", k.elapsedSeconds},
-                 {"samples_per_s", maybe(present::jobThroughput(k, true))},  // what the job delivered
-                 {"end_samples_per_s", maybe(k.samplesPerSecond)},          // over its last 10 s
-                 {"scaling_efficiency", maybe(k.scalingEfficiency)},
-                 {"comm_overhead", maybe(k.commOverhead)},
-                 {"gpu_utilization_pct", maybe(k.gpuUtilizationPct)},
-                 {"time_to_convergence_s", maybe(k.timeToConvergenceSeconds)},
+                 {"samples_per_s", jsonFigure(present::jobThroughput(k, true))},  // what the job delivered
+                 {"end_samples_per_s", jsonFigure(k.samplesPerSecond)},          // over its last 10 s
+                 {"scaling_efficiency", jsonFigure(k.scalingEfficiency)},
+                 {"comm_overhead", jsonFigure(k.commOverhead)},
+                 {"gpu_utilization_pct", jsonFigure(k.gpuUtilizationPct)},
+                 {"time_to_convergence_s", jsonFigure(k.timeToConvergenceSeconds)},
                  {"cost", r.spec.prices.anySet()
-                              ? maybe(k.costSoFar) : Json(nullptr)},
+                              ? jsonFigure(k.costSoFar) : Json(nullptr)},
                  {"currency", r.spec.prices.currency}};
   } else {
     j["kpis"] = nullptr;

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <string>
@@ -84,6 +85,10 @@ int exitFor(const Error& e) {
 int fail(const Error& e) {
   std::fprintf(stderr, "lockstepctl: %s\n", e.message.c_str());
   return exitFor(e);
+}
+
+nlohmann::ordered_json jsonFigure(const std::optional<double>& value, double scale) {
+  return value && std::isfinite(*value) ? nlohmann::ordered_json(*value * scale) : nlohmann::ordered_json(nullptr);
 }
 
 std::string column(const std::string& text, int width) {

@@ -42,8 +42,6 @@ void absorb(WatchState& w, const std::string& jobId, const StreamMessage& m) {
   }
 }
 
-Json maybeJson(const kpi::Maybe& v, double scale = 1) { return v && std::isfinite(*v) ? Json(*v * scale) : Json(nullptr); }
-
 // The utilization of the GPU a rank was placed on, as the KPI engine last saw it.
 kpi::Maybe gpuOf(const kpi::JobKpis& k, const JobSpec& spec, const kpi::RankKpis& r) {
   for (const auto& p : spec.ranks) {
@@ -56,7 +54,7 @@ kpi::Maybe gpuOf(const kpi::JobKpis& k, const JobSpec& spec, const kpi::RankKpis
 }
 
 Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool json, bool tty) {
-  const bool ended = state != JobState::kRunning && state != JobState::kStarting;
+  const bool ended = jobStateEnded(state);
   const std::int64_t now = ended ? w.tracker.lastReportUnixUs() : unixMicrosNow();
   const kpi::JobKpis k = w.tracker.snapshot(now);
   Json ranks = Json::array();
@@ -71,14 +69,14 @@ Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool 
                      {"node", r.node},
                      {"step", r.step},
                      {"epoch", r.epoch},
-                     {"loss", maybeJson(r.loss)},
-                     {"samples_per_s", maybeJson(r.samplesPerSecond)},
-                     {"comm_overhead_pct", maybeJson(r.commOverhead, 100)},
-                     {"alg_bandwidth_bytes_per_s", maybeJson(r.algBandwidth)},
-                     {"bus_bandwidth_bytes_per_s", maybeJson(r.busBandwidth)},
-                     {"cpu_pct", maybeJson(r.cpuPct)},
-                     {"rss_bytes", maybeJson(r.rssBytes)},
-                     {"gpu_util_pct", maybeJson(gpu)}});
+                     {"loss", jsonFigure(r.loss)},
+                     {"samples_per_s", jsonFigure(r.samplesPerSecond)},
+                     {"comm_overhead_pct", jsonFigure(r.commOverhead, 100)},
+                     {"alg_bandwidth_bytes_per_s", jsonFigure(r.algBandwidth)},
+                     {"bus_bandwidth_bytes_per_s", jsonFigure(r.busBandwidth)},
+                     {"cpu_pct", jsonFigure(r.cpuPct)},
+                     {"rss_bytes", jsonFigure(r.rssBytes)},
+                     {"gpu_util_pct", jsonFigure(gpu)}});
     std::snprintf(line, sizeof line, "%-5u %-14s %8llu %6u %s %s %s %s %s %s %s\n", r.rank, r.node.c_str(),
                   static_cast<unsigned long long>(r.step), r.epoch, column(present::figure(r.loss, 4), 10).c_str(),
                   column(present::figure(r.samplesPerSecond, 0), 11).c_str(),
@@ -92,12 +90,12 @@ Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool 
   const kpi::Maybe throughput = present::jobThroughput(k, ended);
   Json snapshot = {{"job_id", spec.jobId},
                    {"state", stateName},
-                   {"samples_per_s", maybeJson(throughput)},
-                   {"comm_overhead", maybeJson(k.commOverhead)},
-                   {"alg_bandwidth_bytes_per_s", maybeJson(k.algBandwidth)},
-                   {"bus_bandwidth_bytes_per_s", maybeJson(k.busBandwidth)},
-                   {"scaling_efficiency", maybeJson(k.scalingEfficiency)},
-                   {"load_imbalance", maybeJson(k.loadImbalance)},
+                   {"samples_per_s", jsonFigure(throughput)},
+                   {"comm_overhead", jsonFigure(k.commOverhead)},
+                   {"alg_bandwidth_bytes_per_s", jsonFigure(k.algBandwidth)},
+                   {"bus_bandwidth_bytes_per_s", jsonFigure(k.busBandwidth)},
+                   {"scaling_efficiency", jsonFigure(k.scalingEfficiency)},
+                   {"load_imbalance", jsonFigure(k.loadImbalance)},
                    {"slowest_rank", k.slowestRank ? Json(*k.slowestRank) : Json(nullptr)},
                    {"ranks", ranks}};
   if (json) {
