@@ -5,6 +5,7 @@
 
 #include <csignal>
 
+#include "lockstep/client/elastic.h"
 #include "lockstep/client/launcher.h"
 #include "lockstep/client/supervisor.h"
 
@@ -181,6 +182,30 @@ TEST(Supervisor, AFinishedJobEndsAndAnInterruptStopsARunningOne) {
   Supervisor running(placedOn({"a"}));
   EXPECT_EQ(running.interrupt({part("a", JobState::kRunning)}).kind, Kind::kStop);
   EXPECT_EQ(running.interrupt({part("a", JobState::kStopped)}).kind, Kind::kEnd);
+}
+
+// What a supervising agent may start on another node: a restart of the same job, no other program.
+TEST(Elastic, ARestartDiffersOnlyInWhatARestartChanges) {
+  const JobSpec ended = placedOn({"a", "b"}, 2);
+  const std::vector<RankStatus> survived = {{0, 0, std::nullopt, 10, JobState::kFailed, 3, std::nullopt, false},
+                                            {1, 1, std::nullopt, 11, JobState::kFailed, 3, std::nullopt, false}};
+  RestartPlan plan = planRestart(ended, {{"a", "10.0.0.1:7700", survived, false, JobState::kFailed, 0},
+                                         {"b", "10.0.0.2:7700", {}, true}});
+  ASSERT_TRUE(plan.refusal.empty()) << plan.refusal;
+  JobSpec next = plan.next;
+  next.ranks = {{0, "a", 0, std::nullopt}, {1, "a", 1, std::nullopt}};
+  next.rendezvousPort = 29500;
+  EXPECT_TRUE(isRestartOf(next, ended));
+  EXPECT_FALSE(isRestartOf(ended, ended)) << "the same attempt is no restart";
+  JobSpec otherSteps = next;
+  otherSteps.steps = 1000000;
+  EXPECT_FALSE(isRestartOf(otherSteps, ended));
+  JobSpec otherProgram = next;
+  otherProgram.command = CommandSpec{{"/bin/sh", "-c", "id"}, "/", {}};
+  EXPECT_FALSE(isRestartOf(otherProgram, ended));
+  JobSpec otherSupervisor = next;
+  otherSupervisor.agents = {{"a", "10.0.0.9:7700", std::string(40, 'x')}};
+  EXPECT_FALSE(isRestartOf(otherSupervisor, ended));
 }
 
 }  // namespace

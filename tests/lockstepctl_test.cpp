@@ -293,7 +293,7 @@ TEST(Lockstepctl, HistoryReportsCompareAndDelete) {
   EXPECT_NE(again.err.find("no job h-1"), std::string::npos) << again.err;
 }
 
-// Issue 7: elastic restarts, supervised by lockstepctl start --wait.
+// Issue 7: elastic restarts, followed by lockstepctl start --wait (rank 0's agent supervises them).
 
 // Starts `lockstepctl start --wait ...` in the background; its output goes to DIR/NAME.out.
 pid_t startWaiting(const Ctl& ctl, const std::string& name, std::vector<std::string> args) {
@@ -350,18 +350,25 @@ const std::vector<std::string> kElasticJob = {
     "--layers", "64,256,10", "--dataset", "synthetic:n=3072,dim=64,seed=3", "--no-shuffle", "--lr", "0.05",
     "--momentum", "0.9", "--checkpoint-every", "50", "--keep-checkpoints", "1000", "--timeout-s", "10"};
 
-// Two agents on this machine and a job under `lockstepctl start --wait`, past its checkpoint at
-// step 100. (This machine has 2 cores and an agent runs at most a rank per core: 3 ranks need two.)
+// Two agents on this machine and a job under `lockstepctl start --wait` (or, with follow false,
+// started by a lockstepctl that then exits), past its checkpoint at step 100. (This machine has 2
+// cores and an agent runs at most a rank per core: 3 ranks need two.)
 struct SupervisedJob {
   SupervisedJob(const std::string& jobId, const std::string& ranksPerAgent, const std::string& batch,
-                const std::string& steps, const std::string& restarts, const std::string& timeoutS = "5")
+                const std::string& steps, const std::string& restarts, const std::string& timeoutS = "5",
+                bool follow = true)
       : a(dir, "node-a"), b(dir, "node-b"), ctl{dir, dir.file("config")}, ckpt(dir.file("ckpt")), id(jobId) {
     paired = ctl.pairWith(a) && ctl.pairWith(b);
-    pid = startWaiting(ctl, id,
-                       join({"--timeout-s", timeoutS, "start", "--ranks-per-agent", ranksPerAgent, "--wait", "--job-id",
-                             id, "--batch-per-rank", batch, "--steps", steps, "--checkpoint-dir", ckpt,
-                             "--max-restarts", restarts},
-                            kElasticJob));
+    std::vector<std::string> args = join({"--timeout-s", timeoutS, "start", "--ranks-per-agent", ranksPerAgent, "--job-id",
+                                          id, "--batch-per-rank", batch, "--steps", steps, "--checkpoint-dir", ckpt,
+                                          "--max-restarts", restarts},
+                                         kElasticJob);
+    if (follow) {
+      args.insert(args.begin() + 5, "--wait");
+      pid = startWaiting(ctl, id, args);
+    } else {
+      started = ctl(args);
+    }
     running = paired && waitUntil([&] { return hasCheckpointFrom(ckpt, 100); }, 60s);
   }
   std::string out() const { return readText(dir.file(id + ".out")); }
@@ -373,6 +380,7 @@ struct SupervisedJob {
   std::string ckpt, id;
   bool paired = false, running = false;
   pid_t pid = -1;
+  ProcessResult started;  // of a lockstepctl that did not follow
 };
 
 TEST(Lockstepctl, ALostRankRestartsTheJobWithTheRanksLeftFromItsLastCheckpoint) {
@@ -491,6 +499,42 @@ TEST(Lockstepctl, ExhaustedRestartsFailWithWhatHappened) {
   EXPECT_NE(out.find("attempt 0 with 3 ranks: rank 2 on node-"), std::string::npos) << out;
   EXPECT_NE(out.find("attempt 1 with 2 ranks: rank 1 on node-"), std::string::npos) << out;
   EXPECT_NE(out.find("not restarted: no restarts left (1 allowed)"), std::string::npos) << out;
+}
+
+// Issue 15: the restart is the supervising agent's, so it happens with no client connected, and a
+// client that comes later sees what happened.
+TEST(Lockstepctl, AJobRestartsWithNoClientAndALaterClientSeesWhy) {
+  SupervisedJob job("el-4", "2,1", "64", "3000", "1", "5", false);
+  ASSERT_EQ(job.started.status.exitCode, 0) << job.started.err;
+  ASSERT_TRUE(job.running) << job.started.err;
+  ::kill(*rankProcess("el-4", 1), SIGKILL);
+  std::optional<pid_t> restarted;
+  ASSERT_TRUE(waitUntil(
+      [&] {
+        restarted = rankProcess("el-4", 0);
+        return restarted && environOf(*restarted, "LOCKSTEP_ATTEMPT") == "1";
+      },
+      60s))
+      << readText(job.a.stateDir() + "/agent.log");
+  auto status = job.ctl({"status", "el-4"});
+  ASSERT_EQ(status.status.exitCode, 0) << status.err;
+  EXPECT_NE(status.out.find("what happened:"), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find("attempt 0 with 3 ranks: rank 1 on node-"), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find("killed by signal 9"), std::string::npos) << status.out;
+  ASSERT_TRUE(waitUntil(
+      [&] {
+        auto s = job.ctl({"--json", "status", "el-4"});
+        if (s.status.exitCode != 0) return false;
+        const auto j = nlohmann::json::parse(s.out);
+        return j.contains("supervision") && j["supervision"]["state"] == "ended";
+      },
+      180s));
+  const auto done = nlohmann::json::parse(job.ctl({"--json", "status", "el-4"}).out);
+  EXPECT_EQ(done["supervision"]["message"], "") << done.dump();  // it finished: nothing went wrong at the end
+  const auto lines = readJsonLines(job.a.stateDir() + "/jobs/el-4/metrics.jsonl");
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back()["step"], 3000);
+  EXPECT_EQ(lines.back()["attempt"], 1);
 }
 
 }  // namespace

@@ -26,6 +26,7 @@ JobSpec validSpec() {
   s.rendezvousHost = "10.0.0.1";
   s.rendezvousPort = 29500;
   s.prices = {2.5, 0.05, 0.3, "EUR"};
+  s.agents = {{"node-a", "10.0.0.1:7700", std::string(40, 'a')}, {"node-b", "10.0.0.2:7700", std::string(40, 'b')}};
   return s;
 }
 
@@ -80,6 +81,7 @@ TEST(ProtocolRoundTrip, StartJobRequestKeepsEveryField) {
   npySpec.backend = Backend::kCuda;
   npySpec.precision = Precision::kBf16;
   npySpec.ranks = {{0, "gpu-1", 0, 3u}, {1, "gpu-1", 1, 5u}};
+  npySpec.agents = {{"gpu-1", "gpu-1:7700", std::string(40, 'k')}};
   npySpec.targetLoss.reset();
   for (const Request& request : {in, Request{8, StartJobRequest{npySpec, ""}}}) {
     auto out = decodeRequest(encode(request));
@@ -128,9 +130,13 @@ TEST(ProtocolRoundTrip, OtherRequestsAndReplies) {
   JobStatus job{validSpec(), JobState::kFailed, {{0, 0, std::nullopt, 4242, JobState::kFailed, std::nullopt, 9, false},
                                                  {1, 1, 3u, 4243, JobState::kStopped, std::nullopt, std::nullopt, true}},
                 100, 200, "rank 0 was killed by signal 9", 29500};
+  JobStatus supervised = job;
+  supervised.supervision = {SupervisionState::kEnded, JobState::kFailed, "no restarts left",
+                            {"attempt 0 with 2 ranks: rank 0 on node-a was killed", "not restarted: no restarts left"}};
   FetchReply fetch{7, 3, 5, {StreamMessage{4, "node-a", validReport()}, StreamMessage{5, "node-a", JobEvent{"job-1", JobEventKind::kStarted, 1, {}, {}, {}, "", "", {}}}}};
   for (const Reply& r : {Reply{1, hello}, Reply{2, StartJobReply{"job-1", 29500, ""}}, Reply{3, StopJobReply{"job-1", JobState::kStopped}},
                          Reply{4, ErrorReply{ErrorCode::kNotFound, "no job 'x'"}}, Reply{5, fetch}, Reply{6, JobsReply{{job}}}, Reply{61, JobsReply{}},
+                         Reply{62, JobsReply{{job, supervised}}},
                          Reply{7, LogsReply{"job-1", 1, "line\n", true}}}) {
     auto out = decodeReply(encode(r));
     ASSERT_TRUE(out.ok()) << out.error().message;
@@ -233,7 +239,12 @@ INSTANTIATE_TEST_SUITE_P(
         Rejection{"CpuBf16", [](JobSpec& s) { s.precision = Precision::kBf16; }, "fp32 only"},
         Rejection{"NegativePrice", [](JobSpec& s) { s.prices.gpuHour = -1; }, "price per GPU-hour"},
         Rejection{"ZeroTimeout", [](JobSpec& s) { s.timeoutS = 0; }, "timeout"},
-        Rejection{"HugeBucket", [](JobSpec& s) { s.bucketMb = 1e9; }, "bucket size"}),
+        Rejection{"HugeBucket", [](JobSpec& s) { s.bucketMb = 1e9; }, "bucket size"},
+        // Issue 15: the job's agents, the first of which supervises it.
+        Rejection{"AgentKeyTooShort", [](JobSpec& s) { s.agents[1].publicKey = "abc"; }, "node-b's public key is not 40"},
+        Rejection{"AgentTwice", [](JobSpec& s) { s.agents[1].node = "node-a"; }, "node-a's agent twice"},
+        Rejection{"RankOnNodeWithoutAgent", [](JobSpec& s) { s.agents.pop_back(); }, "rank 1's node node-b is not among"},
+        Rejection{"AgentWithoutAddress", [](JobSpec& s) { s.agents[0].address = ""; }, "job agent address"}),
     [](const auto& param) { return std::string(param.param.name); });
 
 class CommandSpecRejection : public ::testing::TestWithParam<Rejection> {};

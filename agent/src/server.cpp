@@ -25,6 +25,7 @@
 #include "rank_launch.h"
 #include "sampler.h"
 #include "stream_buffer.h"
+#include "supervision.h"
 
 namespace lockstep::agent {
 namespace {
@@ -120,6 +121,10 @@ class Agent::Impl {
   void revoke(const std::vector<std::string>& keys);
   Error revokedError() const;
   void append(StreamBuffer::Payload payload);
+  bool supervisedHere(const JobSpec& spec) const {
+    return !spec.agents.empty() && spec.agents.front().node == config_.name;
+  }
+  std::vector<JobStatus> listFor(const std::string& key, bool user) const;
 
   AgentConfig config_;
   Log& log_;
@@ -141,6 +146,7 @@ class Agent::Impl {
   std::uint64_t nextPreflightId_ = 1;
   std::uint64_t droppedReports_ = 0;
   bool reserveFailing_ = false;
+  std::unique_ptr<Supervisions> supervisions_;  // last: its threads end before the rest goes
 };
 
 Result<void> Agent::Impl::init() {
@@ -201,6 +207,11 @@ Result<void> Agent::Impl::init() {
     append(std::move(e));
   });
   if (auto restored = jobs_->restore(); !restored) return restored.error();
+  // The jobs this agent supervises and still runs a part of: supervised again where they stand.
+  supervisions_ = std::make_unique<Supervisions>(keys_, log_);
+  for (const auto& job : jobs_->list()) {
+    if (supervisedHere(job.spec) && !jobStateEnded(job.state)) supervisions_->supervise(job.spec);
+  }
 
   try {
     // The ZAP handler first: without it libzmq would let every CURVE client in.
@@ -231,7 +242,7 @@ Result<void> Agent::Impl::init() {
 
 bool Agent::Impl::authorized(const std::string& key) {
   revoke(keyRing_.refresh());  // a key added a moment ago is let in without a restart
-  const bool ok = keyRing_.allows(key);
+  const bool ok = keyRing_.allows(key) || !jobsSupervisedBy(key, jobs_->list()).empty();
   if (!ok) keyRing_.noteRefusedHandshake(key);
   return ok;
 }
@@ -264,6 +275,18 @@ void Agent::Impl::revoke(const std::vector<std::string>& keys) {
 Error Agent::Impl::revokedError() const {
   return Error{ErrorCode::kPermissionDenied, "this client's key is no longer in the authorized keys of node " +
                                                  config_.name + " (" + config_.authorizedKeysPath() + ")"};
+}
+
+// The job list a key sees: every job for an authorized key, a supervising agent's own jobs for
+// it; with the supervision of the jobs this agent supervises.
+std::vector<JobStatus> Agent::Impl::listFor(const std::string& key, bool user) const {
+  std::vector<JobStatus> jobs = jobs_->list();
+  if (!user) {
+    const auto mine = jobsSupervisedBy(key, jobs);
+    std::erase_if(jobs, [&](const JobStatus& j) { return std::find(mine.begin(), mine.end(), j.spec.jobId) == mine.end(); });
+  }
+  for (auto& j : jobs) j.supervision = supervisions_->of(j.spec.jobId);
+  return jobs;
 }
 
 NodeHello Agent::Impl::hello() const {
@@ -328,9 +351,16 @@ void Agent::Impl::onRequest() {
     return;
   }
   const std::uint64_t id = request->requestId;
-  if (!keyRing_.allows(key)) {
-    replyError(client, id, revokedError());
-    return;
+  // Not an authorized key: a job's supervising agent (supervision.h) may do what it needs, no more.
+  const bool user = keyRing_.allows(key);
+  if (!user) {
+    const auto jobs = jobs_->list();
+    auto may = jobsSupervisedBy(key, jobs).empty() ? Result<void>(revokedError())
+                                                    : supervisorMay(*request, key, jobs, config_.name);
+    if (!may) {
+      replyError(client, id, may.error());
+      return;
+    }
   }
   std::visit(
       [&](auto& body) {
@@ -375,7 +405,7 @@ void Agent::Impl::onRequest() {
                                             Clock::now() + milliseconds(std::min(body.waitMs, kFetchMaxWaitMs))});
           }
         } else if constexpr (std::is_same_v<T, ListJobsRequest>) {
-          reply(client, Reply{id, JobsReply{jobs_->list()}});
+          reply(client, Reply{id, JobsReply{listFor(key, user)}});
         } else {
           auto logs = jobs_->logs(body.jobId, body.rank, body.maxBytes);
           if (logs) {
@@ -399,10 +429,16 @@ void Agent::Impl::onStartJob(const std::string& client, const std::string& key, 
                         "node " + config_.name + " runs no jobs of their own program (its agent sets command-jobs = no); "
                         "run lockstep-trainer there, or ask its admin"});
   }
-  if (spec.command && !keyRing_.allowsCommandJobs(key)) {
+  // A supervising agent's key restarts only what a user's started here (supervisorMay checked).
+  const bool restartBySupervisor = !keyRing_.allows(key);
+  if (spec.command && !restartBySupervisor && !keyRing_.allowsCommandJobs(key)) {
     return refuse(Error{ErrorCode::kPermissionDenied,
                         "this client's key may not start jobs that run their own program on " + config_.name +
                             " (its authorized keys give it the no-command-jobs option)"});
+  }
+  if (supervisedHere(spec) && spec.agents.front().publicKey != keys_.publicKey) {
+    return refuse(invalidArgument("job " + spec.jobId + " names " + config_.name +
+                                  "'s agent with a key that is not this agent's: pin this agent's key again"));
   }
   const bool pending = std::any_of(starts_.begin(), starts_.end(),
                                    [&](const auto& entry) { return entry.second.spec.jobId == spec.jobId; });
@@ -443,6 +479,7 @@ void Agent::Impl::onPreflight() {
     Result<StartJobReply> started =
         done.result ? jobs_->start(pending.spec, *done.result, pending.storeSecret) : Result<StartJobReply>(done.result.error());
     if (started) {
+      if (supervisedHere(pending.spec)) supervisions_->supervise(pending.spec);
       reply(pending.client, Reply{pending.requestId, *started});
     } else {
       log_.info("refused job " + pending.spec.jobId + ": " + started.error().message);

@@ -111,13 +111,6 @@ bool ClusterStore::stopOn(const QString& agentId, quint64 tag, const std::string
   return true;
 }
 
-void ClusterStore::beginAttempt(const JobSpec& placed) {
-  JobEntry& job = jobEntry(placed);
-  job.spec = placed;
-  job.parts.clear();
-  Q_EMIT jobsChanged();
-}
-
 void ClusterStore::setJobMessage(const std::string& jobId, const QString& message) {
   auto it = jobs_.find(jobId);
   if (it == jobs_.end()) return;
@@ -203,6 +196,10 @@ void ClusterStore::onJobs(QString id, JobList jobs) {
   bool changed = false;
   for (const auto& status : *jobs) {
     JobEntry& job = jobEntry(status.spec);
+    if (status.supervision.state != SupervisionState::kNone && status.supervision != job.supervision) {
+      job.supervision = status.supervision;
+      changed = true;
+    }
     // A restart replaces a job's parts: an older attempt's part (a lost node coming back) is history.
     if (status.spec.attempt < job.spec.attempt) continue;
     if (status.spec.attempt > job.spec.attempt) {
@@ -252,7 +249,7 @@ Result<JobSpec> ClusterStore::place(const JobSpec& spec, const std::vector<std::
     if (!a || !a->hello || a->state != AgentState::kConnected) {
       return Error{ErrorCode::kUnavailable, "agent " + id.toStdString() + " is not connected"};
     }
-    nodes.push_back({a->address.host, a->hello->nodeName, freeGpus(*a->hello, a->jobs)});
+    nodes.push_back({a->address, a->publicKey, a->hello->nodeName, freeGpus(*a->hello, a->jobs)});
     counts.push_back(count);
   }
   if (nodes.empty()) return invalidArgument("choose at least one rank on a connected agent");

@@ -44,6 +44,7 @@ struct JobEntry {
   std::string id;
   JobSpec spec;
   std::map<QString, JobStatus> parts;  // by agent id
+  Supervision supervision;  // from the agent that supervises the job (docs/agent.md), of any attempt
   std::unique_ptr<kpi::JobTracker> tracker;
   JobState state = JobState::kStarting;
   QString message;
@@ -76,8 +77,6 @@ class ClusterStore : public QObject {
   // jobStarted and commandDone carrying the same tag. false: there is no such agent (no answer).
   bool startOn(const QString& agentId, quint64 tag, const JobSpec& spec, const QString& storeSecret);
   bool stopOn(const QString& agentId, quint64 tag, const std::string& jobId);
-  // A restart: the job's next attempt replaces its parts.
-  void beginAttempt(const JobSpec& placed);
   void setJobMessage(const std::string& jobId, const QString& message);
 
   // What an agent's worker reports lands here (queued to the GUI thread). Anything else holding an

@@ -1,17 +1,16 @@
 #pragma once
-// Launching, stopping and supervising jobs from the app: the Qt adapter of the client core's
-// Launcher and Supervisor (lockstep/client), the same state machines lockstepctl drives. It sends
-// commands through the cluster store's agent workers and follows the jobs it launched in the store.
+// Launching, stopping and following jobs from the app: the Qt adapter of the client core's
+// Launcher (lockstep/client), the state machine lockstepctl drives too. It sends commands through
+// the cluster store's agent workers. A job's supervision (stopping a failed job's other parts,
+// restarts) is its supervising agent's (docs/agent.md); this follows what it did, in the store.
 
 #include <QObject>
 #include <QString>
-#include <QTimer>
 #include <map>
 #include <string>
 
 #include "ClusterStore.h"
 #include "lockstep/client/launcher.h"
-#include "lockstep/client/supervisor.h"
 
 namespace lockstep::app {
 
@@ -21,8 +20,8 @@ class JobControl : public QObject {
  public:
   explicit JobControl(ClusterStore& store, QObject* parent = nullptr);
 
-  // Starts a placed job (ClusterStore::place); answers with launchFinished. The app follows it
-  // to its end: a failed job's other parts are stopped, and one with max_restarts is restarted.
+  // Starts a placed job (ClusterStore::place); answers with launchFinished. The app then follows
+  // it to its end and says when its supervising agent restarted it, or did not.
   void launch(const JobSpec& placed);
   // Stops every running part of a job; answers with stopFinished.
   void stopJob(const std::string& jobId);
@@ -35,10 +34,8 @@ class JobControl : public QObject {
   void restartRefused(QString jobId, QString message);
 
  private:
-  struct Run {
-    Launcher launcher;
-    bool restart = false;  // an attempt the supervisor asked for
-    QString restartMessage;
+  struct Followed {
+    std::uint32_t attempt = 0;  // the last attempt seen
   };
   struct Stop {
     int outstanding = 0;
@@ -50,19 +47,15 @@ class JobControl : public QObject {
   void pump(const std::string& jobId);  // sends what the job's launcher has to send
   void launchEnded(const std::string& jobId);
   void failOrphanedStarts();
-  void stop(const std::string& jobId, bool answer);  // answer: emit stopFinished (a user's stop)
-  void supervise();
-  void act(const std::string& jobId, Supervisor::Action action);
-  std::vector<EndedPart> partsOf(const JobEntry& job) const;
+  void follow();
 
   ClusterStore& store_;
   quint64 nextTag_ = 1;
-  std::map<std::string, Run> launches_;
+  std::map<std::string, Launcher> launches_;
   std::map<quint64, std::pair<std::string, std::string>> startTags_;  // tag -> job, node
   std::map<quint64, std::string> stopTags_;
   std::map<std::string, Stop> stops_;
-  std::map<std::string, Supervisor> supervisors_;  // the jobs launched here, until they end
-  QTimer superviseTimer_;
+  std::map<std::string, Followed> followed_;  // the jobs launched here, until they end
 };
 
 }  // namespace lockstep::app

@@ -181,6 +181,7 @@ Result<std::unique_ptr<AgentClient>> AgentClient::connect(const AgentAddress& ad
 }
 
 const AgentAddress& AgentClient::address() const { return impl_->address_; }
+const std::string& AgentClient::agentKey() const { return impl_->agentKey_; }
 const NodeHello& AgentClient::hello() const { return impl_->hello_; }
 
 Result<NodeHello> AgentClient::refreshHello(milliseconds timeout) {

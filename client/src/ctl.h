@@ -103,6 +103,8 @@ int exitForState(JobState s);
 // Stops every part and waits until no rank runs, or the grace period (and a margin) passes.
 Result<std::vector<Part>> stopEverywhere(const Connected& agents, const std::string& jobId, std::uint32_t graceMs,
                                          std::chrono::milliseconds timeout, std::set<AgentClient*>* lost = nullptr);
+// The status of the part whose agent supervises the job (docs/agent.md), if it answered.
+const JobStatus* supervisingPart(const std::vector<Part>& parts);
 int printJob(const Globals& g, const std::string& jobId, const std::vector<Part>& parts);
 // After a job ended: what the agents sent since the last fetch (its last reports and events).
 void drain(std::map<AgentClient*, std::uint64_t>& lastSeq, Recorder& recorder, std::chrono::milliseconds timeout);

@@ -14,6 +14,7 @@
 
 #include "ctl.h"
 #include "lockstep/net/keys.h"
+#include "lockstep/protocol/names.h"
 #include "lockstep/report/report.h"
 
 namespace lockstep::ctl {
@@ -136,8 +137,17 @@ std::string rankExitText(const RankStatus& r) {
 
 }  // namespace
 
+const JobStatus* supervisingPart(const std::vector<Part>& parts) {
+  for (const auto& p : parts) {
+    if (p.status.supervision.state != SupervisionState::kNone) return &p.status;
+  }
+  return nullptr;
+}
+
 int printJob(const Globals& g, const std::string& jobId, const std::vector<Part>& parts) {
   const JobState state = overall(parts);
+  const JobStatus* supervised = supervisingPart(parts);
+  const Supervision* supervision = supervised ? &supervised->supervision : nullptr;
   std::string message;
   for (const auto& p : parts) {
     if (!p.status.message.empty() && message.find(p.status.message) == std::string::npos) {
@@ -156,6 +166,11 @@ int printJob(const Globals& g, const std::string& jobId, const std::vector<Part>
     if (const auto& command = parts.front().status.spec.command) {
       out["command"] = command->argv;
       out["working_dir"] = command->workingDir;
+    }
+    if (supervision) {
+      out["supervision"] = Json{{"state", std::string(nameOf(supervision->state))},
+                                {"message", supervision->message},
+                                {"attempts", supervision->attempts}};
     }
     std::printf("%s\n", out.dump().c_str());
     return kOk;
@@ -178,6 +193,10 @@ int printJob(const Globals& g, const std::string& jobId, const std::vector<Part>
   }
   std::sort(rows.begin(), rows.end());
   for (const auto& [rank, line] : rows) std::printf("%s\n", line.c_str());
+  if (supervision && !supervision->attempts.empty()) {
+    std::printf("what happened:\n");
+    for (const auto& line : supervision->attempts) std::printf("  %s\n", line.c_str());
+  }
   return kOk;
 }
 

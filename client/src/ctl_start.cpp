@@ -1,4 +1,4 @@
-// lockstepctl start: place a job on the agents, launch it, and with --wait supervise it.
+// lockstepctl start: place a job on the agents, launch it, and with --wait follow it to its end.
 
 #include <algorithm>
 #include <chrono>
@@ -17,9 +17,7 @@
 
 #include "ctl.h"
 #include "ctl_flags.h"
-#include "lockstep/client/elastic.h"
 #include "lockstep/client/launch.h"
-#include "lockstep/client/supervisor.h"
 #include "lockstep/common/files.h"
 #include "lockstep/jobflags/options.h"
 #include "lockstep/protocol/codec.h"
@@ -45,60 +43,28 @@ std::string newJobId() {
   return std::string("job-") + stamp + "-" + suffix;
 }
 
-// ---- supervising a started job (start --wait) ----
+// ---- following a started job (start --wait) ----
 
-// The parts as the supervisor sees them: each agent's, and the agents that stopped answering.
-std::vector<EndedPart> endedParts(const std::vector<Part>& parts, const std::set<AgentClient*>& lost) {
-  std::vector<EndedPart> ends;
-  for (auto* agent : lost) ends.push_back({agent->hello().nodeName, agent->address().text(), {}, true});
-  for (const auto& p : parts) {
-    ends.push_back({p.agent->hello().nodeName, p.agent->address().text(), p.status.ranks, false, p.status.state,
-                    p.status.spec.attempt});
-  }
-  return ends;
-}
-
-// Places and launches the attempt the supervisor planned, on the agents of the nodes it keeps.
-Result<JobSpec> launchRestart(const Globals& g, const std::vector<Part>& parts, const RestartPlan& plan) {
-  std::vector<AgentClient*> where;
-  std::vector<std::uint32_t> counts;
-  for (const auto& [node, ranks] : plan.ranksPerNode) {
-    for (const auto& p : parts) {
-      if (p.agent->hello().nodeName == node) {
-        where.push_back(p.agent);
-        counts.push_back(ranks);
-        break;
-      }
-    }
-  }
-  LOCKSTEP_ASSIGN_OR_RETURN(auto placed, placeJob(where, counts, plan.next, g.timeout));
-  LOCKSTEP_TRY(validateJobSpec(placed));
-  LOCKSTEP_TRY(launchJob(where, placed, g.timeout));
-  return placed;
-}
-
-// Follows a started job to its end, recording it in the history, and carries out what the
-// supervisor decides (client/supervisor.h): stop a failed job's remaining parts, restart it with
-// the ranks left, or end.
-int superviseJob(const Globals& g, const Connected& agents, JobSpec spec, std::map<AgentClient*, std::uint64_t> lastSeq) {
+// Follows a started job to its end, recording it in the history. The job's supervising agent stops
+// a failed job's other parts and restarts it with the ranks left (client/supervisor.h); this
+// prints each restart it sees, and ends when the supervision ends (or, unsupervised, the parts).
+int followJob(const Globals& g, const Connected& agents, const JobSpec& spec, std::map<AgentClient*, std::uint64_t> lastSeq) {
   Recorder recorder(g);
-  Supervisor supervisor(spec);
-  const bool elastic = spec.maxRestarts > 0;
-  std::set<AgentClient*> lost;
-  std::set<AgentClient*>* lostIfElastic = elastic ? &lost : nullptr;
+  std::set<AgentClient*> lost;  // a lost node is the supervisor's to handle, not an error here
   const auto recordParts = [&](const std::vector<Part>& parts) {
     for (const auto& p : parts) recorder.part(p.agent->hello(), p.status);
   };
   // The job first: messages of a job the history does not hold are not kept.
-  if (auto parts = findJob(agents, spec.jobId, g.timeout, lostIfElastic)) recordParts(*parts);
+  if (auto parts = findJob(agents, spec.jobId, g.timeout, &lost)) recordParts(*parts);
+  std::uint32_t attempt = spec.attempt;
+  bool stopAsked = false;
   auto nextStatus = Clock::now();
   while (true) {
     for (auto& [agent, seq] : lastSeq) {
       if (lost.count(agent)) continue;
       auto batch = agent->fetch(seq, 5000, 100, g.timeout);
       if (!batch) {
-        if (!elastic) return fail(batch.error());
-        lost.insert(agent);  // the supervisor decides what it means for the job
+        lost.insert(agent);
         continue;
       }
       recorder.messages(batch->messages);
@@ -107,38 +73,32 @@ int superviseJob(const Globals& g, const Connected& agents, JobSpec spec, std::m
     const bool interrupted = g_interrupted.load() != 0;
     if (Clock::now() < nextStatus && !interrupted) continue;
     nextStatus = Clock::now() + milliseconds(300);
-    auto parts = findJob(agents, supervisor.spec().jobId, g.timeout, lostIfElastic);
+    auto parts = findJob(agents, spec.jobId, g.timeout, &lost);
     if (!parts) return fail(parts.error());
     recordParts(*parts);
-    const auto ends = endedParts(*parts, lost);
-    auto action = interrupted ? supervisor.interrupt(ends) : supervisor.observe(ends, Clock::now());
-    if (action.kind == Supervisor::Action::Kind::kWait) continue;
-    if (action.kind == Supervisor::Action::Kind::kStop) {
-      auto stopped = stopEverywhere(agents, supervisor.spec().jobId, 0, g.timeout, lostIfElastic);
-      // Asked to stop (Ctrl-C), a stop that did not take is the answer; else the job goes on ending.
-      if (!stopped && interrupted) return fail(stopped.error());
+    if (interrupted && !stopAsked) {
+      stopAsked = true;
+      if (auto stopped = stopEverywhere(agents, spec.jobId, 0, g.timeout, &lost); !stopped) return fail(stopped.error());
       continue;
     }
-    drain(lastSeq, recorder, g.timeout);
-    if (action.kind == Supervisor::Action::Kind::kRestart) {
-      auto placed = launchRestart(g, *parts, action.plan);
-      if (placed) {
-        std::printf("job %s: %s; restart %u of %u with %u rank%s from the last checkpoint\n", spec.jobId.c_str(),
-                    action.message.c_str(), placed->attempt, spec.maxRestarts, placed->worldSize,
-                    placed->worldSize == 1 ? "" : "s");
-        std::fflush(stdout);
-        supervisor.restarted(*placed);
-        continue;
-      }
-      action = supervisor.restartFailed(placed.error().message);
+    for (const auto& p : *parts) {
+      const JobSpec& s = p.status.spec;
+      if (s.attempt <= attempt) continue;
+      attempt = s.attempt;
+      std::printf("job %s: %s; restart %u of %u with %u rank%s from the last checkpoint\n", spec.jobId.c_str(),
+                  s.restartReason.c_str(), s.attempt, s.maxRestarts, s.worldSize, s.worldSize == 1 ? "" : "s");
+      std::fflush(stdout);
     }
+    const JobStatus* supervised = supervisingPart(*parts);
+    const bool allEnded = std::all_of(parts->begin(), parts->end(), [](const Part& p) { return partEnded(p.status); });
+    const bool over = supervised ? supervised->supervision.state == SupervisionState::kEnded || (stopAsked && allEnded)
+                                 : allEnded;
+    if (!over) continue;
+    drain(lastSeq, recorder, g.timeout);
     recorder.finish();
     printJob(g, spec.jobId, *parts);
-    if (!supervisor.attempts().empty() && !g.json) {
-      std::printf("what happened:\n");
-      for (const auto& line : supervisor.attempts()) std::printf("  %s\n", line.c_str());
-    }
-    return exitForState(action.state);
+    const bool decided = supervised && supervised->supervision.state == SupervisionState::kEnded;
+    return exitForState(decided ? supervised->supervision.outcome : overall(*parts));
   }
 }
 
@@ -265,7 +225,7 @@ int cmdStart(const Globals& g, const std::vector<std::string>& allArgs) {
   if (!wait) return kOk;
   std::map<AgentClient*, std::uint64_t> lastSeq;
   for (auto* agent : used) lastSeq[agent] = seqBefore[agent];
-  return superviseJob(g, *agents, *placed, lastSeq);
+  return followJob(g, *agents, *placed, lastSeq);
 }
 
 }  // namespace lockstep::ctl

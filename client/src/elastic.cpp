@@ -71,4 +71,17 @@ RestartPlan planRestart(const JobSpec& spec, const std::vector<EndedPart>& parts
   return plan;
 }
 
+bool isRestartOf(const JobSpec& next, const JobSpec& ended) {
+  if (next.attempt <= ended.attempt) return false;
+  JobSpec same = next;
+  same.attempt = ended.attempt;
+  same.restartReason = ended.restartReason;
+  same.batchPerRank = ended.batchPerRank;
+  same.worldSize = ended.worldSize;
+  same.ranks = ended.ranks;
+  same.rendezvousHost = ended.rendezvousHost;
+  same.rendezvousPort = ended.rendezvousPort;
+  return same == ended;
+}
+
 }  // namespace lockstep

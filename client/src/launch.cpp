@@ -47,17 +47,28 @@ Result<JobSpec> placeJob(const std::vector<PlacementNode>& nodes, const std::vec
   }
   spec.worldSize = rank;
   if (spec.worldSize == 0) return invalidArgument("the job has no ranks");
+  if (spec.agents.empty()) spec.agents = jobAgents(nodes, ranks);
   // Ranks on other nodes reach rank 0's node by the address this client used.
-  spec.rendezvousHost = nodes.size() > 1 ? nodes.front().host : "";
+  std::size_t first = 0;
+  while (ranks[first] == 0) ++first;
+  spec.rendezvousHost = nodes.size() > 1 ? nodes[first].agent.host : "";
   spec.rendezvousPort = 0;
   return spec;
+}
+
+std::vector<JobAgent> jobAgents(const std::vector<PlacementNode>& nodes, const std::vector<std::uint32_t>& ranks) {
+  std::vector<JobAgent> agents;
+  for (std::size_t a = 0; a < nodes.size() && a < ranks.size(); ++a) {
+    if (ranks[a] > 0) agents.push_back({nodes[a].nodeName, nodes[a].agent.text(), nodes[a].publicKey});
+  }
+  return agents;
 }
 
 Result<JobSpec> placeJob(const std::vector<AgentClient*>& agents, const std::vector<std::uint32_t>& ranksPerAgent,
                          JobSpec spec, std::chrono::milliseconds timeout) {
   std::vector<PlacementNode> nodes;
   for (auto* agent : agents) {
-    PlacementNode node{agent->address().host, agent->hello().nodeName, {}};
+    PlacementNode node{agent->address(), agent->agentKey(), agent->hello().nodeName, {}};
     if (spec.backend == Backend::kCuda) {
       LOCKSTEP_ASSIGN_OR_RETURN(const auto jobs, agent->listJobs(timeout));
       node.freeGpus = freeGpus(agent->hello(), jobs.jobs);

@@ -44,6 +44,10 @@ LOCKSTEP_SAME(JobState::kRunning, JOB_STATE_RUNNING);
 LOCKSTEP_SAME(JobState::kFinished, JOB_STATE_FINISHED);
 LOCKSTEP_SAME(JobState::kFailed, JOB_STATE_FAILED);
 LOCKSTEP_SAME(JobState::kStopped, JOB_STATE_STOPPED);
+LOCKSTEP_SAME(SupervisionState::kNone, SUPERVISION_STATE_UNSPECIFIED);
+LOCKSTEP_SAME(SupervisionState::kFollowing, SUPERVISION_STATE_FOLLOWING);
+LOCKSTEP_SAME(SupervisionState::kRestarting, SUPERVISION_STATE_RESTARTING);
+LOCKSTEP_SAME(SupervisionState::kEnded, SUPERVISION_STATE_ENDED);
 LOCKSTEP_SAME(JobEventKind::kStarted, JOB_EVENT_KIND_STARTED);
 LOCKSTEP_SAME(JobEventKind::kRankStarted, JOB_EVENT_KIND_RANK_STARTED);
 LOCKSTEP_SAME(JobEventKind::kRankExited, JOB_EVENT_KIND_RANK_EXITED);
@@ -70,6 +74,7 @@ static_assert(std::size(kActivationNames) == pb::Activation_ARRAYSIZE - 1);
 static_assert(std::size(kPrecisionNames) == pb::Precision_ARRAYSIZE - 1);
 static_assert(std::size(kOptimizerNames) == pb::OptimizerKind_ARRAYSIZE - 1);
 static_assert(std::size(kLrScalingNames) == pb::LrScaling_ARRAYSIZE);  // LR_SCALING_NONE is a value
+static_assert(std::size(kSupervisionStateNames) == pb::SupervisionState_ARRAYSIZE);  // so is UNSPECIFIED
 
 pb::ErrorCode toPb(ErrorCode c) { return static_cast<pb::ErrorCode>(static_cast<int>(c)); }
 Result<ErrorCode> fromPb(pb::ErrorCode c) {
@@ -170,6 +175,12 @@ void toPb(const JobSpec& s, pb::JobSpec* m) {
   prices->set_core_hour(s.prices.coreHour);
   prices->set_kwh(s.prices.kwh);
   prices->set_currency(s.prices.currency);
+  for (const auto& a : s.agents) {
+    auto* p = m->add_agents();
+    p->set_node(a.node);
+    p->set_address(a.address);
+    p->set_public_key(a.publicKey);
+  }
 }
 
 Result<JobSpec> fromPb(const pb::JobSpec& m) {
@@ -239,6 +250,7 @@ Result<JobSpec> fromPb(const pb::JobSpec& m) {
   s.rendezvousHost = m.rendezvous_host();
   s.rendezvousPort = m.rendezvous_port();
   s.prices = Prices{m.prices().gpu_hour(), m.prices().core_hour(), m.prices().kwh(), m.prices().currency()};
+  for (const auto& a : m.agents()) s.agents.push_back(JobAgent{a.node(), a.address(), a.public_key()});
   LOCKSTEP_TRY(validateJobSpec(s));
   return s;
 }
@@ -488,6 +500,26 @@ void toPb(const JobStatus& j, pb::JobStatus* m) {
   m->set_ended_unix_us(j.endedUnixUs);
   m->set_message(j.message);
   m->set_rendezvous_port(j.rendezvousPort);
+  if (j.supervision.state != SupervisionState::kNone) {
+    auto* s = m->mutable_supervision();
+    s->set_state(static_cast<pb::SupervisionState>(j.supervision.state));
+    s->set_outcome(static_cast<pb::JobState>(j.supervision.outcome));
+    s->set_message(j.supervision.message);
+    for (const auto& line : j.supervision.attempts) s->add_attempts(line);
+  }
+}
+
+Result<Supervision> fromPb(const pb::Supervision& m) {
+  Supervision s;
+  LOCKSTEP_ASSIGN_OR_RETURN(s.state, (enumFromPb<SupervisionState>(m.state(), 0, 3, "supervision state")));
+  if (s.state == SupervisionState::kEnded) {
+    LOCKSTEP_ASSIGN_OR_RETURN(s.outcome, (enumFromPb<JobState>(m.outcome(), 1, 5, "supervision outcome")));
+  }
+  s.message = m.message();
+  s.attempts.assign(m.attempts().begin(), m.attempts().end());
+  if (s.message.size() > 65536) return bad("supervision message is longer than 64 KiB");
+  if (s.attempts.size() > 1024) return bad("supervision has more than 1024 attempts");
+  return s;
 }
 
 Result<JobStatus> fromPb(const pb::JobStatus& m) {
@@ -502,6 +534,9 @@ Result<JobStatus> fromPb(const pb::JobStatus& m) {
   j.endedUnixUs = m.ended_unix_us();
   j.message = m.message();
   j.rendezvousPort = m.rendezvous_port();
+  if (m.has_supervision()) {
+    LOCKSTEP_ASSIGN_OR_RETURN(j.supervision, fromPb(m.supervision()));
+  }
   if (j.message.size() > 65536) return bad("job status message is longer than 64 KiB");
   return j;
 }

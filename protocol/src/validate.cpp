@@ -322,6 +322,27 @@ Result<void> validateJobId(const std::string& jobId) {
   return {};
 }
 
+namespace {
+
+// The job's agents: one per node, every rank's node among them, keys of CURVE's length.
+Result<void> validateJobAgents(const JobSpec& spec) {
+  if (spec.agents.empty()) return {};
+  if (spec.agents.size() > kMaxWorldSize) return bad("a job lists at most " + std::to_string(kMaxWorldSize) + " agents");
+  std::set<std::string> nodes;
+  for (const auto& a : spec.agents) {
+    LOCKSTEP_TRY(checkRequired("job agent node", a.node, 255));
+    LOCKSTEP_TRY(checkRequired("job agent address", a.address, 300));
+    if (a.publicKey.size() != 40) return bad("job agent " + a.node + "'s public key is not 40 characters of Z85");
+    if (!nodes.insert(a.node).second) return bad("job lists node " + a.node + "'s agent twice");
+  }
+  for (const auto& r : spec.ranks) {
+    if (!nodes.count(r.node)) return bad("rank " + std::to_string(r.rank) + "'s node " + r.node + " is not among the job's agents");
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<void> validateJobSpec(const JobSpec& spec) {
   LOCKSTEP_TRY(validateJobId(spec.jobId));
   LOCKSTEP_TRY(checkText("name", spec.name, 256));
@@ -339,6 +360,7 @@ Result<void> validateJobSpec(const JobSpec& spec) {
   LOCKSTEP_TRY(checkRange("price per core-hour", spec.prices.coreHour, 0.0, 1e6));
   LOCKSTEP_TRY(checkRange("price per kWh", spec.prices.kwh, 0.0, 1e6));
   LOCKSTEP_TRY(checkText("currency", spec.prices.currency, 8));
+  LOCKSTEP_TRY(validateJobAgents(spec));
   return {};
 }
 

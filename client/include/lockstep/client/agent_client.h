@@ -39,6 +39,7 @@ class AgentClient {
   AgentClient& operator=(const AgentClient&) = delete;
 
   const AgentAddress& address() const;
+  const std::string& agentKey() const;  // the agent's public key, as pinned
   const NodeHello& hello() const;
 
   Result<NodeHello> refreshHello(std::chrono::milliseconds timeout);

@@ -1,7 +1,6 @@
 #pragma once
-// Elastic restarts (--max-restarts), decided the same way by every client that supervises a job
-// (lockstepctl start --wait, the app): which ranks of an ended attempt were lost, and whether and
-// how the job goes on with the ones left.
+// Elastic restarts (--max-restarts), decided by the job's supervising agent: which ranks of an
+// ended attempt were lost, and whether and how the job goes on with the ones left.
 
 #include <cstdint>
 #include <string>
@@ -39,5 +38,9 @@ struct RestartPlan {
 
 // The restart of `spec` (the attempt that ended) after `parts` ended it.
 RestartPlan planRestart(const JobSpec& spec, const std::vector<EndedPart>& parts);
+
+// Whether `next` is a later attempt of `ended` that differs only as a restart does (attempt, its
+// reason, the ranks and their batch, the rendezvous): the same program, data, prices and agents.
+bool isRestartOf(const JobSpec& next, const JobSpec& ended);
 
 }  // namespace lockstep

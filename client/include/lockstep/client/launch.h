@@ -16,13 +16,15 @@ namespace lockstep {
 
 // What placing ranks on a node needs to know about it.
 struct PlacementNode {
-  std::string host;  // how this client reaches the node's agent
+  AgentAddress agent;  // how this client reaches the node's agent
+  std::string publicKey;  // the agent's, as this client pinned it
   std::string nodeName;
   std::vector<std::uint32_t> freeGpus;  // GPU indexes no running job holds
 };
 
 // ranks[i] ranks on nodes[i], numbered node by node. Fills spec.ranks, worldSize and the rendezvous
-// fields; CUDA ranks get free GPUs.
+// fields; CUDA ranks get free GPUs. A first attempt also gets its agents (rank 0's first: it
+// supervises the job); a restart keeps the first attempt's.
 Result<JobSpec> placeJob(const std::vector<PlacementNode>& nodes, const std::vector<std::uint32_t>& ranks, JobSpec spec);
 
 // The same, asking each agent which of its GPUs are free.
@@ -31,6 +33,9 @@ Result<JobSpec> placeJob(const std::vector<AgentClient*>& agents, const std::vec
 
 // The GPUs of `hello` that no running job in `jobs` holds.
 std::vector<std::uint32_t> freeGpus(const NodeHello& hello, const std::vector<JobStatus>& jobs);
+
+// The job's agents from where its ranks are, rank 0's first.
+std::vector<JobAgent> jobAgents(const std::vector<PlacementNode>& nodes, const std::vector<std::uint32_t>& ranks);
 
 // Starts a placed job on every agent that runs a rank of it.
 Result<void> launchJob(const std::vector<AgentClient*>& agents, JobSpec spec, std::chrono::milliseconds timeout);

@@ -30,11 +30,18 @@ inline constexpr Named<OptimizerKind> kOptimizerNames[] = {{OptimizerKind::kSgd,
 inline constexpr Named<LrScaling> kLrScalingNames[] = {{LrScaling::kNone, "none", "none"},
                                                        {LrScaling::kLinear, "linear", "linear"}};
 
+inline constexpr Named<SupervisionState> kSupervisionStateNames[] = {
+    {SupervisionState::kNone, "none", "not supervised"},
+    {SupervisionState::kFollowing, "following", "following"},
+    {SupervisionState::kRestarting, "restarting", "restarting"},
+    {SupervisionState::kEnded, "ended", "ended"}};
+
 constexpr std::span<const Named<Backend>> namesOf(Backend) { return kBackendNames; }
 constexpr std::span<const Named<Activation>> namesOf(Activation) { return kActivationNames; }
 constexpr std::span<const Named<Precision>> namesOf(Precision) { return kPrecisionNames; }
 constexpr std::span<const Named<OptimizerKind>> namesOf(OptimizerKind) { return kOptimizerNames; }
 constexpr std::span<const Named<LrScaling>> namesOf(LrScaling) { return kLrScalingNames; }
+constexpr std::span<const Named<SupervisionState>> namesOf(SupervisionState) { return kSupervisionStateNames; }
 
 template <typename E>
 constexpr std::string_view nameOf(E value) {

@@ -104,6 +104,14 @@ struct CommandSpec {
 
 inline constexpr std::uint32_t kDefaultKeepCheckpoints = 3;
 
+// How the job's launching client reached one of its agents (docs/agent.md: supervision).
+struct JobAgent {
+  std::string node;
+  std::string address;    // HOST:PORT
+  std::string publicKey;  // Z85, as the client pinned it
+  bool operator==(const JobAgent&) const = default;
+};
+
 struct JobSpec {
   std::string jobId;
   std::string name;
@@ -132,13 +140,16 @@ struct JobSpec {
   std::uint32_t rendezvousPort = 0;
   Prices prices;
   std::uint32_t rebalanceEvery = 0;  // 0: even split; N: re-split by measured rates every N steps
-  std::uint32_t maxRestarts = 0;     // elastic restarts (lockstepctl start --wait supervises them)
+  std::uint32_t maxRestarts = 0;     // elastic restarts (the supervising agent carries them out)
   std::uint32_t minWorldSize = 0;    // 0: 1
   std::uint32_t attempt = 0;         // restarts so far
   std::string restartReason;         // why this attempt started
   // Set: the ranks run this program instead of lockstep-trainer, and the MLP fields above (layers
   // to bucketMb, checkpoints, initial weights) do not apply.
   std::optional<CommandSpec> command;
+  // The agents of the job's nodes. agents[0] (rank 0's agent of the first attempt) supervises the
+  // job; the others let its key list, stop and restart this job only. Empty: not supervised.
+  std::vector<JobAgent> agents;
   bool operator==(const JobSpec&) const = default;
 
   bool isCommand() const { return command.has_value(); }
@@ -317,6 +328,17 @@ struct RankStatus {
   bool operator==(const RankStatus&) const = default;
 };
 
+// What the supervising agent did with a job (client/supervisor.h carries it out).
+enum class SupervisionState { kNone = 0, kFollowing = 1, kRestarting = 2, kEnded = 3 };
+
+struct Supervision {
+  SupervisionState state = SupervisionState::kNone;
+  JobState outcome = JobState::kRunning;  // once ended
+  std::string message;                    // what happened, in words
+  std::vector<std::string> attempts;      // one line per attempt that ended, and why the last was not restarted
+  bool operator==(const Supervision&) const = default;
+};
+
 struct JobStatus {
   JobSpec spec;
   JobState state = JobState::kStarting;
@@ -325,6 +347,7 @@ struct JobStatus {
   std::int64_t endedUnixUs = 0;
   std::string message;
   std::uint32_t rendezvousPort = 0;
+  Supervision supervision;  // filled by the supervising agent only
   bool operator==(const JobStatus&) const = default;
 };
 

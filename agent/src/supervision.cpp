@@ -1,0 +1,273 @@
+#include "supervision.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <set>
+#include <vector>
+
+#include "lockstep/client/agent_client.h"
+#include "lockstep/client/elastic.h"
+#include "lockstep/client/launch.h"
+#include "lockstep/client/supervisor.h"
+#include "lockstep/protocol/validate.h"
+#include "server.h"
+
+namespace lockstep::agent {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kCallTimeout = std::chrono::seconds(5);
+constexpr auto kLaunchTimeout = std::chrono::seconds(15);
+// The launching client starts the other nodes' parts once rank 0's started: until then a part
+// that is not there yet is starting, not lost.
+constexpr auto kPartsAppear = std::chrono::seconds(30);
+constexpr auto kPollEvery = std::chrono::milliseconds(300);
+
+const JobAgent* agentOf(const JobSpec& spec, const std::string& node) {
+  for (const auto& a : spec.agents) {
+    if (a.node == node) return &a;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+class Supervisions::Worker {
+ public:
+  Worker(JobSpec spec, const CurveKeyPair& keys, Log& log)
+      : first_(std::move(spec)), keys_(keys), log_(log), thread_([this] { run(); }) {}
+  ~Worker() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+
+  Supervision state() const {
+    std::lock_guard lock(mutex_);
+    return state_;
+  }
+
+ private:
+  void run();
+  std::vector<EndedPart> observe(const JobSpec& attempt, Clock::time_point since);
+  EndedPart observeOn(const std::string& node, const JobSpec& attempt, bool mayBeStarting);
+  Result<JobSpec> restart(const JobSpec& ended, const RestartPlan& plan);
+  void stopParts(const JobSpec& attempt);
+  AgentClient* client(const std::string& node);
+  void publish(SupervisionState state, const Supervisor& supervisor, JobState outcome = JobState::kRunning,
+               const std::string& message = "");
+  bool pause(Clock::duration d);  // false once the agent stops
+  void say(const std::string& line) { log_.info("job " + first_.jobId + ": " + line); }
+
+  const JobSpec first_;
+  const CurveKeyPair keys_;
+  Log& log_;
+  std::map<std::string, std::unique_ptr<AgentClient>> clients_;  // by node
+  std::set<std::string> seen_;        // nodes whose part of this attempt was seen
+  std::set<std::string> lost_;        // nodes lost in this attempt (they stay lost until the next)
+  std::set<std::string> unreachable_; // said once each
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  Supervision state_{SupervisionState::kFollowing};  // from the start: a client listing the job sees it so
+  std::thread thread_;  // last: it runs once the members above exist
+};
+
+void Supervisions::Worker::run() {
+  Supervisor supervisor(first_);
+  auto since = Clock::now();
+  say("supervised by this agent (restarts allowed: " + std::to_string(first_.maxRestarts) + ")");
+  publish(SupervisionState::kFollowing, supervisor);
+  while (pause(kPollEvery)) {
+    auto action = supervisor.observe(observe(supervisor.spec(), since), Clock::now());
+    using Kind = Supervisor::Action::Kind;
+    if (action.kind == Kind::kStop) {
+      say("failed; stopping its other parts");
+      stopParts(supervisor.spec());
+      continue;
+    }
+    if (action.kind == Kind::kRestart) {
+      publish(SupervisionState::kRestarting, supervisor, JobState::kRunning, action.message);
+      auto placed = restart(supervisor.spec(), action.plan);
+      if (placed) {
+        say(action.message + "; restart " + std::to_string(placed->attempt) + " of " +
+            std::to_string(placed->maxRestarts) + " with " + std::to_string(placed->worldSize) + " rank(s)");
+        supervisor.restarted(*placed);
+        since = Clock::now();
+        seen_.clear();
+        lost_.clear();
+        publish(SupervisionState::kFollowing, supervisor);
+        continue;
+      }
+      action = supervisor.restartFailed(placed.error().message);
+    }
+    if (action.kind == Kind::kEnd) {
+      say("supervision ended: " + std::string(jobStateName(action.state)) +
+          (action.message.empty() ? "" : " (" + action.message + ")"));
+      publish(SupervisionState::kEnded, supervisor, action.state, action.message);
+      return;
+    }
+  }
+}
+
+std::vector<EndedPart> Supervisions::Worker::observe(const JobSpec& attempt, Clock::time_point since) {
+  std::set<std::string> nodes;
+  for (const auto& r : attempt.ranks) nodes.insert(r.node);
+  const bool early = Clock::now() - since < kPartsAppear;
+  std::vector<EndedPart> parts;
+  for (const auto& node : nodes) {
+    EndedPart part = observeOn(node, attempt, early && !seen_.count(node));
+    if (part.agentLost) lost_.insert(node);
+    parts.push_back(std::move(part));
+  }
+  return parts;
+}
+
+// One node's part: as its agent lists it; starting while it may not be there yet; else lost.
+EndedPart Supervisions::Worker::observeOn(const std::string& node, const JobSpec& attempt, bool mayBeStarting) {
+  const JobAgent* a = agentOf(first_, node);
+  EndedPart part{node, a ? a->address : node, {}, true};
+  if (lost_.count(node)) return part;
+  if (AgentClient* c = client(node)) {
+    auto jobs = c->listJobs(kCallTimeout);
+    if (!jobs) clients_.erase(node);
+    for (const auto& status : jobs ? jobs->jobs : std::vector<JobStatus>{}) {
+      if (status.spec.jobId != first_.jobId || status.spec.attempt < attempt.attempt) continue;
+      seen_.insert(node);
+      return EndedPart{node, part.agent, status.ranks, false, status.state, status.spec.attempt};
+    }
+  }
+  if (mayBeStarting) {
+    part.agentLost = false;
+    part.state = JobState::kStarting;
+    part.attempt = attempt.attempt;
+  }
+  return part;
+}
+
+AgentClient* Supervisions::Worker::client(const std::string& node) {
+  if (auto it = clients_.find(node); it != clients_.end()) return it->second.get();
+  const JobAgent* a = agentOf(first_, node);
+  if (!a) return nullptr;
+  auto address = parseAgentAddress(a->address);
+  auto connected = address ? AgentClient::connect(*address, keys_, a->publicKey, kCallTimeout)
+                           : Result<std::unique_ptr<AgentClient>>(address.error());
+  if (!connected) {
+    if (unreachable_.insert(node).second) say("cannot reach node " + node + "'s agent: " + connected.error().message);
+    return nullptr;
+  }
+  unreachable_.erase(node);
+  return clients_.emplace(node, std::move(*connected)).first->second.get();
+}
+
+void Supervisions::Worker::stopParts(const JobSpec& attempt) {
+  std::set<std::string> nodes;
+  for (const auto& r : attempt.ranks) nodes.insert(r.node);
+  for (const auto& node : nodes) {
+    if (lost_.count(node)) continue;
+    if (AgentClient* c = client(node)) {
+      if (auto stopped = c->stopJob(first_.jobId, 0, kCallTimeout); !stopped) {
+        say("could not stop its part on " + node + ": " + stopped.error().message);
+      }
+    }
+  }
+}
+
+// The next attempt on the nodes the plan keeps; CUDA ranks keep the GPUs the job had there.
+Result<JobSpec> Supervisions::Worker::restart(const JobSpec& ended, const RestartPlan& plan) {
+  std::vector<PlacementNode> nodes;
+  std::vector<std::uint32_t> counts;
+  std::vector<AgentClient*> clients;
+  for (const auto& [node, ranks] : plan.ranksPerNode) {
+    const JobAgent* a = agentOf(first_, node);
+    AgentClient* c = client(node);
+    if (!a || !c) return Error{ErrorCode::kUnavailable, "cannot reach node " + node + "'s agent"};
+    PlacementNode p{c->address(), a->publicKey, node, {}};
+    for (const auto& r : ended.ranks) {
+      if (r.node == node && r.gpuIndex) p.freeGpus.push_back(*r.gpuIndex);
+    }
+    nodes.push_back(std::move(p));
+    counts.push_back(ranks);
+    clients.push_back(c);
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(auto placed, placeJob(nodes, counts, plan.next));
+  LOCKSTEP_TRY(validateJobSpec(placed));
+  LOCKSTEP_TRY(launchJob(clients, placed, kLaunchTimeout));
+  return placed;
+}
+
+void Supervisions::Worker::publish(SupervisionState state, const Supervisor& supervisor, JobState outcome,
+                                   const std::string& message) {
+  std::lock_guard lock(mutex_);
+  state_.state = state;
+  state_.outcome = outcome;
+  state_.message = message;
+  state_.attempts = supervisor.attempts();
+}
+
+bool Supervisions::Worker::pause(Clock::duration d) {
+  std::unique_lock lock(mutex_);
+  return !wake_.wait_for(lock, d, [this] { return stop_; });
+}
+
+Supervisions::Supervisions(CurveKeyPair nodeKeys, Log& log) : keys_(std::move(nodeKeys)), log_(log) {}
+
+Supervisions::~Supervisions() {
+  std::lock_guard lock(mutex_);
+  workers_.clear();
+}
+
+void Supervisions::supervise(const JobSpec& spec) {
+  std::lock_guard lock(mutex_);
+  if (!workers_.count(spec.jobId)) workers_.emplace(spec.jobId, std::make_unique<Worker>(spec, keys_, log_));
+}
+
+Supervision Supervisions::of(const std::string& jobId) const {
+  std::lock_guard lock(mutex_);
+  auto it = workers_.find(jobId);
+  return it == workers_.end() ? Supervision{} : it->second->state();
+}
+
+std::vector<std::string> jobsSupervisedBy(const std::string& key, const std::vector<JobStatus>& jobs) {
+  std::vector<std::string> ids;
+  for (const auto& j : jobs) {
+    if (!j.spec.agents.empty() && j.spec.agents.front().publicKey == key) ids.push_back(j.spec.jobId);
+  }
+  return ids;
+}
+
+Result<void> supervisorMay(const Request& request, const std::string& key, const std::vector<JobStatus>& jobs,
+                           const std::string& node) {
+  const auto supervised = [&](const std::string& jobId) -> const JobStatus* {
+    for (const auto& j : jobs) {
+      if (j.spec.jobId == jobId && !j.spec.agents.empty() && j.spec.agents.front().publicKey == key) return &j;
+    }
+    return nullptr;
+  };
+  const Error refused{ErrorCode::kPermissionDenied,
+                      "a supervising agent's key may only list, stop and restart the jobs it supervises on " + node};
+  return std::visit(
+      [&](const auto& body) -> Result<void> {
+        using T = std::decay_t<decltype(body)>;
+        if constexpr (std::is_same_v<T, HelloRequest> || std::is_same_v<T, ListJobsRequest>) {
+          return {};
+        } else if constexpr (std::is_same_v<T, StopJobRequest>) {
+          if (supervised(body.jobId)) return {};
+          return refused;
+        } else if constexpr (std::is_same_v<T, StartJobRequest>) {
+          const JobStatus* ended = supervised(body.spec.jobId);
+          if (ended && isRestartOf(body.spec, ended->spec)) return {};
+          return ended ? Error{ErrorCode::kPermissionDenied, "job " + body.spec.jobId + " on " + node +
+                                                                 " may be restarted only with its own program, data and agents"}
+                       : refused;
+        } else {
+          return refused;
+        }
+      },
+      request.body);
+}
+
+}  // namespace lockstep::agent
