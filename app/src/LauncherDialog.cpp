@@ -201,8 +201,8 @@ QWidget* LauncherDialog::trainerPage() {
   restarts_->setSpecialValueText(tr("no restarts"));
   restarts_->setSuffix(tr(" restarts"));
   restarts_->setToolTip(tr("When ranks or a node are lost, restart from the last checkpoint with the ranks left, up "
-                           "to this many times (this app supervises the job while it runs; the checkpoint directory "
-                           "must be one every node sees)"));
+                           "to this many times (rank 0's agent does it, with this app open or not; the checkpoint "
+                           "directory must be one every node sees)"));
   connect(restarts_, &QSpinBox::valueChanged, this, &LauncherDialog::revalidate);
   ckpt->addWidget(restarts_);
   form->addRow(tr("Checkpoints"), ckpt);

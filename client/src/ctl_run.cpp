@@ -38,8 +38,9 @@ Commands:
                                --min-ranks --timeout-s (docs/own-program.md)
                                PRICES, for the job's cost: --price-gpu-hour X --price-core-hour X
                                --price-kwh X --currency USD
-                               --wait follows the job to its end; with --max-restarts N it also
-                               restarts it from its last checkpoint when ranks or nodes are lost
+                               --wait follows the job to its end. With --max-restarts N, rank 0's
+                               agent restarts it from its last checkpoint when ranks or nodes are
+                               lost, with or without a client (status JOB says what happened)
   stop JOB [--grace-ms N]      stop a job everywhere and wait until its ranks are gone
   status [JOB]                 jobs on the agents, or one job's ranks
   watch JOB                    live per-rank throughput, loss, communication overhead, CPU/GPU use
