@@ -1,4 +1,5 @@
-// lockstep-bench-app: is the app smooth with 8 agents x 8 GPUs streaming at the default rate?
+// lockstep-bench-app: is the app smooth with 8 agents x 8 GPUs (or 128 x 8) streaming at the
+// default rate?
 //
 // The real main window and dashboard (offscreen unless there is a display) are fed, through the
 // same queued slots the agent workers use, a synthetic stream from a generator thread: one
@@ -6,7 +7,8 @@
 // sampled at the agents' default 5 Hz, batches every 100 ms per agent (as the fetch loop delivers
 // them). Two phases side by side in one run: idle (agents known, nothing streaming), then
 // streaming. Per phase it prints the GUI thread's CPU use, how late a 5 ms probe timer fires
-// (the event loop's responsiveness: what a user feels), and repaints per second.
+// (the event loop's responsiveness: what a user feels), repaints per second, and sample-to-pixel
+// latency ("s2p": from a report's stamp at the generator to the first paint that shows it).
 //
 //   build/bin/lockstep-bench-app [--agents 8] [--gpus 8] [--steps-per-second 10] [--seconds 20]
 //                                [--screenshot FILE.png]
@@ -209,14 +211,27 @@ class Generator {
   std::atomic<std::uint64_t> messages_{0};
 };
 
-// Counts the dashboard's repaints: the heatmap is painted on every refresh that brought data.
+// Counts the dashboard's repaints (the heatmap is painted on every refresh that brought data) and
+// how old the newest report each one shows is: sample-to-pixel latency, from the stamp the
+// generator put on it to the paint that first shows it.
 class FrameCounter : public QObject {
  public:
+  explicit FrameCounter(const lockstep::app::DashboardWidget& dashboard) : dashboard_(dashboard) {}
   int frames = 0;
+  std::vector<double> latencyMs;
   bool eventFilter(QObject* watched, QEvent* event) override {
-    if (event->type() == QEvent::Paint) ++frames;
+    if (event->type() == QEvent::Paint) {
+      ++frames;
+      const std::int64_t shown = dashboard_.shownUpToUnixUs();
+      if (shown > lastShown_ && lastShown_ > 0) latencyMs.push_back(static_cast<double>(nowUs() - shown) / 1e3);
+      lastShown_ = shown;
+    }
     return QObject::eventFilter(watched, event);
   }
+
+ private:
+  const lockstep::app::DashboardWidget& dashboard_;
+  std::int64_t lastShown_ = 0;
 };
 
 struct PhaseResult {
@@ -224,7 +239,14 @@ struct PhaseResult {
   double p50LateMs = 0, p99LateMs = 0, maxLateMs = 0;
   double framesPerSecond = 0;
   double messagesPerSecond = 0;
+  double p50LatencyMs = 0, p99LatencyMs = 0;  // sample to pixel
 };
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<std::size_t>(static_cast<double>(v.size()) * p))];
+}
 
 // Runs the event loop for `seconds`, probing its lateness with a 5 ms timer.
 PhaseResult runPhase(double seconds, FrameCounter& frames, const Generator* generator) {
@@ -241,6 +263,7 @@ PhaseResult runPhase(double seconds, FrameCounter& frames, const Generator* gene
     expected = t + 5;
   });
   const int frames0 = frames.frames;
+  const std::size_t latency0 = frames.latencyMs.size();
   const std::uint64_t messages0 = generator ? generator->messages() : 0;
   const double cpu0 = threadCpuSeconds();
   probe.start();
@@ -252,20 +275,21 @@ PhaseResult runPhase(double seconds, FrameCounter& frames, const Generator* gene
   PhaseResult r;
   const double wall = static_cast<double>(clock.elapsed()) / 1000.0;
   r.guiCpuFraction = (threadCpuSeconds() - cpu0) / wall;
-  std::sort(late.begin(), late.end());
-  if (!late.empty()) {
-    r.p50LateMs = late[late.size() / 2];
-    r.p99LateMs = late[std::min(late.size() - 1, late.size() * 99 / 100)];
-    r.maxLateMs = late.back();
-  }
+  r.p50LateMs = percentile(late, 0.5);
+  r.p99LateMs = percentile(late, 0.99);
+  r.maxLateMs = late.empty() ? 0 : *std::max_element(late.begin(), late.end());
+  const std::vector<double> latency(frames.latencyMs.begin() + static_cast<std::ptrdiff_t>(latency0), frames.latencyMs.end());
+  r.p50LatencyMs = percentile(latency, 0.5);
+  r.p99LatencyMs = percentile(latency, 0.99);
   r.framesPerSecond = (frames.frames - frames0) / wall;
   r.messagesPerSecond = generator ? static_cast<double>(generator->messages() - messages0) / wall : 0;
   return r;
 }
 
 void print(const char* name, const PhaseResult& r) {
-  std::printf("%-10s %10.0f %12.1f %12.1f %12.1f %12.1f %10.1f\n", name, r.messagesPerSecond, r.guiCpuFraction * 100,
-              r.p50LateMs, r.p99LateMs, r.maxLateMs, r.framesPerSecond);
+  std::printf("%-10s %10.0f %12.1f %12.1f %12.1f %12.1f %10.1f %12.1f %12.1f\n", name, r.messagesPerSecond,
+              r.guiCpuFraction * 100, r.p50LateMs, r.p99LateMs, r.maxLateMs, r.framesPerSecond, r.p50LatencyMs,
+              r.p99LatencyMs);
 }
 
 }  // namespace
@@ -309,7 +333,7 @@ int main(int argc, char** argv) {
   }
   ClusterStore store(*keys);
   lockstep::app::MainWindow window(store, config.path());
-  FrameCounter frames;
+  FrameCounter frames(*window.dashboard());
   window.resize(1500, 950);
   window.show();
   auto* heatmap = window.dashboard()->findChild<lockstep::app::HeatmapWidget*>();
@@ -324,8 +348,8 @@ int main(int argc, char** argv) {
 
   std::printf("lockstep-bench-app: %d agents x %d GPUs, one rank per GPU at %.0f steps/s, samples at %d Hz, %s\n",
               o.agents, o.gpus, o.stepsPerSecond, o.sampleHz, qPrintable(QGuiApplication::platformName()));
-  std::printf("%-10s %10s %12s %12s %12s %12s %10s\n", "phase", "msgs/s", "GUI CPU %", "late p50 ms", "late p99 ms",
-              "late max ms", "repaints/s");
+  std::printf("%-10s %10s %12s %12s %12s %12s %10s %12s %12s\n", "phase", "msgs/s", "GUI CPU %", "late p50 ms",
+              "late p99 ms", "late max ms", "repaints/s", "s2p p50 ms", "s2p p99 ms");
   const PhaseResult idle = runPhase(o.seconds / 2, frames, nullptr);
   print("idle", idle);
   Generator generator(store, o);
@@ -336,6 +360,7 @@ int main(int argc, char** argv) {
   if (!o.screenshot.isEmpty()) {
     window.refreshNow();
     window.grab().save(o.screenshot);
+    std::printf("window: %d x %d (given 1500 x 950)\n", window.width(), window.height());
   }
   generator.stop();
 

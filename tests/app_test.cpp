@@ -5,6 +5,8 @@
 #include <QAction>
 #include <QApplication>
 #include <QChart>
+#include <QBarSeries>
+#include <QBarSet>
 #include <QChartView>
 #include <QLabel>
 #include <QPushButton>
@@ -28,12 +30,14 @@
 #include "ClusterStore.h"
 #include "JobControl.h"
 #include "DashboardWidget.h"
+#include "HeatmapWidget.h"
 #include "HistoryRecorder.h"
 #include "HistoryWindow.h"
 #include "LauncherDialog.h"
 #include "MainWindow.h"
 #include "Models.h"
 #include "lockstep/client/launch.h"
+#include "lockstep/common/clock.h"
 #include "lockstep/history/history.h"
 #include "lockstep/net/keys.h"
 #include "support/agent_support.h"
@@ -626,6 +630,62 @@ class AppTest : public QObject {
     QVERIFY2(title.contains(QStringLiteral("320 ranks on 40 nodes")), qPrintable(title));
     QVERIFY2(title.size() < 200, qPrintable(title));
     QVERIFY2(app.window.width() <= 1200, qPrintable(QStringLiteral("the window grew to %1 px").arg(app.window.width())));
+
+    // Then it streams: 20 steps of every rank (rank 77 computes 30% longer) and a GPU sample each.
+    const std::int64_t now = unixMicrosNow();
+    for (int a = 0; a < kNodes; ++a) {
+      std::vector<StreamMessage> batch;
+      const std::string node = "gpu-node-" + std::to_string(a) + ".cluster.example.org";
+      for (std::uint64_t step = 1; step <= 20; ++step) {
+        for (int g = 0; g < kRanksPerNode; ++g) {
+          StepReport r;
+          r.jobId = "wide";
+          r.rank = static_cast<std::uint32_t>(a * kRanksPerNode + g);
+          r.worldSize = spec.worldSize;
+          r.step = step;
+          r.samples = 64;
+          r.loss = 2.0f;
+          r.dataTimeUs = 1000;
+          r.computeTimeUs = r.rank == 77 ? 13000 : 10000 + 10 * g;
+          r.exposedCommTimeUs = 500 + r.rank;  // the higher ranks wait longer
+          r.stepTimeUs = *r.dataTimeUs + *r.computeTimeUs + *r.exposedCommTimeUs;
+          r.timeUnixUs = now - static_cast<std::int64_t>(20 - step) * 100'000;
+          batch.push_back({batch.size() + 1, node, r});
+        }
+      }
+      for (int g = 0; g < kRanksPerNode; ++g) {
+        GpuSample gs;
+        gs.node = node;
+        gs.gpuIndex = static_cast<std::uint32_t>(g);
+        gs.timeUnixUs = now;
+        gs.jobId = "wide";
+        gs.utilizationPct = 80;
+        batch.push_back({batch.size() + 1, node, gs});
+      }
+      app.store.onMessages(QStringLiteral("127.0.0.1:%1").arg(1 + a),
+                           std::make_shared<const std::vector<StreamMessage>>(std::move(batch)));
+    }
+    QVERIFY2(app.tile(QStringLiteral("Slowest rank")).contains(QStringLiteral("rank 77")),
+             qPrintable(app.tile(QStringLiteral("Slowest rank"))));
+    // The heatmap keeps rows readable and scrolls through them; only what is in view is drawn.
+    auto* heatmap = app.window.dashboard()->findChild<app::HeatmapWidget*>();
+    QVERIFY(heatmap);
+    QCOMPARE(heatmap->rowCount(), 320);
+    QVERIFY2(heatmap->visibleRowCount() > 0 && heatmap->visibleRowCount() < 320,
+             qPrintable(QString::number(heatmap->visibleRowCount())));
+    heatmap->scrollToRow(100);
+    QCOMPARE(heatmap->firstVisibleRow(), 100);
+    // The communication chart shows the 32 ranks that wait longest, not 320 bars.
+    QChart* comm = nullptr;
+    for (auto* view : app.window.dashboard()->findChildren<QChartView*>()) {
+      if (view->chart()->title().startsWith(QStringLiteral("Exposed comm"))) comm = view->chart();
+    }
+    QVERIFY(comm);
+    QVERIFY2(comm->title().contains(QStringLiteral("32 highest of 320")), qPrintable(comm->title()));
+    auto* bars = qobject_cast<QBarSeries*>(comm->series().value(0));
+    QVERIFY(bars && bars->barSets().size() == 1);
+    QCOMPARE(bars->barSets()[0]->count(), 32);
+    QVERIFY(app.window.width() <= 1200);
   }
 
   void gpusOfAnAgentAreListedWithTheirReadings() {

@@ -158,6 +158,15 @@ JobEntry& ClusterStore::jobEntry(const JobSpec& spec) {
   return *slot;
 }
 
+const kpi::JobKpis& liveKpis(const JobEntry& job, std::int64_t nowUnixUs) {
+  constexpr std::int64_t kKeptUs = 200'000;
+  JobEntry::KpiMemo& m = job.kpiMemo;
+  if (m.version != job.version || nowUnixUs - m.atUs > kKeptUs || nowUnixUs < m.atUs) {
+    m = JobEntry::KpiMemo{job.version, nowUnixUs, job.tracker->snapshot(nowUnixUs)};
+  }
+  return m.kpis;
+}
+
 void ClusterStore::updateJobState(JobEntry& job) {
   std::vector<JobState> states;
   QString message;
@@ -231,6 +240,7 @@ void ClusterStore::onMessages(QString id, MessageBatch messages) {
           auto it = jobs_.find(jobId);
           if (it == jobs_.end()) return;  // a job this app does not know (its list comes first)
           it->second->tracker->add(m);
+          ++it->second->version;
           touched.insert(jobId);
         },
         m.payload);

@@ -46,10 +46,22 @@ struct JobEntry {
   std::map<QString, JobStatus> parts;  // by agent id
   Supervision supervision;  // from the agent that supervises the job (docs/agent.md), of any attempt
   std::unique_ptr<kpi::JobTracker> tracker;
+  std::uint64_t version = 0;  // counts the messages its tracker took
+  struct KpiMemo {
+    std::uint64_t version = ~0ull;
+    std::int64_t atUs = 0;
+    kpi::JobKpis kpis;
+  };
+  mutable KpiMemo kpiMemo;  // liveKpis's
   JobState state = JobState::kStarting;
   QString message;
   std::int64_t startedUnixUs = 0;
 };
+
+// The job's KPIs now, worked out once per batch of messages: the jobs list and the dashboard ask
+// for them in the same refresh, and a snapshot of 1024 ranks is not free. Without new messages
+// one is kept 200 ms.
+const kpi::JobKpis& liveKpis(const JobEntry& job, std::int64_t nowUnixUs);
 
 class ClusterStore : public QObject {
   Q_OBJECT

@@ -14,6 +14,7 @@
 #include <QToolTip>
 #include <QValueAxis>
 #include <QVBoxLayout>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -27,6 +28,7 @@ namespace {
 
 constexpr int kMaxChartPoints = 600;   // what a chart draws; older points are thinned
 constexpr int kMaxUtilLines = 16;      // beyond this, the heatmap is the readable view
+constexpr int kMaxCommBars = 32;       // beyond this, the ranks that wait longest
 constexpr int kHeatmapSeconds = 120;
 constexpr double kUtilWindowSeconds = 300;  // the utilization chart's sliding window
 
@@ -45,15 +47,29 @@ QList<QPointF> thinned(const Container& points, Make make) {
 
 // A round tick interval (1, 2 or 5 times a power of ten) giving about five intervals over `span`.
 // Fits an axis to the data, with ticks at round values. A sliding window (`margin` false) fits exactly.
+// A chart's title, set only when it changed (a title change lays the chart out again).
+void retitle(QChart* chart, const QString& title) {
+  if (chart->title() != title) chart->setTitle(title);
+}
+
+// The range out to whole ticks, set only when it changed: every change lays the chart's axes and
+// their labels out again, which at ten refreshes a second was most of the dashboard's cost.
 void fitAxis(QValueAxis* axis, double lo, double hi, bool fromZero, bool margin = true) {
   if (fromZero) lo = 0;
   if (!(hi > lo)) hi = lo + 1;
   if (margin) hi += (hi - lo) * 0.05;
   const double interval = present::tickStep(hi - lo, 5);
+  lo = std::floor(lo / interval) * interval;
+  hi = std::ceil(hi / interval) * interval;
+  const QString format = QStringLiteral("%.%1f").arg(present::tickDecimals(interval));
+  if (axis->tickType() == QValueAxis::TicksDynamic && axis->tickInterval() == interval && axis->labelFormat() == format &&
+      axis->min() == lo && axis->max() == hi) {
+    return;
+  }
   axis->setTickType(QValueAxis::TicksDynamic);
   axis->setTickAnchor(0);
   axis->setTickInterval(interval);
-  axis->setLabelFormat(QStringLiteral("%.%1f").arg(present::tickDecimals(interval)));
+  axis->setLabelFormat(format);
   axis->setRange(lo, hi);
 }
 
@@ -233,8 +249,9 @@ void DashboardWidget::buildCharts() {
       QToolTip::hideText();
       return;
     }
+    if (index < 0 || index >= static_cast<int>(commRanks_.size())) return;
     QToolTip::showText(QCursor::pos(), tr("rank %1: %2% of its step time waiting on communication")
-                                           .arg(commX_->at(index))
+                                           .arg(commRanks_[static_cast<std::size_t>(index)])
                                            .arg(commSet_->at(index), 0, 'f', 1));
   });
 }
@@ -282,7 +299,8 @@ void DashboardWidget::refresh() {
   empty_->setVisible(job == nullptr);
   body_->setVisible(job != nullptr);
   if (!job) return;
-  const kpi::JobKpis k = job->tracker->snapshot(recorded_ ? recordedAtUs_ : unixMicrosNow());
+  const kpi::JobKpis k = recorded_ ? job->tracker->snapshot(recordedAtUs_) : liveKpis(*job, unixMicrosNow());
+  shownUpToUs_ = job->tracker->lastReportUnixUs();
   // A recorded job is shown as it was when recording ended, even if that was mid-run.
   const bool running = !recorded_ && !jobStateEnded(job->state);
 
@@ -422,7 +440,7 @@ void DashboardWidget::refreshCharts(const JobEntry& job, const kpi::JobKpis& k) 
   const bool aggregate = static_cast<int>(series.size()) > kMaxUtilLines;
   if (!aggregate) {
     for (const auto* s : series) lines.push_back(thinned(*s, point));
-    utilChart_->setTitle(gpus ? tr("GPU utilization over time") : tr("CPU % per rank over time"));
+    retitle(utilChart_, gpus ? tr("GPU utilization over time") : tr("CPU % per rank over time"));
   } else {
     // Per second of the visible window: the least, mean and most busy device.
     struct Bucket {
@@ -449,7 +467,7 @@ void DashboardWidget::refreshCharts(const JobEntry& job, const kpi::JobKpis& k) 
       lines[1] << QPointF(x, b.sum / b.n);
       lines[2] << QPointF(x, b.hi);
     }
-    utilChart_->setTitle(gpus ? tr("GPU utilization: min, mean, max of %1").arg(series.size())
+    retitle(utilChart_, gpus ? tr("GPU utilization: min, mean, max of %1").arg(series.size())
                               : tr("CPU %: min, mean, max of %1 ranks").arg(series.size()));
   }
   while (utilSeries_.size() < lines.size()) {
@@ -508,28 +526,47 @@ void DashboardWidget::refreshCharts(const JobEntry& job, const kpi::JobKpis& k) 
     fitAxis(lossY_, lo, hi, false);
   }
 
+  refreshCommChart(k);
+}
+
+// Up to kMaxCommBars ranks, a bar each in rank order; beyond, the kMaxCommBars ranks that wait
+// longest, most first: a bar per rank at 1024 ranks is neither readable nor cheap to lay out.
+void DashboardWidget::refreshCommChart(const kpi::JobKpis& k) {
+  std::vector<std::pair<double, std::uint32_t>> byRank;  // (exposed %, rank)
+  for (const auto& r : k.ranks) byRank.emplace_back(r.commOverhead ? *r.commOverhead * 100 : 0, r.rank);
+  const bool many = byRank.size() > static_cast<std::size_t>(kMaxCommBars);
+  if (many) {
+    std::partial_sort(byRank.begin(), byRank.begin() + kMaxCommBars, byRank.end(),
+                      [](const auto& x, const auto& y) { return x.first > y.first || (x.first == y.first && x.second < y.second); });
+    byRank.resize(kMaxCommBars);
+  }
+  // The categories are the ranks in rank order, or places 1..N among the highest: they change
+  // only when the job does, since every change lays the axis out again.
   QStringList categories;
   QList<qreal> values;
-  for (const auto& r : k.ranks) {
-    categories << QString::number(r.rank);
-    values << (r.commOverhead ? *r.commOverhead * 100 : 0);
+  commRanks_.clear();
+  for (const auto& [value, rank] : byRank) {
+    categories << QString::number(many ? static_cast<int>(commRanks_.size()) + 1 : static_cast<int>(rank));
+    commRanks_.push_back(rank);
+    values << value;
   }
   if (commX_->categories() != categories) {
     commX_->clear();
     commX_->append(categories);
-    // Past 16 ranks the numbers under the bars overlap: hide them, hovering a bar names it.
-    const bool many = categories.size() > 16;
-    commX_->setLabelsVisible(!many);
-    commX_->setGridLineVisible(!many);
-    commChart_->setTitle(many ? tr("Exposed comm. per rank (%), ranks 0–%1").arg(categories.size() - 1)
-                              : tr("Exposed communication per rank (% of step)"));
+    // Past 16 bars the numbers under them overlap: hide them, hovering a bar names it.
+    const bool crowded = categories.size() > 16;
+    commX_->setLabelsVisible(!crowded);
+    commX_->setGridLineVisible(!crowded);
   }
-  if (commSet_->count() != values.size()) {
-    commSet_->remove(0, commSet_->count());
-    commSet_->append(values);
-  } else {
-    for (int i = 0; i < values.size(); ++i) commSet_->replace(i, values[i]);
-  }
+  retitle(commChart_, many ? tr("Exposed comm. (%): the %1 highest of %2 ranks").arg(kMaxCommBars).arg(k.ranks.size())
+                       : categories.size() > 16 ? tr("Exposed comm. per rank (%), ranks 0–%1").arg(categories.size() - 1)
+                                                : tr("Exposed communication per rank (% of step)"));
+  // One change for the whole set: replacing bar by bar lays the chart out once per bar.
+  bool same = commSet_->count() == values.size();
+  for (int i = 0; same && i < values.size(); ++i) same = commSet_->at(i) == values[i];
+  if (same) return;
+  commSet_->remove(0, commSet_->count());
+  commSet_->append(values);
 }
 
 void DashboardWidget::stopJob() {

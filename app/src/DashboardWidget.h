@@ -8,6 +8,7 @@
 #include <QWidget>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "ClusterStore.h"
 
@@ -48,6 +49,9 @@ class DashboardWidget : public QWidget {
   void showRecorded(std::shared_ptr<const JobEntry> job, std::int64_t atUnixUs);
   bool showsRecorded() const { return recorded_ != nullptr; }
   QString jobId() const { return jobId_; }
+  // The newest step report the last refresh showed (its stamp at the rank): what the dashboard is
+  // up to date with. lockstep-bench-app reads it when the heatmap paints.
+  std::int64_t shownUpToUnixUs() const { return shownUpToUs_; }
   void refresh();
   // Ask before stopping (the default); tests turn it off.
   void setConfirmStops(bool confirm) { confirmStops_ = confirm; }
@@ -68,6 +72,7 @@ class DashboardWidget : public QWidget {
   void buildCharts();
   void applyTheme();
   void refreshCharts(const JobEntry& job, const kpi::JobKpis& k);
+  void refreshCommChart(const kpi::JobKpis& k);
   QChartView* makeView(QChart* chart);
 
   ClusterStore& store_;
@@ -101,6 +106,8 @@ class DashboardWidget : public QWidget {
   QBarSeries* commSeries_ = nullptr;
   QBarSet* commSet_ = nullptr;
   QBarCategoryAxis* commX_ = nullptr;
+  std::vector<std::uint32_t> commRanks_;  // the rank of each bar
+  std::int64_t shownUpToUs_ = 0;
   QValueAxis* commY_ = nullptr;
 };
 

@@ -1,6 +1,9 @@
 #include "HeatmapWidget.h"
 
 #include <QHelpEvent>
+#include <QImage>
+#include <QScrollBar>
+#include <QWheelEvent>
 #include <QPainter>
 #include <QToolTip>
 #include <algorithm>
@@ -28,19 +31,60 @@ constexpr int kTitleHeight = 20;
 
 }  // namespace
 
-HeatmapWidget::HeatmapWidget(QWidget* parent) : QWidget(parent) {
+HeatmapWidget::HeatmapWidget(QWidget* parent) : QWidget(parent), scroll_(new QScrollBar(Qt::Vertical, this)) {
   setMinimumSize(200, 120);
   setAttribute(Qt::WA_OpaquePaintEvent, false);
+  scroll_->hide();
+  connect(scroll_, &QScrollBar::valueChanged, this, qOverload<>(&QWidget::update));
 }
 
 void HeatmapWidget::setRows(std::vector<Row> rows, QString title) {
   rows_ = std::move(rows);
   title_ = std::move(title);
+  layoutScrollBar();
   update();
 }
 
 QRectF HeatmapWidget::gridRect() const {
-  return QRectF(kLabelWidth, kTitleHeight, width() - kLabelWidth - 8, height() - kTitleHeight - 18);
+  const int bar = scroll_->isVisible() ? scroll_->width() : 0;
+  return QRectF(kLabelWidth, kTitleHeight, width() - kLabelWidth - 8 - bar, height() - kTitleHeight - 18);
+}
+
+double HeatmapWidget::rowHeight() const {
+  const double fit = gridRect().height() / static_cast<double>(std::max<std::size_t>(rows_.size(), 1));
+  return std::max(fit, static_cast<double>(kMinRowHeight));
+}
+
+std::size_t HeatmapWidget::columns() const {
+  std::size_t n = 0;
+  for (const auto& r : rows_) n = std::max(n, r.values.size());
+  return n;
+}
+
+int HeatmapWidget::visibleRowCount() const {
+  const int fit = static_cast<int>(std::floor(gridRect().height() / rowHeight()));
+  return std::clamp(fit, 0, rowCount());
+}
+
+int HeatmapWidget::firstVisibleRow() const { return scroll_->isVisible() ? scroll_->value() : 0; }
+
+void HeatmapWidget::scrollToRow(int row) { scroll_->setValue(row); }
+
+void HeatmapWidget::layoutScrollBar() {
+  const int height = static_cast<int>(gridRect().height());
+  const bool needed = rowCount() * kMinRowHeight > height;
+  scroll_->setVisible(needed);
+  scroll_->setGeometry(width() - scroll_->sizeHint().width(), kTitleHeight, scroll_->sizeHint().width(), height);
+  const int visible = visibleRowCount();
+  scroll_->setRange(0, std::max(0, rowCount() - visible));
+  scroll_->setPageStep(std::max(1, visible));
+}
+
+void HeatmapWidget::resizeEvent(QResizeEvent*) { layoutScrollBar(); }
+
+void HeatmapWidget::wheelEvent(QWheelEvent* e) {
+  if (!scroll_->isVisible()) return QWidget::wheelEvent(e);
+  scroll_->setValue(scroll_->value() - e->angleDelta().y() / 120 * 3);
 }
 
 void HeatmapWidget::paintEvent(QPaintEvent*) {
@@ -50,7 +94,12 @@ void HeatmapWidget::paintEvent(QPaintEvent*) {
   QFont titleFont = font();
   titleFont.setBold(true);
   p.setFont(titleFont);
-  p.drawText(QRectF(0, 0, width(), kTitleHeight), Qt::AlignLeft | Qt::AlignVCenter, title_);
+  QString title = title_;
+  if (scroll_->isVisible()) {
+    title += tr(" — rows %1–%2 of %3").arg(firstVisibleRow() + 1).arg(firstVisibleRow() + visibleRowCount()).arg(rowCount());
+  }
+  p.drawText(QRectF(0, 0, width(), kTitleHeight), Qt::AlignLeft | Qt::AlignVCenter,
+             QFontMetrics(titleFont).elidedText(title, Qt::ElideRight, width()));
   p.setFont(font());
   const QRectF grid = gridRect();
   if (rows_.empty()) {
@@ -58,29 +107,31 @@ void HeatmapWidget::paintEvent(QPaintEvent*) {
     p.drawText(grid, Qt::AlignCenter, tr("No samples yet"));
     return;
   }
-  const double rowHeight = grid.height() / static_cast<double>(rows_.size());
-  const int labelEvery = std::max(1, static_cast<int>(std::ceil(12.0 / rowHeight)));
-  std::size_t columns = 0;
-  for (const auto& r : rows_) columns = std::max(columns, r.values.size());
-  const double colWidth = columns ? grid.width() / static_cast<double>(columns) : grid.width();
-  for (std::size_t i = 0; i < rows_.size(); ++i) {
-    const double y = grid.top() + static_cast<double>(i) * rowHeight;
-    const auto& values = rows_[i].values;
+  // One pixel per cell, scaled up: a row's cells are one drawImage, not a fillRect each.
+  const int first = firstVisibleRow(), shown = visibleRowCount();
+  const std::size_t cols = std::max<std::size_t>(columns(), 1);
+  QImage cells(static_cast<int>(cols), std::max(shown, 1), QImage::Format_RGB32);
+  cells.fill(pal.color(QPalette::AlternateBase));
+  for (int i = 0; i < shown; ++i) {
+    const auto& values = rows_[static_cast<std::size_t>(first + i)].values;
     // Right-aligned: the newest second is at the right edge whatever the row's length.
-    const double x0 = grid.right() - static_cast<double>(values.size()) * colWidth;
-    for (std::size_t c = 0; c < values.size(); ++c) {
-      const QRectF cell(x0 + static_cast<double>(c) * colWidth, y, std::ceil(colWidth), std::max(1.0, rowHeight - (rowHeight > 4 ? 1 : 0)));
-      p.fillRect(cell, std::isnan(values[c]) ? pal.color(QPalette::AlternateBase) : ramp(values[c]));
-    }
-    if (static_cast<int>(i) % labelEvery == 0) {
-      p.setPen(pal.color(QPalette::WindowText));
-      p.drawText(QRectF(0, y, kLabelWidth - 4, std::max(rowHeight, 12.0)), Qt::AlignRight | Qt::AlignVCenter,
-                 rows_[i].label);
+    const std::size_t x0 = cols - std::min(cols, values.size());
+    auto* line = reinterpret_cast<QRgb*>(cells.scanLine(i));
+    for (std::size_t c = 0; c < values.size() && x0 + c < cols; ++c) {
+      if (!std::isnan(values[c])) line[x0 + c] = ramp(values[c]).rgb();
     }
   }
+  const double rh = rowHeight();
+  p.drawImage(QRectF(grid.left(), grid.top(), grid.width(), rh * shown), cells);
+  const int labelEvery = std::max(1, static_cast<int>(std::ceil(12.0 / rh)));
+  p.setPen(pal.color(QPalette::WindowText));
+  for (int i = 0; i < shown; ++i) {
+    if ((first + i) % labelEvery != 0) continue;
+    p.drawText(QRectF(0, grid.top() + i * rh, kLabelWidth - 4, std::max(rh, 12.0)), Qt::AlignRight | Qt::AlignVCenter,
+               rows_[static_cast<std::size_t>(first + i)].label);
+  }
   p.setPen(pal.color(QPalette::PlaceholderText));
-  p.drawText(QRectF(grid.left(), grid.bottom() + 2, grid.width(), 14), Qt::AlignLeft,
-             tr("%1 s ago").arg(columns));
+  p.drawText(QRectF(grid.left(), grid.bottom() + 2, grid.width(), 14), Qt::AlignLeft, tr("%1 s ago").arg(cols));
   p.drawText(QRectF(grid.left(), grid.bottom() + 2, grid.width(), 14), Qt::AlignRight, tr("now"));
 }
 
@@ -88,15 +139,14 @@ bool HeatmapWidget::event(QEvent* e) {
   if (e->type() != QEvent::ToolTip || rows_.empty()) return QWidget::event(e);
   auto* help = static_cast<QHelpEvent*>(e);
   const QRectF grid = gridRect();
-  const int row = static_cast<int>((help->pos().y() - grid.top()) / (grid.height() / static_cast<double>(rows_.size())));
-  if (row < 0 || row >= static_cast<int>(rows_.size()) || !grid.contains(help->pos())) {
+  const int row = firstVisibleRow() + static_cast<int>((help->pos().y() - grid.top()) / rowHeight());
+  if (row < firstVisibleRow() || row >= firstVisibleRow() + visibleRowCount() || !grid.contains(help->pos())) {
     QToolTip::hideText();
     return true;
   }
   const auto& values = rows_[static_cast<std::size_t>(row)].values;
-  std::size_t columns = 0;
-  for (const auto& r : rows_) columns = std::max(columns, r.values.size());
-  const double colWidth = columns ? grid.width() / static_cast<double>(columns) : grid.width();
+  const std::size_t cols = columns();
+  const double colWidth = cols ? grid.width() / static_cast<double>(cols) : grid.width();
   const int fromRight = static_cast<int>((grid.right() - help->pos().x()) / colWidth);
   const int col = static_cast<int>(values.size()) - 1 - fromRight;
   if (col >= 0 && col < static_cast<int>(values.size()) && !std::isnan(values[static_cast<std::size_t>(col)])) {

@@ -172,7 +172,7 @@ void JobsModel::refresh() {
   rows_ = store_.jobs();
   kpis_.clear();
   const std::int64_t now = unixMicrosNow();
-  for (const auto* j : rows_) kpis_.push_back(j->tracker->snapshot(now));
+  for (const auto* j : rows_) kpis_.push_back(liveKpis(*j, now));
   resetOrUpdate(old, static_cast<int>(rows_.size()));
 }
 

@@ -143,7 +143,7 @@ void JobTracker::add(const StepReport& r, const std::string& node) {
   acc.dataUs += static_cast<double>(r.dataTimeUs.value_or(0));
   acc.computeUs += static_cast<double>(r.computeTimeUs.value_or(0));
   acc.exposedUs += static_cast<double>(r.exposedCommTimeUs.value_or(0));
-  if (r.computeTimeUs) acc.computes.push_back(static_cast<double>(*r.computeTimeUs));
+  if (r.computeTimeUs && acc.ranks <= acc.worldSize) acc.computes.push_back(static_cast<double>(*r.computeTimeUs));
   if (std::isfinite(r.loss) && r.samples > 0) {
     acc.lossSum += static_cast<double>(r.loss) * r.samples;
     acc.lossSamples += r.samples;
@@ -159,11 +159,17 @@ void JobTracker::add(const StepReport& r, const std::string& node) {
       const double n = acc.ranks * 1e3;
       push(splits_, StepSplit{r.step, acc.dataUs / n, acc.computeUs / n, acc.exposedUs / n});
     }
+    // Worked out once, when the step is complete: a snapshot then sums ratios, not sorts of every
+    // rank's times, and the step keeps no per-rank state.
+    const double med = median(acc.computes);
+    if (med > 0 && acc.computes.size() == acc.ranks) {
+      acc.imbalance = *std::max_element(acc.computes.begin(), acc.computes.end()) / med;
+    }
+    std::vector<double>().swap(acc.computes);
     // The imbalance the job started with (steps 2 to 11; the first one warms up), which a dynamic
     // split then works off.
-    const double med = median(acc.computes);
-    if (r.step >= 2 && initialSteps_ < kInitialSteps && med > 0 && acc.computes.size() == acc.ranks) {
-      initialImbalanceSum_ += *std::max_element(acc.computes.begin(), acc.computes.end()) / med;
+    if (r.step >= 2 && initialSteps_ < kInitialSteps && acc.imbalance > 0) {
+      initialImbalanceSum_ += acc.imbalance;
       ++initialSteps_;
     }
   }
@@ -357,13 +363,8 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
   double ratioSum = 0;
   int ratioCount = 0;
   for (const auto& [key, acc] : steps_) {
-    if (acc.ranks < acc.worldSize || acc.computes.size() < acc.ranks || acc.timeUs <= now - windowUs ||
-        acc.timeUs > now) {
-      continue;
-    }
-    const double med = median(acc.computes);
-    if (med <= 0) continue;
-    ratioSum += *std::max_element(acc.computes.begin(), acc.computes.end()) / med;
+    if (acc.imbalance <= 0 || acc.timeUs <= now - windowUs || acc.timeUs > now) continue;
+    ratioSum += acc.imbalance;
     ++ratioCount;
   }
   if (ratioCount > 0) k.loadImbalance = ratioSum / ratioCount;

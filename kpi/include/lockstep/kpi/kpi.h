@@ -217,7 +217,8 @@ class JobTracker {
     std::uint32_t timed = 0;  // ranks whose report carried data, compute and exposed times
     std::uint32_t worldSize = 1;
     double dataUs = 0, computeUs = 0, exposedUs = 0;
-    std::vector<double> computes;
+    std::vector<double> computes;  // while ranks report; freed once the step is complete
+    double imbalance = 0;          // a complete step's slowest compute time over its median; 0: unknown
     double lossSum = 0;  // sum of loss x samples over the ranks with a finite loss
     std::uint64_t lossSamples = 0;
     bool reportedGlobalLoss = false;
