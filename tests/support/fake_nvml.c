@@ -1,8 +1,10 @@
 /* A stand-in for libnvidia-ml.so.1, for testing the agent's NVML loader on machines without a GPU:
- * two GPUs, the second without power or energy readings. Only the loader is tested with it; real
+ * two GPUs (LOCKSTEP_FAKE_NVML_GPUS says otherwise, for bench/agent_sampling.sh), the second without
+ * power or energy readings. Only the loader is tested with it; real
  * NVML is checked on the GPU machine (bench/gpu/, issue 6). nvmlInit (v1) fails on purpose, so a
  * loader that does not prefer the _v2 symbols fails the test. */
 #include <stdio.h>
+#include <stdlib.h>
 
 typedef void* nvmlDevice_t;
 typedef struct { unsigned int gpu, memory; } nvmlUtilization_t;
@@ -13,10 +15,15 @@ int nvmlInit(void) { return UNINITIALIZED; }
 int nvmlInit_v2(void) { return OK; }
 int nvmlShutdown(void) { return OK; }
 const char* nvmlErrorString(int rc) { return rc == NOT_SUPPORTED ? "Not Supported" : "Unknown Error"; }
-int nvmlDeviceGetCount_v2(unsigned int* count) { *count = 2; return OK; }
+static unsigned int gpus(void) {
+  const char* n = getenv("LOCKSTEP_FAKE_NVML_GPUS");
+  const int v = n ? atoi(n) : 2;
+  return v > 0 && v <= 64 ? (unsigned int)v : 2;
+}
+int nvmlDeviceGetCount_v2(unsigned int* count) { *count = gpus(); return OK; }
 int nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device) {
   *device = (void*)(unsigned long)(index + 1);
-  return index < 2 ? OK : NOT_SUPPORTED;
+  return index < gpus() ? OK : NOT_SUPPORTED;
 }
 static unsigned int indexOf(nvmlDevice_t d) { return (unsigned int)((unsigned long)d - 1); }
 int nvmlDeviceGetName(nvmlDevice_t d, char* name, unsigned int length) {
