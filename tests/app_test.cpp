@@ -667,6 +667,10 @@ class AppTest : public QObject {
     }
     QVERIFY2(app.tile(QStringLiteral("Slowest rank")).contains(QStringLiteral("rank 77")),
              qPrintable(app.tile(QStringLiteral("Slowest rank"))));
+    const QString slowest = app.window.dashboard()->tile(QStringLiteral("Slowest rank"))->toolTip();
+    QVERIFY2(slowest.contains(QStringLiteral("rank 77 on gpu-node-9.cluster.example.org: +")) &&
+                 slowest.contains(QStringLiteral("compute")),
+             qPrintable(slowest));
     // The heatmap keeps rows readable and scrolls through them; only what is in view is drawn.
     auto* heatmap = app.window.dashboard()->findChild<app::HeatmapWidget*>();
     QVERIFY(heatmap);

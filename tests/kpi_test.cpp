@@ -91,6 +91,43 @@ TEST(Kpi, ThroughputOverheadScalingAndImbalance) {
   EXPECT_EQ(k.slowestRank, 1u);
   EXPECT_EQ(k.slowestCause, SlowCause::kCompute);
   EXPECT_NEAR(*k.etaSeconds, 90.0, 1e-9);  // 90 steps left at 1 step/s
+  // Slowest first: rank 1 is busy 0.9 s a step, rank 0 0.7 s; the median of two is 0.8 s.
+  ASSERT_EQ(k.slowestRanks.size(), 2u);
+  EXPECT_EQ(k.slowestRanks[0].rank, 1u);
+  EXPECT_EQ(k.slowestRanks[0].node, "n");
+  EXPECT_NEAR(k.slowestRanks[0].excess, 0.9 / 0.8 - 1, 1e-12);
+  EXPECT_EQ(k.slowestRanks[0].cause, SlowCause::kCompute);
+  EXPECT_EQ(k.slowestRanks[1].rank, 0u);
+  EXPECT_NEAR(k.slowestRanks[1].excess, 0.7 / 0.8 - 1, 1e-12);
+}
+
+// Issue 16: at many ranks, the few slowest by name, each with its cause.
+TEST(Kpi, TheSlowestRanksAreNamedWithTheirCause) {
+  JobSpec spec = gpuJob();
+  spec.worldSize = 12;
+  spec.ranks.clear();
+  for (std::uint32_t r = 0; r < 12; ++r) spec.ranks.push_back({r, "node-" + std::to_string(r / 4), r % 4, r % 4});
+  JobTracker t(spec, Settings{5.0, 0.1, std::nullopt, 100});
+  for (std::uint64_t s = 1; s <= 5; ++s) {
+    for (std::uint32_t r = 0; r < 12; ++r) {
+      // Rank 9 waits 0.3 s longer on data; rank 4 computes 0.2 s longer; rank 7 0.1 s.
+      StepReport rep = report(r, s, 600'000 + (r == 4 ? 200'000 : r == 7 ? 100'000 : 0), 100'000,
+                              t0 + static_cast<std::int64_t>(s) * kSecond);
+      rep.worldSize = 12;
+      if (r == 9) rep.dataTimeUs = *rep.dataTimeUs + 300'000;
+      t.add(rep, "node-" + std::to_string(r / 4));
+    }
+  }
+  const JobKpis k = t.snapshot(t0 + 5 * kSecond);
+  ASSERT_EQ(k.slowestRanks.size(), kSlowestRanks);
+  EXPECT_EQ(k.slowestRanks[0].rank, 9u);
+  EXPECT_EQ(k.slowestRanks[0].node, "node-2");
+  EXPECT_EQ(k.slowestRanks[0].cause, SlowCause::kDataWait);
+  EXPECT_NEAR(k.slowestRanks[0].excess, 0.3 / 0.7, 1e-9);  // 1.0 s busy against the median 0.7 s
+  EXPECT_EQ(k.slowestRanks[1].rank, 4u);
+  EXPECT_EQ(k.slowestRanks[1].cause, SlowCause::kCompute);
+  EXPECT_EQ(k.slowestRanks[2].rank, 7u);
+  EXPECT_EQ(k.slowestRanks[3].rank, 0u);  // then the rest tie, lowest rank first
 }
 
 // Issue 19: all-reduce bandwidth, worked by hand. Rank 0 reduces 100 MB in 50 ms a step (2 GB/s),

@@ -379,6 +379,7 @@ void DashboardWidget::refresh() {
                                ? tr(" (%1× at the start; rebalanced)").arg(*k.initialLoadImbalance, 0, 'f', 2)
                                : QString())
                     : noSplit);
+  tiles_[tr("Slowest rank")]->setToolTip(slowestRanksText(k));
   const QString lastLoss = k.lastGlobalLoss ? tr("smoothed; last %1").arg(*k.lastGlobalLoss, 0, 'f', 4) : QString();
   tiles_[tr("Loss")]->set(figure(k.smoothedLoss, 4),
                           !noSteps.isEmpty() ? noSteps :
@@ -531,6 +532,21 @@ void DashboardWidget::refreshCharts(const JobEntry& job, const kpi::JobKpis& k) 
 
 // Up to kMaxCommBars ranks, a bar each in rank order; beyond, the kMaxCommBars ranks that wait
 // longest, most first: a bar per rank at 1024 ranks is neither readable nor cheap to lay out.
+// The few slowest ranks by name, with their cause: who the stragglers are at 1024 ranks.
+QString DashboardWidget::slowestRanksText(const kpi::JobKpis& k) {
+  if (k.slowestRanks.empty()) return {};
+  QStringList lines{tr("The slowest ranks (data + compute time per step, over the median rank's):")};
+  for (const auto& s : k.slowestRanks) {
+    lines << tr("rank %1 on %2: %3%4%, %5")
+                 .arg(s.rank)
+                 .arg(QString::fromStdString(s.node))
+                 .arg(s.excess >= 0 ? QStringLiteral("+") : QString())
+                 .arg(s.excess * 100, 0, 'f', 1)
+                 .arg(QString::fromUtf8(std::string(kpi::slowCauseName(s.cause)).c_str()));
+  }
+  return lines.join(QLatin1Char('\n'));
+}
+
 void DashboardWidget::refreshCommChart(const kpi::JobKpis& k) {
   std::vector<std::pair<double, std::uint32_t>> byRank;  // (exposed %, rank)
   for (const auto& r : k.ranks) byRank.emplace_back(r.commOverhead ? *r.commOverhead * 100 : 0, r.rank);

@@ -73,6 +73,7 @@ class DashboardWidget : public QWidget {
   void applyTheme();
   void refreshCharts(const JobEntry& job, const kpi::JobKpis& k);
   void refreshCommChart(const kpi::JobKpis& k);
+  static QString slowestRanksText(const kpi::JobKpis& k);
   QChartView* makeView(QChart* chart);
 
   ClusterStore& store_;

@@ -231,6 +231,33 @@ void JobTracker::add(const JobEvent& e) {
   }
 }
 
+namespace {
+
+// The ranks with the most data + compute time per step (busy), slowest first, against the median.
+std::vector<SlowRank> slowest(const std::vector<double>& busy, const std::vector<double>& data,
+                              const std::vector<double>& compute, const std::vector<std::uint32_t>& rankIds,
+                              const std::vector<RankKpis>& ranks) {
+  std::vector<std::size_t> order(busy.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  const std::size_t n = std::min(kSlowestRanks, order.size());
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(),
+                    [&](std::size_t a, std::size_t b) { return busy[a] > busy[b] || (busy[a] == busy[b] && rankIds[a] < rankIds[b]); });
+  const double medBusy = median(busy), medData = median(data), medCompute = median(compute);
+  std::vector<SlowRank> out;
+  for (std::size_t j = 0; j < n; ++j) {
+    const std::size_t i = order[j];
+    SlowRank s{rankIds[i], {}, medBusy > 0 ? busy[i] / medBusy - 1 : 0,
+               data[i] - medData > compute[i] - medCompute ? SlowCause::kDataWait : SlowCause::kCompute};
+    for (const auto& r : ranks) {
+      if (r.rank == s.rank) s.node = r.node;
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace
+
 JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
   JobKpis k;
   k.jobId = spec_.jobId;
@@ -370,6 +397,7 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
   if (ratioCount > 0) k.loadImbalance = ratioSum / ratioCount;
   if (initialSteps_ > 0) k.initialLoadImbalance = initialImbalanceSum_ / initialSteps_;
   if (!busy.empty()) {
+    k.slowestRanks = slowest(busy, data, compute, rankIds, k.ranks);
     const std::size_t slow = static_cast<std::size_t>(std::max_element(busy.begin(), busy.end()) - busy.begin());
     k.slowestRank = rankIds[slow];
     const double excessData = data[slow] - median(data);

@@ -49,6 +49,14 @@ enum class ScalingBasis { kUnknown, kCalibrated, kEstimatedFromCompute };
 // that runs its own program.
 std::string workloadKey(const JobSpec& spec);
 enum class SlowCause { kUnknown, kDataWait, kCompute, kCommunication };
+
+inline constexpr std::size_t kSlowestRanks = 5;
+struct SlowRank {
+  std::uint32_t rank = 0;
+  std::string node;
+  double excess = 0;  // its data + compute time over the median rank's, as a fraction (0.12: 12% more)
+  SlowCause cause = SlowCause::kUnknown;  // data wait or compute: which of the two is further over the median
+};
 std::string_view scalingBasisName(ScalingBasis basis);
 std::string_view slowCauseName(SlowCause cause);
 
@@ -106,6 +114,9 @@ struct JobKpis {
   Maybe initialLoadImbalance;  // the same over the job's first steps (before a dynamic split acts)
   std::optional<std::uint32_t> slowestRank;
   SlowCause slowestCause = SlowCause::kUnknown;
+  // The ranks that take longest to load and compute a step, slowest first (at most kSlowestRanks):
+  // at 1024 ranks, who the stragglers are, where, and why.
+  std::vector<SlowRank> slowestRanks;
   Maybe lastGlobalLoss;
   Maybe smoothedLoss;
   Maybe timeToConvergenceSeconds;
