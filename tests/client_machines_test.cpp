@@ -157,6 +157,16 @@ TEST(Supervisor, ALostNodeIsNotWaitedForAndItsRanksAreLeftOut) {
   EXPECT_EQ(failed.state, JobState::kFailed);
 }
 
+// Found in review: with every agent lost nothing said the job ended, and it was followed forever.
+TEST(Supervisor, EveryAgentLostEndsTheJobFailed) {
+  const auto t0 = Supervisor::Clock::time_point{};
+  Supervisor s(placedOn({"a", "b"}));
+  const auto end = s.observe({EndedPart{"a", "a:7700", {}, true}, EndedPart{"b", "b:7700", {}, true}}, t0);
+  ASSERT_EQ(end.kind, Kind::kEnd);
+  EXPECT_EQ(end.state, JobState::kFailed);
+  EXPECT_NE(end.message.find("node a (agent a:7700) stopped answering"), std::string::npos) << end.message;
+}
+
 // Found in review: a node the restart left out still reports the earlier attempt as failed; it
 // made the new attempt look failed, which was stopped 10 s later.
 TEST(Supervisor, AnEarlierAttemptsPartIsHistory) {
@@ -194,9 +204,37 @@ TEST(Elastic, ARestartDiffersOnlyInWhatARestartChanges) {
   ASSERT_TRUE(plan.refusal.empty()) << plan.refusal;
   JobSpec next = plan.next;
   next.ranks = {{0, "a", 0, std::nullopt}, {1, "a", 1, std::nullopt}};
+  next.worldSize = 2;
   next.rendezvousPort = 29500;
   EXPECT_TRUE(isRestartOf(next, ended));
   EXPECT_FALSE(isRestartOf(ended, ended)) << "the same attempt is no restart";
+  JobSpec skipped = next;
+  skipped.attempt = 2;
+  EXPECT_FALSE(isRestartOf(skipped, ended)) << "an attempt skipped";
+  JobSpec last = ended;
+  last.attempt = 2;  // of 2 allowed
+  JobSpec beyond = next;
+  beyond.attempt = 3;
+  EXPECT_FALSE(isRestartOf(beyond, last)) << "past max_restarts";
+  JobSpec more = next;
+  more.ranks.push_back({2, "a", 2, std::nullopt});
+  more.worldSize = 3;
+  EXPECT_FALSE(isRestartOf(more, ended)) << "more ranks on a node than the job had there";
+  JobSpec none = next;
+  none.ranks.clear();
+  EXPECT_FALSE(isRestartOf(none, ended)) << "no placements: every rank on the receiving node";
+  JobSpec elsewhere = next;
+  elsewhere.rendezvousHost = "attacker.example.org";
+  EXPECT_FALSE(isRestartOf(elsewhere, ended)) << "a rendezvous off the job's nodes";
+  JobSpec gpuJob = ended;
+  gpuJob.backend = Backend::kCuda;
+  for (auto& r : gpuJob.ranks) r.gpuIndex = r.localRank;
+  JobSpec otherGpu = next;
+  otherGpu.backend = Backend::kCuda;
+  otherGpu.ranks = {{0, "a", 0, 0u}, {1, "a", 1, 7u}};
+  EXPECT_FALSE(isRestartOf(otherGpu, gpuJob)) << "a GPU the job did not have";
+  otherGpu.ranks[1].gpuIndex = 1u;
+  EXPECT_TRUE(isRestartOf(otherGpu, gpuJob));
   JobSpec otherSteps = next;
   otherSteps.steps = 1000000;
   EXPECT_FALSE(isRestartOf(otherSteps, ended));

@@ -450,30 +450,53 @@ TEST(Lockstepctl, ALostRankRestartsTheJobWithTheRanksLeftFromItsLastCheckpoint) 
   EXPECT_TRUE(restartEvent) << json["events"].dump();
 }
 
+// Kills a node of the job: its agent and its ranks.
+void killNode(const std::string& jobId, AgentProcess& node) {
+  std::vector<pid_t> ranks;
+  for (int rank = 0; rank < 4; ++rank) {
+    if (auto pid = rankProcess(jobId, rank, node.stateDir())) ranks.push_back(*pid);
+  }
+  ASSERT_EQ(ranks.size(), 2u);
+  node.kill();
+  for (pid_t pid : ranks) ::kill(pid, SIGKILL);
+}
+
+// The agents' order decides which node runs rank 0, and so supervises the job.
+bool supervises(const std::string& jobId, const AgentProcess& node) { return rankProcess(jobId, 0, node.stateDir()).has_value(); }
+
 TEST(Lockstepctl, ALostNodeLeavesTheJobToTheOtherNode) {
   SupervisedJob job("el-2", "2,2", "32", "6000", "1", "3");
   ASSERT_TRUE(job.running) << job.err();
   const TempDir& dir = job.dir;
   const pid_t ctlPid = job.pid;
-  AgentProcess& a = job.a;
-  AgentProcess& b = job.b;
-  // node-b goes: its agent and its ranks.
-  std::vector<pid_t> ranksOfB;
-  for (int rank = 0; rank < 4; ++rank) {
-    if (auto pid = rankProcess("el-2", rank, b.stateDir())) ranksOfB.push_back(*pid);
-  }
-  ASSERT_EQ(ranksOfB.size(), 2u);
-  b.kill();
-  for (pid_t pid : ranksOfB) ::kill(pid, SIGKILL);
+  // The node that does not supervise the job goes.
+  const bool aSupervises = supervises("el-2", job.a);
+  AgentProcess& survivor = aSupervises ? job.a : job.b;
+  AgentProcess& lost = aSupervises ? job.b : job.a;
+  killNode("el-2", lost);
   EXPECT_EQ(exitCodeOf(ctlPid, 180s), 0) << readText(dir.file("el-2.out")) << readText(dir.file("el-2.err"));
   const std::string out = readText(dir.file("el-2.out"));
-  EXPECT_NE(out.find("node node-b (agent " + b.address().text() + ") stopped answering"), std::string::npos) << out;
+  EXPECT_NE(out.find("node " + lost.name() + " (agent " + lost.address().text() + ") stopped answering"), std::string::npos)
+      << out;
   EXPECT_NE(out.find("restart 1 of 1 with 2 ranks"), std::string::npos) << out;
-  const auto lines = readJsonLines(a.stateDir() + "/jobs/el-2/metrics.jsonl");
+  const auto lines = readJsonLines(survivor.stateDir() + "/jobs/el-2/metrics.jsonl");
   ASSERT_FALSE(lines.empty());
   EXPECT_EQ(lines.back()["step"], 6000);
   EXPECT_EQ(lines.back()["world_size"], 2);
   EXPECT_EQ(lines.back()["samples"], 64);  // 4 x 32, now on 2 ranks
+}
+
+// Issue 15's limit: the supervisor is rank 0's agent; when its node goes, nothing restarts the job,
+// and lockstepctl says so instead of only "failed".
+TEST(Lockstepctl, LosingTheSupervisingNodeEndsTheJobAndSaysWhy) {
+  SupervisedJob job("el-5", "2,2", "32", "6000", "1", "3");
+  ASSERT_TRUE(job.running) << job.err();
+  AgentProcess& supervisor = supervises("el-5", job.a) ? job.a : job.b;
+  killNode("el-5", supervisor);
+  EXPECT_EQ(exitCodeOf(job.pid, 120s), 5) << job.out() << job.err();
+  EXPECT_NE(job.out().find("its supervising agent, node " + supervisor.name() + "'s, stopped answering: nothing restarts it"),
+            std::string::npos)
+      << job.out();
 }
 
 TEST(Lockstepctl, ExhaustedRestartsFailWithWhatHappened) {

@@ -6,6 +6,8 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
 #include <optional>
 
 #include "lockstep/client/launch.h"
@@ -55,8 +57,14 @@ TEST(Supervision, ASupervisingAgentsKeyMayOnlyListStopAndRestartItsJob) {
   ClientKeys alice(dir, "alice"), nodeA(dir, "node-a"), stranger(dir, "stranger");
   agent.authorize(alice.keys.publicKey);
   auto user = connectTo(agent, alice);
-  // A job whose first agent (its supervisor) is node-a's, and a job of alice's alone.
+  // A job of two ranks whose rank 0 and first agent (its supervisor) are node-a's, with a rank here;
+  // and a job of alice's alone.
   JobSpec spec = sleepJob(dir, "delegated", "node-b");
+  spec.worldSize = 2;
+  spec.maxRestarts = 3;
+  spec.ranks = {RankPlacement{0, "node-a", 0, std::nullopt}, RankPlacement{1, "node-b", 0, std::nullopt}};
+  spec.rendezvousHost = "127.0.0.1";
+  spec.rendezvousPort = 1;
   spec.agents = {{"node-a", "127.0.0.1:1", nodeA.keys.publicKey}, {"node-b", agent.address().text(), agent.publicKey()}};
   ASSERT_TRUE(user->startJob(spec, "", 10s).ok());
   ASSERT_TRUE(user->startJob(sleepJob(dir, "alices", "node-b"), "", 10s).ok());
@@ -94,8 +102,49 @@ TEST(Supervision, ASupervisingAgentsKeyMayOnlyListStopAndRestartItsJob) {
   auto now = jobOn(*user, "delegated");
   ASSERT_TRUE(now);
   EXPECT_EQ(now->spec.attempt, 1u);
+
+  // A user's stop is final: the supervisor may not undo it.
   ASSERT_TRUE(user->stopJob("delegated", 0, 5s).ok());
+  ASSERT_TRUE(endedOn(*user, "delegated"));
+  JobSpec third = next;
+  third.attempt = 2;
+  auto afterStop = s.startJob(third, "", 10s);
+  ASSERT_FALSE(afterStop.ok());
+  EXPECT_NE(afterStop.error().message.find("was stopped by a user"), std::string::npos) << afterStop.error().message;
   ASSERT_TRUE(user->stopJob("alices", 0, 5s).ok());
+}
+
+// The supervisor restarts with the rights of the key that launched the job, as they are now.
+TEST(Supervision, ARestartNeedsTheLaunchingKeyStillAuthorized) {
+  TempDir dir;
+  AgentProcess agent(dir, "node-b");
+  ClientKeys alice(dir, "alice"), bob(dir, "bob"), nodeA(dir, "node-a");
+  agent.authorize(alice.keys.publicKey);
+  auto user = connectTo(agent, alice);
+  JobSpec spec = sleepJob(dir, "revoked", "node-b");
+  spec.worldSize = 2;
+  spec.maxRestarts = 3;
+  spec.ranks = {RankPlacement{0, "node-a", 0, std::nullopt}, RankPlacement{1, "node-b", 0, std::nullopt}};
+  spec.rendezvousHost = "127.0.0.1";
+  spec.rendezvousPort = 1;
+  spec.agents = {{"node-a", "127.0.0.1:1", nodeA.keys.publicKey}, {"node-b", agent.address().text(), agent.publicKey()}};
+  ASSERT_TRUE(user->startJob(spec, "", 10s).ok());
+  auto supervisor = AgentClient::connect(agent.address(), nodeA.keys, agent.publicKey(), 5s);
+  ASSERT_TRUE(supervisor.ok()) << supervisor.error().message;
+  ASSERT_TRUE((*supervisor)->stopJob("revoked", 0, 5s).ok());
+  ASSERT_TRUE(endedOn(*user, "revoked"));
+  // Alice's key leaves the node's authorized keys (bob's stays).
+  const std::string keys = agent.stateDir() + "/authorized_keys";
+  std::ofstream(keys + ".new", std::ios::trunc) << bob.keys.publicKey << " bob\n";
+  ASSERT_EQ(std::rename((keys + ".new").c_str(), keys.c_str()), 0);
+  ASSERT_TRUE(waitUntil([&] { return !AgentClient::connect(agent.address(), alice.keys, agent.publicKey(), 1s).ok(); }, 10s));
+  JobSpec next = spec;
+  next.attempt = 1;
+  auto restarted = (*supervisor)->startJob(next, "", 10s);
+  ASSERT_FALSE(restarted.ok());
+  EXPECT_EQ(restarted.error().code, ErrorCode::kPermissionDenied);
+  EXPECT_NE(restarted.error().message.find("the key that launched job revoked may no longer start it"), std::string::npos)
+      << restarted.error().message;
 }
 
 // Two agents, a job of one rank on each, launched by a client that then goes away.

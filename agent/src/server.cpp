@@ -11,7 +11,9 @@
 #include <deque>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <random>
+#include <set>
 #include <zmq.hpp>
 
 #include "host.h"
@@ -125,6 +127,8 @@ class Agent::Impl {
     return !spec.agents.empty() && spec.agents.front().node == config_.name;
   }
   std::vector<JobStatus> listFor(const std::string& key, bool user) const;
+  std::string launcherPath(const std::string& jobId) const;
+  std::optional<Error> restartRefusal(const JobSpec& spec) const;
 
   AgentConfig config_;
   Log& log_;
@@ -146,6 +150,7 @@ class Agent::Impl {
   std::uint64_t nextPreflightId_ = 1;
   std::uint64_t droppedReports_ = 0;
   bool reserveFailing_ = false;
+  std::set<std::string> stoppedByUser_;  // jobs a user's key stopped
   std::unique_ptr<Supervisions> supervisions_;  // last: its threads end before the rest goes
 };
 
@@ -378,6 +383,7 @@ void Agent::Impl::onRequest() {
           onStartJob(client, key, id, std::move(body.spec), std::move(body.storeSecret));
         } else if constexpr (std::is_same_v<T, StopJobRequest>) {
           log_.info("job " + body.jobId + ": stop asked by key " + keyRing_.describe(key));
+          if (user) stoppedByUser_.insert(body.jobId);  // its supervising agent does not restart it
           if (cancelPendingStart(body.jobId)) {
             reply(client, Reply{id, StopJobReply{body.jobId, JobState::kStopped}});
             return;
@@ -429,9 +435,12 @@ void Agent::Impl::onStartJob(const std::string& client, const std::string& key, 
                         "node " + config_.name + " runs no jobs of their own program (its agent sets command-jobs = no); "
                         "run lockstep-trainer there, or ask its admin"});
   }
-  // A supervising agent's key restarts only what a user's started here (supervisorMay checked).
+  // A supervising agent's key restarts only what a user's started here (supervisorMay checked),
+  // with the rights that user still has.
   const bool restartBySupervisor = !keyRing_.allows(key);
-  if (spec.command && !restartBySupervisor && !keyRing_.allowsCommandJobs(key)) {
+  if (restartBySupervisor) {
+    if (auto why = restartRefusal(spec)) return refuse(*why);
+  } else if (spec.command && !keyRing_.allowsCommandJobs(key)) {
     return refuse(Error{ErrorCode::kPermissionDenied,
                         "this client's key may not start jobs that run their own program on " + config_.name +
                             " (its authorized keys give it the no-command-jobs option)"});
@@ -454,6 +463,26 @@ void Agent::Impl::onStartJob(const std::string& client, const std::string& key, 
   }
   log_.info("job " + spec.jobId + ": start asked by key " + keyRing_.describe(key));
   starts_.emplace(check, PendingStart{client, key, id, std::move(spec), std::move(storeSecret)});
+}
+
+std::string Agent::Impl::launcherPath(const std::string& jobId) const {
+  return (fs::path(config_.stateDir) / "jobs" / jobId / "launcher").string();
+}
+
+// Why the job's supervising agent may not restart it here: a user stopped it, or the key that
+// launched it lost the right to (left the authorized keys, or may run no program of its own).
+std::optional<Error> Agent::Impl::restartRefusal(const JobSpec& spec) const {
+  if (stoppedByUser_.count(spec.jobId)) {
+    return Error{ErrorCode::kFailedPrecondition, "job " + spec.jobId + " was stopped by a user on " + config_.name +
+                                                     ": it is not restarted"};
+  }
+  auto launcher = readFile(launcherPath(spec.jobId), 256);
+  const std::string key = launcher ? launcher->substr(0, launcher->find('\n')) : "";
+  if (!keyRing_.allows(key) || (spec.command && !keyRing_.allowsCommandJobs(key))) {
+    return Error{ErrorCode::kPermissionDenied, "the key that launched job " + spec.jobId + " may no longer start it on " +
+                                                   config_.name + ": it is not restarted"};
+  }
+  return std::nullopt;
 }
 
 bool Agent::Impl::cancelPendingStart(const std::string& jobId) {
@@ -479,6 +508,12 @@ void Agent::Impl::onPreflight() {
     Result<StartJobReply> started =
         done.result ? jobs_->start(pending.spec, *done.result, pending.storeSecret) : Result<StartJobReply>(done.result.error());
     if (started) {
+      // Who launched it, for the restarts its supervising agent may ask for (restartRefusal).
+      if (keyRing_.allows(pending.key)) {
+        if (auto kept = writeFileAtomic(launcherPath(pending.spec.jobId), pending.key + "\n", 0600); !kept) {
+          log_.error("job " + pending.spec.jobId + ": cannot keep who launched it: " + kept.error().message);
+        }
+      }
       if (supervisedHere(pending.spec)) supervisions_->supervise(pending.spec);
       reply(pending.client, Reply{pending.requestId, *started});
     } else {

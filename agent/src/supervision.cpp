@@ -22,6 +22,7 @@ constexpr auto kLaunchTimeout = std::chrono::seconds(15);
 // that is not there yet is starting, not lost.
 constexpr auto kPartsAppear = std::chrono::seconds(30);
 constexpr auto kPollEvery = std::chrono::milliseconds(300);
+constexpr int kMissesToLose = 3;
 
 const JobAgent* agentOf(const JobSpec& spec, const std::string& node) {
   for (const auto& a : spec.agents) {
@@ -37,12 +38,16 @@ class Supervisions::Worker {
   Worker(JobSpec spec, const CurveKeyPair& keys, Log& log)
       : first_(std::move(spec)), keys_(keys), log_(log), thread_([this] { run(); }) {}
   ~Worker() {
+    requestStop();
+    thread_.join();
+  }
+  // The agent stops: the thread ends after the call under way (each has a timeout), doing nothing more.
+  void requestStop() {
     {
       std::lock_guard lock(mutex_);
       stop_ = true;
     }
     wake_.notify_all();
-    thread_.join();
   }
 
   Supervision state() const {
@@ -56,10 +61,15 @@ class Supervisions::Worker {
   EndedPart observeOn(const std::string& node, const JobSpec& attempt, bool mayBeStarting);
   Result<JobSpec> restart(const JobSpec& ended, const RestartPlan& plan);
   void stopParts(const JobSpec& attempt);
+  bool lostRank(std::uint32_t rank) const;
   AgentClient* client(const std::string& node);
   void publish(SupervisionState state, const Supervisor& supervisor, JobState outcome = JobState::kRunning,
                const std::string& message = "");
   bool pause(Clock::duration d);  // false once the agent stops
+  bool stopping() const {
+    std::lock_guard lock(mutex_);
+    return stop_;
+  }
   void say(const std::string& line) { log_.info("job " + first_.jobId + ": " + line); }
 
   const JobSpec first_;
@@ -68,6 +78,8 @@ class Supervisions::Worker {
   std::map<std::string, std::unique_ptr<AgentClient>> clients_;  // by node
   std::set<std::string> seen_;        // nodes whose part of this attempt was seen
   std::set<std::string> lost_;        // nodes lost in this attempt (they stay lost until the next)
+  std::map<std::string, int> misses_; // polls in a row a node's agent did not answer
+  std::vector<EndedPart> lastParts_;  // as last observed
   std::set<std::string> unreachable_; // said once each
   mutable std::mutex mutex_;
   std::condition_variable wake_;
@@ -82,7 +94,9 @@ void Supervisions::Worker::run() {
   say("supervised by this agent (restarts allowed: " + std::to_string(first_.maxRestarts) + ")");
   publish(SupervisionState::kFollowing, supervisor);
   while (pause(kPollEvery)) {
-    auto action = supervisor.observe(observe(supervisor.spec(), since), Clock::now());
+    lastParts_ = observe(supervisor.spec(), since);
+    if (stopping()) break;  // what the agent's own answers said while it stopped is not acted on
+    auto action = supervisor.observe(lastParts_, Clock::now());
     using Kind = Supervisor::Action::Kind;
     if (action.kind == Kind::kStop) {
       say("failed; stopping its other parts");
@@ -91,6 +105,7 @@ void Supervisions::Worker::run() {
     }
     if (action.kind == Kind::kRestart) {
       publish(SupervisionState::kRestarting, supervisor, JobState::kRunning, action.message);
+      if (stopping()) break;
       auto placed = restart(supervisor.spec(), action.plan);
       if (placed) {
         say(action.message + "; restart " + std::to_string(placed->attempt) + " of " +
@@ -99,6 +114,7 @@ void Supervisions::Worker::run() {
         since = Clock::now();
         seen_.clear();
         lost_.clear();
+        misses_.clear();
         publish(SupervisionState::kFollowing, supervisor);
         continue;
       }
@@ -108,9 +124,10 @@ void Supervisions::Worker::run() {
       say("supervision ended: " + std::string(jobStateName(action.state)) +
           (action.message.empty() ? "" : " (" + action.message + ")"));
       publish(SupervisionState::kEnded, supervisor, action.state, action.message);
-      return;
+      break;
     }
   }
+  clients_.clear();  // each holds a ZeroMQ context and its thread
 }
 
 std::vector<EndedPart> Supervisions::Worker::observe(const JobSpec& attempt, Clock::time_point since) {
@@ -119,9 +136,8 @@ std::vector<EndedPart> Supervisions::Worker::observe(const JobSpec& attempt, Clo
   const bool early = Clock::now() - since < kPartsAppear;
   std::vector<EndedPart> parts;
   for (const auto& node : nodes) {
-    EndedPart part = observeOn(node, attempt, early && !seen_.count(node));
-    if (part.agentLost) lost_.insert(node);
-    parts.push_back(std::move(part));
+    if (stopping()) break;
+    parts.push_back(observeOn(node, attempt, early && !seen_.count(node)));
   }
   return parts;
 }
@@ -134,17 +150,32 @@ EndedPart Supervisions::Worker::observeOn(const std::string& node, const JobSpec
   if (AgentClient* c = client(node)) {
     auto jobs = c->listJobs(kCallTimeout);
     if (!jobs) clients_.erase(node);
+    if (jobs) misses_[node] = 0;
     for (const auto& status : jobs ? jobs->jobs : std::vector<JobStatus>{}) {
       if (status.spec.jobId != first_.jobId || status.spec.attempt < attempt.attempt) continue;
       seen_.insert(node);
       return EndedPart{node, part.agent, status.ranks, false, status.state, status.spec.attempt};
     }
+    if (jobs && !mayBeStarting) {  // it answers, and has no such part: it never started, or was lost
+      lost_.insert(node);
+      return part;
+    }
   }
-  if (mayBeStarting) {
+  // Not answering: lost after kMissesToLose polls in a row (one slow answer is not a lost node), or
+  // at once when the part never appeared in its time.
+  const bool seen = seen_.count(node) > 0;
+  if (mayBeStarting || (seen && ++misses_[node] < kMissesToLose)) {
     part.agentLost = false;
-    part.state = JobState::kStarting;
+    part.state = seen ? JobState::kRunning : JobState::kStarting;
     part.attempt = attempt.attempt;
+    if (seen) {
+      for (const auto& p : lastParts_) {
+        if (p.node == node && !p.agentLost) part = p;  // as it was last seen
+      }
+    }
+    return part;
   }
+  lost_.insert(node);
   return part;
 }
 
@@ -167,7 +198,8 @@ void Supervisions::Worker::stopParts(const JobSpec& attempt) {
   std::set<std::string> nodes;
   for (const auto& r : attempt.ranks) nodes.insert(r.node);
   for (const auto& node : nodes) {
-    if (lost_.count(node)) continue;
+    if (stopping()) return;
+    // A lost node too: if it answers again, what it still runs of the job must not run on.
     if (AgentClient* c = client(node)) {
       if (auto stopped = c->stopJob(first_.jobId, 0, kCallTimeout); !stopped) {
         say("could not stop its part on " + node + ": " + stopped.error().message);
@@ -176,7 +208,17 @@ void Supervisions::Worker::stopParts(const JobSpec& attempt) {
   }
 }
 
-// The next attempt on the nodes the plan keeps; CUDA ranks keep the GPUs the job had there.
+bool Supervisions::Worker::lostRank(std::uint32_t rank) const {
+  for (const auto& p : lastParts_) {
+    for (const auto& r : p.ranks) {
+      if (r.rank == rank) return rankLost(r, first_.isCommand());
+    }
+  }
+  return false;
+}
+
+// The next attempt on the nodes the plan keeps; CUDA ranks keep the GPUs the job had there, but
+// those of its lost ranks (the GPU may be what failed).
 Result<JobSpec> Supervisions::Worker::restart(const JobSpec& ended, const RestartPlan& plan) {
   std::vector<PlacementNode> nodes;
   std::vector<std::uint32_t> counts;
@@ -187,7 +229,7 @@ Result<JobSpec> Supervisions::Worker::restart(const JobSpec& ended, const Restar
     if (!a || !c) return Error{ErrorCode::kUnavailable, "cannot reach node " + node + "'s agent"};
     PlacementNode p{c->address(), a->publicKey, node, {}};
     for (const auto& r : ended.ranks) {
-      if (r.node == node && r.gpuIndex) p.freeGpus.push_back(*r.gpuIndex);
+      if (r.node == node && r.gpuIndex && !lostRank(r.rank)) p.freeGpus.push_back(*r.gpuIndex);
     }
     nodes.push_back(std::move(p));
     counts.push_back(ranks);
@@ -217,6 +259,7 @@ Supervisions::Supervisions(CurveKeyPair nodeKeys, Log& log) : keys_(std::move(no
 
 Supervisions::~Supervisions() {
   std::lock_guard lock(mutex_);
+  for (auto& [id, worker] : workers_) worker->requestStop();  // all at once, then each joined
   workers_.clear();
 }
 

@@ -187,6 +187,15 @@ void ClusterStore::onState(QString id, AgentState state, QString message) {
   if (!a) return;
   a->state = state;
   a->message = message;
+  // What a supervising agent that stopped answering said is not known to hold any more.
+  bool forgotten = false;
+  for (auto& [jobId, job] : jobs_) {
+    if (state == AgentState::kConnected || job->supervisor != id) continue;
+    job->supervision = {};
+    job->supervisor.clear();
+    forgotten = true;
+  }
+  if (forgotten) Q_EMIT jobsChanged();
   Q_EMIT agentsChanged();
 }
 
@@ -205,8 +214,13 @@ void ClusterStore::onJobs(QString id, JobList jobs) {
   bool changed = false;
   for (const auto& status : *jobs) {
     JobEntry& job = jobEntry(status.spec);
-    if (status.supervision.state != SupervisionState::kNone && status.supervision != job.supervision) {
+    if (status.supervision.state != SupervisionState::kNone) {
+      changed |= status.supervision != job.supervision;
       job.supervision = status.supervision;
+      job.supervisor = id;
+    } else if (job.supervisor == id) {  // that agent no longer supervises it (it restarted, say)
+      job.supervision = {};
+      job.supervisor.clear();
       changed = true;
     }
     // A restart replaces a job's parts: an older attempt's part (a lost node coming back) is history.

@@ -45,6 +45,7 @@ struct JobEntry {
   JobSpec spec;
   std::map<QString, JobStatus> parts;  // by agent id
   Supervision supervision;  // from the agent that supervises the job (docs/agent.md), of any attempt
+  QString supervisor;       // that agent's id, while it is connected and says so
   std::unique_ptr<kpi::JobTracker> tracker;
   std::uint64_t version = 0;  // counts the messages its tracker took
   struct KpiMemo {

@@ -81,13 +81,20 @@ int followJob(const Globals& g, const Connected& agents, const JobSpec& spec, st
       if (auto stopped = stopEverywhere(agents, spec.jobId, 0, g.timeout, &lost); !stopped) return fail(stopped.error());
       continue;
     }
+    bool restarted = false;
     for (const auto& p : *parts) {
       const JobSpec& s = p.status.spec;
       if (s.attempt <= attempt) continue;
       attempt = s.attempt;
+      restarted = true;
       std::printf("job %s: %s; restart %u of %u with %u rank%s from the last checkpoint\n", spec.jobId.c_str(),
                   s.restartReason.c_str(), s.attempt, s.maxRestarts, s.worldSize, s.worldSize == 1 ? "" : "s");
       std::fflush(stdout);
+    }
+    // A restart that raced the stop (it reached a node before the stop did) is stopped too.
+    if (stopAsked && restarted) {
+      if (auto stopped = stopEverywhere(agents, spec.jobId, 0, g.timeout, &lost); !stopped) return fail(stopped.error());
+      continue;
     }
     const JobStatus* supervised = supervisingPart(*parts);
     const bool allEnded = std::all_of(parts->begin(), parts->end(), [](const Part& p) { return partEnded(p.status); });
@@ -96,6 +103,14 @@ int followJob(const Globals& g, const Connected& agents, const JobSpec& spec, st
     if (!over) continue;
     drain(lastSeq, recorder, g.timeout);
     recorder.finish();
+    if (!supervised && !g.json) {
+      for (auto* agent : lost) {
+        if (!spec.agents.empty() && agent->hello().nodeName == spec.agents.front().node) {
+          std::printf("job %s: its supervising agent, node %s's, stopped answering: nothing restarts it\n",
+                      spec.jobId.c_str(), spec.agents.front().node.c_str());
+        }
+      }
+    }
     printJob(g, spec.jobId, *parts);
     const bool decided = supervised && supervised->supervision.state == SupervisionState::kEnded;
     return exitForState(decided ? supervised->supervision.outcome : overall(*parts));

@@ -1,5 +1,9 @@
 #include "lockstep/client/elastic.h"
 
+#include <algorithm>
+#include <map>
+#include <set>
+
 #include <csignal>
 #include <cstring>
 
@@ -71,8 +75,41 @@ RestartPlan planRestart(const JobSpec& spec, const std::vector<EndedPart>& parts
   return plan;
 }
 
+namespace {
+
+// The host of HOST:PORT (an IPv6 literal in brackets keeps them).
+std::string hostOf(const std::string& address) {
+  const auto colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+// Whether `next`'s ranks are on the nodes and GPUs `ended` had, no more of them on any node.
+bool placedWithin(const JobSpec& next, const JobSpec& ended) {
+  if (next.ranks.empty() || next.ranks.size() != next.worldSize || next.worldSize > ended.worldSize) return false;
+  std::map<std::string, std::uint32_t> room;
+  std::set<std::pair<std::string, std::uint32_t>> gpus;
+  for (const auto& r : ended.ranks) {
+    ++room[r.node];
+    if (r.gpuIndex) gpus.insert({r.node, *r.gpuIndex});
+  }
+  for (const auto& r : next.ranks) {
+    if (room[r.node]-- == 0) return false;
+    if (r.gpuIndex && !gpus.count({r.node, *r.gpuIndex})) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 bool isRestartOf(const JobSpec& next, const JobSpec& ended) {
-  if (next.attempt <= ended.attempt) return false;
+  if (next.attempt != ended.attempt + 1 || next.attempt > ended.maxRestarts) return false;
+  if (!placedWithin(next, ended)) return false;
+  // The ranks meet at one of the job's own nodes, nowhere else.
+  if (!next.rendezvousHost.empty() &&
+      std::none_of(ended.agents.begin(), ended.agents.end(),
+                   [&](const JobAgent& a) { return hostOf(a.address) == next.rendezvousHost; })) {
+    return false;
+  }
   JobSpec same = next;
   same.attempt = ended.attempt;
   same.restartReason = ended.restartReason;

@@ -39,7 +39,9 @@ Supervisor::Action Supervisor::observe(const std::vector<EndedPart>& allParts, C
     if (p.agentLost || p.attempt >= spec_.attempt) parts.push_back(p);
   }
   const bool elastic = spec_.maxRestarts > 0;
-  const JobState state = partsState(parts);
+  // Every agent lost: nothing is known to run, and nothing will say it ended. The job failed.
+  const bool allLost = !parts.empty() && std::all_of(parts.begin(), parts.end(), [](const EndedPart& p) { return p.agentLost; });
+  const JobState state = allLost ? JobState::kFailed : partsState(parts);
   const bool allEnded = std::all_of(parts.begin(), parts.end(), partEnded);
   if (state != JobState::kFailed) {
     failedSince_.reset();

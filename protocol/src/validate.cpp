@@ -338,6 +338,12 @@ Result<void> validateJobAgents(const JobSpec& spec) {
   for (const auto& r : spec.ranks) {
     if (!nodes.count(r.node)) return bad("rank " + std::to_string(r.rank) + "'s node " + r.node + " is not among the job's agents");
   }
+  // The first agent supervises: rank 0's of the first attempt (a restart may move rank 0).
+  for (const auto& r : spec.ranks) {
+    if (spec.attempt == 0 && r.rank == 0 && r.node != spec.agents.front().node) {
+      return bad("the job's first agent (its supervisor) is node " + spec.agents.front().node + "'s, not rank 0's node " + r.node);
+    }
+  }
   return {};
 }
 

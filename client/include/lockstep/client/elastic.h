@@ -39,8 +39,9 @@ struct RestartPlan {
 // The restart of `spec` (the attempt that ended) after `parts` ended it.
 RestartPlan planRestart(const JobSpec& spec, const std::vector<EndedPart>& parts);
 
-// Whether `next` is a later attempt of `ended` that differs only as a restart does (attempt, its
-// reason, the ranks and their batch, the rendezvous): the same program, data, prices and agents.
+// Whether `next` is the next attempt of `ended` (within its max_restarts) that differs only as a
+// restart does: its reason, fewer or as many ranks on the nodes and GPUs the job had, their batch,
+// a rendezvous at one of the job's nodes. The same program, data, prices and agents.
 bool isRestartOf(const JobSpec& next, const JobSpec& ended);
 
 }  // namespace lockstep
