@@ -9,6 +9,7 @@
 #include <QBarSet>
 #include <QChartView>
 #include <QLabel>
+#include <QLineEdit>
 #include <QPushButton>
 #include <QSignalSpy>
 #include <QStandardPaths>
@@ -679,6 +680,16 @@ class AppTest : public QObject {
              qPrintable(QString::number(heatmap->visibleRowCount())));
     heatmap->scrollToRow(100);
     QCOMPARE(heatmap->firstVisibleRow(), 100);
+    // One node's GPUs, by the filter over the GPU table and the heatmap.
+    auto* filter = app.window.findChild<QLineEdit*>(QStringLiteral("nodeFilter"));
+    QVERIFY(filter);
+    filter->setText(QStringLiteral("GPU-NODE-9."));
+    app.window.refreshNow();
+    QCOMPARE(heatmap->rowCount(), kRanksPerNode);
+    QCOMPARE(heatmap->firstVisibleRow(), 0);
+    filter->clear();
+    app.window.refreshNow();
+    QCOMPARE(heatmap->rowCount(), 320);
     // The communication chart shows the 32 ranks that wait longest, not 320 bars.
     QChart* comm = nullptr;
     for (auto* view : app.window.dashboard()->findChildren<QChartView*>()) {

@@ -486,17 +486,26 @@ TEST(Lockstepctl, ALostNodeLeavesTheJobToTheOtherNode) {
   EXPECT_EQ(lines.back()["samples"], 64);  // 4 x 32, now on 2 ranks
 }
 
-// Issue 15's limit: the supervisor is rank 0's agent; when its node goes, nothing restarts the job,
-// and lockstepctl says so instead of only "failed".
-TEST(Lockstepctl, LosingTheSupervisingNodeEndsTheJobAndSaysWhy) {
+// Issue 15: the supervisor is rank 0's agent; when its node goes, the second agent, standing by,
+// takes over and restarts the job on the node left.
+TEST(Lockstepctl, LosingTheSupervisingNodeLeavesTheJobToTheStandby) {
   SupervisedJob job("el-5", "2,2", "32", "6000", "1", "3");
   ASSERT_TRUE(job.running) << job.err();
-  AgentProcess& supervisor = supervises("el-5", job.a) ? job.a : job.b;
+  const bool aSupervises = supervises("el-5", job.a);
+  AgentProcess& supervisor = aSupervises ? job.a : job.b;
+  AgentProcess& standby = aSupervises ? job.b : job.a;
   killNode("el-5", supervisor);
-  EXPECT_EQ(exitCodeOf(job.pid, 120s), 5) << job.out() << job.err();
-  EXPECT_NE(job.out().find("its supervising agent, node " + supervisor.name() + "'s, stopped answering: nothing restarts it"),
+  EXPECT_EQ(exitCodeOf(job.pid, 180s), 0) << job.out() << job.err();
+  EXPECT_NE(job.out().find("node " + supervisor.name() + " (agent " + supervisor.address().text() + ") stopped answering"),
             std::string::npos)
       << job.out();
+  EXPECT_NE(job.out().find("restart 1 of 1 with 2 ranks"), std::string::npos) << job.out();
+  EXPECT_NE(readText(standby.stateDir() + "/agent.log").find("took over its supervision from node " + supervisor.name()),
+            std::string::npos);
+  const auto lines = readJsonLines(standby.stateDir() + "/jobs/el-5/metrics.jsonl");
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back()["step"], 6000);
+  EXPECT_EQ(lines.back()["world_size"], 2);
 }
 
 TEST(Lockstepctl, ExhaustedRestartsFailWithWhatHappened) {

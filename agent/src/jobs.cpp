@@ -483,7 +483,7 @@ std::vector<JobStatus> JobManager::list() const {
   for (const auto& id : order_) {
     const Job& job = *jobs_.at(id);
     JobStatus s{job.spec,     job.state, {}, job.startedUnixUs, job.endedUnixUs, job.message,
-                job.storePort != 0 ? job.storePort : job.masterPort};
+                job.storePort != 0 ? job.storePort : job.masterPort, {}};
     for (const auto& r : job.ranks) {
       RankStatus rs{r.placement.rank, r.placement.localRank, r.placement.gpuIndex, static_cast<std::uint32_t>(r.programPid),
                     r.state, std::nullopt, std::nullopt, r.exitUnknown};

@@ -123,8 +123,12 @@ class Agent::Impl {
   void revoke(const std::vector<std::string>& keys);
   Error revokedError() const;
   void append(StreamBuffer::Payload payload);
-  bool supervisedHere(const JobSpec& spec) const {
-    return !spec.agents.empty() && spec.agents.front().node == config_.name;
+  // This agent's entry in the job's agents, when it is the job's first (supervisor) or second (standby).
+  const JobAgent* supervisingEntry(const JobSpec& spec) const {
+    for (std::size_t i = 0; i < spec.agents.size() && i < 2; ++i) {
+      if (spec.agents[i].node == config_.name) return &spec.agents[i];
+    }
+    return nullptr;
   }
   std::vector<JobStatus> listFor(const std::string& key, bool user) const;
   std::string launcherPath(const std::string& jobId) const;
@@ -213,9 +217,9 @@ Result<void> Agent::Impl::init() {
   });
   if (auto restored = jobs_->restore(); !restored) return restored.error();
   // The jobs this agent supervises and still runs a part of: supervised again where they stand.
-  supervisions_ = std::make_unique<Supervisions>(keys_, log_);
+  supervisions_ = std::make_unique<Supervisions>(config_.name, keys_, log_);
   for (const auto& job : jobs_->list()) {
-    if (supervisedHere(job.spec) && !jobStateEnded(job.state)) supervisions_->supervise(job.spec);
+    if (!jobStateEnded(job.state)) supervisions_->supervise(job.spec);
   }
 
   try {
@@ -445,7 +449,7 @@ void Agent::Impl::onStartJob(const std::string& client, const std::string& key, 
                         "this client's key may not start jobs that run their own program on " + config_.name +
                             " (its authorized keys give it the no-command-jobs option)"});
   }
-  if (supervisedHere(spec) && spec.agents.front().publicKey != keys_.publicKey) {
+  if (const JobAgent* mine = supervisingEntry(spec); mine && mine->publicKey != keys_.publicKey) {
     return refuse(invalidArgument("job " + spec.jobId + " names " + config_.name +
                                   "'s agent with a key that is not this agent's: pin this agent's key again"));
   }
@@ -514,7 +518,7 @@ void Agent::Impl::onPreflight() {
           log_.error("job " + pending.spec.jobId + ": cannot keep who launched it: " + kept.error().message);
         }
       }
-      if (supervisedHere(pending.spec)) supervisions_->supervise(pending.spec);
+      supervisions_->supervise(pending.spec);
       reply(pending.client, Reply{pending.requestId, *started});
     } else {
       log_.info("refused job " + pending.spec.jobId + ": " + started.error().message);

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -35,8 +36,8 @@ const JobAgent* agentOf(const JobSpec& spec, const std::string& node) {
 
 class Supervisions::Worker {
  public:
-  Worker(JobSpec spec, const CurveKeyPair& keys, Log& log)
-      : first_(std::move(spec)), keys_(keys), log_(log), thread_([this] { run(); }) {}
+  Worker(JobSpec spec, bool standby, const CurveKeyPair& keys, Log& log)
+      : first_(std::move(spec)), standby_(standby), keys_(keys), log_(log), thread_([this] { run(); }) {}
   ~Worker() {
     requestStop();
     thread_.join();
@@ -57,6 +58,9 @@ class Supervisions::Worker {
 
  private:
   void run();
+  void follow(Supervisor& supervisor);
+  std::optional<Supervisor> standBy();
+  std::optional<JobStatus> statusOn(const std::string& node);
   std::vector<EndedPart> observe(const JobSpec& attempt, Clock::time_point since);
   EndedPart observeOn(const std::string& node, const JobSpec& attempt, bool mayBeStarting);
   Result<JobSpec> restart(const JobSpec& ended, const RestartPlan& plan);
@@ -65,6 +69,7 @@ class Supervisions::Worker {
   AgentClient* client(const std::string& node);
   void publish(SupervisionState state, const Supervisor& supervisor, JobState outcome = JobState::kRunning,
                const std::string& message = "");
+  void publish(Supervision state);
   bool pause(Clock::duration d);  // false once the agent stops
   bool stopping() const {
     std::lock_guard lock(mutex_);
@@ -73,6 +78,7 @@ class Supervisions::Worker {
   void say(const std::string& line) { log_.info("job " + first_.jobId + ": " + line); }
 
   const JobSpec first_;
+  const bool standby_;  // the job's second agent: it takes over if the first stops answering
   const CurveKeyPair keys_;
   Log& log_;
   std::map<std::string, std::unique_ptr<AgentClient>> clients_;  // by node
@@ -84,14 +90,72 @@ class Supervisions::Worker {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   bool stop_ = false;
-  Supervision state_{SupervisionState::kFollowing};  // from the start: a client listing the job sees it so
+  // From the start: a client listing the job sees it so.
+  Supervision state_{standby_ ? SupervisionState::kStandby : SupervisionState::kFollowing, JobState::kRunning, {}, {}};
   std::thread thread_;  // last: it runs once the members above exist
 };
 
 void Supervisions::Worker::run() {
-  Supervisor supervisor(first_);
+  if (!standby_) {
+    say("supervised by this agent (restarts allowed: " + std::to_string(first_.maxRestarts) + ")");
+    Supervisor supervisor(first_);
+    follow(supervisor);
+  } else if (auto taken = standBy()) {
+    follow(*taken);
+  }
+  clients_.clear();  // each holds a ZeroMQ context and its thread
+}
+
+// The standby's wait: it mirrors the first agent's supervision until that ends (then this ends
+// too), or until the first agent misses kMissesToLose polls in a row, or no longer supervises the
+// job (it restarted without it): then it takes over where the job stands.
+std::optional<Supervisor> Supervisions::Worker::standBy() {
+  const std::string primary = first_.agents.front().node, self = first_.agents.at(1).node;
+  JobSpec current = first_;
+  Supervision last;
+  int misses = 0;
+  while (pause(kPollEvery)) {
+    for (const auto& node : {self, primary}) {
+      if (auto mine = statusOn(node); mine && mine->spec.attempt > current.attempt) current = mine->spec;
+    }
+    const auto there = statusOn(primary);
+    if (stopping()) return std::nullopt;
+    const bool supervising = there && there->supervision.state != SupervisionState::kNone;
+    if (!supervising) {
+      if (++misses < kMissesToLose) continue;
+      say("took over its supervision from node " + primary + "'s agent, which " +
+          (there ? "no longer supervises it" : "stopped answering"));
+      for (const auto& r : current.ranks) seen_.insert(r.node);  // launched long ago: not "starting"
+      return Supervisor(current, last.attempts);
+    }
+    misses = 0;
+    last = there->supervision;
+    if (last.state == SupervisionState::kEnded) {
+      publish(last);
+      return std::nullopt;
+    }
+    Supervision mirrored = last;
+    mirrored.state = SupervisionState::kStandby;
+    publish(mirrored);
+  }
+  return std::nullopt;
+}
+
+std::optional<JobStatus> Supervisions::Worker::statusOn(const std::string& node) {
+  AgentClient* c = client(node);
+  auto jobs = c ? c->listJobs(kCallTimeout) : Result<JobsReply>(Error{ErrorCode::kUnavailable, "unreachable"});
+  if (!jobs) {
+    clients_.erase(node);
+    return std::nullopt;
+  }
+  for (auto& j : jobs->jobs) {
+    if (j.spec.jobId == first_.jobId) return std::move(j);
+  }
+  return std::nullopt;
+}
+
+void Supervisions::Worker::follow(Supervisor& supervisor) {
   auto since = Clock::now();
-  say("supervised by this agent (restarts allowed: " + std::to_string(first_.maxRestarts) + ")");
   publish(SupervisionState::kFollowing, supervisor);
   while (pause(kPollEvery)) {
     lastParts_ = observe(supervisor.spec(), since);
@@ -127,7 +191,6 @@ void Supervisions::Worker::run() {
       break;
     }
   }
-  clients_.clear();  // each holds a ZeroMQ context and its thread
 }
 
 std::vector<EndedPart> Supervisions::Worker::observe(const JobSpec& attempt, Clock::time_point since) {
@@ -250,12 +313,22 @@ void Supervisions::Worker::publish(SupervisionState state, const Supervisor& sup
   state_.attempts = supervisor.attempts();
 }
 
+void Supervisions::Worker::publish(Supervision state) {
+  std::lock_guard lock(mutex_);
+  state_ = std::move(state);
+}
+
 bool Supervisions::Worker::pause(Clock::duration d) {
   std::unique_lock lock(mutex_);
   return !wake_.wait_for(lock, d, [this] { return stop_; });
 }
 
-Supervisions::Supervisions(CurveKeyPair nodeKeys, Log& log) : keys_(std::move(nodeKeys)), log_(log) {}
+Supervisions::Supervisions(std::string node, CurveKeyPair nodeKeys, Log& log)
+    : node_(std::move(node)), keys_(std::move(nodeKeys)), log_(log) {}
+
+bool Supervisions::supervises(const JobSpec& spec) const {
+  return (!spec.agents.empty() && spec.agents[0].node == node_) || (spec.agents.size() > 1 && spec.agents[1].node == node_);
+}
 
 Supervisions::~Supervisions() {
   std::lock_guard lock(mutex_);
@@ -265,7 +338,8 @@ Supervisions::~Supervisions() {
 
 void Supervisions::supervise(const JobSpec& spec) {
   std::lock_guard lock(mutex_);
-  if (!workers_.count(spec.jobId)) workers_.emplace(spec.jobId, std::make_unique<Worker>(spec, keys_, log_));
+  if (workers_.count(spec.jobId) || !supervises(spec)) return;
+  workers_.emplace(spec.jobId, std::make_unique<Worker>(spec, spec.agents[0].node != node_, keys_, log_));
 }
 
 Supervision Supervisions::of(const std::string& jobId) const {
@@ -274,10 +348,14 @@ Supervision Supervisions::of(const std::string& jobId) const {
   return it == workers_.end() ? Supervision{} : it->second->state();
 }
 
+bool supervisesJob(const JobSpec& spec, const std::string& key) {
+  return (!spec.agents.empty() && spec.agents[0].publicKey == key) || (spec.agents.size() > 1 && spec.agents[1].publicKey == key);
+}
+
 std::vector<std::string> jobsSupervisedBy(const std::string& key, const std::vector<JobStatus>& jobs) {
   std::vector<std::string> ids;
   for (const auto& j : jobs) {
-    if (!j.spec.agents.empty() && j.spec.agents.front().publicKey == key) ids.push_back(j.spec.jobId);
+    if (supervisesJob(j.spec, key)) ids.push_back(j.spec.jobId);
   }
   return ids;
 }
@@ -286,7 +364,7 @@ Result<void> supervisorMay(const Request& request, const std::string& key, const
                            const std::string& node) {
   const auto supervised = [&](const std::string& jobId) -> const JobStatus* {
     for (const auto& j : jobs) {
-      if (j.spec.jobId == jobId && !j.spec.agents.empty() && j.spec.agents.front().publicKey == key) return &j;
+      if (j.spec.jobId == jobId && supervisesJob(j.spec, key)) return &j;
     }
     return nullptr;
   };

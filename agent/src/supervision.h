@@ -5,7 +5,9 @@
 // no client is connected. One thread per job reaches the job's agents, this one included, with
 // this node's key, pinning each agent's key as the job's spec names it; each of those agents lets
 // that key list, stop and restart this job, and nothing else (server.cpp). Clients only follow:
-// the job's status on this agent carries the supervision's state and its attempts.
+// the job's status on this agent carries the supervision's state and its attempts. The job's
+// second agent stands by: it mirrors the first's supervision, and takes over where it stood when
+// the first stops answering (its node lost).
 
 #include <atomic>
 #include <map>
@@ -24,12 +26,15 @@ class Log;
 
 class Supervisions {
  public:
-  Supervisions(CurveKeyPair nodeKeys, Log& log);
+  // `node`: this agent's node name; a job whose second agent it is gets a standby.
+  Supervisions(std::string node, CurveKeyPair nodeKeys, Log& log);
   ~Supervisions();  // stops and joins every thread (the jobs go on; a restarted agent resumes them)
   Supervisions(const Supervisions&) = delete;
   Supervisions& operator=(const Supervisions&) = delete;
 
-  // Begins supervising the job of `spec` unless it already is.
+  // Whether this agent supervises the job (its first agent) or stands by (its second).
+  bool supervises(const JobSpec& spec) const;
+  // Begins supervising (or standing by for) the job of `spec` unless it already does.
   void supervise(const JobSpec& spec);
   // The job's supervision as it stands; kNone when this agent does not supervise it.
   Supervision of(const std::string& jobId) const;
@@ -37,13 +42,17 @@ class Supervisions {
   class Worker;
 
  private:
+  std::string node_;
   CurveKeyPair keys_;
   Log& log_;
   mutable std::mutex mutex_;
   std::map<std::string, std::unique_ptr<Worker>> workers_;  // by job id, kept once ended
 };
 
-// The jobs of `jobs` that `key` supervises (it is their first agent's key).
+// Whether `key` is the job's first agent's (its supervisor) or second's (its standby).
+bool supervisesJob(const JobSpec& spec, const std::string& key);
+
+// The jobs of `jobs` that `key` supervises or stands by for.
 std::vector<std::string> jobsSupervisedBy(const std::string& key, const std::vector<JobStatus>& jobs);
 
 // What a supervising agent's key may ask of this agent: hello; list, stop and restart (a later

@@ -214,7 +214,11 @@ void ClusterStore::onJobs(QString id, JobList jobs) {
   bool changed = false;
   for (const auto& status : *jobs) {
     JobEntry& job = jobEntry(status.spec);
-    if (status.supervision.state != SupervisionState::kNone) {
+    // The supervisor's word over its standby's while both report (the standby only mirrors it).
+    const bool standby = status.supervision.state == SupervisionState::kStandby;
+    const bool otherSupervises = !job.supervisor.isEmpty() && job.supervisor != id &&
+                                 job.supervision.state != SupervisionState::kStandby;
+    if (status.supervision.state != SupervisionState::kNone && !(standby && otherSupervises)) {
       changed |= status.supervision != job.supervision;
       job.supervision = status.supervision;
       job.supervisor = id;

@@ -409,14 +409,21 @@ void DashboardWidget::refreshCharts(const JobEntry& job, const kpi::JobKpis& k) 
   std::vector<const std::deque<kpi::Point>*> series;
   QStringList labels;
   const bool gpus = !t.gpuUtilizationSeries().empty();
+  const auto shown = [&](const std::string& node) {
+    return nodeFilter_.isEmpty() || QString::fromStdString(node).contains(nodeFilter_, Qt::CaseInsensitive);
+  };
   if (gpus) {
     for (const auto& [key, s] : t.gpuUtilizationSeries()) {
+      if (!shown(key.first)) continue;
       labels << QStringLiteral("%1:%2").arg(QString::fromStdString(key.first)).arg(key.second);
       series.push_back(&s);
     }
   } else {
+    std::map<std::uint32_t, std::string> nodeOf;
+    for (const auto& p : job.spec.ranks) nodeOf[p.rank] = p.node;
     // CPU % of a rank can exceed 100 with several BLAS threads.
     for (const auto& [rank, s] : t.cpuPercentSeries()) {
+      if (!shown(nodeOf[rank])) continue;
       labels << QStringLiteral("rank %1").arg(rank);
       series.push_back(&s);
     }
@@ -435,7 +442,9 @@ void DashboardWidget::refreshCharts(const JobEntry& job, const kpi::JobKpis& k) 
     }
     rows.push_back(std::move(row));
   }
-  heatmap_->setRows(std::move(rows), gpus ? tr("GPU utilization (%), last 2 minutes") : tr("CPU % per rank, last 2 minutes"));
+  QString heatTitle = gpus ? tr("GPU utilization (%), last 2 minutes") : tr("CPU % per rank, last 2 minutes");
+  if (!nodeFilter_.isEmpty()) heatTitle += tr(", nodes with “%1”").arg(nodeFilter_);
+  heatmap_->setRows(std::move(rows), heatTitle);
 
   std::vector<QList<QPointF>> lines;
   const bool aggregate = static_cast<int>(series.size()) > kMaxUtilLines;
@@ -532,6 +541,11 @@ void DashboardWidget::refreshCharts(const JobEntry& job, const kpi::JobKpis& k) 
 
 // Up to kMaxCommBars ranks, a bar each in rank order; beyond, the kMaxCommBars ranks that wait
 // longest, most first: a bar per rank at 1024 ranks is neither readable nor cheap to lay out.
+void DashboardWidget::setNodeFilter(const QString& text) {
+  nodeFilter_ = text;
+  refresh();
+}
+
 // The few slowest ranks by name, with their cause: who the stragglers are at 1024 ranks.
 QString DashboardWidget::slowestRanksText(const kpi::JobKpis& k) {
   if (k.slowestRanks.empty()) return {};

@@ -52,6 +52,8 @@ class DashboardWidget : public QWidget {
   // The newest step report the last refresh showed (its stamp at the rank): what the dashboard is
   // up to date with. lockstep-bench-app reads it when the heatmap paints.
   std::int64_t shownUpToUnixUs() const { return shownUpToUs_; }
+  // Only the heatmap rows of nodes whose name holds `text` (any case); "" shows every node.
+  void setNodeFilter(const QString& text);
   void refresh();
   // Ask before stopping (the default); tests turn it off.
   void setConfirmStops(bool confirm) { confirmStops_ = confirm; }
@@ -109,6 +111,7 @@ class DashboardWidget : public QWidget {
   QBarCategoryAxis* commX_ = nullptr;
   std::vector<std::uint32_t> commRanks_;  // the rank of each bar
   std::int64_t shownUpToUs_ = 0;
+  QString nodeFilter_;
   QValueAxis* commY_ = nullptr;
 };
 

@@ -6,13 +6,16 @@
 #include <QCloseEvent>
 #include <QHeaderView>
 #include <QLabel>
+#include <QLineEdit>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QSettings>
+#include <QSortFilterProxyModel>
 #include <QSplitter>
 #include <QStatusBar>
 #include <QTableView>
 #include <QToolBar>
+#include <QVBoxLayout>
 
 #include "AddAgentDialog.h"
 #include "DashboardWidget.h"
@@ -51,8 +54,22 @@ MainWindow::MainWindow(ClusterStore& store, QString configDir, HistoryRecorder* 
   left_ = new QSplitter(Qt::Vertical, outer_);
   agentsView_ = makeTable(agentsModel_, left_);
   agentsView_->setObjectName(QStringLiteral("agentsView"));
-  gpusView_ = makeTable(gpusModel_, left_);
+  // At 1024 GPUs, one node's: a filter over the GPU table and the dashboard's heatmap.
+  auto* gpuPane = new QWidget(left_);
+  auto* gpuLayout = new QVBoxLayout(gpuPane);
+  gpuLayout->setContentsMargins(0, 0, 0, 0);
+  nodeFilter_ = new QLineEdit(gpuPane);
+  nodeFilter_->setObjectName(QStringLiteral("nodeFilter"));
+  nodeFilter_->setPlaceholderText(tr("Filter GPUs and the heatmap by node…"));
+  nodeFilter_->setClearButtonEnabled(true);
+  gpusProxy_ = new QSortFilterProxyModel(this);
+  gpusProxy_->setSourceModel(gpusModel_);
+  gpusProxy_->setFilterKeyColumn(GpusModel::kNode);
+  gpusProxy_->setFilterCaseSensitivity(Qt::CaseInsensitive);
+  gpusView_ = makeTable(gpusProxy_, gpuPane);
   gpusView_->setObjectName(QStringLiteral("gpusView"));
+  gpuLayout->addWidget(nodeFilter_);
+  gpuLayout->addWidget(gpusView_);
   right_ = new QSplitter(Qt::Vertical, outer_);
   jobsView_ = makeTable(jobsModel_, right_);
   jobsView_->setObjectName(QStringLiteral("jobsView"));
@@ -95,6 +112,10 @@ MainWindow::MainWindow(ClusterStore& store, QString configDir, HistoryRecorder* 
   status_ = new QLabel(this);
   statusBar()->addWidget(status_);
 
+  connect(nodeFilter_, &QLineEdit::textChanged, this, [this](const QString& text) {
+    gpusProxy_->setFilterFixedString(text);
+    dashboard_->setNodeFilter(text);
+  });
   connect(jobsView_->selectionModel(), &QItemSelectionModel::currentRowChanged, this,
           [this](const QModelIndex& current) { dashboard_->showJob(jobsModel_->jobId(current.row())); });
   coalesce_.setSingleShot(true);

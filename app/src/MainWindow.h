@@ -12,6 +12,8 @@
 QT_BEGIN_NAMESPACE
 class QAction;
 class QLabel;
+class QLineEdit;
+class QSortFilterProxyModel;
 class QSplitter;
 class QTableView;
 QT_END_NAMESPACE
@@ -68,6 +70,8 @@ class MainWindow : public QMainWindow {
   JobsModel* jobsModel_;
   QTableView* agentsView_;
   QTableView* gpusView_;
+  QLineEdit* nodeFilter_;
+  QSortFilterProxyModel* gpusProxy_;
   QTableView* jobsView_;
   DashboardWidget* dashboard_;
   QSplitter* outer_;

@@ -103,7 +103,8 @@ int exitForState(JobState s);
 // Stops every part and waits until no rank runs, or the grace period (and a margin) passes.
 Result<std::vector<Part>> stopEverywhere(const Connected& agents, const std::string& jobId, std::uint32_t graceMs,
                                          std::chrono::milliseconds timeout, std::set<AgentClient*>* lost = nullptr);
-// The status of the part whose agent supervises the job (docs/agent.md), if it answered.
+// The status of the part whose agent supervises the job (docs/agent.md), if it answered; else its
+// standby's.
 const JobStatus* supervisingPart(const std::vector<Part>& parts);
 int printJob(const Globals& g, const std::string& jobId, const std::vector<Part>& parts);
 // After a job ended: what the agents sent since the last fetch (its last reports and events).

@@ -138,10 +138,13 @@ std::string rankExitText(const RankStatus& r) {
 }  // namespace
 
 const JobStatus* supervisingPart(const std::vector<Part>& parts) {
+  const JobStatus* standby = nullptr;
   for (const auto& p : parts) {
-    if (p.status.supervision.state != SupervisionState::kNone) return &p.status;
+    const SupervisionState s = p.status.supervision.state;
+    if (s == SupervisionState::kStandby) standby = &p.status;
+    if (s != SupervisionState::kNone && s != SupervisionState::kStandby) return &p.status;
   }
-  return nullptr;
+  return standby;  // the first agent did not answer: the one that takes over
 }
 
 int printJob(const Globals& g, const std::string& jobId, const std::vector<Part>& parts) {

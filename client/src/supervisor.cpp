@@ -20,7 +20,8 @@ JobState partsState(const std::vector<EndedPart>& parts) {
   return combinedState(states);
 }
 
-Supervisor::Supervisor(JobSpec launched) : spec_(std::move(launched)) {}
+Supervisor::Supervisor(JobSpec launched, std::vector<std::string> attempts)
+    : spec_(std::move(launched)), attempts_(std::move(attempts)) {}
 
 Supervisor::Action Supervisor::end(JobState state, const std::string& message) {
   over_ = true;

@@ -48,6 +48,7 @@ LOCKSTEP_SAME(SupervisionState::kNone, SUPERVISION_STATE_UNSPECIFIED);
 LOCKSTEP_SAME(SupervisionState::kFollowing, SUPERVISION_STATE_FOLLOWING);
 LOCKSTEP_SAME(SupervisionState::kRestarting, SUPERVISION_STATE_RESTARTING);
 LOCKSTEP_SAME(SupervisionState::kEnded, SUPERVISION_STATE_ENDED);
+LOCKSTEP_SAME(SupervisionState::kStandby, SUPERVISION_STATE_STANDBY);
 LOCKSTEP_SAME(JobEventKind::kStarted, JOB_EVENT_KIND_STARTED);
 LOCKSTEP_SAME(JobEventKind::kRankStarted, JOB_EVENT_KIND_RANK_STARTED);
 LOCKSTEP_SAME(JobEventKind::kRankExited, JOB_EVENT_KIND_RANK_EXITED);
@@ -511,7 +512,7 @@ void toPb(const JobStatus& j, pb::JobStatus* m) {
 
 Result<Supervision> fromPb(const pb::Supervision& m) {
   Supervision s;
-  LOCKSTEP_ASSIGN_OR_RETURN(s.state, (enumFromPb<SupervisionState>(m.state(), 0, 3, "supervision state")));
+  LOCKSTEP_ASSIGN_OR_RETURN(s.state, (enumFromPb<SupervisionState>(m.state(), 0, 4, "supervision state")));
   if (s.state == SupervisionState::kEnded) {
     LOCKSTEP_ASSIGN_OR_RETURN(s.outcome, (enumFromPb<JobState>(m.outcome(), 1, 5, "supervision outcome")));
   }

@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   hello.gpus = {{0, "H200", "GPU-1", 1}};
   write(1, encode(Reply{1, hello}));
   write(1, encode(Reply{2, FetchReply{1, 1, 2, {StreamMessage{1, "a", report}}}}));
-  write(1, encode(Reply{3, JobsReply{{JobStatus{spec, JobState::kRunning, {}, 1, 0, "", 29500}}}}));
+  write(1, encode(Reply{3, JobsReply{{JobStatus{spec, JobState::kRunning, {}, 1, 0, "", 29500, {}}}}}));
   write(1, encode(Reply{4, ErrorReply{ErrorCode::kNotFound, "no"}}));
   write(3, jobSpecToJson(spec));
   write(3, jobSpecToJson(npy));

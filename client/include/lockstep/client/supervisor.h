@@ -39,7 +39,8 @@ class Supervisor {
     std::string message;  // for kRestart and kEnd: what happened, in words
   };
 
-  explicit Supervisor(JobSpec launched);
+  // `attempts`: what an earlier supervisor of the job said of its attempts (a standby taking over).
+  explicit Supervisor(JobSpec launched, std::vector<std::string> attempts = {});
 
   // The job's parts as last seen (an agent that does not answer: agentLost), at `now`.
   Action observe(const std::vector<EndedPart>& parts, Clock::time_point now);

@@ -34,7 +34,8 @@ inline constexpr Named<SupervisionState> kSupervisionStateNames[] = {
     {SupervisionState::kNone, "none", "not supervised"},
     {SupervisionState::kFollowing, "following", "following"},
     {SupervisionState::kRestarting, "restarting", "restarting"},
-    {SupervisionState::kEnded, "ended", "ended"}};
+    {SupervisionState::kEnded, "ended", "ended"},
+    {SupervisionState::kStandby, "standby", "standing by"}};
 
 constexpr std::span<const Named<Backend>> namesOf(Backend) { return kBackendNames; }
 constexpr std::span<const Named<Activation>> namesOf(Activation) { return kActivationNames; }

@@ -148,7 +148,8 @@ struct JobSpec {
   // to bucketMb, checkpoints, initial weights) do not apply.
   std::optional<CommandSpec> command;
   // The agents of the job's nodes. agents[0] (rank 0's agent of the first attempt) supervises the
-  // job; the others let its key list, stop and restart this job only. Empty: not supervised.
+  // job, agents[1] stands by; the others let their keys list, stop and restart this job only.
+  // Empty: not supervised.
   std::vector<JobAgent> agents;
   bool operator==(const JobSpec&) const = default;
 
@@ -329,7 +330,7 @@ struct RankStatus {
 };
 
 // What the supervising agent did with a job (client/supervisor.h carries it out).
-enum class SupervisionState { kNone = 0, kFollowing = 1, kRestarting = 2, kEnded = 3 };
+enum class SupervisionState { kNone = 0, kFollowing = 1, kRestarting = 2, kEnded = 3, kStandby = 4 };
 
 struct Supervision {
   SupervisionState state = SupervisionState::kNone;
