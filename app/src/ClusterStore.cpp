@@ -2,7 +2,6 @@
 
 #include <QLoggingCategory>
 #include <algorithm>
-#include <set>
 
 #include "AgentWorker.h"
 #include "HistoryRecorder.h"
@@ -28,8 +27,14 @@ void closeAgent(AgentEntry& a) {
 }  // namespace
 
 ClusterStore::ClusterStore(CurveKeyPair keys, HistoryRecorder* history, QObject* parent)
-    : QObject(parent), keys_(std::move(keys)), history_(history) {
+    : QObject(parent),
+      keys_(std::move(keys)),
+      history_(history),
+      ingest_(std::make_unique<Ingest>(history ? history->path() : QString())) {
   registerMetaTypes();
+  connect(ingest_.get(), &Ingest::published, this, &ClusterStore::onPublished);
+  connect(ingest_.get(), &Ingest::gpuSamples, this, &ClusterStore::onGpuSamples);
+  ingest_->start();
 }
 
 ClusterStore::~ClusterStore() {
@@ -51,7 +56,9 @@ void ClusterStore::addAgent(const AgentAddress& address, const std::string& publ
   connect(worker, &AgentWorker::stateChanged, this, &ClusterStore::onState);
   connect(worker, &AgentWorker::helloReceived, this, &ClusterStore::onHello);
   connect(worker, &AgentWorker::jobsReceived, this, &ClusterStore::onJobs);
-  connect(worker, &AgentWorker::messagesReceived, this, &ClusterStore::onMessages);
+  // Messages skip the GUI thread: the ingest thread folds them into KPIs (its job lists first).
+  connect(worker, &AgentWorker::jobsReceived, ingest_.get(), &Ingest::onJobs);
+  connect(worker, &AgentWorker::messagesReceived, ingest_.get(), &Ingest::onMessages);
   connect(worker, &AgentWorker::jobStarted, this, &ClusterStore::jobStarted);
   connect(worker, &AgentWorker::commandDone, this, &ClusterStore::commandDone);
   if (history_) {
@@ -142,29 +149,16 @@ const JobEntry* ClusterStore::job(const std::string& id) const {
   return it == jobs_.end() ? nullptr : it->second.get();
 }
 
-kpi::Settings ClusterStore::trackerSettings(const JobSpec& spec) const {
-  return history::liveTrackerSettings(history_ ? history_->path().toStdString() : std::string(), spec);
-}
-
 JobEntry& ClusterStore::jobEntry(const JobSpec& spec) {
   auto& slot = jobs_[spec.jobId];
   if (!slot) {
     slot = std::make_unique<JobEntry>();
     slot->id = spec.jobId;
     slot->spec = spec;
-    slot->tracker = std::make_unique<kpi::JobTracker>(spec, trackerSettings(spec));
+    slot->live = ingest_->job(spec);
     jobOrder_.push_back(spec.jobId);
   }
   return *slot;
-}
-
-const kpi::JobKpis& liveKpis(const JobEntry& job, std::int64_t nowUnixUs) {
-  constexpr std::int64_t kKeptUs = 200'000;
-  JobEntry::KpiMemo& m = job.kpiMemo;
-  if (m.version != job.version || nowUnixUs - m.atUs > kKeptUs || nowUnixUs < m.atUs) {
-    m = JobEntry::KpiMemo{job.version, nowUnixUs, job.tracker->snapshot(nowUnixUs)};
-  }
-  return m.kpis;
 }
 
 void ClusterStore::updateJobState(JobEntry& job) {
@@ -243,29 +237,18 @@ void ClusterStore::onJobs(QString id, JobList jobs) {
 }
 
 void ClusterStore::onMessages(QString id, MessageBatch messages) {
-  std::set<std::string> touched;
-  bool gpusTouched = false;
-  for (const auto& m : *messages) {
-    std::visit(
-        [&](const auto& p) {
-          using T = std::decay_t<decltype(p)>;
-          if constexpr (std::is_same_v<T, GpuSample>) {
-            gpuSamples_[{id, p.gpuIndex}] = p;
-            gpusTouched = true;
-          }
-          const std::string& jobId = p.jobId;
-          if (jobId.empty()) return;
-          auto it = jobs_.find(jobId);
-          if (it == jobs_.end()) return;  // a job this app does not know (its list comes first)
-          it->second->tracker->add(m);
-          ++it->second->version;
-          touched.insert(jobId);
-        },
-        m.payload);
-  }
-  if (gpusTouched) Q_EMIT gpusChanged();
-  for (const auto& jobId : touched) Q_EMIT jobDataChanged(QString::fromStdString(jobId));
-  if (!touched.empty()) Q_EMIT jobsChanged();
+  QMetaObject::invokeMethod(ingest_.get(), [ingest = ingest_.get(), id, messages] { ingest->onMessages(id, messages); },
+                            Qt::QueuedConnection);
+}
+
+void ClusterStore::onPublished(QStringList jobIds) {
+  for (const auto& jobId : jobIds) Q_EMIT jobDataChanged(jobId);
+  Q_EMIT jobsChanged();
+}
+
+void ClusterStore::onGpuSamples(GpuSamples latest) {
+  for (const auto& [key, sample] : *latest) gpuSamples_[key] = sample;
+  Q_EMIT gpusChanged();
 }
 
 Result<JobSpec> ClusterStore::place(const JobSpec& spec, const std::vector<std::pair<QString, std::uint32_t>>& ranks) const {

@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "Ingest.h"
 #include "Types.h"
 #include "lockstep/client/agent_client.h"
 #include "lockstep/kpi/kpi.h"
@@ -46,23 +47,11 @@ struct JobEntry {
   std::map<QString, JobStatus> parts;  // by agent id
   Supervision supervision;  // from the agent that supervises the job (docs/agent.md), of any attempt
   QString supervisor;       // that agent's id, while it is connected and says so
-  std::unique_ptr<kpi::JobTracker> tracker;
-  std::uint64_t version = 0;  // counts the messages its tracker took
-  struct KpiMemo {
-    std::uint64_t version = ~0ull;
-    std::int64_t atUs = 0;
-    kpi::JobKpis kpis;
-  };
-  mutable KpiMemo kpiMemo;  // liveKpis's
+  std::shared_ptr<LiveJob> live;  // its KPIs, fed off the GUI thread (Ingest)
   JobState state = JobState::kStarting;
   QString message;
   std::int64_t startedUnixUs = 0;
 };
-
-// The job's KPIs now, worked out once per batch of messages: the jobs list and the dashboard ask
-// for them in the same refresh, and a snapshot of 1024 ranks is not free. Without new messages
-// one is kept 200 ms.
-const kpi::JobKpis& liveKpis(const JobEntry& job, std::int64_t nowUnixUs);
 
 class ClusterStore : public QObject {
   Q_OBJECT
@@ -92,11 +81,14 @@ class ClusterStore : public QObject {
   bool stopOn(const QString& agentId, quint64 tag, const std::string& jobId);
   void setJobMessage(const std::string& jobId, const QString& message);
 
-  // What an agent's worker reports lands here (queued to the GUI thread). Anything else holding an
-  // agent's data may feed it the same way: bench/app_load.cpp does, to load the GUI at 8 x 8 GPUs.
+  // What an agent's worker reports lands here (queued to the GUI thread); its messages go straight
+  // from the worker to the ingest thread. Anything else holding an agent's data may feed it the
+  // same way: bench/app_load.cpp does, to load the GUI at 128 x 8 GPUs. onMessages may be called
+  // from any thread; what it brings shows once the ingest thread has published it (jobDataChanged).
   void onHello(QString id, HelloPtr hello);
   void onJobs(QString id, JobList jobs);
   void onMessages(QString id, MessageBatch messages);
+  Ingest& ingest() const { return *ingest_; }
 
  Q_SIGNALS:
   void agentsChanged();
@@ -112,10 +104,12 @@ class ClusterStore : public QObject {
   JobEntry& jobEntry(const JobSpec& spec);
   void updateJobState(JobEntry& job);
   void onState(QString id, AgentState state, QString message);
-  kpi::Settings trackerSettings(const JobSpec& spec) const;
+  void onPublished(QStringList jobIds);
+  void onGpuSamples(GpuSamples latest);
 
   CurveKeyPair keys_;
   HistoryRecorder* history_;
+  std::unique_ptr<Ingest> ingest_;  // outlives the workers, which feed it
   std::vector<std::unique_ptr<AgentEntry>> agents_;
   std::map<std::string, std::unique_ptr<JobEntry>> jobs_;
   std::vector<std::string> jobOrder_;

@@ -278,10 +278,9 @@ void DashboardWidget::showJob(const QString& jobId) {
   refresh();
 }
 
-void DashboardWidget::showRecorded(std::shared_ptr<const JobEntry> job, std::int64_t atUnixUs) {
+void DashboardWidget::showRecorded(std::shared_ptr<const JobEntry> job) {
   jobId_ = job ? QString::fromStdString(job->id) : QString();
   recorded_ = std::move(job);
-  recordedAtUs_ = atUnixUs;
   refresh();
 }
 
@@ -299,8 +298,10 @@ void DashboardWidget::refresh() {
   empty_->setVisible(job == nullptr);
   body_->setVisible(job != nullptr);
   if (!job) return;
-  const kpi::JobKpis k = recorded_ ? job->tracker->snapshot(recordedAtUs_) : liveKpis(*job, unixMicrosNow());
-  shownUpToUs_ = job->tracker->lastReportUnixUs();
+  // The KPIs the ingest thread last worked out (a recorded job's: as of the end of its recording).
+  const auto published = job->live->published();
+  const kpi::JobKpis& k = published->kpis;
+  shownUpToUs_ = published->lastReportUnixUs;
   // A recorded job is shown as it was when recording ended, even if that was mid-run.
   const bool running = !recorded_ && !jobStateEnded(job->state);
 
@@ -321,7 +322,7 @@ void DashboardWidget::refresh() {
 
   // The end of a job, plainly.
   QString banner;
-  const bool seen = job->tracker->lastReportUnixUs() != 0;
+  const bool seen = published->lastReportUnixUs != 0;
   const QString steps = (k.totalSteps ? tr("%1 of %2 steps").arg(k.step).arg(k.totalSteps) : tr("%1 steps").arg(k.step)) +
                         (k.attempts == 2 ? tr(", 1 restart") : k.attempts > 2 ? tr(", %1 restarts").arg(k.attempts - 1) : QString());
   const QString took = duration(k.elapsedSeconds);
@@ -400,19 +401,32 @@ void DashboardWidget::refresh() {
   refreshCharts(*job, k);
 }
 
-void DashboardWidget::refreshCharts(const JobEntry& job, const kpi::JobKpis& k) {
-  const kpi::JobTracker& t = *job.tracker;
-  const auto point = [](const kpi::Point& p) { return QPointF(p.x, p.y); };
+namespace {
 
-  // Utilization: GPUs when the job has GPU samples, else each rank's CPU %. The heatmap has a row
-  // per device; the chart a line per device up to kMaxUtilLines, beyond that min, mean and max.
+// What the charts show of a job, copied out of its tracker under the job's lock; drawing it
+// (QtCharts' replace and layout) comes after, without holding the ingest thread up.
+struct ChartData {
+  bool gpus = false;
+  std::size_t devices = 0;
+  double maxX = 0;
+  std::vector<HeatmapWidget::Row> rows;
+  std::vector<QList<QPointF>> lines;  // a line per device, or min, mean and max beyond kMaxUtilLines
+  QList<QPointF> throughput, loss;
+  std::vector<kpi::StepSplit> splits;  // grouped
+};
+
+QPointF point(const kpi::Point& p) { return {p.x, p.y}; }
+
+// Utilization: GPUs when the job has GPU samples, else each rank's CPU %. The heatmap has a row
+// per device; the chart a line per device up to kMaxUtilLines, beyond that min, mean and max.
+void gatherUtilization(const JobSpec& spec, const kpi::JobTracker& t, const QString& nodeFilter, ChartData& out) {
   std::vector<const std::deque<kpi::Point>*> series;
   QStringList labels;
-  const bool gpus = !t.gpuUtilizationSeries().empty();
+  out.gpus = !t.gpuUtilizationSeries().empty();
   const auto shown = [&](const std::string& node) {
-    return nodeFilter_.isEmpty() || QString::fromStdString(node).contains(nodeFilter_, Qt::CaseInsensitive);
+    return nodeFilter.isEmpty() || QString::fromStdString(node).contains(nodeFilter, Qt::CaseInsensitive);
   };
-  if (gpus) {
+  if (out.gpus) {
     for (const auto& [key, s] : t.gpuUtilizationSeries()) {
       if (!shown(key.first)) continue;
       labels << QStringLiteral("%1:%2").arg(QString::fromStdString(key.first)).arg(key.second);
@@ -420,7 +434,7 @@ void DashboardWidget::refreshCharts(const JobEntry& job, const kpi::JobKpis& k) 
     }
   } else {
     std::map<std::uint32_t, std::string> nodeOf;
-    for (const auto& p : job.spec.ranks) nodeOf[p.rank] = p.node;
+    for (const auto& p : spec.ranks) nodeOf[p.rank] = p.node;
     // CPU % of a rank can exceed 100 with several BLAS threads.
     for (const auto& [rank, s] : t.cpuPercentSeries()) {
       if (!shown(nodeOf[rank])) continue;
@@ -428,59 +442,75 @@ void DashboardWidget::refreshCharts(const JobEntry& job, const kpi::JobKpis& k) 
       series.push_back(&s);
     }
   }
-  double maxX = 0;
+  out.devices = series.size();
   for (const auto* s : series) {
-    if (!s->empty()) maxX = std::max(maxX, s->back().x);
+    if (!s->empty()) out.maxX = std::max(out.maxX, s->back().x);
   }
-  std::vector<HeatmapWidget::Row> rows;
   for (std::size_t i = 0; i < series.size(); ++i) {
     HeatmapWidget::Row row{labels[static_cast<qsizetype>(i)], std::vector<double>(kHeatmapSeconds, NAN)};
     for (auto p = series[i]->rbegin(); p != series[i]->rend(); ++p) {
-      const int age = static_cast<int>(std::floor(maxX - p->x));
+      const int age = static_cast<int>(std::floor(out.maxX - p->x));
       if (age >= kHeatmapSeconds) break;
       if (age >= 0) row.values[static_cast<std::size_t>(kHeatmapSeconds - 1 - age)] = p->y;
     }
-    rows.push_back(std::move(row));
+    out.rows.push_back(std::move(row));
   }
-  QString heatTitle = gpus ? tr("GPU utilization (%), last 2 minutes") : tr("CPU % per rank, last 2 minutes");
-  if (!nodeFilter_.isEmpty()) heatTitle += tr(", nodes with “%1”").arg(nodeFilter_);
-  heatmap_->setRows(std::move(rows), heatTitle);
+  if (static_cast<int>(series.size()) <= kMaxUtilLines) {
+    for (const auto* s : series) out.lines.push_back(thinned(*s, point));
+    return;
+  }
+  // Per second of the visible window: the least, mean and most busy device.
+  struct Bucket {
+    double lo = INFINITY, hi = -INFINITY, sum = 0;
+    int n = 0;
+  };
+  const double from = std::max(0.0, std::floor(out.maxX) - kUtilWindowSeconds);
+  std::vector<Bucket> buckets(static_cast<std::size_t>(kUtilWindowSeconds) + 1);
+  for (const auto* s : series) {
+    for (auto p = s->rbegin(); p != s->rend() && p->x >= from; ++p) {
+      Bucket& b = buckets[std::min(buckets.size() - 1, static_cast<std::size_t>(p->x - from))];
+      b.lo = std::min(b.lo, p->y);
+      b.hi = std::max(b.hi, p->y);
+      b.sum += p->y;
+      ++b.n;
+    }
+  }
+  out.lines.resize(3);
+  for (std::size_t i = 0; i < buckets.size(); ++i) {
+    const Bucket& b = buckets[i];
+    if (b.n == 0) continue;
+    const double x = from + static_cast<double>(i);
+    out.lines[0] << QPointF(x, b.lo);
+    out.lines[1] << QPointF(x, b.sum / b.n);
+    out.lines[2] << QPointF(x, b.hi);
+  }
+}
 
-  std::vector<QList<QPointF>> lines;
-  const bool aggregate = static_cast<int>(series.size()) > kMaxUtilLines;
-  if (!aggregate) {
-    for (const auto* s : series) lines.push_back(thinned(*s, point));
-    retitle(utilChart_, gpus ? tr("GPU utilization over time") : tr("CPU % per rank over time"));
+ChartData gatherCharts(const JobSpec& spec, const kpi::JobTracker& t, const QString& nodeFilter) {
+  ChartData out;
+  gatherUtilization(spec, t, nodeFilter, out);
+  out.throughput = thinned(t.throughputSeries(), point);
+  // Steps vary a lot one by one: show means over groups of steps (at most 150 groups).
+  out.splits = kpi::groupedSplits(t.stepSplits(), 150);
+  out.loss = thinned(t.lossSeries(), point);
+  return out;
+}
+
+}  // namespace
+
+void DashboardWidget::refreshCharts(const JobEntry& job, const kpi::JobKpis& k) {
+  ChartData d = job.live->read([&](const kpi::JobTracker& t) { return gatherCharts(job.spec, t, nodeFilter_); });
+
+  QString heatTitle = d.gpus ? tr("GPU utilization (%), last 2 minutes") : tr("CPU % per rank, last 2 minutes");
+  if (!nodeFilter_.isEmpty()) heatTitle += tr(", nodes with “%1”").arg(nodeFilter_);
+  heatmap_->setRows(std::move(d.rows), heatTitle);
+  if (static_cast<int>(d.devices) <= kMaxUtilLines) {
+    retitle(utilChart_, d.gpus ? tr("GPU utilization over time") : tr("CPU % per rank over time"));
   } else {
-    // Per second of the visible window: the least, mean and most busy device.
-    struct Bucket {
-      double lo = INFINITY, hi = -INFINITY, sum = 0;
-      int n = 0;
-    };
-    const double from = std::max(0.0, std::floor(maxX) - kUtilWindowSeconds);
-    std::vector<Bucket> buckets(static_cast<std::size_t>(kUtilWindowSeconds) + 1);
-    for (const auto* s : series) {
-      for (auto p = s->rbegin(); p != s->rend() && p->x >= from; ++p) {
-        Bucket& b = buckets[std::min(buckets.size() - 1, static_cast<std::size_t>(p->x - from))];
-        b.lo = std::min(b.lo, p->y);
-        b.hi = std::max(b.hi, p->y);
-        b.sum += p->y;
-        ++b.n;
-      }
-    }
-    lines.resize(3);
-    for (std::size_t i = 0; i < buckets.size(); ++i) {
-      const Bucket& b = buckets[i];
-      if (b.n == 0) continue;
-      const double x = from + static_cast<double>(i);
-      lines[0] << QPointF(x, b.lo);
-      lines[1] << QPointF(x, b.sum / b.n);
-      lines[2] << QPointF(x, b.hi);
-    }
-    retitle(utilChart_, gpus ? tr("GPU utilization: min, mean, max of %1").arg(series.size())
-                              : tr("CPU %: min, mean, max of %1 ranks").arg(series.size()));
+    retitle(utilChart_, d.gpus ? tr("GPU utilization: min, mean, max of %1").arg(d.devices)
+                               : tr("CPU %: min, mean, max of %1 ranks").arg(d.devices));
   }
-  while (utilSeries_.size() < lines.size()) {
+  while (utilSeries_.size() < d.lines.size()) {
     auto* s = new QLineSeries;
     utilChart_->addSeries(s);
     s->attachAxis(utilX_);
@@ -489,26 +519,25 @@ void DashboardWidget::refreshCharts(const JobEntry& job, const kpi::JobKpis& k) 
   }
   double maxY = 100;
   for (std::size_t i = 0; i < utilSeries_.size(); ++i) {
-    if (i < lines.size()) {
-      for (const auto& p : lines[i]) maxY = std::max(maxY, p.y());
-      utilSeries_[i]->replace(lines[i]);
+    if (i < d.lines.size()) {
+      for (const auto& p : d.lines[i]) maxY = std::max(maxY, p.y());
+      utilSeries_[i]->replace(d.lines[i]);
     } else {
       utilSeries_[i]->clear();
     }
   }
-  fitAxis(utilX_, std::max(0.0, maxX - kUtilWindowSeconds), maxX, false, false);
+  fitAxis(utilX_, std::max(0.0, d.maxX - kUtilWindowSeconds), d.maxX, false, false);
   fitAxis(utilY_, 0, maxY, true, false);
 
-  const QList<QPointF> tp = thinned(t.throughputSeries(), point);
-  throughput_->replace(tp);
+  throughput_->replace(d.throughput);
   double tpMax = 1;
-  for (const auto& p : tp) tpMax = std::max(tpMax, p.y());
-  fitAxis(throughputX_, tp.isEmpty() ? 0 : tp.front().x(), tp.isEmpty() ? 1 : tp.back().x(), false);
+  for (const auto& p : d.throughput) tpMax = std::max(tpMax, p.y());
+  fitAxis(throughputX_, d.throughput.isEmpty() ? 0 : d.throughput.front().x(),
+          d.throughput.isEmpty() ? 1 : d.throughput.back().x(), false);
   fitAxis(throughputY_, 0, tpMax, true);
 
-  // Steps vary a lot one by one: show means over groups of steps (at most 150 groups).
   QList<QPointF> zero, dataTop, compute, total;
-  for (const auto& s : kpi::groupedSplits(t.stepSplits(), 150)) {
+  for (const auto& s : d.splits) {
     const double x = static_cast<double>(s.step);
     zero << QPointF(x, 0);
     dataTop << QPointF(x, s.dataMs);
@@ -524,15 +553,14 @@ void DashboardWidget::refreshCharts(const JobEntry& job, const kpi::JobKpis& k) 
   fitAxis(splitX_, total.isEmpty() ? 0 : total.front().x(), total.isEmpty() ? 1 : total.back().x(), false);
   fitAxis(splitY_, 0, splitMax, true);
 
-  const QList<QPointF> lossPoints = thinned(t.lossSeries(), point);
-  loss_->replace(lossPoints);
+  loss_->replace(d.loss);
   double lo = INFINITY, hi = -INFINITY;
-  for (const auto& p : lossPoints) {
+  for (const auto& p : d.loss) {
     lo = std::min(lo, p.y());
     hi = std::max(hi, p.y());
   }
-  if (!lossPoints.isEmpty()) {
-    fitAxis(lossX_, lossPoints.front().x(), lossPoints.back().x(), false);
+  if (!d.loss.isEmpty()) {
+    fitAxis(lossX_, d.loss.front().x(), d.loss.back().x(), false);
     fitAxis(lossY_, lo, hi, false);
   }
 

@@ -45,8 +45,8 @@ class DashboardWidget : public QWidget {
   explicit DashboardWidget(ClusterStore& store, QWidget* parent = nullptr);
 
   void showJob(const QString& jobId);  // a job of the store, live
-  // A job from the history, frozen: its KPIs as of `atUnixUs` (its end, or the last report recorded).
-  void showRecorded(std::shared_ptr<const JobEntry> job, std::int64_t atUnixUs);
+  // A job from the history, frozen: its KPIs as loadRecordedJob worked them out.
+  void showRecorded(std::shared_ptr<const JobEntry> job);
   bool showsRecorded() const { return recorded_ != nullptr; }
   QString jobId() const { return jobId_; }
   // The newest step report the last refresh showed (its stamp at the rank): what the dashboard is
@@ -81,7 +81,6 @@ class DashboardWidget : public QWidget {
   ClusterStore& store_;
   QString jobId_;
   std::shared_ptr<const JobEntry> recorded_;
-  std::int64_t recordedAtUs_ = 0;
   bool confirmStops_ = true;
   QLabel* title_;
   QLabel* state_;

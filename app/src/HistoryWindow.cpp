@@ -96,8 +96,7 @@ QVariant HistoryModel::data(const QModelIndex& index, int role) const {
 
 // ---- loading and exporting ----
 
-Result<std::pair<std::shared_ptr<const JobEntry>, std::int64_t>> loadRecordedJob(const history::History& history,
-                                                                                 const std::string& jobId) {
+Result<std::shared_ptr<const JobEntry>> loadRecordedJob(const history::History& history, const std::string& jobId) {
   LOCKSTEP_ASSIGN_OR_RETURN(history::JobRecord record, history.job(jobId));
   auto entry = std::make_shared<JobEntry>();
   entry->id = jobId;
@@ -105,9 +104,10 @@ Result<std::pair<std::shared_ptr<const JobEntry>, std::int64_t>> loadRecordedJob
   entry->state = record.state;
   entry->message = QString::fromStdString(record.message);
   entry->startedUnixUs = record.startedUnixUs;
-  LOCKSTEP_ASSIGN_OR_RETURN(entry->tracker, history.tracker(jobId));
-  const std::int64_t at = std::max(record.endedUnixUs, entry->tracker->lastReportUnixUs());
-  return std::pair<std::shared_ptr<const JobEntry>, std::int64_t>(std::move(entry), at ? at : record.recordedUnixUs);
+  LOCKSTEP_ASSIGN_OR_RETURN(auto tracker, history.tracker(jobId));
+  const std::int64_t at = std::max(record.endedUnixUs, tracker->lastReportUnixUs());
+  entry->live = std::make_shared<LiveJob>(std::move(tracker), at ? at : record.recordedUnixUs);
+  return std::shared_ptr<const JobEntry>(std::move(entry));
 }
 
 Result<void> exportReport(const history::History& history, const std::string& jobId, const std::string& path) {
@@ -264,7 +264,7 @@ QWidget* HistoryWindow::openSelected() {
     QMessageBox::warning(this, tr("Open Job"), QString::fromStdString(loaded.error().message));
     return nullptr;
   }
-  auto* window = new RecordedJobWindow(store_, loaded->first, loaded->second, path_, this);
+  auto* window = new RecordedJobWindow(store_, *loaded, path_, this);
   window->setAttribute(Qt::WA_DeleteOnClose);
   window->show();
   return window;
@@ -307,13 +307,13 @@ void HistoryWindow::deleteSelected() {
 
 // ---- a recorded job ----
 
-RecordedJobWindow::RecordedJobWindow(ClusterStore& store, std::shared_ptr<const JobEntry> job, std::int64_t atUnixUs,
-                                     QString historyPath, QWidget* parent)
+RecordedJobWindow::RecordedJobWindow(ClusterStore& store, std::shared_ptr<const JobEntry> job, QString historyPath,
+                                     QWidget* parent)
     : QWidget(parent, Qt::Window) {
   const QString jobId = QString::fromStdString(job->id);
   setWindowTitle(tr("%1 — recorded").arg(jobId));
   dashboard_ = new DashboardWidget(store, this);
-  dashboard_->showRecorded(std::move(job), atUnixUs);
+  dashboard_->showRecorded(std::move(job));
   auto* exportButton = new QPushButton(tr("&Export Report…"), this);
   connect(exportButton, &QPushButton::clicked, this, [this, historyPath, jobId] { exportReportDialog(this, historyPath, jobId); });
   auto* bar = new QHBoxLayout;

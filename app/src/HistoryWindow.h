@@ -82,8 +82,8 @@ class HistoryWindow : public QWidget {
 class RecordedJobWindow : public QWidget {
   Q_OBJECT
  public:
-  RecordedJobWindow(ClusterStore& store, std::shared_ptr<const JobEntry> job, std::int64_t atUnixUs,
-                    QString historyPath, QWidget* parent = nullptr);
+  RecordedJobWindow(ClusterStore& store, std::shared_ptr<const JobEntry> job, QString historyPath,
+                    QWidget* parent = nullptr);
   DashboardWidget* dashboard() const { return dashboard_; }
 
  private:
@@ -101,10 +101,9 @@ class CompareDialog : public QDialog {
   report::Comparison comparison_;
 };
 
-// A job from the history as the dashboard shows it (spec, state, KPI tracker replayed), and the
-// time its KPIs are taken at.
-Result<std::pair<std::shared_ptr<const JobEntry>, std::int64_t>> loadRecordedJob(const history::History& history,
-                                                                                 const std::string& jobId);
+// A job from the history as the dashboard shows it: spec, state, and its KPI tracker replayed,
+// with the KPIs as of its end (or of the last report recorded, if it never ended).
+Result<std::shared_ptr<const JobEntry>> loadRecordedJob(const history::History& history, const std::string& jobId);
 
 // Writes the job's report; the format from the file's extension.
 Result<void> exportReport(const history::History& history, const std::string& jobId, const std::string& path);

@@ -153,10 +153,11 @@ QVariant JobsModel::data(const QModelIndex& index, int role) const {
     }
     default: break;
   }
-  const kpi::JobKpis& k = kpis_[static_cast<std::size_t>(index.row())];
+  const LiveJob::Published& shown = *published_[static_cast<std::size_t>(index.row())];
+  const kpi::JobKpis& k = shown.kpis;
   switch (index.column()) {
     case kStep:
-      if (j.tracker->lastReportUnixUs() == 0) return dash();  // no step report seen (yet)
+      if (shown.lastReportUnixUs == 0) return dash();  // no step report seen (yet)
       return k.totalSteps ? QStringLiteral("%1 / %2").arg(k.step).arg(k.totalSteps) : QString::number(k.step);
     case kLoss: return k.lastGlobalLoss ? number(*k.lastGlobalLoss, 4) : dash();
     case kThroughput: return figure(present::jobThroughput(k, jobStateEnded(j.state)), 0);
@@ -170,9 +171,8 @@ QVariant JobsModel::data(const QModelIndex& index, int role) const {
 void JobsModel::refresh() {
   const int old = static_cast<int>(rows_.size());
   rows_ = store_.jobs();
-  kpis_.clear();
-  const std::int64_t now = unixMicrosNow();
-  for (const auto* j : rows_) kpis_.push_back(liveKpis(*j, now));
+  published_.clear();
+  for (const auto* j : rows_) published_.push_back(j->live->published());
   resetOrUpdate(old, static_cast<int>(rows_.size()));
 }
 

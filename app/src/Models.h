@@ -68,7 +68,7 @@ class JobsModel : public RefreshedTableModel {
  private:
   const ClusterStore& store_;
   std::vector<const JobEntry*> rows_;
-  std::vector<kpi::JobKpis> kpis_;  // taken once per refresh
+  std::vector<std::shared_ptr<const LiveJob::Published>> published_;  // taken once per refresh
 };
 
 // Text and colour for a job state, shared by the jobs list and the dashboard.
