@@ -1,10 +1,16 @@
 #include "HistoryRecorder.h"
 
 #include <chrono>
+#include <iterator>
 
 #include "lockstep/common/clock.h"
 
 namespace lockstep::app {
+
+namespace {
+constexpr int kFlushMs = 50;
+constexpr std::size_t kFlushMessages = 8192;
+}  // namespace
 
 HistoryRecorder::HistoryRecorder(QString path) : path_(std::move(path)) {
   thread_.setObjectName(QStringLiteral("history"));
@@ -17,6 +23,7 @@ HistoryRecorder::~HistoryRecorder() {
   QMetaObject::invokeMethod(
       this,
       [this] {
+        if (history_) flush();
         delete timer_;
         timer_ = nullptr;
         history_.reset();
@@ -43,11 +50,16 @@ void HistoryRecorder::open() {
   timer_->setInterval(1000);
   connect(timer_, &QTimer::timeout, this, &HistoryRecorder::tick);
   timer_->start();
+  flushTimer_ = new QTimer(this);
+  flushTimer_->setSingleShot(true);
+  flushTimer_->setInterval(kFlushMs);
+  connect(flushTimer_, &QTimer::timeout, this, &HistoryRecorder::flush);
   Q_EMIT opened(true, path_);
 }
 
 void HistoryRecorder::fail(const Error& error) {
   history_.reset();
+  pending_.clear();
   if (timer_) timer_->stop();
   Q_EMIT failed(QString::fromStdString(error.message));
 }
@@ -71,7 +83,16 @@ void HistoryRecorder::onJobs(QString agentId, JobList jobs) {
 
 void HistoryRecorder::onMessages(QString, MessageBatch messages) {
   if (!history_) return;
-  if (auto r = history_->recordMessages(*messages); !r) return fail(r.error());
+  pending_.insert(pending_.end(), messages->begin(), messages->end());
+  if (pending_.size() >= kFlushMessages) return flush();
+  if (!flushTimer_->isActive()) flushTimer_->start();
+}
+
+void HistoryRecorder::flush() {
+  if (flushTimer_) flushTimer_->stop();
+  if (!history_ || pending_.empty()) return;
+  const std::vector<StreamMessage> batch = std::exchange(pending_, {});
+  if (auto r = history_->recordMessages(batch); !r) return fail(r.error());
   dirty_ = true;
 }
 
@@ -82,6 +103,7 @@ void HistoryRecorder::compact() {
 
 void HistoryRecorder::tick() {
   if (!history_) return;
+  flush();  // the final KPIs are worked out from what is written
   if (std::chrono::steady_clock::now() >= nextCompact_) compact();
   if (!history_) return;
   auto refreshed = history_->refreshFinalKpis();
