@@ -1,8 +1,9 @@
 // lockstep-bench-app: is the app smooth with 8 agents x 8 GPUs (or 128 x 8) streaming at the
 // default rate?
 //
-// The real main window and dashboard (offscreen unless there is a display) are fed, through the
-// same queued slots the agent workers use, a synthetic stream from a generator thread: one
+// The real main window and dashboard (offscreen unless there is a display) are fed, the way the
+// agent workers feed them (job lists to the store, messages to its ingest thread), a synthetic
+// stream from a generator thread: one
 // data-parallel job with a rank per GPU, each rank reporting every step, every GPU and rank process
 // sampled at the agents' default 5 Hz, batches every 100 ms per agent (as the fetch loop delivers
 // them). Two phases side by side in one run: idle (agents known, nothing streaming), then
@@ -11,7 +12,10 @@
 // latency ("s2p": from a report's stamp at the generator to the first paint that shows it).
 //
 //   build/bin/lockstep-bench-app [--agents 8] [--gpus 8] [--steps-per-second 10] [--seconds 20]
-//                                [--screenshot FILE.png]
+//                                [--screenshot FILE.png] [--compressed-hours H]
+//
+// With --compressed-hours, instead: H hours of the stream as fast as the app takes it, and the
+// app's memory every 10 simulated minutes.
 
 #include <QApplication>
 #include <QElapsedTimer>
@@ -49,6 +53,7 @@ struct Options {
   double stepsPerSecond = 10;
   double seconds = 20;
   int sampleHz = 5;  // the agent's default
+  double compressedHours = 0;  // > 0: memory over that many hours of the stream, time-compressed
   QString screenshot;
 };
 
@@ -60,6 +65,18 @@ double threadCpuSeconds() {
 
 std::int64_t nowUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+double rssMegabytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  double kb = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::strncmp(line, "VmRSS:", 6) == 0) kb = std::atof(line + 6);
+  }
+  std::fclose(f);
+  return kb / 1024;
 }
 
 QString agentId(int a) { return QStringLiteral("127.0.0.1:%1").arg(1 + a); }  // nothing listens: workers back off
@@ -120,23 +137,24 @@ class Generator {
   void start() {
     thread_ = std::thread([this] { run(); });
   }
+  // Instead of the live stream: `hours` of it as fast as the ingest thread takes it, the stamps an
+  // hour apart from the first batch to the last, ending now. Prints the app's memory (RSS) every
+  // 10 simulated minutes.
+  void startCompressed(double hours) {
+    thread_ = std::thread([this, hours] { runCompressed(hours); });
+  }
   void stop() {
     running_ = false;
     if (thread_.joinable()) thread_.join();
   }
+  bool done() const { return done_.load(); }
   std::uint64_t messages() const { return messages_.load(); }
 
  private:
   void run() {
-    std::mt19937 rng(1);
-    std::normal_distribution<double> noise(0, 1);
-    std::vector<std::uint64_t> seq(static_cast<std::size_t>(o_.agents), 0);
-    std::uint64_t step = 0;
-    std::uint64_t energy = 0;
     double stepDebt = 0, sampleDebt = 0;
     const auto tick = std::chrono::milliseconds(100);
     auto next = std::chrono::steady_clock::now();
-    const std::uint32_t world = static_cast<std::uint32_t>(o_.agents * o_.gpus);
     while (running_) {
       next += tick;
       std::this_thread::sleep_until(next);
@@ -145,63 +163,97 @@ class Generator {
       const int steps = static_cast<int>(stepDebt), samples = static_cast<int>(sampleDebt);
       stepDebt -= steps;
       sampleDebt -= samples;
-      const std::int64_t now = nowUs();
-      energy += 700 * 100;  // 700 W for 100 ms, in mJ
-      for (int a = 0; a < o_.agents; ++a) {
-        std::vector<StreamMessage> batch;
-        for (int s = 0; s < steps; ++s) {
-          const std::uint64_t st = step + static_cast<std::uint64_t>(s) + 1;
-          const float loss = static_cast<float>(2.3 * std::exp(-static_cast<double>(st) / 3000.0) + 0.1);
-          for (int g = 0; g < o_.gpus; ++g) {
-            StepReport r;
-            r.jobId = "bench-8x8";
-            r.rank = static_cast<std::uint32_t>(a * o_.gpus + g);
-            r.worldSize = world;
-            r.step = st;
-            r.samples = 256;
-            r.loss = loss + static_cast<float>(0.02 * noise(rng));
-            r.globalLoss = loss;
-            r.dataTimeUs = 2000;
-            r.computeTimeUs = 70000 + (r.rank == 13 ? 9000 : 0) + static_cast<std::int64_t>(2000 * noise(rng));
-            r.exposedCommTimeUs = 12000;
-            r.allreduceTimeUs = 30000;
-            r.bytesReduced = 2ull << 20;
-            r.stepTimeUs = *r.dataTimeUs + *r.computeTimeUs + *r.exposedCommTimeUs;
-            r.timeUnixUs = now - (steps - 1 - s) * static_cast<std::int64_t>(1e6 / o_.stepsPerSecond);
-            batch.push_back({++seq[static_cast<std::size_t>(a)], nodeName(a), r});
-          }
-        }
-        for (int s = 0; s < samples; ++s) {
-          for (int g = 0; g < o_.gpus; ++g) {
-            GpuSample gs;
-            gs.node = nodeName(a);
-            gs.gpuIndex = static_cast<std::uint32_t>(g);
-            gs.timeUnixUs = now;
-            gs.jobId = "bench-8x8";
-            gs.utilizationPct = static_cast<float>(std::clamp(85 + 5 * noise(rng) - (a * o_.gpus + g == 13 ? 0 : 3), 0.0, 100.0));
-            gs.memoryUsedBytes = 60ull << 30;
-            gs.powerMilliwatts = 700000;
-            gs.energyMillijoules = energy;
-            gs.temperatureC = 65;
-            batch.push_back({++seq[static_cast<std::size_t>(a)], nodeName(a), gs});
-            ProcessSample ps;
-            ps.jobId = "bench-8x8";
-            ps.rank = static_cast<std::uint32_t>(a * o_.gpus + g);
-            ps.pid = static_cast<std::uint32_t>(1000 + g);
-            ps.timeUnixUs = now;
-            ps.cpuPct = 100;
-            ps.rssBytes = 3ull << 30;
-            batch.push_back({++seq[static_cast<std::size_t>(a)], nodeName(a), ps});
-          }
-        }
-        if (batch.empty()) continue;
-        messages_ += batch.size();
-        auto shared = std::make_shared<const std::vector<StreamMessage>>(std::move(batch));
-        // As an agent worker does: a queued call into the GUI thread.
-        QMetaObject::invokeMethod(&store_, [this, a, shared] { store_.onMessages(agentId(a), shared); }, Qt::QueuedConnection);
-      }
-      step += static_cast<std::uint64_t>(steps);
+      sendTick(steps, samples, nowUs());
     }
+  }
+
+  void runCompressed(double hours) {
+    const auto ticks = static_cast<std::int64_t>(hours * 36'000);
+    const std::int64_t end = nowUs(), start = end - ticks * 100'000;
+    const auto wall = std::chrono::steady_clock::now();
+    double stepDebt = 0, sampleDebt = 0;
+    for (std::int64_t t = 1; t <= ticks && running_; ++t) {
+      stepDebt += o_.stepsPerSecond * 0.1;
+      sampleDebt += o_.sampleHz * 0.1;
+      const int steps = static_cast<int>(stepDebt), samples = static_cast<int>(sampleDebt);
+      stepDebt -= steps;
+      sampleDebt -= samples;
+      sendTick(steps, samples, start + t * 100'000);
+      // Back-pressure: wait until the ingest thread has taken this tick, so that nothing queues.
+      QMetaObject::invokeMethod(&store_.ingest(), [] {}, Qt::BlockingQueuedConnection);
+      if (t % 6000 == 0) {  // 10 simulated minutes
+        std::printf("%8.0f min %10.0f MB RSS %10.1f s wall %12llu messages\n", static_cast<double>(t) / 600, rssMegabytes(),
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - wall).count(),
+                    static_cast<unsigned long long>(messages_.load()));
+        std::fflush(stdout);
+      }
+    }
+    done_ = true;
+  }
+
+  // One batch per agent with what its ranks and GPUs produced in 100 ms ending at `now`.
+  void sendTick(int steps, int samples, std::int64_t now) {
+    energy_ += 700 * 100;  // 700 W for 100 ms, in mJ
+    for (int a = 0; a < o_.agents; ++a) {
+      std::vector<StreamMessage> batch = batchOf(a, steps, samples, now);
+      if (batch.empty()) continue;
+      messages_ += batch.size();
+      // As an agent worker does: the store hands it to the ingest thread.
+      store_.onMessages(agentId(a), std::make_shared<const std::vector<StreamMessage>>(std::move(batch)));
+    }
+    step_ += static_cast<std::uint64_t>(steps);
+  }
+
+  std::vector<StreamMessage> batchOf(int a, int steps, int samples, std::int64_t now) {
+    const std::uint32_t world = static_cast<std::uint32_t>(o_.agents * o_.gpus);
+    std::uint64_t& seq = seq_[static_cast<std::size_t>(a)];
+    std::vector<StreamMessage> batch;
+    for (int s = 0; s < steps; ++s) {
+      const std::uint64_t st = step_ + static_cast<std::uint64_t>(s) + 1;
+      const float loss = static_cast<float>(2.3 * std::exp(-static_cast<double>(st) / 3000.0) + 0.1);
+      for (int g = 0; g < o_.gpus; ++g) {
+        StepReport r;
+        r.jobId = "bench-8x8";
+        r.rank = static_cast<std::uint32_t>(a * o_.gpus + g);
+        r.worldSize = world;
+        r.step = st;
+        r.samples = 256;
+        r.loss = loss + static_cast<float>(0.02 * noise_(rng_));
+        r.globalLoss = loss;
+        r.dataTimeUs = 2000;
+        r.computeTimeUs = 70000 + (r.rank == 13 ? 9000 : 0) + static_cast<std::int64_t>(2000 * noise_(rng_));
+        r.exposedCommTimeUs = 12000;
+        r.allreduceTimeUs = 30000;
+        r.bytesReduced = 2ull << 20;
+        r.stepTimeUs = *r.dataTimeUs + *r.computeTimeUs + *r.exposedCommTimeUs;
+        r.timeUnixUs = now - (steps - 1 - s) * static_cast<std::int64_t>(1e6 / o_.stepsPerSecond);
+        batch.push_back({++seq, nodeName(a), r});
+      }
+    }
+    for (int s = 0; s < samples; ++s) {
+      for (int g = 0; g < o_.gpus; ++g) {
+        GpuSample gs;
+        gs.node = nodeName(a);
+        gs.gpuIndex = static_cast<std::uint32_t>(g);
+        gs.timeUnixUs = now;
+        gs.jobId = "bench-8x8";
+        gs.utilizationPct = static_cast<float>(std::clamp(85 + 5 * noise_(rng_) - (a * o_.gpus + g == 13 ? 0 : 3), 0.0, 100.0));
+        gs.memoryUsedBytes = 60ull << 30;
+        gs.powerMilliwatts = 700000;
+        gs.energyMillijoules = energy_;
+        gs.temperatureC = 65;
+        batch.push_back({++seq, nodeName(a), gs});
+        ProcessSample ps;
+        ps.jobId = "bench-8x8";
+        ps.rank = static_cast<std::uint32_t>(a * o_.gpus + g);
+        ps.pid = static_cast<std::uint32_t>(1000 + g);
+        ps.timeUnixUs = now;
+        ps.cpuPct = 100;
+        ps.rssBytes = 3ull << 30;
+        batch.push_back({++seq, nodeName(a), ps});
+      }
+    }
+    return batch;
   }
 
   ClusterStore& store_;
@@ -209,6 +261,12 @@ class Generator {
   std::thread thread_;
   std::atomic<bool> running_{true};
   std::atomic<std::uint64_t> messages_{0};
+  std::atomic<bool> done_{false};
+  std::mt19937 rng_{1};
+  std::normal_distribution<double> noise_{0, 1};
+  std::vector<std::uint64_t> seq_ = std::vector<std::uint64_t>(static_cast<std::size_t>(o_.agents), 0);
+  std::uint64_t step_ = 0;
+  std::uint64_t energy_ = 0;
 };
 
 // Counts the dashboard's repaints (the heatmap is painted on every refresh that brought data) and
@@ -292,6 +350,27 @@ void print(const char* name, const PhaseResult& r) {
               r.p99LatencyMs);
 }
 
+// The app's memory over hours of the stream, fed as fast as the ingest thread takes it while the
+// window keeps refreshing: flat once the chart series are full (kpi::Settings::seriesCapacity).
+int compressed(ClusterStore& store, const Options& o) {
+  std::printf("time-compressed: %.1f h of the stream; RSS every 10 simulated minutes\n", o.compressedHours);
+  const double before = rssMegabytes();
+  std::printf("%8d min %10.0f MB RSS (agents and job known, nothing streamed)\n", 0, before);
+  Generator generator(store, o);
+  generator.startCompressed(o.compressedHours);
+  QEventLoop loop;
+  QTimer poll;
+  QObject::connect(&poll, &QTimer::timeout, [&] {
+    if (generator.done()) loop.quit();
+  });
+  poll.start(100);
+  loop.exec();
+  generator.stop();
+  std::printf("after %.1f h: %.0f MB RSS, %.0f MB over the start\n", o.compressedHours, rssMegabytes(),
+              rssMegabytes() - before);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -310,10 +389,11 @@ int main(int argc, char** argv) {
     else if (a == "--steps-per-second") o.stepsPerSecond = std::atof(next());
     else if (a == "--seconds") o.seconds = std::atof(next());
     else if (a == "--screenshot") o.screenshot = QString::fromLocal8Bit(next());
+    else if (a == "--compressed-hours") o.compressedHours = std::atof(next());
     else {
       std::fprintf(stderr,
                    "usage: lockstep-bench-app [--agents 8] [--gpus 8] [--steps-per-second 10] [--seconds 20] "
-                   "[--screenshot FILE.png]\n");
+                   "[--screenshot FILE.png] [--compressed-hours H]\n");
       return 2;
     }
   }
@@ -348,6 +428,7 @@ int main(int argc, char** argv) {
 
   std::printf("lockstep-bench-app: %d agents x %d GPUs, one rank per GPU at %.0f steps/s, samples at %d Hz, %s\n",
               o.agents, o.gpus, o.stepsPerSecond, o.sampleHz, qPrintable(QGuiApplication::platformName()));
+  if (o.compressedHours > 0) return compressed(store, o);
   std::printf("%-10s %10s %12s %12s %12s %12s %10s %12s %12s\n", "phase", "msgs/s", "GUI CPU %", "late p50 ms",
               "late p99 ms", "late max ms", "repaints/s", "s2p p50 ms", "s2p p99 ms");
   const PhaseResult idle = runPhase(o.seconds / 2, frames, nullptr);
