@@ -6,7 +6,7 @@
 namespace lockstep::app {
 
 namespace {
-constexpr int kTickMs = 50;
+constexpr int kTickMs = 20;
 constexpr std::int64_t kStaleUs = 500'000;
 }  // namespace
 

@@ -1,7 +1,7 @@
 #pragma once
 // Where the agents' streams are folded into KPIs, off the GUI thread. The workers' signals connect
 // straight to the Ingest (queued into its own thread), as they do to the history recorder: every
-// message feeds its job's KPI tracker there. Every 50 ms it works out the KPIs of the jobs that
+// message feeds its job's KPI tracker there. Every 20 ms it works out the KPIs of the jobs that
 // changed (a running job's also every 500 ms, as its windows move on) and tells the GUI which,
 // with the latest sample of each GPU that reported. The GUI thread so gets what it draws, never
 // every message: the published KPIs, and the trackers' series read under each job's lock.
