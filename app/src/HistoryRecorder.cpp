@@ -1,7 +1,6 @@
 #include "HistoryRecorder.h"
 
 #include <chrono>
-#include <iterator>
 
 #include "lockstep/common/clock.h"
 
@@ -91,8 +90,8 @@ void HistoryRecorder::onMessages(QString, MessageBatch messages) {
 void HistoryRecorder::flush() {
   if (flushTimer_) flushTimer_->stop();
   if (!history_ || pending_.empty()) return;
-  const std::vector<StreamMessage> batch = std::exchange(pending_, {});
-  if (auto r = history_->recordMessages(batch); !r) return fail(r.error());
+  if (auto r = history_->recordMessages(pending_); !r) return fail(r.error());
+  pending_.clear();  // keeps its capacity for the next 50 ms
   dirty_ = true;
 }
 
