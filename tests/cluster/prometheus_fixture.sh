@@ -20,6 +20,9 @@ set -euo pipefail
 
 START_TIMEOUT=${PROMETHEUS_FIXTURE_TIMEOUT:-30}   # seconds to wait for /-/ready
 STOP_TIMEOUT=10                                   # seconds between SIGTERM and SIGKILL
+FIXTURE=prometheus_fixture
+# shellcheck source=fixture_lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/fixture_lib.sh"
 
 die() { echo "prometheus_fixture: $*" >&2; exit 1; }
 usage() { echo "usage: $0 start DIR HOST:PORT | stop DIR" >&2; exit 2; }
@@ -29,24 +32,9 @@ mkdir -p "$2"
 DIR=$(cd "$2" && pwd)
 PIDFILE=$DIR/prometheus.pid
 
-# Pid from the pid file, only if that process is still ours (its command line mentions DIR).
-our_pid() {
-    local pid
-    pid=$(cat "$PIDFILE" 2>/dev/null) || return 1
-    [[ $pid =~ ^[0-9]+$ ]] && grep -qsF "$DIR/prometheus.yml" "/proc/$pid/cmdline" && echo "$pid"
-}
-
 do_stop() {
-    local pid end
-    if pid=$(our_pid); then
-        kill -TERM "$pid" 2>/dev/null || true
-        end=$((SECONDS + STOP_TIMEOUT))
-        while kill -0 "$pid" 2>/dev/null && ((SECONDS < end)); do sleep 0.2; done
-        if kill -0 "$pid" 2>/dev/null; then
-            echo "prometheus_fixture: SIGKILL $pid" >&2
-            kill -KILL "$pid" 2>/dev/null || true
-        fi
-    fi
+    local pid
+    if pid=$(pid_from "$PIDFILE" "$DIR/prometheus.yml"); then kill_pids "$pid"; fi
     rm -f "$PIDFILE" "$DIR/port"
 }
 

@@ -23,6 +23,9 @@ set -euo pipefail
 
 START_TIMEOUT=${SLURM_FIXTURE_TIMEOUT:-30}   # seconds for each wait in "start"
 STOP_TIMEOUT=10                              # seconds between SIGTERM and SIGKILL
+FIXTURE=slurm_fixture
+# shellcheck source=fixture_lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/fixture_lib.sh"
 
 die() { echo "slurm_fixture: $*" >&2; exit 1; }
 usage() { echo "usage: $0 start|stop|env DIR" >&2; exit 2; }
@@ -33,15 +36,6 @@ DIR=$(cd "$2" && pwd)            # absolute: it ends up in slurm.conf and in dae
 CONF=$DIR/slurm.conf
 MARK="LOCKSTEP_SLURM_FIXTURE=$DIR"   # set in every daemon's environment (inherited by slurmstepd)
 
-# wait_for SECONDS CMD...: poll CMD every 0.5 s until it succeeds; fail after SECONDS.
-wait_for() {
-    local end=$((SECONDS + $1)); shift
-    until "$@" >/dev/null 2>&1; do
-        ((SECONDS < end)) || return 1
-        sleep 0.5
-    done
-}
-
 # Pids of processes carrying our marker in their environment (daemons and their slurmstepds).
 marked_pids() {
     local p
@@ -50,32 +44,6 @@ marked_pids() {
         grep -qszxF "$MARK" "$p/environ" && echo "${p#/proc/}"
     done
     return 0
-}
-
-# kill_pids PID...: SIGTERM, wait up to STOP_TIMEOUT, then SIGKILL.
-kill_pids() {
-    [[ $# -gt 0 ]] || return 0
-    kill -TERM "$@" 2>/dev/null || true
-    local end=$((SECONDS + STOP_TIMEOUT)) p alive
-    while :; do
-        alive=()
-        for p in "$@"; do kill -0 "$p" 2>/dev/null && alive+=("$p"); done
-        [[ ${#alive[@]} -gt 0 ]] || return 0
-        if ((SECONDS >= end)); then
-            echo "slurm_fixture: SIGKILL ${alive[*]}" >&2
-            kill -KILL "${alive[@]}" 2>/dev/null || true
-            sleep 0.5
-            return 0
-        fi
-        sleep 0.2
-    done
-}
-
-# Pid from a pid file, only if that process is still ours (its command line mentions DIR).
-pid_from() {
-    local pid
-    pid=$(cat "$1" 2>/dev/null) || return 1
-    [[ $pid =~ ^[0-9]+$ ]] && grep -qsF "$DIR" "/proc/$pid/cmdline" && echo "$pid"
 }
 
 logs() {
@@ -91,7 +59,7 @@ fail() { logs; do_stop >/dev/null 2>&1 || true; die "$*"; }
 do_stop() {
     export SLURM_CONF=$CONF
     # Cancel jobs first so slurmd can tear down their steps cleanly (bounded).
-    if [[ -f $DIR/run/slurmctld.pid ]] && pid_from "$DIR/run/slurmctld.pid" >/dev/null; then
+    if [[ -f $DIR/run/slurmctld.pid ]] && pid_from "$DIR/run/slurmctld.pid" "$DIR" >/dev/null; then
         local jobs
         jobs=$(timeout 5 squeue -h -o %i 2>/dev/null) || jobs=
         # shellcheck disable=SC2086 # one job id per word
@@ -102,8 +70,8 @@ do_stop() {
     # Order: slurmd + slurmctld + leftover slurmstepds first, munged last (the others use it while
     # shutting down).
     local munged pids=() p
-    munged=$(pid_from "$DIR/run/munged.pid") || munged=
-    for p in $(pid_from "$DIR/run/slurmd.pid") $(pid_from "$DIR/run/slurmctld.pid") $(marked_pids); do
+    munged=$(pid_from "$DIR/run/munged.pid" "$DIR") || munged=
+    for p in $(pid_from "$DIR/run/slurmd.pid" "$DIR") $(pid_from "$DIR/run/slurmctld.pid" "$DIR") $(marked_pids); do
         [[ $p == "$munged" ]] || pids+=("$p")
     done
     kill_pids "${pids[@]}"
