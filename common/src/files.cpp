@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <filesystem>
 #include <sstream>
 
@@ -150,6 +151,13 @@ Result<void> makeDirectories(const std::string& path, unsigned mode) {
   // Only a directory we made gets our mode; an existing one keeps the mode its owner chose.
   if (created) ::chmod(path.c_str(), mode);
   return {};
+}
+
+std::string besideThisProgram(const std::string& name) {
+  char self[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return name;
+  return (std::filesystem::path(std::string(self, static_cast<size_t>(n))).parent_path() / name).string();
 }
 
 std::string trim(std::string_view text) {

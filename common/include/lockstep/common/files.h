@@ -35,6 +35,10 @@ Result<void> writeFileAtomic(const std::string& path, std::string_view data, uns
 // Creates a directory and its parents; a newly made leaf gets `mode`. Succeeds if it exists.
 Result<void> makeDirectories(const std::string& path, unsigned mode = 0755);
 
+// `name` in the directory of the running program (/proc/self/exe), or `name` itself when that
+// cannot be read.
+std::string besideThisProgram(const std::string& name);
+
 // Text without leading and trailing blanks (spaces, tabs, CR, LF).
 std::string trim(std::string_view text);
 

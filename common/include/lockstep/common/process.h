@@ -101,6 +101,16 @@ Result<std::optional<ExitStatus>> waitProcess(pid_t pid, std::chrono::millisecon
 Result<std::optional<std::pair<pid_t, ExitStatus>>> waitAnyProcess(const std::vector<pid_t>& pids,
                                                                    std::chrono::milliseconds timeout);
 
+// A command-line tool's run (sbatch, scontrol): how it ended and what it printed.
+struct CommandOutput {
+  ExitStatus status;
+  std::string out, err;  // each at most the first maxBytes
+};
+// Runs argv[0], looked up on PATH, in a process group of its own with stdin from /dev/null and
+// SIGTERM ignored; kills the group and fails, saying so, when it runs past the timeout.
+Result<CommandOutput> runCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                                 std::size_t maxBytes = 1u << 20);
+
 // Sends SIGTERM, waits up to `grace`, then SIGKILL and reaps. Returns how the child ended.
 Result<ExitStatus> terminateProcess(pid_t pid, std::chrono::milliseconds grace, bool wholeGroup);
 
