@@ -462,7 +462,7 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
   if (energyKnown) k.energyKwh = energyMj / 3.6e9;
   std::size_t gpuCount = 0;
   for (const auto& p : spec_.ranks) gpuCount += p.gpuIndex.has_value();
-  gpuCount = std::max(gpuCount, gpus_.size());
+  gpuCount = std::max({gpuCount, gpus_.size(), std::size_t{spec_.allocatedGpus}});
   k.gpuHours = static_cast<double>(gpuCount) * k.elapsedSeconds / 3600.0;
   bool cpuKnown = false;
   double cpuSeconds = 0;

@@ -155,6 +155,8 @@ void toPb(const JobSpec& s, pb::JobSpec* m) {
   m->set_rebalance_every(s.rebalanceEvery);
   m->set_max_restarts(s.maxRestarts);
   m->set_min_world_size(s.minWorldSize);
+  m->set_slurm_job_id(s.slurmJobId);
+  m->set_allocated_gpus(s.allocatedGpus);
   m->set_attempt(s.attempt);
   m->set_restart_reason(s.restartReason);
   m->set_checkpoint_dir(s.checkpointDir);
@@ -236,6 +238,8 @@ Result<JobSpec> fromPb(const pb::JobSpec& m) {
   s.rebalanceEvery = m.rebalance_every();
   s.maxRestarts = m.max_restarts();
   s.minWorldSize = m.min_world_size();
+  s.slurmJobId = m.slurm_job_id();
+  s.allocatedGpus = m.allocated_gpus();
   s.attempt = m.attempt();
   s.restartReason = m.restart_reason();
   s.checkpointDir = m.checkpoint_dir();

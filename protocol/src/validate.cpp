@@ -367,6 +367,11 @@ Result<void> validateJobSpec(const JobSpec& spec) {
   LOCKSTEP_TRY(checkRange("price per kWh", spec.prices.kwh, 0.0, 1e6));
   LOCKSTEP_TRY(checkText("currency", spec.prices.currency, 8));
   LOCKSTEP_TRY(validateJobAgents(spec));
+  // Slurm's job ids: 42, or 42_7 for an array's task.
+  if (spec.slurmJobId.size() > 32 || spec.slurmJobId.find_first_not_of("0123456789_") != std::string::npos) {
+    return bad("slurm job id '" + spec.slurmJobId.substr(0, 32) + "' is not a Slurm job id (digits, or JOB_TASK)");
+  }
+  LOCKSTEP_TRY(checkRange("allocated GPUs", spec.allocatedGpus, 0, 1u << 20));
   return {};
 }
 

@@ -78,6 +78,7 @@ Json jobJson(const history::JobRecord& job) {
   time(j, "started_at", job.startedUnixUs);
   time(j, "ended_at", job.endedUnixUs);
   j["message"] = job.message;
+  j["slurm_job_id"] = job.spec.slurmJobId.empty() ? Json() : Json(job.spec.slurmJobId);
   j["spec"] = Json::parse(jobSpecToJson(job.spec), nullptr, /*allow_exceptions=*/false);
   if (j["spec"].is_discarded()) j["spec"] = Json::object();
   j["parts"] = Json::array();

@@ -151,6 +151,9 @@ struct JobSpec {
   // job, agents[1] stands by; the others let their keys list, stop and restart this job only.
   // Empty: not supervised.
   std::vector<JobAgent> agents;
+  // The Slurm job whose allocation runs this job, and the GPUs it holds (cost counts them all).
+  std::string slurmJobId;
+  std::uint32_t allocatedGpus = 0;
   bool operator==(const JobSpec&) const = default;
 
   bool isCommand() const { return command.has_value(); }
