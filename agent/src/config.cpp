@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "host.h"
+#include "metrics.h"
 #include "lockstep/common/files.h"
 #include "lockstep/net/keys.h"
 
@@ -51,6 +52,18 @@ Result<void> set(AgentConfig& c, const std::string& key, const std::string& valu
     c.nvmlLibrary = value;
   } else if (key == "path-check-timeout-ms") {
     LOCKSTEP_ASSIGN_OR_RETURN(c.pathCheckTimeoutMs, number("--path-check-timeout-ms", value, 1, 600000));
+  } else if (key == "metrics-listen") {
+    LOCKSTEP_TRY(parseMetricsListen(value));
+    c.metricsListen = value;
+  } else if (key == "announce") {
+    c.announce = value;
+  } else if (key == "slurm-job") {
+    if (value.empty() || value.size() > 32 || value.find_first_not_of("0123456789_") != std::string::npos) {
+      return usage("--slurm-job: '" + value + "' is not a Slurm job id");
+    }
+    c.slurmJob = value;
+  } else if (key == "exit-when-idle-s") {
+    LOCKSTEP_ASSIGN_OR_RETURN(c.exitWhenIdleS, number("--exit-when-idle-s", value, 0, 86400 * 365));
   } else if (key == "job-sandbox") {
     if (value != "yes" && value != "no") return usage("--job-sandbox: '" + value + "' must be yes or no");
     c.jobSandbox = value == "yes";
@@ -79,12 +92,6 @@ Result<void> readConfigFile(AgentConfig& c, const std::string& path, bool mustEx
   });
 }
 
-std::string besideThisProgram(const std::string& name) {
-  char self[PATH_MAX];
-  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) return name;
-  return (fs::path(std::string(self, static_cast<size_t>(n))).parent_path() / name).string();
-}
 
 }  // namespace
 
@@ -144,7 +151,8 @@ Result<AgentConfig> parseAgentArgs(const std::vector<std::string>& args) {
   if (c.listen.rfind("tcp://", 0) != 0 || c.listen.rfind(':') <= 6) {
     return usage("--listen " + c.listen + ": expected tcp://HOST:PORT");
   }
-  LOCKSTEP_TRY(number("--listen port", c.listen.substr(c.listen.rfind(':') + 1), 1, 65535));
+  // Port 0: any free one (an agent started by a Slurm job; --announce says which).
+  LOCKSTEP_TRY(number("--listen port", c.listen.substr(c.listen.rfind(':') + 1), 0, 65535));
   if (c.name.empty()) c.name = hostName();
   if (c.name.size() > 255) return usage("--name is longer than 255 characters");
   if (c.trainer.empty()) c.trainer = besideThisProgram("lockstep-trainer");
@@ -153,6 +161,7 @@ Result<AgentConfig> parseAgentArgs(const std::vector<std::string>& args) {
   std::error_code ec;
   c.stateDir = fs::absolute(c.stateDir, ec).lexically_normal().string();
   c.trainer = fs::absolute(c.trainer, ec).lexically_normal().string();
+  if (!c.announce.empty()) c.announce = fs::absolute(c.announce, ec).lexically_normal().string();
   if (!c.authorizedKeys.empty()) c.authorizedKeys = fs::absolute(c.authorizedKeys, ec).lexically_normal().string();
   return c;
 }
@@ -165,7 +174,7 @@ own program, such as a PyTorch DDP script) for authorized clients, samples GPUs 
 job events to clients. All traffic is encrypted and authenticated with ZeroMQ CURVE: a client may
 connect only when its public key is in its authorized keys file (one key and a comment per line).
 
-  --listen tcp://HOST:PORT   where clients connect (default tcp://127.0.0.1:7700)
+  --listen tcp://HOST:PORT   where clients connect (default tcp://127.0.0.1:7700; port 0: any free one)
   --state-dir DIR            keys, authorized keys, job table, logs (default $XDG_STATE_HOME/lockstep-agent)
   --name NAME                this node's name in job specs (default: the host name)
   --trainer PATH             the built-in trainer (default: lockstep-trainer beside this program)
@@ -182,6 +191,13 @@ connect only when its public key is in its authorized keys file (one key and a c
   --job-sandbox yes|no       whether ranks see the state directory (the agent's secret key) as an
                              empty one, through a private mount namespace (default yes;
                              docs/security.md)
+  --metrics-listen HOST:PORT serve Prometheus metrics (OpenMetrics) at http://HOST:PORT/metrics;
+                             off by default, a bare PORT is on 127.0.0.1 (docs/cluster.md)
+  --announce FILE            once listening, write `HOST:PORT PUBLIC-KEY` to FILE (mode 600),
+                             for clients to find an agent a Slurm job started (docs/cluster.md)
+  --slurm-job ID              the Slurm job this agent runs in (lockstepctl start --slurm sets it):
+                             on SIGTERM it stops its jobs with Slurm's reason, and exits once they end
+  --exit-when-idle-s N       exit after N seconds with no job running (default 0: never)
   --config FILE              settings as `key = value` lines (default STATE/agent.conf if present)
   --print-key                print this agent's public key (creating its key pair) and exit
   --help, --version

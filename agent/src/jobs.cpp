@@ -92,6 +92,7 @@ struct JobManager::Job {
   std::string storeSecret;       // its secret (docs/security.md), which the job's ranks get
   std::uint32_t masterPort = 0;  // a command job's MASTER_PORT, when rank 0 runs here
   bool stopRequested = false;
+  std::string stopReason;  // empty: stopped on request
   std::optional<Clock::time_point> killAt;
 
   bool running() const { return state == JobState::kStarting || state == JobState::kRunning; }
@@ -338,7 +339,7 @@ Result<void> JobManager::rendezvous(Job& job, const std::vector<RankPlacement>& 
   return {};
 }
 
-Result<StopJobReply> JobManager::stop(const std::string& jobId, std::uint32_t graceMs) {
+Result<StopJobReply> JobManager::stop(const std::string& jobId, std::uint32_t graceMs, std::string reason) {
   auto it = jobs_.find(jobId);
   if (it == jobs_.end()) {
     return Error{ErrorCode::kNotFound, "no job " + jobId + " on " + options_.node.name + " (lockstepctl status lists them)"};
@@ -346,6 +347,7 @@ Result<StopJobReply> JobManager::stop(const std::string& jobId, std::uint32_t gr
   Job& job = *it->second;
   if (job.running() && !job.stopRequested) {
     job.stopRequested = true;
+    job.stopReason = std::move(reason);
     signalRanks(job, SIGTERM);
     job.killAt = Clock::now() + (graceMs > 0 ? std::chrono::milliseconds(graceMs) : options_.defaultStopGrace);
     persist();
@@ -468,7 +470,7 @@ void JobManager::finishIfDone(Job& job) {
   job.killAt.reset();
   if (job.stopRequested) {
     job.state = JobState::kStopped;
-    job.message = "stopped on request";
+    job.message = job.stopReason.empty() ? "stopped on request" : job.stopReason;
     emit_(event(job, JobEventKind::kStopped, job.message));
     return;
   }

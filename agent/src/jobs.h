@@ -80,7 +80,8 @@ class JobManager {
   // storeSecret: the job's store's, from rank 0's agent; this agent makes one when it hosts the
   // store, and replies with it.
   Result<StartJobReply> start(const JobSpec& spec, const CheckedPaths& checked, const std::string& storeSecret = {});
-  Result<StopJobReply> stop(const std::string& jobId, std::uint32_t graceMs);
+  // `reason`: what the job's "stopped" event says (default: stopped on request).
+  Result<StopJobReply> stop(const std::string& jobId, std::uint32_t graceMs, std::string reason = {});
   std::vector<JobStatus> list() const;
   Result<LogsReply> logs(const std::string& jobId, std::uint32_t rank, std::uint32_t maxBytes) const;
 

@@ -19,9 +19,12 @@
 #include "host.h"
 #include "jobs.h"
 #include "key_ring.h"
+#include "lockstep/common/clock.h"
+#include "lockstep/client/slurm.h"
 #include "lockstep/common/files.h"
 #include "lockstep/net/zmq_util.h"
 #include "lockstep/protocol/codec.h"
+#include "metrics.h"
 #include "nvml.h"
 #include "preflight.h"
 #include "rank_launch.h"
@@ -123,6 +126,12 @@ class Agent::Impl {
   void revoke(const std::vector<std::string>& keys);
   Error revokedError() const;
   void append(StreamBuffer::Payload payload);
+  Result<void> serveMetrics();
+  Result<void> announce() const;
+  void publishMetrics();
+  bool stillEnding();
+  std::string slurmEndReason() const;
+  bool idleTooLong();
   // This agent's entry in the job's agents, when it is the job's first (supervisor) or second (standby).
   const JobAgent* supervisingEntry(const JobSpec& spec) const {
     for (std::size_t i = 0; i < spec.agents.size() && i < 2; ++i) {
@@ -155,6 +164,11 @@ class Agent::Impl {
   std::uint64_t droppedReports_ = 0;
   bool reserveFailing_ = false;
   std::set<std::string> stoppedByUser_;  // jobs a user's key stopped
+  std::unique_ptr<MetricsPage> metricsPage_;      // with --metrics-listen
+  std::unique_ptr<MetricsServer> metricsServer_;
+  Clock::time_point nextMetrics_;
+  std::uint64_t fetchedUpTo_ = 0;  // the newest seq a client has asked for what follows
+  std::optional<Clock::time_point> endingSince_, endedAt_, idleSince_;
   std::unique_ptr<Supervisions> supervisions_;  // last: its threads end before the rest goes
 };
 
@@ -232,6 +246,7 @@ Result<void> Agent::Impl::init() {
     router_->set(zmq::sockopt::linger, 0);
     router_->set(zmq::sockopt::sndhwm, 10000);
     router_->bind(config_.listen);
+    config_.listen = router_->get(zmq::sockopt::last_endpoint);  // the port, when it was 0
     reports_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::pull);
     reports_->set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(kMaxReportBytes));
     reports_->set(zmq::sockopt::rcvhwm, 100000);
@@ -246,7 +261,39 @@ Result<void> Agent::Impl::init() {
   preflight_ = std::make_unique<Preflight>(milliseconds(config_.pathCheckTimeoutMs));
   log_.info("listening on " + config_.listen + " as node " + config_.name + "; public key " + keys_.publicKey +
             "; authorized keys in " + config_.authorizedKeysPath());
+  LOCKSTEP_TRY(serveMetrics());
+  return announce();
+}
+
+Result<void> Agent::Impl::serveMetrics() {
+  if (config_.metricsListen.empty()) return {};
+  LOCKSTEP_ASSIGN_OR_RETURN(metricsServer_, MetricsServer::start(config_.metricsListen));
+  metricsPage_ = std::make_unique<MetricsPage>(config_.name);
+  log_.info("serving metrics for Prometheus at http://" + metricsServer_->address() + "/metrics" +
+            (metricsServer_->loopback() ? "" : " to anyone who can reach that address: they are not authenticated"));
   return {};
+}
+
+// Where a client finds this agent when it cannot be told in advance (a Slurm job's agents,
+// docs/cluster.md): the address it listens on, with this node's host name for a wildcard, and its
+// public key, written once it listens.
+Result<void> Agent::Impl::announce() const {
+  if (config_.announce.empty()) return {};
+  const std::string port = config_.listen.substr(config_.listen.rfind(':') + 1);
+  const std::string host = config_.listenHost();
+  const bool wildcard = host == "0.0.0.0" || host == "*" || host == "[::]";
+  const std::string address = (wildcard ? hostName() : host) + ":" + port;
+  if (auto written = writeFileAtomic(config_.announce, address + " " + keys_.publicKey + "\n", 0600); !written) {
+    return written.error().withContext("--announce");
+  }
+  log_.info("announced " + address + " in " + config_.announce);
+  return {};
+}
+
+void Agent::Impl::publishMetrics() {
+  if (!metricsServer_ || Clock::now() < nextMetrics_) return;
+  nextMetrics_ = Clock::now() + std::chrono::seconds(1);
+  metricsServer_->publish(metricsPage_->render(unixMicrosNow(), jobs_->list()));
 }
 
 bool Agent::Impl::authorized(const std::string& key) {
@@ -314,6 +361,7 @@ NodeHello Agent::Impl::hello() const {
 }
 
 void Agent::Impl::append(StreamBuffer::Payload payload) {
+  if (metricsPage_) metricsPage_->observe(payload, [this] { return jobs_->list(); });
   // Said once per episode: while the state disk is full every append fails the same way.
   auto r = stream_->append(std::move(payload));
   if (!r && !reserveFailing_) {
@@ -399,6 +447,7 @@ void Agent::Impl::onRequest() {
             replyError(client, id, stopped.error());
           }
         } else if constexpr (std::is_same_v<T, FetchRequest>) {
+          fetchedUpTo_ = std::max(fetchedUpTo_, body.afterSeq);
           const std::size_t max =
               std::min<std::size_t>(body.maxMessages > 0 ? body.maxMessages : kFetchDefaultMessages, kFetchMaxMessages);
           const auto waiting = static_cast<std::size_t>(
@@ -569,9 +618,51 @@ void Agent::Impl::answerFetches(bool onlyExpired) {
   }
 }
 
+// Under Slurm, SIGTERM means the allocation is ending (scancel, its time limit, preemption): the
+// agent stops its jobs with Slurm's reason and keeps serving until they ended and a client has
+// fetched the last of the stream (or a few seconds passed), so that the reason reaches the
+// dashboard and the history. Elsewhere it exits at once and leaves its jobs running.
+bool Agent::Impl::stillEnding() {
+  if (config_.slurmJob.empty()) return false;
+  const auto now = Clock::now();
+  if (!endingSince_) {
+    endingSince_ = now;
+    const std::string why = slurmEndReason();
+    log_.info(why);
+    for (const auto& job : jobs_->list()) {
+      if (!jobStateEnded(job.state)) (void)jobs_->stop(job.spec.jobId, 2000, why);
+    }
+  }
+  if (now - *endingSince_ > std::chrono::seconds(20)) return false;
+  if (!jobs_->runningRanks().empty()) return true;
+  // A second for a following client to list the ended jobs, three at most for one to fetch the rest.
+  if (!endedAt_) endedAt_ = now;
+  const auto since = now - *endedAt_;
+  return since < std::chrono::seconds(1) || (fetchedUpTo_ < stream_->lastSeq() && since < std::chrono::seconds(3));
+}
+
+std::string Agent::Impl::slurmEndReason() const {
+  auto info = slurm::query(config_.slurmJob, milliseconds(3000));
+  if (!info) return "Slurm job " + config_.slurmJob + " is ending (the agent got SIGTERM; " + info.error().message + ")";
+  if (info->ended() || info->ending()) return "ended by " + info->describe();
+  return "the agent was told to stop (SIGTERM) while " + info->describe() + " runs";
+}
+
+bool Agent::Impl::idleTooLong() {
+  if (config_.exitWhenIdleS == 0) return false;
+  if (!jobs_->runningRanks().empty() || !starts_.empty()) {
+    idleSince_.reset();
+    return false;
+  }
+  if (!idleSince_) idleSince_ = Clock::now();
+  if (Clock::now() - *idleSince_ < std::chrono::seconds(config_.exitWhenIdleS)) return false;
+  log_.info("no job ran for " + std::to_string(config_.exitWhenIdleS) + " s: exiting (--exit-when-idle-s)");
+  return true;
+}
+
 Result<void> Agent::Impl::loop(const std::atomic<int>& stop) {
   sampler_->track(jobs_->runningRanks(), jobs_->busyGpus());
-  while (stop.load() == 0) {
+  while (!(stop.load() != 0 && !stillEnding()) && !idleTooLong()) {
     std::vector<zmq::pollitem_t> items = {
         {router_->handle(), 0, ZMQ_POLLIN, 0},
         {zap_->socket().handle(), 0, ZMQ_POLLIN, 0},
@@ -612,8 +703,10 @@ Result<void> Agent::Impl::loop(const std::atomic<int>& stop) {
     jobs_->poll();
     if (jobs_->runningRanks().size() != ranksBefore) sampler_->track(jobs_->runningRanks(), jobs_->busyGpus());
     answerFetches(stream_->lastSeq() == before);
+    publishMetrics();
   }
-  log_.info("stopping; running jobs keep running and are adopted when the agent starts again");
+  if (!config_.announce.empty()) ::unlink(config_.announce.c_str());  // nobody is there any more
+  if (config_.slurmJob.empty()) log_.info("stopping; running jobs keep running and are adopted when the agent starts again");
   return {};
 }
 
