@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "lockstep/client/agent_client.h"
+#include "lockstep/client/slurm.h"
 #include "lockstep/common/result.h"
 #include "lockstep/history/history.h"
 #include "lockstep/protocol/types.h"
@@ -109,6 +110,25 @@ const JobStatus* supervisingPart(const std::vector<Part>& parts);
 int printJob(const Globals& g, const std::string& jobId, const std::vector<Part>& parts);
 // After a job ended: what the agents sent since the last fetch (its last reports and events).
 void drain(std::map<AgentClient*, std::uint64_t>& lastSeq, Recorder& recorder, std::chrono::milliseconds timeout);
+
+// ---- Slurm (ctl_slurm.cpp, docs/cluster.md) ----
+
+struct SlurmStart {
+  bool on = false;
+  slurm::Allocation allocation;
+  std::uint32_t lingerS = 30;  // how long the agents wait for the job, and after it, before they exit
+  std::uint32_t waitS = 600;   // how long the allocation may take to start
+};
+// Starts the job's agents through Slurm and connects to them; sets the spec's Slurm job id and
+// allocated GPUs. A submitted job that does not start in time is cancelled.
+Result<Connected> startSlurmAgents(const Globals& g, const SlurmStart& s, JobSpec& spec);
+// The agents of a job: those of its Slurm job when it was started with --slurm (and no --agent is
+// given), else connectAgents'.
+Result<Connected> connectAgentsFor(const Globals& g, const std::string& jobId);
+// `e`, with what Slurm says of the job's Slurm job when it has one (its agents went away).
+Error withSlurmState(const Globals& g, const std::string& slurmJobId, Error e);
+// After the job was stopped: cancels the Slurm job lockstepctl submitted for it, if any.
+void endSlurmJob(const Globals& g, const std::string& jobId);
 
 // ---- commands ----
 

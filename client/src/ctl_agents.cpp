@@ -166,6 +166,7 @@ int printJob(const Globals& g, const std::string& jobId, const std::vector<Part>
                           {"currency", prices.currency}};
     Json out{{"job_id", jobId}, {"state", std::string(jobStateName(state))}, {"message", message},
              {"world_size", parts.front().status.spec.worldSize}, {"prices", pricesJson}, {"ranks", ranks}};
+    if (const auto& slurmJob = parts.front().status.spec.slurmJobId; !slurmJob.empty()) out["slurm_job_id"] = slurmJob;
     if (const auto& command = parts.front().status.spec.command) {
       out["command"] = command->argv;
       out["working_dir"] = command->workingDir;
@@ -180,6 +181,9 @@ int printJob(const Globals& g, const std::string& jobId, const std::vector<Part>
   }
   std::printf("job %s: %s%s%s\n", jobId.c_str(), std::string(jobStateName(state)).c_str(), message.empty() ? "" : ": ",
               message.c_str());
+  if (const auto& slurmJob = parts.front().status.spec.slurmJobId; !slurmJob.empty()) {
+    std::printf("in Slurm job %s\n", slurmJob.c_str());
+  }
   if (const auto& command = parts.front().status.spec.command) {
     std::printf("runs %s in %s\n", report::commandLine(command->argv).c_str(),
                 command->workingDir.empty() ? "the agent's job directory" : command->workingDir.c_str());

@@ -53,7 +53,7 @@ int cmdNodes(const Globals& g, const std::vector<std::string>& args) {
 int cmdStatus(const Globals& g, const std::vector<std::string>& argv) {
   std::vector<std::string> args;
   LOCKSTEP_TRY_OR_FAIL(Flags("usage: lockstepctl status [JOB]").arguments(&args, 0, 1).parse(argv));
-  auto agents = connectAgents(g);
+  auto agents = args.empty() ? connectAgents(g) : connectAgentsFor(g, args[0]);
   if (!agents) return fail(agents.error());
   if (!args.empty()) {
     auto parts = findJob(*agents, args[0], g.timeout);
@@ -107,10 +107,11 @@ int cmdStop(const Globals& g, const std::vector<std::string>& args) {
                            .arguments(&job, 1)
                            .parse(args));
   const std::string& jobId = job[0];
-  auto agents = connectAgents(g);
+  auto agents = connectAgentsFor(g, jobId);
   if (!agents) return fail(agents.error());
   auto parts = stopEverywhere(*agents, jobId, graceMs, g.timeout);
   if (!parts) return fail(parts.error());
+  endSlurmJob(g, jobId);
   printJob(g, jobId, *parts);
   return kOk;
 }
@@ -127,7 +128,7 @@ int cmdLogs(const Globals& g, const std::vector<std::string>& args) {
                            .parse(args));
   if (!rank) return fail(invalidArgument(std::string("--rank is missing; ") + usage));
   const std::string& jobId = job[0];
-  auto agents = connectAgents(g);
+  auto agents = connectAgentsFor(g, jobId);
   if (!agents) return fail(agents.error());
   auto parts = findJob(*agents, jobId, g.timeout);
   if (!parts) return fail(parts.error());

@@ -74,7 +74,7 @@ int followJob(const Globals& g, const Connected& agents, const JobSpec& spec, st
     if (Clock::now() < nextStatus && !interrupted) continue;
     nextStatus = Clock::now() + milliseconds(300);
     auto parts = findJob(agents, spec.jobId, g.timeout, &lost);
-    if (!parts) return fail(parts.error());
+    if (!parts) return fail(withSlurmState(g, spec.slurmJobId, parts.error()));
     recordParts(*parts);
     if (interrupted && !stopAsked) {
       stopAsked = true;
@@ -111,10 +111,75 @@ int followJob(const Globals& g, const Connected& agents, const JobSpec& spec, st
         }
       }
     }
+    if (stopAsked) endSlurmJob(g, spec.jobId);
     printJob(g, spec.jobId, *parts);
     const bool decided = supervised && supervised->supervision.state == SupervisionState::kEnded;
     return exitForState(decided ? supervised->supervision.outcome : overall(*parts));
   }
+}
+
+Result<void> checkSlurmFlags(const Globals& g, SlurmStart& slurm, std::optional<std::uint32_t> nodes,
+                             std::optional<std::uint32_t> gpusPerNode, std::optional<std::uint32_t>& gpusPerAgent) {
+  const slurm::Allocation& a = slurm.allocation;
+  if (!slurm.on) {
+    if (nodes || gpusPerNode || !a.time.empty() || !a.partition.empty() || !a.account.empty()) {
+      return invalidArgument("--nodes, --gpus-per-node, --time, --partition and --account go with --slurm");
+    }
+    return {};
+  }
+  if (!g.agents.empty()) return invalidArgument("--slurm starts the job's own agents: leave out --agent");
+  if (gpusPerAgent) return invalidArgument("with --slurm, give --gpus-per-node instead of --gpus-per-agent");
+  slurm.allocation.nodes = nodes.value_or(1);
+  slurm.allocation.gpusPerNode = gpusPerNode.value_or(0);
+  gpusPerAgent = gpusPerNode;
+  return {};
+}
+
+// Places the job on the agents, launches it, and with --wait follows it.
+int launchOn(const Globals& g, const Connected& agents, JobSpec& spec, std::optional<std::uint32_t> totalRanks,
+             std::optional<std::uint32_t> gpusPerAgent, std::vector<std::uint32_t> perAgent, bool wait) {
+  const std::size_t n = agents.clients.size();
+  if (gpusPerAgent) {
+    if (totalRanks || !perAgent.empty()) return fail(invalidArgument("--gpus-per-agent goes without --ranks and --ranks-per-agent"));
+    if (spec.backend != Backend::kCuda) return fail(invalidArgument("--gpus-per-agent gives each rank a GPU: leave out --backend cpu"));
+    perAgent.assign(n, *gpusPerAgent);
+  }
+  if (perAgent.empty()) {
+    const std::uint32_t total = totalRanks.value_or(static_cast<std::uint32_t>(n));
+    for (std::size_t a = 0; a < n; ++a) perAgent.push_back(total / n + (a < total % n ? 1 : 0));
+  }
+  if (perAgent.size() != n) {
+    return fail(invalidArgument("--ranks-per-agent gives " + std::to_string(perAgent.size()) + " counts for " +
+                                std::to_string(n) + " agents"));
+  }
+  std::vector<AgentClient*> used;
+  std::vector<std::uint32_t> counts;
+  for (std::size_t a = 0; a < n; ++a) {
+    if (perAgent[a] > 0) {
+      used.push_back(agents.clients[a].get());
+      counts.push_back(perAgent[a]);
+    }
+  }
+  // Where each agent's stream stood before the job: `--wait` records from there.
+  std::map<AgentClient*, std::uint64_t> seqBefore;
+  for (auto* agent : used) seqBefore[agent] = agent->hello().lastSeq;
+  auto placed = placeJob(used, counts, spec, g.timeout);
+  if (!placed) return fail(placed.error());
+  if (auto v = validateJobSpec(*placed); !v) return fail(v.error());
+  if (auto launched = launchJob(used, *placed, g.timeout); !launched) return fail(launched.error());
+  if (g.json) {
+    std::printf("%s\n", Json{{"job_id", placed->jobId}, {"world_size", placed->worldSize}}.dump().c_str());
+  } else {
+    std::string nodes;
+    for (auto* agent : used) nodes += (nodes.empty() ? "" : ", ") + agent->hello().nodeName;
+    std::printf("started job %s: %u rank%s on %s\n", placed->jobId.c_str(), placed->worldSize,
+                placed->worldSize == 1 ? "" : "s", nodes.c_str());
+  }
+  std::fflush(stdout);
+  if (!wait) return kOk;
+  std::map<AgentClient*, std::uint64_t> lastSeq;
+  for (auto* agent : used) lastSeq[agent] = seqBefore[agent];
+  return followJob(g, agents, *placed, lastSeq);
 }
 
 }  // namespace
@@ -129,6 +194,8 @@ int cmdStart(const Globals& g, const std::vector<std::string>& allArgs) {
   std::vector<std::string> jobFlags;
   std::optional<double> gpuHour, coreHour, kwh;  // prices, over a --spec file's
   std::optional<std::string> currency;
+  SlurmStart slurm;
+  std::optional<std::uint32_t> nodes, gpusPerNode;
   // Everything after `--` is the user's own program and its arguments, run once per rank.
   const auto dashes = std::find(allArgs.begin(), allArgs.end(), "--");
   const std::vector<std::string> args(allArgs.begin(), dashes);
@@ -144,9 +211,18 @@ int cmdStart(const Globals& g, const std::vector<std::string>& allArgs) {
                            .price("--price-core-hour", &coreHour)
                            .price("--price-kwh", &kwh)
                            .text("--currency", &currency)
+                           .on("--slurm", &slurm.on)
+                           .whole("--nodes", &nodes, 1, 4096)
+                           .whole("--gpus-per-node", &gpusPerNode, 1, 64)
+                           .text("--time", &slurm.allocation.time)
+                           .text("--partition", &slurm.allocation.partition)
+                           .text("--account", &slurm.allocation.account)
+                           .whole("--slurm-linger-s", &slurm.lingerS, 1, 3600)
+                           .whole("--slurm-wait-s", &slurm.waitS, 1, 7 * 86400)
                            .passOn(&jobFlags)
                            .parse(args));
   if (command && !specFile.empty()) return fail(invalidArgument("give the job as --spec FILE or as -- PROGRAM ARGS, not both"));
+  if (auto checked = checkSlurmFlags(g, slurm, nodes, gpusPerNode, gpusPerAgent); !checked) return fail(checked.error());
   // A flag given as `--flag value` or `--flag=value`.
   const auto given = [&](const std::string& flag) {
     return std::any_of(jobFlags.begin(), jobFlags.end(),
@@ -197,50 +273,12 @@ int cmdStart(const Globals& g, const std::vector<std::string>& allArgs) {
   spec.prices.coreHour = coreHour.value_or(spec.prices.coreHour);
   spec.prices.kwh = kwh.value_or(spec.prices.kwh);
   spec.prices.currency = currency.value_or(spec.prices.currency);
-  auto agents = connectAgents(g);
+  auto agents = slurm.on ? startSlurmAgents(g, slurm, spec) : connectAgents(g);
   if (!agents) return fail(agents.error());
-  const std::size_t n = agents->clients.size();
-  if (gpusPerAgent) {
-    if (totalRanks || !perAgent.empty()) return fail(invalidArgument("--gpus-per-agent goes without --ranks and --ranks-per-agent"));
-    if (spec.backend != Backend::kCuda) return fail(invalidArgument("--gpus-per-agent gives each rank a GPU: leave out --backend cpu"));
-    perAgent.assign(n, *gpusPerAgent);
-  }
-  if (perAgent.empty()) {
-    const std::uint32_t total = totalRanks.value_or(static_cast<std::uint32_t>(n));
-    for (std::size_t a = 0; a < n; ++a) perAgent.push_back(total / n + (a < total % n ? 1 : 0));
-  }
-  if (perAgent.size() != n) {
-    return fail(invalidArgument("--ranks-per-agent gives " + std::to_string(perAgent.size()) + " counts for " +
-                                std::to_string(n) + " agents"));
-  }
-  std::vector<AgentClient*> used;
-  std::vector<std::uint32_t> counts;
-  for (std::size_t a = 0; a < n; ++a) {
-    if (perAgent[a] > 0) {
-      used.push_back(agents->clients[a].get());
-      counts.push_back(perAgent[a]);
-    }
-  }
-  // Where each agent's stream stood before the job: `--wait` records from there.
-  std::map<AgentClient*, std::uint64_t> seqBefore;
-  for (auto* agent : used) seqBefore[agent] = agent->hello().lastSeq;
-  auto placed = placeJob(used, counts, spec, g.timeout);
-  if (!placed) return fail(placed.error());
-  if (auto v = validateJobSpec(*placed); !v) return fail(v.error());
-  if (auto launched = launchJob(used, *placed, g.timeout); !launched) return fail(launched.error());
-  if (g.json) {
-    std::printf("%s\n", Json{{"job_id", placed->jobId}, {"world_size", placed->worldSize}}.dump().c_str());
-  } else {
-    std::string nodes;
-    for (auto* agent : used) nodes += (nodes.empty() ? "" : ", ") + agent->hello().nodeName;
-    std::printf("started job %s: %u rank%s on %s\n", placed->jobId.c_str(), placed->worldSize,
-                placed->worldSize == 1 ? "" : "s", nodes.c_str());
-  }
-  std::fflush(stdout);
-  if (!wait) return kOk;
-  std::map<AgentClient*, std::uint64_t> lastSeq;
-  for (auto* agent : used) lastSeq[agent] = seqBefore[agent];
-  return followJob(g, *agents, *placed, lastSeq);
+  const int started = launchOn(g, *agents, spec, totalRanks, gpusPerAgent, perAgent, wait);
+  // A job that did not launch leaves no allocation behind.
+  if (slurm.on && started != kOk && started != kJobFailed && started != kJobStopped) endSlurmJob(g, spec.jobId);
+  return started;
 }
 
 }  // namespace lockstep::ctl

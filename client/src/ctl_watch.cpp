@@ -122,7 +122,7 @@ int cmdWatch(const Globals& g, const std::vector<std::string>& argv) {
   std::vector<std::string> args;
   LOCKSTEP_TRY_OR_FAIL(Flags("usage: lockstepctl watch JOB").arguments(&args, 1).parse(argv));
   const std::string jobId = args[0];
-  auto agents = connectAgents(g);
+  auto agents = connectAgentsFor(g, jobId);
   if (!agents) return fail(agents.error());
   auto parts = findJob(*agents, jobId, g.timeout);
   if (!parts) return fail(parts.error());
