@@ -242,6 +242,17 @@ TEST(Kpi, LossConvergenceEnergyAndCost) {
   EXPECT_NEAR(*k.costProjected, (2 * 10.0 / 3600 * 2.0 + 0.002 * 0.5) * 10, 1e-12);  // 100 of 10 steps
 }
 
+TEST(Kpi, CostCountsEveryGpuOfTheAllocationUsedOrNot) {
+  // A Slurm allocation of 8 GPUs running 2 ranks: the 8 are paid for (issue 17).
+  JobSpec spec = gpuJob();
+  spec.allocatedGpus = 8;
+  JobTracker t(spec, Settings{5.0, 0.1, std::nullopt, 100});
+  for (std::uint64_t s = 1; s <= 10; ++s) t.add(report(0, s, 600'000, 300'000, t0 + static_cast<std::int64_t>(s) * kSecond), "n");
+  const JobKpis k = t.snapshot(t0 + 10 * kSecond);
+  EXPECT_NEAR(*k.gpuHours, 8 * 10.0 / 3600, 1e-12);
+  EXPECT_NEAR(*k.costSoFar, 8 * 10.0 / 3600 * 2.0, 1e-12);
+}
+
 TEST(Kpi, AGapLowersThroughputInsteadOfHidingIt) {
   JobTracker t(gpuJob(), Settings{5.0, 0.1, std::nullopt, 100});
   for (std::uint64_t s = 1; s <= 5; ++s) t.add(report(0, s, 600'000, 300'000, t0 + static_cast<std::int64_t>(s) * kSecond), "n");

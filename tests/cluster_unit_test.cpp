@@ -1,0 +1,201 @@
+// Issue 17's parts on their own: the agent's metrics page and its HTTP server, and what
+// lockstepctl reads from Slurm's tools.
+
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "lockstep/client/slurm.h"
+#include "metrics.h"
+#include "support/test_support.h"
+
+namespace lockstep::agent {
+namespace {
+
+using namespace std::chrono_literals;
+
+JobStatus runningJob() {
+  JobStatus s;
+  s.spec.jobId = "j\"1";  // a quote, to be escaped in labels
+  s.spec.worldSize = 2;
+  s.spec.backend = Backend::kCuda;
+  s.spec.ranks = {{0, "n", 0, 0u}, {1, "n", 1, 1u}};
+  s.spec.prices = {3.6, 0.0, 0.0, "EUR"};
+  s.state = JobState::kRunning;
+  return s;
+}
+
+StepReport step(std::uint32_t rank, std::uint64_t n, std::int64_t timeUs) {
+  StepReport r;
+  r.jobId = "j\"1";
+  r.rank = rank;
+  r.worldSize = 2;
+  r.step = n;
+  r.samples = 50;
+  r.loss = 0.25f;
+  r.dataTimeUs = 100'000;
+  r.computeTimeUs = 600'000;
+  r.exposedCommTimeUs = 300'000;
+  r.stepTimeUs = 1'000'000;
+  r.timeUnixUs = timeUs;
+  return r;
+}
+
+// One line of the page: "NAME{LABELS} VALUE", or empty when there is none.
+std::string line(const std::string& page, const std::string& start) {
+  const auto at = page.find("\n" + start);
+  return at == std::string::npos ? "" : page.substr(at + 1, page.find('\n', at + 1) - at - 1);
+}
+
+TEST(MetricsPage, BaseUnitsCountersAndLabelsFromTheStreamAlone) {
+  const std::vector<JobStatus> jobs = {runningJob()};
+  const auto list = [&] { return jobs; };
+  MetricsPage page("n");
+  const std::int64_t t0 = 1'700'000'000'000'000;
+  GpuSample gpu;
+  gpu.node = "n";
+  gpu.gpuIndex = 1;
+  gpu.jobId = "j\"1";
+  gpu.utilizationPct = 87.5f;
+  gpu.memoryUsedBytes = 1u << 30;
+  gpu.powerMilliwatts = 412'000;
+  gpu.energyMillijoules = 5'000'000;
+  gpu.smClockMhz = 1980;
+  page.observe(gpu, list);  // no temperature: left out, not 0
+  for (std::uint64_t s = 1; s <= 4; ++s) {
+    page.observe(step(0, s, t0 + static_cast<std::int64_t>(s) * 1'000'000), list);
+    page.observe(step(1, s, t0 + static_cast<std::int64_t>(s) * 1'000'000), list);
+  }
+  const std::string text = page.render(t0 + 4'000'000, jobs);
+
+  EXPECT_EQ(line(text, "lockstep_gpu_utilization_ratio"), R"(lockstep_gpu_utilization_ratio{node="n",gpu="1",job_id="j\"1"} 0.875)");
+  EXPECT_EQ(line(text, "lockstep_gpu_power_watts{"), R"(lockstep_gpu_power_watts{node="n",gpu="1",job_id="j\"1"} 412)");
+  EXPECT_EQ(line(text, "lockstep_gpu_energy_joules_total"), R"(lockstep_gpu_energy_joules_total{node="n",gpu="1",job_id="j\"1"} 5000)");
+  EXPECT_EQ(line(text, "lockstep_gpu_sm_clock_hertz{"), R"(lockstep_gpu_sm_clock_hertz{node="n",gpu="1",job_id="j\"1"} 1.98e+09)");
+  EXPECT_EQ(line(text, "lockstep_gpu_temperature_celsius{"), "");
+  EXPECT_NE(text.find("# TYPE lockstep_gpu_energy_joules counter\n# UNIT lockstep_gpu_energy_joules joules\n"), std::string::npos);
+  // Each rank: 50 samples a second, a 1 s step of which 0.3 s exposed communication.
+  EXPECT_EQ(line(text, "lockstep_rank_steps_total"), R"(lockstep_rank_steps_total{node="n",job_id="j\"1",rank="0"} 4)");
+  EXPECT_EQ(line(text, "lockstep_rank_samples_per_second"), R"(lockstep_rank_samples_per_second{node="n",job_id="j\"1",rank="0"} 50)");
+  EXPECT_EQ(line(text, "lockstep_rank_step_seconds"), R"(lockstep_rank_step_seconds{node="n",job_id="j\"1",rank="0"} 1)");
+  EXPECT_EQ(line(text, "lockstep_rank_exposed_communication_seconds{"),
+            R"(lockstep_rank_exposed_communication_seconds{node="n",job_id="j\"1",rank="0"} 0.3)");
+  EXPECT_EQ(line(text, "lockstep_rank_communication_overhead_ratio{"),
+            R"(lockstep_rank_communication_overhead_ratio{node="n",job_id="j\"1",rank="0"} 0.3)");
+  EXPECT_EQ(line(text, "lockstep_job_state{"), R"(lockstep_job_state{node="n",job_id="j\"1",state="running"} 1)");
+  EXPECT_EQ(line(text, "lockstep_job_world_size{"), R"(lockstep_job_world_size{node="n",job_id="j\"1"} 2)");
+  // Two GPUs (the placements) for 4 s: 8 GPU-seconds, at 3.6 EUR an hour: 0.008 EUR.
+  EXPECT_EQ(line(text, "lockstep_job_gpu_seconds_total"), R"(lockstep_job_gpu_seconds_total{node="n",job_id="j\"1"} 8)");
+  const std::string cost = line(text, "lockstep_job_cost_total");
+  ASSERT_EQ(cost.rfind(R"(lockstep_job_cost_total{node="n",job_id="j\"1",currency="EUR"} )", 0), 0u) << cost;
+  EXPECT_NEAR(std::stod(cost.substr(cost.rfind(' ') + 1)), 0.008, 1e-12);
+  EXPECT_EQ(text.substr(text.size() - 6), "# EOF\n");
+
+  // Ended: the counters and the state stay, the rates go; a job the agent forgot goes entirely.
+  auto ended = jobs;
+  ended[0].state = JobState::kFinished;
+  ended[0].endedUnixUs = t0 + 4'000'000;
+  const std::string after = page.render(t0 + 9'000'000, ended);
+  EXPECT_NE(line(after, "lockstep_rank_steps_total"), "");
+  EXPECT_EQ(line(after, "lockstep_rank_samples_per_second"), "");
+  EXPECT_EQ(line(after, "lockstep_job_state{"), R"(lockstep_job_state{node="n",job_id="j\"1",state="finished"} 1)");
+  const std::string forgotten = page.render(t0 + 9'000'000, {});
+  EXPECT_EQ(line(forgotten, "lockstep_rank_steps_total"), "");
+  EXPECT_EQ(line(forgotten, "lockstep_job_state{"), "");
+}
+
+// A raw HTTP exchange with the server: what it answers to `request` (empty: nothing).
+std::string httpExchange(std::uint16_t port, const std::string& request, bool halfClose = true) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  std::string answer;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    (void)!::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+    if (halfClose) ::shutdown(fd, SHUT_WR);
+    timeval wait{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
+    char buffer[4096];
+    for (ssize_t n; (n = ::recv(fd, buffer, sizeof buffer, 0)) > 0;) answer.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return answer;
+}
+
+std::uint16_t portOf(const MetricsServer& server) {
+  return static_cast<std::uint16_t>(std::stoi(server.address().substr(server.address().rfind(':') + 1)));
+}
+
+TEST(MetricsServer, ServesThePageAndNothingElseAndOutlastsBadClients) {
+  auto server = MetricsServer::start("127.0.0.1:0");
+  ASSERT_TRUE(server) << server.error().message;
+  EXPECT_TRUE((*server)->loopback());
+  const std::uint16_t port = portOf(**server);
+  (*server)->publish("lockstep_job_world_size{node=\"n\",job_id=\"j\"} 2\n# EOF\n");
+
+  const std::string ok = httpExchange(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(ok.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << ok;
+  EXPECT_NE(ok.find("Content-Type: application/openmetrics-text; version=1.0.0"), std::string::npos) << ok;
+  EXPECT_NE(ok.find("\r\n\r\nlockstep_job_world_size{node=\"n\",job_id=\"j\"} 2\n# EOF\n"), std::string::npos) << ok;
+  EXPECT_EQ(httpExchange(port, "GET / HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 404", 0), 0u);
+  EXPECT_EQ(httpExchange(port, "POST /metrics HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 405", 0), 0u);
+  // Endless headers: cut off at the size limit, without an answer.
+  EXPECT_EQ(httpExchange(port, "GET /metrics HTTP/1.1\r\n" + std::string(20000, 'x')), "");
+  // A client that never finishes its request is dropped after the deadline; the next is served.
+  const auto before = std::chrono::steady_clock::now();
+  std::thread slow([&] { httpExchange(port, "GET /metr", false); });
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(httpExchange(port, "GET /metrics HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 200 OK", 0), 0u);
+  EXPECT_LT(std::chrono::steady_clock::now() - before, 4s);
+  slow.join();
+}
+
+TEST(MetricsServer, ListenAddressesAreCheckedAndLoopbackByDefault) {
+  EXPECT_EQ(*parseMetricsListen("9464"), (std::pair<std::string, std::uint16_t>("127.0.0.1", 9464)));
+  EXPECT_EQ(*parseMetricsListen(":9464"), (std::pair<std::string, std::uint16_t>("127.0.0.1", 9464)));
+  EXPECT_EQ(*parseMetricsListen("0.0.0.0:9464"), (std::pair<std::string, std::uint16_t>("0.0.0.0", 9464)));
+  EXPECT_EQ(*parseMetricsListen("[::1]:9464"), (std::pair<std::string, std::uint16_t>("::1", 9464)));
+  auto bad = parseMetricsListen("127.0.0.1:http");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("give HOST:PORT"), std::string::npos) << bad.error().message;
+  EXPECT_FALSE(parseMetricsListen("127.0.0.1:70000"));
+  auto taken = MetricsServer::start("127.0.0.1:0");
+  ASSERT_TRUE(taken);
+  auto again = MetricsServer::start((*taken)->address());
+  ASSERT_FALSE(again);
+  EXPECT_NE(again.error().message.find("pick another port"), std::string::npos) << again.error().message;
+}
+
+TEST(SlurmJobInfo, StatesReasonsAndGpusFromScontrol) {
+  auto running = slurm::parseJobInfo(
+      "JobId=42 JobName=lockstep-j UserId=alice(1000) JobState=RUNNING Reason=None Dependency=(null) "
+      "ExitCode=0:0 RunTime=00:00:07 TimeLimit=00:10:00 NumNodes=2 NumCPUs=16 "
+      "TRES=cpu=16,mem=64G,node=2,billing=16,gres/gpu=8 Command=/home/alice/job.sbatch");
+  ASSERT_TRUE(running) << running.error().message;
+  EXPECT_EQ(running->id, "42");
+  EXPECT_FALSE(running->ended());
+  EXPECT_EQ(running->nodes, 2u);
+  EXPECT_EQ(running->gpus, 8u);
+  EXPECT_EQ(running->describe(), "Slurm job 42: RUNNING");
+
+  // While Slurm ends a job its state reads COMPLETING; the reason tells how it will end.
+  auto ending = slurm::parseJobInfo("JobId=42 JobState=COMPLETING Reason=TimeLimit ExitCode=0:0 NumNodes=1");
+  EXPECT_EQ(ending->describe(), "Slurm job 42: TIMEOUT (TimeLimit)");
+  EXPECT_EQ(slurm::parseJobInfo("JobId=42 JobState=COMPLETING Reason=None")->describe(), "Slurm job 42: CANCELLED");
+  auto ended = slurm::parseJobInfo("JobId=43 JobState=NODE_FAIL Reason=NodeDown ExitCode=0:0");
+  EXPECT_TRUE(ended->ended());
+  EXPECT_EQ(ended->describe(), "Slurm job 43: NODE_FAIL (NodeDown)");
+  EXPECT_TRUE(slurm::parseJobInfo("JobId=44 JobState=PENDING Reason=Resources")->pending());
+  EXPECT_FALSE(slurm::parseJobInfo("slurm_load_jobs error: Invalid job id specified"));
+}
+
+}  // namespace
+}  // namespace lockstep::agent
