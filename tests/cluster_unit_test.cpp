@@ -8,7 +8,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <regex>
 #include <thread>
 
 #include "lockstep/client/slurm.h"
@@ -108,6 +110,20 @@ TEST(MetricsPage, BaseUnitsCountersAndLabelsFromTheStreamAlone) {
   const std::string forgotten = page.render(t0 + 9'000'000, {});
   EXPECT_EQ(line(forgotten, "lockstep_rank_steps_total"), "");
   EXPECT_EQ(line(forgotten, "lockstep_job_state{"), "");
+}
+
+TEST(MetricsPage, TheGrafanaDashboardAsksOnlyForSeriesThePageHas) {
+  const std::string dashboard = test::readText(std::string(LOCKSTEP_SOURCE_DIR) + "/resources/grafana-lockstep.json");
+  ASSERT_FALSE(dashboard.empty());
+  const auto names = MetricsPage::seriesNames();
+  const std::regex series("lockstep_[a-z_]+");
+  std::size_t asked = 0;
+  for (auto it = std::sregex_iterator(dashboard.begin(), dashboard.end(), series); it != std::sregex_iterator(); ++it) {
+    ++asked;
+    EXPECT_NE(std::find(names.begin(), names.end(), it->str()), names.end()) << it->str() << " is not on the page";
+  }
+  EXPECT_GE(asked, 15u);
+  EXPECT_EQ(dashboard.find("job=~"), std::string::npos) << "the job's label is job_id: job is Prometheus' own";
 }
 
 // A raw HTTP exchange with the server: what it answers to `request` (empty: nothing).

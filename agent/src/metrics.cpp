@@ -176,6 +176,12 @@ std::string jobOf(const MetricsPage::Payload& payload) {
 
 }  // namespace
 
+std::vector<std::string> MetricsPage::seriesNames() {
+  std::vector<std::string> out;
+  for (const auto& d : kDefs) out.push_back(std::string(d.name) + (std::strcmp(d.type, "counter") == 0 ? "_total" : ""));
+  return out;
+}
+
 void MetricsPage::observe(const Payload& payload, const std::function<std::vector<JobStatus>()>& jobs) {
   if (const auto* gpu = std::get_if<GpuSample>(&payload)) gpus_[gpu->gpuIndex] = *gpu;
   const std::string jobId = jobOf(payload);

@@ -35,6 +35,8 @@ class MetricsPage {
   // first time.
   void observe(const Payload& payload, const std::function<std::vector<JobStatus>()>& jobs);
   bool knows(const std::string& jobId) const { return trackers_.count(jobId) != 0; }
+  // Every series name the page can hold (counters with their _total), for dashboards to check against.
+  static std::vector<std::string> seriesNames();
   // The page, as of `nowUnixUs`, for the jobs the agent holds (others are forgotten).
   std::string render(std::int64_t nowUnixUs, const std::vector<JobStatus>& jobs);
 

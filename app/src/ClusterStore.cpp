@@ -41,6 +41,14 @@ ClusterStore::~ClusterStore() {
   for (const auto& a : agents_) closeAgent(*a);
 }
 
+void ClusterStore::addSlurmCluster(SlurmClusterEntry cluster) {
+  for (const auto& c : slurmClusters_) {
+    if (c.login == cluster.login) return;
+  }
+  slurmClusters_.push_back(std::move(cluster));
+  Q_EMIT agentsChanged();
+}
+
 void ClusterStore::addAgent(const AgentAddress& address, const std::string& publicKey) {
   const QString id = QString::fromStdString(address.text());
   if (findAgent(id)) return;

@@ -34,6 +34,13 @@ struct AgentEntry {
   std::unique_ptr<AgentWorker> worker;
 };
 
+// A Slurm cluster the launcher can send jobs to (docs/cluster.md): its login host is this one,
+// where sbatch runs; partition and account are the launcher's defaults.
+struct SlurmClusterEntry {
+  QString login;
+  QString partition, account;
+};
+
 struct GpuEntry {
   QString agentId;
   std::string node;
@@ -66,6 +73,8 @@ class ClusterStore : public QObject {
   void removeAgent(const QString& id);
 
   const std::vector<std::unique_ptr<AgentEntry>>& agents() const { return agents_; }
+  void addSlurmCluster(SlurmClusterEntry cluster);
+  const std::vector<SlurmClusterEntry>& slurmClusters() const { return slurmClusters_; }
   const AgentEntry* agent(const QString& id) const;
   std::vector<GpuEntry> gpus() const;
   std::vector<const JobEntry*> jobs() const;  // oldest first
@@ -111,6 +120,7 @@ class ClusterStore : public QObject {
   HistoryRecorder* history_;
   std::unique_ptr<Ingest> ingest_;  // outlives the workers, which feed it
   std::vector<std::unique_ptr<AgentEntry>> agents_;
+  std::vector<SlurmClusterEntry> slurmClusters_;
   std::map<std::string, std::unique_ptr<JobEntry>> jobs_;
   std::vector<std::string> jobOrder_;
   std::map<std::pair<QString, std::uint32_t>, GpuSample> gpuSamples_;

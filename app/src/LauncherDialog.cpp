@@ -24,6 +24,7 @@
 #include "lockstep/client/launch.h"
 #include "lockstep/jobflags/options.h"
 #include "lockstep/protocol/names.h"
+#include "lockstep/protocol/validate.h"
 
 namespace lockstep::app {
 namespace {
@@ -61,6 +62,14 @@ QWidget* LauncherDialog::placementBox() {
   backend_->addItem(tr("GPU ranks (CUDA + NCCL)"), static_cast<int>(Backend::kCuda));
   connect(backend_, &QComboBox::currentIndexChanged, this, &LauncherDialog::revalidate);
   whereLayout->addWidget(backend_);
+  where_ = new QComboBox(this);
+  where_->setObjectName(QStringLiteral("where"));
+  where_->addItem(tr("On the connected agents"));
+  for (const auto& c : store_.slurmClusters()) where_->addItem(tr("On Slurm, submitted on %1").arg(c.login));
+  where_->setVisible(where_->count() > 1);
+  connect(where_, &QComboBox::currentIndexChanged, this, &LauncherDialog::revalidate);
+  whereLayout->addWidget(where_);
+  whereLayout->addWidget(slurmBox());
   agents_ = new QTableWidget(0, 5, this);
   agents_->setObjectName(QStringLiteral("agents"));
   agents_->setHorizontalHeaderLabels({tr("Agent"), tr("Node"), tr("Cores"), tr("Free GPUs"), tr("Ranks")});
@@ -89,6 +98,40 @@ QWidget* LauncherDialog::placementBox() {
   whereLayout->addWidget(agents_);
   return where;
 
+}
+
+// What to ask Slurm for (lockstepctl start --slurm's flags): nodes, GPUs per node (none: CPU
+// ranks, as many as Ranks says), time limit, partition, account.
+QWidget* LauncherDialog::slurmBox() {
+  slurmBox_ = new QWidget(this);
+  auto* form = new QFormLayout(slurmBox_);
+  form->setContentsMargins(0, 0, 0, 0);
+  const auto spin = [&](const QString& name, int lo, int hi, int value) {
+    auto* s = new QSpinBox(this);
+    s->setObjectName(name);
+    s->setRange(lo, hi);
+    s->setValue(value);
+    connect(s, &QSpinBox::valueChanged, this, &LauncherDialog::revalidate);
+    return s;
+  };
+  slurmNodes_ = spin(QStringLiteral("slurmNodes"), 1, 4096, 1);
+  slurmGpus_ = spin(QStringLiteral("slurmGpusPerNode"), 0, 64, 0);
+  slurmGpus_->setSpecialValueText(tr("none (CPU ranks)"));
+  slurmRanks_ = spin(QStringLiteral("slurmRanks"), 1, 1 << 20, 2);
+  slurmTime_ = edit(QStringLiteral("slurmTime"), {}, tr("the partition's limit (e.g. 2:00:00)"));
+  // The first cluster's defaults (set at creation: a change re-checks the whole form).
+  const auto& clusters = store_.slurmClusters();
+  slurmPartition_ = edit(QStringLiteral("slurmPartition"), clusters.empty() ? QString() : clusters.front().partition,
+                         tr("the cluster's default"));
+  slurmAccount_ = edit(QStringLiteral("slurmAccount"), clusters.empty() ? QString() : clusters.front().account,
+                       tr("your default"));
+  form->addRow(tr("Nodes"), slurmNodes_);
+  form->addRow(tr("GPUs per node"), slurmGpus_);
+  form->addRow(tr("CPU ranks in all"), slurmRanks_);
+  form->addRow(tr("Time limit"), slurmTime_);
+  form->addRow(tr("Partition"), slurmPartition_);
+  form->addRow(tr("Account"), slurmAccount_);
+  return slurmBox_;
 }
 
 // The built-in MLP of lockstep-trainer: model, data, batch, optimizer, length, checkpoints.
@@ -327,7 +370,7 @@ void LauncherDialog::setField(const QString& name, const QVariant& value) {
 
 QString LauncherDialog::error() const { return placed_ ? QString() : error_->text(); }
 
-Result<JobSpec> LauncherDialog::build() const {
+Result<JobSpec> LauncherDialog::build() {
   JobSpec s;
   if (kind_->currentIndex() == 1) {
     LOCKSTEP_ASSIGN_OR_RETURN(s, programJob());
@@ -340,6 +383,7 @@ Result<JobSpec> LauncherDialog::build() const {
   LOCKSTEP_ASSIGN_OR_RETURN(s.prices.coreHour, real(priceCore_, tr("price per core-hour")));
   LOCKSTEP_ASSIGN_OR_RETURN(s.prices.kwh, real(priceKwh_, tr("price per kWh")));
   s.prices.currency = currency_->text().trimmed().toStdString();
+  if (where_->currentIndex() > 0) return checkedForSlurm(std::move(s));
   std::vector<std::pair<QString, std::uint32_t>> ranks;
   for (int row = 0; row < agents_->rowCount(); ++row) {
     const auto* spin = qobject_cast<QSpinBox*>(agents_->cellWidget(row, 4));
@@ -347,6 +391,34 @@ Result<JobSpec> LauncherDialog::build() const {
   }
   if (agents_->rowCount() == 0) return invalidArgument("no agent is connected: add one with Cluster ▸ Add Agent");
   return store_.place(s, ranks);
+}
+
+// A Slurm job is placed once its agents are up (SlurmLauncher); until then it is checked with the
+// agents' rules on stand-in nodes, so that what the form says is wrong is what they would say.
+Result<JobSpec> LauncherDialog::checkedForSlurm(JobSpec spec) {
+  SlurmRequest r;
+  r.allocation.nodes = static_cast<std::uint32_t>(slurmNodes_->value());
+  r.allocation.gpusPerNode = static_cast<std::uint32_t>(slurmGpus_->value());
+  r.allocation.time = slurmTime_->text().trimmed().toStdString();
+  r.allocation.partition = slurmPartition_->text().trimmed().toStdString();
+  r.allocation.account = slurmAccount_->text().trimmed().toStdString();
+  r.ranks = static_cast<std::uint32_t>(slurmRanks_->value());
+  const bool gpus = r.allocation.gpusPerNode > 0;
+  if (gpus != (spec.backend == Backend::kCuda)) {
+    return invalidArgument(gpus ? "GPUs per node gives each rank a GPU: choose GPU ranks"
+                                : "GPU ranks on Slurm: say how many GPUs per node to ask for");
+  }
+  JobSpec check = spec;
+  check.worldSize = gpus ? r.allocation.nodes * r.allocation.gpusPerNode : r.ranks;
+  for (std::uint32_t rank = 0; rank < check.worldSize; ++rank) {
+    const std::uint32_t node = gpus ? rank / r.allocation.gpusPerNode : rank % r.allocation.nodes;
+    const std::uint32_t local = gpus ? rank % r.allocation.gpusPerNode : rank / r.allocation.nodes;
+    check.ranks.push_back({rank, "slurm-node-" + std::to_string(node), local, gpus ? std::optional(local) : std::nullopt});
+  }
+  LOCKSTEP_TRY(validateJobSpec(check));
+  spec.worldSize = check.worldSize;
+  slurm_ = r;
+  return spec;
 }
 
 Result<JobSpec> LauncherDialog::programJob() const {
@@ -420,6 +492,11 @@ void LauncherDialog::revalidate() {
   const bool program = kind_->currentIndex() == 1;
   backend_->setItemText(0, program ? tr("CPU ranks") : tr("CPU ranks (OpenBLAS + Gloo)"));
   backend_->setItemText(1, program ? tr("GPU ranks (one GPU each)") : tr("GPU ranks (CUDA + NCCL)"));
+  const bool onSlurm = where_->currentIndex() > 0;
+  slurmBox_->setVisible(onSlurm);
+  agents_->setVisible(!onSlurm);
+  slurmRanks_->setEnabled(slurmGpus_->value() == 0);
+  slurm_.reset();
   auto built = build();
   if (built) {
     placed_ = *built;

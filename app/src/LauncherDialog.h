@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "ClusterStore.h"
+#include "SlurmLauncher.h"
 
 QT_BEGIN_NAMESPACE
 class QCheckBox;
@@ -30,25 +31,34 @@ class LauncherDialog : public QDialog {
  public:
   LauncherDialog(const ClusterStore& store, QWidget* parent = nullptr);
 
-  // The placed job, when the form is valid.
+  // The placed job, when the form is valid; for a Slurm cluster, not placed yet, with what to ask
+  // Slurm for in slurmRequest().
   const std::optional<JobSpec>& job() const { return placed_; }
+  const std::optional<SlurmRequest>& slurmRequest() const { return slurm_; }
   QString error() const;
   // Sets a field by object name (tests and defaults): a line edit's text, a spin box's value.
   void setField(const QString& name, const QVariant& value);
 
  private:
   QWidget* placementBox();
+  QWidget* slurmBox();
+  Result<JobSpec> checkedForSlurm(JobSpec spec);
   QWidget* trainerPage();
   QWidget* programPage();
   QLayout* pricesRow();
   void revalidate();
-  Result<JobSpec> build() const;
+  Result<JobSpec> build();
   Result<JobSpec> trainerJob() const;
   Result<JobSpec> programJob() const;
   QLineEdit* edit(const QString& name, const QString& text, const QString& placeholder = {});
 
   const ClusterStore& store_;
   std::optional<JobSpec> placed_;
+  std::optional<SlurmRequest> slurm_;
+  QComboBox* where_;  // the connected agents, or a Slurm cluster
+  QWidget* slurmBox_;
+  QSpinBox *slurmNodes_, *slurmGpus_, *slurmRanks_;
+  QLineEdit *slurmTime_, *slurmPartition_, *slurmAccount_;
   QTableWidget* agents_;
   QTabWidget* kind_;
   QLineEdit *program_, *arguments_, *workingDir_, *environment_, *programTarget_;

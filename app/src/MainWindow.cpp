@@ -4,6 +4,8 @@
 #include <QApplication>
 #include <QClipboard>
 #include <QCloseEvent>
+#include <QDialogButtonBox>
+#include <QFormLayout>
 #include <QHeaderView>
 #include <QLabel>
 #include <QLineEdit>
@@ -12,6 +14,7 @@
 #include <QSettings>
 #include <QSortFilterProxyModel>
 #include <QSplitter>
+#include <QSysInfo>
 #include <QStatusBar>
 #include <QTableView>
 #include <QToolBar>
@@ -23,6 +26,7 @@
 #include "HistoryWindow.h"
 #include "LauncherDialog.h"
 #include "Models.h"
+#include "lockstep/common/process.h"
 #include "lockstep/net/keys.h"
 
 namespace lockstep::app {
@@ -44,7 +48,12 @@ QTableView* makeTable(QAbstractItemModel* model, QWidget* parent) {
 }  // namespace
 
 MainWindow::MainWindow(ClusterStore& store, QString configDir, HistoryRecorder* history, QWidget* parent)
-    : QMainWindow(parent), store_(store), control_(store), configDir_(std::move(configDir)), history_(history) {
+    : QMainWindow(parent),
+      store_(store),
+      control_(store),
+      slurm_(store, control_),
+      configDir_(std::move(configDir)),
+      history_(history) {
   setWindowTitle(tr("Lockstep"));
   agentsModel_ = new AgentsModel(store_, this);
   gpusModel_ = new GpusModel(store_, this);
@@ -92,6 +101,7 @@ MainWindow::MainWindow(ClusterStore& store, QString configDir, HistoryRecorder* 
   auto* cluster = menuBar()->addMenu(tr("&Cluster"));
   auto* addAgent = cluster->addAction(tr("&Add Agent…"), this, &MainWindow::addAgentDialog);
   addAgent->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_A));
+  cluster->addAction(tr("Add &Slurm Cluster…"), this, &MainWindow::addSlurmClusterDialog);
   auto* jobMenu = menuBar()->addMenu(tr("&Job"));
   auto* newJobAction = jobMenu->addAction(tr("&New Job…"), this, &MainWindow::newJob);
   newJobAction->setShortcut(QKeySequence::New);
@@ -143,6 +153,13 @@ MainWindow::MainWindow(ClusterStore& store, QString configDir, HistoryRecorder* 
   connect(&control_, &JobControl::restartRefused, this, [this](const QString& jobId, const QString& message) {
     QMessageBox::warning(this, tr("Job not restarted"), tr("Job %1 lost ranks and was not restarted:\n\n%2").arg(jobId, message));
   });
+  connect(&slurm_, &SlurmLauncher::progress, this, [this](const QString& jobId, const QString& message) {
+    statusBar()->showMessage(tr("Job %1: %2").arg(jobId, message), 60000);
+  });
+  connect(&slurm_, &SlurmLauncher::failed, this, [this](const QString& jobId, const QString& message) {
+    statusBar()->clearMessage();
+    QMessageBox::warning(this, tr("Job not started"), tr("Job %1 did not start on Slurm:\n\n%2").arg(jobId, message));
+  });
   connect(&control_, &JobControl::stopFinished, this, [this](const QString& jobId, bool ok, const QString& message) {
     if (!ok) QMessageBox::warning(this, tr("Stop failed"), tr("Job %1 did not stop everywhere:\n\n%2").arg(jobId, message));
   });
@@ -174,6 +191,10 @@ MainWindow::MainWindow(ClusterStore& store, QString configDir, HistoryRecorder* 
     right_->setSizes({150, 800});
   }
 
+  for (const QString& line : settings.value(QStringLiteral("slurm/clusters")).toStringList()) {
+    const QStringList fields = line.split(QLatin1Char('\t'));
+    if (fields.size() == 3) store_.addSlurmCluster({fields[0], fields[1], fields[2]});
+  }
   if (auto known = KnownAgents::load(knownAgentsPath(configDir_.toStdString()))) {
     for (const auto& [address, key] : known->all()) {
       if (auto parsed = parseAgentAddress(address)) store_.addAgent(*parsed, key);
@@ -253,10 +274,48 @@ void MainWindow::addAgentDialog() {
   }
 }
 
+// A Slurm cluster whose login host is this one: sbatch must be here (docs/cluster.md).
+void MainWindow::addSlurmClusterDialog() {
+  QDialog dialog(this);
+  dialog.setWindowTitle(tr("Add Slurm Cluster"));
+  auto* form = new QFormLayout(&dialog);
+  const QString login = QSysInfo::machineHostName();
+  auto* about = new QLabel(tr("Jobs are submitted with sbatch here, on %1, and their agents announce "
+                              "themselves in your home directory, which the cluster's nodes share.").arg(login), &dialog);
+  about->setWordWrap(true);
+  form->addRow(about);
+  auto* partition = new QLineEdit(&dialog);
+  partition->setPlaceholderText(tr("the cluster's default"));
+  auto* account = new QLineEdit(&dialog);
+  account->setPlaceholderText(tr("your default"));
+  form->addRow(tr("Partition"), partition);
+  form->addRow(tr("Account"), account);
+  auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, &dialog);
+  connect(buttons, &QDialogButtonBox::accepted, &dialog, &QDialog::accept);
+  connect(buttons, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
+  form->addRow(buttons);
+  if (dialog.exec() != QDialog::Accepted) return;
+  if (auto sbatch = runCommand({"sbatch", "--version"}, std::chrono::seconds(10)); !sbatch || !sbatch->status.success()) {
+    QMessageBox::warning(this, tr("Add Slurm Cluster"),
+                         tr("sbatch does not run here (%1): add the cluster from its login host.")
+                             .arg(sbatch ? QString::fromStdString(sbatch->err).trimmed()
+                                         : QString::fromStdString(sbatch.error().message)));
+    return;
+  }
+  store_.addSlurmCluster({login, partition->text().trimmed(), account->text().trimmed()});
+  QStringList saved;
+  for (const auto& c : store_.slurmClusters()) saved << c.login + QLatin1Char('\t') + c.partition + QLatin1Char('\t') + c.account;
+  QSettings().setValue(QStringLiteral("slurm/clusters"), saved);
+}
+
 void MainWindow::newJob() {
   LauncherDialog dialog(store_, this);
   if (dialog.exec() != QDialog::Accepted || !dialog.job()) return;
-  control_.launch(*dialog.job());
+  if (dialog.slurmRequest()) {
+    slurm_.launch(*dialog.job(), *dialog.slurmRequest());
+  } else {
+    control_.launch(*dialog.job());
+  }
 }
 
 HistoryWindow* MainWindow::showHistory() {

@@ -8,6 +8,7 @@
 
 #include "ClusterStore.h"
 #include "JobControl.h"
+#include "SlurmLauncher.h"
 
 QT_BEGIN_NAMESPACE
 class QAction;
@@ -38,6 +39,7 @@ class MainWindow : public QMainWindow {
 
   DashboardWidget* dashboard() const { return dashboard_; }
   JobControl& control() { return control_; }  // launches, stops and follows jobs
+  SlurmLauncher& slurm() { return slurm_; }    // jobs on a Slurm cluster
   AgentsModel* agentsModel() const { return agentsModel_; }
   JobsModel* jobsModel() const { return jobsModel_; }
   QTableView* jobsView() const { return jobsView_; }
@@ -51,6 +53,7 @@ class MainWindow : public QMainWindow {
   void newJob();
   void showAppKey();
   void addAgentDialog();
+  void addSlurmClusterDialog();
   HistoryWindow* showHistory();  // nullptr without a history
   void exportReport();          // of the job on show
 
@@ -64,6 +67,7 @@ class MainWindow : public QMainWindow {
 
   ClusterStore& store_;
   JobControl control_;
+  SlurmLauncher slurm_;
   QString configDir_;
   AgentsModel* agentsModel_;
   GpusModel* gpusModel_;

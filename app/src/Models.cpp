@@ -58,8 +58,26 @@ AgentsModel::AgentsModel(const ClusterStore& store, QObject* parent)
     : RefreshedTableModel({tr("Agent"), tr("Node"), tr("State"), tr("Cores"), tr("GPUs")}, parent), store_(store) {}
 int AgentsModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : rows_; }
 
+// A Slurm cluster's row, after the agents': where the launcher can submit to.
+QVariant AgentsModel::slurmData(const SlurmClusterEntry& c, int column, int role) const {
+  if (role == Qt::ToolTipRole) {
+    return tr("Slurm cluster: jobs are submitted with sbatch on %1 (New Job ▸ Where)").arg(c.login);
+  }
+  if (role != Qt::DisplayRole) return {};
+  switch (column) {
+    case kAgent: return tr("Slurm via %1").arg(c.login);
+    case kNode: return c.partition.isEmpty() ? tr("default partition") : tr("partition %1").arg(c.partition);
+    case kState: return tr("submits jobs");
+    default: return dash();
+  }
+}
+
 QVariant AgentsModel::data(const QModelIndex& index, int role) const {
-  if (!index.isValid() || index.row() >= static_cast<int>(store_.agents().size())) return {};
+  const auto agents = static_cast<int>(store_.agents().size());
+  if (index.isValid() && index.row() >= agents && index.row() < rows_) {
+    return slurmData(store_.slurmClusters()[static_cast<std::size_t>(index.row() - agents)], index.column(), role);
+  }
+  if (!index.isValid() || index.row() >= agents) return {};
   const AgentEntry& a = *store_.agents()[static_cast<std::size_t>(index.row())];
   if (role == Qt::ToolTipRole) return a.message.isEmpty() ? QVariant() : QVariant(a.message);
   if (role == Qt::ForegroundRole && index.column() == kState) {
@@ -83,12 +101,13 @@ QVariant AgentsModel::data(const QModelIndex& index, int role) const {
 
 void AgentsModel::refresh() {
   const int old = rows_;
-  rows_ = static_cast<int>(store_.agents().size());
+  rows_ = static_cast<int>(store_.agents().size() + store_.slurmClusters().size());
   resetOrUpdate(old, rows_);
 }
 
 QString AgentsModel::agentId(int row) const {
-  return row >= 0 && row < rows_ ? store_.agents()[static_cast<std::size_t>(row)]->id : QString();
+  return row >= 0 && row < static_cast<int>(store_.agents().size()) ? store_.agents()[static_cast<std::size_t>(row)]->id
+                                                                      : QString();
 }
 
 // ---- GPUs ----

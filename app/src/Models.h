@@ -36,8 +36,9 @@ class AgentsModel : public RefreshedTableModel {
   QString agentId(int row) const;
 
  private:
+  QVariant slurmData(const SlurmClusterEntry& cluster, int column, int role) const;
   const ClusterStore& store_;
-  int rows_ = 0;
+  int rows_ = 0;  // agents, then Slurm clusters
 };
 
 class GpusModel : public RefreshedTableModel {

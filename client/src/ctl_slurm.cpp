@@ -36,10 +36,13 @@ Result<Connected> startSlurmAgents(const Globals& g, const SlurmStart& s, JobSpe
                 started.slurmJobId.c_str(), spec.jobId.c_str(), s.allocation.nodes, s.allocation.nodes == 1 ? "" : "s");
     std::fflush(stdout);
   }
+  std::string said;  // what was printed last: each change of state once
   const auto progress = [&](const slurm::JobInfo& info) {
-    if (g.json || !info.pending()) return;
-    std::printf("%s\n", info.describe().c_str());
+    if (g.json || !info.pending() || info.describe() == said) return g_interrupted.load() == 0;
+    said = info.describe();
+    std::printf("%s\n", said.c_str());
     std::fflush(stdout);
+    return g_interrupted.load() == 0;
   };
   auto agents = slurm::waitForAgents(spec.jobId, started.slurmJobId, s.allocation.nodes,
                                      std::chrono::seconds(s.waitS), progress);
@@ -76,13 +79,12 @@ Error withSlurmState(const Globals& g, const std::string& slurmJobId, Error e) {
 }
 
 void endSlurmJob(const Globals& g, const std::string& jobId) {
-  auto started = slurm::startedFor(jobId);
-  if (!started || !started->submitted) return;  // an allocation of the user's own stays theirs
-  if (auto cancelled = slurm::cancel(started->slurmJobId, g.timeout); !cancelled) {
-    std::fprintf(stderr, "lockstepctl: could not cancel Slurm job %s: %s\n", started->slurmJobId.c_str(),
+  auto cancelled = slurm::cancelSubmitted(jobId, g.timeout);
+  if (!cancelled) {
+    std::fprintf(stderr, "lockstepctl: could not cancel job %s's Slurm job: %s\n", jobId.c_str(),
                  cancelled.error().message.c_str());
-  } else if (!g.json) {
-    std::printf("cancelled Slurm job %s\n", started->slurmJobId.c_str());
+  } else if (*cancelled && !g.json) {
+    std::printf("cancelled Slurm job %s\n", (*cancelled)->c_str());
   }
 }
 

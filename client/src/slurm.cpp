@@ -218,9 +218,8 @@ std::vector<Announced> announced(const std::string& lockstepJobId) {
 
 Result<std::vector<Announced>> waitForAgents(const std::string& lockstepJobId, const std::string& slurmJobId,
                                              std::uint32_t nodes, milliseconds timeout,
-                                             const std::function<void(const JobInfo&)>& progress) {
+                                             const std::function<bool(const JobInfo&)>& progress) {
   const auto deadline = Clock::now() + timeout;
-  std::string lastState;
   auto nextQuery = Clock::now();
   while (true) {
     auto agents = announced(lockstepJobId);
@@ -228,8 +227,7 @@ Result<std::vector<Announced>> waitForAgents(const std::string& lockstepJobId, c
     if (Clock::now() >= nextQuery) {
       nextQuery = Clock::now() + milliseconds(2000);
       LOCKSTEP_ASSIGN_OR_RETURN(const JobInfo info, query(slurmJobId, milliseconds(10000)));
-      if (info.state + info.reason != lastState) progress(info);
-      lastState = info.state + info.reason;
+      if (!progress(info)) return Error{ErrorCode::kCancelled, "gave up waiting for " + info.describe()};
       if (info.ended()) {
         const std::string dir = jobDirectory(lockstepJobId);
         const std::string output = lastLines(dir + "/slurm-" + slurmJobId + ".out", 5) + lastLines(dir + "/srun.out", 5);
@@ -243,6 +241,15 @@ Result<std::vector<Announced>> waitForAgents(const std::string& lockstepJobId, c
     }
     std::this_thread::sleep_for(milliseconds(250));
   }
+}
+
+Result<std::optional<std::string>> cancelSubmitted(const std::string& lockstepJobId, milliseconds timeout) {
+  auto started = startedFor(lockstepJobId);
+  if (!started && started.error().code == ErrorCode::kNotFound) return std::optional<std::string>();
+  if (!started) return started.error();
+  if (!started->submitted) return std::optional<std::string>();
+  LOCKSTEP_TRY(cancel(started->slurmJobId, timeout));
+  return std::optional(started->slurmJobId);
 }
 
 }  // namespace lockstep::slurm

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,9 +86,13 @@ struct Announced {
 std::vector<Announced> announced(const std::string& lockstepJobId);
 // Waits until `nodes` agents announced themselves; fails when the Slurm job ends first (with its
 // state and the end of its output) or the timeout passes (with why Slurm still holds it).
-// `progress` hears each change of the Slurm job's state.
+// `progress` hears what Slurm says of the job every couple of seconds; it returns false to give up
+// (kCancelled).
 Result<std::vector<Announced>> waitForAgents(const std::string& lockstepJobId, const std::string& slurmJobId,
                                              std::uint32_t nodes, std::chrono::milliseconds timeout,
-                                             const std::function<void(const JobInfo&)>& progress);
+                                             const std::function<bool(const JobInfo&)>& progress);
+// After a Lockstep job was stopped: cancels the batch job started for it (never an allocation of
+// the user's own). Returns the Slurm job id it cancelled, or nothing for a job not submitted so.
+Result<std::optional<std::string>> cancelSubmitted(const std::string& lockstepJobId, std::chrono::milliseconds timeout);
 
 }  // namespace lockstep::slurm
