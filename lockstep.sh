@@ -31,6 +31,7 @@ PACKAGES=(
   qt6-base-dev qt6-charts-dev qt6-svg-dev libqt6opengl6-dev libgl-dev  # the desktop app, PDF reports
   poppler-utils python3-jsonschema  # the report tests read PDFs back and check JSON against its schema
   dpkg-dev file help2man desktop-file-utils  # the Debian packages: shlibdeps, man pages, their test
+  slurm-wlm munge prometheus curl  # real Slurm and Prometheus servers for the cluster tests (tests/cluster)
 )
 
 say() { printf '\033[1mlockstep:\033[0m %s\n' "$*" >&2; }
