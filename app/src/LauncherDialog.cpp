@@ -500,8 +500,10 @@ void LauncherDialog::revalidate() {
   auto built = build();
   if (built) {
     placed_ = *built;
-    error_->setText(program ? tr("%1 rank(s) of %2.").arg(built->worldSize).arg(QString::fromStdString(built->command->argv.front()))
-                            : tr("%1 rank(s), global batch %2.").arg(built->worldSize).arg(built->globalBatch()));
+    error_->setText((program ? tr("%1 rank(s) of %2.").arg(built->worldSize).arg(QString::fromStdString(built->command->argv.front()))
+                             : tr("%1 rank(s), global batch %2.").arg(built->worldSize).arg(built->globalBatch())) +
+                    (slurm_ ? tr(" Slurm places them on %1 node(s) once its agents are up.").arg(slurm_->allocation.nodes)
+                            : QString()));
     error_->setForegroundRole(QPalette::PlaceholderText);
   } else {
     placed_.reset();

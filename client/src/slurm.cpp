@@ -1,7 +1,5 @@
 #include "lockstep/client/slurm.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -12,6 +10,7 @@
 
 #include "lockstep/common/files.h"
 #include "lockstep/common/process.h"
+#include "lockstep/protocol/validate.h"
 
 namespace lockstep::slurm {
 namespace {
@@ -23,10 +22,10 @@ using std::chrono::milliseconds;
 // A Slurm tool's run: its output, or an error that says what it said.
 Result<std::string> tool(const std::vector<std::string>& argv, milliseconds timeout) {
   auto ran = runCommand(argv, timeout);
-  if (!ran) return ran.error().withContext(argv[0]);
-  if (ran->status.exitCode == 127 && ran->status.signal == 0) {
+  if (!ran && ran.error().code == ErrorCode::kNotFound) {
     return Error{ErrorCode::kUnavailable, argv[0] + " is not on PATH: run this on a Slurm login host (docs/cluster.md)"};
   }
+  if (!ran) return ran.error().withContext(argv[0]);
   if (!ran->status.success()) {
     return Error{ErrorCode::kFailedPrecondition, argv[0] + " failed (" + ran->status.describe() + "): " + trim(ran->err + ran->out)};
   }
@@ -66,16 +65,6 @@ std::string batchScript(const AgentsLaunch& l, const std::string& dir) {
   if (!a.account.empty()) s += "#SBATCH --account=" + a.account + "\n";
   s += "#SBATCH --output=" + dir + "/slurm-%j.out\n";
   return s + "exec " + srunLine(l, dir) + "\n";
-}
-
-std::string whereOnPath(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  std::stringstream dirs(path ? path : "/usr/bin:/bin");
-  for (std::string d; std::getline(dirs, d, ':');) {
-    const fs::path candidate = fs::path(d.empty() ? "." : d) / name;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
-  }
-  return {};
 }
 
 // Slurm's own words for a field the user typed into a #SBATCH line: no line breaks, no spaces.
@@ -156,6 +145,7 @@ std::string jobDirectory(const std::string& lockstepJobId) {
 }
 
 Result<Started> startAgents(const AgentsLaunch& l, milliseconds timeout) {
+  LOCKSTEP_TRY(validateJobId(l.lockstepJobId));  // it names a directory and the batch job
   for (const auto& [flag, value] : {std::pair("--time", l.allocation.time), {"--partition", l.allocation.partition},
                                     {"--account", l.allocation.account}}) {
     LOCKSTEP_TRY(checkField(flag, value));
@@ -169,7 +159,7 @@ Result<Started> startAgents(const AgentsLaunch& l, milliseconds timeout) {
   Started started;
   if (const char* inside = std::getenv("SLURM_JOB_ID"); inside && *inside) {
     // Inside an allocation: the agents are a step of it, left running when lockstepctl exits.
-    const std::string srun = whereOnPath("srun");
+    const std::string srun = findOnPath("srun");
     if (srun.empty()) return Error{ErrorCode::kUnavailable, "SLURM_JOB_ID is set but srun is not on PATH"};
     SpawnOptions spawn;
     spawn.argv = {"/bin/sh", "-c", srunLine(l, dir)};

@@ -7,16 +7,32 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <sstream>
 
 #include "lockstep/common/fd.h"
 #include "lockstep/common/process.h"
 
 namespace lockstep {
 
+std::string findOnPath(const std::string& name) {
+  if (name.find('/') != std::string::npos) return ::access(name.c_str(), X_OK) == 0 ? name : std::string();
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "/usr/bin:/bin");
+  for (std::string d; std::getline(dirs, d, ':');) {
+    const std::string candidate = (d.empty() ? std::string(".") : d) + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return {};
+}
+
 Result<CommandOutput> runCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
                                  std::size_t maxBytes) {
   if (argv.empty()) return invalidArgument("runCommand: no program");
+  // Found before fork: between fork and exec a threaded caller's child may only make system calls.
+  const std::string program = findOnPath(argv[0]);
+  if (program.empty()) return Error{ErrorCode::kNotFound, argv[0] + " is not on PATH"};
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0) return ioError(std::string("pipe: ") + std::strerror(errno));
   if (::pipe2(err, O_CLOEXEC) != 0) {
@@ -43,9 +59,7 @@ Result<CommandOutput> runCommand(const std::vector<std::string>& argv, std::chro
     ::dup2(null, 0);
     ::dup2(out[1], 1);
     ::dup2(err[1], 2);
-    ::execvp(args[0], args.data());
-    const char* why = std::strerror(errno);
-    (void)!::write(2, why, std::strlen(why));
+    ::execv(program.c_str(), args.data());
     ::_exit(127);
   }
   ::close(out[1]);

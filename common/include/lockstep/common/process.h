@@ -101,6 +101,9 @@ Result<std::optional<ExitStatus>> waitProcess(pid_t pid, std::chrono::millisecon
 Result<std::optional<std::pair<pid_t, ExitStatus>>> waitAnyProcess(const std::vector<pid_t>& pids,
                                                                    std::chrono::milliseconds timeout);
 
+// `name`'s path on PATH (a name with a slash: itself), or empty when it is not there or not executable.
+std::string findOnPath(const std::string& name);
+
 // A command-line tool's run (sbatch, scontrol): how it ended and what it printed.
 struct CommandOutput {
   ExitStatus status;
