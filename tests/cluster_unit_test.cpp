@@ -112,6 +112,45 @@ TEST(MetricsPage, BaseUnitsCountersAndLabelsFromTheStreamAlone) {
   EXPECT_EQ(line(forgotten, "lockstep_job_state{"), "");
 }
 
+// Two nodes, a GPU rank on each: node n's page holds n's rank and GPU-seconds, so that the nodes'
+// pages add up to the job; a GPU sample without an energy reading keeps the last one.
+TEST(MetricsPage, ANodeCountsItsOwnPartAndKeepsTheLastEnergyReading) {
+  std::vector<JobStatus> jobs = {runningJob()};
+  jobs[0].spec.ranks = {{0, "n", 0, 0u}, {1, "m", 0, 0u}};
+  const auto list = [&] { return jobs; };
+  const std::int64_t t0 = 1'700'000'000'000'000;
+  GpuSample gpu;
+  gpu.node = "n";
+  gpu.gpuIndex = 0;
+  gpu.jobId = "j\"1";
+  gpu.energyMillijoules = 7'000'000;
+  gpu.powerMilliwatts = 300'000;
+
+  MetricsPage page("n");
+  page.observe(gpu, list);
+  gpu.energyMillijoules.reset();
+  gpu.powerMilliwatts = 310'000;
+  page.observe(gpu, list);
+  for (std::uint64_t s = 1; s <= 4; ++s) page.observe(step(0, s, t0 + static_cast<std::int64_t>(s) * 1'000'000), list);
+  const std::string text = page.render(t0 + 4'000'000, jobs);
+  EXPECT_EQ(line(text, "lockstep_gpu_energy_joules_total"), R"(lockstep_gpu_energy_joules_total{node="n",gpu="0",job_id="j\"1"} 7000)");
+  EXPECT_EQ(line(text, "lockstep_gpu_power_watts{"), R"(lockstep_gpu_power_watts{node="n",gpu="0",job_id="j\"1"} 310)");
+  // One GPU for 4 s here (the other rank's GPU is node m's to count).
+  EXPECT_EQ(line(text, "lockstep_job_gpu_seconds_total"), R"(lockstep_job_gpu_seconds_total{node="n",job_id="j\"1"} 4)");
+
+  // A Slurm allocation of 8 GPUs over the two nodes: 4 of them here.
+  jobs[0].spec.jobId = jobs[0].spec.jobId + "s";
+  jobs[0].spec.allocatedGpus = 8;
+  MetricsPage slurmPage("n");
+  for (std::uint64_t s = 1; s <= 4; ++s) {
+    StepReport r = step(0, s, t0 + static_cast<std::int64_t>(s) * 1'000'000);
+    r.jobId = jobs[0].spec.jobId;
+    slurmPage.observe(r, list);
+  }
+  EXPECT_EQ(line(slurmPage.render(t0 + 4'000'000, jobs), "lockstep_job_gpu_seconds_total"),
+            R"(lockstep_job_gpu_seconds_total{node="n",job_id="j\"1s"} 16)");
+}
+
 TEST(MetricsPage, TheGrafanaDashboardAsksOnlyForSeriesThePageHas) {
   const std::string dashboard = test::readText(std::string(LOCKSTEP_SOURCE_DIR) + "/resources/grafana-lockstep.json");
   ASSERT_FALSE(dashboard.empty());
@@ -126,15 +165,23 @@ TEST(MetricsPage, TheGrafanaDashboardAsksOnlyForSeriesThePageHas) {
   EXPECT_EQ(dashboard.find("job=~"), std::string::npos) << "the job's label is job_id: job is Prometheus' own";
 }
 
-// A raw HTTP exchange with the server: what it answers to `request` (empty: nothing).
-std::string httpExchange(std::uint16_t port, const std::string& request, bool halfClose = true) {
+// A TCP connection to the server on loopback (-1: none).
+int connectTo(std::uint16_t port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
+  ::close(fd);
+  return -1;
+}
+
+// A raw HTTP exchange with the server: what it answers to `request` (empty: nothing).
+std::string httpExchange(std::uint16_t port, const std::string& request, bool halfClose = true) {
+  const int fd = connectTo(port);
   std::string answer;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+  if (fd >= 0) {
     (void)!::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
     if (halfClose) ::shutdown(fd, SHUT_WR);
     timeval wait{5, 0};
@@ -172,6 +219,37 @@ TEST(MetricsServer, ServesThePageAndNothingElseAndOutlastsBadClients) {
   EXPECT_EQ(httpExchange(port, "GET /metrics HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 200 OK", 0), 0u);
   EXPECT_LT(std::chrono::steady_clock::now() - before, 4s);
   slow.join();
+}
+
+TEST(MetricsServer, ClientsThatStallHoldUpNoOtherScrape) {
+  auto server = MetricsServer::start("127.0.0.1:0");
+  ASSERT_TRUE(server) << server.error().message;
+  const std::uint16_t port = portOf(**server);
+  // Far more than the socket buffers hold: the server cannot hand it to the kernel in one go.
+  const std::string page = std::string(32u << 20, '#') + "\n# EOF\n";
+  (*server)->publish(page);
+
+  // One client asks and never reads; ten connect and never ask.
+  const int reader = connectTo(port);
+  ASSERT_GE(reader, 0);
+  const std::string ask = "GET /metrics HTTP/1.1\r\n\r\n";
+  ASSERT_EQ(::send(reader, ask.data(), ask.size(), MSG_NOSIGNAL), static_cast<ssize_t>(ask.size()));
+  std::vector<int> silent;
+  for (int i = 0; i < 10; ++i) silent.push_back(connectTo(port));
+  std::this_thread::sleep_for(200ms);
+
+  // Meanwhile a scrape gets the whole page, well before any of them is given up on (2 s).
+  const auto before = std::chrono::steady_clock::now();
+  const std::string answer = httpExchange(port, ask);
+  const auto took = std::chrono::steady_clock::now() - before;
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << answer.substr(0, 200);
+  EXPECT_EQ(answer.size() - answer.find("\r\n\r\n") - 4, page.size());
+  EXPECT_LT(took, 1500ms) << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
+  std::this_thread::sleep_for(2500ms);  // past the deadline: the stalled ones were dropped
+  char byte;
+  EXPECT_EQ(::recv(silent.front(), &byte, 1, MSG_DONTWAIT), 0) << "a silent client is closed after the deadline";
+  ::close(reader);
+  for (int fd : silent) ::close(fd);
 }
 
 TEST(MetricsServer, ListenAddressesAreCheckedAndLoopbackByDefault) {

@@ -67,6 +67,9 @@ constexpr std::array<FamilyDef, kFamilies> kDefs = {{
     {"lockstep_job_cost", "counter", "", "Spent so far by this node's part of the job, in its currency"},
 }};
 
+// The name a family's samples carry: a counter's with `_total`.
+std::string seriesName(const FamilyDef& d) { return std::string(d.name) + (std::strcmp(d.type, "counter") == 0 ? "_total" : ""); }
+
 std::string escaped(const std::string& value) {
   std::string out;
   for (char c : value) {
@@ -87,9 +90,7 @@ class Writer {
   void add(Family f, const Labels& labels, std::optional<double> value) {
     if (!value || !std::isfinite(*value)) return;  // unknown stays out of the page, never 0
     std::string& body = bodies_[f];
-    body += kDefs[f].name;
-    if (std::strcmp(kDefs[f].type, "counter") == 0) body += "_total";
-    body += '{';
+    body += seriesName(kDefs[f]) + '{';
     for (std::size_t i = 0; i < labels.size(); ++i) {
       body += (i ? "," : "") + std::string(labels[i].first) + "=\"" + escaped(labels[i].second) + '"';
     }
@@ -161,12 +162,13 @@ void writeJob(Writer& w, const std::string& node, const JobStatus& status, const
   w.add(kJobCost, cost, k->costSoFar);
 }
 
-// This node's share of the job's allocated GPUs: each node's page counts its own, so that summing
-// the nodes' costs gives the job's.
-JobSpec nodePart(JobSpec spec) {
+// This node's part of the job: its ranks, and its share of the allocated GPUs. Each node's page
+// counts its own, so that summing the nodes' pages gives the job's figures.
+JobSpec nodePart(JobSpec spec, const std::string& node) {
   std::set<std::string> nodes;
   for (const auto& r : spec.ranks) nodes.insert(r.node);
   if (!nodes.empty()) spec.allocatedGpus /= static_cast<std::uint32_t>(nodes.size());
+  std::erase_if(spec.ranks, [&](const RankPlacement& r) { return r.node != node; });
   return spec;
 }
 
@@ -178,18 +180,25 @@ std::string jobOf(const MetricsPage::Payload& payload) {
 
 std::vector<std::string> MetricsPage::seriesNames() {
   std::vector<std::string> out;
-  for (const auto& d : kDefs) out.push_back(std::string(d.name) + (std::strcmp(d.type, "counter") == 0 ? "_total" : ""));
+  for (const auto& d : kDefs) out.push_back(seriesName(d));
   return out;
 }
 
 void MetricsPage::observe(const Payload& payload, const std::function<std::vector<JobStatus>()>& jobs) {
-  if (const auto* gpu = std::get_if<GpuSample>(&payload)) gpus_[gpu->gpuIndex] = *gpu;
+  if (const auto* gpu = std::get_if<GpuSample>(&payload)) {
+    // The sampler reads the energy counter less often than the rest: a sample without it keeps
+    // the last reading (a counter only grows), where the others are as the sample says.
+    auto [it, fresh] = gpus_.try_emplace(gpu->gpuIndex, *gpu);
+    const auto energy = it->second.energyMillijoules;
+    if (!fresh) it->second = *gpu;
+    if (!gpu->energyMillijoules) it->second.energyMillijoules = energy;
+  }
   const std::string jobId = jobOf(payload);
   if (jobId.empty()) return;
   auto it = trackers_.find(jobId);
   if (it == trackers_.end()) {
     for (const auto& job : jobs()) {
-      if (job.spec.jobId == jobId) it = trackers_.try_emplace(jobId, nodePart(job.spec)).first;
+      if (job.spec.jobId == jobId) it = trackers_.try_emplace(jobId, nodePart(job.spec, node_)).first;
     }
     if (it == trackers_.end()) return;
   }
@@ -231,28 +240,8 @@ namespace {
 
 constexpr std::size_t kMaxRequestBytes = 8192;
 constexpr milliseconds kConnectionDeadline{2000};
+constexpr std::size_t kMaxConnections = 64;  // beyond these, new ones wait in the listen backlog
 constexpr const char* kContentType = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-// Waits for `events` on fd until the deadline; false when it passed (or the peer went away).
-bool waitFor(int fd, short events, Clock::time_point deadline) {
-  while (true) {
-    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) return false;
-    pollfd p{fd, events, 0};
-    const int n = ::poll(&p, 1, static_cast<int>(left));
-    if (n > 0) return (p.revents & events) != 0;
-    if (n < 0 && errno != EINTR) return false;
-  }
-}
-
-void sendAll(int fd, const std::string& bytes, Clock::time_point deadline) {
-  std::size_t sent = 0;
-  while (sent < bytes.size() && waitFor(fd, POLLOUT, deadline)) {
-    const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0 && errno != EINTR && errno != EAGAIN) return;
-    if (n > 0) sent += static_cast<std::size_t>(n);
-  }
-}
 
 std::string response(const char* status, const char* type, const std::string& body, bool withBody) {
   return std::string("HTTP/1.1 ") + status + "\r\nContent-Type: " + type + "\r\nContent-Length: " +
@@ -300,7 +289,7 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string& h
   }
   std::string why = "no address";
   for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
     if (fd < 0) continue;
     const int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -341,29 +330,83 @@ void MetricsServer::publish(std::string page) {
   page_ = std::move(next);
 }
 
+// One thread serves every connection, none blocking: each gets kConnectionDeadline to send its
+// request (at most kMaxRequestBytes) and take the answer, so a slow or silent client costs a
+// slot for two seconds, never the other scrapes, and the agent's event loop nothing.
+struct MetricsServer::Connection {
+  int fd;
+  Clock::time_point deadline;
+  std::string in, out;
+  std::size_t sent = 0;
+};
+
 void MetricsServer::run() {
+  std::vector<Connection> connections;
+  auto acceptAfter = Clock::now();
   while (!stop_.load()) {
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, 200) <= 0) continue;
-    const int connection = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (connection < 0) continue;
-    serve(connection);
-    ::close(connection);
+    const auto now = Clock::now();
+    std::erase_if(connections, [&](Connection& c) {
+      const bool over = now >= c.deadline || c.fd < 0;
+      if (over && c.fd >= 0) ::close(c.fd);
+      return over;
+    });
+    std::vector<pollfd> fds;
+    const bool accepting = connections.size() < kMaxConnections && now >= acceptAfter;
+    fds.push_back({fd_, static_cast<short>(accepting ? POLLIN : 0), 0});
+    auto wait = milliseconds(200);
+    for (const auto& c : connections) {
+      fds.push_back({c.fd, static_cast<short>(c.out.empty() ? POLLIN : POLLOUT), 0});
+      wait = std::min(wait, std::chrono::duration_cast<milliseconds>(c.deadline - now) + milliseconds(1));
+    }
+    if (::poll(fds.data(), fds.size(), static_cast<int>(std::max<long>(wait.count(), 1))) <= 0) continue;
+    for (std::size_t i = 0; i < connections.size(); ++i) {
+      if (fds[i + 1].revents != 0) step(connections[i]);
+    }
+    if (fds[0].revents & POLLIN) {
+      for (std::size_t n = connections.size(); n < kMaxConnections; ++n) {
+        const int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd >= 0) {
+          connections.push_back({fd, Clock::now() + kConnectionDeadline, {}, {}});
+          continue;
+        }
+        // Out of descriptors or memory: the backlog waits a little rather than spin.
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
+          acceptAfter = Clock::now() + milliseconds(100);
+        }
+        break;
+      }
+    }
   }
+  for (auto& c : connections) ::close(c.fd);
 }
 
-// One request per connection, read within the deadline and at most kMaxRequestBytes: a slow or
-// oversized client costs this thread two seconds at most, and the agent's event loop nothing.
-void MetricsServer::serve(int connection) {
-  const auto deadline = Clock::now() + kConnectionDeadline;
-  std::string request;
-  while (request.find("\r\n\r\n") == std::string::npos) {
-    if (request.size() >= kMaxRequestBytes || !waitFor(connection, POLLIN, deadline)) return;
+// Reads what the connection sent, answers once the request's head is in, writes what it can.
+// A finished, failed or oversized exchange is closed (fd = -1).
+void MetricsServer::step(Connection& c) {
+  const auto finish = [&] {
+    ::close(c.fd);
+    c.fd = -1;
+  };
+  if (c.out.empty()) {
     char buffer[2048];
-    const ssize_t n = ::recv(connection, buffer, std::min(sizeof buffer, kMaxRequestBytes - request.size()), 0);
-    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) return;
-    if (n > 0) request.append(buffer, static_cast<std::size_t>(n));
+    const ssize_t n = ::recv(c.fd, buffer, std::min(sizeof buffer, kMaxRequestBytes - c.in.size()), 0);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    if (n <= 0) return finish();
+    c.in.append(buffer, static_cast<std::size_t>(n));
+    if (c.in.find("\r\n\r\n") == std::string::npos) {
+      if (c.in.size() >= kMaxRequestBytes) finish();
+      return;
+    }
+    c.out = answer(c.in);
   }
+  const ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  if (n <= 0) return finish();
+  c.sent += static_cast<std::size_t>(n);
+  if (c.sent == c.out.size()) finish();
+}
+
+std::string MetricsServer::answer(const std::string& request) {
   const std::string line = request.substr(0, request.find("\r\n"));
   const auto space = line.find(' ');
   const std::string method = line.substr(0, space);
@@ -371,17 +414,15 @@ void MetricsServer::serve(int connection) {
   target = target.substr(0, target.find('?'));
   const char* text = "text/plain; charset=utf-8";
   if (method != "GET" && method != "HEAD") {
-    sendAll(connection, response("405 Method Not Allowed", text, "lockstep-agent serves GET /metrics only\n", true), deadline);
-  } else if (target != "/metrics") {
-    sendAll(connection, response("404 Not Found", text, "lockstep-agent serves its metrics at /metrics\n", true), deadline);
-  } else {
-    std::shared_ptr<const std::string> page;
-    {
-      std::lock_guard lock(mutex_);
-      page = page_;
-    }
-    sendAll(connection, response("200 OK", kContentType, *page, method == "GET"), deadline);
+    return response("405 Method Not Allowed", text, "lockstep-agent serves GET /metrics only\n", true);
   }
+  if (target != "/metrics") return response("404 Not Found", text, "lockstep-agent serves its metrics at /metrics\n", true);
+  std::shared_ptr<const std::string> page;
+  {
+    std::lock_guard lock(mutex_);
+    page = page_;
+  }
+  return response("200 OK", kContentType, *page, method == "GET");
 }
 
 }  // namespace lockstep::agent

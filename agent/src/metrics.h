@@ -59,9 +59,11 @@ class MetricsServer {
   bool loopback() const { return loopback_; }
 
  private:
+  struct Connection;
   MetricsServer(int fd, std::string address, bool loopback);
   void run();
-  void serve(int connection);
+  void step(Connection& c);
+  std::string answer(const std::string& request);
 
   int fd_;
   std::string address_;
