@@ -115,18 +115,27 @@ class AppSlurmTest : public QObject {
     QCOMPARE(QString::fromStdString(store.job("app-sl-1")->spec.slurmJobId), launched.first().at(1).toString());
     QCOMPARE(store.agents().size(), 1u);
     QTRY_VERIFY_WITH_TIMEOUT(slurmState("app-sl-1") == "COMPLETED", 30000);
+    // Its agents exited after their linger: they leave the cluster view, the job stays.
+    QTRY_VERIFY_WITH_TIMEOUT(store.agents().empty(), 30000);
+    QVERIFY(store.job("app-sl-1"));
   }
 
   void stoppingFromTheAppCancelsTheSlurmJob() {
     ClientKeys keys(*dir_, "app");
     ClusterStore store(keys.keys);
     JobControl control(store);
-    SlurmLauncher launcher(store, control);
+    const Ctl ctl{*dir_, dir_->file("config-ctl")};
+    QCOMPARE(ctl({"keygen"}).status.exitCode, 0);
+    SlurmLauncher launcher(store, control, ctl.configDir);
     store.addSlurmCluster({QStringLiteral("this host"), {}, {}});
     SlurmRequest request;
     const JobSpec spec = slurmJob(store, QStringLiteral("app-sl-2"), 100'000'000, &request);
     launcher.launch(spec, request);
     QTRY_VERIFY_WITH_TIMEOUT(store.job("app-sl-2") && store.job("app-sl-2")->state == JobState::kRunning, 60000);
+    // lockstepctl's key was let in beside the app's: the job can be followed from a terminal too.
+    const auto status = ctl({"status", "app-sl-2"});
+    QVERIFY2(status.status.exitCode == 0 && status.out.find("in Slurm job") != std::string::npos,
+             qPrintable(QString::fromStdString(status.out + status.err)));
     control.stopJob("app-sl-2");
     QTRY_VERIFY_WITH_TIMEOUT(slurmState("app-sl-2") == "CANCELLED", 30000);
     QTRY_VERIFY_WITH_TIMEOUT(processesOfJob("app-sl-2").empty(), 15000);

@@ -67,6 +67,12 @@ class Slurm : public ::testing::Test {
     auto info = slurm::parseJobInfo(shown.out);
     return info ? info->state : "(" + shown.err + ")";
   }
+  // One Key=Value field of `scontrol show TYPE -o ID`.
+  std::string field(const std::string& type, const std::string& id, const std::string& key) const {
+    const std::string shown = tool({"scontrol", "show", type, "-o", id}).out;
+    const auto at = shown.find(" " + key + "=");
+    return at == std::string::npos ? "" : shown.substr(at + key.size() + 2, shown.find(' ', at + 1) - at - key.size() - 2);
+  }
   bool slurmStateBecomes(const std::string& slurmJob, const std::string& state, std::chrono::milliseconds within) const {
     return waitUntil([&] { return slurmState(slurmJob) == state; }, within);
   }
@@ -105,6 +111,9 @@ TEST_F(Slurm, ASubmittedJobRunsItsRanksUnderSlurmFinishesAndReleasesTheAllocatio
   EXPECT_NE(done.out.find("job sl-done: finished"), std::string::npos) << done.out;
   const std::string slurmJob = slurmJobOf("sl-done");
   EXPECT_NE(done.out.find("in Slurm job " + slurmJob), std::string::npos) << done.out;
+  // The ranks run beside the agent, in its task: it asked for the node's CPUs, not Slurm's one.
+  EXPECT_EQ(field("job", slurmJob, "NumCPUs"), field("node", field("job", slurmJob, "NodeList"), "CPUTot"));
+  EXPECT_NE(field("job", slurmJob, "NumCPUs"), "");
   // The agents leave once the job is over: Slurm's job completes, nothing holds the node.
   EXPECT_TRUE(slurmStateBecomes(slurmJob, "COMPLETED", 30s)) << slurmState(slurmJob);
   EXPECT_TRUE(processesOfJob("sl-done").empty());
@@ -178,6 +187,13 @@ TEST_F(Slurm, InsideAnAllocationTheJobUsesItAndLeavesItToItsOwner) {
   EXPECT_NE(done.out.find("in allocation, Slurm job"), std::string::npos) << done.out;
   EXPECT_NE(done.out.find("job sl-alloc: finished"), std::string::npos) << done.out;
   EXPECT_EQ(done.out.find("cancelled"), std::string::npos) << done.out;
+
+  // The allocation's own limits apply inside it: asking for others is refused, not ignored.
+  auto refused = runProcess({"/usr/bin/salloc", "--nodes=1", lockstepctlPath(), "start", "--slurm", "--time", "5",
+                             "--job-id", "sl-alloc-2", "--ranks", "2", "--layers", "16,32,4", "--steps", "10"},
+                            env, dir, 60s);
+  EXPECT_NE(refused.status.exitCode, 0);
+  EXPECT_NE(refused.err.find("--time, --partition, --account and --cpus-per-node"), std::string::npos) << refused.err;
 }
 
 }  // namespace

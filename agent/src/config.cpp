@@ -197,7 +197,8 @@ connect only when its public key is in its authorized keys file (one key and a c
                              for clients to find an agent a Slurm job started (docs/cluster.md)
   --slurm-job ID              the Slurm job this agent runs in (lockstepctl start --slurm sets it):
                              on SIGTERM it stops its jobs with Slurm's reason, and exits once they end
-  --exit-when-idle-s N       exit after N seconds with no job running (default 0: never)
+  --exit-when-idle-s N       exit after N seconds with no job running, at least 300 before
+                             the first (default 0: never)
   --config FILE              settings as `key = value` lines (default STATE/agent.conf if present)
   --print-key                print this agent's public key (creating its key pair) and exit
   --help, --version

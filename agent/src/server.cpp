@@ -49,6 +49,7 @@ constexpr std::uint32_t kFetchMaxWaitMs = 30000;
 constexpr std::size_t kMaxWaitingFetchesPerKey = 16;
 constexpr std::size_t kMaxWaitingFetches = 1024;
 constexpr std::uint64_t kLogRotateBytes = 16u << 20;
+constexpr std::chrono::seconds kFirstJobWait{300};  // --exit-when-idle-s before the first job
 
 std::string version() { return LOCKSTEP_VERSION; }
 
@@ -169,6 +170,7 @@ class Agent::Impl {
   Clock::time_point nextMetrics_;
   std::uint64_t fetchedUpTo_ = 0;  // the newest seq a client has asked for what follows
   std::optional<Clock::time_point> endingSince_, endedAt_, idleSince_;
+  bool hadJob_ = false;  // for --exit-when-idle-s
   std::unique_ptr<Supervisions> supervisions_;  // last: its threads end before the rest goes
 };
 
@@ -648,14 +650,24 @@ std::string Agent::Impl::slurmEndReason() const {
   return "the agent was told to stop (SIGTERM) while " + info->describe() + " runs";
 }
 
+// A job counts as work until it ended and its supervision (restarts) did too. Before its first
+// job an agent waits at least kFirstJobWait: its client may still be waiting for the
+// allocation's other nodes to start.
 bool Agent::Impl::idleTooLong() {
   if (config_.exitWhenIdleS == 0) return false;
-  if (!jobs_->runningRanks().empty() || !starts_.empty()) {
+  const auto jobs = jobs_->list();
+  const bool busy = !starts_.empty() || std::any_of(jobs.begin(), jobs.end(), [](const JobStatus& j) {
+                      return !jobStateEnded(j.state) || j.supervision.state == SupervisionState::kFollowing ||
+                             j.supervision.state == SupervisionState::kRestarting;
+                    });
+  hadJob_ = hadJob_ || !jobs.empty() || busy;
+  if (busy) {
     idleSince_.reset();
     return false;
   }
   if (!idleSince_) idleSince_ = Clock::now();
-  if (Clock::now() - *idleSince_ < std::chrono::seconds(config_.exitWhenIdleS)) return false;
+  const auto limit = std::chrono::seconds(config_.exitWhenIdleS);
+  if (Clock::now() - *idleSince_ < (hadJob_ ? limit : std::max<std::chrono::seconds>(limit, kFirstJobWait))) return false;
   log_.info("no job ran for " + std::to_string(config_.exitWhenIdleS) + " s: exiting (--exit-when-idle-s)");
   return true;
 }

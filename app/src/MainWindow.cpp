@@ -51,7 +51,7 @@ MainWindow::MainWindow(ClusterStore& store, QString configDir, HistoryRecorder* 
     : QMainWindow(parent),
       store_(store),
       control_(store),
-      slurm_(store, control_),
+      slurm_(store, control_, configDir.toStdString()),
       configDir_(std::move(configDir)),
       history_(history) {
   setWindowTitle(tr("Lockstep"));

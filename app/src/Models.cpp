@@ -74,8 +74,10 @@ QVariant AgentsModel::slurmData(const SlurmClusterEntry& c, int column, int role
 
 QVariant AgentsModel::data(const QModelIndex& index, int role) const {
   const auto agents = static_cast<int>(store_.agents().size());
-  if (index.isValid() && index.row() >= agents && index.row() < rows_) {
-    return slurmData(store_.slurmClusters()[static_cast<std::size_t>(index.row() - agents)], index.column(), role);
+  const auto& clusters = store_.slurmClusters();  // rows_ may lag the store until the next refresh
+  if (index.isValid() && index.row() >= agents && index.row() < rows_ &&
+      static_cast<std::size_t>(index.row() - agents) < clusters.size()) {
+    return slurmData(clusters[static_cast<std::size_t>(index.row() - agents)], index.column(), role);
   }
   if (!index.isValid() || index.row() >= agents) return {};
   const AgentEntry& a = *store_.agents()[static_cast<std::size_t>(index.row())];

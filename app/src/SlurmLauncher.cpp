@@ -1,7 +1,9 @@
 #include "SlurmLauncher.h"
 
+#include <algorithm>
 #include <chrono>
 
+#include "lockstep/client/launch.h"
 #include "lockstep/common/files.h"
 
 namespace lockstep::app {
@@ -9,52 +11,62 @@ namespace {
 
 using namespace std::chrono_literals;
 constexpr int kConnectMs = 30000;  // announced agents that do not answer by then are given up on
+constexpr auto kAgentExitMargin = 5s;  // after its linger, an agent is gone within this
 
 }  // namespace
 
-SlurmLauncher::SlurmLauncher(ClusterStore& store, JobControl& control, QObject* parent)
-    : QObject(parent), store_(store), control_(control) {
-  connect(&control_, &JobControl::stopFinished, this,
-          [this](const QString& jobId, bool ok, const QString&) { onStopped(jobId, ok); });
+SlurmLauncher::SlurmLauncher(ClusterStore& store, JobControl& control, std::string configDir, QObject* parent)
+    : QObject(parent), store_(store), control_(control), configDir_(std::move(configDir)) {
+  connect(&control_, &JobControl::stopFinished, this, [this](const QString& jobId, bool ok, const QString&) {
+    if (!ok || !ours_.count(jobId.toStdString())) return;
+    stopping_.insert(jobId.toStdString());
+    cancelStopped();
+  });
+  connect(&store_, &ClusterStore::jobsChanged, this, [this] { onJobsChanged(); });
 }
 
 SlurmLauncher::~SlurmLauncher() {
-  closing_.store(true);  // a wait for agents gives up within one poll
-  for (auto& t : threads_) t.join();
+  closing_.store(true);  // a wait for agents gives up at its next look at Slurm
+  for (auto& w : workers_) w.thread.join();
 }
 
-void SlurmLauncher::inBackground(std::function<void()> work) { threads_.emplace_back(std::move(work)); }
+void SlurmLauncher::inBackground(std::function<void()> work) {
+  std::erase_if(workers_, [](Worker& w) {
+    if (!w.done->load()) return false;
+    w.thread.join();
+    return true;
+  });
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  workers_.push_back({std::thread([work = std::move(work), done] {
+                        work();
+                        done->store(true);
+                      }),
+                      done});
+}
 
 void SlurmLauncher::launch(const JobSpec& spec, const SlurmRequest& request) {
   auto p = std::make_shared<Pending>(Pending{spec, request, {}, {}, 0});
   const QString jobId = QString::fromStdString(spec.jobId);
-  const std::string key = store_.keys().publicKey;
-  inBackground([this, p, jobId, key] {
-    const auto say = [&](const QString& what) {
-      QMetaObject::invokeMethod(this, [this, jobId, what] { Q_EMIT progress(jobId, what); }, Qt::QueuedConnection);
+  // The app's key and, when this user has one, lockstepctl's: either can watch and stop the job.
+  std::vector<std::string> keys = slurm::clientKeys(configDir_);
+  if (std::find(keys.begin(), keys.end(), store_.keys().publicKey) == keys.end()) keys.push_back(store_.keys().publicKey);
+  inBackground([this, p, jobId, keys] {
+    const auto say = [&](const std::string& what) {
+      const QString text = QString::fromStdString(what);
+      QMetaObject::invokeMethod(this, [this, jobId, text] { Q_EMIT progress(jobId, text); }, Qt::QueuedConnection);
+      return !closing_.load();
     };
-    const auto fail = [&](const Error& e) {
-      const QString what = QString::fromStdString(e.message);
-      QMetaObject::invokeMethod(this, [this, jobId, what] { Q_EMIT failed(jobId, what); }, Qt::QueuedConnection);
-    };
-    const slurm::AgentsLaunch launch{p->request.allocation, p->spec.jobId, besideThisProgram("lockstep-agent"), key,
+    const slurm::AgentsLaunch launch{p->request.allocation, p->spec.jobId, besideThisProgram("lockstep-agent"), keys,
                                      p->request.lingerS};
-    auto started = slurm::startAgents(launch, 30s);
-    if (!started) return fail(started.error());
-    p->slurmJobId = started->slurmJobId;
-    say(tr("Slurm job %1: waiting for its agents").arg(QString::fromStdString(p->slurmJobId)));
-    std::string said;
-    auto agents = slurm::waitForAgents(p->spec.jobId, p->slurmJobId, p->request.allocation.nodes,
-                                       std::chrono::seconds(p->request.waitS), [&](const slurm::JobInfo& info) {
-                                         if (info.describe() != said) say(QString::fromStdString(said = info.describe()));
-                                         p->spec.allocatedGpus = info.gpus;
-                                         return !closing_.load();
-                                       });
+    auto agents = slurm::launchAgents(launch, 30s, std::chrono::seconds(p->request.waitS), say);
     if (!agents) {
-      if (started->submitted) (void)slurm::cancel(p->slurmJobId, 10s);  // nothing left holding nodes
-      return fail(agents.error());
+      const QString what = QString::fromStdString(agents.error().message);
+      QMetaObject::invokeMethod(this, [this, jobId, what] { Q_EMIT failed(jobId, what); }, Qt::QueuedConnection);
+      return;
     }
-    QMetaObject::invokeMethod(this, [this, p, a = *agents] { onAnnounced(p, a); }, Qt::QueuedConnection);
+    p->slurmJobId = agents->started.slurmJobId;
+    p->spec.allocatedGpus = agents->allocatedGpus;
+    QMetaObject::invokeMethod(this, [this, p, a = agents->announced] { onAnnounced(p, a); }, Qt::QueuedConnection);
   });
 }
 
@@ -91,12 +103,10 @@ void SlurmLauncher::placeWhenConnected(std::shared_ptr<Pending> p) {
   const slurm::Allocation& a = p->request.allocation;
   std::vector<std::pair<QString, std::uint32_t>> ranks;
   const auto n = static_cast<std::uint32_t>(p->agents.size());
-  for (std::uint32_t i = 0; i < n; ++i) {
-    ranks.emplace_back(p->agents[i], a.gpusPerNode > 0 ? a.gpusPerNode : p->request.ranks / n + (i < p->request.ranks % n));
-  }
+  const auto spread = spreadRanks(p->request.ranks, n);
+  for (std::uint32_t i = 0; i < n; ++i) ranks.emplace_back(p->agents[i], a.gpusPerNode > 0 ? a.gpusPerNode : spread[i]);
   JobSpec spec = p->spec;
   spec.slurmJobId = p->slurmJobId;
-  if (spec.allocatedGpus == 0) spec.allocatedGpus = a.nodes * a.gpusPerNode;
   auto placed = store_.place(spec, ranks);
   if (!placed) {
     inBackground([jobId] { (void)slurm::cancelSubmitted(jobId.toStdString(), 10s); });  // no allocation left idle
@@ -104,12 +114,40 @@ void SlurmLauncher::placeWhenConnected(std::shared_ptr<Pending> p) {
     return;
   }
   control_.launch(*placed);
+  launched_[p->spec.jobId] = {p->agents, p->request.lingerS};
+  ours_.insert(p->spec.jobId);
   Q_EMIT launched(jobId, QString::fromStdString(p->slurmJobId));
 }
 
-void SlurmLauncher::onStopped(const QString& jobId, bool ok) {
-  if (!ok) return;
-  inBackground([jobId] { (void)slurm::cancelSubmitted(jobId.toStdString(), 10s); });
+// A job's agents leave the cluster view once it shows as ended and they will have exited, after
+// their linger.
+void SlurmLauncher::onJobsChanged() {
+  cancelStopped();
+  for (auto it = launched_.begin(); it != launched_.end();) {
+    const JobEntry* job = store_.job(it->first);
+    if (job && !jobStateEnded(job->state)) {
+      ++it;
+      continue;
+    }
+    QTimer::singleShot(std::chrono::seconds(it->second.lingerS) + kAgentExitMargin, this, [this, agents = it->second.agents] {
+      for (const auto& id : agents) store_.removeAgent(id);
+    });
+    it = launched_.erase(it);
+  }
+}
+
+// A stopped job's Slurm job is cancelled once the job shows as ended (its last events are in):
+// sooner would take the agents away before they sent them.
+void SlurmLauncher::cancelStopped() {
+  for (auto it = stopping_.begin(); it != stopping_.end();) {
+    const JobEntry* job = store_.job(*it);
+    if (job && !jobStateEnded(job->state)) {
+      ++it;
+      continue;
+    }
+    inBackground([jobId = *it] { (void)slurm::cancelSubmitted(jobId, 10s); });
+    it = stopping_.erase(it);
+  }
 }
 
 }  // namespace lockstep::app

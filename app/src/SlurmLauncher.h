@@ -2,7 +2,8 @@
 // A job on a Slurm cluster from the app (docs/cluster.md), as `lockstepctl start --slurm` runs it,
 // through the same client core (lockstep/client/slurm.h): submit (or srun inside an allocation),
 // wait for the agents to announce themselves, add them to the cluster view, place the job on them
-// once they are connected, and launch it with JobControl. A stopped job's Slurm job is cancelled.
+// once they are connected, and launch it with JobControl. A stopped job's Slurm job is cancelled;
+// an ended job's agents leave the cluster view once they exited.
 //
 // The Slurm tools run on this host, off the GUI thread; what they say comes back as signals.
 
@@ -10,7 +11,10 @@
 #include <QString>
 #include <QTimer>
 #include <atomic>
+#include <map>
 #include <memory>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -31,7 +35,8 @@ class SlurmLauncher : public QObject {
   Q_OBJECT
 
  public:
-  SlurmLauncher(ClusterStore& store, JobControl& control, QObject* parent = nullptr);
+  // configDir: where lockstepctl's key is, let in beside the app's (empty: the app's only).
+  SlurmLauncher(ClusterStore& store, JobControl& control, std::string configDir = {}, QObject* parent = nullptr);
   ~SlurmLauncher() override;
 
   // `spec`: the job, not placed (the launcher dialog's). Answers with progress, then launched or
@@ -53,13 +58,27 @@ class SlurmLauncher : public QObject {
   };
   void onAnnounced(std::shared_ptr<Pending> p, std::vector<slurm::Announced> agents);
   void placeWhenConnected(std::shared_ptr<Pending> p);
-  void onStopped(const QString& jobId, bool ok);
+  void onJobsChanged();
+  void cancelStopped();
+  // Runs `work` on a thread of its own (the Slurm tools block); finished ones are joined.
   void inBackground(std::function<void()> work);
 
+  struct Worker {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
   ClusterStore& store_;
   JobControl& control_;
+  std::string configDir_;
+  struct Launched {
+    std::vector<QString> agents;  // in the store
+    std::uint32_t lingerS = 0;
+  };
+  std::map<std::string, Launched> launched_;  // jobs this launcher placed on their Slurm agents
+  std::set<std::string> ours_;                // every job it placed
+  std::set<std::string> stopping_;            // of those, the ones stopped: cancelled once they show as ended
   std::atomic<bool> closing_{false};
-  std::vector<std::thread> threads_;
+  std::vector<Worker> workers_;
 };
 
 }  // namespace lockstep::app

@@ -85,6 +85,8 @@ struct Connected {
   std::vector<std::unique_ptr<AgentClient>> clients;
   std::vector<AgentClient*> all() const;
 };
+// lockstepctl's own key pair (`client` in the config directory); the error says to run keygen.
+Result<CurveKeyPair> ownKeyPair(const Globals& g);
 // The --agent options, or else every pinned agent, connected.
 Result<Connected> connectAgents(const Globals& g);
 

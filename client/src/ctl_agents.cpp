@@ -32,6 +32,12 @@ std::vector<AgentClient*> Connected::all() const {
   return out;
 }
 
+Result<CurveKeyPair> ownKeyPair(const Globals& g) {
+  auto keys = loadKeyPair(g.configDir, "client");
+  if (!keys) return Error{ErrorCode::kPermissionDenied, keys.error().message + " (run `lockstepctl keygen` first)"};
+  return keys;
+}
+
 Result<Connected> connectAgents(const Globals& g) {
   LOCKSTEP_ASSIGN_OR_RETURN(auto known, KnownAgents::load(knownAgentsPath(g.configDir)));
   std::vector<std::string> addresses = g.agents;
@@ -42,10 +48,7 @@ Result<Connected> connectAgents(const Globals& g) {
     return invalidArgument("no agents: name one with --agent HOST:PORT, after pinning its key with "
                            "`lockstepctl trust HOST:PORT KEY`");
   }
-  auto keys = loadKeyPair(g.configDir, "client");
-  if (!keys) {
-    return Error{ErrorCode::kPermissionDenied, keys.error().message + " (run `lockstepctl keygen` first)"};
-  }
+  LOCKSTEP_ASSIGN_OR_RETURN(const CurveKeyPair keys, ownKeyPair(g));
   Connected out;
   for (const auto& text : addresses) {
     LOCKSTEP_ASSIGN_OR_RETURN(const AgentAddress address, parseAgentAddress(text));
@@ -61,7 +64,7 @@ Result<Connected> connectAgents(const Globals& g) {
                    "agent " + address.text() + " is not trusted: no key is pinned for it. On that node run "
                    "`lockstep-agent --print-key`, check the key, then:\n  lockstepctl trust " + address.text() + " KEY"};
     }
-    auto client = AgentClient::connect(address, *keys, *pinned, g.timeout);
+    auto client = AgentClient::connect(address, keys, *pinned, g.timeout);
     if (!client) return client.error();
     out.clients.push_back(std::move(client).value());
   }

@@ -13,12 +13,11 @@ namespace lockstep::ctl {
 namespace {
 
 Result<Connected> connectAnnounced(const Globals& g, const std::vector<slurm::Announced>& announced) {
-  auto keys = loadKeyPair(g.configDir, "client");
-  if (!keys) return Error{ErrorCode::kPermissionDenied, keys.error().message + " (run `lockstepctl keygen` first)"};
+  LOCKSTEP_ASSIGN_OR_RETURN(const CurveKeyPair keys, ownKeyPair(g));
   Connected out;
   for (const auto& a : announced) {
     LOCKSTEP_ASSIGN_OR_RETURN(const AgentAddress address, parseAgentAddress(a.address));
-    LOCKSTEP_ASSIGN_OR_RETURN(auto client, AgentClient::connect(address, *keys, a.publicKey, g.timeout));
+    LOCKSTEP_ASSIGN_OR_RETURN(auto client, AgentClient::connect(address, keys, a.publicKey, g.timeout));
     out.clients.push_back(std::move(client));
   }
   return out;
@@ -27,34 +26,22 @@ Result<Connected> connectAnnounced(const Globals& g, const std::vector<slurm::An
 }  // namespace
 
 Result<Connected> startSlurmAgents(const Globals& g, const SlurmStart& s, JobSpec& spec) {
-  auto keys = loadKeyPair(g.configDir, "client");
-  if (!keys) return Error{ErrorCode::kPermissionDenied, keys.error().message + " (run `lockstepctl keygen` first)"};
-  slurm::AgentsLaunch launch{s.allocation, spec.jobId, besideThisProgram("lockstep-agent"), keys->publicKey, s.lingerS};
-  LOCKSTEP_ASSIGN_OR_RETURN(const auto started, slurm::startAgents(launch, g.timeout));
-  if (!g.json) {
-    std::printf("%s Slurm job %s for job %s; waiting for its %u agent%s\n", started.submitted ? "submitted" : "in allocation,",
-                started.slurmJobId.c_str(), spec.jobId.c_str(), s.allocation.nodes, s.allocation.nodes == 1 ? "" : "s");
-    std::fflush(stdout);
-  }
-  std::string said;  // what was printed last: each change of state once
-  const auto progress = [&](const slurm::JobInfo& info) {
-    if (g.json || !info.pending() || info.describe() == said) return g_interrupted.load() == 0;
-    said = info.describe();
-    std::printf("%s\n", said.c_str());
-    std::fflush(stdout);
+  LOCKSTEP_TRY(ownKeyPair(g));  // before anything is submitted
+  const slurm::AgentsLaunch launch{s.allocation, spec.jobId, besideThisProgram("lockstep-agent"),
+                                   slurm::clientKeys(g.configDir), s.lingerS};
+  const auto say = [&](const std::string& what) {
+    if (!g.json) {
+      std::printf("%s\n", what.c_str());
+      std::fflush(stdout);
+    }
     return g_interrupted.load() == 0;
   };
-  auto agents = slurm::waitForAgents(spec.jobId, started.slurmJobId, s.allocation.nodes,
-                                     std::chrono::seconds(s.waitS), progress);
-  if (!agents) {
-    // Nothing is left holding the allocation for a job that will never launch.
-    if (started.submitted) (void)slurm::cancel(started.slurmJobId, g.timeout);
-    return agents.error().withContext(started.submitted ? "cancelled it" : "");
-  }
-  spec.slurmJobId = started.slurmJobId;
-  if (auto info = slurm::query(started.slurmJobId, g.timeout)) spec.allocatedGpus = info->gpus;
-  if (spec.allocatedGpus == 0) spec.allocatedGpus = s.allocation.nodes * s.allocation.gpusPerNode;
-  return connectAnnounced(g, *agents);
+  LOCKSTEP_ASSIGN_OR_RETURN(const auto agents, slurm::launchAgents(launch, g.timeout, std::chrono::seconds(s.waitS), say));
+  spec.slurmJobId = agents.started.slurmJobId;
+  spec.allocatedGpus = agents.allocatedGpus;
+  auto connected = connectAnnounced(g, agents.announced);
+  if (!connected) endSlurmJob(g, spec.jobId);  // agents that cannot be reached hold nodes for nothing
+  return connected;
 }
 
 Result<Connected> connectAgentsFor(const Globals& g, const std::string& jobId) {

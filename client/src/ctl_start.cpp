@@ -119,11 +119,12 @@ int followJob(const Globals& g, const Connected& agents, const JobSpec& spec, st
 }
 
 Result<void> checkSlurmFlags(const Globals& g, SlurmStart& slurm, std::optional<std::uint32_t> nodes,
-                             std::optional<std::uint32_t> gpusPerNode, std::optional<std::uint32_t>& gpusPerAgent) {
+                             std::optional<std::uint32_t> gpusPerNode, bool ranksGiven,
+                             std::optional<std::uint32_t>& gpusPerAgent) {
   const slurm::Allocation& a = slurm.allocation;
   if (!slurm.on) {
-    if (nodes || gpusPerNode || !a.time.empty() || !a.partition.empty() || !a.account.empty()) {
-      return invalidArgument("--nodes, --gpus-per-node, --time, --partition and --account go with --slurm");
+    if (nodes || gpusPerNode || a.cpusPerNode || !a.time.empty() || !a.partition.empty() || !a.account.empty()) {
+      return invalidArgument("--nodes, --gpus-per-node, --cpus-per-node, --time, --partition and --account go with --slurm");
     }
     return {};
   }
@@ -131,7 +132,8 @@ Result<void> checkSlurmFlags(const Globals& g, SlurmStart& slurm, std::optional<
   if (gpusPerAgent) return invalidArgument("with --slurm, give --gpus-per-node instead of --gpus-per-agent");
   slurm.allocation.nodes = nodes.value_or(1);
   slurm.allocation.gpusPerNode = gpusPerNode.value_or(0);
-  gpusPerAgent = gpusPerNode;
+  // One rank per allocated GPU, unless --ranks or --ranks-per-agent say how many.
+  if (!ranksGiven) gpusPerAgent = gpusPerNode;
   return {};
 }
 
@@ -146,7 +148,7 @@ int launchOn(const Globals& g, const Connected& agents, JobSpec& spec, std::opti
   }
   if (perAgent.empty()) {
     const std::uint32_t total = totalRanks.value_or(static_cast<std::uint32_t>(n));
-    for (std::size_t a = 0; a < n; ++a) perAgent.push_back(total / n + (a < total % n ? 1 : 0));
+    perAgent = spreadRanks(total, n);
   }
   if (perAgent.size() != n) {
     return fail(invalidArgument("--ranks-per-agent gives " + std::to_string(perAgent.size()) + " counts for " +
@@ -214,6 +216,7 @@ int cmdStart(const Globals& g, const std::vector<std::string>& allArgs) {
                            .on("--slurm", &slurm.on)
                            .whole("--nodes", &nodes, 1, 4096)
                            .whole("--gpus-per-node", &gpusPerNode, 1, 64)
+                           .whole("--cpus-per-node", &slurm.allocation.cpusPerNode, 1, 4096)
                            .text("--time", &slurm.allocation.time)
                            .text("--partition", &slurm.allocation.partition)
                            .text("--account", &slurm.allocation.account)
@@ -222,7 +225,7 @@ int cmdStart(const Globals& g, const std::vector<std::string>& allArgs) {
                            .passOn(&jobFlags)
                            .parse(args));
   if (command && !specFile.empty()) return fail(invalidArgument("give the job as --spec FILE or as -- PROGRAM ARGS, not both"));
-  if (auto checked = checkSlurmFlags(g, slurm, nodes, gpusPerNode, gpusPerAgent); !checked) return fail(checked.error());
+  if (auto checked = checkSlurmFlags(g, slurm, nodes, gpusPerNode, totalRanks || !perAgent.empty(), gpusPerAgent); !checked) return fail(checked.error());
   // A flag given as `--flag value` or `--flag=value`.
   const auto given = [&](const std::string& flag) {
     return std::any_of(jobFlags.begin(), jobFlags.end(),

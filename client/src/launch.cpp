@@ -21,6 +21,12 @@ std::vector<std::uint32_t> freeGpus(const NodeHello& hello, const std::vector<Jo
   return out;
 }
 
+std::vector<std::uint32_t> spreadRanks(std::uint32_t total, std::size_t nodes) {
+  std::vector<std::uint32_t> out;
+  for (std::size_t i = 0; i < nodes; ++i) out.push_back(static_cast<std::uint32_t>(total / nodes + (i < total % nodes ? 1 : 0)));
+  return out;
+}
+
 Result<JobSpec> placeJob(const std::vector<PlacementNode>& nodes, const std::vector<std::uint32_t>& ranks, JobSpec spec) {
   if (nodes.empty() || nodes.size() != ranks.size()) {
     return invalidArgument("give one rank count per agent (" + std::to_string(nodes.size()) + " agents, " +

@@ -8,8 +8,13 @@
 #include <sstream>
 #include <thread>
 
+#include <pwd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "lockstep/common/files.h"
 #include "lockstep/common/process.h"
+#include "lockstep/net/keys.h"
 #include "lockstep/protocol/validate.h"
 
 namespace lockstep::slurm {
@@ -48,9 +53,13 @@ std::string agentLine(const AgentsLaunch& l) {
          std::to_string(l.lingerS);
 }
 
+// --overlap: the agents' step shares the allocation with any step the user runs beside it.
+// Since Slurm 22.05 a step does not inherit the job's --cpus-per-task: it is given again.
 std::string srunLine(const AgentsLaunch& l, const std::string& dir) {
-  return "srun --nodes=" + std::to_string(l.allocation.nodes) + " --ntasks-per-node=1 --kill-on-bad-exit=0 " +
-         "/bin/sh -c " + quoted("D=" + quoted(dir) + "; " + agentLine(l));
+  const std::uint32_t cpus = l.allocation.cpusPerNode;
+  return "srun --nodes=" + std::to_string(l.allocation.nodes) + " --ntasks-per-node=1 --overlap --kill-on-bad-exit=0 " +
+         (cpus ? "--cpus-per-task=" + std::to_string(cpus) + " " : "") + "/bin/sh -c " +
+         quoted("D=" + quoted(dir) + "; " + agentLine(l));
 }
 
 std::string batchScript(const AgentsLaunch& l, const std::string& dir) {
@@ -60,10 +69,12 @@ std::string batchScript(const AgentsLaunch& l, const std::string& dir) {
   s += "#SBATCH --job-name=lockstep-" + l.lockstepJobId + "\n";
   s += "#SBATCH --nodes=" + std::to_string(a.nodes) + "\n#SBATCH --ntasks-per-node=1\n";
   if (a.gpusPerNode > 0) s += "#SBATCH --gpus-per-node=" + std::to_string(a.gpusPerNode) + "\n";
+  // The agent is the node's one task and its ranks are the agent's children: they share what the
+  // task was given. Slurm's default is one CPU, so whole nodes unless told how many.
+  s += a.cpusPerNode ? "#SBATCH --cpus-per-task=" + std::to_string(a.cpusPerNode) + "\n" : "#SBATCH --exclusive\n";
   if (!a.time.empty()) s += "#SBATCH --time=" + a.time + "\n";
   if (!a.partition.empty()) s += "#SBATCH --partition=" + a.partition + "\n";
   if (!a.account.empty()) s += "#SBATCH --account=" + a.account + "\n";
-  s += "#SBATCH --output=" + dir + "/slurm-%j.out\n";
   return s + "exec " + srunLine(l, dir) + "\n";
 }
 
@@ -84,6 +95,18 @@ std::string lastLines(const std::string& path, std::size_t lines) {
   std::string out;
   for (std::size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) out += all[i] + "\n";
   return out;
+}
+
+// N of "node-N.agent", the name an agent announces itself under.
+std::optional<std::uint32_t> nodeNumber(const std::string& name) {
+  const std::string head = "node-", tail = ".agent";
+  if (name.size() <= head.size() + tail.size() || name.rfind(head, 0) != 0 ||
+      name.compare(name.size() - tail.size(), tail.size(), tail) != 0) {
+    return std::nullopt;
+  }
+  const std::string digits = name.substr(head.size(), name.size() - head.size() - tail.size());
+  if (digits.size() > 6 || digits.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  return static_cast<std::uint32_t>(std::stoul(digits));
 }
 
 }  // namespace
@@ -139,9 +162,21 @@ Result<void> cancel(const std::string& slurmJobId, milliseconds timeout) {
   return {};
 }
 
+// $HOME, or the password database's home when it is unset (as under some batch systems); never a
+// shared directory such as /tmp, where another user could write the agents' addresses.
 std::string jobDirectory(const std::string& lockstepJobId) {
   const char* home = std::getenv("HOME");
-  return (fs::path(home && *home ? home : "/tmp") / ".lockstep" / "slurm" / lockstepJobId).string();
+  const passwd* user = home && *home ? nullptr : ::getpwuid(::getuid());
+  const std::string base = home && *home ? home : user && user->pw_dir ? user->pw_dir : "";
+  return (fs::path(base.empty() ? "/nonexistent-home" : base) / ".lockstep" / "slurm" / lockstepJobId).string();
+}
+
+std::vector<std::string> clientKeys(const std::string& configDir) {
+  std::vector<std::string> out;
+  for (const char* name : {"client", "app"}) {
+    if (auto keys = loadKeyPair(configDir, name)) out.push_back(keys->publicKey);
+  }
+  return out;
 }
 
 Result<Started> startAgents(const AgentsLaunch& l, milliseconds timeout) {
@@ -150,12 +185,23 @@ Result<Started> startAgents(const AgentsLaunch& l, milliseconds timeout) {
                                     {"--account", l.allocation.account}}) {
     LOCKSTEP_TRY(checkField(flag, value));
   }
+  if (const char* inside = std::getenv("SLURM_JOB_ID"); inside && *inside) {
+    const Allocation& a = l.allocation;
+    if (!a.time.empty() || !a.partition.empty() || !a.account.empty() || a.cpusPerNode) {
+      return invalidArgument(std::string("inside Slurm job ") + inside +
+                             " (SLURM_JOB_ID is set) its own time, partition, account and CPUs apply: leave out "
+                             "--time, --partition, --account and --cpus-per-node, or run outside the allocation");
+    }
+  }
   const std::string dir = jobDirectory(l.lockstepJobId);
   std::error_code ec;
   if (fs::exists(dir, ec)) return invalidArgument("job " + l.lockstepJobId + " already ran through Slurm (" + dir + "); give another --job-id");
   LOCKSTEP_TRY(makeDirectories(dir, 0700));
   fs::permissions(fs::path(dir).parent_path(), fs::perms::owner_all, ec);
-  LOCKSTEP_TRY(writeFileAtomic(dir + "/authorized_keys", l.clientPublicKey + " lockstepctl\n", 0600));
+  if (l.clientPublicKeys.empty()) return invalidArgument("no client key to let in (run `lockstepctl keygen` first)");
+  std::string authorized;
+  for (const auto& key : l.clientPublicKeys) authorized += key + " lockstep-client\n";
+  LOCKSTEP_TRY(writeFileAtomic(dir + "/authorized_keys", authorized, 0600));
   Started started;
   if (const char* inside = std::getenv("SLURM_JOB_ID"); inside && *inside) {
     // Inside an allocation: the agents are a step of it, left running when lockstepctl exits.
@@ -166,12 +212,12 @@ Result<Started> startAgents(const AgentsLaunch& l, milliseconds timeout) {
     spawn.stdoutPath = spawn.stderrPath = dir + "/srun.out";
     spawn.newProcessGroup = true;
     spawn.stdinFromDevNull = true;
-    LOCKSTEP_TRY(spawnProcess(spawn));
-    started = {inside, false};
+    LOCKSTEP_ASSIGN_OR_RETURN(const pid_t step, spawnProcess(spawn));
+    started = {inside, false, step};
   } else {
     const std::string script = dir + "/job.sbatch";
     LOCKSTEP_TRY(writeFileAtomic(script, batchScript(l, dir), 0700));
-    LOCKSTEP_ASSIGN_OR_RETURN(const std::string out, tool({"sbatch", "--parsable", script}, timeout));
+    LOCKSTEP_ASSIGN_OR_RETURN(const std::string out, tool({"sbatch", "--parsable", "--output=" + dir + "/slurm-%j.out", script}, timeout));
     started = {trim(out.substr(0, out.find(';'))), true};  // --parsable: ID or ID;CLUSTER
     if (started.slurmJobId.empty()) return Error{ErrorCode::kFailedPrecondition, "sbatch printed no job id"};
   }
@@ -193,20 +239,35 @@ Result<Started> startedFor(const std::string& lockstepJobId) {
 }
 
 std::vector<Announced> announced(const std::string& lockstepJobId) {
-  std::vector<Announced> out;
-  const std::string dir = jobDirectory(lockstepJobId);
-  for (std::uint32_t node = 0;; ++node) {
-    auto text = readFile(dir + "/node-" + std::to_string(node) + ".agent", 4096);
-    if (!text) break;
+  std::map<std::uint32_t, Announced> byNode;  // nodes announce in any order
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(jobDirectory(lockstepJobId), ec)) {
+    const std::string name = entry.path().filename().string();
+    const auto node = nodeNumber(name);
+    if (!node) continue;
+    auto text = readFile(entry.path().string(), 4096);
+    if (!text) continue;
     std::stringstream words(*text);
     Announced a;
-    if (!(words >> a.address >> a.publicKey)) break;
-    out.push_back(a);
+    if (words >> a.address >> a.publicKey) byNode[*node] = a;
   }
+  std::vector<Announced> out;
+  for (auto& [node, a] : byNode) out.push_back(std::move(a));
   return out;
 }
 
-Result<std::vector<Announced>> waitForAgents(const std::string& lockstepJobId, const std::string& slurmJobId,
+namespace {
+
+// What the job's Slurm output and srun's said last, for an error.
+std::string outputOf(const std::string& lockstepJobId, const std::string& slurmJobId) {
+  const std::string dir = jobDirectory(lockstepJobId);
+  const std::string output = lastLines(dir + "/slurm-" + slurmJobId + ".out", 5) + lastLines(dir + "/srun.out", 5);
+  return output.empty() ? "" : "; it said:\n" + output;
+}
+
+}  // namespace
+
+Result<std::vector<Announced>> waitForAgents(const std::string& lockstepJobId, const Started& started,
                                              std::uint32_t nodes, milliseconds timeout,
                                              const std::function<bool(const JobInfo&)>& progress) {
   const auto deadline = Clock::now() + timeout;
@@ -214,15 +275,21 @@ Result<std::vector<Announced>> waitForAgents(const std::string& lockstepJobId, c
   while (true) {
     auto agents = announced(lockstepJobId);
     if (agents.size() >= nodes) return agents;
+    if (started.stepPid > 0) {
+      auto exited = waitProcess(started.stepPid, milliseconds(0));
+      if (exited && *exited) {
+        return Error{ErrorCode::kFailedPrecondition, "the srun that starts the agents in Slurm job " + started.slurmJobId +
+                                                         " ended (" + (*exited)->describe() + ") before they started" +
+                                                         outputOf(lockstepJobId, started.slurmJobId)};
+      }
+    }
     if (Clock::now() >= nextQuery) {
       nextQuery = Clock::now() + milliseconds(2000);
-      LOCKSTEP_ASSIGN_OR_RETURN(const JobInfo info, query(slurmJobId, milliseconds(10000)));
+      LOCKSTEP_ASSIGN_OR_RETURN(const JobInfo info, query(started.slurmJobId, milliseconds(10000)));
       if (!progress(info)) return Error{ErrorCode::kCancelled, "gave up waiting for " + info.describe()};
       if (info.ended()) {
-        const std::string dir = jobDirectory(lockstepJobId);
-        const std::string output = lastLines(dir + "/slurm-" + slurmJobId + ".out", 5) + lastLines(dir + "/srun.out", 5);
-        return Error{ErrorCode::kFailedPrecondition, info.describe() + " ended before its agents started" +
-                                             (output.empty() ? "" : "; it said:\n" + output)};
+        return Error{ErrorCode::kFailedPrecondition,
+                     info.describe() + " ended before its agents started" + outputOf(lockstepJobId, started.slurmJobId)};
       }
       if (Clock::now() >= deadline) {
         return timeoutError(info.describe() + ": " + std::to_string(agents.size()) + " of " + std::to_string(nodes) +
@@ -231,6 +298,34 @@ Result<std::vector<Announced>> waitForAgents(const std::string& lockstepJobId, c
     }
     std::this_thread::sleep_for(milliseconds(250));
   }
+}
+
+Result<Agents> launchAgents(const AgentsLaunch& launch, milliseconds toolTimeout, milliseconds waitTimeout,
+                            const std::function<bool(const std::string&)>& say) {
+  const std::uint32_t nodes = launch.allocation.nodes;
+  LOCKSTEP_ASSIGN_OR_RETURN(const Started started, startAgents(launch, toolTimeout));
+  const std::string agents = std::to_string(nodes) + " agent" + (nodes == 1 ? "" : "s");
+  const bool go = say(started.submitted ? "submitted Slurm job " + started.slurmJobId + " for job " + launch.lockstepJobId +
+                                              "; waiting for its " + agents
+                                        : "in allocation, Slurm job " + started.slurmJobId + ": starting job " +
+                                              launch.lockstepJobId + "'s " + agents);
+  std::string said;  // each change of Slurm's state once
+  auto announcedAgents = waitForAgents(launch.lockstepJobId, started, nodes, waitTimeout, [&](const JobInfo& info) {
+    if (info.describe() == said) return go;
+    return say(said = info.describe()) && go;
+  });
+  if (!announcedAgents) {
+    Error e = announcedAgents.error();
+    if (started.submitted) {
+      const auto cancelled = cancel(started.slurmJobId, toolTimeout);
+      e.message += cancelled ? "; cancelled Slurm job " + started.slurmJobId : "; " + cancelled.error().message;
+    }
+    return e;
+  }
+  Agents out{started, std::move(*announcedAgents), 0};
+  if (auto info = query(started.slurmJobId, toolTimeout)) out.allocatedGpus = info->gpus;
+  if (out.allocatedGpus == 0) out.allocatedGpus = nodes * launch.allocation.gpusPerNode;
+  return out;
 }
 
 Result<std::optional<std::string>> cancelSubmitted(const std::string& lockstepJobId, milliseconds timeout) {

@@ -27,6 +27,17 @@ std::string findOnPath(const std::string& name) {
   return {};
 }
 
+namespace {
+
+// A tool past its time: its whole group killed, and reaped unless it hangs in the kernel (a dead
+// file system) even so; then it is left, rather than the caller with it.
+void killAndReap(pid_t pid) {
+  ::kill(-pid, SIGKILL);
+  (void)waitProcess(pid, std::chrono::seconds(5));
+}
+
+}  // namespace
+
 Result<CommandOutput> runCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
                                  std::size_t maxBytes) {
   if (argv.empty()) return invalidArgument("runCommand: no program");
@@ -57,6 +68,7 @@ Result<CommandOutput> runCommand(const std::vector<std::string>& argv, std::chro
     ::signal(SIGTERM, SIG_IGN);
     const int null = ::open("/dev/null", O_RDONLY);
     ::dup2(null, 0);
+    if (null > 2) ::close(null);
     ::dup2(out[1], 1);
     ::dup2(err[1], 2);
     ::execv(program.c_str(), args.data());
@@ -85,8 +97,7 @@ Result<CommandOutput> runCommand(const std::vector<std::string>& argv, std::chro
     }
   }
   if (outOpen || errOpen) {
-    ::kill(-pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
+    killAndReap(pid);
     return timeoutError(argv[0] + " did not finish within " + std::to_string(timeout.count() / 1000) + " s");
   }
   // Both pipes closed: the tool is exiting (a child it left holding them would have kept them open).
@@ -94,8 +105,7 @@ Result<CommandOutput> runCommand(const std::vector<std::string>& argv, std::chro
   LOCKSTEP_ASSIGN_OR_RETURN(const auto status, waitProcess(pid, std::max(left, std::chrono::milliseconds(0)) +
                                                                    std::chrono::milliseconds(100)));
   if (!status) {
-    ::kill(-pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
+    killAndReap(pid);
     return timeoutError(argv[0] + " did not finish within " + std::to_string(timeout.count() / 1000) + " s");
   }
   result.status = *status;

@@ -22,6 +22,9 @@ struct PlacementNode {
   std::vector<std::uint32_t> freeGpus;  // GPU indexes no running job holds
 };
 
+// `total` ranks over `nodes` nodes, as evenly as they go, the first ones taking the remainder.
+std::vector<std::uint32_t> spreadRanks(std::uint32_t total, std::size_t nodes);
+
 // ranks[i] ranks on nodes[i], numbered node by node. Fills spec.ranks, worldSize and the rendezvous
 // fields; CUDA ranks get free GPUs. A first attempt also gets its agents (rank 0's first: it
 // supervises the job); a restart keeps the first attempt's.

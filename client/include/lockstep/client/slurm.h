@@ -29,6 +29,7 @@ struct Allocation {
   std::string time;       // Slurm's --time (MINUTES, HH:MM:SS, D-HH:MM); empty: the partition's
   std::string partition;  // empty: the cluster's default
   std::string account;
+  std::uint32_t cpusPerNode = 0;  // 0: whole nodes (--exclusive), the ranks' data loading wants the CPUs
 };
 
 // A Slurm job as `scontrol show job` tells it.
@@ -61,7 +62,7 @@ struct AgentsLaunch {
   Allocation allocation;
   std::string lockstepJobId;
   std::string agentProgram;     // lockstep-agent, on a path every node sees
-  std::string clientPublicKey;  // the key the agents let in
+  std::vector<std::string> clientPublicKeys;  // the keys the agents let in (clientKeys)
   std::uint32_t lingerS = 30;   // how long an agent waits, idle, for a job (or after it) before it exits
 };
 
@@ -70,7 +71,12 @@ struct AgentsLaunch {
 struct Started {
   std::string slurmJobId;
   bool submitted = false;  // a batch job of ours: stopping the Lockstep job cancels it
+  int stepPid = -1;        // inside an allocation: the srun running the agents, a child of this process
 };
+
+// The user's client keys in configDir, the app's and lockstepctl's, those that exist: a job
+// started from either can be watched and stopped from the other.
+std::vector<std::string> clientKeys(const std::string& configDir);
 
 // Creates the job's directory and starts the agents: `sbatch`, or `srun` in the allocation.
 Result<Started> startAgents(const AgentsLaunch& launch, std::chrono::milliseconds timeout);
@@ -84,13 +90,23 @@ struct Announced {
 };
 // The agents of the job's directory that announced themselves so far, by node number.
 std::vector<Announced> announced(const std::string& lockstepJobId);
-// Waits until `nodes` agents announced themselves; fails when the Slurm job ends first (with its
-// state and the end of its output) or the timeout passes (with why Slurm still holds it).
+// Waits until `nodes` agents announced themselves; fails when the Slurm job (or the srun step that
+// starts them) ends first (with its state and the end of its output) or the timeout passes (with why Slurm still holds it).
 // `progress` hears what Slurm says of the job every couple of seconds; it returns false to give up
 // (kCancelled).
-Result<std::vector<Announced>> waitForAgents(const std::string& lockstepJobId, const std::string& slurmJobId,
+Result<std::vector<Announced>> waitForAgents(const std::string& lockstepJobId, const Started& started,
                                              std::uint32_t nodes, std::chrono::milliseconds timeout,
                                              const std::function<bool(const JobInfo&)>& progress);
+// startAgents, then waitForAgents, as lockstepctl and the app both do: `say` hears what happens
+// (submitted, then each change of Slurm's state) and returns false to give up. A batch job whose
+// agents never came is cancelled, so that nothing holds nodes for a job that will not run.
+struct Agents {
+  Started started;
+  std::vector<Announced> announced;
+  std::uint32_t allocatedGpus = 0;  // Slurm's count, or nodes × GPUs per node when it gives none
+};
+Result<Agents> launchAgents(const AgentsLaunch& launch, std::chrono::milliseconds toolTimeout,
+                            std::chrono::milliseconds waitTimeout, const std::function<bool(const std::string&)>& say);
 // After a Lockstep job was stopped: cancels the batch job started for it (never an allocation of
 // the user's own). Returns the Slurm job id it cancelled, or nothing for a job not submitted so.
 Result<std::optional<std::string>> cancelSubmitted(const std::string& lockstepJobId, std::chrono::milliseconds timeout);
