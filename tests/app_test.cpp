@@ -769,6 +769,28 @@ class AppTest : public QObject {
              qPrintable(gpus->index(0, Gpus::kPower).data().toString()));
     QCOMPARE(gpus->index(1, Gpus::kPower).data().toString(), QStringLiteral("–"));  // unknown, not 0 W
   }
+
+  void theClusterViewShowsEachNodesNetworkAgainstItsLink() {
+    // Real counters: the agent samples this machine's interfaces, all but loopback.
+    const std::string dev = readText("/proc/net/dev");
+    if (std::count(dev.begin(), dev.end(), ':') < 2) QSKIP("this machine has no network interface but loopback");
+    TempDir dir;
+    AgentProcess agent(dir, "net-node", {"--sample-hz", "10"});
+    App app(dir);
+    const QString problem = connectAuthorized(app, agent);
+    QVERIFY2(problem.isEmpty(), qPrintable(problem));
+    auto* agents = app.window.findChild<QTableView*>(QStringLiteral("agentsView"))->model();
+    const auto network = [&] {
+      app.window.refreshNow();
+      return agents->index(0, app::AgentsModel::kNetwork).data().toString();
+    };
+    QTRY_VERIFY_WITH_TIMEOUT(network().contains(QStringLiteral("\u2193")), kConnectMs);
+    // "eth0 ↓1.20 kb/s ↑800 b/s of 10.0 Gb/s (0.0%)", or the speed unknown where the driver gives none.
+    const QRegularExpression shape(QStringLiteral(
+        "^\\S+ \u2193[0-9.]+ [kMGT]?b/s \u2191[0-9.]+ [kMGT]?b/s( of [0-9.]+ [kMGT]?b/s \\([0-9.]+%\\)|, link speed unknown)$"));
+    QVERIFY2(shape.match(network()).hasMatch(), qPrintable(network()));
+    QVERIFY(!agents->index(0, app::AgentsModel::kNetwork).data(Qt::ToolTipRole).toString().isEmpty());
+  }
 };
 
 QTEST_MAIN(AppTest)

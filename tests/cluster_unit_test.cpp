@@ -79,7 +79,7 @@ TEST(MetricsPage, BaseUnitsCountersAndLabelsFromTheStreamAlone) {
   EXPECT_EQ(line(text, "lockstep_gpu_utilization_ratio"), R"(lockstep_gpu_utilization_ratio{node="n",gpu="1",job_id="j\"1"} 0.875)");
   EXPECT_EQ(line(text, "lockstep_gpu_power_watts{"), R"(lockstep_gpu_power_watts{node="n",gpu="1",job_id="j\"1"} 412)");
   EXPECT_EQ(line(text, "lockstep_gpu_energy_joules_total"), R"(lockstep_gpu_energy_joules_total{node="n",gpu="1",job_id="j\"1"} 5000)");
-  EXPECT_EQ(line(text, "lockstep_gpu_sm_clock_hertz{"), R"(lockstep_gpu_sm_clock_hertz{node="n",gpu="1",job_id="j\"1"} 1.98e+09)");
+  EXPECT_EQ(line(text, "lockstep_gpu_sm_clock_hertz{"), R"(lockstep_gpu_sm_clock_hertz{node="n",gpu="1",job_id="j\"1"} 1980000000)");
   EXPECT_EQ(line(text, "lockstep_gpu_temperature_celsius{"), "");
   EXPECT_NE(text.find("# TYPE lockstep_gpu_energy_joules counter\n# UNIT lockstep_gpu_energy_joules joules\n"), std::string::npos);
   // Each rank: 50 samples a second, a 1 s step of which 0.3 s exposed communication.
@@ -135,6 +135,13 @@ TEST(MetricsPage, ANodeCountsItsOwnPartAndKeepsTheLastEnergyReading) {
   const std::string text = page.render(t0 + 4'000'000, jobs);
   EXPECT_EQ(line(text, "lockstep_gpu_energy_joules_total"), R"(lockstep_gpu_energy_joules_total{node="n",gpu="0",job_id="j\"1"} 7000)");
   EXPECT_EQ(line(text, "lockstep_gpu_power_watts{"), R"(lockstep_gpu_power_watts{node="n",gpu="0",job_id="j\"1"} 310)");
+  // The node's interfaces, as the kernel counts them: bytes, and the link's speed in bytes/s.
+  page.observe(NetSample{"n", "eth0", t0, 1000, 2000, 10, 20, 0u, 1u, std::nullopt, 0u, 25'000'000'000ull}, list);
+  const std::string withNet = page.render(t0 + 4'000'000, jobs);
+  EXPECT_EQ(line(withNet, "lockstep_network_transmit_bytes_total"), R"(lockstep_network_transmit_bytes_total{node="n",interface="eth0"} 2000)");
+  EXPECT_EQ(line(withNet, "lockstep_network_speed_bytes_per_second"),
+            R"(lockstep_network_speed_bytes_per_second{node="n",interface="eth0"} 3125000000)");
+  EXPECT_EQ(line(withNet, "lockstep_network_receive_drops_total"), "") << "unknown, not 0";
   // One GPU for 4 s here (the other rank's GPU is node m's to count).
   EXPECT_EQ(line(text, "lockstep_job_gpu_seconds_total"), R"(lockstep_job_gpu_seconds_total{node="n",job_id="j\"1"} 4)");
 

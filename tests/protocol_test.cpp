@@ -164,6 +164,15 @@ TEST(ProtocolRoundTrip, StreamedPayloads) {
 
   ProcessSample proc{"job-1", 1, 4242, 1000, 99.5f, 512ull << 20};
   EXPECT_EQ(roundTripStream(proc), proc);
+  // A node's interface: what the driver does not say (speed, an IB port's transmit errors) stays unknown.
+  NetSample net{"node-a", "ib:mlx5_0/1", 1000, 4'000'000'000'000ull, 7, 3, 2, 1u, std::nullopt, std::nullopt, 0u,
+                200'000'000'000ull};
+  EXPECT_EQ(roundTripStream(net), net);
+  net.linkBitsPerSecond.reset();
+  EXPECT_FALSE(roundTripStream(net).linkBitsPerSecond.has_value());
+  EXPECT_EQ(jobOf(StreamPayload(net)), "");
+  EXPECT_EQ(jobOf(StreamPayload(proc)), "job-1");
+  EXPECT_EQ(timeOf(StreamPayload(net)), 1000);
   JobEvent event{"job-1", JobEventKind::kFailed, 1000, 1u, 3, std::nullopt, "rank 1 failed", "tail...", 17u};
   EXPECT_EQ(roundTripStream(event), event);
 }

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -26,6 +27,18 @@ std::uint64_t memoryTotalBytes() {
 long clockTicksPerSecond() {
   static const long ticks = ::sysconf(_SC_CLK_TCK);
   return ticks > 0 ? ticks : 100;
+}
+
+std::optional<std::string> readKernelFile(const std::string& path, std::size_t maxBytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::string out;
+  char buffer[4096];
+  while (out.size() < maxBytes && in.read(buffer, sizeof buffer).gcount() > 0) {
+    out.append(buffer, static_cast<std::size_t>(std::min<std::streamsize>(in.gcount(), static_cast<std::streamsize>(maxBytes - out.size()))));
+  }
+  if (in.bad()) return std::nullopt;
+  return out;
 }
 
 std::optional<ProcStat> readProcStat(pid_t pid) {

@@ -25,4 +25,8 @@ struct ProcStat {
 std::optional<ProcStat> readProcStat(pid_t pid);
 long clockTicksPerSecond();
 
+// A /proc or /sys file, read to its end (they say they are 0 or 4096 bytes long, whatever they
+// hold), at most maxBytes; nothing when it cannot be opened.
+std::optional<std::string> readKernelFile(const std::string& path, std::size_t maxBytes = 1u << 20);
+
 }  // namespace lockstep::agent

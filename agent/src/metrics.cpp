@@ -39,6 +39,8 @@ enum Family : std::size_t {
   kRankSteps, kRankStepRate, kRankSamples, kRankStepTime, kRankDataTime, kRankComputeTime, kRankExposedTime,
   kRankOverhead, kRankBusBandwidth, kRankLoss,
   kJobState, kJobWorldSize, kJobSamples, kJobGpuSeconds, kJobCpuSeconds, kJobCost,
+  kNetReceiveBytes, kNetTransmitBytes, kNetReceivePackets, kNetTransmitPackets, kNetReceiveErrors, kNetTransmitErrors,
+  kNetReceiveDrops, kNetTransmitDrops, kNetSpeed,
   kFamilies,
 };
 constexpr std::array<FamilyDef, kFamilies> kDefs = {{
@@ -65,6 +67,15 @@ constexpr std::array<FamilyDef, kFamilies> kDefs = {{
     {"lockstep_job_gpu_seconds", "counter", "seconds", "GPU time this node's part of the job has held"},
     {"lockstep_job_cpu_seconds", "counter", "seconds", "CPU time this node's ranks of the job used"},
     {"lockstep_job_cost", "counter", "", "Spent so far by this node's part of the job, in its currency"},
+    {"lockstep_network_receive_bytes", "counter", "bytes", "Bytes the interface received"},
+    {"lockstep_network_transmit_bytes", "counter", "bytes", "Bytes the interface sent"},
+    {"lockstep_network_receive_packets", "counter", "", "Packets the interface received"},
+    {"lockstep_network_transmit_packets", "counter", "", "Packets the interface sent"},
+    {"lockstep_network_receive_errors", "counter", "", "Receive errors on the interface"},
+    {"lockstep_network_transmit_errors", "counter", "", "Transmit errors on the interface"},
+    {"lockstep_network_receive_drops", "counter", "", "Received packets the interface dropped"},
+    {"lockstep_network_transmit_drops", "counter", "", "Packets the interface dropped instead of sending"},
+    {"lockstep_network_speed_bytes_per_second", "gauge", "", "The link's speed, where the driver says it"},
 }};
 
 // The name a family's samples carry: a counter's with `_total`.
@@ -95,7 +106,10 @@ class Writer {
       body += (i ? "," : "") + std::string(labels[i].first) + "=\"" + escaped(labels[i].second) + '"';
     }
     char number[32];
-    const auto [end, ec] = std::to_chars(number, number + sizeof number, *value);
+    // Plain digits for what fits them ("3125000000", not "3.125e+09"), the shortest exact form.
+    const double size = std::abs(*value);
+    const auto format = size == 0 || (size >= 1e-6 && size < 1e15) ? std::chars_format::fixed : std::chars_format::general;
+    const auto [end, ec] = std::to_chars(number, number + sizeof number, *value, format);
     body += "} " + std::string(number, ec == std::errc() ? end : number) + "\n";
   }
   std::string page() const {
@@ -129,6 +143,19 @@ void writeGpu(Writer& w, const GpuSample& g) {
   w.add(kGpuEnergy, labels, scaled(g.energyMillijoules, 1e-3));
   w.add(kGpuTemperature, labels, scaled(g.temperatureC, 1));
   w.add(kGpuClock, labels, scaled(g.smClockMhz, 1e6));
+}
+
+void writeNet(Writer& w, const NetSample& n) {
+  const Labels labels = {{"node", n.node}, {"interface", n.interface}};
+  w.add(kNetReceiveBytes, labels, static_cast<double>(n.rxBytes));
+  w.add(kNetTransmitBytes, labels, static_cast<double>(n.txBytes));
+  w.add(kNetReceivePackets, labels, static_cast<double>(n.rxPackets));
+  w.add(kNetTransmitPackets, labels, static_cast<double>(n.txPackets));
+  w.add(kNetReceiveErrors, labels, scaled(n.rxErrors, 1));
+  w.add(kNetTransmitErrors, labels, scaled(n.txErrors, 1));
+  w.add(kNetReceiveDrops, labels, scaled(n.rxDrops, 1));
+  w.add(kNetTransmitDrops, labels, scaled(n.txDrops, 1));
+  w.add(kNetSpeed, labels, scaled(n.linkBitsPerSecond, 1.0 / 8));
 }
 
 // Rates and the last window's times only while the job runs: an ended job did not keep its pace.
@@ -172,10 +199,6 @@ JobSpec nodePart(JobSpec spec, const std::string& node) {
   return spec;
 }
 
-std::string jobOf(const MetricsPage::Payload& payload) {
-  return std::visit([](const auto& p) { return p.jobId; }, payload);
-}
-
 }  // namespace
 
 std::vector<std::string> MetricsPage::seriesNames() {
@@ -193,7 +216,8 @@ void MetricsPage::observe(const Payload& payload, const std::function<std::vecto
     if (!fresh) it->second = *gpu;
     if (!gpu->energyMillijoules) it->second.energyMillijoules = energy;
   }
-  const std::string jobId = jobOf(payload);
+  if (const auto* net = std::get_if<NetSample>(&payload)) nets_[net->interface] = *net;
+  const std::string& jobId = jobOf(payload);
   if (jobId.empty()) return;
   auto it = trackers_.find(jobId);
   if (it == trackers_.end()) {
@@ -207,7 +231,7 @@ void MetricsPage::observe(const Payload& payload, const std::function<std::vecto
         using T = std::decay_t<decltype(p)>;
         if constexpr (std::is_same_v<T, StepReport>) {
           it->second.add(p, node_);
-        } else {
+        } else if constexpr (!std::is_same_v<T, NetSample>) {
           it->second.add(p);
         }
       },
@@ -220,6 +244,7 @@ std::string MetricsPage::render(std::int64_t nowUnixUs, const std::vector<JobSta
   });
   Writer w;
   for (const auto& [index, gpu] : gpus_) writeGpu(w, gpu);
+  for (const auto& [name, net] : nets_) writeNet(w, net);
   for (const auto& job : jobs) {
     const auto it = trackers_.find(job.spec.jobId);
     if (it == trackers_.end()) {

@@ -43,6 +43,7 @@ class MetricsPage {
  private:
   std::string node_;
   std::map<std::uint32_t, GpuSample> gpus_;  // the newest sample of each GPU
+  std::map<std::string, NetSample> nets_;    // and of each network interface
   std::map<std::string, kpi::JobTracker> trackers_;
 };
 

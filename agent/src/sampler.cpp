@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "host.h"
+#include "netdev.h"
 #include "lockstep/common/clock.h"
 
 namespace lockstep::agent {
@@ -105,6 +106,7 @@ void Sampler::sampleOnce(bool withEnergy) {
     samples.emplace_back(std::move(s));
   }
   cpu_ = std::move(seen);
+  for (auto& net : readInterfaces(node_)) samples.emplace_back(std::move(net));
   if (samples.empty()) return;
   {
     std::lock_guard lock(mutex_);

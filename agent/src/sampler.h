@@ -1,8 +1,8 @@
 #pragma once
-// Samples GPUs (NVML) and rank processes (/proc) at a fixed rate on its own thread, so that slow
-// NVML calls never hold the agent's event loop. The energy counter, which costs milliseconds per
-// call on some drivers, is read once a second. Samples queue up until the loop takes them; an
-// eventfd says when there are some.
+// Samples GPUs (NVML), rank processes (/proc) and the node's network interfaces (netdev.h) at a
+// fixed rate on its own thread, so that slow NVML calls never hold the agent's event loop. The
+// energy counter, which costs milliseconds per call on some drivers, is read once a second.
+// Samples queue up until the loop takes them; an eventfd says when there are some.
 
 #include <sys/types.h>
 
@@ -22,7 +22,7 @@ namespace lockstep::agent {
 
 class Sampler {
  public:
-  using Sample = std::variant<GpuSample, ProcessSample>;
+  using Sample = std::variant<GpuSample, ProcessSample, NetSample>;
 
   Sampler(const Nvml* nvml, std::string node, std::uint32_t hz);
   ~Sampler();

@@ -34,6 +34,7 @@ ClusterStore::ClusterStore(CurveKeyPair keys, HistoryRecorder* history, QObject*
   registerMetaTypes();
   connect(ingest_.get(), &Ingest::published, this, &ClusterStore::onPublished);
   connect(ingest_.get(), &Ingest::gpuSamples, this, &ClusterStore::onGpuSamples);
+  connect(ingest_.get(), &Ingest::netRates, this, &ClusterStore::onNetRates);
   ingest_->start();
 }
 
@@ -257,6 +258,21 @@ void ClusterStore::onPublished(QStringList jobIds) {
 void ClusterStore::onGpuSamples(GpuSamples latest) {
   for (const auto& [key, sample] : *latest) gpuSamples_[key] = sample;
   Q_EMIT gpusChanged();
+}
+
+void ClusterStore::onNetRates(NetRates latest) {
+  for (const auto& [key, rate] : *latest) netRates_[key] = rate;
+  Q_EMIT agentsChanged();
+}
+
+std::vector<kpi::NetRate> ClusterStore::network(const QString& agentId) const {
+  std::vector<kpi::NetRate> out;
+  for (auto it = netRates_.lower_bound({agentId, std::string()}); it != netRates_.end() && it->first.first == agentId; ++it) {
+    out.push_back(it->second);
+  }
+  const auto busy = [](const kpi::NetRate& r) { return std::max(r.rxBytesPerSecond, r.txBytesPerSecond); };
+  std::stable_sort(out.begin(), out.end(), [&](const auto& a, const auto& b) { return busy(a) > busy(b); });
+  return out;
 }
 
 Result<JobSpec> ClusterStore::place(const JobSpec& spec, const std::vector<std::pair<QString, std::uint32_t>>& ranks) const {

@@ -79,6 +79,8 @@ class ClusterStore : public QObject {
   std::vector<GpuEntry> gpus() const;
   std::vector<const JobEntry*> jobs() const;  // oldest first
   const JobEntry* job(const std::string& id) const;
+  // The agent's node's interfaces, busiest first (the newest throughput of each).
+  std::vector<kpi::NetRate> network(const QString& agentId) const;
 
   // Places a job: ranks per agent id (agents with 0 are left out). Errors say what is wrong.
   Result<JobSpec> place(const JobSpec& spec, const std::vector<std::pair<QString, std::uint32_t>>& ranks) const;
@@ -115,6 +117,7 @@ class ClusterStore : public QObject {
   void onState(QString id, AgentState state, QString message);
   void onPublished(QStringList jobIds);
   void onGpuSamples(GpuSamples latest);
+  void onNetRates(NetRates latest);
 
   CurveKeyPair keys_;
   HistoryRecorder* history_;
@@ -124,6 +127,7 @@ class ClusterStore : public QObject {
   std::map<std::string, std::unique_ptr<JobEntry>> jobs_;
   std::vector<std::string> jobOrder_;
   std::map<std::pair<QString, std::uint32_t>, GpuSample> gpuSamples_;
+  std::map<std::pair<QString, std::string>, kpi::NetRate> netRates_;
 };
 
 }  // namespace lockstep::app

@@ -8,6 +8,7 @@ namespace lockstep::app {
 namespace {
 constexpr int kTickMs = 20;
 constexpr std::int64_t kStaleUs = 500'000;
+constexpr std::int64_t kNetEmitUs = 1'000'000;  // network rates reach the GUI once a second
 }  // namespace
 
 LiveJob::LiveJob(const JobSpec& spec, const kpi::Settings& settings)
@@ -42,6 +43,7 @@ std::shared_ptr<const LiveJob::Published> LiveJob::published() const {
 
 Ingest::Ingest(QString historyPath) : historyPath_(std::move(historyPath)) {
   qRegisterMetaType<GpuSamples>();
+  qRegisterMetaType<NetRates>();
   thread_.setObjectName(QStringLiteral("ingest"));
   moveToThread(&thread_);
 }
@@ -94,18 +96,23 @@ void Ingest::onMessages(QString agentId, MessageBatch messages) {
   std::string lastId;
   std::shared_ptr<LiveJob> last;
   for (const auto& m : *messages) {
-    std::visit(
-        [&](const auto& p) {
-          if constexpr (std::is_same_v<std::decay_t<decltype(p)>, GpuSample>) gpus_[{agentId, p.gpuIndex}] = p;
-          if (p.jobId.empty()) return;
-          if (p.jobId != lastId || !last) {
-            lastId = p.jobId;
-            last = find(p.jobId);
-          }
-          if (last) last->add(m);  // else a job no list named (yet): not this app's to know
-        },
-        m.payload);
+    if (const auto* gpu = std::get_if<GpuSample>(&m.payload)) gpus_[{agentId, gpu->gpuIndex}] = *gpu;
+    if (const auto* net = std::get_if<NetSample>(&m.payload)) addNet(agentId, *net);
+    const std::string& jobId = jobOf(m.payload);
+    if (jobId.empty()) continue;
+    if (jobId != lastId || !last) {
+      lastId = jobId;
+      last = find(jobId);
+    }
+    if (last) last->add(m);  // else a job no list named (yet): not this app's to know
   }
+}
+
+void Ingest::addNet(const QString& agentId, const NetSample& sample) {
+  auto [it, fresh] = netBefore_.try_emplace({agentId, sample.interface}, sample);
+  if (fresh) return;
+  if (auto rate = kpi::netRate(it->second, sample)) netRates_[it->first] = *rate;
+  it->second = sample;
 }
 
 void Ingest::tick() {
@@ -123,6 +130,11 @@ void Ingest::tick() {
   if (!gpus_.empty()) {
     Q_EMIT gpuSamples(std::make_shared<const std::map<std::pair<QString, std::uint32_t>, GpuSample>>(std::move(gpus_)));
     gpus_.clear();
+  }
+  if (!netRates_.empty() && now - netEmittedUs_ >= kNetEmitUs) {
+    netEmittedUs_ = now;
+    Q_EMIT netRates(std::make_shared<const std::map<std::pair<QString, std::string>, kpi::NetRate>>(std::move(netRates_)));
+    netRates_.clear();
   }
 }
 

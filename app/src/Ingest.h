@@ -17,6 +17,7 @@
 
 #include "Types.h"
 #include "lockstep/kpi/kpi.h"
+#include "lockstep/kpi/network.h"
 
 namespace lockstep::app {
 
@@ -56,6 +57,7 @@ class LiveJob {
 };
 
 using GpuSamples = std::shared_ptr<const std::map<std::pair<QString, std::uint32_t>, GpuSample>>;
+using NetRates = std::shared_ptr<const std::map<std::pair<QString, std::string>, kpi::NetRate>>;
 
 class Ingest : public QObject {
   Q_OBJECT
@@ -77,10 +79,13 @@ class Ingest : public QObject {
  Q_SIGNALS:
   void published(QStringList jobIds);  // jobs whose KPIs were worked out again
   void gpuSamples(lockstep::app::GpuSamples latest);  // per (agent, GPU index), those new since the last
+  // Per (agent, interface), the throughput between its two newest samples; about once a second.
+  void netRates(lockstep::app::NetRates latest);
 
  private:
   void tick();
   std::shared_ptr<LiveJob> find(const std::string& jobId);
+  void addNet(const QString& agentId, const NetSample& sample);
 
   const QString historyPath_;
   QThread thread_;
@@ -88,8 +93,12 @@ class Ingest : public QObject {
   std::mutex mutex_;  // jobs_, which the GUI thread adds to
   std::map<std::string, std::shared_ptr<LiveJob>> jobs_;
   std::map<std::pair<QString, std::uint32_t>, GpuSample> gpus_;  // since the last tick
+  std::map<std::pair<QString, std::string>, NetSample> netBefore_;  // the newest of each interface
+  std::map<std::pair<QString, std::string>, kpi::NetRate> netRates_;  // since the last emission
+  std::int64_t netEmittedUs_ = 0;
 };
 
 }  // namespace lockstep::app
 
 Q_DECLARE_METATYPE(lockstep::app::GpuSamples)
+Q_DECLARE_METATYPE(lockstep::app::NetRates)

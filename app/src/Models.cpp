@@ -55,8 +55,24 @@ QColor jobStateColor(JobState state, const QPalette& palette) {
 // ---- agents ----
 
 AgentsModel::AgentsModel(const ClusterStore& store, QObject* parent)
-    : RefreshedTableModel({tr("Agent"), tr("Node"), tr("State"), tr("Cores"), tr("GPUs")}, parent), store_(store) {}
+    : RefreshedTableModel({tr("Agent"), tr("Node"), tr("State"), tr("Cores"), tr("GPUs"), tr("Network")}, parent),
+      store_(store) {}
 int AgentsModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : rows_; }
+
+namespace {
+
+// "eth0 ↓1.20 Gb/s ↑800 Mb/s of 25.0 Gb/s (5%)": an interface's throughput against its link.
+QString networkText(const kpi::NetRate& r) {
+  const auto bits = [](double bytesPerSecond) { return QString::fromStdString(kpi::formatBitsPerSecond(8 * bytesPerSecond)); };
+  QString text = QStringLiteral("%1 \u2193%2 \u2191%3").arg(QString::fromStdString(r.interface), bits(r.rxBytesPerSecond),
+                                                          bits(r.txBytesPerSecond));
+  if (!r.linkBitsPerSecond) return text + AgentsModel::tr(", link speed unknown");
+  text += AgentsModel::tr(" of %1").arg(bits(static_cast<double>(*r.linkBitsPerSecond) / 8));
+  if (r.linkUse) text += QStringLiteral(" (%1%)").arg(100.0 * *r.linkUse, 0, 'f', *r.linkUse < 0.1 ? 1 : 0);
+  return text;
+}
+
+}  // namespace
 
 // A Slurm cluster's row, after the agents': where the launcher can submit to.
 QVariant AgentsModel::slurmData(const SlurmClusterEntry& c, int column, int role) const {
@@ -81,6 +97,13 @@ QVariant AgentsModel::data(const QModelIndex& index, int role) const {
   }
   if (!index.isValid() || index.row() >= agents) return {};
   const AgentEntry& a = *store_.agents()[static_cast<std::size_t>(index.row())];
+  if (role == Qt::ToolTipRole && index.column() == kNetwork) {
+    QStringList lines;
+    for (const auto& r : store_.network(a.id)) {
+      lines << networkText(r) + (r.newErrors ? tr(", %1 errors or drops").arg(r.newErrors) : QString());
+    }
+    return lines.isEmpty() ? QVariant() : QVariant(lines.join(QLatin1Char('\n')));
+  }
   if (role == Qt::ToolTipRole) return a.message.isEmpty() ? QVariant() : QVariant(a.message);
   if (role == Qt::ForegroundRole && index.column() == kState) {
     const bool bad = a.state == AgentState::kNotAuthorized || a.state == AgentState::kWrongKey;
@@ -97,6 +120,10 @@ QVariant AgentsModel::data(const QModelIndex& index, int role) const {
     case kGpus:
       if (!a.hello) return dash();
       return a.hello->gpus.empty() ? tr("CPU only") : QString::number(a.hello->gpus.size());
+    case kNetwork: {
+      const auto interfaces = store_.network(a.id);
+      return interfaces.empty() ? dash() : networkText(interfaces.front());
+    }
   }
   return {};
 }

@@ -28,7 +28,7 @@ class RefreshedTableModel : public QAbstractTableModel {
 class AgentsModel : public RefreshedTableModel {
   Q_OBJECT
  public:
-  enum Column { kAgent, kNode, kState, kCores, kGpus };
+  enum Column { kAgent, kNode, kState, kCores, kGpus, kNetwork };
   explicit AgentsModel(const ClusterStore& store, QObject* parent = nullptr);
   int rowCount(const QModelIndex& parent = {}) const override;
   QVariant data(const QModelIndex& index, int role) const override;

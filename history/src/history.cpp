@@ -196,8 +196,8 @@ Result<void> History::recordMessages(std::span<const StreamMessage> messages) {
   std::map<std::string, std::int64_t, std::less<>> newSteps;
   std::set<std::string, std::less<>> touched;
   for (const StreamMessage& m : messages) {
-    const std::string& jobId = std::visit([](const auto& p) -> const std::string& { return p.jobId; }, m.payload);
-    if (jobId.empty()) continue;  // a sample of an idle GPU
+    const std::string& jobId = jobOf(m.payload);
+    if (jobId.empty()) continue;  // a node's own figures: an idle GPU's sample, its network
     auto [it, fresh] = isKnown.try_emplace(jobId, false);
     if (fresh) {
       known.bind(1, jobId);
@@ -457,7 +457,7 @@ struct Cursor {
     current.reset();
     if (row) {
       current = read(stmt);
-      time = std::visit([](const auto& p) { return p.timeUnixUs; }, current->payload);
+      time = timeOf(current->payload);
     }
     return {};
   }

@@ -85,7 +85,7 @@ void JobTracker::add(const StreamMessage& message) {
         using T = std::decay_t<decltype(p)>;
         if constexpr (std::is_same_v<T, StepReport>) {
           add(p, message.node);
-        } else {
+        } else if constexpr (!std::is_same_v<T, NetSample>) {  // a node's, not a job's
           add(p);
         }
       },

@@ -378,6 +378,39 @@ Result<ProcessSample> fromPb(const pb::ProcessSample& m) {
   return s;
 }
 
+void toPb(const NetSample& s, pb::NetSample* m) {
+  m->set_node(s.node);
+  m->set_interface(s.interface);
+  m->set_time_unix_us(s.timeUnixUs);
+  m->set_rx_bytes(s.rxBytes);
+  m->set_tx_bytes(s.txBytes);
+  m->set_rx_packets(s.rxPackets);
+  m->set_tx_packets(s.txPackets);
+  setIf(s.rxErrors, m, &pb::NetSample::set_rx_errors);
+  setIf(s.txErrors, m, &pb::NetSample::set_tx_errors);
+  setIf(s.rxDrops, m, &pb::NetSample::set_rx_drops);
+  setIf(s.txDrops, m, &pb::NetSample::set_tx_drops);
+  setIf(s.linkBitsPerSecond, m, &pb::NetSample::set_link_bits_per_second);
+}
+
+Result<NetSample> fromPb(const pb::NetSample& m) {
+  NetSample s;
+  s.node = m.node();
+  s.interface = m.interface();
+  s.timeUnixUs = m.time_unix_us();
+  s.rxBytes = m.rx_bytes();
+  s.txBytes = m.tx_bytes();
+  s.rxPackets = m.rx_packets();
+  s.txPackets = m.tx_packets();
+  if (m.has_rx_errors()) s.rxErrors = m.rx_errors();
+  if (m.has_tx_errors()) s.txErrors = m.tx_errors();
+  if (m.has_rx_drops()) s.rxDrops = m.rx_drops();
+  if (m.has_tx_drops()) s.txDrops = m.tx_drops();
+  if (m.has_link_bits_per_second()) s.linkBitsPerSecond = m.link_bits_per_second();
+  LOCKSTEP_TRY(validateNetSample(s));
+  return s;
+}
+
 void toPb(const StepReport& r, pb::StepReport* m) {
   m->set_job_id(r.jobId);
   m->set_rank(r.rank);
@@ -435,7 +468,10 @@ void toPb(const StreamMessage& message, pb::StreamMessage* m) {
           toPb(payload, m->mutable_gpu_sample());
         } else if constexpr (std::is_same_v<T, ProcessSample>) {
           toPb(payload, m->mutable_process_sample());
+        } else if constexpr (std::is_same_v<T, NetSample>) {
+          toPb(payload, m->mutable_net_sample());
         } else {
+          static_assert(std::is_same_v<T, StepReport>);
           toPb(payload, m->mutable_step_report());
         }
       },
@@ -463,6 +499,10 @@ Result<StreamMessage> fromPb(const pb::StreamMessage& m) {
     }
     case pb::StreamMessage::kStepReport: {
       LOCKSTEP_ASSIGN_OR_RETURN(out.payload, fromPb(m.step_report()));
+      return out;
+    }
+    case pb::StreamMessage::kNetSample: {
+      LOCKSTEP_ASSIGN_OR_RETURN(out.payload, fromPb(m.net_sample()));
       return out;
     }
     case pb::StreamMessage::PAYLOAD_NOT_SET:
@@ -594,6 +634,23 @@ bool StepReport::operator==(const StepReport& o) const {
          exposedCommTimeUs == o.exposedCommTimeUs && allreduceTimeUs == o.allreduceTimeUs &&
          bytesReduced == o.bytesReduced && stepTimeUs == o.stepTimeUs && timeUnixUs == o.timeUnixUs && lr == o.lr &&
          tokens == o.tokens;
+}
+
+const std::string& jobOf(const StreamPayload& payload) {
+  static const std::string none;
+  return std::visit(
+      [](const auto& p) -> const std::string& {
+        if constexpr (std::is_same_v<std::decay_t<decltype(p)>, NetSample>) {
+          return none;
+        } else {
+          return p.jobId;
+        }
+      },
+      payload);
+}
+
+std::int64_t timeOf(const StreamPayload& payload) {
+  return std::visit([](const auto& p) { return p.timeUnixUs; }, payload);
 }
 
 std::string encode(const Request& request) {

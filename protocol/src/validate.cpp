@@ -412,6 +412,12 @@ Result<void> validateProcessSample(const ProcessSample& s) {
   return {};
 }
 
+Result<void> validateNetSample(const NetSample& s) {
+  LOCKSTEP_TRY(checkRequired("network sample node", s.node, 255));
+  LOCKSTEP_TRY(checkRequired("network sample interface", s.interface, 64));
+  return {};
+}
+
 Result<void> validateStepReport(const StepReport& r) {
   LOCKSTEP_TRY(validateJobId(r.jobId));
   LOCKSTEP_TRY(checkRange("step report world size", r.worldSize, 1, kMaxWorldSize));

@@ -215,6 +215,25 @@ struct ProcessSample {
   bool operator==(const ProcessSample&) const = default;
 };
 
+// One network interface of a node, as the kernel counts it (docs/agent.md): totals since the
+// interface came up. An InfiniBand port is named "ib:DEVICE/PORT". What the kernel or the driver
+// does not say (a link speed, an IB port's transmit errors) stays unknown, never 0.
+struct NetSample {
+  std::string node;
+  std::string interface;
+  std::int64_t timeUnixUs = 0;
+  std::uint64_t rxBytes = 0;
+  std::uint64_t txBytes = 0;
+  std::uint64_t rxPackets = 0;
+  std::uint64_t txPackets = 0;
+  std::optional<std::uint64_t> rxErrors;
+  std::optional<std::uint64_t> txErrors;
+  std::optional<std::uint64_t> rxDrops;
+  std::optional<std::uint64_t> txDrops;
+  std::optional<std::uint64_t> linkBitsPerSecond;
+  bool operator==(const NetSample&) const = default;
+};
+
 struct StepReport {
   std::string jobId;
   std::uint32_t rank = 0;
@@ -239,12 +258,20 @@ struct StepReport {
   bool operator==(const StepReport& other) const;
 };
 
+using StreamPayload = std::variant<JobEvent, GpuSample, ProcessSample, StepReport, NetSample>;
+
 struct StreamMessage {
   std::uint64_t seq = 0;
   std::string node;
-  std::variant<JobEvent, GpuSample, ProcessSample, StepReport> payload;
+  StreamPayload payload;
   bool operator==(const StreamMessage&) const = default;
 };
+
+// The job a streamed message is about; empty for the node's own figures (an idle GPU's sample,
+// its network interfaces).
+const std::string& jobOf(const StreamPayload& payload);
+// When it was measured (Unix microseconds).
+std::int64_t timeOf(const StreamPayload& payload);
 
 // ---- requests and replies ----
 

@@ -22,6 +22,7 @@ Result<void> validateNodeHello(const NodeHello& hello);
 Result<void> validateJobEvent(const JobEvent& event);
 Result<void> validateGpuSample(const GpuSample& sample);
 Result<void> validateProcessSample(const ProcessSample& sample);
+Result<void> validateNetSample(const NetSample& sample);
 Result<void> validateStepReport(const StepReport& report);
 
 }  // namespace lockstep
