@@ -206,6 +206,10 @@ class AppTest : public QObject {
     QTRY_VERIFY_WITH_TIMEOUT(app.tile(QStringLiteral("Loss")) != none, kJobMs);
     QTRY_VERIFY_WITH_TIMEOUT(app.tile(QStringLiteral("Communication")) != none, kJobMs);
     QTRY_VERIFY_WITH_TIMEOUT(app.tile(QStringLiteral("Cost")) != none, kJobMs);
+    // What waiting on communication cost, beside the total (issue 19).
+    const app::KpiTile* cost = app.window.dashboard()->tile(QStringLiteral("Cost"));
+    QTRY_VERIFY_WITH_TIMEOUT(cost->detail().contains(QStringLiteral("waiting ")), kJobMs);
+    QVERIFY2(cost->toolTip().contains(QStringLiteral("% of step time")), qPrintable(cost->toolTip()));
     QTRY_VERIFY_WITH_TIMEOUT(app.points(QStringLiteral("throughput")) >= 2, kJobMs);
     QTRY_VERIFY_WITH_TIMEOUT(app.points(QStringLiteral("loss")) >= 2, kJobMs);
     QTRY_VERIFY_WITH_TIMEOUT(app.points(QStringLiteral("split")) >= 2, kJobMs);
@@ -768,6 +772,41 @@ class AppTest : public QObject {
     QVERIFY2(gpus->index(0, Gpus::kPower).data().toString().endsWith(QStringLiteral("W")),
              qPrintable(gpus->index(0, Gpus::kPower).data().toString()));
     QCOMPARE(gpus->index(1, Gpus::kPower).data().toString(), QStringLiteral("–"));  // unknown, not 0 W
+  }
+
+  // Issue 19: a job on two nodes is held against the slower of their links, as the nodes' agents
+  // stream their interfaces (through the real ingest thread); a job on one node against none.
+  void aJobOnTwoNodesIsHeldAgainstTheSlowerLink() {
+    TempDir dir;
+    App app(dir);
+    auto keys = loadOrCreateKeyPair(dir.file("sim"), "agent");
+    QVERIFY(keys.ok());
+    const std::int64_t now = unixMicrosNow();
+    const std::vector<std::pair<std::string, std::optional<std::uint64_t>>> nodes = {
+        {"link-a", 25'000'000'000ull}, {"link-b", 10'000'000'000ull}, {"link-c", std::nullopt}};
+    for (std::size_t a = 0; a < nodes.size(); ++a) {
+      const auto port = static_cast<std::uint16_t>(1 + a);
+      app.store.addAgent({"127.0.0.1", port}, keys->publicKey);
+      auto hello = std::make_shared<NodeHello>();
+      hello->nodeName = nodes[a].first;
+      app.store.onHello(QStringLiteral("127.0.0.1:%1").arg(port), hello);
+      std::vector<StreamMessage> batch;
+      for (int i = 0; i < 2; ++i) {
+        NetSample n{nodes[a].first, "eth0", now + i * 1'000'000, 1000ull * i, 1000ull * i, 0, 0, 0u, 0u, 0u, 0u, nodes[a].second};
+        batch.push_back({batch.size() + 1, nodes[a].first, n});
+      }
+      app.store.onMessages(QStringLiteral("127.0.0.1:%1").arg(port), std::make_shared<const std::vector<StreamMessage>>(std::move(batch)));
+    }
+    JobSpec spec = smallJob("two-nodes", 2, 10);
+    spec.ranks = {{0, "link-a", 0, std::nullopt}, {1, "link-b", 0, std::nullopt}};
+    QTRY_VERIFY_WITH_TIMEOUT(app.store.linkOf(spec).has_value(), kConnectMs);
+    QCOMPARE(app.store.linkOf(spec)->bytesPerSecond, 10e9 / 8);
+    QCOMPARE(QString::fromStdString(app.store.linkOf(spec)->what), QStringLiteral("the 10 Gb/s link of link-b"));
+    spec.ranks[1].node = "link-a";
+    QVERIFY2(!app.store.linkOf(spec), "one node: its ranks do not use the link");
+    spec.ranks[1].node = "link-c";
+    QTRY_VERIFY_WITH_TIMEOUT(!app.store.network(QStringLiteral("127.0.0.1:3")).empty(), kConnectMs);
+    QVERIFY2(!app.store.linkOf(spec), "a node whose link speed is unknown: no reference, not a guess");
   }
 
   void theClusterViewShowsEachNodesNetworkAgainstItsLink() {

@@ -331,6 +331,13 @@ TEST(History, MigratesASchemaOneFileAndStoresUntimedSteps) {
     ALTER TABLE final_kpis DROP COLUMN total_samples;
     ALTER TABLE final_kpis DROP COLUMN total_tokens;
     ALTER TABLE final_kpis RENAME COLUMN end_samples_per_s TO samples_per_s;
+    ALTER TABLE final_kpis DROP COLUMN bus_bandwidth;
+    ALTER TABLE final_kpis DROP COLUMN waiting_share;
+    ALTER TABLE final_kpis DROP COLUMN straggler_share;
+    ALTER TABLE final_kpis DROP COLUMN waiting_cost;
+    ALTER TABLE final_kpis DROP COLUMN straggler_cost;
+    ALTER TABLE final_kpis DROP COLUMN waiting_gpu_hours;
+    ALTER TABLE final_kpis DROP COLUMN straggler_gpu_hours;
     PRAGMA user_version = 1;)sql");
   ASSERT_EQ(count(path, "PRAGMA user_version"), 1);
 
@@ -348,6 +355,8 @@ TEST(History, MigratesASchemaOneFileAndStoresUntimedSteps) {
   ASSERT_TRUE(oldRecord && oldRecord->finalKpis);
   EXPECT_EQ(oldRecord->finalKpis->totalSamples, 3u * 2 * 64);
   EXPECT_TRUE(oldRecord->finalKpis->meanSamplesPerSecond);
+  // ... and schema 4's: the cost of waiting from its timed steps.
+  EXPECT_TRUE(oldRecord->finalKpis->waitingShare);
 
   JobSpec own = spec("own-job", 1);
   own.layers.clear();

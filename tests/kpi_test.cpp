@@ -242,6 +242,42 @@ TEST(Kpi, LossConvergenceEnergyAndCost) {
   EXPECT_NEAR(*k.costProjected, (2 * 10.0 / 3600 * 2.0 + 0.002 * 0.5) * 10, 1e-12);  // 100 of 10 steps
 }
 
+// Issue 19: the wait for the last rank, and what waiting cost. tenSteps(): per step, rank 0 is
+// exposed 0.3 s and rank 1 0.1 s, so rank 1 arrived 0.2 s after rank 0, which waited that long:
+// 0.2 s of the step's 0.4 s of exposed time (a half), an arrival skew of 0.2 s. Over the job, the
+// ranks' 20 s of step time hold 4 s exposed (20%), 2 s of it waiting for rank 1 (10%).
+TEST(Kpi, TheWaitForTheLastRankAndWhatWaitingCost) {
+  const JobKpis k = tenSteps().snapshot(t0 + 10 * kSecond);
+  ASSERT_TRUE(k.stragglerWaitShare && k.arrivalSkewUs);
+  EXPECT_NEAR(*k.stragglerWaitShare, 0.2 / 0.4, 1e-12);
+  EXPECT_NEAR(*k.arrivalSkewUs, 200'000, 1e-6);
+  ASSERT_TRUE(k.waitingShare && k.stragglerShare && k.waitingCost && k.stragglerCost);
+  EXPECT_NEAR(*k.waitingShare, 4.0 / 20, 1e-12);
+  EXPECT_NEAR(*k.stragglerShare, 2.0 / 20, 1e-12);
+  const double cost = 2 * 10.0 / 3600 * 2.0 + 0.002 * 0.5;
+  EXPECT_NEAR(*k.waitingCost, cost * 0.2, 1e-12);
+  EXPECT_NEAR(*k.stragglerCost, cost * 0.1, 1e-12);
+  EXPECT_NEAR(*k.waitingGpuHours, 2 * 10.0 / 3600 * 0.2, 1e-12);
+  EXPECT_NEAR(*k.stragglerGpuHours, 2 * 10.0 / 3600 * 0.1, 1e-12);
+
+  // A step only one rank reported says nothing about who arrived last; alone, nobody waits.
+  JobTracker half(gpuJob(), Settings{5.0, 0.1, std::nullopt, 100});
+  for (std::uint64_t s = 1; s <= 5; ++s) half.add(report(0, s, 600'000, 300'000, t0 + static_cast<std::int64_t>(s) * kSecond), "n");
+  const JobKpis h = half.snapshot(t0 + 5 * kSecond);
+  EXPECT_FALSE(h.stragglerWaitShare.has_value());
+  EXPECT_FALSE(h.arrivalSkewUs.has_value());
+  EXPECT_NEAR(*h.stragglerShare, 0.0, 1e-12) << "no complete step: no wait counted";
+  EXPECT_NEAR(*h.waitingShare, 0.3, 1e-12);
+  // Untimed steps: the cost of waiting is unknown, not 0.
+  JobTracker untimed(gpuJob());
+  StepReport r = report(0, 1, 0, 0, t0 + kSecond);
+  r.dataTimeUs.reset();
+  r.computeTimeUs.reset();
+  r.exposedCommTimeUs.reset();
+  untimed.add(r, "n");
+  EXPECT_FALSE(untimed.snapshot(t0 + kSecond).waitingCost.has_value());
+}
+
 TEST(Kpi, CostCountsEveryGpuOfTheAllocationUsedOrNot) {
   // A Slurm allocation of 8 GPUs running 2 ranks: the 8 are paid for (issue 17).
   JobSpec spec = gpuJob();

@@ -147,7 +147,7 @@ TEST(ReportFormats, NamesAndExtensions) {
 constexpr std::uint64_t kSteps = 30;
 const std::string kNode = "gpu-node,\"a\"";  // needs quoting in CSV
 
-std::vector<StreamMessage> stream(const JobSpec& s) {
+std::vector<StreamMessage> stream(const JobSpec& s, std::int64_t allreduceUs = 30'000) {
   std::vector<StreamMessage> out;
   out.push_back({0, kNode, event(s.jobId, JobEventKind::kStarted, kT0)});
   for (std::uint64_t step = 1; step <= kSteps; ++step) {
@@ -164,7 +164,7 @@ std::vector<StreamMessage> stream(const JobSpec& s) {
       r.dataTimeUs = 5'000;
       r.computeTimeUs = 60'000 + 20'000 * p.rank;  // rank 1 is slower
       r.exposedCommTimeUs = 20'000;
-      r.allreduceTimeUs = 30'000;
+      r.allreduceTimeUs = allreduceUs;
       r.bytesReduced = 1 << 20;
       r.stepTimeUs = 100'000;
       r.timeUnixUs = t;
@@ -268,6 +268,44 @@ TEST_F(ReportOverHistory, LoadsTheJobAtItsEnd) {
   const auto unknown = load(*history_, "nope", now_);
   ASSERT_FALSE(unknown);
   EXPECT_EQ(unknown.error().code, ErrorCode::kNotFound);
+}
+
+// Issue 19: exposed communication (20% here) is held against the best bus bandwidth another job
+// reached on the same nodes. job-7 moves 1 MiB in 30 ms (35 MB/s); a job on the same node that
+// moved it in 20 ms reached 52 MB/s, so job-7 ran at 67% of the node's peak: bandwidth-bound.
+TEST_F(ReportOverHistory, ExposedCommunicationIsHeldAgainstThePeakOfTheSameNodes) {
+  const auto alone = load(*history_, "job-7", now_);
+  ASSERT_TRUE(alone) << alone.error().message;
+  EXPECT_FALSE(alone->bandwidthReference) << "no other job: nothing to compare with";
+  JobSpec faster = spec_;
+  faster.jobId = "job-8";
+  JobStatus status;
+  status.spec = faster;
+  status.state = JobState::kRunning;
+  status.startedUnixUs = kT0;
+  ASSERT_TRUE(history_->recordJob(kNode, status));
+  ASSERT_TRUE(history_->recordMessages(stream(faster, 20'000)));
+  status.state = JobState::kFinished;
+  status.endedUnixUs = kT0 + static_cast<std::int64_t>(kSteps + 1) * 100'000;
+  ASSERT_TRUE(history_->recordJob(kNode, status));
+  ASSERT_TRUE(history_->refreshFinalKpis());
+
+  const auto peak = history_->peakBusBandwidth({kNode}, "job-7");
+  ASSERT_TRUE(peak && *peak);
+  EXPECT_EQ((*peak)->jobId, "job-8");
+  EXPECT_NEAR((*peak)->bytesPerSecond, (1 << 20) / 0.020, 1e-3);
+  const auto elsewhere = history_->peakBusBandwidth({"another-node"}, "job-7");
+  ASSERT_TRUE(elsewhere);
+  EXPECT_FALSE(*elsewhere) << "another node's jobs are not this cluster's peak";
+
+  const auto loaded = load(*history_, "job-7", now_);
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  ASSERT_TRUE(loaded->bandwidthReference);
+  const auto advice = std::find_if(loaded->recommendations.begin(), loaded->recommendations.end(),
+                                   [](const std::string& r) { return r.starts_with("Exposed communication is 20%"); });
+  ASSERT_NE(advice, loaded->recommendations.end());
+  EXPECT_NE(advice->find("67% of the peak job job-8 reached on these nodes"), std::string::npos) << *advice;
+  EXPECT_NE(advice->find("the link is the limit"), std::string::npos) << *advice;
 }
 
 TEST_F(ReportOverHistory, WritesCsvWithAGpuFileAndQuoting) {

@@ -370,14 +370,14 @@ TEST(ReportRecommendations, NoneForAHealthyJob) {
 TEST(ReportRecommendations, CommunicationAboveFifteenPercent) {
   ReportData d = healthy();
   d.kpis.commOverhead = 0.15;
-  EXPECT_EQ(advice(d, "Communication"), "");
+  EXPECT_EQ(advice(d, "Exposed communication"), "");
   d.kpis.commOverhead = 0.41;
-  const std::string text = advice(d, "Communication");
+  const std::string text = advice(d, "Exposed communication");
   EXPECT_NE(text.find("41%"), std::string::npos) << text;
   EXPECT_NE(text.find("now 64"), std::string::npos) << text;
   EXPECT_NE(text.find("now 25 MB"), std::string::npos) << text;
   d.kpis.commOverhead = 0.1504;  // rounds to the threshold: more decimals say why it fired
-  EXPECT_NE(advice(d, "Communication").find("15.0%"), std::string::npos) << advice(d, "Communication");
+  EXPECT_NE(advice(d, "Exposed communication").find("15.0%"), std::string::npos) << advice(d, "Exposed communication");
 }
 
 TEST(ReportRecommendations, LoadImbalanceNamesTheSlowestRankAndItsCause) {

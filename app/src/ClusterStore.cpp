@@ -2,6 +2,7 @@
 
 #include <QLoggingCategory>
 #include <algorithm>
+#include <set>
 
 #include "AgentWorker.h"
 #include "HistoryRecorder.h"
@@ -273,6 +274,24 @@ std::vector<kpi::NetRate> ClusterStore::network(const QString& agentId) const {
   const auto busy = [](const kpi::NetRate& r) { return std::max(r.rxBytesPerSecond, r.txBytesPerSecond); };
   std::stable_sort(out.begin(), out.end(), [&](const auto& a, const auto& b) { return busy(a) > busy(b); });
   return out;
+}
+
+std::optional<report::BandwidthReference> ClusterStore::linkOf(const JobSpec& spec) const {
+  std::set<std::string> nodes;
+  for (const auto& r : spec.ranks) nodes.insert(r.node);
+  if (nodes.size() < 2) return std::nullopt;
+  std::optional<report::BandwidthReference> slowest;
+  for (const auto& node : nodes) {
+    const AgentEntry* a = agentOfNode(node);
+    std::uint64_t fastest = 0;
+    for (const auto& rate : a ? network(a->id) : std::vector<kpi::NetRate>{}) fastest = std::max(fastest, rate.linkBitsPerSecond.value_or(0));
+    if (fastest == 0) return std::nullopt;
+    const double bytes = static_cast<double>(fastest) / 8;
+    if (!slowest || bytes < slowest->bytesPerSecond) {
+      slowest = report::BandwidthReference{bytes, "the " + kpi::formatBitsPerSecond(static_cast<double>(fastest)) + " link of " + node};
+    }
+  }
+  return slowest;
 }
 
 Result<JobSpec> ClusterStore::place(const JobSpec& spec, const std::vector<std::pair<QString, std::uint32_t>>& ranks) const {

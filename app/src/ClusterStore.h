@@ -15,6 +15,7 @@
 #include "Types.h"
 #include "lockstep/client/agent_client.h"
 #include "lockstep/kpi/kpi.h"
+#include "lockstep/report/diagnosis.h"
 
 namespace lockstep::app {
 
@@ -81,6 +82,10 @@ class ClusterStore : public QObject {
   const JobEntry* job(const std::string& id) const;
   // The agent's node's interfaces, busiest first (the newest throughput of each).
   std::vector<kpi::NetRate> network(const QString& agentId) const;
+  // The link a job's ranks on several nodes talk over, for report::diagnoseCommunication: the
+  // slowest of its nodes' fastest known links. Empty for a job on one node (its ranks talk over
+  // loopback or shared memory) or when a node's link speed is not known.
+  std::optional<report::BandwidthReference> linkOf(const JobSpec& spec) const;
 
   // Places a job: ranks per agent id (agents with 0 are left out). Errors say what is wrong.
   Result<JobSpec> place(const JobSpec& spec, const std::vector<std::pair<QString, std::uint32_t>>& ranks) const;

@@ -370,7 +370,12 @@ void DashboardWidget::refresh() {
                                      k.gpuUtilizationPct ? tr("mean over the job") : tr("no GPU samples"));
   const QString commDetail = k.busBandwidth ? tr("exposed, of step time; bus %1").arg(qtext(present::bandwidth(k.busBandwidth)))
                                             : tr("exposed, of step time");
-  tiles_[tr("Communication")]->set(percent(k.commOverhead), k.commOverhead ? commDetail : unless(noSplit, commDetail));
+  const auto diagnosis = report::diagnoseCommunication(k, job->spec, store_.linkOf(job->spec));
+  tiles_[tr("Communication")]->set(percent(k.commOverhead),
+                                   !k.commOverhead ? unless(noSplit, commDetail)
+                                   : diagnosis     ? commDetail + QStringLiteral("; ") + qtext(std::string(report::commBoundName(diagnosis->bound)))
+                                                   : commDetail);
+  tiles_[tr("Communication")]->setToolTip(diagnosis ? qtext(diagnosis->advice) : QString());
   tiles_[tr("Slowest rank")]->set(
       k.slowestRank ? QStringLiteral("rank %1").arg(*k.slowestRank) : dash(),
       k.slowestRank ? tr("%1; imbalance %2")
@@ -392,10 +397,15 @@ void DashboardWidget::refresh() {
   if (!prices.anySet()) {
     tiles_[tr("Cost")]->set(dash(), tr("no prices set for this job"));
   } else {
+    // What waiting cost, beside the total: the tile's detail has room for the money only.
+    QStringList detail;
+    if (k.costProjected) detail << tr("projected %1").arg(money(*k.costProjected, currency));
+    if (k.waitingCost) detail << tr("waiting %1").arg(money(*k.waitingCost, currency));
+    if (k.stragglerCost) detail << tr("stragglers %1").arg(money(*k.stragglerCost, currency));
     tiles_[tr("Cost")]->set(k.costSoFar ? money(*k.costSoFar, currency) : dash(),
-                            (k.costProjected ? tr("projected %1").arg(money(*k.costProjected, currency)) : QString()) +
-                                (k.costComplete ? QString() : tr(" (without unmeasured parts)")));
+                            detail.join(QStringLiteral("; ")) + (k.costComplete ? QString() : tr(" (without unmeasured parts)")));
   }
+  tiles_[tr("Cost")]->setToolTip(tr("Waiting on communication: %1").arg(qtext(report::waitingText(k, prices))));
   tiles_[tr("Energy")]->set(figure(k.energyKwh, 3, " kWh"),
                             k.energyKwh ? QString() : tr("no NVML energy counter"));
   refreshCharts(*job, k);

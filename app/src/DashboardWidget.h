@@ -33,6 +33,7 @@ class KpiTile : public QFrame {
   KpiTile(const QString& title, QWidget* parent = nullptr);
   void set(const QString& value, const QString& detail = {});
   QString value() const { return value_->text(); }
+  QString detail() const { return detail_->text(); }
 
  private:
   QLabel* value_;

@@ -15,7 +15,8 @@ constexpr std::string_view kColumns[] = {
     "scaling_basis",    "gpu_utilization_pct", "load_imbalance", "slowest_rank",  "slowest_cause",
     "last_global_loss", "smoothed_loss", "time_to_convergence_s", "energy_kwh",   "gpu_hours",
     "core_hours",       "cost",          "cost_complete",     "missing_json",     "total_samples",
-    "total_tokens"};
+    "total_tokens",     "bus_bandwidth", "waiting_share",     "straggler_share",  "waiting_cost",
+    "straggler_cost",   "waiting_gpu_hours", "straggler_gpu_hours"};
 
 std::string joined(std::string_view prefix) {
   std::string out;
@@ -60,6 +61,10 @@ Result<void> writeFinalKpis(sqlite3* db, const std::string& jobId, const kpi::Jo
   insert.bind(":gpu_hours", k.gpuHours).bind(":core_hours", k.coreHours).bind(":cost", k.costSoFar);
   insert.bind(":cost_complete", std::int64_t{k.costComplete}).bind(":missing_json", missing.dump());
   insert.bind(":total_samples", k.totalSamples).bind(":total_tokens", k.totalTokens);
+  insert.bind(":bus_bandwidth", k.busBandwidth).bind(":waiting_share", k.waitingShare);
+  insert.bind(":straggler_share", k.stragglerShare).bind(":waiting_cost", k.waitingCost);
+  insert.bind(":straggler_cost", k.stragglerCost).bind(":waiting_gpu_hours", k.waitingGpuHours);
+  insert.bind(":straggler_gpu_hours", k.stragglerGpuHours);
   return insert.run();
 }
 
@@ -93,6 +98,13 @@ Result<std::optional<kpi::JobKpis>> readFinalKpis(sqlite3* db, const std::string
   k.costSoFar = row.maybeReal("cost");
   k.costProjected = k.costSoFar;
   k.costComplete = row.i64("cost_complete") != 0;
+  k.busBandwidth = row.maybeReal("bus_bandwidth");
+  k.waitingShare = row.maybeReal("waiting_share");
+  k.stragglerShare = row.maybeReal("straggler_share");
+  k.waitingCost = row.maybeReal("waiting_cost");
+  k.stragglerCost = row.maybeReal("straggler_cost");
+  k.waitingGpuHours = row.maybeReal("waiting_gpu_hours");
+  k.stragglerGpuHours = row.maybeReal("straggler_gpu_hours");
   const auto totalSamples = row.maybeInt<std::uint64_t>("total_samples");
   k.totalSamples = totalSamples.value_or(0);
   k.totalTokens = row.maybeInt<std::uint64_t>("total_tokens");

@@ -443,6 +443,33 @@ Result<kpi::Maybe> History::calibration(const JobSpec& spec) const {
   }
 }
 
+Result<std::optional<BandwidthPeak>> History::peakBusBandwidth(const std::vector<std::string>& nodes,
+                                                               const std::string& exceptJobId) const {
+  LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db_.get(), R"sql(
+    SELECT f.job_id, f.bus_bandwidth, p.node FROM final_kpis f JOIN job_parts p ON p.job_id = f.job_id
+    WHERE f.bus_bandwidth IS NOT NULL AND f.job_id != ?1 ORDER BY f.job_id)sql"));
+  stmt.bind(1, exceptJobId);
+  const std::set<std::string> wanted(nodes.begin(), nodes.end());
+  std::optional<BandwidthPeak> best;
+  std::string jobId;
+  double bandwidth = 0;
+  std::set<std::string> its;
+  const auto consider = [&] {
+    if (!jobId.empty() && its == wanted && (!best || bandwidth > best->bytesPerSecond)) best = BandwidthPeak{bandwidth, jobId};
+  };
+  for (;;) {
+    LOCKSTEP_ASSIGN_OR_RETURN(bool row, stmt.step());
+    if (!row || stmt.text(0) != jobId) {
+      consider();
+      if (!row) return best;
+      jobId = stmt.text(0);
+      bandwidth = stmt.real(1);
+      its.clear();
+    }
+    its.insert(stmt.text(2));
+  }
+}
+
 namespace {
 
 // One table's rows of a job in time order, as stream messages.

@@ -75,6 +75,18 @@ UPDATE jobs SET kpis_stale = 1;
     R"sql(
 ALTER TABLE final_kpis RENAME COLUMN samples_per_s TO end_samples_per_s;
 )sql",
+    // 4: the all-reduce's bus bandwidth (a cluster's measured peak, for the diagnosis of exposed
+    // communication) and the cost of waiting; every job's final KPIs are computed again.
+    R"sql(
+ALTER TABLE final_kpis ADD COLUMN bus_bandwidth REAL;
+ALTER TABLE final_kpis ADD COLUMN waiting_share REAL;
+ALTER TABLE final_kpis ADD COLUMN straggler_share REAL;
+ALTER TABLE final_kpis ADD COLUMN waiting_cost REAL;
+ALTER TABLE final_kpis ADD COLUMN straggler_cost REAL;
+ALTER TABLE final_kpis ADD COLUMN waiting_gpu_hours REAL;
+ALTER TABLE final_kpis ADD COLUMN straggler_gpu_hours REAL;
+UPDATE jobs SET kpis_stale = 1;
+)sql",
 };
 
 const char* const kStepColumns =

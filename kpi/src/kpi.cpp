@@ -143,6 +143,13 @@ void JobTracker::add(const StepReport& r, const std::string& node) {
   acc.dataUs += static_cast<double>(r.dataTimeUs.value_or(0));
   acc.computeUs += static_cast<double>(r.computeTimeUs.value_or(0));
   acc.exposedUs += static_cast<double>(r.exposedCommTimeUs.value_or(0));
+  if (timed) {
+    const auto exposed = static_cast<double>(*r.exposedCommTimeUs);
+    acc.leastExposedUs = acc.timed == 1 ? exposed : std::min(acc.leastExposedUs, exposed);
+    acc.mostExposedUs = std::max(acc.mostExposedUs, exposed);
+    timedStepUs_ += static_cast<double>(r.stepTimeUs);
+    timedExposedUs_ += exposed;
+  }
   if (r.computeTimeUs && acc.ranks <= acc.worldSize) acc.computes.push_back(static_cast<double>(*r.computeTimeUs));
   if (std::isfinite(r.loss) && r.samples > 0) {
     acc.lossSum += static_cast<double>(r.loss) * r.samples;
@@ -166,6 +173,12 @@ void JobTracker::add(const StepReport& r, const std::string& node) {
       acc.imbalance = *std::max_element(acc.computes.begin(), acc.computes.end()) / med;
     }
     std::vector<double>().swap(acc.computes);
+    // The last rank to arrive waited least in the collective; every other rank's exposed time
+    // beyond that is waiting for it.
+    if (acc.timed == acc.ranks && acc.ranks > 1) {
+      acc.waitUs = acc.exposedUs - acc.ranks * acc.leastExposedUs;
+      waitedUs_ += acc.waitUs;
+    }
     // The imbalance the job started with (steps 2 to 11; the first one warms up), which a dynamic
     // split then works off.
     if (r.step >= 2 && initialSteps_ < kInitialSteps && acc.imbalance > 0) {
@@ -283,8 +296,8 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
   int ratesKnown = 0, singleKnown = 0;
   std::vector<double> busy, data, compute;
   std::vector<std::uint32_t> rankIds;
-  double algSum = 0, busSum = 0;
-  int bandwidthKnown = 0;
+  double algSum = 0, busSum = 0, reducedSum = 0;
+  int bandwidthKnown = 0, reducedKnown = 0;
   for (const auto& [id, r] : ranks_) {
     if (r.attempt < latestAttempt_) continue;  // a rank of an attempt before the last restart
     RankKpis rk;
@@ -299,6 +312,7 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
     // Samples and step times are in every report; the split only where the sender measured it.
     double samples = 0, tokens = 0, st = 0, d = 0, c = 0, e = 0, timedSamples = 0, timedSt = 0;
     double reducedBytes = 0, reduceUs = 0;
+    int reducedReports = 0;
     std::uint32_t world = 1;
     int n = 0, timed = 0;
     bool tokensKnown = false;
@@ -314,6 +328,7 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
       if (rep.bytesReduced && rep.allreduceTimeUs && *rep.allreduceTimeUs > 0) {
         reducedBytes += static_cast<double>(*rep.bytesReduced);
         reduceUs += static_cast<double>(*rep.allreduceTimeUs);
+        ++reducedReports;
         world = rep.worldSize;
       }
       if (rep.dataTimeUs && rep.computeTimeUs && rep.exposedCommTimeUs) {
@@ -355,6 +370,10 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
       compute.push_back(c / timed);
       rankIds.push_back(id);
     }
+    if (reducedReports > 0) {
+      reducedSum += reducedBytes / reducedReports;
+      ++reducedKnown;
+    }
     if (reduceUs > 0 && world > 1) {
       rk.algBandwidth = reducedBytes / (reduceUs / 1e6);
       rk.busBandwidth = *rk.algBandwidth * busBandwidthFactor(world);
@@ -364,6 +383,7 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
     }
     k.ranks.push_back(rk);
   }
+  if (reducedKnown > 0) k.bytesReducedPerStep = reducedSum / reducedKnown;
   if (bandwidthKnown > 0) {
     k.algBandwidth = algSum / bandwidthKnown;
     k.busBandwidth = busSum / bandwidthKnown;
@@ -386,15 +406,27 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
     }
   }
 
-  // Load imbalance: complete steps in the window.
-  double ratioSum = 0;
-  int ratioCount = 0;
+  // Load imbalance and the wait for the last rank: complete steps in the window.
+  double ratioSum = 0, waitSum = 0, waitExposedSum = 0, skewSum = 0;
+  int ratioCount = 0, waitCount = 0;
   for (const auto& [key, acc] : steps_) {
-    if (acc.imbalance <= 0 || acc.timeUs <= now - windowUs || acc.timeUs > now) continue;
-    ratioSum += acc.imbalance;
-    ++ratioCount;
+    if (acc.timeUs <= now - windowUs || acc.timeUs > now) continue;
+    if (acc.imbalance > 0) {
+      ratioSum += acc.imbalance;
+      ++ratioCount;
+    }
+    if (acc.waitUs >= 0) {
+      waitSum += acc.waitUs;
+      waitExposedSum += acc.exposedUs;
+      skewSum += acc.mostExposedUs - acc.leastExposedUs;
+      ++waitCount;
+    }
   }
   if (ratioCount > 0) k.loadImbalance = ratioSum / ratioCount;
+  if (waitCount > 0) {
+    k.arrivalSkewUs = skewSum / waitCount;
+    if (waitExposedSum > 0) k.stragglerWaitShare = waitSum / waitExposedSum;
+  }
   if (initialSteps_ > 0) k.initialLoadImbalance = initialImbalanceSum_ / initialSteps_;
   if (!busy.empty()) {
     k.slowestRanks = slowest(busy, data, compute, rankIds, k.ranks);
@@ -500,8 +532,21 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
     k.costComplete = false;
   }
   k.costSoFar = cost;
+  waitingCosts(k, gpuCount > 0);
   if (k.totalSteps > 0 && k.step > 0) k.costProjected = cost * static_cast<double>(k.totalSteps) / static_cast<double>(k.step);
   return k;
+}
+
+void JobTracker::waitingCosts(JobKpis& k, bool gpus) const {
+  if (timedStepUs_ <= 0) return;
+  k.waitingShare = timedExposedUs_ / timedStepUs_;
+  k.stragglerShare = waitedUs_ / timedStepUs_;
+  k.waitingCost = *k.costSoFar * *k.waitingShare;
+  k.stragglerCost = *k.costSoFar * *k.stragglerShare;
+  if (gpus) {
+    k.waitingGpuHours = *k.gpuHours * *k.waitingShare;
+    k.stragglerGpuHours = *k.gpuHours * *k.stragglerShare;
+  }
 }
 
 }  // namespace lockstep::kpi

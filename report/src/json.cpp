@@ -109,6 +109,16 @@ Json jobJson(const history::JobRecord& job) {
   return j;
 }
 
+const char* boundName(CommBound bound) {
+  switch (bound) {
+    case CommBound::kStraggler: return "straggler";
+    case CommBound::kBandwidth: return "bandwidth";
+    case CommBound::kLatency: return "latency";
+    case CommBound::kUndetermined: break;
+  }
+  return "undetermined";
+}
+
 Json kpisJson(const ReportData& data) {
   const kpi::JobKpis& k = data.kpis;
   Json j;
@@ -125,6 +135,17 @@ Json kpisJson(const ReportData& data) {
   j["comm_overhead"] = number(k.commOverhead);
   j["alg_bandwidth_bytes_per_second"] = number(k.algBandwidth);
   j["bus_bandwidth_bytes_per_second"] = number(k.busBandwidth);
+  j["bytes_reduced_per_step"] = number(k.bytesReducedPerStep);
+  j["straggler_wait_share"] = number(k.stragglerWaitShare);
+  j["arrival_skew_us"] = number(k.arrivalSkewUs);
+  const auto diagnosis = diagnoseCommunication(k, data.job.spec, data.bandwidthReference);
+  j["communication_bound"] = diagnosis ? Json(boundName(diagnosis->bound)) : Json(nullptr);
+  j["waiting_share"] = number(k.waitingShare);
+  j["straggler_share"] = number(k.stragglerShare);
+  j["waiting_cost"] = number(k.waitingCost);
+  j["straggler_cost"] = number(k.stragglerCost);
+  j["waiting_gpu_hours"] = number(k.waitingGpuHours);
+  j["straggler_gpu_hours"] = number(k.stragglerGpuHours);
   j["scaling_efficiency"] = number(k.scalingEfficiency);
   j["scaling_basis"] = k.scalingEfficiency ? Json(basisName(k.scalingBasis)) : Json(nullptr);
   j["gpu_utilization_pct"] = number(k.gpuUtilizationPct);

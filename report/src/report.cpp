@@ -175,6 +175,10 @@ Result<ReportData> load(const history::History& history, const std::string& jobI
     }
   }
   LOCKSTEP_ASSIGN_OR_RETURN(data.events, history.events(jobId));
+  std::vector<std::string> nodes;
+  for (const auto& part : data.job.parts) nodes.push_back(part.node);
+  LOCKSTEP_ASSIGN_OR_RETURN(auto peak, history.peakBusBandwidth(nodes, jobId));
+  if (peak) data.bandwidthReference = BandwidthReference{peak->bytesPerSecond, "the peak job " + peak->jobId + " reached on these nodes"};
   data.missing = missingOf(data);
   data.recommendations = recommendations(data);
   return data;
@@ -185,12 +189,7 @@ std::vector<std::string> recommendations(const ReportData& data) {
   const kpi::JobKpis& k = data.kpis;
   std::vector<std::string> out;
 
-  if (k.commOverhead && *k.commOverhead > 0.15) {
-    out.push_back("Communication is " + percentPast(*k.commOverhead * 100, 15) +
-                  " of step time: raise the per-rank batch (now " + std::to_string(spec.batchPerRank) +
-                  ") or the bucket size (now " + compact(spec.bucketMb) +
-                  " MB) so that more of the all-reduce hides behind compute.");
-  }
+  if (const auto diagnosis = diagnoseCommunication(k, spec, data.bandwidthReference)) out.push_back(diagnosis->advice);
 
   if (k.loadImbalance && *k.loadImbalance > 1.15 && k.slowestRank) {
     std::string node;
@@ -374,6 +373,9 @@ Document document(const ReportData& data) {
                                                        : "no GPU samples"});
   kpis.rows.push_back(
       {"Communication overhead", detail::percent(k.commOverhead), "exposed all-reduce time / step time, last 10 s"});
+  kpis.rows.push_back({"Waiting for the last rank", detail::percent(k.stragglerWaitShare) + " of exposed communication",
+                       "per step, each rank's exposed time beyond the least any rank had; arrival skew " +
+                           (k.arrivalSkewUs ? number(*k.arrivalSkewUs / 1e3, 2) + " ms" : dash()) + " per step, last 10 s"});
   kpis.rows.push_back({"All-reduce bandwidth", present::bandwidth(k.busBandwidth) + " bus, " + present::bandwidth(k.algBandwidth) + " algorithm",
                        "bytes all-reduced / reduction time, last 10 s, mean over ranks; bus = algorithm × 2(n−1)/n"});
   std::string convergence = "no target loss";
@@ -394,6 +396,9 @@ Document document(const ReportData& data) {
   kpis.rows.push_back({"Cost per training job",
                        spec.prices.anySet() && k.costSoFar ? present::money(*k.costSoFar, spec.prices.currency) : dash(),
                        costNote});
+  kpis.rows.push_back({"Cost of waiting", waitingText(k, spec.prices),
+                       "the share of the ranks' step time spent in exposed communication (of it, waiting for the "
+                       "last rank to arrive), of the cost and GPU-hours"});
   kpis.rows.push_back({"Energy", figure(k.energyKwh, 3, " kWh"),
                        k.energyKwh ? "NVML energy counters of the job's GPUs" : "no energy counter readings"});
   std::string slowest = "–";

@@ -27,7 +27,7 @@ namespace lockstep::history {
 
 // The schema version this build writes (PRAGMA user_version). Older files are migrated on open;
 // newer ones are refused.
-inline constexpr int kSchemaVersion = 3;
+inline constexpr int kSchemaVersion = 4;
 
 struct Options {
   // Samples younger than this stay raw; older ones are averaged into one row per bucket
@@ -65,6 +65,11 @@ struct JobRecord {
   std::int64_t recordedUnixUs = 0;
   std::uint64_t stepReports = 0;
   std::optional<kpi::JobKpis> finalKpis;  // without per-rank and per-GPU rows; once the job ended
+};
+
+struct BandwidthPeak {
+  double bytesPerSecond = 0;
+  std::string jobId;  // the job that reached it
 };
 
 struct Filter {
@@ -121,6 +126,10 @@ class History {
   // The samples/s over the last steps of the newest finished 1-rank job of the same workload
   // (kpi::workloadKey), which calibrates a job's scaling efficiency; empty when there is none.
   Result<kpi::Maybe> calibration(const JobSpec& spec) const;
+  // The highest all-reduce bus bandwidth another recorded job reached on exactly these nodes:
+  // the measured peak of this cluster, for the diagnosis of a job's exposed communication.
+  Result<std::optional<BandwidthPeak>> peakBusBandwidth(const std::vector<std::string>& nodes,
+                                                        const std::string& exceptJobId) const;
   // A KPI tracker fed with the whole job: the dashboard and reports as they were. Without a
   // calibration in `settings`, the history's (calibration()) is used.
   Result<std::unique_ptr<kpi::JobTracker>> tracker(const std::string& jobId, kpi::Settings settings = {}) const;

@@ -107,6 +107,14 @@ struct JobKpis {
   Maybe commOverhead;
   Maybe algBandwidth;  // the mean over the ranks that measured it
   Maybe busBandwidth;
+  Maybe bytesReducedPerStep;  // a rank's, the mean over the window's reports that counted them
+  // Waiting for the last rank to arrive (docs/kpis.md): in a step every rank reported with its
+  // times, a rank's exposed communication beyond the least any rank had is time it spent in the
+  // collective before the last one arrived. Over the window: that wait as a share of all exposed
+  // communication, and the mean arrival skew (the most exposed time less the least). Unknown
+  // alone or untimed.
+  Maybe stragglerWaitShare;
+  Maybe arrivalSkewUs;
   Maybe scalingEfficiency;
   ScalingBasis scalingBasis = ScalingBasis::kUnknown;
   Maybe gpuUtilizationPct;
@@ -126,6 +134,12 @@ struct JobKpis {
   Maybe coreHours;  // measured CPU time of the ranks
   Maybe costSoFar;      // the known parts of the cost
   Maybe costProjected;  // costSoFar scaled to the last step
+  // The cost of waiting, over the whole job: the share of the ranks' step time spent in exposed
+  // communication, and the part of that spent waiting for the last rank; the same shares of the
+  // cost so far and (with GPUs) of the GPU-hours.
+  Maybe waitingShare, stragglerShare;
+  Maybe waitingCost, stragglerCost;
+  Maybe waitingGpuHours, stragglerGpuHours;
   bool costComplete = true;
   std::vector<std::string> missing;  // what could not be measured, in words (for reports and tiles)
   // Why the KPIs that need step reports are unknown, for a program that sends none (or sends
@@ -228,6 +242,8 @@ class JobTracker {
     std::uint32_t timed = 0;  // ranks whose report carried data, compute and exposed times
     std::uint32_t worldSize = 1;
     double dataUs = 0, computeUs = 0, exposedUs = 0;
+    double leastExposedUs = 0, mostExposedUs = 0;  // over the timed ranks so far
+    double waitUs = -1;  // a complete step's exposed time beyond the least, summed over ranks; -1: unknown
     std::vector<double> computes;  // while ranks report; freed once the step is complete
     double imbalance = 0;          // a complete step's slowest compute time over its median; 0: unknown
     double lossSum = 0;  // sum of loss x samples over the ranks with a finite loss
@@ -239,6 +255,7 @@ class JobTracker {
   double secondsSinceStart(std::int64_t unixUs) const;
   void noteGlobalLoss(std::uint64_t step, double loss, std::int64_t timeUnixUs);
   void trimWindow(RankState& rank, std::int64_t nowUs) const;
+  void waitingCosts(JobKpis& k, bool gpus) const;  // after the cost so far
   template <class T>
   void push(std::deque<T>& series, T value) const;
 
@@ -257,6 +274,8 @@ class JobTracker {
   std::uint64_t totalSamples_ = 0;
   std::optional<std::uint64_t> totalTokens_;
   bool timedReports_ = false;  // a report carried a compute time
+  // Over the job: timed reports' step and exposed time, and complete steps' wait for the last rank.
+  double timedStepUs_ = 0, timedExposedUs_ = 0, waitedUs_ = 0;
   Maybe smoothedLoss_;
   Maybe lastGlobalLoss_;
   std::uint64_t lossStep_ = 0;

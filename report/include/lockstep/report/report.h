@@ -16,6 +16,7 @@
 #include "lockstep/common/result.h"
 #include "lockstep/history/history.h"
 #include "lockstep/kpi/kpi.h"
+#include "lockstep/report/diagnosis.h"
 
 namespace lockstep::report {
 
@@ -52,6 +53,8 @@ struct ReportData {
   std::vector<Series> utilization;             // per GPU ("node:index") or per rank ("rank N")
   std::vector<JobEvent> events;
   std::vector<std::string> missing;            // what could not be measured, in words
+  // What the job's bus bandwidth is held against (the peak other jobs reached on its nodes).
+  std::optional<BandwidthReference> bandwidthReference;
   std::vector<std::string> recommendations;    // plain advice drawn from the figures
   std::int64_t generatedUnixUs = 0;
 };

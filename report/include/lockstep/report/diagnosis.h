@@ -1,0 +1,48 @@
+#pragma once
+// Why a job's exposed communication is high (docs/kpis.md, "Why communication is slow"): ranks
+// waiting for a straggler, the link's bandwidth, or per-message latency, told apart from the
+// figures; the advice names the figures it rests on. The report's recommendations and the
+// dashboard's Communication tile both say this.
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "lockstep/kpi/kpi.h"
+#include "lockstep/protocol/types.h"
+
+namespace lockstep::report {
+
+enum class CommBound { kStraggler, kBandwidth, kLatency, kUndetermined };
+std::string_view commBoundName(CommBound bound);  // "waiting on a straggler", ...
+
+// What the bus bandwidth is held against: the link the job's nodes talk over, or the best another
+// job reached on the same nodes (history::History::peakBusBandwidth).
+struct BandwidthReference {
+  double bytesPerSecond = 0;
+  std::string what;  // "the 25 Gb/s link of node-b", "the peak job ab12 reached on these nodes"
+};
+
+struct CommDiagnosis {
+  CommBound bound = CommBound::kUndetermined;
+  std::string advice;
+};
+
+inline constexpr double kHighCommShare = 0.15;             // exposed communication worth explaining
+inline constexpr double kStragglerWaitShare = 0.5;         // of it, waiting for the last rank
+inline constexpr double kNearReference = 0.6;              // bus bandwidth this near the reference
+inline constexpr double kSmallReductionBytes = 1 << 20;    // all-reduces this small: latency dominates
+
+// Empty while exposed communication is at most kHighCommShare of step time (or unknown).
+std::optional<CommDiagnosis> diagnoseCommunication(const kpi::JobKpis& k, const JobSpec& spec,
+                                                   const std::optional<BandwidthReference>& reference);
+
+// The mean size of one all-reduce: the built-in trainer's step split into its buckets; a
+// program's whole step (its buckets are its own: an upper bound). Unknown without byte counts.
+kpi::Maybe meanReductionBytes(const kpi::JobKpis& k, const JobSpec& spec);
+
+// What waiting cost, over the whole job: "12% of step time, 0.42 USD, 0.10 GPU-hours; stragglers
+// 4%, 0.14 USD, 0.03 GPU-hours" (money only where prices are set); "–" when unknown.
+std::string waitingText(const kpi::JobKpis& k, const Prices& prices);
+
+}  // namespace lockstep::report

@@ -1,0 +1,156 @@
+// Issue 19: why exposed communication is high, said from the figures (report/diagnosis.h): the
+// rules on hand-made KPIs, and the straggler on a real 2-rank trainer with one rank slowed down.
+
+#include <gtest/gtest.h>
+
+#include "lockstep/report/diagnosis.h"
+#include "support/test_support.h"
+
+namespace lockstep::report {
+namespace {
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+JobSpec trainerSpec() {
+  JobSpec spec;
+  spec.jobId = "d";
+  spec.worldSize = 2;
+  spec.batchPerRank = 64;
+  spec.bucketMb = 25;
+  return spec;
+}
+
+kpi::JobKpis highComm() {
+  kpi::JobKpis k;
+  k.commOverhead = 0.30;
+  k.stragglerWaitShare = 0.10;
+  k.busBandwidth = 2.5e9;
+  k.bytesReducedPerStep = 100e6;
+  return k;
+}
+
+TEST(Diagnosis, NothingToExplainBelowTheThresholdOrUnknown) {
+  kpi::JobKpis k = highComm();
+  k.commOverhead = 0.12;
+  EXPECT_FALSE(diagnoseCommunication(k, trainerSpec(), std::nullopt));
+  k.commOverhead.reset();
+  EXPECT_FALSE(diagnoseCommunication(k, trainerSpec(), std::nullopt));
+}
+
+TEST(Diagnosis, RanksWaitingForTheLastOneAreAStraggler) {
+  kpi::JobKpis k = highComm();
+  k.stragglerWaitShare = 0.62;
+  k.arrivalSkewUs = 41'300;
+  k.slowestRank = 3;
+  k.slowestCause = kpi::SlowCause::kCompute;
+  k.slowestRanks = {{3, "node-b", 0.4, kpi::SlowCause::kCompute}};
+  // The straggler comes first even where the link is near its capacity: its wait is not the link's.
+  const auto d = diagnoseCommunication(k, trainerSpec(), BandwidthReference{2.6e9, "the link"});
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->bound, CommBound::kStraggler);
+  EXPECT_TRUE(has(d->advice, "30% of step time")) << d->advice;
+  EXPECT_TRUE(has(d->advice, "62% of it")) << d->advice;
+  EXPECT_TRUE(has(d->advice, "arrival skew 41.3 ms")) << d->advice;
+  EXPECT_TRUE(has(d->advice, "rank 3 on node-b (compute)")) << d->advice;
+}
+
+TEST(Diagnosis, BusBandwidthNearTheReferenceIsTheLink) {
+  // 2.5 GB/s on a 25 Gb/s (3.125 GB/s) link: 80%.
+  const auto d = diagnoseCommunication(highComm(), trainerSpec(), BandwidthReference{3.125e9, "the 25 Gb/s link of node-b"});
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->bound, CommBound::kBandwidth);
+  EXPECT_TRUE(has(d->advice, "80% of the 25 Gb/s link of node-b")) << d->advice;
+  EXPECT_TRUE(has(d->advice, "now 64")) << d->advice;
+}
+
+TEST(Diagnosis, SmallAllReducesAtLowBandwidthAreLatency) {
+  kpi::JobKpis k = highComm();
+  k.busBandwidth = 0.2e9;
+  k.bytesReducedPerStep = 4.0 * 1024 * 1024;
+  JobSpec spec = trainerSpec();
+  spec.bucketMb = 0.5;  // 4 MiB in buckets of 0.5 MiB: 8 all-reduces of 512 KiB
+  EXPECT_NEAR(*meanReductionBytes(k, spec), 512.0 * 1024, 1e-9);
+  const auto d = diagnoseCommunication(k, spec, BandwidthReference{3.125e9, "the link"});
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->bound, CommBound::kLatency);
+  EXPECT_TRUE(has(d->advice, "all-reduces of 512")) << d->advice;
+  EXPECT_TRUE(has(d->advice, "6% of the link")) << d->advice;
+  EXPECT_TRUE(has(d->advice, "--bucket-mb")) << d->advice;
+  // The same step in 25 MiB buckets is one 4 MiB all-reduce: not small, and far from the link.
+  spec.bucketMb = 25;
+  const auto big = diagnoseCommunication(k, spec, BandwidthReference{3.125e9, "the link"});
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->bound, CommBound::kUndetermined);
+  EXPECT_TRUE(has(big->advice, "6% of the link")) << big->advice;
+}
+
+TEST(Diagnosis, WithoutAReferenceItSaysWhatIsMissing) {
+  const auto d = diagnoseCommunication(highComm(), trainerSpec(), std::nullopt);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->bound, CommBound::kUndetermined);
+  EXPECT_TRUE(has(d->advice, "no link speed or earlier peak")) << d->advice;
+  kpi::JobKpis untimed = highComm();
+  untimed.busBandwidth.reset();
+  untimed.bytesReducedPerStep.reset();
+  const auto u = diagnoseCommunication(untimed, trainerSpec(), std::nullopt);
+  ASSERT_TRUE(u);
+  EXPECT_TRUE(has(u->advice, "no timed reductions")) << u->advice;
+}
+
+// The trainer's step reports (--metrics-out) into the KPI engine, as an agent would stream them.
+kpi::JobKpis kpisOf(const std::string& metricsPath) {
+  std::optional<kpi::JobTracker> tracker;
+  std::int64_t last = 0;
+  for (const auto& l : test::readJsonLines(metricsPath)) {
+    StepReport r;
+    r.jobId = l["job_id"].get<std::string>();
+    r.rank = l["rank"];
+    r.worldSize = l["world_size"];
+    r.step = l["step"];
+    r.samples = l["samples"];
+    r.dataTimeUs = l["data_time_us"].get<std::int64_t>();
+    r.computeTimeUs = l["compute_time_us"].get<std::int64_t>();
+    r.exposedCommTimeUs = l["exposed_comm_time_us"].get<std::int64_t>();
+    r.allreduceTimeUs = l["allreduce_time_us"].get<std::int64_t>();
+    r.bytesReduced = l["bytes_reduced"].get<std::uint64_t>();
+    r.stepTimeUs = l["step_time_us"];
+    r.timeUnixUs = l["time_unix_us"];
+    if (!tracker) {
+      JobSpec spec = trainerSpec();
+      spec.jobId = r.jobId;
+      tracker.emplace(spec, kpi::Settings{1e6});  // the whole run is the window
+    }
+    tracker->add(r, "n");
+    last = std::max(last, r.timeUnixUs);
+  }
+  EXPECT_TRUE(tracker);
+  return tracker ? tracker->snapshot(last) : kpi::JobKpis{};
+}
+
+TEST(Diagnosis, ARankSlowedDownIsNamedAsTheStragglerTheOthersWaitFor) {
+  test::TempDir dir;
+  const std::vector<std::string> job = {test::trainerPath(), "--layers", "256,1024,512,10", "--dataset",
+                                        "synthetic:n=8192,dim=256,seed=3", "--nproc", "2", "--batch-per-rank", "64",
+                                        "--steps", "40", "--quiet", "--metrics-out"};
+  auto args = job;
+  args.push_back(dir.file("slow.jsonl"));
+  const auto slow = test::runProcess(args, {{"LOCKSTEP_TEST_SLOWDOWN", "1:4"}}, dir);
+  ASSERT_TRUE(slow.status.success()) << slow.err;
+  args.back() = dir.file("even.jsonl");
+  const auto even = test::runProcess(args, {}, dir);
+  ASSERT_TRUE(even.status.success()) << even.err;
+
+  const kpi::JobKpis k = kpisOf(dir.file("slow.jsonl"));
+  ASSERT_TRUE(k.stragglerWaitShare && k.arrivalSkewUs);
+  const auto d = diagnoseCommunication(k, trainerSpec(), std::nullopt);
+  ASSERT_TRUE(d) << "rank 0 waits three times its own compute for rank 1";
+  EXPECT_EQ(d->bound, CommBound::kStraggler) << d->advice;
+  EXPECT_TRUE(has(d->advice, "rank 1")) << d->advice;
+  EXPECT_GT(*k.stragglerWaitShare, kStragglerWaitShare);
+  const kpi::JobKpis e = kpisOf(dir.file("even.jsonl"));
+  ASSERT_TRUE(e.stragglerWaitShare);
+  EXPECT_LT(*e.arrivalSkewUs, *k.arrivalSkewUs / 2) << "an even run's ranks arrive closer together";
+}
+
+}  // namespace
+}  // namespace lockstep::report
