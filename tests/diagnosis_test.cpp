@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "lockstep/report/diagnosis.h"
+#include "metrics.h"
 #include "support/test_support.h"
 
 namespace lockstep::report {
@@ -101,27 +104,18 @@ TEST(Diagnosis, WithoutAReferenceItSaysWhatIsMissing) {
 kpi::JobKpis kpisOf(const std::string& metricsPath) {
   std::optional<kpi::JobTracker> tracker;
   std::int64_t last = 0;
-  for (const auto& l : test::readJsonLines(metricsPath)) {
-    StepReport r;
-    r.jobId = l["job_id"].get<std::string>();
-    r.rank = l["rank"];
-    r.worldSize = l["world_size"];
-    r.step = l["step"];
-    r.samples = l["samples"];
-    r.dataTimeUs = l["data_time_us"].get<std::int64_t>();
-    r.computeTimeUs = l["compute_time_us"].get<std::int64_t>();
-    r.exposedCommTimeUs = l["exposed_comm_time_us"].get<std::int64_t>();
-    r.allreduceTimeUs = l["allreduce_time_us"].get<std::int64_t>();
-    r.bytesReduced = l["bytes_reduced"].get<std::uint64_t>();
-    r.stepTimeUs = l["step_time_us"];
-    r.timeUnixUs = l["time_unix_us"];
+  std::ifstream in(metricsPath);
+  for (std::string line; std::getline(in, line);) {
+    auto r = trainer::stepReportFromJson(line);
+    EXPECT_TRUE(r) << r.error().message;
+    if (!r) break;
     if (!tracker) {
       JobSpec spec = trainerSpec();
-      spec.jobId = r.jobId;
+      spec.jobId = r->jobId;
       tracker.emplace(spec, kpi::Settings{1e6});  // the whole run is the window
     }
-    tracker->add(r, "n");
-    last = std::max(last, r.timeUnixUs);
+    tracker->add(*r, "n");
+    last = std::max(last, r->timeUnixUs);
   }
   EXPECT_TRUE(tracker);
   return tracker ? tracker->snapshot(last) : kpi::JobKpis{};

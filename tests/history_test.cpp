@@ -338,6 +338,11 @@ TEST(History, MigratesASchemaOneFileAndStoresUntimedSteps) {
     ALTER TABLE final_kpis DROP COLUMN straggler_cost;
     ALTER TABLE final_kpis DROP COLUMN waiting_gpu_hours;
     ALTER TABLE final_kpis DROP COLUMN straggler_gpu_hours;
+    ALTER TABLE final_kpis DROP COLUMN bytes_reduced_per_step;
+    ALTER TABLE final_kpis DROP COLUMN samples_per_rank_step;
+    ALTER TABLE final_kpis DROP COLUMN mean_busy_us;
+    ALTER TABLE final_kpis DROP COLUMN mean_exposed_us;
+    ALTER TABLE final_kpis DROP COLUMN mean_step_us;
     PRAGMA user_version = 1;)sql");
   ASSERT_EQ(count(path, "PRAGMA user_version"), 1);
 

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "lockstep/kpi/kpi.h"
+#include "lockstep/kpi/projection.h"
 
 namespace lockstep::kpi {
 namespace {
@@ -276,6 +277,84 @@ TEST(Kpi, TheWaitForTheLastRankAndWhatWaitingCost) {
   r.exposedCommTimeUs.reset();
   untimed.add(r, "n");
   EXPECT_FALSE(untimed.snapshot(t0 + kSecond).waitingCost.has_value());
+}
+
+// Issue 19: what more ranks would buy, worked by hand. Measured at 2 ranks: 64 samples a step,
+// data + compute 80 ms, 5 ms more, 15 ms exposed; 100 MB all-reduced at 2 GB/s bus bandwidth, so
+// the all-reduce took 1e8 x 1 / 2e9 = 50 ms, 35 ms of it hidden behind compute.
+//   1 rank: no all-reduce; step 85 ms: 64 / 0.085 = 752.9 samples/s, efficiency 1.
+//   4 ranks: 1e8 x 1.5 / 2e9 = 75 ms, 40 ms exposed; step 125 ms: 256 / 0.125 = 2048 samples/s,
+//            efficiency 85 / 125 = 0.68; 1e6 samples take 488.3 s x 4 ranks x 0.001/s = 1.953.
+//   8 ranks: 87.5 ms, 52.5 ms exposed; step 137.5 ms: 512 / 0.1375 samples/s, efficiency 0.618.
+TEST(Kpi, AProjectionToOtherRankCountsOnAWorkedExample) {
+  ScalingInputs in;
+  in.ranks = 2;
+  in.samplesPerRankStep = 64;
+  in.busyUs = 80'000;
+  in.otherUs = 5'000;
+  in.exposedUs = 15'000;
+  in.bytesPerStep = 1e8;
+  in.busBandwidth = 2e9;
+  in.costPerRankSecond = 0.001;
+  in.jobSamples = 1e6;
+  EXPECT_EQ(projectionRanks(2), (std::vector<std::uint32_t>{1, 2, 4, 8, 16}));
+  const auto p = project(in, {1, 2, 4, 8});
+  ASSERT_EQ(p.size(), 4u);
+  EXPECT_NEAR(p[0].stepUs, 85'000, 1e-6);
+  EXPECT_NEAR(p[0].samplesPerSecond, 64 / 0.085, 1e-6);
+  EXPECT_NEAR(p[0].efficiency, 1.0, 1e-12);
+  EXPECT_NEAR(p[1].stepUs, 100'000, 1e-6) << "the measured rank count gives back the measured step";
+  EXPECT_NEAR(p[2].exposedUs, 40'000, 1e-6);
+  EXPECT_NEAR(p[2].samplesPerSecond, 2048, 1e-6);
+  EXPECT_NEAR(p[2].efficiency, 0.68, 1e-12);
+  EXPECT_NEAR(*p[2].costPerJob, 1e6 / 2048.0 * 4 * 0.001, 1e-9);
+  EXPECT_NEAR(p[3].samplesPerSecond, 512 / 0.1375, 1e-6);
+  EXPECT_NEAR(p[3].efficiency, 85.0 / 137.5, 1e-12);
+
+  // A 1-rank job's measured step (74 ms) is the 1-rank point and the baseline of efficiency; the
+  // 2-rank job's step stays the many-rank one. Without a bandwidth, only 1 rank projects.
+  ScalingInputs one = in;
+  one.ranks = 1;
+  one.busyUs = 70'000;
+  one.otherUs = 4'000;
+  one.exposedUs = 0;
+  one.bytesPerStep.reset();
+  one.busBandwidth.reset();
+  EXPECT_EQ(project(one, {1, 2, 4}).size(), 1u);
+  const auto mixed = project(withStepOf(in, one), {1, 4});
+  ASSERT_EQ(mixed.size(), 2u);
+  EXPECT_NEAR(mixed[0].stepUs, 74'000, 1e-6);
+  EXPECT_NEAR(mixed[1].stepUs, 125'000, 1e-6);
+  EXPECT_NEAR(mixed[1].efficiency, 74.0 / 125, 1e-12);
+
+  // Ranks sharing one node's cores share its compute, its all-reduce bandwidth and their overlap:
+  // at 4 ranks each has half of what the 2 had: 170 ms of work; the all-reduce 1e8 x 1.5 / 1e9 =
+  // 150 ms, of which 2 x 35 hide; a step of 170 + 80 = 250 ms. Alone, a rank has twice: 42.5 ms.
+  ScalingInputs shared = in;
+  shared.sharedNode = true;
+  const auto node = project(shared, {1, 4});
+  ASSERT_EQ(node.size(), 2u);
+  EXPECT_NEAR(node[0].stepUs, 42'500, 1e-6);
+  EXPECT_NEAR(node[1].exposedUs, 80'000, 1e-6);
+  EXPECT_NEAR(node[1].stepUs, 250'000, 1e-6);
+  EXPECT_NEAR(node[1].samplesPerSecond, 256 / 0.25, 1e-6);
+  EXPECT_NEAR(node[1].efficiency, 42.5 / 250, 1e-12);
+
+  // From a snapshot: tenSteps() has no timed all-reduce, so it projects 1 rank only.
+  const JobKpis k = tenSteps().snapshot(t0 + 10 * kSecond);
+  const auto from = scalingInputs(k, gpuJob());
+  ASSERT_TRUE(from);
+  EXPECT_EQ(from->ranks, 2u);
+  EXPECT_NEAR(from->busyUs, (700'000 + 900'000) / 2.0, 1e-6);  // data 0.1 s + compute 0.6 or 0.8 s
+  EXPECT_NEAR(from->exposedUs, 200'000, 1e-6);
+  EXPECT_NEAR(from->otherUs, 1e6 - 800'000 - 200'000, 1e-6);
+  EXPECT_NEAR(*from->jobSamples, 100.0 * 20, 1e-9);  // 100 steps x 2 ranks x 10
+  EXPECT_FALSE(from->sharedNode) << "a CUDA job's ranks each have a GPU";
+  JobSpec cpu = gpuJob();
+  cpu.backend = Backend::kCpu;
+  EXPECT_TRUE(sharesOneNode(cpu)) << "both ranks on node n";
+  cpu.ranks.push_back({2, "m", 0, std::nullopt});
+  EXPECT_FALSE(sharesOneNode(cpu)) << "a rank on another node";
 }
 
 TEST(Kpi, CostCountsEveryGpuOfTheAllocationUsedOrNot) {

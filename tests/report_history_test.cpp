@@ -85,6 +85,38 @@ TEST(ReportCompare, ScalingAgainstTheSingleRankJob) {
   EXPECT_NE(c.scalingNote.find("1-rank job one"), std::string::npos) << c.scalingNote;
 }
 
+// Issue 19: the projected line: the 1-rank job's step (74 ms) at 1 rank; the 4-rank job's step
+// (80 ms busy, 5 ms more) and all-reduce (1e8 bytes at 2 GB/s bus: 75 ms at 4 ranks, 15 ms
+// exposed, so 60 ms hidden) beyond. At 8 ranks: 1e8 x 1.75 / 2e9 = 87.5 ms, 27.5 ms exposed; a
+// step of 112.5 ms, 8 x 64 / 0.1125 samples/s.
+TEST(ReportCompare, TheProjectionTakesTheOneRankStepAndTheLargestJobsAllReduce) {
+  std::vector<history::JobRecord> jobs = {finished("one", 1, 1280), finished("two", 2, 2304), finished("four", 4, 4096)};
+  const auto step = [](kpi::JobKpis& k, double busy, double exposed, double stepUs) {
+    k.samplesPerRankStep = 64;
+    k.meanBusyUs = busy;
+    k.meanExposedUs = exposed;
+    k.meanStepUs = stepUs;
+  };
+  step(*jobs[0].finalKpis, 70'000, 0, 74'000);
+  step(*jobs[2].finalKpis, 80'000, 15'000, 100'000);
+  jobs[2].finalKpis->bytesReducedPerStep = 1e8;
+  jobs[2].finalKpis->busBandwidth = 2e9;
+  const Comparison c = compare(jobs);
+  ASSERT_TRUE(c.throughput);
+  ASSERT_EQ(c.throughput->series.size(), 3u);
+  const Series& projected = c.throughput->series[2];
+  EXPECT_EQ(projected.name, "projected (docs/kpis.md)");
+  ASSERT_EQ(projected.points.size(), 5u);  // 1, 2, 4, 8 and 16 ranks
+  EXPECT_DOUBLE_EQ(projected.points[0].x, 1);
+  EXPECT_NEAR(projected.points[0].y, 64 / 0.074, 1e-6);
+  EXPECT_DOUBLE_EQ(projected.points[3].x, 8);
+  EXPECT_NEAR(projected.points[3].y, 8 * 64 / 0.1125, 1e-6);
+  EXPECT_NE(c.scalingNote.find("projected line"), std::string::npos) << c.scalingNote;
+  // Without a timed all-reduce there is nothing to project: no line.
+  jobs[2].finalKpis->busBandwidth.reset();
+  EXPECT_EQ(compare(jobs).throughput->series.size(), 2u);
+}
+
 TEST(ReportCompare, ScalingRelativeToTheSmallestRankCountWithoutASingleRankJob) {
   const std::vector<history::JobRecord> jobs = {finished("two", 2, 2048), finished("four", 4, 3276.8)};
   const Comparison c = compare(jobs);
@@ -306,6 +338,17 @@ TEST_F(ReportOverHistory, ExposedCommunicationIsHeldAgainstThePeakOfTheSameNodes
   ASSERT_NE(advice, loaded->recommendations.end());
   EXPECT_NE(advice->find("67% of the peak job job-8 reached on these nodes"), std::string::npos) << *advice;
   EXPECT_NE(advice->find("the link is the limit"), std::string::npos) << *advice;
+
+  // The projection section, from job-7's own step at 2 ranks.
+  const Document doc = document(*loaded);
+  const auto section = std::find_if(doc.sections.begin(), doc.sections.end(),
+                                    [](const Section& s) { return s.heading == "What more ranks would buy"; });
+  ASSERT_NE(section, doc.sections.end());
+  ASSERT_EQ(section->tables.size(), 1u);
+  ASSERT_EQ(section->tables[0].rows.size(), 5u);  // 1, 2, 4, 8, 16 ranks
+  EXPECT_EQ(section->tables[0].rows[1][0], "2 (measured)");
+  ASSERT_EQ(section->charts.size(), 1u);
+  EXPECT_EQ(section->charts[0].id, "projection");
 }
 
 TEST_F(ReportOverHistory, WritesCsvWithAGpuFileAndQuoting) {
@@ -344,13 +387,18 @@ TEST_F(ReportOverHistory, WritesJsonAndHtml) {
   EXPECT_EQ(j["ranks"].size(), 2u);
   EXPECT_EQ(j["series"]["utilization_source"], "gpu");
   EXPECT_EQ(j["events"].size(), 2u);
+  // What more ranks would buy: half, 1x, 2x, 4x and 8x job-7's 2 ranks, the 2 measured.
+  ASSERT_EQ(j["projection"].size(), 5u) << j["projection"].dump();
+  EXPECT_EQ(j["projection"][1]["ranks"], 2);
+  EXPECT_EQ(j["projection"][1]["measured"], true);
+  EXPECT_GT(j["projection"][0]["samples_per_second"].get<double>(), 0);
   expectMatchesSchema(jsonText);
 
   const std::string htmlPath = dir_.file("report.html");
   ASSERT_TRUE(write(*history_, "job-7", Format::kHtml, htmlPath, now_));
   const std::string page = test::readText(htmlPath);
   EXPECT_NE(page.find("<title>Job job-7 — mnist-mlp</title>"), std::string::npos);
-  EXPECT_EQ(count(page, "<svg "), 5u);
+  EXPECT_EQ(count(page, "<svg "), 6u);  // the report's 5 charts and the projection's
   EXPECT_NE(page.find("gpu-node,&quot;a&quot;"), std::string::npos);
 }
 

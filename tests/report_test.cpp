@@ -474,7 +474,7 @@ TEST(ReportDocument, HtmlHoldsEveryChartTheKpisAndEscapedText) {
   std::vector<std::string> headings;
   for (const auto& s : doc.sections) headings.push_back(s.heading);
   EXPECT_EQ(headings, (std::vector<std::string>{"Summary", "Recommendations", "Job spec", "Nodes and GPUs", "Ranks",
-                                                "Charts", "Events", "Missing data"}));
+                                                "What more ranks would buy", "Charts", "Events", "Missing data"}));
 
   const std::string page = html(doc);
   EXPECT_TRUE(page.starts_with("<!DOCTYPE html>"));

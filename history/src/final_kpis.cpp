@@ -16,7 +16,8 @@ constexpr std::string_view kColumns[] = {
     "last_global_loss", "smoothed_loss", "time_to_convergence_s", "energy_kwh",   "gpu_hours",
     "core_hours",       "cost",          "cost_complete",     "missing_json",     "total_samples",
     "total_tokens",     "bus_bandwidth", "waiting_share",     "straggler_share",  "waiting_cost",
-    "straggler_cost",   "waiting_gpu_hours", "straggler_gpu_hours"};
+    "straggler_cost",   "waiting_gpu_hours", "straggler_gpu_hours", "bytes_reduced_per_step", "samples_per_rank_step",
+    "mean_busy_us",     "mean_exposed_us", "mean_step_us"};
 
 std::string joined(std::string_view prefix) {
   std::string out;
@@ -64,7 +65,9 @@ Result<void> writeFinalKpis(sqlite3* db, const std::string& jobId, const kpi::Jo
   insert.bind(":bus_bandwidth", k.busBandwidth).bind(":waiting_share", k.waitingShare);
   insert.bind(":straggler_share", k.stragglerShare).bind(":waiting_cost", k.waitingCost);
   insert.bind(":straggler_cost", k.stragglerCost).bind(":waiting_gpu_hours", k.waitingGpuHours);
-  insert.bind(":straggler_gpu_hours", k.stragglerGpuHours);
+  insert.bind(":straggler_gpu_hours", k.stragglerGpuHours).bind(":bytes_reduced_per_step", k.bytesReducedPerStep);
+  insert.bind(":samples_per_rank_step", k.samplesPerRankStep).bind(":mean_busy_us", k.meanBusyUs);
+  insert.bind(":mean_exposed_us", k.meanExposedUs).bind(":mean_step_us", k.meanStepUs);
   return insert.run();
 }
 
@@ -105,6 +108,11 @@ Result<std::optional<kpi::JobKpis>> readFinalKpis(sqlite3* db, const std::string
   k.stragglerCost = row.maybeReal("straggler_cost");
   k.waitingGpuHours = row.maybeReal("waiting_gpu_hours");
   k.stragglerGpuHours = row.maybeReal("straggler_gpu_hours");
+  k.bytesReducedPerStep = row.maybeReal("bytes_reduced_per_step");
+  k.samplesPerRankStep = row.maybeReal("samples_per_rank_step");
+  k.meanBusyUs = row.maybeReal("mean_busy_us");
+  k.meanExposedUs = row.maybeReal("mean_exposed_us");
+  k.meanStepUs = row.maybeReal("mean_step_us");
   const auto totalSamples = row.maybeInt<std::uint64_t>("total_samples");
   k.totalSamples = totalSamples.value_or(0);
   k.totalTokens = row.maybeInt<std::uint64_t>("total_tokens");

@@ -87,6 +87,16 @@ ALTER TABLE final_kpis ADD COLUMN waiting_gpu_hours REAL;
 ALTER TABLE final_kpis ADD COLUMN straggler_gpu_hours REAL;
 UPDATE jobs SET kpis_stale = 1;
 )sql",
+    // 5: the mean rank's step, which a projection to other rank counts starts from; every job's
+    // final KPIs are computed again.
+    R"sql(
+ALTER TABLE final_kpis ADD COLUMN bytes_reduced_per_step REAL;
+ALTER TABLE final_kpis ADD COLUMN samples_per_rank_step REAL;
+ALTER TABLE final_kpis ADD COLUMN mean_busy_us REAL;
+ALTER TABLE final_kpis ADD COLUMN mean_exposed_us REAL;
+ALTER TABLE final_kpis ADD COLUMN mean_step_us REAL;
+UPDATE jobs SET kpis_stale = 1;
+)sql",
 };
 
 const char* const kStepColumns =

@@ -269,6 +269,25 @@ std::vector<SlowRank> slowest(const std::vector<double>& busy, const std::vector
   return out;
 }
 
+// The mean rank's step, over the ranks whose window has its split.
+void meanRankStep(JobKpis& k) {
+  double samples = 0, busy = 0, exposed = 0, step = 0;
+  int n = 0;
+  for (const auto& r : k.ranks) {
+    if (!r.meanDataUs || !r.meanComputeUs || !r.meanExposedUs || !r.meanStepUs || !r.samplesPerStep) continue;
+    samples += *r.samplesPerStep;
+    busy += *r.meanDataUs + *r.meanComputeUs;
+    exposed += *r.meanExposedUs;
+    step += *r.meanStepUs;
+    ++n;
+  }
+  if (n == 0) return;
+  k.samplesPerRankStep = samples / n;
+  k.meanBusyUs = busy / n;
+  k.meanExposedUs = exposed / n;
+  k.meanStepUs = step / n;
+}
+
 }  // namespace
 
 JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
@@ -384,6 +403,7 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
     k.ranks.push_back(rk);
   }
   if (reducedKnown > 0) k.bytesReducedPerStep = reducedSum / reducedKnown;
+  meanRankStep(k);
   if (bandwidthKnown > 0) {
     k.algBandwidth = algSum / bandwidthKnown;
     k.busBandwidth = busSum / bandwidthKnown;

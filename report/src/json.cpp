@@ -3,6 +3,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "lockstep/kpi/projection.h"
 #include "lockstep/protocol/codec.h"
 #include "lockstep/report/report.h"
 #include "text.h"
@@ -218,6 +219,24 @@ Json eventJson(const JobEvent& e) {
   return j;
 }
 
+// What more ranks would buy (kpi/projection.h): empty when the job's steps cannot be projected.
+Json projectionJson(const ReportData& data) {
+  Json out = Json::array();
+  const auto in = kpi::scalingInputs(data.kpis, data.job.spec);
+  if (!in) return out;
+  const bool priced = data.job.spec.prices.anySet();
+  for (const auto& p : kpi::project(*in, kpi::projectionRanks(in->ranks))) {
+    out.push_back(Json{{"ranks", p.ranks},
+                       {"measured", p.ranks == in->ranks},
+                       {"step_ms", number(p.stepUs / 1e3)},
+                       {"exposed_ms", number(p.exposedUs / 1e3)},
+                       {"samples_per_second", number(p.samplesPerSecond)},
+                       {"scaling_efficiency", number(p.efficiency)},
+                       {"cost_per_job", priced ? number(p.costPerJob) : Json(nullptr)}});
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string json(const ReportData& data) {
@@ -247,6 +266,7 @@ std::string json(const ReportData& data) {
     series["utilization"].push_back(Json{{"name", u.name}, {"points", points(u.points)}});
   root["series"] = std::move(series);
 
+  root["projection"] = projectionJson(data);
   root["events"] = Json::array();
   for (const auto& e : data.events) root["events"].push_back(eventJson(e));
   root["recommendations"] = data.recommendations;

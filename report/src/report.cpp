@@ -7,6 +7,7 @@
 #include <set>
 
 #include "csv.h"
+#include "projection.h"
 #include "lockstep/common/files.h"
 #include "settings.h"
 #include "text.h"
@@ -504,6 +505,8 @@ Document document(const ReportData& data) {
   }
   doc.sections.push_back(std::move(ranks));
 
+  doc.sections.push_back(detail::projectionSection(data));
+
   // ---- Charts ----
   Section chartSection;
   chartSection.heading = "Charts";
@@ -643,6 +646,12 @@ Comparison compare(std::span<const history::JobRecord> jobs) {
     efficiency.points.push_back({n, throughput / n / perRankBase * 100});
   }
   tp.series = {std::move(measured), std::move(ideal)};
+  const auto one = best->byRanks.find(1);
+  const std::vector<const history::JobRecord*> none;
+  const auto& largest = best->byRanks.rbegin()->second;
+  auto projected = detail::projectedScaling(one == best->byRanks.end() ? none : one->second, *largest.front(),
+                                            4 * best->byRanks.rbegin()->first);
+  if (projected) tp.series.push_back(std::move(*projected));
   eff.series = {std::move(efficiency)};
   c.throughput = std::move(tp);
   c.efficiency = std::move(eff);
@@ -660,7 +669,10 @@ Comparison compare(std::span<const history::JobRecord> jobs) {
                     std::to_string(baseRanks) + "), so it reads 100% there.";
   }
   c.scalingNote +=
-      " Throughput is each job's mean, start to end; several jobs at one rank count are averaged. "
+      " Throughput is each job's mean, start to end; several jobs at one rank count are averaged." +
+      std::string(c.throughput->series.size() > 2 ? " The projected line is the steady rate the model of docs/kpis.md gives, from the "
+                                         "1-rank job's step (where there is one) and the largest job's all-reduce." : "") +
+      " "
       "Workload: " +
       workloadKey(baseJobs.front()->spec) + ".";
   return c;

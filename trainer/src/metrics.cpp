@@ -35,6 +35,37 @@ std::string stepReportJson(const StepReport& r) {
   return j.dump() + "\n";
 }
 
+Result<StepReport> stepReportFromJson(const std::string& line) {
+  const auto j = nlohmann::json::parse(line, nullptr, false);
+  if (!j.is_object()) return Error{ErrorCode::kInvalidArgument, "not a JSON object: " + line.substr(0, 80)};
+  try {
+    StepReport r;
+    r.jobId = j.at("job_id").get<std::string>();
+    r.rank = j.at("rank").get<std::uint32_t>();
+    r.worldSize = j.at("world_size").get<std::uint32_t>();
+    r.attempt = j.at("attempt").get<std::uint32_t>();
+    r.step = j.at("step").get<std::uint64_t>();
+    r.epoch = j.at("epoch").get<std::uint32_t>();
+    r.samples = j.at("samples").get<std::uint32_t>();
+    r.loss = j.at("loss").is_null() ? NAN : j.at("loss").get<float>();
+    if (!j.at("global_loss").is_null()) r.globalLoss = j.at("global_loss").get<float>();
+    const auto maybe = [&](const char* key, auto& field) {
+      if (!j.at(key).is_null()) field = j.at(key).get<typename std::decay_t<decltype(field)>::value_type>();
+    };
+    maybe("data_time_us", r.dataTimeUs);
+    maybe("compute_time_us", r.computeTimeUs);
+    maybe("exposed_comm_time_us", r.exposedCommTimeUs);
+    maybe("allreduce_time_us", r.allreduceTimeUs);
+    maybe("bytes_reduced", r.bytesReduced);
+    r.stepTimeUs = j.at("step_time_us").get<std::int64_t>();
+    r.timeUnixUs = j.at("time_unix_us").get<std::int64_t>();
+    r.lr = j.at("lr").get<double>();
+    return r;
+  } catch (const nlohmann::json::exception& e) {
+    return Error{ErrorCode::kInvalidArgument, std::string("not a step report line: ") + e.what()};
+  }
+}
+
 class MetricsSink::Impl {
  public:
   int fd = STDOUT_FILENO;

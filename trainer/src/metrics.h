@@ -34,5 +34,7 @@ class MetricsSink {
 
 // One JSON object per line, with the schema's field names (docs/trainer.md).
 std::string stepReportJson(const StepReport& report);
+// And back: one such line; an error names what is missing or wrong.
+Result<StepReport> stepReportFromJson(const std::string& line);
 
 }  // namespace lockstep::trainer

@@ -108,6 +108,9 @@ struct JobKpis {
   Maybe algBandwidth;  // the mean over the ranks that measured it
   Maybe busBandwidth;
   Maybe bytesReducedPerStep;  // a rank's, the mean over the window's reports that counted them
+  // A rank's step over the window, the mean over the ranks that timed theirs: its samples, data +
+  // compute time ("busy"), exposed communication and whole step (what a projection starts from).
+  Maybe samplesPerRankStep, meanBusyUs, meanExposedUs, meanStepUs;
   // Waiting for the last rank to arrive (docs/kpis.md): in a step every rank reported with its
   // times, a rank's exposed communication beyond the least any rank had is time it spent in the
   // collective before the last one arrived. Over the window: that wait as a share of all exposed
