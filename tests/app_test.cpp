@@ -210,6 +210,13 @@ class AppTest : public QObject {
     const app::KpiTile* cost = app.window.dashboard()->tile(QStringLiteral("Cost"));
     QTRY_VERIFY_WITH_TIMEOUT(cost->detail().contains(QStringLiteral("waiting ")), kJobMs);
     QVERIFY2(cost->toolTip().contains(QStringLiteral("% of step time")), qPrintable(cost->toolTip()));
+    // The network under the job, where this machine has an interface besides loopback.
+    const std::string dev = readText("/proc/net/dev");
+    if (std::count(dev.begin(), dev.end(), ':') >= 2) {
+      const app::KpiTile* comm = app.window.dashboard()->tile(QStringLiteral("Communication"));
+      QTRY_VERIFY_WITH_TIMEOUT(comm->toolTip().contains(QStringLiteral("Network of the job's nodes:\n")), kJobMs);
+      QVERIFY2(comm->toolTip().contains(QStringLiteral("\u2193")), qPrintable(comm->toolTip()));
+    }
     QTRY_VERIFY_WITH_TIMEOUT(app.points(QStringLiteral("throughput")) >= 2, kJobMs);
     QTRY_VERIFY_WITH_TIMEOUT(app.points(QStringLiteral("loss")) >= 2, kJobMs);
     QTRY_VERIFY_WITH_TIMEOUT(app.points(QStringLiteral("split")) >= 2, kJobMs);
@@ -802,6 +809,13 @@ class AppTest : public QObject {
     QTRY_VERIFY_WITH_TIMEOUT(app.store.linkOf(spec).has_value(), kConnectMs);
     QCOMPARE(app.store.linkOf(spec)->bytesPerSecond, 10e9 / 8);
     QCOMPARE(QString::fromStdString(app.store.linkOf(spec)->what), QStringLiteral("the 10 Gb/s link of link-b"));
+    // The dashboard's Communication tile lists each of the job's nodes' busiest interface.
+    const auto network = app.store.networkOf(spec);
+    QCOMPARE(network.size(), std::size_t{2});
+    QCOMPARE(QString::fromStdString(network[0].first), QStringLiteral("link-a"));
+    QCOMPARE(network[1].second.linkBitsPerSecond.value_or(0), 10'000'000'000ull);
+    QCOMPARE(app::networkText(network[1].second), QStringLiteral("eth0 \u2193%1 \u2191%1 of 10 Gb/s (0.0%)")
+                                                      .arg(QString::fromStdString(kpi::formatBitsPerSecond(8000))));
     spec.ranks[1].node = "link-a";
     QVERIFY2(!app.store.linkOf(spec), "one node: its ranks do not use the link");
     spec.ranks[1].node = "link-c";

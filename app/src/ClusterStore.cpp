@@ -276,9 +276,28 @@ std::vector<kpi::NetRate> ClusterStore::network(const QString& agentId) const {
   return out;
 }
 
-std::optional<report::BandwidthReference> ClusterStore::linkOf(const JobSpec& spec) const {
+namespace {
+
+std::set<std::string> nodesOf(const JobSpec& spec) {
   std::set<std::string> nodes;
   for (const auto& r : spec.ranks) nodes.insert(r.node);
+  return nodes;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, kpi::NetRate>> ClusterStore::networkOf(const JobSpec& spec) const {
+  std::vector<std::pair<std::string, kpi::NetRate>> out;
+  for (const auto& node : nodesOf(spec)) {
+    const AgentEntry* a = agentOfNode(node);
+    const auto rates = a ? network(a->id) : std::vector<kpi::NetRate>{};
+    if (!rates.empty()) out.emplace_back(node, rates.front());
+  }
+  return out;
+}
+
+std::optional<report::BandwidthReference> ClusterStore::linkOf(const JobSpec& spec) const {
+  const std::set<std::string> nodes = nodesOf(spec);
   if (nodes.size() < 2) return std::nullopt;
   std::optional<report::BandwidthReference> slowest;
   for (const auto& node : nodes) {

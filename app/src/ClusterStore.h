@@ -86,6 +86,8 @@ class ClusterStore : public QObject {
   // slowest of its nodes' fastest known links. Empty for a job on one node (its ranks talk over
   // loopback or shared memory) or when a node's link speed is not known.
   std::optional<report::BandwidthReference> linkOf(const JobSpec& spec) const;
+  // Each of a job's nodes with its busiest interface, where its agent has sampled one.
+  std::vector<std::pair<std::string, kpi::NetRate>> networkOf(const JobSpec& spec) const;
 
   // Places a job: ranks per agent id (agents with 0 are left out). Errors say what is wrong.
   Result<JobSpec> place(const JobSpec& spec, const std::vector<std::pair<QString, std::uint32_t>>& ranks) const;

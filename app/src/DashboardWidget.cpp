@@ -73,6 +73,16 @@ void fitAxis(QValueAxis* axis, double lo, double hi, bool fromZero, bool margin 
   axis->setRange(lo, hi);
 }
 
+// Why communication is slow (report/diagnosis.h), then each of the job's nodes' busiest
+// interface against its link.
+QString communicationToolTip(const std::string& advice, const std::vector<std::pair<std::string, kpi::NetRate>>& network) {
+  QStringList lines;
+  if (!advice.empty()) lines << qtext(advice);
+  if (!network.empty()) lines << DashboardWidget::tr("Network of the job's nodes:");
+  for (const auto& [node, rate] : network) lines << QStringLiteral("%1: %2").arg(qtext(node), networkText(rate));
+  return lines.join(QLatin1Char('\n'));
+}
+
 }  // namespace
 
 KpiTile::KpiTile(const QString& title, QWidget* parent) : QFrame(parent) {
@@ -375,7 +385,7 @@ void DashboardWidget::refresh() {
                                    !k.commOverhead ? unless(noSplit, commDetail)
                                    : diagnosis     ? commDetail + QStringLiteral("; ") + qtext(std::string(report::commBoundName(diagnosis->bound)))
                                                    : commDetail);
-  tiles_[tr("Communication")]->setToolTip(diagnosis ? qtext(diagnosis->advice) : QString());
+  tiles_[tr("Communication")]->setToolTip(communicationToolTip(diagnosis ? diagnosis->advice : std::string(), store_.networkOf(job->spec)));
   tiles_[tr("Slowest rank")]->set(
       k.slowestRank ? QStringLiteral("rank %1").arg(*k.slowestRank) : dash(),
       k.slowestRank ? tr("%1; imbalance %2")

@@ -59,8 +59,6 @@ AgentsModel::AgentsModel(const ClusterStore& store, QObject* parent)
       store_(store) {}
 int AgentsModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : rows_; }
 
-namespace {
-
 // "eth0 ↓1.20 Gb/s ↑800 Mb/s of 25.0 Gb/s (5%)": an interface's throughput against its link.
 QString networkText(const kpi::NetRate& r) {
   const auto bits = [](double bytesPerSecond) { return QString::fromStdString(kpi::formatBitsPerSecond(8 * bytesPerSecond)); };
@@ -71,8 +69,6 @@ QString networkText(const kpi::NetRate& r) {
   if (r.linkUse) text += QStringLiteral(" (%1%)").arg(100.0 * *r.linkUse, 0, 'f', *r.linkUse < 0.1 ? 1 : 0);
   return text;
 }
-
-}  // namespace
 
 // A Slurm cluster's row, after the agents': where the launcher can submit to.
 QVariant AgentsModel::slurmData(const SlurmClusterEntry& c, int column, int role) const {

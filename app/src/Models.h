@@ -75,5 +75,7 @@ class JobsModel : public RefreshedTableModel {
 // Text and colour for a job state, shared by the jobs list and the dashboard.
 QString jobStateText(JobState state);
 QColor jobStateColor(JobState state, const QPalette& palette);
+// An interface's throughput against its link, for the cluster view and the dashboard.
+QString networkText(const kpi::NetRate& rate);
 
 }  // namespace lockstep::app

@@ -44,7 +44,7 @@ Section projectionSection(const ReportData& data) {
     return s;
   }
   const Prices& prices = data.job.spec.prices;
-  Table table{"Projected", {"Ranks", "Step time", "Exposed communication", "Throughput", "Scaling efficiency", "Cost per job"}, {}};
+  Table table{"Projected", {"Ranks", "Step time", "Exposed communication", "Throughput", "Efficiency vs 1 rank", "Cost per job"}, {}};
   Series line{"projected", {}};
   for (const auto& p : projected) {
     table.rows.push_back({std::to_string(p.ranks) + (p.ranks == in->ranks ? " (measured)" : ""), ms(p.stepUs),
