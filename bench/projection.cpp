@@ -2,12 +2,16 @@
 // step of a 1-rank run and the all-reduce of a 2-rank run project every rank count; each measured
 // run's steady step time and throughput are printed beside the projection, with the error.
 //
-//   lockstep-bench-projection ONE.jsonl TWO.jsonl [MORE.jsonl ...]   (the trainer's --metrics-out)
+//   lockstep-bench-projection CORES THREADS ONE.jsonl TWO.jsonl [MORE.jsonl ...]
+//
+// CORES: this machine's, which every run's ranks shared; THREADS: each rank's BLAS threads (0: the
+// trainer's default, cores / ranks). The .jsonl files are the trainer's --metrics-out.
 //
 // bench/projection.sh runs the reference workload at 1, 2 and 4 CPU ranks and calls this.
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -24,6 +28,7 @@ std::optional<kpi::JobKpis> kpisOf(const std::string& path) {
   std::vector<StepReport> reports;
   std::ifstream in(path);
   for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
     auto r = trainer::stepReportFromJson(line);
     if (!r) {
       std::fprintf(stderr, "%s: %s\n", path.c_str(), r.error().message.c_str());
@@ -31,8 +36,8 @@ std::optional<kpi::JobKpis> kpisOf(const std::string& path) {
     }
     reports.push_back(*r);
   }
-  if (reports.empty()) {
-    std::fprintf(stderr, "%s: no step reports\n", path.c_str());
+  if (reports.size() < 2) {
+    std::fprintf(stderr, "%s: fewer than two step reports\n", path.c_str());
     return std::nullopt;
   }
   std::int64_t first = reports.front().timeUnixUs, last = first;
@@ -50,12 +55,14 @@ std::optional<kpi::JobKpis> kpisOf(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3) {
-    std::fprintf(stderr, "usage: %s ONE.jsonl TWO.jsonl [MORE.jsonl ...]\n", argv[0]);
+  if (argc < 5) {
+    std::fprintf(stderr, "usage: %s CORES THREADS ONE.jsonl TWO.jsonl [MORE.jsonl ...]\n", argv[0]);
     return 2;
   }
+  const auto cores = static_cast<std::uint32_t>(std::strtoul(argv[1], nullptr, 10));
+  const auto threads = static_cast<std::uint32_t>(std::strtoul(argv[2], nullptr, 10));
   std::vector<kpi::JobKpis> runs;
-  for (int i = 1; i < argc; ++i) {
+  for (int i = 3; i < argc; ++i) {
     auto k = kpisOf(argv[i]);
     if (!k) return 1;
     runs.push_back(*k);
@@ -67,12 +74,21 @@ int main(int argc, char** argv) {
     return 1;
   }
   // Every run of bench/projection.sh is on this machine: its ranks share its cores.
-  kpi::ScalingInputs model = kpi::withStepOf(*two, *one);
-  model.sharedNode = true;
+  kpi::ScalingInputs own = *two;
+  own.sharedNode = true;
+  own.nodeCores = cores;
+  own.threadsPerRank = threads;
+  const kpi::ScalingInputs model = kpi::withStepOf(own, *one);
   std::printf("model: 1-rank step %.2f ms; %u-rank step %.2f ms busy + %.2f ms, all-reduce %.0f bytes at %.3f GB/s bus, "
               "%.2f ms exposed; ranks share one node\n",
               *model.aloneUs / 1e3, two->ranks, two->busyUs / 1e3, two->otherUs / 1e3, two->bytesPerStep.value_or(0),
               *two->busBandwidth / 1e9, two->exposedUs / 1e3);
+  // What the report, with no 1-rank run to take the 1-rank point from, would project for it.
+  if (const auto alone = kpi::project(own, {1}); !alone.empty()) {
+    std::printf("from the %u-rank run alone, 1 rank: %.2f ms a step, %.0f samples/s (%+.1f%% against the 1-rank run)\n",
+                two->ranks, alone[0].stepUs / 1e3, alone[0].samplesPerSecond,
+                (alone[0].samplesPerSecond / runs[0].samplesPerSecond.value_or(NAN) - 1) * 100);
+  }
   std::printf("%6s %10s %10s %10s %12s %10s %12s %11s %11s %8s\n", "ranks", "busy ms", "other ms", "exposed ms",
               "proj. exp.", "step ms", "proj. step", "samples/s", "projected", "error");
   for (const auto& k : runs) {

@@ -18,4 +18,4 @@ echo "cores: $(nproc)"
 for ranks in 1 2 4; do
   "$BIN/lockstep-trainer" "${WORKLOAD[@]}" --nproc "$ranks" --metrics-out "$WORK/$ranks.jsonl"
 done
-"$BIN/lockstep-bench-projection" "$WORK/1.jsonl" "$WORK/2.jsonl" "$WORK/4.jsonl"
+"$BIN/lockstep-bench-projection" "$(nproc)" 1 "$WORK/1.jsonl" "$WORK/2.jsonl" "$WORK/4.jsonl"

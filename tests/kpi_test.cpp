@@ -339,6 +339,23 @@ TEST(Kpi, AProjectionToOtherRankCountsOnAWorkedExample) {
   EXPECT_NEAR(node[1].stepUs, 250'000, 1e-6);
   EXPECT_NEAR(node[1].samplesPerSecond, 256 / 0.25, 1e-6);
   EXPECT_NEAR(node[1].efficiency, 42.5 / 250, 1e-12);
+  // One BLAS thread a rank on 2 cores: a rank alone cannot use the second core, so it is no
+  // faster than at 2 ranks (85 ms); at 4, two ranks share each core, as above.
+  shared.nodeCores = 2;
+  shared.threadsPerRank = 1;
+  const auto pinned = project(shared, {1, 4});
+  ASSERT_EQ(pinned.size(), 2u);
+  EXPECT_NEAR(pinned[0].stepUs, 85'000, 1e-6);
+  EXPECT_NEAR(pinned[1].stepUs, 250'000, 1e-6);
+
+  // Exposed time beyond the whole all-reduce (60 ms against 50: a wait for the last rank) stays
+  // at any count: the measured step comes back (80 + 5 + 60), and 4 ranks expose 75 + 10 ms.
+  ScalingInputs waiting = in;
+  waiting.exposedUs = 60'000;
+  const auto late = project(waiting, {2, 4});
+  ASSERT_EQ(late.size(), 2u);
+  EXPECT_NEAR(late[0].stepUs, 145'000, 1e-6);
+  EXPECT_NEAR(late[1].exposedUs, 85'000, 1e-6);
 
   // From a snapshot: tenSteps() has no timed all-reduce, so it projects 1 rank only.
   const JobKpis k = tenSteps().snapshot(t0 + 10 * kSecond);

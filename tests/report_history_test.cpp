@@ -392,6 +392,14 @@ TEST_F(ReportOverHistory, WritesJsonAndHtml) {
   EXPECT_EQ(j["projection"][1]["ranks"], 2);
   EXPECT_EQ(j["projection"][1]["measured"], true);
   EXPECT_GT(j["projection"][0]["samples_per_second"].get<double>(), 0);
+  // The measured row gives back the ranks' mean step; priced, so each row has a cost per job.
+  double meanStepUs = 0;
+  for (const auto& r : j["ranks"]) meanStepUs += r["mean_step_us"].get<double>() / j["ranks"].size();
+  EXPECT_NEAR(j["projection"][1]["step_ms"].get<double>(), meanStepUs / 1e3, 1e-9);
+  for (const auto& row : j["projection"]) {
+    EXPECT_LE(row["scaling_efficiency"].get<double>(), 1.0) << row.dump();
+    EXPECT_TRUE(row["cost_per_job"].is_number()) << row.dump();
+  }
   expectMatchesSchema(jsonText);
 
   const std::string htmlPath = dir_.file("report.html");

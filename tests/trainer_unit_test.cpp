@@ -13,6 +13,7 @@
 #include "dataset.h"
 #include "lockstep/common/files.h"
 #include "lockstep/common/npy.h"
+#include "metrics.h"
 #include "model.h"
 #include "optimizer.h"
 #include "lockstep/jobflags/options.h"
@@ -587,6 +588,56 @@ TEST(Options, MistakesNameTheFlag) {
     ASSERT_FALSE(o.ok()) << expected;
     EXPECT_NE(o.error().message.find(expected), std::string::npos) << o.error().message;
   }
+}
+
+// ---- metrics lines (--metrics-out) ----
+
+TEST(MetricsLine, AStepReportSurvivesTheTripThroughItsLine) {
+  StepReport r;
+  r.jobId = "j";
+  r.rank = 3;
+  r.worldSize = 4;
+  r.attempt = 1;
+  r.step = 12'345'678'901ull;
+  r.epoch = 2;
+  r.samples = 64;
+  r.loss = 0.25f;
+  r.globalLoss = 0.5f;
+  r.dataTimeUs = 10;
+  r.computeTimeUs = 20;
+  r.allreduceTimeUs = 7;
+  r.bytesReduced = 7'455'744;
+  r.stepTimeUs = 40;
+  r.timeUnixUs = 1'700'000'000'000'000;
+  r.lr = NAN;  // written as null, read back as NaN
+  auto back = stepReportFromJson(stepReportJson(r));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_FALSE(back->exposedCommTimeUs.has_value()) << "unknown stays unknown";
+  EXPECT_TRUE(std::isnan(back->lr));
+  back->lr = r.lr = 0.01;
+  EXPECT_EQ(*back, r);
+}
+
+TEST(MetricsLine, ABadLineNamesTheField) {
+  StepReport r;
+  r.jobId = "j";
+  const std::string good = stepReportJson(r);
+  const auto error = [&](const std::string& from, const std::string& to) {
+    std::string line = good;
+    const auto at = line.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    line.replace(at, from.size(), to);
+    const auto parsed = stepReportFromJson(line);
+    return parsed ? std::string("parsed") : parsed.error().message;
+  };
+  EXPECT_EQ(error("\"rank\":0", "\"rank\":-1"), "not a step report line: \"rank\" must be a whole number from 0");
+  EXPECT_EQ(error("\"rank\":0", "\"rank\":4294967296"), "not a step report line: \"rank\" must be a whole number from 0");
+  EXPECT_EQ(error("\"samples\":0", "\"samples\":1.5"), "not a step report line: \"samples\" must be a whole number from 0");
+  EXPECT_EQ(error("\"epoch\":0", "\"epoch\":true"), "not a step report line: \"epoch\" must be a whole number from 0");
+  EXPECT_EQ(error("\"job_id\":\"j\"", "\"job\":\"j\""), "not a step report line: \"job_id\" must be a string (it is missing)");
+  EXPECT_EQ(error("\"loss\":", "\"loss\":\"x\",\"was\":"), "not a step report line: \"loss\" must be a number or null");
+  EXPECT_FALSE(stepReportFromJson(""));
+  EXPECT_FALSE(stepReportFromJson("[1]"));
 }
 
 }  // namespace

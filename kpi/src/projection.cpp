@@ -5,10 +5,17 @@
 namespace lockstep::kpi {
 namespace {
 
-// What a rank has of a shared node at m ranks against the measured n: n/m of its cores and
-// memory, so its compute, its all-reduce and their overlap all take m/n the time. All of its own.
+// The cores a rank can use at m ranks on a shared node: its threads, at most its share of the
+// cores (with the trainer's default of cores / ranks threads, always that share).
+double coresPerRank(const ScalingInputs& in, std::uint32_t m) {
+  const double share = (in.nodeCores > 0 ? in.nodeCores : 1.0) / m;
+  return in.nodeCores > 0 && in.threadsPerRank > 0 ? std::min<double>(in.threadsPerRank, share) : share;
+}
+
+// What a rank has of a shared node at m ranks against the measured n; its compute, its all-reduce
+// and their overlap all take the inverse of that the time. All of its own: 1.
 double shareAt(const ScalingInputs& in, std::uint32_t m) {
-  return in.sharedNode ? static_cast<double>(in.ranks) / m : 1.0;
+  return in.sharedNode ? coresPerRank(in, m) / coresPerRank(in, in.ranks) : 1.0;
 }
 
 // A ring all-reduce's time among m ranks: bytes x 2(m-1)/m / bus bandwidth. On a shared node
@@ -30,7 +37,7 @@ bool sharesOneNode(const JobSpec& spec) {
   return std::all_of(spec.ranks.begin(), spec.ranks.end(), [&](const RankPlacement& r) { return r.node == spec.ranks.front().node; });
 }
 
-std::optional<ScalingInputs> scalingInputs(const JobKpis& k, const JobSpec& spec) {
+std::optional<ScalingInputs> scalingInputs(const JobKpis& k, const JobSpec& spec, std::uint32_t nodeCores) {
   if (!k.samplesPerRankStep || !k.meanBusyUs || !k.meanExposedUs || !k.meanStepUs || *k.samplesPerRankStep <= 0) {
     return std::nullopt;
   }
@@ -43,6 +50,7 @@ std::optional<ScalingInputs> scalingInputs(const JobKpis& k, const JobSpec& spec
   in.bytesPerStep = k.bytesReducedPerStep;
   in.busBandwidth = k.busBandwidth;
   in.sharedNode = sharesOneNode(spec);
+  in.nodeCores = nodeCores;
   if (k.costSoFar && k.elapsedSeconds > 0) in.costPerRankSecond = *k.costSoFar / (k.elapsedSeconds * in.ranks);
   if (k.totalSteps > 0 && spec.globalBatch() > 0) {
     in.jobSamples = static_cast<double>(k.totalSteps) * static_cast<double>(spec.globalBatch());
@@ -67,15 +75,17 @@ std::vector<std::uint32_t> projectionRanks(std::uint32_t measured) {
 std::vector<Projected> project(const ScalingInputs& in, const std::vector<std::uint32_t>& ranks) {
   const bool comm = in.bytesPerStep && in.busBandwidth && *in.busBandwidth > 0 && in.ranks > 1;
   // The all-reduce time that hid behind compute at the measured rank count hides at any other
-  // (on a shared node it stretches with the compute it hid behind).
+  // (on a shared node it stretches with the compute it hid behind); exposed time beyond the
+  // all-reduce's whole time (a wait for the last rank, a per-step latency) stays as it was.
   const double hiddenUs = comm ? std::max(0.0, allreduceUs(in, in.ranks) - in.exposedUs) : 0;
+  const double fixedUs = comm ? std::max(0.0, in.exposedUs - allreduceUs(in, in.ranks)) : 0;
   const double aloneUs = aloneAt(in);
   std::vector<Projected> out;
   for (const std::uint32_t m : ranks) {
     if (m == 0 || (m > 1 && !comm) || in.ranks == 0) continue;
     Projected p;
     p.ranks = m;
-    p.exposedUs = m > 1 ? std::max(0.0, allreduceUs(in, m) - hiddenUs / shareAt(in, m)) : 0;
+    p.exposedUs = m > 1 ? std::max(0.0, allreduceUs(in, m) - hiddenUs / shareAt(in, m)) + fixedUs : 0;
     p.stepUs = m == 1 ? aloneUs : workAt(in, m) + p.exposedUs;
     if (p.stepUs <= 0) continue;
     p.samplesPerSecond = m * in.samplesPerRankStep / (p.stepUs / 1e6);

@@ -3,9 +3,9 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "lockstep/kpi/projection.h"
 #include "lockstep/protocol/codec.h"
 #include "lockstep/report/report.h"
+#include "projection.h"
 #include "text.h"
 
 namespace lockstep::report {
@@ -222,12 +222,12 @@ Json eventJson(const JobEvent& e) {
 // What more ranks would buy (kpi/projection.h): empty when the job's steps cannot be projected.
 Json projectionJson(const ReportData& data) {
   Json out = Json::array();
-  const auto in = kpi::scalingInputs(data.kpis, data.job.spec);
-  if (!in) return out;
+  const auto projected = detail::projection(data);
+  if (!projected) return out;
   const bool priced = data.job.spec.prices.anySet();
-  for (const auto& p : kpi::project(*in, kpi::projectionRanks(in->ranks))) {
+  for (const auto& p : projected->rows) {
     out.push_back(Json{{"ranks", p.ranks},
-                       {"measured", p.ranks == in->ranks},
+                       {"measured", p.ranks == projected->in.ranks},
                        {"step_ms", number(p.stepUs / 1e3)},
                        {"exposed_ms", number(p.exposedUs / 1e3)},
                        {"samples_per_second", number(p.samplesPerSecond)},

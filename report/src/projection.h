@@ -10,6 +10,14 @@
 
 namespace lockstep::report::detail {
 
+// A job's projection: what it starts from, and each rank count (kpi::projectionRanks).
+struct Projection {
+  kpi::ScalingInputs in;
+  std::vector<kpi::Projected> rows;
+};
+// Empty without a timed step split.
+std::optional<Projection> projection(const ReportData& data);
+
 Section projectionSection(const ReportData& data);
 // The projected throughput against ranks, from the jobs of one workload: the step of its 1-rank
 // job where there is one, the communication of its largest job. Empty when nothing can be projected.

@@ -5,6 +5,9 @@
 
 #include <cerrno>
 #include <cmath>
+#include <limits>
+#include <type_traits>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "lockstep/reporter/sender.h"
@@ -31,39 +34,92 @@ std::string stepReportJson(const StepReport& r) {
   j["bytes_reduced"] = maybe(r.bytesReduced);
   j["step_time_us"] = r.stepTimeUs;
   j["time_unix_us"] = r.timeUnixUs;
-  j["lr"] = r.lr;
+  j["lr"] = real(r.lr);
   return j.dump() + "\n";
 }
 
-Result<StepReport> stepReportFromJson(const std::string& line) {
-  const auto j = nlohmann::json::parse(line, nullptr, false);
-  if (!j.is_object()) return Error{ErrorCode::kInvalidArgument, "not a JSON object: " + line.substr(0, 80)};
-  try {
-    StepReport r;
-    r.jobId = j.at("job_id").get<std::string>();
-    r.rank = j.at("rank").get<std::uint32_t>();
-    r.worldSize = j.at("world_size").get<std::uint32_t>();
-    r.attempt = j.at("attempt").get<std::uint32_t>();
-    r.step = j.at("step").get<std::uint64_t>();
-    r.epoch = j.at("epoch").get<std::uint32_t>();
-    r.samples = j.at("samples").get<std::uint32_t>();
-    r.loss = j.at("loss").is_null() ? NAN : j.at("loss").get<float>();
-    if (!j.at("global_loss").is_null()) r.globalLoss = j.at("global_loss").get<float>();
-    const auto maybe = [&](const char* key, auto& field) {
-      if (!j.at(key).is_null()) field = j.at(key).get<typename std::decay_t<decltype(field)>::value_type>();
-    };
-    maybe("data_time_us", r.dataTimeUs);
-    maybe("compute_time_us", r.computeTimeUs);
-    maybe("exposed_comm_time_us", r.exposedCommTimeUs);
-    maybe("allreduce_time_us", r.allreduceTimeUs);
-    maybe("bytes_reduced", r.bytesReduced);
-    r.stepTimeUs = j.at("step_time_us").get<std::int64_t>();
-    r.timeUnixUs = j.at("time_unix_us").get<std::int64_t>();
-    r.lr = j.at("lr").get<double>();
-    return r;
-  } catch (const nlohmann::json::exception& e) {
-    return Error{ErrorCode::kInvalidArgument, std::string("not a step report line: ") + e.what()};
+namespace {
+
+using Json = nlohmann::json;
+
+// A field of a step report line, checked for its type and range; an error names the key.
+class Fields {
+ public:
+  explicit Fields(const Json& j) : j_(j) {}
+
+  template <class T>
+  T integer(const char* key) {
+    const Json* v = find(key);
+    if (v && v->is_number_unsigned()) {
+      const auto u = v->get<std::uint64_t>();
+      if (std::cmp_less_equal(u, std::numeric_limits<T>::max())) return static_cast<T>(u);
+    } else if (v && v->is_number_integer()) {
+      const auto i = v->get<std::int64_t>();
+      if (std::in_range<T>(i)) return static_cast<T>(i);
+    }
+    fail(key, std::is_signed_v<T> ? "an integer" : "a whole number from 0");
+    return T{};
   }
+  template <class T>
+  std::optional<T> maybeInteger(const char* key) {
+    const Json* v = find(key);
+    if (v && v->is_null()) return std::nullopt;
+    return integer<T>(key);
+  }
+  // A number or null (null: not finite, as stepReportJson writes NaN).
+  double real(const char* key) {
+    const Json* v = find(key);
+    if (v && v->is_null()) return NAN;
+    if (v && v->is_number()) return v->get<double>();
+    fail(key, "a number or null");
+    return NAN;
+  }
+  std::string text(const char* key) {
+    const Json* v = find(key);
+    if (v && v->is_string()) return v->get<std::string>();
+    fail(key, "a string");
+    return {};
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  const Json* find(const char* key) {
+    const auto it = j_.find(key);
+    return it == j_.end() ? nullptr : &*it;
+  }
+  void fail(const char* key, const char* what) {
+    if (error_.empty()) error_ = std::string("\"") + key + "\" must be " + what + (j_.contains(key) ? "" : " (it is missing)");
+  }
+  const Json& j_;
+  std::string error_;
+};
+
+}  // namespace
+
+Result<StepReport> stepReportFromJson(const std::string& line) {
+  const auto j = Json::parse(line, nullptr, false);
+  if (!j.is_object()) return Error{ErrorCode::kInvalidArgument, "not a JSON object: " + line.substr(0, 80)};
+  Fields f(j);
+  StepReport r;
+  r.jobId = f.text("job_id");
+  r.rank = f.integer<std::uint32_t>("rank");
+  r.worldSize = f.integer<std::uint32_t>("world_size");
+  r.attempt = f.integer<std::uint32_t>("attempt");
+  r.step = f.integer<std::uint64_t>("step");
+  r.epoch = f.integer<std::uint32_t>("epoch");
+  r.samples = f.integer<std::uint32_t>("samples");
+  r.loss = static_cast<float>(f.real("loss"));
+  if (const double g = f.real("global_loss"); std::isfinite(g)) r.globalLoss = static_cast<float>(g);
+  r.dataTimeUs = f.maybeInteger<std::int64_t>("data_time_us");
+  r.computeTimeUs = f.maybeInteger<std::int64_t>("compute_time_us");
+  r.exposedCommTimeUs = f.maybeInteger<std::int64_t>("exposed_comm_time_us");
+  r.allreduceTimeUs = f.maybeInteger<std::int64_t>("allreduce_time_us");
+  r.bytesReduced = f.maybeInteger<std::uint64_t>("bytes_reduced");
+  r.stepTimeUs = f.integer<std::int64_t>("step_time_us");
+  r.timeUnixUs = f.integer<std::int64_t>("time_unix_us");
+  r.lr = f.real("lr");
+  if (!f.error().empty()) return Error{ErrorCode::kInvalidArgument, "not a step report line: " + f.error()};
+  return r;
 }
 
 class MetricsSink::Impl {

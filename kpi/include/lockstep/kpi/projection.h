@@ -26,6 +26,8 @@ struct ScalingInputs {
   Maybe busBandwidth;             // bytes/s
   Maybe aloneUs;                  // a 1-rank run's measured step: the 1-rank point, where there is one
   bool sharedNode = false;        // the ranks run on one node's CPU cores and share them
+  std::uint32_t nodeCores = 0;    // that node's cores; 0: unknown
+  std::uint32_t threadsPerRank = 0;  // a rank's BLAS threads; 0: the trainer's default, cores / ranks
   Maybe costPerRankSecond;        // the job's cost so far over its rank-seconds
   Maybe jobSamples;               // the whole job's samples (its steps x global batch), for cost per job
 };
@@ -41,8 +43,9 @@ struct Projected {
 
 // A CPU job whose ranks are all placed on one node.
 bool sharesOneNode(const JobSpec& spec);
-// From a snapshot; empty without a timed step split.
-std::optional<ScalingInputs> scalingInputs(const JobKpis& k, const JobSpec& spec);
+// From a snapshot; empty without a timed step split. `nodeCores`: the cores of the node a
+// one-node CPU job shares (0: unknown).
+std::optional<ScalingInputs> scalingInputs(const JobKpis& k, const JobSpec& spec, std::uint32_t nodeCores = 0);
 // A many-rank job's inputs with a 1-rank job's step as the 1-rank point (that run has no
 // all-reduce in its step; the many-rank run has the only bandwidth measured).
 ScalingInputs withStepOf(ScalingInputs many, const ScalingInputs& one);
