@@ -41,7 +41,7 @@
 #include "lockstep/common/clock.h"
 #include "lockstep/history/history.h"
 #include "lockstep/net/keys.h"
-#include "support/agent_support.h"
+#include "support/app_support.h"
 
 using namespace lockstep;
 using namespace lockstep::test;
@@ -51,118 +51,6 @@ using lockstep::app::JobControl;
 using lockstep::app::LauncherDialog;
 using lockstep::app::MainWindow;
 
-namespace {
-
-constexpr int kConnectMs = 20000;
-constexpr int kJobMs = 60000;
-
-// One app (store + window, config in a temp dir) and what it talks to; with `historyPath`, it
-// records into that file.
-struct App {
-  explicit App(const TempDir& dir, const std::string& historyPath = {})
-      : keys(dir, "app"),
-        recorder(historyPath.empty() ? nullptr : std::make_unique<app::HistoryRecorder>(QString::fromStdString(historyPath))),
-        store(keys.keys, recorder.get()),
-        window(store, QString::fromStdString(keys.configDir), recorder.get()) {
-    window.dashboard()->setConfirmStops(false);
-    if (recorder) recorder->start();
-  }
-  QString stateOf(const QString& agentId) {
-    window.refreshNow();
-    AgentsModel* model = window.agentsModel();
-    for (int row = 0; row < model->rowCount(); ++row) {
-      if (model->agentId(row) == agentId) return model->index(row, AgentsModel::kState).data().toString();
-    }
-    return QStringLiteral("(no such agent)");
-  }
-  QString tile(const QString& name) {
-    window.refreshNow();
-    return window.dashboard()->tile(name)->value();
-  }
-  int points(const QString& chart) {
-    window.refreshNow();
-    return window.dashboard()->chartPointCount(chart);
-  }
-  QString dashboardLabel(const char* objectName) {
-    window.refreshNow();
-    auto* label = window.dashboard()->findChild<QLabel*>(QString::fromLatin1(objectName));
-    return label && label->isVisibleTo(window.dashboard()) ? label->text() : QString();
-  }
-
-  ClientKeys keys;
-  std::unique_ptr<app::HistoryRecorder> recorder;  // before the store: its workers report to it
-  ClusterStore store;
-  MainWindow window;
-};
-
-// A job in the history file once its final KPIs are in (read through a connection of its own).
-std::optional<history::JobRecord> recordedJob(const std::string& path, const std::string& jobId) {
-  auto h = history::History::open(path);
-  if (!h) return std::nullopt;
-  auto job = h->job(jobId);
-  if (!job) return std::nullopt;
-  return std::move(*job);
-}
-
-std::int64_t sqlCount(const std::string& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  std::int64_t n = -1;
-  sqlite3_stmt* stmt = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK &&
-      sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK && sqlite3_step(stmt) == SQLITE_ROW) {
-    n = sqlite3_column_int64(stmt, 0);
-  }
-  sqlite3_finalize(stmt);
-  sqlite3_close(db);
-  return n;
-}
-
-// Launches a job through the store and waits for the launch to be acknowledged.
-QString launch(App& app, const AgentProcess& agent, const JobSpec& spec, std::uint32_t ranks) {
-  QSignalSpy launched(&app.window.control(), &JobControl::launchFinished);
-  auto placed = app.store.place(spec, {{QString::fromStdString(agent.address().text()), ranks}});
-  if (!placed) return QString::fromStdString(placed.error().message);
-  app.window.control().launch(*placed);
-  if (!QTest::qWaitFor([&] { return launched.count() == 1; }, kJobMs)) return QStringLiteral("no launch answer");
-  return launched.at(0).at(1).toBool() ? QString() : launched.at(0).at(2).toString();
-}
-
-QString idOf(const AgentProcess& agent) { return QString::fromStdString(agent.address().text()); }
-
-// Opens the launcher as Ctrl+N does and, while it runs modally, fills it with `fill` (which says
-// what was wrong, or nothing) and presses Start. Returns what went wrong, or nothing.
-QString startFromLauncher(App& app, const std::function<QString(LauncherDialog&)>& fill) {
-  QString problem = QStringLiteral("the launcher did not open");
-  QTimer::singleShot(200, &app.window, [&] {
-    auto* dialog = qobject_cast<LauncherDialog*>(QApplication::activeModalWidget());
-    if (!dialog) return;
-    problem = fill(*dialog);
-    if (problem.isEmpty() && !dialog->job()) problem = QStringLiteral("launcher refused a valid job: ") + dialog->error();
-    if (!problem.isEmpty()) {
-      dialog->reject();
-      return;
-    }
-    dialog->findChild<QPushButton*>(QStringLiteral("start"))->click();
-  });
-  app.window.newJob();
-  return problem;
-}
-
-// Pins the agent's key in the app and connects to it. Returns what went wrong, or nothing.
-QString addAgent(App& app, const AgentProcess& agent) {
-  auto added = app.window.addAgent(idOf(agent), QString::fromStdString(agent.publicKey()));
-  return added ? QString() : QString::fromStdString(added.error().message);
-}
-
-// Authorizes the app's key on the agent, adds the agent and waits until the app shows it connected.
-QString connectAuthorized(App& app, const AgentProcess& agent) {
-  agent.authorize(app.keys.keys.publicKey);
-  if (QString problem = addAgent(app, agent); !problem.isEmpty()) return problem;
-  if (QTest::qWaitFor([&] { return app.stateOf(idOf(agent)) == QLatin1String("connected"); }, kConnectMs)) return {};
-  return QStringLiteral("the app shows the agent as '%1', not connected").arg(app.stateOf(idOf(agent)));
-}
-
-}  // namespace
 
 class AppTest : public QObject {
   Q_OBJECT
@@ -761,88 +649,6 @@ class AppTest : public QObject {
       }
     }  // closed at once, with messages pending
     QCOMPARE(sqlCount(path, "SELECT count(*) FROM steps WHERE job_id = 'many'"), static_cast<std::int64_t>(kAgents * kSteps));
-  }
-
-  void gpusOfAnAgentAreListedWithTheirReadings() {
-    // The agent reads a stand-in NVML (tests/support/fake_nvml.c): 2 GPUs, the second without power.
-    TempDir dir;
-    AgentProcess agent(dir, "gpu-node", {"--nvml-library", LOCKSTEP_FAKE_NVML_PATH, "--sample-hz", "10"});
-    App app(dir);
-    const QString problem = connectAuthorized(app, agent);
-    QVERIFY2(problem.isEmpty(), qPrintable(problem));
-    auto* gpus = app.window.findChild<QTableView*>(QStringLiteral("gpusView"))->model();
-    QTRY_COMPARE_WITH_TIMEOUT(gpus->rowCount(), 2, kConnectMs);
-    using Gpus = app::GpusModel;
-    QCOMPARE(gpus->index(0, Gpus::kName).data().toString(), QStringLiteral("Fake GPU 0"));
-    QTRY_COMPARE_WITH_TIMEOUT((app.window.refreshNow(), gpus->index(0, Gpus::kUtil).data().toString()), QStringLiteral("50"), kConnectMs);
-    QCOMPARE(gpus->index(1, Gpus::kUtil).data().toString(), QStringLiteral("51"));
-    QVERIFY2(gpus->index(0, Gpus::kPower).data().toString().endsWith(QStringLiteral("W")),
-             qPrintable(gpus->index(0, Gpus::kPower).data().toString()));
-    QCOMPARE(gpus->index(1, Gpus::kPower).data().toString(), QStringLiteral("–"));  // unknown, not 0 W
-  }
-
-  // Issue 19: a job on two nodes is held against the slower of their links, as the nodes' agents
-  // stream their interfaces (through the real ingest thread); a job on one node against none.
-  void aJobOnTwoNodesIsHeldAgainstTheSlowerLink() {
-    TempDir dir;
-    App app(dir);
-    auto keys = loadOrCreateKeyPair(dir.file("sim"), "agent");
-    QVERIFY(keys.ok());
-    const std::int64_t now = unixMicrosNow();
-    const std::vector<std::pair<std::string, std::optional<std::uint64_t>>> nodes = {
-        {"link-a", 25'000'000'000ull}, {"link-b", 10'000'000'000ull}, {"link-c", std::nullopt}};
-    for (std::size_t a = 0; a < nodes.size(); ++a) {
-      const auto port = static_cast<std::uint16_t>(1 + a);
-      app.store.addAgent({"127.0.0.1", port}, keys->publicKey);
-      auto hello = std::make_shared<NodeHello>();
-      hello->nodeName = nodes[a].first;
-      app.store.onHello(QStringLiteral("127.0.0.1:%1").arg(port), hello);
-      std::vector<StreamMessage> batch;
-      for (int i = 0; i < 2; ++i) {
-        NetSample n{nodes[a].first, "eth0", now + i * 1'000'000, 1000ull * i, 1000ull * i, 0, 0, 0u, 0u, 0u, 0u, nodes[a].second};
-        batch.push_back({batch.size() + 1, nodes[a].first, n});
-      }
-      app.store.onMessages(QStringLiteral("127.0.0.1:%1").arg(port), std::make_shared<const std::vector<StreamMessage>>(std::move(batch)));
-    }
-    JobSpec spec = smallJob("two-nodes", 2, 10);
-    spec.ranks = {{0, "link-a", 0, std::nullopt}, {1, "link-b", 0, std::nullopt}};
-    QTRY_VERIFY_WITH_TIMEOUT(app.store.linkOf(spec).has_value(), kConnectMs);
-    QCOMPARE(app.store.linkOf(spec)->bytesPerSecond, 10e9 / 8);
-    QCOMPARE(QString::fromStdString(app.store.linkOf(spec)->what), QStringLiteral("the 10 Gb/s link of link-b"));
-    // The dashboard's Communication tile lists each of the job's nodes' busiest interface.
-    const auto network = app.store.networkOf(spec);
-    QCOMPARE(network.size(), std::size_t{2});
-    QCOMPARE(QString::fromStdString(network[0].first), QStringLiteral("link-a"));
-    QCOMPARE(network[1].second.linkBitsPerSecond.value_or(0), 10'000'000'000ull);
-    QCOMPARE(app::networkText(network[1].second), QStringLiteral("eth0 \u2193%1 \u2191%1 of 10 Gb/s (0.0%)")
-                                                      .arg(QString::fromStdString(kpi::formatBitsPerSecond(8000))));
-    spec.ranks[1].node = "link-a";
-    QVERIFY2(!app.store.linkOf(spec), "one node: its ranks do not use the link");
-    spec.ranks[1].node = "link-c";
-    QTRY_VERIFY_WITH_TIMEOUT(!app.store.network(QStringLiteral("127.0.0.1:3")).empty(), kConnectMs);
-    QVERIFY2(!app.store.linkOf(spec), "a node whose link speed is unknown: no reference, not a guess");
-  }
-
-  void theClusterViewShowsEachNodesNetworkAgainstItsLink() {
-    // Real counters: the agent samples this machine's interfaces, all but loopback.
-    const std::string dev = readText("/proc/net/dev");
-    if (std::count(dev.begin(), dev.end(), ':') < 2) QSKIP("this machine has no network interface but loopback");
-    TempDir dir;
-    AgentProcess agent(dir, "net-node", {"--sample-hz", "10"});
-    App app(dir);
-    const QString problem = connectAuthorized(app, agent);
-    QVERIFY2(problem.isEmpty(), qPrintable(problem));
-    auto* agents = app.window.findChild<QTableView*>(QStringLiteral("agentsView"))->model();
-    const auto network = [&] {
-      app.window.refreshNow();
-      return agents->index(0, app::AgentsModel::kNetwork).data().toString();
-    };
-    QTRY_VERIFY_WITH_TIMEOUT(network().contains(QStringLiteral("\u2193")), kConnectMs);
-    // "eth0 ↓1.20 kb/s ↑800 b/s of 10.0 Gb/s (0.0%)", or the speed unknown where the driver gives none.
-    const QRegularExpression shape(QStringLiteral(
-        "^\\S+ \u2193[0-9.]+ [kMGT]?b/s \u2191[0-9.]+ [kMGT]?b/s( of [0-9.]+ [kMGT]?b/s \\([0-9.]+%\\)|, link speed unknown)$"));
-    QVERIFY2(shape.match(network()).hasMatch(), qPrintable(network()));
-    QVERIFY(!agents->index(0, app::AgentsModel::kNetwork).data(Qt::ToolTipRole).toString().isEmpty());
   }
 };
 

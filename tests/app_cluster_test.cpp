@@ -1,0 +1,110 @@
+// The app's cluster view (Qt Test, offscreen): each agent's GPUs with their readings, and the
+// network under each node and under a job (issue 19), from real agents and the real ingest thread.
+
+#include <QRegularExpression>
+#include <QTableView>
+#include <QtTest>
+#include <algorithm>
+
+#include "lockstep/common/clock.h"
+#include "lockstep/kpi/network.h"
+#include "lockstep/net/keys.h"
+#include "support/app_support.h"
+
+using namespace lockstep;
+using namespace lockstep::test;
+
+class AppClusterTest : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void initTestCase() {
+    QStandardPaths::setTestModeEnabled(true);  // window state goes to a test location
+    app::registerMetaTypes();
+  }
+
+  void gpusOfAnAgentAreListedWithTheirReadings() {
+    // The agent reads a stand-in NVML (tests/support/fake_nvml.c): 2 GPUs, the second without power.
+    TempDir dir;
+    AgentProcess agent(dir, "gpu-node", {"--nvml-library", LOCKSTEP_FAKE_NVML_PATH, "--sample-hz", "10"});
+    App app(dir);
+    const QString problem = connectAuthorized(app, agent);
+    QVERIFY2(problem.isEmpty(), qPrintable(problem));
+    auto* gpus = app.window.findChild<QTableView*>(QStringLiteral("gpusView"))->model();
+    QTRY_COMPARE_WITH_TIMEOUT(gpus->rowCount(), 2, kConnectMs);
+    using Gpus = app::GpusModel;
+    QCOMPARE(gpus->index(0, Gpus::kName).data().toString(), QStringLiteral("Fake GPU 0"));
+    QTRY_COMPARE_WITH_TIMEOUT((app.window.refreshNow(), gpus->index(0, Gpus::kUtil).data().toString()), QStringLiteral("50"), kConnectMs);
+    QCOMPARE(gpus->index(1, Gpus::kUtil).data().toString(), QStringLiteral("51"));
+    QVERIFY2(gpus->index(0, Gpus::kPower).data().toString().endsWith(QStringLiteral("W")),
+             qPrintable(gpus->index(0, Gpus::kPower).data().toString()));
+    QCOMPARE(gpus->index(1, Gpus::kPower).data().toString(), QStringLiteral("–"));  // unknown, not 0 W
+  }
+
+  // Issue 19: a job on two nodes is held against the slower of their links, as the nodes' agents
+  // stream their interfaces (through the real ingest thread); a job on one node against none.
+  void aJobOnTwoNodesIsHeldAgainstTheSlowerLink() {
+    TempDir dir;
+    App app(dir);
+    auto keys = loadOrCreateKeyPair(dir.file("sim"), "agent");
+    QVERIFY(keys.ok());
+    const std::int64_t now = unixMicrosNow();
+    const std::vector<std::pair<std::string, std::optional<std::uint64_t>>> nodes = {
+        {"link-a", 25'000'000'000ull}, {"link-b", 10'000'000'000ull}, {"link-c", std::nullopt}};
+    for (std::size_t a = 0; a < nodes.size(); ++a) {
+      const auto port = static_cast<std::uint16_t>(1 + a);
+      app.store.addAgent({"127.0.0.1", port}, keys->publicKey);
+      auto hello = std::make_shared<NodeHello>();
+      hello->nodeName = nodes[a].first;
+      app.store.onHello(QStringLiteral("127.0.0.1:%1").arg(port), hello);
+      std::vector<StreamMessage> batch;
+      for (int i = 0; i < 2; ++i) {
+        NetSample n{nodes[a].first, "eth0", now + i * 1'000'000, 1000ull * i, 1000ull * i, 0, 0, 0u, 0u, 0u, 0u, nodes[a].second};
+        batch.push_back({batch.size() + 1, nodes[a].first, n});
+      }
+      app.store.onMessages(QStringLiteral("127.0.0.1:%1").arg(port), std::make_shared<const std::vector<StreamMessage>>(std::move(batch)));
+    }
+    JobSpec spec = smallJob("two-nodes", 2, 10);
+    spec.ranks = {{0, "link-a", 0, std::nullopt}, {1, "link-b", 0, std::nullopt}};
+    QTRY_VERIFY_WITH_TIMEOUT(app.store.linkOf(spec).has_value(), kConnectMs);
+    QCOMPARE(app.store.linkOf(spec)->bytesPerSecond, 10e9 / 8);
+    QCOMPARE(QString::fromStdString(app.store.linkOf(spec)->what), QStringLiteral("the 10 Gb/s link of link-b"));
+    // The dashboard's Communication tile lists each of the job's nodes' busiest interface.
+    const auto network = app.store.networkOf(spec);
+    QCOMPARE(network.size(), std::size_t{2});
+    QCOMPARE(QString::fromStdString(network[0].first), QStringLiteral("link-a"));
+    QCOMPARE(network[1].second.linkBitsPerSecond.value_or(0), 10'000'000'000ull);
+    QCOMPARE(app::networkText(network[1].second), QStringLiteral("eth0 \u2193%1 \u2191%1 of 10 Gb/s (0.0%)")
+                                                      .arg(QString::fromStdString(kpi::formatBitsPerSecond(8000))));
+    spec.ranks[1].node = "link-a";
+    QVERIFY2(!app.store.linkOf(spec), "one node: its ranks do not use the link");
+    spec.ranks[1].node = "link-c";
+    QTRY_VERIFY_WITH_TIMEOUT(!app.store.network(QStringLiteral("127.0.0.1:3")).empty(), kConnectMs);
+    QVERIFY2(!app.store.linkOf(spec), "a node whose link speed is unknown: no reference, not a guess");
+  }
+
+  void theClusterViewShowsEachNodesNetworkAgainstItsLink() {
+    // Real counters: the agent samples this machine's interfaces, all but loopback.
+    const std::string dev = readText("/proc/net/dev");
+    if (std::count(dev.begin(), dev.end(), ':') < 2) QSKIP("this machine has no network interface but loopback");
+    TempDir dir;
+    AgentProcess agent(dir, "net-node", {"--sample-hz", "10"});
+    App app(dir);
+    const QString problem = connectAuthorized(app, agent);
+    QVERIFY2(problem.isEmpty(), qPrintable(problem));
+    auto* agents = app.window.findChild<QTableView*>(QStringLiteral("agentsView"))->model();
+    const auto network = [&] {
+      app.window.refreshNow();
+      return agents->index(0, app::AgentsModel::kNetwork).data().toString();
+    };
+    QTRY_VERIFY_WITH_TIMEOUT(network().contains(QStringLiteral("\u2193")), kConnectMs);
+    // "eth0 ↓1.20 kb/s ↑800 b/s of 10.0 Gb/s (0.0%)", or the speed unknown where the driver gives none.
+    const QRegularExpression shape(QStringLiteral(
+        "^\\S+ \u2193[0-9.]+ [kMGT]?b/s \u2191[0-9.]+ [kMGT]?b/s( of [0-9.]+ [kMGT]?b/s \\([0-9.]+%\\)|, link speed unknown)$"));
+    QVERIFY2(shape.match(network()).hasMatch(), qPrintable(network()));
+    QVERIFY(!agents->index(0, app::AgentsModel::kNetwork).data(Qt::ToolTipRole).toString().isEmpty());
+  }
+};
+
+QTEST_MAIN(AppClusterTest)
+#include "app_cluster_test.moc"
