@@ -283,6 +283,16 @@ TEST(Lockstepctl, HistoryReportsCompareAndDelete) {
   };
   EXPECT_NEAR(c["scaling_efficiency"][1][1].get<double>(), 100 * throughputOf("h-2") / (2 * throughputOf("h-1")), 0.01)
       << compared.out;
+  // What more ranks would buy (issue 19): h-1's step at 1 rank, h-2's all-reduce beyond, to 4x.
+  ASSERT_TRUE(c.contains("projected_scaling")) << compared.out;
+  const auto& projected = c["projected_scaling"];
+  ASSERT_EQ(projected.size(), 4u) << compared.out;
+  for (std::size_t i = 0; i < projected.size(); ++i) {
+    EXPECT_EQ(projected[i][0], 1 << i) << compared.out;
+    EXPECT_GT(projected[i][1].get<double>(), 0) << compared.out;
+  }
+  auto text = ctl({"compare", "h-1", "h-2"});
+  EXPECT_NE(text.out.find("projected (docs/kpis.md):"), std::string::npos) << text.out;
   auto apart = ctl({"compare", "h-1", "h-watched", "--json"});
   EXPECT_FALSE(nlohmann::json::parse(apart.out).contains("scaling")) << "different workloads do not make a curve";
 

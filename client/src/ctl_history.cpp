@@ -248,6 +248,11 @@ int cmdCompare(const Globals& g, const std::vector<std::string>& argv) {
     jobs.push_back(std::move(*r));
   }
   const report::Comparison c = report::compare(jobs);
+  // The projection's line (docs/kpis.md), where the jobs' steps and all-reduce allow one.
+  const report::Series* projected = nullptr;
+  for (std::size_t i = 0; c.throughput && i < c.throughput->series.size(); ++i) {
+    if (c.throughput->series[i].name.starts_with("projected")) projected = &c.throughput->series[i];
+  }
   if (g.json) {
     Json rows = Json::array();
     for (const auto& row : c.kpis.rows) rows.push_back(row);
@@ -257,6 +262,11 @@ int cmdCompare(const Globals& g, const std::vector<std::string>& argv) {
       Json points = Json::array();
       for (const auto& p : (*chart)->series.at(0).points) points.push_back({p.x, p.y});
       out[(*chart)->id] = points;
+    }
+    if (projected) {
+      Json points = Json::array();
+      for (const auto& p : projected->points) points.push_back({p.x, p.y});
+      out["projected_scaling"] = points;
     }
     std::printf("%s\n", out.dump().c_str());
     return kOk;
@@ -281,6 +291,10 @@ int cmdCompare(const Globals& g, const std::vector<std::string>& argv) {
     const auto& e = c.efficiency->series.at(0).points;
     for (std::size_t i = 0; i < t.size() && i < e.size(); ++i) {
       std::printf("%6.0f %12.0f %10.0f%%\n", t[i].x, t[i].y, e[i].y);
+    }
+    if (projected) {
+      std::printf("\nprojected (docs/kpis.md):\n%6s %12s\n", "RANKS", "SAMPLES/S");
+      for (const auto& p : projected->points) std::printf("%6.0f %12.0f\n", p.x, p.y);
     }
   } else if (!c.scalingNote.empty()) {
     std::printf("\n%s\n", c.scalingNote.c_str());
