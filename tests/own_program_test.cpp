@@ -167,7 +167,9 @@ TEST_F(OwnProgram, AnUnmodifiedScriptRunsToTheEndAndItsStepKpisSayWhyTheyAreMiss
   ASSERT_FALSE(report.is_discarded());
   EXPECT_TRUE(report["kpis"]["samples_per_second"].is_null());
   EXPECT_TRUE(report["kpis"]["comm_overhead"].is_null());
-  const std::string missing = report["kpis"]["missing"].dump() + report["missing"].dump();
+  // kpis.missing says why (the report has no top-level "missing": a const json read of an absent key
+  // is undefined behaviour, and crashed this test once).
+  const std::string missing = report["kpis"]["missing"].dump();
   EXPECT_NE(missing.find("this program reports no steps: add lockstep.step(...)"), std::string::npos) << missing;
   // What needs no step reports is there: CPU time from the agent's process samples.
   EXPECT_TRUE(report["kpis"]["core_hours"].is_number()) << report["kpis"].dump();
