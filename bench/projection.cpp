@@ -12,7 +12,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -25,17 +24,12 @@ using namespace lockstep;
 
 // The run's KPIs over its second half (the first steps warm up).
 std::optional<kpi::JobKpis> kpisOf(const std::string& path) {
-  std::vector<StepReport> reports;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty()) continue;
-    auto r = trainer::stepReportFromJson(line);
-    if (!r) {
-      std::fprintf(stderr, "%s: %s\n", path.c_str(), r.error().message.c_str());
-      return std::nullopt;
-    }
-    reports.push_back(*r);
+  auto read = trainer::readStepReports(path);
+  if (!read) {
+    std::fprintf(stderr, "%s\n", read.error().message.c_str());
+    return std::nullopt;
   }
+  const std::vector<StepReport>& reports = *read;
   if (reports.size() < 2) {
     std::fprintf(stderr, "%s: fewer than two step reports\n", path.c_str());
     return std::nullopt;

@@ -3,7 +3,6 @@
 
 #include <gtest/gtest.h>
 
-#include <fstream>
 
 #include "lockstep/report/diagnosis.h"
 #include "metrics.h"
@@ -102,23 +101,18 @@ TEST(Diagnosis, WithoutAReferenceItSaysWhatIsMissing) {
 
 // The trainer's step reports (--metrics-out) into the KPI engine, as an agent would stream them.
 kpi::JobKpis kpisOf(const std::string& metricsPath) {
-  std::optional<kpi::JobTracker> tracker;
+  const auto reports = trainer::readStepReports(metricsPath);
+  EXPECT_TRUE(reports && !reports->empty()) << (reports ? "no step reports" : reports.error().message);
+  if (!reports || reports->empty()) return {};
+  JobSpec spec = trainerSpec();
+  spec.jobId = reports->front().jobId;
+  kpi::JobTracker tracker(spec, kpi::Settings{1e6});  // the whole run is the window
   std::int64_t last = 0;
-  std::ifstream in(metricsPath);
-  for (std::string line; std::getline(in, line);) {
-    auto r = trainer::stepReportFromJson(line);
-    EXPECT_TRUE(r) << r.error().message;
-    if (!r) break;
-    if (!tracker) {
-      JobSpec spec = trainerSpec();
-      spec.jobId = r->jobId;
-      tracker.emplace(spec, kpi::Settings{1e6});  // the whole run is the window
-    }
-    tracker->add(*r, "n");
-    last = std::max(last, r->timeUnixUs);
+  for (const auto& r : *reports) {
+    tracker.add(r, "n");
+    last = std::max(last, r.timeUnixUs);
   }
-  EXPECT_TRUE(tracker);
-  return tracker ? tracker->snapshot(last) : kpi::JobKpis{};
+  return tracker.snapshot(last);
 }
 
 // Rank 1 computes 8x slower: its peers wait 7x their compute for it each step, far beyond what

@@ -640,5 +640,21 @@ TEST(MetricsLine, ABadLineNamesTheField) {
   EXPECT_FALSE(stepReportFromJson("[1]"));
 }
 
+TEST(MetricsLine, AFileIsReadLineByLineAndABadLineIsNamed) {
+  TempDir dir;
+  StepReport r;
+  r.jobId = "j";
+  const std::string good = stepReportJson(r);  // ends in a newline
+  ASSERT_TRUE(writeFileAtomic(dir.file("ok.jsonl"), good + "\n" + good));
+  const auto read = readStepReports(dir.file("ok.jsonl"));
+  ASSERT_TRUE(read) << read.error().message;
+  EXPECT_EQ(read->size(), 2u) << "the blank line between is skipped";
+  ASSERT_TRUE(writeFileAtomic(dir.file("bad.jsonl"), good + "\n{\"job_id\": 1}\n"));
+  const auto bad = readStepReports(dir.file("bad.jsonl"));
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().message, dir.file("bad.jsonl") + " line 3: not a step report line: \"job_id\" must be a string");
+  EXPECT_FALSE(readStepReports(dir.file("missing.jsonl")));
+}
+
 }  // namespace
 }  // namespace lockstep::trainer

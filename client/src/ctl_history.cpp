@@ -251,7 +251,7 @@ int cmdCompare(const Globals& g, const std::vector<std::string>& argv) {
   // The projection's line (docs/kpis.md), where the jobs' steps and all-reduce allow one.
   const report::Series* projected = nullptr;
   for (std::size_t i = 0; c.throughput && i < c.throughput->series.size(); ++i) {
-    if (c.throughput->series[i].name.starts_with("projected")) projected = &c.throughput->series[i];
+    if (c.throughput->series[i].name == report::kProjectedSeries) projected = &c.throughput->series[i];
   }
   if (g.json) {
     Json rows = Json::array();

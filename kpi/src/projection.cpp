@@ -77,8 +77,10 @@ std::vector<Projected> project(const ScalingInputs& in, const std::vector<std::u
   // The all-reduce time that hid behind compute at the measured rank count hides at any other
   // (on a shared node it stretches with the compute it hid behind); exposed time beyond the
   // all-reduce's whole time (a wait for the last rank, a per-step latency) stays as it was.
-  const double hiddenUs = comm ? std::max(0.0, allreduceUs(in, in.ranks) - in.exposedUs) : 0;
-  const double fixedUs = comm ? std::max(0.0, in.exposedUs - allreduceUs(in, in.ranks)) : 0;
+  // Without a timed all-reduce there is nothing to split: both are 0.
+  const double measuredUs = comm ? allreduceUs(in, in.ranks) : in.exposedUs;
+  const double hiddenUs = std::max(0.0, measuredUs - in.exposedUs);
+  const double fixedUs = std::max(0.0, in.exposedUs - measuredUs);
   const double aloneUs = aloneAt(in);
   std::vector<Projected> out;
   for (const std::uint32_t m : ranks) {

@@ -52,10 +52,10 @@ Section projectionSection(const ReportData& data) {
     s.paragraphs.push_back("No projection: it needs steps with their data, compute and communication times.");
     return s;
   }
-  const kpi::ScalingInputs* in = &projected->in;
-  s.paragraphs.push_back(basis(*in));
+  const kpi::ScalingInputs& in = projected->in;
+  s.paragraphs.push_back(basis(in));
   if (projected->rows.size() <= 1) {
-    s.paragraphs.push_back(in->ranks == 1 ? "A 1-rank job has no all-reduce to measure: a run of 2 ranks or more gives the projection its bandwidth."
+    s.paragraphs.push_back(in.ranks == 1 ? "A 1-rank job has no all-reduce to measure: a run of 2 ranks or more gives the projection its bandwidth."
                                           : "Its steps carry no timed all-reduce (bytes and time) to project the communication from.");
     return s;
   }
@@ -63,7 +63,7 @@ Section projectionSection(const ReportData& data) {
   Table table{"Projected", {"Ranks", "Step time", "Exposed communication", "Throughput", "Efficiency vs 1 rank", "Cost per job"}, {}};
   Series line{"projected", {}};
   for (const auto& p : projected->rows) {
-    table.rows.push_back({std::to_string(p.ranks) + (p.ranks == in->ranks ? " (measured)" : ""), ms(p.stepUs),
+    table.rows.push_back({std::to_string(p.ranks) + (p.ranks == in.ranks ? " (measured)" : ""), ms(p.stepUs),
                           ms(p.exposedUs), number(p.samplesPerSecond, 0) + " samples/s", percent(p.efficiency, 0),
                           prices.anySet() && p.costPerJob ? present::money(*p.costPerJob, prices.currency) : dash()});
     line.points.push_back({static_cast<double>(p.ranks), p.samplesPerSecond});
@@ -76,7 +76,7 @@ Section projectionSection(const ReportData& data) {
   chart.yLabel = "samples/s";
   chart.series.push_back(std::move(line));
   if (data.kpis.samplesPerSecond) {
-    chart.series.push_back({"measured (last 10 s)", {{static_cast<double>(in->ranks), *data.kpis.samplesPerSecond}}});
+    chart.series.push_back({"measured (last 10 s)", {{static_cast<double>(in.ranks), *data.kpis.samplesPerSecond}}});
   }
   s.charts.push_back(std::move(chart));
   return s;
@@ -98,7 +98,7 @@ std::optional<Series> projectedScaling(std::span<const history::JobRecord* const
   for (std::uint32_t m = 1; m <= upTo; m *= 2) ranks.push_back(m);
   if (std::find(ranks.begin(), ranks.end(), in->ranks) == ranks.end()) ranks.push_back(in->ranks);
   std::sort(ranks.begin(), ranks.end());
-  Series s{"projected (docs/kpis.md)", {}};
+  Series s{std::string(kProjectedSeries), {}};
   for (const auto& p : kpi::project(*in, ranks)) s.points.push_back({static_cast<double>(p.ranks), p.samplesPerSecond});
   if (s.points.size() < 2) return std::nullopt;
   return s;

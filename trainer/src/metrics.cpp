@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <type_traits>
 #include <utility>
@@ -120,6 +121,21 @@ Result<StepReport> stepReportFromJson(const std::string& line) {
   r.lr = f.real("lr");
   if (!f.error().empty()) return Error{ErrorCode::kInvalidArgument, "not a step report line: " + f.error()};
   return r;
+}
+
+Result<std::vector<StepReport>> readStepReports(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Error{ErrorCode::kInvalidArgument, "cannot read " + path};
+  std::vector<StepReport> out;
+  std::size_t number = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++number;
+    if (line.empty()) continue;
+    auto r = stepReportFromJson(line);
+    if (!r) return Error{ErrorCode::kInvalidArgument, path + " line " + std::to_string(number) + ": " + r.error().message};
+    out.push_back(std::move(*r));
+  }
+  return out;
 }
 
 class MetricsSink::Impl {

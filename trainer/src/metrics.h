@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "lockstep/common/result.h"
 #include "lockstep/protocol/types.h"
@@ -36,5 +37,7 @@ class MetricsSink {
 std::string stepReportJson(const StepReport& report);
 // And back: one such line; an error names what is missing or wrong.
 Result<StepReport> stepReportFromJson(const std::string& line);
+// Every line of a --metrics-out file (blank lines skipped); an error names the file and line.
+Result<std::vector<StepReport>> readStepReports(const std::string& path);
 
 }  // namespace lockstep::trainer

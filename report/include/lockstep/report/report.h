@@ -117,10 +117,13 @@ struct Comparison {
   Table kpis;  // a column per job
   // Present when at least two of the jobs share a workload at different rank counts: throughput
   // (samples/s) and scaling efficiency (%) against ranks, and how the efficiency was obtained.
+  // The throughput chart's series: measured, ideal, and where the jobs allow one the projected
+  // line (docs/kpis.md), named kProjectedSeries.
   std::optional<Chart> throughput;
   std::optional<Chart> efficiency;
   std::string scalingNote;
 };
+inline constexpr std::string_view kProjectedSeries = "projected (docs/kpis.md)";
 Comparison compare(std::span<const history::JobRecord> jobs);
 
 }  // namespace lockstep::report
