@@ -8,6 +8,7 @@
 #include "lockstep/protocol/names.h"
 #include "lockstep/protocol/validate.h"
 #include "lockstep/v1/lockstep.pb.h"
+#include "stream_pb.h"
 
 #include <google/protobuf/util/json_util.h>
 
@@ -299,218 +300,6 @@ Result<NodeHello> fromPb(const pb::NodeHello& m) {
   return h;
 }
 
-// ---- streamed payloads ----
-
-void toPb(const JobEvent& e, pb::JobEvent* m) {
-  m->set_job_id(e.jobId);
-  m->set_kind(static_cast<pb::JobEventKind>(e.kind));
-  m->set_time_unix_us(e.timeUnixUs);
-  setIf(e.rank, m, &pb::JobEvent::set_rank);
-  setIf(e.exitCode, m, &pb::JobEvent::set_exit_code);
-  setIf(e.signal, m, &pb::JobEvent::set_signal);
-  m->set_message(e.message);
-  m->set_log_tail(e.logTail);
-  setIf(e.step, m, &pb::JobEvent::set_step);
-}
-
-Result<JobEvent> fromPb(const pb::JobEvent& m) {
-  JobEvent e;
-  e.jobId = m.job_id();
-  LOCKSTEP_ASSIGN_OR_RETURN(e.kind, (enumFromPb<JobEventKind>(m.kind(), 1, 7, "job event kind")));
-  e.timeUnixUs = m.time_unix_us();
-  if (m.has_rank()) e.rank = m.rank();
-  if (m.has_exit_code()) e.exitCode = m.exit_code();
-  if (m.has_signal()) e.signal = m.signal();
-  e.message = m.message();
-  e.logTail = m.log_tail();
-  if (m.has_step()) e.step = m.step();
-  LOCKSTEP_TRY(validateJobEvent(e));
-  return e;
-}
-
-void toPb(const GpuSample& s, pb::GpuSample* m) {
-  m->set_node(s.node);
-  m->set_gpu_index(s.gpuIndex);
-  m->set_time_unix_us(s.timeUnixUs);
-  m->set_job_id(s.jobId);
-  setIf(s.utilizationPct, m, &pb::GpuSample::set_utilization_pct);
-  setIf(s.memoryUsedBytes, m, &pb::GpuSample::set_memory_used_bytes);
-  setIf(s.powerMilliwatts, m, &pb::GpuSample::set_power_mw);
-  setIf(s.energyMillijoules, m, &pb::GpuSample::set_energy_mj);
-  setIf(s.temperatureC, m, &pb::GpuSample::set_temperature_c);
-  setIf(s.smClockMhz, m, &pb::GpuSample::set_sm_clock_mhz);
-}
-
-Result<GpuSample> fromPb(const pb::GpuSample& m) {
-  GpuSample s;
-  s.node = m.node();
-  s.gpuIndex = m.gpu_index();
-  s.timeUnixUs = m.time_unix_us();
-  s.jobId = m.job_id();
-  if (m.has_utilization_pct()) s.utilizationPct = m.utilization_pct();
-  if (m.has_memory_used_bytes()) s.memoryUsedBytes = m.memory_used_bytes();
-  if (m.has_power_mw()) s.powerMilliwatts = m.power_mw();
-  if (m.has_energy_mj()) s.energyMillijoules = m.energy_mj();
-  if (m.has_temperature_c()) s.temperatureC = m.temperature_c();
-  if (m.has_sm_clock_mhz()) s.smClockMhz = m.sm_clock_mhz();
-  LOCKSTEP_TRY(validateGpuSample(s));
-  return s;
-}
-
-void toPb(const ProcessSample& s, pb::ProcessSample* m) {
-  m->set_job_id(s.jobId);
-  m->set_rank(s.rank);
-  m->set_pid(s.pid);
-  m->set_time_unix_us(s.timeUnixUs);
-  setIf(s.cpuPct, m, &pb::ProcessSample::set_cpu_pct);
-  setIf(s.rssBytes, m, &pb::ProcessSample::set_rss_bytes);
-}
-
-Result<ProcessSample> fromPb(const pb::ProcessSample& m) {
-  ProcessSample s;
-  s.jobId = m.job_id();
-  s.rank = m.rank();
-  s.pid = m.pid();
-  s.timeUnixUs = m.time_unix_us();
-  if (m.has_cpu_pct()) s.cpuPct = m.cpu_pct();
-  if (m.has_rss_bytes()) s.rssBytes = m.rss_bytes();
-  LOCKSTEP_TRY(validateProcessSample(s));
-  return s;
-}
-
-void toPb(const NetSample& s, pb::NetSample* m) {
-  m->set_node(s.node);
-  m->set_interface(s.interface);
-  m->set_time_unix_us(s.timeUnixUs);
-  m->set_rx_bytes(s.rxBytes);
-  m->set_tx_bytes(s.txBytes);
-  m->set_rx_packets(s.rxPackets);
-  m->set_tx_packets(s.txPackets);
-  setIf(s.rxErrors, m, &pb::NetSample::set_rx_errors);
-  setIf(s.txErrors, m, &pb::NetSample::set_tx_errors);
-  setIf(s.rxDrops, m, &pb::NetSample::set_rx_drops);
-  setIf(s.txDrops, m, &pb::NetSample::set_tx_drops);
-  setIf(s.linkBitsPerSecond, m, &pb::NetSample::set_link_bits_per_second);
-}
-
-Result<NetSample> fromPb(const pb::NetSample& m) {
-  NetSample s;
-  s.node = m.node();
-  s.interface = m.interface();
-  s.timeUnixUs = m.time_unix_us();
-  s.rxBytes = m.rx_bytes();
-  s.txBytes = m.tx_bytes();
-  s.rxPackets = m.rx_packets();
-  s.txPackets = m.tx_packets();
-  if (m.has_rx_errors()) s.rxErrors = m.rx_errors();
-  if (m.has_tx_errors()) s.txErrors = m.tx_errors();
-  if (m.has_rx_drops()) s.rxDrops = m.rx_drops();
-  if (m.has_tx_drops()) s.txDrops = m.tx_drops();
-  if (m.has_link_bits_per_second()) s.linkBitsPerSecond = m.link_bits_per_second();
-  LOCKSTEP_TRY(validateNetSample(s));
-  return s;
-}
-
-void toPb(const StepReport& r, pb::StepReport* m) {
-  m->set_job_id(r.jobId);
-  m->set_rank(r.rank);
-  m->set_world_size(r.worldSize);
-  m->set_attempt(r.attempt);
-  m->set_step(r.step);
-  m->set_epoch(r.epoch);
-  m->set_samples(r.samples);
-  m->set_loss(r.loss);
-  setIf(r.globalLoss, m, &pb::StepReport::set_global_loss);
-  setIf(r.dataTimeUs, m, &pb::StepReport::set_data_time_us);
-  setIf(r.computeTimeUs, m, &pb::StepReport::set_compute_time_us);
-  setIf(r.exposedCommTimeUs, m, &pb::StepReport::set_exposed_comm_time_us);
-  setIf(r.allreduceTimeUs, m, &pb::StepReport::set_allreduce_time_us);
-  setIf(r.bytesReduced, m, &pb::StepReport::set_bytes_reduced);
-  m->set_step_time_us(r.stepTimeUs);
-  m->set_time_unix_us(r.timeUnixUs);
-  m->set_lr(r.lr);
-  setIf(r.tokens, m, &pb::StepReport::set_tokens);
-}
-
-Result<StepReport> fromPb(const pb::StepReport& m) {
-  StepReport r;
-  r.jobId = m.job_id();
-  r.rank = m.rank();
-  r.worldSize = m.world_size();
-  r.attempt = m.attempt();
-  r.step = m.step();
-  r.epoch = m.epoch();
-  r.samples = m.samples();
-  r.loss = m.loss();
-  if (m.has_global_loss()) r.globalLoss = m.global_loss();
-  if (m.has_data_time_us()) r.dataTimeUs = m.data_time_us();
-  if (m.has_compute_time_us()) r.computeTimeUs = m.compute_time_us();
-  if (m.has_exposed_comm_time_us()) r.exposedCommTimeUs = m.exposed_comm_time_us();
-  if (m.has_allreduce_time_us()) r.allreduceTimeUs = m.allreduce_time_us();
-  if (m.has_bytes_reduced()) r.bytesReduced = m.bytes_reduced();
-  r.stepTimeUs = m.step_time_us();
-  r.timeUnixUs = m.time_unix_us();
-  r.lr = m.lr();
-  if (m.has_tokens()) r.tokens = m.tokens();
-  LOCKSTEP_TRY(validateStepReport(r));
-  return r;
-}
-
-void toPb(const StreamMessage& message, pb::StreamMessage* m) {
-  m->set_seq(message.seq);
-  m->set_node(message.node);
-  std::visit(
-      [&](const auto& payload) {
-        using T = std::decay_t<decltype(payload)>;
-        if constexpr (std::is_same_v<T, JobEvent>) {
-          toPb(payload, m->mutable_job_event());
-        } else if constexpr (std::is_same_v<T, GpuSample>) {
-          toPb(payload, m->mutable_gpu_sample());
-        } else if constexpr (std::is_same_v<T, ProcessSample>) {
-          toPb(payload, m->mutable_process_sample());
-        } else if constexpr (std::is_same_v<T, NetSample>) {
-          toPb(payload, m->mutable_net_sample());
-        } else {
-          static_assert(std::is_same_v<T, StepReport>);
-          toPb(payload, m->mutable_step_report());
-        }
-      },
-      message.payload);
-}
-
-Result<StreamMessage> fromPb(const pb::StreamMessage& m) {
-  if (m.seq() == 0) return bad("stream message: the sequence number is required (it counts from 1)");
-  StreamMessage out;
-  out.seq = m.seq();
-  out.node = m.node();
-  if (out.node.size() > 255) return bad("stream message: node name is longer than 255 bytes");
-  switch (m.payload_case()) {
-    case pb::StreamMessage::kJobEvent: {
-      LOCKSTEP_ASSIGN_OR_RETURN(out.payload, fromPb(m.job_event()));
-      return out;
-    }
-    case pb::StreamMessage::kGpuSample: {
-      LOCKSTEP_ASSIGN_OR_RETURN(out.payload, fromPb(m.gpu_sample()));
-      return out;
-    }
-    case pb::StreamMessage::kProcessSample: {
-      LOCKSTEP_ASSIGN_OR_RETURN(out.payload, fromPb(m.process_sample()));
-      return out;
-    }
-    case pb::StreamMessage::kStepReport: {
-      LOCKSTEP_ASSIGN_OR_RETURN(out.payload, fromPb(m.step_report()));
-      return out;
-    }
-    case pb::StreamMessage::kNetSample: {
-      LOCKSTEP_ASSIGN_OR_RETURN(out.payload, fromPb(m.net_sample()));
-      return out;
-    }
-    case pb::StreamMessage::PAYLOAD_NOT_SET:
-      break;
-  }
-  return bad("stream message has no payload");
-}
-
 // ---- job status ----
 
 void toPb(const RankStatus& r, pb::RankStatus* m) {
@@ -624,35 +413,6 @@ std::string serialize(const Message& m) {
 
 }  // namespace
 
-bool StepReport::operator==(const StepReport& o) const {
-  auto sameFloat = [](float a, float b) { return a == b || (std::isnan(a) && std::isnan(b)); };
-  const bool sameGlobal = globalLoss.has_value() == o.globalLoss.has_value() &&
-                          (!globalLoss || sameFloat(*globalLoss, *o.globalLoss));
-  return jobId == o.jobId && rank == o.rank && worldSize == o.worldSize && attempt == o.attempt &&
-         step == o.step && epoch == o.epoch && samples == o.samples && sameFloat(loss, o.loss) && sameGlobal &&
-         dataTimeUs == o.dataTimeUs && computeTimeUs == o.computeTimeUs &&
-         exposedCommTimeUs == o.exposedCommTimeUs && allreduceTimeUs == o.allreduceTimeUs &&
-         bytesReduced == o.bytesReduced && stepTimeUs == o.stepTimeUs && timeUnixUs == o.timeUnixUs && lr == o.lr &&
-         tokens == o.tokens;
-}
-
-const std::string& jobOf(const StreamPayload& payload) {
-  static const std::string none;
-  return std::visit(
-      [](const auto& p) -> const std::string& {
-        if constexpr (std::is_same_v<std::decay_t<decltype(p)>, NetSample>) {
-          return none;
-        } else {
-          return p.jobId;
-        }
-      },
-      payload);
-}
-
-std::int64_t timeOf(const StreamPayload& payload) {
-  return std::visit([](const auto& p) { return p.timeUnixUs; }, payload);
-}
-
 std::string encode(const Request& request) {
   pb::Request m;
   m.set_request_id(request.requestId);
@@ -744,7 +504,8 @@ std::string encode(const Reply& reply) {
           f->set_instance_id(body.instanceId);
           f->set_first_seq(body.firstSeq);
           f->set_last_seq(body.lastSeq);
-          for (const auto& message : body.messages) toPb(message, f->add_messages());
+          f->set_jobs_version(body.jobsVersion);
+          for (const auto& message : body.messages) detail::toPb(message, f->add_messages());
         } else if constexpr (std::is_same_v<T, JobsReply>) {
           auto* jobs = m.mutable_jobs();  // set even when empty: "no jobs" is an answer
           for (const auto& job : body.jobs) toPb(job, jobs->add_jobs());
@@ -783,9 +544,9 @@ Result<Reply> decodeReply(std::string_view bytes, std::size_t maxBytes) {
       r.body = StartJobReply{m.start_job().job_id(), m.start_job().rendezvous_port(), m.start_job().store_secret()};
       break;
     case pb::Reply::kFetch: {
-      FetchReply f{m.fetch().instance_id(), m.fetch().first_seq(), m.fetch().last_seq(), {}};
+      FetchReply f{m.fetch().instance_id(), m.fetch().first_seq(), m.fetch().last_seq(), {}, m.fetch().jobs_version()};
       for (const auto& message : m.fetch().messages()) {
-        LOCKSTEP_ASSIGN_OR_RETURN(auto decoded, fromPb(message));
+        LOCKSTEP_ASSIGN_OR_RETURN(auto decoded, detail::fromPb(message));
         f.messages.push_back(std::move(decoded));
       }
       r.body = std::move(f);
@@ -837,14 +598,14 @@ Result<JobSpec> jobSpecFromJson(std::string_view json) {
 
 std::string encode(const StreamMessage& message) {
   pb::StreamMessage m;
-  toPb(message, &m);
+  detail::toPb(message, &m);
   return serialize(m);
 }
 
 Result<StreamMessage> decodeStreamMessage(std::string_view bytes, std::size_t maxBytes) {
   pb::StreamMessage m;
   LOCKSTEP_TRY(parse(m, bytes, maxBytes, "stream message"));
-  return fromPb(m);
+  return detail::fromPb(m);
 }
 
 }  // namespace lockstep

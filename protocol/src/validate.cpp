@@ -392,6 +392,10 @@ Result<void> validateNodeHello(const NodeHello& hello) {
 
 Result<void> validateJobEvent(const JobEvent& event) {
   LOCKSTEP_TRY(validateJobId(event.jobId));
+  const int kind = static_cast<int>(event.kind);
+  if (kind < static_cast<int>(JobEventKind::kStarted) || kind > static_cast<int>(JobEventKind::kStopped)) {
+    return bad("job event kind is missing or unknown (" + std::to_string(kind) + ")");
+  }
   LOCKSTEP_TRY(checkText("job event message", event.message, kMaxTextLength));
   LOCKSTEP_TRY(checkText("job event log tail", event.logTail, kMaxTextLength));
   if (event.signal && (*event.signal < 1 || *event.signal > 64)) return bad("job event signal is out of range");

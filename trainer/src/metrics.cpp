@@ -9,119 +9,17 @@
 #include <limits>
 #include <type_traits>
 #include <utility>
-#include <nlohmann/json.hpp>
 
+#include "lockstep/protocol/record_json.h"
 #include "lockstep/reporter/sender.h"
 
 namespace lockstep::trainer {
 
-std::string stepReportJson(const StepReport& r) {
-  nlohmann::ordered_json j;
-  auto real = [](double v) { return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr); };
-  j["job_id"] = r.jobId;
-  j["rank"] = r.rank;
-  j["world_size"] = r.worldSize;
-  j["attempt"] = r.attempt;
-  j["step"] = r.step;
-  j["epoch"] = r.epoch;
-  j["samples"] = r.samples;
-  j["loss"] = real(r.loss);
-  j["global_loss"] = r.globalLoss ? real(*r.globalLoss) : nlohmann::ordered_json(nullptr);
-  auto maybe = [](const auto& v) { return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr); };
-  j["data_time_us"] = maybe(r.dataTimeUs);
-  j["compute_time_us"] = maybe(r.computeTimeUs);
-  j["exposed_comm_time_us"] = maybe(r.exposedCommTimeUs);
-  j["allreduce_time_us"] = maybe(r.allreduceTimeUs);
-  j["bytes_reduced"] = maybe(r.bytesReduced);
-  j["step_time_us"] = r.stepTimeUs;
-  j["time_unix_us"] = r.timeUnixUs;
-  j["lr"] = real(r.lr);
-  return j.dump() + "\n";
-}
+// The schema's JSON line of a step report (protocol/record_json.h): the same fields, names and
+// order as the stream, so the file and the stream cannot disagree.
+std::string stepReportJson(const StepReport& r) { return toJsonLine(r); }
 
-namespace {
-
-using Json = nlohmann::json;
-
-// A field of a step report line, checked for its type and range; an error names the key.
-class Fields {
- public:
-  explicit Fields(const Json& j) : j_(j) {}
-
-  template <class T>
-  T integer(const char* key) {
-    const Json* v = find(key);
-    if (v && v->is_number_unsigned()) {
-      const auto u = v->get<std::uint64_t>();
-      if (std::cmp_less_equal(u, std::numeric_limits<T>::max())) return static_cast<T>(u);
-    } else if (v && v->is_number_integer()) {
-      const auto i = v->get<std::int64_t>();
-      if (std::in_range<T>(i)) return static_cast<T>(i);
-    }
-    fail(key, std::is_signed_v<T> ? "an integer" : "a whole number from 0");
-    return T{};
-  }
-  template <class T>
-  std::optional<T> maybeInteger(const char* key) {
-    const Json* v = find(key);
-    if (v && v->is_null()) return std::nullopt;
-    return integer<T>(key);
-  }
-  // A number or null (null: not finite, as stepReportJson writes NaN).
-  double real(const char* key) {
-    const Json* v = find(key);
-    if (v && v->is_null()) return NAN;
-    if (v && v->is_number()) return v->get<double>();
-    fail(key, "a number or null");
-    return NAN;
-  }
-  std::string text(const char* key) {
-    const Json* v = find(key);
-    if (v && v->is_string()) return v->get<std::string>();
-    fail(key, "a string");
-    return {};
-  }
-  const std::string& error() const { return error_; }
-
- private:
-  const Json* find(const char* key) {
-    const auto it = j_.find(key);
-    return it == j_.end() ? nullptr : &*it;
-  }
-  void fail(const char* key, const char* what) {
-    if (error_.empty()) error_ = std::string("\"") + key + "\" must be " + what + (j_.contains(key) ? "" : " (it is missing)");
-  }
-  const Json& j_;
-  std::string error_;
-};
-
-}  // namespace
-
-Result<StepReport> stepReportFromJson(const std::string& line) {
-  const auto j = Json::parse(line, nullptr, false);
-  if (!j.is_object()) return Error{ErrorCode::kInvalidArgument, "not a JSON object: " + line.substr(0, 80)};
-  Fields f(j);
-  StepReport r;
-  r.jobId = f.text("job_id");
-  r.rank = f.integer<std::uint32_t>("rank");
-  r.worldSize = f.integer<std::uint32_t>("world_size");
-  r.attempt = f.integer<std::uint32_t>("attempt");
-  r.step = f.integer<std::uint64_t>("step");
-  r.epoch = f.integer<std::uint32_t>("epoch");
-  r.samples = f.integer<std::uint32_t>("samples");
-  r.loss = static_cast<float>(f.real("loss"));
-  if (const double g = f.real("global_loss"); std::isfinite(g)) r.globalLoss = static_cast<float>(g);
-  r.dataTimeUs = f.maybeInteger<std::int64_t>("data_time_us");
-  r.computeTimeUs = f.maybeInteger<std::int64_t>("compute_time_us");
-  r.exposedCommTimeUs = f.maybeInteger<std::int64_t>("exposed_comm_time_us");
-  r.allreduceTimeUs = f.maybeInteger<std::int64_t>("allreduce_time_us");
-  r.bytesReduced = f.maybeInteger<std::uint64_t>("bytes_reduced");
-  r.stepTimeUs = f.integer<std::int64_t>("step_time_us");
-  r.timeUnixUs = f.integer<std::int64_t>("time_unix_us");
-  r.lr = f.real("lr");
-  if (!f.error().empty()) return Error{ErrorCode::kInvalidArgument, "not a step report line: " + f.error()};
-  return r;
-}
+Result<StepReport> stepReportFromJson(const std::string& line) { return fromJsonLine<StepReport>(line, "step report line"); }
 
 Result<std::vector<StepReport>> readStepReports(const std::string& path) {
   std::ifstream in(path);

@@ -188,7 +188,7 @@ struct JobEvent {
   std::string message;
   std::string logTail;
   std::optional<std::uint64_t> step;
-  bool operator==(const JobEvent&) const = default;
+  bool operator==(const JobEvent& other) const;  // field by field, NaN equal to NaN (records.h)
 };
 
 struct GpuSample {
@@ -202,7 +202,7 @@ struct GpuSample {
   std::optional<std::uint64_t> energyMillijoules;
   std::optional<std::int32_t> temperatureC;
   std::optional<std::uint32_t> smClockMhz;
-  bool operator==(const GpuSample&) const = default;
+  bool operator==(const GpuSample& other) const;  // field by field, NaN equal to NaN (records.h)
 };
 
 struct ProcessSample {
@@ -212,7 +212,7 @@ struct ProcessSample {
   std::int64_t timeUnixUs = 0;
   std::optional<float> cpuPct;
   std::optional<std::uint64_t> rssBytes;
-  bool operator==(const ProcessSample&) const = default;
+  bool operator==(const ProcessSample& other) const;  // field by field, NaN equal to NaN (records.h)
 };
 
 // One network interface of a node, as the kernel counts it (docs/agent.md): totals since the
@@ -231,7 +231,7 @@ struct NetSample {
   std::optional<std::uint64_t> rxDrops;
   std::optional<std::uint64_t> txDrops;
   std::optional<std::uint64_t> linkBitsPerSecond;
-  bool operator==(const NetSample&) const = default;
+  bool operator==(const NetSample& other) const;  // field by field, NaN equal to NaN (records.h)
 };
 
 struct StepReport {
@@ -254,8 +254,7 @@ struct StepReport {
   std::int64_t timeUnixUs = 0;
   double lr = 0.0;
   std::optional<std::uint64_t> tokens;
-  // Not defaulted: NaN losses must compare equal to themselves in round-trip checks.
-  bool operator==(const StepReport& other) const;
+  bool operator==(const StepReport& other) const;  // field by field, NaN equal to NaN (records.h)
 };
 
 using StreamPayload = std::variant<JobEvent, GpuSample, ProcessSample, StepReport, NetSample>;
@@ -267,11 +266,12 @@ struct StreamMessage {
   bool operator==(const StreamMessage&) const = default;
 };
 
-// The job a streamed message is about; empty for the node's own figures (an idle GPU's sample,
-// its network interfaces).
+// The job a streamed record is about; empty for a node's own (an idle GPU's sample, its network
+// interfaces). protocol/stream.h tells the kinds of records apart.
 const std::string& jobOf(const StreamPayload& payload);
 // When it was measured (Unix microseconds).
 std::int64_t timeOf(const StreamPayload& payload);
+
 
 // ---- requests and replies ----
 
@@ -344,6 +344,7 @@ struct FetchReply {
   std::uint64_t firstSeq = 0;
   std::uint64_t lastSeq = 0;
   std::vector<StreamMessage> messages;
+  std::uint64_t jobsVersion = 0;  // changes when the agent takes on a job (lockstep.proto)
   bool operator==(const FetchReply&) const = default;
 };
 

@@ -1,0 +1,35 @@
+#pragma once
+// A streamed record as one line of JSON, by its description (records.h): the schema's field
+// names as keys in the schema's order, unknown values (an empty optional, a NaN) as null. The
+// trainer's --metrics-out lines are step reports written so. Reading checks each field's type and
+// range and names the field that is wrong; a field the line lacks is an error, unless it may be
+// unknown (then it is).
+
+#include <string>
+#include <string_view>
+
+#include "lockstep/common/result.h"
+#include "lockstep/protocol/types.h"
+
+namespace lockstep {
+
+// One line, ending in "\n".
+template <class R>
+std::string toJsonLine(const R& record);
+
+// `what` names the line in errors: "not a step report line: \"rank\" must be ...".
+template <class R>
+Result<R> fromJsonLine(std::string_view line, std::string_view what);
+
+extern template std::string toJsonLine(const JobEvent&);
+extern template std::string toJsonLine(const GpuSample&);
+extern template std::string toJsonLine(const ProcessSample&);
+extern template std::string toJsonLine(const NetSample&);
+extern template std::string toJsonLine(const StepReport&);
+extern template Result<JobEvent> fromJsonLine(std::string_view, std::string_view);
+extern template Result<GpuSample> fromJsonLine(std::string_view, std::string_view);
+extern template Result<ProcessSample> fromJsonLine(std::string_view, std::string_view);
+extern template Result<NetSample> fromJsonLine(std::string_view, std::string_view);
+extern template Result<StepReport> fromJsonLine(std::string_view, std::string_view);
+
+}  // namespace lockstep

@@ -1,0 +1,195 @@
+// The streamed records through protobuf's reflection, walking their descriptions (records.h): no
+// field is spelled out here, so a field added to the schema, the struct and its description is
+// carried without touching this file. The field descriptors are looked up once per record type.
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <utility>
+#include <variant>
+
+#include "lockstep/protocol/records.h"
+#include "lockstep/protocol/validate.h"
+#include "stream_pb.h"
+
+namespace lockstep::detail {
+namespace {
+
+namespace pb = ::lockstep::v1;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+
+// StreamMessage's payload field that holds an R.
+template <class R>
+const FieldDescriptor* payloadField() {
+  static const FieldDescriptor* const fd = [] {
+    const auto* found = pb::StreamMessage::descriptor()->FindFieldByName(std::string(records::Description<R>::kStreamField));
+    if (found == nullptr || found->message_type() == nullptr) {
+      std::fprintf(stderr, "lockstep: StreamMessage has no message field %s\n", std::string(records::Description<R>::kStreamField).c_str());
+      std::abort();
+    }
+    return found;
+  }();
+  return fd;
+}
+
+// R's fields' descriptors, in the order of its description. A name the schema lacks is a
+// programming error that the Records tests catch; here it stops the process at first use.
+template <class R>
+const std::array<const FieldDescriptor*, records::fieldCount<R>()>& descriptors() {
+  static const auto table = [] {
+    std::array<const FieldDescriptor*, records::fieldCount<R>()> out{};
+    const auto* message = payloadField<R>()->message_type();
+    std::size_t i = 0;
+    records::forEachField<R>([&](const auto& f) {
+      out[i] = message->FindFieldByName(std::string(f.name));
+      if (out[i] == nullptr) {
+        std::fprintf(stderr, "lockstep: %s has no field %.*s\n", message->full_name().c_str(),
+                     static_cast<int>(f.name.size()), f.name.data());
+        std::abort();
+      }
+      ++i;
+    });
+    return out;
+  }();
+  return table;
+}
+
+template <class T>
+void set(const Reflection& r, Message* m, const FieldDescriptor* fd, const T& v) {
+  if constexpr (std::is_same_v<T, std::string>) {
+    r.SetString(m, fd, v);
+  } else if constexpr (std::is_enum_v<T>) {
+    r.SetEnumValue(m, fd, static_cast<int>(v));
+  } else if constexpr (std::is_same_v<T, bool>) {
+    r.SetBool(m, fd, v);
+  } else if constexpr (std::is_same_v<T, float>) {
+    r.SetFloat(m, fd, v);
+  } else if constexpr (std::is_same_v<T, double>) {
+    r.SetDouble(m, fd, v);
+  } else if constexpr (std::is_same_v<T, std::int32_t>) {
+    r.SetInt32(m, fd, v);
+  } else if constexpr (std::is_same_v<T, std::int64_t>) {
+    r.SetInt64(m, fd, v);
+  } else if constexpr (std::is_same_v<T, std::uint32_t>) {
+    r.SetUInt32(m, fd, v);
+  } else {
+    static_assert(std::is_same_v<T, std::uint64_t>, "a record field of a type the codec does not carry");
+    r.SetUInt64(m, fd, v);
+  }
+}
+
+template <class T>
+T get(const Reflection& r, const Message& m, const FieldDescriptor* fd) {
+  if constexpr (std::is_same_v<T, std::string>) {
+    return r.GetString(m, fd);
+  } else if constexpr (std::is_enum_v<T>) {
+    return static_cast<T>(r.GetEnumValue(m, fd));  // its range is validate*'s to check
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return r.GetBool(m, fd);
+  } else if constexpr (std::is_same_v<T, float>) {
+    return r.GetFloat(m, fd);
+  } else if constexpr (std::is_same_v<T, double>) {
+    return r.GetDouble(m, fd);
+  } else if constexpr (std::is_same_v<T, std::int32_t>) {
+    return r.GetInt32(m, fd);
+  } else if constexpr (std::is_same_v<T, std::int64_t>) {
+    return r.GetInt64(m, fd);
+  } else if constexpr (std::is_same_v<T, std::uint32_t>) {
+    return r.GetUInt32(m, fd);
+  } else {
+    return r.GetUInt64(m, fd);
+  }
+}
+
+template <class R>
+void recordToPb(const R& record, Message* m) {
+  const Reflection& r = *m->GetReflection();
+  const auto& fds = descriptors<R>();
+  std::size_t i = 0;
+  records::forEachField<R>([&](const auto& f) {
+    using T = typename std::decay_t<decltype(f)>::Type;
+    const FieldDescriptor* fd = fds[i++];
+    if constexpr (records::IsOptional<T>::value) {
+      if (f.of(record)) set(r, m, fd, *f.of(record));
+    } else {
+      set(r, m, fd, f.of(record));
+    }
+  });
+}
+
+template <class R>
+R recordFromPb(const Message& m) {
+  const Reflection& r = *m.GetReflection();
+  const auto& fds = descriptors<R>();
+  R record;
+  std::size_t i = 0;
+  records::forEachField<R>([&](const auto& f) {
+    using T = typename std::decay_t<decltype(f)>::Type;
+    const FieldDescriptor* fd = fds[i++];
+    if constexpr (records::IsOptional<T>::value) {
+      if (r.HasField(m, fd)) f.of(record) = get<typename records::IsOptional<T>::Value>(r, m, fd);
+    } else {
+      f.of(record) = get<T>(r, m, fd);
+    }
+  });
+  return record;
+}
+
+template <class R>
+Result<void> validate(const R& record) {
+  if constexpr (std::is_same_v<R, JobEvent>) return validateJobEvent(record);
+  if constexpr (std::is_same_v<R, GpuSample>) return validateGpuSample(record);
+  if constexpr (std::is_same_v<R, ProcessSample>) return validateProcessSample(record);
+  if constexpr (std::is_same_v<R, NetSample>) return validateNetSample(record);
+  if constexpr (std::is_same_v<R, StepReport>) return validateStepReport(record);
+}
+
+template <class R>
+Result<StreamPayload> payloadFromPb(const Message& m) {
+  R record = recordFromPb<R>(m);
+  LOCKSTEP_TRY(validate(record));
+  return StreamPayload{std::move(record)};
+}
+
+// The payload held in `field` (one of StreamMessage's), decoded and validated.
+template <std::size_t... I>
+Result<StreamPayload> payloadFromPb(const Message& m, const FieldDescriptor* field, std::index_sequence<I...>) {
+  std::optional<Result<StreamPayload>> out;
+  const Reflection& r = *m.GetReflection();
+  ((field == payloadField<std::variant_alternative_t<I, StreamPayload>>()
+        ? void(out.emplace(payloadFromPb<std::variant_alternative_t<I, StreamPayload>>(r.GetMessage(m, field))))
+        : void()),
+   ...);
+  if (!out) return invalidArgument("stream message has no payload");
+  return std::move(*out);
+}
+
+}  // namespace
+
+void toPb(const StreamMessage& message, pb::StreamMessage* m) {
+  m->set_seq(message.seq);
+  m->set_node(message.node);
+  std::visit(
+      [&](const auto& payload) {
+        using R = std::decay_t<decltype(payload)>;
+        recordToPb(payload, m->GetReflection()->MutableMessage(m, payloadField<R>()));
+      },
+      message.payload);
+}
+
+Result<StreamMessage> fromPb(const pb::StreamMessage& m) {
+  if (m.seq() == 0) return invalidArgument("stream message: the sequence number is required (it counts from 1)");
+  if (m.node().size() > 255) return invalidArgument("stream message: node name is longer than 255 bytes");
+  const auto* oneof = pb::StreamMessage::descriptor()->FindOneofByName("payload");
+  const FieldDescriptor* field = m.GetReflection()->GetOneofFieldDescriptor(m, oneof);
+  LOCKSTEP_ASSIGN_OR_RETURN(auto payload, payloadFromPb(m, field, std::make_index_sequence<std::variant_size_v<StreamPayload>>{}));
+  return StreamMessage{m.seq(), m.node(), std::move(payload)};
+}
+
+}  // namespace lockstep::detail
