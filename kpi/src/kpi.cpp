@@ -79,18 +79,7 @@ void JobTracker::trimWindow(RankState& rank, std::int64_t nowUs) const {
   while (!rank.window.empty() && rank.window.front().timeUnixUs <= nowUs - windowUs) rank.window.pop_front();
 }
 
-void JobTracker::add(const StreamMessage& message) {
-  std::visit(
-      [&](const auto& p) {
-        using T = std::decay_t<decltype(p)>;
-        if constexpr (std::is_same_v<T, StepReport>) {
-          add(p, message.node);
-        } else if constexpr (!std::is_same_v<T, NetSample>) {  // a node's, not a job's
-          add(p);
-        }
-      },
-      message.payload);
-}
+void JobTracker::add(const StreamMessage& message) { visitRecord(message, *this); }
 
 void JobTracker::add(const StepReport& r, const std::string& node) {
   if (r.jobId != spec_.jobId) return;

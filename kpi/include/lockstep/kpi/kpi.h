@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/protocol/stream.h"
 #include "lockstep/protocol/types.h"
 
 namespace lockstep::kpi {
@@ -193,7 +194,9 @@ std::vector<StepSplit> groupedSplits(const Splits& splits, std::size_t maxGroups
   return out;
 }
 
-class JobTracker {
+// One job's records (protocol/stream.h) in, its KPIs and chart series out. Records of other jobs
+// are ignored.
+class JobTracker : public RecordSink {
  public:
   JobTracker(JobSpec spec, Settings settings = {});
 
@@ -201,7 +204,12 @@ class JobTracker {
   void add(const GpuSample& sample);
   void add(const ProcessSample& sample);
   void add(const JobEvent& event);
-  void add(const StreamMessage& message);  // dispatches; ignores other jobs' messages
+  void add(const StreamMessage& message);  // a job's record, through protocol's read()
+
+  void onEvent(const std::string&, const JobEvent& event) override { add(event); }
+  void onStep(const std::string& node, const StepReport& report) override { add(report, node); }
+  void onProcess(const std::string&, const ProcessSample& sample) override { add(sample); }
+  void onGpu(const std::string&, const GpuSample& sample) override { add(sample); }
 
   // The KPIs as of `nowUnixUs` (for a running job, the wall clock; for a finished one, its end).
   JobKpis snapshot(std::int64_t nowUnixUs) const;
