@@ -223,6 +223,7 @@ Result<StartJobReply> JobManager::start(const JobSpec& spec, const CheckedPaths&
     job->ranks.push_back(std::move(rank));
   }
   order_.push_back(spec.jobId);
+  ++jobsVersion_;
   Job& started = *(jobs_[spec.jobId] = std::move(job));
   persist();
   if (auto spawned = spawnRanks(started, launch); !spawned) {
@@ -734,6 +735,7 @@ Result<void> JobManager::restore() {
       const std::string id = job->spec.jobId;
       if (jobs_.count(id)) continue;
       order_.push_back(id);
+      ++jobsVersion_;
       jobs_[id] = std::move(job);
     }
   } catch (const Json::exception& e) {

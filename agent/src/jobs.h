@@ -83,6 +83,9 @@ class JobManager {
   // `reason`: what the job's "stopped" event says (default: stopped on request).
   Result<StopJobReply> stop(const std::string& jobId, std::uint32_t graceMs, std::string reason = {});
   std::vector<JobStatus> list() const;
+  // Counts the jobs this manager took on (started or re-adopted): fetch replies carry it, so that a
+  // client lists the jobs again when it changes.
+  std::uint64_t jobsVersion() const { return jobsVersion_; }
   Result<LogsReply> logs(const std::string& jobId, std::uint32_t rank, std::uint32_t maxBytes) const;
 
   // A step report arrived for this job and rank (to judge ranks whose exit code is unknown).
@@ -123,6 +126,7 @@ class JobManager {
   Emit emit_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
   std::vector<std::string> order_;  // job ids, oldest first
+  std::uint64_t jobsVersion_ = 0;
   std::chrono::steady_clock::time_point nextTrim_{};
 };
 

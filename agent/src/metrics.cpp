@@ -207,35 +207,23 @@ std::vector<std::string> MetricsPage::seriesNames() {
   return out;
 }
 
-void MetricsPage::observe(const Payload& payload, const std::function<std::vector<JobStatus>()>& jobs) {
-  if (const auto* gpu = std::get_if<GpuSample>(&payload)) {
-    // The sampler reads the energy counter less often than the rest: a sample without it keeps
-    // the last reading (a counter only grows), where the others are as the sample says.
-    auto [it, fresh] = gpus_.try_emplace(gpu->gpuIndex, *gpu);
-    const auto energy = it->second.energyMillijoules;
-    if (!fresh) it->second = *gpu;
-    if (!gpu->energyMillijoules) it->second.energyMillijoules = energy;
-  }
-  if (const auto* net = std::get_if<NetSample>(&payload)) nets_[net->interface] = *net;
-  const std::string& jobId = jobOf(payload);
-  if (jobId.empty()) return;
+MetricsPage::MetricsPage(std::string node)
+    : node_(std::move(node)),
+      reader_([this](const std::string& jobId) { return trackerOf(jobId); }, kpi::NodeSettings{1.0, 0}) {}
+
+RecordSink* MetricsPage::trackerOf(const std::string& jobId) {
   auto it = trackers_.find(jobId);
-  if (it == trackers_.end()) {
-    for (const auto& job : jobs()) {
-      if (job.spec.jobId == jobId) it = trackers_.try_emplace(jobId, nodePart(job.spec, node_)).first;
-    }
-    if (it == trackers_.end()) return;
+  if (it != trackers_.end()) return &it->second;
+  for (const auto& job : (*jobs_)()) {
+    if (job.spec.jobId == jobId) return &trackers_.try_emplace(jobId, nodePart(job.spec, node_)).first->second;
   }
-  std::visit(
-      [&](const auto& p) {
-        using T = std::decay_t<decltype(p)>;
-        if constexpr (std::is_same_v<T, StepReport>) {
-          it->second.add(p, node_);
-        } else if constexpr (!std::is_same_v<T, NetSample>) {
-          it->second.add(p);
-        }
-      },
-      payload);
+  return nullptr;
+}
+
+void MetricsPage::observe(const Payload& payload, const std::function<std::vector<JobStatus>()>& jobs) {
+  jobs_ = &jobs;
+  reader_.read(node_, payload);
+  jobs_ = nullptr;
 }
 
 std::string MetricsPage::render(std::int64_t nowUnixUs, const std::vector<JobStatus>& jobs) {
@@ -243,8 +231,10 @@ std::string MetricsPage::render(std::int64_t nowUnixUs, const std::vector<JobSta
     return std::none_of(jobs.begin(), jobs.end(), [&](const JobStatus& j) { return j.spec.jobId == entry.first; });
   });
   Writer w;
-  for (const auto& [index, gpu] : gpus_) writeGpu(w, gpu);
-  for (const auto& [name, net] : nets_) writeNet(w, net);
+  if (const kpi::NodeTracker* node = reader_.node(node_)) {
+    for (const auto& gpu : node->snapshot().gpus) writeGpu(w, gpu);
+    for (const auto& net : node->newestSamples()) writeNet(w, net);
+  }
   for (const auto& job : jobs) {
     const auto it = trackers_.find(job.spec.jobId);
     if (it == trackers_.end()) {

@@ -21,18 +21,19 @@
 
 #include "lockstep/common/result.h"
 #include "lockstep/kpi/kpi.h"
+#include "lockstep/kpi/stream.h"
 #include "lockstep/protocol/types.h"
 
 namespace lockstep::agent {
 
 class MetricsPage {
  public:
-  using Payload = decltype(StreamMessage::payload);
+  using Payload = StreamPayload;
 
-  explicit MetricsPage(std::string node) : node_(std::move(node)) {}
+  explicit MetricsPage(std::string node);
 
-  // One streamed message; `jobs` lists the agent's jobs, asked for the spec of a job seen for the
-  // first time.
+  // One of this node's records, read as every consumer reads the stream (kpi/stream.h); `jobs`
+  // lists the agent's jobs, asked for the spec of a job seen for the first time.
   void observe(const Payload& payload, const std::function<std::vector<JobStatus>()>& jobs);
   bool knows(const std::string& jobId) const { return trackers_.count(jobId) != 0; }
   // Every series name the page can hold (counters with their _total), for dashboards to check against.
@@ -41,10 +42,12 @@ class MetricsPage {
   std::string render(std::int64_t nowUnixUs, const std::vector<JobStatus>& jobs);
 
  private:
+  RecordSink* trackerOf(const std::string& jobId);
+
   std::string node_;
-  std::map<std::uint32_t, GpuSample> gpus_;  // the newest sample of each GPU
-  std::map<std::string, NetSample> nets_;    // and of each network interface
   std::map<std::string, kpi::JobTracker> trackers_;
+  const std::function<std::vector<JobStatus>()>* jobs_ = nullptr;  // while observe() runs
+  kpi::StreamReader reader_;  // its node tracker keeps this node's GPUs and interfaces
 };
 
 class MetricsServer {

@@ -612,7 +612,9 @@ void Agent::Impl::answerFetches(bool onlyExpired) {
   for (auto it = fetches_.begin(); it != fetches_.end();) {
     const bool ready = !onlyExpired && stream_->hasAfter(it->afterSeq);
     if (ready || now >= it->deadline) {
-      reply(it->client, Reply{it->requestId, stream_->fetch(it->afterSeq, it->max, instanceId_)});
+      FetchReply fetched = stream_->fetch(it->afterSeq, it->max, instanceId_);
+      fetched.jobsVersion = jobs_->jobsVersion();
+      reply(it->client, Reply{it->requestId, std::move(fetched)});
       it = fetches_.erase(it);
     } else {
       ++it;

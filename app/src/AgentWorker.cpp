@@ -81,7 +81,6 @@ bool AgentWorker::refreshJobs() {
     fail(jobs.error());
     return false;
   }
-  for (const auto& j : jobs->jobs) knownJobs_.insert(j.spec.jobId);
   Q_EMIT jobsReceived(id_, std::make_shared<const std::vector<JobStatus>>(std::move(jobs->jobs)));
   nextJobsRefresh_ = Clock::now() + kJobsRefresh;
   return true;
@@ -117,13 +116,13 @@ void AgentWorker::tick() {
   instanceId_ = batch->instanceId;
   if (!batch->messages.empty()) {
     lastSeq_ = batch->messages.back().seq;
-    // A job this app has not seen yet: fetch its spec first, so the GUI knows what it is.
-    bool unknownJob = false;
-    for (const auto& m : batch->messages) {
-      if (const auto* e = std::get_if<JobEvent>(&m.payload); e && !knownJobs_.count(e->jobId)) unknownJob = true;
-      if (const auto* r = std::get_if<StepReport>(&m.payload); r && !knownJobs_.count(r->jobId)) unknownJob = true;
+    // The agent took on a job since the last list: list again first, so that the ingest and the
+    // recorder know each job these messages are about (the reply says so; its payloads are the
+    // ingest's to read).
+    if (batch->jobsVersion != jobsVersion_) {
+      if (!refreshJobs()) return;
+      jobsVersion_ = batch->jobsVersion;
     }
-    if (unknownJob && !refreshJobs()) return;
     Q_EMIT messagesReceived(id_, std::make_shared<const std::vector<StreamMessage>>(std::move(batch->messages)));
   }
   // Catching up: ask again at once; otherwise the long poll already waited.
@@ -140,7 +139,6 @@ void AgentWorker::startJob(quint64 tag, lockstep::JobSpec spec, QString storeSec
     Q_EMIT commandDone(tag, false, QString::fromStdString(started.error().message), static_cast<int>(started.error().code));
     return;
   }
-  knownJobs_.insert(spec.jobId);
   Q_EMIT jobStarted(tag, id_, started->rendezvousPort, QString::fromStdString(started->storeSecret));
   Q_EMIT commandDone(tag, true, {}, 0);
   refreshJobs();

@@ -9,7 +9,6 @@
 #include <QTimer>
 #include <chrono>
 #include <memory>
-#include <set>
 
 #include "Types.h"
 #include "lockstep/client/agent_client.h"
@@ -56,7 +55,7 @@ class AgentWorker : public QObject {
   AgentState state_ = AgentState::kConnecting;
   std::uint64_t lastSeq_ = 0;
   std::uint64_t instanceId_ = 0;
-  std::set<std::string> knownJobs_;
+  std::uint64_t jobsVersion_ = 0;  // the agent's, when the jobs were last listed for its messages
   std::chrono::milliseconds backoff_{500};
   std::chrono::steady_clock::time_point nextJobsRefresh_{};
 };

@@ -7,6 +7,7 @@
 #include "AgentWorker.h"
 #include "HistoryRecorder.h"
 #include "lockstep/client/launch.h"
+#include "lockstep/common/clock.h"
 #include "lockstep/history/history.h"
 #include "lockstep/protocol/validate.h"
 
@@ -34,8 +35,7 @@ ClusterStore::ClusterStore(CurveKeyPair keys, HistoryRecorder* history, QObject*
       ingest_(std::make_unique<Ingest>(history ? history->path() : QString())) {
   registerMetaTypes();
   connect(ingest_.get(), &Ingest::published, this, &ClusterStore::onPublished);
-  connect(ingest_.get(), &Ingest::gpuSamples, this, &ClusterStore::onGpuSamples);
-  connect(ingest_.get(), &Ingest::netRates, this, &ClusterStore::onNetRates);
+  connect(ingest_.get(), &Ingest::nodesPublished, this, &ClusterStore::onNodes);
   ingest_->start();
 }
 
@@ -141,7 +141,11 @@ std::vector<GpuEntry> ClusterStore::gpus() const {
     if (!a->hello) continue;
     for (const auto& g : a->hello->gpus) {
       GpuEntry e{a->id, a->hello->nodeName, g, std::nullopt};
-      if (auto it = gpuSamples_.find({a->id, g.index}); it != gpuSamples_.end()) e.latest = it->second;
+      if (const kpi::NodeKpis* node = nodeFigures(a->id)) {
+        for (const auto& sample : node->gpus) {
+          if (sample.gpuIndex == g.index) e.latest = sample;
+        }
+      }
       out.push_back(std::move(e));
     }
   }
@@ -256,30 +260,32 @@ void ClusterStore::onPublished(QStringList jobIds) {
   Q_EMIT jobsChanged();
 }
 
-void ClusterStore::onGpuSamples(GpuSamples latest) {
-  for (const auto& [key, sample] : *latest) gpuSamples_[key] = sample;
+void ClusterStore::onNodes(NodeFigures nodes) {
+  for (const auto& [name, figures] : *nodes) nodes_[name] = figures;
   Q_EMIT gpusChanged();
+  const std::int64_t now = unixMicrosNow();
+  if (now - networkShownUs_ >= 1'000'000) {
+    networkShownUs_ = now;
+    Q_EMIT agentsChanged();
+  }
 }
 
-void ClusterStore::onNetRates(NetRates latest) {
-  for (const auto& [key, rate] : *latest) netRates_[key] = rate;
-  Q_EMIT agentsChanged();
+const kpi::NodeKpis* ClusterStore::nodeFigures(const QString& agentId) const {
+  const AgentEntry* a = agent(agentId);
+  if (!a || !a->hello) return nullptr;
+  const auto it = nodes_.find(a->hello->nodeName);
+  return it == nodes_.end() ? nullptr : &it->second;
 }
 
 std::vector<kpi::NetRate> ClusterStore::network(const QString& agentId) const {
-  std::vector<kpi::NetRate> out;
-  for (auto it = netRates_.lower_bound({agentId, std::string()}); it != netRates_.end() && it->first.first == agentId; ++it) {
-    out.push_back(it->second);
-  }
-  const auto busy = [](const kpi::NetRate& r) { return std::max(r.rxBytesPerSecond, r.txBytesPerSecond); };
-  std::stable_sort(out.begin(), out.end(), [&](const auto& a, const auto& b) { return busy(a) > busy(b); });
-  return out;
+  const kpi::NodeKpis* node = nodeFigures(agentId);
+  return node ? node->interfaces : std::vector<kpi::NetRate>{};
 }
 
 namespace {
 
-std::set<std::string> nodesOf(const JobSpec& spec) {
-  std::set<std::string> nodes;
+std::set<std::string, NaturalLess> nodesOf(const JobSpec& spec) {
+  std::set<std::string, NaturalLess> nodes;
   for (const auto& r : spec.ranks) nodes.insert(r.node);
   return nodes;
 }
@@ -297,7 +303,7 @@ std::vector<std::pair<std::string, kpi::NetRate>> ClusterStore::networkOf(const 
 }
 
 std::optional<report::BandwidthReference> ClusterStore::linkOf(const JobSpec& spec) const {
-  const std::set<std::string> nodes = nodesOf(spec);
+  const auto nodes = nodesOf(spec);
   if (nodes.size() < 2) return std::nullopt;
   std::optional<report::BandwidthReference> slowest;
   for (const auto& node : nodes) {

@@ -123,8 +123,8 @@ class ClusterStore : public QObject {
   void updateJobState(JobEntry& job);
   void onState(QString id, AgentState state, QString message);
   void onPublished(QStringList jobIds);
-  void onGpuSamples(GpuSamples latest);
-  void onNetRates(NetRates latest);
+  void onNodes(NodeFigures nodes);
+  const kpi::NodeKpis* nodeFigures(const QString& agentId) const;
 
   CurveKeyPair keys_;
   HistoryRecorder* history_;
@@ -133,8 +133,8 @@ class ClusterStore : public QObject {
   std::vector<SlurmClusterEntry> slurmClusters_;
   std::map<std::string, std::unique_ptr<JobEntry>> jobs_;
   std::vector<std::string> jobOrder_;
-  std::map<std::pair<QString, std::uint32_t>, GpuSample> gpuSamples_;
-  std::map<std::pair<QString, std::string>, kpi::NetRate> netRates_;
+  std::map<std::string, kpi::NodeKpis, NaturalLess> nodes_;  // by node name, as the ingest published them
+  std::int64_t networkShownUs_ = 0;  // the agents' view shows the network once a second
 };
 
 }  // namespace lockstep::app

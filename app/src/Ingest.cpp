@@ -8,7 +8,8 @@ namespace lockstep::app {
 namespace {
 constexpr int kTickMs = 20;
 constexpr std::int64_t kStaleUs = 500'000;
-constexpr std::int64_t kNetEmitUs = 1'000'000;  // network rates reach the GUI once a second
+// The nodes' figures the GUI draws: the newest of each, no series.
+constexpr kpi::NodeSettings kNodeSettings{1.0, 0};
 }  // namespace
 
 LiveJob::LiveJob(const JobSpec& spec, const kpi::Settings& settings)
@@ -20,9 +21,29 @@ LiveJob::LiveJob(std::unique_ptr<kpi::JobTracker> tracker, std::int64_t atUnixUs
       published_(std::make_shared<const Published>(Published{tracker_->snapshot(atUnixUs), tracker_->lastReportUnixUs()})),
       publishedAtUs_(atUnixUs) {}
 
-void LiveJob::add(const StreamMessage& message) {
+void LiveJob::add(const StreamMessage& message) { visitRecord(message, *this); }
+
+void LiveJob::onEvent(const std::string& node, const JobEvent& event) {
   std::lock_guard lock(mutex_);
-  tracker_->add(message);
+  tracker_->onEvent(node, event);
+  changed_ = true;
+}
+
+void LiveJob::onStep(const std::string& node, const StepReport& report) {
+  std::lock_guard lock(mutex_);
+  tracker_->onStep(node, report);
+  changed_ = true;
+}
+
+void LiveJob::onProcess(const std::string& node, const ProcessSample& sample) {
+  std::lock_guard lock(mutex_);
+  tracker_->onProcess(node, sample);
+  changed_ = true;
+}
+
+void LiveJob::onGpu(const std::string& node, const GpuSample& sample) {
+  std::lock_guard lock(mutex_);
+  tracker_->onGpu(node, sample);
   changed_ = true;
 }
 
@@ -41,9 +62,10 @@ std::shared_ptr<const LiveJob::Published> LiveJob::published() const {
   return published_;
 }
 
-Ingest::Ingest(QString historyPath) : historyPath_(std::move(historyPath)) {
-  qRegisterMetaType<GpuSamples>();
-  qRegisterMetaType<NetRates>();
+Ingest::Ingest(QString historyPath)
+    : historyPath_(std::move(historyPath)),
+      reader_([this](const std::string& jobId) -> RecordSink* { return find(jobId).get(); }, kNodeSettings) {
+  qRegisterMetaType<NodeFigures>();
   thread_.setObjectName(QStringLiteral("ingest"));
   moveToThread(&thread_);
 }
@@ -92,27 +114,9 @@ void Ingest::onJobs(QString, JobList jobs) {
   for (const auto& status : *jobs) job(status.spec);
 }
 
-void Ingest::onMessages(QString agentId, MessageBatch messages) {
-  std::string lastId;
-  std::shared_ptr<LiveJob> last;
-  for (const auto& m : *messages) {
-    if (const auto* gpu = std::get_if<GpuSample>(&m.payload)) gpus_[{agentId, gpu->gpuIndex}] = *gpu;
-    if (const auto* net = std::get_if<NetSample>(&m.payload)) addNet(agentId, *net);
-    const std::string& jobId = jobOf(m.payload);
-    if (jobId.empty()) continue;
-    if (jobId != lastId || !last) {
-      lastId = jobId;
-      last = find(jobId);
-    }
-    if (last) last->add(m);  // else a job no list named (yet): not this app's to know
-  }
-}
-
-void Ingest::addNet(const QString& agentId, const NetSample& sample) {
-  auto [it, fresh] = netBefore_.try_emplace({agentId, sample.interface}, sample);
-  if (fresh) return;
-  if (auto rate = kpi::netRate(it->second, sample)) netRates_[it->first] = *rate;
-  it->second = sample;
+void Ingest::onMessages(QString, MessageBatch messages) {
+  // A job no list named (yet) is not this app's to know: its records go nowhere.
+  reader_.read(*messages);
 }
 
 void Ingest::tick() {
@@ -127,14 +131,10 @@ void Ingest::tick() {
     if (live->publish(now, kStaleUs)) changed << QString::fromStdString(id);
   }
   if (!changed.isEmpty()) Q_EMIT published(changed);
-  if (!gpus_.empty()) {
-    Q_EMIT gpuSamples(std::make_shared<const std::map<std::pair<QString, std::uint32_t>, GpuSample>>(std::move(gpus_)));
-    gpus_.clear();
-  }
-  if (!netRates_.empty() && now - netEmittedUs_ >= kNetEmitUs) {
-    netEmittedUs_ = now;
-    Q_EMIT netRates(std::make_shared<const std::map<std::pair<QString, std::string>, kpi::NetRate>>(std::move(netRates_)));
-    netRates_.clear();
+  if (auto nodes = reader_.takeChangedNodes(); !nodes.empty()) {
+    auto figures = std::make_shared<std::map<std::string, kpi::NodeKpis>>();
+    for (const auto& name : nodes) figures->emplace(name, reader_.node(name)->snapshot());
+    Q_EMIT nodesPublished(std::move(figures));
   }
 }
 

@@ -1,10 +1,12 @@
 #pragma once
 // Where the agents' streams are folded into KPIs, off the GUI thread. The workers' signals connect
-// straight to the Ingest (queued into its own thread), as they do to the history recorder: every
-// message feeds its job's KPI tracker there. Every 20 ms it works out the KPIs of the jobs that
-// changed (a running job's also every 500 ms, as its windows move on) and tells the GUI which,
-// with the latest sample of each GPU that reported. The GUI thread so gets what it draws, never
-// every message: the published KPIs, and the trackers' series read under each job's lock.
+// straight to the Ingest (queued into its own thread), as they do to the history recorder: it
+// reads every message through the one stream reader (kpi/stream.h), which feeds a job's records
+// to its KPI tracker and a node's (its GPUs, its network) to the node's tracker. Every 20 ms it
+// works out the KPIs of the jobs that changed (a running job's also every 500 ms, as its windows
+// move on) and tells the GUI which, with the figures of each node that reported. The GUI thread
+// so gets what it draws, never every message: the published KPIs, the nodes' figures, and the
+// trackers' series read under each job's lock.
 
 #include <QObject>
 #include <QStringList>
@@ -17,12 +19,13 @@
 
 #include "Types.h"
 #include "lockstep/kpi/kpi.h"
-#include "lockstep/kpi/network.h"
+#include "lockstep/kpi/stream.h"
 
 namespace lockstep::app {
 
-// One job's KPI tracker and the KPIs last worked out from it.
-class LiveJob {
+// One job's KPI tracker and the KPIs last worked out from it. Its records come in through the
+// stream reader, on the ingest thread (or anyone's, for a job nothing else feeds).
+class LiveJob : public RecordSink {
  public:
   struct Published {
     kpi::JobKpis kpis;
@@ -33,8 +36,11 @@ class LiveJob {
   // A recorded job (the history's replayed tracker), shown as of `atUnixUs`.
   LiveJob(std::unique_ptr<kpi::JobTracker> tracker, std::int64_t atUnixUs);
 
-  // The ingest thread's (anyone's, for a job nothing else feeds).
   void add(const StreamMessage& message);
+  void onEvent(const std::string& node, const JobEvent& event) override;
+  void onStep(const std::string& node, const StepReport& report) override;
+  void onProcess(const std::string& node, const ProcessSample& sample) override;
+  void onGpu(const std::string& node, const GpuSample& sample) override;
   // Works the KPIs out as of `nowUnixUs` when something came in since the last time, or when the
   // job runs and they are older than `staleUs`. Returns whether it did.
   bool publish(std::int64_t nowUnixUs, std::int64_t staleUs);
@@ -56,8 +62,8 @@ class LiveJob {
   std::int64_t publishedAtUs_ = 0;
 };
 
-using GpuSamples = std::shared_ptr<const std::map<std::pair<QString, std::uint32_t>, GpuSample>>;
-using NetRates = std::shared_ptr<const std::map<std::pair<QString, std::string>, kpi::NetRate>>;
+// Per node name, its newest figures (kpi/node.h).
+using NodeFigures = std::shared_ptr<const std::map<std::string, kpi::NodeKpis>>;
 
 class Ingest : public QObject {
   Q_OBJECT
@@ -78,27 +84,20 @@ class Ingest : public QObject {
 
  Q_SIGNALS:
   void published(QStringList jobIds);  // jobs whose KPIs were worked out again
-  void gpuSamples(lockstep::app::GpuSamples latest);  // per (agent, GPU index), those new since the last
-  // Per (agent, interface), the throughput between its two newest samples; about once a second.
-  void netRates(lockstep::app::NetRates latest);
+  void nodesPublished(lockstep::app::NodeFigures nodes);  // those that reported since the last
 
  private:
   void tick();
   std::shared_ptr<LiveJob> find(const std::string& jobId);
-  void addNet(const QString& agentId, const NetSample& sample);
 
   const QString historyPath_;
   QThread thread_;
   QTimer* timer_ = nullptr;
   std::mutex mutex_;  // jobs_, which the GUI thread adds to
-  std::map<std::string, std::shared_ptr<LiveJob>> jobs_;
-  std::map<std::pair<QString, std::uint32_t>, GpuSample> gpus_;  // since the last tick
-  std::map<std::pair<QString, std::string>, NetSample> netBefore_;  // the newest of each interface
-  std::map<std::pair<QString, std::string>, kpi::NetRate> netRates_;  // since the last emission
-  std::int64_t netEmittedUs_ = 0;
+  std::map<std::string, std::shared_ptr<LiveJob>> jobs_;  // never shrinks: the reader holds raw pointers
+  kpi::StreamReader reader_;
 };
 
 }  // namespace lockstep::app
 
-Q_DECLARE_METATYPE(lockstep::app::GpuSamples)
-Q_DECLARE_METATYPE(lockstep::app::NetRates)
+Q_DECLARE_METATYPE(lockstep::app::NodeFigures)

@@ -60,15 +60,7 @@ AgentsModel::AgentsModel(const ClusterStore& store, QObject* parent)
 int AgentsModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : rows_; }
 
 // "eth0 ↓1.20 Gb/s ↑800 Mb/s of 25.0 Gb/s (5%)": an interface's throughput against its link.
-QString networkText(const kpi::NetRate& r) {
-  const auto bits = [](double bytesPerSecond) { return QString::fromStdString(kpi::formatBitsPerSecond(8 * bytesPerSecond)); };
-  QString text = QStringLiteral("%1 \u2193%2 \u2191%3").arg(QString::fromStdString(r.interface), bits(r.rxBytesPerSecond),
-                                                          bits(r.txBytesPerSecond));
-  if (!r.linkBitsPerSecond) return text + AgentsModel::tr(", link speed unknown");
-  text += AgentsModel::tr(" of %1").arg(bits(static_cast<double>(*r.linkBitsPerSecond) / 8));
-  if (r.linkUse) text += QStringLiteral(" (%1%)").arg(100.0 * *r.linkUse, 0, 'f', *r.linkUse < 0.1 ? 1 : 0);
-  return text;
-}
+QString networkText(const kpi::NetRate& r) { return QString::fromStdString(present::networkRate(r)); }
 
 // A Slurm cluster's row, after the agents': where the launcher can submit to.
 QVariant AgentsModel::slurmData(const SlurmClusterEntry& c, int column, int role) const {

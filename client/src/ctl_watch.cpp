@@ -18,6 +18,7 @@
 #include "ctl_flags.h"
 #include "lockstep/common/clock.h"
 #include "lockstep/kpi/kpi.h"
+#include "lockstep/kpi/stream.h"
 #include "lockstep/present/present.h"
 
 namespace lockstep::ctl {
@@ -27,20 +28,35 @@ using Json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-// The KPI engine's view of the job (the dashboard's figures), and its recent events.
-struct WatchState {
+// What watch keeps of the job, read from its agents' streams by the one stream reader
+// (kpi/stream.h): the KPI engine's view of the job (the dashboard's figures), its recent events,
+// and its nodes' own figures (their network).
+class WatchState : public RecordSink {
+ public:
   WatchState(const JobSpec& spec, const std::string& historyPath)
-      : tracker(spec, history::liveTrackerSettings(historyPath, spec)) {}
-  kpi::JobTracker tracker;
-  std::vector<std::string> events;
-};
+      : tracker_(spec, history::liveTrackerSettings(historyPath, spec)),
+        reader_([this](const std::string& jobId) -> RecordSink* { return jobId == tracker_.spec().jobId ? this : nullptr; },
+                kpi::NodeSettings{1.0, 0}) {}
 
-void absorb(WatchState& w, const std::string& jobId, const StreamMessage& m) {
-  w.tracker.add(m);  // it ignores other jobs' messages
-  if (const auto* e = std::get_if<JobEvent>(&m.payload); e != nullptr && e->jobId == jobId) {
-    w.events.push_back(timeText(e->timeUnixUs) + " " + m.node + ": " + e->message);
+  void read(const std::vector<StreamMessage>& messages) { reader_.read(messages); }
+
+  void onEvent(const std::string& node, const JobEvent& e) override {
+    tracker_.onEvent(node, e);
+    events_.push_back(timeText(e.timeUnixUs) + " " + node + ": " + e.message);
   }
-}
+  void onStep(const std::string& node, const StepReport& r) override { tracker_.onStep(node, r); }
+  void onProcess(const std::string& node, const ProcessSample& p) override { tracker_.onProcess(node, p); }
+  void onGpu(const std::string& node, const GpuSample& g) override { tracker_.onGpu(node, g); }
+
+  const kpi::JobTracker& tracker() const { return tracker_; }
+  const std::vector<std::string>& events() const { return events_; }
+  const kpi::StreamReader& reader() const { return reader_; }
+
+ private:
+  kpi::JobTracker tracker_;
+  std::vector<std::string> events_;
+  kpi::StreamReader reader_;
+};
 
 // The utilization of the GPU a rank was placed on, as the KPI engine last saw it.
 kpi::Maybe gpuOf(const kpi::JobKpis& k, const JobSpec& spec, const kpi::RankKpis& r) {
@@ -53,10 +69,41 @@ kpi::Maybe gpuOf(const kpi::JobKpis& k, const JobSpec& spec, const kpi::RankKpis
   return std::nullopt;
 }
 
+// Each node's interfaces, busiest first: what the job's traffic (and anything else on the node) does.
+Json nodesJson(const kpi::StreamReader& reader) {
+  Json out = Json::array();
+  for (const auto& [name, node] : reader.nodes()) {
+    Json interfaces = Json::array();
+    for (const auto& r : node.snapshot().interfaces) {
+      interfaces.push_back({{"interface", r.interface},
+                            {"rx_bytes_per_s", r.rxBytesPerSecond},
+                            {"tx_bytes_per_s", r.txBytesPerSecond},
+                            {"link_bits_per_s", r.linkBitsPerSecond ? Json(*r.linkBitsPerSecond) : Json(nullptr)},
+                            {"link_use", r.linkUse ? Json(*r.linkUse) : Json(nullptr)},
+                            {"new_errors", r.newErrors}});
+    }
+    out.push_back({{"node", name}, {"interfaces", interfaces}});
+  }
+  return out;
+}
+
+// "node a: eth0 ↓1.20 Gb/s ↑800 Mb/s of 25 Gb/s (4.8%)", the busiest interface of each node.
+std::string nodesText(const kpi::StreamReader& reader) {
+  std::string out;
+  for (const auto& [name, node] : reader.nodes()) {
+    const auto interfaces = node.snapshot().interfaces;
+    if (interfaces.empty()) continue;
+    out += "node " + name + ": " + present::networkRate(interfaces.front());
+    if (interfaces.size() > 1) out += " (+" + std::to_string(interfaces.size() - 1) + " more)";
+    out += "\n";
+  }
+  return out;
+}
+
 Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool json, bool tty) {
   const bool ended = jobStateEnded(state);
-  const std::int64_t now = ended ? w.tracker.lastReportUnixUs() : unixMicrosNow();
-  const kpi::JobKpis k = w.tracker.snapshot(now);
+  const std::int64_t now = ended ? w.tracker().lastReportUnixUs() : unixMicrosNow();
+  const kpi::JobKpis k = w.tracker().snapshot(now);
   Json ranks = Json::array();
   std::string table;
   char line[400];
@@ -86,6 +133,8 @@ Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool 
                   column(present::figure(gpu, 0, "%"), 6).c_str());
     table += line;
   }
+  Json nodes = nodesJson(w.reader());
+  const std::string nodeLines = nodesText(w.reader());
   const std::string stateName(jobStateName(state));
   const kpi::Maybe throughput = present::jobThroughput(k, ended);
   Json snapshot = {{"job_id", spec.jobId},
@@ -97,7 +146,8 @@ Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool 
                    {"scaling_efficiency", jsonFigure(k.scalingEfficiency)},
                    {"load_imbalance", jsonFigure(k.loadImbalance)},
                    {"slowest_rank", k.slowestRank ? Json(*k.slowestRank) : Json(nullptr)},
-                   {"ranks", ranks}};
+                   {"ranks", ranks},
+                   {"nodes", nodes}};
   if (json) {
     std::printf("%s\n", snapshot.dump().c_str());
   } else {
@@ -108,8 +158,10 @@ Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool 
                 present::bandwidth(k.busBandwidth).c_str(),
                 present::percent(k.scalingEfficiency, 0).c_str(), present::figure(k.loadImbalance, 2, "×").c_str(),
                 table.c_str());
-    const std::size_t shown = std::min<std::size_t>(w.events.size(), 5);
-    for (std::size_t i = w.events.size() - shown; i < w.events.size(); ++i) std::printf("  %s\n", w.events[i].c_str());
+    std::printf("%s", nodeLines.c_str());
+    const auto& events = w.events();
+    const std::size_t shown = std::min<std::size_t>(events.size(), 5);
+    for (std::size_t i = events.size() - shown; i < events.size(); ++i) std::printf("  %s\n", events[i].c_str());
     if (!tty) std::printf("\n");
   }
   std::fflush(stdout);
@@ -143,7 +195,7 @@ int cmdWatch(const Globals& g, const std::vector<std::string>& argv) {
       auto batch = agent->fetch(seq, 5000, 200, g.timeout);
       if (!batch && g_interrupted.load() != 0) return kOk;  // Ctrl-C during the long poll
       if (!batch) return fail(batch.error());
-      for (const auto& m : batch->messages) absorb(w, jobId, m);
+      w.read(batch->messages);
       recorder.messages(batch->messages);
       if (!batch->messages.empty()) seq = batch->messages.back().seq;
     }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "lockstep/kpi/kpi.h"
+#include "lockstep/kpi/network.h"
 
 namespace lockstep::present {
 
@@ -36,6 +37,12 @@ std::string money(double amount, std::string_view currency);
 // A job's nodes in a title or a cell: all of them when few, else their count and the first few:
 // "gpu-a, gpu-b" or "40 nodes (gpu-0, gpu-1, gpu-2, …)". The text never grows with the cluster.
 std::string nodesText(const std::vector<std::string>& nodes, std::size_t named = 4);
+
+// An interface's throughput against its link, as links are sold (bits): "eth0 ↓1.20 Gb/s ↑800 Mb/s
+// of 25 Gb/s (4.8%)", or ", link speed unknown" where the driver gives none.
+std::string networkRate(const kpi::NetRate& rate);
+// The same, short, for a table cell: "↓1.20 Gb/s ↑800 Mb/s, 4.8% of 25 Gb/s" (the interface left out).
+std::string networkRateShort(const kpi::NetRate& rate);
 
 // Chart axes: the round tick step (1, 2 or 5 times a power of ten) that covers `span` in at most
 // `intervals` steps, and the decimals its labels need (0.02 steps read 0.02, 0.04, not 0.0, 0.0).
