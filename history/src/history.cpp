@@ -17,12 +17,12 @@
 #include "final_kpis.h"
 #include "schema.h"
 #include "sqlite.h"
+#include "tables.h"
 
 namespace lockstep::history {
 
 using detail::kApplicationId;
 using detail::kMigrations;
-using detail::kStepColumns;
 using detail::exec;
 using detail::pragmaInt;
 using detail::sqliteError;
@@ -178,77 +178,6 @@ Result<bool> History::recordJob(const std::string& node, const JobStatus& status
   return changed;
 }
 
-Result<void> History::recordMessages(std::span<const StreamMessage> messages) {
-  if (messages.empty()) return {};
-  sqlite3* db = db_.get();
-  LOCKSTEP_ASSIGN_OR_RETURN(auto tx, Transaction::begin(db));
-  LOCKSTEP_ASSIGN_OR_RETURN(auto known, Statement::prepare(db, "SELECT 1 FROM jobs WHERE job_id = ?1"));
-  LOCKSTEP_ASSIGN_OR_RETURN(auto step, Statement::prepare(db, std::string("INSERT OR IGNORE INTO steps (") + kStepColumns +
-    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)"));
-  LOCKSTEP_ASSIGN_OR_RETURN(auto gpu, Statement::prepare(db, R"sql(
-    INSERT OR IGNORE INTO gpu_samples VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10))sql"));
-  LOCKSTEP_ASSIGN_OR_RETURN(auto process, Statement::prepare(db, R"sql(
-    INSERT OR IGNORE INTO process_samples VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7))sql"));
-  LOCKSTEP_ASSIGN_OR_RETURN(auto event, Statement::prepare(db, R"sql(
-    INSERT OR IGNORE INTO events VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10))sql"));
-
-  std::map<std::string, bool, std::less<>> isKnown;
-  std::map<std::string, std::int64_t, std::less<>> newSteps;
-  std::set<std::string, std::less<>> touched;
-  for (const StreamMessage& m : messages) {
-    const std::string& jobId = jobOf(m.payload);
-    if (jobId.empty()) continue;  // a node's own figures: an idle GPU's sample, its network
-    auto [it, fresh] = isKnown.try_emplace(jobId, false);
-    if (fresh) {
-      known.bind(1, jobId);
-      LOCKSTEP_ASSIGN_OR_RETURN(it->second, known.step());
-      LOCKSTEP_TRY(known.reset());
-    }
-    if (!it->second) continue;
-    Statement* insert = nullptr;
-    if (const auto* r = std::get_if<StepReport>(&m.payload)) {
-      step.bind(1, r->jobId).bind(2, r->attempt).bind(3, r->rank).bind(4, r->step).bind(5, m.node);
-      step.bind(6, r->worldSize).bind(7, r->epoch).bind(8, r->samples);
-      // NaN is stored as NULL by SQLite: a diverged loss reads back as unknown, never as a number.
-      step.bind(9, static_cast<double>(r->loss));
-      if (r->globalLoss) step.bind(10, static_cast<double>(*r->globalLoss)); else step.bindNull(10);
-      step.bind(11, r->dataTimeUs).bind(12, r->computeTimeUs).bind(13, r->exposedCommTimeUs);
-      step.bind(14, r->allreduceTimeUs).bind(15, r->bytesReduced).bind(16, r->stepTimeUs);
-      step.bind(17, r->timeUnixUs).bind(18, r->lr).bind(19, r->tokens);
-      insert = &step;
-    } else if (const auto* g = std::get_if<GpuSample>(&m.payload)) {
-      gpu.bind(1, g->jobId).bind(2, g->node.empty() ? m.node : g->node).bind(3, g->gpuIndex).bind(4, g->timeUnixUs);
-      if (g->utilizationPct) gpu.bind(5, static_cast<double>(*g->utilizationPct)); else gpu.bindNull(5);
-      gpu.bind(6, g->memoryUsedBytes).bind(7, g->powerMilliwatts).bind(8, g->energyMillijoules);
-      gpu.bind(9, g->temperatureC).bind(10, g->smClockMhz);
-      insert = &gpu;
-    } else if (const auto* p = std::get_if<ProcessSample>(&m.payload)) {
-      process.bind(1, p->jobId).bind(2, m.node).bind(3, p->rank).bind(4, p->timeUnixUs).bind(5, p->pid);
-      if (p->cpuPct) process.bind(6, static_cast<double>(*p->cpuPct)); else process.bindNull(6);
-      process.bind(7, p->rssBytes);
-      insert = &process;
-    } else if (const auto* e = std::get_if<JobEvent>(&m.payload)) {
-      event.bind(1, e->jobId).bind(2, m.node).bind(3, e->timeUnixUs).bind(4, static_cast<std::int64_t>(e->kind));
-      event.bind(5, e->rank ? static_cast<std::int64_t>(*e->rank) : std::int64_t{-1});
-      event.bind(6, e->exitCode).bind(7, e->signal).bind(8, e->step).bind(9, e->message).bind(10, e->logTail);
-      insert = &event;
-    }
-    LOCKSTEP_TRY(insert->step());
-    const int inserted = sqlite3_changes(db);
-    LOCKSTEP_TRY(insert->reset());
-    if (inserted == 0) continue;  // replayed: stored already
-    touched.insert(jobId);
-    if (insert == &step) ++newSteps[jobId];
-  }
-  LOCKSTEP_ASSIGN_OR_RETURN(auto update, Statement::prepare(db, R"sql(
-    UPDATE jobs SET kpis_stale = 1, step_reports = step_reports + ?2 WHERE job_id = ?1)sql"));
-  for (const auto& jobId : touched) {
-    auto n = newSteps.find(jobId);
-    LOCKSTEP_TRY(update.bind(1, jobId).bind(2, n == newSteps.end() ? std::int64_t{0} : n->second).run());
-  }
-  return tx.commit();
-}
-
 Result<std::vector<std::string>> History::refreshFinalKpis() {
   sqlite3* db = db_.get();
   std::vector<std::string> stale;
@@ -284,52 +213,20 @@ Result<std::vector<std::string>> History::refreshFinalKpis() {
 }
 
 Result<void> History::remove(const std::string& jobId) {
-  LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db_.get(), "DELETE FROM jobs WHERE job_id = ?1"));
+  sqlite3* db = db_.get();
+  LOCKSTEP_ASSIGN_OR_RETURN(auto tx, Transaction::begin(db));
+  // The job's nodes' network goes with it, but for what another job's part on a node still covers.
+  LOCKSTEP_ASSIGN_OR_RETURN(auto network, Statement::prepare(db, R"sql(
+    DELETE FROM net_samples WHERE node IN (SELECT node FROM job_parts WHERE job_id = ?1) AND NOT EXISTS (
+      SELECT 1 FROM job_parts p WHERE p.job_id != ?1 AND p.node = net_samples.node
+        AND p.started_us - ?2 <= net_samples.time_us AND (p.ended_us = 0 OR p.ended_us + ?2 >= net_samples.time_us)))sql"));
+  LOCKSTEP_TRY(network.bind(1, jobId).bind(2, detail::kNodeMarginUs).run());
+  LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db, "DELETE FROM jobs WHERE job_id = ?1"));
   LOCKSTEP_TRY(stmt.bind(1, jobId).run());
-  if (sqlite3_changes(db_.get()) == 0) {
+  if (sqlite3_changes(db) == 0) {
     return Error{ErrorCode::kNotFound, "no job " + jobId + " in the history (lockstepctl history lists them)"};
   }
-  return {};
-}
-
-Result<CompactStats> History::compact(std::int64_t nowUnixUs) {
-  sqlite3* db = db_.get();
-  const std::int64_t bucket = options_.bucketSeconds * 1'000'000;
-  // Whole buckets only, so a bucket is written once and later raw rows never fall into it.
-  const std::int64_t cutoff = (nowUnixUs - options_.rawHorizonSeconds * 1'000'000) / bucket * bucket;
-  CompactStats stats;
-  LOCKSTEP_ASSIGN_OR_RETURN(stats.gpuRowsBefore, pragmaInt(db, "SELECT count(*) FROM gpu_samples"));
-  LOCKSTEP_ASSIGN_OR_RETURN(stats.processRowsBefore, pragmaInt(db, "SELECT count(*) FROM process_samples"));
-  LOCKSTEP_ASSIGN_OR_RETURN(auto tx, Transaction::begin(db));
-  // Per bucket: mean utilization, power, CPU % and clock; peak memory, RSS and temperature; the
-  // last energy counter reading (energy is a difference of readings, so it survives intact).
-  const char* statements[] = {
-      R"sql(CREATE TEMP TABLE gpu_buckets AS
-        SELECT job_id, node, gpu, (time_us / ?1) * ?1 AS t, ?1 AS span, avg(utilization) AS u, max(memory_bytes) AS m,
-               CAST(avg(power_mw) AS INTEGER) AS p, max(energy_mj) AS e, max(temperature_c) AS c,
-               CAST(avg(sm_clock_mhz) AS INTEGER) AS s
-        FROM gpu_samples WHERE span_us = 0 AND time_us < ?2 GROUP BY job_id, node, gpu, time_us / ?1)sql",
-      "DELETE FROM gpu_samples WHERE span_us = 0 AND time_us < ?2",
-      "INSERT OR REPLACE INTO gpu_samples SELECT * FROM gpu_buckets",
-      "DROP TABLE gpu_buckets",
-      R"sql(CREATE TEMP TABLE process_buckets AS
-        SELECT job_id, node, rank, (time_us / ?1) * ?1 AS t, ?1 AS span, max(pid) AS pid, avg(cpu_pct) AS c,
-               max(rss_bytes) AS r
-        FROM process_samples WHERE span_us = 0 AND time_us < ?2 GROUP BY job_id, rank, time_us / ?1)sql",
-      "DELETE FROM process_samples WHERE span_us = 0 AND time_us < ?2",
-      "INSERT OR REPLACE INTO process_samples SELECT * FROM process_buckets",
-      "DROP TABLE process_buckets",
-  };
-  for (const char* sql : statements) {
-    LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db, sql));
-    if (std::string_view(sql).find("?1") != std::string_view::npos) stmt.bind(1, bucket);
-    if (std::string_view(sql).find("?2") != std::string_view::npos) stmt.bind(2, cutoff);
-    LOCKSTEP_TRY(stmt.run());
-  }
-  LOCKSTEP_TRY(tx.commit());
-  LOCKSTEP_ASSIGN_OR_RETURN(stats.gpuRowsAfter, pragmaInt(db, "SELECT count(*) FROM gpu_samples"));
-  LOCKSTEP_ASSIGN_OR_RETURN(stats.processRowsAfter, pragmaInt(db, "SELECT count(*) FROM process_samples"));
-  return stats;
+  return tx.commit();
 }
 
 // ---- reading ----
@@ -346,6 +243,7 @@ Result<std::vector<PartRecord>> readParts(sqlite3* db, const std::string& jobId)
     if (!row) break;
     parts.push_back(PartRecord{stmt.text(0), static_cast<JobState>(stmt.i64(1)), stmt.i64(2), stmt.i64(3), stmt.text(4)});
   }
+  std::stable_sort(parts.begin(), parts.end(), [](const PartRecord& a, const PartRecord& b) { return naturalLess(a.node, b.node); });
   return parts;
 }
 
@@ -467,171 +365,6 @@ Result<std::optional<BandwidthPeak>> History::peakBusBandwidth(const std::vector
       its.clear();
     }
     its.insert(stmt.text(2));
-  }
-}
-
-namespace {
-
-// One table's rows of a job in time order, as stream messages.
-struct Cursor {
-  Statement stmt;
-  StreamMessage (*read)(const Statement&);
-  std::optional<StreamMessage> current;
-  std::int64_t time = 0;
-
-  Result<void> advance() {
-    LOCKSTEP_ASSIGN_OR_RETURN(bool row, stmt.step());
-    current.reset();
-    if (row) {
-      current = read(stmt);
-      time = timeOf(current->payload);
-    }
-    return {};
-  }
-};
-
-StreamMessage readEvent(const Statement& s) {
-  JobEvent e;
-  e.jobId = s.text(0);
-  e.timeUnixUs = s.i64(2);
-  e.kind = static_cast<JobEventKind>(s.i64(3));
-  if (s.i64(4) >= 0) e.rank = static_cast<std::uint32_t>(s.i64(4));
-  e.exitCode = s.maybeInt<std::int32_t>(5);
-  e.signal = s.maybeInt<std::int32_t>(6);
-  e.step = s.maybeInt<std::uint64_t>(7);
-  e.message = s.text(8);
-  e.logTail = s.text(9);
-  return StreamMessage{0, s.text(1), std::move(e)};
-}
-
-StreamMessage readStep(const Statement& s) {
-  StepReport r;
-  r.jobId = s.text(0);
-  r.attempt = static_cast<std::uint32_t>(s.i64(1));
-  r.rank = static_cast<std::uint32_t>(s.i64(2));
-  r.step = static_cast<std::uint64_t>(s.i64(3));
-  r.worldSize = static_cast<std::uint32_t>(s.i64(5));
-  r.epoch = static_cast<std::uint32_t>(s.i64(6));
-  r.samples = static_cast<std::uint32_t>(s.i64(7));
-  r.loss = s.null(8) ? std::numeric_limits<float>::quiet_NaN() : static_cast<float>(s.real(8));
-  if (!s.null(9)) r.globalLoss = static_cast<float>(s.real(9));
-  r.dataTimeUs = s.maybeInt<std::int64_t>(10);
-  r.computeTimeUs = s.maybeInt<std::int64_t>(11);
-  r.exposedCommTimeUs = s.maybeInt<std::int64_t>(12);
-  r.allreduceTimeUs = s.maybeInt<std::int64_t>(13);
-  r.bytesReduced = s.maybeInt<std::uint64_t>(14);
-  r.stepTimeUs = s.i64(15);
-  r.timeUnixUs = s.i64(16);
-  r.lr = s.real(17);
-  r.tokens = s.maybeInt<std::uint64_t>(18);
-  return StreamMessage{0, s.text(4), std::move(r)};
-}
-
-GpuSample gpuSampleOf(const Statement& s) {
-  GpuSample g;
-  g.jobId = s.text(0);
-  g.node = s.text(1);
-  g.gpuIndex = static_cast<std::uint32_t>(s.i64(2));
-  g.timeUnixUs = s.i64(3);
-  if (!s.null(5)) g.utilizationPct = static_cast<float>(s.real(5));
-  g.memoryUsedBytes = s.maybeInt<std::uint64_t>(6);
-  g.powerMilliwatts = s.maybeInt<std::uint32_t>(7);
-  g.energyMillijoules = s.maybeInt<std::uint64_t>(8);
-  g.temperatureC = s.maybeInt<std::int32_t>(9);
-  g.smClockMhz = s.maybeInt<std::uint32_t>(10);
-  return g;
-}
-
-StreamMessage readGpu(const Statement& s) {
-  GpuSample g = gpuSampleOf(s);
-  std::string node = g.node;
-  return StreamMessage{0, std::move(node), std::move(g)};
-}
-
-StreamMessage readProcess(const Statement& s) {
-  ProcessSample p;
-  p.jobId = s.text(0);
-  p.rank = static_cast<std::uint32_t>(s.i64(2));
-  p.timeUnixUs = s.i64(3);
-  p.pid = static_cast<std::uint32_t>(s.i64(5));
-  if (!s.null(6)) p.cpuPct = static_cast<float>(s.real(6));
-  p.rssBytes = s.maybeInt<std::uint64_t>(7);
-  return StreamMessage{0, s.text(1), std::move(p)};
-}
-
-}  // namespace
-
-Result<void> History::replay(const std::string& jobId, const std::function<void(const StreamMessage&)>& visit) const {
-  LOCKSTEP_TRY(job(jobId));  // NotFound says so
-  sqlite3* db = db_.get();
-  const std::pair<std::string, StreamMessage (*)(const Statement&)> tables[] = {
-      {"SELECT * FROM events WHERE job_id = ?1 ORDER BY time_us", readEvent},
-      {std::string("SELECT ") + kStepColumns + " FROM steps WHERE job_id = ?1 ORDER BY time_us, step, rank", readStep},
-      {"SELECT * FROM gpu_samples WHERE job_id = ?1 ORDER BY time_us", readGpu},
-      {"SELECT * FROM process_samples WHERE job_id = ?1 ORDER BY time_us", readProcess},
-  };
-  std::vector<Cursor> cursors;
-  for (const auto& [sql, read] : tables) {
-    LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db, sql));
-    stmt.bind(1, jobId);
-    cursors.push_back(Cursor{std::move(stmt), read, std::nullopt, 0});
-    LOCKSTEP_TRY(cursors.back().advance());
-  }
-  // Merge by time; on a tie the earlier table wins (an event before the reports of its moment).
-  for (;;) {
-    Cursor* next = nullptr;
-    for (auto& c : cursors) {
-      if (c.current && (!next || c.time < next->time)) next = &c;
-    }
-    if (!next) return {};
-    visit(*next->current);
-    LOCKSTEP_TRY(next->advance());
-  }
-}
-
-Result<std::unique_ptr<kpi::JobTracker>> History::tracker(const std::string& jobId, kpi::Settings settings) const {
-  LOCKSTEP_ASSIGN_OR_RETURN(JobRecord record, job(jobId));
-  if (!settings.calibratedSingleRankSamplesPerSecond && record.spec.worldSize > 1) {
-    LOCKSTEP_ASSIGN_OR_RETURN(settings.calibratedSingleRankSamplesPerSecond, calibration(record.spec));
-  }
-  auto t = std::make_unique<kpi::JobTracker>(record.spec, settings);
-  LOCKSTEP_TRY(replay(jobId, [&](const StreamMessage& m) { t->add(m); }));
-  return t;
-}
-
-Result<void> History::forEachStep(const std::string& jobId,
-                                  const std::function<void(const StepReport&, const std::string& node)>& visit) const {
-  LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db_.get(), std::string("SELECT ") + kStepColumns +
-                                                                       " FROM steps WHERE job_id = ?1 ORDER BY attempt, step, rank"));
-  stmt.bind(1, jobId);
-  for (;;) {
-    LOCKSTEP_ASSIGN_OR_RETURN(bool row, stmt.step());
-    if (!row) return {};
-    const StreamMessage m = readStep(stmt);
-    visit(std::get<StepReport>(m.payload), m.node);
-  }
-}
-
-Result<void> History::forEachGpuSample(const std::string& jobId,
-                                       const std::function<void(const StoredGpuSample&)>& visit) const {
-  LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db_.get(), R"sql(
-    SELECT * FROM gpu_samples WHERE job_id = ?1 ORDER BY time_us, node, gpu)sql"));
-  stmt.bind(1, jobId);
-  for (;;) {
-    LOCKSTEP_ASSIGN_OR_RETURN(bool row, stmt.step());
-    if (!row) return {};
-    visit(StoredGpuSample{gpuSampleOf(stmt), stmt.i64(4)});
-  }
-}
-
-Result<std::vector<JobEvent>> History::events(const std::string& jobId) const {
-  LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db_.get(), "SELECT * FROM events WHERE job_id = ?1 ORDER BY time_us"));
-  stmt.bind(1, jobId);
-  std::vector<JobEvent> out;
-  for (;;) {
-    LOCKSTEP_ASSIGN_OR_RETURN(bool row, stmt.step());
-    if (!row) return out;
-    out.push_back(std::get<JobEvent>(readEvent(stmt).payload));
   }
 }
 

@@ -97,10 +97,26 @@ ALTER TABLE final_kpis ADD COLUMN mean_exposed_us REAL;
 ALTER TABLE final_kpis ADD COLUMN mean_step_us REAL;
 UPDATE jobs SET kpis_stale = 1;
 )sql",
+    // 6 (issue 31): an event of no rank keeps its rank NULL, as every record's unknown field is
+    // kept (record_rows.h), and is stored once by a unique index; the nodes' network interfaces,
+    // kept while a recorded job runs on them (span_us: 0 raw, else the bucket whose newest
+    // counters the row is, History::compact).
+    R"sql(
+CREATE TABLE events_v6 (
+  job_id TEXT NOT NULL REFERENCES jobs ON DELETE CASCADE, node TEXT NOT NULL, time_us INTEGER NOT NULL,
+  kind INTEGER NOT NULL, rank INTEGER, exit_code INTEGER, signal INTEGER, step INTEGER,
+  message TEXT NOT NULL, log_tail TEXT NOT NULL);
+INSERT INTO events_v6 SELECT job_id, node, time_us, kind, nullif(rank, -1), exit_code, signal, step, message, log_tail
+  FROM events;
+DROP TABLE events;
+ALTER TABLE events_v6 RENAME TO events;
+CREATE UNIQUE INDEX events_once ON events (job_id, node, time_us, kind, ifnull(rank, -1));
+CREATE TABLE IF NOT EXISTS net_samples (
+  node TEXT NOT NULL, interface TEXT NOT NULL, time_us INTEGER NOT NULL, span_us INTEGER NOT NULL,
+  rx_bytes INTEGER NOT NULL, tx_bytes INTEGER NOT NULL, rx_packets INTEGER NOT NULL, tx_packets INTEGER NOT NULL,
+  rx_errors INTEGER, tx_errors INTEGER, rx_drops INTEGER, tx_drops INTEGER, link_bits_per_second INTEGER,
+  PRIMARY KEY (node, interface, time_us)) WITHOUT ROWID;
+)sql",
 };
-
-const char* const kStepColumns =
-    "job_id, attempt, rank, step, node, world_size, epoch, samples, loss, global_loss, data_us, compute_us, "
-    "exposed_us, allreduce_us, bytes_reduced, step_us, time_us, lr, tokens";
 
 }  // namespace lockstep::history::detail

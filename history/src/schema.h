@@ -1,5 +1,5 @@
 #pragma once
-// The history file's schema: its migrations, one per version, and the steps table's columns.
+// The history file's schema: its migrations, one per version.
 // Private to history/.
 
 #include <array>
@@ -12,8 +12,5 @@ inline constexpr int kApplicationId = 0x4C4B5354;  // "LKST": marks the file as 
 
 // Migration i brings a file from schema version i to i + 1. Append; never edit a shipped one.
 extern const std::array<const char*, kSchemaVersion> kMigrations;
-
-// The steps table's columns by name, in the order readStep reads them.
-extern const char* const kStepColumns;
 
 }  // namespace lockstep::history::detail

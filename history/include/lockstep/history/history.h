@@ -1,9 +1,10 @@
 #pragma once
 // The job history: one SQLite file (WAL) per user holding every job the app or lockstepctl
 // started or watched: spec, the nodes it ran on, events, every step report of every rank, GPU and
-// process samples (raw for `Options::rawHorizon`, then one row per `Options::bucket`), and the
-// final KPIs. Writes are idempotent: a message replayed by an agent after a reconnect, or after
-// the writer was killed, is stored once. A committed write survives kill -9 of the writer (WAL;
+// process samples, its nodes' network interfaces while it ran (samples raw for
+// `Options::rawHorizon`, then one row per `Options::bucket`), and the final KPIs. Writes are
+// idempotent: a message replayed by an agent after a reconnect, or after the writer was killed, is
+// stored once. A committed write survives kill -9 of the writer (WAL;
 // synchronous=NORMAL trades only the last transactions before a power loss).
 //
 // One History is one connection: use it from one thread at a time. Several processes may share
@@ -11,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -18,7 +20,9 @@
 #include <vector>
 
 #include "lockstep/common/result.h"
+#include "lockstep/common/natural.h"
 #include "lockstep/kpi/kpi.h"
+#include "lockstep/kpi/stream.h"
 #include "lockstep/protocol/types.h"
 
 struct sqlite3;
@@ -27,7 +31,7 @@ namespace lockstep::history {
 
 // The schema version this build writes (PRAGMA user_version). Older files are migrated on open;
 // newer ones are refused.
-inline constexpr int kSchemaVersion = 5;
+inline constexpr int kSchemaVersion = 6;
 
 struct Options {
   // Samples younger than this stay raw; older ones are averaged into one row per bucket
@@ -82,6 +86,14 @@ struct Filter {
 struct CompactStats {
   std::uint64_t gpuRowsBefore = 0, gpuRowsAfter = 0;
   std::uint64_t processRowsBefore = 0, processRowsAfter = 0;
+  std::uint64_t netRowsBefore = 0, netRowsAfter = 0;
+};
+
+// A job as it was, replayed from the file through the one stream reader (kpi/stream.h), as the
+// live views read it: its KPI tracker, and its nodes' own figures while it ran (their network).
+struct Replay {
+  std::unique_ptr<kpi::JobTracker> job;
+  std::map<std::string, kpi::NodeTracker, NaturalLess> nodes;
 };
 
 // A GPU sample as stored: `spanUs` 0 for a raw sample, else the bucket it summarises.
@@ -110,7 +122,8 @@ class History {
   // A later attempt (a restart) replaces the job's spec and parts; a part of an earlier attempt is
   // ignored. Returns whether anything changed.
   Result<bool> recordJob(const std::string& node, const JobStatus& status);
-  // Stream messages; those of jobs not recorded yet (and samples of no job) are skipped.
+  // Stream messages; those of jobs not recorded yet are skipped, and a node's network unless one
+  // of the recorded jobs runs on it (or ended on it less than 5 s before).
   Result<void> recordMessages(std::span<const StreamMessage> messages);
   // Recomputes the final KPIs of ended jobs written to since (by replaying them). Returns the ids.
   Result<std::vector<std::string>> refreshFinalKpis();
@@ -121,7 +134,8 @@ class History {
   // ---- reading ----
   Result<std::vector<JobRecord>> jobs(const Filter& filter = {}) const;  // newest first
   Result<JobRecord> job(const std::string& jobId) const;                  // NotFound when absent
-  // Every stored message of the job in time order (events, step reports, samples), as received.
+  // Every stored message of the job in time order (events, step reports, samples, and its nodes'
+  // network from its start to its end), as received.
   Result<void> replay(const std::string& jobId, const std::function<void(const StreamMessage&)>& visit) const;
   // The samples/s over the last steps of the newest finished 1-rank job of the same workload
   // (kpi::workloadKey), which calibrates a job's scaling efficiency; empty when there is none.
@@ -133,9 +147,14 @@ class History {
   // A KPI tracker fed with the whole job: the dashboard and reports as they were. Without a
   // calibration in `settings`, the history's (calibration()) is used.
   Result<std::unique_ptr<kpi::JobTracker>> tracker(const std::string& jobId, kpi::Settings settings = {}) const;
+  // The same tracker with the job's nodes' trackers (a network series point per second at least,
+  // at most about a thousand over the job).
+  Result<Replay> replayJob(const std::string& jobId, kpi::Settings settings = {}) const;
   Result<void> forEachStep(const std::string& jobId,
                            const std::function<void(const StepReport&, const std::string& node)>& visit) const;
   Result<void> forEachGpuSample(const std::string& jobId, const std::function<void(const StoredGpuSample&)>& visit) const;
+  // Its nodes' network samples while it ran, in time order.
+  Result<void> forEachNetSample(const std::string& jobId, const std::function<void(const NetSample&)>& visit) const;
   Result<std::vector<JobEvent>> events(const std::string& jobId) const;
 
  private:
