@@ -1,7 +1,9 @@
 #include "csv.h"
 
 #include <optional>
+#include <type_traits>
 
+#include "lockstep/protocol/records.h"
 #include "lockstep/report/report.h"
 #include "text.h"
 
@@ -58,15 +60,43 @@ Result<std::string> gpuCsv(const history::History& history, const std::string& j
   return out;
 }
 
+Result<std::string> networkCsv(const history::History& history, const std::string& jobId) {
+  std::string out;
+  records::forEachField<NetSample>([&](const auto& f) { out += (out.empty() ? "" : ",") + std::string(f.name); });
+  out += "\r\n";
+  LOCKSTEP_TRY(history.forEachNetSample(jobId, [&](const NetSample& s) {
+    std::string row;
+    records::forEachField<NetSample>([&](const auto& f) {
+      using T = typename std::decay_t<decltype(f)>::Type;
+      if (!row.empty()) row += ',';
+      if constexpr (std::is_same_v<T, std::string>) {
+        row += csvField(f.of(s));
+      } else if constexpr (records::IsOptional<T>::value) {
+        row += cell(f.of(s));
+      } else {
+        row += std::to_string(f.of(s));
+      }
+    });
+    out += row + "\r\n";
+  }));
+  return out;
+}
+
 }  // namespace detail
 
-std::string gpuCsvPath(const std::string& path) {
+namespace {
+// report.csv -> report-SUFFIX.csv
+std::string besideCsv(const std::string& path, const std::string& suffix) {
   const std::size_t slash = path.rfind('/');
   const std::size_t dot = path.rfind('.');
   if (dot == std::string::npos || (slash != std::string::npos && dot < slash) || dot == slash + 1) {
-    return path + "-gpus.csv";
+    return path + "-" + suffix + ".csv";
   }
-  return path.substr(0, dot) + "-gpus" + path.substr(dot);
+  return path.substr(0, dot) + "-" + suffix + path.substr(dot);
 }
+}  // namespace
+
+std::string gpuCsvPath(const std::string& path) { return besideCsv(path, "gpus"); }
+std::string networkCsvPath(const std::string& path) { return besideCsv(path, "network"); }
 
 }  // namespace lockstep::report

@@ -5,6 +5,7 @@
 
 #include "lockstep/protocol/codec.h"
 #include "lockstep/report/report.h"
+#include "network.h"
 #include "projection.h"
 #include "text.h"
 
@@ -267,6 +268,7 @@ std::string json(const ReportData& data) {
   root["series"] = std::move(series);
 
   root["projection"] = projectionJson(data);
+  root["network"] = detail::networkJson(data);
   root["events"] = Json::array();
   for (const auto& e : data.events) root["events"].push_back(eventJson(e));
   root["recommendations"] = data.recommendations;

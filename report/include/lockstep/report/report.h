@@ -7,15 +7,18 @@
 // null, "–" in tables) and listed with the reason, never as 0. No Qt here.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "lockstep/common/natural.h"
 #include "lockstep/common/result.h"
 #include "lockstep/history/history.h"
 #include "lockstep/kpi/kpi.h"
+#include "lockstep/kpi/node.h"
 #include "lockstep/report/diagnosis.h"
 
 namespace lockstep::report {
@@ -42,6 +45,15 @@ struct Chart {
   std::optional<double> yMax;           // fixed top (percentages), else from the data
 };
 
+// A node's network interfaces while the job ran (kpi/node.h): everything they carried, the job's
+// traffic and any other, from the job's start to its end. Loopback is not sampled (docs/agent.md).
+struct NodeNetwork {
+  std::string node;
+  std::vector<kpi::InterfaceTotals> interfaces;  // natural order
+  // Each interface's throughput over time.
+  std::map<std::string, std::vector<kpi::NetPoint>, NaturalLess> series;
+};
+
 struct ReportData {
   history::JobRecord job;
   kpi::JobKpis kpis;  // at the job's end (or now, for a job still running), with ranks and GPUs
@@ -52,6 +64,7 @@ struct ReportData {
   bool utilizationIsGpu = false;               // else: CPU % per rank
   std::vector<Series> utilization;             // per GPU ("node:index") or per rank ("rank N")
   std::vector<JobEvent> events;
+  std::vector<NodeNetwork> network;            // the job's nodes, natural order
   std::vector<std::string> missing;            // what could not be measured, in words
   // What the job's bus bandwidth is held against (the peak other jobs reached on its nodes).
   std::optional<BandwidthReference> bandwidthReference;
@@ -95,8 +108,10 @@ Document document(const ReportData& data);
 std::string svg(const Chart& chart, int width, int height);  // a standalone <svg> element
 std::string html(const Document& document);                   // self-contained: CSS and SVG inline
 std::string json(const ReportData& data);                     // docs/report.schema.json
-// CSV: one row per rank per step; the GPU samples go to a second file, `gpuCsvPath(path)`.
-std::string gpuCsvPath(const std::string& path);  // report.csv -> report-gpus.csv
+// CSV: one row per rank per step; the GPU samples go to a second file, `gpuCsvPath(path)`, and
+// the nodes' network samples to a third, `networkCsvPath(path)`.
+std::string gpuCsvPath(const std::string& path);      // report.csv -> report-gpus.csv
+std::string networkCsvPath(const std::string& path);  // report.csv -> report-network.csv
 
 // Writes a CSV, JSON or HTML report atomically (a temp file renamed into place; no half-written
 // file on failure). PDF needs Qt: report_pdf.h.
