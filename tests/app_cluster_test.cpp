@@ -6,9 +6,11 @@
 #include <QtTest>
 #include <algorithm>
 
+#include "lockstep/client/launch.h"
 #include "lockstep/common/clock.h"
 #include "lockstep/kpi/network.h"
 #include "lockstep/net/keys.h"
+#include "lockstep/report/report.h"
 #include "support/app_support.h"
 
 using namespace lockstep;
@@ -103,6 +105,52 @@ class AppClusterTest : public QObject {
         "^\\S+ \u2193[0-9.]+ [kMGT]?b/s \u2191[0-9.]+ [kMGT]?b/s( of [0-9.]+ [kMGT]?b/s \\([0-9.]+%\\)|, link speed unknown)$"));
     QVERIFY2(shape.match(network()).hasMatch(), qPrintable(network()));
     QVERIFY(!agents->index(0, app::AgentsModel::kNetwork).data(Qt::ToolTipRole).toString().isEmpty());
+  }
+
+  // Issue 31: a job's network survives a restart of the app and comes back from the history into
+  // its report. The agent lives in a network namespace whose one interface (a veth) carries the
+  // app's traffic to it; the job is started by another client and outlives the first app.
+  void aJobsNetworkSurvivesARestartOfTheAppAndComesBackInItsReport() {
+    TempDir dir;
+    NamespacedLink link(dir);
+    if (!link.made) QSKIP(qPrintable("network namespaces cannot be made here (they need root): " + QString::fromStdString(link.why)));
+    AgentProcess agent(dir, "node-n", {"--sample-hz", "10"}, {link.nsAddress, link.ns});
+    const std::string path = dir.file("history.db");
+    ClientKeys client(dir);
+    agent.authorize(client.keys.publicKey);
+    auto connection = connectTo(agent, client);
+    QVERIFY(connection);
+    std::int64_t before = 0;
+    {
+      App app(dir, path);
+      const QString problem = connectAuthorized(app, agent);
+      QVERIFY2(problem.isEmpty(), qPrintable(problem));
+      auto placed = placeJob({connection.get()}, {1}, smallJob("net-restart", 1, 4000000), std::chrono::seconds(10));
+      QVERIFY(placed);
+      QVERIFY(launchJob({connection.get()}, *placed, std::chrono::seconds(10)));
+      QTRY_VERIFY_WITH_TIMEOUT(sqlCount(path, "SELECT count(*) FROM net_samples WHERE node = 'node-n'") >= 10, kJobMs);
+    }
+    before = sqlCount(path, "SELECT count(*) FROM net_samples WHERE node = 'node-n'");
+    const std::int64_t lastBefore = sqlCount(path, "SELECT max(time_us) FROM net_samples");
+    App app(dir, path);
+    const QString problem = connectAuthorized(app, agent);
+    QVERIFY2(problem.isEmpty(), qPrintable(problem));
+    QTRY_VERIFY_WITH_TIMEOUT(sqlCount(path, "SELECT max(time_us) FROM net_samples") > lastBefore + 1'000'000, kJobMs);
+    QVERIFY(connection->stopJob("net-restart", 0, std::chrono::seconds(20)));
+    QTRY_VERIFY_WITH_TIMEOUT(recordedJob(path, "net-restart") && recordedJob(path, "net-restart")->finalKpis, kJobMs);
+    QVERIFY(sqlCount(path, "SELECT count(*) FROM net_samples WHERE node = 'node-n'") > before);
+
+    auto history = history::History::open(path);
+    QVERIFY(history);
+    auto data = report::load(*history, "net-restart", unixMicrosNow());
+    QVERIFY2(data, data ? "" : data.error().message.c_str());
+    QCOMPARE(data->network.size(), std::size_t{1});
+    QCOMPARE(QString::fromStdString(data->network[0].node), QStringLiteral("node-n"));
+    QVERIFY(!data->network[0].interfaces.empty());
+    const auto& eth = data->network[0].interfaces[0];
+    QVERIFY2(eth.interface.rfind("lsw", 0) == 0, eth.interface.c_str());
+    QVERIFY2(eth.rxBytes + eth.txBytes > 0, "the app's own traffic crossed it");
+    QVERIFY(eth.seconds > 2);
   }
 };
 

@@ -204,6 +204,41 @@ TEST(Lockstepctl, AFailedJobExitsFiveAndWatchShowsTheRanks) {
   EXPECT_EQ(lines.back()["ranks"][1]["node"], "node-a");
 }
 
+// Issue 31: watch shows each node's network against its link, in --json and as text. The agent
+// lives in a network namespace whose one interface (a veth) carries watch's own traffic to it.
+TEST(Lockstepctl, WatchShowsEachNodesNetworkAgainstItsLink) {
+  TempDir dir;
+  NamespacedLink link(dir);
+  if (!link.made) GTEST_SKIP() << "network namespaces cannot be made here (they need root): " << link.why;
+  AgentProcess agent(dir, "node-n", {"--sample-hz", "10"}, {link.nsAddress, link.ns});
+  Ctl ctl{dir, dir.file("config")};
+  ASSERT_TRUE(ctl.pairWith(agent));
+  ASSERT_EQ(ctl({"start", "--ranks", "1", "--job-id", "net-watch", "--layers", "16,32,4", "--dataset", "synthetic:n=2048",
+                 "--steps", "3000"}).status.exitCode, 0);
+  auto watch = ctl({"watch", "net-watch", "--json"});
+  ASSERT_EQ(watch.status.exitCode, 0) << watch.err;
+  std::istringstream in(watch.out);
+  std::string line;
+  double seen = 0;
+  nlohmann::json last;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    last = nlohmann::json::parse(line);
+    for (const auto& node : last["nodes"]) {
+      EXPECT_EQ(node["node"], "node-n");
+      for (const auto& i : node["interfaces"]) {
+        EXPECT_EQ(i["interface"].get<std::string>().rfind("lsw", 0), 0u) << i;  // the namespace's end of the veth
+        seen = std::max(seen, i["rx_bytes_per_s"].get<double>() + i["tx_bytes_per_s"].get<double>());
+      }
+    }
+  }
+  ASSERT_EQ(last["nodes"].size(), 1u) << watch.out;
+  EXPECT_GT(seen, 0) << "watch's own fetches cross the veth";
+  // As text, for the ended job: a line per node with its busiest interface.
+  const auto text = ctl({"watch", "net-watch"});
+  EXPECT_NE(text.out.find("node node-n: lsw"), std::string::npos) << text.out;
+}
+
 // Issue 5: what start --wait and watch saw is in the history; reports in every format, read back
 // by tests/check_reports.py (CSV columns and rows, JSON against docs/report.schema.json, the HTML's
 // charts and figures, the PDF's pages and text through pdftotext); compare; delete.
