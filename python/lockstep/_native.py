@@ -8,7 +8,7 @@ import ctypes.util
 import math
 import os
 
-from lockstep._report import _Bursts
+from lockstep._bursts import _Bursts
 
 _UNKNOWN = -1
 _FIELDS = ("data_time_us", "compute_time_us", "exposed_comm_time_us", "allreduce_time_us", "bytes_reduced", "tokens")

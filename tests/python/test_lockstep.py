@@ -227,5 +227,47 @@ def _free_port():
         return s.getsockname()[1]
 
 
+class PackageLayout(unittest.TestCase):
+    """Issue 31: the package's modules import one another in one direction (no cycle), so any of
+    them imports first, alone."""
+
+    def test_its_modules_import_without_a_cycle(self):
+        import ast
+        import lockstep
+        here = os.path.dirname(lockstep.__file__)
+        graph = {}
+        for name in os.listdir(here):
+            if not name.endswith(".py"):
+                continue
+            module = "lockstep." + name[:-3] if name != "__init__.py" else "lockstep"
+            tree = ast.parse(open(os.path.join(here, name)).read())
+            deps = set()
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("lockstep"):
+                    deps.add(node.module if node.module != "lockstep" else None)
+                    if node.module == "lockstep":
+                        deps.update("lockstep." + a.name for a in node.names)
+            graph[module] = {d for d in deps if d and d != module and not d.startswith("lockstep.v1")}
+        state = {}
+
+        def visit(module, path):
+            if state.get(module) == "done":
+                return
+            self.assertNotEqual(state.get(module), "open", "an import cycle: " + " -> ".join(path + [module]))
+            state[module] = "open"
+            for dep in graph.get(module, ()):
+                visit(dep, path + [module])
+            state[module] = "done"
+
+        for module in graph:
+            visit(module, [])
+        self.assertIn("lockstep._bursts", graph["lockstep._native"])
+
+    def test_each_module_imports_first_alone(self):
+        for module in ("lockstep._native", "lockstep._report", "lockstep._api", "lockstep._bursts", "lockstep"):
+            r = run("import %s" % module, env={"PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+            self.assertEqual(r.returncode, 0, module + ": " + r.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()
