@@ -9,7 +9,7 @@
 
 #include "lockstep/common/fd.h"
 #include "lockstep/common/files.h"
-#include "server.h"
+#include "log.h"
 
 namespace lockstep::agent {
 

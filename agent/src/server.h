@@ -12,23 +12,11 @@
 #include <string>
 
 #include "config.h"
+#include "log.h"
 #include "lockstep/common/result.h"
 #include "lockstep/net/keys.h"
 
 namespace lockstep::agent {
-
-// Timestamped lines to stderr and the agent's log file. Thread-safe.
-class Log {
- public:
-  explicit Log(std::string path);
-  void info(const std::string& line);
-  void error(const std::string& line);
-
- private:
-  void write(const char* level, const std::string& line);
-  std::string path_;
-  std::mutex mutex_;
-};
 
 class Agent {
  public:

@@ -11,7 +11,7 @@
 #include "lockstep/client/launch.h"
 #include "lockstep/client/supervisor.h"
 #include "lockstep/protocol/validate.h"
-#include "server.h"
+#include "log.h"
 
 namespace lockstep::agent {
 namespace {
