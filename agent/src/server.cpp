@@ -105,13 +105,6 @@ class Agent::Impl {
   bool stillEnding();
   std::string slurmEndReason() const;
   bool idleTooLong();
-  // This agent's entry in the job's agents, when it is the job's first (supervisor) or second (standby).
-  const JobAgent* supervisingEntry(const JobSpec& spec) const {
-    for (std::size_t i = 0; i < spec.agents.size() && i < 2; ++i) {
-      if (spec.agents[i].node == config_.name) return &spec.agents[i];
-    }
-    return nullptr;
-  }
   std::vector<JobStatus> listFor(const std::string& key, bool user) const;
   std::string launcherPath(const std::string& jobId) const;
   std::optional<Error> restartRefusal(const JobSpec& spec) const;
@@ -472,7 +465,8 @@ void Agent::Impl::onStartJob(const std::string& client, const std::string& key, 
                         "this client's key may not start jobs that run their own program on " + config_.name +
                             " (its authorized keys give it the no-command-jobs option)"});
   }
-  if (const JobAgent* mine = supervisingEntry(spec); mine && mine->publicKey != keys_.publicKey) {
+  const SupervisingRole mine = supervisingRole(spec, [&](const JobAgent& a) { return a.node == config_.name; });
+  if (mine && mine.agent->publicKey != keys_.publicKey) {
     return refuse(invalidArgument("job " + spec.jobId + " names " + config_.name +
                                   "'s agent with a key that is not this agent's: pin this agent's key again"));
   }

@@ -115,10 +115,12 @@ std::optional<Supervisor> Supervisions::Worker::standBy() {
   Supervision last;
   int misses = 0;
   while (pause(kPollEvery)) {
-    for (const auto& node : {self, primary}) {
-      if (auto mine = statusOn(node); mine && mine->spec.attempt > current.attempt) current = mine->spec;
-    }
+    // Each agent listed once a poll: the latest attempt either knows, and whether the first still
+    // supervises.
     const auto there = statusOn(primary);
+    for (const auto& status : {there, statusOn(self)}) {
+      if (status && status->spec.attempt > current.attempt) current = status->spec;
+    }
     if (stopping()) return std::nullopt;
     const bool supervising = there && there->supervision.state != SupervisionState::kNone;
     if (!supervising) {
@@ -326,9 +328,11 @@ bool Supervisions::Worker::pause(Clock::duration d) {
 Supervisions::Supervisions(std::string node, CurveKeyPair nodeKeys, Log& log)
     : node_(std::move(node)), keys_(std::move(nodeKeys)), log_(log) {}
 
-bool Supervisions::supervises(const JobSpec& spec) const {
-  return (!spec.agents.empty() && spec.agents[0].node == node_) || (spec.agents.size() > 1 && spec.agents[1].node == node_);
+SupervisingRole Supervisions::roleIn(const JobSpec& spec) const {
+  return supervisingRole(spec, [&](const JobAgent& a) { return a.node == node_; });
 }
+
+bool Supervisions::supervises(const JobSpec& spec) const { return static_cast<bool>(roleIn(spec)); }
 
 Supervisions::~Supervisions() {
   std::lock_guard lock(mutex_);
@@ -338,8 +342,9 @@ Supervisions::~Supervisions() {
 
 void Supervisions::supervise(const JobSpec& spec) {
   std::lock_guard lock(mutex_);
-  if (workers_.count(spec.jobId) || !supervises(spec)) return;
-  workers_.emplace(spec.jobId, std::make_unique<Worker>(spec, spec.agents[0].node != node_, keys_, log_));
+  const SupervisingRole role = roleIn(spec);
+  if (workers_.count(spec.jobId) || !role) return;
+  workers_.emplace(spec.jobId, std::make_unique<Worker>(spec, role.standby, keys_, log_));
 }
 
 Supervision Supervisions::of(const std::string& jobId) const {
@@ -349,7 +354,7 @@ Supervision Supervisions::of(const std::string& jobId) const {
 }
 
 bool supervisesJob(const JobSpec& spec, const std::string& key) {
-  return (!spec.agents.empty() && spec.agents[0].publicKey == key) || (spec.agents.size() > 1 && spec.agents[1].publicKey == key);
+  return static_cast<bool>(supervisingRole(spec, [&](const JobAgent& a) { return a.publicKey == key; }));
 }
 
 std::vector<std::string> jobsSupervisedBy(const std::string& key, const std::vector<JobStatus>& jobs) {
