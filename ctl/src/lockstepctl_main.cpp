@@ -1,4 +1,4 @@
-// lockstepctl's main: signals, then the command line (lockstep_ctl, client/src/ctl_run.cpp).
+// lockstepctl's main: signals, then the command line (lockstep_ctl, ctl/src/ctl_run.cpp).
 
 #include <csignal>
 
