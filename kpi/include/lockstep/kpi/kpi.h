@@ -263,9 +263,27 @@ class JobTracker : public RecordSink {
     std::int64_t timeUs = 0;
   };
 
+  // The moment the rates are read at, and the window before it (src/snapshot.cpp).
+  struct Window {
+    std::int64_t now = 0, windowUs = 0;
+    double span = 0;  // seconds: the window, or less at the job's start
+    bool holds(std::int64_t timeUs) const { return timeUs > now - windowUs && timeUs <= now; }
+  };
+  struct RankTotals;
+
   double secondsSinceStart(std::int64_t unixUs) const;
   void noteGlobalLoss(std::uint64_t step, double loss, std::int64_t timeUnixUs);
   void trimWindow(RankState& rank, std::int64_t nowUs) const;
+  // The parts of snapshot(), in its order.
+  Window window(JobKpis& k, std::int64_t nowUnixUs) const;
+  RankKpis rankKpis(std::uint32_t id, const RankState& r, const Window& w, RankTotals& t) const;
+  void jobRates(JobKpis& k, const RankTotals& t) const;
+  void completeSteps(JobKpis& k, const Window& w) const;
+  void slowestRank(JobKpis& k, const RankTotals& t) const;
+  void eta(JobKpis& k, const Window& w) const;
+  std::size_t gpuFigures(JobKpis& k) const;
+  void missingReasons(JobKpis& k, std::size_t gpuCount) const;
+  void costs(JobKpis& k, std::size_t gpuCount) const;
   void waitingCosts(JobKpis& k, bool gpus) const;  // after the cost so far
   template <class T>
   void push(std::deque<T>& series, T value) const;
