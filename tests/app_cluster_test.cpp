@@ -10,6 +10,7 @@
 #include "lockstep/common/clock.h"
 #include "lockstep/kpi/network.h"
 #include "lockstep/net/keys.h"
+#include "HeatmapWidget.h"
 #include "lockstep/report/report.h"
 #include "support/app_support.h"
 
@@ -105,6 +106,57 @@ class AppClusterTest : public QObject {
         "^\\S+ \u2193[0-9.]+ [kMGT]?b/s \u2191[0-9.]+ [kMGT]?b/s( of [0-9.]+ [kMGT]?b/s \\([0-9.]+%\\)|, link speed unknown)$"));
     QVERIFY2(shape.match(network()).hasMatch(), qPrintable(network()));
     QVERIFY(!agents->index(0, app::AgentsModel::kNetwork).data(Qt::ToolTipRole).toString().isEmpty());
+  }
+
+  // Issue 31: twelve nodes, added in any order, are listed as people read them (node2 before
+  // node10) in the agents and GPU tables and in the job's heatmap, through the real ingest thread.
+  void twelveNodesAreListedInNaturalOrder() {
+    TempDir dir;
+    App app(dir);
+    auto keys = loadOrCreateKeyPair(dir.file("sim"), "agent");
+    QVERIFY(keys.ok());
+    JobSpec spec = smallJob("twelve", 12, 10);
+    spec.ranks.clear();
+    for (std::uint32_t i = 1; i <= 12; ++i) spec.ranks.push_back({i - 1, "node" + std::to_string(i), 0, 0u});
+    const std::int64_t now = unixMicrosNow();
+    for (const int i : {7, 12, 1, 10, 2, 11, 3, 9, 4, 8, 5, 6}) {
+      const std::string node = "node" + std::to_string(i);
+      const QString id = QStringLiteral("127.0.0.1:%1").arg(i);
+      app.store.addAgent({"127.0.0.1", static_cast<std::uint16_t>(i)}, keys->publicKey);
+      auto hello = std::make_shared<NodeHello>();
+      hello->nodeName = node;
+      hello->gpus = {GpuInfo{0, "Fake GPU", "GPU-" + node, 1ull << 30}};
+      app.store.onHello(id, hello);
+      JobStatus status;
+      status.spec = spec;
+      status.state = JobState::kRunning;
+      app.store.onJobs(id, std::make_shared<const std::vector<JobStatus>>(std::vector{status}));
+      GpuSample gpu;
+      gpu.node = node;
+      gpu.jobId = "twelve";
+      gpu.timeUnixUs = now;
+      gpu.utilizationPct = static_cast<float>(i);
+      app.store.onMessages(id, std::make_shared<const std::vector<StreamMessage>>(std::vector{StreamMessage{1, node, gpu}}));
+    }
+    QStringList expected;
+    for (int i = 1; i <= 12; ++i) expected << QStringLiteral("node%1").arg(i);
+    const auto column = [&](QAbstractItemModel* model, int c) {
+      app.window.refreshNow();
+      QStringList out;
+      for (int row = 0; row < model->rowCount(); ++row) out << model->index(row, c).data().toString();
+      return out;
+    };
+    QCOMPARE(column(app.window.agentsModel(), app::AgentsModel::kNode), expected);
+    auto* gpus = app.window.findChild<QTableView*>(QStringLiteral("gpusView"))->model();
+    QCOMPARE(column(gpus, app::GpusModel::kNode), expected);
+    app.window.dashboard()->showJob(QStringLiteral("twelve"));
+    const auto* heatmap = app.window.dashboard()->heatmap();
+    QTRY_COMPARE_WITH_TIMEOUT((app.window.refreshNow(), heatmap->rowCount()), 12, kConnectMs);
+    QStringList rows;
+    for (int row = 0; row < heatmap->rowCount(); ++row) rows << heatmap->rowLabel(row);
+    QStringList expectedRows;
+    for (const auto& node : expected) expectedRows << node + QStringLiteral(":0");
+    QCOMPARE(rows, expectedRows);
   }
 
   // Issue 31: a job's network survives a restart of the app and comes back from the history into

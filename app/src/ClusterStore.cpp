@@ -211,6 +211,9 @@ void ClusterStore::onHello(QString id, HelloPtr hello) {
   AgentEntry* a = findAgent(id);
   if (!a) return;
   a->hello = *hello;
+  // The agents (and so their GPUs) in natural order of their nodes, as every list of nodes.
+  const auto nameOf = [](const std::unique_ptr<AgentEntry>& e) { return e->hello ? e->hello->nodeName : e->id.toStdString(); };
+  std::stable_sort(agents_.begin(), agents_.end(), [&](const auto& x, const auto& y) { return naturalLess(nameOf(x), nameOf(y)); });
   Q_EMIT agentsChanged();
   Q_EMIT gpusChanged();
 }

@@ -61,6 +61,7 @@ class DashboardWidget : public QWidget {
 
   KpiTile* tile(const QString& name) const { return tiles_.value(name); }
   int chartPointCount(const QString& chart) const;
+  const HeatmapWidget* heatmap() const { return heatmap_; }
 
  public Q_SLOTS:
   void stopJob();  // asks (stopRequested) once the user confirmed

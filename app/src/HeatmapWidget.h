@@ -26,6 +26,7 @@ class HeatmapWidget : public QWidget {
   };
   void setRows(std::vector<Row> rows, QString title);
   int rowCount() const { return static_cast<int>(rows_.size()); }
+  QString rowLabel(int row) const { return row >= 0 && row < rowCount() ? rows_[static_cast<std::size_t>(row)].label : QString(); }
   int firstVisibleRow() const;
   int visibleRowCount() const;
   void scrollToRow(int row);

@@ -5,6 +5,8 @@
 #include <charconv>
 #include <cmath>
 
+#include "lockstep/common/natural.h"
+
 namespace lockstep::present {
 namespace {
 
@@ -75,7 +77,9 @@ std::string money(double amount, std::string_view currency) {
   return number(amount, decimals) + " " + std::string(currency);
 }
 
-std::string nodesText(const std::vector<std::string>& nodes, std::size_t named) {
+std::string nodesText(std::vector<std::string> nodes, std::size_t named) {
+  std::sort(nodes.begin(), nodes.end(), NaturalLess{});
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
   const auto joined = [&](std::size_t n) {
     std::string out;
     for (std::size_t i = 0; i < n && i < nodes.size(); ++i) out += (i == 0 ? "" : ", ") + nodes[i];

@@ -128,7 +128,7 @@ Document document(const ReportData& data) {
   Section nodes;
   nodes.heading = "Nodes and GPUs";
   Table nodeTable{"Nodes", {"Node", "Host", "CPU cores", "Memory", "GPUs", "Ranks", "Agent"}, {}};
-  std::map<std::string, std::string> ranksOn;
+  std::map<std::string, std::string, NaturalLess> ranksOn;
   for (const auto& p : spec.ranks) {
     std::string& text = ranksOn[p.node];
     text += (text.empty() ? "" : ", ") + std::to_string(p.rank) +

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/common/natural.h"
 #include "lockstep/protocol/stream.h"
 #include "lockstep/protocol/types.h"
 
@@ -159,6 +160,15 @@ struct Point {
   double y = 0;
 };
 
+// A GPU by (node, index), ordered as people read nodes: node2's GPUs before node10's.
+using NodeGpu = std::pair<std::string, std::uint32_t>;
+struct NodeGpuLess {
+  bool operator()(const NodeGpu& a, const NodeGpu& b) const {
+    if (a.first != b.first) return naturalLess(a.first, b.first);
+    return a.second < b.second;
+  }
+};
+
 // One global step's mean split of the step time across ranks, for the step-time chart.
 struct StepSplit {
   std::uint64_t step = 0;
@@ -221,7 +231,7 @@ class JobTracker : public RecordSink {
   const std::deque<Point>& throughputSeries() const { return throughput_; }  // samples/s per second
   const std::deque<Point>& lossSeries() const { return loss_; }              // x: step
   const std::deque<StepSplit>& stepSplits() const { return splits_; }
-  const std::map<std::pair<std::string, std::uint32_t>, std::deque<Point>>& gpuUtilizationSeries() const {
+  const std::map<NodeGpu, std::deque<Point>, NodeGpuLess>& gpuUtilizationSeries() const {
     return gpuSeries_;
   }
   const std::map<std::uint32_t, std::deque<Point>>& cpuPercentSeries() const { return cpuSeries_; }  // per rank
@@ -298,7 +308,7 @@ class JobTracker : public RecordSink {
   std::uint32_t latestAttempt_ = 0;
   std::uint32_t worldSize_ = 0;  // of the latest attempt's reports
   std::map<std::uint32_t, RankState> ranks_;
-  std::map<std::pair<std::string, std::uint32_t>, GpuState> gpus_;
+  std::map<NodeGpu, GpuState, NodeGpuLess> gpus_;
   std::map<std::pair<std::uint32_t, std::uint64_t>, StepAcc> steps_;  // (attempt, step): for imbalance, splits
   std::uint64_t totalSamples_ = 0;
   std::optional<std::uint64_t> totalTokens_;
@@ -312,7 +322,7 @@ class JobTracker : public RecordSink {
   std::deque<Point> throughput_;
   std::deque<Point> loss_;
   std::deque<StepSplit> splits_;
-  std::map<std::pair<std::string, std::uint32_t>, std::deque<Point>> gpuSeries_;
+  std::map<NodeGpu, std::deque<Point>, NodeGpuLess> gpuSeries_;
   std::map<std::uint32_t, std::deque<Point>> cpuSeries_;
   std::map<std::int64_t, double> samplesPerSecondBucket_;
   static constexpr int kInitialSteps = 10;

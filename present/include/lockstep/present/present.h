@@ -34,9 +34,10 @@ std::string bandwidth(const std::optional<double>& bytesPerSecond);            /
 // nothing): "2.50 USD", "0.0031 USD".
 std::string money(double amount, std::string_view currency);
 
-// A job's nodes in a title or a cell: all of them when few, else their count and the first few:
-// "gpu-a, gpu-b" or "40 nodes (gpu-0, gpu-1, gpu-2, …)". The text never grows with the cluster.
-std::string nodesText(const std::vector<std::string>& nodes, std::size_t named = 4);
+// A job's nodes in a title or a cell, once each in natural order (node2 before node10): all of
+// them when few, else their count and the first few: "gpu-a, gpu-b" or "40 nodes (gpu-0, gpu-1,
+// gpu-2, …)". The text never grows with the cluster.
+std::string nodesText(std::vector<std::string> nodes, std::size_t named = 4);
 
 // An interface's throughput against its link, as links are sold (bits): "eth0 ↓1.20 Gb/s ↑800 Mb/s
 // of 25 Gb/s (4.8%)", or ", link speed unknown" where the driver gives none.
