@@ -157,7 +157,7 @@ cmd_screenshot() {
   start_local_agent
   start_demo_job "screenshot-$(date +%H%M%S)" --steps 20000 --target-loss 0.05 --price-core-hour 0.048 --currency USD
   mkdir -p "$(dirname "$out")"
-  xvfb-run -a -s "-screen 0 1600x1000x24" "$BIN/lockstep" --config-dir "$CONFIG" \
+  xvfb-run -a -s "-screen 0 ${LOCKSTEP_SCREENSHOT_SCREEN:-1600x1000}x24" "$BIN/lockstep" --config-dir "$CONFIG" \
     --screenshot "$out" --screenshot-after-ms "${LOCKSTEP_SCREENSHOT_AFTER_MS:-30000}"
   say "saved $out"
 }

@@ -1,7 +1,9 @@
 // The app's cluster view (Qt Test, offscreen): each agent's GPUs with their readings, and the
 // network under each node and under a job (issue 19), from real agents and the real ingest thread.
 
+#include <QApplication>
 #include <QRegularExpression>
+#include <QScreen>
 #include <QTableView>
 #include <QtTest>
 #include <algorithm>
@@ -106,6 +108,46 @@ class AppClusterTest : public QObject {
         "^\\S+ \u2193[0-9.]+ [kMGT]?b/s \u2191[0-9.]+ [kMGT]?b/s( of [0-9.]+ [kMGT]?b/s \\([0-9.]+%\\)|, link speed unknown)$"));
     QVERIFY2(shape.match(network()).hasMatch(), qPrintable(network()));
     QVERIFY(!agents->index(0, app::AgentsModel::kNetwork).data(Qt::ToolTipRole).toString().isEmpty());
+  }
+
+  // Issue 31: the cluster view's Network column reads whole in a window that fits the screen (the
+  // default layout at 1280 px cut it to "eth0 ↓0 b/s ↑0 …"): it wraps instead of eliding.
+  void theNetworkColumnReadsWholeInAWindowThatFitsTheScreen() {
+    TempDir dir;
+    App app(dir);
+    auto keys = loadOrCreateKeyPair(dir.file("sim"), "agent");
+    QVERIFY(keys.ok());
+    app.store.addAgent({"127.0.0.1", 1}, keys->publicKey);
+    auto hello = std::make_shared<NodeHello>();
+    hello->nodeName = "gpu-node-07";
+    app.store.onHello(QStringLiteral("127.0.0.1:1"), hello);
+    const std::int64_t now = unixMicrosNow();
+    std::vector<StreamMessage> batch;
+    for (int i = 0; i < 2; ++i) {
+      NetSample n{hello->nodeName, "enp1s0f0", now + i * 1'000'000, 1'200'000'000ull * i, 800'000'000ull * i, 0, 0, 0u, 0u, 0u, 0u,
+                  25'000'000'000ull};
+      batch.push_back({batch.size() + 1, hello->nodeName, n});
+    }
+    app.store.onMessages(QStringLiteral("127.0.0.1:1"), std::make_shared<const std::vector<StreamMessage>>(std::move(batch)));
+    app.window.show();
+    const QRect screen = app.window.screen()->availableGeometry();
+    QVERIFY2(app.window.width() <= screen.width(), qPrintable(QStringLiteral("%1 px on a %2 px screen").arg(app.window.width()).arg(screen.width())));
+    app.window.applyDefaultLayout(QSize(1280, 800));  // a laptop's screen, as on first start there
+    QCOMPARE(app.window.width(), 1280);
+    auto* view = app.window.findChild<QTableView*>(QStringLiteral("agentsView"));
+    const auto cellText = [&] {
+      app.window.refreshNow();
+      return view->model()->index(0, app::AgentsModel::kNetwork).data().toString();
+    };
+    QTRY_VERIFY_WITH_TIMEOUT(cellText().contains(QStringLiteral(" of 25 Gb/s")), kConnectMs);
+    QApplication::processEvents();
+    const QModelIndex cell = view->model()->index(0, app::AgentsModel::kNetwork);
+    const QString text = cell.data().toString();
+    const QRect rect = view->visualRect(cell).adjusted(3, 0, -3, 0);  // the cell's text margins
+    const QRect needed = view->fontMetrics().boundingRect(rect, Qt::TextWordWrap, text);
+    QVERIFY2(needed.height() <= rect.height() && needed.width() <= rect.width() && needed.height() <= 3 * view->fontMetrics().lineSpacing(),
+             qPrintable(QStringLiteral("\"%1\" needs %2 x %3 px, the cell has %4 x %5")
+                            .arg(text).arg(needed.width()).arg(needed.height()).arg(rect.width()).arg(rect.height())));
   }
 
   // Issue 31: twelve nodes, added in any order, are listed as people read them (node2 before

@@ -11,6 +11,7 @@
 #include <QLineEdit>
 #include <QMenuBar>
 #include <QMessageBox>
+#include <QScreen>
 #include <QSettings>
 #include <QSortFilterProxyModel>
 #include <QSplitter>
@@ -45,6 +46,19 @@ QTableView* makeTable(QAbstractItemModel* model, QWidget* parent) {
   return view;
 }
 
+// The header's right-click menu shows and hides the table's columns.
+void addColumnChooser(QTableView* view) {
+  QHeaderView* header = view->horizontalHeader();
+  header->setContextMenuPolicy(Qt::ActionsContextMenu);
+  for (int c = 0; c < view->model()->columnCount(); ++c) {
+    auto* action = new QAction(view->model()->headerData(c, Qt::Horizontal).toString(), header);
+    action->setCheckable(true);
+    action->setChecked(!view->isColumnHidden(c));
+    QObject::connect(action, &QAction::toggled, view, [view, c](bool shown) { view->setColumnHidden(c, !shown); });
+    header->addAction(action);
+  }
+}
+
 }  // namespace
 
 MainWindow::MainWindow(ClusterStore& store, QString configDir, HistoryRecorder* history, QWidget* parent)
@@ -63,6 +77,16 @@ MainWindow::MainWindow(ClusterStore& store, QString configDir, HistoryRecorder* 
   left_ = new QSplitter(Qt::Vertical, outer_);
   agentsView_ = makeTable(agentsModel_, left_);
   agentsView_->setObjectName(QStringLiteral("agentsView"));
+  // The Network column holds "eth0 ↓1.20 Gb/s ↑800 Mb/s of 25 Gb/s (4.8%)": in a narrow pane it
+  // wraps onto a second line rather than lose its end.
+  agentsView_->setWordWrap(true);
+  agentsView_->setTextElideMode(Qt::ElideNone);
+  agentsView_->verticalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+  agentsView_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+  agentsView_->horizontalHeader()->setSectionResizeMode(AgentsModel::kNetwork, QHeaderView::Stretch);
+  // The agent's address is in the Node cell's tooltip; its column is one right-click away.
+  agentsView_->setColumnHidden(AgentsModel::kAgent, true);
+  addColumnChooser(agentsView_);
   // At 1024 GPUs, one node's: a filter over the GPU table and the dashboard's heatmap.
   auto* gpuPane = new QWidget(left_);
   auto* gpuLayout = new QVBoxLayout(gpuPane);
@@ -185,10 +209,7 @@ MainWindow::MainWindow(ClusterStore& store, QString configDir, HistoryRecorder* 
   left_->restoreState(settings.value(QStringLiteral("window/left")).toByteArray());
   right_->restoreState(settings.value(QStringLiteral("window/right")).toByteArray());
   if (!settings.contains(QStringLiteral("window/geometry"))) {
-    resize(1500, 950);
-    outer_->setSizes({420, 1080});
-    left_->setSizes({300, 600});
-    right_->setSizes({150, 800});
+    applyDefaultLayout(this->screen() ? this->screen()->availableGeometry().size() : QSize(1500, 950));
   }
 
   for (const QString& line : settings.value(QStringLiteral("slurm/clusters")).toStringList()) {
@@ -207,6 +228,15 @@ MainWindow::~MainWindow() = default;
 
 void MainWindow::scheduleRefresh() {
   if (!coalesce_.isActive()) coalesce_.start();
+}
+
+void MainWindow::applyDefaultLayout(QSize available) {
+  // Never wider or taller than the screen (a 1280 px laptop).
+  const int width = std::min(1500, available.width()), height = std::min(950, available.height());
+  resize(width, height);
+  outer_->setSizes({width / 3, width - width / 3});
+  left_->setSizes({300, 600});
+  right_->setSizes({150, 800});
 }
 
 void MainWindow::refreshNow() {

@@ -48,6 +48,9 @@ class MainWindow : public QMainWindow {
   void selectJob(const QString& jobId);
   // Flushes pending updates now (tests call it instead of waiting for the timer).
   void refreshNow();
+  // The window's first layout, for a screen of `available` size: 1500 x 950 or the screen where
+  // it is smaller, a third of the width for the cluster view.
+  void applyDefaultLayout(QSize available);
 
  public Q_SLOTS:
   void newJob();

@@ -92,6 +92,9 @@ QVariant AgentsModel::data(const QModelIndex& index, int role) const {
     }
     return lines.isEmpty() ? QVariant() : QVariant(lines.join(QLatin1Char('\n')));
   }
+  if (role == Qt::ToolTipRole && index.column() == kNode) {
+    return tr("agent at %1").arg(a.id) + (a.message.isEmpty() ? QString() : QStringLiteral("\n") + a.message);
+  }
   if (role == Qt::ToolTipRole) return a.message.isEmpty() ? QVariant() : QVariant(a.message);
   if (role == Qt::ForegroundRole && index.column() == kState) {
     const bool bad = a.state == AgentState::kNotAuthorized || a.state == AgentState::kWrongKey;
