@@ -19,6 +19,7 @@ using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
 const std::string kFixture = std::string(LOCKSTEP_SOURCE_DIR) + "/tests/cluster/slurm_fixture.sh";
+const std::string kPrometheus = std::string(LOCKSTEP_SOURCE_DIR) + "/tests/cluster/prometheus_fixture.sh";
 
 // One Slurm cluster per test, under the test's directory, stopped (with every job) at the end.
 // lockstepctl runs with HOME in the same directory: the job directories live there.
@@ -194,6 +195,53 @@ TEST_F(Slurm, InsideAnAllocationTheJobUsesItAndLeavesItToItsOwner) {
                             env, dir, 60s);
   EXPECT_NE(refused.status.exitCode, 0);
   EXPECT_NE(refused.err.find("--time, --partition, --account and --cpus-per-node"), std::string::npos) << refused.err;
+}
+
+// Issue 31: the agents lockstepctl starts through Slurm serve their metrics on a port of their own
+// and name it for Prometheus' file-based discovery: the real Prometheus of the cluster tests finds
+// and scrapes them. When the job ends, its directory in the home goes (its logs kept where
+// --slurm-logs asked), as does its targets file; the line naming its Slurm job stays.
+TEST_F(Slurm, PrometheusFindsTheAgentsMetricsAndTheJobsDirectoryGoesWhenItEnds) {
+  const std::string home = dir.file("home");
+  const std::string targets = home + "/.lockstep/metrics";
+  auto prometheus = runProcess({"/bin/bash", kPrometheus, "start", dir.file("prom"), "file_sd:" + targets + "/*.json"}, {}, dir, 60s);
+  if (prometheus.status.exitCode == 77) GTEST_SKIP() << "no Prometheus here (apt install prometheus curl): " << prometheus.err;
+  ASSERT_EQ(prometheus.status.exitCode, 0) << prometheus.out << prometheus.err;
+  const auto stopPrometheus = [&] { runProcess({"/bin/bash", kPrometheus, "stop", dir.file("prom")}, {}, dir, 30s); };
+  const std::string api = "http://127.0.0.1:" + readText(dir.file("prom") + "/port").substr(0, 5) + "/api/v1/query";
+  const auto query = [&](const std::string& promql) {
+    auto got = runProcess({"/usr/bin/curl", "-sfG", api, "--data-urlencode", "query=" + promql}, {}, dir, 10s);
+    return got.status.exitCode == 0 ? nlohmann::json::parse(got.out, nullptr, false) : nlohmann::json();
+  };
+  const std::string logs = dir.file("logs");
+  auto started = ctl(join({"start", "--slurm", "--job-id", "sl-prom", "--slurm-logs", logs}, longJob));
+  if (started.status.exitCode != 0) stopPrometheus();
+  ASSERT_EQ(started.status.exitCode, 0) << started.out << started.err;
+  const std::string slurmJob = slurmJobOf("sl-prom");
+  EXPECT_TRUE(waitUntil([&] { return running("sl-prom"); }, 30s));
+  const auto file = nlohmann::json::parse(readText(targets + "/sl-prom-node-0.json"), nullptr, false);
+  EXPECT_TRUE(file.is_array() && file.size() == 1) << file.dump();
+
+  nlohmann::json result;
+  const bool answered = waitUntil([&] {
+    result = query(R"(lockstep_rank_steps_total{job_id="sl-prom",rank="1"})");
+    return result.is_object() && !result["data"]["result"].empty();
+  }, 60s);
+  stopPrometheus();
+  EXPECT_TRUE(answered) << result.dump() << readText(dir.file("prom") + "/prometheus.log");
+  if (answered) EXPECT_EQ(result["data"]["result"][0]["metric"]["slurm_job"], slurmJob) << result.dump();
+
+  ASSERT_EQ(ctl({"stop", "sl-prom"}).status.exitCode, 0);
+  EXPECT_TRUE(slurmStateBecomes(slurmJob, "CANCELLED", 30s)) << slurmState(slurmJob);
+  const std::string jobDir = home + "/.lockstep/slurm/sl-prom";
+  EXPECT_TRUE(waitUntil([&] { return !fs::exists(jobDir); }, 30s)) << "the job's directory stays in the home";
+  EXPECT_FALSE(fs::exists(targets + "/sl-prom-node-0.json"));
+  EXPECT_TRUE(fs::exists(logs + "/node-0/rank-0.log")) << "the ranks' logs, where --slurm-logs asked";
+  EXPECT_TRUE(fs::exists(logs + "/slurm-" + slurmJob + ".out"));
+  auto status = ctl({"status", "sl-prom"});
+  EXPECT_NE(status.err.find("Slurm job " + slurmJob + ": CANCELLED"), std::string::npos) << status.err;
+  auto again = ctl(join({"start", "--slurm", "--job-id", "sl-prom"}, longJob));
+  EXPECT_NE(again.err.find("already ran through Slurm"), std::string::npos) << again.err;
 }
 
 }  // namespace

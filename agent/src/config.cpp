@@ -57,6 +57,8 @@ Result<void> set(AgentConfig& c, const std::string& key, const std::string& valu
     c.metricsListen = value;
   } else if (key == "announce") {
     c.announce = value;
+  } else if (key == "metrics-targets") {
+    c.metricsTargets = value;
   } else if (key == "slurm-job") {
     if (value.empty() || value.size() > 32 || value.find_first_not_of("0123456789_") != std::string::npos) {
       return usage("--slurm-job: '" + value + "' is not a Slurm job id");
@@ -162,6 +164,10 @@ Result<AgentConfig> parseAgentArgs(const std::vector<std::string>& args) {
   c.stateDir = fs::absolute(c.stateDir, ec).lexically_normal().string();
   c.trainer = fs::absolute(c.trainer, ec).lexically_normal().string();
   if (!c.announce.empty()) c.announce = fs::absolute(c.announce, ec).lexically_normal().string();
+  if (!c.metricsTargets.empty()) {
+    if (c.metricsListen.empty()) return usage("--metrics-targets names where --metrics-listen serves: give --metrics-listen too");
+    c.metricsTargets = fs::absolute(c.metricsTargets, ec).lexically_normal().string();
+  }
   if (!c.authorizedKeys.empty()) c.authorizedKeys = fs::absolute(c.authorizedKeys, ec).lexically_normal().string();
   return c;
 }
@@ -193,6 +199,8 @@ connect only when its public key is in its authorized keys file (one key and a c
                              docs/security.md)
   --metrics-listen HOST:PORT serve Prometheus metrics (OpenMetrics) at http://HOST:PORT/metrics;
                              off by default, a bare PORT is on 127.0.0.1 (docs/cluster.md)
+  --metrics-targets FILE     while serving metrics, name their address in FILE for Prometheus'
+                             file-based service discovery (file_sd_configs); removed at exit
   --announce FILE            once listening, write `HOST:PORT PUBLIC-KEY` to FILE (mode 600),
                              for clients to find an agent a Slurm job started (docs/cluster.md)
   --slurm-job ID              the Slurm job this agent runs in (lockstepctl start --slurm sets it):

@@ -25,6 +25,7 @@ struct AgentConfig {
   std::uint32_t pathCheckTimeoutMs = 5000;  // how long a job's paths may take to check (preflight.h)
   std::string metricsListen;        // HOST:PORT for Prometheus (metrics.h); empty: off
   std::string announce;             // a file to write `HOST:PORT KEY` to once listening (docs/cluster.md)
+  std::string metricsTargets;       // a Prometheus file_sd file naming the metrics address, while it serves
   std::string slurmJob;             // the Slurm job this agent runs in: SIGTERM ends its jobs, saying why
   std::uint32_t exitWhenIdleS = 0;  // exit after this long with no job running; 0: never
   std::string configFile;

@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <zmq.hpp>
 
@@ -101,6 +102,7 @@ class Agent::Impl {
   void append(StreamBuffer::Payload payload);
   Result<void> serveMetrics();
   Result<void> announce() const;
+  Result<void> writeMetricsTargets() const;
   void publishMetrics();
   bool stillEnding();
   std::string slurmEndReason() const;
@@ -238,6 +240,25 @@ Result<void> Agent::Impl::serveMetrics() {
   metricsPage_ = std::make_unique<MetricsPage>(config_.name);
   log_.info("serving metrics for Prometheus at http://" + metricsServer_->address() + "/metrics" +
             (metricsServer_->loopback() ? "" : " to anyone who can reach that address: they are not authenticated"));
+  return writeMetricsTargets();
+}
+
+// Prometheus' file-based service discovery (docs/cluster.md): a target group naming where this
+// node's metrics are, labelled with the node and its Slurm job; the file goes when the agent does.
+Result<void> Agent::Impl::writeMetricsTargets() const {
+  if (config_.metricsTargets.empty()) return {};
+  const std::string served = metricsServer_->address();
+  const std::string host = served.substr(0, served.rfind(':'));
+  const bool wildcard = host == "0.0.0.0" || host == "::" || host == "[::]";
+  const std::string target = (wildcard ? hostName() : host) + served.substr(served.rfind(':'));
+  nlohmann::json labels = {{"node", config_.name}};
+  if (!config_.slurmJob.empty()) labels["slurm_job"] = config_.slurmJob;
+  const nlohmann::json group = nlohmann::json::array({{{"targets", {target}}, {"labels", labels}}});
+  // Prometheus may run as another user: the file is readable, and holds nothing secret.
+  if (auto written = writeFileAtomic(config_.metricsTargets, group.dump() + "\n", 0644); !written) {
+    return written.error().withContext("--metrics-targets");
+  }
+  log_.info("named " + target + " for Prometheus in " + config_.metricsTargets);
   return {};
 }
 
@@ -685,7 +706,9 @@ Result<void> Agent::Impl::loop(const std::atomic<int>& stop) {
     answerFetches(stream_->lastSeq() == before);
     publishMetrics();
   }
-  if (!config_.announce.empty()) ::unlink(config_.announce.c_str());  // nobody is there any more
+  // Nobody is there any more.
+  if (!config_.announce.empty()) ::unlink(config_.announce.c_str());
+  if (!config_.metricsTargets.empty()) ::unlink(config_.metricsTargets.c_str());
   if (config_.slurmJob.empty()) log_.info("stopping; running jobs keep running and are adopted when the agent starts again");
   return {};
 }

@@ -45,21 +45,42 @@ std::string quoted(const std::string& text) {
 }
 
 // The line each of the allocation's tasks runs: one agent, its state and announcement under the
-// job's directory, by node number.
+// job's directory, by node number; its metrics on a port of its own, named for Prometheus in the
+// metrics directory.
 std::string agentLine(const AgentsLaunch& l) {
   return "exec " + quoted(l.agentProgram) + " --listen tcp://0.0.0.0:0" +
          " --state-dir \"$D/node-$SLURM_NODEID\" --announce \"$D/node-$SLURM_NODEID.agent\"" +
          " --authorized-keys \"$D/authorized_keys\" --slurm-job \"$SLURM_JOB_ID\" --exit-when-idle-s " +
-         std::to_string(l.lingerS);
+         std::to_string(l.lingerS) + " --metrics-listen 0.0.0.0:0 --metrics-targets \"$M/" + l.lockstepJobId +
+         "-node-$SLURM_NODEID.json\"";
 }
 
 // --overlap: the agents' step shares the allocation with any step the user runs beside it.
 // Since Slurm 22.05 a step does not inherit the job's --cpus-per-task: it is given again.
-std::string srunLine(const AgentsLaunch& l, const std::string& dir) {
+std::string srunCommand(const AgentsLaunch& l, const std::string& dir) {
   const std::uint32_t cpus = l.allocation.cpusPerNode;
   return "srun --nodes=" + std::to_string(l.allocation.nodes) + " --ntasks-per-node=1 --overlap --kill-on-bad-exit=0 " +
          (cpus ? "--cpus-per-task=" + std::to_string(cpus) + " " : "") + "/bin/sh -c " +
-         quoted("D=" + quoted(dir) + "; " + agentLine(l));
+         quoted("D=" + quoted(dir) + "; M=" + quoted(metricsTargetsDirectory()) + "; " + agentLine(l));
+}
+
+// The agents' step, then the end of the job (also when Slurm ends it: SIGTERM reaches this shell
+// too): its directory goes, the line saying which Slurm job ran it stays (startedFor), and the
+// ranks' logs go where the user asked (--slurm-logs), if anywhere.
+std::string stepThenEnd(const AgentsLaunch& l, const std::string& dir) {
+  std::string s = "D=" + quoted(dir) + "; E=" + quoted(endedDirectory()) + "; M=" + quoted(metricsTargetsDirectory()) +
+                  "; J=" + quoted(l.lockstepJobId) + "; L=" + quoted(l.logsDir) + "\n";
+  s += "end() {\n"
+       "  mkdir -p \"$E\" && cp \"$D/slurm-job\" \"$E/$J\" 2>/dev/null\n"
+       "  if [ -n \"$L\" ]; then\n"
+       "    for f in \"$D\"/node-*/jobs/*/rank-*.log*; do\n"
+       "      [ -f \"$f\" ] || continue; n=${f#\"$D\"/}; n=${n%%/*}; mkdir -p \"$L/$n\" && cp \"$f\" \"$L/$n/\"\n"
+       "    done\n"
+       "  fi\n"
+       "  rm -f \"$M/$J\"-node-*.json; rm -rf \"$D\"\n"
+       "}\n"
+       "trap 'trap - TERM; end; exit 143' TERM\n";
+  return s + srunCommand(l, dir) + "\nstatus=$?\ntrap - TERM\nend\nexit $status\n";
 }
 
 std::string batchScript(const AgentsLaunch& l, const std::string& dir) {
@@ -75,7 +96,7 @@ std::string batchScript(const AgentsLaunch& l, const std::string& dir) {
   if (!a.time.empty()) s += "#SBATCH --time=" + a.time + "\n";
   if (!a.partition.empty()) s += "#SBATCH --partition=" + a.partition + "\n";
   if (!a.account.empty()) s += "#SBATCH --account=" + a.account + "\n";
-  return s + "exec " + srunLine(l, dir) + "\n";
+  return s + stepThenEnd(l, dir);
 }
 
 // Slurm's own words for a field the user typed into a #SBATCH line: no line breaks, no spaces.
@@ -164,12 +185,16 @@ Result<void> cancel(const std::string& slurmJobId, milliseconds timeout) {
 
 // $HOME, or the password database's home when it is unset (as under some batch systems); never a
 // shared directory such as /tmp, where another user could write the agents' addresses.
-std::string jobDirectory(const std::string& lockstepJobId) {
+fs::path lockstepHome() {
   const char* home = std::getenv("HOME");
   const passwd* user = home && *home ? nullptr : ::getpwuid(::getuid());
   const std::string base = home && *home ? home : user && user->pw_dir ? user->pw_dir : "";
-  return (fs::path(base.empty() ? "/nonexistent-home" : base) / ".lockstep" / "slurm" / lockstepJobId).string();
+  return fs::path(base.empty() ? "/nonexistent-home" : base) / ".lockstep";
 }
+
+std::string jobDirectory(const std::string& lockstepJobId) { return (lockstepHome() / "slurm" / lockstepJobId).string(); }
+std::string endedDirectory() { return (lockstepHome() / "slurm" / "ended").string(); }
+std::string metricsTargetsDirectory() { return (lockstepHome() / "metrics").string(); }
 
 std::vector<std::string> clientKeys(const std::string& configDir) {
   std::vector<std::string> out;
@@ -195,9 +220,16 @@ Result<Started> startAgents(const AgentsLaunch& l, milliseconds timeout) {
   }
   const std::string dir = jobDirectory(l.lockstepJobId);
   std::error_code ec;
-  if (fs::exists(dir, ec)) return invalidArgument("job " + l.lockstepJobId + " already ran through Slurm (" + dir + "); give another --job-id");
+  if (fs::exists(dir, ec) || fs::exists(fs::path(endedDirectory()) / l.lockstepJobId, ec)) {
+    return invalidArgument("job " + l.lockstepJobId + " already ran through Slurm (" + dir + "); give another --job-id");
+  }
+  if (!l.logsDir.empty() && !fs::path(l.logsDir).is_absolute()) return invalidArgument("--slurm-logs " + l.logsDir + ": give an absolute path");
   LOCKSTEP_TRY(makeDirectories(dir, 0700));
   fs::permissions(fs::path(dir).parent_path(), fs::perms::owner_all, ec);
+  // Prometheus may run as another user: it reads the metrics directory (addresses, no secrets).
+  LOCKSTEP_TRY(makeDirectories(metricsTargetsDirectory(), 0755));
+  if (!l.logsDir.empty()) LOCKSTEP_TRY(makeDirectories(l.logsDir, 0700));
+  const std::string output = (l.logsDir.empty() ? dir : l.logsDir) + "/slurm-%j.out";
   if (l.clientPublicKeys.empty()) return invalidArgument("no client key to let in (run `lockstepctl keygen` first)");
   std::string authorized;
   for (const auto& key : l.clientPublicKeys) authorized += key + " lockstep-client\n";
@@ -208,17 +240,17 @@ Result<Started> startAgents(const AgentsLaunch& l, milliseconds timeout) {
     const std::string srun = findOnPath("srun");
     if (srun.empty()) return Error{ErrorCode::kUnavailable, "SLURM_JOB_ID is set but srun is not on PATH"};
     SpawnOptions spawn;
-    spawn.argv = {"/bin/sh", "-c", srunLine(l, dir)};
-    spawn.stdoutPath = spawn.stderrPath = dir + "/srun.out";
+    spawn.argv = {"/bin/sh", "-c", stepThenEnd(l, dir)};
+    spawn.stdoutPath = spawn.stderrPath = (l.logsDir.empty() ? dir : l.logsDir) + "/srun.out";
     spawn.newProcessGroup = true;
     spawn.stdinFromDevNull = true;
     LOCKSTEP_ASSIGN_OR_RETURN(const pid_t step, spawnProcess(spawn));
-    started = {inside, false, step};
+    started = {inside, false, step, l.logsDir};
   } else {
     const std::string script = dir + "/job.sbatch";
     LOCKSTEP_TRY(writeFileAtomic(script, batchScript(l, dir), 0700));
-    LOCKSTEP_ASSIGN_OR_RETURN(const std::string out, tool({"sbatch", "--parsable", "--output=" + dir + "/slurm-%j.out", script}, timeout));
-    started = {trim(out.substr(0, out.find(';'))), true};  // --parsable: ID or ID;CLUSTER
+    LOCKSTEP_ASSIGN_OR_RETURN(const std::string out, tool({"sbatch", "--parsable", "--output=" + output, script}, timeout));
+    started = {trim(out.substr(0, out.find(';'))), true, -1, l.logsDir};  // --parsable: ID or ID;CLUSTER
     if (started.slurmJobId.empty()) return Error{ErrorCode::kFailedPrecondition, "sbatch printed no job id"};
   }
   LOCKSTEP_TRY(writeFileAtomic(dir + "/slurm-job", started.slurmJobId + (started.submitted ? " submitted\n" : " allocation\n"), 0600));
@@ -226,8 +258,10 @@ Result<Started> startAgents(const AgentsLaunch& l, milliseconds timeout) {
 }
 
 Result<Started> startedFor(const std::string& lockstepJobId) {
-  const std::string path = jobDirectory(lockstepJobId) + "/slurm-job";
+  // While it runs, its directory says; once it ended, the line kept of it.
+  std::string path = jobDirectory(lockstepJobId) + "/slurm-job";
   std::error_code ec;
+  if (!fs::exists(path, ec)) path = (fs::path(endedDirectory()) / lockstepJobId).string();
   if (!fs::exists(path, ec)) return Error{ErrorCode::kNotFound, "job " + lockstepJobId + " was not started through Slurm"};
   LOCKSTEP_ASSIGN_OR_RETURN(const std::string text, readFile(path, 256));
   std::stringstream words(text);
@@ -259,9 +293,9 @@ std::vector<Announced> announced(const std::string& lockstepJobId) {
 namespace {
 
 // What the job's Slurm output and srun's said last, for an error.
-std::string outputOf(const std::string& lockstepJobId, const std::string& slurmJobId) {
-  const std::string dir = jobDirectory(lockstepJobId);
-  const std::string output = lastLines(dir + "/slurm-" + slurmJobId + ".out", 5) + lastLines(dir + "/srun.out", 5);
+std::string outputOf(const std::string& lockstepJobId, const Started& started) {
+  const std::string dir = started.outputDir.empty() ? jobDirectory(lockstepJobId) : started.outputDir;
+  const std::string output = lastLines(dir + "/slurm-" + started.slurmJobId + ".out", 5) + lastLines(dir + "/srun.out", 5);
   return output.empty() ? "" : "; it said:\n" + output;
 }
 
@@ -280,7 +314,7 @@ Result<std::vector<Announced>> waitForAgents(const std::string& lockstepJobId, c
       if (exited && *exited) {
         return Error{ErrorCode::kFailedPrecondition, "the srun that starts the agents in Slurm job " + started.slurmJobId +
                                                          " ended (" + (*exited)->describe() + ") before they started" +
-                                                         outputOf(lockstepJobId, started.slurmJobId)};
+                                                         outputOf(lockstepJobId, started)};
       }
     }
     if (Clock::now() >= nextQuery) {
@@ -289,7 +323,7 @@ Result<std::vector<Announced>> waitForAgents(const std::string& lockstepJobId, c
       if (!progress(info)) return Error{ErrorCode::kCancelled, "gave up waiting for " + info.describe()};
       if (info.ended()) {
         return Error{ErrorCode::kFailedPrecondition,
-                     info.describe() + " ended before its agents started" + outputOf(lockstepJobId, started.slurmJobId)};
+                     info.describe() + " ended before its agents started" + outputOf(lockstepJobId, started)};
       }
       if (Clock::now() >= deadline) {
         return timeoutError(info.describe() + ": " + std::to_string(agents.size()) + " of " + std::to_string(nodes) +

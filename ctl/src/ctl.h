@@ -120,6 +120,7 @@ struct SlurmStart {
   slurm::Allocation allocation;
   std::uint32_t lingerS = 30;  // how long the agents wait for the job, and after it, before they exit
   std::uint32_t waitS = 600;   // how long the allocation may take to start
+  std::string logsDir;         // --slurm-logs: where Slurm's output and the ranks' logs are kept
 };
 // Starts the job's agents through Slurm and connects to them; sets the spec's Slurm job id and
 // allocated GPUs. A submitted job that does not start in time is cancelled.

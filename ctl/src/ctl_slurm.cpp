@@ -28,7 +28,7 @@ Result<Connected> connectAnnounced(const Globals& g, const std::vector<slurm::An
 Result<Connected> startSlurmAgents(const Globals& g, const SlurmStart& s, JobSpec& spec) {
   LOCKSTEP_TRY(ownKeyPair(g));  // before anything is submitted
   const slurm::AgentsLaunch launch{s.allocation, spec.jobId, besideThisProgram("lockstep-agent"),
-                                   slurm::clientKeys(g.configDir), s.lingerS};
+                                   slurm::clientKeys(g.configDir), s.lingerS, s.logsDir};
   const auto say = [&](const std::string& what) {
     if (!g.json) {
       std::printf("%s\n", what.c_str());

@@ -123,12 +123,17 @@ Result<void> checkSlurmFlags(const Globals& g, SlurmStart& slurm, std::optional<
                              std::optional<std::uint32_t>& gpusPerAgent) {
   const slurm::Allocation& a = slurm.allocation;
   if (!slurm.on) {
-    if (nodes || gpusPerNode || a.cpusPerNode || !a.time.empty() || !a.partition.empty() || !a.account.empty()) {
-      return invalidArgument("--nodes, --gpus-per-node, --cpus-per-node, --time, --partition and --account go with --slurm");
+    if (nodes || gpusPerNode || a.cpusPerNode || !a.time.empty() || !a.partition.empty() || !a.account.empty() ||
+        !slurm.logsDir.empty()) {
+      return invalidArgument("--nodes, --gpus-per-node, --cpus-per-node, --time, --partition, --account and --slurm-logs go with --slurm");
     }
     return {};
   }
   if (!g.agents.empty()) return invalidArgument("--slurm starts the job's own agents: leave out --agent");
+  if (!slurm.logsDir.empty()) {
+    std::error_code ec;
+    slurm.logsDir = std::filesystem::absolute(slurm.logsDir, ec).lexically_normal().string();
+  }
   if (gpusPerAgent) return invalidArgument("with --slurm, give --gpus-per-node instead of --gpus-per-agent");
   slurm.allocation.nodes = nodes.value_or(1);
   slurm.allocation.gpusPerNode = gpusPerNode.value_or(0);
@@ -222,6 +227,7 @@ int cmdStart(const Globals& g, const std::vector<std::string>& allArgs) {
                            .text("--account", &slurm.allocation.account)
                            .whole("--slurm-linger-s", &slurm.lingerS, 1, 3600)
                            .whole("--slurm-wait-s", &slurm.waitS, 1, 7 * 86400)
+                           .text("--slurm-logs", &slurm.logsDir)
                            .passOn(&jobFlags)
                            .parse(args));
   if (command && !specFile.empty()) return fail(invalidArgument("give the job as --spec FILE or as -- PROGRAM ARGS, not both"));

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Real Prometheus server for integration tests (CTest label "slurm").
 #
-#   prometheus_fixture.sh start DIR TARGET   # TARGET = HOST:PORT serving /metrics; scraped every 1 s
+#   prometheus_fixture.sh start DIR TARGET   # TARGET = HOST:PORT serving /metrics; scraped every 1 s,
+#                                            # or file_sd:PATTERN: the targets Prometheus' file-based
+#                                            # service discovery reads from files matching PATTERN
 #   prometheus_fixture.sh stop  DIR          # (a TARGET argument is accepted and ignored)
 #
 # "start" prints the port on stdout and writes it to DIR/port; query with
@@ -59,9 +61,19 @@ global:
 scrape_configs:
   - job_name: lockstep
     metrics_path: ${PROMETHEUS_FIXTURE_METRICS_PATH:-/metrics}
+EOF
+    if [[ $target == file_sd:* ]]; then
+        cat >>"$DIR/prometheus.yml" <<EOF
+    file_sd_configs:
+      - files: ['${target#file_sd:}']
+        refresh_interval: 1s
+EOF
+    else
+        cat >>"$DIR/prometheus.yml" <<EOF
     static_configs:
       - targets: ['$target']
 EOF
+    fi
     # Background it ourselves (prometheus never daemonizes); setsid keeps it out of our process
     # group so a caller's Ctrl-C / CTest kill of this script does not take it down half-way.
     setsid prometheus --config.file="$DIR/prometheus.yml" --storage.tsdb.path="$DIR/data" \

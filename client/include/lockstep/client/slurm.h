@@ -3,11 +3,12 @@
 // node of its allocation, in the submitting user's name, and found through files in that user's
 // home directory, which the cluster's nodes share.
 //
-// Each Lockstep job started this way has a directory, ~/.lockstep/slurm/JOB (mode 700): the batch
-// script, Slurm's output, the Slurm job id (`slurm-job`), the client key the agents let in
-// (`authorized_keys`), and, per node, the agent's state directory (`node-N/`) and what it
-// announced (`node-N.agent`: `HOST:PORT PUBLIC-KEY`). Only the user can write there, so a
-// key read from it is as trustworthy as one the user pinned by hand.
+// Each Lockstep job started this way has a directory, ~/.lockstep/slurm/JOB (mode 700), while it
+// runs: the batch script, Slurm's output, the Slurm job id (`slurm-job`), the client key the
+// agents let in (`authorized_keys`), and, per node, the agent's state directory (`node-N/`) and
+// what it announced (`node-N.agent`: `HOST:PORT PUBLIC-KEY`). Only the user can write there, so a
+// key read from it is as trustworthy as one the user pinned by hand. When the job ends, the
+// directory goes (its logs kept only where the user asked, AgentsLaunch::logsDir).
 //
 // The tools are Slurm's own (sbatch, srun, scontrol, scancel), run on this host: the login host.
 
@@ -55,8 +56,13 @@ Result<JobInfo> parseJobInfo(const std::string& line);
 Result<JobInfo> query(const std::string& slurmJobId, std::chrono::milliseconds timeout);
 Result<void> cancel(const std::string& slurmJobId, std::chrono::milliseconds timeout);
 
-// ~/.lockstep/slurm/JOB ($HOME's).
+// ~/.lockstep/slurm/JOB ($HOME's), while the job runs: when it ends, the batch script removes it
+// and keeps the line naming its Slurm job in ~/.lockstep/slurm/ended/JOB (startedFor reads either).
 std::string jobDirectory(const std::string& lockstepJobId);
+std::string endedDirectory();
+// ~/.lockstep/metrics: each agent names its metrics address there for Prometheus' file-based
+// service discovery (JOB-node-N.json, removed when the agent exits; docs/cluster.md).
+std::string metricsTargetsDirectory();
 
 struct AgentsLaunch {
   Allocation allocation;
@@ -64,6 +70,9 @@ struct AgentsLaunch {
   std::string agentProgram;     // lockstep-agent, on a path every node sees
   std::vector<std::string> clientPublicKeys;  // the keys the agents let in (clientKeys)
   std::uint32_t lingerS = 30;   // how long an agent waits, idle, for a job (or after it) before it exits
+  // Where Slurm's output and, once the job ended, the ranks' logs are kept (absolute); empty: in
+  // the job's directory, which goes when the job ends.
+  std::string logsDir;
 };
 
 // What was started and how: inside an allocation (SLURM_JOB_ID set, as under salloc) the agents
@@ -72,6 +81,7 @@ struct Started {
   std::string slurmJobId;
   bool submitted = false;  // a batch job of ours: stopping the Lockstep job cancels it
   int stepPid = -1;        // inside an allocation: the srun running the agents, a child of this process
+  std::string outputDir;   // where Slurm's and srun's output go; empty: the job's directory
 };
 
 // The user's client keys in configDir, the app's and lockstepctl's, those that exist: a job
