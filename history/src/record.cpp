@@ -3,6 +3,7 @@
 // is recorded; a node's network while one of the recorded jobs runs on it.
 
 #include <map>
+#include <optional>
 #include <set>
 
 #include "lockstep/history/history.h"
@@ -28,8 +29,9 @@ class TableWriter : public RecordSink {
  public:
   static Result<std::unique_ptr<TableWriter>> prepare(sqlite3* db) {
     LOCKSTEP_ASSIGN_OR_RETURN(auto known, Statement::prepare(db, "SELECT 1 FROM jobs WHERE job_id = ?1"));
+    // The latest end of a part on the node; a part still running ends never.
     LOCKSTEP_ASSIGN_OR_RETURN(auto busy, Statement::prepare(db, R"sql(
-      SELECT 1 FROM job_parts WHERE node = ?1 AND (ended_us = 0 OR ended_us + ?3 >= ?2) LIMIT 1)sql"));
+      SELECT max(CASE WHEN ended_us = 0 THEN 9223372036854775807 ELSE ended_us END) FROM job_parts WHERE node = ?1)sql"));
     LOCKSTEP_ASSIGN_OR_RETURN(auto events, prepareInsert<JobEvent>(db));
     LOCKSTEP_ASSIGN_OR_RETURN(auto steps, prepareInsert<StepReport>(db));
     LOCKSTEP_ASSIGN_OR_RETURN(auto processes, prepareInsert<ProcessSample>(db));
@@ -86,9 +88,15 @@ class TableWriter : public RecordSink {
   }
   bool busyNode(const std::string& node, std::int64_t timeUs) {
     if (!status_) return false;
-    auto [it, fresh] = busyNodes_.try_emplace(node, false);
-    if (fresh) it->second = ask(busy_, [&](Statement& s) { s.bind(1, node).bind(2, timeUs).bind(3, detail::kNodeMarginUs); });
-    return it->second;
+    auto [it, fresh] = lastEnds_.try_emplace(node, std::nullopt);
+    if (fresh) {
+      busy_.bind(1, node);
+      auto row = busy_.step();
+      if (!row) status_ = row.error();
+      if (row && *row && !busy_.null(0)) it->second = busy_.i64(0);
+      (void)busy_.reset();
+    }
+    return it->second && *it->second >= timeUs - detail::kNodeMarginUs;
   }
   template <class Bind>
   bool ask(Statement& query, Bind bind) {
@@ -114,7 +122,7 @@ class TableWriter : public RecordSink {
   sqlite3* db_;
   Statement known_, busy_, events_, steps_, processes_, gpus_, nets_;
   std::map<std::string, bool, std::less<>> knownJobs_;
-  std::map<std::string, bool, std::less<>> busyNodes_;
+  std::map<std::string, std::optional<std::int64_t>, std::less<>> lastEnds_;  // per node: its parts' latest end
   std::map<std::string, std::int64_t> touched_;
   Result<void> status_;
 };
