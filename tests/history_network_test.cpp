@@ -11,6 +11,7 @@
 
 #include "lockstep/history/history.h"
 #include "lockstep/report/report.h"
+#include "support/sql_support.h"
 #include "support/test_support.h"
 
 namespace lockstep::history {
@@ -21,17 +22,8 @@ using test::TempDir;
 constexpr std::int64_t kT0 = 1'700'000'000'000'000;
 constexpr std::int64_t kSecond = 1'000'000;
 
-std::int64_t count(const std::string& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  sqlite3_stmt* stmt = nullptr;
-  EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
-  std::int64_t n = -1;
-  if (sqlite3_step(stmt) == SQLITE_ROW) n = sqlite3_column_int64(stmt, 0);
-  sqlite3_finalize(stmt);
-  sqlite3_close(db);
-  return n;
-}
+// What the file holds, read behind the history's back.
+std::int64_t count(const std::string& path, const std::string& sql) { return test::sqlCount(path, sql); }
 
 JobSpec spec(const std::string& id, const std::vector<std::string>& nodes) {
   JobSpec s;

@@ -24,27 +24,16 @@ LiveJob::LiveJob(std::unique_ptr<kpi::JobTracker> tracker, std::int64_t atUnixUs
 void LiveJob::add(const StreamMessage& message) { visitRecord(message, *this); }
 
 void LiveJob::onEvent(const std::string& node, const JobEvent& event) {
-  std::lock_guard lock(mutex_);
-  tracker_->onEvent(node, event);
-  changed_ = true;
+  feed([&](kpi::JobTracker& t) { t.onEvent(node, event); });
 }
-
 void LiveJob::onStep(const std::string& node, const StepReport& report) {
-  std::lock_guard lock(mutex_);
-  tracker_->onStep(node, report);
-  changed_ = true;
+  feed([&](kpi::JobTracker& t) { t.onStep(node, report); });
 }
-
 void LiveJob::onProcess(const std::string& node, const ProcessSample& sample) {
-  std::lock_guard lock(mutex_);
-  tracker_->onProcess(node, sample);
-  changed_ = true;
+  feed([&](kpi::JobTracker& t) { t.onProcess(node, sample); });
 }
-
 void LiveJob::onGpu(const std::string& node, const GpuSample& sample) {
-  std::lock_guard lock(mutex_);
-  tracker_->onGpu(node, sample);
-  changed_ = true;
+  feed([&](kpi::JobTracker& t) { t.onGpu(node, sample); });
 }
 
 bool LiveJob::publish(std::int64_t nowUnixUs, std::int64_t staleUs) {

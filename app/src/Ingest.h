@@ -55,6 +55,14 @@ class LiveJob : public RecordSink {
   }
 
  private:
+  // A record into the tracker, under the job's lock.
+  template <class F>
+  void feed(F&& f) {
+    std::lock_guard lock(mutex_);
+    f(*tracker_);
+    changed_ = true;
+  }
+
   mutable std::mutex mutex_;
   std::unique_ptr<kpi::JobTracker> tracker_;
   std::shared_ptr<const Published> published_;

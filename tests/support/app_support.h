@@ -22,6 +22,7 @@
 #include "Models.h"
 #include "lockstep/history/history.h"
 #include "support/agent_support.h"
+#include "support/sql_support.h"
 
 namespace lockstep::test {
 
@@ -80,19 +81,6 @@ inline std::optional<history::JobRecord> recordedJob(const std::string& path, co
   auto job = h->job(jobId);
   if (!job) return std::nullopt;
   return std::move(*job);
-}
-
-inline std::int64_t sqlCount(const std::string& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  std::int64_t n = -1;
-  sqlite3_stmt* stmt = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK &&
-      sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK && sqlite3_step(stmt) == SQLITE_ROW) {
-    n = sqlite3_column_int64(stmt, 0);
-  }
-  sqlite3_finalize(stmt);
-  sqlite3_close(db);
-  return n;
 }
 
 // Launches a job through the store and waits for the launch to be acknowledged.
