@@ -68,7 +68,8 @@ TEST(HistoryNetwork, ANodesNetworkIsKeptWhileARecordedJobRunsOnItAndComesBackWit
   ASSERT_TRUE(h) << h.error().message;
   const JobSpec s = spec("net-1", {"node1", "node1"});
   ASSERT_TRUE(h->recordJob("node1", status(s, JobState::kRunning)));
-  std::vector<StreamMessage> batch;
+  // An agent's buffer, fetched from its start: what its node did before the job is not the job's.
+  std::vector<StreamMessage> batch = {net("node1", kT0 - 20 * kSecond)};
   for (std::int64_t t = kT0; t <= kT0 + 6 * kSecond; t += kSecond) {
     batch.push_back(net("node1", t));
     batch.push_back(net("node2", t));
@@ -77,7 +78,7 @@ TEST(HistoryNetwork, ANodesNetworkIsKeptWhileARecordedJobRunsOnItAndComesBackWit
   ASSERT_TRUE(h->recordJob("node1", status(s, JobState::kFinished, kT0 + 6 * kSecond)));
   ASSERT_TRUE(h->recordMessages(std::vector{net("node1", kT0 + 8 * kSecond), net("node1", kT0 + 30 * kSecond)}));
   ASSERT_TRUE(h->recordMessages(std::vector{net("node1", kT0 + 8 * kSecond)})) << "a replayed sample is stored once";
-  EXPECT_EQ(count(path, "SELECT count(*) FROM net_samples WHERE node = 'node1'"), 8) << "to 5 s after the end";
+  EXPECT_EQ(count(path, "SELECT count(*) FROM net_samples WHERE node = 'node1'"), 8) << "from the start to 5 s after the end";
   EXPECT_EQ(count(path, "SELECT count(*) FROM net_samples WHERE node = 'node2'"), 0) << "no recorded job ran there";
 
   auto replayed = h->replayJob("net-1");

@@ -1,10 +1,10 @@
 // Writing the stream into the history: each record into its table (tables.h, record_rows.h),
-// told apart by the one stream reader (protocol/stream.h). A job's records are kept once the job
-// is recorded; a node's network while one of the recorded jobs runs on it.
+// read through protocol's StreamRouter as every consumer reads the stream. A job's records are
+// kept once the job is recorded; a node's network while one of the recorded jobs runs on it.
 
 #include <map>
 #include <optional>
-#include <set>
+#include <vector>
 
 #include "lockstep/history/history.h"
 #include "lockstep/protocol/stream.h"
@@ -18,100 +18,60 @@ using detail::Transaction;
 
 namespace {
 
-
 template <class R>
 Result<Statement> prepareInsert(sqlite3* db) {
   using T = detail::Table<R>;
   return Statement::prepare(db, detail::insertSql<R>(T::kName, T::kLead, T::kLeadCount));
 }
 
-class TableWriter : public RecordSink {
+// The statements of one transaction's writes, what they touched and the first error (nothing is
+// written after it).
+class Tables {
  public:
-  static Result<std::unique_ptr<TableWriter>> prepare(sqlite3* db) {
-    LOCKSTEP_ASSIGN_OR_RETURN(auto known, Statement::prepare(db, "SELECT 1 FROM jobs WHERE job_id = ?1"));
-    // The latest end of a part on the node; a part still running ends never.
-    LOCKSTEP_ASSIGN_OR_RETURN(auto busy, Statement::prepare(db, R"sql(
-      SELECT max(CASE WHEN ended_us = 0 THEN 9223372036854775807 ELSE ended_us END) FROM job_parts WHERE node = ?1)sql"));
-    LOCKSTEP_ASSIGN_OR_RETURN(auto events, prepareInsert<JobEvent>(db));
-    LOCKSTEP_ASSIGN_OR_RETURN(auto steps, prepareInsert<StepReport>(db));
-    LOCKSTEP_ASSIGN_OR_RETURN(auto processes, prepareInsert<ProcessSample>(db));
-    LOCKSTEP_ASSIGN_OR_RETURN(auto gpus, prepareInsert<GpuSample>(db));
-    LOCKSTEP_ASSIGN_OR_RETURN(auto nets, prepareInsert<NetSample>(db));
-    return std::unique_ptr<TableWriter>(new TableWriter(db, std::move(known), std::move(busy), std::move(events), std::move(steps),
-                                                        std::move(processes), std::move(gpus), std::move(nets)));
+  static Result<std::unique_ptr<Tables>> prepare(sqlite3* db) {
+    auto t = std::unique_ptr<Tables>(new Tables(db));
+    LOCKSTEP_TRY(into(t->known_, Statement::prepare(db, "SELECT 1 FROM jobs WHERE job_id = ?1")));
+    LOCKSTEP_TRY(into(t->parts_, Statement::prepare(db, "SELECT started_us, ended_us FROM job_parts WHERE node = ?1")));
+    LOCKSTEP_TRY(into(t->events, prepareInsert<JobEvent>(db)));
+    LOCKSTEP_TRY(into(t->steps, prepareInsert<StepReport>(db)));
+    LOCKSTEP_TRY(into(t->processes, prepareInsert<ProcessSample>(db)));
+    LOCKSTEP_TRY(into(t->gpus, prepareInsert<GpuSample>(db)));
+    LOCKSTEP_TRY(into(t->nets, prepareInsert<NetSample>(db)));
+    return t;
   }
-
-  void onEvent(const std::string& node, const JobEvent& e) override {
-    if (!knownJob(e.jobId)) return;
-    events_.bind(1, node);
-    insert(events_, 2, e, e.jobId, false);
-  }
-  void onStep(const std::string& node, const StepReport& r) override {
-    if (!knownJob(r.jobId)) return;
-    steps_.bind(1, node);
-    insert(steps_, 2, r, r.jobId, true);
-  }
-  void onProcess(const std::string& node, const ProcessSample& p) override {
-    if (!knownJob(p.jobId)) return;
-    processes_.bind(1, node).bind(2, std::int64_t{0});
-    insert(processes_, 3, p, p.jobId, false);
-  }
-  void onGpu(const std::string& node, const GpuSample& g) override {
-    if (g.jobId.empty() || !knownJob(g.jobId)) return;  // an idle GPU: the node's, not kept
-    GpuSample sample = g;
-    if (sample.node.empty()) sample.node = node;
-    gpus_.bind(1, std::int64_t{0});
-    insert(gpus_, 2, sample, g.jobId, false);
-  }
-  void onNet(const std::string& node, const NetSample& n) override {
-    if (!busyNode(node, n.timeUnixUs)) return;
-    nets_.bind(1, std::int64_t{0});
-    insert(nets_, 2, n, std::string(), false);
-  }
-
-  // The first error, if any; nothing is written after it.
-  Result<void>& status() { return status_; }
-  // Jobs written to, with the step reports new to each.
-  const std::map<std::string, std::int64_t>& touched() const { return touched_; }
-
- private:
-  TableWriter(sqlite3* db, Statement known, Statement busy, Statement events, Statement steps, Statement processes,
-              Statement gpus, Statement nets)
-      : db_(db), known_(std::move(known)), busy_(std::move(busy)), events_(std::move(events)), steps_(std::move(steps)),
-        processes_(std::move(processes)), gpus_(std::move(gpus)), nets_(std::move(nets)) {}
 
   bool knownJob(const std::string& jobId) {
     if (!status_) return false;
     auto [it, fresh] = knownJobs_.try_emplace(jobId, false);
-    if (fresh) it->second = ask(known_, [&](Statement& s) { s.bind(1, jobId); });
+    if (fresh) {
+      known_->bind(1, jobId);
+      it->second = rowOf(*known_);
+      (void)known_->reset();
+    }
     return it->second;
   }
-  bool busyNode(const std::string& node, std::int64_t timeUs) {
+
+  // Whether a recorded job's part on `node` covers a sample taken then (detail::partCovers).
+  bool nodeBusy(const std::string& node, std::int64_t timeUs) {
     if (!status_) return false;
-    auto [it, fresh] = lastEnds_.try_emplace(node, std::nullopt);
+    auto [it, fresh] = partsOn_.try_emplace(node);
     if (fresh) {
-      busy_.bind(1, node);
-      auto row = busy_.step();
-      if (!row) status_ = row.error();
-      if (row && *row && !busy_.null(0)) it->second = busy_.i64(0);
-      (void)busy_.reset();
+      parts_->bind(1, node);
+      while (rowOf(*parts_)) it->second.emplace_back(parts_->i64(0), parts_->i64(1));
+      (void)parts_->reset();
     }
-    return it->second && *it->second >= timeUs - detail::kNodeMarginUs;
+    for (const auto& [started, ended] : it->second) {
+      if (detail::partCovers(started, ended, timeUs)) return true;
+    }
+    return false;
   }
-  template <class Bind>
-  bool ask(Statement& query, Bind bind) {
-    bind(query);
-    auto row = query.step();
-    if (!row) status_ = row.error();
-    (void)query.reset();
-    return row && *row;
-  }
+
   template <class R>
-  void insert(Statement& s, int first, const R& record, const std::string& jobId, bool isStep) {
-    detail::bindRecord(s, first, record);
-    auto stepped = s.step();
+  void insert(std::optional<Statement>& s, int first, const R& record, const std::string& jobId, bool isStep) {
+    detail::bindRecord(*s, first, record);
+    auto stepped = s->step();
     const bool inserted = stepped && sqlite3_changes(db_) > 0;  // 0: replayed, stored already
-    (void)s.reset();
+    (void)s->reset();
     if (!stepped) {
       status_ = stepped.error();
       return;
@@ -119,12 +79,72 @@ class TableWriter : public RecordSink {
     if (inserted && !jobId.empty()) touched_[jobId] += isStep ? 1 : 0;
   }
 
+  Result<void>& status() { return status_; }
+  // Jobs written to, with the step reports new to each.
+  const std::map<std::string, std::int64_t>& touched() const { return touched_; }
+
+  std::optional<Statement> events, steps, processes, gpus, nets;
+
+ private:
+  explicit Tables(sqlite3* db) : db_(db) {}
+  static Result<void> into(std::optional<Statement>& slot, Result<Statement> prepared) {
+    if (!prepared) return prepared.error();
+    slot.emplace(std::move(prepared).value());
+    return {};
+  }
+  bool rowOf(Statement& query) {
+    auto row = query.step();
+    if (!row) status_ = row.error();
+    return row && *row;
+  }
+
   sqlite3* db_;
-  Statement known_, busy_, events_, steps_, processes_, gpus_, nets_;
+  std::optional<Statement> known_, parts_;
   std::map<std::string, bool, std::less<>> knownJobs_;
-  std::map<std::string, std::optional<std::int64_t>, std::less<>> lastEnds_;  // per node: its parts' latest end
+  std::map<std::string, std::vector<std::pair<std::int64_t, std::int64_t>>, std::less<>> partsOn_;
   std::map<std::string, std::int64_t> touched_;
   Result<void> status_;
+};
+
+// A recorded job's records, each into its table with the node whose agent streamed it.
+class JobRows : public RecordSink {
+ public:
+  explicit JobRows(Tables& t) : t_(t) {}
+  void onEvent(const std::string& node, const JobEvent& e) override {
+    t_.events->bind(1, node);
+    t_.insert(t_.events, 2, e, e.jobId, false);
+  }
+  void onStep(const std::string& node, const StepReport& r) override {
+    t_.steps->bind(1, node);
+    t_.insert(t_.steps, 2, r, r.jobId, true);
+  }
+  void onProcess(const std::string& node, const ProcessSample& p) override {
+    t_.processes->bind(1, node).bind(2, std::int64_t{0});
+    t_.insert(t_.processes, 3, p, p.jobId, false);
+  }
+  void onGpu(const std::string& node, const GpuSample& g) override {
+    GpuSample sample = g;
+    if (sample.node.empty()) sample.node = node;
+    t_.gpus->bind(1, std::int64_t{0});
+    t_.insert(t_.gpus, 2, sample, g.jobId, false);
+  }
+
+ private:
+  Tables& t_;
+};
+
+// A node's own records: its network, while a recorded job runs on it (its idle GPUs are not kept).
+class NodeRows : public RecordSink {
+ public:
+  explicit NodeRows(Tables& t) : t_(t) {}
+  void onNet(const std::string& node, const NetSample& n) override {
+    if (!t_.nodeBusy(node, n.timeUnixUs)) return;
+    t_.nets->bind(1, std::int64_t{0});
+    t_.insert(t_.nets, 2, n, std::string(), false);
+  }
+
+ private:
+  Tables& t_;
 };
 
 }  // namespace
@@ -133,12 +153,16 @@ Result<void> History::recordMessages(std::span<const StreamMessage> messages) {
   if (messages.empty()) return {};
   sqlite3* db = db_.get();
   LOCKSTEP_ASSIGN_OR_RETURN(auto tx, Transaction::begin(db));
-  LOCKSTEP_ASSIGN_OR_RETURN(auto writer, TableWriter::prepare(db));
-  for (const StreamMessage& m : messages) visitRecord(m, *writer);
-  LOCKSTEP_TRY(writer->status());
+  LOCKSTEP_ASSIGN_OR_RETURN(auto tables, Tables::prepare(db));
+  JobRows jobRows(*tables);
+  NodeRows nodeRows(*tables);
+  StreamRouter router([&](const std::string& jobId) -> RecordSink* { return tables->knownJob(jobId) ? &jobRows : nullptr; },
+                      [&](const std::string&) -> RecordSink* { return &nodeRows; });
+  router.read(messages);
+  LOCKSTEP_TRY(tables->status());
   LOCKSTEP_ASSIGN_OR_RETURN(auto update, Statement::prepare(db, R"sql(
     UPDATE jobs SET kpis_stale = 1, step_reports = step_reports + ?2 WHERE job_id = ?1)sql"));
-  for (const auto& [jobId, newSteps] : writer->touched()) LOCKSTEP_TRY(update.bind(1, jobId).bind(2, newSteps).run());
+  for (const auto& [jobId, newSteps] : tables->touched()) LOCKSTEP_TRY(update.bind(1, jobId).bind(2, newSteps).run());
   return tx.commit();
 }
 

@@ -66,7 +66,8 @@ constexpr const char* kNetOfJob =
 
 }  // namespace
 
-Result<void> History::replay(const std::string& jobId, const std::function<void(const StreamMessage&)>& visit) const {
+Result<void> History::replay(const std::string& jobId, const std::function<void(const StreamMessage&)>& visit,
+                             bool nodes) const {
   LOCKSTEP_ASSIGN_OR_RETURN(JobRecord record, job(jobId));  // NotFound says so
   sqlite3* db = db_.get();
   const auto [from, to] = nodeWindow(record);
@@ -79,6 +80,7 @@ Result<void> History::replay(const std::string& jobId, const std::function<void(
   };
   std::vector<Cursor> cursors;
   for (const auto& [sql, read] : tables) {
+    if (!nodes && read == messageOf<NetSample>) continue;
     LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db, sql));
     stmt.bind(1, jobId);
     if (sql.find("?2") != std::string::npos) stmt.bind(2, from).bind(3, to);
@@ -97,7 +99,7 @@ Result<void> History::replay(const std::string& jobId, const std::function<void(
   }
 }
 
-Result<Replay> History::replayJob(const std::string& jobId, kpi::Settings settings) const {
+Result<Replay> History::replayJob(const std::string& jobId, kpi::Settings settings, bool nodes) const {
   LOCKSTEP_ASSIGN_OR_RETURN(JobRecord record, job(jobId));
   if (!settings.calibratedSingleRankSamplesPerSecond && record.spec.worldSize > 1) {
     LOCKSTEP_ASSIGN_OR_RETURN(settings.calibratedSingleRankSamplesPerSecond, calibration(record.spec));
@@ -109,13 +111,13 @@ Result<Replay> History::replayJob(const std::string& jobId, kpi::Settings settin
   kpi::JobTracker* tracker = out.job.get();
   kpi::StreamReader reader([&](const std::string& id) -> RecordSink* { return id == jobId ? tracker : nullptr; },
                            kpi::NodeSettings{std::max(1.0, seconds / 1000), 2000});
-  LOCKSTEP_TRY(replay(jobId, [&](const StreamMessage& m) { reader.read(m); }));
+  LOCKSTEP_TRY(replay(jobId, [&](const StreamMessage& m) { reader.read(m); }, nodes));
   out.nodes = reader.takeNodes();
   return out;
 }
 
 Result<std::unique_ptr<kpi::JobTracker>> History::tracker(const std::string& jobId, kpi::Settings settings) const {
-  LOCKSTEP_ASSIGN_OR_RETURN(Replay replayed, replayJob(jobId, settings));
+  LOCKSTEP_ASSIGN_OR_RETURN(Replay replayed, replayJob(jobId, settings, false));  // the job's KPIs need no network
   return std::move(replayed.job);
 }
 
@@ -126,8 +128,7 @@ Result<void> History::forEachStep(const std::string& jobId,
   for (;;) {
     LOCKSTEP_ASSIGN_OR_RETURN(bool row, stmt.step());
     if (!row) return {};
-    const StreamMessage m = messageOf<StepReport>(stmt);
-    visit(std::get<StepReport>(m.payload), m.node);
+    visit(detail::readRecord<StepReport>(stmt, detail::Table<StepReport>::kLeadCount), stmt.text(0));
   }
 }
 

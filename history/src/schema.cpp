@@ -116,6 +116,8 @@ CREATE TABLE IF NOT EXISTS net_samples (
   rx_bytes INTEGER NOT NULL, tx_bytes INTEGER NOT NULL, rx_packets INTEGER NOT NULL, tx_packets INTEGER NOT NULL,
   rx_errors INTEGER, tx_errors INTEGER, rx_drops INTEGER, tx_drops INTEGER, link_bits_per_second INTEGER,
   PRIMARY KEY (node, interface, time_us)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS net_samples_by_time ON net_samples (node, time_us);
+CREATE INDEX IF NOT EXISTS job_parts_by_node ON job_parts (node);
 )sql",
 };
 

@@ -8,9 +8,16 @@
 
 namespace lockstep::history::detail {
 
-// A node's own samples (its network) are a job's from the job's start until this long after its
-// end: kept while a recorded job runs on the node, replayed with the job, deleted with it.
+// A node's own samples (its network) are a job's from its part's start on the node until its end,
+// with this margin either side: kept while a recorded job's part covers them (partCovers), replayed
+// with the job, deleted with the last job that covers them. History::remove says the same in SQL.
 inline constexpr std::int64_t kNodeMarginUs = 5'000'000;
+
+// Whether a job's part on a node, started and ended then (0: not ended), covers a sample of the
+// node taken at `timeUs`.
+inline bool partCovers(std::int64_t startedUs, std::int64_t endedUs, std::int64_t timeUs) {
+  return startedUs - kNodeMarginUs <= timeUs && (endedUs == 0 || timeUs <= endedUs + kNodeMarginUs);
+}
 
 template <class R>
 struct Table;

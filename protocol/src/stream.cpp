@@ -49,6 +49,37 @@ std::int64_t timeOf(const StreamPayload& payload) {
   return std::visit([](const auto& record) { return record.timeUnixUs; }, payload);
 }
 
+StreamRouter::StreamRouter(Find job, Find node) : job_(std::move(job)), node_(std::move(node)) {}
+
+void StreamRouter::read(const StreamMessage& message) { read(message.node, message.payload); }
+
+void StreamRouter::read(const std::string& node, const StreamPayload& payload) {
+  const std::string* lastJob = nullptr;
+  RecordSink* sink = nullptr;
+  readOne(node, payload, lastJob, sink);
+}
+
+void StreamRouter::read(std::span<const StreamMessage> messages) {
+  const std::string* lastJob = nullptr;
+  RecordSink* sink = nullptr;
+  for (const auto& m : messages) readOne(m.node, m.payload, lastJob, sink);
+}
+
+void StreamRouter::readOne(const std::string& node, const StreamPayload& payload, const std::string*& lastJob,
+                           RecordSink*& sink) {
+  const std::string& job = jobOf(payload);
+  if (!job.empty()) {
+    if (lastJob == nullptr || *lastJob != job) {
+      lastJob = &job;
+      sink = job_ ? job_(job) : nullptr;
+    }
+    if (sink != nullptr) visitRecord(node, payload, *sink);
+  }
+  if (isNodeRecord(payload) && !node.empty() && node_) {
+    if (RecordSink* own = node_(node)) visitRecord(node, payload, *own);
+  }
+}
+
 bool JobEvent::operator==(const JobEvent& o) const { return records::same(*this, o); }
 bool GpuSample::operator==(const GpuSample& o) const { return records::same(*this, o); }
 bool ProcessSample::operator==(const ProcessSample& o) const { return records::same(*this, o); }

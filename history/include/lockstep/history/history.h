@@ -136,7 +136,8 @@ class History {
   Result<JobRecord> job(const std::string& jobId) const;                  // NotFound when absent
   // Every stored message of the job in time order (events, step reports, samples, and its nodes'
   // network from its start to its end), as received.
-  Result<void> replay(const std::string& jobId, const std::function<void(const StreamMessage&)>& visit) const;
+  Result<void> replay(const std::string& jobId, const std::function<void(const StreamMessage&)>& visit,
+                      bool nodes = true) const;
   // The samples/s over the last steps of the newest finished 1-rank job of the same workload
   // (kpi::workloadKey), which calibrates a job's scaling efficiency; empty when there is none.
   Result<kpi::Maybe> calibration(const JobSpec& spec) const;
@@ -148,8 +149,8 @@ class History {
   // calibration in `settings`, the history's (calibration()) is used.
   Result<std::unique_ptr<kpi::JobTracker>> tracker(const std::string& jobId, kpi::Settings settings = {}) const;
   // The same tracker with the job's nodes' trackers (a network series point per second at least,
-  // at most about a thousand over the job).
-  Result<Replay> replayJob(const std::string& jobId, kpi::Settings settings = {}) const;
+  // at most about a thousand over the job); without `nodes`, the job's own records only.
+  Result<Replay> replayJob(const std::string& jobId, kpi::Settings settings = {}, bool nodes = true) const;
   Result<void> forEachStep(const std::string& jobId,
                            const std::function<void(const StepReport&, const std::string& node)>& visit) const;
   Result<void> forEachGpuSample(const std::string& jobId, const std::function<void(const StoredGpuSample&)>& visit) const;

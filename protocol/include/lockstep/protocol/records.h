@@ -4,8 +4,8 @@
 // codec (protocol/src/stream_codec.cpp, through protobuf's reflection), equality, the JSON lines
 // (record_json.h) and the history's tables (history/src/record_rows.h) all walk these lists, so a
 // field is added to a record in three places: the schema, the struct and the line here. A test
-// (protocol_test, Records.*) checks that each list names every field of its schema message, with
-// a matching type and presence.
+// (tests/stream_test.cpp, Records.*) checks that each list names every field of its schema
+// message, with a matching type and presence.
 
 #include <cmath>
 #include <cstdint>

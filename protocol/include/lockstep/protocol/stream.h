@@ -7,6 +7,8 @@
 // records apart here and nowhere else: a new kind of record gets its call in RecordSink and its
 // line in visitRecord(), and its consumers override the call.
 
+#include <functional>
+#include <span>
 #include <string>
 
 #include "lockstep/protocol/types.h"
@@ -33,5 +35,25 @@ void visitRecord(const std::string& node, const StreamPayload& payload, RecordSi
 // Whether the node it came from keeps it too (every GPU sample, the network); jobOf() and timeOf()
 // are in types.h.
 bool isNodeRecord(const StreamPayload& payload);
+
+// The one rule of who keeps a record: a job's record goes to that job's sink, a node's to that
+// node's (the node whose stream carried it); a held GPU's sample to both. `job` and `node` find (or
+// make) the sink for a key, or decline with nullptr: the record is not this reader's to keep.
+// Within a batch, a job's sink is looked up once per run of its messages. Every consumer of the
+// stream reads it through one of these: kpi::StreamReader (the KPI trackers) and the history's
+// writer.
+class StreamRouter {
+ public:
+  using Find = std::function<RecordSink*(const std::string& key)>;
+  StreamRouter(Find job, Find node);
+
+  void read(const StreamMessage& message);
+  void read(const std::string& node, const StreamPayload& payload);
+  void read(std::span<const StreamMessage> messages);
+
+ private:
+  void readOne(const std::string& node, const StreamPayload& payload, const std::string*& lastJob, RecordSink*& sink);
+  Find job_, node_;
+};
 
 }  // namespace lockstep
