@@ -25,6 +25,7 @@
 #include "lockstep/common/files.h"
 #include "lockstep/net/zmq_util.h"
 #include "lockstep/protocol/codec.h"
+#include "lockstep/protocol/stream.h"
 #include "metrics.h"
 #include "nvml.h"
 #include "preflight.h"
@@ -52,6 +53,12 @@ constexpr std::size_t kMaxWaitingFetches = 1024;
 constexpr std::chrono::seconds kFirstJobWait{300};  // --exit-when-idle-s before the first job
 
 std::string version() { return LOCKSTEP_VERSION; }
+
+// What a rank may push to its agent: its step reports, no other kind of record.
+struct RankPush : RecordSink {
+  std::optional<StepReport> report;
+  void onStep(const std::string&, const StepReport& r) override { report = r; }
+};
 
 }  // namespace
 
@@ -576,15 +583,17 @@ void Agent::Impl::onReports() {
       continue;
     }
     auto message = decodeStreamMessage((*frames)[0].to_string_view(), kMaxReportBytes);
-    auto* report = message ? std::get_if<StepReport>(&message->payload) : nullptr;
-    if (report == nullptr || !jobs_->knowsRank(report->jobId, report->rank)) {
+    RankPush pushed;
+    if (message) visitRecord(*message, pushed);
+    const auto& report = pushed.report;
+    if (!report || !jobs_->knowsRank(report->jobId, report->rank)) {
       if (droppedReports_++ % 1000 == 0) {
         log_.info("dropped a rank report: " + (message ? std::string("not a step report of a job here") : message.error().message));
       }
       continue;
     }
     jobs_->noteStep(report->jobId, report->rank, report->step);
-    append(std::move(*report));
+    append(std::move(*pushed.report));
   }
 }
 

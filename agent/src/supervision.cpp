@@ -36,8 +36,8 @@ const JobAgent* agentOf(const JobSpec& spec, const std::string& node) {
 
 class Supervisions::Worker {
  public:
-  Worker(JobSpec spec, bool standby, const CurveKeyPair& keys, Log& log)
-      : first_(std::move(spec)), standby_(standby), keys_(keys), log_(log), thread_([this] { run(); }) {}
+  Worker(JobSpec spec, bool standby, std::string self, const CurveKeyPair& keys, Log& log)
+      : first_(std::move(spec)), standby_(standby), self_(std::move(self)), keys_(keys), log_(log), thread_([this] { run(); }) {}
   ~Worker() {
     requestStop();
     thread_.join();
@@ -79,6 +79,7 @@ class Supervisions::Worker {
 
   const JobSpec first_;
   const bool standby_;  // the job's second agent: it takes over if the first stops answering
+  const std::string self_;  // this agent's node
   const CurveKeyPair keys_;
   Log& log_;
   std::map<std::string, std::unique_ptr<AgentClient>> clients_;  // by node
@@ -110,7 +111,7 @@ void Supervisions::Worker::run() {
 // too), or until the first agent misses kMissesToLose polls in a row, or no longer supervises the
 // job (it restarted without it): then it takes over where the job stands.
 std::optional<Supervisor> Supervisions::Worker::standBy() {
-  const std::string primary = first_.agents.front().node, self = first_.agents.at(1).node;
+  const std::string primary = supervisorOf(first_)->node, self = self_;
   JobSpec current = first_;
   Supervision last;
   int misses = 0;
@@ -344,7 +345,7 @@ void Supervisions::supervise(const JobSpec& spec) {
   std::lock_guard lock(mutex_);
   const SupervisingRole role = roleIn(spec);
   if (workers_.count(spec.jobId) || !role) return;
-  workers_.emplace(spec.jobId, std::make_unique<Worker>(spec, role.standby, keys_, log_));
+  workers_.emplace(spec.jobId, std::make_unique<Worker>(spec, role.standby, node_, keys_, log_));
 }
 
 Supervision Supervisions::of(const std::string& jobId) const {

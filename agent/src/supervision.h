@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "lockstep/client/supervisor.h"
 #include "lockstep/net/keys.h"
 #include "lockstep/protocol/types.h"
 
@@ -24,21 +25,6 @@ namespace lockstep::agent {
 
 class Log;
 
-// The one rule of who supervises a job (docs/agent.md): the first of its agents supervises it and
-// the second stands by; the others only run their parts. `isThis` says whether an entry of
-// spec.agents is the agent asking (by node name, or by key).
-struct SupervisingRole {
-  const JobAgent* agent = nullptr;  // its entry; null: it neither supervises nor stands by
-  bool standby = false;
-  explicit operator bool() const { return agent != nullptr; }
-};
-template <class IsThis>
-SupervisingRole supervisingRole(const JobSpec& spec, IsThis isThis) {
-  for (std::size_t i = 0; i < spec.agents.size() && i < 2; ++i) {
-    if (isThis(spec.agents[i])) return SupervisingRole{&spec.agents[i], i == 1};
-  }
-  return {};
-}
 
 class Supervisions {
  public:

@@ -115,14 +115,17 @@ void AgentWorker::tick() {
   }
   instanceId_ = batch->instanceId;
   if (!batch->messages.empty()) {
-    lastSeq_ = batch->messages.back().seq;
-    // The agent took on a job since the last list: list again first, so that the ingest and the
-    // recorder know each job these messages are about (the reply says so; its payloads are the
-    // ingest's to read).
-    if (batch->jobsVersion != jobsVersion_) {
+    // The agent took on a job since the last list (its jobs version, of this instance of it,
+    // changed): list again first, so that the ingest and the recorder know each job these messages
+    // are about; the payloads are the ingest's to read. An agent that does not count (version 0,
+    // before this field) is listed again for every batch. A failed list leaves lastSeq_ where it
+    // was: the batch is fetched again.
+    const std::pair<std::uint64_t, std::uint64_t> version{batch->instanceId, batch->jobsVersion};
+    if (batch->jobsVersion == 0 || version != jobsVersion_) {
       if (!refreshJobs()) return;
-      jobsVersion_ = batch->jobsVersion;
+      jobsVersion_ = version;
     }
+    lastSeq_ = batch->messages.back().seq;
     Q_EMIT messagesReceived(id_, std::make_shared<const std::vector<StreamMessage>>(std::move(batch->messages)));
   }
   // Catching up: ask again at once; otherwise the long poll already waited.

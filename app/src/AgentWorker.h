@@ -9,6 +9,7 @@
 #include <QTimer>
 #include <chrono>
 #include <memory>
+#include <utility>
 
 #include "Types.h"
 #include "lockstep/client/agent_client.h"
@@ -55,7 +56,8 @@ class AgentWorker : public QObject {
   AgentState state_ = AgentState::kConnecting;
   std::uint64_t lastSeq_ = 0;
   std::uint64_t instanceId_ = 0;
-  std::uint64_t jobsVersion_ = 0;  // the agent's, when the jobs were last listed for its messages
+  // The agent's (instance, jobs version) when the jobs were last listed for its messages.
+  std::pair<std::uint64_t, std::uint64_t> jobsVersion_{0, 0};
   std::chrono::milliseconds backoff_{500};
   std::chrono::steady_clock::time_point nextJobsRefresh_{};
 };

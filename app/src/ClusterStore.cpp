@@ -1,6 +1,7 @@
 #include "ClusterStore.h"
 
 #include <QLoggingCategory>
+#include <QTimer>
 #include <algorithm>
 #include <set>
 
@@ -266,11 +267,16 @@ void ClusterStore::onPublished(QStringList jobIds) {
 void ClusterStore::onNodes(NodeFigures nodes) {
   for (const auto& [name, figures] : *nodes) nodes_[name] = figures;
   Q_EMIT gpusChanged();
+  // The agents' view (the Network column) at most once a second, and always with the newest.
+  if (networkPending_) return;
   const std::int64_t now = unixMicrosNow();
-  if (now - networkShownUs_ >= 1'000'000) {
-    networkShownUs_ = now;
+  const std::int64_t wait = std::max<std::int64_t>(0, networkShownUs_ + 1'000'000 - now);
+  networkPending_ = true;
+  QTimer::singleShot(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::microseconds(wait)), this, [this] {
+    networkPending_ = false;
+    networkShownUs_ = unixMicrosNow();
     Q_EMIT agentsChanged();
-  }
+  });
 }
 
 const kpi::NodeKpis* ClusterStore::nodeFigures(const QString& agentId) const {

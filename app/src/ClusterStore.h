@@ -135,6 +135,7 @@ class ClusterStore : public QObject {
   std::vector<std::string> jobOrder_;
   std::map<std::string, kpi::NodeKpis, NaturalLess> nodes_;  // by node name, as the ingest published them
   std::int64_t networkShownUs_ = 0;  // the agents' view shows the network once a second
+  bool networkPending_ = false;
 };
 
 }  // namespace lockstep::app

@@ -102,7 +102,7 @@ class Ingest : public QObject {
   QThread thread_;
   QTimer* timer_ = nullptr;
   std::mutex mutex_;  // jobs_, which the GUI thread adds to
-  std::map<std::string, std::shared_ptr<LiveJob>> jobs_;  // never shrinks: the reader holds raw pointers
+  std::map<std::string, std::shared_ptr<LiveJob>> jobs_;  // never shrinks: a slot's job stays for the app's life
   kpi::StreamReader reader_;
 };
 

@@ -66,11 +66,13 @@ std::string srunCommand(const AgentsLaunch& l, const std::string& dir) {
 
 // The agents' step, then the end of the job (also when Slurm ends it: SIGTERM reaches this shell
 // too): its directory goes, the line saying which Slurm job ran it stays (startedFor), and the
-// ranks' logs go where the user asked (--slurm-logs), if anywhere.
+// ranks' logs go where the user asked (--slurm-logs), if anywhere. A directory whose agents never
+// all announced themselves (launchAgents marks it) stays: its output says why.
 std::string stepThenEnd(const AgentsLaunch& l, const std::string& dir) {
   std::string s = "D=" + quoted(dir) + "; E=" + quoted(endedDirectory()) + "; M=" + quoted(metricsTargetsDirectory()) +
                   "; J=" + quoted(l.lockstepJobId) + "; L=" + quoted(l.logsDir) + "\n";
   s += "end() {\n"
+       "  [ -e \"$D/announced\" ] || return 0\n"
        "  mkdir -p \"$E\" && cp \"$D/slurm-job\" \"$E/$J\" 2>/dev/null\n"
        "  if [ -n \"$L\" ]; then\n"
        "    for f in \"$D\"/node-*/jobs/*/rank-*.log*; do\n"
@@ -220,14 +222,18 @@ Result<Started> startAgents(const AgentsLaunch& l, milliseconds timeout) {
   }
   const std::string dir = jobDirectory(l.lockstepJobId);
   std::error_code ec;
-  if (fs::exists(dir, ec) || fs::exists(fs::path(endedDirectory()) / l.lockstepJobId, ec)) {
-    return invalidArgument("job " + l.lockstepJobId + " already ran through Slurm (" + dir + "); give another --job-id");
+  for (const auto& trace : {fs::path(dir), fs::path(endedDirectory()) / l.lockstepJobId}) {
+    if (fs::exists(trace, ec)) {
+      return invalidArgument("job " + l.lockstepJobId + " already ran through Slurm (" + trace.string() + "); give another --job-id");
+    }
   }
   if (!l.logsDir.empty() && !fs::path(l.logsDir).is_absolute()) return invalidArgument("--slurm-logs " + l.logsDir + ": give an absolute path");
   LOCKSTEP_TRY(makeDirectories(dir, 0700));
   fs::permissions(fs::path(dir).parent_path(), fs::perms::owner_all, ec);
-  // Prometheus may run as another user: it reads the metrics directory (addresses, no secrets).
+  // Prometheus may run as another user: it reads the metrics directory (addresses, no secrets),
+  // and passes through ~/.lockstep (which it cannot list).
   LOCKSTEP_TRY(makeDirectories(metricsTargetsDirectory(), 0755));
+  fs::permissions(lockstepHome(), fs::perms::group_exec | fs::perms::others_exec, fs::perm_options::add, ec);
   if (!l.logsDir.empty()) LOCKSTEP_TRY(makeDirectories(l.logsDir, 0700));
   const std::string output = (l.logsDir.empty() ? dir : l.logsDir) + "/slurm-%j.out";
   if (l.clientPublicKeys.empty()) return invalidArgument("no client key to let in (run `lockstepctl keygen` first)");
@@ -356,6 +362,9 @@ Result<Agents> launchAgents(const AgentsLaunch& launch, milliseconds toolTimeout
     }
     return e;
   }
+  // From here the job's directory goes with the job (stepThenEnd); before, it stays to say why the
+  // agents never came.
+  (void)writeFileAtomic(jobDirectory(launch.lockstepJobId) + "/announced", "", 0600);
   Agents out{started, std::move(*announcedAgents), 0};
   if (auto info = query(started.slurmJobId, toolTimeout)) out.allocatedGpus = info->gpus;
   if (out.allocatedGpus == 0) out.allocatedGpus = nodes * launch.allocation.gpusPerNode;

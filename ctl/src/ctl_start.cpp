@@ -16,6 +16,7 @@
 #include <random>
 
 #include "ctl.h"
+#include "lockstep/client/supervisor.h"
 #include "ctl_flags.h"
 #include "lockstep/client/launch.h"
 #include "lockstep/common/files.h"
@@ -104,10 +105,11 @@ int followJob(const Globals& g, const Connected& agents, const JobSpec& spec, st
     drain(lastSeq, recorder, g.timeout);
     recorder.finish();
     if (!supervised && !g.json) {
+      const JobAgent* supervisor = supervisorOf(spec);
       for (auto* agent : lost) {
-        if (!spec.agents.empty() && agent->hello().nodeName == spec.agents.front().node) {
+        if (supervisor && agent->hello().nodeName == supervisor->node) {
           std::printf("job %s: its supervising agent, node %s's, stopped answering: nothing restarts it\n",
-                      spec.jobId.c_str(), spec.agents.front().node.c_str());
+                      spec.jobId.c_str(), supervisor->node.c_str());
         }
       }
     }

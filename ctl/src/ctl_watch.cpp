@@ -87,16 +87,30 @@ Json nodesJson(const kpi::StreamReader& reader) {
   return out;
 }
 
-// "node a: eth0 ↓1.20 Gb/s ↑800 Mb/s of 25 Gb/s (4.8%)", the busiest interface of each node.
+// "node a: eth0 ↓1.20 Gb/s ↑800 Mb/s of 25 Gb/s (4.8%)", the busiest interface of each node; at
+// most kNodeLines nodes (the busiest, in natural order), the rest counted (--json has them all).
+constexpr std::size_t kNodeLines = 8;
 std::string nodesText(const kpi::StreamReader& reader) {
-  std::string out;
+  std::vector<std::pair<std::string, std::vector<kpi::NetRate>>> nodes;
   for (const auto& [name, node] : reader.nodes()) {
-    const auto interfaces = node.snapshot().interfaces;
-    if (interfaces.empty()) continue;
+    auto interfaces = node.snapshot().interfaces;
+    if (!interfaces.empty()) nodes.emplace_back(name, std::move(interfaces));
+  }
+  const std::size_t all = nodes.size();
+  if (all > kNodeLines) {
+    std::stable_sort(nodes.begin(), nodes.end(), [](const auto& a, const auto& b) {
+      return kpi::busiest(a.second.front()) > kpi::busiest(b.second.front());
+    });
+    nodes.resize(kNodeLines);
+    std::stable_sort(nodes.begin(), nodes.end(), [](const auto& a, const auto& b) { return naturalLess(a.first, b.first); });
+  }
+  std::string out;
+  for (const auto& [name, interfaces] : nodes) {
     out += "node " + name + ": " + present::networkRate(interfaces.front());
     if (interfaces.size() > 1) out += " (+" + std::to_string(interfaces.size() - 1) + " more)";
     out += "\n";
   }
+  if (all > nodes.size()) out += "(+" + std::to_string(all - nodes.size()) + " quieter nodes: --json lists them all)\n";
   return out;
 }
 

@@ -20,6 +20,26 @@
 
 namespace lockstep {
 
+// The one rule of who supervises a job (docs/agent.md): the first of its agents supervises it and
+// the second stands by; the others only run their parts. `isThis` says whether an entry of
+// spec.agents is the agent asked about (by node name, or by key).
+struct SupervisingRole {
+  const JobAgent* agent = nullptr;  // its entry; null: it neither supervises nor stands by
+  bool standby = false;
+  explicit operator bool() const { return agent != nullptr; }
+};
+template <class IsThis>
+SupervisingRole supervisingRole(const JobSpec& spec, IsThis isThis) {
+  for (std::size_t i = 0; i < spec.agents.size() && i < 2; ++i) {
+    if (isThis(spec.agents[i])) return SupervisingRole{&spec.agents[i], i == 1};
+  }
+  return {};
+}
+// The job's supervising agent's entry (the first of its agents); null when none supervises it.
+inline const JobAgent* supervisorOf(const JobSpec& spec) {
+  return supervisingRole(spec, [](const JobAgent&) { return true; }).agent;
+}
+
 class Supervisor {
  public:
   using Clock = std::chrono::steady_clock;
