@@ -209,7 +209,7 @@ std::vector<std::string> MetricsPage::seriesNames() {
 
 MetricsPage::MetricsPage(std::string node)
     : node_(std::move(node)),
-      reader_([this](const std::string& jobId) { return trackerOf(jobId); }, kpi::NodeSettings{1.0, 0}) {}
+      reader_([this](const std::string& jobId) { return trackerOf(jobId); }, kpi::kNewestOnly) {}
 
 RecordSink* MetricsPage::trackerOf(const std::string& jobId) {
   auto it = trackers_.find(jobId);

@@ -8,8 +8,6 @@ namespace lockstep::app {
 namespace {
 constexpr int kTickMs = 20;
 constexpr std::int64_t kStaleUs = 500'000;
-// The nodes' figures the GUI draws: the newest of each, no series.
-constexpr kpi::NodeSettings kNodeSettings{1.0, 0};
 }  // namespace
 
 LiveJob::LiveJob(const JobSpec& spec, const kpi::Settings& settings)
@@ -53,7 +51,7 @@ std::shared_ptr<const LiveJob::Published> LiveJob::published() const {
 
 Ingest::Ingest(QString historyPath)
     : historyPath_(std::move(historyPath)),
-      reader_([this](const std::string& jobId) -> RecordSink* { return find(jobId).get(); }, kNodeSettings) {
+      reader_([this](const std::string& jobId) -> RecordSink* { return find(jobId).get(); }, kpi::kNewestOnly) {
   qRegisterMetaType<NodeFigures>();
   thread_.setObjectName(QStringLiteral("ingest"));
   moveToThread(&thread_);

@@ -57,7 +57,7 @@ void SlurmLauncher::launch(const JobSpec& spec, const SlurmRequest& request) {
       return !closing_.load();
     };
     const slurm::AgentsLaunch launch{p->request.allocation, p->spec.jobId, besideThisProgram("lockstep-agent"), keys,
-                                     p->request.lingerS};
+                                     p->request.lingerS, {}};
     auto agents = slurm::launchAgents(launch, 30s, std::chrono::seconds(p->request.waitS), say);
     if (!agents) {
       const QString what = QString::fromStdString(agents.error().message);

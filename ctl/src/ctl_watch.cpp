@@ -36,7 +36,7 @@ class WatchState : public RecordSink {
   WatchState(const JobSpec& spec, const std::string& historyPath)
       : tracker_(spec, history::liveTrackerSettings(historyPath, spec)),
         reader_([this](const std::string& jobId) -> RecordSink* { return jobId == tracker_.spec().jobId ? this : nullptr; },
-                kpi::NodeSettings{1.0, 0}) {}
+                kpi::kNewestOnly) {}
 
   void read(const std::vector<StreamMessage>& messages) { reader_.read(messages); }
 

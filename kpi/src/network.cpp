@@ -12,6 +12,11 @@ std::uint64_t grew(const std::optional<std::uint64_t>& before, const std::option
 
 }  // namespace
 
+std::optional<double> linkUse(double rxBytesPerSecond, double txBytesPerSecond, std::optional<std::uint64_t> linkBitsPerSecond) {
+  if (!linkBitsPerSecond || *linkBitsPerSecond == 0) return std::nullopt;
+  return 8.0 * std::max(rxBytesPerSecond, txBytesPerSecond) / static_cast<double>(*linkBitsPerSecond);
+}
+
 std::optional<NetRate> netRate(const NetSample& before, const NetSample& after) {
   if (before.node != after.node || before.interface != after.interface) return std::nullopt;
   if (after.timeUnixUs <= before.timeUnixUs) return std::nullopt;
@@ -23,9 +28,7 @@ std::optional<NetRate> netRate(const NetSample& before, const NetSample& after) 
   r.rxBytesPerSecond = static_cast<double>(after.rxBytes - before.rxBytes) / seconds;
   r.txBytesPerSecond = static_cast<double>(after.txBytes - before.txBytes) / seconds;
   r.linkBitsPerSecond = after.linkBitsPerSecond;
-  if (r.linkBitsPerSecond && *r.linkBitsPerSecond > 0) {
-    r.linkUse = 8.0 * std::max(r.rxBytesPerSecond, r.txBytesPerSecond) / static_cast<double>(*r.linkBitsPerSecond);
-  }
+  r.linkUse = linkUse(r.rxBytesPerSecond, r.txBytesPerSecond, r.linkBitsPerSecond);
   r.newErrors = grew(before.rxErrors, after.rxErrors) + grew(before.txErrors, after.txErrors) +
                 grew(before.rxDrops, after.rxDrops) + grew(before.txDrops, after.txDrops);
   return r;

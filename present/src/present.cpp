@@ -110,23 +110,17 @@ std::string_view jobThroughputMeaning(bool ended) {
 }
 
 namespace {
-std::string bitsText(double bytesPerSecond) { return kpi::formatBitsPerSecond(8 * bytesPerSecond); }
 std::string linkShare(double use) { return plainNumber(100.0 * use, use < 0.1 ? 1 : 0) + "%"; }
 }  // namespace
 
+std::string bitRate(double bytesPerSecond) { return kpi::formatBitsPerSecond(8 * bytesPerSecond); }
+
 std::string networkRate(const kpi::NetRate& r) {
-  std::string text = r.interface + " \u2193" + bitsText(r.rxBytesPerSecond) + " \u2191" + bitsText(r.txBytesPerSecond);
+  std::string text = r.interface + " \u2193" + bitRate(r.rxBytesPerSecond) + " \u2191" + bitRate(r.txBytesPerSecond);
   if (!r.linkBitsPerSecond) return text + ", link speed unknown";
-  text += " of " + bitsText(static_cast<double>(*r.linkBitsPerSecond) / 8);
+  text += " of " + bitRate(static_cast<double>(*r.linkBitsPerSecond) / 8);
   if (r.linkUse) text += " (" + linkShare(*r.linkUse) + ")";
   return text;
-}
-
-std::string networkRateShort(const kpi::NetRate& r) {
-  std::string text = "\u2193" + bitsText(r.rxBytesPerSecond) + " \u2191" + bitsText(r.txBytesPerSecond);
-  if (!r.linkBitsPerSecond) return text;
-  if (r.linkUse) return text + ", " + linkShare(*r.linkUse) + " of " + bitsText(static_cast<double>(*r.linkBitsPerSecond) / 8);
-  return text + " of " + bitsText(static_cast<double>(*r.linkBitsPerSecond) / 8);
 }
 
 }  // namespace lockstep::present

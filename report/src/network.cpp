@@ -13,8 +13,6 @@ constexpr std::size_t kChartNodes = 8;
 
 double meanRate(std::uint64_t bytes, double seconds) { return seconds > 0 ? static_cast<double>(bytes) / seconds : 0; }
 
-std::string bits(double bytesPerSecond) { return kpi::formatBitsPerSecond(8 * bytesPerSecond); }
-
 // The interface of a node that carried the most, if it carried anything.
 const kpi::InterfaceTotals* busiestInterface(const NodeNetwork& node) {
   const kpi::InterfaceTotals* best = nullptr;
@@ -53,15 +51,13 @@ void addNetwork(Section& s, const ReportData& data) {
           {}};
   for (const auto& node : data.network) {
     for (const auto& i : node.interfaces) {
-      std::string use = dash();
-      if (i.linkBitsPerSecond && *i.linkBitsPerSecond > 0) {
-        use = percent(8 * std::max(i.peakRxBytesPerSecond, i.peakTxBytesPerSecond) / static_cast<double>(*i.linkBitsPerSecond));
-      }
+      const auto use = kpi::linkUse(i.peakRxBytesPerSecond, i.peakTxBytesPerSecond, i.linkBitsPerSecond);
       t.rows.push_back({node.node, i.interface,
                         i.linkBitsPerSecond ? kpi::formatBitsPerSecond(static_cast<double>(*i.linkBitsPerSecond)) : dash(),
                         bytes(static_cast<double>(i.rxBytes)), bytes(static_cast<double>(i.txBytes)),
-                        bits(meanRate(i.rxBytes, i.seconds)), bits(meanRate(i.txBytes, i.seconds)),
-                        bits(i.peakRxBytesPerSecond), bits(i.peakTxBytesPerSecond), use, std::to_string(i.errors)});
+                        present::bitRate(meanRate(i.rxBytes, i.seconds)), present::bitRate(meanRate(i.txBytes, i.seconds)),
+                        present::bitRate(i.peakRxBytesPerSecond), present::bitRate(i.peakTxBytesPerSecond), use ? percent(*use) : dash(),
+                        std::to_string(i.errors)});
     }
   }
   s.tables.push_back(std::move(t));

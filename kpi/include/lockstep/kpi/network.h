@@ -21,6 +21,10 @@ struct NetRate {
   std::uint64_t newErrors = 0;  // errors and drops, both ways, between the samples
 };
 
+// The busier of two directions over the link's speed, 0 to 1 (a link carries its speed each way);
+// nothing where the speed is not known.
+std::optional<double> linkUse(double rxBytesPerSecond, double txBytesPerSecond, std::optional<std::uint64_t> linkBitsPerSecond);
+
 // Nothing when the two are not of one interface, out of order, or the counters went back (the
 // interface was recreated): no rate is better than a wrong one.
 std::optional<NetRate> netRate(const NetSample& before, const NetSample& after);

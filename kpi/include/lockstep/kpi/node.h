@@ -48,6 +48,8 @@ struct NodeSettings {
   double pointSeconds = 1.0;          // the shortest interval of a series point
   std::size_t seriesCapacity = 3600;  // points kept per interface; 0: no series
 };
+// For views of the newest figures (the app, watch, the metrics page): no series.
+inline constexpr NodeSettings kNewestOnly{1.0, 0};
 
 // The busier direction of a rate, bytes per second.
 double busiest(const NetRate& rate);

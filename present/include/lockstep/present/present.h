@@ -42,8 +42,8 @@ std::string nodesText(std::vector<std::string> nodes, std::size_t named = 4);
 // An interface's throughput against its link, as links are sold (bits): "eth0 ↓1.20 Gb/s ↑800 Mb/s
 // of 25 Gb/s (4.8%)", or ", link speed unknown" where the driver gives none.
 std::string networkRate(const kpi::NetRate& rate);
-// The same, short, for a table cell: "↓1.20 Gb/s ↑800 Mb/s, 4.8% of 25 Gb/s" (the interface left out).
-std::string networkRateShort(const kpi::NetRate& rate);
+// Bytes per second as links are sold, in bits: bitRate(125e6) == "1.00 Gb/s".
+std::string bitRate(double bytesPerSecond);
 
 // Chart axes: the round tick step (1, 2 or 5 times a power of ten) that covers `span` in at most
 // `intervals` steps, and the decimals its labels need (0.02 steps read 0.02, 0.04, not 0.0, 0.0).
