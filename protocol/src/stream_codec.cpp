@@ -184,7 +184,7 @@ void toPb(const StreamMessage& message, pb::StreamMessage* m) {
 Result<StreamMessage> fromPb(const pb::StreamMessage& m) {
   if (m.seq() == 0) return invalidArgument("stream message: the sequence number is required (it counts from 1)");
   if (m.node().size() > 255) return invalidArgument("stream message: node name is longer than 255 bytes");
-  const auto* oneof = pb::StreamMessage::descriptor()->FindOneofByName("payload");
+  static const auto* const oneof = pb::StreamMessage::descriptor()->FindOneofByName("payload");  // looked up once
   const FieldDescriptor* field = m.GetReflection()->GetOneofFieldDescriptor(m, oneof);
   LOCKSTEP_ASSIGN_OR_RETURN(auto payload, payloadFromPb(m, field, std::make_index_sequence<std::variant_size_v<StreamPayload>>{}));
   return StreamMessage{m.seq(), m.node(), std::move(payload)};
