@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""What lockstep.watch + lockstep.step cost a PyTorch DDP program (issue 13; target: at most 1%).
+"""What lockstep.watch + lockstep.step cost a PyTorch DDP program (issue 13; target: at most 1%),
+and what the progress record adds to that (issue 32; target: at most 0.2%).
 
 The PyTorch reference CPU workload (../shared/reference/torch_cpu_reference.py: MLP
 784-1024-1024-10, batch 64 per rank, SGD, DDP with Gloo, 2 ranks, one thread each), as it is and
@@ -10,6 +11,16 @@ Reports go to a PULL socket this script drains, as an agent's would; it checks t
 instrumented step arrived.
 
     /usr/bin/python3 bench/own_program_overhead.py [--blocks 150] [--block-steps 4] [--pin] [--control]
+                                                   [--no-progress]
+
+The progress record (LOCKSTEP_PROGRESS, a 128-byte file per rank made here as the agent makes it,
+and LOCKSTEP_STACKS) is a third variant: the watched copy again, with the record written. The
+record's writer is switched off for the watched copy's blocks and on for the recorded ones, so the
+two differ in the record alone, and the blocks of all three variants rotate. Its cost without the
+machine's noise: record_us_per_step, the package's own CPU time per step with the record less
+without it (the writes as the step makes them, after its compute evicted the caches), and
+record_us_per_step_warm, the writes a watched step makes, counted, times what each costs in a
+tight loop (a lower bound). --no-progress leaves the record out (as before issue 32).
 
 --control runs the same with neither copy instrumented: the spread of its ratios is the machine's
 noise, the floor under which the end-to-end ratio says nothing (about ±3% on the 2-core build
@@ -27,8 +38,10 @@ import json
 import os
 import socket
 import statistics
+import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -63,7 +76,12 @@ def worker(args):
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group("nccl" if cuda else "gloo")
     device = torch.device("cuda" if cuda else "cpu")
+    from lockstep import _progress
+
     assert lockstep.active(), "LOCKSTEP_REPORT is not set"
+    record = _progress.writer()
+    recording = not args.control and not args.no_progress
+    assert (record is not None) == recording, "LOCKSTEP_PROGRESS is not a record"
     spent = self_timed()
     torch.manual_seed(0)
     variants = {}
@@ -72,6 +90,9 @@ def worker(args):
         variants[name] = (model, torch.optim.SGD(model.parameters(), lr=0.01))
     if not args.control:
         lockstep.watch(variants["instrumented"][0])
+    if recording:
+        variants["recorded"] = variants["instrumented"]  # the same watched copy, with the record
+    reported = [0]
     lossf = nn.CrossEntropyLoss()
     layers = [int(x) for x in args.layers.split(",")]
     g = torch.Generator().manual_seed(1234 + rank)
@@ -79,24 +100,32 @@ def worker(args):
     Y = torch.randint(0, layers[-1], (args.batch * 8,), generator=g).to(device)
 
     def step(name, i):
+        _progress._writer = record if name == "recorded" else None  # the one difference
         model, opt = variants[name]
         s = (i % 8) * args.batch
         opt.zero_grad(set_to_none=True)
         loss = lossf(model(X[s:s + args.batch]), Y[s:s + args.batch])
         loss.backward()
         opt.step()
-        if name == "instrumented" and not args.control:
+        if name != "plain" and not args.control:
             lockstep.step(samples=args.batch, loss=loss)  # timed by self_timed()
+            reported[0] += 1
 
     for name in variants:
         for i in range(args.warmup):
             step(name, i)
     times = {name: [] for name in variants}
     cpu = {name: 0.0 for name in variants}  # this process's CPU time, every thread of it
+    own = {name: 0.0 for name in variants}  # the package's own code (self_timed)
     blocks = {name: [] for name in variants}
+    names = list(variants)
     for b in range(args.blocks):
-        order = ("plain", "instrumented") if b % 2 == 0 else ("instrumented", "plain")
+        if len(names) == 2:
+            order = names if b % 2 == 0 else names[::-1]
+        else:  # all three rotate: each goes first, second and third alike
+            order = names[b % 3:] + names[:b % 3] if b % 2 == 0 else (names[b % 3:] + names[:b % 3])[::-1]
         for name in order:
+            own_before = spent[0]
             if cuda:
                 torch.cuda.synchronize()
             block = []
@@ -106,18 +135,24 @@ def worker(args):
                 step(name, i)
                 block.append(time.perf_counter() - t0)
             cpu[name] += time.process_time() - c0
+            own[name] += spent[0] - own_before
             if cuda:
                 torch.cuda.synchronize()
             times[name] += block
             blocks[name].append(statistics.median(block))
+    record_us = record_cost(lambda i: step("recorded", i)) if recording else None
     dist.barrier()
     if rank == 0:
-        instrumented_steps = args.warmup + args.blocks * args.block_steps
-        print(json.dumps({"step_ms": {n: statistics.median(t) * 1e3 for n, t in times.items()},
-                          "own_code_us_per_step": spent[0] * 1e6 / instrumented_steps,
-                          "mean_step_ms": {n: statistics.mean(t) * 1e3 for n, t in times.items()},
-                          "cpu_ms_per_step": {n: c * 1e3 / len(times[n]) for n, c in cpu.items()},
-                          "block_ratios": [i / p for i, p in zip(blocks["instrumented"], blocks["plain"])]}), flush=True)
+        figures = {"step_ms": {n: statistics.median(t) * 1e3 for n, t in times.items()},
+                   "own_code_us_per_step": {n: own[n] * 1e6 / len(times[n]) for n in variants},
+                   "mean_step_ms": {n: statistics.mean(t) * 1e3 for n, t in times.items()},
+                   "cpu_ms_per_step": {n: c * 1e3 / len(times[n]) for n, c in cpu.items()},
+                   "block_ratios": [i / p for i, p in zip(blocks["instrumented"], blocks["plain"])],
+                   "reported": reported[0]}
+        if recording:
+            figures["record_block_ratios"] = [r / i for r, i in zip(blocks["recorded"], blocks["instrumented"])]
+            figures["record_us_per_step"] = record_us
+        print(json.dumps(figures), flush=True)
     lockstep.close()  # sends what a GPU run still holds
     del variants
     dist.barrier()
@@ -148,6 +183,49 @@ def self_timed():
             setattr(_api._Watcher, name, timed(function))
     lockstep.step = timed(lockstep.step)
     return spent
+
+
+def record_cost(step, steps=20, calls=20000):
+    """What the progress record's writes cost a watched step, without the machine's noise: the
+    writes `steps` steps make, counted, times what each costs alone (the median of 5 runs of
+    `calls`), in microseconds per step."""
+    from lockstep import _progress
+
+    counts = {}
+    originals = {}
+    for name in ("step_done", "phase", "collective_begin", "collective_end"):
+        originals[name] = getattr(_progress.Writer, name)
+
+        def counting(self, *a, _name=name, **k):
+            counts[_name] = counts.get(_name, 0) + 1
+            return originals[_name](self, *a, **k)
+        setattr(_progress.Writer, name, counting)
+    try:
+        for i in range(steps):
+            step(i)
+    finally:
+        for name, function in originals.items():
+            setattr(_progress.Writer, name, function)
+    # On a copy of the record beside it (the rank's own stays as the steps left it).
+    copy = os.environ["LOCKSTEP_PROGRESS"] + ".timed"
+    with open(copy, "wb") as f:
+        f.write(bytes(128))
+    timed = _progress.Writer(_progress._map(copy))
+    timed._claim(0)
+    calls_of = {"step_done": lambda: timed.step_done(7, "data"), "phase": lambda: timed.phase("forward"),
+                "collective_begin": lambda: timed.collective_begin(phase="all-reduce"),
+                "collective_end": lambda: timed.collective_end(phase="optimizer")}
+    total = 0.0
+    for name, n in counts.items():
+        call = calls_of[name]
+        runs = []
+        for _ in range(5):
+            began = time.perf_counter()
+            for _ in range(calls):
+                call()
+            runs.append((time.perf_counter() - began) / calls)
+        total += statistics.median(runs) * n / steps
+    return {"us": total * 1e6, "writes_per_step": {n: c / steps for n, c in counts.items()}}
 
 
 def free_port():
@@ -189,6 +267,7 @@ def main():
     p.add_argument("--pin", action="store_true", help="pin each rank to a core of its own")
     p.add_argument("--control", action="store_true",
                    help="instrument neither copy: the ratios this machine's noise alone gives")
+    p.add_argument("--no-progress", action="store_true", help="leave the progress record out")
     p.add_argument("--coretype", default="", help="OPENBLAS_CORETYPE for both variants (e.g. SkylakeX)")
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     args = p.parse_args()
@@ -203,33 +282,67 @@ def main():
     if args.coretype:
         env["OPENBLAS_CORETYPE"] = args.coretype
     command = [sys.executable, os.path.abspath(__file__), "--worker"] + sys.argv[1:]
-    ranks = [subprocess.Popen(command, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), stdout=subprocess.PIPE, text=True)
-             for r in range(args.world)]
+    scratch = tempfile.TemporaryDirectory(prefix="lockstep-bench-")
+    envs, records = [], []
+    for r in range(args.world):
+        rank_env = dict(env, RANK=str(r), LOCAL_RANK=str(r))
+        if not args.control and not args.no_progress:  # as the agent makes them
+            rank_env["LOCKSTEP_PROGRESS"] = os.path.join(scratch.name, "progress.%d" % r)
+            rank_env["LOCKSTEP_STACKS"] = os.path.join(scratch.name, "stacks.%d" % r)
+            with open(rank_env["LOCKSTEP_PROGRESS"], "wb") as f:
+                f.write(bytes(128))
+            open(rank_env["LOCKSTEP_STACKS"], "w").close()
+            records.append(rank_env["LOCKSTEP_PROGRESS"])
+        envs.append(rank_env)
+    ranks = [subprocess.Popen(command, env=e, stdout=subprocess.PIPE, text=True) for e in envs]
     out = [rank.communicate(timeout=3600)[0] for rank in ranks]
     if any(rank.returncode != 0 for rank in ranks):
         raise SystemExit("a rank failed: %s" % [rank.returncode for rank in ranks])
     figures = json.loads(out[0].strip().splitlines()[-1])
-    expected = 0 if args.control else args.world * (args.warmup + args.blocks * args.block_steps)
+    expected = args.world * figures["reported"]  # every rank makes as many steps
     deadline = time.time() + 5
     while drain.count < expected and time.time() < deadline:
         time.sleep(0.01)
     ratios = sorted(figures["block_ratios"])
     plain, instrumented = figures["step_ms"]["plain"], figures["step_ms"]["instrumented"]
-    print(json.dumps({
+    own = figures["own_code_us_per_step"]
+    result = {
         "device": args.device, "world": args.world, "steps_each": args.blocks * args.block_steps,
         "coretype": args.coretype or None,
         "plain_step_ms": round(plain, 3), "instrumented_step_ms": round(instrumented, 3),
         "step_time_ratio": round(instrumented / plain, 4),
-        "own_code_us_per_step": round(figures["own_code_us_per_step"], 1),
-        "own_code_share_of_step": round(figures["own_code_us_per_step"] / 1e3 / plain, 5),
+        "own_code_us_per_step": round(own["instrumented"], 1),
+        "own_code_share_of_step": round(own["instrumented"] / 1e3 / plain, 5),
         "mean_step_ratio": round(figures["mean_step_ms"]["instrumented"] / figures["mean_step_ms"]["plain"], 4),
         "rank0_cpu_ms_per_step": {n: round(v, 3) for n, v in figures["cpu_ms_per_step"].items()},
         "block_ratio_median": round(statistics.median(ratios), 4),
         "block_ratio_quartiles": [round(ratios[len(ratios) // 4], 4), round(ratios[3 * len(ratios) // 4], 4)],
-        "reports": drain.count, "reports_expected": expected}, indent=1))
+        "reports": drain.count, "reports_expected": expected}
+    if "recorded" in figures["step_ms"]:
+        # The progress record: the watched copy with it over the same copy without it.
+        recorded = figures["step_ms"]["recorded"]
+        ratios = sorted(figures["record_block_ratios"])
+        cost = figures["record_us_per_step"]
+        result.update({
+            "recorded_step_ms": round(recorded, 3),
+            "record_step_time_ratio": round(recorded / instrumented, 4),
+            "record_mean_step_ratio": round(figures["mean_step_ms"]["recorded"] / figures["mean_step_ms"]["instrumented"], 4),
+            "record_block_ratio_median": round(statistics.median(ratios), 4),
+            "record_block_ratio_quartiles": [round(ratios[len(ratios) // 4], 4), round(ratios[3 * len(ratios) // 4], 4)],
+            "record_writes_per_step": cost["writes_per_step"],
+            "record_us_per_step_warm": round(cost["us"], 2),
+            "own_code_us_per_step_recorded": round(own["recorded"], 1),
+            "record_us_per_step": round(own["recorded"] - own["instrumented"], 1),
+            "record_share_of_step": round((own["recorded"] - own["instrumented"]) / 1e3 / instrumented, 5)})
+        for path in records:  # each rank wrote its record, up to its last step
+            with open(path, "rb") as f:
+                magic, version, sequence, step = struct.unpack_from("<IIQq", f.read(128))
+            if (magic, version, sequence % 2, step) != (0x5250534C, 1, 0, figures["reported"]):
+                raise SystemExit("%s: not the record of step %d: %s" % (path, figures["reported"],
+                                                                        (hex(magic), version, sequence, step)))
+    print(json.dumps(result, indent=1))
     if drain.count != expected:
         raise SystemExit("expected %d reports, got %d" % (expected, drain.count))
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -172,6 +172,9 @@ def main():
                     "usr/lib/lockstep/python/lockstep/__init__.py",
                     "usr/lib/lockstep/python/lockstep/v1/lockstep_pb2.py",
                     "usr/lib/python3/dist-packages/lockstep.pth",
+                    # Issue 32: the progress record and stacks, also for scripts that never import lockstep.
+                    "usr/lib/lockstep/python/lockstep/_progress.py",
+                    "usr/lib/lockstep/python/boot/sitecustomize.py",
                     "usr/include/lockstep/reporter.h", "usr/lib/liblockstep-reporter.so.0",
                     "usr/lib/liblockstep-reporter.so"]
         if man_pages:
@@ -182,6 +185,9 @@ def main():
         check(not any("__pycache__" in p for p in files), "lockstep-agent ships Python bytecode caches")
         check(not any(p.startswith("usr/lib/python3/dist-packages/lockstep/") for p in files),
               "the lockstep package must not be in dist-packages: the agent puts its directory on PYTHONPATH")
+        check(not any(p.endswith("sitecustomize.py") and p != "usr/lib/lockstep/python/boot/sitecustomize.py"
+                      for p in files),
+              "a sitecustomize.py outside usr/lib/lockstep/python/boot would run in every Python on the node")
         recommends = depends_entries(field(node, "Recommends") or "")
         for package in ("python3-zmq", "python3-protobuf"):
             check(package in recommends, f"lockstep-agent should recommend {package} (the lockstep package reports with it)")

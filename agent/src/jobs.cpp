@@ -22,9 +22,12 @@
 #include "lockstep/common/clock.h"
 #include "lockstep/common/files.h"
 #include "lockstep/common/npy.h"
+#include "lockstep/common/progress.h"
+#include "lockstep/kpi/stall.h"
 #include "lockstep/protocol/codec.h"
 #include "rank_launch.h"
 #include "rank_processes.h"
+#include "stalls.h"
 
 namespace lockstep::agent {
 namespace {
@@ -176,6 +179,9 @@ Result<StartJobReply> JobManager::start(const JobSpec& spec, const CheckedPaths&
 
 Result<void> JobManager::spawnRanks(Job& job, const NodeLaunch& launch) {
   for (auto& rank : job.ranks) {
+    // Made by the agent (and emptied for a restart): a rank writes its progress and stacks there.
+    LOCKSTEP_TRY(progress::create(rankProgressPath(job.dir, rank.placement.rank)));
+    LOCKSTEP_TRY(writeFileAtomic(rankStacksPath(job.dir, rank.placement.rank), "", 0600));
     const Keeper keeper{options_.keeperPath, rankExitPath(job.dir, rank.placement.rank)};
     auto spawned = spawnKept(rankSpawnOptions(launch, options_.node.name, rank.placement, rank.logPath), keeper);
     if (!spawned) {
@@ -376,20 +382,64 @@ void JobManager::rankEnded(Job& job, std::size_t index, std::optional<ExitStatus
   emit_(exited);
 
   if (r.state == JobState::kFailed && job.state == JobState::kRunning) {
-    // Fail fast: the others cannot finish without this rank.
-    job.state = JobState::kFailed;
-    job.message = who + " " + (status ? how : "ended before its last step; its exit code is unknown");
-    JobEvent failed = event(job, JobEventKind::kFailed, job.message);
-    failed.rank = r.placement.rank;
+    // Fail fast: the others cannot finish without this rank. Where it was (its progress record)
+    // tells its peers' users which collective it left them in.
+    std::string message = who + " " + (status ? how : "ended before its last step; its exit code is unknown");
+    if (auto last = progress::read(rankProgressPath(job.dir, r.placement.rank))) {
+      message += ", in " + kpi::whereIs(progressOf(r.placement.rank, *last, 0));
+    }
+    JobEvent failed = event(job, JobEventKind::kFailed, "");
     failed.exitCode = exited.exitCode;
     failed.signal = exited.signal;
     failed.logTail = fileTail(r.logPath, kLogTailBytes, nullptr);
-    emit_(failed);
-    signalRanks(job, SIGTERM);
-    job.killAt = Clock::now() + options_.defaultStopGrace;
+    failJob(job, std::move(message), r.placement.rank, std::move(failed));
   }
   finishIfDone(job);
   persist();
+}
+
+void JobManager::failJob(Job& job, std::string message, std::optional<std::uint32_t> rank, JobEvent failed) {
+  job.state = JobState::kFailed;
+  job.message = std::move(message);
+  failed.message = job.message;
+  failed.rank = rank;
+  emit_(failed);
+  signalRanks(job, SIGTERM);
+  job.killAt = Clock::now() + options_.defaultStopGrace;
+}
+
+Result<void> JobManager::fail(const std::string& jobId, std::string message) {
+  auto it = jobs_.find(jobId);
+  if (it == jobs_.end() || !it->second->running()) return notFound("no running job " + jobId + " here");
+  Job& job = *it->second;
+  failJob(job, std::move(message), std::nullopt, event(job, JobEventKind::kFailed, ""));
+  persist();
+  return {};
+}
+
+std::vector<WatchedJob> JobManager::watched() const {
+  std::vector<WatchedJob> out;
+  for (const auto& id : order_) {
+    if (jobs_.at(id)->running()) out.push_back(watched(id));
+  }
+  return out;
+}
+
+WatchedJob JobManager::watched(const std::string& jobId) const {
+  WatchedJob w;
+  w.jobId = jobId;
+  auto it = jobs_.find(jobId);
+  if (it == jobs_.end()) return w;
+  const Job& job = *it->second;
+  w.stallAfterS = job.spec.stallAfterS;
+  w.onStall = job.spec.onStall;
+  w.command = job.spec.isCommand();
+  for (const auto& r : job.ranks) {
+    if (r.state != JobState::kRunning || r.programPid <= 0) continue;
+    w.ranks.push_back(WatchedRank{r.placement.rank, r.programPid, rankProgressPath(job.dir, r.placement.rank),
+                                  rankStacksPath(job.dir, r.placement.rank), r.logPath});
+  }
+  return w;
 }
 
 void JobManager::finishIfDone(Job& job) {
@@ -421,7 +471,7 @@ std::vector<JobStatus> JobManager::list() const {
   for (const auto& id : order_) {
     const Job& job = *jobs_.at(id);
     JobStatus s{job.spec,     job.state, {}, job.startedUnixUs, job.endedUnixUs, job.message,
-                job.storePort != 0 ? job.storePort : job.masterPort, {}};
+                job.storePort != 0 ? job.storePort : job.masterPort, {}, {}, std::nullopt};
     for (const auto& r : job.ranks) {
       RankStatus rs{r.placement.rank, r.placement.localRank, r.placement.gpuIndex, static_cast<std::uint32_t>(r.programPid),
                     r.state, std::nullopt, std::nullopt, r.exitUnknown};

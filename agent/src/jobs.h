@@ -59,6 +59,20 @@ struct JobManagerOptions {
   std::size_t keepFinishedJobs = 100;
 };
 
+// A job's running ranks here, for the stall watch and the evidence taker (stalls.h, evidence.h).
+struct WatchedRank {
+  std::uint32_t rank = 0;
+  pid_t pid = 0;  // the program, not its keeper
+  std::string progressPath, stacksPath, logPath;
+};
+struct WatchedJob {
+  std::string jobId;
+  std::uint32_t stallAfterS = 0;
+  OnStall onStall = OnStall::kReport;
+  bool command = false;
+  std::vector<WatchedRank> ranks;
+};
+
 // A running rank, for sampling.
 struct TrackedRank {
   std::string jobId;
@@ -98,6 +112,12 @@ class JobManager {
   void poll();
 
   std::vector<TrackedRank> runningRanks() const;
+  // The running jobs' running ranks; one job's (empty when it is not here or has none running).
+  std::vector<WatchedJob> watched() const;
+  WatchedJob watched(const std::string& jobId) const;
+  // Fails a running job with `message` (a stall with --on-stall stop or restart) and stops its
+  // ranks as a failed rank's would be.
+  Result<void> fail(const std::string& jobId, std::string message);
   std::map<std::uint32_t, std::string> busyGpus() const;  // gpu index -> job id
 
   struct Job;
@@ -121,6 +141,7 @@ class JobManager {
   void persist();
   void trimLogs();
   JobEvent event(const Job& job, JobEventKind kind, std::string message) const;
+  void failJob(Job& job, std::string message, std::optional<std::uint32_t> rank, JobEvent base);
 
   JobManagerOptions options_;
   Emit emit_;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "lockstep/common/progress.h"
 #include "lockstep/jobflags/options.h"
 
 namespace lockstep::agent {
@@ -57,12 +58,17 @@ Env commandEnv(const NodeLaunch& n, const std::string& nodeName, const RankPlace
              {"CUDA_VISIBLE_DEVICES", visibleGpus(n.local)},
              {"LOCKSTEP_JOB_ID", spec.jobId},
              {"LOCKSTEP_ATTEMPT", std::to_string(spec.attempt)},
-             {"LOCKSTEP_REPORT", n.reportEndpoint}};
+             {"LOCKSTEP_REPORT", n.reportEndpoint},
+             {progress::kEnv, rankProgressPath(n.jobDir, p.rank)},
+             {progress::kStacksEnv, rankStacksPath(n.jobDir, p.rank)}};
   // As torchrun does for several local ranks: no thread pools that overrun the cores.
   if (localWorld > 1) env.emplace_back("OMP_NUM_THREADS", std::to_string(std::max(1u, n.cpuCores / localWorld)));
   if (!n.pythonPath.empty()) {
+    // boot/ holds a sitecustomize that loads the package's stack dumper into every Python rank,
+    // so unmodified scripts get stacks too (docs/stalls.md); it chains to the system's own.
+    const std::string ours = n.pythonPath + ":" + n.pythonPath + "/boot";
     const std::string theirs = valueIn(spec.command->env, "PYTHONPATH");
-    env.emplace_back("PYTHONPATH", theirs.empty() ? n.pythonPath : theirs + ":" + n.pythonPath);
+    env.emplace_back("PYTHONPATH", theirs.empty() ? ours : theirs + ":" + ours);
   }
   // The job's own variables win over the inherited ones and ours (validation keeps it off the
   // rank variables), except PYTHONPATH, merged above.
@@ -88,12 +94,21 @@ Env trainerEnv(const NodeLaunch& n, const RankPlacement& p) {
           {"LOCKSTEP_JOB_ID", spec.jobId},
           {"LOCKSTEP_ATTEMPT", std::to_string(spec.attempt)},
           {"LOCKSTEP_REPORT", n.reportEndpoint},
+          {progress::kEnv, rankProgressPath(n.jobDir, p.rank)},
           {"CUDA_DEVICE_ORDER", "PCI_BUS_ID"},
           {"CUDA_VISIBLE_DEVICES", p.gpuIndex ? std::to_string(*p.gpuIndex) : ""},
           {"OPENBLAS_NUM_THREADS", std::to_string(std::max(1u, n.cpuCores / localWorld))}};
 }
 
 }  // namespace
+
+std::string rankProgressPath(const std::string& jobDir, std::uint32_t rank) {
+  return (fs::path(jobDir) / ("progress-" + std::to_string(rank))).string();
+}
+
+std::string rankStacksPath(const std::string& jobDir, std::uint32_t rank) {
+  return (fs::path(jobDir) / ("stacks-" + std::to_string(rank) + ".txt")).string();
+}
 
 std::pair<std::uint32_t, std::uint32_t> nodeRankOf(const JobSpec& spec, const std::string& node) {
   std::vector<std::string> nodes;  // in the order of their lowest rank

@@ -27,6 +27,11 @@ struct NodeLaunch {
   std::string hide;         // the state directory when ranks must not see it (SpawnOptions::sandbox)
 };
 
+// A rank's progress record (LOCKSTEP_PROGRESS, lockstep/common/progress.h) and the file its
+// Python stacks are written to (LOCKSTEP_STACKS), in its job's directory.
+std::string rankProgressPath(const std::string& jobDir, std::uint32_t rank);
+std::string rankStacksPath(const std::string& jobDir, std::uint32_t rank);
+
 // The node's index among the job's nodes (rank 0's node is 0) and how many nodes there are,
 // torchrun's GROUP_RANK and GROUP_WORLD_SIZE.
 std::pair<std::uint32_t, std::uint32_t> nodeRankOf(const JobSpec& spec, const std::string& node);

@@ -32,13 +32,13 @@
 #include "rank_launch.h"
 #include "sampler.h"
 #include "stream_buffer.h"
+#include "server_impl.h"
 #include "supervision.h"
 
 namespace lockstep::agent {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr std::size_t kMaxRequestBytes = 4u << 20;
@@ -61,92 +61,6 @@ struct RankPush : RecordSink {
 };
 
 }  // namespace
-
-// ---- agent ----
-
-class Agent::Impl {
- public:
-  Impl(const AgentConfig& config, Log& log)
-      : config_(config), log_(log), keyRing_(config_.authorizedKeysPath(), log), context_(1) {}
-
-  Result<void> init();
-  Result<void> loop(const std::atomic<int>& stop);
-  const CurveKeyPair& keys() const { return keys_; }
-
- private:
-  // A StartJob whose paths are being checked off the loop (preflight.h).
-  struct PendingStart {
-    std::string client;
-    std::string key;  // the client's
-    std::uint64_t requestId;
-    JobSpec spec;
-    std::string storeSecret;
-  };
-
-  struct PendingFetch {
-    std::string client;
-    std::string key;
-    std::uint64_t requestId;
-    std::uint64_t afterSeq;
-    std::size_t max;
-    Clock::time_point deadline;
-  };
-
-  void onRequest();
-  void onStartJob(const std::string& client, const std::string& key, std::uint64_t id, JobSpec spec,
-                  std::string storeSecret);
-  void onPreflight();
-  bool cancelPendingStart(const std::string& jobId);
-  void onReports();
-  void onSamples();
-  void answerFetches(bool onlyExpired);
-  void reply(const std::string& client, const Reply& reply);
-  void replyError(const std::string& client, std::uint64_t requestId, const Error& error);
-  NodeHello hello() const;
-  bool authorized(const std::string& key);
-  void revoke(const std::vector<std::string>& keys);
-  Error revokedError() const;
-  void append(StreamBuffer::Payload payload);
-  Result<void> serveMetrics();
-  Result<void> announce() const;
-  Result<void> writeMetricsTargets() const;
-  void publishMetrics();
-  bool stillEnding();
-  std::string slurmEndReason() const;
-  bool idleTooLong();
-  std::vector<JobStatus> listFor(const std::string& key, bool user) const;
-  std::string launcherPath(const std::string& jobId) const;
-  std::optional<Error> restartRefusal(const JobSpec& spec) const;
-
-  AgentConfig config_;
-  Log& log_;
-  KeyRing keyRing_;
-  CurveKeyPair keys_;
-  std::uint64_t instanceId_ = 0;
-  std::unique_ptr<Nvml> nvml_;
-  std::string gpuStatus_;
-  zmq::context_t context_;
-  std::unique_ptr<ZapHandler> zap_;
-  std::unique_ptr<zmq::socket_t> router_;
-  std::unique_ptr<zmq::socket_t> reports_;
-  std::unique_ptr<StreamBuffer> stream_;
-  std::unique_ptr<JobManager> jobs_;
-  std::unique_ptr<Sampler> sampler_;
-  std::deque<PendingFetch> fetches_;
-  std::unique_ptr<Preflight> preflight_;
-  std::map<std::uint64_t, PendingStart> starts_;  // by preflight id
-  std::uint64_t nextPreflightId_ = 1;
-  std::uint64_t droppedReports_ = 0;
-  bool reserveFailing_ = false;
-  std::set<std::string> stoppedByUser_;  // jobs a user's key stopped
-  std::unique_ptr<MetricsPage> metricsPage_;      // with --metrics-listen
-  std::unique_ptr<MetricsServer> metricsServer_;
-  Clock::time_point nextMetrics_;
-  std::uint64_t fetchedUpTo_ = 0;  // the newest seq a client has asked for what follows
-  std::optional<Clock::time_point> endingSince_, endedAt_, idleSince_;
-  bool hadJob_ = false;  // for --exit-when-idle-s
-  std::unique_ptr<Supervisions> supervisions_;  // last: its threads end before the rest goes
-};
 
 Result<void> Agent::Impl::init() {
   LOCKSTEP_TRY(makeDirectories(config_.stateDir, 0700));
@@ -336,7 +250,10 @@ std::vector<JobStatus> Agent::Impl::listFor(const std::string& key, bool user) c
     const auto mine = jobsSupervisedBy(key, jobs);
     std::erase_if(jobs, [&](const JobStatus& j) { return std::find(mine.begin(), mine.end(), j.spec.jobId) == mine.end(); });
   }
-  for (auto& j : jobs) j.supervision = supervisions_->of(j.spec.jobId);
+  for (auto& j : jobs) {
+    j.supervision = supervisions_->of(j.spec.jobId);
+    withProgress(j);
+  }
   return jobs;
 }
 
@@ -460,6 +377,8 @@ void Agent::Impl::onRequest() {
           }
         } else if constexpr (std::is_same_v<T, ListJobsRequest>) {
           reply(client, Reply{id, JobsReply{listFor(key, user)}});
+        } else if constexpr (std::is_same_v<T, StacksRequest>) {
+          onStacks(client, id, body);
         } else {
           auto logs = jobs_->logs(body.jobId, body.rank, body.maxBytes);
           if (logs) {
@@ -593,6 +512,7 @@ void Agent::Impl::onReports() {
       continue;
     }
     jobs_->noteStep(report->jobId, report->rank, report->step);
+    stalls_.noteStep(report->jobId, report->rank, report->stepTimeUs);
     append(std::move(*pushed.report));
   }
 }
@@ -679,6 +599,7 @@ Result<void> Agent::Impl::loop(const std::atomic<int>& stop) {
         {reports_->handle(), 0, ZMQ_POLLIN, 0},
         {nullptr, sampler_->wakeFd(), ZMQ_POLLIN, 0},
         {nullptr, preflight_->wakeFd(), ZMQ_POLLIN, 0},
+        {nullptr, evidence_.wakeFd(), ZMQ_POLLIN, 0},
     };
     for (int fd : jobs_->exitFds()) items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
     auto timeout = milliseconds(200);
@@ -709,9 +630,11 @@ Result<void> Agent::Impl::loop(const std::atomic<int>& stop) {
     // Finished checks, and those past their deadline. Its eventfd is read whenever it fired: a
     // check answered at its deadline still writes it when its thread ends.
     if ((items[4].revents & ZMQ_POLLIN) || !starts_.empty()) onPreflight();
+    if (items[5].revents & ZMQ_POLLIN) onEvidence();
     const auto ranksBefore = jobs_->runningRanks().size();
     jobs_->poll();
     if (jobs_->runningRanks().size() != ranksBefore) sampler_->track(jobs_->runningRanks(), jobs_->busyGpus());
+    tickStalls();
     answerFetches(stream_->lastSeq() == before);
     publishMetrics();
   }

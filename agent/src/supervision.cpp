@@ -211,7 +211,7 @@ std::vector<EndedPart> Supervisions::Worker::observe(const JobSpec& attempt, Clo
 // One node's part: as its agent lists it; starting while it may not be there yet; else lost.
 EndedPart Supervisions::Worker::observeOn(const std::string& node, const JobSpec& attempt, bool mayBeStarting) {
   const JobAgent* a = agentOf(first_, node);
-  EndedPart part{node, a ? a->address : node, {}, true};
+  EndedPart part{node, a ? a->address : node, {}, true, JobState::kRunning, 0, ""};
   if (lost_.count(node)) return part;
   if (AgentClient* c = client(node)) {
     auto jobs = c->listJobs(kCallTimeout);
@@ -220,7 +220,7 @@ EndedPart Supervisions::Worker::observeOn(const std::string& node, const JobSpec
     for (const auto& status : jobs ? jobs->jobs : std::vector<JobStatus>{}) {
       if (status.spec.jobId != first_.jobId || status.spec.attempt < attempt.attempt) continue;
       seen_.insert(node);
-      return EndedPart{node, part.agent, status.ranks, false, status.state, status.spec.attempt};
+      return EndedPart{node, part.agent, status.ranks, false, status.state, status.spec.attempt, status.message};
     }
     if (jobs && !mayBeStarting) {  // it answers, and has no such part: it never started, or was lost
       lost_.insert(node);

@@ -213,4 +213,8 @@ Result<LogsReply> AgentClient::logs(const std::string& jobId, std::uint32_t rank
   return expect<LogsReply>(impl_->call(LogsRequest{jobId, rank, maxBytes}, timeout), "logs");
 }
 
+Result<StacksReply> AgentClient::stacks(const std::string& jobId, std::optional<std::uint32_t> rank, milliseconds timeout) {
+  return expect<StacksReply>(impl_->call(StacksRequest{jobId, rank}, timeout), "stacks");
+}
+
 }  // namespace lockstep

@@ -11,6 +11,7 @@ namespace lockstep {
 
 bool rankLost(const RankStatus& r, bool ownProgram) {
   if (r.exitUnknown) return true;
+  if (r.state == JobState::kStopped) return false;
   // A program of the user's own says nothing by its exit code: the rank whose end failed the job
   // was lost; the ones its agent then stopped (state stopped, whatever their code) survived.
   if (ownProgram) return r.state == JobState::kFailed;
@@ -45,6 +46,9 @@ RestartPlan planRestart(const JobSpec& spec, const std::vector<EndedPart>& parts
       plan.ranksPerNode.emplace_back(p.node, alive);
       survivors += alive;
     }
+  }
+  for (const auto& p : parts) {
+    if (plan.lost.empty() && !p.agentLost && p.state == JobState::kFailed && !p.message.empty()) plan.lost = p.message;
   }
   if (plan.lost.empty()) plan.lost = "the job failed";
 

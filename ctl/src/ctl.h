@@ -109,6 +109,9 @@ Result<std::vector<Part>> stopEverywhere(const Connected& agents, const std::str
 // The status of the part whose agent supervises the job (docs/agent.md), if it answered; else its
 // standby's.
 const JobStatus* supervisingPart(const std::vector<Part>& parts);
+// A job's stall across its parts (kpi::jobStall), and "stalled 43 s: <diagnosis>".
+std::optional<Stall> stallOf(const std::vector<Part>& parts);
+std::string stallText(const Stall& stall);
 int printJob(const Globals& g, const std::string& jobId, const std::vector<Part>& parts);
 // After a job ended: what the agents sent since the last fetch (its last reports and events).
 void drain(std::map<AgentClient*, std::uint64_t>& lastSeq, Recorder& recorder, std::chrono::milliseconds timeout);
@@ -142,6 +145,7 @@ int cmdTrust(const Globals& g, const std::vector<std::string>& args);
 int cmdNodes(const Globals& g, const std::vector<std::string>& args);  // ctl_jobs.cpp
 int cmdStatus(const Globals& g, const std::vector<std::string>& args);
 int cmdStop(const Globals& g, const std::vector<std::string>& args);
+int cmdStacks(const Globals& g, const std::vector<std::string>& args);
 int cmdLogs(const Globals& g, const std::vector<std::string>& args);
 int cmdStart(const Globals& g, const std::vector<std::string>& args);
 int cmdWatch(const Globals& g, const std::vector<std::string>& args);

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "ctl.h"
+#include "lockstep/common/clock.h"
+#include "lockstep/kpi/stall.h"
 #include "lockstep/net/keys.h"
 #include "lockstep/protocol/names.h"
 #include "lockstep/report/report.h"
@@ -150,8 +152,39 @@ const JobStatus* supervisingPart(const std::vector<Part>& parts) {
   return standby;  // the first agent did not answer: the one that takes over
 }
 
+std::optional<Stall> stallOf(const std::vector<Part>& parts) {
+  std::vector<JobStatus> statuses;
+  for (const auto& p : parts) statuses.push_back(p.status);
+  return kpi::jobStall(statuses);
+}
+
+std::string stallText(const Stall& stall) {
+  const auto seconds = std::max<std::int64_t>(0, (unixMicrosNow() - stall.sinceUnixUs) / 1'000'000);
+  return "stalled " + std::to_string(seconds) + " s: " + stall.message;
+}
+
+namespace {
+
+const RankProgress* progressOf(const Part& part, std::uint32_t rank) {
+  for (const auto& p : part.status.progress) {
+    if (p.rank == rank) return &p;
+  }
+  return nullptr;
+}
+
+// Where a running rank is, for status: "data of step 15, still 43 s".
+std::string whereText(const Part& part, const RankStatus& r) {
+  const RankProgress* p = progressOf(part, r.rank);
+  if (r.state != JobState::kRunning || !p) return "";
+  if (!p->recorded) return "no progress record";
+  return kpi::whereIs(*p) + (p->stillMs >= 2000 ? ", still " + std::to_string(p->stillMs / 1000) + " s" : "");
+}
+
+}  // namespace
+
 int printJob(const Globals& g, const std::string& jobId, const std::vector<Part>& parts) {
   const JobState state = overall(parts);
+  const auto stall = stallOf(parts);
   const JobStatus* supervised = supervisingPart(parts);
   const Supervision* supervision = supervised ? &supervised->supervision : nullptr;
   std::string message;
@@ -163,7 +196,16 @@ int printJob(const Globals& g, const std::string& jobId, const std::vector<Part>
   if (g.json) {
     Json ranks = Json::array();
     for (const auto& p : parts)
-      for (const auto& r : p.status.ranks) ranks.push_back(rankJson(p, r));
+      for (const auto& r : p.status.ranks) {
+        Json rank = rankJson(p, r);
+        if (const RankProgress* progress = progressOf(p, r.rank)) {
+          rank["progress"] = Json{{"recorded", progress->recorded}, {"step", progress->step}, {"phase", progress->phase},
+                                  {"in_collective", progress->inCollective}, {"collectives", progress->collectives},
+                                  {"still_ms", progress->stillMs}, {"allowance_ms", progress->allowanceMs},
+                                  {"where", kpi::whereIs(*progress)}, {"process_state", progress->processState}};
+        }
+        ranks.push_back(std::move(rank));
+      }
     const Prices& prices = parts.front().status.spec.prices;
     const Json pricesJson{{"gpu_hour", prices.gpuHour}, {"core_hour", prices.coreHour}, {"kwh", prices.kwh},
                           {"currency", prices.currency}};
@@ -173,6 +215,9 @@ int printJob(const Globals& g, const std::string& jobId, const std::vector<Part>
     if (const auto& command = parts.front().status.spec.command) {
       out["command"] = command->argv;
       out["working_dir"] = command->workingDir;
+    }
+    if (stall) {
+      out["stall"] = Json{{"since_unix_us", stall->sinceUnixUs}, {"message", stall->message}, {"ranks", stall->ranks}};
     }
     if (supervision) {
       out["supervision"] = Json{{"state", std::string(nameOf(supervision->state))},
@@ -184,6 +229,7 @@ int printJob(const Globals& g, const std::string& jobId, const std::vector<Part>
   }
   std::printf("job %s: %s%s%s\n", jobId.c_str(), std::string(jobStateName(state)).c_str(), message.empty() ? "" : ": ",
               message.c_str());
+  if (stall) std::printf("%s\n", stallText(*stall).c_str());
   if (const auto& slurmJob = parts.front().status.spec.slurmJobId; !slurmJob.empty()) {
     std::printf("in Slurm job %s\n", slurmJob.c_str());
   }
@@ -191,13 +237,13 @@ int printJob(const Globals& g, const std::string& jobId, const std::vector<Part>
     std::printf("runs %s in %s\n", report::commandLine(command->argv).c_str(),
                 command->workingDir.empty() ? "the agent's job directory" : command->workingDir.c_str());
   }
-  std::printf("%-6s %-16s %-8s %-10s %s\n", "RANK", "NODE", "PID", "STATE", "EXIT");
+  std::printf("%-6s %-16s %-8s %-10s %-14s %s\n", "RANK", "NODE", "PID", "STATE", "EXIT", "WHERE");
   std::vector<std::pair<std::uint32_t, std::string>> rows;
   for (const auto& p : parts) {
     for (const auto& r : p.status.ranks) {
       char line[256];
-      std::snprintf(line, sizeof line, "%-6u %-16s %-8u %-10s %s", r.rank, p.agent->hello().nodeName.c_str(), r.pid,
-                    std::string(jobStateName(r.state)).c_str(), rankExitText(r).c_str());
+      std::snprintf(line, sizeof line, "%-6u %-16s %-8u %-10s %-14s %s", r.rank, p.agent->hello().nodeName.c_str(), r.pid,
+                    std::string(jobStateName(r.state)).c_str(), rankExitText(r).c_str(), whereText(p, r).c_str());
       rows.emplace_back(r.rank, line);
     }
   }

@@ -10,6 +10,7 @@
 
 #include "ctl.h"
 #include "ctl_flags.h"
+#include "lockstep/kpi/stall.h"
 
 namespace lockstep::ctl {
 namespace {
@@ -85,10 +86,13 @@ int cmdStatus(const Globals& g, const std::vector<std::string>& argv) {
       ended = std::max(ended, p.status.endedUnixUs);
       if (!p.status.message.empty() && message.empty()) message = p.status.message;
     }
+    const auto stall = stallOf(parts);
+    if (stall && message.empty()) message = stallText(*stall).substr(0, stallText(*stall).find('\n'));
     const std::string state(jobStateName(overall(parts)));
     if (g.json) {
       all.push_back({{"job_id", id}, {"state", state}, {"ranks", ranks}, {"ranks_running", running},
-                     {"started_unix_us", started}, {"ended_unix_us", ended}, {"message", message}});
+                     {"started_unix_us", started}, {"ended_unix_us", ended}, {"message", message},
+                     {"stalled", stall.has_value()}});
     } else {
       std::printf("%-32s %-9s %-6s %s %s %s\n", id.c_str(), state.c_str(),
                   (std::to_string(running) + "/" + std::to_string(ranks)).c_str(), column(timeText(started), -20).c_str(),
@@ -147,6 +151,50 @@ int cmdLogs(const Globals& g, const std::vector<std::string>& args) {
     }
   }
   return fail(Error{ErrorCode::kNotFound, "job " + jobId + " has no rank " + std::to_string(*rank)});
+}
+
+int cmdStacks(const Globals& g, const std::vector<std::string>& args) {
+  std::vector<std::string> job;
+  std::optional<std::uint32_t> rank;
+  LOCKSTEP_TRY_OR_FAIL(Flags("usage: lockstepctl stacks JOB [--rank R]").whole("--rank", &rank, 0, 1u << 20).arguments(&job, 1).parse(args));
+  const std::string& jobId = job[0];
+  auto agents = connectAgentsFor(g, jobId);
+  if (!agents) return fail(agents.error());
+  auto parts = findJob(*agents, jobId, g.timeout);
+  if (!parts) return fail(parts.error());
+  std::vector<RankEvidence> all;
+  for (const auto& p : *parts) {
+    const bool here = std::any_of(p.status.ranks.begin(), p.status.ranks.end(), [&](const RankStatus& r) {
+      return r.state == JobState::kRunning && (!rank || r.rank == *rank);
+    });
+    if (!here) continue;
+    // Taking stacks waits for them (up to about 45 s on a node): a minute, or the user's longer timeout.
+    auto taken = p.agent->stacks(jobId, rank, std::max(g.timeout, std::chrono::milliseconds(60000)));
+    if (!taken) return fail(taken.error());
+    all.insert(all.end(), taken->ranks.begin(), taken->ranks.end());
+  }
+  if (all.empty()) {
+    return fail(notFound("job " + jobId + (rank ? " has no running rank " + std::to_string(*rank) : " has no running ranks") +
+                         " (lockstepctl status " + jobId + " says where they are)"));
+  }
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  if (g.json) {
+    Json out = Json::array();
+    for (const auto& e : all) {
+      Json rankJson{{"rank", e.rank}, {"pid", e.pid}, {"node", e.node}, {"time_unix_us", e.timeUnixUs},
+                    {"where", kpi::whereIs(e.progress)}, {"still_ms", e.progress.stillMs},
+                    {"process_state", e.processState}, {"threads", e.threads}, {"python_stacks", e.pythonStacks},
+                    {"native_backtrace", e.nativeBacktrace}, {"log_tail", e.logTail}, {"note", e.note}};
+      rankJson["cpu_moving"] = e.cpuMoving ? Json(*e.cpuMoving) : Json(nullptr);
+      out.push_back(std::move(rankJson));
+    }
+    std::printf("%s\n", Json{{"job_id", jobId}, {"ranks", out}}.dump().c_str());
+    return kOk;
+  }
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    std::printf("%s%s", i > 0 ? "\n" : "", kpi::evidenceText(all[i]).c_str());
+  }
+  return kOk;
 }
 
 }  // namespace lockstep::ctl

@@ -35,7 +35,8 @@ Commands:
                                program) once per rank, with torchrun's environment; it runs in
                                this directory unless --workdir says otherwise. Its job flags:
                                --job-id --name --backend cpu|cuda --target-loss --max-restarts
-                               --min-ranks --timeout-s (docs/own-program.md)
+                               --min-ranks --timeout-s --on-stall --stall-after-s
+                               (docs/own-program.md)
                                PRICES, for the job's cost: --price-gpu-hour X --price-core-hour X
                                --price-kwh X --currency USD
                                --wait follows the job to its end. With --max-restarts N, rank 0's
@@ -45,6 +46,9 @@ Commands:
   status [JOB]                 jobs on the agents, or one job's ranks
   watch JOB                    live per-rank throughput, loss, communication overhead, CPU/GPU use
   logs JOB --rank R [--bytes N]  the end of a rank's log
+  stacks JOB [--rank R]        what the job's ranks are doing now: where each is (its progress),
+                               its process state, threads, Python stacks or a native backtrace
+                               (gdb), and the end of its log (docs/stalls.md)
 
 History (start --wait and watch record every job they see; the app records too):
   history [--search TEXT] [--state STATE] [--since YYYY-MM-DD] [--limit N]
@@ -115,6 +119,7 @@ using Command = int (*)(const Globals&, const std::vector<std::string>&);
 const std::vector<std::pair<std::string, Command>> kCommands = {
     {"keygen", cmdKeygen}, {"trust", cmdTrust},     {"nodes", cmdNodes},     {"start", cmdStart},
     {"stop", cmdStop},     {"status", cmdStatus},   {"watch", cmdWatch},     {"logs", cmdLogs},
+    {"stacks", cmdStacks},
     {"history", cmdHistory}, {"report", cmdReport}, {"compare", cmdCompare},
 };
 

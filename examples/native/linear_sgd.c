@@ -4,6 +4,10 @@
  * each step's samples, loss and compute time. It does not all-reduce: each rank fits its own
  * shard, which is enough to show the report path. Outside Lockstep it just trains.
  *
+ * It names its phases (lockstep_phase), so that a stall says where it stopped. With a second
+ * argument S, rank 1 blocks at step S reading a pipe nobody writes: a stuck native rank for
+ * Lockstep's stall detection to find (docs/stalls.md).
+ *
  *     cc -O2 linear_sgd.c -llockstep-reporter -lm -o linear_sgd
  *     lockstepctl start --ranks 2 --wait -- ./linear_sgd 300
  */
@@ -12,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 enum { kDim = 64, kRows = 8192, kBatch = 128 };
 
@@ -28,6 +33,7 @@ static double uniform(unsigned* state) {
 
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? atoi(argv[1]) : 200;
+  const int hangAt = argc > 2 ? atoi(argv[2]) : 0;
   static double x[kRows][kDim], y[kRows], truth[kDim], w[kDim];
   unsigned seed = 7;
   for (int d = 0; d < kDim; ++d) truth[d] = uniform(&seed) * 4;
@@ -44,6 +50,13 @@ int main(int argc, char** argv) {
   lockstep_reporter* reporter = lockstep_open();
   for (int step = 1; step <= steps; ++step) {
     const double began = now_us();
+    if (hangAt > 0 && step == hangAt && rank && atoi(rank) == 1) {
+      int never[2];
+      char byte;
+      lockstep_phase(reporter, "reading the next shard", 0);
+      if (pipe(never) == 0 && read(never[0], &byte, 1) < 0) perror("read");
+    }
+    lockstep_phase(reporter, "compute", 0);
     double grad[kDim] = {0}, gradB = 0, loss = 0;
     for (int k = 0; k < kBatch; ++k) {
       const int i = (step * kBatch + k) % kRows;

@@ -207,6 +207,8 @@ Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
       {"--rebalance-every", asWhole(rebalanceEvery, 1000000u)},
       {"--max-restarts", asWhole(s.maxRestarts, 100u)},
       {"--min-ranks", asWhole(s.minWorldSize, 4096u)},
+      {"--on-stall", asChoice(s.onStall)},
+      {"--stall-after-s", asWhole(s.stallAfterS, 86400u)},
       {"--keep-checkpoints", asWhole(s.keepCheckpoints, 1u << 20)},
       {"--init-weights", asText(s.initWeightsPath)},
       {"--save-weights", asText(o.saveWeightsPath)},
@@ -316,6 +318,8 @@ Result<JobSpec> parseCommandJobArgs(const std::vector<std::string>& args, const 
       {"--target-loss", asOptionalReal(s.targetLoss)},
       {"--max-restarts", asWhole(s.maxRestarts, 100u)},
       {"--min-ranks", asWhole(s.minWorldSize, 4096u)},
+      {"--on-stall", asChoice(s.onStall)},
+      {"--stall-after-s", asWhole(s.stallAfterS, 86400u)},
   };
   for (std::size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i];
@@ -328,7 +332,7 @@ Result<JobSpec> parseCommandJobArgs(const std::vector<std::string>& args, const 
     if (handler == valued.end()) {
       return invalidArgument(flag + " is not a flag of a job that runs your own program; the program's own flags "
                              "go after -- (job flags: --job-id --name --backend --workdir --env --target-loss "
-                             "--max-restarts --min-ranks)");
+                             "--max-restarts --min-ranks --on-stall --stall-after-s)");
     }
     if (!inlineValue && i + 1 >= args.size()) return invalidArgument(flag + " needs a value");
     LOCKSTEP_TRY(handler->second(flag, inlineValue ? *inlineValue : args[++i]));
@@ -385,6 +389,12 @@ Communication:
                               checkpoint with the ranks left, up to N times (lockstepctl start
                               --wait supervises; needs --checkpoint-dir on a path all nodes see)
   --min-ranks N               with --max-restarts: fail instead when fewer ranks remain (default 1)
+  --on-stall report|stop|restart
+                              through agents: what a stall does (no rank's progress moved for
+                              --stall-after-s): report it (default), fail the job with the
+                              diagnosis, or restart it from its last checkpoint (--max-restarts)
+  --stall-after-s N           how long progress may stand still (default: the larger of 15 s and 5x
+                              the rank's recent p99 step time; before the first step, 10x that)
   --timeout-s N               limit for the rendezvous and every collective (default 60)
 
 Checkpoints and weights:
@@ -455,6 +465,8 @@ std::vector<std::string> jobSpecToTrainerArgs(const JobSpec& spec, const std::st
   flag("--bucket-mb", real(spec.bucketMb));
   if (spec.maxRestarts > 0) flag("--max-restarts", std::to_string(spec.maxRestarts));
   if (spec.minWorldSize > 0) flag("--min-ranks", std::to_string(spec.minWorldSize));
+  if (spec.onStall != OnStall::kReport) flag("--on-stall", std::string(nameOf(spec.onStall)));
+  if (spec.stallAfterS > 0) flag("--stall-after-s", std::to_string(spec.stallAfterS));
   if (spec.rebalanceEvery > 0) {
     flag("--balance", "dynamic");
     flag("--rebalance-every", std::to_string(spec.rebalanceEvery));

@@ -8,6 +8,7 @@
 #include "lockstep/protocol/names.h"
 #include "lockstep/protocol/validate.h"
 #include "lockstep/v1/lockstep.pb.h"
+#include "stall_pb.h"
 #include "stream_pb.h"
 
 #include <google/protobuf/util/json_util.h>
@@ -57,6 +58,12 @@ LOCKSTEP_SAME(JobEventKind::kCheckpointSaved, JOB_EVENT_KIND_CHECKPOINT_SAVED);
 LOCKSTEP_SAME(JobEventKind::kFinished, JOB_EVENT_KIND_FINISHED);
 LOCKSTEP_SAME(JobEventKind::kFailed, JOB_EVENT_KIND_FAILED);
 LOCKSTEP_SAME(JobEventKind::kStopped, JOB_EVENT_KIND_STOPPED);
+LOCKSTEP_SAME(JobEventKind::kStalled, JOB_EVENT_KIND_STALLED);
+LOCKSTEP_SAME(JobEventKind::kStallEnded, JOB_EVENT_KIND_STALL_ENDED);
+LOCKSTEP_SAME(JobEventKind::kRankEvidence, JOB_EVENT_KIND_RANK_EVIDENCE);
+LOCKSTEP_SAME(OnStall::kReport, ON_STALL_REPORT);
+LOCKSTEP_SAME(OnStall::kStop, ON_STALL_STOP);
+LOCKSTEP_SAME(OnStall::kRestart, ON_STALL_RESTART);
 LOCKSTEP_SAME(ErrorCode::kInvalidArgument, ERROR_CODE_INVALID_ARGUMENT);
 LOCKSTEP_SAME(ErrorCode::kNotFound, ERROR_CODE_NOT_FOUND);
 LOCKSTEP_SAME(ErrorCode::kAlreadyExists, ERROR_CODE_ALREADY_EXISTS);
@@ -77,6 +84,7 @@ static_assert(std::size(kPrecisionNames) == pb::Precision_ARRAYSIZE - 1);
 static_assert(std::size(kOptimizerNames) == pb::OptimizerKind_ARRAYSIZE - 1);
 static_assert(std::size(kLrScalingNames) == pb::LrScaling_ARRAYSIZE);  // LR_SCALING_NONE is a value
 static_assert(std::size(kSupervisionStateNames) == pb::SupervisionState_ARRAYSIZE);  // so is UNSPECIFIED
+static_assert(std::size(kOnStallNames) == pb::OnStall_ARRAYSIZE);  // ON_STALL_REPORT is a value
 
 pb::ErrorCode toPb(ErrorCode c) { return static_cast<pb::ErrorCode>(static_cast<int>(c)); }
 Result<ErrorCode> fromPb(pb::ErrorCode c) {
@@ -155,6 +163,8 @@ void toPb(const JobSpec& s, pb::JobSpec* m) {
   m->set_checkpoint_every(s.checkpointEvery);
   m->set_rebalance_every(s.rebalanceEvery);
   m->set_max_restarts(s.maxRestarts);
+  m->set_on_stall(static_cast<pb::OnStall>(s.onStall));
+  m->set_stall_after_s(s.stallAfterS);
   m->set_min_world_size(s.minWorldSize);
   m->set_slurm_job_id(s.slurmJobId);
   m->set_allocated_gpus(s.allocatedGpus);
@@ -238,6 +248,8 @@ Result<JobSpec> fromPb(const pb::JobSpec& m) {
   s.checkpointEvery = m.checkpoint_every();
   s.rebalanceEvery = m.rebalance_every();
   s.maxRestarts = m.max_restarts();
+  LOCKSTEP_ASSIGN_OR_RETURN(s.onStall, (enumFromPb<OnStall>(m.on_stall(), 0, 2, "on_stall")));
+  s.stallAfterS = m.stall_after_s();
   s.minWorldSize = m.min_world_size();
   s.slurmJobId = m.slurm_job_id();
   s.allocatedGpus = m.allocated_gpus();
@@ -341,6 +353,8 @@ void toPb(const JobStatus& j, pb::JobStatus* m) {
     s->set_message(j.supervision.message);
     for (const auto& line : j.supervision.attempts) s->add_attempts(line);
   }
+  for (const auto& p : j.progress) detail::toPb(p, m->add_progress());
+  if (j.stall) detail::toPb(*j.stall, m->mutable_stall());
 }
 
 Result<Supervision> fromPb(const pb::Supervision& m) {
@@ -372,6 +386,14 @@ Result<JobStatus> fromPb(const pb::JobStatus& m) {
     LOCKSTEP_ASSIGN_OR_RETURN(j.supervision, fromPb(m.supervision()));
   }
   if (j.message.size() > 65536) return bad("job status message is longer than 64 KiB");
+  if (m.progress_size() > 65536) return bad("job status has progress of more than 65536 ranks");
+  for (const auto& p : m.progress()) {
+    LOCKSTEP_ASSIGN_OR_RETURN(auto progress, detail::fromPb(p));
+    j.progress.push_back(std::move(progress));
+  }
+  if (m.has_stall()) {
+    LOCKSTEP_ASSIGN_OR_RETURN(j.stall, detail::fromPb(m.stall()));
+  }
   return j;
 }
 
@@ -434,10 +456,13 @@ std::string encode(const Request& request) {
           m.mutable_fetch()->set_wait_ms(body.waitMs);
         } else if constexpr (std::is_same_v<T, ListJobsRequest>) {
           m.mutable_list_jobs();
-        } else {
+        } else if constexpr (std::is_same_v<T, LogsRequest>) {
           m.mutable_logs()->set_job_id(body.jobId);
           m.mutable_logs()->set_rank(body.rank);
           m.mutable_logs()->set_max_bytes(body.maxBytes);
+        } else {
+          m.mutable_stacks()->set_job_id(body.jobId);
+          setIf(body.rank, m.mutable_stacks(), &pb::StacksRequest::set_rank);
         }
       },
       request.body);
@@ -472,10 +497,16 @@ Result<Request> decodeRequest(std::string_view bytes, std::size_t maxBytes) {
       case pb::Request::kLogs:
         LOCKSTEP_TRY(validateJobId(m.logs().job_id()));
         return Body{LogsRequest{m.logs().job_id(), m.logs().rank(), m.logs().max_bytes()}};
+      case pb::Request::kStacks: {
+        LOCKSTEP_TRY(validateJobId(m.stacks().job_id()));
+        StacksRequest stacks{m.stacks().job_id(), std::nullopt};
+        if (m.stacks().has_rank()) stacks.rank = m.stacks().rank();
+        return Body{std::move(stacks)};
+      }
       case pb::Request::BODY_NOT_SET:
         break;
     }
-    return bad("request has no body (hello, start_job, stop_job, fetch, list_jobs or logs)");
+    return bad("request has no body (hello, start_job, stop_job, fetch, list_jobs, logs or stacks)");
   }();
   if (!body) return body.error();
   return Request{m.request_id(), std::move(body).value()};
@@ -509,11 +540,13 @@ std::string encode(const Reply& reply) {
         } else if constexpr (std::is_same_v<T, JobsReply>) {
           auto* jobs = m.mutable_jobs();  // set even when empty: "no jobs" is an answer
           for (const auto& job : body.jobs) toPb(job, jobs->add_jobs());
-        } else {
+        } else if constexpr (std::is_same_v<T, LogsReply>) {
           m.mutable_logs()->set_job_id(body.jobId);
           m.mutable_logs()->set_rank(body.rank);
           m.mutable_logs()->set_text(body.text);
           m.mutable_logs()->set_truncated(body.truncated);
+        } else {
+          detail::toPb(body, m.mutable_stacks());
         }
       },
       reply.body);
@@ -565,6 +598,11 @@ Result<Reply> decodeReply(std::string_view bytes, std::size_t maxBytes) {
       LOCKSTEP_TRY(validateJobId(m.logs().job_id()));
       r.body = LogsReply{m.logs().job_id(), m.logs().rank(), m.logs().text(), m.logs().truncated()};
       break;
+    case pb::Reply::kStacks: {
+      LOCKSTEP_ASSIGN_OR_RETURN(auto stacks, detail::fromPb(m.stacks()));
+      r.body = std::move(stacks);
+      break;
+    }
     case pb::Reply::kStopJob: {
       LOCKSTEP_TRY(validateJobId(m.stop_job().job_id()));
       LOCKSTEP_ASSIGN_OR_RETURN(auto state, (enumFromPb<JobState>(m.stop_job().state(), 1, 5, "stop job state")));

@@ -303,6 +303,9 @@ std::string_view jobEventKindName(JobEventKind kind) {
     case JobEventKind::kFinished: return "finished";
     case JobEventKind::kFailed: return "failed";
     case JobEventKind::kStopped: return "stopped";
+    case JobEventKind::kStalled: return "stalled";
+    case JobEventKind::kStallEnded: return "stall_ended";
+    case JobEventKind::kRankEvidence: return "rank_evidence";
   }
   return "unknown";
 }
@@ -355,6 +358,10 @@ Result<void> validateJobSpec(const JobSpec& spec) {
   LOCKSTEP_TRY(spec.command ? validateCommandJob(spec) : validateTrainerJob(spec));
   if (spec.targetLoss) LOCKSTEP_TRY(checkRange("target loss", *spec.targetLoss, 0.0, 1e6));
   if (spec.maxRestarts > 100) return bad("max_restarts must be at most 100");
+  if (spec.stallAfterS > 86400) return bad("stall_after_s must be at most 86400 (a day)");
+  if (spec.onStall == OnStall::kRestart && spec.maxRestarts == 0) {
+    return bad("--on-stall restart restarts the job from its last checkpoint: give --max-restarts N too");
+  }
   if (spec.attempt > 1000) return bad("attempt must be at most 1000");
   LOCKSTEP_TRY(checkText("restart reason", spec.restartReason, 4096));
   LOCKSTEP_TRY(checkRange("timeout in seconds", spec.timeoutS, 1, 86400));
@@ -393,7 +400,7 @@ Result<void> validateNodeHello(const NodeHello& hello) {
 Result<void> validateJobEvent(const JobEvent& event) {
   LOCKSTEP_TRY(validateJobId(event.jobId));
   const int kind = static_cast<int>(event.kind);
-  if (kind < static_cast<int>(JobEventKind::kStarted) || kind > static_cast<int>(JobEventKind::kStopped)) {
+  if (kind < static_cast<int>(JobEventKind::kStarted) || kind > static_cast<int>(JobEventKind::kRankEvidence)) {
     return bad("job event kind is missing or unknown (" + std::to_string(kind) + ")");
   }
   LOCKSTEP_TRY(checkText("job event message", event.message, kMaxTextLength));

@@ -19,11 +19,23 @@ Outside Lockstep (no ``LOCKSTEP_REPORT`` in the environment) both are no-ops, so
 runs under torchrun or alone. Reports never block training: when the agent is slow or gone they
 are dropped and counted (``dropped()``), and the script goes on.
 
+When a job stops moving, the agent says which rank is stuck, where and why: every rank keeps a
+progress record (its step, its phase, the collectives it entered, since when) that the agent reads
+without the rank's help, and dumps every thread's stack when asked (faulthandler, on a real-time
+signal). ``watch`` and ``step`` keep the record; a long phase the program names itself is
+announced, so that it is judged against its own history rather than the step's::
+
+    with lockstep.phase("checkpoint"):         # also a decorator: @lockstep.phase("eval")
+        torch.save(state, path)
+
 Threading: call ``step`` from the training loop's thread.
 """
 
+from lockstep import _progress
 from lockstep._report import active, close, dropped
-from lockstep._api import step, watch
+from lockstep._api import phase, step, watch
 
-__all__ = ["watch", "step", "active", "dropped", "close"]
+_progress.install()  # the record and the stacks, when the agent asked for them; else nothing
+
+__all__ = ["watch", "step", "phase", "active", "dropped", "close"]
 __version__ = "0.1.0"

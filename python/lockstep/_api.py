@@ -14,6 +14,10 @@ Two ways of timing the all-reduce, chosen by where the model lives:
   built-in one does (on DDP's process group) and records CUDA events when a bucket's gradients
   are ready and when its reduction is done; they are read once they completed, steps later, so
   the host never waits. A CUDA loss is copied to pinned memory without waiting, and read then too.
+
+The same hooks keep the rank's progress record (_progress.py) saying where the rank is: data (from
+step() to the first forward), forward, backward, all-reduce (CPU: from the end of backward's
+compute until DDP's reductions are done; GPU: each bucket's launch is counted), optimizer.
 """
 
 import collections
@@ -21,11 +25,12 @@ import math
 import threading
 import time
 
-from lockstep import _report
+from lockstep import _progress, _report
 
 _IMPORTED = time.perf_counter()  # the first step of a program that never calls watch() starts here
 _MAX_PENDING_GPU_STEPS = 64      # steps whose CUDA events have not completed yet, beyond: dropped
 _U32, _I63 = 2**32, 2**63
+_DATA, _FORWARD, _BACKWARD, _ALL_REDUCE, _OPTIMIZER = "data", "forward", "backward", "all-reduce", "optimizer"
 
 
 class _Measured:
@@ -82,6 +87,9 @@ class _Watcher:
         self.bytes_per_sync = sum(p.numel() * p.element_size() for p in parameters)
         self.gpu = self.ddp and bool(parameters) and parameters[0].is_cuda
         self.timed = self.ddp  # whether this model's all-reduce is timed at all
+        self.syncing = False      # whether the latest forward's backward all-reduces (not no_sync())
+        self.in_collective = False  # the progress record says the rank waits in DDP's all-reduce (CPU)
+        self.buckets = 0          # DDP's buckets, as the latest last one said (GPU)
         self._queue = torch.autograd.Variable._execution_engine.queue_callback
         module.register_forward_pre_hook(self._before_forward)
         module.register_forward_hook(self._after_forward)
@@ -99,8 +107,12 @@ class _Watcher:
             return
         if measured.forward_start is None:
             measured.forward_start = time.perf_counter()
-        if getattr(module, "require_backward_grad_sync", False):
+        self.syncing = getattr(module, "require_backward_grad_sync", False)
+        if self.syncing:
             measured.synced = True
+        p = _progress.writer()
+        if p is not None:
+            p.phase(_FORWARD)
 
     def _after_forward(self, module, inputs, output):
         measured = self.current
@@ -113,21 +125,54 @@ class _Watcher:
             tensor = _first_grad_tensor(output)
             if tensor is not None:
                 tensor.register_hook(self._backward_began)
+        elif self.gpu and _progress.writer() is not None:
+            tensor = _first_grad_tensor(output)
+            if tensor is not None:
+                tensor.register_hook(self._gpu_backward_began)
 
     # ---- CPU: two autograd callbacks around DDP's own ----
 
     def _backward_began(self, grad):
+        p = _progress.writer()
+        if p is not None:
+            p.phase(_BACKWARD)
         self._queue(self._compute_done)
 
     def _compute_done(self):
         self.current.compute_done = time.perf_counter()
         self._queue(self._reductions_done)  # queued now: after DDP's finalizer, which waits for them
+        if self.syncing and not self.in_collective:
+            p = _progress.writer()
+            if p is not None:
+                self.in_collective = True
+                p.collective_begin(phase=_ALL_REDUCE)  # DDP's finalizer now waits for the buckets
 
     def _reductions_done(self):
         measured = self.current
         if measured.compute_done is not None:
             measured.exposed += time.perf_counter() - measured.compute_done
             measured.compute_done = None
+            p = _progress.writer()
+            if p is None:
+                return
+            if self.in_collective:
+                self.in_collective = False
+                p.collective_end(phase=_OPTIMIZER)
+            else:
+                p.phase(_DATA)  # a backward under no_sync(): the next micro-batch comes next
+
+    def _gpu_backward_began(self, grad):
+        p = _progress.writer()
+        if p is not None:
+            p.phase(_BACKWARD)
+            self._queue(self._gpu_compute_done)
+
+    def _gpu_compute_done(self):
+        # The host has launched backward's kernels and the buckets' all-reduces; the optimizer's
+        # come next (the GPU catches up later: the host does not wait for it here).
+        p = _progress.writer()
+        if p is not None:
+            p.phase(_OPTIMIZER)
 
     # ---- GPU: a comm hook with CUDA events ----
 
@@ -139,7 +184,18 @@ class _Watcher:
         slot = [ready, None]
         self.current.intervals.append(slot)
         tensor.div_(group.size() if group is not None else dist.get_world_size())  # as DDP's built-in hook
+        p = _progress.writer()
+        if p is not None:  # counts the collectives this rank launched: the wavefront across ranks
+            try:
+                index = bucket.index()
+                if bucket.is_last():  # DDP rebuilds its buckets after the first step
+                    self.buckets = index + 1
+                p.collective_begin(index + 1, self.buckets if self.buckets > index else 0)
+            except Exception:  # another torch's GradBucket: the record goes without
+                p = None
         future = dist.all_reduce(tensor, group=group, async_op=True).get_future()
+        if p is not None:
+            p.collective_end()  # launched (NCCL's communicator made): the host does not wait for it
 
         def done(fut):
             finished = torch.cuda.Event(enable_timing=True)
@@ -234,18 +290,31 @@ def step(samples, loss=None, tokens=None, epoch=None, lr=None, step=None):
     """
     global _last_step, _last_end
     r = _report.reporter()
-    if r is None:
+    p = _progress.stepping_writer()
+    if r is None and p is None:
         return
     end = time.perf_counter()
+    w = _watcher
     try:
         number = int(step) if step is not None else _last_step + 1
+    except (TypeError, ValueError) as e:
+        _report._warn("step not reported: %s" % e)
+        return
+    if p is not None:
+        if w is not None and w.in_collective:  # a backward that raised inside DDP's all-reduce
+            w.in_collective = False
+            p.collective_end()
+        p.step_done(number, _DATA if w is not None else "")
+        if r is None:
+            _last_step = number
+            return
+    try:
         fields = _checked_fields(samples, tokens, epoch, lr, number)
         loss_value = _loss_value(loss)
     except (TypeError, ValueError, RuntimeError) as e:
         _report._warn("step not reported: %s" % e)
         return
     _last_step = number
-    w = _watcher
     if w is None:
         start = _last_end if _last_end is not None else _IMPORTED
         _last_end = end
@@ -330,3 +399,47 @@ def _flush_all():
     r, w = _report.reporter(), _watcher
     if r is not None and w is not None:
         _flush_gpu(r, w, wait=True)
+
+
+class phase:
+    """Announces a phase the program names itself, for as long as a ``with`` block (or a function
+    it decorates) runs::
+
+        with lockstep.phase("checkpoint"):
+            torch.save(state, path)
+
+    The rank's progress record says it is in that phase, so a long checkpoint or evaluation is
+    judged against that phase's own history, not the step's, and a stuck one is named. On exit the
+    phase that was current before comes back. Outside Lockstep it does nothing. Never raises.
+    """
+
+    __slots__ = ("name", "_saved")
+
+    def __init__(self, name):
+        self.name = name
+        self._saved = []
+
+    def __enter__(self):
+        w = _progress.writer()
+        if w is not None:
+            self._saved.append(w.current())
+            w.phase(self.name, announced=True)
+        return self
+
+    def __exit__(self, *exc):
+        w = _progress.writer()
+        if w is not None and self._saved:
+            w.restore(self._saved.pop())
+        return False
+
+    def __call__(self, function):
+        import functools
+
+        name = self.name
+
+        @functools.wraps(function)
+        def in_phase(*args, **kwargs):
+            with phase(name):
+                return function(*args, **kwargs)
+
+        return in_phase

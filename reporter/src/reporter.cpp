@@ -12,12 +12,14 @@
 #include <string>
 
 #include "lockstep/common/clock.h"
+#include "lockstep/common/progress.h"
 #include "lockstep/protocol/validate.h"
 #include "lockstep/reporter/sender.h"
 
 struct lockstep_reporter {
   std::unique_ptr<lockstep::ReportSender> sender;  // null: outside Lockstep
   lockstep::StepReport identity;                    // job, rank, world size, attempt
+  lockstep::progress::Writer progress;              // LOCKSTEP_PROGRESS, when the agent gave one
   std::uint64_t lastStep = 0;
   std::chrono::steady_clock::time_point last = std::chrono::steady_clock::now();
 };
@@ -64,6 +66,7 @@ void lockstep_step_init(lockstep_step_info* step) {
 lockstep_reporter* lockstep_open(void) {
   auto* reporter = new (std::nothrow) lockstep_reporter;
   if (reporter == nullptr) return nullptr;
+  reporter->progress = lockstep::progress::Writer::fromEnvironment();
   const char* endpoint = std::getenv("LOCKSTEP_REPORT");
   const char* jobId = std::getenv("LOCKSTEP_JOB_ID");
   if (endpoint == nullptr || *endpoint == '\0' || jobId == nullptr || *jobId == '\0') return reporter;  // not under Lockstep
@@ -122,6 +125,7 @@ int lockstep_report(lockstep_reporter* reporter, const lockstep_step_info* step)
   }
   reporter->lastStep = r.step;
   reporter->last = now;
+  reporter->progress.stepDone(static_cast<std::int64_t>(r.step));
   return reporter->sender->send(r) ? 0 : 1;
 }
 
@@ -130,5 +134,17 @@ uint64_t lockstep_dropped(const lockstep_reporter* reporter) {
 }
 
 void lockstep_close(lockstep_reporter* reporter) { delete reporter; }
+
+void lockstep_phase(lockstep_reporter* reporter, const char* name, int announced) {
+  if (reporter != nullptr) reporter->progress.phase(name != nullptr ? name : "", announced != 0);
+}
+
+void lockstep_collective_begin(lockstep_reporter* reporter, uint32_t bucket, uint32_t buckets) {
+  if (reporter != nullptr) reporter->progress.collectiveBegin(bucket, buckets);
+}
+
+void lockstep_collective_end(lockstep_reporter* reporter) {
+  if (reporter != nullptr) reporter->progress.collectiveEnd();
+}
 
 }  // extern "C"

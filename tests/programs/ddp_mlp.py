@@ -8,6 +8,9 @@ Lockstep). It learns a fixed linear rule on random data, so its loss falls.
   --slow-rank R --slow-ms N   rank R computes N ms longer each step (the others wait for it)
   --fail-rank R --fail-at S   rank R raises at step S (of every attempt, or --fail-attempt A's)
   --done FILE         write how the run ended there (the step calls' slowest time, in ms)
+  --hang-rank R --hang-at S   rank R blocks forever in stuck_in_my_loader() at step S (0% CPU)
+  --phase-every K --phase-s X every K steps each rank spends X s in an announced "checkpoint"
+                      phase (with --instrument: lockstep.phase)
 """
 
 import argparse
@@ -31,6 +34,10 @@ p.add_argument("--fail-rank", type=int, default=-1)
 p.add_argument("--fail-at", type=int, default=0)
 p.add_argument("--fail-attempt", type=int, default=-1)
 p.add_argument("--done", default="")
+p.add_argument("--hang-rank", type=int, default=-1)
+p.add_argument("--hang-at", type=int, default=0)
+p.add_argument("--phase-every", type=int, default=0)
+p.add_argument("--phase-s", type=float, default=0)
 args = p.parse_args()
 
 names = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
@@ -63,6 +70,17 @@ if args.instrument:
 
     lockstep.watch(model)
 
+def stuck_in_my_loader():
+    """A data pipeline that never delivers: the process lives on, at 0% CPU."""
+    import threading
+
+    threading.Event().wait()
+
+
+def save_checkpoint():
+    time.sleep(args.phase_s)
+
+
 slowest = 0.0
 for step, (x, y) in enumerate(loader, start=1):
     if step > args.steps:
@@ -70,6 +88,8 @@ for step, (x, y) in enumerate(loader, start=1):
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     if rank == args.fail_rank and step == args.fail_at and args.fail_attempt in (-1, attempt):
         raise RuntimeError("rank %d gave up at step %d on purpose" % (rank, step))
+    if rank == args.hang_rank and step == args.hang_at:
+        stuck_in_my_loader()
     loss = torch.nn.functional.cross_entropy(model(x), y)
     if rank == args.slow_rank:
         time.sleep(args.slow_ms / 1000)
@@ -82,6 +102,12 @@ for step, (x, y) in enumerate(loader, start=1):
         slowest = max(slowest, time.perf_counter() - began)
     if step % 10 == 0:
         print("step %d loss %.4f" % (step, loss.item()), flush=True)
+    if args.phase_every and step % args.phase_every == 0:
+        if args.instrument:
+            with lockstep.phase("checkpoint"):
+                save_checkpoint()
+        else:
+            save_checkpoint()
 
 # Debian's torch 1.13 can abort ("terminate called without an active exception") or hang in
 # teardown when ranks leave at different times, or when DDP outlives the process group.

@@ -1,4 +1,5 @@
 """Issue 13: the lockstep Python package against a real ZeroMQ socket, real PyTorch and Gloo.
+Issue 32: the progress record it keeps, lockstep.phase(), and the stacks of an unmodified script.
 
 Each case runs a small program in its own process (the package keeps one reporter per process)
 and reads what it sent on a PULL socket bound here, decoded with the package's own protobuf module.
@@ -6,6 +7,8 @@ Run with the build tree's python/ on PYTHONPATH (ctest does).
 """
 
 import os
+import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -21,7 +24,8 @@ PYTHON = "/usr/bin/python3"
 
 def run(program, env=None, timeout=60):
     full = dict(os.environ)
-    for name in ("LOCKSTEP_REPORT", "LOCKSTEP_JOB_ID", "RANK", "WORLD_SIZE", "LOCKSTEP_ATTEMPT"):
+    for name in ("LOCKSTEP_REPORT", "LOCKSTEP_JOB_ID", "RANK", "WORLD_SIZE", "LOCKSTEP_ATTEMPT", "LOCKSTEP_PROGRESS",
+                 "LOCKSTEP_STACKS", "LOCKSTEP_PYTHON_TRANSPORT"):
         full.pop(name, None)
     full.update(env or {})
     return subprocess.run([PYTHON, "-c", textwrap.dedent(program)], env=full, capture_output=True, text=True,
@@ -264,9 +268,314 @@ class PackageLayout(unittest.TestCase):
         self.assertIn("lockstep._bursts", graph["lockstep._native"])
 
     def test_each_module_imports_first_alone(self):
-        for module in ("lockstep._native", "lockstep._report", "lockstep._api", "lockstep._bursts", "lockstep"):
+        for module in ("lockstep._native", "lockstep._report", "lockstep._api", "lockstep._bursts", "lockstep._progress",
+                       "lockstep"):
             r = run("import %s" % module, env={"PYTHONPATH": os.environ.get("PYTHONPATH", "")})
             self.assertEqual(r.returncode, 0, module + ": " + r.stderr)
+
+
+# ---- Issue 32: the progress record (common/include/lockstep/common/progress.h's layout) ----
+
+ANNOUNCED, IN_COLLECTIVE, REPORTS_STEPS = 1, 2, 4
+STACK_SIGNAL = signal.SIGRTMIN + 5
+SNAPSHOT = """
+def snapshot(label):  # the record's bytes as they are now, for the test to parse
+    import os
+    with open(os.environ["LOCKSTEP_PROGRESS"], "rb") as f:
+        print("SNAPSHOT", label, f.read().hex(), flush=True)
+"""
+
+
+def parse_record(data):
+    """The record by the offsets of the layout, read here independently of the package."""
+    assert len(data) == 128, len(data)
+
+    def field(fmt, offset):
+        return struct.unpack_from("<" + fmt, data, offset)[0]
+
+    return {"magic": field("I", 0), "version": field("I", 4), "sequence": field("Q", 8), "step": field("q", 16),
+            "step_began": field("q", 24), "phase_began": field("q", 32), "collectives": field("Q", 40),
+            "collective_began": field("q", 48), "bucket": field("I", 56), "buckets": field("I", 60),
+            "stack_signal": field("I", 64), "flags": field("I", 68), "phase_bytes": data[72:104],
+            "phase": data[72:104].rstrip(b"\0").decode("ascii"), "pid": field("i", 104), "reserved": data[108:128]}
+
+
+def snapshots(stdout):
+    return {line.split()[1]: parse_record(bytes.fromhex(line.split()[2]))
+            for line in stdout.splitlines() if line.startswith("SNAPSHOT ")}
+
+
+def boot_dir():
+    import lockstep
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(lockstep.__file__))), "boot")
+
+
+class ProgressRecord(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.record = os.path.join(self.dir.name, "progress")
+        self.stacks = os.path.join(self.dir.name, "stacks")
+        with open(self.record, "wb") as f:  # as the agent creates it: 128 zero bytes
+            f.write(bytes(128))
+        open(self.stacks, "w").close()
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def env(self, **more):
+        return dict({"LOCKSTEP_PROGRESS": self.record, "LOCKSTEP_STACKS": self.stacks}, **more)
+
+    def read(self):
+        with open(self.record, "rb") as f:
+            return parse_record(f.read())
+
+    def test_the_record_has_the_layout_the_agent_reads(self):
+        r = run(SNAPSHOT + """
+import os, lockstep
+from lockstep import _progress
+snapshot("imported")
+lockstep.step(samples=8)
+lockstep.step(samples=8, step=41)         # without watch() or an agent: the step, no phase
+snapshot("stepped")
+w = _progress.writer()
+w.collective_begin(3, 7)
+snapshot("collective")
+w.collective_end()
+with lockstep.phase("checkpoint"):
+    snapshot("checkpoint")
+    with lockstep.phase("x" * 40):
+        snapshot("long")
+    snapshot("back")
+snapshot("after")
+with lockstep.phase("eval"):
+    lockstep.step(samples=8)              # a step ends any announced phase
+    snapshot("step_in_phase")
+snapshot("end")
+print("PID", os.getpid())
+""", self.env())
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr, "")
+        got = snapshots(r.stdout)
+        pid = int(r.stdout.split("PID ")[1])
+        began = got["imported"]
+        self.assertEqual((began["magic"], began["version"]), (0x5250534C, 1))
+        self.assertEqual(began["pid"], pid)
+        self.assertEqual(began["phase"], "start-up")
+        self.assertEqual(began["stack_signal"], STACK_SIGNAL)
+        self.assertEqual((began["step"], began["flags"], began["collectives"]), (0, 0, 0))
+        self.assertLess(abs(began["step_began"] - time.time_ns() // 1000), 60 * 10**6)
+        self.assertEqual(began["phase_began"], began["step_began"])
+        for snapshot in got.values():
+            self.assertEqual(snapshot["sequence"] % 2, 0)  # never caught while writing: it was not
+            self.assertEqual(snapshot["reserved"], bytes(20))
+            self.assertEqual(snapshot["magic"], 0x5250534C)
+        stepped = got["stepped"]
+        self.assertGreater(stepped["sequence"], began["sequence"])
+        self.assertEqual((stepped["step"], stepped["phase"], stepped["flags"]), (41, "", REPORTS_STEPS))
+        self.assertGreaterEqual(stepped["step_began"], began["step_began"])
+        self.assertEqual(stepped["phase_began"], stepped["step_began"])
+        inside = got["collective"]
+        self.assertEqual((inside["collectives"], inside["bucket"], inside["buckets"]), (1, 3, 7))
+        self.assertEqual(inside["flags"], REPORTS_STEPS | IN_COLLECTIVE)
+        self.assertGreaterEqual(inside["collective_began"], stepped["step_began"])
+        checkpoint = got["checkpoint"]
+        self.assertEqual(checkpoint["phase_bytes"], b"checkpoint".ljust(32, b"\0"))
+        self.assertEqual(checkpoint["flags"], REPORTS_STEPS | ANNOUNCED)  # the collective ended
+        self.assertEqual((checkpoint["collective_began"], checkpoint["collectives"]), (0, 1))
+        self.assertEqual(got["long"]["phase_bytes"], b"x" * 31 + b"\0")  # 31 bytes at most, NUL-ended
+        # Each phase() restores the phase that was current before it, announced or not.
+        self.assertEqual((got["back"]["phase"], got["back"]["flags"]), ("checkpoint", REPORTS_STEPS | ANNOUNCED))
+        self.assertEqual((got["after"]["phase"], got["after"]["flags"]), ("", REPORTS_STEPS))
+        self.assertEqual(got["after"]["step"], 41)
+        inside = got["step_in_phase"]
+        self.assertEqual((inside["step"], inside["phase"], inside["flags"]), (42, "", REPORTS_STEPS))
+        self.assertEqual((got["end"]["phase"], got["end"]["flags"]), ("", REPORTS_STEPS))
+        self.assertEqual(self.read(), got["end"])  # nothing was written at exit
+
+    def test_a_watched_ddp_step_says_where_it_is(self):
+        receiver = Receiver()
+        self.addCleanup(receiver.close)
+        r = run(SNAPSHOT + """
+import torch, torch.distributed as dist, lockstep
+from torch.nn.parallel import DistributedDataParallel
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
+model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)))
+lockstep.watch(model)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(4, 8)
+for i in range(3):
+    loss = model(x).square().mean()
+    snapshot("forward%%d" %% i)
+    opt.zero_grad(); loss.backward()
+    snapshot("backward%%d" %% i)
+    opt.step()
+    lockstep.step(samples=4, loss=loss)
+    snapshot("step%%d" %% i)
+with model.no_sync():                     # accumulates: no all-reduce
+    model(x).sum().backward()
+snapshot("no_sync")
+with torch.no_grad():                     # an evaluation: not the step's forward
+    model(x)
+snapshot("eval")
+with lockstep.phase("eval"):
+    snapshot("announced")
+dist.destroy_process_group()
+""" % _free_port(), self.env(**receiver.env()))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got = snapshots(r.stdout)
+        for i in range(3):
+            self.assertEqual(got["forward%d" % i]["phase"], "forward")
+            self.assertEqual(got["forward%d" % i]["collectives"], i)
+            after = got["backward%d" % i]  # DDP's all-reduce entered and left: the optimizer is next
+            self.assertEqual((after["phase"], after["collectives"], after["flags"] & IN_COLLECTIVE), ("optimizer", i + 1, 0))
+            self.assertEqual(after["collective_began"], 0)
+            stepped = got["step%d" % i]
+            self.assertEqual((stepped["phase"], stepped["step"], stepped["flags"]), ("data", i + 1, REPORTS_STEPS))
+            self.assertGreaterEqual(after["phase_began"], got["forward%d" % i]["phase_began"])
+        self.assertEqual((got["no_sync"]["collectives"], got["no_sync"]["phase"]), (3, "data"))
+        self.assertEqual(got["eval"]["phase"], "data")
+        self.assertEqual((got["announced"]["phase"], got["announced"]["flags"]), ("eval", REPORTS_STEPS | ANNOUNCED))
+        self.assertEqual(len(receiver.messages(3)), 3)  # and the reports still go
+
+    def test_outside_lockstep_nothing_is_written_or_registered(self):
+        r = run("""
+            import time, lockstep
+            from lockstep import _progress
+            began = time.perf_counter()
+            for i in range(10000):
+                with lockstep.phase("eval"):
+                    pass
+            print("%.1f us per phase" % ((time.perf_counter() - began) / 10000 * 1e6))
+
+            @lockstep.phase("checkpoint")
+            def save(x):
+                return x + 1
+            assert save(1) == 2 and save.__name__ == "save"
+            lockstep.step(samples=8)
+            assert _progress.writer() is None and _progress._stacks_fd is None
+        """)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr, "")
+        self.assertLess(float(r.stdout.split()[0]), 100.0, r.stdout)
+
+    def test_a_bad_record_is_said_once_and_never_raised(self):
+        with open(self.record, "wb") as f:
+            f.write(bytes(64))  # not the agent's 128 bytes
+        r = run("""
+            import lockstep
+            from lockstep import _progress
+            with lockstep.phase("eval"):
+                lockstep.step(samples=8)
+            assert _progress.writer() is None
+        """, self.env())
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr.count("no progress record"), 1, r.stderr)
+        with open(self.record, "rb") as f:
+            self.assertEqual(f.read(), bytes(64))  # neither grown nor written
+        r = run("import lockstep; lockstep.step(samples=1)", self.env(LOCKSTEP_PROGRESS=self.record + ".absent"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("no progress record", r.stderr)
+        self.assertFalse(os.path.exists(self.record + ".absent"))
+        # Stacks that cannot be registered leave the record as it is, without a signal to send.
+        with open(self.record, "wb") as f:
+            f.write(bytes(128))
+        r = run("import lockstep; lockstep.step(samples=1)", self.env(LOCKSTEP_STACKS=self.stacks + ".absent"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr.count("no stacks on request"), 1, r.stderr)
+        record = self.read()
+        self.assertEqual((record["magic"], record["step"], record["stack_signal"]), (0x5250534C, 1, 0))
+
+    def test_an_unmodified_script_dumps_its_stacks_on_the_records_signal(self):
+        script = os.path.join(self.dir.name, "train.py")
+        with open(script, "w") as f:
+            f.write(textwrap.dedent("""
+                import sys, time
+
+                def stuck_in_my_loader():
+                    print(sys.modules["sitecustomize"].__file__, "lockstep" in sys.modules, flush=True)
+                    time.sleep(60)
+
+                stuck_in_my_loader()
+            """))
+        debians = run("import sys; print(getattr(sys.modules.get('sitecustomize'), '__file__', None))")
+        self.assertEqual(debians.returncode, 0, debians.stderr)
+        env = dict(os.environ, **self.env())
+        env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "") + os.pathsep + boot_dir()
+        rank = subprocess.Popen([PYTHON, script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = rank.stdout.readline().split()
+            self.assertEqual(len(line), 2, rank.stderr.read() if rank.poll() is not None else line)
+            # The sitecustomize the boot directory hides still ran (Debian's), and lockstep itself
+            # was not imported: the script runs as it would without Lockstep.
+            self.assertEqual(line, [debians.stdout.strip(), "False"])
+            record = self.read()
+            self.assertEqual((record["magic"], record["pid"], record["phase"]), (0x5250534C, rank.pid, "start-up"))
+            self.assertEqual(record["flags"], 0)  # it reports no steps
+            self.assertEqual(record["stack_signal"], STACK_SIGNAL)
+            os.kill(record["pid"], record["stack_signal"])
+            deadline, text = time.time() + 10, ""
+            while "stuck_in_my_loader" not in text and time.time() < deadline:
+                time.sleep(0.05)
+                with open(self.stacks) as f:
+                    text = f.read()
+            self.assertIn("stuck_in_my_loader", text)
+            self.assertIn("train.py", text)
+            self.assertIsNone(rank.poll())  # the signal dumped the stacks and did not end it
+        finally:
+            rank.kill()
+            rank.communicate()
+
+    def test_the_boot_directory_runs_the_sitecustomize_it_hides(self):
+        other = os.path.join(self.dir.name, "other")
+        os.mkdir(other)
+        with open(os.path.join(other, "sitecustomize.py"), "w") as f:
+            f.write("import builtins\nbuiltins.CHAINED = __name__\n")
+        path = os.pathsep.join([os.environ.get("PYTHONPATH", ""), boot_dir(), other])
+        for env in ({}, self.env()):
+            r = run("""
+                import builtins, sys
+                print(builtins.CHAINED, sys.modules["sitecustomize"].__file__, "lockstep._progress" in sys.modules)
+            """, dict(env, PYTHONPATH=path))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout.split(), ["sitecustomize", os.path.join(other, "sitecustomize.py"), str(bool(env))])
+        self.assertEqual(self.read()["phase"], "start-up")
+
+    def test_only_the_ranks_own_process_writes_the_record(self):
+        path = os.pathsep.join([os.environ.get("PYTHONPATH", ""), boot_dir()])
+        # A Python process the rank starts (a spawned worker) leaves the rank's record alone, and
+        # so does a forked one.
+        r = run("""
+            import os, subprocess, sys, lockstep
+            lockstep.step(samples=1, step=5)
+            child = "import lockstep, sys; lockstep.step(samples=1, step=99); print(lockstep._progress.writer())"
+            print(subprocess.run([sys.executable, "-c", child], capture_output=True, text=True).stdout.strip())
+            pid = os.fork()
+            if pid == 0:
+                lockstep.step(samples=1, step=77)
+                with lockstep.phase("forked"):
+                    os._exit(0)
+            os.waitpid(pid, 0)
+            print(os.getpid())
+        """, dict(self.env(), PYTHONPATH=path))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr, "")
+        none, pid = r.stdout.split()
+        self.assertEqual(none, "None")
+        record = self.read()
+        self.assertEqual((record["pid"], record["step"], record["phase"]), (int(pid), 5, ""))
+        # A launcher in Python that reports no steps hands the record to the child that does.
+        with open(self.record, "wb") as f:
+            f.write(bytes(128))
+        r = run("""
+            import subprocess, sys
+            child = "import lockstep, os, sys; lockstep.step(samples=1, step=7); " \\
+                    "assert lockstep._progress is sys.modules['lockstep._progress']; print(os.getpid())"
+            print(subprocess.run([sys.executable, "-c", child], capture_output=True, text=True).stdout.strip())
+        """, dict(self.env(), PYTHONPATH=path))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        record = self.read()
+        self.assertEqual((record["pid"], record["step"], record["flags"]), (int(r.stdout), 7, REPORTS_STEPS))
+        self.assertEqual(record["stack_signal"], STACK_SIGNAL)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@
 #include "checkpoint.h"
 #include "comm.h"
 #include "dataset.h"
+#include "lockstep/common/progress.h"
 #include "lockstep/common/store.h"
 #include "metrics.h"
 #include "model.h"
@@ -30,14 +31,20 @@ inline constexpr auto kHeartbeatInterval = std::chrono::seconds(1);
 inline constexpr std::size_t kFirstBucketBytes = 1u << 20;  // like PyTorch DDP: start communicating early
 
 // What the main thread is doing, for heartbeats: written by the main thread, read by the
-// heartbeat thread.
+// heartbeat thread. Under an agent it goes to the rank's progress record too (LOCKSTEP_PROGRESS),
+// which the agent reads to see a stall; the reducer marks its collectives there.
 class Progress {
  public:
   void enter(RankPhase phase) {
     phase_.store(phase);
     since_.store(Clock::now().time_since_epoch().count());
+    record_.phase(recordPhase(phase), phase == RankPhase::kCheckpoint);
   }
-  void completed(std::uint64_t step) { step_.store(static_cast<std::int64_t>(step)); }
+  void completed(std::uint64_t step) {
+    step_.store(static_cast<std::int64_t>(step));
+    record_.stepDone(static_cast<std::int64_t>(step));
+  }
+  progress::Writer& record() { return record_; }
   std::int64_t step() const { return step_.load(); }
   RankPhase phase() const { return phase_.load(); }
   std::int64_t millisInPhase() const {
@@ -49,6 +56,17 @@ class Progress {
   std::atomic<std::int64_t> step_{0};
   std::atomic<RankPhase> phase_{RankPhase::kStartup};
   std::atomic<Clock::rep> since_{Clock::now().time_since_epoch().count()};
+  progress::Writer record_ = progress::Writer::fromEnvironment();
+
+  static std::string_view recordPhase(RankPhase phase) {
+    switch (phase) {
+      case RankPhase::kStartup: return "start-up";
+      case RankPhase::kCompute: return "compute";
+      case RankPhase::kCommunicate: return "all-reduce";
+      case RankPhase::kCheckpoint: return "checkpoint";
+    }
+    return "";
+  }
 };
 
 // Sends the main thread's progress to the store every second, so that a rank whose collective

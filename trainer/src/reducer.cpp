@@ -23,8 +23,8 @@ bool canReturnFromIdleScheduling() {
 }  // namespace
 
 GradientReducer::GradientReducer(Comm& comm, float* grads, std::vector<Bucket> buckets,
-                                 std::chrono::milliseconds timeout)
-    : comm_(comm), grads_(grads), buckets_(std::move(buckets)), timeout_(timeout),
+                                 std::chrono::milliseconds timeout, progress::Writer* record)
+    : comm_(comm), grads_(grads), buckets_(std::move(buckets)), timeout_(timeout), record_(record),
       canYield_(canReturnFromIdleScheduling()) {
   thread_ = std::thread([this] { run(); });
 }
@@ -109,10 +109,13 @@ void GradientReducer::run() {
     });
     if (stopping_) return;
     const Bucket bucket = buckets_[launched_++];
+    const auto number = static_cast<std::uint32_t>(launched_);
     lock.unlock();
 
     const auto start = Clock::now();
+    if (record_) record_->collectiveBegin(number, static_cast<std::uint32_t>(buckets_.size()));
     Result<void> reduced = comm_.allReduceSum(grads_ + bucket.begin, bucket.end - bucket.begin);
+    if (record_ && reduced) record_->collectiveEnd();  // a failed one is where the rank stays
     const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
 
     lock.lock();

@@ -23,13 +23,16 @@
 #include <vector>
 
 #include "comm.h"
+#include "lockstep/common/progress.h"
 #include "model.h"
 
 namespace lockstep::trainer {
 
 class GradientReducer {
  public:
-  GradientReducer(Comm& comm, float* grads, std::vector<Bucket> buckets, std::chrono::milliseconds timeout);
+  // `record`: where the rank's progress goes (its collectives), or null.
+  GradientReducer(Comm& comm, float* grads, std::vector<Bucket> buckets, std::chrono::milliseconds timeout,
+                  progress::Writer* record = nullptr);
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
@@ -62,6 +65,7 @@ class GradientReducer {
   float* grads_;
   std::vector<Bucket> buckets_;
   std::chrono::milliseconds timeout_;
+  progress::Writer* record_;
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;

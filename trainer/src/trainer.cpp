@@ -201,7 +201,8 @@ Result<void> RankRunner::connect() {
       LOCKSTEP_ASSIGN_OR_RETURN(s.comm, connectGloo(*s.store, gloo));
       const std::size_t bucketBytes = static_cast<std::size_t>(spec.bucketMb * 1024 * 1024);
       s.reducer = std::make_unique<GradientReducer>(
-          *s.comm, s.grads.data(), planBuckets(*s.layout, bucketBytes, std::min(bucketBytes, kFirstBucketBytes)), timeout);
+          *s.comm, s.grads.data(), planBuckets(*s.layout, bucketBytes, std::min(bucketBytes, kFirstBucketBytes)), timeout,
+          &s.progress.record());
     }
     s.heartbeat = std::make_unique<Heartbeat>(*s.store, s.progress);
   } else if (spec.backend == Backend::kCuda) {

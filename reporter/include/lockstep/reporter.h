@@ -72,6 +72,19 @@ uint64_t lockstep_dropped(const lockstep_reporter* reporter);
 /* Waits up to 2 s for queued reports to leave, then frees the reporter. NULL is allowed. */
 void lockstep_close(lockstep_reporter* reporter);
 
+/* Where the program is, for Lockstep's stall detection and `lockstepctl stacks` (the rank's
+ * progress record in shared memory: no system call, no message). A report ends the step and
+ * clears the phase.
+ *
+ * lockstep_phase: the program is now in `name` ("data", "forward", "eval"; at most 31 bytes).
+ *   announced: 1 for a long phase the program names (a checkpoint, an evaluation), which is judged
+ *   against its own earlier durations rather than the step's; 0 for a part of a step.
+ * lockstep_collective_begin/end: around each collective (bucket k of n, 1-based; 0 if unknown),
+ *   so that a stall names the ranks that did not reach the collective the others wait in. */
+void lockstep_phase(lockstep_reporter* reporter, const char* name, int announced);
+void lockstep_collective_begin(lockstep_reporter* reporter, uint32_t bucket, uint32_t buckets);
+void lockstep_collective_end(lockstep_reporter* reporter);
+
 #ifdef __cplusplus
 } /* extern "C" */
 

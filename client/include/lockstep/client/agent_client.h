@@ -52,6 +52,9 @@ class AgentClient {
   Result<JobsReply> listJobs(std::chrono::milliseconds timeout);
   Result<LogsReply> logs(const std::string& jobId, std::uint32_t rank, std::uint32_t maxBytes,
                          std::chrono::milliseconds timeout);
+  // What the job's ranks here are doing (their stacks; docs/stalls.md). Taking them may need up to
+  // about 45 s: give a timeout of a minute.
+  Result<StacksReply> stacks(const std::string& jobId, std::optional<std::uint32_t> rank, std::chrono::milliseconds timeout);
 
   class Impl;
 

@@ -11,9 +11,10 @@
 
 namespace lockstep {
 
-// Whether a rank's end means it was lost, rather than stopped because a peer was. Trainer ranks
-// that survive exit 3 (a lost peer), 0, or on a supervisor's SIGTERM (143, or the signal itself);
-// of a job running its own program, the rank whose end failed the job was lost.
+// Whether a rank's end means it was lost, rather than stopped because a peer was. A rank its agent
+// stopped (a failed job's others, a stalled job's ranks) was not lost. Trainer ranks that survive
+// exit 3 (a lost peer), 0, or on a supervisor's SIGTERM (143, or the signal itself); of a job
+// running its own program, the rank whose end failed the job was lost.
 bool rankLost(const RankStatus& r, bool ownProgram = false);
 std::string rankEndText(const RankStatus& r);  // "killed by signal 9 (Killed)", "exited with code 1"
 
@@ -25,6 +26,7 @@ struct EndedPart {
   bool agentLost = false;
   JobState state = JobState::kRunning;  // as its agent reported it (not meaningful when agentLost)
   std::uint32_t attempt = 0;            // of the part its agent reported
+  std::string message;                  // why it failed, as its agent said (a stall's diagnosis)
 };
 
 struct RestartPlan {

@@ -37,7 +37,11 @@ inline constexpr Named<SupervisionState> kSupervisionStateNames[] = {
     {SupervisionState::kEnded, "ended", "ended"},
     {SupervisionState::kStandby, "standby", "standing by"}};
 
+inline constexpr Named<OnStall> kOnStallNames[] = {
+    {OnStall::kReport, "report", "report"}, {OnStall::kStop, "stop", "stop"}, {OnStall::kRestart, "restart", "restart"}};
+
 constexpr std::span<const Named<Backend>> namesOf(Backend) { return kBackendNames; }
+constexpr std::span<const Named<OnStall>> namesOf(OnStall) { return kOnStallNames; }
 constexpr std::span<const Named<Activation>> namesOf(Activation) { return kActivationNames; }
 constexpr std::span<const Named<Precision>> namesOf(Precision) { return kPrecisionNames; }
 constexpr std::span<const Named<OptimizerKind>> namesOf(OptimizerKind) { return kOptimizerNames; }

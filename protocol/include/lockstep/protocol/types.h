@@ -112,6 +112,8 @@ struct JobAgent {
   bool operator==(const JobAgent&) const = default;
 };
 
+enum class OnStall { kReport = 0, kStop = 1, kRestart = 2 };
+
 struct JobSpec {
   std::string jobId;
   std::string name;
@@ -154,6 +156,10 @@ struct JobSpec {
   // The Slurm job whose allocation runs this job, and the GPUs it holds (cost counts them all).
   std::string slurmJobId;
   std::uint32_t allocatedGpus = 0;
+  // What a stall does (docs/stalls.md), and after how long a rank's progress counts as stalled
+  // (0: the larger of 15 s and 5x its recent p99 step time).
+  OnStall onStall = OnStall::kReport;
+  std::uint32_t stallAfterS = 0;
   bool operator==(const JobSpec&) const = default;
 
   bool isCommand() const { return command.has_value(); }
@@ -173,6 +179,9 @@ enum class JobEventKind {
   kFinished = 5,
   kFailed = 6,
   kStopped = 7,
+  kStalled = 8,       // message: the diagnosis
+  kStallEnded = 9,    // progress moved again
+  kRankEvidence = 10, // a stalled rank's state (message) and stacks (logTail)
 };
 
 // "rank_exited", ...: the names reports and JSON use.
@@ -306,9 +315,16 @@ struct LogsRequest {
   bool operator==(const LogsRequest&) const = default;
 };
 
+struct StacksRequest {
+  std::string jobId;
+  std::optional<std::uint32_t> rank;  // unset: every rank the agent runs
+  bool operator==(const StacksRequest&) const = default;
+};
+
 struct Request {
   std::uint64_t requestId = 0;
-  std::variant<HelloRequest, StartJobRequest, StopJobRequest, FetchRequest, ListJobsRequest, LogsRequest> body;
+  std::variant<HelloRequest, StartJobRequest, StopJobRequest, FetchRequest, ListJobsRequest, LogsRequest, StacksRequest>
+      body;
   bool operator==(const Request&) const = default;
 };
 
@@ -371,6 +387,53 @@ struct Supervision {
   bool operator==(const Supervision&) const = default;
 };
 
+// Where a rank is, from its progress record, as its agent saw it (durations by the agent's clock).
+struct RankProgress {
+  std::uint32_t rank = 0;
+  bool recorded = false;      // the rank writes a progress record
+  bool reportsSteps = false;  // it reports steps: a stall can be judged
+  std::uint64_t step = 0;
+  std::string phase;
+  bool announced = false;
+  std::int64_t phaseMs = 0;
+  std::uint64_t collectives = 0;
+  bool inCollective = false;
+  std::uint32_t bucket = 0, buckets = 0;
+  std::int64_t stillMs = 0;      // since its progress last moved
+  std::int64_t allowanceMs = 0;  // how long it may stay still
+  std::string processState;
+  bool operator==(const RankProgress&) const = default;
+};
+
+struct Stall {
+  std::int64_t sinceUnixUs = 0;
+  std::string message;
+  std::vector<std::uint32_t> ranks;  // those that did not reach where the others wait
+  bool operator==(const Stall&) const = default;
+};
+
+struct RankEvidence {
+  std::uint32_t rank = 0;
+  std::uint32_t pid = 0;
+  std::string node;
+  std::int64_t timeUnixUs = 0;
+  RankProgress progress;
+  std::string processState;
+  std::optional<bool> cpuMoving;
+  std::string threads;
+  std::string pythonStacks;
+  std::string nativeBacktrace;
+  std::string logTail;
+  std::string note;
+  bool operator==(const RankEvidence&) const = default;
+};
+
+struct StacksReply {
+  std::string jobId;
+  std::vector<RankEvidence> ranks;
+  bool operator==(const StacksReply&) const = default;
+};
+
 struct JobStatus {
   JobSpec spec;
   JobState state = JobState::kStarting;
@@ -380,6 +443,8 @@ struct JobStatus {
   std::string message;
   std::uint32_t rendezvousPort = 0;
   Supervision supervision;  // filled by the supervising agent only
+  std::vector<RankProgress> progress;  // this agent's ranks
+  std::optional<Stall> stall;          // while this agent sees the job stalled
   bool operator==(const JobStatus&) const = default;
 };
 
@@ -398,7 +463,7 @@ struct LogsReply {
 
 struct Reply {
   std::uint64_t requestId = 0;
-  std::variant<ErrorReply, NodeHello, StartJobReply, StopJobReply, FetchReply, JobsReply, LogsReply> body;
+  std::variant<ErrorReply, NodeHello, StartJobReply, StopJobReply, FetchReply, JobsReply, LogsReply, StacksReply> body;
   bool operator==(const Reply&) const = default;
 };
 

@@ -1,0 +1,246 @@
+#include "evidence.h"
+
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "host.h"
+#include "job.h"
+#include "lockstep/common/clock.h"
+#include "lockstep/common/fd.h"
+#include "lockstep/common/process.h"
+#include "stalls.h"
+
+namespace lockstep::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kStacksWait = std::chrono::seconds(2);
+constexpr auto kStacksQuiet = std::chrono::milliseconds(200);  // no more bytes for this long: complete
+constexpr auto kCpuWindow = std::chrono::milliseconds(500);
+constexpr auto kGdbTimeout = std::chrono::seconds(10);
+constexpr std::size_t kMaxGdbRanks = 4;
+constexpr std::size_t kMaxThreads = 256;
+constexpr std::size_t kMaxStacksBytes = 64 * 1024;
+constexpr std::size_t kLogLines = 30;
+
+std::uint64_t sizeOf(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? static_cast<std::uint64_t>(st.st_size) : 0;
+}
+
+std::string lastLines(const std::string& text, std::size_t lines) {
+  std::size_t at = text.size();
+  if (at > 0 && text[at - 1] == '\n') --at;  // the last line's own newline
+  for (std::size_t n = 0; at > 0; --at) {
+    if (text[at - 1] == '\n' && ++n == lines) break;
+  }
+  return text.substr(at);
+}
+
+std::string trimmed(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\0')) text.pop_back();
+  return text;
+}
+
+// One line per thread: id, name, state, wait channel.
+std::string threadsOf(pid_t pid) {
+  std::vector<std::pair<long, std::string>> lines;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    if (lines.size() >= kMaxThreads) break;
+    const std::string name = entry.path().filename().string();
+    char* end = nullptr;
+    const long tid = std::strtol(name.c_str(), &end, 10);
+    if (*end != '\0' || tid <= 0) continue;
+    const auto stat = readProcStat(static_cast<pid_t>(tid));
+    const std::string comm = trimmed(readKernelFile(entry.path().string() + "/comm", 64).value_or("?"));
+    std::string wchan = trimmed(readKernelFile(entry.path().string() + "/wchan", 128).value_or(""));
+    if (wchan.empty() || wchan == "0") wchan = "-";
+    lines.emplace_back(tid, std::to_string(tid) + "  " + comm + "  " +
+                                (stat ? processStateText(stat->state) : std::string("gone")) + "  " + wchan);
+  }
+  std::sort(lines.begin(), lines.end());
+  std::string out;
+  for (const auto& [tid, line] : lines) out += line + "\n";
+  return out;
+}
+
+// gdb's backtrace of every thread, without its chatter. One gdb at a time: a stall's evidence
+// and a user's `stacks` may ask at once, and a process can be traced by one tracer only.
+std::string gdbBacktrace(pid_t pid, std::string* note) {
+  static std::mutex oneAtATime;
+  std::lock_guard lock(oneAtATime);
+  auto ran = runCommand({"gdb", "-p", std::to_string(pid), "-batch", "-nx", "-ex", "set pagination off", "-ex",
+                         "thread apply all bt 30"},
+                        kGdbTimeout, 256 * 1024);
+  if (!ran) {
+    *note += (note->empty() ? "" : "; ") + std::string("no native backtrace: ") + ran.error().message;
+    return "";
+  }
+  std::string out, line;
+  for (char c : ran->out) {
+    if (c != '\n') {
+      line += c;
+      continue;
+    }
+    if (line.rfind("Thread ", 0) == 0 || line.rfind("#", 0) == 0) out += line + "\n";
+    line.clear();
+  }
+  if (out.empty()) *note += (note->empty() ? "" : "; ") + std::string("gdb could not attach: ") + trimmed(ran->err).substr(0, 300);
+  return out;
+}
+
+struct Taking {
+  RankEvidence evidence;
+  std::uint64_t cpuBefore = 0;
+  std::uint64_t stacksFrom = 0;
+  bool signalled = false;
+  char state = '?';
+};
+
+void firstLook(Taking& t, const EvidenceTarget& target) {
+  const auto stat = readProcStat(target.rank.pid);
+  if (!stat) return;
+  t.state = stat->state;
+  t.cpuBefore = stat->cpuTicks;
+  t.evidence.processState = std::string(1, stat->state) + " (" + processStateText(stat->state) + ")";
+  t.evidence.threads = threadsOf(target.rank.pid);
+  if (target.stackSignal == 0) return;
+  if (stat->state == 'T' || stat->state == 't') {
+    t.evidence.note = "stopped by a signal: it writes its Python stacks once it continues (SIGCONT)";
+    return;
+  }
+  t.stacksFrom = sizeOf(target.rank.stacksPath);
+  t.signalled = ::kill(target.rank.pid, target.stackSignal) == 0;
+}
+
+// Waits until every signalled rank's stacks came in (no new bytes for a moment) or the wait ran out.
+void awaitStacks(std::vector<Taking>& takings, const std::vector<EvidenceTarget>& targets, Clock::time_point began) {
+  std::vector<std::uint64_t> seen(takings.size(), 0);
+  auto lastGrowth = Clock::now();
+  while (Clock::now() - began < kStacksWait) {
+    bool pending = false, grew = false;
+    for (std::size_t i = 0; i < takings.size(); ++i) {
+      if (!takings[i].signalled) continue;
+      const auto size = sizeOf(targets[i].rank.stacksPath);
+      grew = grew || size != seen[i];
+      seen[i] = size;
+      pending = pending || size <= takings[i].stacksFrom;
+    }
+    if (grew) lastGrowth = Clock::now();
+    if (!pending && Clock::now() - lastGrowth >= kStacksQuiet && Clock::now() - began >= kCpuWindow) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+void readStacks(Taking& t, const EvidenceTarget& target) {
+  if (!t.signalled) return;
+  UniqueFd fd = openJobFile(target.rank.stacksPath, O_RDONLY);
+  const auto size = sizeOf(target.rank.stacksPath);
+  if (fd.valid() && size > t.stacksFrom) {
+    std::string text = fileTail(fd.get(), std::min<std::uint64_t>(size - t.stacksFrom, kMaxStacksBytes), nullptr,
+                                target.rank.stacksPath);
+    t.evidence.pythonStacks = text;
+  } else {
+    t.evidence.note = "asked for its Python stacks (signal " + std::to_string(target.stackSignal) +
+                      "); none came within 2 s";
+  }
+}
+
+}  // namespace
+
+StacksReply takeEvidence(const std::string& jobId, const std::string& node, const std::vector<EvidenceTarget>& targets) {
+  const auto began = Clock::now();
+  std::vector<Taking> takings(targets.size());
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    Taking& t = takings[i];
+    t.evidence.rank = targets[i].rank.rank;
+    t.evidence.pid = static_cast<std::uint32_t>(targets[i].rank.pid);
+    t.evidence.node = node;
+    t.evidence.progress = targets[i].progress;
+    firstLook(t, targets[i]);
+  }
+  awaitStacks(takings, targets, began);
+  const auto left = kCpuWindow - (Clock::now() - began);
+  if (left > Clock::duration::zero()) std::this_thread::sleep_for(left);
+  std::size_t gdbRuns = 0;
+  StacksReply reply{jobId, {}};
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    Taking& t = takings[i];
+    readStacks(t, targets[i]);
+    if (const auto stat = readProcStat(targets[i].rank.pid); stat && t.state != '?') t.evidence.cpuMoving = stat->cpuTicks > t.cpuBefore;
+    if (t.state == 'T' || t.state == 't') {
+      // gdb would resume it when it detaches: the stall's cause would vanish under the user's eyes.
+      t.evidence.note += (t.evidence.note.empty() ? "" : "; ") +
+                         std::string("no native backtrace: attaching gdb would resume a stopped process");
+    } else if (t.evidence.pythonStacks.empty() && t.state != '?' && t.state != 'Z') {
+      if (gdbRuns++ < kMaxGdbRanks) {
+        t.evidence.nativeBacktrace = gdbBacktrace(targets[i].rank.pid, &t.evidence.note);
+      } else {
+        t.evidence.note += (t.evidence.note.empty() ? "" : "; ") + std::string("no native backtrace: gdb ran for 4 ranks already");
+      }
+    }
+    bool more = false;
+    t.evidence.logTail = lastLines(fileTail(targets[i].rank.logPath, 8192, &more), kLogLines);
+    t.evidence.timeUnixUs = unixMicrosNow();
+    if (t.state == '?') t.evidence.note = "the process is gone";
+    reply.ranks.push_back(std::move(t.evidence));
+  }
+  return reply;
+}
+
+struct EvidenceTaker::Shared {
+  std::mutex mutex;
+  std::vector<Done> finished;
+  UniqueFd wake{::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)};
+  std::atomic<std::size_t> running{0};
+};
+
+EvidenceTaker::EvidenceTaker() : shared_(std::make_shared<Shared>()) {}
+EvidenceTaker::~EvidenceTaker() = default;  // threads still running keep `shared_` alive
+
+int EvidenceTaker::wakeFd() const { return shared_->wake.get(); }
+
+Result<void> EvidenceTaker::submit(std::uint64_t id, std::string jobId, std::string node, std::vector<EvidenceTarget> ranks) {
+  if (shared_->running.load() >= kMaxInFlight) {
+    return Error{ErrorCode::kResourceExhausted, "node " + node + " is already taking the stacks of " +
+                                                    std::to_string(kMaxInFlight) + " requests; try again in a minute"};
+  }
+  ++shared_->running;
+  try {
+    std::thread([shared = shared_, id, jobId = std::move(jobId), node = std::move(node), ranks = std::move(ranks)] {
+      StacksReply reply = takeEvidence(jobId, node, ranks);
+      {
+        std::lock_guard lock(shared->mutex);
+        shared->finished.push_back(Done{id, std::move(reply)});
+      }
+      const std::uint64_t one = 1;
+      [[maybe_unused]] const ssize_t n = ::write(shared->wake.get(), &one, sizeof one);
+      --shared->running;
+    }).detach();
+  } catch (const std::system_error& e) {
+    --shared_->running;
+    return Error{ErrorCode::kResourceExhausted, std::string("cannot start a thread to take stacks: ") + e.what()};
+  }
+  return {};
+}
+
+std::vector<EvidenceTaker::Done> EvidenceTaker::take() {
+  std::uint64_t count = 0;
+  [[maybe_unused]] const ssize_t n = ::read(shared_->wake.get(), &count, sizeof count);
+  std::vector<Done> out;
+  std::lock_guard lock(shared_->mutex);
+  out.swap(shared_->finished);
+  return out;
+}
+
+}  // namespace lockstep::agent

@@ -1,0 +1,57 @@
+#pragma once
+// Evidence of what a job's ranks are doing (docs/stalls.md), taken off the agent's event loop:
+// each rank's process state and whether its CPU time moves, its threads' states and wait
+// channels (/proc), its Python stacks (the lockstep package registers faulthandler on the signal
+// its progress record names; the agent sends it and reads what the rank appended to its stacks
+// file), a native backtrace where gdb is installed (for ranks without Python stacks), and the end
+// of its log. Nothing needs the stuck thread's help. Every wait is bounded: stacks 2 s, gdb 10 s
+// a rank (at most 4 ranks), so one request takes at most about 45 s.
+//
+// Not thread-safe: the event loop calls it; the taking runs on a thread per request.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "jobs.h"
+#include "lockstep/common/result.h"
+#include "lockstep/protocol/types.h"
+
+namespace lockstep::agent {
+
+struct EvidenceTarget {
+  WatchedRank rank;
+  RankProgress progress;  // as the stall watch last saw it
+  int stackSignal = 0;    // from the progress record; 0: not a Python rank of the package
+};
+
+// On the calling thread (the tests call it directly).
+StacksReply takeEvidence(const std::string& jobId, const std::string& node, const std::vector<EvidenceTarget>& ranks);
+
+class EvidenceTaker {
+ public:
+  static constexpr std::size_t kMaxInFlight = 4;
+
+  EvidenceTaker();
+  ~EvidenceTaker();
+  EvidenceTaker(const EvidenceTaker&) = delete;
+  EvidenceTaker& operator=(const EvidenceTaker&) = delete;
+
+  int wakeFd() const;
+  Result<void> submit(std::uint64_t id, std::string jobId, std::string node, std::vector<EvidenceTarget> ranks);
+
+  struct Done {
+    std::uint64_t id;
+    StacksReply reply;
+  };
+  std::vector<Done> take();
+
+  struct Shared;
+
+ private:
+  std::shared_ptr<Shared> shared_;
+};
+
+}  // namespace lockstep::agent

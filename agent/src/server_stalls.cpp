@@ -1,0 +1,130 @@
+// The agent's stall watch, the evidence it takes, and `stacks` (docs/stalls.md): the parts of the
+// event loop (server_impl.h) that read the ranks' progress records.
+
+#include <algorithm>
+
+#include "lockstep/common/clock.h"
+#include "lockstep/kpi/stall.h"
+#include "lockstep/protocol/names.h"
+#include "server_impl.h"
+
+namespace lockstep::agent {
+namespace {
+
+constexpr auto kStallTick = std::chrono::seconds(1);
+constexpr std::size_t kMaxEvidenceEventBytes = 60 * 1024;  // a job event's text is at most 64 KiB
+
+JobEvent jobEvent(const std::string& jobId, JobEventKind kind, std::string message) {
+  JobEvent e;
+  e.jobId = jobId;
+  e.kind = kind;
+  e.timeUnixUs = unixMicrosNow();
+  e.message = std::move(message);
+  return e;
+}
+
+std::string firstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+std::string clipped(std::string text, std::size_t max) {
+  if (text.size() <= max) return text;
+  text.resize(max);
+  return text + "\n[cut at " + std::to_string(max / 1024) + " KiB]\n";
+}
+
+}  // namespace
+
+void Agent::Impl::withProgress(JobStatus& job) const {
+  if (jobStateEnded(job.state)) return;
+  job.progress = stalls_.progressOf(job.spec.jobId);
+  job.stall = stalls_.stallOf(job.spec.jobId);
+}
+
+std::vector<EvidenceTarget> Agent::Impl::evidenceTargets(const WatchedJob& job, std::optional<std::uint32_t> rank) const {
+  const auto progress = stalls_.progressOf(job.jobId);
+  std::vector<EvidenceTarget> out;
+  for (const auto& r : job.ranks) {
+    if (rank && r.rank != *rank) continue;
+    EvidenceTarget t{r, {}, 0};
+    t.progress.rank = r.rank;
+    for (const auto& p : progress) {
+      if (p.rank == r.rank) t.progress = p;
+    }
+    if (auto record = progress::read(r.progressPath)) t.stackSignal = record->stackSignal;
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+void Agent::Impl::onStacks(const std::string& client, std::uint64_t id, const StacksRequest& request) {
+  const WatchedJob job = jobs_->watched(request.jobId);
+  auto targets = evidenceTargets(job, request.rank);
+  if (targets.empty()) {
+    const std::string which = request.rank ? "rank " + std::to_string(*request.rank) + " of job " : "job ";
+    replyError(client, id, notFound("no running " + which + request.jobId + " on " + config_.name +
+                                    " (lockstepctl status lists the jobs and where their ranks run)"));
+    return;
+  }
+  const std::uint64_t taking = nextEvidenceId_++;
+  if (auto submitted = evidence_.submit(taking, request.jobId, config_.name, std::move(targets)); !submitted) {
+    replyError(client, id, submitted.error());
+    return;
+  }
+  evidencePending_[taking] = PendingEvidence{client, id, std::nullopt};
+}
+
+void Agent::Impl::tickStalls() {
+  const auto now = Clock::now();
+  if (now < nextStallTick_) return;
+  nextStallTick_ = now + kStallTick;
+  for (auto& change : stalls_.tick(jobs_->watched(), now)) {
+    if (!change.began) {
+      const auto stood = (unixMicrosNow() - change.stall.sinceUnixUs) / 1'000'000;
+      append(jobEvent(change.jobId, JobEventKind::kStallEnded,
+                      "progress moved again after " + std::to_string(stood) + " s without"));
+      log_.info("job " + change.jobId + ": progress moved again");
+      continue;
+    }
+    append(jobEvent(change.jobId, JobEventKind::kStalled, "stalled: " + change.stall.message));
+    log_.info("job " + change.jobId + " stalled: " + firstLine(change.stall.message));
+    const std::uint64_t taking = nextEvidenceId_++;
+    auto targets = evidenceTargets(jobs_->watched(change.jobId), std::nullopt);
+    if (auto submitted = evidence_.submit(taking, change.jobId, config_.name, std::move(targets)); !submitted) {
+      log_.error("job " + change.jobId + ": no evidence of its stall: " + submitted.error().message);
+      stallEvidenced(change, StacksReply{change.jobId, {}});
+      continue;
+    }
+    evidencePending_[taking] = PendingEvidence{"", 0, std::move(change)};
+  }
+}
+
+void Agent::Impl::onEvidence() {
+  for (auto& done : evidence_.take()) {
+    auto it = evidencePending_.find(done.id);
+    if (it == evidencePending_.end()) continue;
+    PendingEvidence pending = std::move(it->second);
+    evidencePending_.erase(it);
+    if (pending.stall) {
+      stallEvidenced(*pending.stall, done.reply);
+    } else {
+      reply(pending.client, Reply{pending.requestId, std::move(done.reply)});
+    }
+  }
+}
+
+// The evidence goes into the job's events (and so its history and report), then the policy acts.
+void Agent::Impl::stallEvidenced(const StallWatch::Change& change, const StacksReply& evidence) {
+  for (const auto& rank : evidence.ranks) {
+    const std::string text = kpi::evidenceText(rank);
+    JobEvent e = jobEvent(change.jobId, JobEventKind::kRankEvidence, firstLine(text));
+    e.rank = rank.rank;
+    e.step = rank.progress.step;
+    e.logTail = clipped(text, kMaxEvidenceEventBytes);
+    append(std::move(e));
+  }
+  if (change.onStall == OnStall::kReport || !stalls_.stallOf(change.jobId)) return;
+  const std::string why = "stalled (--on-stall " + std::string(nameOf(change.onStall)) + "): " + change.stall.message;
+  log_.info("job " + change.jobId + ": " + firstLine(why));
+  if (auto failed = jobs_->fail(change.jobId, why); !failed) log_.info("job " + change.jobId + ": " + failed.error().message);
+}
+
+}  // namespace lockstep::agent

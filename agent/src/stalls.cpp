@@ -1,0 +1,159 @@
+#include "stalls.h"
+
+#include <algorithm>
+
+#include "host.h"
+#include "lockstep/common/clock.h"
+#include "lockstep/kpi/stall.h"
+
+namespace lockstep::agent {
+namespace {
+
+constexpr std::size_t kStepWindow = 256;  // the recent steps a rank's p99 is taken over
+
+std::int64_t millisBetween(StallWatch::Clock::time_point from, StallWatch::Clock::time_point to) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count();
+}
+
+std::optional<std::int64_t> p99(const std::deque<std::int64_t>& values) {
+  if (values.empty()) return std::nullopt;
+  std::vector<std::int64_t> sorted(values.begin(), values.end());
+  const auto k = static_cast<std::ptrdiff_t>((sorted.size() - 1) * 99 / 100);
+  std::nth_element(sorted.begin(), sorted.begin() + k, sorted.end());
+  return sorted[static_cast<std::size_t>(k)];
+}
+
+// Whether the rank did anything since the last read: a step, a phase, a collective.
+bool moved(const progress::Snapshot& before, const progress::Snapshot& now) {
+  return before.step != now.step || before.phaseBeganUs != now.phaseBeganUs || before.collectives != now.collectives ||
+         before.inCollective != now.inCollective || before.phase != now.phase;
+}
+
+// A job's ranks are judged when they report steps (the trainer always does; a program of the
+// user's own from its first lockstep.step on).
+bool judged(const RankProgress& p, const WatchedJob& job) { return p.recorded && (p.reportsSteps || !job.command); }
+
+}  // namespace
+
+RankProgress progressOf(std::uint32_t rank, const progress::Snapshot& s, std::int64_t stillMs) {
+  RankProgress p;
+  p.rank = rank;
+  p.recorded = true;
+  p.reportsSteps = s.reportsSteps;
+  p.step = static_cast<std::uint64_t>(std::max<std::int64_t>(0, s.step));
+  p.phase = s.phase;
+  p.announced = s.announced;
+  p.phaseMs = std::max<std::int64_t>(0, (unixMicrosNow() - s.phaseBeganUs) / 1000);
+  p.collectives = s.collectives;
+  p.inCollective = s.inCollective;
+  p.bucket = s.bucket;
+  p.buckets = s.buckets;
+  p.stillMs = std::max<std::int64_t>(0, stillMs);
+  return p;
+}
+
+std::string processStateText(char state) {
+  switch (state) {
+    case 'R': return "running";
+    case 'S': return "sleeping";
+    case 'D': return "waiting on disk or a file system";
+    case 'T': return "stopped by a signal";
+    case 't': return "stopped by a debugger";
+    case 'Z': return "exited, not yet reaped";
+    case 'I': return "idle";
+    default: return std::string("in state ") + state;
+  }
+}
+
+std::string processStateOf(pid_t pid) {
+  const auto stat = readProcStat(pid);
+  return stat ? processStateText(stat->state) : "";
+}
+
+void StallWatch::noteStep(const std::string& jobId, std::uint32_t rank, std::int64_t stepTimeUs) {
+  auto& steps = jobs_[jobId].ranks[rank].stepMs;
+  steps.push_back(stepTimeUs / 1000);
+  if (steps.size() > kStepWindow) steps.pop_front();
+}
+
+void StallWatch::observe(RankWatch& w, const WatchedRank& rank, const WatchedJob& job, Clock::time_point now) {
+  auto read = progress::read(rank.progressPath);
+  if (!read) {
+    w.shown = RankProgress{};
+    w.shown.rank = rank.rank;
+    w.shown.processState = processStateOf(rank.pid);
+    return;
+  }
+  if (!w.last || moved(*w.last, *read)) {
+    // An announced phase that ended: how long it took, for its next run's allowance.
+    if (w.last && w.last->announced && w.last->phaseBeganUs != read->phaseBeganUs && !w.last->phase.empty()) {
+      auto& longest = w.phaseMaxMs[w.last->phase];
+      longest = std::max(longest, (read->phaseBeganUs - w.last->phaseBeganUs) / 1000);
+    }
+    w.movedAt = now;
+  }
+  w.last = *read;
+  w.shown = agent::progressOf(rank.rank, *read, millisBetween(w.movedAt, now));
+  kpi::StallBasis basis{job.stallAfterS, read->step > 0 ? p99(w.stepMs) : std::nullopt, read->announced, std::nullopt};
+  if (read->step > 0 && !basis.stepP99Ms) basis.stepP99Ms = 0;  // steps, but none reported here yet
+  if (auto it = w.phaseMaxMs.find(read->phase); read->announced && it != w.phaseMaxMs.end()) basis.phaseMaxMs = it->second;
+  w.shown.allowanceMs = kpi::stallAllowanceMs(basis);
+  w.shown.processState = processStateOf(rank.pid);
+}
+
+std::optional<StallWatch::Change> StallWatch::judge(JobWatch& watch, const WatchedJob& job) {
+  std::vector<RankProgress> ranks;
+  bool over = false;
+  std::int64_t leastStill = -1;
+  for (const auto& [rank, w] : watch.ranks) {
+    ranks.push_back(w.shown);
+    if (!judged(w.shown, job)) continue;
+    over = over || w.shown.stillMs > w.shown.allowanceMs;
+    leastStill = leastStill < 0 ? w.shown.stillMs : std::min(leastStill, w.shown.stillMs);
+  }
+  if (over && !watch.stall) {
+    const auto diagnosis = kpi::diagnoseStall(ranks);
+    Stall stall{unixMicrosNow() - std::max<std::int64_t>(0, leastStill) * 1000, diagnosis.message, diagnosis.behind};
+    watch.stall = stall;
+    return Change{job.jobId, true, std::move(stall), job.onStall};
+  }
+  if (!over && watch.stall) {
+    // A rank moved again: the job goes on.
+    Change ended{job.jobId, false, *watch.stall, job.onStall};
+    watch.stall.reset();
+    return ended;
+  }
+  if (watch.stall) watch.stall->message = kpi::diagnoseStall(ranks).message;  // durations grow
+  return std::nullopt;
+}
+
+std::vector<StallWatch::Change> StallWatch::tick(const std::vector<WatchedJob>& jobs, Clock::time_point now) {
+  std::vector<Change> changes;
+  std::map<std::string, JobWatch> kept;
+  for (const auto& job : jobs) {
+    JobWatch watch = std::move(jobs_[job.jobId]);
+    for (const auto& rank : job.ranks) observe(watch.ranks[rank.rank], rank, job, now);
+    std::erase_if(watch.ranks, [&](const auto& entry) {
+      return std::none_of(job.ranks.begin(), job.ranks.end(), [&](const WatchedRank& r) { return r.rank == entry.first; });
+    });
+    if (auto change = judge(watch, job)) changes.push_back(std::move(*change));
+    kept[job.jobId] = std::move(watch);
+  }
+  jobs_ = std::move(kept);
+  return changes;
+}
+
+std::vector<RankProgress> StallWatch::progressOf(const std::string& jobId) const {
+  std::vector<RankProgress> out;
+  auto it = jobs_.find(jobId);
+  if (it == jobs_.end()) return out;
+  for (const auto& [rank, w] : it->second.ranks) out.push_back(w.shown);
+  return out;
+}
+
+std::optional<Stall> StallWatch::stallOf(const std::string& jobId) const {
+  auto it = jobs_.find(jobId);
+  return it == jobs_.end() ? std::nullopt : it->second.stall;
+}
+
+}  // namespace lockstep::agent

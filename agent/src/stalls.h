@@ -1,0 +1,67 @@
+#pragma once
+// The stall watch (docs/stalls.md): once a second the agent reads each running rank's progress
+// record (lockstep/common/progress.h) and judges whether it moved within its allowance
+// (kpi/stall.h). A job whose ranks stopped moving is stalled until one moves again; what the
+// ranks' progress says (the wavefront) is its diagnosis. The event loop owns it (not thread-safe).
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "jobs.h"
+#include "lockstep/common/progress.h"
+#include "lockstep/protocol/types.h"
+
+namespace lockstep::agent {
+
+// A record as read, in the wire's terms; stillMs is the agent's to say.
+RankProgress progressOf(std::uint32_t rank, const progress::Snapshot& snapshot, std::int64_t stillMs);
+// "sleeping", "stopped by a signal", "waiting on disk or a file system"; "" when the process is gone.
+std::string processStateOf(pid_t pid);
+std::string processStateText(char state);
+
+class StallWatch {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  struct Change {
+    std::string jobId;
+    bool began = false;  // else ended
+    Stall stall;         // what began (or what ended)
+    OnStall onStall = OnStall::kReport;
+  };
+
+  // A step report's step time, for the rank's p99.
+  void noteStep(const std::string& jobId, std::uint32_t rank, std::int64_t stepTimeUs);
+  // Reads the jobs' records; forgets the jobs no longer listed. Returns the stalls that began or ended.
+  std::vector<Change> tick(const std::vector<WatchedJob>& jobs, Clock::time_point now);
+
+  std::vector<RankProgress> progressOf(const std::string& jobId) const;
+  std::optional<Stall> stallOf(const std::string& jobId) const;
+
+ private:
+  struct RankWatch {
+    std::optional<progress::Snapshot> last;
+    Clock::time_point movedAt;
+    std::deque<std::int64_t> stepMs;             // recent step times
+    std::map<std::string, std::int64_t> phaseMaxMs;  // announced phases' longest runs
+    RankProgress shown;
+  };
+  struct JobWatch {
+    std::map<std::uint32_t, RankWatch> ranks;
+    std::optional<Stall> stall;
+  };
+
+  void observe(RankWatch& watch, const WatchedRank& rank, const WatchedJob& job, Clock::time_point now);
+  std::optional<Change> judge(JobWatch& watch, const WatchedJob& job);
+
+  std::map<std::string, JobWatch> jobs_;
+};
+
+}  // namespace lockstep::agent

@@ -1,0 +1,169 @@
+#include "lockstep/kpi/stall.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+namespace lockstep::kpi {
+namespace {
+
+std::string seconds(std::int64_t ms) {
+  char text[32];
+  const double s = static_cast<double>(ms) / 1000.0;
+  if (s < 90) {
+    std::snprintf(text, sizeof text, "%.0f s", std::floor(s));
+  } else {
+    std::snprintf(text, sizeof text, "%.1f min", s / 60);
+  }
+  return text;
+}
+
+std::string ranksWord(const std::vector<std::uint32_t>& ranks) {
+  return (ranks.size() == 1 ? "rank " : "ranks ") + rankRanges(ranks);
+}
+
+std::string collectiveName(std::uint64_t number, std::uint32_t bucket, std::uint32_t buckets) {
+  std::string out = "all-reduce #" + std::to_string(number);
+  if (bucket > 0 && buckets > 0) {
+    out += " (bucket " + std::to_string(bucket) + " of " + std::to_string(buckets) + ")";
+  } else if (bucket > 0) {
+    out += " (bucket " + std::to_string(bucket) + ")";
+  }
+  return out;
+}
+
+// "rank 1 in data of step 15 for 43 s" for each rank, one per line, the stillest first; at most
+// `limit` lines, then how many more.
+std::string eachRank(std::vector<const RankProgress*> ranks, std::size_t limit) {
+  std::stable_sort(ranks.begin(), ranks.end(), [](const auto* a, const auto* b) { return a->stillMs > b->stillMs; });
+  std::string out;
+  for (std::size_t i = 0; i < ranks.size() && i < limit; ++i) {
+    const RankProgress& r = *ranks[i];
+    out += "\n  rank " + std::to_string(r.rank) + ": " + whereIs(r);
+    if (r.recorded) out += " for " + seconds(r.inCollective ? r.stillMs : r.phaseMs);
+    if (!r.processState.empty()) out += "; process " + r.processState;
+  }
+  if (ranks.size() > limit) out += "\n  and " + std::to_string(ranks.size() - limit) + " more";
+  return out;
+}
+
+}  // namespace
+
+std::int64_t stallAllowanceMs(const StallBasis& basis) {
+  std::int64_t base = basis.stallAfterS > 0 ? std::int64_t{basis.stallAfterS} * 1000 : kMinStallMs;
+  if (basis.stallAfterS == 0 && basis.stepP99Ms) {
+    base = std::max(base, static_cast<std::int64_t>(std::ceil(kStallTimesP99 * static_cast<double>(*basis.stepP99Ms))));
+  }
+  const auto startup = std::max(kMinStartupMs, static_cast<std::int64_t>(kStartupTimesBase * static_cast<double>(base)));
+  if (!basis.stepP99Ms && basis.stallAfterS == 0) return startup;
+  if (!basis.stepP99Ms) return std::max(startup, base);
+  if (basis.announced) {
+    if (!basis.phaseMaxMs) return startup;
+    return std::max(base, static_cast<std::int64_t>(std::ceil(kStallTimesP99 * static_cast<double>(*basis.phaseMaxMs))));
+  }
+  return base;
+}
+
+std::string rankRanges(std::vector<std::uint32_t> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  std::string out;
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    out += (out.empty() ? "" : ", ") + std::to_string(ranks[i]);
+    if (j > i) out += (j == i + 1 ? ", " : "-") + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string whereIs(const RankProgress& r) {
+  if (!r.recorded) return "no progress record (it does not use the lockstep package or library)";
+  if (r.inCollective) return collectiveName(r.collectives, r.bucket, r.buckets) + " of step " + std::to_string(r.step + 1);
+  const std::string phase = r.phase.empty() ? "step" : r.phase;
+  if (!r.reportsSteps && r.step == 0) return phase + " (no step reported yet)";
+  return phase + " of step " + std::to_string(r.step + 1);
+}
+
+StallDiagnosis diagnoseStall(const std::vector<RankProgress>& ranks) {
+  StallDiagnosis d;
+  std::uint64_t front = 0;
+  for (const auto& r : ranks) {
+    if (r.recorded && r.inCollective) front = std::max(front, r.collectives);
+  }
+  std::vector<const RankProgress*> behind, waiting, stopped, all;
+  const RankProgress* waiter = nullptr;
+  for (const auto& r : ranks) {
+    all.push_back(&r);
+    const bool halted = r.processState.rfind("stopped", 0) == 0;
+    if (front > 0 && r.recorded && r.inCollective && r.collectives == front && !halted) {
+      d.waiting.push_back(r.rank);
+      waiting.push_back(&r);
+      if (!waiter || r.stillMs > waiter->stillMs) waiter = &r;
+    } else if (front > 0 && (!r.recorded || r.collectives < front || halted)) {
+      d.behind.push_back(r.rank);
+      behind.push_back(&r);
+    } else if (halted) {
+      d.behind.push_back(r.rank);
+      stopped.push_back(&r);
+    }
+  }
+  constexpr std::size_t kLines = 8;
+  if (!behind.empty() && waiter) {
+    d.message = ranksWord(d.behind) + " did not reach " + collectiveName(front, waiter->bucket, waiter->buckets) +
+                ", which " + ranksWord(d.waiting) + (d.waiting.size() == 1 ? " waits" : " wait") + " in for " +
+                seconds(waiter->stillMs) + ":" + eachRank(behind, kLines) + "\nwaiting:" + eachRank(waiting, 2);
+  } else if (!behind.empty()) {
+    d.message = ranksWord(d.behind) + (d.behind.size() == 1 ? " is" : " are") +
+                " stopped by a signal (SIGSTOP, a debugger), and the others wait for it:" + eachRank(behind, kLines);
+  } else if (!stopped.empty()) {
+    d.message = ranksWord(d.behind) + (d.behind.size() == 1 ? " is" : " are") +
+                " stopped by a signal (SIGSTOP, a debugger):" + eachRank(all, kLines);
+  } else if (!waiting.empty()) {
+    d.message = "every rank here waits in " + collectiveName(front, waiter->bucket, waiter->buckets) + " for " +
+                seconds(waiter->stillMs) +
+                ": the ranks that did not reach it are on other nodes, or the collective itself hangs (the network)" +
+                eachRank(waiting, kLines);
+  } else {
+    d.message = "no rank's progress moved, and none is in a collective:" + eachRank(all, kLines);
+  }
+  return d;
+}
+
+std::optional<Stall> jobStall(const std::vector<JobStatus>& parts) {
+  std::optional<Stall> stall;
+  std::vector<RankProgress> ranks;
+  for (const auto& p : parts) {
+    ranks.insert(ranks.end(), p.progress.begin(), p.progress.end());
+    if (p.stall && (!stall || p.stall->sinceUnixUs < stall->sinceUnixUs)) stall = p.stall;
+  }
+  if (!stall || parts.size() == 1) return stall;
+  const auto diagnosis = diagnoseStall(ranks);
+  stall->message = diagnosis.message;
+  stall->ranks = diagnosis.behind;
+  return stall;
+}
+
+std::string evidenceText(const RankEvidence& e) {
+  std::string out = "rank " + std::to_string(e.rank) + " (pid " + std::to_string(e.pid) + " on " + e.node + "): " +
+                    whereIs(e.progress);
+  if (e.progress.recorded) out += ", still for " + seconds(e.progress.stillMs);
+  out += "\nprocess: " + (e.processState.empty() ? std::string("gone") : e.processState);
+  if (e.cpuMoving) out += *e.cpuMoving ? "; its CPU time moves" : "; its CPU time does not move";
+  out += "\n";
+  const auto section = [&](const char* title, const std::string& text) {
+    if (text.empty()) return;
+    out += std::string("\n") + title + ":\n" + text;
+    if (text.back() != '\n') out += "\n";
+  };
+  section("Python stacks", e.pythonStacks);
+  section("threads (id, name, state, wait channel)", e.threads);
+  section("native backtrace (gdb)", e.nativeBacktrace);
+  section("end of its log", e.logTail);
+  if (!e.note.empty()) out += "\nnote: " + e.note + "\n";
+  return out;
+}
+
+}  // namespace lockstep::kpi
