@@ -92,6 +92,19 @@ TEST(MetricsPage, BaseUnitsCountersAndLabelsFromTheStreamAlone) {
             R"(lockstep_rank_communication_overhead_ratio{node="n",job_id="j\"1",rank="0"} 0.3)");
   EXPECT_EQ(line(text, "lockstep_job_state{"), R"(lockstep_job_state{node="n",job_id="j\"1",state="running"} 1)");
   EXPECT_EQ(line(text, "lockstep_job_world_size{"), R"(lockstep_job_world_size{node="n",job_id="j\"1"} 2)");
+  EXPECT_EQ(line(text, "lockstep_job_stalled{"), R"(lockstep_job_stalled{node="n",job_id="j\"1"} 0)");
+  // Issue 32: stalled, with the seconds since each rank's progress moved.
+  auto stalled = jobs;
+  stalled[0].stall = Stall{t0, "rank 1 did not reach all-reduce #3", {1}};
+  RankProgress still;
+  still.rank = 1;
+  still.recorded = true;
+  still.stillMs = 43'500;
+  stalled[0].progress = {still};
+  const std::string stuck = page.render(t0 + 4'000'000, stalled);
+  EXPECT_EQ(line(stuck, "lockstep_job_stalled{"), R"(lockstep_job_stalled{node="n",job_id="j\"1"} 1)");
+  EXPECT_EQ(line(stuck, "lockstep_rank_progress_age_seconds{"),
+            R"(lockstep_rank_progress_age_seconds{node="n",job_id="j\"1",rank="1"} 43.5)");
   // Two GPUs (the placements) for 4 s: 8 GPU-seconds, at 3.6 EUR an hour: 0.008 EUR.
   EXPECT_EQ(line(text, "lockstep_job_gpu_seconds_total"), R"(lockstep_job_gpu_seconds_total{node="n",job_id="j\"1"} 8)");
   const std::string cost = line(text, "lockstep_job_cost_total");

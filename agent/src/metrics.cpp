@@ -38,7 +38,7 @@ enum Family : std::size_t {
   kGpuUtilization, kGpuMemory, kGpuPower, kGpuEnergy, kGpuTemperature, kGpuClock,
   kRankSteps, kRankStepRate, kRankSamples, kRankStepTime, kRankDataTime, kRankComputeTime, kRankExposedTime,
   kRankOverhead, kRankBusBandwidth, kRankLoss,
-  kJobState, kJobWorldSize, kJobSamples, kJobGpuSeconds, kJobCpuSeconds, kJobCost,
+  kJobState, kJobWorldSize, kJobStalled, kRankStill, kJobSamples, kJobGpuSeconds, kJobCpuSeconds, kJobCost,
   kNetReceiveBytes, kNetTransmitBytes, kNetReceivePackets, kNetTransmitPackets, kNetReceiveErrors, kNetTransmitErrors,
   kNetReceiveDrops, kNetTransmitDrops, kNetSpeed,
   kFamilies,
@@ -63,6 +63,8 @@ constexpr std::array<FamilyDef, kFamilies> kDefs = {{
     {"lockstep_rank_loss", "gauge", "", "The rank's last reported loss"},
     {"lockstep_job_state", "gauge", "", "1 for the state this node's part of the job is in"},
     {"lockstep_job_world_size", "gauge", "", "Ranks in the job"},
+    {"lockstep_job_stalled", "gauge", "", "1 while this node sees the job stalled (docs/stalls.md), else 0"},
+    {"lockstep_rank_progress_age_seconds", "gauge", "seconds", "Since the rank's progress record last moved"},
     {"lockstep_job_samples_per_second", "gauge", "", "This node's ranks' samples per second"},
     {"lockstep_job_gpu_seconds", "counter", "seconds", "GPU time this node's part of the job has held"},
     {"lockstep_job_cpu_seconds", "counter", "seconds", "CPU time this node's ranks of the job used"},
@@ -180,6 +182,14 @@ void writeJob(Writer& w, const std::string& node, const JobStatus& status, const
   state.push_back({"state", std::string(jobStateName(status.state))});
   w.add(kJobState, state, 1.0);
   w.add(kJobWorldSize, labels, static_cast<double>(status.spec.worldSize));
+  if (!jobStateEnded(status.state)) {
+    w.add(kJobStalled, labels, status.stall ? 1.0 : 0.0);
+    for (const auto& p : status.progress) {
+      if (!p.recorded) continue;
+      Labels rank = {{"node", node}, {"job_id", status.spec.jobId}, {"rank", std::to_string(p.rank)}};
+      w.add(kRankStill, rank, static_cast<double>(p.stillMs) / 1000.0);
+    }
+  }
   if (k == nullptr) return;
   if (!jobStateEnded(status.state)) w.add(kJobSamples, labels, k->samplesPerSecond);
   w.add(kJobGpuSeconds, labels, scaled(k->gpuHours, 3600));

@@ -202,7 +202,9 @@ Result<void> Agent::Impl::announce() const {
 void Agent::Impl::publishMetrics() {
   if (!metricsServer_ || Clock::now() < nextMetrics_) return;
   nextMetrics_ = Clock::now() + std::chrono::seconds(1);
-  metricsServer_->publish(metricsPage_->render(unixMicrosNow(), jobs_->list()));
+  auto jobs = jobs_->list();
+  for (auto& job : jobs) withProgress(job);
+  metricsServer_->publish(metricsPage_->render(unixMicrosNow(), jobs));
 }
 
 bool Agent::Impl::authorized(const std::string& key) {

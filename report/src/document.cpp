@@ -1,6 +1,7 @@
 // A report's layout, shared by HTML and PDF: its sections, tables and charts (report.h).
 
 #include <map>
+#include <optional>
 #include <set>
 
 #include "lockstep/report/report.h"
@@ -18,6 +19,30 @@ using detail::figure;
 using detail::number;
 
 // "rank exited": the JSON's name, for people.
+// The job's stalls (docs/stalls.md): each diagnosis as it began, how it ended, and each stalled
+// rank's evidence (its state, threads, stacks and log), at most kCodeLines lines each.
+std::optional<Section> stallSection(const std::vector<JobEvent>& events) {
+  constexpr std::size_t kCodeLines = 200;
+  Section s;
+  s.heading = "Stalls";
+  for (const auto& e : events) {
+    if (e.kind == JobEventKind::kStalled || e.kind == JobEventKind::kStallEnded) {
+      s.paragraphs.push_back(detail::displayTime(e.timeUnixUs) + ": " + e.message);
+    } else if (e.kind == JobEventKind::kRankEvidence) {
+      std::string text = e.logTail.empty() ? e.message : e.logTail;
+      std::size_t at = 0, lines = 0;
+      while (lines < kCodeLines && (at = text.find('\n', at)) != std::string::npos) {
+        ++at;
+        ++lines;
+      }
+      if (lines == kCodeLines && at < text.size()) text = text.substr(0, at) + "[… the rest is in the JSON report]";
+      s.code.push_back(std::move(text));
+    }
+  }
+  if (s.paragraphs.empty() && s.code.empty()) return std::nullopt;
+  return s;
+}
+
 std::string eventName(JobEventKind kind) {
   std::string name(jobEventKindName(kind));
   std::replace(name.begin(), name.end(), '_', ' ');
@@ -198,6 +223,8 @@ Document document(const ReportData& data) {
   chartSection.heading = "Charts";
   chartSection.charts = charts(data);
   doc.sections.push_back(std::move(chartSection));
+
+  if (auto stalls = stallSection(data.events)) doc.sections.push_back(std::move(*stalls));
 
   // ---- Events ----
   Section events;

@@ -15,6 +15,7 @@ constexpr int kChartWidth = 760;
 constexpr int kChartHeight = 320;
 
 constexpr std::string_view kStyle = R"(
+pre { font-size: 0.8em; background: #f6f6f6; padding: 0.6em; overflow-x: auto; white-space: pre-wrap; }
 body { font-family: sans-serif; color: #222; background: #fff; max-width: 1100px; margin: 2em auto; padding: 0 1em; line-height: 1.4; }
 h1 { font-size: 1.6em; margin-bottom: 0.2em; }
 .subtitle { color: #555; margin-top: 0; }
@@ -95,6 +96,7 @@ std::string html(const Document& document) {
       out += "</ul>\n";
     }
     for (const auto& t : section.tables) table(out, t);
+    for (const auto& c : section.code) out += "<pre>" + xmlEscape(c) + "</pre>\n";
     for (const auto& chart : section.charts) {
       out +=
           "<figure id=\"chart-" + xmlEscape(chart.id) + "\">\n" + svg(chart, kChartWidth, kChartHeight) + "</figure>\n";

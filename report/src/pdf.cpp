@@ -92,6 +92,23 @@ class Layout {
     y_ += needed.height() + 4;
   }
 
+  // A monospaced block, line for line; a line too long for the page wraps anywhere.
+  void code(const QString& text) {
+    QFont mono(QStringLiteral("monospace"));
+    mono.setStyleHint(QFont::Monospace);
+    mono.setPointSizeF(6.5);
+    p_.setFont(mono);
+    p_.setPen(kInk);
+    for (const auto& line : text.split(QLatin1Char('\n'))) {
+      const QRectF box(body_.left(), 0, body_.width(), 1e6);
+      const QRectF needed = p_.boundingRect(box, Qt::TextWrapAnywhere, line.isEmpty() ? QStringLiteral(" ") : line);
+      ensure(needed.height());
+      p_.drawText(QRectF(box.left(), y_, box.width(), needed.height()), Qt::TextWrapAnywhere, line);
+      y_ += needed.height();
+    }
+    y_ += 6;
+  }
+
   void table(const Table& t) {
     if (!t.title.empty()) {
       ensure(50);
@@ -317,6 +334,7 @@ Result<void> writePdf(const Document& document, const std::string& path) {
       for (const auto& text : section.paragraphs) layout.paragraph(q(text));
       for (const auto& text : section.bullets) layout.paragraph(q(text), QStringLiteral("•"));
       for (const auto& t : section.tables) layout.table(t);
+      for (const auto& c : section.code) layout.code(q(c));
       for (const auto& c : section.charts) layout.chart(c);
     }
     layout.finish();

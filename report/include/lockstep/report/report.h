@@ -93,6 +93,7 @@ struct Section {
   std::vector<Table> tables;
   std::vector<std::string> bullets;
   std::vector<Chart> charts;
+  std::vector<std::string> code;  // monospaced blocks, line for line (a rank's stacks)
 };
 
 struct Document {

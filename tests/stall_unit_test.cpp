@@ -1,0 +1,82 @@
+// Issue 32: how long a rank may stand still, and what the ranks' progress says when they stopped.
+
+#include <gtest/gtest.h>
+
+#include "lockstep/kpi/stall.h"
+
+namespace lockstep::kpi {
+namespace {
+
+RankProgress rank(std::uint32_t r, std::uint64_t step, std::string phase, std::uint64_t collectives, bool inCollective,
+                  std::int64_t stillMs) {
+  RankProgress p;
+  p.rank = r;
+  p.recorded = true;
+  p.reportsSteps = true;
+  p.step = step;
+  p.phase = std::move(phase);
+  p.phaseMs = stillMs;
+  p.collectives = collectives;
+  p.inCollective = inCollective;
+  p.stillMs = stillMs;
+  return p;
+}
+
+TEST(StallAllowance, TheLargerOf15SecondsAnd5TimesTheP99Step) {
+  EXPECT_EQ(stallAllowanceMs({0, 100, false, std::nullopt}), 15'000) << "sub-second steps: 15 s";
+  EXPECT_EQ(stallAllowanceMs({0, 8'000, false, std::nullopt}), 40'000) << "8 s steps: 5x";
+  EXPECT_EQ(stallAllowanceMs({3, 8'000, false, std::nullopt}), 3'000) << "--stall-after-s wins";
+}
+
+TEST(StallAllowance, BeforeTheFirstStepAndInAnAnnouncedPhaseSeenForTheFirstTimeTheStartUpAllowance) {
+  EXPECT_EQ(stallAllowanceMs({0, std::nullopt, false, std::nullopt}), 150'000) << "10x 15 s";
+  EXPECT_EQ(stallAllowanceMs({2, std::nullopt, false, std::nullopt}), 120'000) << "at least 120 s";
+  EXPECT_EQ(stallAllowanceMs({2, 10, true, std::nullopt}), 120'000) << "a first checkpoint";
+  EXPECT_EQ(stallAllowanceMs({2, 10, true, 20'000}), 100'000) << "5x its longest run";
+  EXPECT_EQ(stallAllowanceMs({0, 10, true, 1'000}), 15'000) << "never less than the step's";
+}
+
+TEST(StallDiagnosis, TheRankThatDidNotReachTheCollectiveTheOthersWaitIn) {
+  const auto d = diagnoseStall({rank(0, 14, "all-reduce", 15, true, 43'000), rank(1, 14, "data", 14, false, 43'000),
+                                rank(2, 14, "all-reduce", 15, true, 43'000)});
+  EXPECT_EQ(d.behind, std::vector<std::uint32_t>{1});
+  EXPECT_EQ(d.waiting, (std::vector<std::uint32_t>{0, 2}));
+  EXPECT_EQ(d.message.rfind("rank 1 did not reach all-reduce #15, which ranks 0, 2 wait in for 43 s:", 0), 0u) << d.message;
+  EXPECT_NE(d.message.find("rank 1: data of step 15 for 43 s"), std::string::npos) << d.message;
+}
+
+TEST(StallDiagnosis, EveryRankInTheSameCollectivePointsAwayFromThisNode) {
+  const auto d = diagnoseStall({rank(0, 9, "all-reduce", 10, true, 20'000), rank(1, 9, "all-reduce", 10, true, 20'000)});
+  EXPECT_TRUE(d.behind.empty());
+  EXPECT_NE(d.message.find("every rank here waits in all-reduce #10"), std::string::npos) << d.message;
+}
+
+TEST(StallDiagnosis, AStoppedProcessIsNamedEvenInsideTheCollective) {
+  auto stopped = rank(1, 9, "all-reduce", 10, true, 5'000);
+  stopped.processState = "stopped by a signal";
+  const auto d = diagnoseStall({rank(0, 9, "all-reduce", 10, true, 5'000), stopped});
+  EXPECT_EQ(d.behind, std::vector<std::uint32_t>{1});
+  EXPECT_NE(d.message.find("stopped by a signal"), std::string::npos) << d.message;
+}
+
+TEST(StallDiagnosis, RanksAcrossNodesAreDiagnosedTogether) {
+  JobStatus a, b;
+  a.progress = {rank(0, 14, "all-reduce", 15, true, 30'000)};
+  a.stall = Stall{1000, "every rank here waits in all-reduce #15", {}};
+  b.progress = {rank(1, 14, "data", 14, false, 30'000)};
+  b.stall = Stall{900, "no rank's progress moved", {}};
+  const auto stall = jobStall({a, b});
+  ASSERT_TRUE(stall);
+  EXPECT_EQ(stall->sinceUnixUs, 900);
+  EXPECT_EQ(stall->ranks, std::vector<std::uint32_t>{1});
+  EXPECT_NE(stall->message.find("rank 1 did not reach all-reduce #15"), std::string::npos) << stall->message;
+  EXPECT_FALSE(jobStall({JobStatus{}}));
+}
+
+TEST(StallDiagnosis, RankRanges) {
+  EXPECT_EQ(rankRanges({5, 0, 1, 2, 3, 7, 8}), "0-3, 5, 7, 8");
+  EXPECT_EQ(rankRanges({}), "");
+}
+
+}  // namespace
+}  // namespace lockstep::kpi
