@@ -492,6 +492,44 @@ class AppTest : public QObject {
     QVERIFY2(app.dashboardLabel("jobBanner").contains(QStringLiteral("1 restart")), qPrintable(app.dashboardLabel("jobBanner")));
   }
 
+  // Issue 32: a stalled job says so in its row and its dashboard, naming the rank.
+  void aStalledJobSaysWhichRankInItsRowAndBanner() {
+    TempDir dir;
+    AgentProcess agent(dir, "node-a");
+    App app(dir);
+    const QString problem = connectAuthorized(app, agent);
+    QVERIFY2(problem.isEmpty(), qPrintable(problem));
+    JobSpec spec = smallJob("app-stall", 2, 10'000'000);
+    spec.stallAfterS = 2;
+    QSignalSpy launched(&app.window.control(), &JobControl::launchFinished);
+    auto placed = app.store.place(spec, {{idOf(agent), 2}});
+    QVERIFY2(placed, placed ? "" : placed.error().message.c_str());
+    app.window.control().launch(*placed);
+    QTRY_COMPARE_WITH_TIMEOUT(launched.count(), 1, kJobMs);
+    QTRY_VERIFY_WITH_TIMEOUT(app.points(QStringLiteral("loss")) > 5, kJobMs);
+    pid_t victim = -1;
+    for (pid_t pid : processesOfJob("app-stall")) {
+      if (environOf(pid, "RANK") == "1") victim = pid;
+    }
+    QVERIFY(victim > 0);
+    ::kill(victim, SIGSTOP);
+    const auto stateText = [&] {
+      app.window.refreshNow();
+      return app.window.jobsModel()->index(0, app::JobsModel::kState).data().toString();
+    };
+    QTRY_VERIFY_WITH_TIMEOUT(stateText().startsWith(QStringLiteral("stalled")), 30'000);
+    app.window.selectJob(QStringLiteral("app-stall"));
+    QTRY_VERIFY_WITH_TIMEOUT(app.dashboardLabel("jobBanner").startsWith(QStringLiteral("Stalled")), 5'000);
+    const QString banner = app.dashboardLabel("jobBanner");
+    ::kill(victim, SIGCONT);
+    QVERIFY2(banner.contains(QStringLiteral("rank 1")) && banner.contains(QStringLiteral("stopped by a signal")),
+             qPrintable(banner));
+    QTRY_VERIFY_WITH_TIMEOUT(stateText() == QStringLiteral("running"), 30'000);
+    QSignalSpy stopped(&app.window.control(), &JobControl::stopFinished);
+    app.window.control().stopJob("app-stall");
+    QTRY_COMPARE_WITH_TIMEOUT(stopped.count(), 1, kJobMs);
+  }
+
   // Issue 16: a job of 320 ranks on 40 nodes (fed as the bench feeds the store: no agents) made
   // the title list every node, and the window grew to fit it.
   void aJobOnManyNodesKeepsTheWindowAtItsSize() {

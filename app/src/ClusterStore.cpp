@@ -1,5 +1,7 @@
 #include "ClusterStore.h"
 
+#include "lockstep/kpi/stall.h"
+
 #include <QLoggingCategory>
 #include <QTimer>
 #include <algorithm>
@@ -247,11 +249,30 @@ void ClusterStore::onJobs(QString id, JobList jobs) {
       changed = true;
     }
     auto& part = job.parts[id];
-    changed |= part.state != status.state || part.ranks.size() != status.ranks.size() || part.message != status.message;
+    changed |= part.state != status.state || part.ranks.size() != status.ranks.size() || part.message != status.message ||
+               part.stall != status.stall || part.progress != status.progress;
     part = status;
     updateJobState(job);
   }
   if (changed) Q_EMIT jobsChanged();
+}
+
+std::optional<Stall> JobEntry::stall() const {
+  if (jobStateEnded(state)) return std::nullopt;
+  std::vector<JobStatus> all;
+  for (const auto& [agent, part] : parts) all.push_back(part);
+  return kpi::jobStall(all);
+}
+
+bool JobEntry::unjudged() const {
+  bool any = false;
+  for (const auto& [agent, part] : parts) {
+    for (const auto& p : part.progress) {
+      if (p.reportsSteps) return false;
+      any = true;
+    }
+  }
+  return any && spec.isCommand() && !jobStateEnded(state);
 }
 
 void ClusterStore::onMessages(QString id, MessageBatch messages) {

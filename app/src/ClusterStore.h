@@ -59,6 +59,11 @@ struct JobEntry {
   JobState state = JobState::kStarting;
   QString message;
   std::int64_t startedUnixUs = 0;
+
+  // Its stall across its parts (kpi::jobStall); unset while it moves, or once it ended.
+  std::optional<Stall> stall() const;
+  // Whether it runs a program that reports no steps: stacks, but no stall detection.
+  bool unjudged() const;
 };
 
 class ClusterStore : public QObject {

@@ -350,12 +350,23 @@ void DashboardWidget::refresh() {
     case JobState::kStopped:
       banner = seen ? tr("Stopped after %1 (%2).").arg(steps, took) : tr("Stopped.");
       break;
-    default: break;
+    default:
+      if (const auto stall = job->stall()) {
+        banner = tr("Stalled %1: %2\n(lockstepctl stacks %3 shows each rank's stacks; the job's events keep them)")
+                     .arg(duration(static_cast<double>(unixMicrosNow() - stall->sinceUnixUs) / 1e6),
+                          QString::fromStdString(stall->message), QString::fromStdString(job->id));
+      } else if (job->unjudged()) {
+        banner = tr("This program reports no steps, so Lockstep cannot tell whether it is stuck (lockstep.step() "
+                    "turns stall detection on); lockstepctl stacks %1 shows what its ranks are doing.")
+                     .arg(QString::fromStdString(job->id));
+      }
+      break;
   }
+  const bool stalled = job->stall().has_value();
   banner_->setText(banner);
   banner_->setVisible(!banner.isEmpty());
   QPalette bannerPalette = banner_->palette();
-  bannerPalette.setColor(QPalette::WindowText, jobStateColor(job->state, palette()));
+  bannerPalette.setColor(QPalette::WindowText, jobStateColor(stalled ? JobState::kFailed : job->state, palette()));
   banner_->setPalette(bannerPalette);
 
   const QString currency = QString::fromStdString(job->spec.prices.currency);

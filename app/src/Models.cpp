@@ -176,12 +176,18 @@ int JobsModel::rowCount(const QModelIndex& parent) const { return parent.isValid
 QVariant JobsModel::data(const QModelIndex& index, int role) const {
   if (!index.isValid() || index.row() >= static_cast<int>(rows_.size())) return {};
   const JobEntry& j = *rows_[static_cast<std::size_t>(index.row())];
-  if (role == Qt::ForegroundRole && index.column() == kState) return jobStateColor(j.state, QGuiApplication::palette());
+  const auto stall = index.column() == kState ? j.stall() : std::nullopt;
+  if (role == Qt::ForegroundRole && index.column() == kState) {
+    return jobStateColor(stall ? JobState::kFailed : j.state, QGuiApplication::palette());
+  }
+  if (role == Qt::ToolTipRole && stall) return QString::fromStdString(stall->message);
   if (role == Qt::ToolTipRole && !j.message.isEmpty()) return j.message;
   if (role != Qt::DisplayRole) return {};
   switch (index.column()) {
     case kJob: return QString::fromStdString(j.id);
-    case kState: return jobStateText(j.state);
+    case kState:
+      if (stall) return tr("stalled %1").arg(duration(static_cast<double>(unixMicrosNow() - stall->sinceUnixUs) / 1e6));
+      return jobStateText(j.state);
     case kRanks: return j.spec.worldSize;
     case kNodes: {
       std::vector<std::string> nodes;
