@@ -26,6 +26,7 @@ PACKAGES=(
   nlohmann-json3-dev libgtest-dev libsqlite3-dev
   clang-14 libclang-rt-14-dev  # the protocol and store fuzzers (libFuzzer)
   iproute2  # the network partition test: two agents in network namespaces
+  gdb  # a stalled native rank's backtrace (docs/stalls.md)
   python3-torch python3-numpy  # the PyTorch reference test, own-program jobs and bench/
   python3-zmq python3-protobuf  # the lockstep Python package reports with them
   qt6-base-dev qt6-charts-dev qt6-svg-dev libqt6opengl6-dev libgl-dev  # the desktop app, PDF reports
