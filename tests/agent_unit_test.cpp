@@ -333,7 +333,10 @@ TEST(RankLaunch, TorchrunsEnvironmentAndGpusInLocalRankOrder) {
   EXPECT_EQ(env("CUDA_VISIBLE_DEVICES"), "5,7");  // local rank 0's GPU first
   EXPECT_EQ(env("CUDA_DEVICE_ORDER"), "PCI_BUS_ID");
   EXPECT_EQ(env("OMP_NUM_THREADS"), "3");  // the job's own value wins
-  EXPECT_EQ(env("PYTHONPATH"), "/mine:/opt/lockstep/python");
+  // The package, and its boot/ directory whose sitecustomize loads the stack dumper (issue 32).
+  EXPECT_EQ(env("PYTHONPATH"), "/mine:/opt/lockstep/python:/opt/lockstep/python/boot");
+  EXPECT_EQ(env("LOCKSTEP_PROGRESS"), node.jobDir + "/progress-2");
+  EXPECT_EQ(env("LOCKSTEP_STACKS"), node.jobDir + "/stacks-2.txt");
   EXPECT_EQ(env("LOCKSTEP_REPORT"), "ipc:///r");
   EXPECT_EQ(env("LOCKSTEP_AGENT_STORE"), "<unset>");  // the program has its own store
   EXPECT_TRUE(o.stdinFromDevNull);

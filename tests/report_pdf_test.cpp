@@ -37,7 +37,7 @@ TEST(PdfReport, ALongCellWrapsInsteadOfCuttingTheOtherColumnsHeaders) {
                          "rank 3 on " + node + " exited with exit code 1: Traceback (most recent call last): File "
                          "\"train.py\", line 88, in <module> loss.backward() RuntimeError: CUDA error: an illegal "
                          "memory access was encountered"});
-  Document doc{"Job wide", "", {Section{"Ranks", {}, {ranks, events}, {}, {}}}};
+  Document doc{"Job wide", "", {Section{"Ranks", {}, {ranks, events}, {}, {}, {}}}};
   const std::string path = dir.file("wide.pdf");
   ASSERT_TRUE(writePdf(doc, path).ok());
   const std::string text = pdfText(dir, path);
