@@ -128,8 +128,12 @@ ProcessResult stopRankOneOf(Stalls& t, const std::string& jobId, std::vector<std
 }
 
 TEST_F(Stalls, OnStallStopFailsTheJobWithTheDiagnosisAndKeepsTheEvidenceInItsHistory) {
-  const auto run = stopRankOneOf(*this, "onstall-stop", {"--on-stall", "stop", "--steps", "10000000"});
+  // --max-restarts does not turn a stop into a restart.
+  const auto run = stopRankOneOf(*this, "onstall-stop",
+                                 {"--on-stall", "stop", "--steps", "10000000", "--max-restarts", "1", "--checkpoint-dir",
+                                  dir.file("stop-ckpt"), "--checkpoint-every", "1000"});
   EXPECT_EQ(run.status.exitCode, 5) << run.out << run.err;
+  EXPECT_EQ(run.out.find("restart 1 of 1"), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("stalled (--on-stall stop): rank 1"), std::string::npos) << run.out;
   EXPECT_TRUE(waitUntil([] { return processesOfJob("onstall-stop").empty(); }, 20s)) << "no orphans";
   const auto all = events("onstall-stop");
@@ -206,9 +210,30 @@ TEST_F(Stalls, AnUnmodifiedScriptGetsStacksButNoStallDetection) {
   std::this_thread::sleep_for(12s);
   const Json s = status("py-plain");
   EXPECT_FALSE(s.contains("stall")) << s.dump(2);
+  // Its ranks do write a record (sitecustomize): read, but not judged.
+  EXPECT_EQ(rankOf(s, 1)["progress"]["recorded"], true) << s.dump(2);
+  EXPECT_EQ(rankOf(s, 1)["progress"]["reports_steps"], false) << s.dump(2);
   const auto stacks = ctl({"stacks", "py-plain", "--rank", "1"}, 90s);
   ASSERT_EQ(stacks.status.exitCode, 0) << stacks.err;
   EXPECT_NE(stacks.out.find("stuck_in_my_loader"), std::string::npos) << stacks.out;
+}
+
+TEST_F(Stalls, AScriptStartedByAShellGetsItsPythonStacksAndTheShellIsLeftAlone) {
+  // sh stays the rank's program; Python is its child, and writes the record. The stack signal must
+  // go to Python (sh would die of it) and the shell must live on.
+  started.push_back("py-shell");
+  const auto run = ctl({"start", "--ranks", "2", "--job-id", "py-shell", "--stall-after-s", "3", "--", "/bin/sh", "-c",
+                        "/usr/bin/python3 " + kProgram + " --instrument --steps 100000 --hang-rank 1 --hang-at 15; exit $?"});
+  ASSERT_EQ(run.status.exitCode, 0) << run.err;
+  const Json stalled = awaitStall("py-shell", 90s);
+  ASSERT_TRUE(stalled.is_object()) << status("py-shell").dump(2);
+  EXPECT_EQ(stalled["stall"]["ranks"], Json::array({1})) << stalled.dump(2);
+  const auto stacks = ctl({"stacks", "py-shell", "--rank", "1"}, 90s);
+  ASSERT_EQ(stacks.status.exitCode, 0) << stacks.err;
+  EXPECT_NE(stacks.out.find("stuck_in_my_loader"), std::string::npos) << stacks.out;
+  const Json after = status("py-shell");
+  EXPECT_EQ(after["state"], "running") << after.dump(2);
+  EXPECT_EQ(rankOf(after, 1)["state"], "running") << "the shell was not killed by the stack signal: " << after.dump(2);
 }
 
 TEST_F(Stalls, ALongAnnouncedCheckpointIsNotAStall) {

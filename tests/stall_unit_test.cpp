@@ -59,6 +59,22 @@ TEST(StallDiagnosis, AStoppedProcessIsNamedEvenInsideTheCollective) {
   EXPECT_NE(d.message.find("stopped by a signal"), std::string::npos) << d.message;
 }
 
+TEST(StallDiagnosis, WhenEveryRankInTheCollectiveIsStoppedTheOthersAreBehindThem) {
+  auto stopped = rank(0, 9, "all-reduce", 10, true, 5'000);
+  stopped.processState = "stopped by a signal";
+  const auto d = diagnoseStall({stopped, rank(1, 8, "data", 9, false, 5'000)});
+  EXPECT_EQ(d.behind, (std::vector<std::uint32_t>{0, 1}));
+  EXPECT_EQ(d.message.rfind("rank 0 is stopped by a signal (SIGSTOP, a debugger); rank 1 did not reach all-reduce #10:", 0), 0u)
+      << d.message;
+}
+
+TEST(StallAllowance, AnAnnouncedPhaseLongerThan5TimesItsLongestRunIsAStall) {
+  const auto allowance = stallAllowanceMs({0, 100, true, 20'000});
+  EXPECT_EQ(allowance, 100'000);
+  EXPECT_GT(allowance, 5 * 20'000 - 1) << "a checkpoint as long as before, or 4.99x, is not";
+  EXPECT_LT(allowance, 5 * 20'000 + 1) << "5x and more is";
+}
+
 TEST(StallDiagnosis, RanksAcrossNodesAreDiagnosedTogether) {
   JobStatus a, b;
   a.progress = {rank(0, 14, "all-reduce", 15, true, 30'000)};

@@ -74,11 +74,9 @@ std::string threadsOf(pid_t pid) {
   return out;
 }
 
-// gdb's backtrace of every thread, without its chatter. One gdb at a time: a stall's evidence
-// and a user's `stacks` may ask at once, and a process can be traced by one tracer only.
+// gdb's backtrace of every thread, without its chatter. gdb stops the process to attach; if it
+// is killed at its deadline before it detached, the process stays stopped, so it is continued.
 std::string gdbBacktrace(pid_t pid, std::string* note) {
-  static std::mutex oneAtATime;
-  std::lock_guard lock(oneAtATime);
   auto ran = runCommand({"gdb", "-p", std::to_string(pid), "-batch", "-nx", "-ex", "set pagination off", "-ex",
                          "thread apply all bt 30"},
                         kGdbTimeout, 256 * 1024);
@@ -99,7 +97,14 @@ std::string gdbBacktrace(pid_t pid, std::string* note) {
   return out;
 }
 
+std::string backtraceOf(pid_t pid, std::string* note) {
+  std::string out = gdbBacktrace(pid, note);
+  if (const auto stat = readProcStat(pid); stat && (stat->state == 't' || stat->state == 'T')) ::kill(pid, SIGCONT);
+  return out;
+}
+
 struct Taking {
+  pid_t pid = 0;
   RankEvidence evidence;
   std::uint64_t cpuBefore = 0;
   std::uint64_t stacksFrom = 0;
@@ -108,19 +113,26 @@ struct Taking {
 };
 
 void firstLook(Taking& t, const EvidenceTarget& target) {
-  const auto stat = readProcStat(target.rank.pid);
+  t.pid = workingProcess(target);
+  t.evidence.pid = static_cast<std::uint32_t>(t.pid);
+  const auto stat = readProcStat(t.pid);
   if (!stat) return;
   t.state = stat->state;
   t.cpuBefore = stat->cpuTicks;
   t.evidence.processState = std::string(1, stat->state) + " (" + processStateText(stat->state) + ")";
-  t.evidence.threads = threadsOf(target.rank.pid);
+  t.evidence.threads = threadsOf(t.pid);
   if (target.stackSignal == 0) return;
   if (stat->state == 'T' || stat->state == 't') {
     t.evidence.note = "stopped by a signal: it writes its Python stacks once it continues (SIGCONT)";
     return;
   }
+  if (!catchesSignal(t.pid, target.stackSignal)) {
+    t.evidence.note = "process " + std::to_string(t.pid) + " does not handle signal " +
+                      std::to_string(target.stackSignal) + ": no Python stacks asked of it";
+    return;
+  }
   t.stacksFrom = sizeOf(target.rank.stacksPath);
-  t.signalled = ::kill(target.rank.pid, target.stackSignal) == 0;
+  t.signalled = ::kill(t.pid, target.stackSignal) == 0;
 }
 
 // Waits until every signalled rank's stacks came in (no new bytes for a moment) or the wait ran out.
@@ -158,13 +170,30 @@ void readStacks(Taking& t, const EvidenceTarget& target) {
 
 }  // namespace
 
+pid_t workingProcess(const EvidenceTarget& target) {
+  if (target.recordPid <= 0 || target.recordPid == target.rank.pid) return target.rank.pid;
+  const auto stat = readProcStat(target.recordPid);
+  return stat && stat->processGroup == target.rank.group ? target.recordPid : target.rank.pid;
+}
+
+bool catchesSignal(pid_t pid, int signal) {
+  if (signal < 1 || signal > 64) return false;
+  const auto status = readKernelFile("/proc/" + std::to_string(pid) + "/status", 1 << 16);
+  if (!status) return false;
+  const auto at = status->find("\nSigCgt:");
+  if (at == std::string::npos) return false;
+  const std::uint64_t caught = std::strtoull(status->c_str() + at + 8, nullptr, 16);
+  return (caught >> (signal - 1)) & 1u;
+}
+
 StacksReply takeEvidence(const std::string& jobId, const std::string& node, const std::vector<EvidenceTarget>& targets) {
+  static std::mutex oneAtATime;
+  std::lock_guard lock(oneAtATime);
   const auto began = Clock::now();
   std::vector<Taking> takings(targets.size());
   for (std::size_t i = 0; i < targets.size(); ++i) {
     Taking& t = takings[i];
     t.evidence.rank = targets[i].rank.rank;
-    t.evidence.pid = static_cast<std::uint32_t>(targets[i].rank.pid);
     t.evidence.node = node;
     t.evidence.progress = targets[i].progress;
     firstLook(t, targets[i]);
@@ -177,14 +206,17 @@ StacksReply takeEvidence(const std::string& jobId, const std::string& node, cons
   for (std::size_t i = 0; i < targets.size(); ++i) {
     Taking& t = takings[i];
     readStacks(t, targets[i]);
-    if (const auto stat = readProcStat(targets[i].rank.pid); stat && t.state != '?') t.evidence.cpuMoving = stat->cpuTicks > t.cpuBefore;
+    if (const auto stat = readProcStat(t.pid); stat && t.state != '?') t.evidence.cpuMoving = stat->cpuTicks > t.cpuBefore;
     if (t.state == 'T' || t.state == 't') {
       // gdb would resume it when it detaches: the stall's cause would vanish under the user's eyes.
       t.evidence.note += (t.evidence.note.empty() ? "" : "; ") +
                          std::string("no native backtrace: attaching gdb would resume a stopped process");
+    } else if (t.state == 'D') {
+      t.evidence.note += (t.evidence.note.empty() ? "" : "; ") +
+                         std::string("no native backtrace: gdb cannot attach to a process waiting on disk");
     } else if (t.evidence.pythonStacks.empty() && t.state != '?' && t.state != 'Z') {
       if (gdbRuns++ < kMaxGdbRanks) {
-        t.evidence.nativeBacktrace = gdbBacktrace(targets[i].rank.pid, &t.evidence.note);
+        t.evidence.nativeBacktrace = backtraceOf(t.pid, &t.evidence.note);
       } else {
         t.evidence.note += (t.evidence.note.empty() ? "" : "; ") + std::string("no native backtrace: gdb ran for 4 ranks already");
       }

@@ -436,7 +436,7 @@ WatchedJob JobManager::watched(const std::string& jobId) const {
   w.command = job.spec.isCommand();
   for (const auto& r : job.ranks) {
     if (r.state != JobState::kRunning || r.programPid <= 0) continue;
-    w.ranks.push_back(WatchedRank{r.placement.rank, r.programPid, rankProgressPath(job.dir, r.placement.rank),
+    w.ranks.push_back(WatchedRank{r.placement.rank, r.programPid, r.pid, rankProgressPath(job.dir, r.placement.rank),
                                   rankStacksPath(job.dir, r.placement.rank), r.logPath});
   }
   return w;

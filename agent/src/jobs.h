@@ -62,7 +62,8 @@ struct JobManagerOptions {
 // A job's running ranks here, for the stall watch and the evidence taker (stalls.h, evidence.h).
 struct WatchedRank {
   std::uint32_t rank = 0;
-  pid_t pid = 0;  // the program, not its keeper
+  pid_t pid = 0;    // the program, not its keeper
+  pid_t group = 0;  // its process group (the keeper's pid): what a wrapper's children share
   std::string progressPath, stacksPath, logPath;
 };
 struct WatchedJob {

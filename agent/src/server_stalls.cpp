@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "lockstep/client/elastic.h"
 #include "lockstep/common/clock.h"
 #include "lockstep/kpi/stall.h"
 #include "lockstep/protocol/names.h"
@@ -44,12 +45,15 @@ std::vector<EvidenceTarget> Agent::Impl::evidenceTargets(const WatchedJob& job, 
   std::vector<EvidenceTarget> out;
   for (const auto& r : job.ranks) {
     if (rank && r.rank != *rank) continue;
-    EvidenceTarget t{r, {}, 0};
+    EvidenceTarget t{r, {}, 0, 0};
     t.progress.rank = r.rank;
     for (const auto& p : progress) {
       if (p.rank == r.rank) t.progress = p;
     }
-    if (auto record = progress::read(r.progressPath)) t.stackSignal = record->stackSignal;
+    if (auto record = progress::read(r.progressPath)) {
+      t.stackSignal = record->stackSignal;
+      t.recordPid = record->pid;
+    }
     out.push_back(std::move(t));
   }
   return out;
@@ -80,8 +84,9 @@ void Agent::Impl::tickStalls() {
     if (!change.began) {
       const auto stood = (unixMicrosNow() - change.stall.sinceUnixUs) / 1'000'000;
       append(jobEvent(change.jobId, JobEventKind::kStallEnded,
-                      "progress moved again after " + std::to_string(stood) + " s without"));
-      log_.info("job " + change.jobId + ": progress moved again");
+                      change.jobEnded ? "the job ended " + std::to_string(stood) + " s after its progress stopped"
+                                      : "progress moved again after " + std::to_string(stood) + " s without"));
+      log_.info("job " + change.jobId + (change.jobEnded ? ": ended while stalled" : ": progress moved again"));
       continue;
     }
     append(jobEvent(change.jobId, JobEventKind::kStalled, "stalled: " + change.stall.message));
@@ -121,8 +126,11 @@ void Agent::Impl::stallEvidenced(const StallWatch::Change& change, const StacksR
     e.logTail = clipped(text, kMaxEvidenceEventBytes);
     append(std::move(e));
   }
-  if (change.onStall == OnStall::kReport || !stalls_.stallOf(change.jobId)) return;
-  const std::string why = "stalled (--on-stall " + std::string(nameOf(change.onStall)) + "): " + change.stall.message;
+  // Only the stall the evidence is of: not one that ended, nor a later one.
+  const auto now = stalls_.stallOf(change.jobId);
+  if (change.onStall == OnStall::kReport || !now || now->sinceUnixUs != change.stall.sinceUnixUs) return;
+  const std::string why = std::string(change.onStall == OnStall::kStop ? kStallStopMessage : kStallRestartMessage) +
+                          change.stall.message;
   log_.info("job " + change.jobId + ": " + firstLine(why));
   if (auto failed = jobs_->fail(change.jobId, why); !failed) log_.info("job " + change.jobId + ": " + failed.error().message);
 }

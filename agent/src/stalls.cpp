@@ -10,6 +10,7 @@ namespace lockstep::agent {
 namespace {
 
 constexpr std::size_t kStepWindow = 256;  // the recent steps a rank's p99 is taken over
+constexpr std::size_t kMaxPhases = 64;     // announced phases remembered per rank (a rank names them)
 
 std::int64_t millisBetween(StallWatch::Clock::time_point from, StallWatch::Clock::time_point to) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count();
@@ -86,9 +87,10 @@ void StallWatch::observe(RankWatch& w, const WatchedRank& rank, const WatchedJob
   }
   if (!w.last || moved(*w.last, *read)) {
     // An announced phase that ended: how long it took, for its next run's allowance.
-    if (w.last && w.last->announced && w.last->phaseBeganUs != read->phaseBeganUs && !w.last->phase.empty()) {
+    if (w.last && w.last->announced && w.last->phaseBeganUs != read->phaseBeganUs && !w.last->phase.empty() &&
+        (w.phaseMaxMs.size() < kMaxPhases || w.phaseMaxMs.count(w.last->phase))) {
       auto& longest = w.phaseMaxMs[w.last->phase];
-      longest = std::max(longest, (read->phaseBeganUs - w.last->phaseBeganUs) / 1000);
+      longest = std::max(longest, std::max<std::int64_t>(0, read->phaseBeganUs - w.last->phaseBeganUs) / 1000);
     }
     w.movedAt = now;
   }
@@ -98,7 +100,10 @@ void StallWatch::observe(RankWatch& w, const WatchedRank& rank, const WatchedJob
   if (read->step > 0 && !basis.stepP99Ms) basis.stepP99Ms = 0;  // steps, but none reported here yet
   if (auto it = w.phaseMaxMs.find(read->phase); read->announced && it != w.phaseMaxMs.end()) basis.phaseMaxMs = it->second;
   w.shown.allowanceMs = kpi::stallAllowanceMs(basis);
-  w.shown.processState = processStateOf(rank.pid);
+  // The process writing the record, when it is of the rank's group (`bash train.sh`'s Python).
+  pid_t who = rank.pid;
+  if (const auto writer = readProcStat(read->pid); read->pid > 0 && writer && writer->processGroup == rank.group) who = read->pid;
+  w.shown.processState = processStateOf(who);
 }
 
 std::optional<StallWatch::Change> StallWatch::judge(JobWatch& watch, const WatchedJob& job) {
@@ -115,11 +120,11 @@ std::optional<StallWatch::Change> StallWatch::judge(JobWatch& watch, const Watch
     const auto diagnosis = kpi::diagnoseStall(ranks);
     Stall stall{unixMicrosNow() - std::max<std::int64_t>(0, leastStill) * 1000, diagnosis.message, diagnosis.behind};
     watch.stall = stall;
-    return Change{job.jobId, true, std::move(stall), job.onStall};
+    return Change{job.jobId, true, std::move(stall), job.onStall, false};
   }
   if (!over && watch.stall) {
     // A rank moved again: the job goes on.
-    Change ended{job.jobId, false, *watch.stall, job.onStall};
+    Change ended{job.jobId, false, *watch.stall, job.onStall, false};
     watch.stall.reset();
     return ended;
   }
@@ -138,6 +143,10 @@ std::vector<StallWatch::Change> StallWatch::tick(const std::vector<WatchedJob>& 
     });
     if (auto change = judge(watch, job)) changes.push_back(std::move(*change));
     kept[job.jobId] = std::move(watch);
+  }
+  for (auto& [jobId, watch] : jobs_) {
+    // A job that ended while stalled: its stall ends with it.
+    if (watch.stall && !kept.count(jobId)) changes.push_back(Change{jobId, false, *watch.stall, OnStall::kReport, true});
   }
   jobs_ = std::move(kept);
   return changes;

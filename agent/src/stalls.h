@@ -35,6 +35,7 @@ class StallWatch {
     bool began = false;  // else ended
     Stall stall;         // what began (or what ended)
     OnStall onStall = OnStall::kReport;
+    bool jobEnded = false;  // ended because the job did
   };
 
   // A step report's step time, for the rank's p99.

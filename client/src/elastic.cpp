@@ -54,7 +54,12 @@ RestartPlan planRestart(const JobSpec& spec, const std::vector<EndedPart>& parts
 
   const std::uint64_t global = spec.globalBatch();
   const std::uint32_t minimum = std::max(1u, spec.minWorldSize);
-  if (spec.maxRestarts == 0) {
+  const bool stopsOnStall = std::any_of(parts.begin(), parts.end(), [](const EndedPart& p) {
+    return !p.agentLost && p.message.rfind(kStallStopMessage, 0) == 0;
+  });
+  if (stopsOnStall) {
+    plan.refusal = "it stalled, and --on-stall stop ends it";
+  } else if (spec.maxRestarts == 0) {
     plan.refusal = "the job allows no restarts (--max-restarts)";
   } else if (spec.attempt >= spec.maxRestarts) {
     plan.refusal = "no restarts left (" + std::to_string(spec.maxRestarts) + " allowed)";

@@ -28,15 +28,19 @@ std::string phaseText(const char (&phase)[kPhaseBytes]) {
   return text;
 }
 
+// A time the rank wrote, kept within 1970..2100: whatever it wrote, differences of two cannot
+// overflow in the reader.
+std::int64_t sane(std::int64_t unixUs) { return std::clamp<std::int64_t>(unixUs, 0, 4'102'444'800'000'000); }
+
 Snapshot snapshotOf(const Record& r) {
   Snapshot s;
-  s.step = r.step;
-  s.stepBeganUs = r.stepBeganUs;
+  s.step = std::max<std::int64_t>(0, r.step);
+  s.stepBeganUs = sane(r.stepBeganUs);
   s.phase = phaseText(r.phase);
-  s.phaseBeganUs = r.phaseBeganUs;
+  s.phaseBeganUs = sane(r.phaseBeganUs);
   s.collectives = r.collectives;
   s.inCollective = (r.flags & kInCollective) != 0;
-  s.collectiveBeganUs = r.collectiveBeganUs;
+  s.collectiveBeganUs = sane(r.collectiveBeganUs);
   s.bucket = r.bucket;
   s.buckets = r.buckets;
   s.announced = (r.flags & kAnnounced) != 0;

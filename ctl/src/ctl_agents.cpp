@@ -199,7 +199,8 @@ int printJob(const Globals& g, const std::string& jobId, const std::vector<Part>
       for (const auto& r : p.status.ranks) {
         Json rank = rankJson(p, r);
         if (const RankProgress* progress = progressOf(p, r.rank)) {
-          rank["progress"] = Json{{"recorded", progress->recorded}, {"step", progress->step}, {"phase", progress->phase},
+          rank["progress"] = Json{{"recorded", progress->recorded}, {"reports_steps", progress->reportsSteps},
+                                  {"step", progress->step}, {"phase", progress->phase},
                                   {"in_collective", progress->inCollective}, {"collectives", progress->collectives},
                                   {"still_ms", progress->stillMs}, {"allowance_ms", progress->allowanceMs},
                                   {"where", kpi::whereIs(*progress)}, {"process_state", progress->processState}};

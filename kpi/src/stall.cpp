@@ -116,8 +116,13 @@ StallDiagnosis diagnoseStall(const std::vector<RankProgress>& ranks) {
                 ", which " + ranksWord(d.waiting) + (d.waiting.size() == 1 ? " waits" : " wait") + " in for " +
                 seconds(waiter->stillMs) + ":" + eachRank(behind, kLines) + "\nwaiting:" + eachRank(waiting, 2);
   } else if (!behind.empty()) {
-    d.message = ranksWord(d.behind) + (d.behind.size() == 1 ? " is" : " are") +
-                " stopped by a signal (SIGSTOP, a debugger), and the others wait for it:" + eachRank(behind, kLines);
+    // Every rank in the newest collective is stopped: they are the culprits; the others are behind them.
+    std::vector<std::uint32_t> halted, others;
+    for (const auto* r : behind) (r->processState.rfind("stopped", 0) == 0 ? halted : others).push_back(r->rank);
+    d.message = ranksWord(halted) + (halted.size() == 1 ? " is" : " are") + " stopped by a signal (SIGSTOP, a debugger)" +
+                (others.empty() ? std::string(":")
+                                : "; " + ranksWord(others) + " did not reach " + collectiveName(front, 0, 0) + ":") +
+                eachRank(behind, kLines);
   } else if (!stopped.empty()) {
     d.message = ranksWord(d.behind) + (d.behind.size() == 1 ? " is" : " are") +
                 " stopped by a signal (SIGSTOP, a debugger):" + eachRank(all, kLines);

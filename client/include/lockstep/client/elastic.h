@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -17,6 +18,11 @@ namespace lockstep {
 // running its own program, the rank whose end failed the job was lost.
 bool rankLost(const RankStatus& r, bool ownProgram = false);
 std::string rankEndText(const RankStatus& r);  // "killed by signal 9 (Killed)", "exited with code 1"
+
+// How an agent's message begins when a stall failed the job (docs/stalls.md): with --on-stall stop
+// the job is over, whatever --max-restarts allows; with restart it goes on.
+inline constexpr std::string_view kStallStopMessage = "stalled (--on-stall stop): ";
+inline constexpr std::string_view kStallRestartMessage = "stalled (--on-stall restart): ";
 
 // One part of an ended attempt: the ranks its agent reported, or its agent gone.
 struct EndedPart {
