@@ -88,6 +88,10 @@ TEST_F(Stalls, ATrainerRankStoppedBySigstopIsNamedWithItsProcessState) {
   const auto stopped = std::chrono::steady_clock::now();
   const Json stalled = awaitStall("sigstop", 30s);
   const auto seen = std::chrono::steady_clock::now() - stopped;
+  // watch says it too, each second.
+  const auto watched = ctl({"--json", "--no-history", "watch", "sigstop"}, 4s);
+  EXPECT_TRUE(watched.timedOut);
+  EXPECT_NE(watched.out.find(R"("stall":{)"), std::string::npos) << watched.out.substr(0, 2000);
   const auto stacks = ctl({"stacks", "sigstop", "--rank", "1"}, 90s);
   EXPECT_EQ(stacks.status.exitCode, 0) << stacks.err;
   EXPECT_NE(stacks.out.find("T (stopped by a signal)"), std::string::npos) << stacks.out;

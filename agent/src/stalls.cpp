@@ -12,8 +12,11 @@ namespace {
 constexpr std::size_t kStepWindow = 256;  // the recent steps a rank's p99 is taken over
 constexpr std::size_t kMaxPhases = 64;     // announced phases remembered per rank (a rank names them)
 
-std::int64_t millisBetween(StallWatch::Clock::time_point from, StallWatch::Clock::time_point to) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count();
+// When the rank last moved: the newest time its record holds, when that is what changed (a step, a
+// phase, a collective begun: exact, whenever it is read), else the time the change was seen.
+std::int64_t movedAt(const progress::Snapshot& s, std::int64_t before, std::int64_t nowUs) {
+  const std::int64_t newest = std::max({s.stepBeganUs, s.phaseBeganUs, s.inCollective ? s.collectiveBeganUs : 0});
+  return newest > before && newest <= nowUs ? newest : nowUs;
 }
 
 std::optional<std::int64_t> p99(const std::deque<std::int64_t>& values) {
@@ -77,7 +80,7 @@ void StallWatch::noteStep(const std::string& jobId, std::uint32_t rank, std::int
   if (steps.size() > kStepWindow) steps.pop_front();
 }
 
-void StallWatch::observe(RankWatch& w, const WatchedRank& rank, const WatchedJob& job, Clock::time_point now) {
+void StallWatch::observe(RankWatch& w, const WatchedRank& rank, const WatchedJob& job, std::int64_t nowUs) {
   auto read = progress::read(rank.progressPath);
   if (!read) {
     w.shown = RankProgress{};
@@ -92,10 +95,10 @@ void StallWatch::observe(RankWatch& w, const WatchedRank& rank, const WatchedJob
       auto& longest = w.phaseMaxMs[w.last->phase];
       longest = std::max(longest, std::max<std::int64_t>(0, read->phaseBeganUs - w.last->phaseBeganUs) / 1000);
     }
-    w.movedAt = now;
+    w.movedAtUs = movedAt(*read, w.movedAtUs, nowUs);
   }
   w.last = *read;
-  w.shown = agent::progressOf(rank.rank, *read, millisBetween(w.movedAt, now));
+  w.shown = agent::progressOf(rank.rank, *read, (nowUs - w.movedAtUs) / 1000);
   kpi::StallBasis basis{job.stallAfterS, read->step > 0 ? p99(w.stepMs) : std::nullopt, read->announced, std::nullopt};
   if (read->step > 0 && !basis.stepP99Ms) basis.stepP99Ms = 0;  // steps, but none reported here yet
   if (auto it = w.phaseMaxMs.find(read->phase); read->announced && it != w.phaseMaxMs.end()) basis.phaseMaxMs = it->second;
@@ -132,12 +135,13 @@ std::optional<StallWatch::Change> StallWatch::judge(JobWatch& watch, const Watch
   return std::nullopt;
 }
 
-std::vector<StallWatch::Change> StallWatch::tick(const std::vector<WatchedJob>& jobs, Clock::time_point now) {
+std::vector<StallWatch::Change> StallWatch::tick(const std::vector<WatchedJob>& jobs) {
+  const std::int64_t nowUs = unixMicrosNow();
   std::vector<Change> changes;
   std::map<std::string, JobWatch> kept;
   for (const auto& job : jobs) {
     JobWatch watch = std::move(jobs_[job.jobId]);
-    for (const auto& rank : job.ranks) observe(watch.ranks[rank.rank], rank, job, now);
+    for (const auto& rank : job.ranks) observe(watch.ranks[rank.rank], rank, job, nowUs);
     std::erase_if(watch.ranks, [&](const auto& entry) {
       return std::none_of(job.ranks.begin(), job.ranks.end(), [&](const WatchedRank& r) { return r.rank == entry.first; });
     });

@@ -1,5 +1,5 @@
 #pragma once
-// The stall watch (docs/stalls.md): once a second the agent reads each running rank's progress
+// The stall watch (docs/stalls.md): four times a second the agent reads each running rank's progress
 // record (lockstep/common/progress.h) and judges whether it moved within its allowance
 // (kpi/stall.h). A job whose ranks stopped moving is stalled until one moves again; what the
 // ranks' progress says (the wavefront) is its diagnosis. The event loop owns it (not thread-safe).
@@ -28,8 +28,6 @@ std::string processStateText(char state);
 
 class StallWatch {
  public:
-  using Clock = std::chrono::steady_clock;
-
   struct Change {
     std::string jobId;
     bool began = false;  // else ended
@@ -41,7 +39,7 @@ class StallWatch {
   // A step report's step time, for the rank's p99.
   void noteStep(const std::string& jobId, std::uint32_t rank, std::int64_t stepTimeUs);
   // Reads the jobs' records; forgets the jobs no longer listed. Returns the stalls that began or ended.
-  std::vector<Change> tick(const std::vector<WatchedJob>& jobs, Clock::time_point now);
+  std::vector<Change> tick(const std::vector<WatchedJob>& jobs);
 
   std::vector<RankProgress> progressOf(const std::string& jobId) const;
   std::optional<Stall> stallOf(const std::string& jobId) const;
@@ -49,7 +47,7 @@ class StallWatch {
  private:
   struct RankWatch {
     std::optional<progress::Snapshot> last;
-    Clock::time_point movedAt;
+    std::int64_t movedAtUs = 0;  // unix µs, the node's clock (the rank's record is on it too)
     std::deque<std::int64_t> stepMs;             // recent step times
     std::map<std::string, std::int64_t> phaseMaxMs;  // announced phases' longest runs
     RankProgress shown;
@@ -59,7 +57,7 @@ class StallWatch {
     std::optional<Stall> stall;
   };
 
-  void observe(RankWatch& watch, const WatchedRank& rank, const WatchedJob& job, Clock::time_point now);
+  void observe(RankWatch& watch, const WatchedRank& rank, const WatchedJob& job, std::int64_t nowUs);
   std::optional<Change> judge(JobWatch& watch, const WatchedJob& job);
 
   std::map<std::string, JobWatch> jobs_;

@@ -114,7 +114,7 @@ std::string nodesText(const kpi::StreamReader& reader) {
   return out;
 }
 
-Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool json, bool tty) {
+Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool json, bool tty, const std::optional<Stall>& stall) {
   const bool ended = jobStateEnded(state);
   const std::int64_t now = ended ? w.tracker().lastReportUnixUs() : unixMicrosNow();
   const kpi::JobKpis k = w.tracker().snapshot(now);
@@ -162,6 +162,7 @@ Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool 
                    {"slowest_rank", k.slowestRank ? Json(*k.slowestRank) : Json(nullptr)},
                    {"ranks", ranks},
                    {"nodes", nodes}};
+  if (stall) snapshot["stall"] = Json{{"since_unix_us", stall->sinceUnixUs}, {"message", stall->message}, {"ranks", stall->ranks}};
   if (json) {
     std::printf("%s\n", snapshot.dump().c_str());
   } else {
@@ -172,6 +173,7 @@ Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool 
                 present::bandwidth(k.busBandwidth).c_str(),
                 present::percent(k.scalingEfficiency, 0).c_str(), present::figure(k.loadImbalance, 2, "×").c_str(),
                 table.c_str());
+    if (stall) std::printf("%s\n", stallText(*stall).c_str());
     std::printf("%s", nodeLines.c_str());
     const auto& events = w.events();
     const std::size_t shown = std::min<std::size_t>(events.size(), 5);
@@ -219,7 +221,7 @@ int cmdWatch(const Globals& g, const std::vector<std::string>& argv) {
     if (!now) return fail(now.error());
     for (const auto& p : *now) recorder.part(p.agent->hello(), p.status);
     const JobState state = overall(*now);
-    renderWatch(w, parts->front().status.spec, state, g.json, tty);
+    renderWatch(w, parts->front().status.spec, state, g.json, tty, stallOf(*now));
     const bool ended = std::all_of(now->begin(), now->end(), [](const Part& p) { return partEnded(p.status); });
     if (ended) {
       drain(lastSeq, recorder, g.timeout);
