@@ -37,10 +37,12 @@
 #include "LauncherDialog.h"
 #include "MainWindow.h"
 #include "Models.h"
+#include "StacksDialog.h"
 #include "lockstep/client/launch.h"
 #include "lockstep/common/clock.h"
 #include "lockstep/history/history.h"
 #include "lockstep/net/keys.h"
+#include "StacksDialog.h"
 #include "support/app_support.h"
 
 using namespace lockstep;
@@ -521,7 +523,20 @@ class AppTest : public QObject {
     app.window.selectJob(QStringLiteral("app-stall"));
     QTRY_VERIFY_WITH_TIMEOUT(app.dashboardLabel("jobBanner").startsWith(QStringLiteral("Stalled")), 5'000);
     const QString banner = app.dashboardLabel("jobBanner");
+    // Each rank's stacks, one click away.
+    app.window.dashboard()->showStacks();
+    auto* stacks = app.window.findChild<app::StacksDialog*>(QStringLiteral("stacksDialog"));
+    QVERIFY(stacks);
+    QTRY_VERIFY_WITH_TIMEOUT(stacks->done(), 60'000);
+    const QString shown = stacks->text();
+    if (qEnvironmentVariableIsSet("LOCKSTEP_GRAB")) {
+      app.window.grab().save(QStringLiteral("/tmp/stall-window.png"));
+      stacks->grab().save(QStringLiteral("/tmp/stall-stacks.png"));
+    }
+    stacks->close();
     ::kill(victim, SIGCONT);
+    QVERIFY2(shown.contains(QStringLiteral("rank 0 (pid")) && shown.contains(QStringLiteral("rank 1 (pid")), qPrintable(shown));
+    QVERIFY2(shown.contains(QStringLiteral("T (stopped by a signal)")), qPrintable(shown));
     QVERIFY2(banner.contains(QStringLiteral("rank 1")) && banner.contains(QStringLiteral("stopped by a signal")),
              qPrintable(banner));
     QTRY_VERIFY_WITH_TIMEOUT(stateText() == QStringLiteral("running"), 30'000);

@@ -62,7 +62,7 @@ std::string processStateText(char state) {
     case 'S': return "sleeping";
     case 'D': return "waiting on disk or a file system";
     case 'T': return "stopped by a signal";
-    case 't': return "stopped by a debugger";
+    case 't': return "traced (by a debugger, or while Lockstep takes its backtrace)";
     case 'Z': return "exited, not yet reaped";
     case 'I': return "idle";
     default: return std::string("in state ") + state;

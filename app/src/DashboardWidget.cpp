@@ -19,6 +19,7 @@
 #include <cmath>
 
 #include "HeatmapWidget.h"
+#include "StacksDialog.h"
 #include "Models.h"
 #include "Present.h"
 #include "lockstep/common/clock.h"
@@ -143,10 +144,15 @@ DashboardWidget::DashboardWidget(ClusterStore& store, QWidget* parent) : QWidget
   stop_ = new QPushButton(tr("Stop Job…"), body_);
   stop_->setObjectName(QStringLiteral("stopJob"));
   connect(stop_, &QPushButton::clicked, this, &DashboardWidget::stopJob);
+  stacks_ = new QPushButton(tr("Stacks…"), body_);
+  stacks_->setObjectName(QStringLiteral("showStacks"));
+  stacks_->setToolTip(tr("What each rank is doing now: its state, threads, Python stacks or native backtrace, log"));
+  connect(stacks_, &QPushButton::clicked, this, &DashboardWidget::showStacks);
   header->addWidget(title_);
   header->addSpacing(12);
   header->addWidget(state_);
   header->addStretch(1);
+  header->addWidget(stacks_);
   header->addWidget(stop_);
   layout->addLayout(header);
   banner_ = new QLabel(body_);
@@ -329,6 +335,8 @@ void DashboardWidget::refresh() {
   state_->setPalette(statePalette);
   stop_->setEnabled(running);
   stop_->setVisible(!recorded_);
+  stacks_->setEnabled(running);
+  stacks_->setVisible(!recorded_);
 
   // The end of a job, plainly.
   QString banner;
@@ -656,6 +664,13 @@ void DashboardWidget::refreshCommChart(const kpi::JobKpis& k) {
   if (same) return;
   commSet_->remove(0, commSet_->count());
   commSet_->append(values);
+}
+
+void DashboardWidget::showStacks() {
+  if (jobId_.isEmpty() || recorded_) return;
+  auto* dialog = new StacksDialog(store_, jobId_, this);
+  dialog->setAttribute(Qt::WA_DeleteOnClose);
+  dialog->show();
 }
 
 void DashboardWidget::stopJob() {

@@ -65,6 +65,7 @@ class DashboardWidget : public QWidget {
 
  public Q_SLOTS:
   void stopJob();  // asks (stopRequested) once the user confirmed
+  void showStacks();  // what the job's ranks are doing now (StacksDialog)
 
  Q_SIGNALS:
   void stopRequested(QString jobId);
@@ -88,6 +89,7 @@ class DashboardWidget : public QWidget {
   QLabel* state_;
   QLabel* banner_;
   QPushButton* stop_;
+  QPushButton* stacks_;
   QMap<QString, KpiTile*> tiles_;
   QWidget* body_;
   QLabel* empty_;

@@ -97,7 +97,7 @@ StallDiagnosis diagnoseStall(const std::vector<RankProgress>& ranks) {
   const RankProgress* waiter = nullptr;
   for (const auto& r : ranks) {
     all.push_back(&r);
-    const bool halted = r.processState.rfind("stopped", 0) == 0;
+    const bool halted = r.processState.rfind("stopped by a signal", 0) == 0;  // not "traced": our own gdb does that
     if (front > 0 && r.recorded && r.inCollective && r.collectives == front && !halted) {
       d.waiting.push_back(r.rank);
       waiting.push_back(&r);
@@ -118,14 +118,14 @@ StallDiagnosis diagnoseStall(const std::vector<RankProgress>& ranks) {
   } else if (!behind.empty()) {
     // Every rank in the newest collective is stopped: they are the culprits; the others are behind them.
     std::vector<std::uint32_t> halted, others;
-    for (const auto* r : behind) (r->processState.rfind("stopped", 0) == 0 ? halted : others).push_back(r->rank);
-    d.message = ranksWord(halted) + (halted.size() == 1 ? " is" : " are") + " stopped by a signal (SIGSTOP, a debugger)" +
+    for (const auto* r : behind) (r->processState.rfind("stopped by a signal", 0) == 0 ? halted : others).push_back(r->rank);
+    d.message = ranksWord(halted) + (halted.size() == 1 ? " is" : " are") + " stopped by a signal (SIGSTOP)" +
                 (others.empty() ? std::string(":")
                                 : "; " + ranksWord(others) + " did not reach " + collectiveName(front, 0, 0) + ":") +
                 eachRank(behind, kLines);
   } else if (!stopped.empty()) {
     d.message = ranksWord(d.behind) + (d.behind.size() == 1 ? " is" : " are") +
-                " stopped by a signal (SIGSTOP, a debugger):" + eachRank(all, kLines);
+                " stopped by a signal (SIGSTOP):" + eachRank(all, kLines);
   } else if (!waiting.empty()) {
     d.message = "every rank here waits in " + collectiveName(front, waiter->bucket, waiter->buckets) + " for " +
                 seconds(waiter->stillMs) +
