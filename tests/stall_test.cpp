@@ -169,6 +169,28 @@ TEST_F(Stalls, OnStallRestartRestartsFromTheLastCheckpointWithEveryRank) {
   })) << "the restart says why";
 }
 
+TEST_F(Stalls, ARankThatDiesIsNamedWithWhereItWas) {
+  started.push_back("died");
+  std::thread killer([this] {
+    pid_t pid = 0;
+    waitUntil([&] {
+      const Json r = rankOf(status("died"), 1);
+      if (!r.is_object() || !r.contains("progress") || r["progress"]["step"].get<int>() < 20) return false;
+      pid = r["pid"].get<pid_t>();
+      return true;
+    }, 60s);
+    if (pid > 0) ::kill(pid, SIGKILL);
+  });
+  const auto run = ctl({"start", "--wait", "--ranks", "2", "--job-id", "died", "--layers", "32,64,4", "--batch-per-rank", "8",
+                        "--steps", "10000000"},
+                       180s);
+  killer.join();
+  EXPECT_EQ(run.status.exitCode, 5) << run.out << run.err;
+  // "rank 1 exited with signal 9 (Killed), in all-reduce #57 (bucket 1 of 1) of step 57"
+  EXPECT_NE(run.out.find("rank 1 exited with signal 9"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find(" of step "), std::string::npos) << "where it was: " << run.out;
+}
+
 TEST_F(Stalls, ANativeRankBlockedInARead) {
   started.push_back("native-stall");
   const auto run = ctl({"start", "--ranks", "2", "--job-id", "native-stall", "--stall-after-s", "2", "--",
