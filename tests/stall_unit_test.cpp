@@ -2,6 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iterator>
+
+#include "lockstep/common/progress.h"
 #include "lockstep/kpi/stall.h"
 
 namespace lockstep::kpi {
@@ -96,6 +103,38 @@ TEST(StallDiagnosis, RanksAcrossNodesAreDiagnosedTogether) {
   EXPECT_EQ(stall->ranks, std::vector<std::uint32_t>{1});
   EXPECT_NE(stall->message.find("rank 1 did not reach all-reduce #15"), std::string::npos) << stall->message;
   EXPECT_FALSE(jobStall({JobStatus{}}));
+}
+
+TEST(ProgressRecord, CreateReplacesWhatARankLeftInItsPlaceAndReadRefusesWhatIsNotARecord) {
+  char dir[] = "/tmp/lockstep-progress-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/progress-0", other = std::string(dir) + "/other";
+  { std::ofstream(other) << "not yours"; }
+  ASSERT_EQ(::symlink(other.c_str(), path.c_str()), 0);
+  ASSERT_TRUE(progress::create(path));
+  std::ifstream in(other);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "not yours") << "the link's target is untouched";
+  EXPECT_EQ(progress::read(path).error().code, ErrorCode::kNotFound) << "empty: nothing written yet";
+  {
+    progress::Writer writer(path);
+    ASSERT_TRUE(writer.active());
+    writer.stepDone(7, "data");
+    writer.collectiveBegin(2, 9);
+  }
+  auto read = progress::read(path);
+  ASSERT_TRUE(read) << read.error().message;
+  EXPECT_EQ(read->step, 7);
+  EXPECT_EQ(read->phase, "data");
+  EXPECT_TRUE(read->inCollective && read->collectives == 1 && read->bucket == 2 && read->buckets == 9);
+  EXPECT_TRUE(read->reportsSteps);
+  ASSERT_EQ(::truncate(path.c_str(), 64), 0);
+  EXPECT_FALSE(progress::read(path)) << "a record cut short is refused";
+  ::unlink(path.c_str());
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  EXPECT_FALSE(progress::read(path)) << "a FIFO is refused without blocking";
+  ::unlink(path.c_str());
+  ::unlink(other.c_str());
+  ::rmdir(dir);
 }
 
 TEST(StallDiagnosis, RankRanges) {

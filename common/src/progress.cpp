@@ -62,7 +62,9 @@ void copyPhase(char (&to)[kPhaseBytes], std::string_view phase) {
 }  // namespace
 
 Result<void> create(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
+  // A new file, never one a rank left there (a link to another file, say): it writes this directory.
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ioError("cannot replace " + path + ": " + std::strerror(errno));
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!fd.valid()) return ioError("cannot create " + path + ": " + std::strerror(errno));
   const Record empty{};
   if (::pwrite(fd.get(), &empty, sizeof empty, 0) != static_cast<ssize_t>(sizeof empty)) {
