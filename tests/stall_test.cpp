@@ -154,6 +154,16 @@ TEST_F(Stalls, OnStallStopFailsTheJobWithTheDiagnosisAndKeepsTheEvidenceInItsHis
   const std::string html = readText(dir.file("stop.html"));
   EXPECT_NE(html.find("Stalls"), std::string::npos);
   EXPECT_NE(html.find("do_signal_stop"), std::string::npos) << "the rank's threads are in the report";
+  // The JSON report, with its stall events, is valid against its schema.
+  const auto json = ctl({"report", "onstall-stop", "--out", dir.file("stop.json")});
+  ASSERT_EQ(json.status.exitCode, 0) << json.err;
+  const auto valid = runProcess({"/usr/bin/python3", "-c",
+                                 "import json, sys, jsonschema; jsonschema.validate(json.load(open(sys.argv[1])), "
+                                 "json.load(open(sys.argv[2])))",
+                                 dir.file("stop.json"), std::string(LOCKSTEP_SOURCE_DIR) + "/docs/report.schema.json"},
+                                {}, dir, 60s);
+  EXPECT_EQ(valid.status.exitCode, 0) << valid.err;
+  EXPECT_NE(readText(dir.file("stop.json")).find(R"("kind": "rank_evidence")"), std::string::npos);
 }
 
 TEST_F(Stalls, OnStallRestartRestartsFromTheLastCheckpointWithEveryRank) {
