@@ -164,6 +164,12 @@ TEST_F(Stalls, OnStallStopFailsTheJobWithTheDiagnosisAndKeepsTheEvidenceInItsHis
                                 {}, dir, 60s);
   EXPECT_EQ(valid.status.exitCode, 0) << valid.err;
   EXPECT_NE(readText(dir.file("stop.json")).find(R"("kind": "rank_evidence")"), std::string::npos);
+  // The PDF has the section, and the stopped rank's state in its monospaced blocks.
+  const auto pdf = ctl({"report", "onstall-stop", "--out", dir.file("stop.pdf")});
+  ASSERT_EQ(pdf.status.exitCode, 0) << pdf.err;
+  const auto text = runProcess({"/usr/bin/pdftotext", dir.file("stop.pdf"), "-"}, {}, dir, 60s);
+  EXPECT_NE(text.out.find("Stalls"), std::string::npos) << text.out.substr(0, 3000);
+  EXPECT_NE(text.out.find("T (stopped by a signal)"), std::string::npos) << text.out.substr(0, 3000);
 }
 
 TEST_F(Stalls, OnStallRestartRestartsFromTheLastCheckpointWithEveryRank) {
