@@ -97,12 +97,13 @@ TEST(StallDiagnosis, RanksAcrossNodesAreDiagnosedTogether) {
   a.stall = Stall{1000, "every rank here waits in all-reduce #15", {}};
   b.progress = {rank(1, 14, "data", 14, false, 30'000)};
   b.stall = Stall{900, "no rank's progress moved", {}};
-  const auto stall = jobStall({a, b});
+  const auto stall = jobStall({&a, &b});
   ASSERT_TRUE(stall);
   EXPECT_EQ(stall->sinceUnixUs, 900);
   EXPECT_EQ(stall->ranks, std::vector<std::uint32_t>{1});
   EXPECT_NE(stall->message.find("rank 1 did not reach all-reduce #15"), std::string::npos) << stall->message;
-  EXPECT_FALSE(jobStall({JobStatus{}}));
+  const JobStatus moving;
+  EXPECT_FALSE(jobStall({&moving}));
 }
 
 TEST(ProgressRecord, CreateReplacesWhatARankLeftInItsPlaceAndReadRefusesWhatIsNotARecord) {

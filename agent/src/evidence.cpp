@@ -1,6 +1,5 @@
 #include "evidence.h"
 
-#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -113,7 +112,7 @@ struct Taking {
 };
 
 void firstLook(Taking& t, const EvidenceTarget& target) {
-  t.pid = workingProcess(target);
+  t.pid = workingProcess(target.rank, target.recordPid);
   t.evidence.pid = static_cast<std::uint32_t>(t.pid);
   const auto stat = readProcStat(t.pid);
   if (!stat) return;
@@ -170,12 +169,6 @@ void readStacks(Taking& t, const EvidenceTarget& target) {
 
 }  // namespace
 
-pid_t workingProcess(const EvidenceTarget& target) {
-  if (target.recordPid <= 0 || target.recordPid == target.rank.pid) return target.rank.pid;
-  const auto stat = readProcStat(target.recordPid);
-  return stat && stat->processGroup == target.rank.group ? target.recordPid : target.rank.pid;
-}
-
 bool catchesSignal(pid_t pid, int signal) {
   if (signal < 1 || signal > 64) return false;
   const auto status = readKernelFile("/proc/" + std::to_string(pid) + "/status", 1 << 16);
@@ -230,49 +223,12 @@ StacksReply takeEvidence(const std::string& jobId, const std::string& node, cons
   return reply;
 }
 
-struct EvidenceTaker::Shared {
-  std::mutex mutex;
-  std::vector<Done> finished;
-  UniqueFd wake{::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)};
-  std::atomic<std::size_t> running{0};
-};
-
-EvidenceTaker::EvidenceTaker() : shared_(std::make_shared<Shared>()) {}
-EvidenceTaker::~EvidenceTaker() = default;  // threads still running keep `shared_` alive
-
-int EvidenceTaker::wakeFd() const { return shared_->wake.get(); }
-
 Result<void> EvidenceTaker::submit(std::uint64_t id, std::string jobId, std::string node, std::vector<EvidenceTarget> ranks) {
-  if (shared_->running.load() >= kMaxInFlight) {
-    return Error{ErrorCode::kResourceExhausted, "node " + node + " is already taking the stacks of " +
-                                                    std::to_string(kMaxInFlight) + " requests; try again in a minute"};
-  }
-  ++shared_->running;
-  try {
-    std::thread([shared = shared_, id, jobId = std::move(jobId), node = std::move(node), ranks = std::move(ranks)] {
-      StacksReply reply = takeEvidence(jobId, node, ranks);
-      {
-        std::lock_guard lock(shared->mutex);
-        shared->finished.push_back(Done{id, std::move(reply)});
-      }
-      const std::uint64_t one = 1;
-      [[maybe_unused]] const ssize_t n = ::write(shared->wake.get(), &one, sizeof one);
-      --shared->running;
-    }).detach();
-  } catch (const std::system_error& e) {
-    --shared_->running;
-    return Error{ErrorCode::kResourceExhausted, std::string("cannot start a thread to take stacks: ") + e.what()};
-  }
-  return {};
-}
-
-std::vector<EvidenceTaker::Done> EvidenceTaker::take() {
-  std::uint64_t count = 0;
-  [[maybe_unused]] const ssize_t n = ::read(shared_->wake.get(), &count, sizeof count);
-  std::vector<Done> out;
-  std::lock_guard lock(shared_->mutex);
-  out.swap(shared_->finished);
-  return out;
+  const Error busy{ErrorCode::kResourceExhausted, "node " + node + " is already taking the stacks of " +
+                                                      std::to_string(kMaxInFlight) + " requests; try again in a minute"};
+  return takings_.submit(
+      id, [jobId = std::move(jobId), node, ranks = std::move(ranks)] { return takeEvidence(jobId, node, ranks); }, busy,
+      "take stacks");
 }
 
 }  // namespace lockstep::agent

@@ -20,6 +20,7 @@
 #include "jobs.h"
 #include "lockstep/common/result.h"
 #include "lockstep/protocol/types.h"
+#include "off_loop.h"
 
 namespace lockstep::agent {
 
@@ -30,9 +31,6 @@ struct EvidenceTarget {
   pid_t recordPid = 0;    // the process that writes the record (a wrapper's child, say); 0: unknown
 };
 
-// The process the evidence is about: the one writing the record when it is of the rank's process
-// group (`bash train.sh` runs Python as its child), else the rank's program.
-pid_t workingProcess(const EvidenceTarget& target);
 // Whether `pid` has a handler for `signal` (/proc/PID/status SigCgt): only then is it sent, since
 // a real-time signal's default action ends the process.
 bool catchesSignal(pid_t pid, int signal);
@@ -44,24 +42,14 @@ class EvidenceTaker {
  public:
   static constexpr std::size_t kMaxInFlight = 4;
 
-  EvidenceTaker();
-  ~EvidenceTaker();
-  EvidenceTaker(const EvidenceTaker&) = delete;
-  EvidenceTaker& operator=(const EvidenceTaker&) = delete;
-
-  int wakeFd() const;
+  int wakeFd() const { return takings_.wakeFd(); }
   Result<void> submit(std::uint64_t id, std::string jobId, std::string node, std::vector<EvidenceTarget> ranks);
 
-  struct Done {
-    std::uint64_t id;
-    StacksReply reply;
-  };
-  std::vector<Done> take();
-
-  struct Shared;
+  using Done = OffLoop<StacksReply>::Done;  // its reply is `result`
+  std::vector<Done> take() { return takings_.take(); }
 
  private:
-  std::shared_ptr<Shared> shared_;
+  OffLoop<StacksReply> takings_{kMaxInFlight};
 };
 
 }  // namespace lockstep::agent

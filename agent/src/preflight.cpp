@@ -1,16 +1,12 @@
 #include "preflight.h"
 
-#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <mutex>
-#include <thread>
 
 #include "lockstep/common/fd.h"
 #include "lockstep/common/files.h"
@@ -110,54 +106,23 @@ Result<CheckedPaths> checkJobPaths(const JobSpec& spec, const PathFacts& facts) 
 
 // ---- running checks off the loop ----
 
-struct Preflight::Shared {
-  std::mutex mutex;
-  std::vector<Done> finished;
-  UniqueFd wake{::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)};
-  std::atomic<std::size_t> running{0};  // threads not yet finished, abandoned ones included
-};
+Preflight::Preflight(std::chrono::milliseconds deadline) : deadline_(deadline) {}
+Preflight::~Preflight() = default;  // checks still running finish alone (off_loop.h)
 
-Preflight::Preflight(std::chrono::milliseconds deadline) : deadline_(deadline), shared_(std::make_shared<Shared>()) {}
-Preflight::~Preflight() = default;  // threads still running keep `shared_` alive and finish alone
-
-int Preflight::wakeFd() const { return shared_->wake.get(); }
+int Preflight::wakeFd() const { return checks_.wakeFd(); }
 
 Result<void> Preflight::submit(std::uint64_t id, Check check, const std::string& node) {
-  if (shared_->running.load() >= kMaxInFlight) {
-    return Error{ErrorCode::kResourceExhausted,
-                 "node " + node + " is still checking the paths of " + std::to_string(kMaxInFlight) +
-                     " jobs (a hung file system?); try again later"};
-  }
-  ++shared_->running;
-  try {
-    std::thread([shared = shared_, id, check = std::move(check)] {
-      Result<CheckedPaths> result = check();
-      {
-        std::lock_guard lock(shared->mutex);
-        shared->finished.push_back(Done{id, std::move(result)});
-      }
-      const std::uint64_t one = 1;
-      [[maybe_unused]] const ssize_t n = ::write(shared->wake.get(), &one, sizeof one);
-      --shared->running;
-    }).detach();
-  } catch (const std::system_error& e) {
-    --shared_->running;
-    return Error{ErrorCode::kResourceExhausted, std::string("cannot start a thread to check the job's paths: ") + e.what()};
-  }
+  const Error busy{ErrorCode::kResourceExhausted, "node " + node + " is still checking the paths of " +
+                                                      std::to_string(kMaxInFlight) +
+                                                      " jobs (a hung file system?); try again later"};
+  LOCKSTEP_TRY(checks_.submit(id, std::move(check), busy, "check the job's paths"));
   waiting_.push_back(Waiting{id, Clock::now() + deadline_, node});
   return {};
 }
 
 std::vector<Preflight::Done> Preflight::take() {
-  std::uint64_t count = 0;
-  [[maybe_unused]] const ssize_t n = ::read(shared_->wake.get(), &count, sizeof count);
-  std::vector<Done> finished;
-  {
-    std::lock_guard lock(shared_->mutex);
-    finished.swap(shared_->finished);
-  }
   std::vector<Done> out;
-  for (auto& done : finished) {
+  for (auto& done : checks_.take()) {
     const auto it = std::find_if(waiting_.begin(), waiting_.end(), [&](const Waiting& w) { return w.id == done.id; });
     if (it == waiting_.end()) continue;  // answered already, at its deadline
     waiting_.erase(it);

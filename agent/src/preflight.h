@@ -19,6 +19,7 @@
 
 #include "lockstep/common/result.h"
 #include "lockstep/protocol/types.h"
+#include "off_loop.h"
 
 namespace lockstep::agent {
 
@@ -52,16 +53,11 @@ class Preflight {
   // names this node in errors.
   Result<void> submit(std::uint64_t id, Check check, const std::string& node);
 
-  struct Done {
-    std::uint64_t id;
-    Result<CheckedPaths> result;
-  };
+  using Done = OffLoop<Result<CheckedPaths>>::Done;
   // Checks that finished, and those past their deadline (as timeout errors).
   std::vector<Done> take();
   // When the next unanswered check reaches its deadline; max() when none waits.
   std::chrono::steady_clock::time_point nextDeadline() const;
-
-  struct Shared;
 
  private:
   struct Waiting {
@@ -70,7 +66,7 @@ class Preflight {
     std::string node;
   };
   std::chrono::milliseconds deadline_;
-  std::shared_ptr<Shared> shared_;
+  OffLoop<Result<CheckedPaths>> checks_{kMaxInFlight};
   std::vector<Waiting> waiting_;
 };
 

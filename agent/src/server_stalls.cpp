@@ -109,9 +109,9 @@ void Agent::Impl::onEvidence() {
     PendingEvidence pending = std::move(it->second);
     evidencePending_.erase(it);
     if (pending.stall) {
-      stallEvidenced(*pending.stall, done.reply);
+      stallEvidenced(*pending.stall, done.result);
     } else {
-      reply(pending.client, Reply{pending.requestId, std::move(done.reply)});
+      reply(pending.client, Reply{pending.requestId, std::move(done.result)});
     }
   }
 }

@@ -69,6 +69,12 @@ std::string processStateText(char state) {
   }
 }
 
+pid_t workingProcess(const WatchedRank& rank, pid_t recordPid) {
+  if (recordPid <= 0 || recordPid == rank.pid) return rank.pid;
+  const auto stat = readProcStat(recordPid);
+  return stat && stat->processGroup == rank.group ? recordPid : rank.pid;
+}
+
 std::string processStateOf(pid_t pid) {
   const auto stat = readProcStat(pid);
   return stat ? processStateText(stat->state) : "";
@@ -103,10 +109,7 @@ void StallWatch::observe(RankWatch& w, const WatchedRank& rank, const WatchedJob
   if (read->step > 0 && !basis.stepP99Ms) basis.stepP99Ms = 0;  // steps, but none reported here yet
   if (auto it = w.phaseMaxMs.find(read->phase); read->announced && it != w.phaseMaxMs.end()) basis.phaseMaxMs = it->second;
   w.shown.allowanceMs = kpi::stallAllowanceMs(basis);
-  // The process writing the record, when it is of the rank's group (`bash train.sh`'s Python).
-  pid_t who = rank.pid;
-  if (const auto writer = readProcStat(read->pid); read->pid > 0 && writer && writer->processGroup == rank.group) who = read->pid;
-  w.shown.processState = processStateOf(who);
+  w.shown.processState = processStateOf(workingProcess(rank, read->pid));
 }
 
 std::optional<StallWatch::Change> StallWatch::judge(JobWatch& watch, const WatchedJob& job) {

@@ -22,6 +22,9 @@ namespace lockstep::agent {
 
 // A record as read, in the wire's terms; stillMs is the agent's to say.
 RankProgress progressOf(std::uint32_t rank, const progress::Snapshot& snapshot, std::int64_t stillMs);
+// The process a rank's state and stacks are of: the one writing its record when that is of the
+// rank's process group (`bash train.sh` runs Python as its child), else the rank's program.
+pid_t workingProcess(const WatchedRank& rank, pid_t recordPid);
 // "sleeping", "stopped by a signal", "waiting on disk or a file system"; "" when the process is gone.
 std::string processStateOf(pid_t pid);
 std::string processStateText(char state);

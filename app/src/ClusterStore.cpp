@@ -259,8 +259,8 @@ void ClusterStore::onJobs(QString id, JobList jobs) {
 
 std::optional<Stall> JobEntry::stall() const {
   if (jobStateEnded(state)) return std::nullopt;
-  std::vector<JobStatus> all;
-  for (const auto& [agent, part] : parts) all.push_back(part);
+  std::vector<const JobStatus*> all;
+  for (const auto& [agent, part] : parts) all.push_back(&part);
   return kpi::jobStall(all);
 }
 

@@ -344,6 +344,7 @@ void DashboardWidget::refresh() {
   const QString steps = (k.totalSteps ? tr("%1 of %2 steps").arg(k.step).arg(k.totalSteps) : tr("%1 steps").arg(k.step)) +
                         (k.attempts == 2 ? tr(", 1 restart") : k.attempts > 2 ? tr(", %1 restarts").arg(k.attempts - 1) : QString());
   const QString took = duration(k.elapsedSeconds);
+  const auto stall = job->stall();
   switch (job->state) {
     case JobState::kFinished:
       banner = !seen ? (recorded_ ? tr("Finished; no step reports of it were recorded, so it has no KPIs.")
@@ -359,7 +360,7 @@ void DashboardWidget::refresh() {
       banner = seen ? tr("Stopped after %1 (%2).").arg(steps, took) : tr("Stopped.");
       break;
     default:
-      if (const auto stall = job->stall()) {
+      if (stall) {
         banner = tr("Stalled %1: %2\n(lockstepctl stacks %3 shows each rank's stacks; the job's events keep them)")
                      .arg(duration(static_cast<double>(unixMicrosNow() - stall->sinceUnixUs) / 1e6),
                           QString::fromStdString(stall->message), QString::fromStdString(job->id));
@@ -370,11 +371,10 @@ void DashboardWidget::refresh() {
       }
       break;
   }
-  const bool stalled = job->stall().has_value();
   banner_->setText(banner);
   banner_->setVisible(!banner.isEmpty());
   QPalette bannerPalette = banner_->palette();
-  bannerPalette.setColor(QPalette::WindowText, jobStateColor(stalled ? JobState::kFailed : job->state, palette()));
+  bannerPalette.setColor(QPalette::WindowText, jobStateColor(stall ? JobState::kFailed : job->state, palette()));
   banner_->setPalette(bannerPalette);
 
   const QString currency = QString::fromStdString(job->spec.prices.currency);

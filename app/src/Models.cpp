@@ -176,7 +176,9 @@ int JobsModel::rowCount(const QModelIndex& parent) const { return parent.isValid
 QVariant JobsModel::data(const QModelIndex& index, int role) const {
   if (!index.isValid() || index.row() >= static_cast<int>(rows_.size())) return {};
   const JobEntry& j = *rows_[static_cast<std::size_t>(index.row())];
-  const auto stall = index.column() == kState ? j.stall() : std::nullopt;
+  const bool stateShown = index.column() == kState &&
+                          (role == Qt::DisplayRole || role == Qt::ForegroundRole || role == Qt::ToolTipRole);
+  const auto stall = stateShown ? j.stall() : std::nullopt;
   if (role == Qt::ForegroundRole && index.column() == kState) {
     return jobStateColor(stall ? JobState::kFailed : j.state, QGuiApplication::palette());
   }

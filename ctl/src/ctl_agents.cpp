@@ -153,8 +153,8 @@ const JobStatus* supervisingPart(const std::vector<Part>& parts) {
 }
 
 std::optional<Stall> stallOf(const std::vector<Part>& parts) {
-  std::vector<JobStatus> statuses;
-  for (const auto& p : parts) statuses.push_back(p.status);
+  std::vector<const JobStatus*> statuses;
+  for (const auto& p : parts) statuses.push_back(&p.status);
   return kpi::jobStall(statuses);
 }
 

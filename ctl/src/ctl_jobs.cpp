@@ -87,7 +87,10 @@ int cmdStatus(const Globals& g, const std::vector<std::string>& argv) {
       if (!p.status.message.empty() && message.empty()) message = p.status.message;
     }
     const auto stall = stallOf(parts);
-    if (stall && message.empty()) message = stallText(*stall).substr(0, stallText(*stall).find('\n'));
+    if (stall && message.empty()) {
+      const std::string text = stallText(*stall);
+      message = text.substr(0, text.find('\n'));  // its first line
+    }
     const std::string state(jobStateName(overall(parts)));
     if (g.json) {
       all.push_back({{"job_id", id}, {"state", state}, {"ranks", ranks}, {"ranks_running", running},

@@ -137,14 +137,14 @@ StallDiagnosis diagnoseStall(const std::vector<RankProgress>& ranks) {
   return d;
 }
 
-std::optional<Stall> jobStall(const std::vector<JobStatus>& parts) {
+std::optional<Stall> jobStall(const std::vector<const JobStatus*>& parts) {
   std::optional<Stall> stall;
-  std::vector<RankProgress> ranks;
-  for (const auto& p : parts) {
-    ranks.insert(ranks.end(), p.progress.begin(), p.progress.end());
-    if (p.stall && (!stall || p.stall->sinceUnixUs < stall->sinceUnixUs)) stall = p.stall;
+  for (const auto* p : parts) {
+    if (p->stall && (!stall || p->stall->sinceUnixUs < stall->sinceUnixUs)) stall = p->stall;
   }
   if (!stall || parts.size() == 1) return stall;
+  std::vector<RankProgress> ranks;
+  for (const auto* p : parts) ranks.insert(ranks.end(), p->progress.begin(), p->progress.end());
   const auto diagnosis = diagnoseStall(ranks);
   stall->message = diagnosis.message;
   stall->ranks = diagnosis.behind;

@@ -18,7 +18,6 @@ using detail::dash;
 using detail::figure;
 using detail::number;
 
-// "rank exited": the JSON's name, for people.
 // The job's stalls (docs/stalls.md): each diagnosis as it began, how it ended, and each stalled
 // rank's evidence (its state, threads, stacks and log), at most kCodeLines lines each.
 std::optional<Section> stallSection(const std::vector<JobEvent>& events) {
@@ -43,6 +42,7 @@ std::optional<Section> stallSection(const std::vector<JobEvent>& events) {
   return s;
 }
 
+// "rank exited": the JSON's name, for people.
 std::string eventName(JobEventKind kind) {
   std::string name(jobEventKindName(kind));
   std::replace(name.begin(), name.end(), '_', ' ');

@@ -44,7 +44,7 @@ StallDiagnosis diagnoseStall(const std::vector<RankProgress>& ranks);
 // A job's stall from all of its agents' parts: each agent sees its own ranks; the diagnosis is
 // made again over every rank (the wavefront across nodes), since the earliest part's stall began.
 // Unset while no part is stalled.
-std::optional<Stall> jobStall(const std::vector<JobStatus>& parts);
+std::optional<Stall> jobStall(const std::vector<const JobStatus*>& parts);
 
 // "all-reduce #15 (bucket 2 of 9) of step 40": where a rank is, in words.
 std::string whereIs(const RankProgress& rank);
