@@ -77,6 +77,14 @@ TEST(Files, ReadRefusesMissingAndOversizedFiles) {
 }
 
 // A keeper's exit record (issue 14) reads back as what was written, and nothing else passes for one.
+TEST(Files, LastLinesEachEndInANewline) {
+  EXPECT_EQ(lastLines("a\nb\nc\n", 2), "b\nc\n");
+  EXPECT_EQ(lastLines("a\nb\nc", 2), "b\nc\n") << "a last line without its newline gets one";
+  EXPECT_EQ(lastLines("a\nb\n", 5), "a\nb\n") << "fewer lines than asked: all of them";
+  EXPECT_EQ(lastLines("a\nb\n", 0), "");
+  EXPECT_EQ(lastLines("", 3), "");
+}
+
 TEST(Process, AnExitRecordReadsBackAndNothingElseDoes) {
   for (const ExitStatus& s : {ExitStatus{0, 0}, ExitStatus{3, 0}, ExitStatus{0, 9}, ExitStatus{255, 0}}) {
     const auto back = ExitStatus::fromRecord(s.record());

@@ -13,6 +13,7 @@
 #include "job.h"
 #include "lockstep/common/clock.h"
 #include "lockstep/common/fd.h"
+#include "lockstep/common/files.h"
 #include "lockstep/common/process.h"
 #include "stalls.h"
 
@@ -36,20 +37,6 @@ std::uint64_t sizeOf(const std::string& path) {
   return ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? static_cast<std::uint64_t>(st.st_size) : 0;
 }
 
-std::string lastLines(const std::string& text, std::size_t lines) {
-  std::size_t at = text.size();
-  if (at > 0 && text[at - 1] == '\n') --at;  // the last line's own newline
-  for (std::size_t n = 0; at > 0; --at) {
-    if (text[at - 1] == '\n' && ++n == lines) break;
-  }
-  return text.substr(at);
-}
-
-std::string trimmed(std::string text) {
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\0')) text.pop_back();
-  return text;
-}
-
 // One line per thread: id, name, state, wait channel.
 std::string threadsOf(pid_t pid) {
   std::vector<std::pair<long, std::string>> lines;
@@ -61,8 +48,8 @@ std::string threadsOf(pid_t pid) {
     const long tid = std::strtol(name.c_str(), &end, 10);
     if (*end != '\0' || tid <= 0) continue;
     const auto stat = readProcStat(static_cast<pid_t>(tid));
-    const std::string comm = trimmed(readKernelFile(entry.path().string() + "/comm", 64).value_or("?"));
-    std::string wchan = trimmed(readKernelFile(entry.path().string() + "/wchan", 128).value_or(""));
+    const std::string comm = trim(readKernelFile(entry.path().string() + "/comm", 64).value_or("?"));
+    std::string wchan = trim(readKernelFile(entry.path().string() + "/wchan", 128).value_or(""));
     if (wchan.empty() || wchan == "0") wchan = "-";
     lines.emplace_back(tid, std::to_string(tid) + "  " + comm + "  " +
                                 (stat ? processStateText(stat->state) : std::string("gone")) + "  " + wchan);
@@ -92,7 +79,7 @@ std::string gdbBacktrace(pid_t pid, std::string* note) {
     if (line.rfind("Thread ", 0) == 0 || line.rfind("#", 0) == 0) out += line + "\n";
     line.clear();
   }
-  if (out.empty()) *note += (note->empty() ? "" : "; ") + std::string("gdb could not attach: ") + trimmed(ran->err).substr(0, 300);
+  if (out.empty()) *note += (note->empty() ? "" : "; ") + std::string("gdb could not attach: ") + trim(ran->err).substr(0, 300);
   return out;
 }
 

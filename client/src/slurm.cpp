@@ -109,15 +109,9 @@ Result<void> checkField(const char* flag, const std::string& value) {
   return {};
 }
 
-std::string lastLines(const std::string& path, std::size_t lines) {
+std::string lastLinesOf(const std::string& path, std::size_t lines) {
   auto text = readFile(path, 1u << 20);
-  if (!text) return {};
-  std::vector<std::string> all;
-  std::stringstream in(*text);
-  for (std::string line; std::getline(in, line);) all.push_back(line);
-  std::string out;
-  for (std::size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) out += all[i] + "\n";
-  return out;
+  return text ? lastLines(*text, lines) : std::string();
 }
 
 // N of "node-N.agent", the name an agent announces itself under.
@@ -301,7 +295,7 @@ namespace {
 // What the job's Slurm output and srun's said last, for an error.
 std::string outputOf(const std::string& lockstepJobId, const Started& started) {
   const std::string dir = started.outputDir.empty() ? jobDirectory(lockstepJobId) : started.outputDir;
-  const std::string output = lastLines(dir + "/slurm-" + started.slurmJobId + ".out", 5) + lastLines(dir + "/srun.out", 5);
+  const std::string output = lastLinesOf(dir + "/slurm-" + started.slurmJobId + ".out", 5) + lastLinesOf(dir + "/srun.out", 5);
   return output.empty() ? "" : "; it said:\n" + output;
 }
 

@@ -166,6 +166,17 @@ std::string trim(std::string_view text) {
   return std::string(text.substr(first, text.find_last_not_of(" \t\r\n") - first + 1));
 }
 
+std::string lastLines(std::string_view text, std::size_t lines) {
+  std::size_t at = text.size();
+  if (at > 0 && text[at - 1] == '\n') --at;  // the last line's own newline
+  for (std::size_t n = 0; at > 0 && lines > 0; --at) {
+    if (text[at - 1] == '\n' && ++n == lines) break;
+  }
+  std::string out(lines == 0 ? std::string_view() : text.substr(at));
+  if (!out.empty() && out.back() != '\n') out += '\n';
+  return out;
+}
+
 Result<void> forEachSettingsLine(const std::string& path, std::uint64_t maxBytes,
                                  const std::function<Result<void>(const std::string& line, int number)>& each) {
   std::error_code ec;

@@ -41,6 +41,8 @@ std::string besideThisProgram(const std::string& name);
 
 // Text without leading and trailing blanks (spaces, tabs, CR, LF).
 std::string trim(std::string_view text);
+// The last `lines` lines of `text`, each ending in a newline.
+std::string lastLines(std::string_view text, std::size_t lines);
 
 // The settings-file format shared by agent.conf, authorized_keys and known_agents: calls `each`
 // with every line that is not blank or a # comment, trimmed, and its 1-based number; stops at the
