@@ -210,13 +210,13 @@ TEST(Keys, PairsFingerprintsAndAuthorizedKeys) {
   auto keys = readAuthorizedKeys(dir.file("authorized"));
   ASSERT_TRUE(keys.ok());
   EXPECT_TRUE(keys->allows(pair->publicKey));
-  EXPECT_EQ(keys->commentByKey.at(pair->publicKey), "alice@laptop");
+  EXPECT_EQ(keys->byKey.at(pair->publicKey).comment, "alice@laptop");
   EXPECT_FALSE(keys->allows(generateKeyPair()->publicKey));
   std::ofstream(dir.file("broken")) << "not-a-key comment\n";
   auto broken = readAuthorizedKeys(dir.file("broken"));
   ASSERT_FALSE(broken.ok());
   EXPECT_NE(broken.error().message.find("line 1"), std::string::npos);
-  EXPECT_TRUE(readAuthorizedKeys(dir.file("none"))->commentByKey.empty());
+  EXPECT_TRUE(readAuthorizedKeys(dir.file("none"))->byKey.empty());
 }
 
 
@@ -230,11 +230,37 @@ TEST(Keys, AuthorizedKeysOptions) {
   EXPECT_TRUE(keys->allowsCommandJobs(a));
   EXPECT_TRUE(keys->allows(b));
   EXPECT_FALSE(keys->allowsCommandJobs(b));
-  EXPECT_EQ(keys->commentByKey.at(b), "ci runner");
+  EXPECT_EQ(keys->byKey.at(b).comment, "ci runner");
   std::ofstream(dir.file("typo")) << "no-comand-jobs " << b << "\n";
   auto typo = readAuthorizedKeys(dir.file("typo"));
   ASSERT_FALSE(typo.ok());
   EXPECT_NE(typo.error().message.find("unknown option 'no-comand-jobs'"), std::string::npos) << typo.error().message;
+}
+
+// Issue 33: a key maps to a Unix user, with the options of the issue's example written either way.
+TEST(Keys, AKeyCarriesItsUserAndRights) {
+  TempDir dir;
+  const auto a = generateKeyPair()->publicKey, b = generateKeyPair()->publicKey, c = generateKeyPair()->publicKey;
+  std::ofstream(dir.file("authorized")) << "user=alice no-command-jobs " << a << " alice@laptop\n"
+                                        << "user=root,allow-root,admin " << b << " the admin\n"
+                                        << c << " nobody in particular\n";
+  auto keys = readAuthorizedKeys(dir.file("authorized"));
+  ASSERT_TRUE(keys.ok()) << keys.error().message;
+  const KeyGrant& alice = keys->byKey.at(a);
+  EXPECT_EQ(alice.user, "alice");
+  EXPECT_FALSE(alice.commandJobs);
+  EXPECT_FALSE(alice.admin);
+  EXPECT_EQ(alice.comment, "alice@laptop");
+  const KeyGrant& admin = keys->byKey.at(b);
+  EXPECT_EQ(admin.user, "root");
+  EXPECT_TRUE(admin.allowRoot && admin.admin && admin.commandJobs);
+  EXPECT_EQ(keys->byKey.at(c).user, "");
+  for (const std::string bad : {"user= ", "user=-rf ", "user=a/b "}) {
+    std::ofstream(dir.file("bad")) << bad << a << "\n";
+    auto refused = readAuthorizedKeys(dir.file("bad"));
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.error().message.find("is not a Unix user name"), std::string::npos) << refused.error().message;
+  }
 }
 
 // The checks run on their own thread: a check that hangs is answered at its deadline and

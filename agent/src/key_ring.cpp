@@ -47,7 +47,7 @@ void KeyRing::problem(const std::string& why) {
   if (why == problem_) return;
   problem_ = why;
   log_.error("cannot use the authorized keys: " + why + "; " +
-             (loaded_ ? "keeping the " + std::to_string(keys_.commentByKey.size()) + " key(s) read before"
+             (loaded_ ? "keeping the " + std::to_string(keys_.byKey.size()) + " key(s) read before"
                       : std::string("no client is authorized until it is fixed")));
 }
 
@@ -70,7 +70,7 @@ std::vector<std::string> KeyRing::refresh() {
     return {};
   }
   std::vector<std::string> removed;
-  for (const auto& [key, comment] : keys_.commentByKey) {
+  for (const auto& [key, grant] : keys_.byKey) {
     if (!parsed->allows(key)) removed.push_back(key);
   }
   // A removal takes effect once the same content is read a second later: an edit that truncates
@@ -86,8 +86,8 @@ std::vector<std::string> KeyRing::refresh() {
   }
   keys_ = std::move(parsed).value();
   text_ = std::move(text).value();
-  if (loaded_ || !keys_.commentByKey.empty()) {
-    log_.info("authorized keys: " + std::to_string(keys_.commentByKey.size()) + " key(s) from " + path_);
+  if (loaded_ || !keys_.byKey.empty()) {
+    log_.info("authorized keys: " + std::to_string(keys_.byKey.size()) + " key(s) from " + path_);
   }
   loaded_ = true;
   problem_.clear();
@@ -100,8 +100,8 @@ std::vector<std::string> KeyRing::refreshEverySecond() {
 }
 
 std::string KeyRing::describe(const std::string& key) const {
-  auto it = keys_.commentByKey.find(key);
-  const std::string comment = it == keys_.commentByKey.end() || it->second.empty() ? "(no comment)" : it->second;
+  const KeyGrant* grant = keys_.grant(key);
+  const std::string comment = grant == nullptr || grant->comment.empty() ? "(no comment)" : grant->comment;
   return "'" + comment + "' (" + fingerprint(key) + ")";
 }
 

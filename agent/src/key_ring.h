@@ -33,6 +33,8 @@ class KeyRing {
 
   bool allows(const std::string& key) const { return keys_.allows(key); }
   bool allowsCommandJobs(const std::string& key) const { return keys_.allowsCommandJobs(key); }
+  // The key's options; nullptr for a key that is not authorized.
+  const KeyGrant* grant(const std::string& key) const { return keys_.grant(key); }
   // "its comment (SHA256:…)", for log lines that say who did what.
   std::string describe(const std::string& key) const;
   void noteRefusedHandshake(const std::string& key);

@@ -91,32 +91,54 @@ Result<AuthorizedKeys> readAuthorizedKeys(const std::string& path) {
   return parseAuthorizedKeys(text, path);
 }
 
+namespace {
+
+// One option of an authorized key's line into `grant`.
+Result<void> applyKeyOption(const std::string& option, KeyGrant& grant, const std::string& where) {
+  if (option == "no-command-jobs") {
+    grant.commandJobs = false;
+  } else if (option == "allow-root") {
+    grant.allowRoot = true;
+  } else if (option == "admin") {
+    grant.admin = true;
+  } else if (option.rfind("user=", 0) == 0) {
+    grant.user = option.substr(5);
+    const bool valid = !grant.user.empty() && grant.user.size() <= 32 &&
+                       grant.user.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") ==
+                           std::string::npos &&
+                       grant.user[0] != '-';
+    if (!valid) return invalidArgument(where + ": user=" + grant.user + " is not a Unix user name");
+  } else {
+    return invalidArgument(where + ": unknown option '" + option +
+                           "' (known: user=NAME, allow-root, admin, no-command-jobs)");
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<AuthorizedKeys> parseAuthorizedKeys(std::string_view text, const std::string& path) {
   AuthorizedKeys keys;
   LOCKSTEP_TRY(forEachSettingsLineIn(text, [&](const std::string& line, int number) -> Result<void> {
     const std::string where = path + " line " + std::to_string(number);
     std::istringstream fields(line);
-    std::string first, key;
-    fields >> first;
-    std::string options;
-    if (isValidPublicKey(first)) {
-      key = first;
-    } else {
-      options = first;
-      fields >> key;
-    }
-    if (!isValidPublicKey(key)) return invalidArgument(where + ": expected a 40-character Z85 public key, then a comment");
-    std::string comment;
-    std::getline(fields, comment);
-    std::istringstream each(options);
-    for (std::string option; std::getline(each, option, ',');) {
-      if (option == "no-command-jobs") {
-        keys.noCommandJobs.insert(key);
-      } else {
-        return invalidArgument(where + ": unknown option '" + option + "' (known: no-command-jobs)");
+    KeyGrant grant;
+    std::string word, key;
+    // Options (comma- or space-separated) until the key.
+    while (fields >> word) {
+      if (isValidPublicKey(word)) {
+        key = word;
+        break;
+      }
+      std::istringstream each(word);
+      for (std::string option; std::getline(each, option, ',');) {
+        if (!option.empty()) LOCKSTEP_TRY(applyKeyOption(option, grant, where));
       }
     }
-    keys.commentByKey[key] = trim(comment);
+    if (key.empty()) return invalidArgument(where + ": expected a 40-character Z85 public key, then a comment");
+    std::getline(fields, grant.comment);
+    grant.comment = trim(grant.comment);
+    keys.byKey[key] = std::move(grant);
     return {};
   }));
   return keys;

@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 
@@ -31,15 +30,30 @@ Result<CurveKeyPair> loadOrCreateKeyPair(const std::string& dir, const std::stri
 Result<CurveKeyPair> loadKeyPair(const std::string& dir, const std::string& name);
 
 // An authorized-keys file, like SSH's: one Z85 public key per line followed by a comment, with
-// comma-separated options before the key as sshd takes them (`no-command-jobs KEY comment`: the
-// key may not start jobs that run their own program); blank lines and lines starting with '#'
-// are ignored. A missing file authorizes nobody.
+// options before the key, separated by commas or spaces (`user=alice,no-command-jobs KEY comment`
+// or `user=alice no-command-jobs KEY comment`); blank lines and lines starting with '#' are
+// ignored. A missing file authorizes nobody. The options:
+//   user=NAME        the Unix user the key's jobs run as (an agent running as root needs one)
+//   allow-root       user=root (uid 0) is allowed for this key
+//   admin            the key sees and stops every user's jobs, not only its user's
+//   no-command-jobs  the key may not start jobs that run their own program
+struct KeyGrant {
+  std::string comment;
+  std::string user;  // "" when the line names none
+  bool commandJobs = true;
+  bool allowRoot = false;
+  bool admin = false;
+};
 struct AuthorizedKeys {
-  std::map<std::string, std::string> commentByKey;
-  std::set<std::string> noCommandJobs;  // keys with the no-command-jobs option
-  bool allows(std::string_view key) const { return commentByKey.count(std::string(key)) > 0; }
+  std::map<std::string, KeyGrant> byKey;
+  bool allows(std::string_view key) const { return byKey.count(std::string(key)) > 0; }
   bool allowsCommandJobs(std::string_view key) const {
-    return allows(key) && noCommandJobs.count(std::string(key)) == 0;
+    const KeyGrant* g = grant(key);
+    return g != nullptr && g->commandJobs;
+  }
+  const KeyGrant* grant(std::string_view key) const {
+    auto it = byKey.find(std::string(key));
+    return it == byKey.end() ? nullptr : &it->second;
   }
 };
 inline constexpr std::uint64_t kMaxAuthorizedKeysBytes = 1u << 20;
