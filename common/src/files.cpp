@@ -153,6 +153,19 @@ Result<void> makeDirectories(const std::string& path, unsigned mode) {
   return {};
 }
 
+bool isWithin(const std::string& path, const std::string& dir) {
+  const auto relative = std::filesystem::path(path).lexically_normal().lexically_relative(
+      std::filesystem::path(dir).lexically_normal());
+  return !relative.empty() && *relative.begin() != "..";
+}
+
+std::string privateToJobs(const std::string& path) {
+  for (const char* shared : {"/tmp", "/dev/shm"}) {
+    if (isWithin(path, shared)) return shared;
+  }
+  return "";
+}
+
 std::string besideThisProgram(const std::string& name) {
   char self[PATH_MAX];
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);

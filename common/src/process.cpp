@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -114,6 +116,15 @@ ExitStatus exitStatusFromWait(int waitStatus) {
 
 namespace {
 
+// execve, or execveat of a descriptor (AT_EMPTY_PATH) when there is one.
+void execute(int fd, const char* path, char* const* argv, char* const* envp) {
+  if (fd >= 0) {
+    ::syscall(SYS_execveat, fd, "", argv, envp, AT_EMPTY_PATH);
+  } else {
+    ::execve(path, argv, envp);
+  }
+}
+
 // Writes `value` in decimal into `out` (at least 12 bytes); async-signal-safe, unlike snprintf.
 void formatInt(long value, char* out) {
   char digits[24];
@@ -134,6 +145,7 @@ void formatInt(long value, char* out) {
 struct KeeperImage {
   UniqueFd record;
   std::string executable;
+  int executableFd = -1;
   char pid[24] = {};
   char fd[24] = {};
 };
@@ -149,6 +161,7 @@ Result<KeeperImage> buildKeeper(const Keeper& keeper) {
       ::open(keeper.exitRecord.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600));
   if (!image.record.valid()) return errnoError("cannot create the exit record " + keeper.exitRecord, errno);
   image.executable = keeper.executable;
+  image.executableFd = keeper.executableFd;
   formatInt(image.record.get(), image.fd);
   return image;
 }
@@ -171,7 +184,7 @@ void forkKeeper(KeeperImage& keeper, int pipeFd) {
   static char arg0[] = "lockstep-keeper";
   char* argv[] = {arg0, const_cast<char*>(kKeeperArg), keeper.pid, keeper.fd, nullptr};
   char* envp[] = {nullptr};  // the keeper needs no environment, and shows none in /proc
-  ::execve(keeper.executable.c_str(), argv, envp);
+  execute(keeper.executableFd, keeper.executable.c_str(), argv, envp);
   ::kill(program, SIGKILL);
   childFail(pipeFd, 9);
 }
@@ -222,8 +235,12 @@ std::string stageFailure(const SpawnOptions& options, int stage) {
                                             "enter the working directory",
                                             "open /dev/null as stdin",
                                             "hide",
-                                            "start the keeper process"};
-  const char* what = stage >= 1 && stage <= 9 ? kStages[stage] : "start";
+                                            "start the keeper process",
+                                            "join the job's namespaces",
+                                            "become the job's user",
+                                            "mount /proc for the job's PID namespace",
+                                            "join the job's cgroup"};
+  const char* what = stage >= 1 && stage <= 13 ? kStages[stage] : "start";
   const std::string where = stage == 6   ? " " + options.workingDir
                             : stage == 8 ? " " + options.sandbox->hide + " (a private mount namespace" +
                                                (::geteuid() != 0 ? " in a user namespace" : "") +
@@ -233,14 +250,56 @@ std::string stageFailure(const SpawnOptions& options, int stage) {
   return std::string("cannot ") + what + where + " for " + program;
 }
 
+// In the child: joins the namespaces another process made (user first: it grants the rights to
+// join the others). Async-signal-safe.
+bool joinNamespaces(const SpawnOptions::Join& join) {
+  for (const auto& [fd, type] : {std::pair{join.userNs, CLONE_NEWUSER}, {join.mountNs, CLONE_NEWNS}, {join.pidNs, CLONE_NEWPID}}) {
+    if (fd >= 0 && ::setns(fd, type) != 0) return false;
+  }
+  // Root in the node's own user namespace: no capability survives exec (sandbox.h).
+  return join.userNs >= 0 || ::geteuid() != 0 || sandbox::dropCapabilities();
+}
+
+// For good: supplementary groups, gid, uid (raw system calls: this process has one thread).
+bool becomeUser(const SpawnOptions::Credentials& c) {
+  return ::syscall(SYS_setgroups, c.groups.size(), c.groups.data()) == 0 &&
+         ::syscall(SYS_setresgid, c.gid, c.gid, c.gid) == 0 && ::syscall(SYS_setresuid, c.uid, c.uid, c.uid) == 0;
+}
+
+// In the child, past the keeper's fork (in the program): its own /proc, its user, its output files,
+// stdin and working directory. Async-signal-safe; fails the spawn with the step that failed.
+void becomeProgram(const SpawnOptions& options, sandbox::Plan* plan, pid_t parent, int pipeFd) {
+  if (plan != nullptr && !sandbox::enterPidNamespace(*plan)) childFail(pipeFd, 12);
+  if (options.credentials && !becomeUser(*options.credentials)) childFail(pipeFd, 11);
+  if (options.umask) ::umask(*options.umask);
+  if (options.parentDeathSignal != 0) {
+    if (::prctl(PR_SET_PDEATHSIG, options.parentDeathSignal) != 0) childFail(pipeFd, 2);
+    // The parent may have died between fork and prctl.
+    if (::getppid() != parent) ::_exit(127);
+  }
+  // As the user: the files are theirs, and they may not be what the user may not write.
+  if (!redirect(options.stdoutPath, STDOUT_FILENO)) childFail(pipeFd, 3);
+  if (!redirect(options.stderrPath, STDERR_FILENO)) childFail(pipeFd, 4);
+  if (options.stdinFromDevNull) {
+    const int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (null < 0 || ::dup2(null, STDIN_FILENO) < 0) childFail(pipeFd, 7);
+    ::close(null);
+  }
+  if (!options.workingDir.empty() && ::chdir(options.workingDir.c_str()) != 0) childFail(pipeFd, 6);
+  if (options.workingDir.empty() && options.join && ::chdir("/") != 0) childFail(pipeFd, 6);
+}
+
 Result<KeptProcess> spawn(const SpawnOptions& options, KeeperImage* keeper) {
   if (options.argv.empty() || options.argv[0].empty()) {
     return invalidArgument("spawnProcess: no executable given");
   }
   ExecImage image = buildImage(options);
   std::optional<sandbox::Plan> sandboxPlan;
+  if (options.newPidNamespace && (keeper == nullptr || !options.sandbox)) {
+    return invalidArgument("spawnProcess: a new PID namespace needs a keeper and a sandbox");
+  }
   if (options.sandbox) {
-    LOCKSTEP_ASSIGN_OR_RETURN(sandboxPlan, sandbox::plan(*options.sandbox));
+    LOCKSTEP_ASSIGN_OR_RETURN(sandboxPlan, sandbox::plan(*options.sandbox, options.newPidNamespace));
   }
   int errPipe[2];
   if (::pipe2(errPipe, O_CLOEXEC) != 0) return errnoError("pipe2", errno);
@@ -256,21 +315,11 @@ Result<KeptProcess> spawn(const SpawnOptions& options, KeeperImage* keeper) {
   if (pid == 0) {
     ::close(errPipe[0]);
     if (options.newProcessGroup && ::setpgid(0, 0) != 0) childFail(errPipe[1], 1);
-    if (options.parentDeathSignal != 0) {
-      if (::prctl(PR_SET_PDEATHSIG, options.parentDeathSignal) != 0) childFail(errPipe[1], 2);
-      // The parent may have died between fork and prctl.
-      if (::getppid() != parent) ::_exit(127);
-    }
-    if (!redirect(options.stdoutPath, STDOUT_FILENO)) childFail(errPipe[1], 3);
-    if (!redirect(options.stderrPath, STDERR_FILENO)) childFail(errPipe[1], 4);
+    if (options.cgroupProcsFd >= 0 && ::write(options.cgroupProcsFd, "0", 1) != 1) childFail(errPipe[1], 13);
+    if (options.join && !joinNamespaces(*options.join)) childFail(errPipe[1], 10);
     // Before chdir: a working directory entered before the tmpfs covers it would still lead
     // (through "..") to what it hides.
     if (sandboxPlan && !sandbox::enter(*sandboxPlan)) childFail(errPipe[1], 8);
-    if (options.stdinFromDevNull) {
-      const int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-      if (null < 0 || ::dup2(null, STDIN_FILENO) < 0) childFail(errPipe[1], 7);
-      ::close(null);
-    }
     sigset_t signals;
     if (keeper != nullptr) {
       // Blocked from here on in the keeper (a stop's SIGTERM to the group is for the program),
@@ -279,12 +328,13 @@ Result<KeptProcess> spawn(const SpawnOptions& options, KeeperImage* keeper) {
       ::sigprocmask(SIG_SETMASK, &signals, nullptr);
       forkKeeper(*keeper, errPipe[1]);
     }
-    if (!options.workingDir.empty() && ::chdir(options.workingDir.c_str()) != 0) childFail(errPipe[1], 6);
+    becomeProgram(options, sandboxPlan ? &*sandboxPlan : nullptr, parent, errPipe[1]);
     // Signals the parent ignored or blocked must not leak into the child.
     sigemptyset(&signals);
     ::sigprocmask(SIG_SETMASK, &signals, nullptr);
     ::signal(SIGPIPE, SIG_DFL);
-    ::execve(options.executable.empty() ? image.argv[0] : options.executable.c_str(), image.argv.data(), image.envp.data());
+    execute(options.executableFd, options.executable.empty() ? image.argv[0] : options.executable.c_str(),
+            image.argv.data(), image.envp.data());
     childFail(errPipe[1], 5);
   }
 

@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <set>
 
+#include "lockstep/common/files.h"
+
 namespace lockstep::sandbox {
 namespace {
 
@@ -66,8 +68,8 @@ bool remountReadOnly(const char* path) {
   return ::mount(nullptr, path, nullptr, flags, nullptr) == 0;
 }
 
-// Root keeps uid 0 but no capability survives exec: it can neither unmount the tmpfs nor read
-// another process's files through /proc.
+}  // namespace
+
 bool dropCapabilities() {
   for (int cap = 0; cap < 64; ++cap) {
     if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) return false;
@@ -76,10 +78,10 @@ bool dropCapabilities() {
   return ::prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED, 0, 0, 0) == 0;
 }
 
-}  // namespace
-
-Result<Plan> plan(const SpawnOptions::Sandbox& sandbox) {
+Result<Plan> plan(const SpawnOptions::Sandbox& sandbox, bool newPidNamespace) {
   Plan p;
+  p.newPid = newPidNamespace;
+  p.privateTmp = sandbox.privateTmp;
   const fs::path hide = clean(sandbox.hide);
   if (!hide.is_absolute() || hide == hide.root_path()) {
     return invalidArgument("sandbox: " + sandbox.hide + " is not an absolute path below /");
@@ -89,6 +91,9 @@ Result<Plan> plan(const SpawnOptions::Sandbox& sandbox) {
     return invalidArgument("sandbox: " + sandbox.hide + " is not a directory");
   }
   p.hide = hide.string();
+  if (const std::string shared = privateToJobs(p.hide); sandbox.privateTmp && !shared.empty()) {
+    return invalidArgument("sandbox: " + p.hide + " is under " + shared + ", which the private one covers");
+  }
   p.userNamespace = ::geteuid() != 0;
   p.uidMap = std::to_string(::geteuid()) + " " + std::to_string(::geteuid()) + " 1\n";
   p.gidMap = std::to_string(::getegid()) + " " + std::to_string(::getegid()) + " 1\n";
@@ -150,7 +155,16 @@ bool enter(Plan& p) {
     ::close(k.fd);
     if (k.readOnly && !remountReadOnly(k.path.c_str())) return false;
   }
+  for (const char* shared : {"/tmp", "/dev/shm"}) {
+    if (p.privateTmp && ::mount("lockstep-job", shared, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") != 0) return false;
+  }
+  if (p.newPid && ::unshare(CLONE_NEWPID) != 0) return false;
   return p.userNamespace || dropCapabilities();
+}
+
+bool enterPidNamespace(const Plan& p) {
+  if (!p.newPid) return true;
+  return ::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) == 0;
 }
 
 }  // namespace lockstep::sandbox

@@ -23,12 +23,21 @@ struct Plan {
     int fd;                // opened in the child
   };
   std::vector<Keep> keep;
+  bool newPid = false;  // SpawnOptions::newPidNamespace
+  bool privateTmp = false;
 };
 
 // Checks the request (every kept path under `hide`, `hide` a directory) and prepares it.
-Result<Plan> plan(const SpawnOptions::Sandbox& sandbox);
+Result<Plan> plan(const SpawnOptions::Sandbox& sandbox, bool newPidNamespace);
 
-// In the child. Returns false with errno set when the kernel refuses a step.
+// In the child. Returns false with errno set when the kernel refuses a step. With newPid, the
+// child's children are born in a new PID namespace.
 bool enter(Plan& plan);
+// In the first process of the new PID namespace (the child's child): /proc of that namespace.
+bool enterPidNamespace(const Plan& plan);
+
+// Root keeps uid 0 but no capability survives exec: it can neither unmount what hides nor read
+// another process's files through /proc (bounding set emptied, SECBIT_NOROOT, locked).
+bool dropCapabilities();
 
 }  // namespace lockstep::sandbox

@@ -35,6 +35,13 @@ Result<void> writeFileAtomic(const std::string& path, std::string_view data, uns
 // Creates a directory and its parents; a newly made leaf gets `mode`. Succeeds if it exists.
 Result<void> makeDirectories(const std::string& path, unsigned mode = 0755);
 
+// Whether `path` is `dir` or lies below it, by their names alone (normalised; no link followed).
+bool isWithin(const std::string& path, const std::string& dir);
+
+// The directories each job has a private one of (its /tmp and /dev/shm, docs/security.md); "" when
+// `path` lies in neither, else the one it lies in.
+std::string privateToJobs(const std::string& path);
+
 // `name` in the directory of the running program (/proc/self/exe), or `name` itself when that
 // cannot be read.
 std::string besideThisProgram(const std::string& name);

@@ -20,6 +20,7 @@ struct SpawnOptions {
   // shell.
   std::vector<std::string> argv;
   std::string executable;
+  int executableFd = -1;  // when set, what is run (execveat), whatever argv[0] and `executable` say
   // Set on top of the parent's environment (an existing name is replaced).
   std::vector<std::pair<std::string, std::string>> env;
   // Files for the child's stdout/stderr (created or truncated); empty means inherit.
@@ -45,8 +46,34 @@ struct SpawnOptions {
     std::string hide;
     std::vector<std::string> keep;
     std::vector<std::string> readOnly;  // those of `keep` the child may not change
+    bool privateTmp = false;            // an empty /tmp and /dev/shm of its own (tmpfs, mode 1777)
   };
   std::optional<Sandbox> sandbox;
+  // Namespaces the child joins (setns) before anything else, descriptors of another process's
+  // /proc/PID/ns/{user,mnt,pid} (-1: not that one): the job's namespaces, which its first process
+  // made (docs/security.md). Joining a mount namespace resets the root and working directories to
+  // its own; the pid namespace is the one the child's children are born in, so only a kept
+  // child's program (spawnKept) lands in it.
+  struct Join {
+    int userNs = -1, mountNs = -1, pidNs = -1;
+  };
+  std::optional<Join> join;
+  // A cgroup's cgroup.procs, open for writing: the child moves itself there first, so that all it
+  // and its children do is the cgroup's. -1: the caller's cgroup.
+  int cgroupProcsFd = -1;
+  // A new PID namespace for the kept program (spawnKept), which is its init (pid 1), with /proc
+  // mounted anew for it: the sandbox must be set. What it sees of the node's processes is its own.
+  bool newPidNamespace = false;
+  // The user the child becomes after entering its sandbox and before it opens its output files,
+  // enters its working directory or runs its program (a caller running as root): supplementary
+  // groups, gid and uid, for good. Unset: the caller's.
+  struct Credentials {
+    uid_t uid = 0;
+    gid_t gid = 0;
+    std::vector<gid_t> groups;
+  };
+  std::optional<Credentials> credentials;
+  std::optional<mode_t> umask;  // the child's; unset: the caller's
 };
 
 // Starts the child; fails (without leaving a child behind) when exec fails, saying why.
@@ -62,8 +89,17 @@ Result<pid_t> spawnProcess(const SpawnOptions& options);
 struct Keeper {
   std::string executable;
   std::string exitRecord;  // created anew (whatever was at the path is removed first)
+  // When set, `executable` is run through this descriptor (execveat): the binary need not be
+  // visible where the child stands (a job's namespaces, with /tmp private and /proc its own).
+  int executableFd = -1;
 };
 inline constexpr const char* kKeeperArg = "--lockstep-keeper";
+
+// A job's init (pid 1 of the PID namespace its ranks share on a node, docs/security.md): reaps
+// what is orphaned there and exits once nothing else has run there for a second (or nothing ever
+// came within two minutes), which kills whatever the job left behind. `executable kJobInitArg`.
+inline constexpr const char* kJobInitArg = "--lockstep-job-init";
+int runJobInit(int argc, char** argv);
 
 struct KeptProcess {
   pid_t keeper = -1;   // the caller's child and the process group's id: wait for and signal this
