@@ -355,6 +355,7 @@ void toPb(const JobStatus& j, pb::JobStatus* m) {
   }
   for (const auto& p : j.progress) detail::toPb(p, m->add_progress());
   if (j.stall) detail::toPb(*j.stall, m->mutable_stall());
+  m->set_owner(j.owner);
 }
 
 Result<Supervision> fromPb(const pb::Supervision& m) {
@@ -386,6 +387,8 @@ Result<JobStatus> fromPb(const pb::JobStatus& m) {
     LOCKSTEP_ASSIGN_OR_RETURN(j.supervision, fromPb(m.supervision()));
   }
   if (j.message.size() > 65536) return bad("job status message is longer than 64 KiB");
+  j.owner = m.owner();
+  if (j.owner.size() > 256) return bad("job status owner is longer than 256 bytes");
   if (m.progress_size() > 65536) return bad("job status has progress of more than 65536 ranks");
   for (const auto& p : m.progress()) {
     LOCKSTEP_ASSIGN_OR_RETURN(auto progress, detail::fromPb(p));

@@ -269,6 +269,16 @@ bool isRankVariable(std::string_view name) {
          name.rfind("LOCKSTEP_", 0) == 0 || name.rfind("TORCHELASTIC_", 0) == 0;
 }
 
+std::string combinedOwner(const std::vector<std::string>& parts) {
+  std::vector<std::string> distinct;
+  for (const auto& owner : parts) {
+    if (!owner.empty() && std::find(distinct.begin(), distinct.end(), owner) == distinct.end()) distinct.push_back(owner);
+  }
+  std::string out;
+  for (const auto& owner : distinct) out += (out.empty() ? "" : ", ") + owner;
+  return out;
+}
+
 JobState combinedState(const std::vector<JobState>& parts) {
   bool running = false, failed = false, stopped = false, starting = false;
   for (JobState s : parts) {

@@ -334,6 +334,10 @@ std::string_view jobStateName(JobState state);
 // starting while any starts (or none is known), stopped if any was stopped, else finished. The
 // history, both clients and the supervisor use this one rule.
 JobState combinedState(const std::vector<JobState>& parts);
+// Who a job belongs to, from its parts' owners (the Unix user each node runs it as): the one user,
+// or the distinct ones joined with ", " when nodes map the key to different users; "" when none
+// says (an agent from before owners).
+std::string combinedOwner(const std::vector<std::string>& parts);
 // Finished, failed or stopped: nothing of it runs or starts any more.
 constexpr bool jobStateEnded(JobState state) { return state != JobState::kRunning && state != JobState::kStarting; }
 
@@ -445,6 +449,7 @@ struct JobStatus {
   Supervision supervision;  // filled by the supervising agent only
   std::vector<RankProgress> progress;  // this agent's ranks
   std::optional<Stall> stall;          // while this agent sees the job stalled
+  std::string owner;                   // the Unix user its ranks run as on this agent's node
   bool operator==(const JobStatus&) const = default;
 };
 
