@@ -69,6 +69,9 @@ Result<void> set(AgentConfig& c, const std::string& key, const std::string& valu
   } else if (key == "job-sandbox") {
     if (value != "yes" && value != "no") return usage("--job-sandbox: '" + value + "' must be yes or no");
     c.jobSandbox = value == "yes";
+  } else if (key == "job-private-tmp") {
+    if (value != "yes" && value != "no") return usage("--job-private-tmp: '" + value + "' must be yes or no");
+    c.jobPrivateTmp = value == "yes";
   } else if (key == "command-jobs") {
     if (value != "yes" && value != "no") return usage("--command-jobs: '" + value + "' must be yes or no");
     c.commandJobs = value == "yes";
@@ -195,8 +198,11 @@ connect only when its public key is in its authorized keys file (one key and a c
   --command-jobs yes|no      whether jobs may run their own program instead of lockstep-trainer
                              (default yes; per key: the no-command-jobs option in authorized keys)
   --job-sandbox yes|no       whether ranks see the state directory (the agent's secret key) as an
-                             empty one, through a private mount namespace (default yes;
-                             docs/security.md)
+                             empty one, through a private mount namespace, and run in a PID
+                             namespace of their job's (default yes; docs/security.md)
+  --job-private-tmp yes|no   whether each job gets a /tmp and /dev/shm of its own (default yes;
+                             with the sandbox; no for an agent with --slurm-job): paths a job
+                             names may then not lie there
   --metrics-listen HOST:PORT serve Prometheus metrics (OpenMetrics) at http://HOST:PORT/metrics;
                              off by default, a bare PORT is on 127.0.0.1 (docs/cluster.md)
   --metrics-targets FILE     while serving metrics, name their address in FILE for Prometheus'

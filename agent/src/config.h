@@ -3,6 +3,7 @@
 // lines (STATE/agent.conf unless --config names another).
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,10 @@ struct AgentConfig {
   std::string nvmlLibrary = "libnvidia-ml.so.1";
   bool commandJobs = true;          // jobs may run their own program (docs/own-program.md)
   bool jobSandbox = true;           // ranks cannot see the state directory (docs/security.md)
+  // With the sandbox: a /tmp and /dev/shm per job. Unset: yes, but for an agent a Slurm job
+  // started (one user's, in an allocation whose /tmp is Slurm's to make private).
+  std::optional<bool> jobPrivateTmp;
+  bool privateTmp() const { return jobSandbox && jobPrivateTmp.value_or(slurmJob.empty()); }
   std::uint32_t pathCheckTimeoutMs = 5000;  // how long a job's paths may take to check (preflight.h)
   std::string metricsListen;        // HOST:PORT for Prometheus (metrics.h); empty: off
   std::string announce;             // a file to write `HOST:PORT KEY` to once listening (docs/cluster.md)

@@ -41,6 +41,21 @@ std::optional<std::string> readKernelFile(const std::string& path, std::size_t m
   return out;
 }
 
+std::optional<pid_t> ownPid(pid_t pid) {
+  const auto status = readKernelFile("/proc/" + std::to_string(pid) + "/status", 16384);
+  if (!status) return std::nullopt;
+  const auto at = status->find("\nNSpid:");
+  if (at == std::string::npos) return pid;  // a kernel without PID namespaces' lines
+  const auto end = status->find('\n', at + 1);
+  const std::string line = status->substr(at + 7, end == std::string::npos ? std::string::npos : end - at - 7);
+  const auto last = line.find_last_of(" \t");
+  try {
+    return static_cast<pid_t>(std::stol(last == std::string::npos ? line : line.substr(last + 1)));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
 std::optional<ProcStat> readProcStat(pid_t pid) {
   std::ifstream statFile("/proc/" + std::to_string(pid) + "/stat");
   std::string text;

@@ -24,6 +24,9 @@ struct ProcStat {
 };
 std::optional<ProcStat> readProcStat(pid_t pid);
 long clockTicksPerSecond();
+// The pid the process has in its own PID namespace (the last of NSpid in /proc/PID/status): what
+// it calls itself, getpid(), which for a job's rank is not the agent's number for it.
+std::optional<pid_t> ownPid(pid_t pid);
 
 // A /proc or /sys file, read to its end (they say they are 0 or 4096 bytes long, whatever they
 // hold), at most maxBytes; nothing when it cannot be opened.

@@ -17,6 +17,7 @@
 #include "host.h"
 #include "lockstep/common/fd.h"
 #include "lockstep/common/files.h"
+#include "lockstep/common/identity.h"
 #include "lockstep/common/npy.h"
 #include "lockstep/common/process.h"
 #include "lockstep/common/store.h"
@@ -67,6 +68,7 @@ struct Rank {
 
 struct JobManager::Job {
   JobSpec spec;
+  Identity owner;  // who its ranks run as
   JobState state = JobState::kStarting;
   std::vector<Rank> ranks;
   std::int64_t startedUnixUs = 0;
@@ -80,6 +82,8 @@ struct JobManager::Job {
   bool stopRequested = false;
   std::string stopReason;  // empty: stopped on request
   std::optional<std::chrono::steady_clock::time_point> killAt;
+  KeptProcess init;  // the job's init on this node (rank_launch.h), while this agent runs it
+  std::string cgroup;  // its cgroup (job_cgroup.h), while it has one
 
   bool running() const { return state == JobState::kStarting || state == JobState::kRunning; }
   bool anyRankRunning() const {

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "job.h"
+#include "job_cgroup.h"
 #include "lockstep/common/clock.h"
 #include "lockstep/protocol/codec.h"
 #include "rank_processes.h"
@@ -54,6 +55,7 @@ void JobManager::persist() {
                      {"started_unix_us", job.startedUnixUs},
                      {"ended_unix_us", job.endedUnixUs},
                      {"message", job.message},
+                     {"owner", job.owner.user},
                      {"store_port", job.storePort},
                      {"master_port", job.masterPort},
                      {"store_secret", job.storeSecret},
@@ -140,9 +142,14 @@ Result<void> JobManager::restore() {
       job->startedUnixUs = entry.at("started_unix_us").get<std::int64_t>();
       job->endedUnixUs = entry.at("ended_unix_us").get<std::int64_t>();
       job->message = entry.at("message").get<std::string>();
+      job->owner.user = entry.value("owner", currentIdentity().user);  // a table from before owners: the agent's
       // Paths come from the (validated) job id, not from the file: a job table edited to name
       // other files must not make the agent trim or serve them.
       job->dir = jobDir(job->spec.jobId);
+      if (const std::string cgroup = jobCgroupPath(options_.cgroupBase, job->spec.jobId, job->spec.attempt);
+          !options_.cgroupBase.empty() && fs::exists(cgroup, ec)) {
+        job->cgroup = cgroup;  // ended with the job, as the restarted agent sees it end
+      }
       job->storePort = entry.at("store_port").get<std::uint32_t>();
       job->masterPort = entry.value("master_port", 0u);
       job->storeSecret = entry.value("store_secret", std::string());

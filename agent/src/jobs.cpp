@@ -19,6 +19,7 @@
 #include <set>
 
 #include "host.h"
+#include "job_cgroup.h"
 #include "lockstep/common/clock.h"
 #include "lockstep/common/files.h"
 #include "lockstep/common/npy.h"
@@ -39,7 +40,8 @@ constexpr std::size_t kLogTailBytes = 4096;
 
 }  // namespace
 
-JobManager::JobManager(JobManagerOptions options, Emit emit) : options_(std::move(options)), emit_(std::move(emit)) {}
+JobManager::JobManager(JobManagerOptions options, Emit emit)
+    : options_(std::move(options)), emit_(std::move(emit)), agentFd_(::open(options_.keeperPath.c_str(), O_PATH | O_CLOEXEC)) {}
 
 JobManager::~JobManager() = default;
 
@@ -123,7 +125,8 @@ Result<void> JobManager::checkFits(const JobSpec& spec, const std::vector<RankPl
   return {};  // the files it names were checked off the event loop (preflight.h)
 }
 
-Result<StartJobReply> JobManager::start(const JobSpec& spec, const CheckedPaths& checked, const std::string& storeSecret) {
+Result<StartJobReply> JobManager::start(const JobSpec& spec, const CheckedPaths& checked, const Identity& owner,
+                                        const std::string& storeSecret) {
   if (auto existing = jobs_.find(spec.jobId); existing != jobs_.end()) {
     // A restart (a later attempt of a job that ended here) replaces the ended attempt's record.
     const Job& old = *existing->second;
@@ -140,16 +143,25 @@ Result<StartJobReply> JobManager::start(const JobSpec& spec, const CheckedPaths&
 
   auto job = std::make_unique<Job>();
   job->spec = spec;
+  job->owner = owner;
   job->dir = jobDir(spec.jobId);
   job->storeSecret = storeSecret;
   NodeLaunch launch{&job->spec, local, checked.program, spec.rendezvousHost, spec.rendezvousPort,
                     options_.reportEndpoint, options_.node.cpuCores, "", job->dir, options_.pythonPath, "", ""};
   if (options_.sandbox) launch.hide = options_.stateDir;
+  launch.privateTmp = options_.sandbox && options_.privateTmp;
+  launch.owner = &job->owner;
+  launch.agentFd = agentFd_.get();
   LOCKSTEP_TRY(rendezvous(*job, local, launch));
 
+  // The job's directory and what its ranks write there belong to its user.
   LOCKSTEP_TRY(makeDirectories(job->dir, 0700));
+  LOCKSTEP_TRY(giveToOwner(*job, job->dir));
   launch.metricsPath = (fs::path(job->dir) / "metrics.jsonl").string();
-  if (!spec.command) LOCKSTEP_TRY(writeFileAtomic(launch.metricsPath, ""));
+  if (!spec.command) {
+    LOCKSTEP_TRY(writeFileAtomic(launch.metricsPath, "", 0600));
+    LOCKSTEP_TRY(giveToOwner(*job, launch.metricsPath));
+  }
 
   // Recorded before any rank exists: an agent killed from here on finds the job in its table when
   // it starts again, and adopts the ranks it had spawned (restore()).
@@ -165,6 +177,7 @@ Result<StartJobReply> JobManager::start(const JobSpec& spec, const CheckedPaths&
   Job& started = *(jobs_[spec.jobId] = std::move(job));
   persist();
   if (auto spawned = spawnRanks(started, launch); !spawned) {
+    endInit(started);
     jobs_.erase(spec.jobId);
     order_.erase(std::remove(order_.begin(), order_.end(), spec.jobId), order_.end());
     persist();
@@ -177,14 +190,72 @@ Result<StartJobReply> JobManager::start(const JobSpec& spec, const CheckedPaths&
   return announceStart(started);
 }
 
-Result<void> JobManager::spawnRanks(Job& job, const NodeLaunch& launch) {
+Result<void> JobManager::giveToOwner(const Job& job, const std::string& path) const {
+  if (::geteuid() != 0 || job.owner.uid == 0) return {};
+  if (::lchown(path.c_str(), job.owner.uid, job.owner.gid) != 0) {
+    return errnoError("cannot give " + path + " to " + job.owner.user, errno);
+  }
+  return {};
+}
+
+// The job's init, whose namespaces the ranks join (rank_launch.h): what they see of the node.
+Result<void> JobManager::startInit(Job& job, NodeLaunch& launch) {
+  const Keeper keeper{options_.keeperPath, (fs::path(job.dir) / "init.exit").string(), agentFd_.get()};
+  LOCKSTEP_ASSIGN_OR_RETURN(job.init, spawnKept(jobInitSpawnOptions(launch), keeper));
+  const auto ns = [&](const char* name) {
+    return ::open(("/proc/" + std::to_string(job.init.program) + "/ns/" + name).c_str(), O_RDONLY | O_CLOEXEC);
+  };
+  launch.join = SpawnOptions::Join{::geteuid() != 0 ? ns("user") : -1, ns("mnt"), ns("pid")};
+  if (launch.join.mountNs < 0 || launch.join.pidNs < 0 || (::geteuid() != 0 && launch.join.userNs < 0)) {
+    const int err = errno;
+    endInit(job);
+    return errnoError("cannot open the namespaces of job " + job.spec.jobId + "'s init", err);
+  }
+  return {};
+}
+
+// Ends the job's init and cgroup, and with them whatever the job left running.
+void JobManager::endInit(Job& job) {
+  if (job.init.program > 0) {
+    ::kill(job.init.program, SIGKILL);
+    initKeepers_.push_back(job.init.keeper);
+    job.init = {};
+  }
+  if (!job.cgroup.empty()) {
+    killJobCgroup(job.cgroup);
+    deadCgroups_.push_back(job.cgroup);
+    job.cgroup.clear();
+  }
+}
+
+Result<void> JobManager::spawnRanks(Job& job, NodeLaunch& launch) {
+  UniqueFd cgroupProcs;
+  if (!options_.cgroupBase.empty()) {
+    LOCKSTEP_ASSIGN_OR_RETURN(job.cgroup, makeJobCgroup(options_.cgroupBase, job.spec.jobId, job.spec.attempt));
+    cgroupProcs = UniqueFd(::open((job.cgroup + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
+    if (!cgroupProcs.valid()) return errnoError("cannot open " + job.cgroup + "/cgroup.procs", errno);
+    launch.cgroupProcsFd = cgroupProcs.get();
+  }
+  if (!launch.hide.empty()) LOCKSTEP_TRY(startInit(job, launch));
+  const auto closeJoin = [&] {
+    for (const int fd : {launch.join.userNs, launch.join.mountNs, launch.join.pidNs}) {
+      if (fd >= 0) ::close(fd);
+    }
+    launch.join = {};
+  };
   for (auto& rank : job.ranks) {
     // Made by the agent (and emptied for a restart): a rank writes its progress and stacks there.
-    LOCKSTEP_TRY(progress::create(rankProgressPath(job.dir, rank.placement.rank)));
-    LOCKSTEP_TRY(writeFileAtomic(rankStacksPath(job.dir, rank.placement.rank), "", 0600));
-    const Keeper keeper{options_.keeperPath, rankExitPath(job.dir, rank.placement.rank)};
+    const std::string progressPath = rankProgressPath(job.dir, rank.placement.rank);
+    const std::string stacksPath = rankStacksPath(job.dir, rank.placement.rank);
+    LOCKSTEP_TRY(progress::create(progressPath));
+    LOCKSTEP_TRY(writeFileAtomic(stacksPath, "", 0600));
+    LOCKSTEP_TRY(giveToOwner(job, progressPath));
+    LOCKSTEP_TRY(giveToOwner(job, stacksPath));
+    const Keeper keeper{options_.keeperPath, rankExitPath(job.dir, rank.placement.rank), agentFd_.get()};
     auto spawned = spawnKept(rankSpawnOptions(launch, options_.node.name, rank.placement, rank.logPath), keeper);
     if (!spawned) {
+      closeJoin();
+      endInit(job);
       signalRanks(job, SIGKILL);
       for (auto& r : job.ranks) {
         if (r.state == JobState::kRunning) (void)waitProcess(r.pid, std::chrono::seconds(5));
@@ -197,6 +268,7 @@ Result<void> JobManager::spawnRanks(Job& job, const NodeLaunch& launch) {
     if (auto stat = readProcStat(rank.pid)) rank.startTicks = stat->startTicks;
     rank.state = JobState::kRunning;
   }
+  closeJoin();
   return {};
 }
 
@@ -314,6 +386,8 @@ std::vector<int> JobManager::exitFds() const {
 }
 
 void JobManager::poll() {
+  std::erase_if(initKeepers_, [](pid_t keeper) { return ::waitpid(keeper, nullptr, WNOHANG) != 0; });
+  std::erase_if(deadCgroups_, [](const std::string& cgroup) { return removeJobCgroup(cgroup); });
   for (auto& [id, job] : jobs_) {
     for (std::size_t i = 0; i < job->ranks.size(); ++i) {
       Rank& r = job->ranks[i];
@@ -443,6 +517,7 @@ WatchedJob JobManager::watched(const std::string& jobId) const {
 }
 
 void JobManager::finishIfDone(Job& job) {
+  if (!job.anyRankRunning()) endInit(job);
   if (job.anyRankRunning() || !job.running()) {
     if (!job.anyRankRunning() && job.endedUnixUs == 0) {
       job.endedUnixUs = unixMicrosNow();
@@ -471,7 +546,7 @@ std::vector<JobStatus> JobManager::list() const {
   for (const auto& id : order_) {
     const Job& job = *jobs_.at(id);
     JobStatus s{job.spec,     job.state, {}, job.startedUnixUs, job.endedUnixUs, job.message,
-                job.storePort != 0 ? job.storePort : job.masterPort, {}, {}, std::nullopt};
+                job.storePort != 0 ? job.storePort : job.masterPort, {}, {}, std::nullopt, job.owner.user};
     for (const auto& r : job.ranks) {
       RankStatus rs{r.placement.rank, r.placement.localRank, r.placement.gpuIndex, static_cast<std::uint32_t>(r.programPid),
                     r.state, std::nullopt, std::nullopt, r.exitUnknown};
@@ -482,6 +557,12 @@ std::vector<JobStatus> JobManager::list() const {
     out.push_back(std::move(s));
   }
   return out;
+}
+
+std::optional<std::string> JobManager::ownerOf(const std::string& jobId) const {
+  const auto it = jobs_.find(jobId);
+  if (it == jobs_.end()) return std::nullopt;
+  return it->second->owner.user;
 }
 
 Result<LogsReply> JobManager::logs(const std::string& jobId, std::uint32_t rank, std::uint32_t maxBytes) const {

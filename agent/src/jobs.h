@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "lockstep/common/fd.h"
+#include "lockstep/common/identity.h"
 #include "lockstep/common/process.h"
 #include "lockstep/common/result.h"
 #include "lockstep/common/store.h"
@@ -54,6 +55,8 @@ struct JobManagerOptions {
   std::string reportEndpoint;    // what ranks get as LOCKSTEP_REPORT
   std::string pythonPath;        // where command jobs' ranks import the lockstep package from
   bool sandbox = true;           // ranks see the state directory as empty but for their job's
+  bool privateTmp = true;        // with the sandbox: each job's /tmp and /dev/shm are its own
+  std::string cgroupBase;        // where jobs' cgroups are made (job_cgroup.h); "": none
   std::chrono::milliseconds defaultStopGrace{10000};
   std::uint64_t logCapBytes = 8u << 20;  // per rank log file, plus one rotated copy
   std::size_t keepFinishedJobs = 100;
@@ -94,7 +97,11 @@ class JobManager {
   // Starts this node's ranks of `spec`, whose paths the preflight checked (preflight.h).
   // storeSecret: the job's store's, from rank 0's agent; this agent makes one when it hosts the
   // store, and replies with it.
-  Result<StartJobReply> start(const JobSpec& spec, const CheckedPaths& checked, const std::string& storeSecret = {});
+  // `owner`: who the ranks run as (owners.h).
+  Result<StartJobReply> start(const JobSpec& spec, const CheckedPaths& checked, const Identity& owner,
+                              const std::string& storeSecret = {});
+  // The user a job here runs as; nullopt for a job this agent does not know.
+  std::optional<std::string> ownerOf(const std::string& jobId) const;
   // `reason`: what the job's "stopped" event says (default: stopped on request).
   Result<StopJobReply> stop(const std::string& jobId, std::uint32_t graceMs, std::string reason = {});
   std::vector<JobStatus> list() const;
@@ -130,7 +137,10 @@ class JobManager {
   Result<std::unique_ptr<StoreServer>> startStore(const Job& job, std::uint16_t port) const;
   std::string jobDir(const std::string& jobId) const;
   std::uint64_t lastStepInMetrics(const Job& job, std::uint32_t rank) const;
-  Result<void> spawnRanks(Job& job, const NodeLaunch& launch);
+  Result<void> spawnRanks(Job& job, NodeLaunch& launch);
+  Result<void> startInit(Job& job, NodeLaunch& launch);
+  void endInit(Job& job);
+  Result<void> giveToOwner(const Job& job, const std::string& path) const;
   StartJobReply announceStart(Job& job);
   void adoptUnrecordedRanks(Job& job);
   static std::string rankLogPath(const std::string& jobDir, std::uint32_t rank);
@@ -150,6 +160,9 @@ class JobManager {
   std::vector<std::string> order_;  // job ids, oldest first
   std::uint64_t jobsVersion_ = 0;
   std::chrono::steady_clock::time_point nextTrim_{};
+  UniqueFd agentFd_;  // options_.keeperPath, run by descriptor where it may not be visible
+  std::vector<pid_t> initKeepers_;  // jobs' init keepers to reap once they end
+  std::vector<std::string> deadCgroups_;  // ended jobs' cgroups, removed once empty
 };
 
 }  // namespace lockstep::agent

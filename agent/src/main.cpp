@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
   using namespace lockstep::agent;
   // The agent's ranks are each kept by a copy of this program (lockstep/common/process.h).
   if (argc >= 2 && std::string_view(argv[1]) == lockstep::kKeeperArg) return lockstep::runKeeper(argc, argv);
+  // And each job's ranks on this node share a PID namespace whose init is one too.
+  if (argc >= 2 && std::string_view(argv[1]) == lockstep::kJobInitArg) return lockstep::runJobInit(argc, argv);
   auto config = parseAgentArgs(std::vector<std::string>(argv + 1, argv + argc));
   if (!config) {
     std::fprintf(stderr, "lockstep-agent: error: %s\n", config.error().message.c_str());

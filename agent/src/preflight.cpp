@@ -1,5 +1,6 @@
 #include "preflight.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,18 +21,35 @@ using Clock = std::chrono::steady_clock;
 
 Error unfit(std::string message) { return Error{ErrorCode::kFailedPrecondition, std::move(message)}; }
 
-Result<void> checkWorkingDir(const std::string& dir, const std::string& node) {
+// Whether the job's user may use `path` as `mode` says (checked with that user's rights:
+// FileRightsOf is in force); `what` says how ("read", "write", "enter", "run").
+bool userMay(const std::string& path, int mode) { return ::faccessat(AT_FDCWD, path.c_str(), mode, AT_EACCESS) == 0; }
+
+Error userMayNot(const PathFacts& f, const std::string& what, const std::string& path) {
+  return Error{ErrorCode::kPermissionDenied, f.owner.user + " cannot " + what + " " + path + " on " + f.node + " (" +
+                                                 std::strerror(errno) + "): the job runs as " + f.owner.user +
+                                                 "; give that user access, or name another path"};
+}
+
+// A path under the job's private /tmp or /dev/shm is not the node's: refused, saying so.
+Result<void> notPrivate(const std::string& path, const PathFacts& f) {
+  const std::string shared = f.privateTmp ? privateToJobs(path) : "";
+  if (shared.empty()) return {};
+  return unfit(path + " is under " + shared + ", and each job on " + f.node + " has a " + shared +
+               " of its own, where it is not: put it elsewhere (/var/tmp, a home or project directory)");
+}
+
+Result<void> checkWorkingDir(const std::string& dir, const PathFacts& f) {
   if (dir.empty()) return {};
+  LOCKSTEP_TRY(notPrivate(dir, f));
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) {
-    return unfit("working directory " + dir + " does not exist on " + node + " (" + std::strerror(errno) +
+    if (errno == EACCES) return userMayNot(f, "enter", dir);
+    return unfit("working directory " + dir + " does not exist on " + f.node + " (" + std::strerror(errno) +
                  "): create it there, or choose another (lockstepctl start --workdir DIR)");
   }
-  if (!S_ISDIR(st.st_mode)) return unfit("working directory " + dir + " on " + node + " is " + fileKind(st.st_mode) + ", not a directory");
-  if (::access(dir.c_str(), X_OK) != 0) {
-    return unfit("working directory " + dir + " on " + node + " cannot be entered by the agent's user (" +
-                 std::strerror(errno) + ")");
-  }
+  if (!S_ISDIR(st.st_mode)) return unfit("working directory " + dir + " on " + f.node + " is " + fileKind(st.st_mode) + ", not a directory");
+  if (!userMay(dir, X_OK)) return userMayNot(f, "enter", dir);
   return {};
 }
 
@@ -40,10 +58,35 @@ std::string whyNotRunnable(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return std::strerror(errno);
   if (!S_ISREG(st.st_mode)) return "it is " + fileKind(st.st_mode) + ", not a program";
-  if (::access(path.c_str(), X_OK) != 0) {
+  if (!userMay(path, X_OK)) {
+    if (errno == EACCES && (st.st_mode & 0111) != 0) return "the job's user may not run it (" + std::string(std::strerror(errno)) + ")";
     return "it is not executable: `chmod +x` it, or run it through its interpreter (-- python3 " + path + ")";
   }
   return "";
+}
+
+// A file the job reads: readable by its user when it exists (whether it does is the caller's).
+Result<void> readable(const std::string& path, const PathFacts& f) {
+  if (path.empty()) return {};
+  LOCKSTEP_TRY(notPrivate(path, f));
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 && errno != EACCES) return {};
+  if (!userMay(path, R_OK)) return userMayNot(f, "read", path);
+  return {};
+}
+
+// A directory the job writes (its checkpoints): it, or the nearest directory above it that
+// exists, writable by the job's user.
+Result<void> writableDir(const std::string& dir, const PathFacts& f) {
+  if (dir.empty()) return {};
+  LOCKSTEP_TRY(notPrivate(dir, f));
+  fs::path at = fs::path(dir).lexically_normal();
+  struct stat st {};
+  while (::stat(at.c_str(), &st) != 0 && errno == ENOENT && at.has_parent_path() && at != at.parent_path()) {
+    at = at.parent_path();
+  }
+  if (!userMay(at.string(), W_OK | X_OK)) return userMayNot(f, "write", at.string());
+  return {};
 }
 
 Result<std::string> resolveProgram(const CommandSpec& c, const std::string& pathVar, const std::string& node) {
@@ -86,21 +129,30 @@ std::string pathOf(const CommandSpec& c, const std::string& agentPath) {
 }  // namespace
 
 Result<CheckedPaths> checkJobPaths(const JobSpec& spec, const PathFacts& facts) {
+  // Everything below with the job's user's rights, not the agent's (for this thread only).
+  const FileRightsOf rights(facts.owner);
+  if (!rights.ok()) return unfit("cannot check the job's paths as " + facts.owner.user + " on " + facts.node + ": " + rights.why());
   CheckedPaths out;
   if (spec.command) {
-    LOCKSTEP_TRY(checkWorkingDir(spec.command->workingDir, facts.node));
+    LOCKSTEP_TRY(checkWorkingDir(spec.command->workingDir, facts));
     LOCKSTEP_ASSIGN_OR_RETURN(out.program, resolveProgram(*spec.command, pathOf(*spec.command, facts.agentPath), facts.node));
+    LOCKSTEP_TRY(notPrivate(out.program, facts));
     return out;
   }
+  LOCKSTEP_TRY(notPrivate(facts.trainerPath, facts));
   if (const std::string why = whyNotRunnable(facts.trainerPath); !why.empty()) {
     return unfit("the trainer " + facts.trainerPath + " cannot be run on " + facts.node + " (" + why +
                  "): set --trainer when starting the agent");
   }
   out.program = facts.trainerPath;
   if (const auto* npy = std::get_if<NpyDataset>(&spec.dataset)) {
+    LOCKSTEP_TRY(readable(npy->featuresPath, facts));
+    LOCKSTEP_TRY(readable(npy->labelsPath, facts));
     LOCKSTEP_TRY(checkNpyDataset(npy->featuresPath, npy->labelsPath, spec.layers.front()));
   }
-  // Initial weights are not looked at here: only rank 0 reads them, on its own node.
+  LOCKSTEP_TRY(writableDir(spec.checkpointDir, facts));
+  // Initial weights are read by rank 0 only, on its own node: checked where they are.
+  LOCKSTEP_TRY(readable(spec.initWeightsPath, facts));
   return out;
 }
 

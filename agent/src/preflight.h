@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/common/identity.h"
 #include "lockstep/common/result.h"
 #include "lockstep/protocol/types.h"
 #include "off_loop.h"
@@ -32,6 +33,8 @@ struct PathFacts {
   std::string node;         // for messages
   std::string trainerPath;  // lockstep-trainer, for jobs of the built-in trainer
   std::string agentPath;    // the agent's own PATH, where a program name is looked up
+  Identity owner;           // who the job runs as: every path is checked with that user's rights
+  bool privateTmp = false;  // the job gets a /tmp and /dev/shm of its own: paths there are not the node's
 };
 
 // The checks themselves, on the calling thread (the tests call it directly).

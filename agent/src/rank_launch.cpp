@@ -100,6 +100,20 @@ Env trainerEnv(const NodeLaunch& n, const RankPlacement& p) {
           {"OPENBLAS_NUM_THREADS", std::to_string(std::max(1u, n.cpuCores / localWorld))}};
 }
 
+// The job's user: who the process becomes (when that is not the agent's own user), its HOME,
+// USER and LOGNAME, and umask 077: what it makes is its user's alone.
+void runAsOwner(const NodeLaunch& n, SpawnOptions& spawn) {
+  if (n.owner == nullptr) return;
+  const Identity& who = *n.owner;
+  if (who.uid != ::geteuid() || who.gid != ::getegid()) spawn.credentials = SpawnOptions::Credentials{who.uid, who.gid, who.groups};
+  spawn.umask = 077;
+  for (const auto& [name, value] : {std::pair<std::string, std::string>{"HOME", who.home}, {"USER", who.user}, {"LOGNAME", who.user}}) {
+    if (std::none_of(spawn.env.begin(), spawn.env.end(), [&](const auto& kv) { return kv.first == name; })) {
+      spawn.env.emplace_back(name, value);
+    }
+  }
+}
+
 }  // namespace
 
 std::string rankProgressPath(const std::string& jobDir, std::uint32_t rank) {
@@ -140,17 +154,32 @@ SpawnOptions rankSpawnOptions(const NodeLaunch& n, const std::string& nodeName, 
     spawn.argv.insert(spawn.argv.end(), args.begin(), args.end());
     spawn.env = trainerEnv(n, placement);
   }
-  if (!n.hide.empty()) {
-    // Its own job's directory and the report socket's stay; the agent's keys, the job table and
-    // the other jobs' files are hidden.
-    SpawnOptions::Sandbox sandbox{n.hide, {n.jobDir}, {}};
-    if (n.reportEndpoint.rfind("ipc://", 0) == 0) {
-      // Read-only: a rank may connect to the socket, not replace it (and so hear other jobs).
-      sandbox.keep.push_back(fs::path(n.reportEndpoint.substr(6)).parent_path().string());
-      sandbox.readOnly.push_back(sandbox.keep.back());
-    }
-    spawn.sandbox = std::move(sandbox);
+  runAsOwner(n, spawn);
+  if (!n.hide.empty()) spawn.join = n.join;  // the job's namespaces (jobInitSpawnOptions)
+  spawn.cgroupProcsFd = n.cgroupProcsFd;
+  return spawn;
+}
+
+SpawnOptions jobInitSpawnOptions(const NodeLaunch& n) {
+  SpawnOptions spawn;
+  spawn.argv = {"lockstep-job-init", kJobInitArg};
+  spawn.executable = "/proc/self/exe";
+  spawn.executableFd = n.agentFd;
+  spawn.stdoutPath = spawn.stderrPath = "/dev/null";
+  spawn.stdinFromDevNull = true;
+  spawn.newProcessGroup = true;
+  // Its own job's directory and the report socket's stay; the agent's keys, the job table and
+  // the other jobs' files are hidden.
+  SpawnOptions::Sandbox sandbox{n.hide, {n.jobDir}, {}, n.privateTmp};
+  if (n.reportEndpoint.rfind("ipc://", 0) == 0) {
+    // Read-only: a rank may connect to the socket, not replace it (and so hear other jobs).
+    sandbox.keep.push_back(fs::path(n.reportEndpoint.substr(6)).parent_path().string());
+    sandbox.readOnly.push_back(sandbox.keep.back());
   }
+  spawn.sandbox = std::move(sandbox);
+  spawn.newPidNamespace = true;
+  spawn.cgroupProcsFd = n.cgroupProcsFd;
+  runAsOwner(n, spawn);
   return spawn;
 }
 

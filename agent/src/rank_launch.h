@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/common/identity.h"
 #include "lockstep/common/process.h"
 #include "lockstep/protocol/types.h"
 
@@ -25,6 +26,11 @@ struct NodeLaunch {
   std::string pythonPath;   // where `import lockstep` finds the package ("" when not found)
   std::string storeSecret;  // the trainer's rendezvous store's (LOCKSTEP_STORE_SECRET)
   std::string hide;         // the state directory when ranks must not see it (SpawnOptions::sandbox)
+  bool privateTmp = false;  // with `hide`: the job's own /tmp and /dev/shm
+  const Identity* owner = nullptr;  // who the ranks run as
+  SpawnOptions::Join join;          // with `hide`: the job's namespaces, which its init made
+  int agentFd = -1;                 // the agent's binary (the job's init and the ranks' keepers)
+  int cgroupProcsFd = -1;           // the job's cgroup (job_cgroup.h), where there is one
 };
 
 // A rank's progress record (LOCKSTEP_PROGRESS, lockstep/common/progress.h) and the file its
@@ -39,6 +45,11 @@ std::pair<std::uint32_t, std::uint32_t> nodeRankOf(const JobSpec& spec, const st
 // How `placement` starts, its output going to logPath.
 SpawnOptions rankSpawnOptions(const NodeLaunch& node, const std::string& nodeName, const RankPlacement& placement,
                               const std::string& logPath);
+
+// How the job's init starts (process.h, runJobInit): the first process of the job's namespaces
+// on this node, a private mount namespace where the state directory is hidden but for the job's
+// own directory and the report socket's, and a PID namespace of its own. The ranks join them.
+SpawnOptions jobInitSpawnOptions(const NodeLaunch& node);
 
 // Where the `lockstep` Python package is, beside this agent: the build tree's python/ or the
 // installed lib/lockstep/python (a directory of its own: not dist-packages, whose Debian torch

@@ -1,5 +1,6 @@
 #include "server.h"
 
+#include <malloc.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include <zmq.hpp>
 
 #include "host.h"
+#include "job_cgroup.h"
 #include "jobs.h"
 #include "key_ring.h"
 #include "lockstep/common/clock.h"
@@ -42,6 +44,12 @@ namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 
 constexpr std::size_t kMaxRequestBytes = 4u << 20;
+// Whole requests libzmq holds per connection before it stops reading from it.
+constexpr int kRequestQueue = 4;
+// What libzmq may have read from a connection and not yet handed over: the requests it holds, the
+// one being decoded and the next, and the handshake. More is a multipart message that goes on and
+// on (connection_watch.h): its connection is cut.
+constexpr std::int64_t kMaxUndelivered = (kRequestQueue + 2) * std::int64_t{kMaxRequestBytes + 64} + (64 << 10);
 constexpr std::size_t kMaxReportBytes = 64u << 10;
 constexpr std::size_t kFetchDefaultMessages = 2000;
 constexpr std::size_t kFetchMaxMessages = 20000;
@@ -70,6 +78,8 @@ Result<void> Agent::Impl::init() {
       return Error{ErrorCode::kPermissionDenied, "the state directory " + why};
     }
   }
+  owners_ = Owners{currentIdentity(), config_.name, config_.authorizedKeysPath()};
+  if (owners_.agent.uid == 0) log_.info("running as root: each key's jobs run as the Unix user its line names (user=NAME)");
   bool created = false;
   LOCKSTEP_ASSIGN_OR_RETURN(keys_, loadOrCreateKeyPair(config_.stateDir, "agent", &created));
   if (created) log_.info("created this agent's key pair; public key " + keys_.publicKey);
@@ -109,6 +119,15 @@ Result<void> Agent::Impl::init() {
   jobOptions.reportEndpoint = reportEndpoint;
   jobOptions.pythonPath = findPythonPackage();
   jobOptions.sandbox = config_.jobSandbox;
+  jobOptions.privateTmp = config_.privateTmp();
+  std::string noCgroups;
+  jobOptions.cgroupBase = jobCgroupBase(&noCgroups).value_or("");
+  log_.info(jobOptions.cgroupBase.empty() ? "jobs get no cgroup of their own: " + noCgroups
+                                          : "each job gets a cgroup of its own under " + jobOptions.cgroupBase);
+  if (const std::string shared = privateToJobs(config_.stateDir); config_.privateTmp() && !shared.empty()) {
+    return invalidArgument("--state-dir " + config_.stateDir + " is under " + shared +
+                           ", which each job gets a private one of: choose another state directory, or --job-private-tmp no");
+  }
   if (!config_.jobSandbox) log_.info("job-sandbox = no: every job's processes can read this agent's secret key");
   if (jobOptions.pythonPath.empty()) {
     log_.info("the lockstep Python package is not beside this agent: command jobs' ranks cannot `import lockstep` "
@@ -135,6 +154,8 @@ Result<void> Agent::Impl::init() {
     router_->set(zmq::sockopt::router_mandatory, 1);
     router_->set(zmq::sockopt::linger, 0);
     router_->set(zmq::sockopt::sndhwm, 10000);
+    router_->set(zmq::sockopt::rcvhwm, kRequestQueue);
+    watch_ = std::make_unique<ConnectionWatch>(context_, *router_, kMaxUndelivered);
     router_->bind(config_.listen);
     config_.listen = router_->get(zmq::sockopt::last_endpoint);  // the port, when it was 0
     reports_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::pull);
@@ -143,6 +164,11 @@ Result<void> Agent::Impl::init() {
     reports_->set(zmq::sockopt::linger, 0);
     ::unlink(reportSocket.c_str());  // left by an agent that did not exit cleanly
     reports_->bind(reportEndpoint);
+    // Every job's ranks connect, whatever their user: they reach run/ only from their sandboxes,
+    // since the state directory itself is the agent's alone (0700).
+    if (::chmod(reportSocket.c_str(), 0666) != 0 || ::chmod(fs::path(reportSocket).parent_path().c_str(), 0711) != 0) {
+      return errnoError("cannot open " + reportSocket + " to the jobs' users", errno);
+    }
   } catch (const zmq::error_t& e) {
     return Error{ErrorCode::kUnavailable, "cannot listen on " + config_.listen + ": " + e.what() +
                                               (e.num() == EADDRINUSE ? " (is another agent running? pick another port)" : "")};
@@ -244,21 +270,6 @@ Error Agent::Impl::revokedError() const {
                                                  config_.name + " (" + config_.authorizedKeysPath() + ")"};
 }
 
-// The job list a key sees: every job for an authorized key, a supervising agent's own jobs for
-// it; with the supervision of the jobs this agent supervises.
-std::vector<JobStatus> Agent::Impl::listFor(const std::string& key, bool user) const {
-  std::vector<JobStatus> jobs = jobs_->list();
-  if (!user) {
-    const auto mine = jobsSupervisedBy(key, jobs);
-    std::erase_if(jobs, [&](const JobStatus& j) { return std::find(mine.begin(), mine.end(), j.spec.jobId) == mine.end(); });
-  }
-  for (auto& j : jobs) {
-    j.supervision = supervisions_->of(j.spec.jobId);
-    withProgress(j);
-  }
-  return jobs;
-}
-
 NodeHello Agent::Impl::hello() const {
   NodeHello h;
   h.agentVersion = version();
@@ -311,6 +322,7 @@ void Agent::Impl::onRequest() {
     return;
   }
   const std::string client = (*frames)[0].to_string();
+  if (frames->size() > 1) watch_->delivered((*frames)[1]);
   if (dropped || frames->size() != 2) {
     replyError(client, 0, invalidArgument("a request is one frame holding a lockstep.v1.Request"));
     return;
@@ -322,17 +334,17 @@ void Agent::Impl::onRequest() {
     return;
   }
   const std::uint64_t id = request->requestId;
-  // Not an authorized key: a job's supervising agent (supervision.h) may do what it needs, no more.
-  const bool user = keyRing_.allows(key);
-  if (!user) {
-    const auto jobs = jobs_->list();
-    auto may = jobsSupervisedBy(key, jobs).empty() ? Result<void>(revokedError())
-                                                    : supervisorMay(*request, key, jobs, config_.name);
-    if (!may) {
-      replyError(client, id, may.error());
-      return;
-    }
+  auto access = accessOf(key, *request);
+  if (!access) {
+    replyError(client, id, access.error());
+    return;
   }
+  // Acting on a job: only its owner's keys, an admin's, or its supervising agent's.
+  const auto denied = [&](const std::string& jobId) {
+    auto may = mayActOn(*access, jobId);
+    if (!may) replyError(client, id, may.error());
+    return !may;
+  };
   std::visit(
       [&](auto& body) {
         using T = std::decay_t<decltype(body)>;
@@ -346,10 +358,11 @@ void Agent::Impl::onRequest() {
             reply(client, Reply{id, hello()});
           }
         } else if constexpr (std::is_same_v<T, StartJobRequest>) {
-          onStartJob(client, key, id, std::move(body.spec), std::move(body.storeSecret));
+          onStartJob(client, key, *access, id, std::move(body.spec), std::move(body.storeSecret));
         } else if constexpr (std::is_same_v<T, StopJobRequest>) {
-          log_.info("job " + body.jobId + ": stop asked by key " + keyRing_.describe(key));
-          if (user) stoppedByUser_.insert(body.jobId);  // its supervising agent does not restart it
+          if (denied(body.jobId)) return;
+          log_.info("job " + body.jobId + ": stop asked by " + access->describe);
+          if (access->user) stoppedByUser_.insert(body.jobId);  // its supervising agent does not restart it
           if (cancelPendingStart(body.jobId)) {
             reply(client, Reply{id, StopJobReply{body.jobId, JobState::kStopped}});
             return;
@@ -367,7 +380,7 @@ void Agent::Impl::onRequest() {
           const auto waiting = static_cast<std::size_t>(
               std::count_if(fetches_.begin(), fetches_.end(), [&](const PendingFetch& f) { return f.key == key; }));
           if (stream_->hasAfter(body.afterSeq) || body.waitMs == 0) {
-            reply(client, Reply{id, stream_->fetch(body.afterSeq, max, instanceId_)});
+            reply(client, Reply{id, fetchFor(access->onlyOwner(), body.afterSeq, max)});
           } else if (waiting >= kMaxWaitingFetchesPerKey || fetches_.size() >= kMaxWaitingFetches) {
             replyError(client, id, Error{ErrorCode::kResourceExhausted,
                                          "this client already has " + std::to_string(waiting) + " Fetches waiting on node " +
@@ -375,13 +388,15 @@ void Agent::Impl::onRequest() {
                                              "): wait for their answers before asking again"});
           } else {
             fetches_.push_back(PendingFetch{client, key, id, body.afterSeq, max,
-                                            Clock::now() + milliseconds(std::min(body.waitMs, kFetchMaxWaitMs))});
+                                            Clock::now() + milliseconds(std::min(body.waitMs, kFetchMaxWaitMs)),
+                                            access->onlyOwner()});
           }
         } else if constexpr (std::is_same_v<T, ListJobsRequest>) {
-          reply(client, Reply{id, JobsReply{listFor(key, user)}});
+          reply(client, Reply{id, JobsReply{listFor(key, *access)}});
         } else if constexpr (std::is_same_v<T, StacksRequest>) {
-          onStacks(client, id, body);
+          if (!denied(body.jobId)) onStacks(client, id, body);
         } else {
+          if (denied(body.jobId)) return;
           auto logs = jobs_->logs(body.jobId, body.rank, body.maxBytes);
           if (logs) {
             reply(client, Reply{id, *logs});
@@ -393,8 +408,8 @@ void Agent::Impl::onRequest() {
       request->body);
 }
 
-void Agent::Impl::onStartJob(const std::string& client, const std::string& key, std::uint64_t id, JobSpec spec,
-                             std::string storeSecret) {
+void Agent::Impl::onStartJob(const std::string& client, const std::string& key, const Access& access,
+                             std::uint64_t id, JobSpec spec, std::string storeSecret) {
   const auto refuse = [&](const Error& why) {
     log_.info("refused job " + spec.jobId + ": " + why.message);
     replyError(client, id, why);
@@ -406,9 +421,12 @@ void Agent::Impl::onStartJob(const std::string& client, const std::string& key, 
   }
   // A supervising agent's key restarts only what a user's started here (supervisorMay checked),
   // with the rights that user still has.
-  const bool restartBySupervisor = !keyRing_.allows(key);
-  if (restartBySupervisor) {
+  Identity owner = access.runAs;
+  if (!access.user) {
     if (auto why = restartRefusal(spec)) return refuse(*why);
+    auto launcher = launcherOwner(spec.jobId);
+    if (!launcher) return refuse(launcher.error());
+    owner = std::move(launcher).value();
   } else if (spec.command && !keyRing_.allowsCommandJobs(key)) {
     return refuse(Error{ErrorCode::kPermissionDenied,
                         "this client's key may not start jobs that run their own program on " + config_.name +
@@ -426,13 +444,14 @@ void Agent::Impl::onStartJob(const std::string& client, const std::string& key, 
                                                        config_.name + ": pick another job id"});
   }
   const std::uint64_t check = nextPreflightId_++;
-  const PathFacts facts{config_.name, config_.trainer, std::getenv("PATH") != nullptr ? std::getenv("PATH") : ""};
+  const PathFacts facts{config_.name, config_.trainer, std::getenv("PATH") != nullptr ? std::getenv("PATH") : "", owner,
+                        config_.privateTmp()};
   auto paths = [spec, facts] { return checkJobPaths(spec, facts); };
   if (auto submitted = preflight_->submit(check, std::move(paths), config_.name); !submitted) {
     return refuse(submitted.error());
   }
-  log_.info("job " + spec.jobId + ": start asked by key " + keyRing_.describe(key));
-  starts_.emplace(check, PendingStart{client, key, id, std::move(spec), std::move(storeSecret)});
+  log_.info("job " + spec.jobId + ": start asked by " + access.describe + ", to run as " + owner.user);
+  starts_.emplace(check, PendingStart{client, key, id, std::move(spec), std::move(storeSecret), std::move(owner)});
 }
 
 std::string Agent::Impl::launcherPath(const std::string& jobId) const {
@@ -476,7 +495,8 @@ void Agent::Impl::onPreflight() {
     PendingStart pending = std::move(it->second);
     starts_.erase(it);
     Result<StartJobReply> started =
-        done.result ? jobs_->start(pending.spec, *done.result, pending.storeSecret) : Result<StartJobReply>(done.result.error());
+        done.result ? jobs_->start(pending.spec, *done.result, pending.owner, pending.storeSecret)
+                    : Result<StartJobReply>(done.result.error());
     if (started) {
       // Who launched it, for the restarts its supervising agent may ask for (restartRefusal).
       if (keyRing_.allows(pending.key)) {
@@ -530,9 +550,7 @@ void Agent::Impl::answerFetches(bool onlyExpired) {
   for (auto it = fetches_.begin(); it != fetches_.end();) {
     const bool ready = !onlyExpired && stream_->hasAfter(it->afterSeq);
     if (ready || now >= it->deadline) {
-      FetchReply fetched = stream_->fetch(it->afterSeq, it->max, instanceId_);
-      fetched.jobsVersion = jobs_->jobsVersion();
-      reply(it->client, Reply{it->requestId, std::move(fetched)});
+      reply(it->client, Reply{it->requestId, fetchFor(it->owner, it->afterSeq, it->max)});
       it = fetches_.erase(it);
     } else {
       ++it;
@@ -592,6 +610,22 @@ bool Agent::Impl::idleTooLong() {
   return true;
 }
 
+void Agent::Impl::watchConnections(bool events) {
+  if (events) watch_->onEvents();
+  const auto now = Clock::now();
+  if (const int cut = watch_->tick(); cut > 0) {
+    log_.info("cut " + std::to_string(cut) + " client connection(s) that sent more than " +
+              std::to_string(kMaxUndelivered >> 20) + " MiB without finishing a message");
+    // libzmq frees the parts as it tears the connection down, on its own time: give the heap back
+    // (a message of many tiny parts leaves it in pieces) a few times over the next seconds.
+    trims_ = {now + milliseconds(200), now + milliseconds(1000), now + milliseconds(3000)};
+  }
+  if (!trims_.empty() && now >= trims_.front()) {
+    ::malloc_trim(0);
+    trims_.erase(trims_.begin());
+  }
+}
+
 Result<void> Agent::Impl::loop(const std::atomic<int>& stop) {
   sampler_->track(jobs_->runningRanks(), jobs_->busyGpus());
   while (!(stop.load() != 0 && !stillEnding()) && !idleTooLong()) {
@@ -602,9 +636,10 @@ Result<void> Agent::Impl::loop(const std::atomic<int>& stop) {
         {nullptr, sampler_->wakeFd(), ZMQ_POLLIN, 0},
         {nullptr, preflight_->wakeFd(), ZMQ_POLLIN, 0},
         {nullptr, evidence_.wakeFd(), ZMQ_POLLIN, 0},
+        {watch_->events().handle(), 0, ZMQ_POLLIN, 0},
     };
     for (int fd : jobs_->exitFds()) items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
-    auto timeout = milliseconds(200);
+    auto timeout = ConnectionWatch::kTick;
     for (const auto& f : fetches_) {
       timeout = std::min(timeout, std::chrono::duration_cast<milliseconds>(f.deadline - Clock::now()) + milliseconds(1));
     }
@@ -621,6 +656,7 @@ Result<void> Agent::Impl::loop(const std::atomic<int>& stop) {
       continue;
     }
     if (items[1].revents & ZMQ_POLLIN) zap_->handleOne([this](const std::string& key) { return authorized(key); });
+    watchConnections(items[6].revents & ZMQ_POLLIN);
     revoke(keyRing_.refreshEverySecond());
     const std::uint64_t before = stream_->lastSeq();
     for (int i = 0; i < 64 && (items[0].revents & ZMQ_POLLIN); ++i) {

@@ -16,10 +16,12 @@
 #include "evidence.h"
 #include "jobs.h"
 #include "key_ring.h"
+#include "lockstep/net/connection_watch.h"
 #include "lockstep/net/zmq_util.h"
 #include "lockstep/protocol/types.h"
 #include "metrics.h"
 #include "nvml.h"
+#include "owners.h"
 #include "preflight.h"
 #include "sampler.h"
 #include "server.h"
@@ -48,6 +50,7 @@ class Agent::Impl {
     std::uint64_t requestId;
     JobSpec spec;
     std::string storeSecret;
+    Identity owner;  // who its ranks run as
   };
 
   struct PendingFetch {
@@ -57,6 +60,20 @@ class Agent::Impl {
     std::uint64_t afterSeq;
     std::size_t max;
     Clock::time_point deadline;
+    std::optional<std::string> owner;  // shown only this user's jobs' messages; unset: all
+  };
+
+  // Who sent a request (server_access.cpp): a user's key, with the user its jobs run as, or a
+  // supervising agent's key (supervision.h), which acts for the job's launcher.
+  struct Access {
+    bool user = false;
+    bool admin = false;
+    Identity runAs;
+    std::string describe;  // for the audit log: the key's comment, fingerprint and user
+    // The user whose jobs it sees; unset: every job (an admin's key, a supervising agent's).
+    std::optional<std::string> onlyOwner() const {
+      return user && !admin ? std::optional<std::string>(runAs.user) : std::nullopt;
+    }
   };
 
   // Evidence being taken (evidence.h): for a client's `stacks`, or for a stall that began.
@@ -67,6 +84,7 @@ class Agent::Impl {
   };
 
   void onRequest();
+  void watchConnections(bool events);
   // server_stalls.cpp
   void onStacks(const std::string& client, std::uint64_t id, const StacksRequest& request);
   void tickStalls();
@@ -74,8 +92,13 @@ class Agent::Impl {
   void stallEvidenced(const StallWatch::Change& change, const StacksReply& evidence);
   std::vector<EvidenceTarget> evidenceTargets(const WatchedJob& job, std::optional<std::uint32_t> rank) const;
   void withProgress(JobStatus& job) const;
-  void onStartJob(const std::string& client, const std::string& key, std::uint64_t id, JobSpec spec,
-                  std::string storeSecret);
+  void onStartJob(const std::string& client, const std::string& key, const Access& access, std::uint64_t id,
+                  JobSpec spec, std::string storeSecret);
+  // server_access.cpp
+  Result<Access> accessOf(const std::string& key, const Request& request) const;
+  Result<void> mayActOn(const Access& access, const std::string& jobId) const;
+  FetchReply fetchFor(const std::optional<std::string>& onlyOwner, std::uint64_t afterSeq, std::size_t max) const;
+  Result<Identity> launcherOwner(const std::string& jobId) const;
   void onPreflight();
   bool cancelPendingStart(const std::string& jobId);
   void onReports();
@@ -95,13 +118,14 @@ class Agent::Impl {
   bool stillEnding();
   std::string slurmEndReason() const;
   bool idleTooLong();
-  std::vector<JobStatus> listFor(const std::string& key, bool user) const;
+  std::vector<JobStatus> listFor(const std::string& key, const Access& access) const;
   std::string launcherPath(const std::string& jobId) const;
   std::optional<Error> restartRefusal(const JobSpec& spec) const;
 
   AgentConfig config_;
   Log& log_;
   KeyRing keyRing_;
+  Owners owners_;
   CurveKeyPair keys_;
   std::uint64_t instanceId_ = 0;
   std::unique_ptr<Nvml> nvml_;
@@ -109,6 +133,8 @@ class Agent::Impl {
   zmq::context_t context_;
   std::unique_ptr<ZapHandler> zap_;
   std::unique_ptr<zmq::socket_t> router_;
+  std::unique_ptr<ConnectionWatch> watch_;  // bounds what one client's connection can make libzmq hold
+  std::vector<Clock::time_point> trims_;    // when to give the heap back after a cut
   std::unique_ptr<zmq::socket_t> reports_;
   std::unique_ptr<StreamBuffer> stream_;
   std::unique_ptr<JobManager> jobs_;

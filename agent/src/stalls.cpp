@@ -1,6 +1,7 @@
 #include "stalls.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "host.h"
 #include "lockstep/common/clock.h"
@@ -70,9 +71,22 @@ std::string processStateText(char state) {
 }
 
 pid_t workingProcess(const WatchedRank& rank, pid_t recordPid) {
-  if (recordPid <= 0 || recordPid == rank.pid) return rank.pid;
-  const auto stat = readProcStat(recordPid);
-  return stat && stat->processGroup == rank.group ? recordPid : rank.pid;
+  if (recordPid <= 0) return rank.pid;
+  // The record says getpid(), the rank's PID namespace's number: the process it names is the one
+  // of the rank's process group that calls itself so.
+  const auto names = [&](pid_t pid) {
+    const auto stat = readProcStat(pid);
+    return stat && stat->processGroup == rank.group && ownPid(pid) == recordPid;
+  };
+  if (names(rank.pid)) return rank.pid;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const auto pid = static_cast<pid_t>(std::stol(name));
+    if (names(pid)) return pid;
+  }
+  return rank.pid;
 }
 
 std::string processStateOf(pid_t pid) {

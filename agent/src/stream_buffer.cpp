@@ -33,13 +33,14 @@ Result<std::uint64_t> StreamBuffer::append(Payload payload) {
   return lastSeq();
 }
 
-FetchReply StreamBuffer::fetch(std::uint64_t afterSeq, std::size_t max, std::uint64_t instanceId) const {
+FetchReply StreamBuffer::fetch(std::uint64_t afterSeq, std::size_t max, std::uint64_t instanceId,
+                               const Shows& shows) const {
   FetchReply reply{instanceId, firstSeq(), lastSeq(), {}};
   if (messages_.empty() || afterSeq >= lastSeq()) return reply;
   // Seqs in the buffer are consecutive: index straight to the first one wanted.
   const std::uint64_t from = std::max(afterSeq + 1, messages_.front().seq);
   for (std::size_t i = from - messages_.front().seq; i < messages_.size() && reply.messages.size() < max; ++i) {
-    reply.messages.push_back(messages_[i]);
+    if (!shows || shows(messages_[i])) reply.messages.push_back(messages_[i]);
   }
   return reply;
 }

@@ -35,8 +35,11 @@ class StreamBuffer {
   std::size_t waiting() const { return pending_.size(); }
   std::uint64_t droppedWaiting() const { return droppedWaiting_; }
 
-  // Messages with seq > afterSeq, at most max.
-  FetchReply fetch(std::uint64_t afterSeq, std::size_t max, std::uint64_t instanceId) const;
+  // Messages with seq > afterSeq, at most max, of those `shows` lets through (all when unset). A
+  // reply with no message means that none up to its lastSeq was for this client: it asks next
+  // for what follows lastSeq.
+  using Shows = std::function<bool(const StreamMessage&)>;
+  FetchReply fetch(std::uint64_t afterSeq, std::size_t max, std::uint64_t instanceId, const Shows& shows = {}) const;
   bool hasAfter(std::uint64_t afterSeq) const { return lastSeq() > afterSeq; }
   std::uint64_t lastSeq() const { return nextSeq_ - 1; }
   std::uint64_t firstSeq() const { return messages_.empty() ? nextSeq_ : messages_.front().seq; }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "lockstep/common/files.h"
+#include "lockstep/common/identity.h"
 #include "lockstep/common/process.h"
 #include "lockstep/net/keys.h"
 #include "lockstep/protocol/validate.h"
@@ -231,8 +232,11 @@ Result<Started> startAgents(const AgentsLaunch& l, milliseconds timeout) {
   if (!l.logsDir.empty()) LOCKSTEP_TRY(makeDirectories(l.logsDir, 0700));
   const std::string output = (l.logsDir.empty() ? dir : l.logsDir) + "/slurm-%j.out";
   if (l.clientPublicKeys.empty()) return invalidArgument("no client key to let in (run `lockstepctl keygen` first)");
+  // The agents run as this user (Slurm runs the batch job as its submitter): the keys' jobs do too.
+  const Identity self = currentIdentity();
+  const std::string options = "user=" + self.user + (self.uid == 0 ? " allow-root " : " ");
   std::string authorized;
-  for (const auto& key : l.clientPublicKeys) authorized += key + " lockstep-client\n";
+  for (const auto& key : l.clientPublicKeys) authorized += options + key + " lockstep-client\n";
   LOCKSTEP_TRY(writeFileAtomic(dir + "/authorized_keys", authorized, 0600));
   Started started;
   if (const char* inside = std::getenv("SLURM_JOB_ID"); inside && *inside) {

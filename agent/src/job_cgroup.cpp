@@ -1,0 +1,80 @@
+#include "job_cgroup.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <filesystem>
+#include <sstream>
+
+#include "host.h"
+#include "lockstep/common/fd.h"
+
+namespace lockstep::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool writeTo(const std::string& path, const std::string& text) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  return fd.valid() && ::write(fd.get(), text.data(), text.size()) == static_cast<ssize_t>(text.size());
+}
+
+// The cgroup2 hierarchy's mount point, from /proc/self/mountinfo.
+std::string cgroup2Mount() {
+  std::istringstream lines(readKernelFile("/proc/self/mountinfo").value_or(""));
+  for (std::string line; std::getline(lines, line);) {
+    const auto dash = line.find(" - ");
+    if (dash == std::string::npos || line.compare(dash + 3, 8, "cgroup2 ") != 0) continue;
+    std::istringstream fields(line);
+    std::string id, parent, device, root, mountPoint;
+    fields >> id >> parent >> device >> root >> mountPoint;
+    if (root == "/") return mountPoint;
+  }
+  return "";
+}
+
+}  // namespace
+
+std::optional<std::string> jobCgroupBase(std::string* why) {
+  const std::string mount = cgroup2Mount();
+  if (mount.empty()) {
+    *why = "no cgroup2 hierarchy is mounted";
+    return std::nullopt;
+  }
+  std::istringstream lines(readKernelFile("/proc/self/cgroup").value_or(""));
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("0::", 0) != 0) continue;
+    const std::string base = (fs::path(mount) / fs::path(line.substr(3)).relative_path()).lexically_normal().string();
+    if (::access(base.c_str(), W_OK) != 0 || ::access((fs::path(base) / "cgroup.procs").c_str(), W_OK) != 0) {
+      *why = "the agent's cgroup " + base + " is not delegated to it (a unit needs Delegate=yes)";
+      return std::nullopt;
+    }
+    return base;
+  }
+  *why = "the agent is in no cgroup2 cgroup";
+  return std::nullopt;
+}
+
+std::string jobCgroupPath(const std::string& base, const std::string& jobId, std::uint32_t attempt) {
+  return (fs::path(base) / ("lockstep-" + jobId + "-" + std::to_string(attempt))).string();
+}
+
+Result<std::string> makeJobCgroup(const std::string& base, const std::string& jobId, std::uint32_t attempt) {
+  const std::string path = jobCgroupPath(base, jobId, attempt);
+  if (::rmdir(path.c_str()) != 0 && errno != ENOENT) return errnoError("cannot replace the job's cgroup " + path, errno);
+  if (::mkdir(path.c_str(), 0755) != 0) return errnoError("cannot make the job's cgroup " + path, errno);
+  return path;
+}
+
+void killJobCgroup(const std::string& path) {
+  if (writeTo(path + "/cgroup.kill", "1")) return;
+  std::istringstream pids(readKernelFile(path + "/cgroup.procs").value_or(""));
+  for (pid_t pid; pids >> pid;) ::kill(pid, SIGKILL);
+}
+
+bool removeJobCgroup(const std::string& path) { return ::rmdir(path.c_str()) == 0 || errno == ENOENT; }
+
+}  // namespace lockstep::agent
