@@ -30,7 +30,7 @@ namespace {
 
 
 const QStringList kHeaders = {
-    QObject::tr("Job"),     QObject::tr("Name"),     QObject::tr("State"),      QObject::tr("Started"),
+    QObject::tr("Job"),     QObject::tr("Name"),     QObject::tr("State"),      QObject::tr("Owner"),     QObject::tr("Started"),
     QObject::tr("Duration"), QObject::tr("Ranks"),   QObject::tr("Nodes"),      QObject::tr("Samples/s"),
     QObject::tr("Scaling"),  QObject::tr("Comm."),   QObject::tr("GPU util."),  QObject::tr("Cost"),
 };
@@ -70,6 +70,7 @@ QVariant HistoryModel::data(const QModelIndex& index, int role) const {
     case kJob: return QString::fromStdString(r.spec.jobId);
     case kName: return QString::fromStdString(r.spec.name);
     case kState: return jobStateText(r.state);
+    case kOwner: return QString::fromStdString(r.owner);
     case kStarted:
       return r.startedUnixUs ? QDateTime::fromMSecsSinceEpoch(r.startedUnixUs / 1000).toString(QStringLiteral("yyyy-MM-dd HH:mm"))
                              : dash();

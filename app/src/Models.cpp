@@ -170,7 +170,10 @@ void GpusModel::refresh() {
 // ---- jobs ----
 
 JobsModel::JobsModel(const ClusterStore& store, QObject* parent)
-    : RefreshedTableModel({tr("Job"), tr("State"), tr("Ranks"), tr("Nodes"), tr("Step"), tr("Loss"), tr("Samples/s"), tr("Started")}, parent), store_(store) {}
+    : RefreshedTableModel({tr("Job"), tr("State"), tr("Owner"), tr("Ranks"), tr("Nodes"), tr("Step"), tr("Loss"),
+                           tr("Samples/s"), tr("Started")},
+                          parent),
+      store_(store) {}
 int JobsModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : static_cast<int>(rows_.size()); }
 
 QVariant JobsModel::data(const QModelIndex& index, int role) const {
@@ -190,6 +193,11 @@ QVariant JobsModel::data(const QModelIndex& index, int role) const {
     case kState:
       if (stall) return tr("stalled %1").arg(duration(static_cast<double>(unixMicrosNow() - stall->sinceUnixUs) / 1e6));
       return jobStateText(j.state);
+    case kOwner: {
+      std::vector<std::string> owners;
+      for (const auto& [agent, part] : j.parts) owners.push_back(part.owner);
+      return qtext(combinedOwner(owners));
+    }
     case kRanks: return j.spec.worldSize;
     case kNodes: {
       std::vector<std::string> nodes;

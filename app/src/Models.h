@@ -58,7 +58,7 @@ class GpusModel : public RefreshedTableModel {
 class JobsModel : public RefreshedTableModel {
   Q_OBJECT
  public:
-  enum Column { kJob, kState, kRanks, kNodes, kStep, kLoss, kThroughput, kStarted };
+  enum Column { kJob, kState, kOwner, kRanks, kNodes, kStep, kLoss, kThroughput, kStarted };
   explicit JobsModel(const ClusterStore& store, QObject* parent = nullptr);
   int rowCount(const QModelIndex& parent = {}) const override;
   QVariant data(const QModelIndex& index, int role) const override;

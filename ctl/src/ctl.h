@@ -103,6 +103,8 @@ bool partEnded(const JobStatus& s);
 // A job's overall state, by the history's rule (failed if any part failed, running while any runs, ...).
 JobState overall(const std::vector<Part>& parts);
 int exitForState(JobState s);
+// The Unix user the job runs as (combinedOwner of its parts).
+std::string ownerOf(const std::vector<Part>& parts);
 // Stops every part and waits until no rank runs, or the grace period (and a margin) passes.
 Result<std::vector<Part>> stopEverywhere(const Connected& agents, const std::string& jobId, std::uint32_t graceMs,
                                          std::chrono::milliseconds timeout, std::set<AgentClient*>* lost = nullptr);

@@ -101,6 +101,12 @@ JobState overall(const std::vector<Part>& parts) {
   return combinedState(states);
 }
 
+std::string ownerOf(const std::vector<Part>& parts) {
+  std::vector<std::string> owners;
+  for (const auto& p : parts) owners.push_back(p.status.owner);
+  return combinedOwner(owners);
+}
+
 int exitForState(JobState s) {
   return s == JobState::kFailed ? kJobFailed : s == JobState::kStopped ? kJobStopped : kOk;
 }
@@ -211,6 +217,7 @@ int printJob(const Globals& g, const std::string& jobId, const std::vector<Part>
     const Json pricesJson{{"gpu_hour", prices.gpuHour}, {"core_hour", prices.coreHour}, {"kwh", prices.kwh},
                           {"currency", prices.currency}};
     Json out{{"job_id", jobId}, {"state", std::string(jobStateName(state))}, {"message", message},
+             {"owner", ownerOf(parts)},
              {"world_size", parts.front().status.spec.worldSize}, {"prices", pricesJson}, {"ranks", ranks}};
     if (const auto& slurmJob = parts.front().status.spec.slurmJobId; !slurmJob.empty()) out["slurm_job_id"] = slurmJob;
     if (const auto& command = parts.front().status.spec.command) {
@@ -231,6 +238,7 @@ int printJob(const Globals& g, const std::string& jobId, const std::vector<Part>
   std::printf("job %s: %s%s%s\n", jobId.c_str(), std::string(jobStateName(state)).c_str(), message.empty() ? "" : ": ",
               message.c_str());
   if (stall) std::printf("%s\n", stallText(*stall).c_str());
+  if (const std::string owner = ownerOf(parts); !owner.empty()) std::printf("runs as %s\n", owner.c_str());
   if (const auto& slurmJob = parts.front().status.spec.slurmJobId; !slurmJob.empty()) {
     std::printf("in Slurm job %s\n", slurmJob.c_str());
   }

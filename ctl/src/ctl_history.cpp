@@ -48,6 +48,7 @@ Json recordJson(const history::JobRecord& r) {
   Json j = {{"job_id", r.spec.jobId},
             {"name", r.spec.name},
             {"state", std::string(jobStateName(r.state))},
+            {"owner", r.owner},
             {"message", r.message},
             {"started_unix_us", r.startedUnixUs},
             {"ended_unix_us", r.endedUnixUs ? Json(r.endedUnixUs) : Json(nullptr)},
@@ -108,8 +109,8 @@ int listJobs(const Globals& g, const std::vector<std::string>& args) {
     std::printf("no jobs in %s%s\n", h->path().c_str(), filter.text.empty() && !filter.state ? "" : " match");
     return kOk;
   }
-  std::printf("%-28s %-16s %-9s %-19s %9s %5s %11s %6s %6s %12s\n", "JOB", "NAME", "STATE", "STARTED", "DURATION",
-              "RANKS", "SAMPLES/S", "EFF", "COMM", "COST");
+  std::printf("%-28s %-16s %-9s %-12s %-19s %9s %5s %11s %6s %6s %12s\n", "JOB", "NAME", "STATE", "OWNER", "STARTED",
+              "DURATION", "RANKS", "SAMPLES/S", "EFF", "COMM", "COST");
   for (const auto& r : *jobs) {
     const kpi::JobKpis* k = r.finalKpis ? &*r.finalKpis : nullptr;
     const double elapsed = r.endedUnixUs && r.startedUnixUs ? static_cast<double>(r.endedUnixUs - r.startedUnixUs) / 1e6
@@ -118,8 +119,8 @@ int listJobs(const Globals& g, const std::vector<std::string>& args) {
     const std::string unknown(present::kUnknown);
     const std::string cost = prices.anySet() && k && k->costSoFar ? present::money(*k->costSoFar, prices.currency) : unknown;
     // Final KPIs exist once a job ended: its throughput is what it delivered, start to end.
-    std::printf("%-28s %-16.16s %-9s %s %s %5u %s %s %s %s\n", r.spec.jobId.c_str(), r.spec.name.c_str(),
-                std::string(jobStateName(r.state)).c_str(), column(timeText(r.startedUnixUs), -19).c_str(),
+    std::printf("%-28s %-16.16s %-9s %-12s %s %s %5u %s %s %s %s\n", r.spec.jobId.c_str(), r.spec.name.c_str(),
+                std::string(jobStateName(r.state)).c_str(), r.owner.c_str(), column(timeText(r.startedUnixUs), -19).c_str(),
                 column(r.startedUnixUs ? present::duration(elapsed) : unknown, 9).c_str(), r.spec.worldSize,
                 column(k ? present::figure(present::jobThroughput(*k, true), 0) : unknown, 11).c_str(),
                 column(k ? present::percent(k->scalingEfficiency, 0) : unknown, 6).c_str(),

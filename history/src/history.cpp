@@ -163,11 +163,11 @@ Result<bool> History::recordJob(const std::string& node, const JobStatus& status
     changed = true;
   }
   LOCKSTEP_ASSIGN_OR_RETURN(auto part, Statement::prepare(db, R"sql(
-    INSERT INTO job_parts VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-    ON CONFLICT (job_id, node) DO UPDATE SET state = ?3, started_us = ?4, ended_us = ?5, message = ?6
-      WHERE state != ?3 OR started_us != ?4 OR ended_us != ?5 OR message != ?6)sql"));
+    INSERT INTO job_parts VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+    ON CONFLICT (job_id, node) DO UPDATE SET state = ?3, started_us = ?4, ended_us = ?5, message = ?6, owner = ?7
+      WHERE state != ?3 OR started_us != ?4 OR ended_us != ?5 OR message != ?6 OR owner != ?7)sql"));
   part.bind(1, spec.jobId).bind(2, node).bind(3, static_cast<std::int64_t>(status.state));
-  part.bind(4, status.startedUnixUs).bind(5, status.endedUnixUs).bind(6, status.message);
+  part.bind(4, status.startedUnixUs).bind(5, status.endedUnixUs).bind(6, status.message).bind(7, status.owner);
   LOCKSTEP_TRY(part.step());
   if (sqlite3_changes(db) > 0) {
     LOCKSTEP_ASSIGN_OR_RETURN(auto stale, Statement::prepare(db, "UPDATE jobs SET kpis_stale = 1 WHERE job_id = ?1"));
@@ -235,13 +235,14 @@ namespace {
 
 Result<std::vector<PartRecord>> readParts(sqlite3* db, const std::string& jobId) {
   LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db, R"sql(
-    SELECT node, state, started_us, ended_us, message FROM job_parts WHERE job_id = ?1 ORDER BY node)sql"));
+    SELECT node, state, started_us, ended_us, message, owner FROM job_parts WHERE job_id = ?1 ORDER BY node)sql"));
   stmt.bind(1, jobId);
   std::vector<PartRecord> parts;
   for (;;) {
     LOCKSTEP_ASSIGN_OR_RETURN(bool row, stmt.step());
     if (!row) break;
-    parts.push_back(PartRecord{stmt.text(0), static_cast<JobState>(stmt.i64(1)), stmt.i64(2), stmt.i64(3), stmt.text(4)});
+    parts.push_back(
+        PartRecord{stmt.text(0), static_cast<JobState>(stmt.i64(1)), stmt.i64(2), stmt.i64(3), stmt.text(4), stmt.text(5)});
   }
   std::stable_sort(parts.begin(), parts.end(), [](const PartRecord& a, const PartRecord& b) { return naturalLess(a.node, b.node); });
   return parts;
@@ -274,8 +275,10 @@ Result<JobRecord> readRecord(sqlite3* db, const Statement& row) {
   record.stepReports = static_cast<std::uint64_t>(row.i64(3));
   LOCKSTEP_ASSIGN_OR_RETURN(record.parts, readParts(db, jobId));
   std::vector<JobState> states;
+  std::vector<std::string> owners;
   for (const auto& part : record.parts) {
     states.push_back(part.state);
+    owners.push_back(part.owner);
     if (record.startedUnixUs == 0 || (part.startedUnixUs != 0 && part.startedUnixUs < record.startedUnixUs)) {
       record.startedUnixUs = part.startedUnixUs;
     }
@@ -283,6 +286,7 @@ Result<JobRecord> readRecord(sqlite3* db, const Statement& row) {
     if (record.message.empty()) record.message = part.message;
   }
   record.state = combinedState(states);
+  record.owner = combinedOwner(owners);
   if (!jobStateEnded(record.state)) record.endedUnixUs = 0;
   LOCKSTEP_ASSIGN_OR_RETURN(record.nodes, readNodes(db, record.parts));
   LOCKSTEP_ASSIGN_OR_RETURN(record.finalKpis, detail::readFinalKpis(db, jobId));

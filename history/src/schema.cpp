@@ -119,6 +119,10 @@ CREATE TABLE IF NOT EXISTS net_samples (
 CREATE INDEX IF NOT EXISTS net_samples_by_time ON net_samples (node, time_us);
 CREATE INDEX IF NOT EXISTS job_parts_by_node ON job_parts (node);
 )sql",
+    // 7 (issue 33): who each part ran as.
+    R"sql(
+ALTER TABLE job_parts ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 }  // namespace lockstep::history::detail

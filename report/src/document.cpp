@@ -60,6 +60,7 @@ Document document(const ReportData& data) {
   doc.subtitle = std::string(jobStateName(job.state));
   if (job.startedUnixUs > 0) doc.subtitle += " · started " + detail::displayTime(job.startedUnixUs);
   if (job.endedUnixUs > 0) doc.subtitle += " · ended " + detail::displayTime(job.endedUnixUs);
+  if (!job.owner.empty()) doc.subtitle += " · ran as " + job.owner;
   if (!spec.slurmJobId.empty()) {
     doc.subtitle += " · Slurm job " + spec.slurmJobId +
                     (spec.allocatedGpus > 0 ? " (" + std::to_string(spec.allocatedGpus) + " GPUs allocated)" : "");

@@ -81,6 +81,7 @@ Json jobJson(const history::JobRecord& job) {
   time(j, "ended_at", job.endedUnixUs);
   j["message"] = job.message;
   j["slurm_job_id"] = job.spec.slurmJobId.empty() ? Json() : Json(job.spec.slurmJobId);
+  j["owner"] = job.owner;
   j["spec"] = Json::parse(jobSpecToJson(job.spec), nullptr, /*allow_exceptions=*/false);
   if (j["spec"].is_discarded()) j["spec"] = Json::object();
   j["parts"] = Json::array();
@@ -91,6 +92,7 @@ Json jobJson(const history::JobRecord& job) {
     time(part, "started_at", p.startedUnixUs);
     time(part, "ended_at", p.endedUnixUs);
     part["message"] = p.message;
+    part["owner"] = p.owner;
     j["parts"].push_back(std::move(part));
   }
   j["nodes"] = Json::array();

@@ -31,7 +31,7 @@ namespace lockstep::history {
 
 // The schema version this build writes (PRAGMA user_version). Older files are migrated on open;
 // newer ones are refused.
-inline constexpr int kSchemaVersion = 6;
+inline constexpr int kSchemaVersion = 7;
 
 struct Options {
   // Samples younger than this stay raw; older ones are averaged into one row per bucket
@@ -56,6 +56,7 @@ struct PartRecord {
   std::int64_t startedUnixUs = 0;
   std::int64_t endedUnixUs = 0;
   std::string message;
+  std::string owner;  // the Unix user it ran as there ("" before agents said)
 };
 
 struct JobRecord {
@@ -64,6 +65,7 @@ struct JobRecord {
   std::int64_t startedUnixUs = 0;
   std::int64_t endedUnixUs = 0;  // 0 while running
   std::string message;
+  std::string owner;  // combinedOwner of its parts'
   std::vector<PartRecord> parts;
   std::vector<NodeRecord> nodes;  // the nodes of its parts, as their agents described them
   std::int64_t recordedUnixUs = 0;
