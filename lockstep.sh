@@ -84,14 +84,20 @@ start_local_agent() {
   local agent_key key
   agent_key=$("$BIN/lockstep-agent" --state-dir "$state" --print-key)
   "${CTL[@]}" keygen >/dev/null
+  # Jobs run as the user each key names (docs/security.md): you, and root only if you are root.
+  local options="user=$(id -un)"
+  [ "$(id -u)" = 0 ] && options="$options allow-root"
   for key in "$("$BIN/lockstep" --config-dir "$CONFIG" --print-key)" "$(cat "$CONFIG/client.pub")"; do
-    grep -qF "$key" "$state/authorized_keys" 2>/dev/null || echo "$key local client (lockstep.sh run)" >>"$state/authorized_keys"
-  done
+    echo "$options $key local client (lockstep.sh run)"
+  done >"$state/authorized_keys"
   chmod 600 "$state/authorized_keys"  # the agent refuses a key file others may write
   "${CTL[@]}" trust "$address" "$agent_key" >/dev/null
+  # Each job gets a private /tmp, where this build's trainer would not be: not for a build in /tmp.
+  local flags=()
+  case "$BUILD" in /tmp/* | /dev/shm/*) flags=(--job-private-tmp no) ;; esac
 
   say "starting an agent on $address (state and logs: $state)"
-  "$BIN/lockstep-agent" --state-dir "$state" --listen "tcp://$address" >"$RUN/agent.out" 2>>"$RUN/agent.err" &
+  "$BIN/lockstep-agent" --state-dir "$state" --listen "tcp://$address" "${flags[@]}" >"$RUN/agent.out" 2>>"$RUN/agent.err" &
   AGENT_PID=$!
   trap stop_local_agent EXIT
   trap 'exit 130' INT TERM

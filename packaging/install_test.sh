@@ -7,13 +7,13 @@
 #
 # 1. debootstraps a minimal Debian 12 (bookworm) from the Debian mirror this machine uses;
 # 2. installs both packages with apt (--no-install-recommends: Depends alone must be enough);
-# 3. checks what postinst did: the lockstep user, its state directory and key pair, the unit enabled;
-# 4. starts the agent with its unit's ExecStart=, User=, LimitNICE= and UMask=, in a network
-#    namespace of its own (its loopback port cannot clash with this machine's);
+# 3. checks what postinst did: root's state directory and key pair, the unit enabled;
+# 4. starts the agent with its unit's ExecStart=, CapabilityBoundingSet=, LimitNICE= and UMask=, as
+#    root, in a network namespace of its own (its loopback port cannot clash with this machine's);
 # 5. as a user alice: makes lockstepctl's and the app's keys, authorizes them in
-#    /etc/lockstep/authorized_keys, pins the agent's key, and runs `lockstepctl nodes`; then a
-#    2-rank CPU job (its ranks must not complain about SCHED_IDLE), its PDF report, and the app,
-#    offscreen, taking a screenshot;
+#    /etc/lockstep/authorized_keys as alice's (user=alice), pins the agent's key, and runs
+#    `lockstepctl nodes`; then a 2-rank CPU job, which must run as alice (its ranks must not
+#    complain about SCHED_IDLE), its PDF report, and the app, offscreen, taking a screenshot;
 # 6. stops the agent and purges both packages.
 #
 # Needs root (debootstrap, chroot, mounts, namespaces) and the Debian mirror; 1 to 2 minutes,
@@ -36,9 +36,11 @@ if [ "${1:-}" = --inside-netns ]; then
   ip link set lo up
   unit=$root/lib/systemd/system/lockstep-agent.service
   setting() { sed -n "s/^$1=//p" "$unit" | tail -n 1; }
-  exec_start=$(setting ExecStart) user=$(setting User) group=$(setting Group)
+  exec_start=$(setting ExecStart) caps=$(setting CapabilityBoundingSet)
   nice=$(setting LimitNICE) umask=$(setting UMask)
-  [ -n "$exec_start" ] && [ -n "$user" ] && [ -n "$nice" ] || fail "the unit lacks ExecStart=, User= or LimitNICE="
+  [ -n "$exec_start" ] && [ -n "$caps" ] && [ -n "$nice" ] || fail "the unit lacks ExecStart=, CapabilityBoundingSet= or LimitNICE="
+  [ -z "$(setting User)" ] || fail "the unit sets User=: the agent runs as root to run jobs as their users"
+  user=root
   listen=$(sed -n 's/^listen *= *//p' "$root/etc/lockstep/agent.conf")
   address=${listen#tcp://}
 
@@ -50,9 +52,10 @@ if [ "${1:-}" = --inside-netns ]; then
     say "      and the ranks are expected to say that they cannot return from SCHED_IDLE"
     limits=()
   fi
-  say "starting the agent as the unit does: User=$user LimitNICE=$nice UMask=${umask:-0022} $exec_start"
+  say "starting the agent as the unit does: as root with $caps, LimitNICE=$nice UMask=${umask:-0022} $exec_start"
+  bounding=$(echo "$caps" | tr 'A-Z' 'a-z' | sed 's/cap_/+/g; s/ /,/g')
   chroot "$root" "${limits[@]}" \
-    setpriv --reuid="$user" --regid="${group:-$user}" --init-groups --no-new-privs -- \
+    setpriv --bounding-set=-all,"$bounding" --no-new-privs -- \
     env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
     sh -c "umask ${umask:-0022}; exec $exec_start" >"$WORK/agent.out" 2>"$WORK/agent.err" &
   agent=$!
@@ -66,7 +69,7 @@ if [ "${1:-}" = --inside-netns ]; then
   client_key=$(cat "$root/home/alice/.config/lockstep/client.pub")
   app_key=$(as_alice lockstep --print-key)
   # The node's admin authorizes the workstation's keys (README, "Installing from packages").
-  printf '%s alice@workstation lockstepctl\n%s alice@workstation app\n' "$client_key" "$app_key" \
+  printf 'user=alice %s alice@workstation lockstepctl\nuser=alice %s alice@workstation app\n' "$client_key" "$app_key" \
     >>"$root/etc/lockstep/authorized_keys"
   agent_key=$(cat "$root/var/lib/lockstep-agent/agent.pub")
   as_alice lockstepctl trust "$address" "$agent_key" >/dev/null
@@ -98,6 +101,7 @@ if [ "${1:-}" = --inside-netns ]; then
   elif [ ${#limits[@]} -eq 0 ] && [ $stuck = no ]; then
     fail "rank 0 did not say it cannot leave SCHED_IDLE without LimitNICE: is the check still there?"
   fi
+  as_alice lockstepctl status install-test | grep -q "^runs as alice$" || fail "the job did not run as alice"
   as_alice lockstepctl report install-test --out /home/alice/install-test.pdf >/dev/null
   [ "$(head -c 4 "$root/home/alice/install-test.pdf")" = "%PDF" ] || fail "no PDF report"
   say "job finished; its PDF report: $(stat -c %s "$root/home/alice/install-test.pdf") bytes"
@@ -192,9 +196,8 @@ for package in lockstep lockstep-agent; do
 done
 in_root dpkg-query -W -f='${Conffiles}\n' lockstep-agent | grep -q ' /etc/lockstep/authorized_keys ' \
   || fail "authorized_keys is not a conffile"
-in_root getent passwd lockstep | grep -q ':/usr/sbin/nologin$' || fail "no lockstep system user with nologin"
-[ "$(in_root stat -c '%U %a' /var/lib/lockstep-agent)" = "lockstep 700" ] || fail "state directory: $(in_root stat -c '%U %a' /var/lib/lockstep-agent)"
-[ "$(in_root stat -c '%U %a' /var/lib/lockstep-agent/agent.key)" = "lockstep 600" ] || fail "no agent key pair made for the lockstep user"
+[ "$(in_root stat -c '%U %a' /var/lib/lockstep-agent)" = "root 700" ] || fail "state directory: $(in_root stat -c '%U %a' /var/lib/lockstep-agent)"
+[ "$(in_root stat -c '%U %a' /var/lib/lockstep-agent/agent.key)" = "root 600" ] || fail "no agent key pair made"
 grep -qF "$(cat "$root/var/lib/lockstep-agent/agent.pub")" "$WORK/apt.out" || fail "postinst did not print the node's key"
 [ -L "$root/etc/systemd/system/multi-user.target.wants/lockstep-agent.service" ] || fail "the unit is not enabled"
 check_program() {
