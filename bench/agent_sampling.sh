@@ -10,7 +10,7 @@ BUILD=${1:-build}
 SECONDS_EACH=${2:-20}
 GPUS=${LOCKSTEP_FAKE_NVML_GPUS:-8}
 export LOCKSTEP_FAKE_NVML_GPUS=$GPUS
-WORK=$(mktemp -d)
+WORK=$(mktemp -d -p /var/tmp)  # not /tmp: each job has a private one
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 HZ=$(getconf CLK_TCK)

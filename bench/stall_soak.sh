@@ -9,7 +9,7 @@ set -euo pipefail
 BUILD=$(cd "${1:-build}" && pwd)
 MINUTES=${2:-30}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
-WORK=$(mktemp -d)
+WORK=$(mktemp -d -p /var/tmp)  # not /tmp: each job has a private one
 AGENT_PID=
 ctl() { "$BUILD/bin/lockstepctl" --config-dir "$WORK/config" --no-history "$@"; }
 trap 'ctl stop soak --grace-ms 1000 >/dev/null 2>&1 || true; [ -n "$AGENT_PID" ] && kill $AGENT_PID 2>/dev/null; rm -rf "$WORK"' EXIT
@@ -20,7 +20,7 @@ PORT=17852
 AGENT_PID=$!
 for _ in $(seq 100); do [ -f "$WORK/agent/agent.pub" ] && break; sleep 0.1; done
 KEY=$(ctl keygen | tail -1)
-echo "$KEY soak" >"$WORK/agent/authorized_keys"
+echo "user=$(id -un)$([ "$(id -u)" = 0 ] && echo " allow-root") $KEY soak" >"$WORK/agent/authorized_keys"
 chmod 644 "$WORK/agent/authorized_keys"
 ctl trust "127.0.0.1:$PORT" "$(cat "$WORK/agent/agent.pub")" >/dev/null
 

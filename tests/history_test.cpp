@@ -289,6 +289,7 @@ TEST(History, ASchemaTwoFilesFinalKpisReadBackByName) {
       elapsed_s, total_steps, step, attempts, world_size, computed_us, job_id FROM final_kpis;
     DROP TABLE final_kpis;
     ALTER TABLE shuffled RENAME TO final_kpis;
+    ALTER TABLE job_parts DROP COLUMN owner;  -- schema 7's
     PRAGMA user_version = 2;)sql");
   auto h = History::open(path);
   ASSERT_TRUE(h) << h.error().message;
@@ -301,6 +302,26 @@ TEST(History, ASchemaTwoFilesFinalKpisReadBackByName) {
   EXPECT_EQ(after->finalKpis->elapsedSeconds, before->elapsedSeconds);
   EXPECT_EQ(after->finalKpis->worldSize, before->worldSize);
   EXPECT_EQ(after->finalKpis->missing, before->missing);
+}
+
+// Issue 33: who each part ran as is kept, and the job shows it; an older file's parts say no one.
+TEST(History, KeepsWhoEachPartRanAs) {
+  TempDir dir;
+  auto h = History::open(dir.file("h.db"));
+  ASSERT_TRUE(h);
+  const JobSpec s = spec("owned");
+  JobStatus a = status(s, JobState::kRunning), b = status(s, JobState::kRunning);
+  a.owner = "alice";
+  b.owner = "alice";
+  ASSERT_TRUE(h->recordJob("node-a", a));
+  ASSERT_TRUE(h->recordJob("node-b", b));
+  EXPECT_EQ(h->job("owned")->owner, "alice");
+  EXPECT_EQ(h->job("owned")->parts[1].owner, "alice");
+  b.owner = "alice2";  // node-b maps the key to another user
+  ASSERT_TRUE(h->recordJob("node-b", b));
+  EXPECT_EQ(h->job("owned")->owner, "alice, alice2");
+  ASSERT_TRUE(h->recordJob("node-a", status(spec("anonymous"), JobState::kRunning)));
+  EXPECT_EQ(h->job("anonymous")->owner, "");
 }
 
 // Issue 13: a file from schema 1 (every step timed, no tokens) moves to schema 2 with its steps
@@ -343,6 +364,7 @@ TEST(History, MigratesASchemaOneFileAndStoresUntimedSteps) {
     ALTER TABLE final_kpis DROP COLUMN mean_busy_us;
     ALTER TABLE final_kpis DROP COLUMN mean_exposed_us;
     ALTER TABLE final_kpis DROP COLUMN mean_step_us;
+    ALTER TABLE job_parts DROP COLUMN owner;  -- schema 7's
     PRAGMA user_version = 1;)sql");
   ASSERT_EQ(count(path, "PRAGMA user_version"), 1);
 

@@ -62,11 +62,12 @@ class Partition : public ::testing::Test {
                          const std::string& clientKey) {
     const std::string state = dir_.file("state-" + name);
     const auto key = runProcess({agentPath(), "--state-dir", state, "--print-key"}, {}, dir_, 20s);
-    std::ofstream(state + "/authorized_keys") << clientKey << " partition test\n";
-    agents_.push_back(startProcess({kIp, "netns", "exec", ns, agentPath(), "--state-dir", state, "--listen",
-                                    "tcp://" + address + ":17710", "--name", name, "--trainer", trainerPath(),
-                                    "--stop-grace-ms", "2000"},
-                                   {}, dir_.file(name + ".out"), dir_.file(name + ".err")));
+    std::ofstream(state + "/authorized_keys") << authorizedKeyLine(clientKey, "partition test");
+    std::vector<std::string> argv = {kIp,       "netns",       "exec", ns,     agentPath(), "--state-dir", state,
+                                     "--listen", "tcp://" + address + ":17710", "--name", name, "--trainer",
+                                     trainerPath(), "--stop-grace-ms", "2000"};
+    for (const auto& arg : privateTmpArgs(state)) argv.push_back(arg);
+    agents_.push_back(startProcess(argv, {}, dir_.file(name + ".out"), dir_.file(name + ".err")));
     std::string pub = key.out;
     pub.erase(pub.find_last_not_of("\n") + 1);
     return pub;

@@ -130,6 +130,7 @@ TEST(ProtocolRoundTrip, OtherRequestsAndReplies) {
   JobStatus job{validSpec(), JobState::kFailed, {{0, 0, std::nullopt, 4242, JobState::kFailed, std::nullopt, 9, false},
                                                  {1, 1, 3u, 4243, JobState::kStopped, std::nullopt, std::nullopt, true}},
                 100, 200, "rank 0 was killed by signal 9", 29500, {}};
+  job.owner = "alice";
   JobStatus supervised = job;
   supervised.supervision = {SupervisionState::kEnded, JobState::kFailed, "no restarts left",
                             {"attempt 0 with 2 ranks: rank 0 on node-a was killed", "not restarted: no restarts left"}};

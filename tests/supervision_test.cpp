@@ -135,7 +135,7 @@ TEST(Supervision, ARestartNeedsTheLaunchingKeyStillAuthorized) {
   ASSERT_TRUE(endedOn(*user, "revoked"));
   // Alice's key leaves the node's authorized keys (bob's stays).
   const std::string keys = agent.stateDir() + "/authorized_keys";
-  std::ofstream(keys + ".new", std::ios::trunc) << bob.keys.publicKey << " bob\n";
+  std::ofstream(keys + ".new", std::ios::trunc) << authorizedKeyLine(bob.keys.publicKey, "bob");
   ASSERT_EQ(std::rename((keys + ".new").c_str(), keys.c_str()), 0);
   ASSERT_TRUE(waitUntil([&] { return !AgentClient::connect(agent.address(), alice.keys, agent.publicKey(), 1s).ok(); }, 10s));
   JobSpec next = spec;

@@ -69,6 +69,10 @@ void AgentProcess::launch() {
   // ip execs the agent after entering the namespace: the pid stays the agent's.
   if (!netns_.empty()) argv.insert(argv.begin(), {ipPath(), "netns", "exec", netns_});
   argv.insert(argv.end(), extraArgs_.begin(), extraArgs_.end());
+  if (std::find(extraArgs_.begin(), extraArgs_.end(), "--job-private-tmp") == extraArgs_.end()) {
+    const auto more = privateTmpArgs(stateDir_);
+    argv.insert(argv.end(), more.begin(), more.end());
+  }
   const std::string tag = name_ + "-" + std::to_string(++launches_);
   pid_ = startProcess(argv, {}, dir_.file("agent-" + tag + ".out"), dir_.file("agent-" + tag + ".err"));
   // Ready once it printed its key (after binding).
@@ -82,7 +86,7 @@ void AgentProcess::launch() {
 
 void AgentProcess::authorize(const std::string& clientPublicKey) const {
   const std::string path = stateDir_ + "/authorized_keys";
-  std::ofstream(path, std::ios::app) << clientPublicKey << " test client\n";
+  std::ofstream(path, std::ios::app) << authorizedKeyLine(clientPublicKey, "test client");
   ::chmod(path.c_str(), 0644);  // whatever the umask: the agent refuses a file others may write
 }
 
@@ -101,6 +105,15 @@ void AgentProcess::kill() {
 void AgentProcess::restart() {
   if (pid_ > 0) terminate();
   launch();
+}
+
+std::vector<std::string> privateTmpArgs(const std::string& stateDir) {
+  const bool hidden = !privateToJobs(stateDir).empty() || !privateToJobs(trainerPath()).empty();
+  return hidden ? std::vector<std::string>{"--job-private-tmp", "no"} : std::vector<std::string>{};
+}
+
+std::string authorizedKeyLine(const std::string& publicKey, const std::string& comment) {
+  return (::geteuid() == 0 ? "user=root allow-root " : "") + publicKey + " " + comment + "\n";
 }
 
 ClientKeys::ClientKeys(const TempDir& dir, const std::string& name) : configDir(dir.file("config-" + name)) {

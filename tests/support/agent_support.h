@@ -75,6 +75,15 @@ class AgentProcess {
   int launches_ = 0;
 };
 
+// A line of an agent's authorized keys for `publicKey`. An agent running as root (as in CI) runs
+// a key's jobs as the user its line names: these lines name root, with allow-root (owners.h).
+std::string authorizedKeyLine(const std::string& publicKey, const std::string& comment);
+
+// What an agent with state in `stateDir` needs to run the tests' jobs: where the fixtures (the
+// test's directory, the built trainer) lie in /tmp, which a job's private /tmp would hide,
+// `--job-private-tmp no`; else nothing. AgentProcess adds it unless its arguments say otherwise.
+std::vector<std::string> privateTmpArgs(const std::string& stateDir);
+
 // A client key pair in its own config dir.
 struct ClientKeys {
   explicit ClientKeys(const TempDir& dir, const std::string& name = "client");

@@ -17,10 +17,11 @@
 
 namespace lockstep::test {
 
-// A fresh directory under $TMPDIR, removed with its contents on destruction.
+// A fresh directory under $TMPDIR (or `base`), removed with its contents on destruction.
 class TempDir {
  public:
   TempDir();
+  explicit TempDir(const std::string& base);
   ~TempDir();
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
