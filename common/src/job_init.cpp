@@ -49,7 +49,7 @@ int runJobInit(int argc, char** argv) {
     if (others > 0) {
       seen = true;
       quietTicks = 0;
-    } else if (seen && ++quietTicks >= 4) {
+    } else if (seen && ++quietTicks >= 40) {  // 10 s: the agent may still be starting the next rank
       return 0;
     } else if (!seen && steady_clock::now() - started > minutes(2)) {
       return 0;

@@ -1,6 +1,7 @@
 #include "lockstep/common/process.h"
 
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/stat.h>
@@ -239,8 +240,9 @@ std::string stageFailure(const SpawnOptions& options, int stage) {
                                             "join the job's namespaces",
                                             "become the job's user",
                                             "mount /proc for the job's PID namespace",
-                                            "join the job's cgroup"};
-  const char* what = stage >= 1 && stage <= 13 ? kStages[stage] : "start";
+                                            "join the job's cgroup",
+                                            "drop root's capabilities"};
+  const char* what = stage >= 1 && stage <= 14 ? kStages[stage] : "start";
   const std::string where = stage == 6   ? " " + options.workingDir
                             : stage == 8 ? " " + options.sandbox->hide + " (a private mount namespace" +
                                                (::geteuid() != 0 ? " in a user namespace" : "") +
@@ -268,15 +270,21 @@ bool becomeUser(const SpawnOptions::Credentials& c) {
 
 // In the child, past the keeper's fork (in the program): its own /proc, its user, its output files,
 // stdin and working directory. Async-signal-safe; fails the spawn with the step that failed.
+// PR_SET_PDEATHSIG for the spawning thread's death (cleared by fork, and by a change of user).
+void dieWithParent(const SpawnOptions& options, pid_t parent, int pipeFd) {
+  if (options.parentDeathSignal == 0) return;
+  if (::prctl(PR_SET_PDEATHSIG, options.parentDeathSignal) != 0) childFail(pipeFd, 2);
+  // The parent may have died between fork and prctl.
+  if (::getppid() != parent) ::_exit(127);
+}
+
+// parent: the caller, when this process is its child (no keeper between them); else 0.
 void becomeProgram(const SpawnOptions& options, sandbox::Plan* plan, pid_t parent, int pipeFd) {
   if (plan != nullptr && !sandbox::enterPidNamespace(*plan)) childFail(pipeFd, 12);
   if (options.credentials && !becomeUser(*options.credentials)) childFail(pipeFd, 11);
+  if (options.dropRootCapabilities && ::geteuid() == 0 && !sandbox::dropCapabilities()) childFail(pipeFd, 14);
   if (options.umask) ::umask(*options.umask);
-  if (options.parentDeathSignal != 0) {
-    if (::prctl(PR_SET_PDEATHSIG, options.parentDeathSignal) != 0) childFail(pipeFd, 2);
-    // The parent may have died between fork and prctl.
-    if (::getppid() != parent) ::_exit(127);
-  }
+  if (parent != 0) dieWithParent(options, parent, pipeFd);
   // As the user: the files are theirs, and they may not be what the user may not write.
   if (!redirect(options.stdoutPath, STDOUT_FILENO)) childFail(pipeFd, 3);
   if (!redirect(options.stderrPath, STDERR_FILENO)) childFail(pipeFd, 4);
@@ -286,7 +294,8 @@ void becomeProgram(const SpawnOptions& options, sandbox::Plan* plan, pid_t paren
     ::close(null);
   }
   if (!options.workingDir.empty() && ::chdir(options.workingDir.c_str()) != 0) childFail(pipeFd, 6);
-  if (options.workingDir.empty() && options.join && ::chdir("/") != 0) childFail(pipeFd, 6);
+  // Not the caller's: in a sandbox it may lie in what is hidden (and /proc/PID/cwd would show it).
+  if (options.workingDir.empty() && (options.join || plan != nullptr) && ::chdir("/") != 0) childFail(pipeFd, 6);
 }
 
 Result<KeptProcess> spawn(const SpawnOptions& options, KeeperImage* keeper) {
@@ -314,6 +323,8 @@ Result<KeptProcess> spawn(const SpawnOptions& options, KeeperImage* keeper) {
   }
   if (pid == 0) {
     ::close(errPipe[0]);
+    // A descriptor some library opened without O_CLOEXEC must not reach the program.
+    ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
     if (options.newProcessGroup && ::setpgid(0, 0) != 0) childFail(errPipe[1], 1);
     if (options.cgroupProcsFd >= 0 && ::write(options.cgroupProcsFd, "0", 1) != 1) childFail(errPipe[1], 13);
     if (options.join && !joinNamespaces(*options.join)) childFail(errPipe[1], 10);
@@ -326,9 +337,10 @@ Result<KeptProcess> spawn(const SpawnOptions& options, KeeperImage* keeper) {
       // unblocked below in the program.
       sigfillset(&signals);
       ::sigprocmask(SIG_SETMASK, &signals, nullptr);
+      dieWithParent(options, parent, errPipe[1]);  // the keeper does, not the program
       forkKeeper(*keeper, errPipe[1]);
     }
-    becomeProgram(options, sandboxPlan ? &*sandboxPlan : nullptr, parent, errPipe[1]);
+    becomeProgram(options, sandboxPlan ? &*sandboxPlan : nullptr, keeper == nullptr ? parent : 0, errPipe[1]);
     // Signals the parent ignored or blocked must not leak into the child.
     sigemptyset(&signals);
     ::sigprocmask(SIG_SETMASK, &signals, nullptr);

@@ -74,6 +74,9 @@ struct SpawnOptions {
   };
   std::optional<Credentials> credentials;
   std::optional<mode_t> umask;  // the child's; unset: the caller's
+  // A child that is root when it runs its program keeps no capability (sandbox.h): uid 0 still
+  // owns root's files, but cannot undo mounts nor read other processes through /proc.
+  bool dropRootCapabilities = false;
 };
 
 // Starts the child; fails (without leaving a child behind) when exec fails, saying why.
@@ -96,7 +99,7 @@ struct Keeper {
 inline constexpr const char* kKeeperArg = "--lockstep-keeper";
 
 // A job's init (pid 1 of the PID namespace its ranks share on a node, docs/security.md): reaps
-// what is orphaned there and exits once nothing else has run there for a second (or nothing ever
+// what is orphaned there and exits once nothing else has run there for ten seconds (or nothing ever
 // came within two minutes), which kills whatever the job left behind. `executable kJobInitArg`.
 inline constexpr const char* kJobInitArg = "--lockstep-job-init";
 int runJobInit(int argc, char** argv);
