@@ -83,6 +83,7 @@ struct JobManager::Job {
   std::string stopReason;  // empty: stopped on request
   std::optional<std::chrono::steady_clock::time_point> killAt;
   KeptProcess init;  // the job's init on this node (rank_launch.h), while this agent runs it
+  UniqueFd initPidfd;
   std::string cgroup;  // its cgroup (job_cgroup.h), while it has one
 
   bool running() const { return state == JobState::kStarting || state == JobState::kRunning; }

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <filesystem>
@@ -58,12 +59,22 @@ std::optional<std::string> jobCgroupBase(std::string* why) {
   return std::nullopt;
 }
 
-std::string jobCgroupPath(const std::string& base, const std::string& jobId, std::uint32_t attempt) {
-  return (fs::path(base) / ("lockstep-" + jobId + "-" + std::to_string(attempt))).string();
+std::string jobCgroupPath(const std::string& base, const std::string& node, const std::string& jobId,
+                          std::uint32_t attempt) {
+  std::string name = "lockstep-" + node + "-" + jobId + "-" + std::to_string(attempt);
+  for (char& c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
+  }
+  return (fs::path(base) / name).string();
 }
 
-Result<std::string> makeJobCgroup(const std::string& base, const std::string& jobId, std::uint32_t attempt) {
-  const std::string path = jobCgroupPath(base, jobId, attempt);
+Result<std::string> makeJobCgroup(const std::string& base, const std::string& node, const std::string& jobId,
+                                  std::uint32_t attempt) {
+  const std::string path = jobCgroupPath(base, node, jobId, attempt);
+  if (::rmdir(path.c_str()) != 0 && errno == EBUSY) {
+    killJobCgroup(path);  // what an earlier run of this attempt left (the agent was away when it ended)
+    for (int i = 0; i < 100 && ::rmdir(path.c_str()) != 0 && errno == EBUSY; ++i) ::usleep(10000);
+  }
   if (::rmdir(path.c_str()) != 0 && errno != ENOENT) return errnoError("cannot replace the job's cgroup " + path, errno);
   if (::mkdir(path.c_str(), 0755) != 0) return errnoError("cannot make the job's cgroup " + path, errno);
   return path;

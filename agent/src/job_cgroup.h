@@ -18,10 +18,13 @@ namespace lockstep::agent {
 // there is no cgroup2 hierarchy it may write.
 std::optional<std::string> jobCgroupBase(std::string* why);
 
-// `base`/lockstep-JOB-ATTEMPT: the cgroup of a job's attempt.
-std::string jobCgroupPath(const std::string& base, const std::string& jobId, std::uint32_t attempt);
+// `base`/lockstep-NODE-JOB-ATTEMPT: the cgroup of a job's attempt on the agent of node NODE
+// (agents of several nodes may share a machine's hierarchy).
+std::string jobCgroupPath(const std::string& base, const std::string& node, const std::string& jobId,
+                          std::uint32_t attempt);
 // jobCgroupPath, made anew (an older one of the same name is removed when empty).
-Result<std::string> makeJobCgroup(const std::string& base, const std::string& jobId, std::uint32_t attempt);
+Result<std::string> makeJobCgroup(const std::string& base, const std::string& node, const std::string& jobId,
+                                  std::uint32_t attempt);
 // Kills every process in it (cgroup.kill, Linux 5.14; before it, SIGKILL to each of cgroup.procs).
 void killJobCgroup(const std::string& path);
 // Removes it once it is empty; false while processes remain.

@@ -33,6 +33,7 @@ void JobManager::persist() {
     if (oldest == order_.end()) break;
     std::error_code ec;
     fs::remove_all(jobs_.at(*oldest)->dir, ec);
+    fs::remove(launcherPath(*oldest), ec);
     jobs_.erase(*oldest);
     order_.erase(oldest);
   }
@@ -146,7 +147,7 @@ Result<void> JobManager::restore() {
       // Paths come from the (validated) job id, not from the file: a job table edited to name
       // other files must not make the agent trim or serve them.
       job->dir = jobDir(job->spec.jobId);
-      if (const std::string cgroup = jobCgroupPath(options_.cgroupBase, job->spec.jobId, job->spec.attempt);
+      if (const std::string cgroup = jobCgroupPath(options_.cgroupBase, options_.node.name, job->spec.jobId, job->spec.attempt);
           !options_.cgroupBase.empty() && fs::exists(cgroup, ec)) {
         job->cgroup = cgroup;  // ended with the job, as the restarted agent sees it end
       }
@@ -197,6 +198,9 @@ Result<void> JobManager::restore() {
     }
   }
   poll();  // ranks that ended while the agent was away
+  for (auto& [id, job] : jobs_) {
+    if (!job->anyRankRunning()) endInit(*job);  // its cgroup, with what the job left there
+  }
   return {};
 }
 

@@ -130,6 +130,11 @@ Result<StartJobReply> JobManager::start(const JobSpec& spec, const CheckedPaths&
   if (auto existing = jobs_.find(spec.jobId); existing != jobs_.end()) {
     // A restart (a later attempt of a job that ended here) replaces the ended attempt's record.
     const Job& old = *existing->second;
+    if (old.owner.user != owner.user) {
+      // Not another user's: its directory, logs and stream would become this one's.
+      return Error{ErrorCode::kAlreadyExists, "job " + spec.jobId + " on " + options_.node.name + " belongs to " +
+                                                  old.owner.user + ": pick another job id"};
+    }
     if (spec.attempt <= old.spec.attempt || old.running()) {
       return Error{ErrorCode::kAlreadyExists,
                    "job " + spec.jobId + " already exists on " + options_.node.name +
@@ -199,28 +204,32 @@ Result<void> JobManager::giveToOwner(const Job& job, const std::string& path) co
 }
 
 // The job's init, whose namespaces the ranks join (rank_launch.h): what they see of the node.
-Result<void> JobManager::startInit(Job& job, NodeLaunch& launch) {
+// Returns descriptors of its namespaces, which `launch` names until they close.
+Result<std::vector<UniqueFd>> JobManager::startInit(Job& job, NodeLaunch& launch) {
   const Keeper keeper{options_.keeperPath, (fs::path(job.dir) / "init.exit").string(), agentFd_.get()};
   LOCKSTEP_ASSIGN_OR_RETURN(job.init, spawnKept(jobInitSpawnOptions(launch), keeper));
-  const auto ns = [&](const char* name) {
-    return ::open(("/proc/" + std::to_string(job.init.program) + "/ns/" + name).c_str(), O_RDONLY | O_CLOEXEC);
-  };
-  launch.join = SpawnOptions::Join{::geteuid() != 0 ? ns("user") : -1, ns("mnt"), ns("pid")};
-  if (launch.join.mountNs < 0 || launch.join.pidNs < 0 || (::geteuid() != 0 && launch.join.userNs < 0)) {
-    const int err = errno;
-    endInit(job);
-    return errnoError("cannot open the namespaces of job " + job.spec.jobId + "'s init", err);
+  job.initPidfd = UniqueFd(pidfdOpen(job.init.program));  // signalled through: its pid may be reused
+  std::vector<UniqueFd> namespaces;
+  for (const char* name : {"user", "mnt", "pid"}) {
+    namespaces.emplace_back(::open(("/proc/" + std::to_string(job.init.program) + "/ns/" + name).c_str(), O_RDONLY | O_CLOEXEC));
   }
-  return {};
+  const bool inUserNamespace = ::geteuid() != 0;  // root's jobs stay in the node's
+  if (!job.initPidfd.valid() || !namespaces[1].valid() || !namespaces[2].valid() ||
+      (inUserNamespace && !namespaces[0].valid())) {
+    return errnoError("cannot open the namespaces of job " + job.spec.jobId + "'s init", errno);
+  }
+  launch.join = SpawnOptions::Join{inUserNamespace ? namespaces[0].get() : -1, namespaces[1].get(), namespaces[2].get()};
+  return namespaces;
 }
 
 // Ends the job's init and cgroup, and with them whatever the job left running.
 void JobManager::endInit(Job& job) {
-  if (job.init.program > 0) {
-    ::kill(job.init.program, SIGKILL);
-    initKeepers_.push_back(job.init.keeper);
-    job.init = {};
+  if (job.initPidfd.valid()) {
+    ::syscall(SYS_pidfd_send_signal, job.initPidfd.get(), SIGKILL, nullptr, 0);
+    job.initPidfd.reset();
   }
+  if (job.init.keeper > 0) initKeepers_.push_back(job.init.keeper);
+  job.init = {};
   if (!job.cgroup.empty()) {
     killJobCgroup(job.cgroup);
     deadCgroups_.push_back(job.cgroup);
@@ -228,21 +237,31 @@ void JobManager::endInit(Job& job) {
   }
 }
 
+// Every local rank, or none: a rank that cannot start takes the ones before it down.
 Result<void> JobManager::spawnRanks(Job& job, NodeLaunch& launch) {
+  auto spawned = spawnEachRank(job, launch);
+  if (!spawned) {
+    endInit(job);
+    signalRanks(job, SIGKILL);
+    for (auto& r : job.ranks) {
+      if (r.state == JobState::kRunning) (void)waitProcess(r.pid, std::chrono::seconds(5));
+    }
+  }
+  return spawned;
+}
+
+Result<void> JobManager::spawnEachRank(Job& job, NodeLaunch& launch) {
   UniqueFd cgroupProcs;
   if (!options_.cgroupBase.empty()) {
-    LOCKSTEP_ASSIGN_OR_RETURN(job.cgroup, makeJobCgroup(options_.cgroupBase, job.spec.jobId, job.spec.attempt));
+    LOCKSTEP_ASSIGN_OR_RETURN(job.cgroup, makeJobCgroup(options_.cgroupBase, options_.node.name, job.spec.jobId, job.spec.attempt));
     cgroupProcs = UniqueFd(::open((job.cgroup + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
     if (!cgroupProcs.valid()) return errnoError("cannot open " + job.cgroup + "/cgroup.procs", errno);
     launch.cgroupProcsFd = cgroupProcs.get();
   }
-  if (!launch.hide.empty()) LOCKSTEP_TRY(startInit(job, launch));
-  const auto closeJoin = [&] {
-    for (const int fd : {launch.join.userNs, launch.join.mountNs, launch.join.pidNs}) {
-      if (fd >= 0) ::close(fd);
-    }
-    launch.join = {};
-  };
+  std::vector<UniqueFd> namespaces;
+  if (!launch.hide.empty()) {
+    LOCKSTEP_ASSIGN_OR_RETURN(namespaces, startInit(job, launch));
+  }
   for (auto& rank : job.ranks) {
     // Made by the agent (and emptied for a restart): a rank writes its progress and stacks there.
     const std::string progressPath = rankProgressPath(job.dir, rank.placement.rank);
@@ -253,22 +272,15 @@ Result<void> JobManager::spawnRanks(Job& job, NodeLaunch& launch) {
     LOCKSTEP_TRY(giveToOwner(job, stacksPath));
     const Keeper keeper{options_.keeperPath, rankExitPath(job.dir, rank.placement.rank), agentFd_.get()};
     auto spawned = spawnKept(rankSpawnOptions(launch, options_.node.name, rank.placement, rank.logPath), keeper);
-    if (!spawned) {
-      closeJoin();
-      endInit(job);
-      signalRanks(job, SIGKILL);
-      for (auto& r : job.ranks) {
-        if (r.state == JobState::kRunning) (void)waitProcess(r.pid, std::chrono::seconds(5));
-      }
-      return spawned.error().withContext("cannot start rank " + std::to_string(rank.placement.rank));
-    }
+    if (!spawned) return spawned.error().withContext("cannot start rank " + std::to_string(rank.placement.rank));
     rank.pid = spawned->keeper;
     rank.programPid = spawned->program;
     rank.pidfd = UniqueFd(pidfdOpen(rank.pid));
     if (auto stat = readProcStat(rank.pid)) rank.startTicks = stat->startTicks;
     rank.state = JobState::kRunning;
   }
-  closeJoin();
+  launch.join = {};
+  launch.cgroupProcsFd = -1;
   return {};
 }
 
@@ -557,6 +569,10 @@ std::vector<JobStatus> JobManager::list() const {
     out.push_back(std::move(s));
   }
   return out;
+}
+
+std::string JobManager::launcherPath(const std::string& jobId) const {
+  return (fs::path(options_.stateDir) / "launchers" / jobId).string();
 }
 
 std::optional<std::string> JobManager::ownerOf(const std::string& jobId) const {

@@ -102,6 +102,9 @@ class JobManager {
                               const std::string& storeSecret = {});
   // The user a job here runs as; nullopt for a job this agent does not know.
   std::optional<std::string> ownerOf(const std::string& jobId) const;
+  // Where the key that launched a job here is kept, for its restarts: outside the job's directory,
+  // which its user's ranks may write (removed with the job).
+  std::string launcherPath(const std::string& jobId) const;
   // `reason`: what the job's "stopped" event says (default: stopped on request).
   Result<StopJobReply> stop(const std::string& jobId, std::uint32_t graceMs, std::string reason = {});
   std::vector<JobStatus> list() const;
@@ -138,7 +141,8 @@ class JobManager {
   std::string jobDir(const std::string& jobId) const;
   std::uint64_t lastStepInMetrics(const Job& job, std::uint32_t rank) const;
   Result<void> spawnRanks(Job& job, NodeLaunch& launch);
-  Result<void> startInit(Job& job, NodeLaunch& launch);
+  Result<void> spawnEachRank(Job& job, NodeLaunch& launch);
+  Result<std::vector<UniqueFd>> startInit(Job& job, NodeLaunch& launch);
   void endInit(Job& job);
   Result<void> giveToOwner(const Job& job, const std::string& path) const;
   StartJobReply announceStart(Job& job);

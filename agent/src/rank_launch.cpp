@@ -107,6 +107,7 @@ void runAsOwner(const NodeLaunch& n, SpawnOptions& spawn) {
   const Identity& who = *n.owner;
   if (who.uid != ::geteuid() || who.gid != ::getegid()) spawn.credentials = SpawnOptions::Credentials{who.uid, who.gid, who.groups};
   spawn.umask = 077;
+  spawn.dropRootCapabilities = true;  // a key with allow-root: root's files, not the node's powers
   for (const auto& [name, value] : {std::pair<std::string, std::string>{"HOME", who.home}, {"USER", who.user}, {"LOGNAME", who.user}}) {
     if (std::none_of(spawn.env.begin(), spawn.env.end(), [&](const auto& kv) { return kv.first == name; })) {
       spawn.env.emplace_back(name, value);
