@@ -63,8 +63,10 @@ std::string threadsOf(pid_t pid) {
 // gdb's backtrace of every thread, without its chatter. gdb stops the process to attach; if it
 // is killed at its deadline before it detached, the process stays stopped, so it is continued.
 std::string gdbBacktrace(pid_t pid, std::string* note) {
-  auto ran = runCommand({"gdb", "-p", std::to_string(pid), "-batch", "-nx", "-ex", "set pagination off", "-ex",
-                         "thread apply all bt 30"},
+  // The agent may be root and the process another user's: gdb loads nothing the process's files
+  // could name (no init files, no auto-loaded scripts or libthread_db from the rank's directories).
+  auto ran = runCommand({"gdb", "-p", std::to_string(pid), "-batch", "-nx", "-iex", "set auto-load off", "-ex",
+                         "set pagination off", "-ex", "thread apply all bt 30"},
                         kGdbTimeout, 256 * 1024);
   if (!ran) {
     *note += (note->empty() ? "" : "; ") + std::string("no native backtrace: ") + ran.error().message;

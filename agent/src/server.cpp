@@ -374,23 +374,7 @@ void Agent::Impl::onRequest() {
             replyError(client, id, stopped.error());
           }
         } else if constexpr (std::is_same_v<T, FetchRequest>) {
-          fetchedUpTo_ = std::max(fetchedUpTo_, body.afterSeq);
-          const std::size_t max =
-              std::min<std::size_t>(body.maxMessages > 0 ? body.maxMessages : kFetchDefaultMessages, kFetchMaxMessages);
-          const auto waiting = static_cast<std::size_t>(
-              std::count_if(fetches_.begin(), fetches_.end(), [&](const PendingFetch& f) { return f.key == key; }));
-          if (stream_->hasAfter(body.afterSeq) || body.waitMs == 0) {
-            reply(client, Reply{id, fetchFor(access->onlyOwner(), body.afterSeq, max)});
-          } else if (waiting >= kMaxWaitingFetchesPerKey || fetches_.size() >= kMaxWaitingFetches) {
-            replyError(client, id, Error{ErrorCode::kResourceExhausted,
-                                         "this client already has " + std::to_string(waiting) + " Fetches waiting on node " +
-                                             config_.name + " (at most " + std::to_string(kMaxWaitingFetchesPerKey) +
-                                             "): wait for their answers before asking again"});
-          } else {
-            fetches_.push_back(PendingFetch{client, key, id, body.afterSeq, max,
-                                            Clock::now() + milliseconds(std::min(body.waitMs, kFetchMaxWaitMs)),
-                                            access->onlyOwner()});
-          }
+          onFetch(client, key, *access, id, body);
         } else if constexpr (std::is_same_v<T, ListJobsRequest>) {
           reply(client, Reply{id, JobsReply{listFor(key, *access)}});
         } else if constexpr (std::is_same_v<T, StacksRequest>) {
@@ -454,9 +438,7 @@ void Agent::Impl::onStartJob(const std::string& client, const std::string& key, 
   starts_.emplace(check, PendingStart{client, key, id, std::move(spec), std::move(storeSecret), std::move(owner)});
 }
 
-std::string Agent::Impl::launcherPath(const std::string& jobId) const {
-  return (fs::path(config_.stateDir) / "jobs" / jobId / "launcher").string();
-}
+std::string Agent::Impl::launcherPath(const std::string& jobId) const { return jobs_->launcherPath(jobId); }
 
 // Why the job's supervising agent may not restart it here: a user stopped it, or the key that
 // launched it lost the right to (left the authorized keys, or may run no program of its own).
@@ -500,7 +482,10 @@ void Agent::Impl::onPreflight() {
     if (started) {
       // Who launched it, for the restarts its supervising agent may ask for (restartRefusal).
       if (keyRing_.allows(pending.key)) {
-        if (auto kept = writeFileAtomic(launcherPath(pending.spec.jobId), pending.key + "\n", 0600); !kept) {
+        const std::string path = launcherPath(pending.spec.jobId);
+        auto kept = makeDirectories(fs::path(path).parent_path().string(), 0700);
+        if (kept) kept = writeFileAtomic(path, pending.key + "\n", 0600);
+        if (!kept) {
           log_.error("job " + pending.spec.jobId + ": cannot keep who launched it: " + kept.error().message);
         }
       }
@@ -545,16 +530,47 @@ void Agent::Impl::onSamples() {
   }
 }
 
+// A long poll: answered at once when something newer than afterSeq is there for this client,
+// else held until it is or the wait ends. Messages of jobs the client may not see do not answer it.
+void Agent::Impl::onFetch(const std::string& client, const std::string& key, const Access& access, std::uint64_t id,
+                          const FetchRequest& body) {
+  fetchedUpTo_ = std::max(fetchedUpTo_, body.afterSeq);
+  const std::size_t max =
+      std::min<std::size_t>(body.maxMessages > 0 ? body.maxMessages : kFetchDefaultMessages, kFetchMaxMessages);
+  std::uint64_t after = body.afterSeq;
+  if (stream_->hasAfter(after) || body.waitMs == 0) {
+    FetchReply now = fetchFor(access.onlyOwner(), after, max);
+    if (!now.messages.empty() || body.waitMs == 0) return reply(client, Reply{id, std::move(now)});
+    after = std::max(after, now.lastSeq);  // nothing up to there is this client's
+  }
+  const auto waiting = static_cast<std::size_t>(
+      std::count_if(fetches_.begin(), fetches_.end(), [&](const PendingFetch& f) { return f.key == key; }));
+  if (waiting >= kMaxWaitingFetchesPerKey || fetches_.size() >= kMaxWaitingFetches) {
+    return replyError(client, id, Error{ErrorCode::kResourceExhausted,
+                                        "this client already has " + std::to_string(waiting) + " Fetches waiting on node " +
+                                            config_.name + " (at most " + std::to_string(kMaxWaitingFetchesPerKey) +
+                                            "): wait for their answers before asking again"});
+  }
+  fetches_.push_back(PendingFetch{client, key, id, after, max,
+                                  Clock::now() + milliseconds(std::min(body.waitMs, kFetchMaxWaitMs)), access.onlyOwner()});
+}
+
 void Agent::Impl::answerFetches(bool onlyExpired) {
   const auto now = Clock::now();
   for (auto it = fetches_.begin(); it != fetches_.end();) {
-    const bool ready = !onlyExpired && stream_->hasAfter(it->afterSeq);
-    if (ready || now >= it->deadline) {
-      reply(it->client, Reply{it->requestId, fetchFor(it->owner, it->afterSeq, it->max)});
-      it = fetches_.erase(it);
-    } else {
+    const bool expired = now >= it->deadline;
+    if (!expired && (onlyExpired || !stream_->hasAfter(it->afterSeq))) {
       ++it;
+      continue;
     }
+    FetchReply fetched = fetchFor(it->owner, it->afterSeq, it->max);
+    if (fetched.messages.empty() && !expired) {
+      it->afterSeq = std::max(it->afterSeq, fetched.lastSeq);  // none of them is this client's: wait on
+      ++it;
+      continue;
+    }
+    reply(it->client, Reply{it->requestId, std::move(fetched)});
+    it = fetches_.erase(it);
   }
 }
 

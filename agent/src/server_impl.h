@@ -84,6 +84,8 @@ class Agent::Impl {
   };
 
   void onRequest();
+  void onFetch(const std::string& client, const std::string& key, const Access& access, std::uint64_t id,
+               const FetchRequest& body);
   void watchConnections(bool events);
   // server_stalls.cpp
   void onStacks(const std::string& client, std::uint64_t id, const StacksRequest& request);

@@ -36,8 +36,7 @@ class StreamBuffer {
   std::uint64_t droppedWaiting() const { return droppedWaiting_; }
 
   // Messages with seq > afterSeq, at most max, of those `shows` lets through (all when unset). A
-  // reply with no message means that none up to its lastSeq was for this client: it asks next
-  // for what follows lastSeq.
+  // reply with no message means that none up to its lastSeq was let through.
   using Shows = std::function<bool(const StreamMessage&)>;
   FetchReply fetch(std::uint64_t afterSeq, std::size_t max, std::uint64_t instanceId, const Shows& shows = {}) const;
   bool hasAfter(std::uint64_t afterSeq) const { return lastSeq() > afterSeq; }
