@@ -70,6 +70,7 @@ class Isolation : public ::testing::Test {
  protected:
   void SetUp() override {
     if (::geteuid() != 0) GTEST_SKIP() << "making Unix users and running jobs as them needs root (CI runs as root)";
+    if (findOnPath("useradd").empty()) GTEST_SKIP() << "no useradd on PATH (Debian's passwd package) to make users with";
     alice = std::make_unique<UnixUser>("a");
     bob = std::make_unique<UnixUser>("b");
     // Not under /tmp, which each job has a private one of; passable by the jobs' users.
@@ -170,11 +171,28 @@ TEST_F(Isolation, AJobRunsAsItsKeysUserAndSeesNothingOfAnothersJob) {
   EXPECT_TRUE(waitUntil([&] { return runCommand({"pgrep", "-u", bob->name}, 5s)->status.exitCode == 1; }, 10s));
 }
 
+// How many Fetch round trips `client` makes in `span`, each waiting up to a second for something
+// newer than what it saw, as the app and lockstepctl do.
+int fetchesIn(AgentClient& client, std::chrono::milliseconds span) {
+  std::uint64_t seq = 0;
+  int calls = 0;
+  for (const auto end = std::chrono::steady_clock::now() + span; std::chrono::steady_clock::now() < end; ++calls) {
+    auto batch = client.fetch(seq, 100, 1000, 5s);
+    if (!batch) return -1;
+    if (!batch->messages.empty()) seq = batch->messages.back().seq;
+  }
+  return calls;
+}
+
 TEST_F(Isolation, AKeySeesAndStopsOnlyItsUsersJobsButAnAdminsSeesAll) {
   const std::string aliceWork = ownDirectory(*dir, *alice), bobWork = ownDirectory(*dir, *bob);
   auto a = as(aliceKeys);
   auto b = as(bobKeys);
   ASSERT_TRUE(a->startJob(shellJob("alices", "exec sleep 120", aliceWork), "", 10s).ok());
+  // Alice's job's samples stream on; bob's long polls wait for what is his, not spin on hers.
+  const int calls = fetchesIn(*b, 3s);
+  EXPECT_GT(calls, 0);
+  EXPECT_LT(calls, 40) << "bob's client spun on messages it may not see";
   ASSERT_TRUE(b->startJob(shellJob("bobs", "exec sleep 120", bobWork), "", 10s).ok());
 
   auto bobSees = b->listJobs(5s);
@@ -187,17 +205,30 @@ TEST_F(Isolation, AKeySeesAndStopsOnlyItsUsersJobsButAnAdminsSeesAll) {
   EXPECT_EQ(stop.error().code, ErrorCode::kPermissionDenied);
   EXPECT_NE(stop.error().message.find("belongs to " + alice->name), std::string::npos) << stop.error().message;
   EXPECT_FALSE(b->logs("alices", 0, 4096, 5s).ok());
-  // The stream shows bob nothing of alice's job.
-  auto stream = b->fetch(0, 20000, 0, 5s);
-  ASSERT_TRUE(stream.ok());
-  for (const auto& m : stream->messages) EXPECT_NE(jobOf(m.payload), "alices");
-
+  EXPECT_FALSE(b->stacks("alices", std::nullopt, 10s).ok());
+  // The stream shows bob his job's records and the node's, nothing of alice's job, which has some.
+  const auto recordsOf = [](AgentClient& client, const std::string& job) {
+    auto stream = client.fetch(0, 20000, 0, 5s);
+    EXPECT_TRUE(stream.ok());
+    return stream ? std::count_if(stream->messages.begin(), stream->messages.end(),
+                                  [&](const StreamMessage& m) { return jobOf(m.payload) == job; })
+                  : 0;
+  };
   auto admin = as(adminKeys);
+  ASSERT_TRUE(waitUntil([&] { return recordsOf(*admin, "alices") > 0 && recordsOf(*b, "bobs") > 0; }, 10s));
+  EXPECT_EQ(recordsOf(*b, "alices"), 0);
+
   auto all = admin->listJobs(5s);
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all->jobs.size(), 2u);
   ASSERT_TRUE(admin->stopJob("alices", 1000, 5s).ok());
   EXPECT_TRUE(ended(*a, "alices"));
+  // An ended job's id is still its user's: a "restart" of it by bob would take its directory.
+  JobSpec takeover = shellJob("alices", "exec sleep 120", bobWork);
+  takeover.attempt = 1;
+  auto taken = b->startJob(takeover, "", 10s);
+  ASSERT_FALSE(taken.ok()) << "bob's key took alice's job";
+  EXPECT_NE(taken.error().message.find("belongs to " + alice->name), std::string::npos) << taken.error().message;
   ASSERT_TRUE(b->stopJob("bobs", 1000, 5s).ok());
   EXPECT_TRUE(ended(*b, "bobs"));
   EXPECT_NE(readText(agent->stateDir() + "/agent.log").find("stop asked by key 'the admin' (" +
@@ -288,7 +319,7 @@ TEST_F(Isolation, AJobsProcessesAreItsCgroupsAndGoWithIt) {
   // A rank that leaves a process of its own session behind, and waits.
   ASSERT_TRUE(a->startJob(shellJob("grouped", "setsid sleep 300 & echo started > started.txt; exec sleep 300", work), "", 10s).ok());
   ASSERT_TRUE(waitUntil([&] { return fs::exists(work + "/started.txt"); }, 20s));
-  const std::string cgroup = agent::jobCgroupPath(*base, "grouped", 0);
+  const std::string cgroup = agent::jobCgroupPath(*base, "node-a", "grouped", 0);
   const auto members = [&] { return readText(cgroup + "/cgroup.procs"); };
   auto jobs = a->listJobs(5s);
   ASSERT_TRUE(jobs.ok() && jobs->jobs.size() == 1u);
