@@ -81,15 +81,18 @@ start_local_agent() {
   chmod 700 "$state" "$CONFIG"
   # Keys: the agent's, the app's and lockstepctl's (created once); both clients authorized on the
   # agent, the agent's key pinned for both (they share known_agents).
-  local agent_key key
+  local agent_key
   agent_key=$("$BIN/lockstep-agent" --state-dir "$state" --print-key)
   "${CTL[@]}" keygen >/dev/null
   # Jobs run as the user each key names (docs/security.md): you, and root only if you are root.
   local options="user=$(id -un)"
   [ "$(id -u)" = 0 ] && options="$options allow-root"
-  for key in "$("$BIN/lockstep" --config-dir "$CONFIG" --print-key)" "$(cat "$CONFIG/client.pub")"; do
-    echo "$options $key local client (lockstep.sh run)"
-  done >"$state/authorized_keys"
+  local keys=("$("$BIN/lockstep" --config-dir "$CONFIG" --print-key)" "$(cat "$CONFIG/client.pub")") key
+  # Keys added by hand stay; this script's own are written again (an older line may lack user=).
+  touch "$state/authorized_keys"
+  grep -vF -e "${keys[0]}" -e "${keys[1]}" "$state/authorized_keys" >"$state/authorized_keys.new" || true
+  for key in "${keys[@]}"; do echo "$options $key local client (lockstep.sh run)"; done >>"$state/authorized_keys.new"
+  mv "$state/authorized_keys.new" "$state/authorized_keys"
   chmod 600 "$state/authorized_keys"  # the agent refuses a key file others may write
   "${CTL[@]}" trust "$address" "$agent_key" >/dev/null
   # Each job gets a private /tmp, where this build's trainer would not be: not for a build in /tmp.
