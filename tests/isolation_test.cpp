@@ -319,11 +319,16 @@ TEST_F(Isolation, AJobsProcessesAreItsCgroupsAndGoWithIt) {
   // A rank that leaves a process of its own session behind, and waits.
   ASSERT_TRUE(a->startJob(shellJob("grouped", "setsid sleep 300 & echo started > started.txt; exec sleep 300", work), "", 10s).ok());
   ASSERT_TRUE(waitUntil([&] { return fs::exists(work + "/started.txt"); }, 20s));
-  const std::string cgroup = agent::jobCgroupPath(*base, "node-a", "grouped", 0);
-  const auto members = [&] { return readText(cgroup + "/cgroup.procs"); };
   auto jobs = a->listJobs(5s);
   ASSERT_TRUE(jobs.ok() && jobs->jobs.size() == 1u);
   const std::string rank = std::to_string(jobs->jobs[0].ranks[0].pid);
+  // The rank's cgroup, as the kernel says: the job's, under the agent's.
+  std::string cgroup = "\n" + readText("/proc/" + rank + "/cgroup");
+  ASSERT_NE(cgroup.find("\n0::"), std::string::npos) << cgroup;
+  cgroup = cgroup.substr(cgroup.find("\n0::") + 4);
+  cgroup = (fs::path(*base) / fs::path(cgroup.substr(0, cgroup.find('\n'))).filename()).string();
+  EXPECT_NE(cgroup.find("-grouped-0"), std::string::npos) << cgroup;
+  const auto members = [&] { return readText(cgroup + "/cgroup.procs"); };
   const std::string running = members();
   EXPECT_NE(("\n" + running).find("\n" + rank + "\n"), std::string::npos) << running;
   EXPECT_GE(std::count(running.begin(), running.end(), '\n'), 4) << "init, keeper, rank, its escaped child: " << running;

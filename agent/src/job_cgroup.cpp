@@ -6,6 +6,8 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
+#include <functional>
 #include <csignal>
 #include <filesystem>
 #include <sstream>
@@ -59,18 +61,24 @@ std::optional<std::string> jobCgroupBase(std::string* why) {
   return std::nullopt;
 }
 
-std::string jobCgroupPath(const std::string& base, const std::string& node, const std::string& jobId,
+std::string jobCgroupAgent(const std::string& node, const std::string& stateDir) {
+  char digest[9];
+  std::snprintf(digest, sizeof digest, "%08x", static_cast<unsigned>(std::hash<std::string>{}(stateDir) & 0xffffffffu));
+  return node + "-" + digest;
+}
+
+std::string jobCgroupPath(const std::string& base, const std::string& agent, const std::string& jobId,
                           std::uint32_t attempt) {
-  std::string name = "lockstep-" + node + "-" + jobId + "-" + std::to_string(attempt);
+  std::string name = "lockstep-" + agent + "-" + jobId + "-" + std::to_string(attempt);
   for (char& c : name) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
   }
   return (fs::path(base) / name).string();
 }
 
-Result<std::string> makeJobCgroup(const std::string& base, const std::string& node, const std::string& jobId,
+Result<std::string> makeJobCgroup(const std::string& base, const std::string& agent, const std::string& jobId,
                                   std::uint32_t attempt) {
-  const std::string path = jobCgroupPath(base, node, jobId, attempt);
+  const std::string path = jobCgroupPath(base, agent, jobId, attempt);
   if (::rmdir(path.c_str()) != 0 && errno == EBUSY) {
     killJobCgroup(path);  // what an earlier run of this attempt left (the agent was away when it ended)
     for (int i = 0; i < 100 && ::rmdir(path.c_str()) != 0 && errno == EBUSY; ++i) ::usleep(10000);

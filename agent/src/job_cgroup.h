@@ -18,12 +18,15 @@ namespace lockstep::agent {
 // there is no cgroup2 hierarchy it may write.
 std::optional<std::string> jobCgroupBase(std::string* why);
 
-// `base`/lockstep-NODE-JOB-ATTEMPT: the cgroup of a job's attempt on the agent of node NODE
-// (agents of several nodes may share a machine's hierarchy).
-std::string jobCgroupPath(const std::string& base, const std::string& node, const std::string& jobId,
+// `base`/lockstep-AGENT-JOB-ATTEMPT: the cgroup of a job's attempt on the agent that `agent` names
+// (jobCgroupAgent): several agents may share a machine's hierarchy.
+std::string jobCgroupPath(const std::string& base, const std::string& agent, const std::string& jobId,
                           std::uint32_t attempt);
+// An agent's part of its jobs' cgroups' names: its node's name and a digest of its state
+// directory, the same across its restarts.
+std::string jobCgroupAgent(const std::string& node, const std::string& stateDir);
 // jobCgroupPath, made anew (an older one of the same name is removed when empty).
-Result<std::string> makeJobCgroup(const std::string& base, const std::string& node, const std::string& jobId,
+Result<std::string> makeJobCgroup(const std::string& base, const std::string& agent, const std::string& jobId,
                                   std::uint32_t attempt);
 // Kills every process in it (cgroup.kill, Linux 5.14; before it, SIGKILL to each of cgroup.procs).
 void killJobCgroup(const std::string& path);

@@ -147,7 +147,8 @@ Result<void> JobManager::restore() {
       // Paths come from the (validated) job id, not from the file: a job table edited to name
       // other files must not make the agent trim or serve them.
       job->dir = jobDir(job->spec.jobId);
-      if (const std::string cgroup = jobCgroupPath(options_.cgroupBase, options_.node.name, job->spec.jobId, job->spec.attempt);
+      if (const std::string cgroup = jobCgroupPath(options_.cgroupBase, jobCgroupAgent(options_.node.name, options_.stateDir),
+                                                      job->spec.jobId, job->spec.attempt);
           !options_.cgroupBase.empty() && fs::exists(cgroup, ec)) {
         job->cgroup = cgroup;  // ended with the job, as the restarted agent sees it end
       }

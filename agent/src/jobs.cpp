@@ -253,7 +253,8 @@ Result<void> JobManager::spawnRanks(Job& job, NodeLaunch& launch) {
 Result<void> JobManager::spawnEachRank(Job& job, NodeLaunch& launch) {
   UniqueFd cgroupProcs;
   if (!options_.cgroupBase.empty()) {
-    LOCKSTEP_ASSIGN_OR_RETURN(job.cgroup, makeJobCgroup(options_.cgroupBase, options_.node.name, job.spec.jobId, job.spec.attempt));
+    LOCKSTEP_ASSIGN_OR_RETURN(job.cgroup, makeJobCgroup(options_.cgroupBase, jobCgroupAgent(options_.node.name, options_.stateDir), job.spec.jobId,
+                                                              job.spec.attempt));
     cgroupProcs = UniqueFd(::open((job.cgroup + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
     if (!cgroupProcs.valid()) return errnoError("cannot open " + job.cgroup + "/cgroup.procs", errno);
     launch.cgroupProcsFd = cgroupProcs.get();
