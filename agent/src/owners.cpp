@@ -14,7 +14,13 @@ Result<Identity> Owners::runAs(const KeyGrant& grant) const {
     return denied("the agent on " + node + " runs as root, so it runs each key's jobs as the Unix user the key names: "
                   "its admin adds user=NAME before this key in " + keysPath + " (docs/security.md)");
   }
-  auto who = lookUpUser(grant.user);
+  const auto now = std::chrono::steady_clock::now();
+  auto it = known_.find(grant.user);
+  if (it == known_.end() || now - it->second.at > std::chrono::minutes(1)) {
+    if (known_.size() > 4096) known_.clear();  // as many users as keys name, in practice
+    it = known_.insert_or_assign(grant.user, Known{now, lookUpUser(grant.user)}).first;
+  }
+  const Result<Identity>& who = it->second.who;
   if (!who) {
     return denied("this key's user=" + grant.user + " (" + keysPath + ") is not a user on " + node + ": " +
                   who.error().message);

@@ -5,6 +5,8 @@
 // root runs every job as itself and refuses a key naming another user. A job's owner is that
 // user; a key sees and acts on its own user's jobs only, unless its line says `admin`.
 
+#include <chrono>
+#include <map>
 #include <string>
 
 #include "lockstep/common/identity.h"
@@ -18,14 +20,18 @@ struct Owners {
   std::string node;      // for messages
   std::string keysPath;  // the authorized keys, for messages
 
-  // Who `grant`'s jobs run as here, or why the key may do nothing on this node.
+  // Who `grant`'s jobs run as here, or why the key may do nothing on this node. Every request
+  // asks, on the agent's event loop: a user database that answers slowly (LDAP, sssd) is asked
+  // about a user once a minute at most.
   Result<Identity> runAs(const KeyGrant& grant) const;
-};
 
-// Whether a key with `grant`, whose jobs run as `user`, may see and act on `owner`'s job.
-inline bool mayActOn(const KeyGrant& grant, const std::string& user, const std::string& owner) {
-  return grant.admin || owner == user;
-}
+ private:
+  struct Known {
+    std::chrono::steady_clock::time_point at;
+    Result<Identity> who;
+  };
+  mutable std::map<std::string, Known> known_;
+};
 
 // The refusal for a key that may not act on another user's job.
 Error notYours(const std::string& jobId, const std::string& owner, const std::string& user);

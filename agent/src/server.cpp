@@ -78,7 +78,9 @@ Result<void> Agent::Impl::init() {
       return Error{ErrorCode::kPermissionDenied, "the state directory " + why};
     }
   }
-  owners_ = Owners{currentIdentity(), config_.name, config_.authorizedKeysPath()};
+  owners_.agent = currentIdentity();
+  owners_.node = config_.name;
+  owners_.keysPath = config_.authorizedKeysPath();
   if (owners_.agent.uid == 0) log_.info("running as root: each key's jobs run as the Unix user its line names (user=NAME)");
   bool created = false;
   LOCKSTEP_ASSIGN_OR_RETURN(keys_, loadOrCreateKeyPair(config_.stateDir, "agent", &created));
