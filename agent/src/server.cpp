@@ -409,10 +409,9 @@ void Agent::Impl::onStartJob(const std::string& client, const std::string& key, 
   // with the rights that user still has.
   Identity owner = access.runAs;
   if (!access.user) {
-    if (auto why = restartRefusal(spec)) return refuse(*why);
-    auto launcher = launcherOwner(spec.jobId);
-    if (!launcher) return refuse(launcher.error());
-    owner = std::move(launcher).value();
+    auto restart = restartOwner(spec);
+    if (!restart) return refuse(restart.error());
+    owner = std::move(restart).value();
   } else if (spec.command && !keyRing_.allowsCommandJobs(key)) {
     return refuse(Error{ErrorCode::kPermissionDenied,
                         "this client's key may not start jobs that run their own program on " + config_.name +
@@ -442,20 +441,21 @@ void Agent::Impl::onStartJob(const std::string& client, const std::string& key, 
 
 std::string Agent::Impl::launcherPath(const std::string& jobId) const { return jobs_->launcherPath(jobId); }
 
-// Why the job's supervising agent may not restart it here: a user stopped it, or the key that
-// launched it lost the right to (left the authorized keys, or may run no program of its own).
-std::optional<Error> Agent::Impl::restartRefusal(const JobSpec& spec) const {
+// Who a restart the job's supervising agent asks for runs as: the user the key that launched it
+// maps to now. Refused when a user stopped the job, or that key lost the right to start it (left
+// the authorized keys, or may run no program of its own).
+Result<Identity> Agent::Impl::restartOwner(const JobSpec& spec) const {
   if (stoppedByUser_.count(spec.jobId)) {
     return Error{ErrorCode::kFailedPrecondition, "job " + spec.jobId + " was stopped by a user on " + config_.name +
                                                      ": it is not restarted"};
   }
   auto launcher = readFile(launcherPath(spec.jobId), 256);
-  const std::string key = launcher ? launcher->substr(0, launcher->find('\n')) : "";
-  if (!keyRing_.allows(key) || (spec.command && !keyRing_.allowsCommandJobs(key))) {
+  const KeyGrant* grant = keyRing_.grant(launcher ? launcher->substr(0, launcher->find('\n')) : "");
+  if (grant == nullptr || (spec.command && !grant->commandJobs)) {
     return Error{ErrorCode::kPermissionDenied, "the key that launched job " + spec.jobId + " may no longer start it on " +
                                                    config_.name + ": it is not restarted"};
   }
-  return std::nullopt;
+  return owners_.runAs(*grant);
 }
 
 bool Agent::Impl::cancelPendingStart(const std::string& jobId) {
@@ -482,7 +482,7 @@ void Agent::Impl::onPreflight() {
         done.result ? jobs_->start(pending.spec, *done.result, pending.owner, pending.storeSecret)
                     : Result<StartJobReply>(done.result.error());
     if (started) {
-      // Who launched it, for the restarts its supervising agent may ask for (restartRefusal).
+      // Who launched it, for the restarts its supervising agent may ask for (restartOwner).
       if (keyRing_.allows(pending.key)) {
         const std::string path = launcherPath(pending.spec.jobId);
         auto kept = makeDirectories(fs::path(path).parent_path().string(), 0700);
@@ -657,7 +657,8 @@ Result<void> Agent::Impl::loop(const std::atomic<int>& stop) {
         {watch_->events().handle(), 0, ZMQ_POLLIN, 0},
     };
     for (int fd : jobs_->exitFds()) items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
-    auto timeout = ConnectionWatch::kTick;
+    // Every tick while a client's connection is watched or the heap is to be given back.
+    auto timeout = watch_->watching() || !trims_.empty() ? ConnectionWatch::kTick : milliseconds(200);
     for (const auto& f : fetches_) {
       timeout = std::min(timeout, std::chrono::duration_cast<milliseconds>(f.deadline - Clock::now()) + milliseconds(1));
     }

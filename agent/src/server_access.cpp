@@ -3,9 +3,7 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <map>
 
-#include "lockstep/common/files.h"
 #include "server_impl.h"
 
 namespace lockstep::agent {
@@ -64,30 +62,14 @@ FetchReply Agent::Impl::fetchFor(const std::optional<std::string>& onlyOwner, st
                                  std::size_t max) const {
   StreamBuffer::Shows shows;
   if (onlyOwner) {
-    std::map<std::string, std::string> owners;
-    for (const auto& job : jobs_->list()) owners[job.spec.jobId] = job.owner;
-    shows = [owners = std::move(owners), user = *onlyOwner](const StreamMessage& m) {
+    shows = [this, &onlyOwner](const StreamMessage& m) {
       const std::string& job = jobOf(m.payload);
-      if (job.empty()) return true;
-      const auto it = owners.find(job);
-      return it != owners.end() && it->second == user;
+      return job.empty() || jobs_->ownerOf(job) == onlyOwner;
     };
   }
   FetchReply reply = stream_->fetch(afterSeq, max, instanceId_, shows);
   reply.jobsVersion = jobs_->jobsVersion();
   return reply;
-}
-
-// Who the job's launcher's key runs jobs as now, for a restart its supervising agent asks for.
-Result<Identity> Agent::Impl::launcherOwner(const std::string& jobId) const {
-  auto launcher = readFile(launcherPath(jobId), 256);
-  const std::string key = launcher ? launcher->substr(0, launcher->find('\n')) : "";
-  const KeyGrant* grant = keyRing_.grant(key);
-  if (grant == nullptr) {
-    return Error{ErrorCode::kPermissionDenied,
-                 "the key that launched job " + jobId + " may no longer start it on " + config_.name + ": it is not restarted"};
-  }
-  return owners_.runAs(*grant);
 }
 
 }  // namespace lockstep::agent

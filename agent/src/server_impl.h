@@ -100,7 +100,6 @@ class Agent::Impl {
   Result<Access> accessOf(const std::string& key, const Request& request) const;
   Result<void> mayActOn(const Access& access, const std::string& jobId) const;
   FetchReply fetchFor(const std::optional<std::string>& onlyOwner, std::uint64_t afterSeq, std::size_t max) const;
-  Result<Identity> launcherOwner(const std::string& jobId) const;
   void onPreflight();
   bool cancelPendingStart(const std::string& jobId);
   void onReports();
@@ -122,7 +121,7 @@ class Agent::Impl {
   bool idleTooLong();
   std::vector<JobStatus> listFor(const std::string& key, const Access& access) const;
   std::string launcherPath(const std::string& jobId) const;
-  std::optional<Error> restartRefusal(const JobSpec& spec) const;
+  Result<Identity> restartOwner(const JobSpec& spec) const;
 
   AgentConfig config_;
   Log& log_;
