@@ -61,31 +61,25 @@ std::optional<std::string> jobCgroupBase(std::string* why) {
   return std::nullopt;
 }
 
-std::string jobCgroupAgent(const std::string& node, const std::string& stateDir) {
+std::string jobCgroupPath(const std::string& base, const std::string& node, const std::string& stateDir,
+                          const std::string& jobId, std::uint32_t attempt) {
   char digest[9];
   std::snprintf(digest, sizeof digest, "%08x", static_cast<unsigned>(std::hash<std::string>{}(stateDir) & 0xffffffffu));
-  return node + "-" + digest;
-}
-
-std::string jobCgroupPath(const std::string& base, const std::string& agent, const std::string& jobId,
-                          std::uint32_t attempt) {
-  std::string name = "lockstep-" + agent + "-" + jobId + "-" + std::to_string(attempt);
+  std::string name = "lockstep-" + node + "-" + digest + "-" + jobId + "-" + std::to_string(attempt);
   for (char& c : name) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
   }
   return (fs::path(base) / name).string();
 }
 
-Result<std::string> makeJobCgroup(const std::string& base, const std::string& agent, const std::string& jobId,
-                                  std::uint32_t attempt) {
-  const std::string path = jobCgroupPath(base, agent, jobId, attempt);
+Result<void> makeJobCgroup(const std::string& path) {
   if (::rmdir(path.c_str()) != 0 && errno == EBUSY) {
     killJobCgroup(path);  // what an earlier run of this attempt left (the agent was away when it ended)
     for (int i = 0; i < 100 && ::rmdir(path.c_str()) != 0 && errno == EBUSY; ++i) ::usleep(10000);
   }
   if (::rmdir(path.c_str()) != 0 && errno != ENOENT) return errnoError("cannot replace the job's cgroup " + path, errno);
   if (::mkdir(path.c_str(), 0755) != 0) return errnoError("cannot make the job's cgroup " + path, errno);
-  return path;
+  return {};
 }
 
 void killJobCgroup(const std::string& path) {

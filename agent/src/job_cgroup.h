@@ -18,16 +18,13 @@ namespace lockstep::agent {
 // there is no cgroup2 hierarchy it may write.
 std::optional<std::string> jobCgroupBase(std::string* why);
 
-// `base`/lockstep-AGENT-JOB-ATTEMPT: the cgroup of a job's attempt on the agent that `agent` names
-// (jobCgroupAgent): several agents may share a machine's hierarchy.
-std::string jobCgroupPath(const std::string& base, const std::string& agent, const std::string& jobId,
-                          std::uint32_t attempt);
-// An agent's part of its jobs' cgroups' names: its node's name and a digest of its state
-// directory, the same across its restarts.
-std::string jobCgroupAgent(const std::string& node, const std::string& stateDir);
-// jobCgroupPath, made anew (an older one of the same name is removed when empty).
-Result<std::string> makeJobCgroup(const std::string& base, const std::string& agent, const std::string& jobId,
-                                  std::uint32_t attempt);
+// `base`/lockstep-NODE-DIGEST-JOB-ATTEMPT: the cgroup of a job's attempt on the agent of node NODE
+// whose state directory is `stateDir` (its digest: several agents may share a machine's
+// hierarchy, and a restarted agent finds its jobs' again).
+std::string jobCgroupPath(const std::string& base, const std::string& node, const std::string& stateDir,
+                          const std::string& jobId, std::uint32_t attempt);
+// `path` made anew: what an earlier run of the same attempt left there is killed first.
+Result<void> makeJobCgroup(const std::string& path);
 // Kills every process in it (cgroup.kill, Linux 5.14; before it, SIGKILL to each of cgroup.procs).
 void killJobCgroup(const std::string& path);
 // Removes it once it is empty; false while processes remain.

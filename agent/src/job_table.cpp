@@ -134,6 +134,7 @@ Result<void> JobManager::restore() {
   if (!fs::exists(path, ec)) return {};
   LOCKSTEP_ASSIGN_OR_RETURN(auto text, readFile(path, 256u << 20));
   const Json table = Json::parse(text, nullptr, false);
+  const std::string agentUser = currentIdentity().user;
   if (!table.is_array()) return invalidArgument(path + " is damaged (not a JSON array); move it away to start afresh");
   try {
     for (const auto& entry : table) {
@@ -143,14 +144,13 @@ Result<void> JobManager::restore() {
       job->startedUnixUs = entry.at("started_unix_us").get<std::int64_t>();
       job->endedUnixUs = entry.at("ended_unix_us").get<std::int64_t>();
       job->message = entry.at("message").get<std::string>();
-      job->owner.user = entry.value("owner", currentIdentity().user);  // a table from before owners: the agent's
+      job->owner.user = entry.value("owner", agentUser);  // a table from before owners: the agent's
       // Paths come from the (validated) job id, not from the file: a job table edited to name
       // other files must not make the agent trim or serve them.
       job->dir = jobDir(job->spec.jobId);
-      if (const std::string cgroup = jobCgroupPath(options_.cgroupBase, jobCgroupAgent(options_.node.name, options_.stateDir),
-                                                      job->spec.jobId, job->spec.attempt);
-          !options_.cgroupBase.empty() && fs::exists(cgroup, ec)) {
-        job->cgroup = cgroup;  // ended with the job, as the restarted agent sees it end
+      if (!options_.cgroupBase.empty()) {
+        job->cgroup = cgroupOf(job->spec);  // ended with the job, as the restarted agent sees it end
+        if (!fs::exists(job->cgroup, ec)) job->cgroup.clear();
       }
       job->storePort = entry.at("store_port").get<std::uint32_t>();
       job->masterPort = entry.value("master_port", 0u);

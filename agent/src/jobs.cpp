@@ -151,12 +151,10 @@ Result<StartJobReply> JobManager::start(const JobSpec& spec, const CheckedPaths&
   job->owner = owner;
   job->dir = jobDir(spec.jobId);
   job->storeSecret = storeSecret;
-  NodeLaunch launch{&job->spec, local, checked.program, spec.rendezvousHost, spec.rendezvousPort,
-                    options_.reportEndpoint, options_.node.cpuCores, "", job->dir, options_.pythonPath, "", ""};
-  if (options_.sandbox) launch.hide = options_.stateDir;
-  launch.privateTmp = options_.sandbox && options_.privateTmp;
-  launch.owner = &job->owner;
-  launch.agentFd = agentFd_.get();
+  NodeLaunch launch{&job->spec,       local,          checked.program,  spec.rendezvousHost, spec.rendezvousPort,
+                    options_.reportEndpoint, options_.node.cpuCores, "", job->dir, options_.pythonPath,
+                    "",               options_.sandbox ? options_.stateDir : "",
+                    options_.sandbox && options_.privateTmp, &job->owner, {}, agentFd_.get(), -1};
   LOCKSTEP_TRY(rendezvous(*job, local, launch));
 
   // The job's directory and what its ranks write there belong to its user.
@@ -253,8 +251,8 @@ Result<void> JobManager::spawnRanks(Job& job, NodeLaunch& launch) {
 Result<void> JobManager::spawnEachRank(Job& job, NodeLaunch& launch) {
   UniqueFd cgroupProcs;
   if (!options_.cgroupBase.empty()) {
-    LOCKSTEP_ASSIGN_OR_RETURN(job.cgroup, makeJobCgroup(options_.cgroupBase, jobCgroupAgent(options_.node.name, options_.stateDir), job.spec.jobId,
-                                                              job.spec.attempt));
+    job.cgroup = cgroupOf(job.spec);
+    LOCKSTEP_TRY(makeJobCgroup(job.cgroup));
     cgroupProcs = UniqueFd(::open((job.cgroup + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
     if (!cgroupProcs.valid()) return errnoError("cannot open " + job.cgroup + "/cgroup.procs", errno);
     launch.cgroupProcsFd = cgroupProcs.get();
@@ -570,6 +568,10 @@ std::vector<JobStatus> JobManager::list() const {
     out.push_back(std::move(s));
   }
   return out;
+}
+
+std::string JobManager::cgroupOf(const JobSpec& spec) const {
+  return jobCgroupPath(options_.cgroupBase, options_.node.name, options_.stateDir, spec.jobId, spec.attempt);
 }
 
 std::string JobManager::launcherPath(const std::string& jobId) const {

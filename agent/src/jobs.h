@@ -145,6 +145,7 @@ class JobManager {
   Result<std::vector<UniqueFd>> startInit(Job& job, NodeLaunch& launch);
   void endInit(Job& job);
   Result<void> giveToOwner(const Job& job, const std::string& path) const;
+  std::string cgroupOf(const JobSpec& spec) const;  // job_cgroup.h; with cgroupBase set
   StartJobReply announceStart(Job& job);
   void adoptUnrecordedRanks(Job& job);
   static std::string rankLogPath(const std::string& jobDir, std::uint32_t rank);

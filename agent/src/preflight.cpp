@@ -22,7 +22,7 @@ using Clock = std::chrono::steady_clock;
 Error unfit(std::string message) { return Error{ErrorCode::kFailedPrecondition, std::move(message)}; }
 
 // Whether the job's user may use `path` as `mode` says (checked with that user's rights:
-// FileRightsOf is in force); `what` says how ("read", "write", "enter", "run").
+// FileRightsOf is in force); errno says why not.
 bool userMay(const std::string& path, int mode) { return ::faccessat(AT_FDCWD, path.c_str(), mode, AT_EACCESS) == 0; }
 
 Error userMayNot(const PathFacts& f, const std::string& what, const std::string& path) {

@@ -160,7 +160,7 @@ bool isWithin(const std::string& path, const std::string& dir) {
 }
 
 std::string privateToJobs(const std::string& path) {
-  for (const char* shared : {"/tmp", "/dev/shm"}) {
+  for (const char* shared : kPrivateToJobs) {
     if (isWithin(path, shared)) return shared;
   }
   return "";

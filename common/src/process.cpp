@@ -268,8 +268,6 @@ bool becomeUser(const SpawnOptions::Credentials& c) {
          ::syscall(SYS_setresgid, c.gid, c.gid, c.gid) == 0 && ::syscall(SYS_setresuid, c.uid, c.uid, c.uid) == 0;
 }
 
-// In the child, past the keeper's fork (in the program): its own /proc, its user, its output files,
-// stdin and working directory. Async-signal-safe; fails the spawn with the step that failed.
 // PR_SET_PDEATHSIG for the spawning thread's death (cleared by fork, and by a change of user).
 void dieWithParent(const SpawnOptions& options, pid_t parent, int pipeFd) {
   if (options.parentDeathSignal == 0) return;
@@ -278,6 +276,8 @@ void dieWithParent(const SpawnOptions& options, pid_t parent, int pipeFd) {
   if (::getppid() != parent) ::_exit(127);
 }
 
+// In the child, past the keeper's fork (in the program): its own /proc, its user, its output files,
+// stdin and working directory. Async-signal-safe; fails the spawn with the step that failed.
 // parent: the caller, when this process is its child (no keeper between them); else 0.
 void becomeProgram(const SpawnOptions& options, sandbox::Plan* plan, pid_t parent, int pipeFd) {
   if (plan != nullptr && !sandbox::enterPidNamespace(*plan)) childFail(pipeFd, 12);

@@ -155,7 +155,7 @@ bool enter(Plan& p) {
     ::close(k.fd);
     if (k.readOnly && !remountReadOnly(k.path.c_str())) return false;
   }
-  for (const char* shared : {"/tmp", "/dev/shm"}) {
+  for (const char* shared : kPrivateToJobs) {
     if (p.privateTmp && ::mount("lockstep-job", shared, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") != 0) return false;
   }
   if (p.newPid && ::unshare(CLONE_NEWPID) != 0) return false;

@@ -132,7 +132,7 @@ Result<AuthorizedKeys> parseAuthorizedKeys(std::string_view text, const std::str
       }
       std::istringstream each(word);
       for (std::string option; std::getline(each, option, ',');) {
-        if (!option.empty()) LOCKSTEP_TRY(applyKeyOption(option, grant, where));
+        if (auto applied = option.empty() ? Result<void>() : applyKeyOption(option, grant, where); !applied) return applied;
       }
     }
     if (key.empty()) return invalidArgument(where + ": expected a 40-character Z85 public key, then a comment");

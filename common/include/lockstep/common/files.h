@@ -38,8 +38,9 @@ Result<void> makeDirectories(const std::string& path, unsigned mode = 0755);
 // Whether `path` is `dir` or lies below it, by their names alone (normalised; no link followed).
 bool isWithin(const std::string& path, const std::string& dir);
 
-// The directories each job has a private one of (its /tmp and /dev/shm, docs/security.md); "" when
-// `path` lies in neither, else the one it lies in.
+// The directories each job has a private one of (its /tmp and /dev/shm, docs/security.md).
+inline constexpr const char* kPrivateToJobs[] = {"/tmp", "/dev/shm"};
+// Which of kPrivateToJobs `path` lies in; "" when none.
 std::string privateToJobs(const std::string& path);
 
 // `name` in the directory of the running program (/proc/self/exe), or `name` itself when that

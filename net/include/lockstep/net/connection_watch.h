@@ -32,6 +32,8 @@ class ConnectionWatch {
   // Cuts the connections over the limit; at most every 50 ms. Returns how many it cut.
   int tick();
   static constexpr std::chrono::milliseconds kTick{50};
+  // Whether a connection is open: tick() has something to do.
+  bool watching() const { return !readWhenDelivered_.empty(); }
 
  private:
   zmq::socket_t& socket_;
