@@ -15,16 +15,8 @@ WORK=$(mktemp -d -p /var/tmp)  # not /tmp: each job has a private one
 AGENT_PID=
 trap 'for j in trainer pytorch; do "$BUILD/bin/lockstepctl" --config-dir "$WORK/config" stop "bench-$j" --grace-ms 1000 >/dev/null 2>&1 || true; done; [ -n "$AGENT_PID" ] && kill $AGENT_PID 2>/dev/null; rm -rf "$WORK"' EXIT
 
-PORT=17851
-"$BUILD/bin/lockstep-agent" --listen "tcp://127.0.0.1:$PORT" --state-dir "$WORK/agent" --name bench-node \
-  >"$WORK/agent.log" 2>&1 &
-AGENT_PID=$!
-for _ in $(seq 100); do [ -f "$WORK/agent/agent.pub" ] && break; sleep 0.1; done
-ctl() { "$BUILD/bin/lockstepctl" --config-dir "$WORK/config" --no-history "$@"; }
-KEY=$(ctl keygen | tail -1)
-echo "user=$(id -un)$([ "$(id -u)" = 0 ] && echo " allow-root") $KEY bench" >"$WORK/agent/authorized_keys"
-chmod 644 "$WORK/agent/authorized_keys"
-ctl trust "127.0.0.1:$PORT" "$(cat "$WORK/agent/agent.pub")" >/dev/null
+. "$SRC/bench/local_agent.sh"
+start_local_agent 17851 bench-node
 
 field() { /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
 now() { date +%s.%N; }

@@ -11,18 +11,10 @@ MINUTES=${2:-30}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d -p /var/tmp)  # not /tmp: each job has a private one
 AGENT_PID=
-ctl() { "$BUILD/bin/lockstepctl" --config-dir "$WORK/config" --no-history "$@"; }
+. "$SRC/bench/local_agent.sh"
 trap 'ctl stop soak --grace-ms 1000 >/dev/null 2>&1 || true; [ -n "$AGENT_PID" ] && kill $AGENT_PID 2>/dev/null; rm -rf "$WORK"' EXIT
 
-PORT=17852
-"$BUILD/bin/lockstep-agent" --listen "tcp://127.0.0.1:$PORT" --state-dir "$WORK/agent" --name soak-node \
-  >"$WORK/agent.log" 2>&1 &
-AGENT_PID=$!
-for _ in $(seq 100); do [ -f "$WORK/agent/agent.pub" ] && break; sleep 0.1; done
-KEY=$(ctl keygen | tail -1)
-echo "user=$(id -un)$([ "$(id -u)" = 0 ] && echo " allow-root") $KEY soak" >"$WORK/agent/authorized_keys"
-chmod 644 "$WORK/agent/authorized_keys"
-ctl trust "127.0.0.1:$PORT" "$(cat "$WORK/agent/agent.pub")" >/dev/null
+start_local_agent 17852 soak-node
 
 ctl start --ranks 2 --job-id soak -- /usr/bin/python3 "$SRC/tests/programs/ddp_mlp.py" --instrument --steps 100000000 \
   --sleep-ms 200 --phase-every 100 --phase-s 20 >/dev/null
