@@ -62,10 +62,18 @@ constexpr std::chrono::seconds kFirstJobWait{300};  // --exit-when-idle-s before
 
 std::string version() { return LOCKSTEP_VERSION; }
 
-// What a rank may push to its agent: its step reports, no other kind of record.
+constexpr std::size_t kMaxNoteBytes = 4096;
+constexpr std::uint32_t kMaxNotesPerJob = 64;
+
+// What a rank may push to its agent: its step reports, and notes for its job's events (the
+// trainer's bucket plans), no other kind of record.
 struct RankPush : RecordSink {
   std::optional<StepReport> report;
+  std::optional<JobEvent> note;
   void onStep(const std::string&, const StepReport& r) override { report = r; }
+  void onEvent(const std::string&, const JobEvent& e) override {
+    if (e.kind == JobEventKind::kNote && e.rank && e.message.size() <= kMaxNoteBytes) note = e;
+  }
 };
 
 }  // namespace
@@ -513,6 +521,10 @@ void Agent::Impl::onReports() {
     auto message = decodeStreamMessage((*frames)[0].to_string_view(), kMaxReportBytes);
     RankPush pushed;
     if (message) visitRecord(*message, pushed);
+    if (pushed.note && jobs_->knowsRank(pushed.note->jobId, *pushed.note->rank)) {
+      takeNote(std::move(*pushed.note));
+      continue;
+    }
     const auto& report = pushed.report;
     if (!report || !jobs_->knowsRank(report->jobId, report->rank)) {
       if (droppedReports_++ % 1000 == 0) {
@@ -524,6 +536,15 @@ void Agent::Impl::onReports() {
     stalls_.noteStep(report->jobId, report->rank, report->stepTimeUs);
     append(std::move(*pushed.report));
   }
+}
+
+// A rank's note joins its job's events: at most kMaxNotesPerJob per job, stamped by this agent.
+void Agent::Impl::takeNote(JobEvent note) {
+  if (notesPerJob_.size() > 1024) notesPerJob_.clear();  // bounded; a job may then note 64 more
+  if (notesPerJob_[note.jobId]++ >= kMaxNotesPerJob) return;
+  note.timeUnixUs = unixMicrosNow();
+  note.logTail.clear();
+  append(std::move(note));
 }
 
 void Agent::Impl::onSamples() {

@@ -103,6 +103,7 @@ class Agent::Impl {
   void onPreflight();
   bool cancelPendingStart(const std::string& jobId);
   void onReports();
+  void takeNote(JobEvent note);
   void onSamples();
   void answerFetches(bool onlyExpired);
   void reply(const std::string& client, const Reply& reply);
@@ -145,6 +146,7 @@ class Agent::Impl {
   std::map<std::uint64_t, PendingStart> starts_;  // by preflight id
   std::uint64_t nextPreflightId_ = 1;
   std::uint64_t droppedReports_ = 0;
+  std::map<std::string, std::uint32_t> notesPerJob_;  // rank notes taken, per job id
   bool reserveFailing_ = false;
   std::set<std::string> stoppedByUser_;  // jobs a user's key stopped
   std::unique_ptr<MetricsPage> metricsPage_;      // with --metrics-listen

@@ -91,6 +91,18 @@ Handler asReal(double& field) {
   };
 }
 
+// "auto" is 0: the trainer measures and chooses (--bucket-mb).
+Handler asRealOrAuto(double& field) {
+  return [&field](const std::string& flag, const std::string& v) -> Result<void> {
+    if (v == "auto") {
+      field = 0;
+      return {};
+    }
+    LOCKSTEP_ASSIGN_OR_RETURN(field, parseReal(flag, v));
+    return {};
+  };
+}
+
 Handler asOptionalReal(std::optional<double>& field) {
   return [&field](const std::string& flag, const std::string& v) -> Result<void> {
     LOCKSTEP_ASSIGN_OR_RETURN(field, parseReal(flag, v));
@@ -199,7 +211,7 @@ Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
       {"--lr-base-batch", asWhole(s.optimizer.lrBaseBatch, 1u << 30)},
       {"--seed", asWhole(s.seed, ~std::uint64_t{0})},
       {"--target-loss", asOptionalReal(s.targetLoss)},
-      {"--bucket-mb", asReal(s.bucketMb)},
+      {"--bucket-mb", asRealOrAuto(s.bucketMb)},
       {"--timeout-s", asWhole(s.timeoutS, 86400u)},
       {"--checkpoint-dir", asText(s.checkpointDir)},
       {"--checkpoint-every", asWhole(s.checkpointEvery, 1u << 30)},
@@ -223,6 +235,7 @@ Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
       {"--nesterov", [&] { s.optimizer.nesterov = true; }},
       {"--resume", [&] { o.resume = true; }},
       {"--quiet", [&] { o.quiet = true; }},
+      {"--no-pin-cpus", [&] { o.pinCpus = false; }},
       {"--help", [&] { o.help = true; }},
       {"-h", [&] { o.help = true; }},
       {"--version", [&] { o.version = true; }},
@@ -286,6 +299,7 @@ Result<TrainerOptions> parseJobArgs(const std::vector<std::string>& args) {
       {"--threads", "the agent gives each rank the node's cores divided by its local ranks"},
       {"--log-every", "a job's rank logs keep the trainer's own interval (`lockstepctl logs JOB`)"},
       {"--quiet", "a job's rank logs keep the trainer's progress lines (`lockstepctl logs JOB`)"},
+      {"--no-pin-cpus", "each of a job's local ranks computes on its own share of the node's CPUs"},
   };
   for (const auto& [flag, why] : processOnly) {
     if (o.gave(flag)) return invalidArgument(flag + " is lockstep-trainer's own, not a job's: " + why);
@@ -380,7 +394,9 @@ Optimizer:
   --lr-base-batch N           the batch the lr was tuned for (default: --batch-per-rank)
 
 Communication:
-  --bucket-mb X               gradient bucket size; buckets all-reduce while backward goes on (default 25)
+  --bucket-mb X|auto          gradient bucket size in MB; buckets all-reduce while backward goes on.
+                              auto (the default): measured at start-up and chosen to hide the most
+                              communication, chosen again if the measurements drift
   --balance even|dynamic      how the global batch is split among ranks (default even); dynamic
                               re-splits it from the ranks' measured compute rates, so that slower
                               ranks get fewer samples and all finish together (CPU backend)
@@ -409,7 +425,9 @@ Output:
   --metrics-out F             one JSON line per step and rank (default: stdout)
   --job-id ID                 job id in metrics and reports (default $LOCKSTEP_JOB_ID or "local")
   --name TEXT                 a name for people: the history and reports show it beside the id
-  --threads N                 BLAS threads per rank (default: cores / local ranks)
+  --threads N                 BLAS threads per rank (default: cores / local ranks, each local rank
+                              on its own share of the CPUs the process may use)
+  --no-pin-cpus               let local ranks' threads run on any of those CPUs
   --log-every N               progress line every N steps (default: about 20 per run)
   --quiet                     no progress lines
   --help, --version
@@ -462,7 +480,7 @@ std::vector<std::string> jobSpecToTrainerArgs(const JobSpec& spec, const std::st
   if (spec.targetLoss) flag("--target-loss", real(*spec.targetLoss));
   if (!spec.shuffle) a.emplace_back("--no-shuffle");
   flag("--seed", std::to_string(spec.seed));
-  flag("--bucket-mb", real(spec.bucketMb));
+  if (spec.bucketMb > 0) flag("--bucket-mb", real(spec.bucketMb));
   if (spec.maxRestarts > 0) flag("--max-restarts", std::to_string(spec.maxRestarts));
   if (spec.minWorldSize > 0) flag("--min-ranks", std::to_string(spec.minWorldSize));
   if (spec.onStall != OnStall::kReport) flag("--on-stall", std::string(nameOf(spec.onStall)));

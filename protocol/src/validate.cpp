@@ -231,7 +231,7 @@ Result<void> validateTrainerJob(const JobSpec& spec) {
   }
   if (spec.steps > 1'000'000'000'000ull) return bad("steps is too large");
   if (spec.epochs > 1'000'000) return bad("epochs is too large");
-  LOCKSTEP_TRY(checkRange("bucket size in MB", spec.bucketMb, 0.0, 4096.0, false));
+  LOCKSTEP_TRY(checkRange("bucket size in MB (0: chosen by measurement)", spec.bucketMb, 0.0, 4096.0));
   if (spec.rebalanceEvery > 1000000) return bad("rebalance_every must be at most 1000000 steps");
   if (spec.maxRestarts > 0 && (spec.checkpointDir.empty() || spec.checkpointEvery == 0)) {
     return bad("restarts resume from checkpoints: with --max-restarts give --checkpoint-dir (a path every node "
@@ -316,6 +316,7 @@ std::string_view jobEventKindName(JobEventKind kind) {
     case JobEventKind::kStalled: return "stalled";
     case JobEventKind::kStallEnded: return "stall_ended";
     case JobEventKind::kRankEvidence: return "rank_evidence";
+    case JobEventKind::kNote: return "note";
   }
   return "unknown";
 }
@@ -410,7 +411,7 @@ Result<void> validateNodeHello(const NodeHello& hello) {
 Result<void> validateJobEvent(const JobEvent& event) {
   LOCKSTEP_TRY(validateJobId(event.jobId));
   const int kind = static_cast<int>(event.kind);
-  if (kind < static_cast<int>(JobEventKind::kStarted) || kind > static_cast<int>(JobEventKind::kRankEvidence)) {
+  if (kind < static_cast<int>(JobEventKind::kStarted) || kind > static_cast<int>(JobEventKind::kNote)) {
     return bad("job event kind is missing or unknown (" + std::to_string(kind) + ")");
   }
   LOCKSTEP_TRY(checkText("job event message", event.message, kMaxTextLength));

@@ -26,9 +26,13 @@ Result<std::unique_ptr<ReportSender>> ReportSender::connect(const std::string& e
   }
 }
 
-bool ReportSender::send(const StepReport& report) {
+bool ReportSender::send(const StepReport& report) { return push(report); }
+
+bool ReportSender::send(const JobEvent& note) { return push(note); }
+
+bool ReportSender::push(StreamPayload payload) {
   if (!socket_) return false;
-  const std::string bytes = encode(StreamMessage{++seq_, "", report});
+  const std::string bytes = encode(StreamMessage{++seq_, "", std::move(payload)});
   try {
     if (socket_->push.send(zmq::buffer(bytes), zmq::send_flags::dontwait)) return true;
   } catch (const zmq::error_t&) {

@@ -23,6 +23,9 @@ class Comm {
   // Copies `bytes` bytes from `root` to every rank.
   virtual Result<void> broadcast(void* data, std::size_t bytes, int root) = 0;
   virtual Result<void> barrier() = 0;
+  // Forgets what the backend keeps per buffer (Gloo's algorithms bound to each buffer range), once
+  // those buffers are no longer reduced. Every rank calls it at the same point.
+  virtual void releaseBuffers() {}
 };
 
 struct GlooOptions {

@@ -84,6 +84,8 @@ class GlooComm final : public Comm {
     });
   }
 
+  void releaseBuffers() override { allReduces_.clear(); }
+
   Result<void> barrier() override {
     return guarded("barrier", [&] {
       gloo::BarrierAllToAll algorithm(context_);

@@ -79,6 +79,10 @@ Result<void> MetricsSink::write(const StepReport& report) {
   return {};
 }
 
+void MetricsSink::note(const JobEvent& event) {
+  if (impl_->sender) impl_->sender->send(event);
+}
+
 std::uint64_t MetricsSink::close() { return impl_->sender ? impl_->sender->close() : 0; }
 
 }  // namespace lockstep::trainer

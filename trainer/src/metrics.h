@@ -23,6 +23,8 @@ class MetricsSink {
   MetricsSink& operator=(const MetricsSink&) = delete;
 
   Result<void> write(const StepReport& report);
+  // A note for the job's events (the bucket plan), when there is an agent to take it.
+  void note(const JobEvent& event);
   // Waits (bounded) for queued reports to leave; returns how many were dropped overall.
   std::uint64_t close();
 

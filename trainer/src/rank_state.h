@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "bucket_measure.h"
 #include "checkpoint.h"
 #include "comm.h"
 #include "dataset.h"
@@ -28,7 +29,6 @@ namespace lockstep::trainer {
 
 using Clock = std::chrono::steady_clock;
 inline constexpr auto kHeartbeatInterval = std::chrono::seconds(1);
-inline constexpr std::size_t kFirstBucketBytes = 1u << 20;  // like PyTorch DDP: start communicating early
 
 // What the main thread is doing, for heartbeats: written by the main thread, read by the
 // heartbeat thread. Under an agent it goes to the rank's progress record too (LOCKSTEP_PROGRESS),
@@ -119,6 +119,7 @@ class RankRunner::State {
   std::unique_ptr<StoreClient> store;
   std::unique_ptr<Comm> comm;
   std::unique_ptr<GradientReducer> reducer;
+  std::unique_ptr<PlanWatch> planWatch;  // buckets chosen by measurement (no --bucket-mb)
   Progress progress;
   std::unique_ptr<Heartbeat> heartbeat;
   std::unique_ptr<CheckpointWriter> checkpoints;  // rank 0, with --checkpoint-dir

@@ -2,11 +2,34 @@
 
 #include <sched.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace lockstep::trainer {
 
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+// LOCKSTEP_TEST_COMM_DELAY=RANK:MICROS:STEP makes that rank's every all-reduce MICROS longer from
+// step STEP on: the re-planning test stands in for a link that became slower with it.
+struct CommDelay {
+  int rank = -1;
+  std::chrono::microseconds delay{0};
+  std::uint64_t fromStep = 0;
+};
+
+CommDelay commDelayFromEnvironment() {
+  CommDelay d;
+  const char* text = std::getenv("LOCKSTEP_TEST_COMM_DELAY");
+  long long micros = 0;
+  unsigned long long step = 0;
+  if (text != nullptr && std::sscanf(text, "%d:%lld:%llu", &d.rank, &micros, &step) == 3) {
+    d.delay = std::chrono::microseconds(micros);
+    d.fromStep = step;
+  }
+  return d;
+}
 
 // True when a thread may go to SCHED_IDLE and come back to SCHED_OTHER. Tried on a thread of its
 // own, so that a failed return strands nobody.
@@ -25,7 +48,7 @@ bool canReturnFromIdleScheduling() {
 GradientReducer::GradientReducer(Comm& comm, float* grads, std::vector<Bucket> buckets,
                                  std::chrono::milliseconds timeout, progress::Writer* record)
     : comm_(comm), grads_(grads), buckets_(std::move(buckets)), timeout_(timeout), record_(record),
-      canYield_(canReturnFromIdleScheduling()) {
+      canYield_(canReturnFromIdleScheduling()), timings_(buckets_.size()) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -49,7 +72,11 @@ std::vector<std::size_t> GradientReducer::cuts() const {
 
 void GradientReducer::beginStep() {
   std::lock_guard lock(mutex_);
+  if (static const CommDelay test = commDelayFromEnvironment(); test.rank == comm_.rank() && ++steps_ >= test.fromStep) {
+    delay_ = test.delay;
+  }
   readyEnd_ = 0;
+  ready_ = 0;
   launched_ = 0;
   reduced_ = 0;
   allreduceMicros_ = 0;
@@ -61,6 +88,8 @@ void GradientReducer::markReady(std::size_t end) {
   {
     std::lock_guard lock(mutex_);
     readyEnd_ = std::max(readyEnd_, end);
+    const auto now = Clock::now();
+    for (; ready_ < buckets_.size() && buckets_[ready_].end <= readyEnd_; ++ready_) timings_[ready_].ready = now;
     launch = launched_ < buckets_.size() && buckets_[launched_].end <= readyEnd_;
   }
   if (!launch) return;
@@ -91,6 +120,11 @@ void GradientReducer::yieldComputeToCommunication(bool yield) {
   }
 }
 
+std::vector<BucketTiming> GradientReducer::timings() const {
+  std::lock_guard lock(mutex_);
+  return timings_;
+}
+
 std::int64_t GradientReducer::allreduceMicros() const {
   std::lock_guard lock(mutex_);
   return allreduceMicros_;
@@ -110,9 +144,11 @@ void GradientReducer::run() {
     if (stopping_) return;
     const Bucket bucket = buckets_[launched_++];
     const auto number = static_cast<std::uint32_t>(launched_);
+    const auto delay = delay_;
     lock.unlock();
 
     const auto start = Clock::now();
+    if (delay > std::chrono::microseconds::zero()) std::this_thread::sleep_for(delay);
     if (record_) record_->collectiveBegin(number, static_cast<std::uint32_t>(buckets_.size()));
     Result<void> reduced = comm_.allReduceSum(grads_ + bucket.begin, bucket.end - bucket.begin);
     if (record_ && reduced) record_->collectiveEnd();  // a failed one is where the rank stays
@@ -122,6 +158,8 @@ void GradientReducer::run() {
     if (!reduced) {
       error_ = reduced.error();
     } else {
+      timings_[number - 1].start = start;
+      timings_[number - 1].end = start + std::chrono::microseconds(micros);
       ++reduced_;
       allreduceMicros_ += micros;
       bytesReduced_ += (bucket.end - bucket.begin) * sizeof(float);

@@ -28,6 +28,11 @@
 
 namespace lockstep::trainer {
 
+// When one bucket of a step became final, began its all-reduce and ended it.
+struct BucketTiming {
+  std::chrono::steady_clock::time_point ready, start, end;
+};
+
 class GradientReducer {
  public:
   // `record`: where the rank's progress goes (its collectives), or null.
@@ -46,6 +51,9 @@ class GradientReducer {
   void markReady(std::size_t end);
   // Blocks until bucket `index` is reduced. Fails with the communication error, or a timeout.
   Result<void> waitBucket(std::size_t index);
+
+  // The step's buckets so far (those reduced have all three times).
+  std::vector<BucketTiming> timings() const;
 
   // Totals of the current step so far.
   std::int64_t allreduceMicros() const;
@@ -70,6 +78,7 @@ class GradientReducer {
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::size_t readyEnd_ = 0;    // grads[0, readyEnd_) final
+  std::size_t ready_ = 0;       // buckets final this step
   std::size_t launched_ = 0;    // buckets handed to the collective this step
   std::size_t reduced_ = 0;     // buckets finished this step
   bool stopping_ = false;
@@ -78,6 +87,9 @@ class GradientReducer {
   std::optional<Error> error_;
   std::int64_t allreduceMicros_ = 0;
   std::uint64_t bytesReduced_ = 0;
+  std::vector<BucketTiming> timings_;
+  std::uint64_t steps_ = 0;                      // this reducer's beginStep calls, for the test's delay
+  std::chrono::microseconds delay_{0};           // LOCKSTEP_TEST_COMM_DELAY (reducer.cpp)
   std::thread thread_;
 };
 

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "checkpoint.h"
+#include "cpu_share.h"
 #include "comm.h"
 #include "dataset.h"
 #include "lockstep/common/clock.h"
@@ -136,15 +137,22 @@ Result<RunSummary> RankRunner::run() {
   LOCKSTEP_TRY(setUp());
   LOCKSTEP_TRY(connect());
   LOCKSTEP_TRY(restoreOrInit());
+  if (options_.spec.backend == Backend::kCpu && state_->comm) LOCKSTEP_TRY(setUpCpuBuckets());
   return train();
 }
 
 Result<void> RankRunner::setUp() {
   State& s = *state_;
   const JobSpec& spec = options_.spec;
-  const std::uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
-  const std::uint32_t threads = options_.threads > 0 ? options_.threads : std::max(1u, cores / env_.localWorldSize);
-  openblas_set_num_threads(static_cast<int>(threads));
+  // Before any thread starts, so that the BLAS and communication threads inherit it.
+  const CpuShare share = cpuShareOf(allowedCpus(), env_.localRank, env_.localWorldSize);
+  const bool pinned = spec.backend == Backend::kCpu && options_.threads == 0 && options_.pinCpus &&
+                      env_.localWorldSize > 1 && pinTo(share);
+  openblas_set_num_threads(static_cast<int>(options_.threads > 0 ? options_.threads : share.threads));
+  if (pinned && !options_.quiet && env_.localRank == 0) {
+    std::fprintf(stderr, "[lockstep] each of the %u local ranks computes on its own CPUs (local rank 0: %s; --no-pin-cpus to let them roam)\n",
+                 env_.localWorldSize, share.describe().c_str());
+  }
 
   // Rank 0 empties a shared metrics file before anyone can write to it (the others open it only
   // after the rendezvous, which needs rank 0). Under a launcher, the launcher did it.
@@ -199,10 +207,6 @@ Result<void> RankRunner::connect() {
       gloo.localHost = s.store->localAddress();
       gloo.timeout = timeout;
       LOCKSTEP_ASSIGN_OR_RETURN(s.comm, connectGloo(*s.store, gloo));
-      const std::size_t bucketBytes = static_cast<std::size_t>(spec.bucketMb * 1024 * 1024);
-      s.reducer = std::make_unique<GradientReducer>(
-          *s.comm, s.grads.data(), planBuckets(*s.layout, bucketBytes, std::min(bucketBytes, kFirstBucketBytes)), timeout,
-          &s.progress.record());
     }
     s.heartbeat = std::make_unique<Heartbeat>(*s.store, s.progress);
   } else if (spec.backend == Backend::kCuda) {
@@ -211,6 +215,78 @@ Result<void> RankRunner::connect() {
   }
   LOCKSTEP_ASSIGN_OR_RETURN(s.metrics, MetricsSink::open(options_.metricsOut, env_.reportEndpoint));
   return {};
+}
+
+std::vector<Bucket> RankRunner::fixedBuckets() const {
+  const JobSpec& spec = options_.spec;
+  auto buckets = cappedBuckets(*state_->layout, static_cast<std::size_t>(spec.bucketMb * 1024 * 1024));
+  char given[48];
+  std::snprintf(given, sizeof given, "%g", spec.bucketMb);
+  note("buckets: " + describeBuckets(buckets) + " (--bucket-mb " + given + ")");
+  return buckets;
+}
+
+// Without --bucket-mb, the buckets are chosen from this job's measurements (bucket_plan.h), on a
+// batch of the first step; the time it takes is start-up.
+Result<void> RankRunner::setUpCpuBuckets() {
+  State& s = *state_;
+  const JobSpec& spec = options_.spec;
+  const milliseconds timeout(std::int64_t{spec.timeoutS} * 1000);
+  std::vector<Bucket> buckets;
+  if (spec.bucketMb > 0) {
+    buckets = fixedBuckets();
+  } else {
+    const auto start = Clock::now();
+    std::vector<std::uint32_t> indices;
+    s.sampler->indices(s.firstStep, 0, env_.rank, indices);
+    const auto rows = static_cast<std::uint32_t>(std::min<std::size_t>(indices.size(), s.maxRows));
+    std::vector<float> x(std::size_t{rows} * s.data.dim);
+    std::vector<std::int32_t> labels(rows);
+    for (std::uint32_t i = 0; i < rows; ++i) {
+      std::copy_n(s.data.row(indices[i]), s.data.dim, x.data() + std::size_t{i} * s.data.dim);
+      labels[i] = s.data.labels[indices[i]];
+    }
+    const CpuStepProbe probe{*s.model, *s.layout, spec.optimizer, s.params.data(), x.data(), labels.data(), rows, timeout};
+    auto mine = measureCpuStep(*s.comm, probe);
+    if (!mine) return diagnoseCommFailure(mine.error(), "measuring the all-reduce");
+    auto figures = agreeOnFigures(*s.comm, *mine);
+    if (!figures) return diagnoseCommFailure(figures.error(), "agreeing on the bucket plan");
+    BucketPlan plan = chooseBuckets(*s.layout, *figures);
+    buckets = plan.buckets;
+    const auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - start).count();
+    note(describePlan(plan, *figures) + "; measured in " + std::to_string(took) + " ms at start-up");
+    s.planWatch = std::make_unique<PlanWatch>(*s.layout, std::move(*figures), std::move(plan));
+  }
+  s.reducer = std::make_unique<GradientReducer>(*s.comm, s.grads.data(), std::move(buckets), timeout, &s.progress.record());
+  return {};
+}
+
+// Re-plans when the measurements drifted (PlanWatch), after step `step` on every rank alike.
+Result<void> RankRunner::replanIfDrifted(std::uint64_t step) {
+  State& s = *state_;
+  if (!s.planWatch) return {};
+  LOCKSTEP_ASSIGN_OR_RETURN(auto replanned, s.planWatch->check(*s.comm, step));
+  if (!replanned) return {};
+  s.reducer->shutdown();
+  s.comm->releaseBuffers();
+  s.reducer = std::make_unique<GradientReducer>(*s.comm, s.grads.data(), s.planWatch->plan().buckets,
+                                                milliseconds(std::int64_t{options_.spec.timeoutS} * 1000),
+                                                &s.progress.record());
+  note(*replanned);
+  return {};
+}
+
+// Rank 0 tells the job's events (through its agent) and its log what it decided.
+void RankRunner::note(const std::string& text) const {
+  if (env_.rank != 0) return;
+  if (!options_.quiet) std::fprintf(stderr, "[lockstep] %s\n", text.c_str());
+  JobEvent event;
+  event.jobId = options_.spec.jobId;
+  event.kind = JobEventKind::kNote;
+  event.timeUnixUs = unixMicrosNow();
+  event.rank = env_.rank;
+  event.message = text;
+  if (state_->metrics) state_->metrics->note(event);
 }
 
 Result<void> RankRunner::restoreOrInit() {
@@ -359,9 +435,9 @@ Result<RunSummary> RankRunner::train() {
   State& s = *state_;
   const JobSpec& spec = options_.spec;
   const double lr = effectiveLearningRate(spec);
-  const std::vector<std::size_t> cuts = s.reducer ? s.reducer->cuts() : std::vector<std::size_t>{};
-  const std::vector<Bucket> wholeBuffer = {{0, s.layout->totalFloats()}};
-  const std::vector<Bucket>& buckets = s.reducer ? s.reducer->buckets() : wholeBuffer;
+  // The reducer's plan; re-read when it is re-planned between steps.
+  std::vector<std::size_t> cuts = s.reducer ? s.reducer->cuts() : std::vector<std::size_t>{};
+  std::vector<Bucket> buckets = s.reducer ? s.reducer->buckets() : std::vector<Bucket>{{0, s.layout->totalFloats()}};
   float* grads = s.grads.data();
   float* params = s.params.data();
 
@@ -376,6 +452,7 @@ Result<RunSummary> RankRunner::train() {
   Clock::duration lastComputeTime{};
   const auto runStart = Clock::now();
   accounting.printStart(buckets.size());
+  Clock::time_point backwardStart, backwardEnd;  // the last micro-step's, which the reducer follows
   if (env_.rank == 0 && !options_.quiet && s.reducer && !s.reducer->yieldsCompute()) {
     std::fprintf(stderr,
                  "[lockstep] note: this process may not return from SCHED_IDLE (needs CAP_SYS_NICE or "
@@ -413,9 +490,11 @@ Result<RunSummary> RankRunner::train() {
         grads[kSampleCount] = static_cast<float>(localSamples);
         grads[kStopVotes] = stopSignal_.load() != 0 ? 1.0f : 0.0f;
       }
+      if (last) backwardStart = Clock::now();
       s.model->backward(params, grads, micro > 0, cuts, [&](std::size_t end) {
         if (last && s.reducer) s.reducer->markReady(end);
       });
+      if (last) backwardEnd = Clock::now();
       lastComputeTime = Clock::now() - computeStart;
       modelTime += Clock::now() - modelStart;
     }
@@ -450,6 +529,14 @@ Result<RunSummary> RankRunner::train() {
     report.bytesReduced = s.reducer ? s.reducer->bytesReduced() : 0;
     samplesSeen += static_cast<std::uint64_t>(grads[kSampleCount]);
 
+    if (s.planWatch) s.planWatch->noteStep(s.reducer->timings(), backwardStart, backwardEnd);
+    if (std::getenv("LOCKSTEP_DEBUG_TIMELINE") && s.reducer && step > 100 && step < 106) {
+      auto us = [&](Clock::time_point t) { return micros(t - backwardStart) / 1000.0; };
+      std::string line = "TL r" + std::to_string(env_.rank) + " step " + std::to_string(step) + " fwd " + std::to_string(micros(backwardStart - stepStart)/1000.0) + " bwdEnd " + std::to_string(us(backwardEnd)) + " end " + std::to_string(us(stepEnd)) + " exposed " + std::to_string(micros(exposed)/1000.0) + " |";
+      for (auto& t : s.reducer->timings()) { char b[80]; snprintf(b, sizeof b, " [%.2f %.2f %.2f]", us(t.ready), us(t.start), us(t.end)); line += b; }
+      fprintf(stderr, "%s\n", line.c_str());
+    }
+
     const bool checkpointDue = spec.checkpointEvery > 0 && (step + 1) % spec.checkpointEvery == 0;
     if (s.checkpoints && (checkpointDue || (stopVoted && spec.checkpointEvery > 0))) {
       // The copy is quick; the file is written on the writer's thread while training goes on.
@@ -465,6 +552,11 @@ Result<RunSummary> RankRunner::train() {
     if (spec.rebalanceEvery > 0 && s.comm && (step + 1) % spec.rebalanceEvery == 0 && !stopVoted && !reachedTarget) {
       if (auto r = rebalance(std::move(costs), step + 1); !r) return diagnoseCommFailure(r.error(), "re-splitting the batch");
       costs.clear();
+    }
+    if (!stopVoted && !reachedTarget && s.planWatch) {
+      if (auto r = replanIfDrifted(step + 1); !r) return diagnoseCommFailure(r.error(), "re-planning the buckets");
+      cuts = s.reducer->cuts();
+      buckets = s.reducer->buckets();
     }
     if (stopVoted) {
       summary.stoppedBySignal = stopSignal_.load() != 0 ? stopSignal_.load() : 15;

@@ -12,6 +12,7 @@
 #include "lockstep/common/store.h"
 #include "lockstep/jobflags/options.h"
 #include "lockstep/protocol/types.h"
+#include "model.h"
 
 namespace lockstep::trainer {
 
@@ -74,6 +75,12 @@ class RankRunner {
   Result<void> setUp();
   Result<void> connect();
   Result<void> restoreOrInit();
+  // Gradient buckets: --bucket-mb's, or chosen by measurement (bucket_plan.h) and re-chosen when
+  // the measurements drift.
+  std::vector<Bucket> fixedBuckets() const;
+  Result<void> setUpCpuBuckets();
+  Result<void> replanIfDrifted(std::uint64_t step);
+  void note(const std::string& text) const;
   Result<RunSummary> train();
   Result<RunSummary> trainCuda();  // cuda/gpu_train.cpp; without CUDA, an error that says so
   StepReport stepReport(std::uint64_t step, std::uint32_t localSamples, double localLossSum, double globalLoss,

@@ -19,6 +19,7 @@
 
 #include "cuda_check.h"
 #include "gpu_model.h"
+#include "gpu_plan.h"
 #include "lockstep/protocol/names.h"
 #include "nccl_comm.h"
 #include "rank_state.h"
@@ -94,11 +95,6 @@ Result<RunSummary> RankRunner::trainCuda() {
   LOCKSTEP_TRY(model->upload(s.params.data(), optimizerState));
 
   const double lr = effectiveLearningRate(spec);
-  const std::size_t bucketBytes = static_cast<std::size_t>(spec.bucketMb * 1024 * 1024);
-  const std::vector<Bucket> buckets =
-      planBuckets(*s.layout, bucketBytes, std::min(bucketBytes, kFirstBucketBytes));
-  std::uint64_t bytesPerStep = 0;
-  for (const auto& b : buckets) bytesPerStep += (b.end - b.begin) * sizeof(float);
   StepSlots slots;
   LOCKSTEP_TRY(slots.init());
   const cudaStream_t compute = model->computeStream();
@@ -107,14 +103,7 @@ Result<RunSummary> RankRunner::trainCuda() {
 
   RunSummary summary;
   StepAccounting accounting(options_, env_, s, summary);
-  accounting.printStart(buckets.size());
-  if (env_.rank == 0 && !options_.quiet) {
-    std::fprintf(stderr, "[lockstep] GPU %d, %s, epilogues: %s; %d GEMM shapes timed\n", device,
-                 std::string(nameOf(spec.precision)).c_str(),
-                 model->epilogues().c_str(), model->tunedGemms());
-  }
   std::uint64_t samplesSeen = 0;
-  const auto runStart = Clock::now();
   std::vector<std::uint32_t> indices;
 
   const auto fail = [&](const Error& e, std::uint64_t step) -> Error {
@@ -124,6 +113,32 @@ Result<RunSummary> RankRunner::trainCuda() {
     commBroken_ = true;
     return e.withContext("rank 0 " + when);
   };
+
+  std::vector<Bucket> buckets;
+  if (spec.bucketMb > 0) {
+    buckets = fixedBuckets();
+  } else {
+    // Chosen from this job's measurements (bucket_plan.h, gpu_plan.h); the time it takes is start-up.
+    const auto planStart = Clock::now();
+    s.sampler->indices(s.firstStep, 0, env_.rank, indices);
+    auto mine = gpu::measureGpuStep(*nccl, *model, *s.layout, indices);
+    if (!mine) return fail(mine.error(), s.firstStep);
+    auto figures = agreeOnFigures(*nccl, *mine);
+    if (!figures) return fail(figures.error(), s.firstStep);
+    const BucketPlan plan = chooseBuckets(*s.layout, *figures);
+    buckets = plan.buckets;
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - planStart).count();
+    note(describePlan(plan, *figures) + "; measured in " + std::to_string(took) + " ms at start-up");
+  }
+  std::uint64_t bytesPerStep = 0;
+  for (const auto& b : buckets) bytesPerStep += (b.end - b.begin) * sizeof(float);
+  const auto runStart = Clock::now();
+  accounting.printStart(buckets.size());
+  if (env_.rank == 0 && !options_.quiet) {
+    std::fprintf(stderr, "[lockstep] GPU %d, %s, epilogues: %s; %d GEMM shapes timed\n", device,
+                 std::string(nameOf(spec.precision)).c_str(),
+                 model->epilogues().c_str(), model->tunedGemms());
+  }
 
   // Gathers step `step`'s micro-batches into its slot once the step two back is done with it;
   // returns their row counts.

@@ -130,7 +130,7 @@ struct JobSpec {
   std::optional<double> targetLoss;
   bool shuffle = true;
   std::uint64_t seed = 0;
-  double bucketMb = 25.0;
+  double bucketMb = 0;  // 0: the trainer measures and chooses its buckets
   std::uint32_t checkpointEvery = 0;
   std::string checkpointDir;
   std::uint32_t keepCheckpoints = 0;  // the newest ones kept; 0: kDefaultKeepCheckpoints
@@ -182,6 +182,7 @@ enum class JobEventKind {
   kStalled = 8,       // message: the diagnosis
   kStallEnded = 9,    // progress moved again
   kRankEvidence = 10, // a stalled rank's state (message) and stacks (logTail)
+  kNote = 11,         // what a rank says about its run (its bucket plan): message, rank
 };
 
 // "rank_exited", ...: the names reports and JSON use.

@@ -27,6 +27,8 @@ class ReportSender {
 
   // Queues the report as the next StreamMessage; false when it was dropped.
   bool send(const StepReport& report);
+  // A rank's note for the job's events (JobEventKind::kNote), queued like a report.
+  bool send(const JobEvent& note);
   std::uint64_t dropped() const { return dropped_; }
   // Waits up to 2 s for queued reports to leave; returns how many were dropped overall.
   std::uint64_t close();
@@ -35,6 +37,7 @@ class ReportSender {
 
  private:
   explicit ReportSender(std::unique_ptr<Socket> socket);
+  bool push(StreamPayload payload);
   std::unique_ptr<Socket> socket_;
   std::uint64_t seq_ = 0;
   std::uint64_t dropped_ = 0;

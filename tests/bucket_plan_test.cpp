@@ -1,0 +1,226 @@
+// Issue 34: the trainer chooses its gradient buckets from measurements. The planner on worked
+// examples (timing figures given, the plan or forecast expected), and the agreement between real
+// processes over real Gloo: ranks that measured differently still choose one plan.
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <random>
+#include <sstream>
+
+#include "bucket_measure.h"
+#include "bucket_plan.h"
+#include "comm.h"
+#include "lockstep/common/store.h"
+#include "model.h"
+
+namespace lockstep::trainer {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// A backward that makes the buffer final at an even pace over `micros`.
+PlanFigures evenBackward(const ParamLayout& layout, double micros) {
+  PlanFigures f;
+  f.readyEnds = {layout.totalFloats()};
+  f.readyMicros = {micros};
+  return f;
+}
+
+CommCurve affine(double fixedMicros, double microsPerMiB) {
+  CommCurve c;
+  for (double bytes : {64.0 * 1024, 1.0 * kMiB, 8.0 * kMiB}) {
+    c.bytes.push_back(bytes);
+    c.micros.push_back(fixedMicros + microsPerMiB * bytes / kMiB);
+  }
+  return c;
+}
+
+TEST(BucketPlan, TheCurveIsLinearBetweenPointsAndBeyondAndNeverBelowTheSmallest) {
+  const CommCurve c = affine(100, 500);
+  EXPECT_DOUBLE_EQ(c.at(1024), c.micros[0]);                 // below the first point: its time
+  EXPECT_NEAR(c.at(0.5 * kMiB), 100 + 250, 1e-6);            // between
+  EXPECT_NEAR(c.at(16 * kMiB), 100 + 8000, 1e-6);            // beyond: the last slope
+  EXPECT_EQ(c.describe(), "all-reduce 0.10 ms + 0.50 ms/MB");
+}
+
+TEST(BucketPlan, ASimulatedStepByHand) {
+  // Two buckets, final at 2 ms and 4 ms of backward; every all-reduce 1 ms; no optimizer.
+  const ParamLayout layout({256, 1024, 10});
+  const std::vector<Bucket> two = {{0, layout.bias(0).offset}, {layout.bias(0).offset, layout.totalFloats()}};
+  PlanFigures f;
+  f.readyEnds = {two[0].end, two[1].end};
+  f.readyMicros = {2000, 4000};
+  f.allReduce.bytes = {4};
+  f.allReduce.micros = {1000};
+  // Communication beside compute for free: the first hides behind backward, the second is exposed.
+  StepForecast free = simulateStep(two, f);
+  EXPECT_NEAR(free.stepMicros, 5000, 1e-6);
+  EXPECT_NEAR(free.exposedMicros, 1000, 1e-6);
+  EXPECT_NEAR(free.backwardEndMicros, 4000, 1e-6);
+  // Communication that stops compute: backward ends 1 ms later, the second all-reduce after it.
+  f.contention = 1;
+  StepForecast stopped = simulateStep(two, f);
+  EXPECT_NEAR(stopped.stepMicros, 6000, 1e-6);
+  EXPECT_NEAR(stopped.exposedMicros, 1000, 1e-6);
+  EXPECT_NEAR(stopped.backwardEndMicros, 5000, 1e-6);
+  // The optimizer of the first bucket (0.5 ms) runs while the second is reduced.
+  f.contention = 0;
+  f.optimizerMicrosPerFloat = 500.0 / static_cast<double>(two[0].end);
+  StepForecast withOptimizer = simulateStep(two, f);
+  EXPECT_NEAR(withOptimizer.exposedMicros, 500, 1e-6);
+  EXPECT_NEAR(withOptimizer.stepMicros, 5000 + 500.0 / two[0].end * (two[1].end - two[1].begin), 1e-3);
+}
+
+TEST(BucketPlan, LatencyThatCostsMoreThanItHidesGivesOneBucket) {
+  // 0.8 MB of gradients; each all-reduce costs 5 ms whatever its size; backward takes 2 ms.
+  const ParamLayout layout({784, 256, 10});
+  PlanFigures f = evenBackward(layout, 2000);
+  f.allReduce = affine(5000, 1);
+  const BucketPlan plan = chooseBuckets(layout, f);
+  EXPECT_EQ(plan.buckets.size(), 1u) << describeBuckets(plan.buckets);
+}
+
+TEST(BucketPlan, FreeOverlapAndNoLatencyGiveSmallBucketsAndLittleExposed) {
+  // The whole buffer's all-reduce takes 40% of backward, runs beside it for free, costs nothing
+  // fixed: small buckets leave only the last one after backward. (Plans within 1% of the best step
+  // count as equal, and the one with the fewest buckets among them is chosen.)
+  const ParamLayout layout({784, 1024, 1024, 10});
+  const double bytes = static_cast<double>(layout.totalFloats()) * sizeof(float);
+  PlanFigures f = evenBackward(layout, 10000);
+  f.allReduce = affine(0, 4000 / (bytes / kMiB));
+  const BucketPlan plan = chooseBuckets(layout, f);
+  EXPECT_GE(plan.buckets.size(), 20u) << describeBuckets(plan.buckets);
+  EXPECT_LE(plan.forecast.exposedMicros, 0.02 * plan.forecast.stepMicros);
+  EXPECT_GT(plan.defaultForecast.exposedMicros, 3000);  // 25 MB: one 1 MiB bucket, then the rest after backward
+}
+
+TEST(BucketPlan, CommunicationThatStopsComputeGivesTheFewestBuckets) {
+  // Overlap buys nothing when the all-reduce takes the rank's only core; each bucket's fixed cost
+  // still counts.
+  const ParamLayout layout({784, 1024, 1024, 10});
+  PlanFigures f = evenBackward(layout, 5000);
+  f.allReduce = affine(100, 400);
+  f.contention = 1;
+  const BucketPlan plan = chooseBuckets(layout, f);
+  EXPECT_EQ(plan.buckets.size(), cappedBuckets(layout, layout.totalFloats() * sizeof(float)).size());
+}
+
+TEST(BucketPlan, ABandwidthBoundStepStartsEarlyWithoutPayingForTinyBuckets) {
+  // The all-reduce takes three times the backward: the step is the communication, started as
+  // early as it can be; a few buckets beat both one bucket and the smallest ones.
+  const ParamLayout layout({784, 1024, 1024, 10});
+  PlanFigures f = evenBackward(layout, 4000);
+  f.allReduce = affine(300, 12000 / (layout.totalFloats() * sizeof(float) / kMiB));
+  const BucketPlan plan = chooseBuckets(layout, f);
+  const double whole = simulateStep(cappedBuckets(layout, layout.totalFloats() * sizeof(float)), f).stepMicros;
+  const double tiny = simulateStep(cappedBuckets(layout, 16 << 10), f).stepMicros;
+  EXPECT_LT(plan.forecast.stepMicros, whole);
+  EXPECT_LT(plan.forecast.stepMicros, tiny);
+  EXPECT_GT(plan.buckets.size(), 2u);
+  EXPECT_LT(plan.buckets.size(), 60u);
+}
+
+TEST(BucketPlan, TheEventSaysThePlanAndWhatItRestsOn) {
+  const ParamLayout layout({784, 1024, 1024, 10});
+  PlanFigures f = evenBackward(layout, 4000);
+  f.allReduce = affine(100, 500);
+  f.worldSize = 2;
+  f.contention = 0.5;
+  const std::string text = describePlan(chooseBuckets(layout, f), f);
+  EXPECT_EQ(text.rfind("buckets: ", 0), 0u) << text;
+  for (const char* part : {"chosen from all-reduce 0.10 ms + 0.50 ms/MB among 2 ranks", "backward 4.0 ms",
+                           "compute slowed 50%", "expected exposed communication", "(25 MB buckets: "}) {
+    EXPECT_NE(text.find(part), std::string::npos) << part << " in: " << text;
+  }
+  EXPECT_EQ(describeBuckets(cappedBuckets(layout, 25u << 20)), "2 buckets of ~6.1 MB");
+}
+
+// ---- the agreement, between two real processes over real Gloo ----
+
+// One rank: measures its own figures on a small real model (rank 1's made to differ further),
+// agrees, chooses; writes what it chose to `out`.
+int planAsRank(int rank, std::uint16_t port, int out) {
+  auto store = StoreClient::connect("127.0.0.1", port, std::chrono::seconds(20), "", rank);
+  if (!store) return 2;
+  GlooOptions gloo;
+  gloo.rank = rank;
+  gloo.worldSize = 2;
+  gloo.storePrefix = "plan-test/";
+  gloo.localHost = "127.0.0.1";
+  gloo.timeout = std::chrono::seconds(20);
+  auto comm = connectGloo(**store, gloo);
+  if (!comm) return 3;
+  const ParamLayout layout({64, 512, 256, 10});
+  std::vector<float> params(layout.totalFloats()), x(32 * 64);
+  initParameters(layout, 7, params.data());
+  std::mt19937 random(static_cast<unsigned>(rank));
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  for (float& v : x) v = uniform(random);
+  std::vector<std::int32_t> labels(32, 3);
+  Mlp model(layout, Activation::kRelu, 32);
+  OptimizerSpec sgd;
+  auto measured = measureCpuStep(**comm, {model, layout, sgd, params.data(), x.data(), labels.data(), 32});
+  if (!measured) return 4;
+  PlanFigures mine = rank == 1 ? scaledFigures(*measured, 3.0, 0.5) : *measured;
+  mine.contention = rank == 1 ? 0.9 : 0.1;
+  auto agreed = agreeOnFigures(**comm, mine);
+  if (!agreed) return 5;
+  const BucketPlan plan = chooseBuckets(layout, *agreed);
+  std::ostringstream text;
+  text << "cap " << plan.capBytes << " contention " << agreed->contention << " ends";
+  for (const auto& b : plan.buckets) text << ' ' << b.end;
+  text << " curve";
+  for (double v : agreed->allReduce.micros) text << ' ' << v;
+  text << " own-contention " << mine.contention << '\n';
+  const std::string s = text.str();
+  return ::write(out, s.data(), s.size()) == static_cast<ssize_t>(s.size()) ? 0 : 6;
+}
+
+std::string readAll(int fd) {
+  std::string text;
+  char chunk[4096];
+  for (ssize_t n; (n = ::read(fd, chunk, sizeof chunk)) > 0;) text.append(chunk, static_cast<std::size_t>(n));
+  return text;
+}
+
+TEST(BucketPlan, RanksThatMeasuredDifferentlyChooseTheSamePlan) {
+  int portPipe[2], outPipe[2];
+  ASSERT_EQ(::pipe(portPipe), 0);
+  ASSERT_EQ(::pipe(outPipe), 0);
+  // Fork before any thread starts (the store server has one); the child learns the port by pipe.
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::uint16_t port = 0;
+    const bool got = ::read(portPipe[0], &port, sizeof port) == sizeof port;
+    ::_exit(got ? planAsRank(1, port, outPipe[1]) : 7);
+  }
+  ::close(outPipe[1]);
+  auto server = StoreServer::start("127.0.0.1", 0);
+  ASSERT_TRUE(server.ok()) << server.error().message;
+  const std::uint16_t port = (*server)->port();
+  ASSERT_EQ(::write(portPipe[1], &port, sizeof port), static_cast<ssize_t>(sizeof port));
+  int mineFds[2];
+  ASSERT_EQ(::pipe(mineFds), 0);
+  const int myStatus = planAsRank(0, port, mineFds[1]);
+  ::close(mineFds[1]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_EQ(myStatus, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  std::string mine = readAll(mineFds[0]), theirs = readAll(outPipe[0]);
+  // Their own contention differed (0.1 and 0.9); everything agreed on, and the plan, is the same.
+  ASSERT_NE(mine.find("own-contention 0.1"), std::string::npos) << mine;
+  ASSERT_NE(theirs.find("own-contention 0.9"), std::string::npos) << theirs;
+  mine = mine.substr(0, mine.find(" own-contention"));
+  theirs = theirs.substr(0, theirs.find(" own-contention"));
+  EXPECT_EQ(mine, theirs);
+  EXPECT_NE(mine.find("contention 0.5 "), std::string::npos) << mine;  // the mean
+  for (int fd : {portPipe[0], portPipe[1], outPipe[0], mineFds[0]}) ::close(fd);
+}
+
+}  // namespace
+}  // namespace lockstep::trainer
