@@ -86,6 +86,61 @@ TEST(Diagnosis, SmallAllReducesAtLowBandwidthAreLatency) {
   EXPECT_TRUE(has(big->advice, "6% of the link")) << big->advice;
 }
 
+TEST(Diagnosis, TheTrainersOwnChoiceOfBucketsIsNotSecondGuessed) {
+  // Issue 34: without --bucket-mb the trainer chose its buckets from measurements; the advice
+  // points at that plan rather than at a size the job never gave.
+  JobSpec spec = trainerSpec();
+  spec.bucketMb = 0;
+  kpi::JobKpis k = highComm();
+  k.bytesReducedPerStep = 4.0 * 1024 * 1024;
+  EXPECT_FALSE(meanReductionBytes(k, spec)) << "the sizes are the trainer's, not known here";
+  const auto d = diagnoseCommunication(k, spec, std::nullopt);
+  ASSERT_TRUE(d);
+  EXPECT_TRUE(has(d->advice, "chose its buckets from measurements")) << d->advice;
+  EXPECT_FALSE(has(d->advice, "--bucket-mb")) << d->advice;
+}
+
+// A DDP program (the reference MLP's 7.45 MB of gradients) whose step is 9 ms of compute and 3 ms
+// waiting after backward: in DDP's default buckets (1 MB, then the rest) nearly all of it is reduced
+// after backward. The step model suggests smaller buckets and says what it expects.
+kpi::JobKpis ddpStep(double exposedUs) {
+  kpi::JobKpis k;
+  k.commOverhead = exposedUs / (9000 + exposedUs);
+  k.bytesReducedPerStep = 7.45 * 1024 * 1024;
+  k.meanBusyUs = 9000;
+  k.meanExposedUs = exposedUs;
+  k.stragglerWaitShare = 0;
+  return k;
+}
+
+JobSpec ddpSpec() {
+  JobSpec spec = trainerSpec();
+  spec.command = CommandSpec{{"/usr/bin/python3", "train.py"}, {}};
+  return spec;
+}
+
+TEST(Diagnosis, ADdpProgramIsToldWhichBucketCapToTryAndWhatToExpect) {
+  const auto advice = ddpBucketAdvice(ddpStep(3000));
+  ASSERT_TRUE(advice);
+  EXPECT_LT(advice->capMb, 25);
+  EXPECT_GE(advice->capMb, 0.25);
+  EXPECT_NEAR(advice->currentExposedUs, 3000, 1e-6);
+  EXPECT_LT(advice->expectedExposedUs, 0.8 * 3000);
+  const auto d = diagnoseCommunication(ddpStep(3000), ddpSpec(), std::nullopt);
+  ASSERT_TRUE(d);
+  EXPECT_TRUE(has(d->advice, "DDP(bucket_cap_mb=")) << d->advice;
+  EXPECT_TRUE(has(d->advice, "instead of 3.00 ms")) << d->advice;
+  // Waiting for a late rank is not the buckets' to change.
+  kpi::JobKpis late = ddpStep(3000);
+  late.stragglerWaitShare = 0.4;
+  EXPECT_NEAR(ddpBucketAdvice(late)->currentExposedUs, 1800, 1e-6);
+  // Nothing worth a change to suggest when backward already hides nearly all of it.
+  EXPECT_FALSE(ddpBucketAdvice(ddpStep(100)));
+  kpi::JobKpis unknown = ddpStep(3000);
+  unknown.bytesReducedPerStep.reset();
+  EXPECT_FALSE(ddpBucketAdvice(unknown));
+}
+
 TEST(Diagnosis, WithoutAReferenceItSaysWhatIsMissing) {
   const auto d = diagnoseCommunication(highComm(), trainerSpec(), std::nullopt);
   ASSERT_TRUE(d);

@@ -486,13 +486,20 @@ TEST(Lockstepctl, ALostRankRestartsTheJobWithTheRanksLeftFromItsLastCheckpoint) 
   const auto json = nlohmann::json::parse(readText(dir.file("el-1.json")));
   EXPECT_EQ(json["kpis"]["attempts"], 2);
   bool restartEvent = false;
+  // Each attempt chose its buckets for its own world (issue 34): rank 0's notes, through its agent.
+  bool plannedForThree = false, plannedForTwo = false;
   for (const auto& e : json["events"]) {
     const std::string m = e["message"];
+    if (e["kind"] == "note" && m.rfind("buckets: ", 0) == 0) {
+      plannedForThree |= m.find("among 3 ranks") != std::string::npos;
+      plannedForTwo |= m.find("among 2 ranks") != std::string::npos;
+    }
     restartEvent |= m.find("restart 1 started on node-") != std::string::npos && m.find("with 2 ranks") != std::string::npos &&
                     m.find("resuming after step " + std::to_string(resumedFrom)) != std::string::npos &&
                     m.find("killed by signal 9") != std::string::npos;
   }
   EXPECT_TRUE(restartEvent) << json["events"].dump();
+  EXPECT_TRUE(plannedForThree && plannedForTwo) << json["events"].dump();
 }
 
 // Kills a node of the job: its agent and its ranks.

@@ -8,10 +8,12 @@
 #include <csignal>
 #include <fstream>
 #include <map>
+#include <set>
 #include <thread>
 #include <zmq.hpp>
 
 #include "lockstep/protocol/codec.h"
+#include "bucket_plan.h"
 #include "safetensors.h"
 #include "support/test_support.h"
 
@@ -318,6 +320,74 @@ TEST(TrainerProcess, StepReportsArePushedToTheReportEndpoint) {
     EXPECT_EQ(report.samples, 64u);
     EXPECT_GT(report.stepTimeUs, 0);
   }
+}
+
+// ---- gradient buckets (issue 34) ----
+
+const std::vector<std::string> kReferenceModel = {"--layers", "784,1024,1024,10", "--dataset",
+                                                  "synthetic:n=8192,dim=784,classes=10,seed=1", "--log-every", "1000"};
+
+// The count in a plan's note: "buckets: 4 buckets of ~2.4 MB".
+int bucketsIn(const std::string& note) {
+  const auto at = note.find("buckets: ");
+  return at == std::string::npos ? -1 : std::atoi(note.c_str() + at + 9);
+}
+
+std::string lineWith(const std::string& text, const std::string& part) {
+  const auto at = text.find(part);
+  if (at == std::string::npos) return "";
+  const auto begin = text.rfind('\n', at), end = text.find('\n', at);
+  return text.substr(begin == std::string::npos ? 0 : begin + 1, end == std::string::npos ? end : end - begin - 1);
+}
+
+TEST(TrainerProcess, BucketsAreChosenByMeasurementUnlessTheUserGivesASize) {
+  TempDir dir;
+  auto chosen = runProcess(trainer(join(kReferenceModel, {"--nproc", "2", "--steps", "20"})), {}, dir);
+  ASSERT_TRUE(chosen.status.success()) << chosen.err;
+  const std::string plan = lineWith(chosen.err, "buckets: ");
+  for (const char* part : {"chosen from all-reduce", "among 2 ranks", "backward", "compute slowed",
+                           "expected exposed communication", "measured in"}) {
+    EXPECT_NE(plan.find(part), std::string::npos) << part << " in: " << chosen.err;
+  }
+  EXPECT_GE(bucketsIn(plan), 2) << plan;  // the first bucket is at most 1 MiB of 7.5 MB
+  EXPECT_NE(chosen.err.find("| " + std::to_string(bucketsIn(plan)) + " buckets |"), std::string::npos) << chosen.err;
+
+  auto given = runProcess(trainer(join(kReferenceModel, {"--nproc", "2", "--steps", "5", "--bucket-mb", "0.5"})), {}, dir);
+  ASSERT_TRUE(given.status.success()) << given.err;
+  const auto halfMegabyte = trainer::cappedBuckets(trainer::ParamLayout({784, 1024, 1024, 10}), 512 << 10).size();
+  EXPECT_NE(given.err.find("buckets: " + std::to_string(halfMegabyte) + " buckets of ~0.5 MB (--bucket-mb 0.5)"),
+            std::string::npos)
+      << given.err;
+  EXPECT_EQ(given.err.find("chosen from"), std::string::npos) << given.err;
+  EXPECT_EQ(given.err.find("measured in"), std::string::npos) << given.err;
+
+  auto three = runProcess(trainer(join(kReferenceModel, {"--nproc", "3", "--steps", "5", "--batch-per-rank", "32"})), {}, dir);
+  ASSERT_TRUE(three.status.success()) << three.err;
+  EXPECT_NE(lineWith(three.err, "buckets: ").find("among 3 ranks"), std::string::npos) << three.err;
+}
+
+TEST(TrainerProcess, ALinkThatSlowsDownMidRunIsReplannedOnEveryRankAlike) {
+  // From its 20th step, rank 1's every all-reduce takes 3 ms longer (a test knob standing in for a
+  // slower link): rank 0 waits for it as long. The check after step 100 sees it, on both ranks;
+  // a fixed cost per all-reduce that large calls for the fewest buckets, and both ranks change
+  // plans at that step boundary (a rank on another plan would reduce other ranges, and the job
+  // would fail or hang; both ranks' reports show the same bytes in the same buckets).
+  TempDir dir;
+  auto r = runProcess(trainer(join(kReferenceModel, {"--nproc", "2", "--steps", "120", "--metrics-out", dir.file("m.jsonl")})),
+                      {{"LOCKSTEP_TEST_COMM_DELAY", "1:3000:20"}}, dir, 120s);
+  ASSERT_TRUE(r.status.success()) << r.err;
+  const std::string first = lineWith(r.err, "buckets: "), replanned = lineWith(r.err, "re-planned after step 100:");
+  ASSERT_GT(bucketsIn(first), 2) << "the plan before the delay already had the fewest buckets: " << r.err;
+  ASSERT_FALSE(replanned.empty()) << r.err;
+  EXPECT_EQ(bucketsIn(replanned), 2) << replanned;
+  EXPECT_NE(replanned.find("all-reduce took"), std::string::npos) << replanned;
+  EXPECT_EQ(r.err.find("re-planned after step 100", r.err.find("re-planned after step 100") + 1), std::string::npos);
+  std::map<std::uint64_t, std::set<std::uint64_t>> bytesByStep;
+  for (const auto& line : readJsonLines(dir.file("m.jsonl"))) {
+    bytesByStep[line["step"].get<std::uint64_t>()].insert(line["bytes_reduced"].get<std::uint64_t>());
+  }
+  ASSERT_EQ(bytesByStep.size(), 120u);
+  for (const auto& [step, bytes] : bytesByStep) EXPECT_EQ(bytes.size(), 1u) << "step " << step;
 }
 
 // ---- bad input: a clear error and exit code 2, never a crash ----

@@ -250,7 +250,9 @@ QWidget* LauncherDialog::trainerPage() {
   ckpt->addWidget(restarts_);
   form->addRow(tr("Checkpoints"), ckpt);
 
-  bucketMb_ = edit(QStringLiteral("bucketMb"), QStringLiteral("25"));
+  bucketMb_ = edit(QStringLiteral("bucketMb"), QStringLiteral("auto"));
+  bucketMb_->setToolTip(tr("auto: the trainer measures its all-reduce and backward at start-up and chooses the buckets "
+                           "that hide the most communication (the plan is in the job's events); or a size in MB"));
   timeout_ = new QSpinBox(this);
   timeout_->setObjectName(QStringLiteral("timeoutS"));
   timeout_->setRange(1, 86400);
@@ -476,7 +478,11 @@ Result<JobSpec> LauncherDialog::trainerJob() const {
   }
   s.checkpointDir = checkpointDir_->text().trimmed().toStdString();
   s.checkpointEvery = static_cast<std::uint32_t>(checkpointEvery_->value());
-  LOCKSTEP_ASSIGN_OR_RETURN(s.bucketMb, real(bucketMb_, tr("bucket MB")));
+  if (bucketMb_->text().trimmed() == QStringLiteral("auto")) {
+    s.bucketMb = 0;
+  } else {
+    LOCKSTEP_ASSIGN_OR_RETURN(s.bucketMb, real(bucketMb_, tr("bucket MB (or auto)")));
+  }
   s.rebalanceEvery = balance_->isChecked() ? 10 : 0;
   s.maxRestarts = static_cast<std::uint32_t>(restarts_->value());
   s.timeoutS = static_cast<std::uint32_t>(timeout_->value());

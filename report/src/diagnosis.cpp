@@ -18,8 +18,15 @@ std::string hideAdvice(const JobSpec& spec) {
          ") would give compute more time to hide it behind";
 }
 
-std::string bucketText(const JobSpec& spec) {
-  if (spec.isCommand()) return "larger buckets (DDP's bucket_cap_mb)";
+// For a DDP program, the model's bucket_cap_mb where it expects one to help.
+std::string bucketText(const JobSpec& spec, const kpi::JobKpis& k) {
+  if (spec.isCommand()) {
+    const auto advice = ddpBucketAdvice(k);
+    if (!advice) return "larger buckets (DDP's bucket_cap_mb)";
+    return "DDP(bucket_cap_mb=" + present::number(advice->capMb, advice->capMb < 1 ? 2 : 0) +
+           ") (the step model lockstep-trainer chooses its buckets with expects about " + ms(advice->expectedExposedUs) +
+           " exposed a step instead of " + ms(advice->currentExposedUs) + ", from DDP's default 25 MB)";
+  }
   return "a larger bucket (now " + present::number(spec.bucketMb, spec.bucketMb < 1 ? 3 : 0) + " MB, --bucket-mb)";
 }
 
@@ -55,7 +62,8 @@ std::string_view commBoundName(CommBound bound) {
 
 kpi::Maybe meanReductionBytes(const kpi::JobKpis& k, const JobSpec& spec) {
   if (!k.bytesReducedPerStep || *k.bytesReducedPerStep <= 0) return {};
-  if (spec.isCommand() || spec.bucketMb <= 0) return k.bytesReducedPerStep;
+  if (spec.isCommand()) return k.bytesReducedPerStep;
+  if (spec.bucketMb <= 0) return {};  // chosen by the trainer: its sizes are in its note, not here
   const double buckets = std::ceil(*k.bytesReducedPerStep / (spec.bucketMb * 1024 * 1024));
   return *k.bytesReducedPerStep / std::max(1.0, buckets);
 }
@@ -87,16 +95,18 @@ std::optional<CommDiagnosis> diagnoseCommunication(const kpi::JobKpis& k, const 
   if (small) {
     return CommDiagnosis{CommBound::kLatency,
                          lead + ", in " + sizes + (bus.empty() ? "" : " at " + bus + against) +
-                             ": so small a message costs its latency more than its bytes. " + bucketText(spec) +
+                             ": so small a message costs its latency more than its bytes. " + bucketText(spec, {}) +
                              " would send fewer, larger ones."};
   }
   std::string figures = bus.empty() ? "" : " at " + bus + against;
   if (!sizes.empty()) figures += (figures.empty() ? " in " : ", in ") + sizes;
   const std::string unknown = ratio ? "" : bus.empty() ? " (no timed reductions to measure a bandwidth from)"
                                                        : " (no link speed or earlier peak on these nodes to hold it against)";
-  return CommDiagnosis{CommBound::kUndetermined,
-                       lead + figures + unknown + ": " + hideAdvice(spec) + ", and " + bucketText(spec) +
-                           " would overlap more of it with the backward pass."};
+  const std::string buckets = !spec.isCommand() && spec.bucketMb <= 0
+                                  ? " (the trainer chose its buckets from measurements to hide the most: its plan "
+                                    "is in the job's events)"
+                                  : ", and " + bucketText(spec, k) + " would overlap more of it with the backward pass";
+  return CommDiagnosis{CommBound::kUndetermined, lead + figures + unknown + ": " + hideAdvice(spec) + buckets + "."};
 }
 
 std::string waitingText(const kpi::JobKpis& k, const Prices& prices) {

@@ -144,6 +144,12 @@ Json kpisJson(const ReportData& data) {
   j["arrival_skew_us"] = number(k.arrivalSkewUs);
   const auto diagnosis = diagnoseCommunication(k, data.job.spec, data.bandwidthReference);
   j["communication_bound"] = diagnosis ? Json(boundName(diagnosis->bound)) : Json(nullptr);
+  j["communication_advice"] = diagnosis ? Json(diagnosis->advice) : Json(nullptr);
+  const auto buckets = data.job.spec.isCommand() ? ddpBucketAdvice(k) : std::nullopt;
+  j["ddp_bucket_advice"] = buckets ? Json{{"bucket_cap_mb", buckets->capMb},
+                                          {"expected_exposed_us", buckets->expectedExposedUs},
+                                          {"current_exposed_us", buckets->currentExposedUs}}
+                                   : Json(nullptr);
   j["waiting_share"] = number(k.waitingShare);
   j["straggler_share"] = number(k.stragglerShare);
   j["waiting_cost"] = number(k.waitingCost);

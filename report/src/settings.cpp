@@ -61,7 +61,7 @@ std::vector<std::vector<std::string>> trainerSettings(const JobSpec& spec) {
       {"Steps", spec.steps > 0 ? number(static_cast<double>(spec.steps), 0) : dash()},
       {"Epochs", spec.epochs > 0 ? std::to_string(spec.epochs) : dash()},
       {"Target loss", spec.targetLoss ? compact(*spec.targetLoss) : dash()},
-      {"Bucket size", compact(spec.bucketMb) + " MB"},
+      {"Bucket size", spec.bucketMb > 0 ? compact(spec.bucketMb) + " MB" : "chosen by measurement (see Events)"},
       {"Shuffle, seed", std::string(spec.shuffle ? "yes" : "no") + ", " + std::to_string(spec.seed)},
       {"Checkpoints", spec.checkpointEvery > 0
                           ? "every " + std::to_string(spec.checkpointEvery) + " steps to " + spec.checkpointDir

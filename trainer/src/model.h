@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/kpi/step_model.h"
 #include "lockstep/protocol/types.h"
 
 namespace lockstep::trainer {
@@ -54,10 +55,7 @@ class ParamLayout {
 };
 
 // A contiguous range [begin, end) of the flat gradient buffer, all-reduced as one.
-struct Bucket {
-  std::size_t begin = 0;
-  std::size_t end = 0;
-};
+using Bucket = kpi::BufferRange;
 
 // Cuts the gradient buffer into buckets of at most `bucketBytes` (the first at most
 // `firstBucketBytes`, so that communication starts early), cutting only between tensors or between

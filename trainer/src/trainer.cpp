@@ -217,78 +217,6 @@ Result<void> RankRunner::connect() {
   return {};
 }
 
-std::vector<Bucket> RankRunner::fixedBuckets() const {
-  const JobSpec& spec = options_.spec;
-  auto buckets = cappedBuckets(*state_->layout, static_cast<std::size_t>(spec.bucketMb * 1024 * 1024));
-  char given[48];
-  std::snprintf(given, sizeof given, "%g", spec.bucketMb);
-  note("buckets: " + describeBuckets(buckets) + " (--bucket-mb " + given + ")");
-  return buckets;
-}
-
-// Without --bucket-mb, the buckets are chosen from this job's measurements (bucket_plan.h), on a
-// batch of the first step; the time it takes is start-up.
-Result<void> RankRunner::setUpCpuBuckets() {
-  State& s = *state_;
-  const JobSpec& spec = options_.spec;
-  const milliseconds timeout(std::int64_t{spec.timeoutS} * 1000);
-  std::vector<Bucket> buckets;
-  if (spec.bucketMb > 0) {
-    buckets = fixedBuckets();
-  } else {
-    const auto start = Clock::now();
-    std::vector<std::uint32_t> indices;
-    s.sampler->indices(s.firstStep, 0, env_.rank, indices);
-    const auto rows = static_cast<std::uint32_t>(std::min<std::size_t>(indices.size(), s.maxRows));
-    std::vector<float> x(std::size_t{rows} * s.data.dim);
-    std::vector<std::int32_t> labels(rows);
-    for (std::uint32_t i = 0; i < rows; ++i) {
-      std::copy_n(s.data.row(indices[i]), s.data.dim, x.data() + std::size_t{i} * s.data.dim);
-      labels[i] = s.data.labels[indices[i]];
-    }
-    const CpuStepProbe probe{*s.model, *s.layout, spec.optimizer, s.params.data(), x.data(), labels.data(), rows, timeout};
-    auto mine = measureCpuStep(*s.comm, probe);
-    if (!mine) return diagnoseCommFailure(mine.error(), "measuring the all-reduce");
-    auto figures = agreeOnFigures(*s.comm, *mine);
-    if (!figures) return diagnoseCommFailure(figures.error(), "agreeing on the bucket plan");
-    BucketPlan plan = chooseBuckets(*s.layout, *figures);
-    buckets = plan.buckets;
-    const auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - start).count();
-    note(describePlan(plan, *figures) + "; measured in " + std::to_string(took) + " ms at start-up");
-    s.planWatch = std::make_unique<PlanWatch>(*s.layout, std::move(*figures), std::move(plan));
-  }
-  s.reducer = std::make_unique<GradientReducer>(*s.comm, s.grads.data(), std::move(buckets), timeout, &s.progress.record());
-  return {};
-}
-
-// Re-plans when the measurements drifted (PlanWatch), after step `step` on every rank alike.
-Result<void> RankRunner::replanIfDrifted(std::uint64_t step) {
-  State& s = *state_;
-  if (!s.planWatch) return {};
-  LOCKSTEP_ASSIGN_OR_RETURN(auto replanned, s.planWatch->check(*s.comm, step));
-  if (!replanned) return {};
-  s.reducer->shutdown();
-  s.comm->releaseBuffers();
-  s.reducer = std::make_unique<GradientReducer>(*s.comm, s.grads.data(), s.planWatch->plan().buckets,
-                                                milliseconds(std::int64_t{options_.spec.timeoutS} * 1000),
-                                                &s.progress.record());
-  note(*replanned);
-  return {};
-}
-
-// Rank 0 tells the job's events (through its agent) and its log what it decided.
-void RankRunner::note(const std::string& text) const {
-  if (env_.rank != 0) return;
-  if (!options_.quiet) std::fprintf(stderr, "[lockstep] %s\n", text.c_str());
-  JobEvent event;
-  event.jobId = options_.spec.jobId;
-  event.kind = JobEventKind::kNote;
-  event.timeUnixUs = unixMicrosNow();
-  event.rank = env_.rank;
-  event.message = text;
-  if (state_->metrics) state_->metrics->note(event);
-}
-
 Result<void> RankRunner::restoreOrInit() {
   State& s = *state_;
   const JobSpec& spec = options_.spec;
@@ -530,12 +458,6 @@ Result<RunSummary> RankRunner::train() {
     samplesSeen += static_cast<std::uint64_t>(grads[kSampleCount]);
 
     if (s.planWatch) s.planWatch->noteStep(s.reducer->timings(), backwardStart, backwardEnd);
-    if (std::getenv("LOCKSTEP_DEBUG_TIMELINE") && s.reducer && step > 100 && step < 106) {
-      auto us = [&](Clock::time_point t) { return micros(t - backwardStart) / 1000.0; };
-      std::string line = "TL r" + std::to_string(env_.rank) + " step " + std::to_string(step) + " fwd " + std::to_string(micros(backwardStart - stepStart)/1000.0) + " bwdEnd " + std::to_string(us(backwardEnd)) + " end " + std::to_string(us(stepEnd)) + " exposed " + std::to_string(micros(exposed)/1000.0) + " |";
-      for (auto& t : s.reducer->timings()) { char b[80]; snprintf(b, sizeof b, " [%.2f %.2f %.2f]", us(t.ready), us(t.start), us(t.end)); line += b; }
-      fprintf(stderr, "%s\n", line.c_str());
-    }
 
     const bool checkpointDue = spec.checkpointEvery > 0 && (step + 1) % spec.checkpointEvery == 0;
     if (s.checkpoints && (checkpointDue || (stopVoted && spec.checkpointEvery > 0))) {

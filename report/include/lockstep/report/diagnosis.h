@@ -41,6 +41,20 @@ std::optional<CommDiagnosis> diagnoseCommunication(const kpi::JobKpis& k, const 
 // program's whole step (its buckets are its own: an upper bound). Unknown without byte counts.
 kpi::Maybe meanReductionBytes(const kpi::JobKpis& k, const JobSpec& spec);
 
+// A bucket_cap_mb for a DDP program to try, and the exposed communication per step the step model
+// (lockstep/kpi/step_model.h, the one lockstep-trainer chooses its buckets with) expects with it.
+// The model is fed the program's gradient bytes per step, its compute (backward taken as two thirds
+// of it, at an even pace) and its exposed time, assumed to come from DDP's default 25 MB buckets;
+// an all-reduce costs kDdpAllReduceFixedUs plus a rate fitted to that exposed time. Empty when the
+// figures are missing or no cap is expected to cut the exposed time by a fifth.
+inline constexpr double kDdpAllReduceFixedUs = 100;
+struct BucketAdvice {
+  double capMb = 25;
+  double expectedExposedUs = 0;
+  double currentExposedUs = 0;  // what the buckets can change: the exposed time less straggler waits
+};
+std::optional<BucketAdvice> ddpBucketAdvice(const kpi::JobKpis& k);
+
 // What waiting cost, over the whole job: "12% of step time, 0.42 USD, 0.10 GPU-hours; stragglers
 // 4%, 0.14 USD, 0.03 GPU-hours" (money only where prices are set); "–" when unknown.
 std::string waitingText(const kpi::JobKpis& k, const Prices& prices);

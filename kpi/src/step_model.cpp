@@ -1,0 +1,144 @@
+#include "lockstep/kpi/step_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+namespace lockstep::kpi {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+std::string format(const char* pattern, double a, double b = 0) {
+  char text[96];
+  std::snprintf(text, sizeof text, pattern, a, b);
+  return text;
+}
+
+// The simulated step (step_model.h): compute progresses at full speed, or at 1 - contention while
+// an all-reduce runs; one all-reduce at a time, in bucket order, each once backward has passed its
+// end; after backward, each bucket's optimizer once it is reduced.
+class StepSimulation {
+ public:
+  StepSimulation(const std::vector<BufferRange>& buckets, const StepFigures& f)
+      : buckets_(buckets), f_(f), slowed_(1.0 - std::clamp(f.contention, 0.0, 1.0)) {}
+
+  StepForecast run() {
+    const std::size_t n = buckets_.size();
+    const double backward = f_.backwardMicros();
+    std::size_t started = 0, reduced = 0, applying = 0;
+    double now = 0, work = 0, commLeft = 0, optimizerLeft = 0, exposed = 0, backwardEnd = 0;
+    bool commBusy = false, inBackward = true;
+    while (applying < n) {
+      if (!commBusy && started < n && f_.readyAt(buckets_[started].end) <= work + 1e-9) {
+        commBusy = true;
+        commLeft = f_.allReduce.at(bytesOf(started));
+        ++started;
+      }
+      const double rate = commBusy ? slowed_ : 1.0;
+      const bool waiting = !inBackward && applying >= reduced;
+      double mainLeft = std::numeric_limits<double>::infinity();
+      if (inBackward) {
+        double until = backward;
+        if (!commBusy && started < n) until = std::min(until, f_.readyAt(buckets_[started].end));
+        mainLeft = timeFor(until - work, rate);
+      } else if (!waiting) {
+        mainLeft = timeFor(optimizerLeft, rate);
+      }
+      const double dt = std::max(0.0, std::min(commBusy ? commLeft : std::numeric_limits<double>::infinity(), mainLeft));
+      now += dt;
+      if (waiting) exposed += dt;
+      if (inBackward) {
+        work += dt * rate;
+      } else if (!waiting) {
+        optimizerLeft -= dt * rate;
+      }
+      if (commBusy && (commLeft -= dt) <= 1e-9) {
+        commBusy = false;
+        ++reduced;
+      }
+      if (inBackward && work >= backward - 1e-9) {
+        inBackward = false;
+        backwardEnd = now;
+        optimizerLeft = optimizerOf(0);
+      } else if (!inBackward && !waiting && optimizerLeft <= 1e-9 && applying < reduced) {
+        if (++applying < n) optimizerLeft = optimizerOf(applying);
+      }
+    }
+    return {now, exposed, backwardEnd};
+  }
+
+ private:
+  // Wall time for `work` at `rate`: none left is done now, even with compute stopped.
+  static double timeFor(double work, double rate) {
+    if (work <= 1e-9) return 0;
+    return rate > 0 ? work / rate : std::numeric_limits<double>::infinity();
+  }
+  double bytesOf(std::size_t i) const { return static_cast<double>(buckets_[i].end - buckets_[i].begin) * sizeof(float); }
+  double optimizerOf(std::size_t i) const {
+    return f_.optimizerMicrosPerFloat * static_cast<double>(buckets_[i].end - buckets_[i].begin);
+  }
+
+  const std::vector<BufferRange>& buckets_;
+  const StepFigures& f_;
+  double slowed_;
+};
+
+}  // namespace
+
+std::string megabytes(double bytes) {
+  const double mb = bytes / kMiB;
+  return format(mb < 0.1 ? "%.3f MB" : mb < 10 ? "%.2g MB" : "%.0f MB", mb);
+}
+
+double CommCurve::at(double messageBytes) const {
+  if (bytes.empty()) return 0;
+  if (bytes.size() == 1 || messageBytes <= bytes.front()) return micros.front();
+  std::size_t i = 1;
+  while (i + 1 < bytes.size() && bytes[i] < messageBytes) ++i;
+  const double slope = std::max(0.0, (micros[i] - micros[i - 1]) / (bytes[i] - bytes[i - 1]));
+  return std::max(micros.front(), micros[i - 1] + slope * (messageBytes - bytes[i - 1]));
+}
+
+std::string CommCurve::describe() const {
+  const double n = static_cast<double>(bytes.size());
+  if (n < 2) return n == 1 ? format("all-reduce %.2f ms", micros[0] / 1e3) : "no all-reduce measured";
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    const double x = bytes[i] / kMiB, y = micros[i] / 1e3;
+    sx += x, sy += y, sxx += x * x, sxy += x * y;
+  }
+  const double slope = (n * sxy - sx * sy) / std::max(1e-12, n * sxx - sx * sx);
+  return format("all-reduce %.2f ms + %.2f ms/MB", std::max(0.0, (sy - slope * sx) / n), slope);
+}
+
+double StepFigures::readyAt(std::size_t end) const {
+  std::size_t fromEnd = 0;
+  double fromMicros = 0;
+  for (std::size_t i = 0; i < readyEnds.size(); ++i) {
+    if (end <= readyEnds[i]) {
+      if (readyOnlyAtPoints) return readyMicros[i];
+      const double span = static_cast<double>(readyEnds[i] - fromEnd);
+      return fromMicros + (span > 0 ? (readyMicros[i] - fromMicros) * static_cast<double>(end - fromEnd) / span : 0);
+    }
+    fromEnd = readyEnds[i];
+    fromMicros = readyMicros[i];
+  }
+  return backwardMicros();
+}
+
+StepForecast simulateStep(const std::vector<BufferRange>& buckets, const StepFigures& figures) {
+  return StepSimulation(buckets, figures).run();
+}
+
+std::string describeBuckets(const std::vector<BufferRange>& buckets) {
+  std::vector<double> sizes;
+  for (const auto& b : buckets) sizes.push_back(static_cast<double>(b.end - b.begin) * sizeof(float));
+  if (sizes.size() == 1) return "1 bucket of " + megabytes(sizes[0]);
+  std::vector<double> sorted = sizes;
+  std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2), sorted.end());
+  return std::to_string(sizes.size()) + " buckets of ~" + megabytes(sorted[sorted.size() / 2]);
+}
+
+}  // namespace lockstep::kpi
