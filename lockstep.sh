@@ -131,7 +131,7 @@ stop_local_agent() {
 start_demo_job() {
   "${CTL[@]}" start --ranks 2 --job-id "$1" --layers 784,1024,1024,10 \
     --dataset synthetic:n=65536,dim=784,classes=10,seed=1 --batch-per-rank 64 \
-    --optimizer sgd --lr 0.05 --momentum 0.9 --bucket-mb 4 "${@:2}"
+    --optimizer sgd --lr 0.05 --momentum 0.9 "${@:2}"
 }
 
 cmd_run() {

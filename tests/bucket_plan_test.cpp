@@ -74,6 +74,33 @@ TEST(BucketPlan, ASimulatedStepByHand) {
   EXPECT_NEAR(withOptimizer.stepMicros, 5000 + 500.0 / two[0].end * (two[1].end - two[1].begin), 1e-3);
 }
 
+TEST(BucketPlan, ALongBackwardOrBadFiguresEndTheSimulation) {
+  // A 28.9 s backward: the last end's time, interpolated, came out a rounding step above the
+  // backward's end, and the simulation waited for it forever.
+  PlanFigures f;
+  f.readyEnds = {78348519};
+  f.readyMicros = {28901887.8};
+  f.allReduce.bytes = {4};
+  f.allReduce.micros = {1000};
+  const std::vector<Bucket> one = {{0, 78348519}}, two = {{0, 1000}, {1000, 78348519}};
+  EXPECT_NEAR(simulateStep(one, f).stepMicros, 28901887.8 + 1000, 1e-3);
+  EXPECT_NEAR(simulateStep(two, f).exposedMicros, 1000, 1e-3);
+  for (std::size_t points : {3u, 7u, 33u}) {  // and with the end interpolated between points
+    f.readyEnds.clear();
+    f.readyMicros.clear();
+    for (std::size_t i = 1; i <= points; ++i) {
+      f.readyEnds.push_back(78348519 * i / points);
+      f.readyMicros.push_back(28901887.8 * static_cast<double>(i) / points);
+    }
+    EXPECT_TRUE(std::isfinite(simulateStep(two, f).stepMicros));
+  }
+  f.contention = NAN;
+  EXPECT_FALSE(std::isfinite(simulateStep(two, f).stepMicros));
+  f.contention = 0;
+  f.readyMicros.back() = NAN;
+  EXPECT_FALSE(std::isfinite(simulateStep(two, f).stepMicros));
+}
+
 TEST(BucketPlan, LatencyThatCostsMoreThanItHidesGivesOneBucket) {
   // 0.8 MB of gradients; each all-reduce costs 5 ms whatever its size; backward takes 2 ms.
   const ParamLayout layout({784, 256, 10});

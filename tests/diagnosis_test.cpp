@@ -136,6 +136,9 @@ TEST(Diagnosis, ADdpProgramIsToldWhichBucketCapToTryAndWhatToExpect) {
   EXPECT_NEAR(ddpBucketAdvice(late)->currentExposedUs, 1800, 1e-6);
   // Nothing worth a change to suggest when backward already hides nearly all of it.
   EXPECT_FALSE(ddpBucketAdvice(ddpStep(100)));
+  kpi::JobKpis slow = ddpStep(3e6);  // 12.6 s of compute and 3 s exposed: an answer, and at once
+  slow.meanBusyUs = 12.6e6;
+  EXPECT_TRUE(ddpBucketAdvice(slow));
   kpi::JobKpis unknown = ddpStep(3000);
   unknown.bytesReducedPerStep.reset();
   EXPECT_FALSE(ddpBucketAdvice(unknown));

@@ -522,7 +522,7 @@ void Agent::Impl::onReports() {
     RankPush pushed;
     if (message) visitRecord(*message, pushed);
     if (pushed.note && jobs_->knowsRank(pushed.note->jobId, *pushed.note->rank)) {
-      takeNote(std::move(*pushed.note));
+      takeNote(*pushed.note);
       continue;
     }
     const auto& report = pushed.report;
@@ -538,12 +538,19 @@ void Agent::Impl::onReports() {
   }
 }
 
-// A rank's note joins its job's events: at most kMaxNotesPerJob per job, stamped by this agent.
-void Agent::Impl::takeNote(JobEvent note) {
+// A rank's note joins its job's events: its text and rank only, printable, stamped by this agent,
+// at most kMaxNotesPerJob per job.
+void Agent::Impl::takeNote(const JobEvent& pushed) {
   if (notesPerJob_.size() > 1024) notesPerJob_.clear();  // bounded; a job may then note 64 more
-  if (notesPerJob_[note.jobId]++ >= kMaxNotesPerJob) return;
+  const std::uint32_t taken = notesPerJob_[pushed.jobId]++;
+  if (taken == kMaxNotesPerJob) log_.info("job " + pushed.jobId + " sent more than 64 notes; the rest are dropped");
+  if (taken >= kMaxNotesPerJob) return;
+  JobEvent note;
+  note.jobId = pushed.jobId;
+  note.kind = JobEventKind::kNote;
+  note.rank = pushed.rank;
   note.timeUnixUs = unixMicrosNow();
-  note.logTail.clear();
+  for (const char c : pushed.message) note.message += (c >= 0x20 && c != 0x7f) || (c & 0x80) ? c : ' ';
   append(std::move(note));
 }
 

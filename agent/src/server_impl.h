@@ -103,7 +103,7 @@ class Agent::Impl {
   void onPreflight();
   bool cancelPendingStart(const std::string& jobId);
   void onReports();
-  void takeNote(JobEvent note);
+  void takeNote(const JobEvent& pushed);
   void onSamples();
   void answerFetches(bool onlyExpired);
   void reply(const std::string& client, const Reply& reply);

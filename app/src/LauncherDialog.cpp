@@ -478,7 +478,7 @@ Result<JobSpec> LauncherDialog::trainerJob() const {
   }
   s.checkpointDir = checkpointDir_->text().trimmed().toStdString();
   s.checkpointEvery = static_cast<std::uint32_t>(checkpointEvery_->value());
-  if (bucketMb_->text().trimmed() == QStringLiteral("auto")) {
+  if (bucketMb_->text().trimmed().compare(QStringLiteral("auto"), Qt::CaseInsensitive) == 0) {
     s.bucketMb = 0;
   } else {
     LOCKSTEP_ASSIGN_OR_RETURN(s.bucketMb, real(bucketMb_, tr("bucket MB (or auto)")));

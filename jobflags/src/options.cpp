@@ -396,7 +396,7 @@ Optimizer:
 Communication:
   --bucket-mb X|auto          gradient bucket size in MB; buckets all-reduce while backward goes on.
                               auto (the default): measured at start-up and chosen to hide the most
-                              communication, chosen again if the measurements drift
+                              communication, chosen again if they drift (CPU backend)
   --balance even|dynamic      how the global batch is split among ranks (default even); dynamic
                               re-splits it from the ranks' measured compute rates, so that slower
                               ranks get fewer samples and all finish together (CPU backend)
@@ -425,8 +425,8 @@ Output:
   --metrics-out F             one JSON line per step and rank (default: stdout)
   --job-id ID                 job id in metrics and reports (default $LOCKSTEP_JOB_ID or "local")
   --name TEXT                 a name for people: the history and reports show it beside the id
-  --threads N                 BLAS threads per rank (default: cores / local ranks, each local rank
-                              on its own share of the CPUs the process may use)
+  --threads N                 BLAS threads per rank (default: cores / local ranks); each local rank
+                              runs on its own share of the CPUs the process may use, where N fits
   --no-pin-cpus               let local ranks' threads run on any of those CPUs
   --log-every N               progress line every N steps (default: about 20 per run)
   --quiet                     no progress lines

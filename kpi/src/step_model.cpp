@@ -25,28 +25,40 @@ class StepSimulation {
       : buckets_(buckets), f_(f), slowed_(1.0 - std::clamp(f.contention, 0.0, 1.0)) {}
 
   StepForecast run() {
+    constexpr double kInfinity = std::numeric_limits<double>::infinity();
     const std::size_t n = buckets_.size();
     const double backward = f_.backwardMicros();
+    // When each bucket is final, never after backward's end, so that rounding cannot strand one.
+    std::vector<double> ready(n);
+    bool finite = std::isfinite(backward) && backward >= 0 && std::isfinite(slowed_);
+    for (std::size_t i = 0; i < n; ++i) {
+      ready[i] = std::min(f_.readyAt(buckets_[i].end), backward);
+      finite = finite && std::isfinite(ready[i]) && std::isfinite(f_.allReduce.at(bytesOf(i))) && std::isfinite(optimizerOf(i));
+    }
+    if (!finite) return {kInfinity, kInfinity, kInfinity};
+    const double eps = 1e-9 * std::max(1.0, backward);
     std::size_t started = 0, reduced = 0, applying = 0;
     double now = 0, work = 0, commLeft = 0, optimizerLeft = 0, exposed = 0, backwardEnd = 0;
     bool commBusy = false, inBackward = true;
-    while (applying < n) {
-      if (!commBusy && started < n && f_.readyAt(buckets_[started].end) <= work + 1e-9) {
+    // Each pass ends an event: a bucket ready, an all-reduce done, backward or an optimizer done.
+    for (std::size_t events = 0; applying < n && events < 8 * n + 16; ++events) {
+      if (!commBusy && started < n && (!inBackward || ready[started] <= work + eps)) {
         commBusy = true;
         commLeft = f_.allReduce.at(bytesOf(started));
         ++started;
       }
       const double rate = commBusy ? slowed_ : 1.0;
       const bool waiting = !inBackward && applying >= reduced;
-      double mainLeft = std::numeric_limits<double>::infinity();
+      double mainLeft = kInfinity;
       if (inBackward) {
         double until = backward;
-        if (!commBusy && started < n) until = std::min(until, f_.readyAt(buckets_[started].end));
-        mainLeft = timeFor(until - work, rate);
+        if (!commBusy && started < n) until = std::min(until, ready[started]);
+        mainLeft = timeFor(until - work, rate, eps);
       } else if (!waiting) {
-        mainLeft = timeFor(optimizerLeft, rate);
+        mainLeft = timeFor(optimizerLeft, rate, eps);
       }
-      const double dt = std::max(0.0, std::min(commBusy ? commLeft : std::numeric_limits<double>::infinity(), mainLeft));
+      const double dt = std::max(0.0, std::min(commBusy ? commLeft : kInfinity, mainLeft));
+      if (!std::isfinite(dt)) break;  // nothing left to happen: cannot be, but never spin
       now += dt;
       if (waiting) exposed += dt;
       if (inBackward) {
@@ -54,25 +66,26 @@ class StepSimulation {
       } else if (!waiting) {
         optimizerLeft -= dt * rate;
       }
-      if (commBusy && (commLeft -= dt) <= 1e-9) {
+      if (commBusy && (commLeft -= dt) <= eps) {
         commBusy = false;
         ++reduced;
       }
-      if (inBackward && work >= backward - 1e-9) {
+      if (inBackward && work >= backward - eps) {
         inBackward = false;
         backwardEnd = now;
         optimizerLeft = optimizerOf(0);
-      } else if (!inBackward && !waiting && optimizerLeft <= 1e-9 && applying < reduced) {
+      } else if (!inBackward && !waiting && optimizerLeft <= eps && applying < reduced) {
         if (++applying < n) optimizerLeft = optimizerOf(applying);
       }
     }
+    if (applying < n) return {kInfinity, kInfinity, kInfinity};
     return {now, exposed, backwardEnd};
   }
 
  private:
   // Wall time for `work` at `rate`: none left is done now, even with compute stopped.
-  static double timeFor(double work, double rate) {
-    if (work <= 1e-9) return 0;
+  static double timeFor(double work, double rate, double eps) {
+    if (work <= eps) return 0;
     return rate > 0 ? work / rate : std::numeric_limits<double>::infinity();
   }
   double bytesOf(std::size_t i) const { return static_cast<double>(buckets_[i].end - buckets_[i].begin) * sizeof(float); }
@@ -118,7 +131,7 @@ double StepFigures::readyAt(std::size_t end) const {
   double fromMicros = 0;
   for (std::size_t i = 0; i < readyEnds.size(); ++i) {
     if (end <= readyEnds[i]) {
-      if (readyOnlyAtPoints) return readyMicros[i];
+      if (readyOnlyAtPoints || end == readyEnds[i]) return readyMicros[i];
       const double span = static_cast<double>(readyEnds[i] - fromEnd);
       return fromMicros + (span > 0 ? (readyMicros[i] - fromMicros) * static_cast<double>(end - fromEnd) / span : 0);
     }

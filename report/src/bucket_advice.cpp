@@ -50,7 +50,10 @@ kpi::CommCurve affine(double microsPerMiB) {
 }  // namespace
 
 std::optional<BucketAdvice> ddpBucketAdvice(const kpi::JobKpis& k) {
-  if (!k.bytesReducedPerStep || !k.meanBusyUs || !k.meanExposedUs || *k.bytesReducedPerStep <= 0) return std::nullopt;
+  if (!k.bytesReducedPerStep || !k.meanBusyUs || !k.meanExposedUs || !(*k.bytesReducedPerStep > 0) ||
+      !std::isfinite(*k.bytesReducedPerStep + *k.meanBusyUs + *k.meanExposedUs)) {
+    return std::nullopt;
+  }
   // What the buckets can change: the exposed time less any waiting for a late rank.
   const double exposed = *k.meanExposedUs * (1 - k.stragglerWaitShare.value_or(0));
   const double bytes = *k.bytesReducedPerStep;

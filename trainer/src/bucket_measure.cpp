@@ -26,8 +26,9 @@ double micros(Clock::duration d) { return std::chrono::duration<double, std::mic
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
+  std::sort(v.begin(), v.end());
+  const std::size_t mid = v.size() / 2;
+  return v.size() % 2 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
 }
 
 // The buffer offsets where the profile's backward is cut and timed: about kProfilePieces pieces,
@@ -51,7 +52,8 @@ Clock::time_point timedBackward(const CpuStepProbe& p, float* grads, const std::
   return start;
 }
 
-// When each of `ends` was final, from the backward's start: the median of kRepeats backwards.
+// When each of `ends` was final, from the backward's start: the median of kBackwardRepeats
+// backwards, after one to warm up.
 std::vector<double> backwardProfile(const CpuStepProbe& p, float* grads, const std::vector<std::size_t>& ends) {
   std::vector<std::vector<double>> runs(ends.size());
   for (int run = 0; run <= kBackwardRepeats; ++run) {
@@ -68,20 +70,24 @@ std::vector<double> backwardProfile(const CpuStepProbe& p, float* grads, const s
   return profile;
 }
 
-// On a copy of the parameters' first kOptimizerFloats, with an optimizer of its own.
+// The job's optimizer on a layout of its own of about kOptimizerFloats (its rule is per float), on
+// copies of the parameters and gradients: the model's state stays as it is, and a large model's
+// optimizer state is not allocated twice.
 double optimizerMicrosPerFloat(const CpuStepProbe& p, const float* grads) {
-  const std::size_t n = std::min(p.layout.totalFloats(), kOptimizerFloats);
-  Optimizer optimizer(p.optimizer, p.layout);
-  std::unique_ptr<float[]> params(new float[p.layout.totalFloats()]);  // only [0, n) is touched
-  std::copy_n(p.params, n, params.get());
+  const ParamLayout slice({1024, kOptimizerFloats / 1024});
+  const std::size_t n = std::min(p.layout.totalFloats(), slice.totalFloats());
+  std::vector<float> params(slice.totalFloats(), 0.0f), gradients(slice.totalFloats(), 0.0f);
+  std::copy_n(p.params, n, params.begin());
+  std::copy_n(grads, n, gradients.begin());
+  Optimizer optimizer(p.optimizer, slice);
   std::vector<double> runs;
   for (int run = 0; run <= kRepeats; ++run) {
     optimizer.beginStep(1e-9);
     const auto start = Clock::now();
-    optimizer.apply(params.get(), grads, 0, n, 1.0f);
+    optimizer.apply(params.data(), gradients.data(), 0, slice.totalFloats(), 1.0f);
     if (run > 0) runs.push_back(micros(Clock::now() - start));
   }
-  return median(runs) / static_cast<double>(n);
+  return median(runs) / static_cast<double>(slice.totalFloats());
 }
 
 // Compute time lost per microsecond of all-reduce: a backward (cut as the profile's) while the
@@ -100,7 +106,7 @@ Result<double> contention(Comm& comm, const CpuStepProbe& p, float* grads, float
     for (std::size_t b = 0; b < reducer.buckets().size(); ++b) LOCKSTEP_TRY(reducer.waitBucket(b));
     double overlap = 0;
     for (const auto& t : reducer.timings()) overlap += std::max(0.0, micros(std::min(t.end, end) - std::max(t.start, start)));
-    if (run > 0 && overlap > 0) runs.push_back(std::clamp((micros(end - start) - backwardAlone) / overlap, 0.0, 1.0));
+    if (overlap > 0) runs.push_back(std::clamp((micros(end - start) - backwardAlone) / overlap, 0.0, 1.0));
   }
   reducer.shutdown();
   return median(runs);
@@ -189,7 +195,12 @@ void PlanWatch::noteStep(const std::vector<BucketTiming>& timings, Clock::time_p
                          Clock::time_point backwardEnd) {
   if (timings.size() != plan_.buckets.size()) return;
   bucketMicros_.resize(timings.size());
-  for (std::size_t b = 0; b < timings.size(); ++b) bucketMicros_[b].push_back(micros(timings[b].end - timings[b].start));
+  // From when the reducer's thread could take it (final, and the one before done) to its end, as
+  // measureAllReduce times it: the threads' wake-ups included.
+  for (std::size_t b = 0; b < timings.size(); ++b) {
+    const auto from = b == 0 ? timings[b].ready : std::max(timings[b].ready, timings[b - 1].end);
+    bucketMicros_[b].push_back(micros(timings[b].end - from));
+  }
   backwardMicros_.push_back(micros(backwardEnd - backwardStart));
 }
 

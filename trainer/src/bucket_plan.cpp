@@ -28,12 +28,15 @@ std::vector<Bucket> cappedBuckets(const ParamLayout& layout, std::size_t capByte
 BucketPlan chooseBuckets(const ParamLayout& layout, const PlanFigures& figures) {
   const double total = static_cast<double>(layout.totalFloats()) * sizeof(float);
   std::vector<BucketPlan> tried;
-  std::size_t lastCount = 0;
+  const auto sameCuts = [](const std::vector<Bucket>& a, const std::vector<Bucket>& b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](const Bucket& x, const Bucket& y) {
+             return x.begin == y.begin && x.end == y.end;
+           });
+  };
   for (double cap = kSmallestCap;; cap *= kCapStep) {
     const auto capBytes = static_cast<std::size_t>(std::min(cap, total));
     BucketPlan plan{cappedBuckets(layout, capBytes), capBytes, {}, {}};
-    if (plan.buckets.size() != lastCount) {  // caps that cut alike forecast alike
-      lastCount = plan.buckets.size();
+    if (tried.empty() || !sameCuts(plan.buckets, tried.back().buckets)) {  // caps that cut alike forecast alike
       plan.forecast = simulateStep(plan.buckets, figures);
       tried.push_back(std::move(plan));
     }
@@ -55,7 +58,9 @@ std::string describePlan(const BucketPlan& plan, const PlanFigures& f) {
   const double optimizerMs = f.optimizerMicrosPerFloat * static_cast<double>(plan.buckets.back().end) / 1e3;
   return "buckets: " + describeBuckets(plan.buckets) + " (cap " + kpi::megabytes(static_cast<double>(plan.capBytes)) +
          "), chosen from " + f.allReduce.describe() + " among " + std::to_string(f.worldSize) + " ranks" +
-         format(", backward %.1f ms, optimizer %.1f ms, compute slowed %.0f%% while an all-reduce runs", f.backwardMicros() / 1e3,
+         format(f.readyOnlyAtPoints ? ", forward and backward %.1f ms, optimizer %.1f ms, compute slowed %.0f%% while an all-reduce runs"
+                                    : ", backward %.1f ms, optimizer %.1f ms, compute slowed %.0f%% while an all-reduce runs",
+                f.backwardMicros() / 1e3,
                 optimizerMs, 100 * std::clamp(f.contention, 0.0, 1.0)) +
          format("; expected exposed communication %.2f ms a step (25 MB buckets: %.2f ms)",
                 plan.forecast.exposedMicros / 1e3, plan.defaultForecast.exposedMicros / 1e3) +

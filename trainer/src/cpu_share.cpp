@@ -1,6 +1,10 @@
 #include "cpu_share.h"
 
 #include <sched.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
 
 #include <algorithm>
 #include <thread>
@@ -48,11 +52,22 @@ std::vector<int> allowedCpus() {
   return cpus;
 }
 
+bool boundAlready(const std::vector<int>& allowed) {
+  const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return online > 0 && static_cast<long>(allowed.size()) < online;
+}
+
 bool pinTo(const CpuShare& share) {
   if (share.cpus.empty()) return false;
   cpu_set_t set;
   CPU_ZERO(&set);
   for (int cpu : share.cpus) CPU_SET(cpu, &set);
+  // Every thread the process has (OpenBLAS starts its workers before main), then the threads to come.
+  std::error_code error;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", error)) {
+    const pid_t tid = static_cast<pid_t>(std::strtol(task.path().filename().c_str(), nullptr, 10));
+    if (tid > 0) (void)::sched_setaffinity(tid, sizeof set, &set);
+  }
   return ::sched_setaffinity(0, sizeof set, &set) == 0;
 }
 

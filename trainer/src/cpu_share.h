@@ -3,7 +3,7 @@
 // threads and its communication thread together. An all-reduce then takes CPU time from its own
 // rank's compute, never from another's; unpinned, it lands on whichever core is free and slows
 // another rank at random, which the others then wait for in the next all-reduce (measured:
-// docs/benchmarks.md, "Gradient buckets").
+// docs/benchmarks.md, "Gradient buckets chosen by measurement").
 
 #include <cstdint>
 #include <string>
@@ -22,7 +22,10 @@ struct CpuShare {
 CpuShare cpuShareOf(const std::vector<int>& allowed, std::uint32_t localRank, std::uint32_t localRanks);
 
 std::vector<int> allowedCpus();
-// Pins the calling thread (and the threads it starts later) to the share; false when refused.
+// Whether something bound this process to fewer CPUs than are online (Slurm, taskset, a cpuset):
+// then that binding stands.
+bool boundAlready(const std::vector<int>& allowed);
+// Pins every thread of the process (and those it starts later) to the share; false when refused.
 bool pinTo(const CpuShare& share);
 
 }  // namespace lockstep::trainer

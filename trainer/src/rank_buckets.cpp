@@ -22,7 +22,7 @@ std::vector<Bucket> RankRunner::fixedBuckets() const {
 }
 
 // Without --bucket-mb, the buckets are chosen from this job's measurements (bucket_plan.h), on a
-// batch of the first step; the time it takes is start-up.
+// batch of the data set's first rows; the time it takes is start-up.
 Result<void> RankRunner::setUpCpuBuckets() {
   State& s = *state_;
   const JobSpec& spec = options_.spec;
@@ -32,14 +32,13 @@ Result<void> RankRunner::setUpCpuBuckets() {
     buckets = fixedBuckets();
   } else {
     const auto start = Clock::now();
-    std::vector<std::uint32_t> indices;
-    s.sampler->indices(s.firstStep, 0, env_.rank, indices);
-    const auto rows = static_cast<std::uint32_t>(std::min<std::size_t>(indices.size(), s.maxRows));
+    // A batch of the per-rank size (a step's slice may be short or empty at an epoch's end).
+    const auto rows = static_cast<std::uint32_t>(std::min<std::uint64_t>(spec.batchPerRank, s.data.samples));
     std::vector<float> x(std::size_t{rows} * s.data.dim);
     std::vector<std::int32_t> labels(rows);
     for (std::uint32_t i = 0; i < rows; ++i) {
-      std::copy_n(s.data.row(indices[i]), s.data.dim, x.data() + std::size_t{i} * s.data.dim);
-      labels[i] = s.data.labels[indices[i]];
+      std::copy_n(s.data.row(i), s.data.dim, x.data() + std::size_t{i} * s.data.dim);
+      labels[i] = s.data.labels[i];
     }
     const CpuStepProbe probe{*s.model, *s.layout, spec.optimizer, s.params.data(), x.data(), labels.data(), rows, timeout};
     auto mine = measureCpuStep(*s.comm, probe);

@@ -145,10 +145,12 @@ Result<void> RankRunner::setUp() {
   State& s = *state_;
   const JobSpec& spec = options_.spec;
   // Before any thread starts, so that the BLAS and communication threads inherit it.
-  const CpuShare share = cpuShareOf(allowedCpus(), env_.localRank, env_.localWorldSize);
-  const bool pinned = spec.backend == Backend::kCpu && options_.threads == 0 && options_.pinCpus &&
-                      env_.localWorldSize > 1 && pinTo(share);
-  openblas_set_num_threads(static_cast<int>(options_.threads > 0 ? options_.threads : share.threads));
+  const std::vector<int> allowed = allowedCpus();
+  const CpuShare share = cpuShareOf(allowed, env_.localRank, env_.localWorldSize);
+  const std::uint32_t threads = options_.threads > 0 ? options_.threads : share.threads;
+  const bool pinned = spec.backend == Backend::kCpu && options_.pinCpus && env_.localWorldSize > 1 &&
+                      threads <= share.cpus.size() && !boundAlready(allowed) && pinTo(share);
+  openblas_set_num_threads(static_cast<int>(threads));
   if (pinned && !options_.quiet && env_.localRank == 0) {
     std::fprintf(stderr, "[lockstep] each of the %u local ranks computes on its own CPUs (local rank 0: %s; --no-pin-cpus to let them roam)\n",
                  env_.localWorldSize, share.describe().c_str());

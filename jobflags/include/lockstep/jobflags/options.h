@@ -21,7 +21,7 @@ struct TrainerOptions {
   std::string saveWeightsPath;    // final weights (safetensors), written by rank 0
   bool resume = false;            // continue from the newest checkpoint in spec.checkpointDir
   std::uint32_t threads = 0;      // BLAS threads per rank; 0: cores / local ranks
-  bool pinCpus = true;            // with threads 0: each local rank on its own share of the CPUs
+  bool pinCpus = true;            // each local rank on its own share of the CPUs (when its threads fit)
   std::uint32_t logEvery = 0;     // progress line interval in steps; 0: about 20 lines per run
   bool quiet = false;             // no progress lines
   bool help = false;
