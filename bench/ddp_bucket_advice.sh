@@ -30,7 +30,7 @@ run_job() {  # JOB_ID BUCKET_CAP_MB
 run_job ddp-default 25
 cap=$(/usr/bin/python3 -c 'import json,sys; a=json.load(open(sys.argv[1]))["kpis"]["ddp_bucket_advice"]; print(a["bucket_cap_mb"] if a else "")' "$WORK/ddp-default.json")
 if [ -z "$cap" ]; then
-  /usr/bin/python3 -c 'import json,sys; k=json.load(open(sys.argv[1]))["kpis"]; print("no advice: exposed communication %.1f%% (%s)" % (100*(k["comm_overhead"] or 0), k["communication_advice"]))' "$WORK/ddp-default.json"
+  /usr/bin/python3 -c 'import json,sys; k=json.load(open(sys.argv[1]))["kpis"]; print("no advice: exposed communication %.1f%% (%s)" % (100*(k["comm_overhead"] or 0), k["communication_advice"])); print({n: k.get(n) for n in ["bytes_reduced_per_step", "straggler_wait_share", "arrival_skew_us"]}); print([{n: r.get(n) for n in ["mean_data_us", "mean_compute_us", "mean_exposed_us", "mean_step_us"]} for r in json.load(open(sys.argv[1]))["ranks"]])' "$WORK/ddp-default.json"
   exit 0
 fi
 run_job ddp-advised "$cap"

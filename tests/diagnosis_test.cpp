@@ -110,6 +110,7 @@ kpi::JobKpis ddpStep(double exposedUs) {
   k.meanBusyUs = 9000;
   k.meanExposedUs = exposedUs;
   k.stragglerWaitShare = 0;
+  k.gpuUtilizationPct = 80;  // a GPU job: on CPUs the model is no guide to DDP
   return k;
 }
 
@@ -139,6 +140,9 @@ TEST(Diagnosis, ADdpProgramIsToldWhichBucketCapToTryAndWhatToExpect) {
   kpi::JobKpis slow = ddpStep(3e6);  // 12.6 s of compute and 3 s exposed: an answer, and at once
   slow.meanBusyUs = 12.6e6;
   EXPECT_TRUE(ddpBucketAdvice(slow));
+  kpi::JobKpis cpu = ddpStep(3000);
+  cpu.gpuUtilizationPct.reset();
+  EXPECT_FALSE(ddpBucketAdvice(cpu));
   kpi::JobKpis unknown = ddpStep(3000);
   unknown.bytesReducedPerStep.reset();
   EXPECT_FALSE(ddpBucketAdvice(unknown));

@@ -161,6 +161,25 @@ TEST(Kpi, AllReduceBandwidthPerRankAndForTheJob) {
   EXPECT_FALSE(tenSteps().snapshot(t0 + 10 * kSecond).busBandwidth.has_value());
 }
 
+TEST(Kpi, BytesReducedCountWithoutATimedAllReduce) {
+  // A DDP program on CPUs (Gloo) counts its gradient bytes but cannot time its all-reduce: the
+  // bytes per step are known (the DDP bucket advice needs them), the bandwidth is not.
+  JobSpec spec = gpuJob();
+  JobTracker t(spec);
+  for (std::uint64_t step = 1; step <= 10; ++step) {
+    for (std::uint32_t rank = 0; rank < 2; ++rank) {
+      StepReport r = report(rank, step, 600'000, 100'000, t0 + static_cast<std::int64_t>(step) * kSecond);
+      r.bytesReduced = 7'454'760;
+      r.allreduceTimeUs.reset();
+      t.add(r, "n");
+    }
+  }
+  const JobKpis k = t.snapshot(t0 + 10 * kSecond);
+  ASSERT_TRUE(k.bytesReducedPerStep);
+  EXPECT_DOUBLE_EQ(*k.bytesReducedPerStep, 7'454'760);
+  EXPECT_FALSE(k.busBandwidth);
+}
+
 // Issue 7: a dynamic split shows as rows per rank, and the imbalance as it was at the start and now.
 TEST(Kpi, AnUnevenSplitAndTheImbalanceBeforeAndAfter) {
   JobTracker t(gpuJob(), Settings{5.0, 0.1, std::nullopt, 100});

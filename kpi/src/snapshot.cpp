@@ -127,8 +127,8 @@ RankKpis JobTracker::rankKpis(std::uint32_t id, const RankState& r, const Window
   rk.cpuPct = r.cpuPct;
   rk.rssBytes = r.rssBytes;
   double samples = 0, tokens = 0, st = 0, d = 0, c = 0, e = 0, timedSamples = 0, timedSt = 0;
-  double reducedBytes = 0, reduceUs = 0;
-  int reducedReports = 0;
+  double reducedBytes = 0, reduceUs = 0, countedBytes = 0;
+  int reducedReports = 0, countedReports = 0;  // with a time (for the bandwidth), and with bytes at all
   std::uint32_t world = 1;
   int n = 0, timed = 0;
   bool tokensKnown = false;
@@ -140,6 +140,10 @@ RankKpis JobTracker::rankKpis(std::uint32_t id, const RankState& r, const Window
     if (rep.tokens) {
       tokens += static_cast<double>(*rep.tokens);
       tokensKnown = true;
+    }
+    if (rep.bytesReduced) {  // a CPU DDP program counts its bytes without timing its all-reduce
+      countedBytes += static_cast<double>(*rep.bytesReduced);
+      ++countedReports;
     }
     if (rep.bytesReduced && rep.allreduceTimeUs && *rep.allreduceTimeUs > 0) {
       reducedBytes += static_cast<double>(*rep.bytesReduced);
@@ -185,8 +189,8 @@ RankKpis JobTracker::rankKpis(std::uint32_t id, const RankState& r, const Window
     t.compute.push_back(c / timed);
     t.rankIds.push_back(id);
   }
-  if (reducedReports > 0) {
-    t.reduced += reducedBytes / reducedReports;
+  if (countedReports > 0) {
+    t.reduced += countedBytes / countedReports;
     ++t.reducedKnown;
   }
   if (reduceUs > 0 && world > 1) {

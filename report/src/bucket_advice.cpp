@@ -50,6 +50,10 @@ kpi::CommCurve affine(double microsPerMiB) {
 }  // namespace
 
 std::optional<BucketAdvice> ddpBucketAdvice(const kpi::JobKpis& k) {
+  // On CPUs DDP's all-reduce runs on threads that compete with backward for the rank's cores, which
+  // a program's step split does not show: checked against PyTorch DDP here, the model expected 3 to
+  // 7 times less exposed time than the advised cap left (docs/benchmarks.md). So GPU jobs only.
+  if (!k.gpuUtilizationPct) return std::nullopt;
   if (!k.bytesReducedPerStep || !k.meanBusyUs || !k.meanExposedUs || !(*k.bytesReducedPerStep > 0) ||
       !std::isfinite(*k.bytesReducedPerStep + *k.meanBusyUs + *k.meanExposedUs)) {
     return std::nullopt;

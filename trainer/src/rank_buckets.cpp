@@ -43,16 +43,24 @@ Result<void> RankRunner::setUpCpuBuckets() {
     const CpuStepProbe probe{*s.model, *s.layout, spec.optimizer, s.params.data(), x.data(), labels.data(), rows, timeout};
     auto mine = measureCpuStep(*s.comm, probe);
     if (!mine) return diagnoseCommFailure(mine.error(), "measuring the all-reduce");
-    auto figures = agreeOnFigures(*s.comm, *mine);
-    if (!figures) return diagnoseCommFailure(figures.error(), "agreeing on the bucket plan");
-    BucketPlan plan = chooseBuckets(*s.layout, *figures);
-    buckets = plan.buckets;
-    const auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - start).count();
-    note(describePlan(plan, *figures) + "; measured in " + std::to_string(took) + " ms at start-up");
-    s.planWatch = std::make_unique<PlanWatch>(*s.layout, std::move(*figures), std::move(plan));
+    LOCKSTEP_ASSIGN_OR_RETURN(auto planned, agreeAndChoose(*s.comm, *mine, start));
+    buckets = planned.first.buckets;
+    s.planWatch = std::make_unique<PlanWatch>(*s.layout, std::move(planned.second), std::move(planned.first));
   }
   s.reducer = std::make_unique<GradientReducer>(*s.comm, s.grads.data(), std::move(buckets), timeout, &s.progress.record());
   return {};
+}
+
+// Every rank's measurements made one (agreeOnFigures), the plan they give, and its note; `since`:
+// when measuring began.
+Result<std::pair<BucketPlan, PlanFigures>> RankRunner::agreeAndChoose(Comm& comm, const PlanFigures& mine,
+                                                                      Clock::time_point since) {
+  auto figures = agreeOnFigures(comm, mine);
+  if (!figures) return diagnoseCommFailure(figures.error(), "agreeing on the bucket plan");
+  BucketPlan plan = chooseBuckets(*state_->layout, *figures);
+  const auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - since).count();
+  note(describePlan(plan, *figures) + "; measured in " + std::to_string(took) + " ms at start-up");
+  return std::pair<BucketPlan, PlanFigures>(std::move(plan), std::move(*figures));
 }
 
 // Re-plans when the measurements drifted (PlanWatch), after step `step` on every rank alike.

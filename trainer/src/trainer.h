@@ -12,6 +12,8 @@
 #include "lockstep/common/store.h"
 #include "lockstep/jobflags/options.h"
 #include "lockstep/protocol/types.h"
+#include "bucket_plan.h"
+#include "comm.h"
 #include "model.h"
 
 namespace lockstep::trainer {
@@ -79,6 +81,8 @@ class RankRunner {
   // the measurements drift.
   std::vector<Bucket> fixedBuckets() const;
   Result<void> setUpCpuBuckets();
+  Result<std::pair<BucketPlan, PlanFigures>> agreeAndChoose(Comm& comm, const PlanFigures& mine,
+                                                            std::chrono::steady_clock::time_point since);
   Result<void> replanIfDrifted(std::uint64_t step);
   void note(const std::string& text) const;
   Result<RunSummary> train();

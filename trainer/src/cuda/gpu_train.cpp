@@ -122,13 +122,10 @@ Result<RunSummary> RankRunner::trainCuda() {
     const auto planStart = Clock::now();
     s.sampler->indices(s.firstStep, 0, env_.rank, indices);
     auto mine = gpu::measureGpuStep(*nccl, *model, *s.layout, indices);
-    if (!mine) return fail(mine.error(), s.firstStep);
-    auto figures = agreeOnFigures(*nccl, *mine);
-    if (!figures) return fail(figures.error(), s.firstStep);
-    const BucketPlan plan = chooseBuckets(*s.layout, *figures);
-    buckets = plan.buckets;
-    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - planStart).count();
-    note(describePlan(plan, *figures) + "; measured in " + std::to_string(took) + " ms at start-up");
+    if (!mine) return fail(mine.error(), s.firstStep + 1);
+    auto planned = agreeAndChoose(*nccl, *mine, planStart);
+    if (!planned) return fail(planned.error(), s.firstStep + 1);
+    buckets = planned->first.buckets;
   }
   std::uint64_t bytesPerStep = 0;
   for (const auto& b : buckets) bytesPerStep += (b.end - b.begin) * sizeof(float);

@@ -45,7 +45,8 @@ kpi::Maybe meanReductionBytes(const kpi::JobKpis& k, const JobSpec& spec);
 // (lockstep/kpi/step_model.h, the one lockstep-trainer chooses its buckets with) expects with it.
 // The model is fed the program's gradient bytes per step, its compute (backward taken as two thirds
 // of it, at an even pace) and its exposed time, assumed to come from DDP's default 25 MB buckets;
-// an all-reduce costs kDdpAllReduceFixedUs plus a rate fitted to that exposed time. Empty when the
+// an all-reduce costs kDdpAllReduceFixedUs plus a rate fitted to that exposed time. GPU jobs only
+// (on CPUs the model does not foresee DDP: bucket_advice.cpp). Empty when the
 // figures are missing or no cap is expected to cut the exposed time by a fifth.
 inline constexpr double kDdpAllReduceFixedUs = 100;
 struct BucketAdvice {
