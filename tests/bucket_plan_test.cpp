@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 #include <sstream>
 
@@ -44,6 +45,9 @@ TEST(BucketPlan, TheCurveIsLinearBetweenPointsAndBeyondAndNeverBelowTheSmallest)
   EXPECT_NEAR(c.at(0.5 * kMiB), 100 + 250, 1e-6);            // between
   EXPECT_NEAR(c.at(16 * kMiB), 100 + 8000, 1e-6);            // beyond: the last slope
   EXPECT_EQ(c.describe(), "all-reduce 0.10 ms + 0.50 ms/MB");
+  const CommCurve noisy{{64.0 * 1024, 1.0 * kMiB}, {400, 300}};  // the larger measured quicker
+  EXPECT_EQ(noisy.describe(), "all-reduce 0.35 ms + 0.00 ms/MB");
+  EXPECT_DOUBLE_EQ(noisy.at(kMiB), 400);
 }
 
 TEST(BucketPlan, ASimulatedStepByHand) {
@@ -165,13 +169,14 @@ TEST(BucketPlan, TheEventSaysThePlanAndWhatItRestsOn) {
   EXPECT_EQ(describeBuckets(cappedBuckets(layout, 25u << 20)), "2 buckets of ~6.1 MB");
 }
 
-// ---- the agreement, between two real processes over real Gloo ----
+// ---- between two real processes over real Gloo ----
 
-// One rank: measures its own figures on a small real model (rank 1's made to differ further),
-// agrees, chooses; writes what it chose to `out`.
-int planAsRank(int rank, std::uint16_t port, int out) {
+// What one rank does with its communicator; its text goes back to the test.
+using RankWork = std::function<std::string(int rank, Comm& comm)>;
+
+std::string asRank(int rank, std::uint16_t port, const RankWork& work) {
   auto store = StoreClient::connect("127.0.0.1", port, std::chrono::seconds(20), "", rank);
-  if (!store) return 2;
+  if (!store) return "no store: " + store.error().message;
   GlooOptions gloo;
   gloo.rank = rank;
   gloo.worldSize = 2;
@@ -179,31 +184,8 @@ int planAsRank(int rank, std::uint16_t port, int out) {
   gloo.localHost = "127.0.0.1";
   gloo.timeout = std::chrono::seconds(20);
   auto comm = connectGloo(**store, gloo);
-  if (!comm) return 3;
-  const ParamLayout layout({64, 512, 256, 10});
-  std::vector<float> params(layout.totalFloats()), x(32 * 64);
-  initParameters(layout, 7, params.data());
-  std::mt19937 random(static_cast<unsigned>(rank));
-  std::uniform_real_distribution<float> uniform(-1, 1);
-  for (float& v : x) v = uniform(random);
-  std::vector<std::int32_t> labels(32, 3);
-  Mlp model(layout, Activation::kRelu, 32);
-  OptimizerSpec sgd;
-  auto measured = measureCpuStep(**comm, {model, layout, sgd, params.data(), x.data(), labels.data(), 32});
-  if (!measured) return 4;
-  PlanFigures mine = rank == 1 ? scaledFigures(*measured, 3.0, 0.5) : *measured;
-  mine.contention = rank == 1 ? 0.9 : 0.1;
-  auto agreed = agreeOnFigures(**comm, mine);
-  if (!agreed) return 5;
-  const BucketPlan plan = chooseBuckets(layout, *agreed);
-  std::ostringstream text;
-  text << "cap " << plan.capBytes << " contention " << agreed->contention << " ends";
-  for (const auto& b : plan.buckets) text << ' ' << b.end;
-  text << " curve";
-  for (double v : agreed->allReduce.micros) text << ' ' << v;
-  text << " own-contention " << mine.contention << '\n';
-  const std::string s = text.str();
-  return ::write(out, s.data(), s.size()) == static_cast<ssize_t>(s.size()) ? 0 : 6;
+  if (!comm) return "no Gloo: " + comm.error().message;
+  return work(rank, **comm);
 }
 
 std::string readAll(int fd) {
@@ -213,40 +195,106 @@ std::string readAll(int fd) {
   return text;
 }
 
-TEST(BucketPlan, RanksThatMeasuredDifferentlyChooseTheSamePlan) {
+// Runs `work` as rank 1 in a forked process and as rank 0 here; returns their texts.
+std::pair<std::string, std::string> onTwoRanks(const RankWork& work) {
   int portPipe[2], outPipe[2];
-  ASSERT_EQ(::pipe(portPipe), 0);
-  ASSERT_EQ(::pipe(outPipe), 0);
+  if (::pipe(portPipe) != 0 || ::pipe(outPipe) != 0) return {"no pipe", ""};
   // Fork before any thread starts (the store server has one); the child learns the port by pipe.
   const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
   if (child == 0) {
     std::uint16_t port = 0;
-    const bool got = ::read(portPipe[0], &port, sizeof port) == sizeof port;
-    ::_exit(got ? planAsRank(1, port, outPipe[1]) : 7);
+    const std::string text = ::read(portPipe[0], &port, sizeof port) == sizeof port ? asRank(1, port, work) : "no port";
+    const bool sent = ::write(outPipe[1], text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    ::_exit(sent ? 0 : 1);
   }
   ::close(outPipe[1]);
-  auto server = StoreServer::start("127.0.0.1", 0);
-  ASSERT_TRUE(server.ok()) << server.error().message;
-  const std::uint16_t port = (*server)->port();
-  ASSERT_EQ(::write(portPipe[1], &port, sizeof port), static_cast<ssize_t>(sizeof port));
-  int mineFds[2];
-  ASSERT_EQ(::pipe(mineFds), 0);
-  const int myStatus = planAsRank(0, port, mineFds[1]);
-  ::close(mineFds[1]);
+  std::string mine = "no child";
+  if (child > 0) {
+    auto server = StoreServer::start("127.0.0.1", 0);
+    if (server.ok()) {
+      const std::uint16_t port = (*server)->port();
+      if (::write(portPipe[1], &port, sizeof port) == static_cast<ssize_t>(sizeof port)) mine = asRank(0, port, work);
+    }
+  }
+  ::close(portPipe[1]);  // a child still waiting for the port reads the end and gives up
+  const std::string theirs = readAll(outPipe[0]);
   int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_EQ(myStatus, 0);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
-  std::string mine = readAll(mineFds[0]), theirs = readAll(outPipe[0]);
-  // Their own contention differed (0.1 and 0.9); everything agreed on, and the plan, is the same.
+  if (child > 0) ::waitpid(child, &status, 0);
+  for (int fd : {portPipe[0], outPipe[0]}) ::close(fd);
+  return {mine, theirs};
+}
+
+TEST(BucketPlan, RanksThatMeasuredDifferentlyChooseTheSamePlan) {
+  // Each rank measures its own figures on a small real model; rank 1's are then made to differ
+  // further (all-reduce 3x, compute 0.5x, contention 0.9 against 0.1).
+  const auto [mine, theirs] = onTwoRanks([](int rank, Comm& comm) -> std::string {
+    const ParamLayout layout({64, 512, 256, 10});
+    std::vector<float> params(layout.totalFloats()), x(32 * 64);
+    initParameters(layout, 7, params.data());
+    std::mt19937 random(static_cast<unsigned>(rank));
+    std::uniform_real_distribution<float> uniform(-1, 1);
+    for (float& v : x) v = uniform(random);
+    std::vector<std::int32_t> labels(32, 3);
+    Mlp model(layout, Activation::kRelu, 32);
+    OptimizerSpec sgd;
+    auto measured = measureCpuStep(comm, {model, layout, sgd, params.data(), x.data(), labels.data(), 32});
+    if (!measured) return "measuring failed: " + measured.error().message;
+    PlanFigures own = rank == 1 ? scaledFigures(*measured, 3.0, 0.5) : *measured;
+    own.contention = rank == 1 ? 0.9 : 0.1;
+    auto agreed = agreeOnFigures(comm, own);
+    if (!agreed) return "agreeing failed: " + agreed.error().message;
+    const BucketPlan plan = chooseBuckets(layout, *agreed);
+    std::ostringstream text;
+    text << "cap " << plan.capBytes << " contention " << agreed->contention << " ends";
+    for (const auto& b : plan.buckets) text << ' ' << b.end;
+    text << " curve";
+    for (double v : agreed->allReduce.micros) text << ' ' << v;
+    text << " own-contention " << own.contention;
+    return text.str();
+  });
   ASSERT_NE(mine.find("own-contention 0.1"), std::string::npos) << mine;
   ASSERT_NE(theirs.find("own-contention 0.9"), std::string::npos) << theirs;
-  mine = mine.substr(0, mine.find(" own-contention"));
-  theirs = theirs.substr(0, theirs.find(" own-contention"));
+  // Everything agreed on, and the plan, is the same; the contention is the mean.
+  EXPECT_EQ(mine.substr(0, mine.find(" own-contention")), theirs.substr(0, theirs.find(" own-contention")));
+  EXPECT_NE(mine.find("contention 0.5 "), std::string::npos) << mine;
+}
+
+TEST(BucketPlan, ALinkThatSlowsDownIsReplannedAtTheSameStepOnBothRanks) {
+  // A plan of many buckets from figures where overlap pays; then 100 steps in which every
+  // all-reduce took 3 ms longer on one rank's clock and 2.5 ms on the other's: a fixed cost that
+  // large calls for the fewest buckets. Both ranks agree on the window and switch alike, after
+  // step 100 and not before.
+  const auto [mine, theirs] = onTwoRanks([](int rank, Comm& comm) -> std::string {
+    const ParamLayout layout({784, 1024, 1024, 10});
+    PlanFigures f = evenBackward(layout, 6000);
+    f.allReduce = affine(100, 400);
+    f.worldSize = 2;
+    const BucketPlan first = chooseBuckets(layout, f);
+    PlanWatch watch(layout, f, first, 100);
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto us = [&](double micros) { return t0 + std::chrono::microseconds(static_cast<std::int64_t>(micros)); };
+    std::string text = "first " + std::to_string(first.buckets.size());
+    for (std::uint64_t step = 1; step <= 100; ++step) {
+      std::vector<BucketTiming> timings;
+      double free = 0;
+      for (const auto& b : first.buckets) {
+        const double ready = f.readyAt(b.end), from = std::max(ready, free);
+        free = from + f.allReduce.at(static_cast<double>(b.end - b.begin) * 4) + (rank == 0 ? 3000 : 2500);
+        timings.push_back({us(ready), us(from), us(free)});
+      }
+      watch.noteStep(timings, t0, us(6000));
+      auto replanned = watch.check(comm, step);
+      if (!replanned) return "check failed: " + replanned.error().message;
+      if (*replanned) text += " | after " + std::to_string(step) + ": " + **replanned;
+    }
+    return text + " | now " + std::to_string(watch.plan().buckets.size());
+  });
   EXPECT_EQ(mine, theirs);
-  EXPECT_NE(mine.find("contention 0.5 "), std::string::npos) << mine;  // the mean
-  for (int fd : {portPipe[0], portPipe[1], outPipe[0], mineFds[0]}) ::close(fd);
+  EXPECT_EQ(mine.rfind("first ", 0), 0u) << mine;
+  EXPECT_GT(std::atoi(mine.c_str() + 6), 2) << mine;
+  EXPECT_NE(mine.find(" | after 100: re-planned after step 100: all-reduce took"), std::string::npos) << mine;
+  EXPECT_NE(mine.find("buckets: 2 buckets"), std::string::npos) << mine;
+  EXPECT_NE(mine.find(" | now 2"), std::string::npos) << mine;
 }
 
 }  // namespace

@@ -122,7 +122,8 @@ std::string CommCurve::describe() const {
     const double x = bytes[i] / kMiB, y = micros[i] / 1e3;
     sx += x, sy += y, sxx += x * x, sxy += x * y;
   }
-  const double slope = (n * sxy - sx * sy) / std::max(1e-12, n * sxx - sx * sx);
+  // Never falling with size: a noisy measurement can tilt the fit, not the curve (at() keeps it flat).
+  const double slope = std::max(0.0, (n * sxy - sx * sy) / std::max(1e-12, n * sxx - sx * sx));
   return format("all-reduce %.2f ms + %.2f ms/MB", std::max(0.0, (sy - slope * sx) / n), slope);
 }
 
