@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <random>
 #include <sstream>
@@ -16,6 +17,7 @@
 #include "comm.h"
 #include "lockstep/common/store.h"
 #include "model.h"
+#include "shm_comm.h"
 
 namespace lockstep::trainer {
 namespace {
@@ -171,8 +173,8 @@ TEST(BucketPlan, TheEventSaysThePlanAndWhatItRestsOn) {
 
 // ---- between two real processes over real Gloo ----
 
-// What one rank does with its communicator; its text goes back to the test.
-using RankWork = std::function<std::string(int rank, Comm& comm)>;
+// What one rank does with its communicator (and the job's store); its text goes back to the test.
+using RankWork = std::function<std::string(int rank, std::unique_ptr<Comm>& comm, StoreClient& store)>;
 
 std::string asRank(int rank, std::uint16_t port, const RankWork& work) {
   auto store = StoreClient::connect("127.0.0.1", port, std::chrono::seconds(20), "", rank);
@@ -185,7 +187,7 @@ std::string asRank(int rank, std::uint16_t port, const RankWork& work) {
   gloo.timeout = std::chrono::seconds(20);
   auto comm = connectGloo(**store, gloo);
   if (!comm) return "no Gloo: " + comm.error().message;
-  return work(rank, **comm);
+  return work(rank, *comm, **store);
 }
 
 std::string readAll(int fd) {
@@ -227,7 +229,8 @@ std::pair<std::string, std::string> onTwoRanks(const RankWork& work) {
 TEST(BucketPlan, RanksThatMeasuredDifferentlyChooseTheSamePlan) {
   // Each rank measures its own figures on a small real model; rank 1's are then made to differ
   // further (all-reduce 3x, compute 0.5x, contention 0.9 against 0.1).
-  const auto [mine, theirs] = onTwoRanks([](int rank, Comm& comm) -> std::string {
+  const auto [mine, theirs] = onTwoRanks([](int rank, std::unique_ptr<Comm>& gloo, StoreClient&) -> std::string {
+    Comm& comm = *gloo;
     const ParamLayout layout({64, 512, 256, 10});
     std::vector<float> params(layout.totalFloats()), x(32 * 64);
     initParameters(layout, 7, params.data());
@@ -264,7 +267,8 @@ TEST(BucketPlan, ALinkThatSlowsDownIsReplannedAtTheSameStepOnBothRanks) {
   // all-reduce took 3 ms longer on one rank's clock and 2.5 ms on the other's: a fixed cost that
   // large calls for the fewest buckets. Both ranks agree on the window and switch alike, after
   // step 100 and not before.
-  const auto [mine, theirs] = onTwoRanks([](int rank, Comm& comm) -> std::string {
+  const auto [mine, theirs] = onTwoRanks([](int rank, std::unique_ptr<Comm>& gloo, StoreClient&) -> std::string {
+    Comm& comm = *gloo;
     const ParamLayout layout({784, 1024, 1024, 10});
     PlanFigures f = evenBackward(layout, 6000);
     f.allReduce = affine(100, 400);
@@ -295,6 +299,44 @@ TEST(BucketPlan, ALinkThatSlowsDownIsReplannedAtTheSameStepOnBothRanks) {
   EXPECT_NE(mine.find(" | after 100: re-planned after step 100: all-reduce took"), std::string::npos) << mine;
   EXPECT_NE(mine.find("buckets: 2 buckets"), std::string::npos) << mine;
   EXPECT_NE(mine.find(" | now 2"), std::string::npos) << mine;
+}
+
+// ---- the shared-memory all-reduce (shm_comm.h) between the same two processes ----
+
+TEST(SharedMemoryAllReduce, SumsAndFallsBackToGlooAndSeesAPeerThatIsGoneAtOnce) {
+  // Ranks on one node sum through a shared segment of 1000 floats; a longer range goes through
+  // Gloo. Then rank 1's process ends while rank 0 waits in an all-reduce: rank 0 learns it from
+  // the peer's pidfd at once, not at the 20 s timeout.
+  const auto [mine, theirs] = onTwoRanks([](int rank, std::unique_ptr<Comm>& gloo, StoreClient& store) -> std::string {
+    auto comm = connectSharedMemory(std::move(gloo), store, "shm-test/", 1000, std::chrono::seconds(20));
+    if (!comm) return "connect failed: " + comm.error().message;
+    std::string text;
+    for (std::size_t n : {1u, 7u, 1000u, 1500u}) {
+      std::vector<float> data(n);
+      for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<float>((rank + 1) * (i + 1));
+      if (auto r = (*comm)->allReduceSum(data.data(), n); !r) return text + " failed: " + r.error().message;
+      bool right = true;
+      for (std::size_t i = 0; i < n; ++i) right = right && data[i] == static_cast<float>(3 * (i + 1));
+      text += (right ? " ok " : " wrong ") + std::to_string(n);
+    }
+    (*comm)->releaseBuffers();
+    if (rank == 1) return text;  // and its process ends
+    std::vector<float> last(10, 1.0f);
+    const auto start = std::chrono::steady_clock::now();
+    auto r = (*comm)->allReduceSum(last.data(), last.size());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return text + " | " + (r ? std::string("no error") : r.error().message) + " after " + std::to_string(seconds) + " s";
+  });
+  EXPECT_EQ(theirs, " ok 1 ok 7 ok 1000 ok 1500");
+  EXPECT_EQ(mine.rfind(" ok 1 ok 7 ok 1000 ok 1500 | ", 0), 0u) << mine;
+  EXPECT_NE(mine.find("rank 1's process ended after "), std::string::npos) << mine;
+  const auto after = mine.rfind("after ");
+  ASSERT_NE(after, std::string::npos) << mine;
+  EXPECT_LT(std::stod(mine.substr(after + 6)), 5.0) << mine;
+  // Nothing is left in /dev/shm.
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    EXPECT_EQ(entry.path().filename().string().rfind("lockstep-comm-", 0), std::string::npos) << entry.path();
+  }
 }
 
 }  // namespace

@@ -204,20 +204,28 @@ void PlanWatch::noteStep(const std::vector<BucketTiming>& timings, Clock::time_p
   backwardMicros_.push_back(micros(backwardEnd - backwardStart));
 }
 
-// The window's medians, the same on every rank: the mean over ranks, as rank 0 has it. Returns
-// each bucket's all-reduce time, then the backward's.
+// The window's medians, the same on every rank: each rank's row gathered (a sum of rows that are
+// zero but for one), then per bucket the least over the ranks. A rank that arrived first at an
+// all-reduce waited for the last one there, which a slower link does not explain and other buckets
+// would not change; the last to arrive waited for nobody. The backward: the mean over the ranks.
+// Returns each bucket's all-reduce time, then the backward's.
 Result<std::vector<double>> PlanWatch::agreeOnWindow(Comm& comm) {
-  window_.assign(plan_.buckets.size() + 1, 0.0f);  // the same size on every rank: one plan
+  const std::size_t width = plan_.buckets.size() + 1, ranks = static_cast<std::size_t>(comm.worldSize());
+  window_.assign(width * ranks, 0.0f);  // the same size on every rank: one plan
+  float* mine = window_.data() + width * static_cast<std::size_t>(comm.rank());
   for (std::size_t b = 0; b < bucketMicros_.size() && b < plan_.buckets.size(); ++b) {
-    window_[b] = static_cast<float>(median(bucketMicros_[b]));
+    mine[b] = static_cast<float>(median(bucketMicros_[b]));
   }
-  window_.back() = static_cast<float>(median(backwardMicros_));
+  mine[width - 1] = static_cast<float>(median(backwardMicros_));
   bucketMicros_.clear();
   backwardMicros_.clear();
   LOCKSTEP_TRY(comm.allReduceSum(window_.data(), window_.size()));
-  LOCKSTEP_TRY(comm.broadcast(window_.data(), window_.size() * sizeof(float), 0));
-  std::vector<double> agreed;
-  for (float v : window_) agreed.push_back(v / comm.worldSize());
+  std::vector<double> agreed(width, 0.0);
+  for (std::size_t b = 0; b + 1 < width; ++b) {
+    agreed[b] = window_[b];
+    for (std::size_t r = 1; r < ranks; ++r) agreed[b] = std::min<double>(agreed[b], window_[r * width + b]);
+  }
+  for (std::size_t r = 0; r < ranks; ++r) agreed[width - 1] += window_[r * width + width - 1] / static_cast<double>(ranks);
   return agreed;
 }
 

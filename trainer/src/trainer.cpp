@@ -25,6 +25,7 @@
 #include "rank_state.h"
 #include "reducer.h"
 #include "sampler.h"
+#include "shm_comm.h"
 
 namespace lockstep::trainer {
 namespace {
@@ -209,6 +210,12 @@ Result<void> RankRunner::connect() {
       gloo.localHost = s.store->localAddress();
       gloo.timeout = timeout;
       LOCKSTEP_ASSIGN_OR_RETURN(s.comm, connectGloo(*s.store, gloo));
+      // All ranks on this node: all-reduce through shared memory (shm_comm.h), unless asked not to.
+      const char* allReduce = std::getenv("LOCKSTEP_ALLREDUCE");
+      if (env_.localWorldSize == env_.worldSize && (allReduce == nullptr || std::string(allReduce) != "gloo")) {
+        LOCKSTEP_ASSIGN_OR_RETURN(s.comm, connectSharedMemory(std::move(s.comm), *s.store, prefix + "shm/",
+                                                              s.layout->totalFloats(), timeout));
+      }
     }
     s.heartbeat = std::make_unique<Heartbeat>(*s.store, s.progress);
   } else if (spec.backend == Backend::kCuda) {

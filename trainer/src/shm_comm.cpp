@@ -1,0 +1,189 @@
+#include "shm_comm.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <random>
+
+#include "kernels.h"
+
+namespace lockstep::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::size_t kPage = 4096;
+
+std::size_t roundUp(std::size_t bytes) { return (bytes + kPage - 1) / kPage * kPage; }
+
+// The segment's first bytes: the barrier counter, then each rank's pid (for its peers to watch).
+struct alignas(64) Header {
+  std::atomic<std::uint32_t> arrived{0};  // every rank's arrivals at a barrier, ever
+};
+constexpr auto kPeerCheck = std::chrono::milliseconds(50);  // how often a wait looks for dead peers
+
+std::int32_t* pidsOf(void* segment) { return reinterpret_cast<std::int32_t*>(static_cast<char*>(segment) + sizeof(Header)); }
+std::size_t headerBytes(int world) { return roundUp(sizeof(Header) + sizeof(std::int32_t) * static_cast<std::size_t>(world)); }
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free && sizeof(std::atomic<std::uint32_t>) == 4);
+
+
+std::string randomName() {
+  std::random_device random;
+  char name[40];
+  std::snprintf(name, sizeof name, "/lockstep-comm-%08x%08x", random(), random());
+  return name;
+}
+
+class ShmComm final : public Comm {
+ public:
+  ShmComm(std::unique_ptr<Comm> gloo, void* segment, std::size_t bytes, std::size_t capacity,
+          std::chrono::milliseconds timeout)
+      : gloo_(std::move(gloo)), segment_(segment), bytes_(bytes), capacity_(capacity), timeout_(timeout),
+        header_(static_cast<Header*>(segment)) {
+    // Watch every peer's process: a rank killed mid-run is seen at once, not at the timeout.
+    for (int r = 0; r < worldSize(); ++r) {
+      if (r == rank()) continue;
+      const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pidsOf(segment_)[r], 0));
+      if (fd >= 0) peers_.push_back({fd, r});
+    }
+  }
+  ~ShmComm() override {
+    for (const auto& p : peers_) ::close(p.fd);
+    ::munmap(segment_, bytes_);
+  }
+
+  int rank() const override { return gloo_->rank(); }
+  int worldSize() const override { return gloo_->worldSize(); }
+  Result<void> broadcast(void* data, std::size_t bytes, int root) override { return gloo_->broadcast(data, bytes, root); }
+  Result<void> barrier() override { return gloo_->barrier(); }
+  void releaseBuffers() override { gloo_->releaseBuffers(); }
+
+  Result<void> allReduceSum(float* data, std::size_t count) override {
+    if (count > capacity_) return gloo_->allReduceSum(data, count);
+    const auto n = static_cast<std::size_t>(worldSize()), r = static_cast<std::size_t>(rank());
+    std::memcpy(slot(r), data, count * sizeof(float));
+    LOCKSTEP_TRY(arriveAndWait());
+    // This rank's share of the range, summed over every rank's slot in rank order: the same sum
+    // on every rank, whichever computes it.
+    const std::size_t lo = count * r / n, hi = count * (r + 1) / n;
+    kernels::sumFloats(result() + lo, slot(0) + lo, slot(1) + lo, hi - lo);
+    for (std::size_t other = 2; other < n; ++other) kernels::sumFloats(result() + lo, result() + lo, slot(other) + lo, hi - lo);
+    LOCKSTEP_TRY(arriveAndWait());
+    std::memcpy(data, result(), count * sizeof(float));
+    return {};
+  }
+
+ private:
+  float* slot(std::size_t r) const {
+    return reinterpret_cast<float*>(static_cast<char*>(segment_) + headerBytes(worldSize()) +
+                                    r * roundUp(capacity_ * sizeof(float)));
+  }
+
+  // A peer whose process ended, or -1.
+  int lostPeer() const {
+    std::vector<pollfd> fds;
+    for (const auto& p : peers_) fds.push_back({p.fd, POLLIN, 0});
+    if (fds.empty() || ::poll(fds.data(), fds.size(), 0) <= 0) return -1;
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents != 0) return peers_[i].rank;
+    }
+    return -1;
+  }
+  float* result() const { return slot(static_cast<std::size_t>(worldSize())); }
+
+  // A barrier: the counter reaches this barrier's share of arrivals. Waiting blocks on a futex.
+  Result<void> arriveAndWait() {
+    const std::uint32_t target = (++barriers_) * static_cast<std::uint32_t>(worldSize());
+    auto& arrived = header_->arrived;
+    if (arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == target) {
+      ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&arrived), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+      return {};
+    }
+    const auto deadline = Clock::now() + timeout_;
+    for (std::uint32_t now; static_cast<std::int32_t>((now = arrived.load(std::memory_order_acquire)) - target) < 0;) {
+      const auto left = deadline - Clock::now();
+      if (left <= Clock::duration::zero()) {
+        return Error{ErrorCode::kTimeout, "shared-memory all-reduce: a peer did not arrive within " +
+                                              std::to_string(timeout_.count() / 1000) + " s"};
+      }
+      if (const int lost = lostPeer(); lost >= 0) {
+        return Error{ErrorCode::kPeerLost, "shared-memory all-reduce: rank " + std::to_string(lost) + "'s process ended"};
+      }
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::min<Clock::duration>(left, kPeerCheck)).count();
+      timespec wait{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+      ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&arrived), FUTEX_WAIT, now, &wait, nullptr, 0);
+    }
+    return {};
+  }
+
+  std::unique_ptr<Comm> gloo_;
+  void* segment_;
+  std::size_t bytes_;
+  std::size_t capacity_;
+  std::chrono::milliseconds timeout_;
+  Header* header_;
+  std::uint32_t barriers_ = 0;
+  struct Peer {
+    int fd;
+    int rank;
+  };
+  std::vector<Peer> peers_;  // pidfds of the other ranks' processes
+};
+
+// Rank 0 makes the segment and publishes its name; the others open it. Empty on failure.
+void* openSegment(int rank, StoreClient& store, const std::string& key, std::size_t bytes,
+                  std::chrono::milliseconds timeout, std::string& name) {
+  int fd = -1;
+  if (rank == 0) {
+    name = randomName();
+    fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+    (void)store.set(key, fd >= 0 ? name : "");
+  } else if (auto published = store.get(key, timeout); published && !published->empty()) {
+    name = *published;
+    fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  }
+  if (fd < 0) return nullptr;
+  void* segment = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  return segment == MAP_FAILED ? nullptr : segment;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Comm>> connectSharedMemory(std::unique_ptr<Comm> gloo, StoreClient& store,
+                                                  const std::string& keyPrefix, std::size_t capacityFloats,
+                                                  std::chrono::milliseconds timeout) {
+  const int rank = gloo->rank(), world = gloo->worldSize();
+  const std::size_t bytes = headerBytes(world) + static_cast<std::size_t>(world + 1) * roundUp(capacityFloats * sizeof(float));
+  std::string name;
+  void* segment = openSegment(rank, store, keyPrefix + "segment", bytes, timeout, name);
+  // The segment starts zeroed (ftruncate): the counter is 0; each rank writes its own pid.
+  if (segment != nullptr) pidsOf(segment)[rank] = static_cast<std::int32_t>(::getpid());
+  // Every rank has it, or none uses it: a rank that could not open it must not be waited for.
+  std::vector<float> opened = {segment != nullptr ? 1.0f : 0.0f};
+  auto agreed = gloo->allReduceSum(opened.data(), opened.size());
+  gloo->releaseBuffers();
+  if (rank == 0 && !name.empty()) ::shm_unlink(name.c_str());
+  if (!agreed) {
+    if (segment != nullptr) ::munmap(segment, bytes);
+    return agreed.error();
+  }
+  if (opened[0] < static_cast<float>(world)) {
+    if (segment != nullptr) ::munmap(segment, bytes);
+    return gloo;  // Gloo it is, on every rank alike
+  }
+  return std::unique_ptr<Comm>(std::make_unique<ShmComm>(std::move(gloo), segment, bytes, capacityFloats, timeout));
+}
+
+}  // namespace lockstep::trainer
