@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "lockstep/protocol/names.h"
-#include "median.h"
+#include "lockstep/kpi/median.h"
 
 namespace lockstep::kpi {
 namespace {
@@ -151,7 +151,7 @@ void JobTracker::add(const StepReport& r, const std::string& node) {
     }
     // Worked out once, when the step is complete: a snapshot then sums ratios, not sorts of every
     // rank's times, and the step keeps no per-rank state.
-    const double med = detail::median(acc.computes);
+    const double med = median(acc.computes);
     if (med > 0 && acc.computes.size() == acc.ranks) {
       acc.imbalance = *std::max_element(acc.computes.begin(), acc.computes.end()) / med;
     }

@@ -6,11 +6,10 @@
 #include <cmath>
 
 #include "lockstep/kpi/kpi.h"
-#include "median.h"
+#include "lockstep/kpi/median.h"
 
 namespace lockstep::kpi {
 
-using detail::median;
 
 // The ranks' window, summed over the ranks of the latest attempt.
 struct JobTracker::RankTotals {

@@ -4,10 +4,13 @@
 #include <cmath>
 #include <map>
 
+#include "lockstep/kpi/median.h"
+
 namespace lockstep::trainer {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using kpi::median;
 
 // Timed runs of each measurement, after one to warm up. A backward is a step's longest part; the
 // all-reduce's first run on a buffer range is slow (Gloo sets the range up, TCP grows its window),
@@ -24,12 +27,6 @@ constexpr double kWorthChanging = 0.97;     // and another plan's forecast step 
 
 double micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t mid = v.size() / 2;
-  return v.size() % 2 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
-}
 
 // The buffer offsets where the profile's backward is cut and timed: about kProfilePieces pieces,
 // at the boundaries planBuckets may cut at.

@@ -1,6 +1,7 @@
 #pragma once
 // Training data in memory: float32 features [samples, dim] and int32 labels [samples].
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -19,6 +20,13 @@ struct Dataset {
   std::vector<std::int32_t> labels;
 
   const float* row(std::uint64_t i) const { return features.data() + i * dim; }
+  // Copies the rows `indices` names into x [n, dim] and their labels into y [n].
+  void gather(const std::vector<std::uint32_t>& indices, float* x, std::int32_t* y) const {
+    for (std::size_t i = 0; i < indices.size(); ++i) {
+      std::copy_n(row(indices[i]), dim, x + i * dim);
+      y[i] = labels[indices[i]];
+    }
+  }
 };
 
 // Features uniform in [-sqrt(3), sqrt(3)] (zero mean, unit variance); labels are the argmax of a

@@ -3,6 +3,7 @@
 // job's events what was chosen.
 
 #include <cstdio>
+#include <numeric>
 
 #include "bucket_measure.h"
 #include "lockstep/common/clock.h"
@@ -26,7 +27,6 @@ std::vector<Bucket> RankRunner::fixedBuckets() const {
 Result<void> RankRunner::setUpCpuBuckets() {
   State& s = *state_;
   const JobSpec& spec = options_.spec;
-  const milliseconds timeout(std::int64_t{spec.timeoutS} * 1000);
   std::vector<Bucket> buckets;
   if (spec.bucketMb > 0) {
     buckets = fixedBuckets();
@@ -34,21 +34,35 @@ Result<void> RankRunner::setUpCpuBuckets() {
     const auto start = Clock::now();
     // A batch of the per-rank size (a step's slice may be short or empty at an epoch's end).
     const auto rows = static_cast<std::uint32_t>(std::min<std::uint64_t>(spec.batchPerRank, s.data.samples));
+    std::vector<std::uint32_t> firstRows(rows);
+    std::iota(firstRows.begin(), firstRows.end(), 0u);
     std::vector<float> x(std::size_t{rows} * s.data.dim);
     std::vector<std::int32_t> labels(rows);
-    for (std::uint32_t i = 0; i < rows; ++i) {
-      std::copy_n(s.data.row(i), s.data.dim, x.data() + std::size_t{i} * s.data.dim);
-      labels[i] = s.data.labels[i];
-    }
-    const CpuStepProbe probe{*s.model, *s.layout, spec.optimizer, s.params.data(), x.data(), labels.data(), rows, timeout};
+    s.data.gather(firstRows, x.data(), labels.data());
+    const CpuStepProbe probe{*s.model,      *s.layout, spec.optimizer, s.params.data(), x.data(), labels.data(), rows,
+                             commTimeout()};
     auto mine = measureCpuStep(*s.comm, probe);
     if (!mine) return diagnoseCommFailure(mine.error(), "measuring the all-reduce");
     LOCKSTEP_ASSIGN_OR_RETURN(auto planned, agreeAndChoose(*s.comm, *mine, start));
     buckets = planned.first.buckets;
     s.planWatch = std::make_unique<PlanWatch>(*s.layout, std::move(planned.second), std::move(planned.first));
   }
-  s.reducer = std::make_unique<GradientReducer>(*s.comm, s.grads.data(), std::move(buckets), timeout, &s.progress.record());
+  reduceIn(std::move(buckets));
   return {};
+}
+
+milliseconds RankRunner::commTimeout() const { return milliseconds(std::int64_t{options_.spec.timeoutS} * 1000); }
+
+// The gradient reducer for this plan; the one before it, if any, is shut down first (its
+// collectives are done: this runs between steps) and Gloo forgets the buffers it was bound to.
+void RankRunner::reduceIn(std::vector<Bucket> buckets) {
+  State& s = *state_;
+  if (s.reducer) {
+    s.reducer->shutdown();
+    s.comm->releaseBuffers();
+  }
+  s.reducer = std::make_unique<GradientReducer>(*s.comm, s.grads.data(), std::move(buckets), commTimeout(),
+                                                &s.progress.record());
 }
 
 // Every rank's measurements made one (agreeOnFigures), the plan they give, and its note; `since`:
@@ -69,11 +83,7 @@ Result<void> RankRunner::replanIfDrifted(std::uint64_t step) {
   if (!s.planWatch) return {};
   LOCKSTEP_ASSIGN_OR_RETURN(auto replanned, s.planWatch->check(*s.comm, step));
   if (!replanned) return {};
-  s.reducer->shutdown();
-  s.comm->releaseBuffers();
-  s.reducer = std::make_unique<GradientReducer>(*s.comm, s.grads.data(), s.planWatch->plan().buckets,
-                                                milliseconds(std::int64_t{options_.spec.timeoutS} * 1000),
-                                                &s.progress.record());
+  reduceIn(s.planWatch->plan().buckets);
   note(*replanned);
   return {};
 }

@@ -188,7 +188,7 @@ Result<void> RankRunner::connect() {
   State& s = *state_;
   const JobSpec& spec = options_.spec;
   if (env_.worldSize > 1) {
-    const milliseconds timeout(std::int64_t{spec.timeoutS} * 1000);
+    const milliseconds timeout = commTimeout();
     if (env_.rank == 0 && !env_.storeHostedByLauncher) {
       StoreServerOptions store;
       store.secret = env_.storeSecret;
@@ -220,7 +220,7 @@ Result<void> RankRunner::connect() {
     s.heartbeat = std::make_unique<Heartbeat>(*s.store, s.progress);
   } else if (spec.backend == Backend::kCuda) {
     // A world of one still reduces through NCCL, as a larger one would.
-    LOCKSTEP_ASSIGN_OR_RETURN(s.comm, connectNccl(nullptr, "", env_, milliseconds(std::int64_t{spec.timeoutS} * 1000)));
+    LOCKSTEP_ASSIGN_OR_RETURN(s.comm, connectNccl(nullptr, "", env_, commTimeout()));
   }
   LOCKSTEP_ASSIGN_OR_RETURN(s.metrics, MetricsSink::open(options_.metricsOut, env_.reportEndpoint));
   return {};
@@ -406,10 +406,7 @@ Result<RunSummary> RankRunner::train() {
     for (std::uint32_t micro = 0; micro < spec.accumSteps; ++micro) {
       const auto dataStart = Clock::now();
       s.sampler->indices(step, micro, env_.rank, indices);
-      for (std::size_t i = 0; i < indices.size(); ++i) {
-        std::copy_n(s.data.row(indices[i]), s.data.dim, batchX.data() + i * s.data.dim);
-        batchY[i] = s.data.labels[indices[i]];
-      }
+      s.data.gather(indices, batchX.data(), batchY.data());
       dataTime += Clock::now() - dataStart;
 
       const auto n = static_cast<std::uint32_t>(indices.size());

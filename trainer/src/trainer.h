@@ -84,6 +84,8 @@ class RankRunner {
   Result<std::pair<BucketPlan, PlanFigures>> agreeAndChoose(Comm& comm, const PlanFigures& mine,
                                                             std::chrono::steady_clock::time_point since);
   Result<void> replanIfDrifted(std::uint64_t step);
+  void reduceIn(std::vector<Bucket> buckets);
+  std::chrono::milliseconds commTimeout() const;
   void note(const std::string& text) const;
   Result<RunSummary> train();
   Result<RunSummary> trainCuda();  // cuda/gpu_train.cpp; without CUDA, an error that says so

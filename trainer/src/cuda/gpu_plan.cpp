@@ -3,16 +3,15 @@
 #include <algorithm>
 
 #include "cuda_check.h"
+#include "lockstep/kpi/median.h"
 
 namespace lockstep::trainer::gpu {
 namespace {
 
+using kpi::median;
+
 constexpr int kRepeats = 3;  // timed runs of each measurement, after one to warm up
 
-double median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
 
 // Timing events, destroyed with the measurement.
 class Events {

@@ -1,10 +1,11 @@
 #pragma once
-// The median of a few values (the ranks' times of a step). Private to kpi/.
+// The median of a few values: the ranks' times of a step (kpi/), a measurement's repeats (the
+// trainer's bucket planning).
 
 #include <algorithm>
 #include <vector>
 
-namespace lockstep::kpi::detail {
+namespace lockstep::kpi {
 
 inline double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -13,4 +14,4 @@ inline double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-}  // namespace lockstep::kpi::detail
+}  // namespace lockstep::kpi
