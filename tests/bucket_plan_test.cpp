@@ -45,11 +45,21 @@ TEST(BucketPlan, TheCurveIsLinearBetweenPointsAndBeyondAndNeverBelowTheSmallest)
   const CommCurve c = affine(100, 500);
   EXPECT_DOUBLE_EQ(c.at(1024), c.micros[0]);                 // below the first point: its time
   EXPECT_NEAR(c.at(0.5 * kMiB), 100 + 250, 1e-6);            // between
-  EXPECT_NEAR(c.at(16 * kMiB), 100 + 8000, 1e-6);            // beyond: the last slope
+  EXPECT_NEAR(c.at(16 * kMiB), 100 + 8000, 1e-6);            // beyond: the fit's slope
   EXPECT_EQ(c.describe(), "all-reduce 0.10 ms + 0.50 ms/MB");
   const CommCurve noisy{{64.0 * 1024, 1.0 * kMiB}, {400, 300}};  // the larger measured quicker
   EXPECT_EQ(noisy.describe(), "all-reduce 0.35 ms + 0.00 ms/MB");
   EXPECT_DOUBLE_EQ(noisy.at(kMiB), 400);
+  EXPECT_DOUBLE_EQ(noisy.at(8 * kMiB), 400);
+}
+
+TEST(BucketPlan, TwoNeighbouringSizesDoNotSetTheSlopeBeyondThem) {
+  // A re-plan's window: 10 ms whatever the size, two buckets 2.6 KB apart 71 us apart by noise
+  // (as measured in CI). The last segment's slope, 27 ms/MB, made 6 MB cost 57 ms, so no plan with
+  // larger buckets could win; the fit over all points says 11.3 ms.
+  const CommCurve window{{1045504, 1426880, 2490368, 2492992}, {10372, 10448, 10572, 10643}};
+  EXPECT_NEAR(window.at(6.4e6), 10643 + window.fit().microsPerByte * (6.4e6 - 2492992), 1e-6);
+  EXPECT_LT(window.at(6.4e6), 12000);
 }
 
 TEST(BucketPlan, ASimulatedStepByHand) {

@@ -108,23 +108,33 @@ std::string megabytes(double bytes) {
 double CommCurve::at(double messageBytes) const {
   if (bytes.empty()) return 0;
   if (bytes.size() == 1 || messageBytes <= bytes.front()) return micros.front();
+  if (messageBytes > bytes.back()) {
+    // Beyond the last point, the slope of the fit over all of them: two neighbouring sizes'
+    // noise, divided by their small difference, can be any slope at all.
+    return std::max(micros.front(), micros.back() + fit().microsPerByte * (messageBytes - bytes.back()));
+  }
   std::size_t i = 1;
-  while (i + 1 < bytes.size() && bytes[i] < messageBytes) ++i;
+  while (bytes[i] < messageBytes) ++i;
   const double slope = std::max(0.0, (micros[i] - micros[i - 1]) / (bytes[i] - bytes[i - 1]));
   return std::max(micros.front(), micros[i - 1] + slope * (messageBytes - bytes[i - 1]));
 }
 
-std::string CommCurve::describe() const {
+CommCurve::Fit CommCurve::fit() const {
   const double n = static_cast<double>(bytes.size());
-  if (n < 2) return n == 1 ? format("all-reduce %.2f ms", micros[0] / 1e3) : "no all-reduce measured";
+  if (n < 2) return {n == 1 ? micros[0] : 0, 0};
   double sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (std::size_t i = 0; i < bytes.size(); ++i) {
-    const double x = bytes[i] / kMiB, y = micros[i] / 1e3;
-    sx += x, sy += y, sxx += x * x, sxy += x * y;
+    sx += bytes[i], sy += micros[i], sxx += bytes[i] * bytes[i], sxy += bytes[i] * micros[i];
   }
   // Never falling with size: a noisy measurement can tilt the fit, not the curve (at() keeps it flat).
-  const double slope = std::max(0.0, (n * sxy - sx * sy) / std::max(1e-12, n * sxx - sx * sx));
-  return format("all-reduce %.2f ms + %.2f ms/MB", std::max(0.0, (sy - slope * sx) / n), slope);
+  const double slope = std::max(0.0, (n * sxy - sx * sy) / std::max(1e-300, n * sxx - sx * sx));
+  return {std::max(0.0, (sy - slope * sx) / n), slope};
+}
+
+std::string CommCurve::describe() const {
+  if (bytes.size() < 2) return bytes.size() == 1 ? format("all-reduce %.2f ms", micros[0] / 1e3) : "no all-reduce measured";
+  const Fit f = fit();
+  return format("all-reduce %.2f ms + %.2f ms/MB", f.fixedMicros / 1e3, f.microsPerByte * kMiB / 1e3);
 }
 
 double StepFigures::readyAt(std::size_t end) const {

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace lockstep::trainer {
 
@@ -12,9 +13,12 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 // LOCKSTEP_TEST_COMM_DELAY=RANK:MICROS:STEP makes that rank's every all-reduce MICROS longer from
-// step STEP on: the re-planning test stands in for a link that became slower with it.
+// step STEP on; RANK "all" makes every rank's longer. The re-planning test stands in for a link
+// that became slower with it: a link slows every rank's all-reduce alike, while one rank's delay
+// reads, on the others, as waiting for a late rank.
 struct CommDelay {
-  int rank = -1;
+  static constexpr int kEveryRank = -1;
+  int rank = -2;  // none
   std::chrono::microseconds delay{0};
   std::uint64_t fromStep = 0;
 };
@@ -24,10 +28,13 @@ CommDelay commDelayFromEnvironment() {
   const char* text = std::getenv("LOCKSTEP_TEST_COMM_DELAY");
   long long micros = 0;
   unsigned long long step = 0;
-  if (text != nullptr && std::sscanf(text, "%d:%lld:%llu", &d.rank, &micros, &step) == 3) {
-    d.delay = std::chrono::microseconds(micros);
-    d.fromStep = step;
+  if (text != nullptr && std::strncmp(text, "all:", 4) == 0 && std::sscanf(text + 4, "%lld:%llu", &micros, &step) == 2) {
+    d.rank = CommDelay::kEveryRank;
+  } else if (text == nullptr || std::sscanf(text, "%d:%lld:%llu", &d.rank, &micros, &step) != 3 || d.rank < 0) {
+    return CommDelay{};
   }
+  d.delay = std::chrono::microseconds(micros);
+  d.fromStep = step;
   return d;
 }
 
@@ -72,7 +79,8 @@ std::vector<std::size_t> GradientReducer::cuts() const {
 
 void GradientReducer::beginStep() {
   std::lock_guard lock(mutex_);
-  if (static const CommDelay test = commDelayFromEnvironment(); test.rank == comm_.rank() && ++steps_ >= test.fromStep) {
+  if (static const CommDelay test = commDelayFromEnvironment();
+      (test.rank == comm_.rank() || test.rank == CommDelay::kEveryRank) && ++steps_ >= test.fromStep) {
     delay_ = test.delay;
   }
   readyEnd_ = 0;

@@ -26,8 +26,16 @@ struct BufferRange {
 struct CommCurve {
   std::vector<double> bytes;   // ascending
   std::vector<double> micros;  // all-reduce time at each size
+  // Linear between the measured points, never below the smallest one's time; beyond the last,
+  // the fit's slope.
   double at(double messageBytes) const;
-  // The fit "a ms + b ms/MB" over the measured points (least squares), for people.
+  // The least-squares line through the points, its slope never negative.
+  struct Fit {
+    double fixedMicros = 0;
+    double microsPerByte = 0;
+  };
+  Fit fit() const;
+  // The fit as "a ms + b ms/MB", for people.
   std::string describe() const;
 };
 
