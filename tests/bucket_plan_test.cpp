@@ -314,8 +314,8 @@ TEST(BucketPlan, ALinkThatSlowsDownIsReplannedAtTheSameStepOnBothRanks) {
 // ---- the shared-memory all-reduce (shm_comm.h) between the same two processes ----
 
 TEST(SharedMemoryAllReduce, SumsAndFallsBackToGlooAndSeesAPeerThatIsGoneAtOnce) {
-  // Ranks on one node sum through a shared segment of 1000 floats; a longer range goes through
-  // Gloo. Then rank 1's process ends while rank 0 waits in an all-reduce: rank 0 learns it from
+  // Ranks on one node sum through a shared segment of 1000 floats, copied or in place in each
+  // rank's own buffer there; a longer range goes through Gloo. Then rank 1's process ends while rank 0 waits in an all-reduce: rank 0 learns it from
   // the peer's pidfd at once, not at the 20 s timeout.
   const auto [mine, theirs] = onTwoRanks([](int rank, std::unique_ptr<Comm>& gloo, StoreClient& store) -> std::string {
     auto comm = connectSharedMemory(std::move(gloo), store, "shm-test/", 1000, std::chrono::seconds(20));
@@ -329,6 +329,17 @@ TEST(SharedMemoryAllReduce, SumsAndFallsBackToGlooAndSeesAPeerThatIsGoneAtOnce) 
       for (std::size_t i = 0; i < n; ++i) right = right && data[i] == static_cast<float>(3 * (i + 1));
       text += (right ? " ok " : " wrong ") + std::to_string(n);
     }
+    // In place: a range of each rank's own buffer in the segment, summed into every rank's buffer
+    // at the same offset, the rest of the buffer untouched.
+    float* own = (*comm)->inPlaceBuffer(1000);
+    if (own == nullptr || (*comm)->inPlaceBuffer(1001) != nullptr) return text + " no in-place buffer of 1000 only";
+    for (std::size_t i = 0; i < 1000; ++i) own[i] = static_cast<float>((rank + 1) * (i + 1));
+    if (auto r = (*comm)->allReduceSum(own + 100, 500); !r) return text + " in place failed: " + r.error().message;
+    bool right = true;
+    for (std::size_t i = 0; i < 1000; ++i) {
+      right = right && own[i] == static_cast<float>((i >= 100 && i < 600 ? 3 : rank + 1) * (i + 1));
+    }
+    text += right ? " ok in place" : " wrong in place";
     (*comm)->releaseBuffers();
     if (rank == 1) return text;  // and its process ends
     std::vector<float> last(10, 1.0f);
@@ -337,8 +348,8 @@ TEST(SharedMemoryAllReduce, SumsAndFallsBackToGlooAndSeesAPeerThatIsGoneAtOnce) 
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return text + " | " + (r ? std::string("no error") : r.error().message) + " after " + std::to_string(seconds) + " s";
   });
-  EXPECT_EQ(theirs, " ok 1 ok 7 ok 1000 ok 1500");
-  EXPECT_EQ(mine.rfind(" ok 1 ok 7 ok 1000 ok 1500 | ", 0), 0u) << mine;
+  EXPECT_EQ(theirs, " ok 1 ok 7 ok 1000 ok 1500 ok in place");
+  EXPECT_EQ(mine.rfind(" ok 1 ok 7 ok 1000 ok 1500 ok in place | ", 0), 0u) << mine;
   EXPECT_NE(mine.find("rank 1's process ended after "), std::string::npos) << mine;
   const auto after = mine.rfind("after ");
   ASSERT_NE(after, std::string::npos) << mine;

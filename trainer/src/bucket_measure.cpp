@@ -142,15 +142,18 @@ Result<CommCurve> measureAllReduce(Comm& comm, float* scratch, std::size_t maxBy
 Result<PlanFigures> measureCpuStep(Comm& comm, const CpuStepProbe& p) {
   const std::size_t total = p.layout.totalFloats();
   std::vector<float> grads(total, 0.0f);
-  std::vector<float> commScratch(total, 0.0f);  // reduced while backward writes `grads`
+  // Reduced while backward writes `grads`: where the steps' gradients will be, so that it is timed
+  // as they will be (in place, through shared memory), before they hold anything.
+  std::vector<float> ownScratch;
+  float* commScratch = reducibleBuffer(&comm, total, ownScratch);
   PlanFigures f;
   f.worldSize = static_cast<std::uint32_t>(comm.worldSize());
-  LOCKSTEP_ASSIGN_OR_RETURN(f.allReduce, measureAllReduce(comm, commScratch.data(), total * sizeof(float), p.timeout));
+  LOCKSTEP_ASSIGN_OR_RETURN(f.allReduce, measureAllReduce(comm, commScratch, total * sizeof(float), p.timeout));
   f.readyEnds = profileEnds(p.layout);
   f.readyMicros = backwardProfile(p, grads.data(), f.readyEnds);
   f.optimizerMicrosPerFloat = optimizerMicrosPerFloat(p, grads.data());
   if (comm.worldSize() > 1) {
-    LOCKSTEP_ASSIGN_OR_RETURN(f.contention, contention(comm, p, grads.data(), commScratch.data(), f.readyEnds, f.backwardMicros()));
+    LOCKSTEP_ASSIGN_OR_RETURN(f.contention, contention(comm, p, grads.data(), commScratch, f.readyEnds, f.backwardMicros()));
   }
   comm.releaseBuffers();  // before `commScratch` goes
   return f;

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "lockstep/common/result.h"
 #include "lockstep/common/store.h"
@@ -23,10 +24,21 @@ class Comm {
   // Copies `bytes` bytes from `root` to every rank.
   virtual Result<void> broadcast(void* data, std::size_t bytes, int root) = 0;
   virtual Result<void> barrier() = 0;
+  // A buffer of `floats` whose ranges this communicator all-reduces in place without copying them
+  // (shared memory: the peers read and write it directly), or null where it has none. It lives as
+  // long as the communicator; a rank keeps its gradients there.
+  virtual float* inPlaceBuffer(std::size_t /*floats*/) { return nullptr; }
   // Forgets what the backend keeps per buffer (Gloo's algorithms bound to each buffer range), once
   // those buffers are no longer reduced. Every rank calls it at the same point.
   virtual void releaseBuffers() {}
 };
+
+// `comm`'s in-place buffer of `floats` where it has one (null: none), else `fallback`, zeroed to size.
+inline float* reducibleBuffer(Comm* comm, std::size_t floats, std::vector<float>& fallback) {
+  if (float* inPlace = comm != nullptr ? comm->inPlaceBuffer(floats) : nullptr) return inPlace;
+  fallback.assign(floats, 0.0f);
+  return fallback.data();
+}
 
 struct GlooOptions {
   int rank = 0;

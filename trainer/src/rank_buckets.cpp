@@ -61,7 +61,7 @@ void RankRunner::reduceIn(std::vector<Bucket> buckets) {
     s.reducer->shutdown();
     s.comm->releaseBuffers();
   }
-  s.reducer = std::make_unique<GradientReducer>(*s.comm, s.grads.data(), std::move(buckets), commTimeout(),
+  s.reducer = std::make_unique<GradientReducer>(*s.comm, s.grads, std::move(buckets), commTimeout(),
                                                 &s.progress.record());
 }
 

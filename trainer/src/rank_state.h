@@ -110,7 +110,8 @@ class RankRunner::State {
   Dataset data;
   std::unique_ptr<ParamLayout> layout;
   std::vector<float> params;
-  std::vector<float> grads;
+  float* grads = nullptr;  // the communicator's in-place buffer (reducibleBuffer), or ownGrads
+  std::vector<float> ownGrads;
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<GlobalBatchSampler> sampler;
   std::unique_ptr<Mlp> model;

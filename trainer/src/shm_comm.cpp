@@ -27,10 +27,19 @@ std::size_t roundUp(std::size_t bytes) { return (bytes + kPage - 1) / kPage * kP
 struct alignas(64) Header {
   std::atomic<std::uint32_t> arrived{0};  // every rank's arrivals at a barrier, ever
 };
+constexpr std::size_t kPieceFloats = 4096;  // 16 KiB: a piece's sums are still in L1 to be copied
 constexpr auto kPeerCheck = std::chrono::milliseconds(50);  // how often a wait looks for dead peers
 
 std::int32_t* pidsOf(void* segment) { return reinterpret_cast<std::int32_t*>(static_cast<char*>(segment) + sizeof(Header)); }
 std::size_t headerBytes(int world) { return roundUp(sizeof(Header) + sizeof(std::int32_t) * static_cast<std::size_t>(world)); }
+// All-reduces of other buffers (the ranks' agreements, a rebalance) are small; they are copied
+// through slots of at most this many floats.
+constexpr std::size_t kMostStagingFloats = std::size_t{1} << 18;
+std::size_t stagingFloats(std::size_t capacity) { return std::min(capacity, kMostStagingFloats); }
+std::size_t segmentBytes(int world, std::size_t capacity) {
+  const auto n = static_cast<std::size_t>(world);
+  return headerBytes(world) + n * roundUp(capacity * sizeof(float)) + (n + 1) * roundUp(stagingFloats(capacity) * sizeof(float));
+}
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free && sizeof(std::atomic<std::uint32_t>) == 4);
 
 
@@ -45,8 +54,8 @@ class ShmComm final : public Comm {
  public:
   ShmComm(std::unique_ptr<Comm> gloo, void* segment, std::size_t bytes, std::size_t capacity,
           std::chrono::milliseconds timeout)
-      : gloo_(std::move(gloo)), segment_(segment), bytes_(bytes), capacity_(capacity), timeout_(timeout),
-        header_(static_cast<Header*>(segment)) {
+      : gloo_(std::move(gloo)), segment_(segment), bytes_(bytes), capacity_(capacity),
+        stagingFloats_(stagingFloats(capacity)), timeout_(timeout), header_(static_cast<Header*>(segment)) {
     // Watch every peer's process: a rank killed mid-run is seen at once, not at the timeout.
     for (int r = 0; r < worldSize(); ++r) {
       if (r == rank()) continue;
@@ -65,25 +74,50 @@ class ShmComm final : public Comm {
   Result<void> barrier() override { return gloo_->barrier(); }
   void releaseBuffers() override { gloo_->releaseBuffers(); }
 
+  float* inPlaceBuffer(std::size_t floats) override { return floats <= capacity_ ? own(rank()) : nullptr; }
+
   Result<void> allReduceSum(float* data, std::size_t count) override {
-    if (count > capacity_) return gloo_->allReduceSum(data, count);
     const auto n = static_cast<std::size_t>(worldSize()), r = static_cast<std::size_t>(rank());
-    std::memcpy(slot(r), data, count * sizeof(float));
-    LOCKSTEP_TRY(arriveAndWait());
-    // This rank's share of the range, summed over every rank's slot in rank order: the same sum
+    // This rank's share of the range, summed over every rank's copy in rank order: the same sum
     // on every rank, whichever computes it.
     const std::size_t lo = count * r / n, hi = count * (r + 1) / n;
-    kernels::sumFloats(result() + lo, slot(0) + lo, slot(1) + lo, hi - lo);
-    for (std::size_t other = 2; other < n; ++other) kernels::sumFloats(result() + lo, result() + lo, slot(other) + lo, hi - lo);
+    if (data >= own(r) && data + count <= own(r) + capacity_) {
+      // In place: every rank's range sits at the same offset of its own buffer. The share's sum
+      // is written to every rank's buffer, so nothing is copied in or out.
+      // A piece at a time, so that the copies read the sums from the cache.
+      const std::size_t at = static_cast<std::size_t>(data - own(r)) + lo;
+      LOCKSTEP_TRY(arriveAndWait());
+      for (std::size_t from = at; from < at + (hi - lo); from += kPieceFloats) {
+        const std::size_t floats = std::min(kPieceFloats, at + (hi - lo) - from);
+        sumInRankOrder(own(0) + from, [&](std::size_t k) { return own(k) + from; }, floats);
+        for (std::size_t other = 1; other < n; ++other) std::memcpy(own(other) + from, own(0) + from, floats * sizeof(float));
+      }
+      return arriveAndWait();
+    }
+    if (count > stagingFloats_) return gloo_->allReduceSum(data, count);
+    std::memcpy(staging(r), data, count * sizeof(float));
     LOCKSTEP_TRY(arriveAndWait());
-    std::memcpy(data, result(), count * sizeof(float));
+    sumInRankOrder(staging(n) + lo, [&](std::size_t k) { return staging(k) + lo; }, hi - lo);
+    LOCKSTEP_TRY(arriveAndWait());
+    std::memcpy(data, staging(n), count * sizeof(float));
     return {};
   }
 
  private:
-  float* slot(std::size_t r) const {
-    return reinterpret_cast<float*>(static_cast<char*>(segment_) + headerBytes(worldSize()) +
-                                    r * roundUp(capacity_ * sizeof(float)));
+  // into = part(0) + part(1) + ... + part(n-1), added in that order (`into` may be part(0)).
+  template <typename Part>
+  void sumInRankOrder(float* into, Part part, std::size_t floats) const {
+    kernels::sumFloats(into, part(0), part(1), floats);
+    for (std::size_t k = 2; k < static_cast<std::size_t>(worldSize()); ++k) kernels::sumFloats(into, into, part(k), floats);
+  }
+
+  // Rank k's in-place buffer, then the copies' slots: one per rank and one for the sums.
+  float* own(std::size_t k) const {
+    return reinterpret_cast<float*>(static_cast<char*>(segment_) + headerBytes(worldSize()) + k * roundUp(capacity_ * sizeof(float)));
+  }
+  float* staging(std::size_t k) const {
+    return reinterpret_cast<float*>(reinterpret_cast<char*>(own(static_cast<std::size_t>(worldSize()))) +
+                                    k * roundUp(stagingFloats_ * sizeof(float)));
   }
 
   // A peer whose process ended, or -1.
@@ -96,8 +130,6 @@ class ShmComm final : public Comm {
     }
     return -1;
   }
-  float* result() const { return slot(static_cast<std::size_t>(worldSize())); }
-
   // A barrier: the counter reaches this barrier's share of arrivals. Waiting blocks on a futex.
   Result<void> arriveAndWait() {
     const std::uint32_t target = (++barriers_) * static_cast<std::uint32_t>(worldSize());
@@ -126,7 +158,8 @@ class ShmComm final : public Comm {
   std::unique_ptr<Comm> gloo_;
   void* segment_;
   std::size_t bytes_;
-  std::size_t capacity_;
+  std::size_t capacity_;       // floats of each rank's in-place buffer
+  std::size_t stagingFloats_;  // the most a copied all-reduce takes; Gloo takes larger ones
   std::chrono::milliseconds timeout_;
   Header* header_;
   std::uint32_t barriers_ = 0;
@@ -165,7 +198,7 @@ Result<std::unique_ptr<Comm>> connectSharedMemory(std::unique_ptr<Comm> gloo, St
                                                   const std::string& keyPrefix, std::size_t capacityFloats,
                                                   std::chrono::milliseconds timeout) {
   const int rank = gloo->rank(), world = gloo->worldSize();
-  const std::size_t bytes = headerBytes(world) + static_cast<std::size_t>(world + 1) * roundUp(capacityFloats * sizeof(float));
+  const std::size_t bytes = segmentBytes(world, capacityFloats);
   std::string name;
   void* segment = openSegment(rank, store, keyPrefix + "segment", bytes, timeout, name);
   // The segment starts zeroed (ftruncate): the counter is 0; each rank writes its own pid.

@@ -1,10 +1,12 @@
 #pragma once
 // All-reduce between ranks of one node through shared memory, for CPU jobs whose ranks are all
-// local. Loopback TCP (Gloo) copies every byte through the kernel twice each way; here each rank
-// copies its data into its slot of a shared segment, sums its share of the range over every
-// rank's slot into a shared result, and copies the result out (measured: docs/benchmarks.md).
-// Broadcasts, barriers and all-reduces larger than the segment go to the Gloo communicator it
-// wraps.
+// local. Loopback TCP (Gloo) copies every byte through the kernel twice each way. Here each rank
+// keeps its gradients in its own buffer inside a shared segment (Comm::inPlaceBuffer); an
+// all-reduce of a range of it sums this rank's share of the range over every rank's buffer and
+// writes the sum into every rank's buffer, so nothing is copied in or out (measured:
+// docs/benchmarks.md). Other buffers' all-reduces (small: the ranks' agreements) are copied
+// through slots of the segment; broadcasts, barriers and larger ones go to the Gloo communicator
+// it wraps.
 //
 // Each all-reduce is two barriers on a counter in the segment; a rank waits on it with a futex
 // (blocking, so a waiting rank leaves its core to its compute), bounded by the job's timeout: a

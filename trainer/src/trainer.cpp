@@ -168,7 +168,6 @@ Result<void> RankRunner::setUp() {
   LOCKSTEP_ASSIGN_OR_RETURN(s.data, loadDataset(spec));
   s.layout = std::make_unique<ParamLayout>(spec.layers);
   s.params.assign(s.layout->totalFloats(), 0.0f);
-  s.grads.assign(s.layout->totalFloats(), 0.0f);
   s.optimizer = std::make_unique<Optimizer>(spec.optimizer, *s.layout);
   s.sampler = std::make_unique<GlobalBatchSampler>(s.data.samples, env_.worldSize, spec.batchPerRank, spec.accumSteps,
                                                    spec.shuffle, spec.seed);
@@ -222,6 +221,8 @@ Result<void> RankRunner::connect() {
     // A world of one still reduces through NCCL, as a larger one would.
     LOCKSTEP_ASSIGN_OR_RETURN(s.comm, connectNccl(nullptr, "", env_, commTimeout()));
   }
+  // The gradients live where the all-reduce reads them, if it can read them in place.
+  s.grads = reducibleBuffer(s.comm.get(), s.layout->totalFloats(), s.ownGrads);
   LOCKSTEP_ASSIGN_OR_RETURN(s.metrics, MetricsSink::open(options_.metricsOut, env_.reportEndpoint));
   return {};
 }
@@ -375,7 +376,7 @@ Result<RunSummary> RankRunner::train() {
   // The reducer's plan; re-read when it is re-planned between steps.
   std::vector<std::size_t> cuts = s.reducer ? s.reducer->cuts() : std::vector<std::size_t>{};
   std::vector<Bucket> buckets = s.reducer ? s.reducer->buckets() : std::vector<Bucket>{{0, s.layout->totalFloats()}};
-  float* grads = s.grads.data();
+  float* grads = s.grads;
   float* params = s.params.data();
 
   std::vector<std::uint32_t> indices;
