@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -95,6 +96,9 @@ Result<void> Agent::Impl::init() {
   if (created) log_.info("created this agent's key pair; public key " + keys_.publicKey);
   std::random_device random;
   instanceId_ = (std::uint64_t{random()} << 32) ^ random();
+  // A test stands in for a node whose clock is off: its hellos' time and everything it streams
+  // are stamped this much later than they happened.
+  if (const char* shift = std::getenv("LOCKSTEP_TEST_CLOCK_OFFSET_US")) clockShiftUs_ = std::strtoll(shift, nullptr, 10);
 
   nvml_ = Nvml::load(config_.nvmlLibrary, &gpuStatus_);
   if (!gpuStatus_.empty()) log_.info(gpuStatus_);
@@ -292,10 +296,12 @@ NodeHello Agent::Impl::hello() const {
   h.nodeName = config_.name;
   h.instanceId = instanceId_;
   h.sampleHz = config_.sampleHz;
+  h.timeUnixUs = unixMicrosNow() + clockShiftUs_;
   return h;
 }
 
 void Agent::Impl::append(StreamBuffer::Payload payload) {
+  if (clockShiftUs_ != 0) std::visit([this](auto& record) { record.timeUnixUs += clockShiftUs_; }, payload);
   if (metricsPage_) metricsPage_->observe(payload, [this] { return jobs_->list(); });
   // Said once per episode: while the state disk is full every append fails the same way.
   auto r = stream_->append(std::move(payload));

@@ -130,6 +130,7 @@ class Agent::Impl {
   Owners owners_;
   CurveKeyPair keys_;
   std::uint64_t instanceId_ = 0;
+  std::int64_t clockShiftUs_ = 0;  // LOCKSTEP_TEST_CLOCK_OFFSET_US (server.cpp)
   std::unique_ptr<Nvml> nvml_;
   std::string gpuStatus_;
   zmq::context_t context_;

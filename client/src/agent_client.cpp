@@ -3,6 +3,7 @@
 #include <atomic>
 #include <charconv>
 #include <cstring>
+#include <optional>
 #include <zmq.hpp>
 
 #include "lockstep/net/zmq_util.h"
@@ -188,6 +189,24 @@ Result<NodeHello> AgentClient::refreshHello(milliseconds timeout) {
   auto hello = expect<NodeHello>(impl_->call(HelloRequest{kProtocolVersion, "lockstep client"}, timeout), "hello");
   if (hello) impl_->hello_ = *hello;
   return hello;
+}
+
+Result<ClockOffset> AgentClient::measureClock(int exchanges, milliseconds timeout) {
+  std::optional<ClockOffset> best;
+  for (int i = 0; i < exchanges; ++i) {
+    const std::int64_t sent = unixMicrosNow();
+    auto hello = refreshHello(timeout);
+    const std::int64_t received = unixMicrosNow();
+    if (!hello) return hello.error();
+    if (hello->timeUnixUs == 0) {
+      return Error{ErrorCode::kFailedPrecondition, "node " + hello->nodeName + "'s agent (" + hello->agentVersion +
+                                                  ") does not say its time: upgrade it to line its clock up"};
+    }
+    const ClockOffset c = ClockOffset::of(sent, hello->timeUnixUs, received);
+    if (!best || c.uncertaintyUs < best->uncertaintyUs) best = c;
+  }
+  if (!best) return invalidArgument("measureClock: no exchanges asked for");
+  return *best;
 }
 
 Result<StartJobReply> AgentClient::startJob(const JobSpec& spec, const std::string& storeSecret, milliseconds timeout) {

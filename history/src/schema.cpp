@@ -123,6 +123,13 @@ CREATE INDEX IF NOT EXISTS job_parts_by_node ON job_parts (node);
     R"sql(
 ALTER TABLE job_parts ADD COLUMN owner TEXT NOT NULL DEFAULT '';
 )sql",
+    // 8 (issue 35): each node's clock against the recording client's, measured when it connected
+    // and every minute after (clocks.cpp), to line up its records with other nodes'.
+    R"sql(
+CREATE TABLE IF NOT EXISTS node_clocks (
+  node TEXT NOT NULL, time_us INTEGER NOT NULL, offset_us INTEGER NOT NULL, uncertainty_us INTEGER NOT NULL,
+  PRIMARY KEY (node, time_us)) WITHOUT ROWID;
+)sql",
 };
 
 }  // namespace lockstep::history::detail

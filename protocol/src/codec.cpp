@@ -294,6 +294,7 @@ void toPb(const NodeHello& h, pb::NodeHello* m) {
   m->set_node_name(h.nodeName);
   m->set_instance_id(h.instanceId);
   m->set_sample_hz(h.sampleHz);
+  m->set_time_unix_us(h.timeUnixUs);
 }
 
 Result<NodeHello> fromPb(const pb::NodeHello& m) {
@@ -308,6 +309,7 @@ Result<NodeHello> fromPb(const pb::NodeHello& m) {
   h.lastSeq = m.last_seq();
   h.nodeName = m.node_name();
   h.instanceId = m.instance_id();
+  h.timeUnixUs = m.time_unix_us();
   h.sampleHz = m.sample_hz();
   LOCKSTEP_TRY(validateNodeHello(h));
   return h;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "lockstep/common/clock.h"
 #include "lockstep/common/result.h"
 #include "lockstep/net/keys.h"
 #include "lockstep/protocol/types.h"
@@ -43,6 +44,10 @@ class AgentClient {
   const NodeHello& hello() const;
 
   Result<NodeHello> refreshHello(std::chrono::milliseconds timeout);
+  // The agent's clock against this one's (common/clock.h), as NTP estimates it: `exchanges`
+  // hellos, timed here, each carrying the agent's time; the one with the shortest round trip
+  // counts. kFailedPrecondition from an agent that says no time; `timeout` bounds each exchange.
+  Result<ClockOffset> measureClock(int exchanges, std::chrono::milliseconds timeout);
   // storeSecret: rank 0's agent's (its StartJobReply), for the others; "" for rank 0's agent.
   Result<StartJobReply> startJob(const JobSpec& spec, const std::string& storeSecret, std::chrono::milliseconds timeout);
   Result<StopJobReply> stopJob(const std::string& jobId, std::uint32_t graceMs, std::chrono::milliseconds timeout);

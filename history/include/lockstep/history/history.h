@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/common/clock.h"
 #include "lockstep/common/result.h"
 #include "lockstep/common/natural.h"
 #include "lockstep/kpi/kpi.h"
@@ -31,7 +32,7 @@ namespace lockstep::history {
 
 // The schema version this build writes (PRAGMA user_version). Older files are migrated on open;
 // newer ones are refused.
-inline constexpr int kSchemaVersion = 7;
+inline constexpr int kSchemaVersion = 8;
 
 struct Options {
   // Samples younger than this stay raw; older ones are averaged into one row per bucket
@@ -130,6 +131,8 @@ class History {
   // Recomputes the final KPIs of ended jobs written to since (by replaying them). Returns the ids.
   Result<std::vector<std::string>> refreshFinalKpis();
   Result<void> remove(const std::string& jobId);  // NotFound when absent
+  // A node's clock against this client's (common/clock.h), as measured at `offset.measuredUnixUs`.
+  Result<void> recordClock(const std::string& node, const ClockOffset& offset);
   // Downsamples samples older than the raw horizon (relative to nowUnixUs).
   Result<CompactStats> compact(std::int64_t nowUnixUs);
 
@@ -140,6 +143,10 @@ class History {
   // network from its start to its end), as received.
   Result<void> replay(const std::string& jobId, const std::function<void(const StreamMessage&)>& visit,
                       bool nodes = true) const;
+  // Each of the job's nodes' clock offset to the client that recorded it: the measurement with the
+  // least uncertainty while the job ran (within a minute of it), else the one nearest in time.
+  // Nodes never measured are absent (their records are taken as they are stamped).
+  Result<std::map<std::string, ClockOffset, NaturalLess>> clocks(const JobRecord& job) const;
   // The samples/s over the last steps of the newest finished 1-rank job of the same workload
   // (kpi::workloadKey), which calibrates a job's scaling efficiency; empty when there is none.
   Result<kpi::Maybe> calibration(const JobSpec& spec) const;

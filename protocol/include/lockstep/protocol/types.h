@@ -37,6 +37,7 @@ struct NodeHello {
   std::string nodeName;
   std::uint64_t instanceId = 0;
   std::uint32_t sampleHz = 0;
+  std::int64_t timeUnixUs = 0;  // the agent's clock when it answered; 0: not said (an older agent)
   bool operator==(const NodeHello&) const = default;
 };
 

@@ -1,0 +1,43 @@
+// Each node's clock against the recording client's (common/clock.h): measured when a client
+// connects to its agent and every minute after, kept per node and time, so that a job's records
+// from several nodes are put on one clock (its trace, the app's timeline).
+
+#include <limits>
+
+#include "lockstep/history/history.h"
+#include "sqlite.h"
+
+namespace lockstep::history {
+
+using detail::Statement;
+
+namespace {
+constexpr std::int64_t kMinuteUs = 60'000'000;
+}
+
+Result<void> History::recordClock(const std::string& node, const ClockOffset& offset) {
+  LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db_.get(), R"sql(
+    INSERT OR REPLACE INTO node_clocks (node, time_us, offset_us, uncertainty_us) VALUES (?1, ?2, ?3, ?4))sql"));
+  return stmt.bind(1, node).bind(2, offset.measuredUnixUs).bind(3, offset.offsetUs).bind(4, offset.uncertaintyUs).run();
+}
+
+Result<std::map<std::string, ClockOffset, NaturalLess>> History::clocks(const JobRecord& job) const {
+  // While it ran (a minute either side) the least uncertain; failing that, the nearest in time.
+  LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db_.get(), R"sql(
+    SELECT time_us, offset_us, uncertainty_us FROM node_clocks WHERE node = ?1
+    ORDER BY (time_us BETWEEN ?2 AND ?3) DESC,
+             CASE WHEN time_us BETWEEN ?2 AND ?3 THEN uncertainty_us ELSE abs(time_us - ?2) END
+    LIMIT 1)sql"));
+  const std::int64_t from = job.startedUnixUs - kMinuteUs;
+  const std::int64_t to = (job.endedUnixUs > 0 ? job.endedUnixUs : std::numeric_limits<std::int64_t>::max() - kMinuteUs) + kMinuteUs;
+  std::map<std::string, ClockOffset, NaturalLess> out;
+  for (const auto& part : job.parts) {
+    LOCKSTEP_TRY(stmt.reset());
+    stmt.bind(1, part.node).bind(2, from).bind(3, to);
+    LOCKSTEP_ASSIGN_OR_RETURN(bool row, stmt.step());
+    if (row) out[part.node] = ClockOffset{stmt.i64(1), stmt.i64(2), stmt.i64(0)};
+  }
+  return out;
+}
+
+}  // namespace lockstep::history

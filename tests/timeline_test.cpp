@@ -1,0 +1,89 @@
+// Issue 35: a step as boxes on one clock, the slowest minute, and a clock offset from one exchange.
+
+#include <gtest/gtest.h>
+
+#include "lockstep/kpi/timeline.h"
+
+namespace lockstep::kpi {
+namespace {
+
+StepReport stepOf(std::uint32_t rank, std::uint64_t step, std::int64_t endUs, std::int64_t data, std::int64_t compute,
+                  std::int64_t comm, std::uint32_t samples = 64) {
+  StepReport r;
+  r.jobId = "j";
+  r.rank = rank;
+  r.step = step;
+  r.samples = samples;
+  r.timeUnixUs = endUs;
+  r.stepTimeUs = data + compute + comm;
+  r.dataTimeUs = data;
+  r.computeTimeUs = compute;
+  r.exposedCommTimeUs = comm;
+  return r;
+}
+
+TEST(Timeline, AStepsBoxesLieEndToEndAndEndWhenItsReportSays) {
+  const auto boxes = boxesOf(TimelineStep::of(stepOf(0, 1, 10'000, 1'000, 6'000, 3'000)), 500);
+  ASSERT_EQ(boxes.size(), 3u);
+  EXPECT_EQ(boxes[0].phase, Phase::kData);
+  EXPECT_EQ(boxes[0].startUs, 0 - 500);
+  EXPECT_EQ(boxes[1].phase, Phase::kCompute);
+  EXPECT_EQ(boxes[1].startUs, 1'000 - 500);
+  EXPECT_EQ(boxes[2].phase, Phase::kCommunication);
+  EXPECT_EQ(boxes[2].startUs + boxes[2].durationUs, 10'000 - 500);
+  // No data time: no data box. No split at all: one box for the step.
+  EXPECT_EQ(boxesOf(TimelineStep::of(stepOf(0, 1, 10'000, 0, 6'000, 4'000))).size(), 2u);
+  StepReport unsplit = stepOf(0, 1, 10'000, 0, 0, 0);
+  unsplit.stepTimeUs = 7'000;
+  unsplit.dataTimeUs.reset();
+  const auto one = boxesOf(TimelineStep::of(unsplit));
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].phase, Phase::kStep);
+  EXPECT_EQ(one[0].startUs, 3'000);
+}
+
+TEST(Timeline, LanesGoByNodeInNaturalOrderAndClocksMoveTheirNodesSteps) {
+  Timeline t(2);
+  t.add(stepOf(2, 1, 5'000'000, 0, 1'000, 0), "node10");
+  t.add(stepOf(0, 1, 2'000'000, 0, 1'000, 0), "node2");
+  t.add(stepOf(1, 1, 2'000'000, 0, 1'000, 0), "node2");
+  for (std::uint64_t s = 2; s <= 4; ++s) t.add(stepOf(1, s, 2'000'000 + s, 0, 1'000, 0), "node2");
+  const auto lanes = t.lanes();
+  ASSERT_EQ(lanes.size(), 3u);
+  EXPECT_EQ(lanes[0]->rank, 0u);
+  EXPECT_EQ(lanes[1]->rank, 1u);
+  EXPECT_EQ(lanes[2]->node, "node10");
+  EXPECT_EQ(lanes[1]->steps.size(), 2u) << "the newest 2 of rank 1's 4";
+  EXPECT_EQ(lanes[1]->steps.front().step, 3u);
+  EXPECT_EQ(t.span().second, 5'000'000);
+  t.setClock("node10", ClockOffset{3'000'000, 100, 0});  // node10 stamps 3 s late
+  EXPECT_EQ(t.span().second, 2'000'004);
+}
+
+TEST(Timeline, TheSlowestMinuteIsTheOneWithFewestSamples) {
+  Timeline t;
+  // 5 minutes of a step a second; from 130 s to 190 s, a step every 3 s.
+  for (std::int64_t s = 1; s <= 300; ++s) {
+    if (s > 130 && s <= 190 && s % 3 != 0) continue;
+    t.add(stepOf(0, static_cast<std::uint64_t>(s), s * 1'000'000, 0, 500'000, 0), "n");
+  }
+  const auto [from, to] = t.slowestMinute();
+  EXPECT_EQ(to - from, 60'000'000);
+  EXPECT_GE(from, 120'000'000);
+  EXPECT_LE(from, 135'000'000);
+  Timeline shortJob;
+  shortJob.add(stepOf(0, 1, 2'000'000, 0, 1'000'000, 0), "n");
+  EXPECT_EQ(shortJob.slowestMinute(), shortJob.span());
+}
+
+TEST(ClockOffsetTest, OneExchangeBoundsTheOffsetByHalfItsRoundTrip) {
+  // Sent at 1000, answered with 5600 (the other clock), received at 1400: the other read its clock
+  // somewhere in [1000, 1400] here, so it is 4400 ± 200 ahead.
+  const ClockOffset c = ClockOffset::of(1'000, 5'600, 1'400);
+  EXPECT_EQ(c.offsetUs, 4'400);
+  EXPECT_EQ(c.uncertaintyUs, 200);
+  EXPECT_EQ(c.toLocal(5'600), 1'200);
+}
+
+}  // namespace
+}  // namespace lockstep::kpi
