@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "lockstep/history/history.h"
+#include "lockstep/present/present.h"
 #include "lockstep/report/report.h"
 #include "report_fixtures.h"
 #include "support/test_support.h"
@@ -406,7 +407,14 @@ TEST_F(ReportOverHistory, WritesJsonAndHtml) {
   ASSERT_TRUE(write(*history_, "job-7", Format::kHtml, htmlPath, now_));
   const std::string page = test::readText(htmlPath);
   EXPECT_NE(page.find("<title>Job job-7 — mnist-mlp</title>"), std::string::npos);
-  EXPECT_EQ(count(page, "<svg "), 6u);  // the report's 5 charts and the projection's
+  EXPECT_EQ(count(page, "<svg "), 7u);  // the report's 5 charts, its timeline and the projection's
+  // The timeline of the slowest minute: a lane per rank, boxes coloured by phase.
+  const auto timeline = page.find("id=\"chart-timeline\"");
+  ASSERT_NE(timeline, std::string::npos);
+  const std::string figure = page.substr(timeline, page.find("</figure>", timeline) - timeline);
+  EXPECT_NE(figure.find("The slowest minute"), std::string::npos);
+  EXPECT_NE(figure.find(">rank 0 ("), std::string::npos) << figure.substr(0, 2000);
+  EXPECT_NE(figure.find(std::string("fill=\"") + std::string(present::phaseColor(kpi::Phase::kCompute))), std::string::npos);
   EXPECT_NE(page.find("gpu-node,&quot;a&quot;"), std::string::npos);
 }
 

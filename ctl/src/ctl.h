@@ -67,6 +67,9 @@ class Recorder {
  public:
   explicit Recorder(const Globals& g);
   void part(const NodeHello& node, const JobStatus& status);
+  // The agent's clock against this machine's (AgentClient::measureClock), at most once a minute
+  // per node: the job's trace lines its nodes up with it (report/trace.h).
+  void clock(AgentClient& agent);
   void messages(const std::vector<StreamMessage>& batch);
   void finish();  // the final KPIs of jobs that ended
 
@@ -74,6 +77,8 @@ class Recorder {
   void failed(const Error& e);
   std::optional<history::History> history_;
   std::set<std::string> nodes_;
+  std::map<std::string, std::chrono::steady_clock::time_point> nextClock_;  // per node
+  std::chrono::milliseconds timeout_;
 };
 
 // The signal that asked lockstepctl to stop (SIGINT, SIGTERM), or 0.
@@ -153,6 +158,7 @@ int cmdStart(const Globals& g, const std::vector<std::string>& args);
 int cmdWatch(const Globals& g, const std::vector<std::string>& args);
 int cmdHistory(const Globals& g, const std::vector<std::string>& args);
 int cmdReport(const Globals& g, const std::vector<std::string>& args);
+int cmdTrace(const Globals& g, const std::vector<std::string>& args);
 int cmdCompare(const Globals& g, const std::vector<std::string>& args);
 
 }  // namespace lockstep::ctl

@@ -1,16 +1,19 @@
 // lockstepctl's job history commands: history, report, compare; and the recorder that start --wait
 // and watch feed.
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "ctl.h"
 #include "ctl_flags.h"
 #include "lockstep/present/present.h"
 #include "lockstep/common/clock.h"
 #include "lockstep/report/report.h"
+#include "lockstep/report/trace.h"
 #ifdef LOCKSTEP_HAVE_PDF
 #include "lockstep/report/report_pdf.h"
 #endif
@@ -133,7 +136,7 @@ int listJobs(const Globals& g, const std::vector<std::string>& args) {
 
 // ---- recording ----
 
-Recorder::Recorder(const Globals& g) {
+Recorder::Recorder(const Globals& g) : timeout_(g.timeout) {
   if (g.historyPath.empty()) return;
   auto h = history::History::open(g.historyPath);
   if (!h) {
@@ -154,6 +157,19 @@ void Recorder::part(const NodeHello& node, const JobStatus& status) {
     if (auto r = history_->recordNode(node); !r) return failed(r.error());
   }
   if (auto r = history_->recordJob(node.nodeName, status); !r) failed(r.error());
+}
+
+void Recorder::clock(AgentClient& agent) {
+  constexpr int kExchanges = 8;
+  if (!history_) return;
+  const auto now = std::chrono::steady_clock::now();
+  auto& next = nextClock_[agent.hello().nodeName];
+  if (now < next) return;
+  next = now + std::chrono::minutes(1);
+  // An agent too old to say its time is left out: its records keep the time it stamped.
+  if (auto offset = agent.measureClock(kExchanges, timeout_)) {
+    if (auto r = history_->recordClock(agent.hello().nodeName, *offset); !r) failed(r.error());
+  }
 }
 
 void Recorder::messages(const std::vector<StreamMessage>& batch) {
@@ -234,6 +250,83 @@ int cmdReport(const Globals& g, const std::vector<std::string>& args) {
   } else {
     std::printf("wrote %s%s\n", out.c_str(), *format == report::Format::kCsv ? (" and " + report::gpuCsvPath(out)).c_str() : "");
   }
+  return kOk;
+}
+
+namespace {
+
+// --from/--to: a time of day as YYYY-MM-DDTHH:MM:SS (local), or a time into the job: 90, 90s, 5m,
+// 1h30m, 1500ms.
+Result<std::int64_t> parseTraceTime(const std::string& flag, const std::string& text, std::int64_t jobStartUs) {
+  const auto wrong = [&] {
+    return invalidArgument(flag + " " + text + ": give a time into the job (90s, 5m, 1h30m) or YYYY-MM-DDTHH:MM:SS");
+  };
+  if (text.find('T') != std::string::npos) {
+    std::tm tm{};
+    const char* end = strptime(text.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
+    if (!end || *end != '\0') return wrong();
+    tm.tm_isdst = -1;
+    return static_cast<std::int64_t>(std::mktime(&tm)) * 1'000'000;
+  }
+  std::int64_t us = 0;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    std::size_t used = 0;
+    double number = 0;
+    try {
+      number = std::stod(text.substr(at), &used);
+    } catch (const std::exception&) {
+      return wrong();
+    }
+    at += used;
+    std::string unit;
+    while (at < text.size() && std::isalpha(static_cast<unsigned char>(text[at]))) unit += text[at++];
+    const double scale = unit == "h" ? 3600e6 : unit == "m" ? 60e6 : unit == "s" || unit.empty() ? 1e6 : unit == "ms" ? 1e3 : -1;
+    if (scale < 0 || number < 0 || !std::isfinite(number)) return wrong();
+    us += static_cast<std::int64_t>(number * scale);
+  }
+  if (text.empty()) return wrong();
+  return jobStartUs + us;
+}
+
+}  // namespace
+
+int cmdTrace(const Globals& g, const std::vector<std::string>& args) {
+  const char* usage = "usage: lockstepctl trace JOB [--from T] [--to T] --out FILE.json[.gz]";
+  std::vector<std::string> job;
+  std::string out;
+  std::optional<std::string> from, to;
+  LOCKSTEP_TRY_OR_FAIL(Flags(usage).text("--out", &out).text("--from", &from).text("--to", &to).arguments(&job, 1).parse(args));
+  if (out.empty()) return fail(invalidArgument(std::string("--out is missing; ") + usage));
+  auto h = openHistory(g);
+  if (!h) return fail(h.error());
+  auto record = h->job(job[0]);
+  if (!record) return fail(record.error());
+  report::TimeRange range;
+  for (auto [flag, text, into] : {std::tuple{"--from", &from, &range.fromUnixUs}, std::tuple{"--to", &to, &range.toUnixUs}}) {
+    if (!*text) continue;
+    auto t = parseTraceTime(flag, **text, record->startedUnixUs);
+    if (!t) return fail(t.error());
+    *into = *t;
+  }
+  if (range.fromUnixUs && range.toUnixUs && *range.toUnixUs <= *range.fromUnixUs) {
+    return fail(invalidArgument("--to " + *to + " is not after --from " + *from));
+  }
+  auto summary = report::writeTrace(*h, job[0], range, out);
+  if (!summary) return fail(summary.error());
+  Json clocks = Json::object();
+  for (const auto& [node, c] : summary->clocks) clocks[node] = {{"offset_us", c.offsetUs}, {"uncertainty_us", c.uncertaintyUs}};
+  if (g.json) {
+    std::printf("%s\n", Json{{"job_id", job[0]}, {"file", out}, {"ranks", summary->ranks}, {"events", summary->events},
+                              {"clock_offsets", clocks}, {"clocks_not_measured", summary->unmeasured}}.dump().c_str());
+    return kOk;
+  }
+  std::printf("wrote %s: %zu ranks, %zu events (open it in https://ui.perfetto.dev or chrome://tracing)\n", out.c_str(),
+              summary->ranks, summary->events);
+  for (const auto& [node, c] : summary->clocks) {
+    std::printf("  %s: clock %+.3f ms from this machine's, ± %.3f ms\n", node.c_str(), c.offsetUs / 1e3, c.uncertaintyUs / 1e3);
+  }
+  for (const auto& node : summary->unmeasured) std::printf("  %s: clock not measured; its times are as it stamped them\n", node.c_str());
   return kOk;
 }
 

@@ -58,6 +58,11 @@ History (start --wait and watch record every job they see; the app records too):
   report JOB [--format csv|json|html|pdf] --out FILE
                                the job's KPI report (format from FILE's extension by default);
                                csv also writes FILE-gpus.csv with the GPU samples
+  trace JOB [--from T] [--to T] --out FILE.json[.gz]
+                               the job's steps as a Chrome trace (Perfetto, chrome://tracing):
+                               a process per rank, its phases, counters; every node on this
+                               machine's clock; T: a time into the job (90s, 5m) or
+                               YYYY-MM-DDTHH:MM:SS
   compare JOB JOB...           KPIs side by side, and scaling against ranks for jobs of the same
                                workload
 
@@ -120,7 +125,7 @@ const std::vector<std::pair<std::string, Command>> kCommands = {
     {"keygen", cmdKeygen}, {"trust", cmdTrust},     {"nodes", cmdNodes},     {"start", cmdStart},
     {"stop", cmdStop},     {"status", cmdStatus},   {"watch", cmdWatch},     {"logs", cmdLogs},
     {"stacks", cmdStacks},
-    {"history", cmdHistory}, {"report", cmdReport}, {"compare", cmdCompare},
+    {"history", cmdHistory}, {"report", cmdReport}, {"trace", cmdTrace}, {"compare", cmdCompare},
 };
 
 // The global options (before or after the command, never after `--`, where a program's own

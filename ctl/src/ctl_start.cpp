@@ -53,7 +53,10 @@ int followJob(const Globals& g, const Connected& agents, const JobSpec& spec, st
   Recorder recorder(g);
   std::set<AgentClient*> lost;  // a lost node is the supervisor's to handle, not an error here
   const auto recordParts = [&](const std::vector<Part>& parts) {
-    for (const auto& p : parts) recorder.part(p.agent->hello(), p.status);
+    for (const auto& p : parts) {
+      recorder.part(p.agent->hello(), p.status);
+      recorder.clock(*p.agent);
+    }
   };
   // The job first: messages of a job the history does not hold are not kept.
   if (auto parts = findJob(agents, spec.jobId, g.timeout, &lost)) recordParts(*parts);

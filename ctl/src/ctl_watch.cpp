@@ -202,6 +202,7 @@ int cmdWatch(const Globals& g, const std::vector<std::string>& argv) {
   std::map<AgentClient*, std::uint64_t> lastSeq;
   for (const auto& p : *parts) {
     recorder.part(p.agent->hello(), p.status);
+    recorder.clock(*p.agent);
     const std::uint64_t last = p.agent->hello().lastSeq;
     lastSeq[p.agent] = !g.historyPath.empty() || last < 20000 ? 0 : last - 20000;
   }
@@ -219,7 +220,10 @@ int cmdWatch(const Globals& g, const std::vector<std::string>& argv) {
     nextRender = Clock::now() + std::chrono::seconds(1);
     auto now = findJob(*agents, jobId, g.timeout);
     if (!now) return fail(now.error());
-    for (const auto& p : *now) recorder.part(p.agent->hello(), p.status);
+    for (const auto& p : *now) {
+      recorder.part(p.agent->hello(), p.status);
+      recorder.clock(*p.agent);
+    }
     const JobState state = overall(*now);
     renderWatch(w, parts->front().status.spec, state, g.json, tty, stallOf(*now));
     const bool ended = std::all_of(now->begin(), now->end(), [](const Part& p) { return partEnded(p.status); });

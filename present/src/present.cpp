@@ -124,3 +124,17 @@ std::string networkRate(const kpi::NetRate& r) {
 }
 
 }  // namespace lockstep::present
+
+namespace lockstep::present {
+
+std::string_view phaseColor(kpi::Phase phase) {
+  switch (phase) {
+    case kpi::Phase::kData: return "#edc948";
+    case kpi::Phase::kCompute: return "#4e79a7";
+    case kpi::Phase::kCommunication: return "#e15759";
+    case kpi::Phase::kStep: return "#9c755f";
+  }
+  return "#9c755f";
+}
+
+}  // namespace lockstep::present

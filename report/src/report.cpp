@@ -8,6 +8,7 @@
 
 #include "csv.h"
 #include "network.h"
+#include "timeline_figure.h"
 #include "projection.h"
 #include "lockstep/common/files.h"
 #include "settings.h"
@@ -167,6 +168,7 @@ Result<ReportData> load(const history::History& history, const std::string& jobI
   for (const auto& part : data.job.parts) nodes.push_back(part.node);
   LOCKSTEP_ASSIGN_OR_RETURN(auto peak, history.peakBusBandwidth(nodes, jobId));
   if (peak) data.bandwidthReference = BandwidthReference{peak->bytesPerSecond, "the peak job " + peak->jobId + " reached on these nodes"};
+  LOCKSTEP_ASSIGN_OR_RETURN(data.timeline, detail::slowestMinuteFigure(history, data.job));
   data.missing = missingOf(data);
   data.recommendations = recommendations(data);
   return data;
@@ -325,6 +327,19 @@ std::vector<Chart> charts(const ReportData& data) {
   }
   comm.series.push_back(std::move(bars));
   out.push_back(std::move(comm));
+
+  if (data.timeline && !data.timeline->lanes.empty()) {
+    const auto& t = *data.timeline;
+    Chart timeline;
+    timeline.id = "timeline";
+    timeline.title = "The slowest minute, rank by rank" +
+                     (t.lanes.size() < t.ranks ? " (the " + std::to_string(t.lanes.size()) + " slowest of " + std::to_string(t.ranks) + " ranks)"
+                                               : std::string());
+    timeline.xLabel = "seconds since the first step";
+    timeline.kind = Chart::Kind::kTimeline;
+    timeline.timeline = t;
+    out.push_back(std::move(timeline));
+  }
   return out;
 }
 

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "lockstep/report/report.h"
+#include "lockstep/present/present.h"
 #include "text.h"
 
 namespace lockstep::report {
@@ -197,11 +198,58 @@ std::string legendName(const std::string& name) {
   return name.size() <= kMax ? name : name.substr(0, kMax - 1) + "…";
 }
 
+// Lanes of boxes against seconds since the first step, a legend of the phases below.
+std::string timelineSvg(const Chart& chart, int width, int height) {
+  const TimelineFigure& t = *chart.timeline;
+  constexpr double kLane = 14, kGap = 3;
+  std::vector<std::string> labels;
+  for (const auto& lane : t.lanes) labels.push_back(lane.label);
+  const double left = 12 + static_cast<double>(longest(labels)) * kCharWidth, right = width - 16.0;
+  const double top = 34, bottom = height - 58.0;
+  const double lane = std::min(kLane, (bottom - top) / static_cast<double>(std::max<std::size_t>(1, t.lanes.size())) - kGap);
+  Canvas canvas(width, height);
+  canvas.text(width / 2.0, 20, chart.title, "middle", 13, true);
+  const double span = static_cast<double>(std::max<std::int64_t>(1, t.toUs - t.fromUs));
+  const auto toX = [&](std::int64_t us) { return left + static_cast<double>(us - t.fromUs) / span * (right - left); };
+  const double fromS = static_cast<double>(t.fromUs - t.zeroUs) / 1e6, toS = static_cast<double>(t.toUs - t.zeroUs) / 1e6;
+  const Ticks ticks = niceTicks(fromS, toS, std::clamp(static_cast<int>((right - left) / 80), 2, 10));
+  const std::vector<std::string> tickText = tickLabels(ticks);
+  for (long i = 0; i < ticks.count; ++i) {
+    const double s = static_cast<double>(ticks.first + i) * ticks.step;
+    if (s < fromS || s > toS) continue;
+    const double x = toX(t.zeroUs + static_cast<std::int64_t>(s * 1e6));
+    canvas.line(x, top - 4, x, bottom, kGridColor);
+    canvas.text(x, bottom + 16, tickText[static_cast<std::size_t>(i)], "middle");
+  }
+  for (std::size_t i = 0; i < t.lanes.size(); ++i) {
+    const double y = top + static_cast<double>(i) * (lane + kGap);
+    canvas.text(left - 6, y + lane * 0.75, t.lanes[i].label, "end", std::min(kFontSize, lane));
+    // Boxes narrower than a tenth of a pixel merge into their neighbours' colour: skip them.
+    double drawnTo = -1;
+    for (const auto& box : t.lanes[i].boxes) {
+      const double x0 = toX(box.startUs), x1 = toX(box.startUs + box.durationUs);
+      if (x1 - x0 < 0.1 && x0 <= drawnTo) continue;
+      canvas.rect(x0, y, std::max(0.1, x1 - x0), lane, present::phaseColor(box.phase), "none");
+      drawnTo = x1;
+    }
+  }
+  canvas.text((left + right) / 2, height - 28.0, chart.xLabel, "middle");
+  double x = left;
+  for (auto phase : {kpi::Phase::kData, kpi::Phase::kCompute, kpi::Phase::kCommunication, kpi::Phase::kStep}) {
+    canvas.rect(x, height - 14.0, 10, 10, present::phaseColor(phase), "none");
+    const std::string name = phase == kpi::Phase::kCommunication ? "exposed communication" : std::string(kpi::phaseName(phase));
+    canvas.text(x + 14, height - 5.0, name, "start", 10);
+    x += 30 + static_cast<double>(name.size()) * kCharWidth;
+  }
+  return std::move(canvas).finish();
+}
+
 }  // namespace
 
 std::string svg(const Chart& chart, int width, int height) {
   width = std::max(width, 160);
   height = std::max(height, 120);
+  if (chart.kind == Chart::Kind::kTimeline && chart.timeline) return timelineSvg(chart, width, height);
 
   std::vector<Series> series;
   for (const auto& s : chart.series) series.push_back({s.name, finitePoints(s.points)});

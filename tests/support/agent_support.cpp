@@ -54,7 +54,7 @@ void NamespacedLink::set(bool up) const {
 }
 
 AgentProcess::AgentProcess(const TempDir& dir, const std::string& name, std::vector<std::string> extraArgs, AgentPlace where)
-    : dir_(dir), name_(name), extraArgs_(std::move(extraArgs)), netns_(where.netns), stateDir_(dir.file("agent-" + name)) {
+    : dir_(dir), name_(name), extraArgs_(std::move(extraArgs)), netns_(where.netns), env_(std::move(where.env)), stateDir_(dir.file("agent-" + name)) {
   address_ = {where.host, freePort()};
   launch();
 }
@@ -74,7 +74,7 @@ void AgentProcess::launch() {
     argv.insert(argv.end(), more.begin(), more.end());
   }
   const std::string tag = name_ + "-" + std::to_string(++launches_);
-  pid_ = startProcess(argv, {}, dir_.file("agent-" + tag + ".out"), dir_.file("agent-" + tag + ".err"));
+  pid_ = startProcess(argv, env_, dir_.file("agent-" + tag + ".out"), dir_.file("agent-" + tag + ".err"));
   // Ready once it printed its key (after binding).
   const bool ready = waitUntil(
       [&] { return readText(dir_.file("agent-" + tag + ".out")).find("public key") != std::string::npos; },

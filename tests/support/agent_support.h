@@ -41,6 +41,7 @@ class NamespacedLink {
 struct AgentPlace {
   std::string host = "127.0.0.1";
   std::string netns;
+  Env env;  // more environment for the agent (and so its ranks)
 };
 
 class AgentProcess {
@@ -68,6 +69,7 @@ class AgentProcess {
   std::string name_;
   std::vector<std::string> extraArgs_;
   std::string netns_;
+  Env env_;
   std::string stateDir_;
   AgentAddress address_;
   std::string publicKey_;

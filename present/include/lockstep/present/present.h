@@ -13,6 +13,7 @@
 
 #include "lockstep/kpi/kpi.h"
 #include "lockstep/kpi/network.h"
+#include "lockstep/kpi/timeline.h"
 
 namespace lockstep::present {
 
@@ -49,6 +50,9 @@ std::string bitRate(double bytesPerSecond);
 // `intervals` steps, and the decimals its labels need (0.02 steps read 0.02, 0.04, not 0.0, 0.0).
 double tickStep(double span, int intervals);
 int tickDecimals(double step);
+
+// A step's phase as the timeline (app), its figure (report) and its legend colour it: "#rrggbb".
+std::string_view phaseColor(kpi::Phase phase);
 
 // A job's "Samples/s": while it runs, the rate over the last 10 s; once it ended, the whole job's
 // mean (every sample over the elapsed time, start-up included), which is what it delivered.

@@ -19,6 +19,7 @@
 #include "lockstep/history/history.h"
 #include "lockstep/kpi/kpi.h"
 #include "lockstep/kpi/node.h"
+#include "lockstep/kpi/timeline.h"
 #include "lockstep/report/diagnosis.h"
 
 namespace lockstep::report {
@@ -35,14 +36,27 @@ struct Series {
   std::vector<kpi::Point> points;
 };
 
+// The ranks' steps in a window of the job (kpi/timeline.h), for the report's timeline figure.
+struct TimelineFigure {
+  std::int64_t fromUs = 0, toUs = 0;  // the window, on the recording client's clock
+  std::int64_t zeroUs = 0;            // the job's first step's start: the axis counts from it
+  struct Lane {
+    std::string label;
+    std::vector<kpi::Box> boxes;  // within the window
+  };
+  std::vector<Lane> lanes;
+  std::size_t ranks = 0;  // of the job: lanes may show only some
+};
+
 struct Chart {
-  enum class Kind { kLine, kStackedArea, kBars };
+  enum class Kind { kLine, kStackedArea, kBars, kTimeline };
   std::string id;  // stable: "throughput", "loss", "step_time", "utilization", "communication", "scaling"
   std::string title, xLabel, yLabel;
   Kind kind = Kind::kLine;
   std::vector<Series> series;           // kBars: one series, x = index into categories
   std::vector<std::string> categories;  // kBars only
   std::optional<double> yMax;           // fixed top (percentages), else from the data
+  std::optional<TimelineFigure> timeline;  // kTimeline only
 };
 
 // A node's network interfaces while the job ran (kpi/node.h): everything they carried, the job's
@@ -69,6 +83,7 @@ struct ReportData {
   // What the job's bus bandwidth is held against (the peak other jobs reached on its nodes).
   std::optional<BandwidthReference> bandwidthReference;
   std::vector<std::string> recommendations;    // plain advice drawn from the figures
+  std::optional<TimelineFigure> timeline;      // the slowest minute; none without steps
   std::int64_t generatedUnixUs = 0;
 };
 

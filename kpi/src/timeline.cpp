@@ -1,0 +1,107 @@
+#include "lockstep/kpi/timeline.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "lockstep/common/natural.h"
+
+namespace lockstep::kpi {
+
+std::string_view phaseName(Phase phase) {
+  switch (phase) {
+    case Phase::kData: return "data";
+    case Phase::kCompute: return "compute";
+    case Phase::kCommunication: return "communication";
+    case Phase::kStep: return "step";
+  }
+  return "step";
+}
+
+TimelineStep TimelineStep::of(const StepReport& r) {
+  TimelineStep s;
+  s.step = r.step;
+  s.attempt = r.attempt;
+  s.samples = r.samples;
+  s.endUs = r.timeUnixUs;
+  s.stepUs = std::max<std::int64_t>(0, r.stepTimeUs);
+  if (r.dataTimeUs && r.computeTimeUs && r.exposedCommTimeUs) {
+    s.dataUs = std::max<std::int64_t>(0, *r.dataTimeUs);
+    s.computeUs = std::max<std::int64_t>(0, *r.computeTimeUs);
+    s.commUs = std::max<std::int64_t>(0, *r.exposedCommTimeUs);
+  }
+  return s;
+}
+
+std::vector<Box> boxesOf(const TimelineStep& s, std::int64_t offsetUs) {
+  std::vector<Box> boxes;
+  std::int64_t at = s.startUs() - offsetUs;
+  if (!s.dataUs) {
+    if (s.stepUs > 0) boxes.push_back({Phase::kStep, at, s.stepUs});
+    return boxes;
+  }
+  for (const auto& [phase, us] : {std::pair{Phase::kData, *s.dataUs}, std::pair{Phase::kCompute, *s.computeUs},
+                                  std::pair{Phase::kCommunication, *s.commUs}}) {
+    if (us > 0) boxes.push_back({phase, at, us});
+    at += us;
+  }
+  return boxes;
+}
+
+void Timeline::add(const StepReport& report, const std::string& node) {
+  Lane& lane = lanes_[report.rank];
+  lane.rank = report.rank;
+  lane.node = node;
+  lane.steps.push_back(TimelineStep::of(report));
+  if (stepsPerRank_ > 0 && lane.steps.size() > stepsPerRank_) lane.steps.pop_front();
+}
+
+std::int64_t Timeline::offsetOf(const std::string& node) const {
+  const auto it = clocks_.find(node);
+  return it == clocks_.end() ? 0 : it->second.offsetUs;
+}
+
+std::vector<const Timeline::Lane*> Timeline::lanes() const {
+  std::vector<const Lane*> out;
+  for (const auto& [rank, lane] : lanes_) out.push_back(&lane);
+  std::stable_sort(out.begin(), out.end(), [](const Lane* a, const Lane* b) {
+    if (a->node != b->node) return naturalLess(a->node, b->node);
+    return a->rank < b->rank;
+  });
+  return out;
+}
+
+std::pair<std::int64_t, std::int64_t> Timeline::span() const {
+  std::int64_t first = std::numeric_limits<std::int64_t>::max(), last = std::numeric_limits<std::int64_t>::min();
+  for (const auto& [rank, lane] : lanes_) {
+    const std::int64_t offset = offsetOf(lane.node);
+    for (const auto& s : lane.steps) {
+      first = std::min(first, s.startUs() - offset);
+      last = std::max(last, s.endUs - offset);
+    }
+  }
+  return first > last ? std::pair<std::int64_t, std::int64_t>{0, 0} : std::pair{first, last};
+}
+
+std::pair<std::int64_t, std::int64_t> Timeline::slowestMinute() const {
+  constexpr std::int64_t kMinute = 60'000'000, kStride = 10'000'000;
+  const auto [first, last] = span();
+  if (last - first <= kMinute) return {first, last};
+  // Samples per 10 s by when their step ended; a window is six of them.
+  std::vector<std::uint64_t> perStride(static_cast<std::size_t>((last - first) / kStride + 1), 0);
+  for (const auto& [rank, lane] : lanes_) {
+    const std::int64_t offset = offsetOf(lane.node);
+    for (const auto& s : lane.steps) perStride[static_cast<std::size_t>((s.endUs - offset - first) / kStride)] += s.samples;
+  }
+  constexpr std::size_t kWide = kMinute / kStride;
+  std::size_t best = 0;
+  std::uint64_t fewest = std::numeric_limits<std::uint64_t>::max();
+  for (std::size_t i = 0; first + static_cast<std::int64_t>(i) * kStride + kMinute <= last; ++i) {
+    std::uint64_t sum = 0;
+    for (std::size_t k = i; k < i + kWide; ++k) sum += perStride[k];
+    if (sum < fewest) fewest = sum, best = i;
+  }
+  const std::int64_t from = first + static_cast<std::int64_t>(best) * kStride;
+  return {from, from + kMinute};
+}
+
+}  // namespace lockstep::kpi

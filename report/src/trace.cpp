@@ -1,0 +1,207 @@
+// The trace export (trace.h): Chrome trace event JSON, streamed to a temporary file (gzip when
+// the name ends in .gz) and renamed into place once whole.
+
+#include "lockstep/report/trace.h"
+
+#include <zlib.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace lockstep::report {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr int kStepThread = 1;
+constexpr std::uint32_t kFirstGpuProcess = 1'000'000;  // ranks' processes are rank + 1
+
+bool endsWith(const std::string& text, std::string_view tail) {
+  return text.size() >= tail.size() && text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// The job's records in range: its steps into `timeline`, its GPUs' samples into `gpus`.
+Result<void> collect(const history::History& history, const history::JobRecord& job, const TimeRange& range,
+                     kpi::Timeline& timeline, std::vector<std::pair<std::string, GpuSample>>* gpus) {
+  LOCKSTEP_ASSIGN_OR_RETURN(const auto clocks, history.clocks(job));
+  for (const auto& [node, clock] : clocks) timeline.setClock(node, clock);
+  return history.replay(
+      job.spec.jobId,
+      [&](const StreamMessage& m) {
+        const std::int64_t offset = timeline.offsetOf(m.node);
+        if (const auto* step = std::get_if<StepReport>(&m.payload)) {
+          if (range.overlaps(step->timeUnixUs - step->stepTimeUs - offset, step->timeUnixUs - offset)) timeline.add(*step, m.node);
+        } else if (const auto* gpu = std::get_if<GpuSample>(&m.payload); gpu && gpus != nullptr) {
+          if (range.overlaps(gpu->timeUnixUs - offset, gpu->timeUnixUs - offset)) gpus->emplace_back(m.node, *gpu);
+        }
+      },
+      false);
+}
+
+// Where the JSON goes: a temporary file beside the target, compressed or not.
+class Sink {
+ public:
+  static Result<Sink> open(const std::string& path) {
+    Sink s;
+    s.path_ = path;
+    s.temp_ = path + ".part";
+    if (endsWith(path, ".gz")) {
+      s.gz_ = gzopen(s.temp_.c_str(), "wb6");
+      if (s.gz_ == nullptr) return errnoError("cannot write " + s.temp_, errno);
+    } else if ((s.file_ = std::fopen(s.temp_.c_str(), "wb")) == nullptr) {
+      return errnoError("cannot write " + s.temp_, errno);
+    }
+    return s;
+  }
+  Sink() = default;
+  Sink(Sink&& o) noexcept { *this = std::move(o); }
+  Sink& operator=(Sink&& o) noexcept {
+    std::swap(path_, o.path_), std::swap(temp_, o.temp_), std::swap(gz_, o.gz_), std::swap(file_, o.file_);
+    std::swap(failed_, o.failed_);
+    return *this;
+  }
+  ~Sink() {
+    if (gz_ != nullptr || file_ != nullptr) {
+      close();
+      std::remove(temp_.c_str());  // not finished: nothing is left
+    }
+  }
+
+  void write(std::string_view text) {
+    if (gz_ != nullptr) {
+      failed_ = failed_ || gzwrite(gz_, text.data(), static_cast<unsigned>(text.size())) != static_cast<int>(text.size());
+    } else {
+      failed_ = failed_ || std::fwrite(text.data(), 1, text.size(), file_) != text.size();
+    }
+  }
+  Result<void> finish() {
+    const bool closed = close();
+    if (failed_ || !closed || std::rename(temp_.c_str(), path_.c_str()) != 0) {
+      std::remove(temp_.c_str());
+      return Error{ErrorCode::kIo, "cannot write " + path_ + " (is the disk full?)"};
+    }
+    return {};
+  }
+
+ private:
+  bool close() {
+    bool ok = true;
+    if (gz_ != nullptr) ok = gzclose(gz_) == Z_OK;
+    if (file_ != nullptr) ok = std::fclose(file_) == 0;
+    gz_ = nullptr;
+    file_ = nullptr;
+    return ok;
+  }
+  std::string path_, temp_;
+  gzFile gz_ = nullptr;
+  std::FILE* file_ = nullptr;
+  bool failed_ = false;
+};
+
+class TraceWriter {
+ public:
+  TraceWriter(Sink& sink, std::int64_t baseUs) : sink_(sink), baseUs_(baseUs) {}
+
+  void metadata(std::uint32_t pid, const char* what, const Json& args, std::optional<int> tid = std::nullopt) {
+    Json e = {{"ph", "M"}, {"pid", pid}, {"name", what}, {"args", args}};
+    if (tid) e["tid"] = *tid;
+    event(e);
+  }
+  void complete(std::uint32_t pid, std::string_view name, std::int64_t startUs, std::int64_t durationUs, const Json& args) {
+    event({{"ph", "X"}, {"pid", pid}, {"tid", kStepThread}, {"cat", "step"}, {"name", name},
+           {"ts", startUs - baseUs_}, {"dur", durationUs}, {"args", args}});
+  }
+  void counter(std::uint32_t pid, const std::string& name, std::int64_t atUs, double value) {
+    event({{"ph", "C"}, {"pid", pid}, {"name", name}, {"ts", atUs - baseUs_}, {"args", {{"value", value}}}});
+  }
+  std::size_t events() const { return events_; }
+
+ private:
+  void event(const Json& e) {
+    sink_.write(events_++ == 0 ? "\n" : ",\n");
+    sink_.write(e.dump());
+  }
+  Sink& sink_;
+  std::int64_t baseUs_;
+  std::size_t events_ = 0;
+};
+
+void writeRanks(TraceWriter& out, const kpi::Timeline& timeline) {
+  std::uint32_t order = 0;
+  for (const auto* lane : timeline.lanes()) {
+    const std::uint32_t pid = lane->rank + 1;
+    out.metadata(pid, "process_name", {{"name", "rank " + std::to_string(lane->rank) + " (" + lane->node + ")"}});
+    out.metadata(pid, "process_sort_index", {{"sort_index", order++}});
+    out.metadata(pid, "thread_name", {{"name", "steps"}}, kStepThread);
+    const std::int64_t offset = timeline.offsetOf(lane->node);
+    for (const auto& step : lane->steps) {
+      const Json args = {{"step", step.step}, {"attempt", step.attempt}, {"samples", step.samples}, {"step_us", step.stepUs}};
+      for (const auto& box : kpi::boxesOf(step, offset)) out.complete(pid, kpi::phaseName(box.phase), box.startUs, box.durationUs, args);
+      if (step.stepUs > 0) out.counter(pid, "samples/s", step.endUs - offset, step.samples * 1e6 / static_cast<double>(step.stepUs));
+    }
+  }
+}
+
+void writeGpus(TraceWriter& out, const kpi::Timeline& timeline, const std::vector<std::pair<std::string, GpuSample>>& gpus) {
+  std::map<std::string, std::uint32_t, NaturalLess> pids;
+  for (const auto& [node, sample] : gpus) pids.emplace(node, 0);
+  std::uint32_t next = kFirstGpuProcess;
+  for (auto& [node, pid] : pids) {
+    pid = next++;
+    out.metadata(pid, "process_name", {{"name", node + " GPUs"}});
+    out.metadata(pid, "process_sort_index", {{"sort_index", pid}});
+  }
+  for (const auto& [node, s] : gpus) {
+    if (s.utilizationPct) {
+      out.counter(pids[node], "GPU " + std::to_string(s.gpuIndex) + " utilization %", s.timeUnixUs - timeline.offsetOf(node),
+                  *s.utilizationPct);
+    }
+  }
+}
+
+}  // namespace
+
+Result<kpi::Timeline> loadTimeline(const history::History& history, const history::JobRecord& job, const TimeRange& range) {
+  kpi::Timeline timeline;
+  LOCKSTEP_TRY(collect(history, job, range, timeline, nullptr));
+  return timeline;
+}
+
+Result<TraceSummary> writeTrace(const history::History& history, const std::string& jobId, const TimeRange& range,
+                                const std::string& path) {
+  LOCKSTEP_ASSIGN_OR_RETURN(const auto job, history.job(jobId));
+  kpi::Timeline timeline;
+  std::vector<std::pair<std::string, GpuSample>> gpus;
+  LOCKSTEP_TRY(collect(history, job, range, timeline, &gpus));
+  if (timeline.laneCount() == 0) {
+    return invalidArgument("job " + jobId + " has no step" + (range.fromUnixUs || range.toUnixUs ? " in that time range" : "") +
+                           " in the history: nothing to trace");
+  }
+  TraceSummary summary;
+  summary.ranks = timeline.laneCount();
+  for (const auto& part : job.parts) {
+    if (const auto it = timeline.clocks().find(part.node); it != timeline.clocks().end()) {
+      summary.clocks[part.node] = it->second;
+    } else {
+      summary.unmeasured.push_back(part.node);
+    }
+  }
+  Json clocks = Json::object();
+  for (const auto& [node, c] : summary.clocks) clocks[node] = {{"offset_us", c.offsetUs}, {"uncertainty_us", c.uncertaintyUs}};
+  const std::int64_t base = timeline.span().first;
+  LOCKSTEP_ASSIGN_OR_RETURN(Sink sink, Sink::open(path));
+  sink.write(R"({"displayTimeUnit":"ms","baseTimeNanoseconds":)" + std::to_string(base * 1000) + R"(,"otherData":)" +
+             Json{{"job_id", jobId}, {"job_name", job.spec.name}, {"producer", "lockstep"},
+                  {"clock_offsets", clocks}, {"clocks_not_measured", summary.unmeasured}}.dump() +
+             R"(,"traceEvents":[)");
+  TraceWriter out(sink, base);
+  writeRanks(out, timeline);
+  writeGpus(out, timeline, gpus);
+  sink.write("\n]}\n");
+  summary.events = out.events();
+  LOCKSTEP_TRY(sink.finish());
+  return summary;
+}
+
+}  // namespace lockstep::report

@@ -1,0 +1,143 @@
+// Issue 35: a job's trace. Two agents, one whose clock is 3 s ahead (a test knob: it stamps its
+// hellos and everything it streams 3 s late), rank 1 computing 4x slower: the trace lockstepctl
+// writes parses as Chrome trace JSON, has a process per rank, boxes whose durations are the step
+// reports', rank 1's compute the longest in its steps, and both nodes on one clock within the
+// offset's stated uncertainty.
+
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "lockstep/history/history.h"
+#include "support/agent_support.h"
+
+namespace lockstep::test {
+namespace {
+
+using Json = nlohmann::json;
+constexpr std::int64_t kShiftUs = 3'000'000;
+
+std::string gunzip(const std::string& path) {
+  gzFile in = gzopen(path.c_str(), "rb");
+  if (in == nullptr) return "";
+  std::string text;
+  char buffer[1 << 16];
+  for (int n; (n = gzread(in, buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<std::size_t>(n));
+  gzclose(in);
+  return text;
+}
+
+struct Box {
+  std::string phase;
+  std::int64_t start, duration;
+};
+
+TEST(Trace, AStragglersComputeIsLongestAndBothNodesAreOnOneClock) {
+  TempDir dir;
+  const Env slow = {{"LOCKSTEP_TEST_SLOWDOWN", "1:4"}};
+  AgentProcess a(dir, "node-a", {}, AgentPlace{.env = slow});
+  Env ahead = slow;
+  ahead.emplace_back("LOCKSTEP_TEST_CLOCK_OFFSET_US", std::to_string(kShiftUs));
+  AgentProcess b(dir, "node-b", {}, AgentPlace{.env = ahead});
+  Ctl ctl{dir, dir.file("config")};
+  ASSERT_TRUE(ctl.pairWith(a));
+  ASSERT_TRUE(ctl.pairWith(b));
+  auto done = ctl({"start", "--ranks", "4", "--ranks-per-agent", "2,2", "--wait", "--job-id", "traced", "--layers",
+                   "256,512,10", "--dataset", "synthetic:n=4096,dim=256,classes=10", "--steps", "60", "--bucket-mb", "1"});
+  ASSERT_EQ(done.status.exitCode, 0) << done.out << done.err;
+
+  auto traced = ctl({"trace", "traced", "--out", dir.file("traced.json.gz"), "--json"});
+  ASSERT_EQ(traced.status.exitCode, 0) << traced.out << traced.err;
+  const Json said = Json::parse(traced.out);
+  EXPECT_EQ(said["ranks"], 4);
+  const Json trace = Json::parse(gunzip(dir.file("traced.json.gz")));
+  ASSERT_TRUE(trace["traceEvents"].is_array());
+  EXPECT_TRUE(trace["baseTimeNanoseconds"].is_number_integer());
+
+  // A process per rank, named; every box of every step.
+  std::map<int, std::string> processes;
+  std::map<std::pair<int, std::uint64_t>, std::vector<Box>> boxes;  // (rank, step)
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "process_name") processes[e["pid"].get<int>()] = e["args"]["name"];
+    if (e["ph"] == "X") {
+      boxes[{e["pid"].get<int>() - 1, e["args"]["step"].get<std::uint64_t>()}].push_back(
+          {e["name"], e["ts"].get<std::int64_t>(), e["dur"].get<std::int64_t>()});
+    }
+  }
+  ASSERT_EQ(processes.size(), 4u);
+  std::map<std::string, int> perNode;
+  for (const auto& [pid, name] : processes) {
+    EXPECT_EQ(name.rfind("rank " + std::to_string(pid - 1) + " (node-", 0), 0u) << name;
+    ++perNode[name.substr(name.find('(') + 1, 6)];
+  }
+  EXPECT_EQ(perNode, (std::map<std::string, int>{{"node-a", 2}, {"node-b", 2}}));
+
+  // The boxes are what the ranks reported.
+  auto history = history::History::open(ctl.historyPath());
+  ASSERT_TRUE(history) << history.error().message;
+  std::size_t reports = 0;
+  std::int64_t firstEnd = INT64_MAX, lastEnd = 0;  // node-a's, whose clock is true
+  ASSERT_TRUE(history->replay("traced", [&](const StreamMessage& m) {
+    const auto* r = std::get_if<StepReport>(&m.payload);
+    if (r == nullptr) return;
+    ++reports;
+    if (m.node == "node-a") firstEnd = std::min(firstEnd, r->timeUnixUs), lastEnd = std::max(lastEnd, r->timeUnixUs);
+    const auto& mine = boxes[{static_cast<int>(r->rank), r->step}];
+    std::map<std::string, std::int64_t> byPhase;
+    for (const auto& box : mine) byPhase[box.phase] += box.duration;
+    EXPECT_EQ(byPhase["data"], r->dataTimeUs.value_or(0)) << r->rank << "/" << r->step;
+    EXPECT_EQ(byPhase["compute"], *r->computeTimeUs) << r->rank << "/" << r->step;
+    EXPECT_EQ(byPhase["communication"], *r->exposedCommTimeUs) << r->rank << "/" << r->step;
+  }));
+  EXPECT_EQ(reports, 240u);
+
+  // Rank 1's compute is the longest of each step; node-b's lanes are not 3 s ahead of node-a's.
+  int longest = 0, steps = 0;
+  std::vector<std::int64_t> apart;
+  for (std::uint64_t step = 6; step <= 60; ++step) {  // past the first steps' warm-up
+    std::map<int, std::int64_t> compute, end;
+    for (int rank = 0; rank < 4; ++rank) {
+      for (const auto& box : boxes[{rank, step}]) {
+        if (box.phase == "compute") compute[rank] = box.duration;
+        end[rank] = std::max(end[rank], box.start + box.duration);
+      }
+    }
+    ++steps;
+    longest += std::max_element(compute.begin(), compute.end(), [](auto& x, auto& y) { return x.second < y.second; })->first == 1;
+    apart.push_back(std::abs(end[2] - end[0]));
+  }
+  EXPECT_GE(longest, steps * 9 / 10) << longest << " of " << steps;
+  std::sort(apart.begin(), apart.end());
+  EXPECT_LT(apart[apart.size() / 2], 200'000) << "median µs between node-a's and node-b's step ends";
+
+  // The offsets measured are within their stated uncertainty of the truth.
+  for (const auto& [node, truth] : {std::pair{"node-a", std::int64_t{0}}, std::pair{"node-b", kShiftUs}}) {
+    const auto& c = said["clock_offsets"][node];
+    ASSERT_TRUE(c.is_object()) << traced.out;
+    EXPECT_LE(std::abs(c["offset_us"].get<std::int64_t>() - truth), c["uncertainty_us"].get<std::int64_t>()) << node;
+    EXPECT_LT(c["uncertainty_us"].get<std::int64_t>(), 100'000) << node;
+  }
+
+  // A range that holds no step says so; an unknown job too; a bad time is refused.
+  auto empty = ctl({"trace", "traced", "--from", "2h", "--out", dir.file("none.json")});
+  EXPECT_EQ(empty.status.exitCode, 2) << empty.err;
+  EXPECT_NE(empty.err.find("no step in that time range"), std::string::npos) << empty.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("none.json")));
+  EXPECT_EQ(ctl({"trace", "nope", "--out", dir.file("n.json")}).status.exitCode, 1);
+  auto bad = ctl({"trace", "traced", "--from", "soon", "--out", dir.file("n.json")});
+  EXPECT_EQ(bad.status.exitCode, 2);
+  EXPECT_NE(bad.err.find("--from soon"), std::string::npos) << bad.err;
+  // A part of it, to halfway through its steps (a time into the job), in plain JSON.
+  const auto job = history->job("traced");
+  ASSERT_TRUE(job);
+  const std::int64_t halfway = (firstEnd + (lastEnd - firstEnd) / 2 - job->startedUnixUs) / 1000;
+  auto part = ctl({"trace", "traced", "--from", "0s", "--to", std::to_string(halfway) + "ms", "--out", dir.file("part.json")});
+  ASSERT_EQ(part.status.exitCode, 0) << part.err;
+  EXPECT_LT(Json::parse(readText(dir.file("part.json")))["traceEvents"].size(), trace["traceEvents"].size());
+}
+
+}  // namespace
+}  // namespace lockstep::test
