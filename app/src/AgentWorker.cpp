@@ -33,6 +33,7 @@ void registerMetaTypes() {
   qRegisterMetaType<MessageBatch>();
   qRegisterMetaType<JobList>();
   qRegisterMetaType<HelloPtr>();
+  qRegisterMetaType<ClockOffset>();
   qRegisterMetaType<JobSpec>();
 }
 
@@ -96,6 +97,8 @@ void AgentWorker::connectNow() {
   backoff_ = 500ms;
   Q_EMIT helloReceived(id_, std::make_shared<const NodeHello>(client_->hello()));
   setState(AgentState::kConnected, {});
+  nextClock_ = {};
+  measureClock();
   if (refreshJobs()) timer_->start(0);
 }
 
@@ -105,6 +108,7 @@ void AgentWorker::tick() {
     return;
   }
   if (Clock::now() >= nextJobsRefresh_ && !refreshJobs()) return;
+  measureClock();
   auto batch = client_->fetch(lastSeq_, kFetchMax, kFetchWaitMs, kRequestTimeout);
   if (!batch) {
     fail(batch.error());
@@ -130,6 +134,16 @@ void AgentWorker::tick() {
   }
   // Catching up: ask again at once; otherwise the long poll already waited.
   timer_->start(0);
+}
+
+void AgentWorker::measureClock() {
+  constexpr int kExchanges = 8;
+  if (!client_ || Clock::now() < nextClock_) return;
+  nextClock_ = Clock::now() + std::chrono::minutes(1);
+  const std::string node = client_->hello().nodeName;
+  if (auto offset = client_->measureClock(kExchanges, kRequestTimeout)) {
+    Q_EMIT clockMeasured(id_, QString::fromStdString(node), *offset);
+  }
 }
 
 void AgentWorker::startJob(quint64 tag, lockstep::JobSpec spec, QString storeSecret) {

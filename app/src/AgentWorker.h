@@ -37,6 +37,9 @@ class AgentWorker : public QObject {
   void jobsReceived(QString id, lockstep::app::JobList jobs);
   void messagesReceived(QString id, lockstep::app::MessageBatch messages);
   void jobStarted(quint64 tag, QString id, quint32 rendezvousPort, QString storeSecret);
+  // The agent's clock against this machine's (AgentClient::measureClock): on connecting, then
+  // every minute. An agent too old to say its time sends none.
+  void clockMeasured(QString id, QString node, lockstep::ClockOffset offset);
   // errorCode: an lockstep::ErrorCode when !ok (a timeout means the agent may still start the job).
   void commandDone(quint64 tag, bool ok, QString message, int errorCode);
 
@@ -46,6 +49,7 @@ class AgentWorker : public QObject {
   void fail(const Error& error);
   void setState(AgentState state, const QString& message);
   bool refreshJobs();
+  void measureClock();
 
   const QString id_;
   const AgentAddress address_;
@@ -60,6 +64,7 @@ class AgentWorker : public QObject {
   std::pair<std::uint64_t, std::uint64_t> jobsVersion_{0, 0};
   std::chrono::milliseconds backoff_{500};
   std::chrono::steady_clock::time_point nextJobsRefresh_{};
+  std::chrono::steady_clock::time_point nextClock_{};
 };
 
 }  // namespace lockstep::app

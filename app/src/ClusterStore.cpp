@@ -72,6 +72,7 @@ void ClusterStore::addAgent(const AgentAddress& address, const std::string& publ
   // Messages skip the GUI thread: the ingest thread folds them into KPIs (its job lists first).
   connect(worker, &AgentWorker::jobsReceived, ingest_.get(), &Ingest::onJobs);
   connect(worker, &AgentWorker::messagesReceived, ingest_.get(), &Ingest::onMessages);
+  connect(worker, &AgentWorker::clockMeasured, ingest_.get(), &Ingest::onClock);
   connect(worker, &AgentWorker::jobStarted, this, &ClusterStore::jobStarted);
   connect(worker, &AgentWorker::commandDone, this, &ClusterStore::commandDone);
   if (history_) {
@@ -79,6 +80,7 @@ void ClusterStore::addAgent(const AgentAddress& address, const std::string& publ
     connect(worker, &AgentWorker::helloReceived, history_, &HistoryRecorder::onHello);
     connect(worker, &AgentWorker::jobsReceived, history_, &HistoryRecorder::onJobs);
     connect(worker, &AgentWorker::messagesReceived, history_, &HistoryRecorder::onMessages);
+    connect(worker, &AgentWorker::clockMeasured, history_, &HistoryRecorder::onClock);
   }
   entry->thread->start();
   QMetaObject::invokeMethod(worker, &AgentWorker::start, Qt::QueuedConnection);

@@ -4,6 +4,8 @@
 #include <QBarCategoryAxis>
 #include <QBarSeries>
 #include <QBarSet>
+#include <QCheckBox>
+#include <QTabWidget>
 #include <QChart>
 #include <QChartView>
 #include <QCursor>
@@ -19,6 +21,7 @@
 #include <cmath>
 
 #include "HeatmapWidget.h"
+#include "TimelineWidget.h"
 #include "StacksDialog.h"
 #include "Models.h"
 #include "Present.h"
@@ -171,16 +174,55 @@ DashboardWidget::DashboardWidget(ClusterStore& store, QWidget* parent) : QWidget
   }
   layout->addLayout(tiles);
   buildCharts();
-  auto* charts = new QGridLayout;
+  views_ = new QTabWidget(body_);
+  views_->setObjectName(QStringLiteral("dashboardViews"));
+  auto* chartsPage = new QWidget(views_);
+  auto* charts = new QGridLayout(chartsPage);
+  charts->setContentsMargins(0, 0, 0, 0);
   charts->addWidget(makeView(utilChart_), 0, 0);
   charts->addWidget(heatmap_, 0, 1);
   charts->addWidget(makeView(throughputChart_), 0, 2);
   charts->addWidget(makeView(splitChart_), 1, 0);
   charts->addWidget(makeView(lossChart_), 1, 1);
   charts->addWidget(makeView(commChart_), 1, 2);
-  layout->addLayout(charts, 1);
+  views_->addTab(chartsPage, tr("Charts"));
+  views_->addTab(buildTimelinePage(), tr("Timeline"));
+  connect(views_, &QTabWidget::currentChanged, this, [this] { refresh(); });
+  layout->addWidget(views_, 1);
   body_->hide();
   applyTheme();
+}
+
+// Only while its tab is shown: the timeline reads the lanes in view under the job's lock.
+void DashboardWidget::refreshTimeline(const JobEntry& job, const std::optional<Stall>& stall) {
+  if (views_->currentWidget() != timeline_->parentWidget()) return;
+  timeline_->setStalledRanks(stall ? std::set<std::uint32_t>(stall->ranks.begin(), stall->ranks.end()) : std::set<std::uint32_t>{});
+  if (timelineOf_ == job.live) return timeline_->refresh();
+  timelineOf_ = job.live;
+  timeline_->setSource([live = job.live](const std::function<void(const kpi::Timeline&)>& f) { live->readTimeline(f); });
+}
+
+QWidget* DashboardWidget::buildTimelinePage() {
+  auto* page = new QWidget(body_);
+  auto* column = new QVBoxLayout(page);
+  column->setContentsMargins(0, 0, 0, 0);
+  auto* bar = new QHBoxLayout;
+  auto* follow = new QCheckBox(tr("Follow the newest steps"), page);
+  follow->setObjectName(QStringLiteral("timelineFollow"));
+  follow->setChecked(true);
+  auto* hint = new QLabel(tr("Ctrl+wheel or W/S zooms, drag or A/D pans; hover a box for its figures"), page);
+  hint->setForegroundRole(QPalette::PlaceholderText);
+  bar->addWidget(follow);
+  bar->addSpacing(12);
+  bar->addWidget(hint, 1);
+  column->addLayout(bar);
+  timeline_ = new TimelineWidget(page);
+  timeline_->setObjectName(QStringLiteral("timeline"));
+  column->addWidget(timeline_, 1);
+  connect(follow, &QCheckBox::toggled, timeline_, &TimelineWidget::setFollow);
+  connect(timeline_, &TimelineWidget::followChanged, follow, &QCheckBox::setChecked);
+  connect(timeline_, &TimelineWidget::stacksRequested, this, &DashboardWidget::showStacks);
+  return page;
 }
 
 QChartView* DashboardWidget::makeView(QChart* chart) {
@@ -297,6 +339,11 @@ void DashboardWidget::showJob(const QString& jobId) {
 void DashboardWidget::showRecorded(std::shared_ptr<const JobEntry> job) {
   jobId_ = job ? QString::fromStdString(job->id) : QString();
   recorded_ = std::move(job);
+  refresh();
+}
+
+void DashboardWidget::showTimeline() {
+  views_->setCurrentWidget(timeline_->parentWidget());
   refresh();
 }
 
@@ -438,6 +485,7 @@ void DashboardWidget::refresh() {
   tiles_[tr("Energy")]->set(figure(k.energyKwh, 3, " kWh"),
                             k.energyKwh ? QString() : tr("no NVML energy counter"));
   refreshCharts(*job, k);
+  refreshTimeline(*job, stall);
 }
 
 namespace {

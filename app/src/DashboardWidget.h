@@ -13,6 +13,7 @@
 #include "ClusterStore.h"
 
 QT_BEGIN_NAMESPACE
+class QTabWidget;
 class QChart;
 class QChartView;
 class QLineSeries;
@@ -26,6 +27,7 @@ QT_END_NAMESPACE
 namespace lockstep::app {
 
 class HeatmapWidget;
+class TimelineWidget;
 
 class KpiTile : public QFrame {
   Q_OBJECT
@@ -62,6 +64,8 @@ class DashboardWidget : public QWidget {
   KpiTile* tile(const QString& name) const { return tiles_.value(name); }
   int chartPointCount(const QString& chart) const;
   const HeatmapWidget* heatmap() const { return heatmap_; }
+  TimelineWidget* timeline() const { return timeline_; }
+  void showTimeline();  // its tab
 
  public Q_SLOTS:
   void stopJob();  // asks (stopRequested) once the user confirmed
@@ -75,6 +79,8 @@ class DashboardWidget : public QWidget {
 
  private:
   void buildCharts();
+  QWidget* buildTimelinePage();
+  void refreshTimeline(const JobEntry& job, const std::optional<Stall>& stall);
   void applyTheme();
   void refreshCharts(const JobEntry& job, const kpi::JobKpis& k);
   void refreshCommChart(const kpi::JobKpis& k);
@@ -99,6 +105,9 @@ class DashboardWidget : public QWidget {
   QValueAxis* utilX_ = nullptr;
   QValueAxis* utilY_ = nullptr;
   HeatmapWidget* heatmap_ = nullptr;
+  QTabWidget* views_ = nullptr;  // the charts, the timeline
+  TimelineWidget* timeline_ = nullptr;
+  std::shared_ptr<LiveJob> timelineOf_;  // the job the timeline reads
   QChart* throughputChart_ = nullptr;
   QLineSeries* throughput_ = nullptr;
   QValueAxis *throughputX_ = nullptr, *throughputY_ = nullptr;

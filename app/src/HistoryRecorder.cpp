@@ -69,6 +69,11 @@ void HistoryRecorder::onHello(QString agentId, HelloPtr hello) {
   if (auto r = history_->recordNode(*hello); !r) fail(r.error());
 }
 
+void HistoryRecorder::onClock(QString, QString node, ClockOffset offset) {
+  if (!history_) return;
+  if (auto r = history_->recordClock(node.toStdString(), offset); !r) fail(r.error());
+}
+
 void HistoryRecorder::onJobs(QString agentId, JobList jobs) {
   auto node = nodeOfAgent_.find(agentId);
   if (!history_ || node == nodeOfAgent_.end()) return;

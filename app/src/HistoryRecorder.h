@@ -35,6 +35,7 @@ class HistoryRecorder : public QObject {
 
  public Q_SLOTS:
   void onHello(QString agentId, lockstep::app::HelloPtr hello);
+  void onClock(QString agentId, QString node, lockstep::ClockOffset offset);
   void onJobs(QString agentId, lockstep::app::JobList jobs);
   void onMessages(QString agentId, lockstep::app::MessageBatch messages);
 

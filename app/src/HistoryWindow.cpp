@@ -23,6 +23,7 @@
 #include "Present.h"
 #include "lockstep/common/clock.h"
 #include "lockstep/report/report_pdf.h"
+#include "lockstep/report/trace.h"
 
 namespace lockstep::app {
 
@@ -106,8 +107,9 @@ Result<std::shared_ptr<const JobEntry>> loadRecordedJob(const history::History& 
   entry->message = QString::fromStdString(record.message);
   entry->startedUnixUs = record.startedUnixUs;
   LOCKSTEP_ASSIGN_OR_RETURN(auto tracker, history.tracker(jobId));
+  LOCKSTEP_ASSIGN_OR_RETURN(auto timeline, report::loadTimeline(history, record));
   const std::int64_t at = std::max(record.endedUnixUs, tracker->lastReportUnixUs());
-  entry->live = std::make_shared<LiveJob>(std::move(tracker), at ? at : record.recordedUnixUs);
+  entry->live = std::make_shared<LiveJob>(std::move(tracker), std::move(timeline), at ? at : record.recordedUnixUs);
   return std::shared_ptr<const JobEntry>(std::move(entry));
 }
 
@@ -136,6 +138,20 @@ void exportReportDialog(QWidget* parent, const QString& historyPath, const QStri
   if (!written) {
     QMessageBox::warning(parent, QObject::tr("Export Report"),
                          QObject::tr("The report was not written:\n\n%1").arg(QString::fromStdString(written.error().message)));
+  }
+}
+
+void exportTraceDialog(QWidget* parent, const QString& historyPath, const QString& jobId) {
+  const QString file = QFileDialog::getSaveFileName(parent, QObject::tr("Export Trace of %1").arg(jobId),
+                                                    jobId + QStringLiteral(".json.gz"),
+                                                    QObject::tr("Chrome trace, compressed (*.json.gz);;Chrome trace (*.json)"));
+  if (file.isEmpty()) return;
+  auto h = history::History::open(historyPath.toStdString());
+  auto written = h ? report::writeTrace(*h, jobId.toStdString(), {}, file.toStdString())
+                   : Result<report::TraceSummary>(h.error());
+  if (!written) {
+    QMessageBox::warning(parent, QObject::tr("Export Trace"),
+                         QObject::tr("The trace was not written:\n\n%1").arg(QString::fromStdString(written.error().message)));
   }
 }
 

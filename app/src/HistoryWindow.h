@@ -109,5 +109,7 @@ Result<std::shared_ptr<const JobEntry>> loadRecordedJob(const history::History& 
 Result<void> exportReport(const history::History& history, const std::string& jobId, const std::string& path);
 // Asks where (and so in which format), writes, and says how it went.
 void exportReportDialog(QWidget* parent, const QString& historyPath, const QString& jobId);
+// The same for the job's trace (report/trace.h): Chrome trace JSON, gzip when named .gz.
+void exportTraceDialog(QWidget* parent, const QString& historyPath, const QString& jobId);
 
 }  // namespace lockstep::app

@@ -14,8 +14,9 @@ LiveJob::LiveJob(const JobSpec& spec, const kpi::Settings& settings)
     : tracker_(std::make_unique<kpi::JobTracker>(spec, settings)),
       published_(std::make_shared<const Published>(Published{tracker_->snapshot(unixMicrosNow()), 0})) {}
 
-LiveJob::LiveJob(std::unique_ptr<kpi::JobTracker> tracker, std::int64_t atUnixUs)
+LiveJob::LiveJob(std::unique_ptr<kpi::JobTracker> tracker, kpi::Timeline timeline, std::int64_t atUnixUs)
     : tracker_(std::move(tracker)),
+      timeline_(std::move(timeline)),
       published_(std::make_shared<const Published>(Published{tracker_->snapshot(atUnixUs), tracker_->lastReportUnixUs()})),
       publishedAtUs_(atUnixUs) {}
 
@@ -25,7 +26,15 @@ void LiveJob::onEvent(const std::string& node, const JobEvent& event) {
   feed([&](kpi::JobTracker& t) { t.onEvent(node, event); });
 }
 void LiveJob::onStep(const std::string& node, const StepReport& report) {
-  feed([&](kpi::JobTracker& t) { t.onStep(node, report); });
+  feed([&](kpi::JobTracker& t) {
+    t.onStep(node, report);
+    if (report.jobId == t.spec().jobId) timeline_.add(report, node);
+  });
+}
+
+void LiveJob::setClock(const std::string& node, const ClockOffset& clock) {
+  std::lock_guard lock(mutex_);
+  timeline_.setClock(node, clock);
 }
 void LiveJob::onProcess(const std::string& node, const ProcessSample& sample) {
   feed([&](kpi::JobTracker& t) { t.onProcess(node, sample); });
@@ -86,7 +95,10 @@ void Ingest::start() {
 std::shared_ptr<LiveJob> Ingest::job(const JobSpec& spec) {
   std::lock_guard lock(mutex_);
   auto& slot = jobs_[spec.jobId];
-  if (!slot) slot = std::make_shared<LiveJob>(spec, history::liveTrackerSettings(historyPath_.toStdString(), spec));
+  if (!slot) {
+    slot = std::make_shared<LiveJob>(spec, history::liveTrackerSettings(historyPath_.toStdString(), spec));
+    for (const auto& [node, clock] : clocks_) slot->setClock(node, clock);
+  }
   return slot;
 }
 
@@ -99,6 +111,12 @@ std::shared_ptr<LiveJob> Ingest::find(const std::string& jobId) {
 void Ingest::onJobs(QString, JobList jobs) {
   // In the order the agent sent them: a job's list comes before its messages.
   for (const auto& status : *jobs) job(status.spec);
+}
+
+void Ingest::onClock(QString, QString node, ClockOffset offset) {
+  std::lock_guard lock(mutex_);
+  clocks_[node.toStdString()] = offset;
+  for (const auto& [id, live] : jobs_) live->setClock(node.toStdString(), offset);
 }
 
 void Ingest::onMessages(QString, MessageBatch messages) {

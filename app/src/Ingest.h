@@ -19,6 +19,7 @@
 
 #include "Types.h"
 #include "lockstep/kpi/kpi.h"
+#include "lockstep/kpi/timeline.h"
 #include "lockstep/kpi/stream.h"
 
 namespace lockstep::app {
@@ -32,9 +33,12 @@ class LiveJob : public RecordSink {
     std::int64_t lastReportUnixUs = 0;  // of the newest step report in them; 0: none yet
   };
 
+  // The newest steps of each rank the timeline keeps while a job runs.
+  static constexpr std::size_t kLiveStepsPerRank = 512;
+
   LiveJob(const JobSpec& spec, const kpi::Settings& settings);
-  // A recorded job (the history's replayed tracker), shown as of `atUnixUs`.
-  LiveJob(std::unique_ptr<kpi::JobTracker> tracker, std::int64_t atUnixUs);
+  // A recorded job (the history's replayed tracker and its timeline), shown as of `atUnixUs`.
+  LiveJob(std::unique_ptr<kpi::JobTracker> tracker, kpi::Timeline timeline, std::int64_t atUnixUs);
 
   void add(const StreamMessage& message);
   void onEvent(const std::string& node, const JobEvent& event) override;
@@ -53,6 +57,14 @@ class LiveJob : public RecordSink {
     std::lock_guard lock(mutex_);
     return f(std::as_const(*tracker_));
   }
+  // The same for its timeline (kpi/timeline.h).
+  template <class F>
+  decltype(auto) readTimeline(F&& f) const {
+    std::lock_guard lock(mutex_);
+    return f(std::as_const(timeline_));
+  }
+  // A node's clock against this machine's, for the timeline (any thread).
+  void setClock(const std::string& node, const ClockOffset& clock);
 
  private:
   // A record into the tracker, under the job's lock.
@@ -65,6 +77,7 @@ class LiveJob : public RecordSink {
 
   mutable std::mutex mutex_;
   std::unique_ptr<kpi::JobTracker> tracker_;
+  kpi::Timeline timeline_{kLiveStepsPerRank};
   std::shared_ptr<const Published> published_;
   bool changed_ = false;
   std::int64_t publishedAtUs_ = 0;
@@ -89,6 +102,8 @@ class Ingest : public QObject {
  public Q_SLOTS:
   void onJobs(QString agentId, lockstep::app::JobList jobs);
   void onMessages(QString agentId, lockstep::app::MessageBatch messages);
+  // A node's clock against this machine's: every job's timeline, and the later ones', use it.
+  void onClock(QString agentId, QString node, lockstep::ClockOffset offset);
 
  Q_SIGNALS:
   void published(QStringList jobIds);  // jobs whose KPIs were worked out again
@@ -103,6 +118,7 @@ class Ingest : public QObject {
   QTimer* timer_ = nullptr;
   std::mutex mutex_;  // jobs_, which the GUI thread adds to
   std::map<std::string, std::shared_ptr<LiveJob>> jobs_;  // never shrinks: a slot's job stays for the app's life
+  std::map<std::string, ClockOffset> clocks_;              // each node's, newest
   kpi::StreamReader reader_;
 };
 

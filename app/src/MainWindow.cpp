@@ -119,6 +119,11 @@ MainWindow::MainWindow(ClusterStore& store, QString configDir, HistoryRecorder* 
   exportAction_ = file->addAction(tr("&Export Report…"), this, &MainWindow::exportReport);
   exportAction_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_E));
   exportAction_->setObjectName(QStringLiteral("exportReportAction"));
+  exportTraceAction_ = file->addAction(tr("Export &Trace…"), this, [this] {
+    if (history_ && !dashboard_->jobId().isEmpty()) exportTraceDialog(this, history_->path(), dashboard_->jobId());
+  });
+  exportTraceAction_->setObjectName(QStringLiteral("exportTraceAction"));
+  exportTraceAction_->setToolTip(tr("The job's steps per rank as a Chrome trace, for Perfetto or chrome://tracing"));
   file->addSeparator();
   auto* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
   quit->setShortcut(QKeySequence::Quit);
@@ -266,6 +271,7 @@ void MainWindow::refreshNow() {
   const JobEntry* shown = store_.job(dashboard_->jobId().toStdString());
   stopAction_->setEnabled(shown && !jobStateEnded(shown->state));
   exportAction_->setEnabled(shown && history_);
+  exportTraceAction_->setEnabled(shown && history_);
   updateStatus();
 }
 

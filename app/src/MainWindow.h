@@ -87,6 +87,7 @@ class MainWindow : public QMainWindow {
   QLabel* status_;
   QAction* stopAction_;  // enabled while the job on show runs
   QAction* exportAction_;
+  QAction* exportTraceAction_;
   HistoryRecorder* history_;
   HistoryWindow* historyWindow_ = nullptr;
   QString historyProblem_;

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "lockstep/common/clock.h"
 #include "lockstep/protocol/types.h"
 
 namespace lockstep::app {
@@ -33,3 +34,4 @@ Q_DECLARE_METATYPE(lockstep::app::MessageBatch)
 Q_DECLARE_METATYPE(lockstep::app::JobList)
 Q_DECLARE_METATYPE(lockstep::app::HelloPtr)
 Q_DECLARE_METATYPE(lockstep::JobSpec)
+Q_DECLARE_METATYPE(lockstep::ClockOffset)

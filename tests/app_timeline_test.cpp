@@ -1,0 +1,124 @@
+// Issue 35: the app's timeline (Qt Test, offscreen; a real window under xvfb for the docs'
+// screenshot). Two real agents, one whose clock is 3 s ahead (a test knob), four real trainer
+// ranks with rank 1 computing 4x slower: the timeline draws a lane per rank under its node, every
+// node's lanes on this machine's clock, and rank 1's compute boxes the longest.
+
+#include <QApplication>
+#include <QImage>
+#include <QtTest>
+#include <algorithm>
+#include <cstdlib>
+
+#include "TimelineWidget.h"
+#include "lockstep/present/present.h"
+#include "support/app_support.h"
+
+using namespace lockstep;
+using namespace lockstep::test;
+
+namespace {
+
+constexpr std::int64_t kShiftUs = 3'000'000;
+
+// Pixels of `phase`'s colour in `area` of `image`.
+int pixelsOf(const QImage& image, const QRect& area, kpi::Phase phase) {
+  const QRgb want = QColor(QString::fromUtf8(present::phaseColor(phase).data(), 7)).rgb();
+  int n = 0;
+  for (int y = area.top(); y <= area.bottom(); ++y) {
+    for (int x = area.left(); x <= area.right(); ++x) n += (image.pixel(x, y) | 0xff000000) == (want | 0xff000000);
+  }
+  return n;
+}
+
+}  // namespace
+
+class AppTimelineTest : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void initTestCase() {
+    QStandardPaths::setTestModeEnabled(true);
+    app::registerMetaTypes();
+  }
+
+  void theTimelineDrawsEveryRankOnOneClock() {
+    TempDir dir;
+    const Env slow = {{"LOCKSTEP_TEST_SLOWDOWN", "1:4"}};
+    AgentProcess a(dir, "node-a", {}, AgentPlace{.env = slow});
+    Env ahead = slow;
+    ahead.emplace_back("LOCKSTEP_TEST_CLOCK_OFFSET_US", std::to_string(kShiftUs));
+    AgentProcess b(dir, "node-b", {}, AgentPlace{.env = ahead});
+    App app(dir, dir.file("history.db"));
+    for (const auto* agent : {&a, &b}) {
+      const QString problem = connectAuthorized(app, *agent);
+      QVERIFY2(problem.isEmpty(), qPrintable(problem));
+    }
+    JobSpec spec = smallJob("gui-timeline", 4, 1'000'000);  // runs until stopped
+    spec.layers = {256, 512, 10};
+    spec.dataset = SyntheticDataset{4096, 256, 10, 3};
+    QSignalSpy launched(&app.window.control(), &app::JobControl::launchFinished);
+    auto placed = app.store.place(spec, {{idOf(a), 2}, {idOf(b), 2}});
+    QVERIFY2(placed, placed ? "" : placed.error().message.c_str());
+    app.window.control().launch(*placed);
+    QTRY_COMPARE_WITH_TIMEOUT(launched.count(), 1, kJobMs);
+    QVERIFY2(launched.at(0).at(1).toBool(), qPrintable(launched.at(0).at(2).toString()));
+    QTRY_COMPARE_WITH_TIMEOUT(app.window.dashboard()->jobId(), QStringLiteral("gui-timeline"), kConnectMs);
+
+    app.window.resize(1400, 900);
+    app.window.show();
+    auto* dashboard = app.window.dashboard();
+    dashboard->showTimeline();
+    auto* timeline = dashboard->timeline();
+    const QStringList rows = {"node-a", "rank 0", "rank 1", "node-b", "rank 2", "rank 3"};
+    QTRY_COMPARE_WITH_TIMEOUT((app.window.refreshNow(), timeline->rowLabels()), rows, kJobMs);
+
+    // Both nodes' clocks measured; node-b's 3 s ahead, within the stated uncertainty.
+    const auto live = app.store.job("gui-timeline")->live;
+    QTRY_VERIFY_WITH_TIMEOUT(live->readTimeline([](const kpi::Timeline& t) { return t.clocks().size(); }) == 2, kConnectMs);
+    const auto clocks = live->readTimeline([](const kpi::Timeline& t) { return t.clocks(); });
+    QVERIFY(std::abs(clocks.at("node-a").offsetUs) <= clocks.at("node-a").uncertaintyUs);
+    QVERIFY(std::abs(clocks.at("node-b").offsetUs - kShiftUs) <= clocks.at("node-b").uncertaintyUs);
+
+    // A few seconds of steps; then the lanes' newest steps end together on this machine's clock.
+    QTest::qWait(3000);
+    app.window.refreshNow();
+    const auto ends = live->readTimeline([](const kpi::Timeline& t) {
+      std::vector<std::int64_t> out;
+      for (const auto* lane : t.lanes()) out.push_back(lane->steps.back().endUs - t.offsetOf(lane->node));
+      return out;
+    });
+    QCOMPARE(ends.size(), 4u);
+    const auto [low, high] = std::minmax_element(ends.begin(), ends.end());
+    QVERIFY2(*high - *low < 500'000, qPrintable(QStringLiteral("the lanes' ends are %1 µs apart").arg(*high - *low)));
+
+    // Drawn: each lane has boxes; rank 1's compute is the widest, the others wait in communication.
+    timeline->setViewRange(timeline->viewRange().second - 400'000, timeline->viewRange().second);
+    app.window.refreshNow();
+    const QImage image = timeline->grab().toImage();
+    std::vector<int> compute;
+    for (std::uint32_t rank = 0; rank < 4; ++rank) {
+      const QRect lane = timeline->laneRect(rank);
+      QVERIFY2(!lane.isEmpty(), qPrintable(QStringLiteral("rank %1 is not in view").arg(rank)));
+      compute.push_back(pixelsOf(image, lane, kpi::Phase::kCompute));
+      QVERIFY2(compute.back() > 0, qPrintable(QStringLiteral("rank %1 has no compute drawn").arg(rank)));
+    }
+    for (std::uint32_t rank : {0u, 2u, 3u}) {
+      QVERIFY2(compute[1] > compute[rank], qPrintable(QStringLiteral("rank 1: %1 px of compute, rank %2: %3").arg(compute[1]).arg(rank).arg(compute[rank])));
+      QVERIFY(pixelsOf(image, timeline->laneRect(rank), kpi::Phase::kCommunication) > pixelsOf(image, timeline->laneRect(1), kpi::Phase::kCommunication));
+    }
+    QVERIFY(!timeline->following());
+
+    // For docs/: the window as a user sees it (under xvfb, with a real X server).
+    if (const char* shot = std::getenv("LOCKSTEP_TIMELINE_SCREENSHOT")) {
+      timeline->setViewRange(timeline->viewRange().second - 30'000, timeline->viewRange().second);
+      app.window.refreshNow();
+      QTest::qWait(200);
+      QVERIFY(app.window.grab().save(QString::fromLocal8Bit(shot)));
+    }
+    app.window.control().stopJob("gui-timeline");
+    QTRY_VERIFY_WITH_TIMEOUT(processesOfJob("gui-timeline").empty(), kJobMs);
+  }
+};
+
+QTEST_MAIN(AppTimelineTest)
+#include "app_timeline_test.moc"
