@@ -12,7 +12,9 @@
 // latency ("s2p": from a report's stamp at the generator to the first paint that shows it).
 //
 //   build/bin/lockstep-bench-app [--agents 8] [--gpus 8] [--steps-per-second 10] [--seconds 20]
-//                                [--screenshot FILE.png] [--compressed-hours H]
+//                                [--screenshot FILE.png] [--compressed-hours H] [--timeline]
+//
+// With --timeline, a third phase streams the same with the dashboard's Timeline tab shown.
 //
 // With --compressed-hours, instead: H hours of the stream as fast as the app takes it, and the
 // app's memory every 10 simulated minutes.
@@ -38,6 +40,7 @@
 
 #include "ClusterStore.h"
 #include "DashboardWidget.h"
+#include "TimelineWidget.h"
 #include "HeatmapWidget.h"
 #include "MainWindow.h"
 #include "lockstep/net/keys.h"
@@ -55,6 +58,7 @@ struct Options {
   int sampleHz = 5;  // the agent's default
   double compressedHours = 0;  // > 0: memory over that many hours of the stream, time-compressed
   QString screenshot;
+  bool timeline = false;  // then a third phase: streaming with the Timeline tab shown
 };
 
 double cpuSeconds(clockid_t clock) {
@@ -392,10 +396,11 @@ int main(int argc, char** argv) {
     else if (a == "--seconds") o.seconds = std::atof(next());
     else if (a == "--screenshot") o.screenshot = QString::fromLocal8Bit(next());
     else if (a == "--compressed-hours") o.compressedHours = std::atof(next());
+    else if (a == "--timeline") o.timeline = true;
     else {
       std::fprintf(stderr,
                    "usage: lockstep-bench-app [--agents 8] [--gpus 8] [--steps-per-second 10] [--seconds 20] "
-                   "[--screenshot FILE.png] [--compressed-hours H]\n");
+                   "[--screenshot FILE.png] [--compressed-hours H] [--timeline]\n");
       return 2;
     }
   }
@@ -441,11 +446,20 @@ int main(int argc, char** argv) {
   (void)runPhase(2, frames, &generator);  // warm-up: the charts fill their first points
   const PhaseResult streaming = runPhase(o.seconds, frames, &generator);
   print("streaming", streaming);
+  if (o.timeline) {
+    // The same stream, side by side, with the timeline in view (following the newest steps).
+    auto* timeline = window.dashboard()->timeline();
+    timeline->installEventFilter(&frames);
+    window.dashboard()->showTimeline();
+    (void)runPhase(2, frames, &generator);
+    print("timeline", runPhase(o.seconds, frames, &generator));
+  }
   if (!o.screenshot.isEmpty()) {
     window.refreshNow();
     window.grab().save(o.screenshot);
     std::printf("window: %d x %d (given 1500 x 950)\n", window.width(), window.height());
   }
+
   generator.stop();
 
   std::printf("\nratios (streaming / idle): GUI CPU %.1fx, probe lateness p99 %.1f ms vs %.1f ms\n",
