@@ -177,8 +177,11 @@ void* openSegment(int rank, StoreClient& store, const std::string& key, std::siz
   if (rank == 0) {
     name = randomName();
     fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    // Its pages are taken now: a /dev/shm too small for them refuses here (and the job keeps to
+    // Gloo), rather than failing a write mid-step with SIGBUS. The pages start zeroed.
+    if (fd >= 0 && (::ftruncate(fd, static_cast<off_t>(bytes)) != 0 || ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)) != 0)) {
       ::close(fd);
+      ::shm_unlink(name.c_str());
       fd = -1;
     }
     (void)store.set(key, fd >= 0 ? name : "");
