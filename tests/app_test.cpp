@@ -436,7 +436,16 @@ class AppTest : public QObject {
     QCOMPARE(sqlCount(path, "SELECT count(*) FROM pragma_integrity_check WHERE integrity_check = 'ok'"), 1);
 
     app = startApp();
-    QTRY_VERIFY_WITH_TIMEOUT(recordedJob(path, "crash") && recordedJob(path, "crash")->finalKpis, 3 * kJobMs);
+    // Within QtTest's 300 s for the whole function, so that a failure says what it saw.
+    const auto seen = [&] {
+      const auto job = recordedJob(path, "crash");
+      return QStringLiteral("%1 steps recorded, job %2; app stderr: %3")
+          .arg(steps())
+          .arg(job ? QString::fromStdString(std::string(jobStateName(job->state))) : QStringLiteral("not recorded"))
+          .arg(QString::fromStdString(readText(dir.file("app.err"))).right(2000));
+    };
+    QTRY_VERIFY2_WITH_TIMEOUT(recordedJob(path, "crash") && recordedJob(path, "crash")->finalKpis, qPrintable(seen()),
+                              2 * kJobMs);
     ::kill(app, SIGTERM);
     ::waitpid(app, &status, 0);
     const auto job = *recordedJob(path, "crash");

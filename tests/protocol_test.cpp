@@ -337,6 +337,12 @@ TEST(ProtocolRejection, OutOfRangeStreamedValues) {
   StepReport negative = validReport();
   negative.stepTimeUs = -5;
   EXPECT_FALSE(decodeStreamMessage(encode(StreamMessage{1, "", negative})).ok());
+  // Nanoseconds sent as microseconds: a timeline would span decades.
+  StepReport nanos = validReport();
+  nanos.computeTimeUs = 9'000'000'000'000;
+  out = decodeStreamMessage(encode(StreamMessage{1, "", nanos}));
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.error().message.find("compute time is over a week"), std::string::npos) << out.error().message;
 
   GpuSample overfull{"node", 0, 0, "", 130.0f, {}, {}, {}, {}, {}};
   out = decodeStreamMessage(encode(StreamMessage{1, "", overfull}));

@@ -71,6 +71,15 @@ TEST(Timeline, TheSlowestMinuteIsTheOneWithFewestSamples) {
   EXPECT_EQ(to - from, 60'000'000);
   EXPECT_GE(from, 120'000'000);
   EXPECT_LE(from, 135'000'000);
+  // One stray stamp decades back (a node whose clock was unset): the search stays as cheap (its
+  // windows are sparse), and the stray's own minute, with one step, is the one with fewest samples.
+  Timeline stray;
+  constexpr std::int64_t kNow = 1'800'000'000'000'000;  // 2027
+  for (std::int64_t s = 1; s <= 300; ++s) stray.add(stepOf(0, static_cast<std::uint64_t>(s), kNow + s * 1'000'000, 0, 500'000, 0), "n");
+  stray.add(stepOf(1, 1, 1'000, 0, 500, 0), "n");
+  const auto [strayFrom, strayTo] = stray.slowestMinute();
+  EXPECT_EQ(strayTo - strayFrom, 60'000'000);
+  EXPECT_EQ(strayFrom, 500);
   Timeline shortJob;
   shortJob.add(stepOf(0, 1, 2'000'000, 0, 1'000'000, 0), "n");
   EXPECT_EQ(shortJob.slowestMinute(), shortJob.span());

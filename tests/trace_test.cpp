@@ -59,18 +59,21 @@ TEST(Trace, AStragglersComputeIsLongestAndBothNodesAreOnOneClock) {
 
   // A process per rank, named; every box of every step.
   std::map<int, std::string> processes;
+  std::map<int, int> rankOf;                                         // pid -> its boxes' rank
   std::map<std::pair<int, std::uint64_t>, std::vector<Box>> boxes;  // (rank, step)
   for (const auto& e : trace["traceEvents"]) {
     if (e["ph"] == "M" && e["name"] == "process_name") processes[e["pid"].get<int>()] = e["args"]["name"];
     if (e["ph"] == "X") {
-      boxes[{e["pid"].get<int>() - 1, e["args"]["step"].get<std::uint64_t>()}].push_back(
+      const int rank = e["args"]["rank"].get<int>();
+      rankOf[e["pid"].get<int>()] = rank;
+      boxes[{rank, e["args"]["step"].get<std::uint64_t>()}].push_back(
           {e["name"], e["ts"].get<std::int64_t>(), e["dur"].get<std::int64_t>()});
     }
   }
   ASSERT_EQ(processes.size(), 4u);
   std::map<std::string, int> perNode;
   for (const auto& [pid, name] : processes) {
-    EXPECT_EQ(name.rfind("rank " + std::to_string(pid - 1) + " (node-", 0), 0u) << name;
+    EXPECT_EQ(name.rfind("rank " + std::to_string(rankOf[pid]) + " (node-", 0), 0u) << name;
     ++perNode[name.substr(name.find('(') + 1, 6)];
   }
   EXPECT_EQ(perNode, (std::map<std::string, int>{{"node-a", 2}, {"node-b", 2}}));
@@ -127,9 +130,11 @@ TEST(Trace, AStragglersComputeIsLongestAndBothNodesAreOnOneClock) {
   EXPECT_NE(empty.err.find("no step in that time range"), std::string::npos) << empty.err;
   EXPECT_FALSE(std::filesystem::exists(dir.file("none.json")));
   EXPECT_EQ(ctl({"trace", "nope", "--out", dir.file("n.json")}).status.exitCode, 1);
-  auto bad = ctl({"trace", "traced", "--from", "soon", "--out", dir.file("n.json")});
-  EXPECT_EQ(bad.status.exitCode, 2);
-  EXPECT_NE(bad.err.find("--from soon"), std::string::npos) << bad.err;
+  for (const char* wrong : {"soon", "1h30", "5x", "-3s", "1e300h", "nan"}) {
+    auto bad = ctl({"trace", "traced", "--from", wrong, "--out", dir.file("n.json")});
+    EXPECT_EQ(bad.status.exitCode, 2) << wrong;
+    EXPECT_NE(bad.err.find(std::string("--from ") + wrong + ": give a time"), std::string::npos) << bad.err;
+  }
   // A part of it, to halfway through its steps (a time into the job), in plain JSON.
   const auto job = history->job("traced");
   ASSERT_TRUE(job);

@@ -137,11 +137,10 @@ void AgentWorker::tick() {
 }
 
 void AgentWorker::measureClock() {
-  constexpr int kExchanges = 8;
   if (!client_ || Clock::now() < nextClock_) return;
-  nextClock_ = Clock::now() + std::chrono::minutes(1);
+  nextClock_ = Clock::now() + kClockEvery;
   const std::string node = client_->hello().nodeName;
-  if (auto offset = client_->measureClock(kExchanges, kRequestTimeout)) {
+  if (auto offset = client_->measureClock(kClockExchanges, kRequestTimeout)) {
     Q_EMIT clockMeasured(id_, QString::fromStdString(node), *offset);
   }
 }

@@ -33,7 +33,7 @@ TimelineWidget::TimelineWidget(QWidget* parent) : QWidget(parent), scroll_(new Q
 
 void TimelineWidget::setSource(Reader reader) {
   reader_ = std::move(reader);
-  follow_ = true;
+  if (!follow_) return setFollow(true);  // which refreshes
   refresh();
 }
 
@@ -89,6 +89,8 @@ void TimelineWidget::refresh() {
     }
   });
   layoutScrollBar();
+  // Fewer rows (another job, a taller window) moved the scroll bar: read the lanes now in view.
+  if (scroll_->value() != first) return refresh();
   update();
 }
 
@@ -160,12 +162,15 @@ void TimelineWidget::wheelEvent(QWheelEvent* e) {
   if ((e->modifiers() & Qt::ShiftModifier) || delta.x() != 0) {
     return pan((delta.x() != 0 ? delta.x() : delta.y()) / 120.0 * lanesRect().width() / 10);
   }
-  scroll_->setValue(scroll_->value() - delta.y() / 120 * 3);
+  // Three lanes a notch; a touchpad's small steps add up to at least one.
+  const int lanes = delta.y() / 40;
+  scroll_->setValue(scroll_->value() - (lanes != 0 ? lanes : delta.y() > 0 ? 1 : delta.y() < 0 ? -1 : 0));
 }
 
 void TimelineWidget::mousePressEvent(QMouseEvent* e) {
   if (e->button() != Qt::LeftButton) return;
   if (e->position().x() < kLabelWidth) {
+    if (e->position().y() < kAxisHeight) return;
     const int row = scroll_->value() + static_cast<int>((e->position().y() - kAxisHeight) / kLaneHeight);
     if (row >= 0 && row < static_cast<int>(rows_.size()) && stalled_.count(rows_[static_cast<std::size_t>(row)].rank) &&
         !rows_[static_cast<std::size_t>(row)].node) {
@@ -220,7 +225,9 @@ void TimelineWidget::paintAxis(QPainter& p, const QRectF& area) {
   const double step = present::tickStep(spanS, std::max(2, static_cast<int>(area.width() / 90)));
   const double fromS = static_cast<double>(viewEndUs_ - viewSpanUs_ - originUs_) / 1e6;
   p.setPen(palette().color(QPalette::PlaceholderText));
-  for (double t = std::ceil(fromS / step) * step; t <= fromS + spanS; t += step) {
+  // Bounded: a step too small to move t (a view far from the origin) must not loop forever.
+  int ticks = 0;
+  for (double t = std::ceil(fromS / step) * step; t <= fromS + spanS && ticks < 100; t += step, ++ticks) {
     const double x = xOf(originUs_ + static_cast<std::int64_t>(t * 1e6));
     p.drawLine(QPointF(x, kAxisHeight - 4), QPointF(x, area.bottom()));
     p.drawText(QRectF(x + 2, 0, 88, kAxisHeight - 2), Qt::AlignLeft | Qt::AlignBottom,

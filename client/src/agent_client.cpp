@@ -194,9 +194,12 @@ Result<NodeHello> AgentClient::refreshHello(milliseconds timeout) {
 Result<ClockOffset> AgentClient::measureClock(int exchanges, milliseconds timeout) {
   std::optional<ClockOffset> best;
   for (int i = 0; i < exchanges; ++i) {
+    // The round trip on the steady clock (this machine's own clock may be stepped meanwhile).
     const std::int64_t sent = unixMicrosNow();
+    const auto start = std::chrono::steady_clock::now();
     auto hello = refreshHello(timeout);
-    const std::int64_t received = unixMicrosNow();
+    const std::int64_t received =
+        sent + std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
     if (!hello) return hello.error();
     if (hello->timeUnixUs == 0) {
       return Error{ErrorCode::kFailedPrecondition, "node " + hello->nodeName + "'s agent (" + hello->agentVersion +

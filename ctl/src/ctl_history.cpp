@@ -160,14 +160,13 @@ void Recorder::part(const NodeHello& node, const JobStatus& status) {
 }
 
 void Recorder::clock(AgentClient& agent) {
-  constexpr int kExchanges = 8;
   if (!history_) return;
   const auto now = std::chrono::steady_clock::now();
   auto& next = nextClock_[agent.hello().nodeName];
   if (now < next) return;
-  next = now + std::chrono::minutes(1);
+  next = now + kClockEvery;
   // An agent too old to say its time is left out: its records keep the time it stamped.
-  if (auto offset = agent.measureClock(kExchanges, timeout_)) {
+  if (auto offset = agent.measureClock(kClockExchanges, timeout_)) {
     if (auto r = history_->recordClock(agent.hello().nodeName, *offset); !r) failed(r.error());
   }
 }
@@ -266,9 +265,12 @@ Result<std::int64_t> parseTraceTime(const std::string& flag, const std::string& 
     const char* end = strptime(text.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
     if (!end || *end != '\0') return wrong();
     tm.tm_isdst = -1;
-    return static_cast<std::int64_t>(std::mktime(&tm)) * 1'000'000;
+    const std::time_t t = std::mktime(&tm);
+    if (t == static_cast<std::time_t>(-1)) return wrong();
+    return static_cast<std::int64_t>(t) * 1'000'000;
   }
-  std::int64_t us = 0;
+  constexpr double kLongestUs = 3650.0 * 24 * 3600e6;  // ten years into a job
+  double us = 0;
   std::size_t at = 0;
   while (at < text.size()) {
     std::size_t used = 0;
@@ -281,12 +283,15 @@ Result<std::int64_t> parseTraceTime(const std::string& flag, const std::string& 
     at += used;
     std::string unit;
     while (at < text.size() && std::isalpha(static_cast<unsigned char>(text[at]))) unit += text[at++];
-    const double scale = unit == "h" ? 3600e6 : unit == "m" ? 60e6 : unit == "s" || unit.empty() ? 1e6 : unit == "ms" ? 1e3 : -1;
+    // A bare number is seconds, alone: "1h30" is not guessed at.
+    const double scale = unit == "h" ? 3600e6 : unit == "m" ? 60e6 : unit == "s" || (unit.empty() && used == text.size()) ? 1e6
+                       : unit == "ms" ? 1e3 : -1;
     if (scale < 0 || number < 0 || !std::isfinite(number)) return wrong();
-    us += static_cast<std::int64_t>(number * scale);
+    us += number * scale;
+    if (us > kLongestUs) return wrong();
   }
   if (text.empty()) return wrong();
-  return jobStartUs + us;
+  return jobStartUs + static_cast<std::int64_t>(us);
 }
 
 }  // namespace

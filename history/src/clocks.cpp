@@ -22,20 +22,37 @@ Result<void> History::recordClock(const std::string& node, const ClockOffset& of
 }
 
 Result<std::map<std::string, ClockOffset, NaturalLess>> History::clocks(const JobRecord& job) const {
-  // While it ran (a minute either side) the least uncertain; failing that, the nearest in time.
-  LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db_.get(), R"sql(
-    SELECT time_us, offset_us, uncertainty_us FROM node_clocks WHERE node = ?1
-    ORDER BY (time_us BETWEEN ?2 AND ?3) DESC,
-             CASE WHEN time_us BETWEEN ?2 AND ?3 THEN uncertainty_us ELSE abs(time_us - ?2) END
-    LIMIT 1)sql"));
+  // While it ran (a minute either side) the least uncertain; failing that, the nearest in time, before or after.
+  LOCKSTEP_ASSIGN_OR_RETURN(auto during, Statement::prepare(db_.get(), R"sql(
+    SELECT time_us, offset_us, uncertainty_us FROM node_clocks WHERE node = ?1 AND time_us BETWEEN ?2 AND ?3
+    ORDER BY uncertainty_us LIMIT 1)sql"));
+  LOCKSTEP_ASSIGN_OR_RETURN(auto before, Statement::prepare(db_.get(), R"sql(
+    SELECT time_us, offset_us, uncertainty_us FROM node_clocks WHERE node = ?1 AND time_us < ?2
+    ORDER BY time_us DESC LIMIT 1)sql"));
+  LOCKSTEP_ASSIGN_OR_RETURN(auto after, Statement::prepare(db_.get(), R"sql(
+    SELECT time_us, offset_us, uncertainty_us FROM node_clocks WHERE node = ?1 AND time_us > ?2
+    ORDER BY time_us LIMIT 1)sql"));
   const std::int64_t from = job.startedUnixUs - kMinuteUs;
-  const std::int64_t to = (job.endedUnixUs > 0 ? job.endedUnixUs : std::numeric_limits<std::int64_t>::max() - kMinuteUs) + kMinuteUs;
+  const std::int64_t to = job.endedUnixUs > 0 ? job.endedUnixUs + kMinuteUs : std::numeric_limits<std::int64_t>::max();
+  const auto first = [](Statement& stmt) -> Result<std::optional<ClockOffset>> {
+    LOCKSTEP_ASSIGN_OR_RETURN(bool row, stmt.step());
+    std::optional<ClockOffset> out;
+    if (row) out = ClockOffset{stmt.i64(1), stmt.i64(2), stmt.i64(0)};
+    LOCKSTEP_TRY(stmt.reset());
+    return out;
+  };
   std::map<std::string, ClockOffset, NaturalLess> out;
   for (const auto& part : job.parts) {
-    LOCKSTEP_TRY(stmt.reset());
-    stmt.bind(1, part.node).bind(2, from).bind(3, to);
-    LOCKSTEP_ASSIGN_OR_RETURN(bool row, stmt.step());
-    if (row) out[part.node] = ClockOffset{stmt.i64(1), stmt.i64(2), stmt.i64(0)};
+    during.bind(1, part.node).bind(2, from).bind(3, to);
+    LOCKSTEP_ASSIGN_OR_RETURN(auto best, first(during));
+    if (!best) {
+      before.bind(1, part.node).bind(2, from);
+      after.bind(1, part.node).bind(2, to);
+      LOCKSTEP_ASSIGN_OR_RETURN(const auto earlier, first(before));
+      LOCKSTEP_ASSIGN_OR_RETURN(const auto later, first(after));
+      best = !later || (earlier && from - earlier->measuredUnixUs <= later->measuredUnixUs - to) ? earlier : later;
+    }
+    if (best) out[part.node] = *best;
   }
   return out;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "lockstep/common/natural.h"
 
@@ -48,7 +49,7 @@ std::vector<Box> boxesOf(const TimelineStep& s, std::int64_t offsetUs) {
 }
 
 void Timeline::add(const StepReport& report, const std::string& node) {
-  Lane& lane = lanes_[report.rank];
+  Lane& lane = lanes_[{node, report.rank}];
   lane.rank = report.rank;
   lane.node = node;
   lane.steps.push_back(TimelineStep::of(report));
@@ -62,7 +63,7 @@ std::int64_t Timeline::offsetOf(const std::string& node) const {
 
 std::vector<const Timeline::Lane*> Timeline::lanes() const {
   std::vector<const Lane*> out;
-  for (const auto& [rank, lane] : lanes_) out.push_back(&lane);
+  for (const auto& [key, lane] : lanes_) out.push_back(&lane);
   std::stable_sort(out.begin(), out.end(), [](const Lane* a, const Lane* b) {
     if (a->node != b->node) return naturalLess(a->node, b->node);
     return a->rank < b->rank;
@@ -72,7 +73,7 @@ std::vector<const Timeline::Lane*> Timeline::lanes() const {
 
 std::pair<std::int64_t, std::int64_t> Timeline::span() const {
   std::int64_t first = std::numeric_limits<std::int64_t>::max(), last = std::numeric_limits<std::int64_t>::min();
-  for (const auto& [rank, lane] : lanes_) {
+  for (const auto& [key, lane] : lanes_) {
     const std::int64_t offset = offsetOf(lane.node);
     for (const auto& s : lane.steps) {
       first = std::min(first, s.startUs() - offset);
@@ -86,21 +87,25 @@ std::pair<std::int64_t, std::int64_t> Timeline::slowestMinute() const {
   constexpr std::int64_t kMinute = 60'000'000, kStride = 10'000'000;
   const auto [first, last] = span();
   if (last - first <= kMinute) return {first, last};
-  // Samples per 10 s by when their step ended; a window is six of them.
-  std::vector<std::uint64_t> perStride(static_cast<std::size_t>((last - first) / kStride + 1), 0);
-  for (const auto& [rank, lane] : lanes_) {
+  // Samples per 10 s by when their step ended (sparse: one stray time must not cost its decades);
+  // a window is six of them, and holds at least one step's end.
+  std::map<std::int64_t, std::uint64_t> perStride;
+  for (const auto& [key, lane] : lanes_) {
     const std::int64_t offset = offsetOf(lane.node);
-    for (const auto& s : lane.steps) perStride[static_cast<std::size_t>((s.endUs - offset - first) / kStride)] += s.samples;
+    for (const auto& s : lane.steps) perStride[(s.endUs - offset - first) / kStride] += s.samples;
   }
-  constexpr std::size_t kWide = kMinute / kStride;
-  std::size_t best = 0;
+  constexpr std::int64_t kWide = kMinute / kStride;
+  const std::int64_t lastStart = (last - first - kMinute) / kStride;  // windows end by `last`
+  std::optional<std::int64_t> best;
   std::uint64_t fewest = std::numeric_limits<std::uint64_t>::max();
-  for (std::size_t i = 0; first + static_cast<std::int64_t>(i) * kStride + kMinute <= last; ++i) {
-    std::uint64_t sum = 0;
-    for (std::size_t k = i; k < i + kWide; ++k) sum += perStride[k];
-    if (sum < fewest) fewest = sum, best = i;
+  for (const auto& [stride, samples] : perStride) {
+    for (std::int64_t start = std::max<std::int64_t>(0, stride - kWide + 1); start <= std::min(stride, lastStart); ++start) {
+      std::uint64_t sum = 0;
+      for (auto it = perStride.lower_bound(start); it != perStride.end() && it->first < start + kWide; ++it) sum += it->second;
+      if (sum < fewest) fewest = sum, best = start;
+    }
   }
-  const std::int64_t from = first + static_cast<std::int64_t>(best) * kStride;
+  const std::int64_t from = best ? first + *best * kStride : last - kMinute;
   return {from, from + kMinute};
 }
 

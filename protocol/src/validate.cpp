@@ -440,6 +440,8 @@ Result<void> validateNetSample(const NetSample& s) {
   return {};
 }
 
+constexpr std::int64_t kMaxStepTimeUs = 7LL * 24 * 3600 * 1'000'000;
+
 Result<void> validateStepReport(const StepReport& r) {
   LOCKSTEP_TRY(validateJobId(r.jobId));
   LOCKSTEP_TRY(checkRange("step report world size", r.worldSize, 1, kMaxWorldSize));
@@ -452,6 +454,8 @@ Result<void> validateStepReport(const StepReport& r) {
                               {"all-reduce time", r.allreduceTimeUs},
                               {"step time", std::optional<std::int64_t>(r.stepTimeUs)}}) {
     if (value && *value < 0) return bad(std::string("step report ") + field + " is negative");
+    // Microseconds: a week is beyond any step; more is a unit mistaken (ns for us, say).
+    if (value && *value > kMaxStepTimeUs) return bad(std::string("step report ") + field + " is over a week (in microseconds?)");
   }
   LOCKSTEP_TRY(checkRange("step report lr", r.lr, 0.0, 1e6));
   return {};

@@ -206,7 +206,8 @@ std::string timelineSvg(const Chart& chart, int width, int height) {
   for (const auto& lane : t.lanes) labels.push_back(lane.label);
   const double left = 12 + static_cast<double>(longest(labels)) * kCharWidth, right = width - 16.0;
   const double top = 34, bottom = height - 58.0;
-  const double lane = std::min(kLane, (bottom - top) / static_cast<double>(std::max<std::size_t>(1, t.lanes.size())) - kGap);
+  const double lane =
+      std::max(1.0, std::min(kLane, (bottom - top) / static_cast<double>(std::max<std::size_t>(1, t.lanes.size())) - kGap));
   Canvas canvas(width, height);
   canvas.text(width / 2.0, 20, chart.title, "middle", 13, true);
   const double span = static_cast<double>(std::max<std::int64_t>(1, t.toUs - t.fromUs));

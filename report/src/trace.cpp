@@ -15,11 +15,10 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr int kStepThread = 1;
-constexpr std::uint32_t kFirstGpuProcess = 1'000'000;  // ranks' processes are rank + 1
+constexpr std::uint32_t kFirstGpuProcess = 1'000'000;  // ranks' processes count from 1
 
-bool endsWith(const std::string& text, std::string_view tail) {
-  return text.size() >= tail.size() && text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
-}
+// Names come from agents and programs: bytes that are not UTF-8 become U+FFFD, never an exception.
+std::string text(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
 // The job's records in range: its steps into `timeline`, its GPUs' samples into `gpus`.
 Result<void> collect(const history::History& history, const history::JobRecord& job, const TimeRange& range,
@@ -46,7 +45,7 @@ class Sink {
     Sink s;
     s.path_ = path;
     s.temp_ = path + ".part";
-    if (endsWith(path, ".gz")) {
+    if (path.ends_with(".gz")) {
       s.gz_ = gzopen(s.temp_.c_str(), "wb6");
       if (s.gz_ == nullptr) return errnoError("cannot write " + s.temp_, errno);
     } else if ((s.file_ = std::fopen(s.temp_.c_str(), "wb")) == nullptr) {
@@ -120,23 +119,26 @@ class TraceWriter {
  private:
   void event(const Json& e) {
     sink_.write(events_++ == 0 ? "\n" : ",\n");
-    sink_.write(e.dump());
+    sink_.write(text(e));
   }
   Sink& sink_;
   std::int64_t baseUs_;
   std::size_t events_ = 0;
 };
 
+// A process per lane (a rank, or a rank that a restart moved: one per node it ran on), numbered
+// and sorted in the lanes' order: by node, then rank.
 void writeRanks(TraceWriter& out, const kpi::Timeline& timeline) {
-  std::uint32_t order = 0;
+  std::uint32_t pid = 0;
   for (const auto* lane : timeline.lanes()) {
-    const std::uint32_t pid = lane->rank + 1;
+    ++pid;
     out.metadata(pid, "process_name", {{"name", "rank " + std::to_string(lane->rank) + " (" + lane->node + ")"}});
-    out.metadata(pid, "process_sort_index", {{"sort_index", order++}});
+    out.metadata(pid, "process_sort_index", {{"sort_index", pid}});
     out.metadata(pid, "thread_name", {{"name", "steps"}}, kStepThread);
     const std::int64_t offset = timeline.offsetOf(lane->node);
     for (const auto& step : lane->steps) {
-      const Json args = {{"step", step.step}, {"attempt", step.attempt}, {"samples", step.samples}, {"step_us", step.stepUs}};
+      const Json args = {{"rank", lane->rank},  {"step", step.step},       {"attempt", step.attempt},
+                         {"samples", step.samples}, {"step_us", step.stepUs}};
       for (const auto& box : kpi::boxesOf(step, offset)) out.complete(pid, kpi::phaseName(box.phase), box.startUs, box.durationUs, args);
       if (step.stepUs > 0) out.counter(pid, "samples/s", step.endUs - offset, step.samples * 1e6 / static_cast<double>(step.stepUs));
     }
@@ -189,11 +191,12 @@ Result<TraceSummary> writeTrace(const history::History& history, const std::stri
   }
   Json clocks = Json::object();
   for (const auto& [node, c] : summary.clocks) clocks[node] = {{"offset_us", c.offsetUs}, {"uncertainty_us", c.uncertaintyUs}};
-  const std::int64_t base = timeline.span().first;
+  std::int64_t base = timeline.span().first;  // or a GPU sample before the first step
+  for (const auto& [node, s] : gpus) base = std::min(base, s.timeUnixUs - timeline.offsetOf(node));
   LOCKSTEP_ASSIGN_OR_RETURN(Sink sink, Sink::open(path));
   sink.write(R"({"displayTimeUnit":"ms","baseTimeNanoseconds":)" + std::to_string(base * 1000) + R"(,"otherData":)" +
-             Json{{"job_id", jobId}, {"job_name", job.spec.name}, {"producer", "lockstep"},
-                  {"clock_offsets", clocks}, {"clocks_not_measured", summary.unmeasured}}.dump() +
+             text(Json{{"job_id", jobId}, {"job_name", job.spec.name}, {"producer", "lockstep"},
+                       {"clock_offsets", clocks}, {"clocks_not_measured", summary.unmeasured}}) +
              R"(,"traceEvents":[)");
   TraceWriter out(sink, base);
   writeRanks(out, timeline);

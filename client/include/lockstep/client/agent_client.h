@@ -17,6 +17,9 @@
 namespace lockstep {
 
 inline constexpr std::uint16_t kDefaultAgentPort = 7700;
+// How clients measure an agent's clock (AgentClient::measureClock): so many exchanges, this often.
+inline constexpr int kClockExchanges = 8;
+inline constexpr std::chrono::minutes kClockEvery{1};
 
 struct AgentAddress {
   std::string host;

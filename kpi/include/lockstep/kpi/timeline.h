@@ -59,7 +59,7 @@ class Timeline {
     std::deque<TimelineStep> steps;  // in the order they came (a restart's steps after the last's)
   };
 
-  // Keeps the newest `stepsPerRank` steps of each rank (0: all of them).
+  // Keeps the newest `stepsPerRank` steps of each lane (0: all of them).
   explicit Timeline(std::size_t stepsPerRank = 0) : stepsPerRank_(stepsPerRank) {}
 
   void add(const StepReport& report, const std::string& node);
@@ -70,7 +70,7 @@ class Timeline {
 
   // Lanes by node (natural order), then rank.
   std::vector<const Lane*> lanes() const;
-  std::size_t laneCount() const { return lanes_.size(); }
+  std::size_t laneCount() const { return lanes_.size(); }  // a rank on two nodes (a restart) has two
   // The first step's start and the last step's end, on this client's clock; {0, 0} when empty.
   std::pair<std::int64_t, std::int64_t> span() const;
   // The 60 s (or the whole job, when shorter) in which the job got the fewest samples through:
@@ -79,7 +79,9 @@ class Timeline {
 
  private:
   std::size_t stepsPerRank_;
-  std::map<std::uint32_t, Lane> lanes_;
+  // By node and rank: a restart that puts a rank on another node starts it a lane there, whose
+  // steps take that node's clock.
+  std::map<std::pair<std::string, std::uint32_t>, Lane> lanes_;
   std::map<std::string, ClockOffset> clocks_;
 };
 
