@@ -77,6 +77,19 @@ TEST(Trace, AStragglersComputeIsLongestAndBothNodesAreOnOneClock) {
     ++perNode[name.substr(name.find('(') + 1, 6)];
   }
   EXPECT_EQ(perNode, (std::map<std::string, int>{{"node-a", 2}, {"node-b", 2}}));
+  // The job's events where they happened: rank 0's bucket plan on its lane, the end across the trace.
+  int plans = 0, finished = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "i") continue;
+    if (e["name"] == "note" && e["s"] == "p" && rankOf[e["pid"].get<int>()] == 0 &&
+        e["args"]["message"].get<std::string>().rfind("buckets: ", 0) == 0) {
+      ++plans;
+    }
+    finished += e["name"] == "finished" && e["s"] == "g";
+    EXPECT_GE(e["ts"].get<std::int64_t>(), 0) << e.dump();
+  }
+  EXPECT_EQ(plans, 1);
+  EXPECT_GE(finished, 1);
 
   // The boxes are what the ranks reported.
   auto history = history::History::open(ctl.historyPath());

@@ -20,9 +20,16 @@ constexpr std::uint32_t kFirstGpuProcess = 1'000'000;  // ranks' processes count
 // Names come from agents and programs: bytes that are not UTF-8 become U+FFFD, never an exception.
 std::string text(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
-// The job's records in range: its steps into `timeline`, its GPUs' samples into `gpus`.
+struct NodeEvent {
+  std::string node;
+  JobEvent event;
+};
+
+// The job's records in range: its steps into `timeline`, its GPUs' samples into `gpus`, its events
+// into `events`.
 Result<void> collect(const history::History& history, const history::JobRecord& job, const TimeRange& range,
-                     kpi::Timeline& timeline, std::vector<std::pair<std::string, GpuSample>>* gpus) {
+                     kpi::Timeline& timeline, std::vector<std::pair<std::string, GpuSample>>* gpus,
+                     std::vector<NodeEvent>* events = nullptr) {
   LOCKSTEP_ASSIGN_OR_RETURN(const auto clocks, history.clocks(job));
   for (const auto& [node, clock] : clocks) timeline.setClock(node, clock);
   return history.replay(
@@ -33,6 +40,8 @@ Result<void> collect(const history::History& history, const history::JobRecord& 
           if (range.overlaps(step->timeUnixUs - step->stepTimeUs - offset, step->timeUnixUs - offset)) timeline.add(*step, m.node);
         } else if (const auto* gpu = std::get_if<GpuSample>(&m.payload); gpu && gpus != nullptr) {
           if (range.overlaps(gpu->timeUnixUs - offset, gpu->timeUnixUs - offset)) gpus->emplace_back(m.node, *gpu);
+        } else if (const auto* event = std::get_if<JobEvent>(&m.payload); event && events != nullptr) {
+          if (range.overlaps(event->timeUnixUs - offset, event->timeUnixUs - offset)) events->push_back({m.node, *event});
         }
       },
       false);
@@ -111,6 +120,12 @@ class TraceWriter {
     event({{"ph", "X"}, {"pid", pid}, {"tid", kStepThread}, {"cat", "step"}, {"name", name},
            {"ts", startUs - baseUs_}, {"dur", durationUs}, {"args", args}});
   }
+  // An instant event: on a process ("p") or across the whole trace ("g").
+  void instant(std::optional<std::uint32_t> pid, std::string_view name, std::int64_t atUs, const Json& args) {
+    Json e = {{"ph", "i"}, {"s", pid ? "p" : "g"}, {"pid", pid.value_or(0)}, {"tid", kStepThread}, {"name", name},
+              {"ts", atUs - baseUs_}, {"args", args}};
+    event(e);
+  }
   void counter(std::uint32_t pid, const std::string& name, std::int64_t atUs, double value) {
     event({{"ph", "C"}, {"pid", pid}, {"name", name}, {"ts", atUs - baseUs_}, {"args", {{"value", value}}}});
   }
@@ -127,11 +142,12 @@ class TraceWriter {
 };
 
 // A process per lane (a rank, or a rank that a restart moved: one per node it ran on), numbered
-// and sorted in the lanes' order: by node, then rank.
-void writeRanks(TraceWriter& out, const kpi::Timeline& timeline) {
+// and sorted in the lanes' order: by node, then rank. Returns each lane's process.
+std::map<std::pair<std::string, std::uint32_t>, std::uint32_t> writeRanks(TraceWriter& out, const kpi::Timeline& timeline) {
+  std::map<std::pair<std::string, std::uint32_t>, std::uint32_t> pids;
   std::uint32_t pid = 0;
   for (const auto* lane : timeline.lanes()) {
-    ++pid;
+    pids[{lane->node, lane->rank}] = ++pid;
     out.metadata(pid, "process_name", {{"name", "rank " + std::to_string(lane->rank) + " (" + lane->node + ")"}});
     out.metadata(pid, "process_sort_index", {{"sort_index", pid}});
     out.metadata(pid, "thread_name", {{"name", "steps"}}, kStepThread);
@@ -142,6 +158,26 @@ void writeRanks(TraceWriter& out, const kpi::Timeline& timeline) {
       for (const auto& box : kpi::boxesOf(step, offset)) out.complete(pid, kpi::phaseName(box.phase), box.startUs, box.durationUs, args);
       if (step.stepUs > 0) out.counter(pid, "samples/s", step.endUs - offset, step.samples * 1e6 / static_cast<double>(step.stepUs));
     }
+  }
+  return pids;
+}
+
+// The job's events where they happened: a rank's on its lane (a stall's evidence carries its
+// stacks in `log_tail`), the job's across the trace.
+void writeEvents(TraceWriter& out, const kpi::Timeline& timeline,
+                 const std::map<std::pair<std::string, std::uint32_t>, std::uint32_t>& pids, const std::vector<NodeEvent>& events) {
+  for (const auto& [node, e] : events) {
+    std::optional<std::uint32_t> pid;
+    if (e.rank) {
+      if (const auto it = pids.find({node, *e.rank}); it != pids.end()) pid = it->second;
+    }
+    Json args = {{"message", e.message}};
+    if (e.rank) args["rank"] = *e.rank;
+    if (e.step) args["step"] = *e.step;
+    if (e.exitCode) args["exit_code"] = *e.exitCode;
+    if (e.signal) args["signal"] = *e.signal;
+    if (!e.logTail.empty()) args["log_tail"] = e.logTail;
+    out.instant(pid, jobEventKindName(e.kind), e.timeUnixUs - timeline.offsetOf(node), args);
   }
 }
 
@@ -175,7 +211,8 @@ Result<TraceSummary> writeTrace(const history::History& history, const std::stri
   LOCKSTEP_ASSIGN_OR_RETURN(const auto job, history.job(jobId));
   kpi::Timeline timeline;
   std::vector<std::pair<std::string, GpuSample>> gpus;
-  LOCKSTEP_TRY(collect(history, job, range, timeline, &gpus));
+  std::vector<NodeEvent> events;
+  LOCKSTEP_TRY(collect(history, job, range, timeline, &gpus, &events));
   if (timeline.laneCount() == 0) {
     return invalidArgument("job " + jobId + " has no step" + (range.fromUnixUs || range.toUnixUs ? " in that time range" : "") +
                            " in the history: nothing to trace");
@@ -191,16 +228,18 @@ Result<TraceSummary> writeTrace(const history::History& history, const std::stri
   }
   Json clocks = Json::object();
   for (const auto& [node, c] : summary.clocks) clocks[node] = {{"offset_us", c.offsetUs}, {"uncertainty_us", c.uncertaintyUs}};
-  std::int64_t base = timeline.span().first;  // or a GPU sample before the first step
+  std::int64_t base = timeline.span().first;  // or a GPU sample or event before the first step
   for (const auto& [node, s] : gpus) base = std::min(base, s.timeUnixUs - timeline.offsetOf(node));
+  for (const auto& [node, e] : events) base = std::min(base, e.timeUnixUs - timeline.offsetOf(node));
   LOCKSTEP_ASSIGN_OR_RETURN(Sink sink, Sink::open(path));
   sink.write(R"({"displayTimeUnit":"ms","baseTimeNanoseconds":)" + std::to_string(base * 1000) + R"(,"otherData":)" +
              text(Json{{"job_id", jobId}, {"job_name", job.spec.name}, {"producer", "lockstep"},
                        {"clock_offsets", clocks}, {"clocks_not_measured", summary.unmeasured}}) +
              R"(,"traceEvents":[)");
   TraceWriter out(sink, base);
-  writeRanks(out, timeline);
+  const auto pids = writeRanks(out, timeline);
   writeGpus(out, timeline, gpus);
+  writeEvents(out, timeline, pids, events);
   sink.write("\n]}\n");
   summary.events = out.events();
   LOCKSTEP_TRY(sink.finish());
