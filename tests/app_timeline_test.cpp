@@ -43,11 +43,8 @@ class AppTimelineTest : public QObject {
 
   void theTimelineDrawsEveryRankOnOneClock() {
     TempDir dir;
-    const Env slow = {{"LOCKSTEP_TEST_SLOWDOWN", "1:4"}};
-    AgentProcess a(dir, "node-a", {}, AgentPlace{.env = slow});
-    Env ahead = slow;
-    ahead.emplace_back("LOCKSTEP_TEST_CLOCK_OFFSET_US", std::to_string(kShiftUs));
-    AgentProcess b(dir, "node-b", {}, AgentPlace{.env = ahead});
+    TwoNodes nodes(dir, {{"LOCKSTEP_TEST_SLOWDOWN", "1:4"}}, kShiftUs);
+    auto& [a, b] = nodes;
     App app(dir, dir.file("history.db"));
     for (const auto* agent : {&a, &b}) {
       const QString problem = connectAuthorized(app, *agent);

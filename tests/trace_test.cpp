@@ -37,11 +37,8 @@ struct Box {
 
 TEST(Trace, AStragglersComputeIsLongestAndBothNodesAreOnOneClock) {
   TempDir dir;
-  const Env slow = {{"LOCKSTEP_TEST_SLOWDOWN", "1:4"}};
-  AgentProcess a(dir, "node-a", {}, AgentPlace{.env = slow});
-  Env ahead = slow;
-  ahead.emplace_back("LOCKSTEP_TEST_CLOCK_OFFSET_US", std::to_string(kShiftUs));
-  AgentProcess b(dir, "node-b", {}, AgentPlace{.env = ahead});
+  TwoNodes nodes(dir, {{"LOCKSTEP_TEST_SLOWDOWN", "1:4"}}, kShiftUs);
+  auto& [a, b] = nodes;
   Ctl ctl{dir, dir.file("config")};
   ASSERT_TRUE(ctl.pairWith(a));
   ASSERT_TRUE(ctl.pairWith(b));

@@ -107,6 +107,21 @@ struct Ctl {
   bool pairWith(const AgentProcess& agent) const;
 };
 
+// Two agents, node-a and node-b, with `env` for them and their ranks (a test knob such as
+// LOCKSTEP_TEST_SLOWDOWN); node-b stamps everything `clockShiftUs` late, as a node whose clock is
+// ahead (LOCKSTEP_TEST_CLOCK_OFFSET_US).
+struct TwoNodes {
+  TwoNodes(const TempDir& dir, const Env& env, std::int64_t clockShiftUs)
+      : a(dir, "node-a", {}, AgentPlace{.env = env}), b(dir, "node-b", {}, AgentPlace{.env = shifted(env, clockShiftUs)}) {}
+  AgentProcess a, b;
+
+ private:
+  static Env shifted(Env env, std::int64_t us) {
+    env.emplace_back("LOCKSTEP_TEST_CLOCK_OFFSET_US", std::to_string(us));
+    return env;
+  }
+};
+
 // Living (not zombie) processes whose environment says LOCKSTEP_JOB_ID=jobId.
 std::vector<pid_t> processesOfJob(const std::string& jobId);
 
