@@ -52,7 +52,7 @@ JobEvent event(const std::string& jobId, JobEventKind kind, std::int64_t timeUs)
 StreamMessage message(const std::string& node, auto payload) { return StreamMessage{0, node, std::move(payload)}; }
 
 // A job's stream: started, `steps` steps of every rank 100 ms apart, a GPU and a process sample per
-// step, and (when `finish`) the finished event.
+// step, a checkpoint of every rank after step 5, and (when `finish`) the finished event.
 std::vector<StreamMessage> stream(const JobSpec& s, std::uint64_t steps, bool finish) {
   std::vector<StreamMessage> out;
   out.push_back(message("node-a", event(s.jobId, JobEventKind::kStarted, kT0)));
@@ -73,8 +73,10 @@ std::vector<StreamMessage> stream(const JobSpec& s, std::uint64_t steps, bool fi
       r.stepTimeUs = 100'000;
       r.timeUnixUs = t;
       r.lr = 0.01;
+      r.optimizerTimeUs = 10'000;
       out.push_back(message(p.node, r));
       out.push_back(message(p.node, ProcessSample{s.jobId, p.rank, 1000 + p.rank, t, 95.0f, 1u << 20}));
+      if (step == 5) out.push_back(message(p.node, PhaseReport{s.jobId, p.rank, s.worldSize, 0, "checkpoint", t + 50'000, 40'000, 5}));
     }
     GpuSample g;
     g.node = "node-a";
@@ -177,7 +179,16 @@ TEST(History, RecordsAJobAndReadsItBack) {
   const auto& firstStep = std::get<StepReport>(replayed[1].payload);
   EXPECT_EQ(replayed[1].node, "node-a");
   EXPECT_EQ(firstStep.computeTimeUs, 70'000);
+  EXPECT_EQ(firstStep.optimizerTimeUs, 10'000);
   EXPECT_FLOAT_EQ(*firstStep.globalLoss, 2.0f);
+  // The ranks' checkpoints (issue 35), each with the node that streamed it, between the steps they ran among.
+  std::vector<std::pair<std::string, PhaseReport>> phases;
+  for (const auto& m : replayed) {
+    if (const auto* p = std::get_if<PhaseReport>(&m.payload)) phases.emplace_back(m.node, *p);
+  }
+  ASSERT_EQ(phases.size(), 2u);
+  EXPECT_EQ(phases[0].second, (PhaseReport{"j-1", 0, 2, 0, "checkpoint", kT0 + 550'000, 40'000, 5}));
+  EXPECT_EQ(phases[1].first, "node-b");
 
   // Final KPIs: the same as a live tracker fed the same stream.
   auto refreshed = h->refreshFinalKpis();
@@ -237,6 +248,7 @@ TEST(History, ReplayedMessagesAreStoredOnce) {
   EXPECT_EQ(count(h->path(), "SELECT count(*) FROM steps"), 20);
   EXPECT_EQ(count(h->path(), "SELECT count(*) FROM events"), 2);
   EXPECT_EQ(count(h->path(), "SELECT count(*) FROM gpu_samples"), 10);
+  EXPECT_EQ(count(h->path(), "SELECT count(*) FROM phases"), 2);
 }
 
 TEST(History, SkipsMessagesOfJobsItDoesNotHold) {
@@ -290,6 +302,8 @@ TEST(History, ASchemaTwoFilesFinalKpisReadBackByName) {
     DROP TABLE final_kpis;
     ALTER TABLE shuffled RENAME TO final_kpis;
     ALTER TABLE job_parts DROP COLUMN owner;  -- schema 7's
+    ALTER TABLE steps DROP COLUMN optimizer_us;  -- schema 9's
+    DROP TABLE phases;
     PRAGMA user_version = 2;)sql");
   auto h = History::open(path);
   ASSERT_TRUE(h) << h.error().message;
@@ -365,6 +379,7 @@ TEST(History, MigratesASchemaOneFileAndStoresUntimedSteps) {
     ALTER TABLE final_kpis DROP COLUMN mean_exposed_us;
     ALTER TABLE final_kpis DROP COLUMN mean_step_us;
     ALTER TABLE job_parts DROP COLUMN owner;  -- schema 7's
+    DROP TABLE phases;                        -- schema 9's
     PRAGMA user_version = 1;)sql");
   ASSERT_EQ(count(path, "PRAGMA user_version"), 1);
 
@@ -511,7 +526,7 @@ TEST(History, DeletesAJobWithAllItsRows) {
   ASSERT_TRUE(h->refreshFinalKpis());
   ASSERT_TRUE(h->remove("j-1"));
   EXPECT_EQ(h->job("j-1").error().code, ErrorCode::kNotFound);
-  for (const char* table : {"steps", "events", "gpu_samples", "process_samples", "job_parts", "final_kpis"}) {
+  for (const char* table : {"steps", "events", "gpu_samples", "process_samples", "job_parts", "final_kpis", "phases"}) {
     EXPECT_EQ(count(h->path(), std::string("SELECT count(*) FROM ") + table + " WHERE job_id = 'j-1'"), 0) << table;
     EXPECT_GT(count(h->path(), std::string("SELECT count(*) FROM ") + table + " WHERE job_id = 'j-2'"), 0) << table;
   }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "lockstep/protocol/codec.h"
 #include "lockstep/protocol/names.h"
@@ -344,6 +345,12 @@ TEST(ProtocolRejection, OutOfRangeStreamedValues) {
   ASSERT_FALSE(out.ok());
   EXPECT_NE(out.error().message.find("compute time is over a week"), std::string::npos) << out.error().message;
 
+  StepReport negativeOptimizer = validReport();
+  negativeOptimizer.optimizerTimeUs = -1;
+  out = decodeStreamMessage(encode(StreamMessage{1, "", negativeOptimizer}));
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.error().message.find("optimizer time is negative"), std::string::npos) << out.error().message;
+
   GpuSample overfull{"node", 0, 0, "", 130.0f, {}, {}, {}, {}, {}};
   out = decodeStreamMessage(encode(StreamMessage{1, "", overfull}));
   ASSERT_FALSE(out.ok());
@@ -356,6 +363,28 @@ TEST(ProtocolRejection, OutOfRangeStreamedValues) {
   out = decodeStreamMessage(unknownKind.SerializeAsString());
   ASSERT_FALSE(out.ok());
   EXPECT_NE(out.error().message.find("job event kind"), std::string::npos);
+}
+
+// Issue 35: a phase a program named, as a rank pushes it to its agent.
+TEST(ProtocolRejection, APhaseReportNeedsANameOfAtMost64PrintableBytesAndASaneDuration) {
+  const PhaseReport good{"job-1", 1, 2, 0, "checkpoint \xc3\xa9", 1'700'000'000'000'000, 250'000, 40};
+  EXPECT_EQ(roundTripStream(good), good);
+  EXPECT_EQ(jobOf(StreamPayload(good)), "job-1");
+  EXPECT_EQ(timeOf(StreamPayload(good)), good.timeUnixUs);
+  const auto refused = [](const std::function<void(PhaseReport&)>& change, const std::string& why) {
+    PhaseReport p{"job-1", 1, 2, 0, "eval", 1'700'000'000'000'000, 250'000, 40};
+    change(p);
+    const auto out = decodeStreamMessage(encode(StreamMessage{1, "", p}));
+    ASSERT_FALSE(out.ok()) << why;
+    EXPECT_NE(out.error().message.find(why), std::string::npos) << out.error().message;
+  };
+  refused([](PhaseReport& p) { p.name.clear(); }, "phase report name is required");
+  refused([](PhaseReport& p) { p.name = std::string(65, 'x'); }, "phase report name is 65 bytes long; the limit is 64");
+  refused([](PhaseReport& p) { p.name = "eval\nrm -rf"; }, "phase report name has a control character");
+  refused([](PhaseReport& p) { p.durationUs = -1; }, "phase report duration is negative");
+  refused([](PhaseReport& p) { p.durationUs = 8LL * 24 * 3600 * 1'000'000; }, "phase report duration is over a week");
+  refused([](PhaseReport& p) { p.rank = 2; }, "phase report rank 2 is outside world size 2");
+  refused([](PhaseReport& p) { p.jobId = "../x"; }, "job");
 }
 
 TEST(ProtocolValidation, TheDefaultSpecIsValidOnceItHasLayersAndSteps) {

@@ -67,6 +67,7 @@ TEST(Records, EachDescriptionNamesEveryFieldOfItsSchemaMessageWithItsTypeAndPres
   expectDescribesItsMessage<ProcessSample>();
   expectDescribesItsMessage<NetSample>();
   expectDescribesItsMessage<StepReport>();
+  expectDescribesItsMessage<PhaseReport>();
   EXPECT_EQ(v1::StreamMessage::descriptor()->FindOneofByName("payload")->field_count(),
             static_cast<int>(std::variant_size_v<StreamPayload>))
       << "a payload of the schema that StreamPayload does not hold";
@@ -117,7 +118,9 @@ std::vector<StreamPayload> everyKind() {
   r.computeTimeUs = 10;
   r.tokens = 4096ull;
   r.timeUnixUs = 8;
-  return {e, g, p, r, netSample(9, 1000, 2000), JobEvent{"k", JobEventKind::kStarted, 1, {}, {}, {}, "", "", {}}};
+  r.optimizerTimeUs = 3;
+  const PhaseReport phase{"j", 1, 2, 1, "checkpoint", 10, 9, 12};
+  return {e, g, p, r, netSample(9, 1000, 2000), JobEvent{"k", JobEventKind::kStarted, 1, {}, {}, {}, "", "", {}}, phase};
 }
 
 TEST(Records, EveryKindTripsThroughTheCodecAndItsJsonLineKeepingUnknownsUnknown) {

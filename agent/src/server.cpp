@@ -51,7 +51,6 @@ constexpr int kRequestQueue = 4;
 // one being decoded and the next, and the handshake. More is a multipart message that goes on and
 // on (connection_watch.h): its connection is cut.
 constexpr std::int64_t kMaxUndelivered = (kRequestQueue + 2) * std::int64_t{kMaxRequestBytes + 64} + (64 << 10);
-constexpr std::size_t kMaxReportBytes = 64u << 10;
 constexpr std::size_t kFetchDefaultMessages = 2000;
 constexpr std::size_t kFetchMaxMessages = 20000;
 constexpr std::uint32_t kFetchMaxWaitMs = 30000;
@@ -62,20 +61,6 @@ constexpr std::size_t kMaxWaitingFetches = 1024;
 constexpr std::chrono::seconds kFirstJobWait{300};  // --exit-when-idle-s before the first job
 
 std::string version() { return LOCKSTEP_VERSION; }
-
-constexpr std::size_t kMaxNoteBytes = 4096;
-constexpr std::uint32_t kMaxNotesPerJob = 64;
-
-// What a rank may push to its agent: its step reports, and notes for its job's events (the
-// trainer's bucket plans), no other kind of record.
-struct RankPush : RecordSink {
-  std::optional<StepReport> report;
-  std::optional<JobEvent> note;
-  void onStep(const std::string&, const StepReport& r) override { report = r; }
-  void onEvent(const std::string&, const JobEvent& e) override {
-    if (e.kind == JobEventKind::kNote && e.rank && e.message.size() <= kMaxNoteBytes) note = e;
-  }
-};
 
 }  // namespace
 
@@ -513,51 +498,6 @@ void Agent::Impl::onPreflight() {
     }
   }
   sampler_->track(jobs_->runningRanks(), jobs_->busyGpus());
-}
-
-void Agent::Impl::onReports() {
-  // Ranks push StreamMessages holding their step reports; the agent numbers them in its stream.
-  for (int i = 0; i < 1000; ++i) {
-    auto frames = receiveMultipart(*reports_, 1);
-    if (!frames) {
-      if (frames.error().code == ErrorCode::kUnavailable) return;
-      ++droppedReports_;
-      continue;
-    }
-    auto message = decodeStreamMessage((*frames)[0].to_string_view(), kMaxReportBytes);
-    RankPush pushed;
-    if (message) visitRecord(*message, pushed);
-    if (pushed.note && jobs_->knowsRank(pushed.note->jobId, *pushed.note->rank)) {
-      takeNote(*pushed.note);
-      continue;
-    }
-    const auto& report = pushed.report;
-    if (!report || !jobs_->knowsRank(report->jobId, report->rank)) {
-      if (droppedReports_++ % 1000 == 0) {
-        log_.info("dropped a rank report: " + (message ? std::string("not a step report of a job here") : message.error().message));
-      }
-      continue;
-    }
-    jobs_->noteStep(report->jobId, report->rank, report->step);
-    stalls_.noteStep(report->jobId, report->rank, report->stepTimeUs);
-    append(std::move(*pushed.report));
-  }
-}
-
-// A rank's note joins its job's events: its text and rank only, printable, stamped by this agent,
-// at most kMaxNotesPerJob per job.
-void Agent::Impl::takeNote(const JobEvent& pushed) {
-  if (notesPerJob_.size() > 1024) notesPerJob_.clear();  // bounded; a job may then note 64 more
-  const std::uint32_t taken = notesPerJob_[pushed.jobId]++;
-  if (taken == kMaxNotesPerJob) log_.info("job " + pushed.jobId + " sent more than 64 notes; the rest are dropped");
-  if (taken >= kMaxNotesPerJob) return;
-  JobEvent note;
-  note.jobId = pushed.jobId;
-  note.kind = JobEventKind::kNote;
-  note.rank = pushed.rank;
-  note.timeUnixUs = unixMicrosNow();
-  for (const char c : pushed.message) note.message += (c >= 0x20 && c != 0x7f) || (c & 0x80) ? c : ' ';
-  append(std::move(note));
 }
 
 void Agent::Impl::onSamples() {

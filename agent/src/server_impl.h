@@ -1,6 +1,7 @@
 #pragma once
 // The agent's event loop's state (server.h): private to agent/, shared by server.cpp (requests,
-// the loop) and server_stalls.cpp (the stall watch, evidence and `stacks`).
+// the loop), server_reports.cpp (what ranks push) and server_stalls.cpp (the stall watch, evidence
+// and `stacks`).
 
 #include <chrono>
 #include <cstdint>
@@ -32,6 +33,8 @@
 namespace lockstep::agent {
 
 using Clock = std::chrono::steady_clock;
+
+inline constexpr std::size_t kMaxReportBytes = 64u << 10;  // a message a rank pushes
 
 class Agent::Impl {
  public:
@@ -104,6 +107,7 @@ class Agent::Impl {
   bool cancelPendingStart(const std::string& jobId);
   void onReports();
   void takeNote(const JobEvent& pushed);
+  void takePhase(PhaseReport pushed);
   void onSamples();
   void answerFetches(bool onlyExpired);
   void reply(const std::string& client, const Reply& reply);
@@ -148,6 +152,12 @@ class Agent::Impl {
   std::uint64_t nextPreflightId_ = 1;
   std::uint64_t droppedReports_ = 0;
   std::map<std::string, std::uint32_t> notesPerJob_;  // rank notes taken, per job id
+  struct PhaseBudget {
+    std::int64_t second = 0;  // Unix seconds
+    std::uint32_t taken = 0;  // phases taken in that second
+    bool said = false;        // the log said this rank's phases are dropped
+  };
+  std::map<std::pair<std::string, std::uint32_t>, PhaseBudget> phaseBudgets_;  // by job id and rank
   bool reserveFailing_ = false;
   std::set<std::string> stoppedByUser_;  // jobs a user's key stopped
   std::unique_ptr<MetricsPage> metricsPage_;      // with --metrics-listen

@@ -37,6 +37,7 @@ class Tables {
     LOCKSTEP_TRY(into(t->processes, prepareInsert<ProcessSample>(db)));
     LOCKSTEP_TRY(into(t->gpus, prepareInsert<GpuSample>(db)));
     LOCKSTEP_TRY(into(t->nets, prepareInsert<NetSample>(db)));
+    LOCKSTEP_TRY(into(t->phases, prepareInsert<PhaseReport>(db)));
     return t;
   }
 
@@ -83,7 +84,7 @@ class Tables {
   // Jobs written to, with the step reports new to each.
   const std::map<std::string, std::int64_t>& touched() const { return touched_; }
 
-  std::optional<Statement> events, steps, processes, gpus, nets;
+  std::optional<Statement> events, steps, processes, gpus, nets, phases;
 
  private:
   explicit Tables(sqlite3* db) : db_(db) {}
@@ -117,6 +118,10 @@ class JobRows : public RecordSink {
   void onStep(const std::string& node, const StepReport& r) override {
     t_.steps->bind(1, node);
     t_.insert(t_.steps, 2, r, r.jobId, true);
+  }
+  void onPhase(const std::string& node, const PhaseReport& p) override {
+    t_.phases->bind(1, node);
+    t_.insert(t_.phases, 2, p, p.jobId, false);
   }
   void onProcess(const std::string& node, const ProcessSample& p) override {
     t_.processes->bind(1, node).bind(2, std::int64_t{0});

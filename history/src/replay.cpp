@@ -74,6 +74,7 @@ Result<void> History::replay(const std::string& jobId, const std::function<void(
   const std::pair<std::string, StreamMessage (*)(const Statement&)> tables[] = {
       {selectSql<JobEvent>("job_id = ?1 ORDER BY time_us"), messageOf<JobEvent>},
       {selectSql<StepReport>("job_id = ?1 ORDER BY time_us, step, rank"), messageOf<StepReport>},
+      {selectSql<PhaseReport>("job_id = ?1 ORDER BY time_us, rank"), messageOf<PhaseReport>},
       {selectSql<GpuSample>("job_id = ?1 ORDER BY time_us"), messageOf<GpuSample>},
       {selectSql<ProcessSample>("job_id = ?1 ORDER BY time_us"), messageOf<ProcessSample>},
       {selectSql<NetSample>(kNetOfJob), messageOf<NetSample>},

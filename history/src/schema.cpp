@@ -130,6 +130,17 @@ CREATE TABLE IF NOT EXISTS node_clocks (
   node TEXT NOT NULL, time_us INTEGER NOT NULL, offset_us INTEGER NOT NULL, uncertainty_us INTEGER NOT NULL,
   PRIMARY KEY (node, time_us)) WITHOUT ROWID;
 )sql",
+    // 9 (issue 35): the optimizer's part of a step's compute, and the phases a rank's program
+    // named (checkpoint, eval), which the timeline draws.
+    R"sql(
+ALTER TABLE steps ADD COLUMN optimizer_us INTEGER;
+CREATE TABLE IF NOT EXISTS phases (
+  job_id TEXT NOT NULL REFERENCES jobs ON DELETE CASCADE, node TEXT NOT NULL, attempt INTEGER NOT NULL,
+  rank INTEGER NOT NULL, world_size INTEGER NOT NULL, name TEXT NOT NULL, time_us INTEGER NOT NULL,
+  duration_us INTEGER NOT NULL, step INTEGER NOT NULL,
+  PRIMARY KEY (job_id, attempt, rank, time_us, name)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS phases_by_time ON phases (job_id, time_us);
+)sql",
 };
 
 }  // namespace lockstep::history::detail

@@ -33,6 +33,11 @@ struct Table<StepReport> {
   static constexpr std::string_view kName = "steps", kLead = "node";
   static constexpr int kLeadCount = 1;
 };
+template <>
+struct Table<PhaseReport> {
+  static constexpr std::string_view kName = "phases", kLead = "node";
+  static constexpr int kLeadCount = 1;
+};
 // span_us: 0 for a raw sample, else the bucket it sums up (History::compact); GPU and network
 // samples carry their node.
 template <>

@@ -120,10 +120,12 @@ template std::string toJsonLine(const GpuSample&);
 template std::string toJsonLine(const ProcessSample&);
 template std::string toJsonLine(const NetSample&);
 template std::string toJsonLine(const StepReport&);
+template std::string toJsonLine(const PhaseReport&);
 template Result<JobEvent> fromJsonLine(std::string_view, std::string_view);
 template Result<GpuSample> fromJsonLine(std::string_view, std::string_view);
 template Result<ProcessSample> fromJsonLine(std::string_view, std::string_view);
 template Result<NetSample> fromJsonLine(std::string_view, std::string_view);
 template Result<StepReport> fromJsonLine(std::string_view, std::string_view);
+template Result<PhaseReport> fromJsonLine(std::string_view, std::string_view);
 
 }  // namespace lockstep

@@ -12,6 +12,7 @@ void RecordSink::onStep(const std::string&, const StepReport&) {}
 void RecordSink::onProcess(const std::string&, const ProcessSample&) {}
 void RecordSink::onGpu(const std::string&, const GpuSample&) {}
 void RecordSink::onNet(const std::string&, const NetSample&) {}
+void RecordSink::onPhase(const std::string&, const PhaseReport&) {}
 
 void visitRecord(const StreamMessage& message, RecordSink& sink) { visitRecord(message.node, message.payload, sink); }
 
@@ -24,6 +25,7 @@ void visitRecord(const std::string& node, const StreamPayload& payload, RecordSi
         if constexpr (std::is_same_v<R, ProcessSample>) sink.onProcess(node, record);
         if constexpr (std::is_same_v<R, GpuSample>) sink.onGpu(node, record);
         if constexpr (std::is_same_v<R, NetSample>) sink.onNet(node, record);
+        if constexpr (std::is_same_v<R, PhaseReport>) sink.onPhase(node, record);
       },
       payload);
 }
@@ -85,5 +87,6 @@ bool GpuSample::operator==(const GpuSample& o) const { return records::same(*thi
 bool ProcessSample::operator==(const ProcessSample& o) const { return records::same(*this, o); }
 bool NetSample::operator==(const NetSample& o) const { return records::same(*this, o); }
 bool StepReport::operator==(const StepReport& o) const { return records::same(*this, o); }
+bool PhaseReport::operator==(const PhaseReport& o) const { return records::same(*this, o); }
 
 }  // namespace lockstep

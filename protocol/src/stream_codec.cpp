@@ -147,6 +147,7 @@ Result<void> validate(const GpuSample& r) { return validateGpuSample(r); }
 Result<void> validate(const ProcessSample& r) { return validateProcessSample(r); }
 Result<void> validate(const NetSample& r) { return validateNetSample(r); }
 Result<void> validate(const StepReport& r) { return validateStepReport(r); }
+Result<void> validate(const PhaseReport& r) { return validatePhaseReport(r); }
 
 template <class R>
 Result<StreamPayload> payloadFromPb(const Message& m) {

@@ -451,13 +451,28 @@ Result<void> validateStepReport(const StepReport& r) {
   if (r.step == 0) return bad("step report step is required (steps count from 1)");
   for (auto [field, value] : {std::pair{"data time", r.dataTimeUs}, {"compute time", r.computeTimeUs},
                               {"exposed communication time", r.exposedCommTimeUs},
-                              {"all-reduce time", r.allreduceTimeUs},
+                              {"all-reduce time", r.allreduceTimeUs}, {"optimizer time", r.optimizerTimeUs},
                               {"step time", std::optional<std::int64_t>(r.stepTimeUs)}}) {
     if (value && *value < 0) return bad(std::string("step report ") + field + " is negative");
     // Microseconds: a week is beyond any step; more is a unit mistaken (ns for us, say).
     if (value && *value > kMaxStepTimeUs) return bad(std::string("step report ") + field + " is over a week (in microseconds?)");
   }
   LOCKSTEP_TRY(checkRange("step report lr", r.lr, 0.0, 1e6));
+  return {};
+}
+
+Result<void> validatePhaseReport(const PhaseReport& r) {
+  LOCKSTEP_TRY(validateJobId(r.jobId));
+  LOCKSTEP_TRY(checkRange("phase report world size", r.worldSize, 1, kMaxWorldSize));
+  if (r.rank >= r.worldSize) {
+    return bad("phase report rank " + std::to_string(r.rank) + " is outside world size " + std::to_string(r.worldSize));
+  }
+  LOCKSTEP_TRY(checkRequired("phase report name", r.name, kMaxPhaseNameBytes));
+  for (const unsigned char c : r.name) {
+    if (c < 0x20 || c == 0x7f) return bad("phase report name has a control character");
+  }
+  if (r.durationUs < 0) return bad("phase report duration is negative");
+  if (r.durationUs > kMaxStepTimeUs) return bad("phase report duration is over a week (in microseconds?)");
   return {};
 }
 

@@ -32,7 +32,7 @@ namespace lockstep::history {
 
 // The schema version this build writes (PRAGMA user_version). Older files are migrated on open;
 // newer ones are refused.
-inline constexpr int kSchemaVersion = 8;
+inline constexpr int kSchemaVersion = 9;
 
 struct Options {
   // Samples younger than this stay raw; older ones are averaged into one row per bucket

@@ -26,10 +26,12 @@ extern template std::string toJsonLine(const GpuSample&);
 extern template std::string toJsonLine(const ProcessSample&);
 extern template std::string toJsonLine(const NetSample&);
 extern template std::string toJsonLine(const StepReport&);
+extern template std::string toJsonLine(const PhaseReport&);
 extern template Result<JobEvent> fromJsonLine(std::string_view, std::string_view);
 extern template Result<GpuSample> fromJsonLine(std::string_view, std::string_view);
 extern template Result<ProcessSample> fromJsonLine(std::string_view, std::string_view);
 extern template Result<NetSample> fromJsonLine(std::string_view, std::string_view);
 extern template Result<StepReport> fromJsonLine(std::string_view, std::string_view);
+extern template Result<PhaseReport> fromJsonLine(std::string_view, std::string_view);
 
 }  // namespace lockstep

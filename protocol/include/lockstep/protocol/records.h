@@ -139,6 +139,23 @@ struct Description<StepReport> {
       field("time_unix_us", &StepReport::timeUnixUs, "time_us"),
       field("lr", &StepReport::lr),
       field("tokens", &StepReport::tokens),
+      field("optimizer_time_us", &StepReport::optimizerTimeUs, "optimizer_us"),
+  };
+};
+
+template <>
+struct Description<PhaseReport> {
+  static constexpr std::string_view kName = "PhaseReport";
+  static constexpr std::string_view kStreamField = "phase_report";  // in StreamMessage
+  static constexpr auto kFields = std::tuple{
+      field("job_id", &PhaseReport::jobId),
+      field("rank", &PhaseReport::rank),
+      field("world_size", &PhaseReport::worldSize),
+      field("attempt", &PhaseReport::attempt),
+      field("name", &PhaseReport::name),
+      field("time_unix_us", &PhaseReport::timeUnixUs, "time_us"),
+      field("duration_us", &PhaseReport::durationUs),
+      field("step", &PhaseReport::step),
   };
 };
 

@@ -25,6 +25,7 @@ class RecordSink {
   virtual void onProcess(const std::string& node, const ProcessSample& sample);
   virtual void onGpu(const std::string& node, const GpuSample& sample);
   virtual void onNet(const std::string& node, const NetSample& sample);
+  virtual void onPhase(const std::string& node, const PhaseReport& phase);
 };
 
 // Calls the sink's call for the message's kind of record.

@@ -265,10 +265,25 @@ struct StepReport {
   std::int64_t timeUnixUs = 0;
   double lr = 0.0;
   std::optional<std::uint64_t> tokens;
+  std::optional<std::int64_t> optimizerTimeUs;  // the optimizer's part of computeTimeUs
   bool operator==(const StepReport& other) const;  // field by field, NaN equal to NaN (records.h)
 };
 
-using StreamPayload = std::variant<JobEvent, GpuSample, ProcessSample, StepReport, NetSample>;
+// A phase a rank's program named, closed (lockstep.proto): checkpoint, eval, ...
+struct PhaseReport {
+  std::string jobId;
+  std::uint32_t rank = 0;
+  std::uint32_t worldSize = 1;
+  std::uint32_t attempt = 0;
+  std::string name;
+  std::int64_t timeUnixUs = 0;  // at its end
+  std::int64_t durationUs = 0;
+  std::uint64_t step = 0;  // the last step completed before its end; 0: none
+  bool operator==(const PhaseReport& other) const;  // field by field (records.h)
+  std::int64_t startUs() const { return timeUnixUs - durationUs; }
+};
+
+using StreamPayload = std::variant<JobEvent, GpuSample, ProcessSample, StepReport, NetSample, PhaseReport>;
 
 struct StreamMessage {
   std::uint64_t seq = 0;

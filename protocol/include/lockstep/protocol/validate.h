@@ -24,5 +24,8 @@ Result<void> validateGpuSample(const GpuSample& sample);
 Result<void> validateProcessSample(const ProcessSample& sample);
 Result<void> validateNetSample(const NetSample& sample);
 Result<void> validateStepReport(const StepReport& report);
+// A phase's name: 1 to kMaxPhaseNameBytes bytes of UTF-8, no control characters.
+inline constexpr std::size_t kMaxPhaseNameBytes = 64;
+Result<void> validatePhaseReport(const PhaseReport& report);
 
 }  // namespace lockstep

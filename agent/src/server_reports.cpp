@@ -1,0 +1,101 @@
+// What ranks push to their agent over the report socket (docs/agent.md): step reports, the phases
+// their programs named, and notes for their job's events. Each is taken only from a rank of a job
+// here, and bounded: a note's size and count per job, phases per rank per second.
+
+#include "lockstep/common/clock.h"
+#include "lockstep/protocol/codec.h"
+#include "lockstep/protocol/stream.h"
+#include "server_impl.h"
+
+namespace lockstep::agent {
+namespace {
+
+constexpr std::size_t kMaxNoteBytes = 4096;
+constexpr std::uint32_t kMaxNotesPerJob = 64;
+// Phases are long (a checkpoint, an evaluation): more a second is a phase() around something small
+// in a loop, which would flood the stream and the history.
+constexpr std::uint32_t kMaxPhasesPerRankSecond = 20;
+
+// What a rank may push: its step reports, its phases, and notes for its job's events (the
+// trainer's bucket plans), no other kind of record.
+struct RankPush : RecordSink {
+  std::optional<StepReport> report;
+  std::optional<PhaseReport> phase;
+  std::optional<JobEvent> note;
+  void onStep(const std::string&, const StepReport& r) override { report = r; }
+  void onPhase(const std::string&, const PhaseReport& p) override { phase = p; }
+  void onEvent(const std::string&, const JobEvent& e) override {
+    if (e.kind == JobEventKind::kNote && e.rank && e.message.size() <= kMaxNoteBytes) note = e;
+  }
+};
+
+}  // namespace
+
+void Agent::Impl::onReports() {
+  // Ranks push StreamMessages holding their reports; the agent numbers them in its stream.
+  for (int i = 0; i < 1000; ++i) {
+    auto frames = receiveMultipart(*reports_, 1);
+    if (!frames) {
+      if (frames.error().code == ErrorCode::kUnavailable) return;
+      ++droppedReports_;
+      continue;
+    }
+    auto message = decodeStreamMessage((*frames)[0].to_string_view(), kMaxReportBytes);
+    RankPush pushed;
+    if (message) visitRecord(*message, pushed);
+    if (pushed.note && jobs_->knowsRank(pushed.note->jobId, *pushed.note->rank)) {
+      takeNote(*pushed.note);
+      continue;
+    }
+    if (pushed.phase && jobs_->knowsRank(pushed.phase->jobId, pushed.phase->rank)) {
+      takePhase(std::move(*pushed.phase));
+      continue;
+    }
+    const auto& report = pushed.report;
+    if (!report || !jobs_->knowsRank(report->jobId, report->rank)) {
+      if (droppedReports_++ % 1000 == 0) {
+        log_.info("dropped a rank report: " + (message ? std::string("not a report of a rank here") : message.error().message));
+      }
+      continue;
+    }
+    jobs_->noteStep(report->jobId, report->rank, report->step);
+    stalls_.noteStep(report->jobId, report->rank, report->stepTimeUs);
+    append(std::move(*pushed.report));
+  }
+}
+
+// A rank's note joins its job's events: its text and rank only, printable, stamped by this agent,
+// at most kMaxNotesPerJob per job.
+void Agent::Impl::takeNote(const JobEvent& pushed) {
+  if (notesPerJob_.size() > 1024) notesPerJob_.clear();  // bounded; a job may then note 64 more
+  const std::uint32_t taken = notesPerJob_[pushed.jobId]++;
+  if (taken == kMaxNotesPerJob) log_.info("job " + pushed.jobId + " sent more than 64 notes; the rest are dropped");
+  if (taken >= kMaxNotesPerJob) return;
+  JobEvent note;
+  note.jobId = pushed.jobId;
+  note.kind = JobEventKind::kNote;
+  note.rank = pushed.rank;
+  note.timeUnixUs = unixMicrosNow();
+  for (const char c : pushed.message) note.message += (c >= 0x20 && c != 0x7f) || (c & 0x80) ? c : ' ';
+  append(std::move(note));
+}
+
+// A rank's phase joins the stream (validated by the codec), at most kMaxPhasesPerRankSecond a
+// second per rank.
+void Agent::Impl::takePhase(PhaseReport pushed) {
+  if (phaseBudgets_.size() > 65536) phaseBudgets_.clear();  // bounded; each rank then starts afresh
+  PhaseBudget& budget = phaseBudgets_[{pushed.jobId, pushed.rank}];
+  const std::int64_t second = unixMicrosNow() / 1'000'000;
+  if (budget.second != second) budget.second = second, budget.taken = 0;
+  if (budget.taken++ >= kMaxPhasesPerRankSecond) {
+    if (!budget.said) {
+      log_.info("job " + pushed.jobId + " rank " + std::to_string(pushed.rank) + " closes more than " +
+                std::to_string(kMaxPhasesPerRankSecond) + " phases a second; the rest are dropped");
+    }
+    budget.said = true;
+    return;
+  }
+  append(std::move(pushed));
+}
+
+}  // namespace lockstep::agent
