@@ -4,7 +4,8 @@
  * each step's samples, loss and compute time. It does not all-reduce: each rank fits its own
  * shard, which is enough to show the report path. Outside Lockstep it just trains.
  *
- * It names its phases (lockstep_phase), so that a stall says where it stopped. With a second
+ * It names its phases (lockstep_phase), so that a stall says where it stopped, and reports its
+ * final evaluation (lockstep_report_phase), which Lockstep's timeline draws. With a second
  * argument S, rank 1 blocks at step S reading a pipe nobody writes: a stuck native rank for
  * Lockstep's stall detection to find (docs/stalls.md).
  *
@@ -81,6 +82,17 @@ int main(int argc, char** argv) {
     lockstep_report(reporter, &info);
     if (step % 50 == 0) printf("step %d loss %.6f\n", step, loss);
   }
+  /* The evaluation over every row: a phase of its own, announced while it runs and reported after. */
+  lockstep_phase(reporter, "eval", 1);
+  const double evalBegan = now_us();
+  double mse = 0;
+  for (int i = 0; i < kRows; ++i) {
+    double pred = b;
+    for (int d = 0; d < kDim; ++d) pred += w[d] * x[i][d];
+    mse += (pred - y[i]) * (pred - y[i]) / kRows;
+  }
+  lockstep_report_phase(reporter, "eval", LOCKSTEP_UNKNOWN, (int64_t)(now_us() - evalBegan));
+  printf("eval mse %.6f\n", mse);
   if (lockstep_dropped(reporter) > 0) {
     fprintf(stderr, "%llu reports were dropped\n", (unsigned long long)lockstep_dropped(reporter));
   }

@@ -36,7 +36,8 @@ _DATA, _FORWARD, _BACKWARD, _ALL_REDUCE, _OPTIMIZER = "data", "forward", "backwa
 class _Measured:
     """What the hooks saw during the step now running."""
 
-    __slots__ = ("forward_start", "exposed", "synced", "intervals", "compute_done", "evaluating", "excluded")
+    __slots__ = ("forward_start", "exposed", "synced", "intervals", "compute_done", "evaluating", "excluded",
+                 "optimizer_start", "after_optimizer")
 
     def __init__(self):
         self.forward_start = None  # host time of the step's first forward with autograd on
@@ -46,6 +47,8 @@ class _Measured:
         self.compute_done = None   # host time the running backward's compute ended (CPU)
         self.evaluating = None     # host time a forward without autograd began
         self.excluded = 0.0        # seconds of such forwards before the step's first: not data time
+        self.optimizer_start = None  # host time DDP's reductions were done: the optimizer's turn (CPU)
+        self.after_optimizer = 0.0   # seconds since then in evaluations and named phases: not the optimizer's
 
 
 def _union_length(intervals):
@@ -119,6 +122,8 @@ class _Watcher:
         if measured.evaluating is not None:
             if measured.forward_start is None:
                 measured.excluded += time.perf_counter() - measured.evaluating
+            elif measured.optimizer_start is not None and _open_phases == 0:  # a phase counts its own time
+                measured.after_optimizer += time.perf_counter() - measured.evaluating
             measured.evaluating = None
             return
         if self.ddp and not self.gpu:
@@ -149,17 +154,21 @@ class _Watcher:
 
     def _reductions_done(self):
         measured = self.current
-        if measured.compute_done is not None:
-            measured.exposed += time.perf_counter() - measured.compute_done
-            measured.compute_done = None
-            p = _progress.writer()
-            if p is None:
-                return
-            if self.in_collective:
-                self.in_collective = False
-                p.collective_end(phase=_OPTIMIZER)
-            else:
-                p.phase(_DATA)  # a backward under no_sync(): the next micro-batch comes next
+        if measured.compute_done is None:
+            return
+        now = time.perf_counter()
+        measured.exposed += now - measured.compute_done
+        measured.compute_done = None
+        if self.syncing:
+            measured.optimizer_start = now  # the gradients are whole: the optimizer's turn
+        p = _progress.writer()
+        if p is None:
+            return
+        if self.in_collective:
+            self.in_collective = False
+            p.collective_end(phase=_OPTIMIZER)
+        else:
+            p.phase(_DATA)  # a backward under no_sync(): the next micro-batch comes next
 
     def _gpu_backward_began(self, grad):
         p = _progress.writer()
@@ -339,12 +348,16 @@ def step(samples, loss=None, tokens=None, epoch=None, lr=None, step=None):
             r.count_drop()
         _flush_gpu(r, w, wait=False)
         return
-    _close_split(fields, measured.exposed if w.timed else None)
+    optimizer = None
+    if measured.optimizer_start is not None:
+        optimizer = max(0.0, end - measured.optimizer_start - measured.after_optimizer)
+    _close_split(fields, measured.exposed if w.timed else None, optimizer=optimizer)
     _send(r, fields, loss_value)
 
 
-def _close_split(fields, exposed, allreduce=None):
-    """Data, compute and exposed communication add up to the step time, in whole microseconds."""
+def _close_split(fields, exposed, allreduce=None, optimizer=None):
+    """Data, compute and exposed communication add up to the step time, in whole microseconds; the
+    optimizer's time (from DDP's reductions done until step()) is a part of compute."""
     step_us, data_us = fields["step_time_us"], min(fields["data_time_us"], fields["step_time_us"])
     fields["data_time_us"] = data_us
     exposed_us = 0
@@ -354,6 +367,8 @@ def _close_split(fields, exposed, allreduce=None):
         if allreduce is not None:
             fields["allreduce_time_us"] = max(exposed_us, _seconds_to_us(allreduce))
     fields["compute_time_us"] = step_us - data_us - exposed_us
+    if optimizer is not None:
+        fields["optimizer_time_us"] = min(_seconds_to_us(optimizer), fields["compute_time_us"])
 
 
 def _send(r, fields, loss_value):
@@ -401,6 +416,44 @@ def _flush_all():
         _flush_gpu(r, w, wait=True)
 
 
+_MAX_PHASES_PER_SECOND = 20  # the agent's bound per rank (agent/src/server_reports.cpp)
+_MAX_PHASE_NAME_BYTES = 64
+_phase_budget = [0, 0]  # [the second, phases reported in it]
+_phase_warned = False
+_open_phases = 0  # phases entered and not yet left, nested or on other threads
+
+
+def _phase_name(name):
+    """The name as a PhaseReport carries it: no control characters, at most 64 bytes of UTF-8."""
+    text = "".join(c if c >= " " and c != "\x7f" else " " for c in str(name)).strip()
+    data = text.encode("utf-8", "replace")[:_MAX_PHASE_NAME_BYTES]
+    return data.decode("utf-8", "ignore")
+
+
+def _report_phase(name, duration):
+    """Reports a phase that just ended, at most _MAX_PHASES_PER_SECOND a second."""
+    global _phase_warned
+    r = _report.reporter()
+    if r is None:
+        return
+    now_us = time.time_ns() // 1000
+    second = now_us // 1000000
+    if _phase_budget[0] != second:
+        _phase_budget[0], _phase_budget[1] = second, 0
+    _phase_budget[1] += 1
+    if _phase_budget[1] > _MAX_PHASES_PER_SECOND:
+        if not _phase_warned:
+            _phase_warned = True
+            _report._warn("phase(%r) ends more than %d times a second: only that many are reported (phase() is for "
+                          "long phases: a checkpoint, an evaluation)" % (name, _MAX_PHASES_PER_SECOND))
+        return
+    text = _phase_name(name)
+    if not text:
+        return
+    r.send({"name": text, "time_unix_us": now_us, "duration_us": _seconds_to_us(duration), "step": _last_step},
+           kind="phase")
+
+
 class phase:
     """Announces a phase the program names itself, for as long as a ``with`` block (or a function
     it decorates) runs::
@@ -410,26 +463,42 @@ class phase:
 
     The rank's progress record says it is in that phase, so a long checkpoint or evaluation is
     judged against that phase's own history, not the step's, and a stuck one is named. On exit the
-    phase that was current before comes back. Outside Lockstep it does nothing. Never raises.
+    phase that was current before comes back, and the phase is reported: Lockstep's timeline draws
+    it as a box of its own. Outside Lockstep it does nothing. Never raises.
     """
 
-    __slots__ = ("name", "_saved")
+    __slots__ = ("name", "_saved", "_began")
 
     def __init__(self, name):
         self.name = name
         self._saved = []
+        self._began = []
 
     def __enter__(self):
+        global _open_phases
         w = _progress.writer()
         if w is not None:
             self._saved.append(w.current())
             w.phase(self.name, announced=True)
+        self._began.append(time.perf_counter())
+        _open_phases += 1
         return self
 
     def __exit__(self, *exc):
+        global _open_phases
         w = _progress.writer()
         if w is not None and self._saved:
             w.restore(self._saved.pop())
+        if self._began:
+            began = self._began.pop()
+            _open_phases = max(0, _open_phases - 1)
+            measured = _watcher.current if _watcher is not None else None
+            if _open_phases == 0 and measured is not None and measured.optimizer_start is not None:
+                measured.after_optimizer += time.perf_counter() - max(began, measured.optimizer_start)
+            try:
+                _report_phase(self.name, time.perf_counter() - began)
+            except Exception as e:  # never raises into the program
+                _report._warn("phase not reported: %s" % e)
         return False
 
     def __call__(self, function):

@@ -39,11 +39,12 @@ class _Bursts:
     def count_drop(self, n=1):
         self._dropped += n
 
-    def send(self, fields):
-        """fields: the StepReport's values by their proto names, only those known. Never waits."""
+    def send(self, fields, kind="step"):
+        """fields: the StepReport's (kind "step") or PhaseReport's ("phase") values by their proto
+        names, only those known. Never waits."""
         self.made += 1
         with self._holding:
-            self._held.append(fields)
+            self._held.append((kind, fields))
             due = len(self._held) >= self.BURST or time.monotonic() - self._last_flush >= self.FLUSH_S
         if due:
             self.flush(wait=False)

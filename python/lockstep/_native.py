@@ -39,6 +39,7 @@ def _library():
         lib.lockstep_open.restype = ctypes.c_void_p
         lib.lockstep_active.argtypes = [ctypes.c_void_p]
         lib.lockstep_report.argtypes = [ctypes.c_void_p, ctypes.POINTER(_StepInfo)]
+        lib.lockstep_report_phase.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64]
         lib.lockstep_dropped.argtypes = [ctypes.c_void_p]
         lib.lockstep_dropped.restype = ctypes.c_uint64
         lib.lockstep_close.argtypes = [ctypes.c_void_p]
@@ -61,7 +62,12 @@ class NativeReporter(_Bursts):
         return super().dropped + (self._lib.lockstep_dropped(self._handle) if self._handle else 0)
 
     def _deliver(self, held):
-        for fields in held:
+        for kind, fields in held:
+            if kind == "phase":
+                if self._lib.lockstep_report_phase(self._handle, fields["name"].encode("utf-8"), fields["time_unix_us"],
+                                                   fields["duration_us"]) == -1:
+                    self.count_drop()
+                continue
             info = _StepInfo(step=fields["step"], epoch=fields.get("epoch", 0), samples=fields["samples"],
                              loss=fields.get("loss", math.nan), global_loss=math.nan, lr=fields.get("lr", 0.0),
                              step_time_us=fields["step_time_us"], time_unix_us=fields["time_unix_us"])

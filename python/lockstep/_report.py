@@ -53,13 +53,15 @@ class _Reporter(_Bursts):
     def _deliver(self, held):
         self._check_connected()
         pb = self._pb
-        for i, fields in enumerate(held):
+        for i, (kind, fields) in enumerate(held):
             self.seq += 1
-            report = pb.StepReport(job_id=self.job_id, rank=self.rank, world_size=self.world_size,
-                                   attempt=self.attempt, **fields)
+            identity = dict(job_id=self.job_id, rank=self.rank, world_size=self.world_size, attempt=self.attempt)
+            if kind == "phase":
+                message = pb.StreamMessage(seq=self.seq, phase_report=pb.PhaseReport(**identity, **fields))
+            else:
+                message = pb.StreamMessage(seq=self.seq, step_report=pb.StepReport(**identity, **fields))
             try:
-                self._socket.send(pb.StreamMessage(seq=self.seq, step_report=report).SerializeToString(),
-                                  self._zmq.NOBLOCK)
+                self._socket.send(message.SerializeToString(), self._zmq.NOBLOCK)
             except self._zmq.ZMQError:  # Again: the queue is full; anything else: the socket is gone
                 self.count_drop(len(held) - i)
                 return

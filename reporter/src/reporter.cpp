@@ -129,6 +129,24 @@ int lockstep_report(lockstep_reporter* reporter, const lockstep_step_info* step)
   return reporter->sender->send(r) ? 0 : 1;
 }
 
+int lockstep_report_phase(lockstep_reporter* reporter, const char* name, int64_t end_unix_us, int64_t duration_us) {
+  if (reporter == nullptr || !reporter->sender) return 2;
+  lockstep::PhaseReport p;
+  p.jobId = reporter->identity.jobId;
+  p.rank = reporter->identity.rank;
+  p.worldSize = reporter->identity.worldSize;
+  p.attempt = reporter->identity.attempt;
+  p.name = name != nullptr ? name : "";
+  p.timeUnixUs = end_unix_us > 0 ? end_unix_us : lockstep::unixMicrosNow();
+  p.durationUs = duration_us;
+  p.step = reporter->lastStep;
+  if (auto valid = lockstep::validatePhaseReport(p); !valid) {
+    std::fprintf(stderr, "lockstep: phase not reported: %s\n", valid.error().message.c_str());
+    return -1;
+  }
+  return reporter->sender->send(p) ? 0 : 1;
+}
+
 uint64_t lockstep_dropped(const lockstep_reporter* reporter) {
   return reporter != nullptr && reporter->sender ? reporter->sender->dropped() : 0;
 }

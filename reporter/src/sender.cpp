@@ -30,6 +30,8 @@ bool ReportSender::send(const StepReport& report) { return push(report); }
 
 bool ReportSender::send(const JobEvent& note) { return push(note); }
 
+bool ReportSender::send(const PhaseReport& phase) { return push(phase); }
+
 bool ReportSender::push(StreamPayload payload) {
   if (!socket_) return false;
   const std::string bytes = encode(StreamMessage{++seq_, "", std::move(payload)});

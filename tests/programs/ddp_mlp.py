@@ -11,6 +11,8 @@ Lockstep). It learns a fixed linear rule on random data, so its loss falls.
   --hang-rank R --hang-at S   rank R blocks forever in stuck_in_my_loader() at step S (0% CPU)
   --phase-every K --phase-s X every K steps each rank spends X s in an announced "checkpoint"
                       phase (with --instrument: lockstep.phase)
+  --eval-every K      every K steps, between the optimizer's step and lockstep.step, an "eval" phase:
+                      a forward without autograd and X/2 s more
 """
 
 import argparse
@@ -38,6 +40,7 @@ p.add_argument("--hang-rank", type=int, default=-1)
 p.add_argument("--hang-at", type=int, default=0)
 p.add_argument("--phase-every", type=int, default=0)
 p.add_argument("--phase-s", type=float, default=0)
+p.add_argument("--eval-every", type=int, default=0)
 args = p.parse_args()
 
 names = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
@@ -96,6 +99,11 @@ for step, (x, y) in enumerate(loader, start=1):
     opt.zero_grad()
     loss.backward()
     opt.step()
+    if args.instrument and args.eval_every and step % args.eval_every == 0:
+        with lockstep.phase("eval"):
+            with torch.no_grad():
+                model(x)
+            time.sleep(args.phase_s / 2)
     if args.instrument:
         began = time.perf_counter()
         lockstep.step(samples=len(x), loss=loss, tokens=len(x) * 32)

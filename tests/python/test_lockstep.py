@@ -186,6 +186,96 @@ class Reporting(unittest.TestCase):
         self.assertLess(second.data_time_us, 100000)  # the 0.2 s went to the evaluation
         self.assertGreaterEqual(second.step_time_us, 200000)
 
+    def test_a_phase_is_reported_when_it_ends_through_either_transport(self):
+        # Issue 35: the timeline draws each phase a program names as a box of its own.
+        program = """
+            import time, lockstep
+            lockstep.step(samples=8)
+            lockstep.step(samples=8)
+            with lockstep.phase("checkpoint"):
+                time.sleep(0.2)
+            with lockstep.phase("eval"):
+                with lockstep.phase("eval/bleu"):
+                    time.sleep(0.05)
+            with lockstep.phase("line\\nbreak " + "\u00e9" * 40):
+                pass
+            lockstep.step(samples=8)
+        """
+        for transport in ("zmq", "native"):
+            with self.subTest(transport=transport):
+                before = time.time_ns() // 1000
+                r = run(program, dict(self.receiver.env(rank=1, world=2), LOCKSTEP_PYTHON_TRANSPORT=transport))
+                self.assertEqual(r.returncode, 0, r.stderr)
+                got = self.receiver.messages(7)
+                kinds = [m.WhichOneof("payload") for m in got]
+                self.assertEqual(kinds, ["step_report"] * 2 + ["phase_report"] * 4 + ["step_report"], kinds)
+                checkpoint, inner, outer, odd = [m.phase_report for m in got[2:6]]
+                self.assertEqual((checkpoint.job_id, checkpoint.rank, checkpoint.world_size, checkpoint.attempt),
+                                 ("py-test", 1, 2, 2))
+                self.assertEqual((checkpoint.name, checkpoint.step), ("checkpoint", 2))
+                self.assertGreaterEqual(checkpoint.duration_us, 200000)
+                self.assertLess(checkpoint.duration_us, 5 * 10**6)
+                self.assertGreater(checkpoint.time_unix_us, before + 200000)
+                self.assertEqual([inner.name, outer.name], ["eval/bleu", "eval"])  # the inner one ends first
+                self.assertGreaterEqual(outer.duration_us, inner.duration_us)
+                self.assertLessEqual(outer.time_unix_us - outer.duration_us, inner.time_unix_us - inner.duration_us)
+                # No control character, and at most 64 bytes of whole UTF-8 characters.
+                self.assertTrue(odd.name.startswith("line break \u00e9"), odd.name)
+                self.assertLessEqual(len(odd.name.encode("utf-8")), 64)
+                self.assertEqual(len(odd.name.encode("utf-8")), 11 + 2 * 26)
+
+    def test_phases_closed_in_a_tight_loop_are_bounded_and_said_once(self):
+        r = run("""
+            import lockstep
+            for i in range(100):
+                with lockstep.phase("tiny"):
+                    pass
+        """, self.receiver.env())
+        self.assertEqual(r.returncode, 0, r.stderr)
+        phases = [m for m in self.receiver.messages(100, timeout_s=3) if m.WhichOneof("payload") == "phase_report"]
+        self.assertGreaterEqual(len(phases), 20)
+        self.assertLessEqual(len(phases), 40)  # 20 a second; the loop may straddle two seconds
+        self.assertEqual(r.stderr.count("ends more than 20 times a second"), 1, r.stderr)
+
+    def test_the_optimizer_is_timed_and_an_evaluation_before_step_is_not_the_optimizers(self):
+        r = run("""
+            import time, torch, torch.distributed as dist, lockstep
+            from torch.nn.parallel import DistributedDataParallel
+            dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
+
+            class Slow(torch.nn.Linear):      # its evaluations take 0.2 s
+                def forward(self, x):
+                    if not torch.is_grad_enabled():
+                        time.sleep(0.2)
+                    return super().forward(x)
+
+            model = DistributedDataParallel(Slow(64, 64))
+            lockstep.watch(model)
+            opt = torch.optim.Adam(model.parameters(), lr=0.01)
+            x = torch.randn(32, 64)
+            for i in range(4):
+                loss = model(x).square().mean()
+                opt.zero_grad(); loss.backward(); opt.step()
+                if i == 1:
+                    with torch.no_grad():
+                        model(x)              # an evaluation after the optimizer, before step()
+                if i == 2:
+                    with lockstep.phase("checkpoint"):
+                        time.sleep(0.2)
+                lockstep.step(samples=32, loss=loss)
+            dist.destroy_process_group()
+        """ % _free_port(), self.receiver.env())
+        self.assertEqual(r.returncode, 0, r.stderr)
+        reports = [m.step_report for m in self.receiver.messages(5) if m.WhichOneof("payload") == "step_report"]
+        self.assertEqual(len(reports), 4)
+        for s in reports:
+            self.assertTrue(s.HasField("optimizer_time_us"), s)
+            self.assertGreater(s.optimizer_time_us, 0)
+            self.assertLessEqual(s.optimizer_time_us, s.compute_time_us)
+            self.assertLess(s.optimizer_time_us, 100000, "the 0.2 s evaluation and checkpoint are not the optimizer's")
+        self.assertGreaterEqual(reports[1].step_time_us, 200000)
+        self.assertGreaterEqual(reports[2].step_time_us, 200000)
+
     def test_an_agent_that_does_not_read_costs_drops_not_time(self):
         # Nobody binds this endpoint: reports queue up to the (here lowered) limit, then drop.
         r = run("""

@@ -83,6 +83,10 @@ void MetricsSink::note(const JobEvent& event) {
   if (impl_->sender) impl_->sender->send(event);
 }
 
+void MetricsSink::phase(const PhaseReport& phase) {
+  if (impl_->sender) impl_->sender->send(phase);
+}
+
 std::uint64_t MetricsSink::close() { return impl_->sender ? impl_->sender->close() : 0; }
 
 }  // namespace lockstep::trainer

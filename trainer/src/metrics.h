@@ -25,6 +25,8 @@ class MetricsSink {
   Result<void> write(const StepReport& report);
   // A note for the job's events (the bucket plan), when there is an agent to take it.
   void note(const JobEvent& event);
+  // A phase of the rank's own (a checkpoint), for the timeline, when there is an agent to take it.
+  void phase(const PhaseReport& phase);
   // Waits (bounded) for queued reports to leave; returns how many were dropped overall.
   std::uint64_t close();
 

@@ -435,8 +435,10 @@ Result<RunSummary> RankRunner::train() {
     }
 
     // Apply each bucket as soon as it is reduced; the first carries the header.
-    Clock::duration exposed{};
+    Clock::duration exposed{}, optimizerTime{};
+    const auto optimizerBegins = Clock::now();
     s.optimizer->beginStep(lr);
+    optimizerTime += Clock::now() - optimizerBegins;
     float gradScale = 0.0f;
     if (s.reducer) s.progress.enter(RankPhase::kCommunicate);
     for (std::size_t b = 0; b < buckets.size(); ++b) {
@@ -448,7 +450,9 @@ Result<RunSummary> RankRunner::train() {
         exposed += Clock::now() - waitStart;
       }
       if (b == 0) gradScale = 1.0f / grads[kSampleCount];
+      const auto applyStart = Clock::now();
       s.optimizer->apply(params, grads, buckets[b].begin, buckets[b].end, gradScale);
+      optimizerTime += Clock::now() - applyStart;
     }
     const auto stepEnd = Clock::now();
 
@@ -460,6 +464,7 @@ Result<RunSummary> RankRunner::train() {
     report.exposedCommTimeUs = micros(exposed);
     report.stepTimeUs = micros(stepEnd - stepStart);
     report.computeTimeUs = std::max<std::int64_t>(0, report.stepTimeUs - micros(dataTime) - micros(exposed));
+    report.optimizerTimeUs = std::min(micros(optimizerTime), *report.computeTimeUs);
     report.allreduceTimeUs = s.reducer ? s.reducer->allreduceMicros() : 0;
     report.bytesReduced = s.reducer ? s.reducer->bytesReduced() : 0;
     samplesSeen += static_cast<std::uint64_t>(grads[kSampleCount]);
@@ -470,7 +475,9 @@ Result<RunSummary> RankRunner::train() {
     if (s.checkpoints && (checkpointDue || (stopVoted && spec.checkpointEvery > 0))) {
       // The copy is quick; the file is written on the writer's thread while training goes on.
       s.progress.enter(RankPhase::kCheckpoint);
+      const auto copyStart = Clock::now();
       LOCKSTEP_TRY(s.checkpoints->submit(snapshotCheckpoint(step + 1, s.resume, s.params, *s.optimizer)));
+      notePhase("checkpoint", copyStart, step + 1);
     }
     LOCKSTEP_ASSIGN_OR_RETURN(const bool reachedTarget,
                               accounting.record(report, static_cast<std::uint64_t>(grads[kSampleCount]), globalLoss,
@@ -547,13 +554,29 @@ StepReport RankRunner::stepReport(std::uint64_t step, std::uint32_t localSamples
   return report;
 }
 
+void RankRunner::notePhase(const char* name, Clock::time_point began, std::uint64_t step) const {
+  if (!state_->metrics) return;
+  PhaseReport p;
+  p.jobId = options_.spec.jobId;
+  p.rank = env_.rank;
+  p.worldSize = env_.worldSize;
+  p.attempt = env_.attempt;
+  p.name = name;
+  p.timeUnixUs = unixMicrosNow();
+  p.durationUs = micros(Clock::now() - began);
+  p.step = step;
+  state_->metrics->phase(p);
+}
+
 // After the last step: the last checkpoint, leaving together, the final weights.
 Result<void> RankRunner::finishRun(const float* params) {
   State& s = *state_;
   const bool logging = env_.rank == 0 && !options_.quiet;
   if (s.checkpoints) {
     s.progress.enter(RankPhase::kCheckpoint);
+    const auto finishStart = Clock::now();
     LOCKSTEP_ASSIGN_OR_RETURN(const std::string last, s.checkpoints->finish());
+    notePhase("checkpoint", finishStart, s.totalSteps);
     if (logging && !last.empty()) std::fprintf(stderr, "[lockstep] last checkpoint: %s\n", last.c_str());
   }
   // Leave together, so that no rank tears down a connection another still reads.

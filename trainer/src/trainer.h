@@ -87,6 +87,8 @@ class RankRunner {
   void reduceIn(std::vector<Bucket> buckets);
   std::chrono::milliseconds commTimeout() const;
   void note(const std::string& text) const;
+  // A phase that began then and ends now, for the timeline (lockstep.proto's PhaseReport).
+  void notePhase(const char* name, std::chrono::steady_clock::time_point began, std::uint64_t step) const;
   Result<RunSummary> train();
   Result<RunSummary> trainCuda();  // cuda/gpu_train.cpp; without CUDA, an error that says so
   StepReport stepReport(std::uint64_t step, std::uint32_t localSamples, double localLossSum, double globalLoss,

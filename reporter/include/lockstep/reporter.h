@@ -66,6 +66,12 @@ int lockstep_active(const lockstep_reporter* reporter);
  * 2 when inactive, -1 when the report is malformed (a negative time, say; stderr says why). */
 int lockstep_report(lockstep_reporter* reporter, const lockstep_step_info* step);
 
+/* A phase the program named has ended: `name` ("checkpoint", "eval"; 1 to 64 bytes of UTF-8) ran
+ * for `duration_us` up to `end_unix_us` (LOCKSTEP_UNKNOWN: now). Lockstep's timeline draws it as
+ * a box of its own, over the step it ran in. Meant for long phases: the agent takes at most 20 a
+ * second per rank. Returns as lockstep_report. */
+int lockstep_report_phase(lockstep_reporter* reporter, const char* name, int64_t end_unix_us, int64_t duration_us);
+
 /* Reports dropped so far. */
 uint64_t lockstep_dropped(const lockstep_reporter* reporter);
 

@@ -29,6 +29,8 @@ class ReportSender {
   bool send(const StepReport& report);
   // A rank's note for the job's events (JobEventKind::kNote), queued like a report.
   bool send(const JobEvent& note);
+  // A phase the program named, closed (a checkpoint, an evaluation), queued like a report.
+  bool send(const PhaseReport& phase);
   std::uint64_t dropped() const { return dropped_; }
   // Waits up to 2 s for queued reports to leave; returns how many were dropped overall.
   std::uint64_t close();
