@@ -115,6 +115,53 @@ class AppTimelineTest : public QObject {
     app.window.control().stopJob("gui-timeline");
     QTRY_VERIFY_WITH_TIMEOUT(processesOfJob("gui-timeline").empty(), kJobMs);
   }
+
+  // A program's named phase is a box of its own over the step it ran in, with its name on hover;
+  // the optimizer is cut from the end of compute, after the all-reduce.
+  void aNamedPhaseAndTheOptimizerAreBoxesOfTheirOwn() {
+    kpi::Timeline t;
+    const auto step = [](std::uint32_t rank, std::uint64_t n, std::int64_t endUs, std::int64_t dataUs) {
+      StepReport r;
+      r.jobId = "j";
+      r.rank = rank;
+      r.worldSize = 2;
+      r.step = n;
+      r.samples = 64;
+      r.timeUnixUs = endUs;
+      r.dataTimeUs = dataUs;
+      r.computeTimeUs = 60'000;
+      r.exposedCommTimeUs = 20'000;
+      r.optimizerTimeUs = 20'000;
+      r.stepTimeUs = dataUs + 80'000;
+      return r;
+    };
+    constexpr std::int64_t kT0 = 1'800'000'000'000'000;
+    for (std::uint32_t rank : {0u, 1u}) {
+      t.add(step(rank, 1, kT0 + 120'000, 20'000), "node-a");
+      t.add(step(rank, 2, kT0 + 720'000, 500'000), "node-a");  // rank 0's checkpoint ran in it
+    }
+    t.add(PhaseReport{"j", 0, 2, 0, "checkpoint", kT0 + 600'000, 450'000, 1}, "node-a");
+    app::TimelineWidget widget;
+    widget.resize(1000, 200);
+    widget.setSource([&](const std::function<void(const kpi::Timeline&)>& f) { f(t); });
+    widget.setViewRange(kT0, kT0 + 720'000);
+    const QImage image = widget.grab().toImage();
+    const QRect lane0 = widget.laneRect(0), lane1 = widget.laneRect(1);
+    QVERIFY(!lane0.isEmpty() && !lane1.isEmpty());
+    const int named = pixelsOf(image, lane0, kpi::Phase::kNamed);
+    QVERIFY2(named > lane0.width() / 2 * (lane0.height() - 4), qPrintable(QStringLiteral("%1 px of the checkpoint").arg(named)));
+    QCOMPARE(pixelsOf(image, lane1, kpi::Phase::kNamed), 0);
+    for (const QRect& lane : {lane0, lane1}) QVERIFY(pixelsOf(image, lane, kpi::Phase::kOptimizer) > 0);
+    QVERIFY2(pixelsOf(image, lane1, kpi::Phase::kData) > 4 * pixelsOf(image, lane0, kpi::Phase::kData),
+             "rank 0's long data box is mostly under its checkpoint");
+    // Hover: the phase over its step, the optimizer's box with its step's figures.
+    const double pxPerUs = static_cast<double>(lane0.width()) / 720'000;
+    const QPoint inCheckpoint(lane0.left() + static_cast<int>(300'000 * pxPerUs), lane0.center().y());
+    QVERIFY2(widget.tooltipAt(inCheckpoint).contains(QStringLiteral("checkpoint 450.0 ms, after step 1")),
+             qPrintable(widget.tooltipAt(inCheckpoint)));
+    const QPoint inOptimizer(lane1.left() + static_cast<int>(710'000 * pxPerUs), lane1.center().y());
+    QVERIFY2(widget.tooltipAt(inOptimizer).contains(QStringLiteral("step 2 · optimizer 20.0 ms")), qPrintable(widget.tooltipAt(inOptimizer)));
+  }
 };
 
 QTEST_MAIN(AppTimelineTest)

@@ -20,7 +20,7 @@ import jsonschema
 STEP_COLUMNS = [
     "job_id", "node", "rank", "attempt", "step", "epoch", "world_size", "samples", "loss", "global_loss", "lr",
     "data_us", "compute_us", "exposed_comm_us", "allreduce_us", "bytes_reduced", "step_us", "time_unix_us",
-    "tokens",
+    "tokens", "optimizer_us",
 ]
 GPU_COLUMNS = [
     "job_id", "node", "gpu", "time_unix_us", "span_us", "utilization_pct", "memory_used_bytes", "power_mw",
@@ -59,7 +59,7 @@ def main():
     check(keys == {(str(r), str(s)) for r in range(ranks) for s in range(1, steps + 1)}, "CSV misses some (rank, step)")
     for r in body:
         check(r["job_id"] == job, f"CSV row of job {r['job_id']}")
-        float(r["loss"]), int(r["step_us"]), int(r["time_unix_us"])  # numbers, or ValueError
+        float(r["loss"]), int(r["step_us"]), int(r["time_unix_us"]), int(r["optimizer_us"])  # numbers, or ValueError
     with open(f"{base}-gpus.csv", newline="") as f:
         gpu_rows = list(csv.reader(f))
     check(gpu_rows and gpu_rows[0] == GPU_COLUMNS, f"GPU CSV header is {gpu_rows[0] if gpu_rows else None}")

@@ -45,6 +45,18 @@ struct OwnProgram : ::testing::Test {
     }
     return out;
   }
+  // The phases the job's ranks named, from the history (issue 35).
+  std::vector<PhaseReport> phases(const std::string& jobId) const {
+    auto h = history::History::open(ctl.historyPath());
+    EXPECT_TRUE(h) << h.error().message;
+    std::vector<PhaseReport> out;
+    if (h) {
+      EXPECT_TRUE(h->replay(jobId, [&](const StreamMessage& m) {
+        if (const auto* p = std::get_if<PhaseReport>(&m.payload)) out.push_back(*p);
+      }));
+    }
+    return out;
+  }
   std::vector<JobEvent> events(const std::string& jobId) const {
     auto h = history::History::open(ctl.historyPath());
     auto e = h ? h->events(jobId) : Result<std::vector<JobEvent>>(h.error());
@@ -137,6 +149,101 @@ TEST_F(OwnProgram, ANativeProgramReportsThroughTheCLibrary) {
     EXPECT_DOUBLE_EQ(r.lr, 0.5);
   }
   EXPECT_LT(reports.back().loss, 0.01 * reports.front().loss);
+  // Its evaluation after the last step, through lockstep_report_phase: one per rank.
+  const auto evals = phases("own-native");
+  ASSERT_EQ(evals.size(), 2u);
+  for (const auto& p : evals) {
+    EXPECT_EQ(p.name, "eval");
+    EXPECT_EQ(p.step, 60u) << "after the last step";
+    EXPECT_GT(p.durationUs, 0);
+    EXPECT_LT(p.durationUs, 10'000'000);
+  }
+}
+
+// Issue 35: the phases a program names (lockstep.phase) and the optimizer are boxes of their own:
+// in the history, on the trace's lanes, each within the step it ran in.
+TEST_F(OwnProgram, NamedPhasesAndTheOptimizerAreBoxesOfTheirOwnInTheTrace) {
+  const auto run = start({"--ranks", "2", "--wait", "--job-id", "own-phases"},
+                         {"--instrument", "--steps", "30", "--phase-every", "10", "--phase-s", "0.3", "--eval-every", "15"});
+  ASSERT_EQ(run.status.exitCode, 0) << run.out << run.err;
+  std::map<std::pair<std::uint32_t, std::uint64_t>, StepReport> stepOf;
+  for (const auto& r : steps("own-phases")) {
+    ASSERT_TRUE(r.optimizerTimeUs && r.computeTimeUs) << "step " << r.step;
+    EXPECT_GT(*r.optimizerTimeUs, 0);
+    EXPECT_LE(*r.optimizerTimeUs, *r.computeTimeUs);
+    EXPECT_LT(*r.optimizerTimeUs, 100'000) << "rank " << r.rank << " step " << r.step << ": the 0.15 s eval is not the optimizer's";
+    stepOf[{r.rank, r.step}] = r;
+  }
+  ASSERT_EQ(stepOf.size(), 60u);
+
+  std::map<std::uint32_t, std::vector<std::pair<std::string, std::uint64_t>>> named;
+  for (const auto& p : phases("own-phases")) {
+    named[p.rank].emplace_back(p.name, p.step);
+    EXPECT_GE(p.durationUs, p.name == "eval" ? 150'000 : 300'000) << p.name;
+    EXPECT_LT(p.durationUs, 3'000'000) << p.name;
+    // A phase lies within the step it ran in: the next one's time, which counts it.
+    const auto next = stepOf.find({p.rank, p.step + 1});
+    if (next == stepOf.end()) continue;
+    const StepReport& s = next->second;
+    EXPECT_GE(p.startUs(), s.timeUnixUs - s.stepTimeUs - 2'000) << p.name << " after step " << p.step;
+    EXPECT_LE(p.timeUnixUs, s.timeUnixUs) << p.name << " after step " << p.step;
+  }
+  const std::vector<std::pair<std::string, std::uint64_t>> expected = {
+      {"checkpoint", 10}, {"eval", 14}, {"checkpoint", 20}, {"eval", 29}, {"checkpoint", 30}};
+  EXPECT_EQ(named[0], expected);
+  EXPECT_EQ(named[1], expected);
+
+  // The trace: the phases on a track of their own under each rank, the optimizer on the steps'.
+  const auto traced = ctl({"trace", "own-phases", "--out", dir.file("phases.json")});
+  ASSERT_EQ(traced.status.exitCode, 0) << traced.err;
+  const auto trace = nlohmann::json::parse(readText(dir.file("phases.json")));
+  std::map<int, std::uint32_t> rankOfPid;
+  std::map<std::pair<int, int>, std::string> threadNames;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name") threadNames[{e["pid"].get<int>(), e["tid"].get<int>()}] = e["args"]["name"];
+  }
+  std::map<std::uint32_t, std::vector<std::pair<std::string, std::uint64_t>>> tracedPhases;
+  std::size_t optimizers = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    const auto rank = e["args"]["rank"].get<std::uint32_t>();
+    if (e["tid"] == 2) {
+      EXPECT_EQ(e["cat"], "phase");
+      EXPECT_EQ((threadNames[{e["pid"].get<int>(), 2}]), "phases");
+      tracedPhases[rank].emplace_back(e["name"].get<std::string>(), e["args"]["after_step"].get<std::uint64_t>());
+    } else if (e["name"] == "optimizer") {
+      ++optimizers;
+      const StepReport& s = stepOf.at({rank, e["args"]["step"].get<std::uint64_t>()});
+      EXPECT_EQ(e["dur"].get<std::int64_t>(), *s.optimizerTimeUs) << "rank " << rank << " step " << s.step;
+    }
+  }
+  EXPECT_EQ(optimizers, 60u);
+  EXPECT_EQ(tracedPhases[0], expected);
+  EXPECT_EQ(tracedPhases[1], expected);
+}
+
+// A rank that pushes phases as fast as it can (past the package's own bound) is bounded by its
+// agent: at most 20 a second reach the stream, and the agent's log says so once.
+TEST_F(OwnProgram, ARankThatFloodsPhasesIsBoundedByItsAgent) {
+  const std::string program = R"(
+import time, lockstep._report as transport
+r = transport.reporter()
+now = time.time_ns() // 1000
+for i in range(300):  # each its own microsecond: the history keeps one phase of a name per rank and time
+    r.send({"name": "flood", "time_unix_us": now + i, "duration_us": 1, "step": 0}, kind="phase")
+r.flush()
+time.sleep(0.5)
+)";
+  const auto run = ctl({"start", "--ranks", "1", "--wait", "--job-id", "own-flood", "--", "/usr/bin/python3", "-c", program}, 120s);
+  ASSERT_EQ(run.status.exitCode, 0) << run.out << run.err;
+  const auto got = phases("own-flood");
+  EXPECT_GE(got.size(), 20u);
+  EXPECT_LE(got.size(), 40u) << "20 a second; the burst may straddle two";
+  const std::string log = readText(dir.file("agent-node-a-1.out")) + readText(dir.file("agent-node-a-1.err"));
+  const std::string said = "closes more than 20 phases a second";
+  const auto first = log.find(said);
+  EXPECT_NE(first, std::string::npos) << log;
+  EXPECT_EQ(log.find(said, first + 1), std::string::npos) << "said once: " << log;
 }
 
 // The exposed communication is really measured: a rank that computes 40 ms longer each step makes

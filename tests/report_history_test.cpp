@@ -360,10 +360,10 @@ TEST_F(ReportOverHistory, WritesCsvWithAGpuFileAndQuoting) {
   ASSERT_EQ(steps.size(), 1 + 2 * kSteps);
   EXPECT_EQ(steps[0],
             "job_id,node,rank,attempt,step,epoch,world_size,samples,loss,global_loss,lr,data_us,compute_us,"
-            "exposed_comm_us,allreduce_us,bytes_reduced,step_us,time_unix_us,tokens");
-  // The job's reports count no tokens: the last field is empty, not 0.
+            "exposed_comm_us,allreduce_us,bytes_reduced,step_us,time_unix_us,tokens,optimizer_us");
+  // The job's reports count no tokens and did not time the optimizer: the last fields are empty, not 0.
   EXPECT_EQ(steps[1], "job-7,\"gpu-node,\"\"a\"\"\",0,0,1,0,2,64,2,2,0.01,5000,60000,20000,30000,1048576,100000," +
-                          std::to_string(kT0 + 100'000) + ",");
+                          std::to_string(kT0 + 100'000) + ",,");
   EXPECT_TRUE(steps[2].starts_with("job-7,\"gpu-node,\"\"a\"\"\",1,0,1,"));
 
   const auto gpus = lines(dir_.file("report-gpus.csv"));

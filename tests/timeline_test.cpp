@@ -42,6 +42,50 @@ TEST(Timeline, AStepsBoxesLieEndToEndAndEndWhenItsReportSays) {
   EXPECT_EQ(one[0].startUs, 3'000);
 }
 
+TEST(Timeline, TheOptimizerIsCutFromTheEndOfComputeAndComesAfterTheAllReduce) {
+  StepReport r = stepOf(0, 1, 10'000, 1'000, 6'000, 3'000);
+  r.optimizerTimeUs = 2'000;
+  const auto boxes = boxesOf(TimelineStep::of(r));
+  ASSERT_EQ(boxes.size(), 4u);
+  EXPECT_EQ(boxes[1].phase, Phase::kCompute);
+  EXPECT_EQ(boxes[1].durationUs, 4'000) << "forward and backward: compute without the optimizer";
+  EXPECT_EQ(boxes[2].phase, Phase::kCommunication);
+  EXPECT_EQ(boxes[2].startUs, 5'000);
+  EXPECT_EQ(boxes[3].phase, Phase::kOptimizer);
+  EXPECT_EQ(boxes[3].startUs, 8'000);
+  EXPECT_EQ(boxes[3].startUs + boxes[3].durationUs, 10'000) << "the step still ends when its report says";
+  r.optimizerTimeUs = 9'000;  // more than its compute (a sender's mistake): no more than the compute
+  const auto clamped = boxesOf(TimelineStep::of(r));
+  ASSERT_EQ(clamped.size(), 3u);
+  EXPECT_EQ(clamped[1].phase, Phase::kCommunication);
+  EXPECT_EQ(clamped[2].phase, Phase::kOptimizer);
+  EXPECT_EQ(clamped[2].durationUs, 6'000);
+}
+
+TEST(Timeline, ANamedPhaseIsABoxOfItsOwnOnItsRanksLaneAndItsNodesClock) {
+  Timeline t(2);
+  t.add(stepOf(1, 10, 5'000'000, 1'000, 1'000, 0), "node2");
+  PhaseReport checkpoint{"j", 1, 2, 0, "checkpoint", 5'400'000, 300'000, 10};
+  t.add(checkpoint, "node2");
+  t.add(stepOf(1, 11, 5'500'000, 400'000, 100'000, 0), "node2");
+  ASSERT_EQ(t.laneCount(), 1u) << "the rank's one lane";
+  const auto* lane = t.lanes()[0];
+  ASSERT_EQ(lane->phases.size(), 1u);
+  EXPECT_EQ(lane->phases[0].name, "checkpoint");
+  EXPECT_EQ(lane->phases[0].step, 10u);
+  t.setClock("node2", ClockOffset{1'000'000, 100, 0});
+  const Box box = boxOf(lane->phases[0], t.offsetOf("node2"));
+  EXPECT_EQ(box.phase, Phase::kNamed);
+  EXPECT_EQ(box.startUs, 5'100'000 - 1'000'000) << "it ended at 5.4 s after 0.3 s, on a clock 1 s ahead";
+  EXPECT_EQ(box.durationUs, 300'000);
+  // A phase at the end (after the last step) widens the span; the newest N phases are kept.
+  t.add(PhaseReport{"j", 1, 2, 0, "eval", 6'000'000, 200'000, 11}, "node2");
+  t.add(PhaseReport{"j", 1, 2, 0, "checkpoint", 7'000'000, 500'000, 11}, "node2");
+  EXPECT_EQ(t.span().second, 6'000'000);
+  ASSERT_EQ(t.lanes()[0]->phases.size(), 2u);
+  EXPECT_EQ(t.lanes()[0]->phases.front().name, "eval");
+}
+
 TEST(Timeline, LanesGoByNodeInNaturalOrderAndClocksMoveTheirNodesSteps) {
   Timeline t(2);
   t.add(stepOf(2, 1, 5'000'000, 0, 1'000, 0), "node10");

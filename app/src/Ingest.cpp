@@ -32,6 +32,12 @@ void LiveJob::onStep(const std::string& node, const StepReport& report) {
   });
 }
 
+void LiveJob::onPhase(const std::string& node, const PhaseReport& phase) {
+  feed([&](kpi::JobTracker& t) {
+    if (phase.jobId == t.spec().jobId) timeline_.add(phase, node);
+  });
+}
+
 void LiveJob::setClock(const std::string& node, const ClockOffset& clock) {
   std::lock_guard lock(mutex_);
   timeline_.setClock(node, clock);

@@ -45,6 +45,7 @@ class LiveJob : public RecordSink {
   void onStep(const std::string& node, const StepReport& report) override;
   void onProcess(const std::string& node, const ProcessSample& sample) override;
   void onGpu(const std::string& node, const GpuSample& sample) override;
+  void onPhase(const std::string& node, const PhaseReport& phase) override;
   // Works the KPIs out as of `nowUnixUs` when something came in since the last time, or when the
   // job runs and they are older than `staleUs`. Returns whether it did.
   bool publish(std::int64_t nowUnixUs, std::int64_t staleUs);

@@ -84,6 +84,10 @@ void TimelineWidget::refresh() {
           if (end - it->stepUs <= to) row.steps.push_back(*it);
         }
         std::reverse(row.steps.begin(), row.steps.end());
+        for (const auto& phase : lane->phases) {
+          const std::int64_t end = phase.endUs - row.offsetUs;
+          if (end >= from && end - phase.durationUs <= to) row.phases.push_back(phase);
+        }
       }
       rows_.push_back(std::move(row));
     }
@@ -263,16 +267,35 @@ void TimelineWidget::paintRow(QPainter& p, const Row& row, const QRectF& rect) {
       drawnTo = std::floor(std::max(x0 + 1, x1));
     }
   }
+  paintPhases(p, row, rect);
   if (stalled && row.lastEndUs > 0) {
     const double x = xOf(row.lastEndUs);
     if (x >= area.left() && x <= area.right()) p.fillRect(QRectF(x, rect.top(), 3, rect.height()), QColor("#c0392b"));
   }
 }
 
+// The phases the program named, over the step's boxes they ran in, with their names where they fit.
+void TimelineWidget::paintPhases(QPainter& p, const Row& row, const QRectF& rect) {
+  const QRectF area = lanesRect();
+  const QFontMetrics metrics(font());
+  for (const auto& phase : row.phases) {
+    const kpi::Box box = kpi::boxOf(phase, row.offsetUs);
+    const double x0 = std::max(area.left(), xOf(box.startUs)), x1 = std::min(area.right(), xOf(box.startUs + box.durationUs));
+    if (x1 < area.left() || x0 > area.right()) continue;
+    const QRectF shape(x0, rect.top() + 1, std::max(1.0, x1 - x0), rect.height() - 2);
+    p.fillRect(shape, colorOf(box.phase));
+    if (shape.width() < 24) continue;
+    p.setPen(Qt::white);
+    p.drawText(shape.adjusted(3, 0, -3, 0), Qt::AlignLeft | Qt::AlignVCenter,
+               metrics.elidedText(QString::fromStdString(phase.name), Qt::ElideRight, static_cast<int>(shape.width() - 6)));
+  }
+}
+
 void TimelineWidget::paintFooter(QPainter& p) {
   const QRectF line(4, height() - kFooterHeight, width() - 8, kFooterHeight);
   double x = line.left();
-  for (auto phase : {kpi::Phase::kData, kpi::Phase::kCompute, kpi::Phase::kCommunication, kpi::Phase::kStep}) {
+  for (auto phase : {kpi::Phase::kData, kpi::Phase::kCompute, kpi::Phase::kCommunication, kpi::Phase::kOptimizer,
+                     kpi::Phase::kStep, kpi::Phase::kNamed}) {
     p.fillRect(QRectF(x, line.top() + 5, 10, 8), colorOf(phase));
     const QString name = QString::fromUtf8(kpi::phaseName(phase).data(), static_cast<int>(kpi::phaseName(phase).size()));
     p.setPen(palette().color(QPalette::WindowText));
@@ -297,6 +320,14 @@ QString TimelineWidget::tooltipAt(QPoint pos) const {
   if (index < 0 || index >= static_cast<int>(rows_.size()) || rows_[static_cast<std::size_t>(index)].node) return {};
   const Row& row = rows_[static_cast<std::size_t>(index)];
   const std::int64_t at = usAt(pos.x()), slack = viewSpanUs_ / static_cast<std::int64_t>(std::max(1.0, area.width()));
+  // The phases first: they are drawn over the steps.
+  for (auto it = row.phases.rbegin(); it != row.phases.rend(); ++it) {
+    const kpi::Box box = kpi::boxOf(*it, row.offsetUs);
+    if (at < box.startUs - slack || at > box.startUs + box.durationUs + slack) continue;
+    QString text = tr("%1 · %2 %3 ms, after step %4").arg(row.label, QString::fromStdString(it->name)).arg(ms(box.durationUs)).arg(it->step);
+    if (it->attempt > 0) text += tr("\nattempt %1").arg(it->attempt);
+    return text;
+  }
   for (const auto& step : row.steps) {
     for (const auto& box : kpi::boxesOf(step, row.offsetUs)) {
       if (at < box.startUs - slack || at > box.startUs + box.durationUs + slack) continue;
@@ -308,6 +339,7 @@ QString TimelineWidget::tooltipAt(QPoint pos) const {
                          .arg(ms(step.stepUs));
       if (step.dataUs) {
         text += tr("\ndata %1 ms, compute %2 ms, communication %3 ms").arg(ms(*step.dataUs)).arg(ms(*step.computeUs)).arg(ms(*step.commUs));
+        if (step.optimizerUs) text += tr(" (the optimizer %1 ms of the compute)").arg(ms(*step.optimizerUs));
       }
       if (step.attempt > 0) text += tr("\nattempt %1").arg(step.attempt);
       return text;

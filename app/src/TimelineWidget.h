@@ -47,6 +47,7 @@ class TimelineWidget : public QWidget {
   // What is drawn (tests): the rows in order ("node-a", "rank 0", ...), and a lane's area.
   QStringList rowLabels() const;
   QRect laneRect(std::uint32_t rank) const;  // empty when not in view
+  QString tooltipAt(QPoint pos) const;        // what hovering there shows ("": nothing)
   QSize sizeHint() const override { return {900, 420}; }
   QSize minimumSizeHint() const override { return {300, 120}; }
 
@@ -72,6 +73,7 @@ class TimelineWidget : public QWidget {
     std::int64_t offsetUs = 0;               // its node's clock offset
     std::vector<kpi::TimelineStep> steps;    // those in view (only for rows in view)
     std::int64_t lastEndUs = 0;              // its newest step's end, on this client's clock
+    std::vector<kpi::TimelinePhase> phases;  // the named phases in view (only for rows in view)
   };
   QRectF lanesRect() const;
   int visibleRows() const;
@@ -82,8 +84,8 @@ class TimelineWidget : public QWidget {
   void layoutScrollBar();
   void paintAxis(QPainter& p, const QRectF& area);
   void paintRow(QPainter& p, const Row& row, const QRectF& rect);
+  void paintPhases(QPainter& p, const Row& row, const QRectF& rect);
   void paintFooter(QPainter& p);
-  QString tooltipAt(QPoint pos) const;
 
   Reader reader_;
   std::vector<Row> rows_;  // every row's heading; boxes only for those in view

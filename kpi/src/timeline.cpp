@@ -13,7 +13,9 @@ std::string_view phaseName(Phase phase) {
     case Phase::kData: return "data";
     case Phase::kCompute: return "compute";
     case Phase::kCommunication: return "communication";
+    case Phase::kOptimizer: return "optimizer";
     case Phase::kStep: return "step";
+    case Phase::kNamed: return "phase";
   }
   return "step";
 }
@@ -29,8 +31,13 @@ TimelineStep TimelineStep::of(const StepReport& r) {
     s.dataUs = std::max<std::int64_t>(0, *r.dataTimeUs);
     s.computeUs = std::max<std::int64_t>(0, *r.computeTimeUs);
     s.commUs = std::max<std::int64_t>(0, *r.exposedCommTimeUs);
+    if (r.optimizerTimeUs) s.optimizerUs = std::clamp<std::int64_t>(*r.optimizerTimeUs, 0, *s.computeUs);
   }
   return s;
+}
+
+TimelinePhase TimelinePhase::of(const PhaseReport& r) {
+  return TimelinePhase{r.name, r.step, r.attempt, r.timeUnixUs, std::max<std::int64_t>(0, r.durationUs)};
 }
 
 std::vector<Box> boxesOf(const TimelineStep& s, std::int64_t offsetUs) {
@@ -40,20 +47,34 @@ std::vector<Box> boxesOf(const TimelineStep& s, std::int64_t offsetUs) {
     if (s.stepUs > 0) boxes.push_back({Phase::kStep, at, s.stepUs});
     return boxes;
   }
-  for (const auto& [phase, us] : {std::pair{Phase::kData, *s.dataUs}, std::pair{Phase::kCompute, *s.computeUs},
-                                  std::pair{Phase::kCommunication, *s.commUs}}) {
+  const std::int64_t optimizer = s.optimizerUs.value_or(0);
+  for (const auto& [phase, us] : {std::pair{Phase::kData, *s.dataUs}, std::pair{Phase::kCompute, *s.computeUs - optimizer},
+                                  std::pair{Phase::kCommunication, *s.commUs}, std::pair{Phase::kOptimizer, optimizer}}) {
     if (us > 0) boxes.push_back({phase, at, us});
     at += us;
   }
   return boxes;
 }
 
-void Timeline::add(const StepReport& report, const std::string& node) {
-  Lane& lane = lanes_[{node, report.rank}];
-  lane.rank = report.rank;
+Box boxOf(const TimelinePhase& p, std::int64_t offsetUs) { return {Phase::kNamed, p.startUs() - offsetUs, p.durationUs}; }
+
+Timeline::Lane& Timeline::laneOf(const std::string& node, std::uint32_t rank) {
+  Lane& lane = lanes_[{node, rank}];
+  lane.rank = rank;
   lane.node = node;
+  return lane;
+}
+
+void Timeline::add(const StepReport& report, const std::string& node) {
+  Lane& lane = laneOf(node, report.rank);
   lane.steps.push_back(TimelineStep::of(report));
   if (stepsPerRank_ > 0 && lane.steps.size() > stepsPerRank_) lane.steps.pop_front();
+}
+
+void Timeline::add(const PhaseReport& report, const std::string& node) {
+  Lane& lane = laneOf(node, report.rank);
+  lane.phases.push_back(TimelinePhase::of(report));
+  if (stepsPerRank_ > 0 && lane.phases.size() > stepsPerRank_) lane.phases.pop_front();
 }
 
 std::int64_t Timeline::offsetOf(const std::string& node) const {
@@ -78,6 +99,10 @@ std::pair<std::int64_t, std::int64_t> Timeline::span() const {
     for (const auto& s : lane.steps) {
       first = std::min(first, s.startUs() - offset);
       last = std::max(last, s.endUs - offset);
+    }
+    for (const auto& p : lane.phases) {
+      first = std::min(first, p.startUs() - offset);
+      last = std::max(last, p.endUs - offset);
     }
   }
   return first > last ? std::pair<std::int64_t, std::int64_t>{0, 0} : std::pair{first, last};

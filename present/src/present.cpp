@@ -132,7 +132,9 @@ std::string_view phaseColor(kpi::Phase phase) {
     case kpi::Phase::kData: return "#edc948";
     case kpi::Phase::kCompute: return "#4e79a7";
     case kpi::Phase::kCommunication: return "#e15759";
+    case kpi::Phase::kOptimizer: return "#59a14f";
     case kpi::Phase::kStep: return "#9c755f";
+    case kpi::Phase::kNamed: return "#b07aa1";
   }
   return "#9c755f";
 }

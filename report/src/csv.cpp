@@ -33,14 +33,15 @@ Result<std::string> stepsCsv(const history::History& history, const std::string&
   // An unmeasured value is an empty field, never 0.
   std::string out =
       "job_id,node,rank,attempt,step,epoch,world_size,samples,loss,global_loss,lr,data_us,compute_us,"
-      "exposed_comm_us,allreduce_us,bytes_reduced,step_us,time_unix_us,tokens\r\n";
+      "exposed_comm_us,allreduce_us,bytes_reduced,step_us,time_unix_us,tokens,optimizer_us\r\n";
   LOCKSTEP_TRY(history.forEachStep(jobId, [&](const StepReport& r, const std::string& node) {
     out += csvField(r.jobId) + ',' + csvField(node) + ',' + std::to_string(r.rank) + ',' + std::to_string(r.attempt) +
            ',' + std::to_string(r.step) + ',' + std::to_string(r.epoch) + ',' + std::to_string(r.worldSize) + ',' +
            std::to_string(r.samples) + ',' + shortest(r.loss) + ',' + (r.globalLoss ? shortest(*r.globalLoss) : "") +
            ',' + shortest(r.lr) + ',' + cell(r.dataTimeUs) + ',' + cell(r.computeTimeUs) + ',' +
            cell(r.exposedCommTimeUs) + ',' + cell(r.allreduceTimeUs) + ',' + cell(r.bytesReduced) + ',' +
-           std::to_string(r.stepTimeUs) + ',' + std::to_string(r.timeUnixUs) + ',' + cell(r.tokens) + "\r\n";
+           std::to_string(r.stepTimeUs) + ',' + std::to_string(r.timeUnixUs) + ',' + cell(r.tokens) + ',' +
+           cell(r.optimizerTimeUs) + "\r\n";
   }));
   return out;
 }

@@ -145,9 +145,9 @@ class Canvas {
 
   // anchor: start, middle or end; `rotate` turns the text about its anchor point (degrees).
   void text(double x, double y, std::string_view content, std::string_view anchor, double size = kFontSize,
-            bool bold = false, double rotate = 0) {
+            bool bold = false, double rotate = 0, std::string_view fill = kTextColor) {
     out_ += "<text x=\"" + px(x) + "\" y=\"" + px(y) + "\" font-family=\"sans-serif\" font-size=\"" + px(size) +
-            "\" fill=\"" + std::string(kTextColor) + "\" text-anchor=\"" + std::string(anchor) + "\"";
+            "\" fill=\"" + std::string(fill) + "\" text-anchor=\"" + std::string(anchor) + "\"";
     if (bold) out_ += " font-weight=\"bold\"";
     if (rotate != 0) out_ += " transform=\"rotate(" + px(rotate) + " " + px(x) + " " + px(y) + ")\"";
     out_ += ">" + xmlEscape(content) + "</text>\n";
@@ -199,6 +199,13 @@ std::string legendName(const std::string& name) {
 }
 
 // Lanes of boxes against seconds since the first step, a legend of the phases below.
+// At most `bytes` of `text`, not cutting a character in two.
+std::string_view utf8Prefix(std::string_view text, std::size_t bytes) {
+  if (text.size() <= bytes) return text;
+  while (bytes > 0 && (static_cast<unsigned char>(text[bytes]) & 0xC0) == 0x80) --bytes;
+  return text.substr(0, bytes);
+}
+
 std::string timelineSvg(const Chart& chart, int width, int height) {
   const TimelineFigure& t = *chart.timeline;
   constexpr double kLane = 14, kGap = 3;
@@ -233,12 +240,24 @@ std::string timelineSvg(const Chart& chart, int width, int height) {
       canvas.rect(x0, y, std::max(0.1, x1 - x0), lane, present::phaseColor(box.phase), "none");
       drawnTo = x1;
     }
+    for (const auto& [box, name] : t.lanes[i].phases) {
+      const double x0 = toX(box.startUs), x1 = toX(box.startUs + box.durationUs);
+      canvas.rect(x0, y, std::max(0.1, x1 - x0), lane, present::phaseColor(box.phase), "none");
+      const double fits = (x1 - x0 - 6) / kCharWidth;
+      if (fits >= 3 && lane >= 9) {
+        canvas.text(x0 + 3, y + lane * 0.75, utf8Prefix(name, static_cast<std::size_t>(fits)), "start", std::min(kFontSize, lane), false, 0,
+                    "#ffffff");
+      }
+    }
   }
   canvas.text((left + right) / 2, height - 28.0, chart.xLabel, "middle");
   double x = left;
-  for (auto phase : {kpi::Phase::kData, kpi::Phase::kCompute, kpi::Phase::kCommunication, kpi::Phase::kStep}) {
+  for (auto phase : {kpi::Phase::kData, kpi::Phase::kCompute, kpi::Phase::kCommunication, kpi::Phase::kOptimizer,
+                     kpi::Phase::kStep, kpi::Phase::kNamed}) {
     canvas.rect(x, height - 14.0, 10, 10, present::phaseColor(phase), "none");
-    const std::string name = phase == kpi::Phase::kCommunication ? "exposed communication" : std::string(kpi::phaseName(phase));
+    const std::string name = phase == kpi::Phase::kCommunication ? "exposed communication"
+                             : phase == kpi::Phase::kNamed       ? "named phase"
+                                                                 : std::string(kpi::phaseName(phase));
     canvas.text(x + 14, height - 5.0, name, "start", 10);
     x += 30 + static_cast<double>(name.size()) * kCharWidth;
   }

@@ -22,13 +22,21 @@ Result<std::optional<TimelineFigure>> slowestMinuteFigure(const history::History
   for (const auto* lane : timeline.lanes()) {
     Candidate c{{"rank " + std::to_string(lane->rank) + " (" + lane->node + ")", {}}, 0, candidates.size()};
     const std::int64_t offset = timeline.offsetOf(lane->node);
+    const auto inWindow = [&](const kpi::Box& box) -> std::optional<kpi::Box> {
+      const std::int64_t from = std::max(box.startUs, figure.fromUs), to = std::min(box.startUs + box.durationUs, figure.toUs);
+      if (to <= from) return std::nullopt;
+      return kpi::Box{box.phase, from, to - from};
+    };
     for (const auto& step : lane->steps) {
       for (auto box : kpi::boxesOf(step, offset)) {
-        const std::int64_t from = std::max(box.startUs, figure.fromUs), to = std::min(box.startUs + box.durationUs, figure.toUs);
-        if (to <= from) continue;
-        c.busyUs += box.phase == kpi::Phase::kCommunication ? 0 : to - from;
-        c.lane.boxes.push_back({box.phase, from, to - from});
+        const auto shown = inWindow(box);
+        if (!shown) continue;
+        c.busyUs += box.phase == kpi::Phase::kCommunication ? 0 : shown->durationUs;
+        c.lane.boxes.push_back(*shown);
       }
+    }
+    for (const auto& phase : lane->phases) {
+      if (const auto shown = inWindow(kpi::boxOf(phase, offset))) c.lane.phases.emplace_back(*shown, phase.name);
     }
     candidates.push_back(std::move(c));
   }

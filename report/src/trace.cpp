@@ -15,6 +15,7 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr int kStepThread = 1;
+constexpr int kPhaseThread = 2;  // the phases a program named: a track of their own, so nesting is theirs alone
 constexpr std::uint32_t kFirstGpuProcess = 1'000'000;  // ranks' processes count from 1
 
 // Names come from agents and programs: bytes that are not UTF-8 become U+FFFD, never an exception.
@@ -38,6 +39,8 @@ Result<void> collect(const history::History& history, const history::JobRecord& 
         const std::int64_t offset = timeline.offsetOf(m.node);
         if (const auto* step = std::get_if<StepReport>(&m.payload)) {
           if (range.overlaps(step->timeUnixUs - step->stepTimeUs - offset, step->timeUnixUs - offset)) timeline.add(*step, m.node);
+        } else if (const auto* phase = std::get_if<PhaseReport>(&m.payload)) {
+          if (range.overlaps(phase->startUs() - offset, phase->timeUnixUs - offset)) timeline.add(*phase, m.node);
         } else if (const auto* gpu = std::get_if<GpuSample>(&m.payload); gpu && gpus != nullptr) {
           if (range.overlaps(gpu->timeUnixUs - offset, gpu->timeUnixUs - offset)) gpus->emplace_back(m.node, *gpu);
         } else if (const auto* event = std::get_if<JobEvent>(&m.payload); event && events != nullptr) {
@@ -116,8 +119,8 @@ class TraceWriter {
     if (tid) e["tid"] = *tid;
     event(e);
   }
-  void complete(std::uint32_t pid, std::string_view name, std::int64_t startUs, std::int64_t durationUs, const Json& args) {
-    event({{"ph", "X"}, {"pid", pid}, {"tid", kStepThread}, {"cat", "step"}, {"name", name},
+  void complete(std::uint32_t pid, int tid, std::string_view name, std::int64_t startUs, std::int64_t durationUs, const Json& args) {
+    event({{"ph", "X"}, {"pid", pid}, {"tid", tid}, {"cat", tid == kStepThread ? "step" : "phase"}, {"name", name},
            {"ts", startUs - baseUs_}, {"dur", durationUs}, {"args", args}});
   }
   // An instant event: on a process ("p") or across the whole trace ("g").
@@ -155,8 +158,16 @@ std::map<std::pair<std::string, std::uint32_t>, std::uint32_t> writeRanks(TraceW
     for (const auto& step : lane->steps) {
       const Json args = {{"rank", lane->rank},  {"step", step.step},       {"attempt", step.attempt},
                          {"samples", step.samples}, {"step_us", step.stepUs}};
-      for (const auto& box : kpi::boxesOf(step, offset)) out.complete(pid, kpi::phaseName(box.phase), box.startUs, box.durationUs, args);
+      for (const auto& box : kpi::boxesOf(step, offset)) {
+        out.complete(pid, kStepThread, kpi::phaseName(box.phase), box.startUs, box.durationUs, args);
+      }
       if (step.stepUs > 0) out.counter(pid, "samples/s", step.endUs - offset, step.samples * 1e6 / static_cast<double>(step.stepUs));
+    }
+    if (!lane->phases.empty()) out.metadata(pid, "thread_name", {{"name", "phases"}}, kPhaseThread);
+    for (const auto& phase : lane->phases) {
+      const kpi::Box box = kpi::boxOf(phase, offset);
+      out.complete(pid, kPhaseThread, phase.name, box.startUs, box.durationUs,
+                   {{"rank", lane->rank}, {"after_step", phase.step}, {"attempt", phase.attempt}});
     }
   }
   return pids;
