@@ -227,11 +227,15 @@ class Generator {
         r.dataTimeUs = 2000;
         r.computeTimeUs = 70000 + (r.rank == 13 ? 9000 : 0) + static_cast<std::int64_t>(2000 * noise_(rng_));
         r.exposedCommTimeUs = 12000;
+        r.optimizerTimeUs = 6000;
         r.allreduceTimeUs = 30000;
         r.bytesReduced = 2ull << 20;
         r.stepTimeUs = *r.dataTimeUs + *r.computeTimeUs + *r.exposedCommTimeUs;
         r.timeUnixUs = now - (steps - 1 - s) * static_cast<std::int64_t>(1e6 / o_.stepsPerSecond);
         batch.push_back({++seq, nodeName(a), r});
+        if (st % 100 == 0) {  // each rank's checkpoint, every 100 steps: a named phase on the timeline
+          batch.push_back({++seq, nodeName(a), PhaseReport{r.jobId, r.rank, world, 0, "checkpoint", r.timeUnixUs + 20'000, 15'000, st}});
+        }
       }
     }
     for (int s = 0; s < samples; ++s) {

@@ -140,7 +140,8 @@ class AppTimelineTest : public QObject {
       t.add(step(rank, 1, kT0 + 120'000, 20'000), "node-a");
       t.add(step(rank, 2, kT0 + 720'000, 500'000), "node-a");  // rank 0's checkpoint ran in it
     }
-    t.add(PhaseReport{"j", 0, 2, 0, "checkpoint", kT0 + 600'000, 450'000, 1}, "node-a");
+    // Named as programs may name things: a "%1" in it is no placeholder.
+    t.add(PhaseReport{"j", 0, 2, 0, "checkpoint %1", kT0 + 600'000, 450'000, 1}, "node-a");
     app::TimelineWidget widget;
     widget.resize(1000, 200);
     widget.setSource([&](const std::function<void(const kpi::Timeline&)>& f) { f(t); });
@@ -157,7 +158,7 @@ class AppTimelineTest : public QObject {
     // Hover: the phase over its step, the optimizer's box with its step's figures.
     const double pxPerUs = static_cast<double>(lane0.width()) / 720'000;
     const QPoint inCheckpoint(lane0.left() + static_cast<int>(300'000 * pxPerUs), lane0.center().y());
-    QVERIFY2(widget.tooltipAt(inCheckpoint).contains(QStringLiteral("checkpoint 450.0 ms, after step 1")),
+    QVERIFY2(widget.tooltipAt(inCheckpoint).contains(QStringLiteral("rank 0 · checkpoint %1 450.0 ms, after step 1")),
              qPrintable(widget.tooltipAt(inCheckpoint)));
     const QPoint inOptimizer(lane1.left() + static_cast<int>(710'000 * pxPerUs), lane1.center().y());
     QVERIFY2(widget.tooltipAt(inOptimizer).contains(QStringLiteral("step 2 · optimizer 20.0 ms")), qPrintable(widget.tooltipAt(inOptimizer)));

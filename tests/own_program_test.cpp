@@ -223,7 +223,7 @@ TEST_F(OwnProgram, NamedPhasesAndTheOptimizerAreBoxesOfTheirOwnInTheTrace) {
 }
 
 // A rank that pushes phases as fast as it can (past the package's own bound) is bounded by its
-// agent: at most 20 a second reach the stream, and the agent's log says so once.
+// agent: 20 a second in bursts of up to 60 reach the stream, and the agent's log says so once.
 TEST_F(OwnProgram, ARankThatFloodsPhasesIsBoundedByItsAgent) {
   const std::string program = R"(
 import time, lockstep._report as transport
@@ -237,8 +237,8 @@ time.sleep(0.5)
   const auto run = ctl({"start", "--ranks", "1", "--wait", "--job-id", "own-flood", "--", "/usr/bin/python3", "-c", program}, 120s);
   ASSERT_EQ(run.status.exitCode, 0) << run.out << run.err;
   const auto got = phases("own-flood");
-  EXPECT_GE(got.size(), 20u);
-  EXPECT_LE(got.size(), 40u) << "20 a second; the burst may straddle two";
+  EXPECT_GE(got.size(), 60u) << "a burst of 60";
+  EXPECT_LE(got.size(), 90u) << "then 20 a second (the program pushes its 300 within a second)";
   const std::string log = readText(dir.file("agent-node-a-1.out")) + readText(dir.file("agent-node-a-1.err"));
   const std::string said = "closes more than 20 phases a second";
   const auto first = log.find(said);

@@ -351,6 +351,13 @@ TEST(ProtocolRejection, OutOfRangeStreamedValues) {
   ASSERT_FALSE(out.ok());
   EXPECT_NE(out.error().message.find("optimizer time is negative"), std::string::npos) << out.error().message;
 
+  StepReport nanoseconds = validReport();
+  nanoseconds.timeUnixUs = 1'700'000'000'000'000'000;
+  out = decodeStreamMessage(encode(StreamMessage{1, "", nanoseconds}));
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.error().message.find("step report time 1700000000000000000 is not microseconds since 1970"), std::string::npos)
+      << out.error().message;
+
   GpuSample overfull{"node", 0, 0, "", 130.0f, {}, {}, {}, {}, {}};
   out = decodeStreamMessage(encode(StreamMessage{1, "", overfull}));
   ASSERT_FALSE(out.ok());
@@ -384,7 +391,20 @@ TEST(ProtocolRejection, APhaseReportNeedsANameOfAtMost64PrintableBytesAndASaneDu
   refused([](PhaseReport& p) { p.durationUs = -1; }, "phase report duration is negative");
   refused([](PhaseReport& p) { p.durationUs = 8LL * 24 * 3600 * 1'000'000; }, "phase report duration is over a week");
   refused([](PhaseReport& p) { p.rank = 2; }, "phase report rank 2 is outside world size 2");
-  refused([](PhaseReport& p) { p.jobId = "../x"; }, "job");
+  refused([](PhaseReport& p) { p.jobId = "../x"; }, "job id '../x' must not start with '.' or '-'");
+  // Nanoseconds for microseconds would put the phase centuries out (and near overflow).
+  refused([](PhaseReport& p) { p.timeUnixUs = 1'700'000'000'000'000'000; }, "is not microseconds since 1970");
+  refused([](PhaseReport& p) { p.timeUnixUs = -1; }, "is not microseconds since 1970");
+  // Not UTF-8: protobuf's parser refuses it on the wire; the C library checks it before sending.
+  for (const char* name : {"\xc3", "\xc0\xaf", "\xed\xa0\x80", "ok\xff"}) {  // cut in two, overlong '/', a surrogate
+    PhaseReport p = good;
+    p.name = name;
+    const auto checked = validatePhaseReport(p);
+    ASSERT_FALSE(checked.ok()) << name;
+    EXPECT_EQ(checked.error().message, "phase report name is not UTF-8");
+  }
+  PhaseReport fourBytes{"job-1", 1, 2, 0, "eval \xf0\x9f\x93\x88", 1'700'000'000'000'000, 1, 40};
+  EXPECT_EQ(roundTripStream(fourBytes), fourBytes);
 }
 
 TEST(ProtocolValidation, TheDefaultSpecIsValidOnceItHasLayersAndSteps) {

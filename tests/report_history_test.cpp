@@ -7,12 +7,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "lockstep/history/history.h"
 #include "lockstep/present/present.h"
 #include "lockstep/report/report.h"
+#include "lockstep/report/trace.h"
 #include "report_fixtures.h"
 #include "support/test_support.h"
 
@@ -416,6 +418,41 @@ TEST_F(ReportOverHistory, WritesJsonAndHtml) {
   EXPECT_NE(figure.find(">rank 0 ("), std::string::npos) << figure.substr(0, 2000);
   EXPECT_NE(figure.find(std::string("fill=\"") + std::string(present::phaseColor(kpi::Phase::kCompute))), std::string::npos);
   EXPECT_NE(page.find("gpu-node,&quot;a&quot;"), std::string::npos);
+}
+
+// Issue 35: a program's named phases in the trace (nested ones on one track, one that overlaps
+// without nesting, another thread's, on the next) and over their steps in the report's figure.
+TEST_F(ReportOverHistory, NamedPhasesGetTracksOfTheirOwnAndAreDrawnOverTheirSteps) {
+  const auto phase = [&](const std::string& name, std::int64_t endUs, std::int64_t durationUs) {
+    return StreamMessage{0, kNode, PhaseReport{"job-7", 0, 2, 0, name, kT0 + endUs, durationUs, 10}};
+  };
+  ASSERT_TRUE(history_->recordMessages(std::vector<StreamMessage>{
+      phase("checkpoint", 1'450'000, 400'000), phase("checkpoint/upload", 1'400'000, 200'000),
+      phase("prefetch", 1'600'000, 300'000)}));
+  const std::string path = dir_.file("phases.json");
+  ASSERT_TRUE(writeTrace(*history_, "job-7", {}, path));
+  const auto trace = nlohmann::json::parse(test::readText(path));
+  std::map<std::string, int> trackOf;
+  std::map<int, std::string> threadName;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["pid"] != 1) continue;  // rank 0's process
+    if (e["ph"] == "M" && e["name"] == "thread_name") threadName[e["tid"].get<int>()] = e["args"]["name"];
+    if (e["ph"] == "X" && e["cat"] == "phase") {
+      trackOf[e["name"]] = e["tid"];
+      EXPECT_EQ(e["args"]["after_step"], 10);
+    }
+  }
+  EXPECT_EQ(trackOf, (std::map<std::string, int>{{"checkpoint", 2}, {"checkpoint/upload", 2}, {"prefetch", 3}}));
+  EXPECT_EQ(threadName, (std::map<int, std::string>{{1, "steps"}, {2, "phases"}, {3, "phases 2"}}));
+
+  const std::string htmlPath = dir_.file("phases.html");
+  ASSERT_TRUE(write(*history_, "job-7", Format::kHtml, htmlPath, now_));
+  const std::string page = test::readText(htmlPath);
+  const auto at = page.find("id=\"chart-timeline\"");
+  ASSERT_NE(at, std::string::npos);
+  const std::string figure = page.substr(at, page.find("</figure>", at) - at);
+  EXPECT_NE(figure.find(std::string("fill=\"") + std::string(present::phaseColor(kpi::Phase::kNamed))), std::string::npos);
+  EXPECT_NE(figure.find(">named phase<"), std::string::npos) << "in the legend";
 }
 
 TEST_F(ReportOverHistory, WriteFailsCleanly) {

@@ -86,6 +86,20 @@ TEST(Timeline, ANamedPhaseIsABoxOfItsOwnOnItsRanksLaneAndItsNodesClock) {
   EXPECT_EQ(t.lanes()[0]->phases.front().name, "eval");
 }
 
+TEST(Timeline, APhaseBeforeTheFirstStepOrAfterTheLastIsNotTheSlowestMinute) {
+  Timeline t;
+  // Two minutes of steady steps (one a second), then a 10-second final eval.
+  for (std::int64_t s = 1; s <= 120; ++s) t.add(stepOf(0, static_cast<std::uint64_t>(s), s * 1'000'000, 0, 1'000'000, 0), "n");
+  // A 30 s checkpoint load before the first step.
+  t.add(PhaseReport{"j", 0, 1, 0, "load", 0, 30'000'000, 0}, "n");
+  t.add(PhaseReport{"j", 0, 1, 0, "eval", 130'000'000, 10'000'000, 120}, "n");
+  EXPECT_EQ(t.span(), (std::pair<std::int64_t, std::int64_t>{-30'000'000, 130'000'000}));
+  const auto [from, to] = t.slowestMinute();
+  EXPECT_GE(from, 0) << "not over the load";
+  EXPECT_LE(to, 120'000'000) << "not over the eval";
+  EXPECT_EQ(to - from, 60'000'000);
+}
+
 TEST(Timeline, LanesGoByNodeInNaturalOrderAndClocksMoveTheirNodesSteps) {
   Timeline t(2);
   t.add(stepOf(2, 1, 5'000'000, 0, 1'000, 0), "node10");

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "lockstep/history/history.h"
@@ -43,7 +44,8 @@ TEST(Trace, AStragglersComputeIsLongestAndBothNodesAreOnOneClock) {
   ASSERT_TRUE(ctl.pairWith(a));
   ASSERT_TRUE(ctl.pairWith(b));
   auto done = ctl({"start", "--ranks", "4", "--ranks-per-agent", "2,2", "--wait", "--job-id", "traced", "--layers",
-                   "256,512,10", "--dataset", "synthetic:n=4096,dim=256,classes=10", "--steps", "60", "--bucket-mb", "1"});
+                   "256,512,10", "--dataset", "synthetic:n=4096,dim=256,classes=10", "--steps", "60", "--bucket-mb", "1",
+                   "--checkpoint-dir", dir.file("ckpt"), "--checkpoint-every", "20"});
   ASSERT_EQ(done.status.exitCode, 0) << done.out << done.err;
 
   auto traced = ctl({"trace", "traced", "--out", dir.file("traced.json.gz"), "--json"});
@@ -58,9 +60,14 @@ TEST(Trace, AStragglersComputeIsLongestAndBothNodesAreOnOneClock) {
   std::map<int, std::string> processes;
   std::map<int, int> rankOf;                                         // pid -> its boxes' rank
   std::map<std::pair<int, std::uint64_t>, std::vector<Box>> boxes;  // (rank, step)
+  std::map<int, std::set<std::uint64_t>> checkpointsAfter;           // rank -> steps
   for (const auto& e : trace["traceEvents"]) {
     if (e["ph"] == "M" && e["name"] == "process_name") processes[e["pid"].get<int>()] = e["args"]["name"];
-    if (e["ph"] == "X") {
+    if (e["ph"] == "X" && e["cat"] == "phase") {  // the trainer's checkpoints, on their own track
+      EXPECT_EQ(e["name"], "checkpoint");
+      EXPECT_EQ(e["tid"], 2);
+      checkpointsAfter[e["args"]["rank"].get<int>()].insert(e["args"]["after_step"].get<std::uint64_t>());
+    } else if (e["ph"] == "X") {
       const int rank = e["args"]["rank"].get<int>();
       rankOf[e["pid"].get<int>()] = rank;
       boxes[{rank, e["args"]["step"].get<std::uint64_t>()}].push_back(
@@ -68,6 +75,8 @@ TEST(Trace, AStragglersComputeIsLongestAndBothNodesAreOnOneClock) {
     }
   }
   ASSERT_EQ(processes.size(), 4u);
+  // Rank 0 writes the checkpoints, and reports the time each held it.
+  EXPECT_EQ(checkpointsAfter, (std::map<int, std::set<std::uint64_t>>{{0, {20, 40, 60}}}));
   std::map<std::string, int> perNode;
   for (const auto& [pid, name] : processes) {
     EXPECT_EQ(name.rfind("rank " + std::to_string(rankOf[pid]) + " (node-", 0), 0u) << name;
@@ -102,7 +111,10 @@ TEST(Trace, AStragglersComputeIsLongestAndBothNodesAreOnOneClock) {
     std::map<std::string, std::int64_t> byPhase;
     for (const auto& box : mine) byPhase[box.phase] += box.duration;
     EXPECT_EQ(byPhase["data"], r->dataTimeUs.value_or(0)) << r->rank << "/" << r->step;
-    EXPECT_EQ(byPhase["compute"], *r->computeTimeUs) << r->rank << "/" << r->step;
+    // The optimizer is cut from the end of compute: the trainer times it.
+    ASSERT_TRUE(r->optimizerTimeUs) << r->rank << "/" << r->step;
+    EXPECT_EQ(byPhase["optimizer"], *r->optimizerTimeUs) << r->rank << "/" << r->step;
+    EXPECT_EQ(byPhase["compute"] + byPhase["optimizer"], *r->computeTimeUs) << r->rank << "/" << r->step;
     EXPECT_EQ(byPhase["communication"], *r->exposedCommTimeUs) << r->rank << "/" << r->step;
   }));
   EXPECT_EQ(reports, 240u);

@@ -152,10 +152,10 @@ class Agent::Impl {
   std::uint64_t nextPreflightId_ = 1;
   std::uint64_t droppedReports_ = 0;
   std::map<std::string, std::uint32_t> notesPerJob_;  // rank notes taken, per job id
-  struct PhaseBudget {
-    std::int64_t second = 0;  // Unix seconds
-    std::uint32_t taken = 0;  // phases taken in that second
-    bool said = false;        // the log said this rank's phases are dropped
+  struct PhaseBudget {  // a token bucket (server_reports.cpp)
+    double tokens = 0;
+    Clock::time_point filled;
+    bool said = false;  // the log said this rank's phases are dropped
   };
   std::map<std::pair<std::string, std::uint32_t>, PhaseBudget> phaseBudgets_;  // by job id and rank
   bool reserveFailing_ = false;

@@ -2,6 +2,9 @@
 // their programs named, and notes for their job's events. Each is taken only from a rank of a job
 // here, and bounded: a note's size and count per job, phases per rank per second.
 
+#include <algorithm>
+#include <chrono>
+
 #include "lockstep/common/clock.h"
 #include "lockstep/protocol/codec.h"
 #include "lockstep/protocol/stream.h"
@@ -12,9 +15,10 @@ namespace {
 
 constexpr std::size_t kMaxNoteBytes = 4096;
 constexpr std::uint32_t kMaxNotesPerJob = 64;
-// Phases are long (a checkpoint, an evaluation): more a second is a phase() around something small
-// in a loop, which would flood the stream and the history.
-constexpr std::uint32_t kMaxPhasesPerRankSecond = 20;
+// Phases are long (a checkpoint, an evaluation): more than 20 a second is a phase() around
+// something small in a loop, which would flood the stream and the history. A bucket of 60 lets a
+// burst through that a rank's reports bunched up in (a flush, an agent that was slow).
+constexpr double kPhasesPerRankSecond = 20, kPhaseBurst = 60;
 
 // What a rank may push: its step reports, its phases, and notes for its job's events (the
 // trainer's bucket plans), no other kind of record.
@@ -80,21 +84,28 @@ void Agent::Impl::takeNote(const JobEvent& pushed) {
   append(std::move(note));
 }
 
-// A rank's phase joins the stream (validated by the codec), at most kMaxPhasesPerRankSecond a
-// second per rank.
+// A rank's phase joins the stream (validated by the codec), kPhasesPerRankSecond a second per rank
+// on average, in bursts of up to kPhaseBurst.
 void Agent::Impl::takePhase(PhaseReport pushed) {
   if (phaseBudgets_.size() > 65536) phaseBudgets_.clear();  // bounded; each rank then starts afresh
-  PhaseBudget& budget = phaseBudgets_[{pushed.jobId, pushed.rank}];
-  const std::int64_t second = unixMicrosNow() / 1'000'000;
-  if (budget.second != second) budget.second = second, budget.taken = 0;
-  if (budget.taken++ >= kMaxPhasesPerRankSecond) {
+  const auto now = Clock::now();
+  auto [it, fresh] = phaseBudgets_.try_emplace({pushed.jobId, pushed.rank});
+  PhaseBudget& budget = it->second;
+  if (fresh) {
+    budget.tokens = kPhaseBurst;
+    budget.filled = now;
+  }
+  budget.tokens = std::min(kPhaseBurst, budget.tokens + std::chrono::duration<double>(now - budget.filled).count() * kPhasesPerRankSecond);
+  budget.filled = now;
+  if (budget.tokens < 1) {
     if (!budget.said) {
-      log_.info("job " + pushed.jobId + " rank " + std::to_string(pushed.rank) + " closes more than " +
-                std::to_string(kMaxPhasesPerRankSecond) + " phases a second; the rest are dropped");
+      log_.info("job " + pushed.jobId + " rank " + std::to_string(pushed.rank) +
+                " closes more than 20 phases a second; the rest are dropped");
     }
     budget.said = true;
     return;
   }
+  budget.tokens -= 1;
   append(std::move(pushed));
 }
 

@@ -71,9 +71,9 @@ void TimelineWidget::refresh() {
     for (const auto* lane : t.lanes()) {
       if (rows_.empty() || lane->node != node) {
         node = lane->node;
-        rows_.push_back({true, 0, QString::fromStdString(node), 0, {}, 0});
+        rows_.push_back({true, 0, QString::fromStdString(node), 0, {}, 0, {}});
       }
-      Row row{false, lane->rank, tr("rank %1").arg(lane->rank), t.offsetOf(lane->node), {}, 0};
+      Row row{false, lane->rank, tr("rank %1").arg(lane->rank), t.offsetOf(lane->node), {}, 0, {}};
       if (!lane->steps.empty()) row.lastEndUs = lane->steps.back().endUs - row.offsetUs;
       const int index = static_cast<int>(rows_.size());
       if (index >= first && index < first + shown) {
@@ -294,10 +294,9 @@ void TimelineWidget::paintPhases(QPainter& p, const Row& row, const QRectF& rect
 void TimelineWidget::paintFooter(QPainter& p) {
   const QRectF line(4, height() - kFooterHeight, width() - 8, kFooterHeight);
   double x = line.left();
-  for (auto phase : {kpi::Phase::kData, kpi::Phase::kCompute, kpi::Phase::kCommunication, kpi::Phase::kOptimizer,
-                     kpi::Phase::kStep, kpi::Phase::kNamed}) {
+  for (const auto phase : kpi::kEveryPhase) {
     p.fillRect(QRectF(x, line.top() + 5, 10, 8), colorOf(phase));
-    const QString name = QString::fromUtf8(kpi::phaseName(phase).data(), static_cast<int>(kpi::phaseName(phase).size()));
+    const QString name = QString::fromUtf8(present::phaseLegend(phase).data(), static_cast<int>(present::phaseLegend(phase).size()));
     p.setPen(palette().color(QPalette::WindowText));
     p.drawText(QRectF(x + 13, line.top(), 100, line.height()), Qt::AlignLeft | Qt::AlignVCenter, name);
     x += 20 + QFontMetrics(font()).horizontalAdvance(name);
@@ -324,7 +323,9 @@ QString TimelineWidget::tooltipAt(QPoint pos) const {
   for (auto it = row.phases.rbegin(); it != row.phases.rend(); ++it) {
     const kpi::Box box = kpi::boxOf(*it, row.offsetUs);
     if (at < box.startUs - slack || at > box.startUs + box.durationUs + slack) continue;
-    QString text = tr("%1 · %2 %3 ms, after step %4").arg(row.label, QString::fromStdString(it->name)).arg(ms(box.durationUs)).arg(it->step);
+    // One arg() for all: a name with "%1" in it stays as it is.
+    QString text = tr("%1 · %2 %3 ms, after step %4")
+                       .arg(row.label, QString::fromStdString(it->name), ms(box.durationUs), QString::number(it->step));
     if (it->attempt > 0) text += tr("\nattempt %1").arg(it->attempt);
     return text;
   }

@@ -92,25 +92,28 @@ std::vector<const Timeline::Lane*> Timeline::lanes() const {
   return out;
 }
 
-std::pair<std::int64_t, std::int64_t> Timeline::span() const {
+std::pair<std::int64_t, std::int64_t> Timeline::span() const { return spanOf(true); }
+
+std::pair<std::int64_t, std::int64_t> Timeline::spanOf(bool withPhases) const {
   std::int64_t first = std::numeric_limits<std::int64_t>::max(), last = std::numeric_limits<std::int64_t>::min();
+  const auto cover = [&](std::int64_t from, std::int64_t to) {
+    first = std::min(first, from);
+    last = std::max(last, to);
+  };
   for (const auto& [key, lane] : lanes_) {
     const std::int64_t offset = offsetOf(lane.node);
-    for (const auto& s : lane.steps) {
-      first = std::min(first, s.startUs() - offset);
-      last = std::max(last, s.endUs - offset);
-    }
-    for (const auto& p : lane.phases) {
-      first = std::min(first, p.startUs() - offset);
-      last = std::max(last, p.endUs - offset);
-    }
+    for (const auto& s : lane.steps) cover(s.startUs() - offset, s.endUs - offset);
+    if (!withPhases) continue;
+    for (const auto& p : lane.phases) cover(p.startUs() - offset, p.endUs - offset);
   }
   return first > last ? std::pair<std::int64_t, std::int64_t>{0, 0} : std::pair{first, last};
 }
 
 std::pair<std::int64_t, std::int64_t> Timeline::slowestMinute() const {
   constexpr std::int64_t kMinute = 60'000'000, kStride = 10'000'000;
-  const auto [first, last] = span();
+  // Over the steps only: a phase before the first (loading a checkpoint) or after the last (a final
+  // eval) holds no samples, and a window over it would always be the slowest.
+  const auto [first, last] = spanOf(false);
   if (last - first <= kMinute) return {first, last};
   // Samples per 10 s by when their step ended (sparse: one stray time must not cost its decades);
   // a window is six of them, and holds at least one step's end.

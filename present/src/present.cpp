@@ -139,4 +139,12 @@ std::string_view phaseColor(kpi::Phase phase) {
   return "#9c755f";
 }
 
+std::string_view phaseLegend(kpi::Phase phase) {
+  switch (phase) {
+    case kpi::Phase::kCommunication: return "exposed communication";
+    case kpi::Phase::kNamed: return "named phase";
+    default: return kpi::phaseName(phase);
+  }
+}
+
 }  // namespace lockstep::present

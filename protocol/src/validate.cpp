@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 
 namespace lockstep {
 namespace {
@@ -440,7 +441,47 @@ Result<void> validateNetSample(const NetSample& s) {
   return {};
 }
 
+namespace {
+
 constexpr std::int64_t kMaxStepTimeUs = 7LL * 24 * 3600 * 1'000'000;
+// A rank's clock in Unix microseconds: past this (the year 2286) it is another unit, and a timeline
+// would reach centuries out; it also keeps `time - duration` far from overflowing.
+constexpr std::int64_t kMaxTimeUnixUs = 10'000'000'000'000'000;
+
+Result<void> checkTime(const char* record, std::int64_t timeUnixUs) {
+  if (timeUnixUs < 0 || timeUnixUs > kMaxTimeUnixUs) {
+    return bad(std::string(record) + " time " + std::to_string(timeUnixUs) +
+               " is not microseconds since 1970 (nanoseconds? milliseconds are fine up to year 2286)");
+  }
+  return {};
+}
+
+// Whether `text` is UTF-8: no stray continuation byte, no overlong form, no surrogate, nothing past U+10FFFF.
+bool isUtf8(std::string_view text) {
+  static constexpr std::uint32_t kLeast[] = {0, 0x80, 0x800, 0x10000};
+  for (std::size_t i = 0; i < text.size();) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    std::size_t more = 0;
+    std::uint32_t code = lead;
+    if (lead >= 0x80) {
+      if ((lead & 0xE0) == 0xC0) more = 1, code = lead & 0x1F;
+      else if ((lead & 0xF0) == 0xE0) more = 2, code = lead & 0x0F;
+      else if ((lead & 0xF8) == 0xF0) more = 3, code = lead & 0x07;
+      else return false;
+      if (i + more >= text.size()) return false;
+      for (std::size_t k = 1; k <= more; ++k) {
+        const auto next = static_cast<unsigned char>(text[i + k]);
+        if ((next & 0xC0) != 0x80) return false;
+        code = (code << 6) | (next & 0x3F);
+      }
+      if (code < kLeast[more] || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return false;
+    }
+    i += more + 1;
+  }
+  return true;
+}
+
+}  // namespace
 
 Result<void> validateStepReport(const StepReport& r) {
   LOCKSTEP_TRY(validateJobId(r.jobId));
@@ -449,6 +490,7 @@ Result<void> validateStepReport(const StepReport& r) {
     return bad("step report rank " + std::to_string(r.rank) + " is outside world size " + std::to_string(r.worldSize));
   }
   if (r.step == 0) return bad("step report step is required (steps count from 1)");
+  LOCKSTEP_TRY(checkTime("step report", r.timeUnixUs));
   for (auto [field, value] : {std::pair{"data time", r.dataTimeUs}, {"compute time", r.computeTimeUs},
                               {"exposed communication time", r.exposedCommTimeUs},
                               {"all-reduce time", r.allreduceTimeUs}, {"optimizer time", r.optimizerTimeUs},
@@ -468,9 +510,11 @@ Result<void> validatePhaseReport(const PhaseReport& r) {
     return bad("phase report rank " + std::to_string(r.rank) + " is outside world size " + std::to_string(r.worldSize));
   }
   LOCKSTEP_TRY(checkRequired("phase report name", r.name, kMaxPhaseNameBytes));
+  if (!isUtf8(r.name)) return bad("phase report name is not UTF-8");
   for (const unsigned char c : r.name) {
     if (c < 0x20 || c == 0x7f) return bad("phase report name has a control character");
   }
+  LOCKSTEP_TRY(checkTime("phase report", r.timeUnixUs));
   if (r.durationUs < 0) return bad("phase report duration is negative");
   if (r.durationUs > kMaxStepTimeUs) return bad("phase report duration is over a week (in microseconds?)");
   return {};

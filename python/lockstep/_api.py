@@ -93,6 +93,7 @@ class _Watcher:
         self.syncing = False      # whether the latest forward's backward all-reduces (not no_sync())
         self.in_collective = False  # the progress record says the rank waits in DDP's all-reduce (CPU)
         self.buckets = 0          # DDP's buckets, as the latest last one said (GPU)
+        self.thread = None        # the training loop's: where forwards with autograd run
         self._queue = torch.autograd.Variable._execution_engine.queue_callback
         module.register_forward_pre_hook(self._before_forward)
         module.register_forward_hook(self._after_forward)
@@ -110,6 +111,7 @@ class _Watcher:
             return
         if measured.forward_start is None:
             measured.forward_start = time.perf_counter()
+        self.thread = threading.get_ident()
         self.syncing = getattr(module, "require_backward_grad_sync", False)
         if self.syncing:
             measured.synced = True
@@ -122,7 +124,7 @@ class _Watcher:
         if measured.evaluating is not None:
             if measured.forward_start is None:
                 measured.excluded += time.perf_counter() - measured.evaluating
-            elif measured.optimizer_start is not None and _open_phases == 0:  # a phase counts its own time
+            elif measured.optimizer_start is not None and _phase_depth() == 0:  # a phase counts its own time
                 measured.after_optimizer += time.perf_counter() - measured.evaluating
             measured.evaluating = None
             return
@@ -161,6 +163,7 @@ class _Watcher:
         measured.compute_done = None
         if self.syncing:
             measured.optimizer_start = now  # the gradients are whole: the optimizer's turn
+            measured.after_optimizer = 0.0
         p = _progress.writer()
         if p is None:
             return
@@ -420,7 +423,11 @@ _MAX_PHASES_PER_SECOND = 20  # the agent's bound per rank (agent/src/server_repo
 _MAX_PHASE_NAME_BYTES = 64
 _phase_budget = [0, 0]  # [the second, phases reported in it]
 _phase_warned = False
-_open_phases = 0  # phases entered and not yet left, nested or on other threads
+_open = threading.local()  # .depth: this thread's phases entered and not yet left
+
+
+def _phase_depth():
+    return getattr(_open, "depth", 0)
 
 
 def _phase_name(name):
@@ -475,25 +482,27 @@ class phase:
         self._began = []
 
     def __enter__(self):
-        global _open_phases
         w = _progress.writer()
         if w is not None:
             self._saved.append(w.current())
             w.phase(self.name, announced=True)
         self._began.append(time.perf_counter())
-        _open_phases += 1
+        _open.depth = _phase_depth() + 1
         return self
 
     def __exit__(self, *exc):
-        global _open_phases
         w = _progress.writer()
         if w is not None and self._saved:
             w.restore(self._saved.pop())
         if self._began:
             began = self._began.pop()
-            _open_phases = max(0, _open_phases - 1)
-            measured = _watcher.current if _watcher is not None else None
-            if _open_phases == 0 and measured is not None and measured.optimizer_start is not None:
+            _open.depth = max(0, _phase_depth() - 1)
+            # An outermost phase of the training loop between the optimizer and step() is not the
+            # optimizer's time (one on another thread, an async checkpoint, ran beside it).
+            watcher = _watcher
+            measured = watcher.current if watcher is not None else None
+            if (_phase_depth() == 0 and measured is not None and measured.optimizer_start is not None
+                    and watcher.thread == threading.get_ident()):
                 measured.after_optimizer += time.perf_counter() - max(began, measured.optimizer_start)
             try:
                 _report_phase(self.name, time.perf_counter() - began)

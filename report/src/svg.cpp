@@ -198,7 +198,6 @@ std::string legendName(const std::string& name) {
   return name.size() <= kMax ? name : name.substr(0, kMax - 1) + "…";
 }
 
-// Lanes of boxes against seconds since the first step, a legend of the phases below.
 // At most `bytes` of `text`, not cutting a character in two.
 std::string_view utf8Prefix(std::string_view text, std::size_t bytes) {
   if (text.size() <= bytes) return text;
@@ -206,6 +205,7 @@ std::string_view utf8Prefix(std::string_view text, std::size_t bytes) {
   return text.substr(0, bytes);
 }
 
+// Lanes of boxes against seconds since the first step, a legend of the phases below.
 std::string timelineSvg(const Chart& chart, int width, int height) {
   const TimelineFigure& t = *chart.timeline;
   constexpr double kLane = 14, kGap = 3;
@@ -252,12 +252,9 @@ std::string timelineSvg(const Chart& chart, int width, int height) {
   }
   canvas.text((left + right) / 2, height - 28.0, chart.xLabel, "middle");
   double x = left;
-  for (auto phase : {kpi::Phase::kData, kpi::Phase::kCompute, kpi::Phase::kCommunication, kpi::Phase::kOptimizer,
-                     kpi::Phase::kStep, kpi::Phase::kNamed}) {
+  for (const auto phase : kpi::kEveryPhase) {
     canvas.rect(x, height - 14.0, 10, 10, present::phaseColor(phase), "none");
-    const std::string name = phase == kpi::Phase::kCommunication ? "exposed communication"
-                             : phase == kpi::Phase::kNamed       ? "named phase"
-                                                                 : std::string(kpi::phaseName(phase));
+    const std::string name(present::phaseLegend(phase));
     canvas.text(x + 14, height - 5.0, name, "start", 10);
     x += 30 + static_cast<double>(name.size()) * kCharWidth;
   }

@@ -20,7 +20,7 @@ Result<std::optional<TimelineFigure>> slowestMinuteFigure(const history::History
   };
   std::vector<Candidate> candidates;
   for (const auto* lane : timeline.lanes()) {
-    Candidate c{{"rank " + std::to_string(lane->rank) + " (" + lane->node + ")", {}}, 0, candidates.size()};
+    Candidate c{{"rank " + std::to_string(lane->rank) + " (" + lane->node + ")", {}, {}}, 0, candidates.size()};
     const std::int64_t offset = timeline.offsetOf(lane->node);
     const auto inWindow = [&](const kpi::Box& box) -> std::optional<kpi::Box> {
       const std::int64_t from = std::max(box.startUs, figure.fromUs), to = std::min(box.startUs + box.durationUs, figure.toUs);

@@ -5,6 +5,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -15,7 +16,7 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr int kStepThread = 1;
-constexpr int kPhaseThread = 2;  // the phases a program named: a track of their own, so nesting is theirs alone
+constexpr int kPhaseThread = 2;  // the phases a program named: tracks of their own, from this one on
 constexpr std::uint32_t kFirstGpuProcess = 1'000'000;  // ranks' processes count from 1
 
 // Names come from agents and programs: bytes that are not UTF-8 become U+FFFD, never an exception.
@@ -144,6 +145,33 @@ class TraceWriter {
   std::size_t events_ = 0;
 };
 
+// Each phase's track (a thread of the rank's process, from kPhaseThread on): nested phases share one,
+// as Perfetto stacks them; one that overlaps another without nesting (another thread's) takes the next.
+std::vector<int> phaseTracks(const std::deque<kpi::TimelinePhase>& phases) {
+  std::vector<std::size_t> order(phases.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const auto& x = phases[a];
+    const auto& y = phases[b];
+    return x.startUs() != y.startUs() ? x.startUs() < y.startUs() : x.endUs > y.endUs;  // outer first
+  });
+  std::vector<std::vector<std::int64_t>> open;  // per track, the ends of its phases still open, innermost last
+  std::vector<int> tracks(phases.size(), kPhaseThread);
+  for (const std::size_t i : order) {
+    const auto& p = phases[i];
+    std::size_t t = 0;
+    for (; t < open.size(); ++t) {
+      auto& ends = open[t];
+      while (!ends.empty() && ends.back() <= p.startUs()) ends.pop_back();
+      if (ends.empty() || ends.back() >= p.endUs) break;
+    }
+    if (t == open.size()) open.emplace_back();
+    open[t].push_back(p.endUs);
+    tracks[i] = kPhaseThread + static_cast<int>(t);
+  }
+  return tracks;
+}
+
 // A process per lane (a rank, or a rank that a restart moved: one per node it ran on), numbered
 // and sorted in the lanes' order: by node, then rank. Returns each lane's process.
 std::map<std::pair<std::string, std::uint32_t>, std::uint32_t> writeRanks(TraceWriter& out, const kpi::Timeline& timeline) {
@@ -163,10 +191,14 @@ std::map<std::pair<std::string, std::uint32_t>, std::uint32_t> writeRanks(TraceW
       }
       if (step.stepUs > 0) out.counter(pid, "samples/s", step.endUs - offset, step.samples * 1e6 / static_cast<double>(step.stepUs));
     }
-    if (!lane->phases.empty()) out.metadata(pid, "thread_name", {{"name", "phases"}}, kPhaseThread);
-    for (const auto& phase : lane->phases) {
+    const std::vector<int> tracks = phaseTracks(lane->phases);
+    for (int tid = kPhaseThread; !tracks.empty() && tid <= *std::max_element(tracks.begin(), tracks.end()); ++tid) {
+      out.metadata(pid, "thread_name", {{"name", tid == kPhaseThread ? "phases" : "phases " + std::to_string(tid - kPhaseThread + 1)}}, tid);
+    }
+    for (std::size_t i = 0; i < lane->phases.size(); ++i) {
+      const auto& phase = lane->phases[i];
       const kpi::Box box = kpi::boxOf(phase, offset);
-      out.complete(pid, kPhaseThread, phase.name, box.startUs, box.durationUs,
+      out.complete(pid, tracks[i], phase.name, box.startUs, box.durationUs,
                    {{"rank", lane->rank}, {"after_step", phase.step}, {"attempt", phase.attempt}});
     }
   }

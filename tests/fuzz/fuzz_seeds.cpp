@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   write(2, encode(StreamMessage{2, "a", gpu}));
   write(2, encode(StreamMessage{3, "a", ProcessSample{"seed", 1, 42, 5, 99.0f, 1000}}));
   write(2, encode(StreamMessage{4, "a", JobEvent{"seed", JobEventKind::kFailed, 6, 1u, 3, {}, "m", "tail", 7u}}));
+  write(2, encode(StreamMessage{5, "", PhaseReport{"seed", 1, 2, 0, "checkpoint", 8, 2, 3}}));
   NodeHello hello;
   hello.host = "a";
   hello.gpus = {{0, "H200", "GPU-1", 1}};

@@ -224,6 +224,24 @@ class Reporting(unittest.TestCase):
                 self.assertLessEqual(len(odd.name.encode("utf-8")), 64)
                 self.assertEqual(len(odd.name.encode("utf-8")), 11 + 2 * 26)
 
+    def test_the_c_library_refuses_a_phase_it_cannot_send_and_says_why(self):
+        r = run("""
+            import ctypes, lockstep._report
+            native = lockstep._report.reporter()
+            lib, handle = native._lib, native._handle
+            print(lib.lockstep_report_phase(handle, b"ok", -1, 5),
+                  lib.lockstep_report_phase(handle, b"\\xff\\xfe", -1, 5),
+                  lib.lockstep_report_phase(handle, b"", -1, 5),
+                  lib.lockstep_report_phase(handle, b"eval", -1, -3),
+                  lib.lockstep_report_phase(handle, b"eval", 1700000000000000000, 5))
+        """, dict(self.receiver.env(), LOCKSTEP_PYTHON_TRANSPORT="native"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split(), ["0", "-1", "-1", "-1", "-1"], r.stderr)
+        for why in ("name is not UTF-8", "name is required", "duration is negative",
+                    "time 1700000000000000000 is not microseconds since 1970"):
+            self.assertIn("phase not reported: phase report " + why, r.stderr)
+        self.assertEqual([m.phase_report.name for m in self.receiver.messages(1)], ["ok"])
+
     def test_phases_closed_in_a_tight_loop_are_bounded_and_said_once(self):
         r = run("""
             import lockstep

@@ -211,8 +211,9 @@ Result<void> CheckpointWriter::submit(CheckpointData data) {
   return {};
 }
 
-Result<std::string> CheckpointWriter::finish() {
+Result<std::string> CheckpointWriter::finish(bool* waited) {
   std::unique_lock lock(mutex_);
+  if (waited != nullptr) *waited = pending_.has_value() || writing_;
   changed_.wait(lock, [this] { return !pending_ && !writing_; });
   if (error_) return *error_;
   return lastPath_;

@@ -63,7 +63,8 @@ class CheckpointWriter {
   // Fails with the previous write's error, if it failed.
   Result<void> submit(CheckpointData data);
   // Waits for the write in progress; returns the path of the last checkpoint written, or an error.
-  Result<std::string> finish();
+  // `waited`, when given, says whether a write was pending or in progress.
+  Result<std::string> finish(bool* waited = nullptr);
 
  private:
   void run();

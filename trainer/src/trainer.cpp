@@ -500,7 +500,7 @@ Result<RunSummary> RankRunner::train() {
     }
     if (reachedTarget) break;
   }
-  LOCKSTEP_TRY(finishRun(params));
+  LOCKSTEP_TRY(finishRun(params, summary.stepsDone));
   accounting.finish(runStart, samplesSeen);
   s.heartbeat.reset();
   summary.droppedReports = s.metrics->close();
@@ -569,14 +569,15 @@ void RankRunner::notePhase(const char* name, Clock::time_point began, std::uint6
 }
 
 // After the last step: the last checkpoint, leaving together, the final weights.
-Result<void> RankRunner::finishRun(const float* params) {
+Result<void> RankRunner::finishRun(const float* params, std::uint64_t stepsDone) {
   State& s = *state_;
   const bool logging = env_.rank == 0 && !options_.quiet;
   if (s.checkpoints) {
     s.progress.enter(RankPhase::kCheckpoint);
     const auto finishStart = Clock::now();
-    LOCKSTEP_ASSIGN_OR_RETURN(const std::string last, s.checkpoints->finish());
-    notePhase("checkpoint", finishStart, s.totalSteps);
+    bool waited = false;
+    LOCKSTEP_ASSIGN_OR_RETURN(const std::string last, s.checkpoints->finish(&waited));
+    if (waited) notePhase("checkpoint", finishStart, stepsDone);  // the job waited for its last write
     if (logging && !last.empty()) std::fprintf(stderr, "[lockstep] last checkpoint: %s\n", last.c_str());
   }
   // Leave together, so that no rank tears down a connection another still reads.

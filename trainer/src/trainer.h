@@ -93,7 +93,7 @@ class RankRunner {
   Result<RunSummary> trainCuda();  // cuda/gpu_train.cpp; without CUDA, an error that says so
   StepReport stepReport(std::uint64_t step, std::uint32_t localSamples, double localLossSum, double globalLoss,
                         double lr) const;
-  Result<void> finishRun(const float* params);
+  Result<void> finishRun(const float* params, std::uint64_t stepsDone);
   // --balance dynamic: shares each rank's time per sample (per step since the last re-split) and
   // re-splits.
   Result<void> rebalance(std::vector<double> costs, std::uint64_t step);

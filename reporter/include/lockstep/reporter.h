@@ -68,8 +68,8 @@ int lockstep_report(lockstep_reporter* reporter, const lockstep_step_info* step)
 
 /* A phase the program named has ended: `name` ("checkpoint", "eval"; 1 to 64 bytes of UTF-8) ran
  * for `duration_us` up to `end_unix_us` (LOCKSTEP_UNKNOWN: now). Lockstep's timeline draws it as
- * a box of its own, over the step it ran in. Meant for long phases: the agent takes at most 20 a
- * second per rank. Returns as lockstep_report. */
+ * a box of its own, over the step it ran in. Meant for long phases: the agent takes 20 a second per
+ * rank (in bursts of up to 60). Returns as lockstep_report. */
 int lockstep_report_phase(lockstep_reporter* reporter, const char* name, int64_t end_unix_us, int64_t duration_us);
 
 /* Reports dropped so far. */

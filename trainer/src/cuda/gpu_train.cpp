@@ -247,9 +247,11 @@ Result<RunSummary> RankRunner::trainCuda() {
     const bool checkpointDue = spec.checkpointEvery > 0 && (step + 1) % spec.checkpointEvery == 0;
     if (s.checkpoints && checkpointDue) {
       s.progress.enter(RankPhase::kCheckpoint);
+      const auto copyStart = std::chrono::steady_clock::now();
       if (auto done = nccl->wait(slot.end); !done) return fail(done.error(), step + 1);
       LOCKSTEP_TRY(model->download(s.params.data(), optimizerState));
       LOCKSTEP_TRY(s.checkpoints->submit(snapshotCheckpoint(step + 1, s.resume, s.params, *s.optimizer)));
+      notePhase("checkpoint", copyStart, step + 1);
     }
   }
   if (pending) {
@@ -259,9 +261,11 @@ Result<RunSummary> RankRunner::trainCuda() {
   LOCKSTEP_TRY(model->download(s.params.data(), optimizerState));
   if (s.checkpoints && summary.stoppedBySignal != 0 && spec.checkpointEvery > 0 &&
       summary.stepsDone % spec.checkpointEvery != 0) {
+    const auto copyStart = std::chrono::steady_clock::now();
     LOCKSTEP_TRY(s.checkpoints->submit(snapshotCheckpoint(summary.stepsDone, s.resume, s.params, *s.optimizer)));
+    notePhase("checkpoint", copyStart, summary.stepsDone);
   }
-  LOCKSTEP_TRY(finishRun(s.params.data()));
+  LOCKSTEP_TRY(finishRun(s.params.data(), summary.stepsDone));
   accounting.finish(runStart, samplesSeen);
   s.heartbeat.reset();
   summary.droppedReports = s.metrics->close();

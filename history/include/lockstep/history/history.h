@@ -1,6 +1,7 @@
 #pragma once
 // The job history: one SQLite file (WAL) per user holding every job the app or lockstepctl
-// started or watched: spec, the nodes it ran on, events, every step report of every rank, GPU and
+// started or watched: spec, the nodes it ran on, events, every step report of every rank, the
+// phases its ranks' programs named, GPU and
 // process samples, its nodes' network interfaces while it ran (samples raw for
 // `Options::rawHorizon`, then one row per `Options::bucket`), and the final KPIs. Writes are
 // idempotent: a message replayed by an agent after a reconnect, or after the writer was killed, is
@@ -139,7 +140,7 @@ class History {
   // ---- reading ----
   Result<std::vector<JobRecord>> jobs(const Filter& filter = {}) const;  // newest first
   Result<JobRecord> job(const std::string& jobId) const;                  // NotFound when absent
-  // Every stored message of the job in time order (events, step reports, samples, and its nodes'
+  // Every stored message of the job in time order (events, step reports, phases, samples, and its nodes'
   // network from its start to its end), as received.
   Result<void> replay(const std::string& jobId, const std::function<void(const StreamMessage&)>& visit,
                       bool nodes = true) const;

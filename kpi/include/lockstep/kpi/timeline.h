@@ -33,6 +33,9 @@ enum class Phase : std::uint8_t {
 };
 // "data", "compute", "communication", "optimizer", "step", "phase"
 std::string_view phaseName(Phase phase);
+// Every phase, in the order a legend lists them.
+inline constexpr Phase kEveryPhase[] = {Phase::kData,      Phase::kCompute, Phase::kCommunication,
+                                        Phase::kOptimizer, Phase::kStep,    Phase::kNamed};
 
 // One step of one rank, as its report said, on its node's clock.
 struct TimelineStep {
@@ -97,7 +100,7 @@ class Timeline {
   // The first box's start and the last box's end, on this client's clock; {0, 0} when empty.
   std::pair<std::int64_t, std::int64_t> span() const;
   // The 60 s (or the whole job, when shorter) in which the job got the fewest samples through:
-  // the one a report shows. Windows start every 10 s.
+  // the one a report shows. Windows start every 10 s, from the first step to the last.
   std::pair<std::int64_t, std::int64_t> slowestMinute() const;
 
  private:
@@ -108,6 +111,7 @@ class Timeline {
   std::map<std::string, ClockOffset> clocks_;
 
   Lane& laneOf(const std::string& node, std::uint32_t rank);
+  std::pair<std::int64_t, std::int64_t> spanOf(bool withPhases) const;
 };
 
 }  // namespace lockstep::kpi

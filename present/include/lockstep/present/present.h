@@ -53,6 +53,8 @@ int tickDecimals(double step);
 
 // A step's phase as the timeline (app), its figure (report) and its legend colour it: "#rrggbb".
 std::string_view phaseColor(kpi::Phase phase);
+// And as their legends name it: "exposed communication", "named phase", else kpi::phaseName.
+std::string_view phaseLegend(kpi::Phase phase);
 
 // A job's "Samples/s": while it runs, the rate over the last 10 s; once it ended, the whole job's
 // mean (every sample over the elapsed time, start-up included), which is what it delivered.
