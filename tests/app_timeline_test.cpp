@@ -8,6 +8,8 @@
 #include <QtTest>
 #include <algorithm>
 #include <cstdlib>
+#include <map>
+#include <optional>
 
 #include "TimelineWidget.h"
 #include "lockstep/present/present.h"
@@ -53,6 +55,8 @@ class AppTimelineTest : public QObject {
     JobSpec spec = smallJob("gui-timeline", 4, 1'000'000);  // runs until stopped
     spec.layers = {256, 512, 10};
     spec.dataset = SyntheticDataset{4096, 256, 10, 3};
+    spec.checkpointDir = dir.file("ckpt");  // rank 0 reports each checkpoint as a phase
+    spec.checkpointEvery = 40;
     QSignalSpy launched(&app.window.control(), &app::JobControl::launchFinished);
     auto placed = app.store.place(spec, {{idOf(a), 2}, {idOf(b), 2}});
     QVERIFY2(placed, placed ? "" : placed.error().message.c_str());
@@ -105,15 +109,97 @@ class AppTimelineTest : public QObject {
     }
     QVERIFY(!timeline->following());
 
-    // For docs/: the window as a user sees it (under xvfb, with a real X server).
+    // Rank 0's checkpoints reach its lane live, as boxes of their own; no other rank writes them.
+    const auto newestCheckpoint = [&] {
+      return live->readTimeline([](const kpi::Timeline& t) -> std::optional<std::pair<std::int64_t, std::int64_t>> {
+        for (const auto* lane : t.lanes()) {
+          if (lane->rank != 0 || lane->phases.empty()) continue;
+          const auto& p = lane->phases.back();
+          return std::pair{p.startUs() - t.offsetOf(lane->node), p.endUs - t.offsetOf(lane->node)};
+        }
+        return std::nullopt;
+      });
+    };
+    QTRY_VERIFY_WITH_TIMEOUT(newestCheckpoint().has_value(), kJobMs);
+    const auto [from, to] = *newestCheckpoint();
+    timeline->setViewRange(from - 10'000, to + 10'000);
+    app.window.refreshNow();
+    const QImage around = timeline->grab().toImage();
+    QVERIFY2(pixelsOf(around, timeline->laneRect(0), kpi::Phase::kNamed) > 0, "rank 0's checkpoint is drawn");
+    for (std::uint32_t rank : {1u, 2u, 3u}) QCOMPARE(pixelsOf(around, timeline->laneRect(rank), kpi::Phase::kNamed), 0);
+
+    // For docs/: the window as a user sees it, around that checkpoint (under xvfb, with a real X server).
     if (const char* shot = std::getenv("LOCKSTEP_TIMELINE_SCREENSHOT")) {
-      timeline->setViewRange(timeline->viewRange().second - 30'000, timeline->viewRange().second);
+      const std::int64_t half = std::max<std::int64_t>(4'000, 4 * (to - from));
+      timeline->setViewRange((from + to) / 2 - half, (from + to) / 2 + half);
       app.window.refreshNow();
       QTest::qWait(200);
       QVERIFY(app.window.grab().save(QString::fromLocal8Bit(shot)));
     }
     app.window.control().stopJob("gui-timeline");
     QTRY_VERIFY_WITH_TIMEOUT(processesOfJob("gui-timeline").empty(), kJobMs);
+  }
+
+  // A user's own PyTorch DDP program: its checkpoints and evaluations (lockstep.phase) reach its
+  // ranks' lanes live, as boxes of their own with their names.
+  void aProgramsCheckpointsAndEvaluationsAreDrawnLive() {
+    TempDir dir;
+    AgentProcess agent(dir, "node-a");
+    App app(dir, dir.file("history.db"));
+    const QString problem = connectAuthorized(app, agent);
+    QVERIFY2(problem.isEmpty(), qPrintable(problem));
+    const std::string program = std::string(LOCKSTEP_SOURCE_DIR) + "/tests/programs/ddp_mlp.py";
+    JobSpec spec = commandJob("gui-phases", 2,
+                              {"/usr/bin/python3", program, "--instrument", "--steps", "60", "--phase-every", "20",
+                               "--phase-s", "0.3", "--eval-every", "25"},
+                              dir.path().string());
+    QSignalSpy launched(&app.window.control(), &app::JobControl::launchFinished);
+    auto placed = app.store.place(spec, {{idOf(agent), 2}});
+    QVERIFY2(placed, placed ? "" : placed.error().message.c_str());
+    app.window.control().launch(*placed);
+    QTRY_COMPARE_WITH_TIMEOUT(launched.count(), 1, kJobMs);
+    QVERIFY2(launched.at(0).at(1).toBool(), qPrintable(launched.at(0).at(2).toString()));
+    QTRY_COMPARE_WITH_TIMEOUT(app.window.dashboard()->jobId(), QStringLiteral("gui-phases"), kConnectMs);
+    app.window.resize(1400, 900);
+    app.window.show();
+    app.window.dashboard()->showTimeline();
+    auto* timeline = app.window.dashboard()->timeline();
+
+    // Each rank's first checkpoint (after step 20) and eval (before step 25's report).
+    const auto live = app.store.job("gui-phases")->live;
+    const auto phasesOf = [&](std::uint32_t rank) {
+      return live->readTimeline([rank](const kpi::Timeline& t) {
+        std::map<std::string, std::pair<std::int64_t, std::int64_t>> out;  // name -> its first, on this clock
+        for (const auto* lane : t.lanes()) {
+          if (lane->rank != rank) continue;
+          for (const auto& p : lane->phases) out.try_emplace(p.name, p.startUs() - t.offsetOf(lane->node), p.endUs - t.offsetOf(lane->node));
+        }
+        return out;
+      });
+    };
+    QTRY_VERIFY_WITH_TIMEOUT(phasesOf(0).size() == 2 && phasesOf(1).size() == 2, 120'000);
+    const auto [from, to] = phasesOf(0).at("checkpoint");
+    QVERIFY2(to - from >= 300'000, qPrintable(QStringLiteral("the checkpoint took %1 µs").arg(to - from)));
+    const std::int64_t evalEnd = phasesOf(0).at("eval").second;
+    timeline->setViewRange(from - 100'000, evalEnd + 100'000);
+    app.window.refreshNow();
+    const QImage image = timeline->grab().toImage();
+    for (std::uint32_t rank : {0u, 1u}) {
+      const QRect lane = timeline->laneRect(rank);
+      QVERIFY2(pixelsOf(image, lane, kpi::Phase::kNamed) > lane.width() / 4, qPrintable(QStringLiteral("rank %1's phases").arg(rank)));
+    }
+    const QRect lane0 = timeline->laneRect(0);
+    const double pxPerUs = static_cast<double>(lane0.width()) / static_cast<double>(evalEnd + 200'000 - from);
+    const QPoint inCheckpoint(lane0.left() + static_cast<int>(static_cast<double>(100'000 + (to - from) / 2) * pxPerUs), lane0.center().y());
+    QVERIFY2(timeline->tooltipAt(inCheckpoint).contains(QStringLiteral("rank 0 · checkpoint ")), qPrintable(timeline->tooltipAt(inCheckpoint)));
+
+    // For docs/: the window as a user sees it (under xvfb, with a real X server).
+    if (const char* shot = std::getenv("LOCKSTEP_TIMELINE_PHASES_SCREENSHOT")) {
+      QTest::qWait(200);
+      QVERIFY(app.window.grab().save(QString::fromLocal8Bit(shot)));
+    }
+    app.window.control().stopJob("gui-phases");
+    QTRY_VERIFY_WITH_TIMEOUT(processesOfJob("gui-phases").empty(), kJobMs);
   }
 
   // A program's named phase is a box of its own over the step it ran in, with its name on hover;

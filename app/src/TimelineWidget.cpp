@@ -298,8 +298,9 @@ void TimelineWidget::paintFooter(QPainter& p) {
     p.fillRect(QRectF(x, line.top() + 5, 10, 8), colorOf(phase));
     const QString name = QString::fromUtf8(present::phaseLegend(phase).data(), static_cast<int>(present::phaseLegend(phase).size()));
     p.setPen(palette().color(QPalette::WindowText));
-    p.drawText(QRectF(x + 13, line.top(), 100, line.height()), Qt::AlignLeft | Qt::AlignVCenter, name);
-    x += 20 + QFontMetrics(font()).horizontalAdvance(name);
+    const int wide = QFontMetrics(font()).horizontalAdvance(name);
+    p.drawText(QRectF(x + 13, line.top(), wide + 2, line.height()), Qt::AlignLeft | Qt::AlignVCenter, name);
+    x += 20 + wide;
   }
   QStringList clocks;
   for (const auto& [node, c] : clocks_) {
