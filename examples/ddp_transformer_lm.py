@@ -161,7 +161,8 @@ def main():
             print("step %d/%d loss %.3f lr %.2g %.0f tokens/s per rank"
                   % (step, args.steps, loss.item(), lr, step * x.numel() / elapsed), flush=True)
 
-    valid_loss = held_out_loss(model, valid, args.batch, args.seq, device, world)
+    with lockstep.phase("eval"):  # a box of its own on the timeline, judged on its own for stalls
+        valid_loss = held_out_loss(model, valid, args.batch, args.seq, device, world)
     if rank == 0:
         print("held-out loss %.3f (%.2f bits per byte)" % (valid_loss, valid_loss / math.log(2)), flush=True)
         print("sample: %r" % sample(model, b"This program is ", 120, args.seq, device), flush=True)

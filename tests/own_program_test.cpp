@@ -507,6 +507,11 @@ TEST_F(OwnProgram, TheExamplesTrainAndReport) {
     EXPECT_EQ(stepsOf[0].size(), 20u);
     EXPECT_EQ(stepsOf[1].size(), 20u);
     EXPECT_LT(last, 0.9 * first) << "the loss of the last 5 steps is below the first 5's";
+    // Their held-out evaluation after the last step, a phase of each rank's own.
+    std::map<std::uint32_t, std::vector<std::pair<std::string, std::uint64_t>>> named;
+    for (const auto& p : phases(e.jobId)) named[p.rank].emplace_back(p.name, p.step);
+    const std::vector<std::pair<std::string, std::uint64_t>> eval = {{"eval", 20}};
+    EXPECT_EQ(named, (std::map<std::uint32_t, std::vector<std::pair<std::string, std::uint64_t>>>{{0, eval}, {1, eval}}));
   }
 }
 
