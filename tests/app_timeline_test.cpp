@@ -5,6 +5,7 @@
 
 #include <QApplication>
 #include <QImage>
+#include <QPushButton>
 #include <QtTest>
 #include <algorithm>
 #include <cstdlib>
@@ -109,6 +110,13 @@ class AppTimelineTest : public QObject {
     }
     QVERIFY(!timeline->following());
 
+    // The slowest rank is a click away (at 1024 ranks its lane is far down the list).
+    auto* toSlowest = dashboard->findChild<QPushButton*>(QStringLiteral("timelineSlowest"));
+    QVERIFY(toSlowest != nullptr);
+    QTRY_COMPARE_WITH_TIMEOUT((app.window.refreshNow(), toSlowest->text()), QStringLiteral("Go to rank 1, the slowest"), kJobMs);
+    toSlowest->click();
+    QCOMPARE(timeline->markedRank(), std::optional<std::uint32_t>(1));
+
     // Rank 0's checkpoints reach its lane live, as boxes of their own; no other rank writes them.
     const auto newestCheckpoint = [&] {
       return live->readTimeline([](const kpi::Timeline& t) -> std::optional<std::pair<std::int64_t, std::int64_t>> {
@@ -200,6 +208,36 @@ class AppTimelineTest : public QObject {
     }
     app.window.control().stopJob("gui-phases");
     QTRY_VERIFY_WITH_TIMEOUT(processesOfJob("gui-phases").empty(), kJobMs);
+  }
+
+  // Among 300 lanes, showRank scrolls one into view and marks it.
+  void showRankScrollsItsLaneIntoViewAndMarksIt() {
+    kpi::Timeline t;
+    for (std::uint32_t rank = 0; rank < 300; ++rank) {
+      StepReport r;
+      r.jobId = "j";
+      r.rank = rank;
+      r.worldSize = 300;
+      r.step = 1;
+      r.timeUnixUs = 1'800'000'000'000'000;
+      r.stepTimeUs = 100'000;
+      t.add(r, "node-" + std::to_string(rank / 8));
+    }
+    app::TimelineWidget widget;
+    widget.resize(900, 300);
+    widget.setSource([&](const std::function<void(const kpi::Timeline&)>& f) { f(t); });
+    QVERIFY(!widget.laneRect(0).isEmpty());
+    QVERIFY(widget.laneRect(250).isEmpty());
+    widget.showRank(250);
+    const QRect lane = widget.laneRect(250);
+    QVERIFY2(!lane.isEmpty(), "rank 250 is in view");
+    QVERIFY(widget.laneRect(0).isEmpty());
+    QCOMPARE(widget.markedRank(), std::optional<std::uint32_t>(250));
+    // Its name is marked: the label cell has the highlight's colour, another lane's has not.
+    const QImage image = widget.grab().toImage();
+    const QRgb mark = widget.palette().color(QPalette::Highlight).lighter(170).rgb();
+    QCOMPARE(image.pixel(2, lane.center().y()) | 0xff000000, mark | 0xff000000);
+    QVERIFY((image.pixel(2, widget.laneRect(251).center().y()) | 0xff000000) != (mark | 0xff000000));
   }
 
   // A program's named phase is a box of its own over the step it ran in, with its name on hover;

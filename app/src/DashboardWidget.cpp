@@ -212,7 +212,11 @@ QWidget* DashboardWidget::buildTimelinePage() {
   follow->setChecked(true);
   auto* hint = new QLabel(tr("Ctrl+wheel or W/S zooms, drag or A/D pans; hover a box for its figures"), page);
   hint->setForegroundRole(QPalette::PlaceholderText);
+  toSlowest_ = new QPushButton(tr("Go to the slowest rank"), page);
+  toSlowest_->setObjectName(QStringLiteral("timelineSlowest"));
+  toSlowest_->setEnabled(false);
   bar->addWidget(follow);
+  bar->addWidget(toSlowest_);
   bar->addSpacing(12);
   bar->addWidget(hint, 1);
   column->addLayout(bar);
@@ -222,6 +226,9 @@ QWidget* DashboardWidget::buildTimelinePage() {
   connect(follow, &QCheckBox::toggled, timeline_, &TimelineWidget::setFollow);
   connect(timeline_, &TimelineWidget::followChanged, follow, &QCheckBox::setChecked);
   connect(timeline_, &TimelineWidget::stacksRequested, this, &DashboardWidget::showStacks);
+  connect(toSlowest_, &QPushButton::clicked, this, [this] {
+    if (slowestRank_) timeline_->showRank(*slowestRank_);
+  });
   return page;
 }
 
@@ -462,6 +469,9 @@ void DashboardWidget::refresh() {
                                : QString())
                     : noSplit);
   tiles_[tr("Slowest rank")]->setToolTip(slowestRanksText(k));
+  slowestRank_ = k.slowestRank;
+  toSlowest_->setEnabled(k.slowestRank.has_value());
+  toSlowest_->setText(k.slowestRank ? tr("Go to rank %1, the slowest").arg(*k.slowestRank) : tr("Go to the slowest rank"));
   const QString lastLoss = k.lastGlobalLoss ? tr("smoothed; last %1").arg(*k.lastGlobalLoss, 0, 'f', 4) : QString();
   tiles_[tr("Loss")]->set(figure(k.smoothedLoss, 4),
                           !noSteps.isEmpty() ? noSteps :

@@ -8,6 +8,7 @@
 #include <QWidget>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "ClusterStore.h"
@@ -96,6 +97,8 @@ class DashboardWidget : public QWidget {
   QLabel* banner_;
   QPushButton* stop_;
   QPushButton* stacks_;
+  QPushButton* toSlowest_ = nullptr;           // the timeline's: scrolls to the slowest rank
+  std::optional<std::uint32_t> slowestRank_;  // as the KPIs last said
   QMap<QString, KpiTile*> tiles_;
   QWidget* body_;
   QLabel* empty_;

@@ -98,6 +98,16 @@ void TimelineWidget::refresh() {
   update();
 }
 
+void TimelineWidget::showRank(std::uint32_t rank) {
+  marked_ = rank;
+  for (std::size_t i = 0; i < rows_.size(); ++i) {
+    if (rows_[i].node || rows_[i].rank != rank) continue;
+    scroll_->setValue(std::max(0, static_cast<int>(i) - visibleRows() / 2));  // refreshes when it moves
+    break;
+  }
+  refresh();
+}
+
 QStringList TimelineWidget::rowLabels() const {
   QStringList out;
   for (const auto& row : rows_) out << row.label;
@@ -248,6 +258,7 @@ void TimelineWidget::paintRow(QPainter& p, const Row& row, const QRectF& rect) {
   f.setBold(row.node);
   p.setFont(f);
   const bool stalled = !row.node && stalled_.count(row.rank) > 0;
+  if (!row.node && marked_ == row.rank) p.fillRect(QRectF(0, rect.top(), kLabelWidth, rect.height()), pal.color(QPalette::Highlight).lighter(170));
   p.setPen(stalled ? QColor("#c0392b") : pal.color(QPalette::WindowText));
   p.drawText(QRectF(row.node ? 4 : 16, rect.top(), kLabelWidth - 20, rect.height()), Qt::AlignLeft | Qt::AlignVCenter,
              stalled ? row.label + tr(" — stalled ▸") : row.label);

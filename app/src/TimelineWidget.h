@@ -43,6 +43,9 @@ class TimelineWidget : public QWidget {
   // The time range in view, on this client's clock (Unix µs).
   std::pair<std::int64_t, std::int64_t> viewRange() const { return {viewEndUs_ - viewSpanUs_, viewEndUs_}; }
   void setViewRange(std::int64_t fromUs, std::int64_t toUs);
+  // Scrolls `rank`'s lane into the middle of the view and marks it (at 1024 ranks, the one to look at).
+  void showRank(std::uint32_t rank);
+  std::optional<std::uint32_t> markedRank() const { return marked_; }
 
   // What is drawn (tests): the rows in order ("node-a", "rank 0", ...), and a lane's area.
   QStringList rowLabels() const;
@@ -91,6 +94,7 @@ class TimelineWidget : public QWidget {
   std::vector<Row> rows_;  // every row's heading; boxes only for those in view
   std::map<std::string, ClockOffset> clocks_;
   std::set<std::uint32_t> stalled_;
+  std::optional<std::uint32_t> marked_;  // showRank's
   std::int64_t originUs_ = 0;  // the first step's start: "0 s" on the axis
   std::int64_t newestUs_ = 0;
   std::int64_t viewEndUs_ = 0;
