@@ -576,6 +576,49 @@ TEST(History, DownsamplesOldSamplesAndKeepsRecentOnesRaw) {
   EXPECT_EQ(stats->gpuRowsAfter, stats->gpuRowsBefore);
 }
 
+// A node's clock is measured every minute while a client watches: past the raw horizon, outside the
+// recorded jobs' parts, the least uncertain of each hour is kept; a job's own measurements stay.
+TEST(History, OldClockMeasurementsAreThinnedToOneAnHourOutsideTheJobs) {
+  TempDir dir;
+  auto h = History::open(dir.file("h.db"), Options{.rawHorizonSeconds = 3600, .bucketSeconds = 60});
+  ASSERT_TRUE(h);
+  constexpr std::int64_t kHour = 3'600'000'000, kMinute = 60'000'000;
+  const std::int64_t t0 = kT0 / kHour * kHour;  // on the hour
+  for (const char* node : {"node-a", "node-b"}) {
+    for (std::int64_t m = 0; m < 4 * 60; ++m) {  // four hours, one a minute; the uncertainty varies
+      ASSERT_TRUE(h->recordClock(node, ClockOffset{1000 + m, 50 + (m * 37) % 100, t0 + m * kMinute}));
+    }
+  }
+  // A job on node-a for 30 minutes of the second hour.
+  JobSpec s = spec("j-1", 1);
+  JobStatus st = status(s, JobState::kFinished, t0 + 90 * kMinute);
+  st.startedUnixUs = t0 + 60 * kMinute;
+  ASSERT_TRUE(h->recordJob("node-a", st));
+  const auto job = h->job("j-1");
+  ASSERT_TRUE(job);
+  const auto before = h->clocks(*job);
+  ASSERT_TRUE(before);
+
+  ASSERT_TRUE(h->compact(t0 + 4 * kHour));  // the first three hours are past the horizon
+  // node-b: one a hour for the three old hours, the last hour raw. node-a: the same, plus the job's
+  // 30 minutes and the minute either side (33 measurements; the second hour's best may be one).
+  EXPECT_EQ(count(h->path(), "SELECT count(*) FROM node_clocks WHERE node = 'node-b'"), 3 + 60);
+  const auto kept = count(h->path(), "SELECT count(*) FROM node_clocks WHERE node = 'node-a'");
+  EXPECT_GE(kept, 3 + 60 + 32);
+  EXPECT_LE(kept, 3 + 60 + 33);
+  EXPECT_EQ(count(h->path(), "SELECT min(uncertainty_us) FROM node_clocks WHERE node = 'node-b' AND time_us < " +
+                                 std::to_string(t0 + kHour)),
+            50);
+  // The job's clock is the one it had.
+  const auto after = h->clocks(*job);
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->at("node-a").measuredUnixUs, before->at("node-a").measuredUnixUs);
+  EXPECT_EQ(after->at("node-a").uncertaintyUs, before->at("node-a").uncertaintyUs);
+  // Again: nothing more goes.
+  ASSERT_TRUE(h->compact(t0 + 4 * kHour));
+  EXPECT_EQ(count(h->path(), "SELECT count(*) FROM node_clocks WHERE node = 'node-a'"), kept);
+}
+
 TEST(History, CommittedWritesSurviveAWriterKilledWithSigkill) {
   TempDir dir;
   const std::string path = dir.file("h.db");

@@ -319,9 +319,8 @@ int cmdTrace(const Globals& g, const std::vector<std::string>& args) {
   }
   auto summary = report::writeTrace(*h, job[0], range, out);
   if (!summary) return fail(summary.error());
-  Json clocks = Json::object();
-  for (const auto& [node, c] : summary->clocks) clocks[node] = {{"offset_us", c.offsetUs}, {"uncertainty_us", c.uncertaintyUs}};
   if (g.json) {
+    const Json clocks = Json::parse(summary->clocksJson());
     std::printf("%s\n", Json{{"job_id", job[0]}, {"file", out}, {"ranks", summary->ranks}, {"events", summary->events},
                               {"clock_offsets", clocks}, {"clocks_not_measured", summary->unmeasured}}.dump().c_str());
     return kOk;

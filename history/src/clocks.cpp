@@ -6,14 +6,12 @@
 
 #include "lockstep/history/history.h"
 #include "sqlite.h"
+#include "tables.h"
 
 namespace lockstep::history {
 
 using detail::Statement;
 
-namespace {
-constexpr std::int64_t kMinuteUs = 60'000'000;
-}
 
 Result<void> History::recordClock(const std::string& node, const ClockOffset& offset) {
   LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db_.get(), R"sql(
@@ -32,8 +30,8 @@ Result<std::map<std::string, ClockOffset, NaturalLess>> History::clocks(const Jo
   LOCKSTEP_ASSIGN_OR_RETURN(auto after, Statement::prepare(db_.get(), R"sql(
     SELECT time_us, offset_us, uncertainty_us FROM node_clocks WHERE node = ?1 AND time_us > ?2
     ORDER BY time_us LIMIT 1)sql"));
-  const std::int64_t from = job.startedUnixUs - kMinuteUs;
-  const std::int64_t to = job.endedUnixUs > 0 ? job.endedUnixUs + kMinuteUs : std::numeric_limits<std::int64_t>::max();
+  const std::int64_t from = job.startedUnixUs - detail::kClockMarginUs;
+  const std::int64_t to = job.endedUnixUs > 0 ? job.endedUnixUs + detail::kClockMarginUs : std::numeric_limits<std::int64_t>::max();
   const auto first = [](Statement& stmt) -> Result<std::optional<ClockOffset>> {
     LOCKSTEP_ASSIGN_OR_RETURN(bool row, stmt.step());
     std::optional<ClockOffset> out;

@@ -2,12 +2,17 @@
 
 #include "lockstep/history/history.h"
 #include "sqlite.h"
+#include "tables.h"
 
 namespace lockstep::history {
 
 using detail::pragmaInt;
 using detail::Statement;
 using detail::Transaction;
+
+namespace {
+constexpr std::int64_t kClockBucketUs = 3'600'000'000;  // an hour
+}  // namespace
 
 Result<CompactStats> History::compact(std::int64_t nowUnixUs) {
   sqlite3* db = db_.get();
@@ -43,11 +48,21 @@ Result<CompactStats> History::compact(std::int64_t nowUnixUs) {
         SELECT 1 FROM net_samples n WHERE n.node = net_samples.node AND n.interface = net_samples.interface
           AND n.time_us > net_samples.time_us AND n.time_us < (net_samples.time_us / ?1) * ?1 + ?1))sql",
       "UPDATE net_samples SET span_us = ?1 WHERE span_us = 0 AND time_us < ?2",
+      // A node's clock, measured every minute while a client watches: outside the recorded jobs'
+      // parts on it (and the minute either side History::clocks looks at), the least uncertain
+      // measurement of each hour is kept.
+      R"sql(DELETE FROM node_clocks WHERE time_us < ?2 AND EXISTS (
+        SELECT 1 FROM node_clocks k WHERE k.node = node_clocks.node AND k.time_us / ?3 = node_clocks.time_us / ?3
+          AND (k.uncertainty_us < node_clocks.uncertainty_us
+               OR (k.uncertainty_us = node_clocks.uncertainty_us AND k.time_us < node_clocks.time_us)))
+        AND NOT EXISTS (SELECT 1 FROM job_parts p WHERE p.node = node_clocks.node
+          AND node_clocks.time_us >= p.started_us - ?4 AND (p.ended_us = 0 OR node_clocks.time_us <= p.ended_us + ?4)))sql",
   };
   for (const char* sql : statements) {
     LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, Statement::prepare(db, sql));
     if (std::string_view(sql).find("?1") != std::string_view::npos) stmt.bind(1, bucket);
     if (std::string_view(sql).find("?2") != std::string_view::npos) stmt.bind(2, cutoff);
+    if (std::string_view(sql).find("?3") != std::string_view::npos) stmt.bind(3, kClockBucketUs).bind(4, detail::kClockMarginUs);
     LOCKSTEP_TRY(stmt.run());
   }
   LOCKSTEP_TRY(tx.commit());

@@ -13,6 +13,10 @@ namespace lockstep::history::detail {
 // with the job, deleted with the last job that covers them. History::remove says the same in SQL.
 inline constexpr std::int64_t kNodeMarginUs = 5'000'000;
 
+// A job's nodes' clocks are looked up from a minute before its start to a minute after its end
+// (History::clocks); History::compact keeps every measurement there.
+inline constexpr std::int64_t kClockMarginUs = 60'000'000;
+
 // Whether a job's part on a node, started and ended then (0: not ended), covers a sample of the
 // node taken at `timeUs`.
 inline bool partCovers(std::int64_t startedUs, std::int64_t endedUs, std::int64_t timeUs) {

@@ -243,6 +243,12 @@ void writeGpus(TraceWriter& out, const kpi::Timeline& timeline, const std::vecto
 
 }  // namespace
 
+std::string TraceSummary::clocksJson() const {
+  Json out = Json::object();
+  for (const auto& [node, c] : clocks) out[node] = {{"offset_us", c.offsetUs}, {"uncertainty_us", c.uncertaintyUs}};
+  return text(out);
+}
+
 Result<kpi::Timeline> loadTimeline(const history::History& history, const history::JobRecord& job, const TimeRange& range) {
   kpi::Timeline timeline;
   LOCKSTEP_TRY(collect(history, job, range, timeline, nullptr));
@@ -269,8 +275,7 @@ Result<TraceSummary> writeTrace(const history::History& history, const std::stri
       summary.unmeasured.push_back(part.node);
     }
   }
-  Json clocks = Json::object();
-  for (const auto& [node, c] : summary.clocks) clocks[node] = {{"offset_us", c.offsetUs}, {"uncertainty_us", c.uncertaintyUs}};
+  const Json clocks = Json::parse(summary.clocksJson());
   std::int64_t base = timeline.span().first;  // or a GPU sample or event before the first step
   for (const auto& [node, s] : gpus) base = std::min(base, s.timeUnixUs - timeline.offsetOf(node));
   for (const auto& [node, e] : events) base = std::min(base, e.timeUnixUs - timeline.offsetOf(node));

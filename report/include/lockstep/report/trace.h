@@ -36,6 +36,9 @@ struct TraceSummary {
   std::size_t events = 0;
   std::map<std::string, ClockOffset, NaturalLess> clocks;  // the nodes whose clock was measured
   std::vector<std::string> unmeasured;                     // nodes taken as they stamped
+  // The clocks as the trace's otherData.clock_offsets and `lockstepctl trace --json` give them:
+  // {"node": {"offset_us": N, "uncertainty_us": N}, ...}.
+  std::string clocksJson() const;
 };
 
 // Writes the trace to `path`, gzip-compressed when it ends in ".gz"; nothing is left there on
