@@ -589,31 +589,40 @@ TEST(History, OldClockMeasurementsAreThinnedToOneAnHourOutsideTheJobs) {
       ASSERT_TRUE(h->recordClock(node, ClockOffset{1000 + m, 50 + (m * 37) % 100, t0 + m * kMinute}));
     }
   }
-  // A job on node-a for 30 minutes of the second hour.
-  JobSpec s = spec("j-1", 1);
+  // A job on node-a for 30 minutes of the second hour, and on node-b for 30 minutes of the third:
+  // each part keeps its own node's measurements.
+  JobSpec s = spec("j-1", 2);
   JobStatus st = status(s, JobState::kFinished, t0 + 90 * kMinute);
   st.startedUnixUs = t0 + 60 * kMinute;
   ASSERT_TRUE(h->recordJob("node-a", st));
+  st.startedUnixUs = t0 + 120 * kMinute;
+  st.endedUnixUs = t0 + 150 * kMinute;
+  ASSERT_TRUE(h->recordJob("node-b", st));
   const auto job = h->job("j-1");
   ASSERT_TRUE(job);
   const auto before = h->clocks(*job);
   ASSERT_TRUE(before);
 
   ASSERT_TRUE(h->compact(t0 + 4 * kHour));  // the first three hours are past the horizon
-  // node-b: one a hour for the three old hours, the last hour raw. node-a: the same, plus the job's
-  // 30 minutes and the minute either side (33 measurements; the second hour's best may be one).
-  EXPECT_EQ(count(h->path(), "SELECT count(*) FROM node_clocks WHERE node = 'node-b'"), 3 + 60);
-  const auto kept = count(h->path(), "SELECT count(*) FROM node_clocks WHERE node = 'node-a'");
-  EXPECT_GE(kept, 3 + 60 + 32);
-  EXPECT_LE(kept, 3 + 60 + 33);
-  EXPECT_EQ(count(h->path(), "SELECT min(uncertainty_us) FROM node_clocks WHERE node = 'node-b' AND time_us < " +
-                                 std::to_string(t0 + kHour)),
-            50);
-  // The job's clock is the one it had.
+  // Each node: one a hour for the three old hours, the last hour raw, and its part's 30 minutes
+  // and the minute either side (33 measurements, of which the hour's best may be one).
+  for (const char* node : {"node-a", "node-b"}) {
+    const auto kept = count(h->path(), std::string("SELECT count(*) FROM node_clocks WHERE node = '") + node + "'");
+    EXPECT_GE(kept, 3 + 60 + 32) << node;
+    EXPECT_LE(kept, 3 + 60 + 33) << node;
+    EXPECT_EQ(count(h->path(), std::string("SELECT min(uncertainty_us) FROM node_clocks WHERE node = '") + node +
+                                   "' AND time_us < " + std::to_string(t0 + kHour)),
+              50)
+        << "the first hour's best";
+  }
+  // The job's clocks are the ones it had.
   const auto after = h->clocks(*job);
   ASSERT_TRUE(after);
-  EXPECT_EQ(after->at("node-a").measuredUnixUs, before->at("node-a").measuredUnixUs);
-  EXPECT_EQ(after->at("node-a").uncertaintyUs, before->at("node-a").uncertaintyUs);
+  for (const char* node : {"node-a", "node-b"}) {
+    EXPECT_EQ(after->at(node).measuredUnixUs, before->at(node).measuredUnixUs) << node;
+    EXPECT_EQ(after->at(node).uncertaintyUs, before->at(node).uncertaintyUs) << node;
+  }
+  const auto kept = count(h->path(), "SELECT count(*) FROM node_clocks WHERE node = 'node-a'");
   // Again: nothing more goes.
   ASSERT_TRUE(h->compact(t0 + 4 * kHour));
   EXPECT_EQ(count(h->path(), "SELECT count(*) FROM node_clocks WHERE node = 'node-a'"), kept);

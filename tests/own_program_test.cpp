@@ -228,22 +228,28 @@ TEST_F(OwnProgram, ARankThatFloodsPhasesIsBoundedByItsAgent) {
   const std::string program = R"(
 import time, lockstep._report as transport
 r = transport.reporter()
-now = time.time_ns() // 1000
+now, began = time.time_ns() // 1000, time.monotonic()
 for i in range(300):  # each its own microsecond: the history keeps one phase of a name per rank and time
     r.send({"name": "flood", "time_unix_us": now + i, "duration_us": 1, "step": 0}, kind="phase")
 r.flush()
+print("sent in %.3f s" % (time.monotonic() - began), flush=True)
 time.sleep(0.5)
 )";
   const auto run = ctl({"start", "--ranks", "1", "--wait", "--job-id", "own-flood", "--", "/usr/bin/python3", "-c", program}, 120s);
   ASSERT_EQ(run.status.exitCode, 0) << run.out << run.err;
   const auto got = phases("own-flood");
   EXPECT_GE(got.size(), 60u) << "a burst of 60";
-  EXPECT_LE(got.size(), 90u) << "then 20 a second (the program pushes its 300 within a second)";
-  const std::string log = readText(dir.file("agent-node-a-1.out")) + readText(dir.file("agent-node-a-1.err"));
+  // Then 20 a second: while the rank sent, and (a loaded machine) up to 2 s more for the agent to read.
+  const auto log = ctl({"logs", "own-flood", "--rank", "0"});
+  const auto at = log.out.find("sent in ");
+  ASSERT_NE(at, std::string::npos) << log.out << log.err;
+  const double seconds = std::stod(log.out.substr(at + 8));
+  EXPECT_LE(static_cast<double>(got.size()), 60 + 20 * (seconds + 2)) << "sent in " << seconds << " s";
+  const std::string agentLog = readText(dir.file("agent-node-a-1.out")) + readText(dir.file("agent-node-a-1.err"));
   const std::string said = "closes more than 20 phases a second";
-  const auto first = log.find(said);
-  EXPECT_NE(first, std::string::npos) << log;
-  EXPECT_EQ(log.find(said, first + 1), std::string::npos) << "said once: " << log;
+  const auto first = agentLog.find(said);
+  EXPECT_NE(first, std::string::npos) << agentLog;
+  EXPECT_EQ(agentLog.find(said, first + 1), std::string::npos) << "said once: " << agentLog;
 }
 
 // The exposed communication is really measured: a rank that computes 40 ms longer each step makes

@@ -33,6 +33,7 @@ TimelineWidget::TimelineWidget(QWidget* parent) : QWidget(parent), scroll_(new Q
 
 void TimelineWidget::setSource(Reader reader) {
   reader_ = std::move(reader);
+  marked_.reset();  // another job's rank
   if (!follow_) return setFollow(true);  // which refreshes
   refresh();
 }
@@ -100,6 +101,7 @@ void TimelineWidget::refresh() {
 
 void TimelineWidget::showRank(std::uint32_t rank) {
   marked_ = rank;
+  refresh();  // the rows and the scroll bar's range as they are now
   for (std::size_t i = 0; i < rows_.size(); ++i) {
     if (rows_[i].node || rows_[i].rank != rank) continue;
     scroll_->setValue(std::max(0, static_cast<int>(i) - visibleRows() / 2));  // refreshes when it moves

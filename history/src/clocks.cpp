@@ -30,8 +30,6 @@ Result<std::map<std::string, ClockOffset, NaturalLess>> History::clocks(const Jo
   LOCKSTEP_ASSIGN_OR_RETURN(auto after, Statement::prepare(db_.get(), R"sql(
     SELECT time_us, offset_us, uncertainty_us FROM node_clocks WHERE node = ?1 AND time_us > ?2
     ORDER BY time_us LIMIT 1)sql"));
-  const std::int64_t from = job.startedUnixUs - detail::kClockMarginUs;
-  const std::int64_t to = job.endedUnixUs > 0 ? job.endedUnixUs + detail::kClockMarginUs : std::numeric_limits<std::int64_t>::max();
   const auto first = [](Statement& stmt) -> Result<std::optional<ClockOffset>> {
     LOCKSTEP_ASSIGN_OR_RETURN(bool row, stmt.step());
     std::optional<ClockOffset> out;
@@ -41,6 +39,9 @@ Result<std::map<std::string, ClockOffset, NaturalLess>> History::clocks(const Jo
   };
   std::map<std::string, ClockOffset, NaturalLess> out;
   for (const auto& part : job.parts) {
+    // The part's own time on its node (with the margin), as History::compact keeps it.
+    const std::int64_t from = (part.startedUnixUs > 0 ? part.startedUnixUs : job.startedUnixUs) - detail::kClockMarginUs;
+    const std::int64_t to = part.endedUnixUs > 0 ? part.endedUnixUs + detail::kClockMarginUs : std::numeric_limits<std::int64_t>::max();
     during.bind(1, part.node).bind(2, from).bind(3, to);
     LOCKSTEP_ASSIGN_OR_RETURN(auto best, first(during));
     if (!best) {

@@ -51,11 +51,13 @@ Result<CompactStats> History::compact(std::int64_t nowUnixUs) {
       // A node's clock, measured every minute while a client watches: outside the recorded jobs'
       // parts on it (and the minute either side History::clocks looks at), the least uncertain
       // measurement of each hour is kept.
+      // (A range of the key, not time_us / hour, so that SQLite looks up the hour rather than scan.)
       R"sql(DELETE FROM node_clocks WHERE time_us < ?2 AND EXISTS (
-        SELECT 1 FROM node_clocks k WHERE k.node = node_clocks.node AND k.time_us / ?3 = node_clocks.time_us / ?3
+        SELECT 1 FROM node_clocks k WHERE k.node = node_clocks.node
+          AND k.time_us >= (node_clocks.time_us / ?3) * ?3 AND k.time_us < (node_clocks.time_us / ?3) * ?3 + ?3
           AND (k.uncertainty_us < node_clocks.uncertainty_us
                OR (k.uncertainty_us = node_clocks.uncertainty_us AND k.time_us < node_clocks.time_us)))
-        AND NOT EXISTS (SELECT 1 FROM job_parts p WHERE p.node = node_clocks.node
+        AND NOT EXISTS (SELECT 1 FROM job_parts p WHERE p.node = node_clocks.node AND p.started_us > 0
           AND node_clocks.time_us >= p.started_us - ?4 AND (p.ended_us = 0 OR node_clocks.time_us <= p.ended_us + ?4)))sql",
   };
   for (const char* sql : statements) {

@@ -451,7 +451,7 @@ constexpr std::int64_t kMaxTimeUnixUs = 10'000'000'000'000'000;
 Result<void> checkTime(const char* record, std::int64_t timeUnixUs) {
   if (timeUnixUs < 0 || timeUnixUs > kMaxTimeUnixUs) {
     return bad(std::string(record) + " time " + std::to_string(timeUnixUs) +
-               " is not microseconds since 1970 (nanoseconds? milliseconds are fine up to year 2286)");
+               " is not microseconds since 1970 (nanoseconds? microseconds reach the year 2286)");
   }
   return {};
 }

@@ -104,7 +104,14 @@ class _Watcher:
                 _report._warn("not timing all-reduce: %s" % e)
                 self.timed = False
 
+    def _elsewhere(self):
+        """Whether this hook runs on another thread than the training loop's (an evaluation or a
+        checkpoint's forward beside it): the loop's step is not its to time."""
+        return self.thread is not None and threading.get_ident() != self.thread
+
     def _before_forward(self, module, inputs):
+        if self._elsewhere():
+            return
         measured = self.current
         if not self._torch.is_grad_enabled():
             measured.evaluating = time.perf_counter()  # an evaluation between steps is not a step
@@ -120,6 +127,8 @@ class _Watcher:
             p.phase(_FORWARD)
 
     def _after_forward(self, module, inputs, output):
+        if self._elsewhere():
+            return
         measured = self.current
         if measured.evaluating is not None:
             if measured.forward_start is None:
@@ -423,11 +432,18 @@ _MAX_PHASES_PER_SECOND = 20  # the agent's bound per rank (agent/src/server_repo
 _MAX_PHASE_NAME_BYTES = 64
 _phase_budget = [0, 0]  # [the second, phases reported in it]
 _phase_warned = False
-_open = threading.local()  # .depth: this thread's phases entered and not yet left
+_open = threading.local()  # .stack: this thread's phases entered and not yet left, as (phase, began, saved)
+
+
+def _phase_stack():
+    stack = getattr(_open, "stack", None)
+    if stack is None:
+        stack = _open.stack = []
+    return stack
 
 
 def _phase_depth():
-    return getattr(_open, "depth", 0)
+    return len(getattr(_open, "stack", ()))
 
 
 def _phase_name(name):
@@ -474,40 +490,41 @@ class phase:
     it as a box of its own. Outside Lockstep it does nothing. Never raises.
     """
 
-    __slots__ = ("name", "_saved", "_began")
+    __slots__ = ("name",)
 
     def __init__(self, name):
         self.name = name
-        self._saved = []
-        self._began = []
 
     def __enter__(self):
         w = _progress.writer()
+        saved = None
         if w is not None:
-            self._saved.append(w.current())
+            saved = w.current()
             w.phase(self.name, announced=True)
-        self._began.append(time.perf_counter())
-        _open.depth = _phase_depth() + 1
+        # On this thread's stack: one phase object may be entered on several threads at once.
+        _phase_stack().append((self, time.perf_counter(), saved))
         return self
 
     def __exit__(self, *exc):
+        stack = _phase_stack()
+        index = next((i for i in range(len(stack) - 1, -1, -1) if stack[i][0] is self), None)
+        if index is None:
+            return False
+        _, began, saved = stack.pop(index)
         w = _progress.writer()
-        if w is not None and self._saved:
-            w.restore(self._saved.pop())
-        if self._began:
-            began = self._began.pop()
-            _open.depth = max(0, _phase_depth() - 1)
-            # An outermost phase of the training loop between the optimizer and step() is not the
-            # optimizer's time (one on another thread, an async checkpoint, ran beside it).
-            watcher = _watcher
-            measured = watcher.current if watcher is not None else None
-            if (_phase_depth() == 0 and measured is not None and measured.optimizer_start is not None
-                    and watcher.thread == threading.get_ident()):
-                measured.after_optimizer += time.perf_counter() - max(began, measured.optimizer_start)
-            try:
-                _report_phase(self.name, time.perf_counter() - began)
-            except Exception as e:  # never raises into the program
-                _report._warn("phase not reported: %s" % e)
+        if w is not None and saved is not None:
+            w.restore(saved)
+        # An outermost phase of the training loop between the optimizer and step() is not the
+        # optimizer's time (one on another thread, an async checkpoint, ran beside it).
+        watcher = _watcher
+        measured = watcher.current if watcher is not None else None
+        if (not stack and measured is not None and measured.optimizer_start is not None
+                and watcher.thread == threading.get_ident()):
+            measured.after_optimizer += time.perf_counter() - max(began, measured.optimizer_start)
+        try:
+            _report_phase(self.name, time.perf_counter() - began)
+        except Exception as e:  # never raises into the program
+            _report._warn("phase not reported: %s" % e)
         return False
 
     def __call__(self, function):

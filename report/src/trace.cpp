@@ -147,7 +147,8 @@ class TraceWriter {
 
 // Each phase's track (a thread of the rank's process, from kPhaseThread on): nested phases share one,
 // as Perfetto stacks them; one that overlaps another without nesting (another thread's) takes the next.
-std::vector<int> phaseTracks(const std::deque<kpi::TimelinePhase>& phases) {
+// As (phase, track), by start, an outer phase before the ones it holds: the order to write them in.
+std::vector<std::pair<std::size_t, int>> phaseTracks(const std::deque<kpi::TimelinePhase>& phases) {
   std::vector<std::size_t> order(phases.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
@@ -156,7 +157,7 @@ std::vector<int> phaseTracks(const std::deque<kpi::TimelinePhase>& phases) {
     return x.startUs() != y.startUs() ? x.startUs() < y.startUs() : x.endUs > y.endUs;  // outer first
   });
   std::vector<std::vector<std::int64_t>> open;  // per track, the ends of its phases still open, innermost last
-  std::vector<int> tracks(phases.size(), kPhaseThread);
+  std::vector<std::pair<std::size_t, int>> tracks;
   for (const std::size_t i : order) {
     const auto& p = phases[i];
     std::size_t t = 0;
@@ -167,7 +168,7 @@ std::vector<int> phaseTracks(const std::deque<kpi::TimelinePhase>& phases) {
     }
     if (t == open.size()) open.emplace_back();
     open[t].push_back(p.endUs);
-    tracks[i] = kPhaseThread + static_cast<int>(t);
+    tracks.emplace_back(i, kPhaseThread + static_cast<int>(t));
   }
   return tracks;
 }
@@ -191,14 +192,16 @@ std::map<std::pair<std::string, std::uint32_t>, std::uint32_t> writeRanks(TraceW
       }
       if (step.stepUs > 0) out.counter(pid, "samples/s", step.endUs - offset, step.samples * 1e6 / static_cast<double>(step.stepUs));
     }
-    const std::vector<int> tracks = phaseTracks(lane->phases);
-    for (int tid = kPhaseThread; !tracks.empty() && tid <= *std::max_element(tracks.begin(), tracks.end()); ++tid) {
-      out.metadata(pid, "thread_name", {{"name", tid == kPhaseThread ? "phases" : "phases " + std::to_string(tid - kPhaseThread + 1)}}, tid);
-    }
-    for (std::size_t i = 0; i < lane->phases.size(); ++i) {
+    const auto tracks = phaseTracks(lane->phases);
+    int named = kPhaseThread - 1;  // the tracks named so far
+    for (const auto& [i, tid] : tracks) {
+      for (; named < tid; ++named) {
+        const int next = named + 1;
+        out.metadata(pid, "thread_name", {{"name", next == kPhaseThread ? "phases" : "phases " + std::to_string(next - kPhaseThread + 1)}}, next);
+      }
       const auto& phase = lane->phases[i];
       const kpi::Box box = kpi::boxOf(phase, offset);
-      out.complete(pid, tracks[i], phase.name, box.startUs, box.durationUs,
+      out.complete(pid, tid, phase.name, box.startUs, box.durationUs,
                    {{"rank", lane->rank}, {"after_step", phase.step}, {"attempt", phase.attempt}});
     }
   }

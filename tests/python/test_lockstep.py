@@ -242,6 +242,41 @@ class Reporting(unittest.TestCase):
             self.assertIn("phase not reported: phase report " + why, r.stderr)
         self.assertEqual([m.phase_report.name for m in self.receiver.messages(1)], ["ok"])
 
+    def test_a_phase_and_an_evaluation_on_another_thread_leave_the_loops_split_alone(self):
+        # An async checkpoint beside the training loop ran beside it: the loop's own time, here
+        # 0.1 s after the optimizer's step, stays the optimizer's (what else the loop did is not known).
+        r = run("""
+            import threading, time, torch, torch.distributed as dist, lockstep
+            from torch.nn.parallel import DistributedDataParallel
+            dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
+            model = DistributedDataParallel(torch.nn.Linear(16, 4))
+            lockstep.watch(model)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            x = torch.randn(8, 16)
+
+            def beside():
+                with lockstep.phase("async checkpoint"):
+                    with torch.no_grad():
+                        model(x)
+                    time.sleep(0.05)
+
+            for i in range(2):
+                model(x).sum().backward(); opt.step()
+                if i == 1:
+                    t = threading.Thread(target=beside)
+                    t.start()
+                    time.sleep(0.1)
+                    t.join()
+                lockstep.step(samples=8)
+            dist.destroy_process_group()
+        """ % _free_port(), self.receiver.env())
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got = self.receiver.messages(3)
+        phases = [m.phase_report.name for m in got if m.WhichOneof("payload") == "phase_report"]
+        self.assertEqual(phases, ["async checkpoint"])
+        second = [m.step_report for m in got if m.WhichOneof("payload") == "step_report"][1]
+        self.assertGreaterEqual(second.optimizer_time_us, 90000, second)
+
     def test_phases_closed_in_a_tight_loop_are_bounded_and_said_once(self):
         r = run("""
             import lockstep

@@ -247,8 +247,8 @@ Result<RunSummary> RankRunner::trainCuda() {
     const bool checkpointDue = spec.checkpointEvery > 0 && (step + 1) % spec.checkpointEvery == 0;
     if (s.checkpoints && checkpointDue) {
       s.progress.enter(RankPhase::kCheckpoint);
-      const auto copyStart = std::chrono::steady_clock::now();
       if (auto done = nccl->wait(slot.end); !done) return fail(done.error(), step + 1);
+      const auto copyStart = std::chrono::steady_clock::now();  // the step is done: what follows is the checkpoint's
       LOCKSTEP_TRY(model->download(s.params.data(), optimizerState));
       LOCKSTEP_TRY(s.checkpoints->submit(snapshotCheckpoint(step + 1, s.resume, s.params, *s.optimizer)));
       notePhase("checkpoint", copyStart, step + 1);
