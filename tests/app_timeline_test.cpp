@@ -203,7 +203,8 @@ class AppTimelineTest : public QObject {
 
     // For docs/: the window as a user sees it (under xvfb, with a real X server).
     if (const char* shot = std::getenv("LOCKSTEP_TIMELINE_PHASES_SCREENSHOT")) {
-      QTest::qWait(200);
+      QTest::qWait(1500);  // the job list (its ranks' progress) is listed again every second
+      app.window.refreshNow();
       QVERIFY(app.window.grab().save(QString::fromLocal8Bit(shot)));
     }
     app.window.control().stopJob("gui-phases");

@@ -181,12 +181,17 @@ TEST_F(OwnProgram, NamedPhasesAndTheOptimizerAreBoxesOfTheirOwnInTheTrace) {
     named[p.rank].emplace_back(p.name, p.step);
     EXPECT_GE(p.durationUs, p.name == "eval" ? 150'000 : 300'000) << p.name;
     EXPECT_LT(p.durationUs, 3'000'000) << p.name;
-    // A phase lies within the step it ran in: the next one's time, which counts it.
+    // A phase lies between the end of the step before it and the end of the next, whose time leaves
+    // it out: it is the phase's, not the step's (nor its data's).
     const auto next = stepOf.find({p.rank, p.step + 1});
     if (next == stepOf.end()) continue;
+    const StepReport& previous = stepOf.at({p.rank, p.step});
     const StepReport& s = next->second;
-    EXPECT_GE(p.startUs(), s.timeUnixUs - s.stepTimeUs - 2'000) << p.name << " after step " << p.step;
+    EXPECT_GE(p.startUs(), previous.timeUnixUs - 2'000) << p.name << " after step " << p.step;
     EXPECT_LE(p.timeUnixUs, s.timeUnixUs) << p.name << " after step " << p.step;
+    EXPECT_LT(s.stepTimeUs, s.timeUnixUs - previous.timeUnixUs - p.durationUs * 9 / 10)
+        << "step " << s.step << " leaves out the " << p.name << " that ran in it";
+    EXPECT_LT(*s.dataTimeUs, p.durationUs / 2) << "step " << s.step << "'s data time is not the " << p.name;
   }
   const std::vector<std::pair<std::string, std::uint64_t>> expected = {
       {"checkpoint", 10}, {"eval", 14}, {"checkpoint", 20}, {"eval", 29}, {"checkpoint", 30}};

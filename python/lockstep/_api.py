@@ -37,7 +37,7 @@ class _Measured:
     """What the hooks saw during the step now running."""
 
     __slots__ = ("forward_start", "exposed", "synced", "intervals", "compute_done", "evaluating", "excluded",
-                 "optimizer_start", "after_optimizer")
+                 "optimizer_start", "after_optimizer", "in_phases", "phases_before_forward")
 
     def __init__(self):
         self.forward_start = None  # host time of the step's first forward with autograd on
@@ -49,6 +49,8 @@ class _Measured:
         self.excluded = 0.0        # seconds of such forwards before the step's first: not data time
         self.optimizer_start = None  # host time DDP's reductions were done: the optimizer's turn (CPU)
         self.after_optimizer = 0.0   # seconds since then in evaluations and named phases: not the optimizer's
+        self.in_phases = 0.0         # seconds of the loop's own named phases (checkpoint, eval): not the step's
+        self.phases_before_forward = 0.0  # of them, before the step's first forward: not data time
 
 
 def _union_length(intervals):
@@ -93,7 +95,7 @@ class _Watcher:
         self.syncing = False      # whether the latest forward's backward all-reduces (not no_sync())
         self.in_collective = False  # the progress record says the rank waits in DDP's all-reduce (CPU)
         self.buckets = 0          # DDP's buckets, as the latest last one said (GPU)
-        self.thread = None        # the training loop's: where forwards with autograd run
+        self.thread = threading.get_ident()  # the training loop's: where watch() and forwards with autograd run
         self._queue = torch.autograd.Variable._execution_engine.queue_callback
         module.register_forward_pre_hook(self._before_forward)
         module.register_forward_hook(self._after_forward)
@@ -131,10 +133,11 @@ class _Watcher:
             return
         measured = self.current
         if measured.evaluating is not None:
-            if measured.forward_start is None:
-                measured.excluded += time.perf_counter() - measured.evaluating
-            elif measured.optimizer_start is not None and _phase_depth() == 0:  # a phase counts its own time
-                measured.after_optimizer += time.perf_counter() - measured.evaluating
+            if _phase_depth() == 0:  # inside a named phase, the phase counts its own time
+                if measured.forward_start is None:
+                    measured.excluded += time.perf_counter() - measured.evaluating
+                elif measured.optimizer_start is not None:
+                    measured.after_optimizer += time.perf_counter() - measured.evaluating
             measured.evaluating = None
             return
         if self.ddp and not self.gpu:
@@ -343,9 +346,10 @@ def step(samples, loss=None, tokens=None, epoch=None, lr=None, step=None):
         _send(r, fields, loss_value)
         return
     start, measured = w.close_step(end)
-    fields["step_time_us"] = _seconds_to_us(end - start)
+    # The loop's named phases (a checkpoint between steps) are boxes of their own, not the step's.
+    fields["step_time_us"] = _seconds_to_us(end - start - measured.in_phases)
     if measured.forward_start is not None:
-        data = max(0.0, measured.forward_start - start - measured.excluded)
+        data = max(0.0, measured.forward_start - start - measured.excluded - measured.phases_before_forward)
     else:
         data = 0.0
     fields["data_time_us"] = _seconds_to_us(data)
@@ -477,6 +481,21 @@ def _report_phase(name, duration):
            kind="phase")
 
 
+def _count_out_of_step(began, ended):
+    """An outermost named phase of the training loop ran from `began` to `ended`: its time in the
+    step now running is the phase's, not the step's (nor its data's, nor its optimizer's). One on
+    another thread (an async checkpoint) ran beside the step and leaves it alone."""
+    watcher = _watcher
+    if watcher is None or watcher.thread != threading.get_ident():
+        return
+    measured = watcher.current
+    measured.in_phases += max(0.0, ended - max(began, watcher.step_start))
+    if measured.forward_start is None:
+        measured.phases_before_forward += max(0.0, ended - max(began, watcher.step_start))
+    if measured.optimizer_start is not None:
+        measured.after_optimizer += max(0.0, ended - max(began, measured.optimizer_start))
+
+
 class phase:
     """Announces a phase the program names itself, for as long as a ``with`` block (or a function
     it decorates) runs::
@@ -514,13 +533,8 @@ class phase:
         w = _progress.writer()
         if w is not None and saved is not None:
             w.restore(saved)
-        # An outermost phase of the training loop between the optimizer and step() is not the
-        # optimizer's time (one on another thread, an async checkpoint, ran beside it).
-        watcher = _watcher
-        measured = watcher.current if watcher is not None else None
-        if (not stack and measured is not None and measured.optimizer_start is not None
-                and watcher.thread == threading.get_ident()):
-            measured.after_optimizer += time.perf_counter() - max(began, measured.optimizer_start)
+        if not stack:
+            _count_out_of_step(began, time.perf_counter())
         try:
             _report_phase(self.name, time.perf_counter() - began)
         except Exception as e:  # never raises into the program
