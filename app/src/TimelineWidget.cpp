@@ -287,7 +287,7 @@ void TimelineWidget::paintRow(QPainter& p, const Row& row, const QRectF& rect) {
   }
 }
 
-// The phases the program named, over the step's boxes they ran in, with their names where they fit.
+// The phases the program named, after (over) the steps' boxes, with their names where they fit.
 void TimelineWidget::paintPhases(QPainter& p, const Row& row, const QRectF& rect) {
   const QRectF area = lanesRect();
   const QFontMetrics metrics(font());

@@ -2,6 +2,7 @@
 
 #include "lockstep/reporter.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -22,6 +23,7 @@ struct lockstep_reporter {
   lockstep::progress::Writer progress;              // LOCKSTEP_PROGRESS, when the agent gave one
   std::uint64_t lastStep = 0;
   std::chrono::steady_clock::time_point last = std::chrono::steady_clock::now();
+  std::int64_t phasesUs = 0;  // reported phases since the last step: not the next step's time
 };
 
 namespace {
@@ -116,7 +118,8 @@ int lockstep_report(lockstep_reporter* reporter, const lockstep_step_info* step)
   r.bytesReduced = known<std::uint64_t>(step->bytes_reduced);
   r.stepTimeUs = step->step_time_us >= 0
                      ? step->step_time_us
-                     : std::chrono::duration_cast<std::chrono::microseconds>(now - reporter->last).count();
+                     : std::max<std::int64_t>(
+                           0, std::chrono::duration_cast<std::chrono::microseconds>(now - reporter->last).count() - reporter->phasesUs);
   r.timeUnixUs = step->time_unix_us > 0 ? step->time_unix_us : lockstep::unixMicrosNow();
   if (auto valid = lockstep::validateStepReport(r); !valid) {
     std::fprintf(stderr, "lockstep: step %llu not reported: %s\n", static_cast<unsigned long long>(r.step),
@@ -125,6 +128,7 @@ int lockstep_report(lockstep_reporter* reporter, const lockstep_step_info* step)
   }
   reporter->lastStep = r.step;
   reporter->last = now;
+  reporter->phasesUs = 0;
   reporter->progress.stepDone(static_cast<std::int64_t>(r.step));
   return reporter->sender->send(r) ? 0 : 1;
 }
@@ -144,6 +148,7 @@ int lockstep_report_phase(lockstep_reporter* reporter, const char* name, int64_t
     std::fprintf(stderr, "lockstep: phase not reported: %s\n", valid.error().message.c_str());
     return -1;
   }
+  reporter->phasesUs += p.durationUs;
   return reporter->sender->send(p) ? 0 : 1;
 }
 

@@ -242,6 +242,28 @@ class Reporting(unittest.TestCase):
             self.assertIn("phase not reported: phase report " + why, r.stderr)
         self.assertEqual([m.phase_report.name for m in self.receiver.messages(1)], ["ok"])
 
+    def test_a_phase_reported_through_the_c_library_is_not_the_next_steps_time(self):
+        r = run("""
+            import ctypes, time, lockstep._native as native, lockstep._report
+            rep = lockstep._report.reporter()
+            lib, handle = rep._lib, rep._handle
+            info = native._StepInfo()
+            lib.lockstep_step_init.argtypes = [ctypes.POINTER(native._StepInfo)]
+            lib.lockstep_step_init(ctypes.byref(info)); info.samples = 8
+            lib.lockstep_report(handle, ctypes.byref(info))          # step 1
+            began = time.perf_counter(); time.sleep(0.3)
+            lib.lockstep_report_phase(handle, b"checkpoint", -1, int((time.perf_counter() - began) * 1e6))
+            time.sleep(0.05)
+            lib.lockstep_step_init(ctypes.byref(info)); info.samples = 8
+            lib.lockstep_report(handle, ctypes.byref(info))          # step 2: 0.05 s, not 0.35 s
+        """, dict(self.receiver.env(), LOCKSTEP_PYTHON_TRANSPORT="native"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got = self.receiver.messages(3)
+        self.assertEqual([m.WhichOneof("payload") for m in got], ["step_report", "phase_report", "step_report"])
+        second = got[2].step_report
+        self.assertGreaterEqual(second.step_time_us, 50000)
+        self.assertLess(second.step_time_us, 250000, "the 0.3 s checkpoint is the phase's, not the step's")
+
     def test_a_phase_and_an_evaluation_on_another_thread_leave_the_loops_split_alone(self):
         # An async checkpoint beside the training loop ran beside it: the loop's own time, here
         # 0.1 s after the optimizer's step, stays the optimizer's (what else the loop did is not known).

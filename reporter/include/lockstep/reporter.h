@@ -45,7 +45,8 @@ typedef struct lockstep_step_info {
   int64_t exposed_comm_time_us;/* waiting for all-reduce after the compute was done */
   int64_t allreduce_time_us;   /* all-reduce in total, hidden behind compute or not */
   int64_t bytes_reduced;       /* gradient bytes all-reduced in this step */
-  int64_t step_time_us;        /* LOCKSTEP_UNKNOWN: the time since the previous report (or open) */
+  int64_t step_time_us;        /* LOCKSTEP_UNKNOWN: the time since the previous report (or open),
+                                  less the phases reported since (lockstep_report_phase) */
   int64_t time_unix_us;        /* when the step ended, microseconds since 1970; LOCKSTEP_UNKNOWN: now */
 } lockstep_step_info;
 
@@ -68,7 +69,8 @@ int lockstep_report(lockstep_reporter* reporter, const lockstep_step_info* step)
 
 /* A phase the program named has ended: `name` ("checkpoint", "eval"; 1 to 64 bytes of UTF-8) ran
  * for `duration_us` up to `end_unix_us` (LOCKSTEP_UNKNOWN: now). Lockstep's timeline draws it as
- * a box of its own, over the step it ran in. Meant for long phases: the agent takes 20 a second per
+ * a box of its own, at the time it ran; it is not the next step's time (a step_time_us left
+ * LOCKSTEP_UNKNOWN leaves it out). Meant for long phases: the agent takes 20 a second per
  * rank (in bursts of up to 60). Returns as lockstep_report. */
 int lockstep_report_phase(lockstep_reporter* reporter, const char* name, int64_t end_unix_us, int64_t duration_us);
 

@@ -6,8 +6,9 @@
 // data, compute and exposed communication took (they add up to the step), and, where measured,
 // the optimizer's part of compute. Its boxes lie end to end in the order data, compute (forward
 // and backward), exposed communication, optimizer, ending at the report's time. A phase report
-// (lockstep.phase("checkpoint")) is a box of its own at the time it ran, drawn over the step's
-// boxes: its time is inside the step it ran in. Each node's clock offset to this client
+// (lockstep.phase("checkpoint")) is a box of its own at the time it ran, drawn after the steps'
+// boxes: its time is not a step's (a checkpoint between steps lies in a gap of its lane; an eval
+// before step() reports lies over that step's boxes). Each node's clock offset to this client
 // (common/clock.h) puts its ranks' times on this client's clock.
 
 #include <cstdint>
