@@ -89,18 +89,14 @@ void Agent::Impl::takeNote(const JobEvent& pushed) {
 void Agent::Impl::takePhase(PhaseReport pushed) {
   if (phaseBudgets_.size() > 65536) phaseBudgets_.clear();  // bounded; each rank then starts afresh
   const auto now = Clock::now();
-  auto [it, fresh] = phaseBudgets_.try_emplace({pushed.jobId, pushed.rank});
-  PhaseBudget& budget = it->second;
-  if (fresh) {
-    budget.tokens = kPhaseBurst;
-    budget.filled = now;
-  }
+  PhaseBudget& budget = phaseBudgets_.try_emplace({pushed.jobId, pushed.rank}, PhaseBudget{kPhaseBurst, now, false}).first->second;
   budget.tokens = std::min(kPhaseBurst, budget.tokens + std::chrono::duration<double>(now - budget.filled).count() * kPhasesPerRankSecond);
   budget.filled = now;
   if (budget.tokens < 1) {
     if (!budget.said) {
       log_.info("job " + pushed.jobId + " rank " + std::to_string(pushed.rank) +
-                " closes more than 20 phases a second; the rest are dropped");
+                " closes more than " + std::to_string(static_cast<int>(kPhasesPerRankSecond)) +
+                " phases a second; the rest are dropped");
     }
     budget.said = true;
     return;

@@ -107,7 +107,7 @@ void TimelineWidget::showRank(std::uint32_t rank) {
     scroll_->setValue(std::max(0, static_cast<int>(i) - visibleRows() / 2));  // refreshes when it moves
     break;
   }
-  refresh();
+  update();  // the mark
 }
 
 QStringList TimelineWidget::rowLabels() const {

@@ -37,7 +37,7 @@ class _Measured:
     """What the hooks saw during the step now running."""
 
     __slots__ = ("forward_start", "exposed", "synced", "intervals", "compute_done", "evaluating", "excluded",
-                 "optimizer_start", "after_optimizer", "in_phases", "phases_before_forward")
+                 "optimizer_start", "after_optimizer", "in_phases")
 
     def __init__(self):
         self.forward_start = None  # host time of the step's first forward with autograd on
@@ -46,11 +46,10 @@ class _Measured:
         self.intervals = []        # (ready, done) CUDA events per bucket (GPU)
         self.compute_done = None   # host time the running backward's compute ended (CPU)
         self.evaluating = None     # host time a forward without autograd began
-        self.excluded = 0.0        # seconds of such forwards before the step's first: not data time
+        self.excluded = 0.0        # seconds of such forwards and named phases before the step's first: not data time
         self.optimizer_start = None  # host time DDP's reductions were done: the optimizer's turn (CPU)
         self.after_optimizer = 0.0   # seconds since then in evaluations and named phases: not the optimizer's
         self.in_phases = 0.0         # seconds of the loop's own named phases (checkpoint, eval): not the step's
-        self.phases_before_forward = 0.0  # of them, before the step's first forward: not data time
 
 
 def _union_length(intervals):
@@ -109,7 +108,7 @@ class _Watcher:
     def _elsewhere(self):
         """Whether this hook runs on another thread than the training loop's (an evaluation or a
         checkpoint's forward beside it): the loop's step is not its to time."""
-        return self.thread is not None and threading.get_ident() != self.thread
+        return threading.get_ident() != self.thread
 
     def _before_forward(self, module, inputs):
         if self._elsewhere():
@@ -349,7 +348,7 @@ def step(samples, loss=None, tokens=None, epoch=None, lr=None, step=None):
     # The loop's named phases (a checkpoint between steps) are boxes of their own, not the step's.
     fields["step_time_us"] = _seconds_to_us(end - start - measured.in_phases)
     if measured.forward_start is not None:
-        data = max(0.0, measured.forward_start - start - measured.excluded - measured.phases_before_forward)
+        data = max(0.0, measured.forward_start - start - measured.excluded)
     else:
         data = 0.0
     fields["data_time_us"] = _seconds_to_us(data)
@@ -489,9 +488,10 @@ def _count_out_of_step(began, ended):
     if watcher is None or watcher.thread != threading.get_ident():
         return
     measured = watcher.current
-    measured.in_phases += max(0.0, ended - max(began, watcher.step_start))
+    in_step = max(0.0, ended - max(began, watcher.step_start))
+    measured.in_phases += in_step
     if measured.forward_start is None:
-        measured.phases_before_forward += max(0.0, ended - max(began, watcher.step_start))
+        measured.excluded += in_step
     if measured.optimizer_start is not None:
         measured.after_optimizer += max(0.0, ended - max(began, measured.optimizer_start))
 
@@ -533,10 +533,11 @@ class phase:
         w = _progress.writer()
         if w is not None and saved is not None:
             w.restore(saved)
+        ended = time.perf_counter()
         if not stack:
-            _count_out_of_step(began, time.perf_counter())
+            _count_out_of_step(began, ended)
         try:
-            _report_phase(self.name, time.perf_counter() - began)
+            _report_phase(self.name, ended - began)
         except Exception as e:  # never raises into the program
             _report._warn("phase not reported: %s" % e)
         return False

@@ -145,6 +145,13 @@ class TraceWriter {
   std::size_t events_ = 0;
 };
 
+// The measured clocks, as otherData.clock_offsets (TraceSummary::clocksJson).
+Json clocksOf(const TraceSummary& summary) {
+  Json out = Json::object();
+  for (const auto& [node, c] : summary.clocks) out[node] = {{"offset_us", c.offsetUs}, {"uncertainty_us", c.uncertaintyUs}};
+  return out;
+}
+
 // Each phase's track (a thread of the rank's process, from kPhaseThread on): nested phases share one,
 // as Perfetto stacks them; one that overlaps another without nesting (another thread's) takes the next.
 // As (phase, track), by start, an outer phase before the ones it holds: the order to write them in.
@@ -192,12 +199,11 @@ std::map<std::pair<std::string, std::uint32_t>, std::uint32_t> writeRanks(TraceW
       }
       if (step.stepUs > 0) out.counter(pid, "samples/s", step.endUs - offset, step.samples * 1e6 / static_cast<double>(step.stepUs));
     }
-    const auto tracks = phaseTracks(lane->phases);
-    int named = kPhaseThread - 1;  // the tracks named so far
-    for (const auto& [i, tid] : tracks) {
-      for (; named < tid; ++named) {
-        const int next = named + 1;
-        out.metadata(pid, "thread_name", {{"name", next == kPhaseThread ? "phases" : "phases " + std::to_string(next - kPhaseThread + 1)}}, next);
+    int named = kPhaseThread - 1;  // the last track named; tracks first come in order
+    for (const auto& [i, tid] : phaseTracks(lane->phases)) {
+      if (tid > named) {
+        named = tid;
+        out.metadata(pid, "thread_name", {{"name", tid == kPhaseThread ? "phases" : "phases " + std::to_string(tid - kPhaseThread + 1)}}, tid);
       }
       const auto& phase = lane->phases[i];
       const kpi::Box box = kpi::boxOf(phase, offset);
@@ -246,11 +252,7 @@ void writeGpus(TraceWriter& out, const kpi::Timeline& timeline, const std::vecto
 
 }  // namespace
 
-std::string TraceSummary::clocksJson() const {
-  Json out = Json::object();
-  for (const auto& [node, c] : clocks) out[node] = {{"offset_us", c.offsetUs}, {"uncertainty_us", c.uncertaintyUs}};
-  return text(out);
-}
+std::string TraceSummary::clocksJson() const { return text(clocksOf(*this)); }
 
 Result<kpi::Timeline> loadTimeline(const history::History& history, const history::JobRecord& job, const TimeRange& range) {
   kpi::Timeline timeline;
@@ -278,7 +280,7 @@ Result<TraceSummary> writeTrace(const history::History& history, const std::stri
       summary.unmeasured.push_back(part.node);
     }
   }
-  const Json clocks = Json::parse(summary.clocksJson());
+  const Json clocks = clocksOf(summary);
   std::int64_t base = timeline.span().first;  // or a GPU sample or event before the first step
   for (const auto& [node, s] : gpus) base = std::min(base, s.timeUnixUs - timeline.offsetOf(node));
   for (const auto& [node, e] : events) base = std::min(base, e.timeUnixUs - timeline.offsetOf(node));

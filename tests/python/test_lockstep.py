@@ -32,6 +32,27 @@ def run(program, env=None, timeout=60):
                           timeout=timeout)
 
 
+# The start of the programs that time a DDP step: a one-rank Gloo process group (on a free port),
+# and a layer whose evaluations (forwards without autograd) take 0.2 s.
+DDP_PRELUDE = """
+import threading, time, torch, torch.distributed as dist, lockstep
+from torch.nn.parallel import DistributedDataParallel
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
+
+
+class Slow(torch.nn.Linear):
+    def forward(self, x):
+        if not torch.is_grad_enabled():
+            time.sleep(0.2)
+        return super().forward(x)
+"""
+
+
+def ddp_program(body):
+    """DDP_PRELUDE, then `body` (as indented in the test)."""
+    return DDP_PRELUDE % _free_port() + textwrap.dedent(body)
+
+
 class Receiver:
     def __init__(self):
         self.dir = tempfile.TemporaryDirectory()
@@ -127,10 +148,7 @@ class Reporting(unittest.TestCase):
         self.assertLess(abs(first.time_unix_us - time.time_ns() // 1000), 60 * 10**6)
 
     def test_watch_times_a_ddp_step_with_gloo(self):
-        r = run("""
-            import torch, torch.distributed as dist, lockstep
-            from torch.nn.parallel import DistributedDataParallel
-            dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
+        r = run(ddp_program("""
             model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 3)))
             lockstep.watch(model)
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -140,7 +158,7 @@ class Reporting(unittest.TestCase):
                 opt.zero_grad(); loss.backward(); opt.step()
                 lockstep.step(samples=32, loss=loss)
             dist.destroy_process_group()
-        """ % _free_port(), self.receiver.env())
+        """), self.receiver.env())
         self.assertEqual(r.returncode, 0, r.stderr)
         reports = [m.step_report for m in self.receiver.messages(5)]
         self.assertEqual(len(reports), 5)
@@ -154,18 +172,8 @@ class Reporting(unittest.TestCase):
             self.assertGreater(s.compute_time_us, 0)
 
     def test_no_sync_steps_reduce_nothing_and_an_evaluation_is_not_a_step(self):
-        r = run("""
-            import torch, torch.distributed as dist, lockstep
-            from torch.nn.parallel import DistributedDataParallel
-            dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
-            import time
-
-            class Slow(torch.nn.Linear):      # its evaluations take 0.2 s
-                def forward(self, x):
-                    if not torch.is_grad_enabled():
-                        time.sleep(0.2)
-                    return super().forward(x)
-
+        r = run(ddp_program("""
+            # Slow: its evaluations take 0.2 s (DDP_PRELUDE)
             model = DistributedDataParallel(Slow(8, 2))
             lockstep.watch(model)
             x = torch.randn(4, 8)
@@ -177,7 +185,7 @@ class Reporting(unittest.TestCase):
             model(x).sum().backward()         # nor time spent waiting for data
             lockstep.step(samples=4)
             dist.destroy_process_group()
-        """ % _free_port(), self.receiver.env())
+        """), self.receiver.env())
         self.assertEqual(r.returncode, 0, r.stderr)
         first, second = [m.step_report for m in self.receiver.messages(2)]
         self.assertEqual(first.bytes_reduced, 0)
@@ -267,10 +275,7 @@ class Reporting(unittest.TestCase):
     def test_a_phase_and_an_evaluation_on_another_thread_leave_the_loops_split_alone(self):
         # An async checkpoint beside the training loop ran beside it: the loop's own time, here
         # 0.1 s after the optimizer's step, stays the optimizer's (what else the loop did is not known).
-        r = run("""
-            import threading, time, torch, torch.distributed as dist, lockstep
-            from torch.nn.parallel import DistributedDataParallel
-            dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
+        r = run(ddp_program("""
             model = DistributedDataParallel(torch.nn.Linear(16, 4))
             lockstep.watch(model)
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -291,7 +296,7 @@ class Reporting(unittest.TestCase):
                     t.join()
                 lockstep.step(samples=8)
             dist.destroy_process_group()
-        """ % _free_port(), self.receiver.env())
+        """), self.receiver.env())
         self.assertEqual(r.returncode, 0, r.stderr)
         got = self.receiver.messages(3)
         phases = [m.phase_report.name for m in got if m.WhichOneof("payload") == "phase_report"]
@@ -313,17 +318,8 @@ class Reporting(unittest.TestCase):
         self.assertEqual(r.stderr.count("ends more than 20 times a second"), 1, r.stderr)
 
     def test_the_optimizer_is_timed_and_an_evaluation_before_step_is_not_the_optimizers(self):
-        r = run("""
-            import time, torch, torch.distributed as dist, lockstep
-            from torch.nn.parallel import DistributedDataParallel
-            dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
-
-            class Slow(torch.nn.Linear):      # its evaluations take 0.2 s
-                def forward(self, x):
-                    if not torch.is_grad_enabled():
-                        time.sleep(0.2)
-                    return super().forward(x)
-
+        r = run(ddp_program("""
+            # Slow: its evaluations take 0.2 s (DDP_PRELUDE)
             model = DistributedDataParallel(Slow(64, 64))
             lockstep.watch(model)
             opt = torch.optim.Adam(model.parameters(), lr=0.01)
@@ -339,7 +335,7 @@ class Reporting(unittest.TestCase):
                         time.sleep(0.2)
                 lockstep.step(samples=32, loss=loss)
             dist.destroy_process_group()
-        """ % _free_port(), self.receiver.env())
+        """), self.receiver.env())
         self.assertEqual(r.returncode, 0, r.stderr)
         reports = [m.step_report for m in self.receiver.messages(5) if m.WhichOneof("payload") == "step_report"]
         self.assertEqual(len(reports), 4)
@@ -562,22 +558,19 @@ print("PID", os.getpid())
     def test_a_watched_ddp_step_says_where_it_is(self):
         receiver = Receiver()
         self.addCleanup(receiver.close)
-        r = run(SNAPSHOT + """
-import torch, torch.distributed as dist, lockstep
-from torch.nn.parallel import DistributedDataParallel
-dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
+        r = run(SNAPSHOT + ddp_program("""
 model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)))
 lockstep.watch(model)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 x = torch.randn(4, 8)
 for i in range(3):
     loss = model(x).square().mean()
-    snapshot("forward%%d" %% i)
+    snapshot("forward%d" % i)
     opt.zero_grad(); loss.backward()
-    snapshot("backward%%d" %% i)
+    snapshot("backward%d" % i)
     opt.step()
     lockstep.step(samples=4, loss=loss)
-    snapshot("step%%d" %% i)
+    snapshot("step%d" % i)
 with model.no_sync():                     # accumulates: no all-reduce
     model(x).sum().backward()
 snapshot("no_sync")
@@ -587,7 +580,7 @@ snapshot("eval")
 with lockstep.phase("eval"):
     snapshot("announced")
 dist.destroy_process_group()
-""" % _free_port(), self.env(**receiver.env()))
+"""), self.env(**receiver.env()))
         self.assertEqual(r.returncode, 0, r.stderr)
         got = snapshots(r.stdout)
         for i in range(3):
