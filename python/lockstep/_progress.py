@@ -5,7 +5,7 @@ The agent gives each rank LOCKSTEP_PROGRESS, a 128-byte file this process maps o
 with no system call (the clock is the vDSO's), and LOCKSTEP_STACKS, a file faulthandler appends
 every thread's Python stack to when the agent sends the signal named in the record: the agent
 reads both without the rank's help, also while it is stuck. The layout and its semantics are
-lockstep::progress's (common/include/lockstep/common/progress.h), byte for byte:
+lockstep::progress's (common/base/include/lockstep/common/progress.h), byte for byte:
 
     0 u32 magic "LSPR"            56 u32 bucket (1-based; 0: none)
     4 u32 version (1)             60 u32 buckets

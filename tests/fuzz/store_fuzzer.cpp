@@ -1,4 +1,4 @@
-// libFuzzer target for the rendezvous store's frames (common/src/store_server.cpp), over a real
+// libFuzzer target for the rendezvous store's frames (common/rendezvous/src/store_server.cpp), over a real
 // loopback socket to a real StoreServer in this process.
 //
 // The first input byte picks what the bytes from the third on meet: bit 0, an open store (no

@@ -437,7 +437,7 @@ class PackageLayout(unittest.TestCase):
             self.assertEqual(r.returncode, 0, module + ": " + r.stderr)
 
 
-# ---- Issue 32: the progress record (common/include/lockstep/common/progress.h's layout) ----
+# ---- Issue 32: the progress record (common/base/include/lockstep/common/progress.h's layout) ----
 
 ANNOUNCED, IN_COLLECTIVE, REPORTS_STEPS = 1, 2, 4
 STACK_SIGNAL = signal.SIGRTMIN + 5

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "lockstep/common/result.h"
+#include "lockstep/common/store_secret.h"
 
 namespace lockstep {
 
@@ -36,11 +37,6 @@ inline constexpr std::uint32_t kStoreMaxFrameBytes = 16u << 20;
 
 // A new job secret: 32 random bytes as 64 hex characters (what LOCKSTEP_STORE_SECRET holds).
 std::string newStoreSecret();
-// Whether `secret` is empty or 64 lower-case hex characters (inline: the protocol checks it too).
-inline bool isValidStoreSecret(std::string_view secret) {
-  return secret.empty() ||
-         (secret.size() == 64 && secret.find_first_not_of("0123456789abcdef") == std::string_view::npos);
-}
 
 // What a rank's main thread is doing, as its heartbeats say.
 enum class RankPhase : std::uint8_t { kStartup = 0, kCompute = 1, kCommunicate = 2, kCheckpoint = 3 };
