@@ -26,6 +26,7 @@ namespace {
 
 using test::TempDir;
 using lockstep::writeFileAtomic;
+using namespace lockstep::jobflags;
 
 // ---- sampling ----
 

@@ -430,7 +430,7 @@ Result<JobSpec> LauncherDialog::programJob() const {
   for (const QString& word : QProcess::splitCommand(arguments_->text())) c.argv.push_back(word.toStdString());
   c.workingDir = workingDir_->text().trimmed().toStdString();
   for (const QString& item : QProcess::splitCommand(environment_->text())) {
-    LOCKSTEP_ASSIGN_OR_RETURN(auto assignment, trainer::parseEnvAssignment(item.toStdString()));
+    LOCKSTEP_ASSIGN_OR_RETURN(auto assignment, jobflags::parseEnvAssignment(item.toStdString()));
     c.env.push_back(std::move(assignment));
   }
   s.command = std::move(c);

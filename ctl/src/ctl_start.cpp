@@ -255,7 +255,7 @@ int cmdStart(const Globals& g, const std::vector<std::string>& allArgs) {
       jobFlags.push_back("--workdir");
       jobFlags.push_back(fs::current_path(ec).string());
     }
-    auto parsed = trainer::parseCommandJobArgs(jobFlags, *command);
+    auto parsed = jobflags::parseCommandJobArgs(jobFlags, *command);
     if (!parsed) return fail(parsed.error());
     spec = *parsed;
   } else if (!specFile.empty()) {
@@ -275,10 +275,10 @@ int cmdStart(const Globals& g, const std::vector<std::string>& allArgs) {
       }
     }
   } else {
-    auto parsed = trainer::parseJobArgs(jobFlags);
+    auto parsed = jobflags::parseJobArgs(jobFlags);
     if (!parsed) return fail(parsed.error());
     if (parsed->help) {
-      std::fputs(trainer::trainerUsage().c_str(), stdout);
+      std::fputs(jobflags::trainerUsage().c_str(), stdout);
       return kOk;
     }
     spec = parsed->spec;

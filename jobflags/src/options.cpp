@@ -5,13 +5,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 
+#include "lockstep/common/files.h"
+#include "lockstep/protocol/codec.h"
 #include "lockstep/protocol/names.h"
+#include "lockstep/protocol/records.h"
+#include "lockstep/protocol/spec_fields.h"
 #include "lockstep/protocol/validate.h"
 
-namespace lockstep::trainer {
+namespace lockstep::jobflags {
 namespace {
 
 Error usage(std::string message) { return invalidArgument(message + " (see lockstep-trainer --help)"); }
@@ -50,74 +55,157 @@ std::vector<std::string> split(const std::string& text, char sep) {
   }
 }
 
-Result<std::vector<std::uint32_t>> parseLayers(const std::string& text) {
-  std::vector<std::uint32_t> layers;
-  for (const auto& part : split(text, ',')) {
-    LOCKSTEP_ASSIGN_OR_RETURN(auto v, parseUnsigned<std::uint32_t>("--layers", part, 1u << 30));
-    layers.push_back(v);
-  }
-  return layers;
-}
-
-// A flag's parser: stores the value's meaning in one field, or says what is wrong with it.
-using Handler = std::function<Result<void>(const std::string& flag, const std::string& value)>;
-
-Handler asText(std::string& field) {
-  return [&field](const std::string&, const std::string& v) -> Result<void> {
-    field = v;
-    return {};
-  };
-}
-
-Handler asOptionalText(std::optional<std::string>& field) {
-  return [&field](const std::string&, const std::string& v) -> Result<void> {
-    field = v;
-    return {};
-  };
-}
-
 template <class T>
-Handler asWhole(T& field, T max) {
-  return [&field, max](const std::string& flag, const std::string& v) -> Result<void> {
-    LOCKSTEP_ASSIGN_OR_RETURN(field, parseUnsigned<T>(flag, v, max));
-    return {};
-  };
+struct IsVector : std::false_type {};
+template <class T>
+struct IsVector<std::vector<T>> : std::true_type {};
+
+// The largest value a whole-number field's flag takes: its row's bound, else its type's.
+template <class T>
+T maxOf(double hi) {
+  return hi > 0 ? static_cast<T>(hi) : std::numeric_limits<T>::max();
 }
 
-Handler asReal(double& field) {
-  return [&field](const std::string& flag, const std::string& v) -> Result<void> {
-    LOCKSTEP_ASSIGN_OR_RETURN(field, parseReal(flag, v));
-    return {};
-  };
-}
-
-// "auto" is 0: the trainer measures and chooses (--bucket-mb).
-Handler asRealOrAuto(double& field) {
-  return [&field](const std::string& flag, const std::string& v) -> Result<void> {
-    if (v == "auto") {
-      field = 0;
+// A row's flag's value into its field, or what is wrong with it.
+template <class T>
+Result<void> parseInto(const spec::Field<T>& f, const std::string& flag, const std::string& text, JobSpec& s) {
+  T& out = f.of(s);
+  if constexpr (std::is_same_v<T, std::string>) {
+    out = text;
+  } else if constexpr (records::IsOptional<T>::value) {
+    LOCKSTEP_ASSIGN_OR_RETURN(out, parseReal(flag, text));
+  } else if constexpr (std::is_same_v<T, double>) {
+    if (!f.style.zeroWord.empty() && text == f.style.zeroWord) {
+      out = 0;
       return {};
     }
-    LOCKSTEP_ASSIGN_OR_RETURN(field, parseReal(flag, v));
-    return {};
-  };
+    LOCKSTEP_ASSIGN_OR_RETURN(out, parseReal(flag, text));
+  } else if constexpr (std::is_enum_v<T>) {
+    const auto value = named<T>(text);
+    if (!value) return usage(flag + ": '" + text + "' is not one of " + namesText<T>());
+    out = *value;
+  } else if constexpr (IsVector<T>::value) {
+    out.clear();
+    for (const auto& part : split(text, ',')) {
+      LOCKSTEP_ASSIGN_OR_RETURN(auto v, parseUnsigned<std::uint32_t>(flag, part, maxOf<std::uint32_t>(f.hi)));
+      out.push_back(v);
+    }
+  } else {
+    static_assert(std::is_integral_v<T> && !std::is_same_v<T, bool>, "a job flag of a type jobflags cannot parse");
+    LOCKSTEP_ASSIGN_OR_RETURN(out, parseUnsigned<T>(flag, text, maxOf<T>(f.hi)));
+  }
+  return {};
 }
 
-Handler asOptionalReal(std::optional<double>& field) {
-  return [&field](const std::string& flag, const std::string& v) -> Result<void> {
-    LOCKSTEP_ASSIGN_OR_RETURN(field, parseReal(flag, v));
-    return {};
-  };
+std::string realText(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", v);
+  return text;
 }
 
-template <class Enum>
-Handler asChoice(Enum& field) {
-  return [&field](const std::string& flag, const std::string& v) -> Result<void> {
-    const auto value = named<Enum>(v);
-    if (!value) return usage(flag + ": '" + v + "' is not one of " + namesText<Enum>());
-    field = *value;
+// A row's value as its flag's text (a switch has none).
+template <class T>
+std::string textOf(const T& v) {
+  if constexpr (std::is_same_v<T, std::string>) {
+    return v;
+  } else if constexpr (records::IsOptional<T>::value) {
+    return realText(*v);
+  } else if constexpr (std::is_same_v<T, double>) {
+    return realText(v);
+  } else if constexpr (std::is_enum_v<T>) {
+    return std::string(nameOf(v));
+  } else if constexpr (IsVector<T>::value) {
+    std::string out;
+    for (auto each : v) out += (out.empty() ? "" : ",") + std::to_string(each);
+    return out;
+  } else if constexpr (std::is_same_v<T, bool>) {
     return {};
-  };
+  } else {
+    return std::to_string(v);
+  }
+}
+
+// A flag's parser: stores the value's meaning, or says what is wrong with it.
+using Handler = std::function<Result<void>(const std::string& flag, const std::string& value)>;
+using Switch = std::function<void()>;
+
+// The flags of the rows a kind of job takes, into `s`.
+void addRowFlags(spec::Jobs job, JobSpec& s, std::map<std::string, Handler>& valued, std::map<std::string, Switch>& switches) {
+  spec::forEachField([&](const auto& f) {
+    using T = typename std::decay_t<decltype(f)>::Type;
+    if (f.flag.name.empty() || !spec::takes(f.flag.jobs, job)) return;
+    if constexpr (std::is_same_v<T, bool>) {
+      switches[std::string(f.flag.name)] = [&f, &s] { f.of(s) = !f.style.invert; };
+    } else {
+      valued[std::string(f.flag.name)] = [&f, &s](const std::string& flag, const std::string& v) { return parseInto(f, flag, v, s); };
+    }
+  });
+}
+
+// A flag the trainer takes that is not a field of the spec: its usage line, and why a job through
+// agents refuses it (empty: a job takes it too).
+struct ProcessFlag {
+  std::string_view name, metavar, help, group, notAJobs;
+};
+
+constexpr ProcessFlag kProcessFlags[] = {
+    {"--spec", "FILE|JSON",
+     "the whole job as protobuf's JSON of lockstep.v1.JobSpec, in a file or as\nthe text itself (what an agent "
+     "hands each rank); the job's other flags\nthen stay out",
+     spec::kJob, ""},
+    {"--nproc", "N", "launch N ranks on this machine", spec::kJob,
+     "the agents start a job's ranks: give --ranks or --ranks-per-agent"},
+    {"--dataset", "SPEC",
+     "synthetic:n=65536,dim=784,classes=10,seed=1 (default synthetic, dim and\nclasses from --layers) or "
+     "npy:FEATURES.npy,LABELS.npy (float32 [N,D],\ninteger labels [N])",
+     spec::kJob, ""},
+    {"--balance", "even|dynamic",
+     "how the global batch is split among ranks (default even); dynamic\nre-splits it from the ranks' measured "
+     "compute rates, so that slower\nranks get fewer samples and all finish together (CPU backend)",
+     spec::kComm, ""},
+    {"--resume", "", "continue from the newest checkpoint in --checkpoint-dir", spec::kCkpt,
+     "a job resumes only in its own restarts (--max-restarts); a new job refuses a directory that holds another "
+     "run's checkpoints: give it an empty --checkpoint-dir"},
+    {"--save-weights", "F", "write the final weights there (safetensors)", spec::kCkpt,
+     "a job's weights are its checkpoints: give --checkpoint-dir and --checkpoint-every"},
+    {"--metrics-out", "F", "one JSON line per step and rank (default: stdout)", spec::kOut,
+     "the agent writes a job's metrics to its job directory; `lockstepctl history` and `report` read them"},
+    {"--threads", "N",
+     "BLAS threads per rank (default: cores / local ranks); each local rank\nruns on its own share of the CPUs the "
+     "process may use, where N fits",
+     spec::kOut, "the agent gives each rank the node's cores divided by its local ranks"},
+    {"--no-pin-cpus", "", "let local ranks' threads run on any of those CPUs", spec::kOut,
+     "each of a job's local ranks computes on its own share of the node's CPUs"},
+    {"--log-every", "N", "progress line every N steps (default: about 20 per run)", spec::kOut,
+     "a job's rank logs keep the trainer's own interval (`lockstepctl logs JOB`)"},
+    {"--quiet", "", "no progress lines", spec::kOut,
+     "a job's rank logs keep the trainer's progress lines (`lockstepctl logs JOB`)"},
+    {"--help, --version", "", "", spec::kOut, ""},
+};
+
+// "  --lr X                      learning rate": the flag in 28 columns, then its help, continued
+// lines under it.
+std::string usageLine(std::string_view name, std::string_view metavar, std::string_view help) {
+  std::string head = "  " + std::string(name) + (metavar.empty() ? "" : " " + std::string(metavar));
+  std::string out = head;
+  constexpr std::size_t kColumn = 30;
+  if (help.empty()) return out + "\n";
+  out += head.size() + 1 < kColumn ? std::string(kColumn - head.size(), ' ') : "\n" + std::string(kColumn, ' ');
+  for (char c : help) out += c == '\n' ? "\n" + std::string(kColumn, ' ') : std::string(1, c);
+  return out + "\n";
+}
+
+std::string usageGroup(std::string_view group) {
+  std::string out = "\n" + std::string(group) + ":\n";
+  spec::forEachField([&](const auto& f) {
+    if (f.flag.group == group && spec::takes(f.flag.jobs, spec::Jobs::kTrainer)) {
+      out += usageLine(f.flag.name, f.flag.metavar, f.flag.help);
+    }
+  });
+  for (const auto& p : kProcessFlags) {
+    if (p.group == group) out += usageLine(p.name, p.metavar, p.help);
+  }
+  return out;
 }
 
 }  // namespace
@@ -176,71 +264,13 @@ std::vector<std::string> withoutNproc(const std::vector<std::string>& args) {
   return out;
 }
 
-Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
-  TrainerOptions o;
-  JobSpec& s = o.spec;
-  std::string datasetText = "synthetic";
-  std::string backendText = "cpu";
-  std::string precisionText;  // default: bf16 on GPUs, fp32 on CPUs
-  std::string balanceText = "even";
-  std::uint32_t rebalanceEvery = 0;
-  std::optional<std::string> layersText;
-  if (const char* id = std::getenv("LOCKSTEP_JOB_ID"); id != nullptr && *id != '\0') s.jobId = id;
-  else s.jobId = "local";
+namespace {
 
-  // Flags that take a value: each parses its text into one field.
-  const std::map<std::string, Handler> valued = {
-      {"--backend", asText(backendText)},
-      {"--nproc", asWhole(o.nproc, 1024u)},
-      {"--layers", asOptionalText(layersText)},
-      {"--activation", asChoice(s.activation)},
-      {"--precision", asText(precisionText)},
-      {"--dataset", asText(datasetText)},
-      {"--batch-per-rank", asWhole(s.batchPerRank, 1u << 20)},
-      {"--accum-steps", asWhole(s.accumSteps, 4096u)},
-      {"--steps", asWhole(s.steps, std::uint64_t{1'000'000'000'000})},
-      {"--epochs", asWhole(s.epochs, 1'000'000u)},
-      {"--optimizer", asChoice(s.optimizer.kind)},
-      {"--lr", asReal(s.optimizer.lr)},
-      {"--momentum", asReal(s.optimizer.momentum)},
-      {"--weight-decay", asReal(s.optimizer.weightDecay)},
-      {"--beta1", asReal(s.optimizer.beta1)},
-      {"--beta2", asReal(s.optimizer.beta2)},
-      {"--eps", asReal(s.optimizer.eps)},
-      {"--lr-scaling", asChoice(s.optimizer.lrScaling)},
-      {"--lr-base-batch", asWhole(s.optimizer.lrBaseBatch, 1u << 30)},
-      {"--seed", asWhole(s.seed, ~std::uint64_t{0})},
-      {"--target-loss", asOptionalReal(s.targetLoss)},
-      {"--bucket-mb", asRealOrAuto(s.bucketMb)},
-      {"--timeout-s", asWhole(s.timeoutS, 86400u)},
-      {"--checkpoint-dir", asText(s.checkpointDir)},
-      {"--checkpoint-every", asWhole(s.checkpointEvery, 1u << 30)},
-      {"--balance", asText(balanceText)},
-      {"--rebalance-every", asWhole(rebalanceEvery, 1000000u)},
-      {"--max-restarts", asWhole(s.maxRestarts, 100u)},
-      {"--min-ranks", asWhole(s.minWorldSize, 4096u)},
-      {"--on-stall", asChoice(s.onStall)},
-      {"--stall-after-s", asWhole(s.stallAfterS, 86400u)},
-      {"--keep-checkpoints", asWhole(s.keepCheckpoints, 1u << 20)},
-      {"--init-weights", asText(s.initWeightsPath)},
-      {"--save-weights", asText(o.saveWeightsPath)},
-      {"--metrics-out", asText(o.metricsOut)},
-      {"--job-id", asText(s.jobId)},
-      {"--name", asText(s.name)},
-      {"--threads", asWhole(o.threads, 1024u)},
-      {"--log-every", asWhole(o.logEvery, 1u << 30)},
-  };
-  const std::map<std::string, std::function<void()>> switches = {
-      {"--no-shuffle", [&] { s.shuffle = false; }},
-      {"--nesterov", [&] { s.optimizer.nesterov = true; }},
-      {"--resume", [&] { o.resume = true; }},
-      {"--quiet", [&] { o.quiet = true; }},
-      {"--no-pin-cpus", [&] { o.pinCpus = false; }},
-      {"--help", [&] { o.help = true; }},
-      {"-h", [&] { o.help = true; }},
-      {"--version", [&] { o.version = true; }},
-  };
-
+// Walks args through the two maps: "--flag value", "--flag=value" or a switch. Unknown flags are
+// `unknown`'s to word.
+Result<void> walkFlags(const std::vector<std::string>& args, const std::map<std::string, Handler>& valued,
+                       const std::map<std::string, Switch>& switches, std::vector<std::string>& given,
+                       const std::function<Error(const std::string&)>& unknown) {
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i];
     std::optional<std::string> inlineValue;
@@ -248,61 +278,124 @@ Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
       inlineValue = flag.substr(eq + 1);
       flag = flag.substr(0, eq);
     }
-    o.given.push_back(flag);
+    given.push_back(flag);
     if (auto sw = switches.find(flag); sw != switches.end()) {
       if (inlineValue) return usage(flag + " takes no value");
       sw->second();
       continue;
     }
     auto handler = valued.find(flag);
-    if (handler == valued.end()) {
-      return usage(flag.rfind("-", 0) == 0 ? "unknown option " + flag : "unexpected argument '" + flag + "'");
-    }
-    std::string value;
-    if (inlineValue) {
-      value = *inlineValue;
-    } else {
-      if (i + 1 >= args.size()) return usage(flag + " needs a value");
-      value = args[++i];
-    }
-    LOCKSTEP_TRY(handler->second(flag, value));
+    if (handler == valued.end()) return unknown(flag);
+    if (!inlineValue && i + 1 >= args.size()) return usage(flag + " needs a value");
+    LOCKSTEP_TRY(handler->second(flag, inlineValue ? *inlineValue : args[++i]));
   }
-  if (o.help || o.version) return o;
+  return {};
+}
 
-  LOCKSTEP_TRY(asChoice(s.backend)("--backend", backendText));
+Handler textInto(std::string& field) {
+  return [&field](const std::string&, const std::string& v) -> Result<void> {
+    field = v;
+    return {};
+  };
+}
+
+template <class T>
+Handler wholeInto(T& field, T max) {
+  return [&field, max](const std::string& flag, const std::string& v) -> Result<void> {
+    LOCKSTEP_ASSIGN_OR_RETURN(field, parseUnsigned<T>(flag, v, max));
+    return {};
+  };
+}
+
+// What the flags leave to be worked out from each other: the precision from the backend, the
+// data set from the layers, the balance from --balance.
+Result<void> settle(TrainerOptions& o, const std::string& datasetText, const std::string& balanceText) {
+  JobSpec& s = o.spec;
   if (balanceText != "even" && balanceText != "dynamic") return usage("--balance " + balanceText + ": use even or dynamic");
-  if (rebalanceEvery > 0 && balanceText != "dynamic") return usage("--rebalance-every goes with --balance dynamic");
-  s.rebalanceEvery = balanceText == "dynamic" ? (rebalanceEvery > 0 ? rebalanceEvery : 10) : 0;
-  if (precisionText.empty()) precisionText = nameOf(s.backend == Backend::kCuda ? Precision::kBf16 : Precision::kFp32);
-  LOCKSTEP_TRY(asChoice(s.precision)(
-      "--precision", precisionText));
-  if (!layersText) return usage("--layers is required, e.g. --layers 784,1024,1024,10");
-  LOCKSTEP_ASSIGN_OR_RETURN(s.layers, parseLayers(*layersText));
+  if (s.rebalanceEvery > 0 && balanceText != "dynamic") return usage("--rebalance-every goes with --balance dynamic");
+  s.rebalanceEvery = balanceText == "dynamic" ? (s.rebalanceEvery > 0 ? s.rebalanceEvery : 10) : 0;
+  if (!o.gave("--precision")) s.precision = s.backend == Backend::kCuda ? Precision::kBf16 : Precision::kFp32;
+  if (!o.gave("--layers")) return usage("--layers is required, e.g. --layers 784,1024,1024,10");
   LOCKSTEP_ASSIGN_OR_RETURN(s.dataset, parseDatasetSpec(datasetText, s.layers));
   if (s.steps == 0 && s.epochs == 0) return usage("give --steps N or --epochs N");
   if (o.resume && s.checkpointDir.empty()) return usage("--resume needs --checkpoint-dir");
   if (o.gave("--keep-checkpoints") && s.keepCheckpoints == 0) return usage("--keep-checkpoints must be at least 1");
   if (o.nproc > 0) s.worldSize = o.nproc;
+  return {};
+}
+
+// The job whole from --spec: a JSON file, or the JSON text itself. The job's own flags would say it
+// twice, so they are refused beside it.
+Result<void> takeSpec(TrainerOptions& o, const std::string& specText) {
+  for (const auto& flag : o.given) {
+    bool jobs = flag == "--dataset" || flag == "--balance";
+    spec::forEachField([&](const auto& f) { jobs = jobs || f.flag.name == flag; });
+    if (jobs) return usage(flag + " is the job's own, which --spec gives whole; leave it out or drop --spec");
+  }
+  std::string json = specText;
+  if (specText.empty() || specText.front() != '{') {
+    LOCKSTEP_ASSIGN_OR_RETURN(json, readFile(specText, 4u << 20));
+  }
+  auto spec = jobSpecFromJson(json);
+  if (!spec) return usage("--spec: " + spec.error().message);
+  o.spec = std::move(spec).value();
+  if (o.resume && o.spec.checkpointDir.empty()) return usage("--resume needs a checkpoint directory in the --spec job");
+  if (o.nproc > 0) o.spec.worldSize = o.nproc;
+  return {};
+}
+
+}  // namespace
+
+Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
+  TrainerOptions o;
+  JobSpec& s = o.spec;
+  std::string datasetText = "synthetic";
+  std::string balanceText = "even";
+  std::optional<std::string> specText;
+  if (const char* id = std::getenv("LOCKSTEP_JOB_ID"); id != nullptr && *id != '\0') s.jobId = id;
+  else s.jobId = "local";
+
+  std::map<std::string, Handler> valued = {
+      {"--nproc", wholeInto(o.nproc, 1024u)},
+      {"--spec", [&specText](const std::string&, const std::string& v) -> Result<void> {
+         specText = v;
+         return {};
+       }},
+      {"--dataset", textInto(datasetText)},
+      {"--balance", textInto(balanceText)},
+      {"--save-weights", textInto(o.saveWeightsPath)},
+      {"--metrics-out", textInto(o.metricsOut)},
+      {"--threads", wholeInto(o.threads, 1024u)},
+      {"--log-every", wholeInto(o.logEvery, 1u << 30)},
+  };
+  std::map<std::string, Switch> switches = {
+      {"--resume", [&] { o.resume = true; }},
+      {"--quiet", [&] { o.quiet = true; }},
+      {"--no-pin-cpus", [&] { o.pinCpus = false; }},
+      {"--help", [&] { o.help = true; }},
+      {"-h", [&] { o.help = true; }},
+      {"--version", [&] { o.version = true; }},
+  };
+  addRowFlags(spec::Jobs::kTrainer, s, valued, switches);
+  LOCKSTEP_TRY(walkFlags(args, valued, switches, o.given, [](const std::string& flag) {
+    return usage(flag.rfind("-", 0) == 0 ? "unknown option " + flag : "unexpected argument '" + flag + "'");
+  }));
+  if (o.help || o.version) return o;
+  if (specText) {
+    LOCKSTEP_TRY(takeSpec(o, *specText));
+  } else {
+    LOCKSTEP_TRY(settle(o, datasetText, balanceText));
+  }
   LOCKSTEP_TRY(validateJobSpec(s));
   return o;
 }
 
 Result<TrainerOptions> parseJobArgs(const std::vector<std::string>& args) {
   LOCKSTEP_ASSIGN_OR_RETURN(auto o, parseTrainerArgs(args));
-  static const std::vector<std::pair<std::string, std::string>> processOnly = {
-      {"--nproc", "the agents start a job's ranks: give --ranks or --ranks-per-agent"},
-      {"--metrics-out", "the agent writes a job's metrics to its job directory; `lockstepctl history` and "
-                        "`report` read them"},
-      {"--save-weights", "a job's weights are its checkpoints: give --checkpoint-dir and --checkpoint-every"},
-      {"--resume", "a job resumes only in its own restarts (--max-restarts); a new job refuses a directory "
-                   "that holds another run's checkpoints: give it an empty --checkpoint-dir"},
-      {"--threads", "the agent gives each rank the node's cores divided by its local ranks"},
-      {"--log-every", "a job's rank logs keep the trainer's own interval (`lockstepctl logs JOB`)"},
-      {"--quiet", "a job's rank logs keep the trainer's progress lines (`lockstepctl logs JOB`)"},
-      {"--no-pin-cpus", "each of a job's local ranks computes on its own share of the node's CPUs"},
-  };
-  for (const auto& [flag, why] : processOnly) {
-    if (o.gave(flag)) return invalidArgument(flag + " is lockstep-trainer's own, not a job's: " + why);
+  for (const auto& p : kProcessFlags) {
+    if (!p.notAJobs.empty() && o.gave(std::string(p.name))) {
+      return invalidArgument(std::string(p.name) + " is lockstep-trainer's own, not a job's: " + std::string(p.notAJobs));
+    }
   }
   return o;
 }
@@ -315,43 +408,31 @@ Result<std::pair<std::string, std::string>> parseEnvAssignment(const std::string
   return std::pair{text.substr(0, eq), text.substr(eq + 1)};
 }
 
+std::string commandJobFlags() {
+  std::string out;
+  spec::forEachField([&](const auto& f) {
+    if (!f.flag.name.empty() && spec::takes(f.flag.jobs, spec::Jobs::kCommand)) out += " " + std::string(f.flag.name);
+  });
+  return out.substr(out.empty() ? 0 : 1) + " --workdir --env";
+}
+
 Result<JobSpec> parseCommandJobArgs(const std::vector<std::string>& args, const std::vector<std::string>& command) {
   JobSpec s;
   s.command = CommandSpec{command, "", {}};
-  std::string backendText = "cpu";
-  std::vector<std::string> envText;
-  const std::map<std::string, Handler> valued = {
-      {"--job-id", asText(s.jobId)},
-      {"--name", asText(s.name)},
-      {"--backend", asText(backendText)},
-      {"--workdir", asText(s.command->workingDir)},
+  std::vector<std::string> envText, given;
+  std::map<std::string, Handler> valued = {
+      {"--workdir", textInto(s.command->workingDir)},
       {"--env", [&](const std::string&, const std::string& v) -> Result<void> {
          envText.push_back(v);
          return {};
        }},
-      {"--target-loss", asOptionalReal(s.targetLoss)},
-      {"--max-restarts", asWhole(s.maxRestarts, 100u)},
-      {"--min-ranks", asWhole(s.minWorldSize, 4096u)},
-      {"--on-stall", asChoice(s.onStall)},
-      {"--stall-after-s", asWhole(s.stallAfterS, 86400u)},
   };
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string flag = args[i];
-    std::optional<std::string> inlineValue;
-    if (const auto eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
-      inlineValue = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    }
-    const auto handler = valued.find(flag);
-    if (handler == valued.end()) {
-      return invalidArgument(flag + " is not a flag of a job that runs your own program; the program's own flags "
-                             "go after -- (job flags: --job-id --name --backend --workdir --env --target-loss "
-                             "--max-restarts --min-ranks --on-stall --stall-after-s)");
-    }
-    if (!inlineValue && i + 1 >= args.size()) return invalidArgument(flag + " needs a value");
-    LOCKSTEP_TRY(handler->second(flag, inlineValue ? *inlineValue : args[++i]));
-  }
-  LOCKSTEP_TRY(asChoice(s.backend)("--backend", backendText));
+  std::map<std::string, Switch> switches;
+  addRowFlags(spec::Jobs::kCommand, s, valued, switches);
+  LOCKSTEP_TRY(walkFlags(args, valued, switches, given, [](const std::string& flag) {
+    return invalidArgument(flag + " is not a flag of a job that runs your own program; the program's own flags go "
+                           "after -- (job flags: " + commandJobFlags() + ")");
+  }));
   for (const auto& item : envText) {
     LOCKSTEP_ASSIGN_OR_RETURN(auto assignment, parseEnvAssignment(item));
     s.command->env.push_back(std::move(assignment));
@@ -361,149 +442,72 @@ Result<JobSpec> parseCommandJobArgs(const std::vector<std::string>& args, const 
 }
 
 std::string trainerUsage() {
-  return R"(Usage: lockstep-trainer [options]
+  std::string out = R"(Usage: lockstep-trainer [options]
 
 Synchronous data-parallel training of an MLP classifier. One process is one rank; the rank and
 world come from torchrun's environment (RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR
 MASTER_PORT), or --nproc N starts N local ranks. Without either it trains alone.
-
-Job:
-  --backend cpu|cuda          compute backend (default cpu: OpenBLAS + Gloo)
-  --nproc N                   launch N ranks on this machine
-  --layers A,B,...,C          layer sizes: input features first, classes last (required)
-  --activation relu|gelu      hidden activation (default relu)
-  --precision fp32|tf32|bf16  math precision (default: bf16 with fp32 master weights on GPUs; the CPU
-                              backend computes in fp32 only)
-  --dataset SPEC              synthetic:n=65536,dim=784,classes=10,seed=1 (default synthetic, dim and
-                              classes from --layers) or npy:FEATURES.npy,LABELS.npy (float32 [N,D],
-                              integer labels [N])
-  --batch-per-rank N          samples per rank per micro-step (default 64)
-  --accum-steps N             micro-steps per optimizer step (default 1)
-  --steps N | --epochs N      how long to train (one of them is required)
-  --target-loss X             stop early once the smoothed loss is at or below X
-  --no-shuffle                global step k takes samples [k*G, (k+1)*G) in order (G: global batch)
-  --seed N                    weight init and shuffle seed (default 0)
-
-Optimizer:
-  --optimizer sgd|adamw       (default sgd)
-  --lr X                      learning rate (default 0.01)
-  --momentum X  --nesterov    SGD momentum (default 0)
-  --weight-decay X            SGD: L2 added to the gradient; AdamW: decoupled (default 0)
-  --beta1 X --beta2 X --eps X AdamW (defaults 0.9, 0.999, 1e-8)
-  --lr-scaling none|linear    linear: lr x global batch / lr base batch
-  --lr-base-batch N           the batch the lr was tuned for (default: --batch-per-rank)
-
-Communication:
-  --bucket-mb X|auto          gradient bucket size in MB; buckets all-reduce while backward goes on.
-                              auto (the default): measured at start-up and chosen to hide the most
-                              communication, chosen again if they drift (CPU backend)
-  --balance even|dynamic      how the global batch is split among ranks (default even); dynamic
-                              re-splits it from the ranks' measured compute rates, so that slower
-                              ranks get fewer samples and all finish together (CPU backend)
-  --rebalance-every N         with --balance dynamic: steps between re-splits (default 10)
-  --max-restarts N            through agents: when ranks or nodes are lost, restart from the last
-                              checkpoint with the ranks left, up to N times (lockstepctl start
-                              --wait supervises; needs --checkpoint-dir on a path all nodes see)
-  --min-ranks N               with --max-restarts: fail instead when fewer ranks remain (default 1)
-  --on-stall report|stop|restart
-                              through agents: what a stall does (no rank's progress moved for
-                              --stall-after-s): report it (default), fail the job with the
-                              diagnosis, or restart it from its last checkpoint (--max-restarts)
-  --stall-after-s N           how long progress may stand still (default: the larger of 15 s and 5x
-                              the rank's recent p99 step time; before the first step, 10x that)
-  --timeout-s N               limit for the rendezvous and every collective (default 60)
-
-Checkpoints and weights:
-  --checkpoint-dir D          where checkpoints go (step-NNNNNNNN.safetensors)
-  --checkpoint-every N        write one every N steps (and when stopped by a signal)
-  --keep-checkpoints N        how many to keep (default 3)
-  --resume                    continue from the newest checkpoint in --checkpoint-dir
-  --init-weights F            start from these weights (safetensors, names layers.{i}.weight/bias)
-  --save-weights F            write the final weights there (safetensors)
-
-Output:
-  --metrics-out F             one JSON line per step and rank (default: stdout)
-  --job-id ID                 job id in metrics and reports (default $LOCKSTEP_JOB_ID or "local")
-  --name TEXT                 a name for people: the history and reports show it beside the id
-  --threads N                 BLAS threads per rank (default: cores / local ranks); each local rank
-                              runs on its own share of the CPUs the process may use, where N fits
-  --no-pin-cpus               let local ranks' threads run on any of those CPUs
-  --log-every N               progress line every N steps (default: about 20 per run)
-  --quiet                     no progress lines
-  --help, --version
-
+)";
+  for (std::string_view group : {spec::kJob, spec::kOptim, spec::kComm, spec::kCkpt, spec::kOut}) out += usageGroup(group);
+  return out + R"(
 When LOCKSTEP_REPORT holds a ZeroMQ endpoint, each step is also pushed there as a protobuf
 lockstep.v1.StreamMessage. Exit codes: 0 done, 1 failure, 2 bad input, 3 lost peer or timeout,
 128+N stopped by signal N. See docs/trainer.md.
 )";
 }
 
-std::vector<std::string> jobSpecToTrainerArgs(const JobSpec& spec, const std::string& metricsPath) {
+namespace {
+
+// The flags of the rows a kind of job takes whose value is not JobSpec{}'s (or that are always
+// written): what makes a parser of that kind's flags read back `spec`'s values.
+std::vector<std::string> rowFlags(const JobSpec& spec, spec::Jobs job) {
+  static const JobSpec kDefaults{};
   std::vector<std::string> a;
-  auto real = [](double v) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.17g", v);
-    return std::string(text);
-  };
-  auto flag = [&a](const char* name, std::string value) {
-    a.emplace_back(name);
-    a.push_back(std::move(value));
-  };
-  flag("--backend", std::string(nameOf(spec.backend)));
-  std::string layers;
-  for (auto l : spec.layers) layers += (layers.empty() ? "" : ",") + std::to_string(l);
-  flag("--layers", layers);
-  flag("--activation", std::string(nameOf(spec.activation)));
-  flag("--precision", std::string(nameOf(spec.precision)));
-  if (const auto* s = std::get_if<SyntheticDataset>(&spec.dataset)) {
-    flag("--dataset", "synthetic:n=" + std::to_string(s->samples) + ",dim=" + std::to_string(s->dim) +
-                          ",classes=" + std::to_string(s->classes) + ",seed=" + std::to_string(s->seed));
-  } else {
-    const auto& npy = std::get<NpyDataset>(spec.dataset);
-    flag("--dataset", "npy:" + npy.featuresPath + "," + npy.labelsPath);
-  }
-  flag("--batch-per-rank", std::to_string(spec.batchPerRank));
-  flag("--accum-steps", std::to_string(spec.accumSteps));
-  if (spec.steps > 0) flag("--steps", std::to_string(spec.steps));
-  if (spec.epochs > 0) flag("--epochs", std::to_string(spec.epochs));
-  const auto& o = spec.optimizer;
-  flag("--optimizer", std::string(nameOf(o.kind)));
-  flag("--lr", real(o.lr));
-  flag("--momentum", real(o.momentum));
-  if (o.nesterov) a.emplace_back("--nesterov");
-  flag("--weight-decay", real(o.weightDecay));
-  flag("--beta1", real(o.beta1));
-  flag("--beta2", real(o.beta2));
-  flag("--eps", real(o.eps));
-  flag("--lr-scaling", std::string(nameOf(o.lrScaling)));
-  if (o.lrBaseBatch > 0) flag("--lr-base-batch", std::to_string(o.lrBaseBatch));
-  if (spec.targetLoss) flag("--target-loss", real(*spec.targetLoss));
-  if (!spec.shuffle) a.emplace_back("--no-shuffle");
-  flag("--seed", std::to_string(spec.seed));
-  if (spec.bucketMb > 0) flag("--bucket-mb", real(spec.bucketMb));
-  if (spec.maxRestarts > 0) flag("--max-restarts", std::to_string(spec.maxRestarts));
-  if (spec.minWorldSize > 0) flag("--min-ranks", std::to_string(spec.minWorldSize));
-  if (spec.onStall != OnStall::kReport) flag("--on-stall", std::string(nameOf(spec.onStall)));
-  if (spec.stallAfterS > 0) flag("--stall-after-s", std::to_string(spec.stallAfterS));
-  if (spec.rebalanceEvery > 0) {
-    flag("--balance", "dynamic");
-    flag("--rebalance-every", std::to_string(spec.rebalanceEvery));
-  }
-  flag("--timeout-s", std::to_string(spec.timeoutS));
-  if (!spec.checkpointDir.empty()) {
-    flag("--checkpoint-dir", spec.checkpointDir);
-    if (spec.checkpointEvery > 0) flag("--checkpoint-every", std::to_string(spec.checkpointEvery));
-    if (spec.keepCheckpoints > 0) flag("--keep-checkpoints", std::to_string(spec.keepCheckpoints));
-    // A restart of this job (attempt 1, 2, ...) continues where the last attempt stopped. A new
-    // job is not told to resume: a directory already holding another run's checkpoints is refused
-    // rather than resumed from (and then pruned by this job's retention).
-    if (spec.attempt > 0) a.emplace_back("--resume");
-  }
-  if (!spec.initWeightsPath.empty()) flag("--init-weights", spec.initWeightsPath);
-  flag("--job-id", spec.jobId);
-  if (!spec.name.empty()) flag("--name", spec.name);
-  flag("--metrics-out", metricsPath);
+  spec::forEachField([&](const auto& f) {
+    if (f.flag.name.empty() || !spec::takes(f.flag.jobs, job)) return;
+    if (f.of(spec) == f.of(kDefaults) && !f.style.alwaysWritten) return;
+    a.emplace_back(f.flag.name);
+    if (!f.flag.metavar.empty()) a.push_back(textOf(f.of(spec)));
+  });
   return a;
 }
 
-}  // namespace lockstep::trainer
+}  // namespace
+
+std::vector<std::string> jobSpecToTrainerArgs(const JobSpec& spec, const std::string& metricsPath) {
+  std::vector<std::string> a = rowFlags(spec, spec::Jobs::kTrainer);
+  if (const auto* s = std::get_if<SyntheticDataset>(&spec.dataset)) {
+    a.insert(a.end(), {"--dataset", "synthetic:n=" + std::to_string(s->samples) + ",dim=" + std::to_string(s->dim) +
+                                        ",classes=" + std::to_string(s->classes) + ",seed=" + std::to_string(s->seed)});
+  } else {
+    const auto& npy = std::get<NpyDataset>(spec.dataset);
+    a.insert(a.end(), {"--dataset", "npy:" + npy.featuresPath + "," + npy.labelsPath});
+  }
+  if (spec.rebalanceEvery > 0) a.insert(a.end(), {"--balance", "dynamic"});
+  // A restart of this job (attempt 1, 2, ...) continues where the last attempt stopped. A new job
+  // is not told to resume: a directory already holding another run's checkpoints is refused rather
+  // than resumed from (and then pruned by this job's retention).
+  if (spec.attempt > 0 && !spec.checkpointDir.empty()) a.emplace_back("--resume");
+  a.insert(a.end(), {"--metrics-out", metricsPath});
+  return a;
+}
+
+std::vector<std::string> rankArgs(const JobSpec& spec, const std::string& metricsPath) {
+  JobSpec job = spec;
+  job.ranks.clear();  // each rank takes its place from its environment; this keeps the text short
+  job.agents.clear();
+  std::vector<std::string> a = {"--spec", jobSpecToJson(job, true), "--metrics-out", metricsPath};
+  // As jobSpecToTrainerArgs: only a restart of this job resumes.
+  if (spec.attempt > 0 && !spec.checkpointDir.empty()) a.emplace_back("--resume");
+  return a;
+}
+
+std::vector<std::string> jobSpecToCommandJobArgs(const JobSpec& spec) {
+  std::vector<std::string> a = rowFlags(spec, spec::Jobs::kCommand);
+  if (!spec.command) return a;
+  if (!spec.command->workingDir.empty()) a.insert(a.end(), {"--workdir", spec.command->workingDir});
+  for (const auto& [name, value] : spec.command->env) a.insert(a.end(), {"--env", name + "=" + value});
+  return a;
+}
+
+}  // namespace lockstep::jobflags

@@ -4,11 +4,12 @@
 #include <cstdio>
 #include <iterator>
 
-#include "lockstep/common/store.h"
+#include "lockstep/common/store_secret.h"
 #include "lockstep/protocol/names.h"
 #include "lockstep/protocol/validate.h"
 #include "lockstep/v1/lockstep.pb.h"
 #include "stall_pb.h"
+#include "spec_pb.h"
 #include "stream_pb.h"
 
 #include <google/protobuf/util/json_util.h>
@@ -102,177 +103,9 @@ Result<Domain> enumFromPb(Pb value, int first, int last, const char* field) {
 
 // ---- job spec ----
 
-void toPb(const CommandSpec& c, pb::Command* m) {
-  for (const auto& arg : c.argv) m->add_argv(arg);
-  m->set_working_dir(c.workingDir);
-  for (const auto& [name, value] : c.env) {
-    auto* e = m->add_env();
-    e->set_name(name);
-    e->set_value(value);
-  }
-}
-
-CommandSpec fromPb(const pb::Command& m) {
-  CommandSpec c;
-  c.argv.assign(m.argv().begin(), m.argv().end());
-  c.workingDir = m.working_dir();
-  for (const auto& e : m.env()) c.env.emplace_back(e.name(), e.value());
-  return c;
-}
-
-void toPb(const JobSpec& s, pb::JobSpec* m) {
-  m->set_job_id(s.jobId);
-  m->set_name(s.name);
-  m->set_backend(static_cast<pb::Backend>(s.backend));
-  if (s.command) toPb(*s.command, m->mutable_command());
-  for (auto l : s.layers) m->add_layers(l);
-  m->set_activation(static_cast<pb::Activation>(s.activation));
-  m->set_precision(static_cast<pb::Precision>(s.precision));
-  if (s.command) {
-    // No data set: the program reads its own.
-  } else if (const auto* syn = std::get_if<SyntheticDataset>(&s.dataset)) {
-    auto* d = m->mutable_dataset()->mutable_synthetic();
-    d->set_samples(syn->samples);
-    d->set_dim(syn->dim);
-    d->set_classes(syn->classes);
-    d->set_seed(syn->seed);
-  } else {
-    const auto& npy = std::get<NpyDataset>(s.dataset);
-    auto* d = m->mutable_dataset()->mutable_npy();
-    d->set_features_path(npy.featuresPath);
-    d->set_labels_path(npy.labelsPath);
-  }
-  m->set_batch_per_rank(s.batchPerRank);
-  m->set_accum_steps(s.accumSteps);
-  auto* o = m->mutable_optimizer();
-  o->set_kind(static_cast<pb::OptimizerKind>(s.optimizer.kind));
-  o->set_lr(s.optimizer.lr);
-  o->set_momentum(s.optimizer.momentum);
-  o->set_nesterov(s.optimizer.nesterov);
-  o->set_weight_decay(s.optimizer.weightDecay);
-  o->set_beta1(s.optimizer.beta1);
-  o->set_beta2(s.optimizer.beta2);
-  o->set_eps(s.optimizer.eps);
-  o->set_lr_scaling(static_cast<pb::LrScaling>(s.optimizer.lrScaling));
-  o->set_lr_base_batch(s.optimizer.lrBaseBatch);
-  m->set_steps(s.steps);
-  m->set_epochs(s.epochs);
-  setIf(s.targetLoss, m, &pb::JobSpec::set_target_loss);
-  m->set_no_shuffle(!s.shuffle);
-  m->set_seed(s.seed);
-  m->set_bucket_mb(s.bucketMb);
-  m->set_checkpoint_every(s.checkpointEvery);
-  m->set_rebalance_every(s.rebalanceEvery);
-  m->set_max_restarts(s.maxRestarts);
-  m->set_on_stall(static_cast<pb::OnStall>(s.onStall));
-  m->set_stall_after_s(s.stallAfterS);
-  m->set_min_world_size(s.minWorldSize);
-  m->set_slurm_job_id(s.slurmJobId);
-  m->set_allocated_gpus(s.allocatedGpus);
-  m->set_attempt(s.attempt);
-  m->set_restart_reason(s.restartReason);
-  m->set_checkpoint_dir(s.checkpointDir);
-  m->set_keep_checkpoints(s.keepCheckpoints);
-  m->set_init_weights_path(s.initWeightsPath);
-  m->set_timeout_s(s.timeoutS);
-  m->set_world_size(s.worldSize);
-  for (const auto& r : s.ranks) {
-    auto* p = m->add_ranks();
-    p->set_rank(r.rank);
-    p->set_node(r.node);
-    p->set_local_rank(r.localRank);
-    setIf(r.gpuIndex, p, &pb::RankPlacement::set_gpu_index);
-  }
-  m->set_rendezvous_host(s.rendezvousHost);
-  m->set_rendezvous_port(s.rendezvousPort);
-  auto* prices = m->mutable_prices();
-  prices->set_gpu_hour(s.prices.gpuHour);
-  prices->set_core_hour(s.prices.coreHour);
-  prices->set_kwh(s.prices.kwh);
-  prices->set_currency(s.prices.currency);
-  for (const auto& a : s.agents) {
-    auto* p = m->add_agents();
-    p->set_node(a.node);
-    p->set_address(a.address);
-    p->set_public_key(a.publicKey);
-  }
-}
-
-Result<JobSpec> fromPb(const pb::JobSpec& m) {
-  JobSpec s;
-  s.jobId = m.job_id();
-  s.name = m.name();
-  LOCKSTEP_ASSIGN_OR_RETURN(s.backend, (enumFromPb<Backend>(m.backend(), 1, 2, "job spec backend")));
-  if (m.has_command()) s.command = fromPb(m.command());
-  s.layers.assign(m.layers().begin(), m.layers().end());
-  // A command job need not say what only the built-in MLP uses: unset enums keep their defaults.
-  if (!s.command || m.activation() != pb::ACTIVATION_UNSPECIFIED) {
-    LOCKSTEP_ASSIGN_OR_RETURN(s.activation, (enumFromPb<Activation>(m.activation(), 1, 2, "job spec activation")));
-  }
-  if (!s.command || m.precision() != pb::PRECISION_UNSPECIFIED) {
-    LOCKSTEP_ASSIGN_OR_RETURN(s.precision, (enumFromPb<Precision>(m.precision(), 1, 3, "job spec precision")));
-  }
-  switch (m.dataset().source_case()) {
-    case pb::Dataset::kSynthetic: {
-      const auto& d = m.dataset().synthetic();
-      s.dataset = SyntheticDataset{d.samples(), d.dim(), d.classes(), d.seed()};
-      break;
-    }
-    case pb::Dataset::kNpy:
-      s.dataset = NpyDataset{m.dataset().npy().features_path(), m.dataset().npy().labels_path()};
-      break;
-    case pb::Dataset::SOURCE_NOT_SET:
-      if (!s.command) return bad("job spec dataset is required (synthetic or npy)");
-      break;
-  }
-  s.batchPerRank = m.batch_per_rank();
-  s.accumSteps = m.accum_steps();
-  const auto& o = m.optimizer();
-  if (!s.command || o.kind() != pb::OPTIMIZER_KIND_UNSPECIFIED) {
-    LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.kind, (enumFromPb<OptimizerKind>(o.kind(), 1, 2, "job spec optimizer")));
-  }
-  s.optimizer.lr = o.lr();
-  s.optimizer.momentum = o.momentum();
-  s.optimizer.nesterov = o.nesterov();
-  s.optimizer.weightDecay = o.weight_decay();
-  s.optimizer.beta1 = o.beta1();
-  s.optimizer.beta2 = o.beta2();
-  s.optimizer.eps = o.eps();
-  LOCKSTEP_ASSIGN_OR_RETURN(s.optimizer.lrScaling, (enumFromPb<LrScaling>(o.lr_scaling(), 0, 1, "job spec lr scaling")));
-  s.optimizer.lrBaseBatch = o.lr_base_batch();
-  s.steps = m.steps();
-  s.epochs = m.epochs();
-  if (m.has_target_loss()) s.targetLoss = m.target_loss();
-  s.shuffle = !m.no_shuffle();
-  s.seed = m.seed();
-  s.bucketMb = m.bucket_mb();
-  s.checkpointEvery = m.checkpoint_every();
-  s.rebalanceEvery = m.rebalance_every();
-  s.maxRestarts = m.max_restarts();
-  LOCKSTEP_ASSIGN_OR_RETURN(s.onStall, (enumFromPb<OnStall>(m.on_stall(), 0, 2, "on_stall")));
-  s.stallAfterS = m.stall_after_s();
-  s.minWorldSize = m.min_world_size();
-  s.slurmJobId = m.slurm_job_id();
-  s.allocatedGpus = m.allocated_gpus();
-  s.attempt = m.attempt();
-  s.restartReason = m.restart_reason();
-  s.checkpointDir = m.checkpoint_dir();
-  s.keepCheckpoints = m.keep_checkpoints();
-  s.initWeightsPath = m.init_weights_path();
-  s.timeoutS = m.timeout_s();
-  s.worldSize = m.world_size();
-  for (const auto& p : m.ranks()) {
-    RankPlacement r{p.rank(), p.node(), p.local_rank(), std::nullopt};
-    if (p.has_gpu_index()) r.gpuIndex = p.gpu_index();
-    s.ranks.push_back(std::move(r));
-  }
-  s.rendezvousHost = m.rendezvous_host();
-  s.rendezvousPort = m.rendezvous_port();
-  s.prices = Prices{m.prices().gpu_hour(), m.prices().core_hour(), m.prices().kwh(), m.prices().currency()};
-  for (const auto& a : m.agents()) s.agents.push_back(JobAgent{a.node(), a.address(), a.public_key()});
-  LOCKSTEP_TRY(validateJobSpec(s));
-  return s;
-}
+// Walks the spec's one description (spec_codec.cpp).
+using detail::fromPb;
+using detail::toPb;
 
 // ---- node hello ----
 
@@ -621,12 +454,12 @@ Result<Reply> decodeReply(std::string_view bytes, std::size_t maxBytes) {
   return r;
 }
 
-std::string jobSpecToJson(const JobSpec& spec) {
+std::string jobSpecToJson(const JobSpec& spec, bool oneLine) {
   pb::JobSpec m;
   toPb(spec, &m);
   std::string json;
   google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
+  options.add_whitespace = !oneLine;
   options.always_print_primitive_fields = true;
   (void)google::protobuf::util::MessageToJsonString(m, &json, options);
   return json;

@@ -7,14 +7,17 @@
 #include <string>
 #include <string_view>
 
+#include "lockstep/protocol/records.h"
+#include "lockstep/protocol/spec_fields.h"
+
 namespace lockstep {
 namespace {
 
 constexpr std::uint32_t kMaxLayers = 64;
 constexpr std::uint32_t kMaxLayerWidth = 1u << 20;
 constexpr std::uint64_t kMaxParameters = 1ull << 31;
-constexpr std::uint32_t kMaxWorldSize = 4096;
-constexpr size_t kMaxPathLength = 4096;
+using spec::kMaxWorldSize;
+constexpr size_t kMaxPathLength = static_cast<size_t>(spec::kMaxPathLength);
 constexpr size_t kMaxTextLength = 64 * 1024;
 constexpr std::size_t kMaxCommandArgs = 4096;
 constexpr std::size_t kMaxCommandArgBytes = 128 * 1024;  // Linux's MAX_ARG_STRLEN
@@ -98,7 +101,6 @@ Result<void> validateDataset(const JobSpec& spec) {
 
 Result<void> validateOptimizer(const OptimizerSpec& o) {
   LOCKSTEP_TRY(checkRange("lr", o.lr, 0.0, 1e3, false));
-  LOCKSTEP_TRY(checkRange("weight decay", o.weightDecay, 0.0, 1e3));
   // The other optimizer's settings are carried along unused, but never as NaN or infinity.
   for (const auto& [field, value] : {std::pair{"momentum", o.momentum}, {"beta1", o.beta1}, {"beta2", o.beta2}, {"eps", o.eps}}) {
     if (!std::isfinite(value)) return bad(std::string(field) + " is " + num(value) + "; it must be a finite number");
@@ -111,7 +113,6 @@ Result<void> validateOptimizer(const OptimizerSpec& o) {
     LOCKSTEP_TRY(checkRange("beta2", o.beta2, 0.0, 0.999999));
     LOCKSTEP_TRY(checkRange("eps", o.eps, 0.0, 1.0, false));
   }
-  if (o.lrBaseBatch > (1u << 30)) return bad("lr base batch is too large");
   return {};
 }
 
@@ -149,7 +150,7 @@ Result<void> validatePlacements(const JobSpec& spec) {
   return {};
 }
 
-// The environment the agent gives each rank of a command job (agent/src/rank_launch.cpp, which a
+// The environment the agent gives each rank of a command job (agent/src/jobs/rank_launch.cpp, which a
 // test checks against this list); a job's own env may not set these. OMP_NUM_THREADS and PYTHONPATH
 // are the agent's defaults, which a job may change.
 constexpr std::string_view kRankVariables[] = {
@@ -216,6 +217,28 @@ Result<void> validateCommand(const CommandSpec& c) {
   return {};
 }
 
+// Each field's range or length, as its description (spec_fields.h) gives it; a field only the
+// built-in trainer reads is not checked on a command job, which leaves it unset.
+Result<void> validateFields(const JobSpec& spec) {
+  std::optional<Error> error;
+  spec::forEachField([&](const auto& f) {
+    using T = typename std::decay_t<decltype(f)>::Type;
+    if (error || f.hi == 0 || (spec.isCommand() && f.flag.jobs == spec::Jobs::kTrainer)) return;
+    const char* label = f.label.data();  // string literals: NUL-terminated
+    Result<void> checked;
+    if constexpr (std::is_same_v<T, std::string>) {
+      checked = checkText(label, f.of(spec), static_cast<size_t>(f.hi));
+    } else if constexpr (records::IsOptional<T>::value) {
+      if (f.of(spec)) checked = checkRange(label, static_cast<double>(*f.of(spec)), f.lo, f.hi);
+    } else if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+      checked = checkRange(label, static_cast<double>(f.of(spec)), f.lo, f.hi);
+    }
+    if (!checked.ok()) error = checked.error();
+  });
+  if (error) return *error;
+  return {};
+}
+
 // What only the built-in trainer's MLP job has: model, data, batch, optimizer, length.
 Result<void> validateTrainerJob(const JobSpec& spec) {
   LOCKSTEP_TRY(validateLayers(spec));
@@ -223,17 +246,11 @@ Result<void> validateTrainerJob(const JobSpec& spec) {
   if (spec.backend == Backend::kCpu && spec.precision != Precision::kFp32) {
     return bad("the CPU backend computes in fp32 only; use --precision fp32 or --backend cuda");
   }
-  LOCKSTEP_TRY(checkRange("batch per rank", spec.batchPerRank, 1, 1 << 20));
-  LOCKSTEP_TRY(checkRange("accum steps", spec.accumSteps, 1, 4096));
   LOCKSTEP_TRY(validateOptimizer(spec.optimizer));
   if ((spec.steps == 0) == (spec.epochs == 0)) {
     return bad("give exactly one of steps and epochs (steps=" + std::to_string(spec.steps) +
                ", epochs=" + std::to_string(spec.epochs) + ")");
   }
-  if (spec.steps > 1'000'000'000'000ull) return bad("steps is too large");
-  if (spec.epochs > 1'000'000) return bad("epochs is too large");
-  LOCKSTEP_TRY(checkRange("bucket size in MB (0: chosen by measurement)", spec.bucketMb, 0.0, 4096.0));
-  if (spec.rebalanceEvery > 1000000) return bad("rebalance_every must be at most 1000000 steps");
   if (spec.maxRestarts > 0 && (spec.checkpointDir.empty() || spec.checkpointEvery == 0)) {
     return bad("restarts resume from checkpoints: with --max-restarts give --checkpoint-dir (a path every node "
                "sees) and --checkpoint-every");
@@ -244,9 +261,6 @@ Result<void> validateTrainerJob(const JobSpec& spec) {
   if (spec.checkpointEvery > 0 && spec.checkpointDir.empty()) {
     return bad("a checkpoint interval needs a checkpoint directory");
   }
-  if (spec.keepCheckpoints > (1u << 20)) return bad("keep_checkpoints must be at most 1048576");
-  LOCKSTEP_TRY(checkText("checkpoint directory", spec.checkpointDir, kMaxPathLength));
-  LOCKSTEP_TRY(checkText("initial weights path", spec.initWeightsPath, kMaxPathLength));
   return {};
 }
 
@@ -366,31 +380,17 @@ Result<void> validateJobAgents(const JobSpec& spec) {
 
 Result<void> validateJobSpec(const JobSpec& spec) {
   LOCKSTEP_TRY(validateJobId(spec.jobId));
-  LOCKSTEP_TRY(checkText("name", spec.name, 256));
+  LOCKSTEP_TRY(validateFields(spec));
   LOCKSTEP_TRY(spec.command ? validateCommandJob(spec) : validateTrainerJob(spec));
-  if (spec.targetLoss) LOCKSTEP_TRY(checkRange("target loss", *spec.targetLoss, 0.0, 1e6));
-  if (spec.maxRestarts > 100) return bad("max_restarts must be at most 100");
-  if (spec.stallAfterS > 86400) return bad("stall_after_s must be at most 86400 (a day)");
   if (spec.onStall == OnStall::kRestart && spec.maxRestarts == 0) {
     return bad("--on-stall restart restarts the job from its last checkpoint: give --max-restarts N too");
   }
-  if (spec.attempt > 1000) return bad("attempt must be at most 1000");
-  LOCKSTEP_TRY(checkText("restart reason", spec.restartReason, 4096));
-  LOCKSTEP_TRY(checkRange("timeout in seconds", spec.timeoutS, 1, 86400));
-  LOCKSTEP_TRY(checkRange("world size", spec.worldSize, 1, kMaxWorldSize));
   LOCKSTEP_TRY(validatePlacements(spec));
-  LOCKSTEP_TRY(checkText("rendezvous host", spec.rendezvousHost, 255));
-  if (spec.rendezvousPort > 65535) return bad("rendezvous port " + std::to_string(spec.rendezvousPort) + " is not a TCP port");
-  LOCKSTEP_TRY(checkRange("price per GPU-hour", spec.prices.gpuHour, 0.0, 1e6));
-  LOCKSTEP_TRY(checkRange("price per core-hour", spec.prices.coreHour, 0.0, 1e6));
-  LOCKSTEP_TRY(checkRange("price per kWh", spec.prices.kwh, 0.0, 1e6));
-  LOCKSTEP_TRY(checkText("currency", spec.prices.currency, 8));
   LOCKSTEP_TRY(validateJobAgents(spec));
   // Slurm's job ids: 42, or 42_7 for an array's task.
   if (spec.slurmJobId.size() > 32 || spec.slurmJobId.find_first_not_of("0123456789_") != std::string::npos) {
     return bad("slurm job id '" + spec.slurmJobId.substr(0, 32) + "' is not a Slurm job id (digits, or JOB_TASK)");
   }
-  LOCKSTEP_TRY(checkRange("allocated GPUs", spec.allocatedGpus, 0, 1u << 20));
   return {};
 }
 

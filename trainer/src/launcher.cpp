@@ -31,7 +31,7 @@ Result<std::string> selfExecutable() {
 
 }  // namespace
 
-Result<int> runLocalRanks(const TrainerOptions& options, const std::vector<std::string>& rankArgs,
+Result<int> runLocalRanks(const jobflags::TrainerOptions& options, const std::vector<std::string>& rankArgs,
                           const std::atomic<int>& stopSignal) {
   const JobSpec& spec = options.spec;
   const std::uint32_t nproc = options.nproc;

@@ -14,7 +14,7 @@ namespace lockstep::trainer {
 
 // Returns the exit code for the launcher's process: 0 when every rank succeeded, the first failed
 // rank's code otherwise, 128+N when stopped by signal N. rankArgs are passed to every rank.
-Result<int> runLocalRanks(const TrainerOptions& options, const std::vector<std::string>& rankArgs,
+Result<int> runLocalRanks(const jobflags::TrainerOptions& options, const std::vector<std::string>& rankArgs,
                           const std::atomic<int>& stopSignal);
 
 }  // namespace lockstep::trainer

@@ -92,6 +92,7 @@ int main(int argc, char** argv) {
 
 int run(int argc, char** argv) {
   using namespace lockstep::trainer;
+  using namespace lockstep::jobflags;
   preferFastBlasKernels(argv);
   const std::vector<std::string> args(argv + 1, argv + argc);
 

@@ -1,7 +1,9 @@
 #pragma once
 // lockstep-trainer's command line: the job (a JobSpec, validated by the protocol library's rules)
 // plus what only this process needs. Flag names are the interface documented in docs/trainer.md;
-// lockstepctl start takes the same job flags, and the agent turns a JobSpec back into them.
+// lockstepctl start takes the same job flags, and the agent turns a JobSpec back into them. The
+// spec's flags, their usage lines and both directions follow from its one description
+// (lockstep/protocol/spec_fields.h); the flags of the process alone are listed in options.cpp.
 
 #include <algorithm>
 #include <cstdint>
@@ -12,7 +14,7 @@
 #include "lockstep/common/result.h"
 #include "lockstep/protocol/types.h"
 
-namespace lockstep::trainer {
+namespace lockstep::jobflags {
 
 struct TrainerOptions {
   JobSpec spec;
@@ -45,22 +47,33 @@ Result<DatasetSource> parseDatasetSpec(const std::string& text, const std::vecto
 
 std::string trainerUsage();
 
-// A job that runs the user's own program: `command` is its argv (everything after `--`), `args`
-// the job flags before it: --job-id, --name, --backend cpu|cuda (whether ranks get GPUs),
-// --workdir DIR, --env NAME=VALUE (repeatable), --target-loss, --max-restarts, --min-ranks. The
-// built-in trainer's flags are refused, saying that the program's own flags go
-// after `--`. The spec is validated, except for its placement.
 // "NAME=VALUE" (an --env flag, one word of the launcher's environment field) as its two parts.
 Result<std::pair<std::string, std::string>> parseEnvAssignment(const std::string& text);
 
+// A job that runs the user's own program: `command` is its argv (everything after `--`), `args`
+// the job flags before it: the spec's fields a command job takes (spec::Jobs::kCommand: --job-id,
+// --name, --backend cpu|cuda (whether ranks get GPUs), --target-loss, --max-restarts, ...), and
+// --workdir DIR, --env NAME=VALUE (repeatable). The built-in trainer's flags are refused, saying
+// that the program's own flags go after `--`. The spec is validated, except for its placement.
 Result<JobSpec> parseCommandJobArgs(const std::vector<std::string>& args, const std::vector<std::string>& command);
 
 // argv[1..] without --nproc and its value: what the launcher passes to each rank it spawns.
 std::vector<std::string> withoutNproc(const std::vector<std::string>& args);
 
 // The trainer flags that make a rank run `spec`, writing metrics to metricsPath:
-// parseTrainerArgs(jobSpecToTrainerArgs(spec, m)).spec == spec (up to world size and rank placements,
-// which ranks take from their environment).
+// parseTrainerArgs(jobSpecToTrainerArgs(spec, m)).spec == spec, but for the fields the client or
+// agent that places a job sets (spec::Jobs::kNone: world size, placements, prices, ...), which ranks
+// take from their environment. Every field is carried (tests/spec_fields_test.cpp).
 std::vector<std::string> jobSpecToTrainerArgs(const JobSpec& spec, const std::string& metricsPath);
 
-}  // namespace lockstep::trainer
+// What the agent gives lockstep-trainer to run one rank of `spec`: the validated spec whole, as
+// one line of JSON (--spec), less the placements, which each rank takes from its environment, and
+// where its metrics go; --resume for a restart. parseTrainerArgs reads back the same spec.
+std::vector<std::string> rankArgs(const JobSpec& spec, const std::string& metricsPath);
+
+// A command job's flags before `--` (the program's argv goes after it):
+// parseCommandJobArgs(jobSpecToCommandJobArgs(spec), spec.command->argv) == spec, but for the
+// fields the placing client or agent sets.
+std::vector<std::string> jobSpecToCommandJobArgs(const JobSpec& spec);
+
+}  // namespace lockstep::jobflags

@@ -25,8 +25,9 @@ Result<StreamMessage> decodeStreamMessage(std::string_view bytes,
                                           std::size_t maxBytes = kMaxMessageBytes);
 
 // A job spec in protobuf's JSON mapping of lockstep.v1.JobSpec (lowerCamelCase names, enums by
-// name), for job files: `lockstepctl start --spec job.json`. Parsing validates like decoding.
-std::string jobSpecToJson(const JobSpec& spec);
+// name), for job files: `lockstepctl start --spec job.json`, and on one line for the agent to hand
+// a rank (`lockstep-trainer --spec JSON`). Parsing validates like decoding.
+std::string jobSpecToJson(const JobSpec& spec, bool oneLine = false);
 Result<JobSpec> jobSpecFromJson(std::string_view json);
 
 }  // namespace lockstep
