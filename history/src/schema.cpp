@@ -144,3 +144,32 @@ CREATE INDEX IF NOT EXISTS phases_by_time ON phases (job_id, time_us);
 };
 
 }  // namespace lockstep::history::detail
+
+namespace lockstep::history::detail {
+
+Result<void> migrate(sqlite3* db) {
+  LOCKSTEP_ASSIGN_OR_RETURN(const auto appId, pragmaInt(db, "PRAGMA application_id"));
+  LOCKSTEP_ASSIGN_OR_RETURN(const auto version, pragmaInt(db, "PRAGMA user_version"));
+  LOCKSTEP_ASSIGN_OR_RETURN(const auto tables, pragmaInt(db, "SELECT count(*) FROM sqlite_schema"));
+  if (appId != kApplicationId && (appId != 0 || tables != 0)) {
+    return Error{ErrorCode::kFailedPrecondition,
+                 "this SQLite file is not a Lockstep history: move it away, or set LOCKSTEP_HISTORY to another path"};
+  }
+  if (version > kSchemaVersion) {
+    return Error{ErrorCode::kFailedPrecondition,
+                 "written by a newer Lockstep (schema " + std::to_string(version) + "; this build knows up to " +
+                     std::to_string(kSchemaVersion) + "): use a newer Lockstep, or set LOCKSTEP_HISTORY to another path"};
+  }
+  LOCKSTEP_TRY(exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON"));
+  for (auto v = version; v < kSchemaVersion; ++v) {
+    LOCKSTEP_ASSIGN_OR_RETURN(auto tx, Transaction::begin(db));
+    LOCKSTEP_TRY(exec(db, kMigrations[static_cast<std::size_t>(v)]));
+    const std::string stamp = "PRAGMA application_id=" + std::to_string(kApplicationId) +
+                              "; PRAGMA user_version=" + std::to_string(v + 1);
+    LOCKSTEP_TRY(exec(db, stamp.c_str()));
+    LOCKSTEP_TRY(tx.commit());
+  }
+  return {};
+}
+
+}  // namespace lockstep::history::detail

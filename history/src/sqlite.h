@@ -116,6 +116,66 @@ class Statement {
   bool bindFailed_ = false;
 };
 
+// A statement a part of the history prepares on its first use and keeps: each part owns its
+// statements (recording, replay, clocks, the catalog of jobs). A use is reset when it ends, so none
+// keeps a read open between calls; a use begun while another is open (a visitor that calls back
+// into the history) gets a statement of its own. Neither copied nor moved: its uses point at it.
+class Prepared {
+ public:
+  Prepared(sqlite3* db, std::string_view sql) : db_(db), sql_(sql) {}
+  Prepared(const Prepared&) = delete;
+  Prepared& operator=(const Prepared&) = delete;
+
+  class Use {
+   public:
+    Use(Use&& other) noexcept : kept_(std::exchange(other.kept_, nullptr)), own_(std::move(other.own_)) {}
+    Use& operator=(Use&&) = delete;
+    ~Use() {
+      if (!kept_) return;
+      (void)kept_->stmt_->reset();
+      kept_->busy_ = false;
+    }
+    Statement& operator*() { return kept_ ? *kept_->stmt_ : *own_; }
+    Statement* operator->() { return &**this; }
+
+   private:
+    friend class Prepared;
+    explicit Use(Prepared* kept) : kept_(kept) {}
+    explicit Use(Statement own) : own_(std::move(own)) {}
+    Prepared* kept_ = nullptr;
+    std::optional<Statement> own_;
+  };
+
+  Result<Use> use() {
+    if (busy_) {
+      LOCKSTEP_ASSIGN_OR_RETURN(auto own, Statement::prepare(db_, sql_));
+      return Use(std::move(own));
+    }
+    if (!stmt_) {
+      LOCKSTEP_ASSIGN_OR_RETURN(auto kept, Statement::prepare(db_, sql_));
+      stmt_.emplace(std::move(kept));
+    }
+    busy_ = true;
+    return Use(this);
+  }
+
+ private:
+  sqlite3* db_;
+  std::string sql_;
+  std::optional<Statement> stmt_;
+  bool busy_ = false;
+};
+
+// Calls `row(stmt)` for each row the statement steps to.
+template <class F>
+Result<void> forEachRow(Statement& stmt, F&& row) {
+  for (;;) {
+    LOCKSTEP_ASSIGN_OR_RETURN(bool more, stmt.step());
+    if (!more) return {};
+    row(stmt);
+  }
+}
+
 inline Result<void> exec(sqlite3* db, const char* sql) {
   char* message = nullptr;
   if (sqlite3_exec(db, sql, nullptr, nullptr, &message) != SQLITE_OK) {

@@ -10,12 +10,8 @@ namespace lockstep::history::detail {
 
 // A node's own samples (its network) are a job's from its part's start on the node until its end,
 // with this margin either side: kept while a recorded job's part covers them (partCovers), replayed
-// with the job, deleted with the last job that covers them. History::remove says the same in SQL.
+// with the job, deleted with the last job that covers them. Recorder::remove says the same in SQL.
 inline constexpr std::int64_t kNodeMarginUs = 5'000'000;
-
-// A job's nodes' clocks are looked up from a minute before its start to a minute after its end
-// (History::clocks); History::compact keeps every measurement there.
-inline constexpr std::int64_t kClockMarginUs = 60'000'000;
 
 // Whether a job's part on a node, started and ended then (0: not ended), covers a sample of the
 // node taken at `timeUs`.
@@ -42,7 +38,7 @@ struct Table<PhaseReport> {
   static constexpr std::string_view kName = "phases", kLead = "node";
   static constexpr int kLeadCount = 1;
 };
-// span_us: 0 for a raw sample, else the bucket it sums up (History::compact); GPU and network
+// span_us: 0 for a raw sample, else the bucket it sums up (Compactor); GPU and network
 // samples carry their node.
 template <>
 struct Table<ProcessSample> {

@@ -31,6 +31,14 @@ struct sqlite3;
 
 namespace lockstep::history {
 
+namespace detail {  // the parts of a History (history/src)
+class Catalog;
+class Recorder;
+class Replayer;
+class NodeClocks;
+class Compactor;
+}  // namespace detail
+
 // The schema version this build writes (PRAGMA user_version). Older files are migrated on open;
 // newer ones are refused.
 inline constexpr int kSchemaVersion = 9;
@@ -170,14 +178,18 @@ class History {
 
  private:
   History(sqlite3* db, std::string path, Options options);
-  Result<void> migrate();
 
   struct Closer {
     void operator()(sqlite3* db) const;
   };
+  // The file, and the parts over it, each with its own statements and bookkeeping.
   std::unique_ptr<sqlite3, Closer> db_;
   std::string path_;
-  Options options_;
+  std::unique_ptr<detail::Catalog> catalog_;      // the jobs as records
+  std::unique_ptr<detail::Recorder> recorder_;    // the writes
+  std::unique_ptr<detail::Replayer> replayer_;    // a job's stream back out
+  std::unique_ptr<detail::NodeClocks> clocks_;    // each node's clock offsets
+  std::unique_ptr<detail::Compactor> compactor_;  // downsampling
 };
 
 // The KPI engine's settings for a job watched live (the app's dashboard, lockstepctl watch): a
