@@ -51,11 +51,4 @@ struct GlooOptions {
 // Connects the full mesh through the store. The store client must outlive the call only.
 Result<std::unique_ptr<Comm>> connectGloo(StoreClient& store, const GlooOptions& options);
 
-struct DistEnv;
-// NCCL between the ranks' GPUs (cuda/nccl_comm.h), on this rank's device (which it selects): rank 0
-// publishes the unique id under `keyPrefix` in the store (null for a world of one). In a build
-// without CUDA, an error that says so.
-Result<std::unique_ptr<Comm>> connectNccl(StoreClient* store, const std::string& keyPrefix, const DistEnv& env,
-                                          std::chrono::milliseconds timeout);
-
 }  // namespace lockstep::trainer

@@ -1,62 +1,30 @@
 #pragma once
-// One rank of a data-parallel job, from rendezvous to the last step.
+// One rank of a data-parallel job, from rendezvous to the last step: RankRunner does what every
+// backend shares (the rendezvous and the communicator, the initial state, heartbeats, finishing
+// the run, naming a lost peer) and hands the steps to the backend's loop (rank_loop.h).
 
 #include <atomic>
 #include <chrono>
-#include <vector>
-#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "dist_env.h"
 #include "lockstep/common/result.h"
 #include "lockstep/common/store.h"
 #include "lockstep/jobflags/options.h"
-#include "lockstep/protocol/types.h"
-#include "bucket_plan.h"
-#include "comm.h"
-#include "model.h"
+#include "rank_host.h"
+#include "rank_loop.h"
+#include "run_summary.h"
 
 namespace lockstep::trainer {
 
-// The rank's place in the job, from torchrun's environment variables.
-struct DistEnv {
-  std::uint32_t rank = 0;
-  std::uint32_t worldSize = 1;
-  std::uint32_t localRank = 0;
-  std::uint32_t localWorldSize = 1;
-  std::string masterAddr = "127.0.0.1";
-  std::uint16_t masterPort = 0;
-  // LOCKSTEP_AGENT_STORE=1: the launcher (or agent) hosts the store, not rank 0.
-  bool storeHostedByLauncher = false;
-  std::string storeSecret;     // LOCKSTEP_STORE_SECRET: the job's, for the rendezvous store; "" open
-  std::string reportEndpoint;  // LOCKSTEP_REPORT
-  std::uint32_t attempt = 0;   // LOCKSTEP_ATTEMPT: restarts of the job so far
-};
+class RankState;  // rank_state.h
 
-// Reads RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT (all absent: a world of
-// one) and the LOCKSTEP_* variables. Malformed or inconsistent values are InvalidArgument.
-Result<DistEnv> distEnvFromEnvironment();
-
-struct RunSummary {
-  std::uint64_t firstStep = 0;  // 0, or the checkpoint's step when resumed
-  std::uint64_t stepsDone = 0;  // the last completed step
-  std::uint64_t totalSteps = 0;
-  double finalLoss = 0;
-  double seconds = 0;
-  double samplesPerSecond = 0;
-  double exposedCommFraction = 0;  // exposed all-reduce time / step time, this rank
-  bool reachedTargetLoss = false;
-  int stoppedBySignal = 0;  // the signal that stopped the run, or 0
-  std::uint64_t droppedReports = 0;
-};
-
-// Whether this build has the CUDA backend (--backend cuda).
-bool cudaBackendBuilt();
-
-class RankRunner {
+class RankRunner final : private RankHost {
  public:
   // stopSignal is set (to the signal number) by the process's signal handler.
-  RankRunner(TrainerOptions options, DistEnv env, const std::atomic<int>& stopSignal);
+  RankRunner(jobflags::TrainerOptions options, DistEnv env, const std::atomic<int>& stopSignal);
   ~RankRunner();
   RankRunner(const RankRunner&) = delete;
   RankRunner& operator=(const RankRunner&) = delete;
@@ -71,39 +39,31 @@ class RankRunner {
   // (or the timeout passes), so that they can still ask it which peer they lost.
   void waitForPeersToLeave(std::chrono::milliseconds timeout) const;
 
-  class State;
-
  private:
   Result<void> setUp();
+  void placeThreads() const;
   Result<void> connect();
+  Result<void> rendezvous();
   Result<void> restoreOrInit();
-  // Gradient buckets: --bucket-mb's, or chosen by measurement (bucket_plan.h) and re-chosen when
-  // the measurements drift.
-  std::vector<Bucket> fixedBuckets() const;
-  Result<void> setUpCpuBuckets();
-  Result<std::pair<BucketPlan, PlanFigures>> agreeAndChoose(Comm& comm, const PlanFigures& mine,
-                                                            std::chrono::steady_clock::time_point since);
-  Result<void> replanIfDrifted(std::uint64_t step);
-  void reduceIn(std::vector<Bucket> buckets);
-  std::chrono::milliseconds commTimeout() const;
-  void note(const std::string& text) const;
-  // A phase that began then and ends now, for the timeline (lockstep.proto's PhaseReport).
-  void notePhase(const char* name, std::chrono::steady_clock::time_point began, std::uint64_t step) const;
-  Result<RunSummary> train();
-  Result<RunSummary> trainCuda();  // cuda/gpu_train.cpp; without CUDA, an error that says so
-  StepReport stepReport(std::uint64_t step, std::uint32_t localSamples, double localLossSum, double globalLoss,
-                        double lr) const;
-  Result<void> finishRun(const float* params, std::uint64_t stepsDone);
-  // --balance dynamic: shares each rank's time per sample (per step since the last re-split) and
-  // re-splits.
-  Result<void> rebalance(std::vector<double> costs, std::uint64_t step);
-  Error diagnoseCommFailure(const Error& error, const std::string& when);
+  Result<void> shareInitialState();
+  Result<void> finishRun(std::uint64_t stepsDone);
   std::string describeStragglers(const std::vector<RankLiveness>& status) const;
 
-  TrainerOptions options_;
+  // RankHost, for the loop.
+  const jobflags::TrainerOptions& options() const override { return options_; }
+  const DistEnv& env() const override { return env_; }
+  RankState& state() override { return *state_; }
+  int stopSignal() const override { return stopSignal_.load(); }
+  void note(const std::string& text) const override;
+  void notePhase(const char* name, Clock::time_point began, std::uint64_t step) const override;
+  Error diagnoseCommFailure(const Error& error, const std::string& when) override;
+  void markCommBroken() override { commBroken_ = true; }
+
+  jobflags::TrainerOptions options_;
   DistEnv env_;
   const std::atomic<int>& stopSignal_;
-  std::unique_ptr<State> state_;
+  std::unique_ptr<RankState> state_;
+  std::unique_ptr<RankLoop> loop_;  // after state_: it holds on to the state and goes first
   bool commBroken_ = false;
 };
 

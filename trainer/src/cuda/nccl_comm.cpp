@@ -6,7 +6,6 @@
 #include <thread>
 
 #include "cuda_check.h"
-#include "trainer.h"
 
 namespace lockstep::trainer::gpu {
 namespace {
@@ -216,18 +215,3 @@ Result<void> NcclComm::barrier() {
 }
 
 }  // namespace lockstep::trainer::gpu
-
-namespace lockstep::trainer {
-
-Result<std::unique_ptr<Comm>> connectNccl(StoreClient* store, const std::string& keyPrefix, const DistEnv& env,
-                                          std::chrono::milliseconds timeout) {
-  LOCKSTEP_ASSIGN_OR_RETURN(const int device, gpu::pickDevice(env.localRank));
-  LOCKSTEP_CUDA(cudaSetDevice(device));
-  LOCKSTEP_ASSIGN_OR_RETURN(auto comm, gpu::NcclComm::connect(store, keyPrefix, static_cast<int>(env.rank),
-                                                              static_cast<int>(env.worldSize), timeout));
-  return std::unique_ptr<Comm>(std::move(comm));
-}
-
-bool cudaBackendBuilt() { return true; }
-
-}  // namespace lockstep::trainer

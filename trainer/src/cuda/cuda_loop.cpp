@@ -1,0 +1,231 @@
+#include "cuda_loop.h"
+
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+#include "bucket_choice.h"
+#include "cuda_check.h"
+#include "gpu_plan.h"
+#include "lockstep/protocol/names.h"
+
+namespace lockstep::trainer {
+
+Result<std::unique_ptr<RankLoop>> makeCudaLoop(RankHost& host) {
+  return std::unique_ptr<RankLoop>(std::make_unique<gpu::CudaLoop>(host));
+}
+
+bool cudaBackendBuilt() { return true; }
+
+namespace gpu {
+
+CudaLoop::CudaLoop(RankHost& host) : host_(host), options_(host.options()), env_(host.env()), s_(host.state()) {}
+
+CudaLoop::~CudaLoop() = default;
+
+Result<std::unique_ptr<Comm>> CudaLoop::connect(StoreClient* store, const std::string& keyPrefix) {
+  LOCKSTEP_ASSIGN_OR_RETURN(const int device, pickDevice(env_.localRank));
+  LOCKSTEP_CUDA(cudaSetDevice(device));
+  LOCKSTEP_ASSIGN_OR_RETURN(auto comm, NcclComm::connect(store, keyPrefix, static_cast<int>(env_.rank),
+                                                         static_cast<int>(env_.worldSize), commTimeout(options_.spec)));
+  return std::unique_ptr<Comm>(std::move(comm));
+}
+
+Result<void> CudaLoop::train(StepAccounting& accounting) {
+  nccl_ = dynamic_cast<NcclComm*>(s_.comm.get());
+  if (!nccl_) return Error{ErrorCode::kInternal, "the CUDA loop runs without its NCCL communicator"};
+  LOCKSTEP_TRY(start());
+  LOCKSTEP_TRY(chooseBuckets());
+  for (const auto& b : buckets_) bytesPerStep_ += (b.end - b.begin) * sizeof(float);
+  accounting.start(buckets_.size());
+  if (env_.rank == 0 && !options_.quiet) {
+    std::fprintf(stderr, "[lockstep] GPU %d, %s, epilogues: %s; %d GEMM shapes timed\n", device_,
+                 std::string(nameOf(options_.spec.precision)).c_str(),
+                 model_->epilogues().c_str(), model_->tunedGemms());
+  }
+  LOCKSTEP_TRY(runSteps(accounting));
+  LOCKSTEP_TRY(model_->download(s_.params.data(), optimizerState_));
+  return checkpointAtSignal(accounting.summary());
+}
+
+Result<void> CudaLoop::start() {
+  LOCKSTEP_CUDA(cudaGetDevice(&device_));
+  LOCKSTEP_ASSIGN_OR_RETURN(model_, GpuModel::create(*s_.layout, options_.spec, s_.data, device_));
+  for (const auto& b : s_.optimizer->stateBuffers()) optimizerState_.push_back(b.data);
+  LOCKSTEP_TRY(model_->upload(s_.params.data(), optimizerState_));
+  lr_ = effectiveLearningRate(options_.spec);
+  LOCKSTEP_TRY(slots_.init());
+  compute_ = model_->computeStream();
+  comm_ = nccl_->stream();
+  grads_ = model_->grads();
+  return {};
+}
+
+Result<void> CudaLoop::chooseBuckets() {
+  if (options_.spec.bucketMb > 0) {
+    buckets_ = fixedBuckets(host_, *s_.layout);
+    return {};
+  }
+  // The time it takes is start-up.
+  const auto planStart = Clock::now();
+  s_.sampler->indices(s_.firstStep, 0, env_.rank, indices_);
+  auto mine = measureGpuStep(*nccl_, *model_, *s_.layout, indices_);
+  if (!mine) return fail(mine.error(), s_.firstStep + 1);
+  auto planned = agreeAndChoose(host_, *nccl_, *s_.layout, *mine, planStart);
+  if (!planned) return fail(planned.error(), s_.firstStep + 1);
+  buckets_ = planned->first.buckets;
+  return {};
+}
+
+Result<void> CudaLoop::runSteps(StepAccounting& accounting) {
+  LOCKSTEP_CUDA(cudaEventRecord(slots_.start(), compute_));
+  cudaEvent_t previousEnd = slots_.start();
+  LOCKSTEP_ASSIGN_OR_RETURN(std::vector<std::uint32_t> nextRows, prepare(s_.firstStep, nullptr));
+  StepSlot* pending = nullptr;  // the step before the one just enqueued
+  cudaEvent_t pendingPreviousEnd = nullptr;
+  bool stopAfterThis = false;
+  for (std::uint64_t step = s_.firstStep; step < s_.totalSteps && !stopAfterThis; ++step) {
+    s_.progress.enter(RankPhase::kCompute);
+    StepSlot& slot = slots_[step];
+    slot.step = step + 1;
+    slot.rows = nextRows;
+    slot.localSamples = std::accumulate(slot.rows.begin(), slot.rows.end(), 0u);
+    slot.commStarted = false;
+    s_.optimizer->beginStep(lr_);
+    LOCKSTEP_TRY(enqueueStep(step, slot, previousEnd));
+
+    // The next batch, into the other slot, once the step before this one has finished reading it.
+    if (step + 1 < s_.totalSteps) {
+      LOCKSTEP_ASSIGN_OR_RETURN(nextRows, prepare(step + 1, pending ? pending->backwardEnd : nullptr));
+    }
+    // Meanwhile: the previous step's figures.
+    if (pending) {
+      s_.progress.enter(RankPhase::kCommunicate);
+      LOCKSTEP_ASSIGN_OR_RETURN(stopAfterThis, report(*pending, pendingPreviousEnd, false, accounting));
+    }
+    pendingPreviousEnd = previousEnd;
+    previousEnd = slot.end;
+    pending = &slot;
+    LOCKSTEP_TRY(checkpointIfDue(step + 1, slot));
+  }
+  if (pending) {
+    s_.progress.enter(RankPhase::kCommunicate);
+    LOCKSTEP_TRY(report(*pending, pendingPreviousEnd, true, accounting));
+  }
+  return {};
+}
+
+Result<std::vector<std::uint32_t>> CudaLoop::prepare(std::uint64_t step, cudaEvent_t slotFree) {
+  std::vector<std::uint32_t> counts;
+  for (std::uint32_t micro = 0; micro < options_.spec.accumSteps; ++micro) {
+    s_.sampler->indices(step, micro, env_.rank, indices_);
+    counts.push_back(static_cast<std::uint32_t>(indices_.size()));
+    LOCKSTEP_TRY(model_->prepareBatch(static_cast<int>(step % 2), micro, indices_, micro == 0 ? slotFree : nullptr));
+  }
+  return counts;
+}
+
+Result<void> CudaLoop::enqueueStep(std::uint64_t step, StepSlot& slot, cudaEvent_t previousEnd) {
+  const JobSpec& spec = options_.spec;
+  // Compute: after the previous step's optimizer (it wrote the weights) and this step's batch.
+  LOCKSTEP_CUDA(cudaStreamWaitEvent(compute_, previousEnd));
+  LOCKSTEP_CUDA(cudaStreamWaitEvent(compute_, model_->batchReady(static_cast<int>(step % 2), 0)));
+  LOCKSTEP_CUDA(cudaEventRecord(slot.computeStart, compute_));
+  model_->beginStep(static_cast<float>(slot.localSamples), host_.stopSignal() != 0 ? 1.0f : 0.0f);
+  std::size_t launched = 0;
+  Result<void> commError;
+  const auto layerDone = [&](std::size_t end, cudaEvent_t ready) { launchReady(slot, launched, end, ready, commError); };
+  for (std::uint32_t micro = 0; micro < spec.accumSteps; ++micro) {
+    LOCKSTEP_TRY(model_->forwardBackward(static_cast<int>(step % 2), micro, slot.rows[micro], micro + 1 == spec.accumSteps,
+                                         layerDone));
+  }
+  if (!commError) return fail(commError.error(), step + 1);
+  LOCKSTEP_CUDA(cudaEventRecord(slot.backwardEnd, compute_));
+  LOCKSTEP_CUDA(cudaStreamWaitEvent(comm_, slot.backwardEnd));  // the step ends after its backward, too
+  LOCKSTEP_CUDA(cudaMemcpyAsync(slot.header, grads_, 3 * sizeof(float), cudaMemcpyDeviceToHost, comm_));
+  LOCKSTEP_CUDA(cudaEventRecord(slot.end, comm_));
+  return {};
+}
+
+void CudaLoop::launchReady(StepSlot& slot, std::size_t& launched, std::size_t end, cudaEvent_t ready,
+                           Result<void>& commError) {
+  std::vector<NcclComm::Range> ranges;
+  const std::size_t first = launched;
+  while (launched < buckets_.size() && buckets_[launched].end <= end) {
+    ranges.push_back({grads_ + buckets_[launched].begin, buckets_[launched].end - buckets_[launched].begin});
+    ++launched;
+  }
+  if (ranges.empty() || !commError) return;
+  if (auto r = cudaStreamWaitEvent(comm_, ready); r != cudaSuccess) {
+    commError = cudaError(r, "cudaStreamWaitEvent");
+    return;
+  }
+  if (!slot.commStarted) {
+    // This rank's own loss, before the reduction sums it with the others'.
+    cudaMemcpyAsync(slot.localLoss, grads_ + kLossSum, sizeof(float), cudaMemcpyDeviceToHost, comm_);
+    cudaEventRecord(slot.commStart, comm_);
+    slot.commStarted = true;
+  }
+  if (auto r = nccl_->allReduceAsync(ranges.data(), ranges.size()); !r) {
+    commError = r.error();
+    return;
+  }
+  for (std::size_t b = first; b < launched; ++b) {
+    model_->applyOptimizer(buckets_[b].begin, buckets_[b].end, *s_.optimizer, comm_);
+  }
+}
+
+Result<bool> CudaLoop::report(StepSlot& slot, cudaEvent_t previousEnd, bool lastStep, StepAccounting& accounting) {
+  if (auto done = nccl_->wait(slot.end); !done) return fail(done.error(), slot.step);
+  const float* h = slot.header;
+  const double globalLoss = static_cast<double>(h[kLossSum]) / h[kSampleCount];
+  const bool stopVoted = h[kStopVotes] > 0.0f;
+  StepReport r = accounting.report(slot.step, slot.localSamples, *slot.localLoss, globalLoss, lr_);
+  r.dataTimeUs = static_cast<std::int64_t>(elapsedUs(previousEnd, slot.computeStart));
+  r.computeTimeUs = static_cast<std::int64_t>(elapsedUs(slot.computeStart, slot.backwardEnd));
+  r.exposedCommTimeUs = static_cast<std::int64_t>(elapsedUs(slot.backwardEnd, slot.end));
+  r.stepTimeUs = static_cast<std::int64_t>(elapsedUs(previousEnd, slot.end));
+  r.allreduceTimeUs = static_cast<std::int64_t>(elapsedUs(slot.commStart, slot.end));
+  r.bytesReduced = std::uint64_t{bytesPerStep_};
+  LOCKSTEP_ASSIGN_OR_RETURN(const bool reached,
+                            accounting.record(r, static_cast<std::uint64_t>(h[kSampleCount]), globalLoss,
+                                              lastStep || stopVoted));
+  if (stopVoted) accounting.stopVoted(host_.stopSignal());
+  return stopVoted || reached;
+}
+
+Result<void> CudaLoop::checkpointIfDue(std::uint64_t step, StepSlot& slot) {
+  const JobSpec& spec = options_.spec;
+  const bool checkpointDue = spec.checkpointEvery > 0 && step % spec.checkpointEvery == 0;
+  if (!s_.checkpoints || !checkpointDue) return {};
+  s_.progress.enter(RankPhase::kCheckpoint);
+  if (auto done = nccl_->wait(slot.end); !done) return fail(done.error(), step);
+  const auto copyStart = Clock::now();  // the step is done: what follows is the checkpoint's
+  LOCKSTEP_TRY(model_->download(s_.params.data(), optimizerState_));
+  LOCKSTEP_TRY(s_.checkpoints->submit(snapshotCheckpoint(step, s_.resume, s_.params, *s_.optimizer)));
+  host_.notePhase("checkpoint", copyStart, step);
+  return {};
+}
+
+Result<void> CudaLoop::checkpointAtSignal(const RunSummary& summary) {
+  const JobSpec& spec = options_.spec;
+  if (!s_.checkpoints || summary.stoppedBySignal == 0 || spec.checkpointEvery == 0 ||
+      summary.stepsDone % spec.checkpointEvery == 0) {
+    return {};
+  }
+  const auto copyStart = Clock::now();
+  LOCKSTEP_TRY(s_.checkpoints->submit(snapshotCheckpoint(summary.stepsDone, s_.resume, s_.params, *s_.optimizer)));
+  host_.notePhase("checkpoint", copyStart, summary.stepsDone);
+  return {};
+}
+
+Error CudaLoop::fail(const Error& error, std::uint64_t step) {
+  nccl_->abort();  // kernels of a broken collective would otherwise hold up every later free
+  const std::string when = "during step " + std::to_string(step);
+  if (s_.store) return host_.diagnoseCommFailure(error, when);
+  host_.markCommBroken();
+  return error.withContext("rank 0 " + when);
+}
+
+}  // namespace gpu
+}  // namespace lockstep::trainer

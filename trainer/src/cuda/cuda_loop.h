@@ -1,0 +1,89 @@
+#pragma once
+// The GPU training loop (--backend cuda): the same steps, reports and checkpoints as the CPU loop
+// (cpu_loop.h), with the work enqueued on three streams and the host one step ahead of the GPU.
+//
+// Per step k (slot k % 2):
+//   compute stream: wait for step k-1's optimizer, wait for batch k, header, forward, loss, backward;
+//                   after each layer's gradients, an event;
+//   comm stream:    per layer event, the buckets it completed: one NCCL group, then the optimizer on
+//                   them; at the end the reduced header (loss sum, samples, stop votes) to the host;
+//   data stream:    batch k+1 gathered while step k computes.
+// The host never waits inside a step: it reads step k-1's header and event times while step k
+// runs, so decisions taken from them (stop votes, the target loss) take effect one step later,
+// on every rank alike.
+//
+// Only files in cuda/ include this header: the rest of the trainer reaches the loop through
+// RankLoop (makeCudaLoop).
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpu_model.h"
+#include "nccl_comm.h"
+#include "rank_loop.h"
+#include "rank_state.h"
+#include "step_accounting.h"
+#include "step_slots.h"
+
+namespace lockstep::trainer::gpu {
+
+class CudaLoop final : public RankLoop {
+ public:
+  explicit CudaLoop(RankHost& host);
+  ~CudaLoop() override;
+  CudaLoop(const CudaLoop&) = delete;
+  CudaLoop& operator=(const CudaLoop&) = delete;
+
+  bool pinsCpus() const override { return false; }
+  Result<void> setUp() override { return {}; }
+  // NCCL on this rank's GPU, even for a world of one (it reduces as a larger one would).
+  Result<std::unique_ptr<Comm>> connect(StoreClient* store, const std::string& keyPrefix) override;
+  Result<void> train(StepAccounting& accounting) override;
+
+ private:
+  // The model on the device, with the rank's parameters and optimizer state.
+  Result<void> start();
+  // --bucket-mb's, or chosen from this job's measurements (bucket_plan.h, gpu_plan.h).
+  Result<void> chooseBuckets();
+  Result<void> runSteps(StepAccounting& accounting);
+  // Gathers step `step`'s micro-batches into its slot once the step two back is done with it;
+  // returns their row counts.
+  Result<std::vector<std::uint32_t>> prepare(std::uint64_t step, cudaEvent_t slotFree);
+  // Enqueues 0-based `step` in `slot`, after the step that ends with `previousEnd`.
+  Result<void> enqueueStep(std::uint64_t step, StepSlot& slot, cudaEvent_t previousEnd);
+  // After a layer's gradients (grads[0, end) final once `ready` fires): the buckets it completed,
+  // reduced and applied on the communication stream.
+  void launchReady(StepSlot& slot, std::size_t& launched, std::size_t end, cudaEvent_t ready, Result<void>& commError);
+  // Reads a finished step's header and times, and reports it. Returns whether to stop after the
+  // step now in flight.
+  Result<bool> report(StepSlot& slot, cudaEvent_t previousEnd, bool lastStep, StepAccounting& accounting);
+  Result<void> checkpointIfDue(std::uint64_t step, StepSlot& slot);
+  // Rank 0's checkpoint when a signal stopped the run between due checkpoints.
+  Result<void> checkpointAtSignal(const RunSummary& summary);
+  // A failed collective during 1-based `step`: aborts NCCL and names the lost peer where it can.
+  Error fail(const Error& error, std::uint64_t step);
+
+  RankHost& host_;
+  const jobflags::TrainerOptions& options_;
+  const DistEnv& env_;
+  RankState& s_;
+
+  NcclComm* nccl_ = nullptr;  // the rank's communicator (RankState::comm)
+  int device_ = 0;
+  std::unique_ptr<GpuModel> model_;
+  std::vector<std::vector<float>*> optimizerState_;
+  StepSlots slots_;
+  cudaStream_t compute_ = nullptr;
+  cudaStream_t comm_ = nullptr;
+  float* grads_ = nullptr;  // the model's, on the device
+  double lr_ = 0;
+  std::vector<Bucket> buckets_;
+  std::uint64_t bytesPerStep_ = 0;
+  std::vector<std::uint32_t> indices_;
+};
+
+}  // namespace lockstep::trainer::gpu

@@ -1,0 +1,39 @@
+#pragma once
+// The rank's place in the job, from torchrun's environment variables.
+
+#include <cstdint>
+#include <string>
+
+#include "lockstep/common/result.h"
+
+namespace lockstep::trainer {
+
+struct DistEnv {
+  std::uint32_t rank = 0;
+  std::uint32_t worldSize = 1;
+  std::uint32_t localRank = 0;
+  std::uint32_t localWorldSize = 1;
+  std::string masterAddr = "127.0.0.1";
+  std::uint16_t masterPort = 0;
+  // LOCKSTEP_AGENT_STORE=1: the launcher (or agent) hosts the store, not rank 0.
+  bool storeHostedByLauncher = false;
+  std::string storeSecret;     // LOCKSTEP_STORE_SECRET: the job's, for the rendezvous store; "" open
+  std::string reportEndpoint;  // LOCKSTEP_REPORT
+  std::uint32_t attempt = 0;   // LOCKSTEP_ATTEMPT: restarts of the job so far
+};
+
+// Reads RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT (all absent: a world of
+// one) and the LOCKSTEP_* variables. Malformed or inconsistent values are InvalidArgument.
+Result<DistEnv> distEnvFromEnvironment();
+
+// Who sends a record of the job's (a StepReport, a PhaseReport): the job, this rank, the world
+// size and the attempt.
+template <class Record>
+void stampSender(Record& record, const std::string& jobId, const DistEnv& env) {
+  record.jobId = jobId;
+  record.rank = env.rank;
+  record.worldSize = env.worldSize;
+  record.attempt = env.attempt;
+}
+
+}  // namespace lockstep::trainer
