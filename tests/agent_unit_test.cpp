@@ -9,13 +9,13 @@
 #include <fstream>
 #include <thread>
 
-#include "config.h"
+#include "loop/config.h"
 #include "lockstep/net/keys.h"
 #include "lockstep/protocol/validate.h"
-#include "nvml.h"
-#include "preflight.h"
-#include "rank_launch.h"
-#include "stream_buffer.h"
+#include "sensors/nvml.h"
+#include "jobs/preflight.h"
+#include "jobs/rank_launch.h"
+#include "stream/stream_buffer.h"
 #include "support/test_support.h"
 
 namespace lockstep::agent {

@@ -18,8 +18,8 @@
 #include "lockstep/client/agent_client.h"
 #include "lockstep/common/files.h"
 #include "lockstep/common/identity.h"
-#include "job_cgroup.h"
-#include "preflight.h"
+#include "jobs/job_cgroup.h"
+#include "jobs/preflight.h"
 #include "support/agent_support.h"
 
 namespace lockstep::test {

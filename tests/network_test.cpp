@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "lockstep/kpi/network.h"
-#include "netdev.h"
+#include "sensors/netdev.h"
 #include "support/test_support.h"
 
 namespace lockstep::agent {

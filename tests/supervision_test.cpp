@@ -1,4 +1,4 @@
-// Issue 15: supervision on the node side. Rank 0's agent supervises a job (agent/src/supervision.h):
+// Issue 15: supervision on the node side. Rank 0's agent supervises a job (agent/src/jobs/supervision.h):
 // it stops a failed job's other parts and restarts it with no client connected, reaching the
 // other agents with its node key, which they let list, stop and restart that job and nothing else.
 

@@ -9,10 +9,10 @@
 #include <string_view>
 #include <vector>
 
-#include "config.h"
 #include "lockstep/common/process.h"
 #include "lockstep/net/keys.h"
-#include "server.h"
+#include "loop/agent.h"
+#include "loop/config.h"
 
 namespace {
 

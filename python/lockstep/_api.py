@@ -431,7 +431,7 @@ def _flush_all():
         _flush_gpu(r, w, wait=True)
 
 
-_MAX_PHASES_PER_SECOND = 20  # the agent's bound per rank (agent/src/server_reports.cpp)
+_MAX_PHASES_PER_SECOND = 20  # the agent's bound per rank (agent/src/stream/rank_inbox.cpp)
 _MAX_PHASE_NAME_BYTES = 64
 _phase_budget = [0, 0]  # [the second, phases reported in it]
 _phase_warned = False

@@ -1,6 +1,6 @@
 #pragma once
 // Following a launched job to its end, and its elastic restarts (--max-restarts), as a plain state
-// machine that the job's supervising agent drives (agent/src/supervision.h): the job's parts and
+// machine that the job's supervising agent drives (agent/src/jobs/supervision.h): the job's parts and
 // the time come in, what to do comes out. Tests drive it with a fake clock.
 //
 // The rules: a job that failed while some of its ranks still run gets a grace period (10 s when it

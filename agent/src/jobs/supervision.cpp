@@ -1,0 +1,357 @@
+#include "jobs/supervision.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "base/log.h"
+#include "lockstep/client/agent_client.h"
+#include "lockstep/client/elastic.h"
+#include "lockstep/client/launch.h"
+#include "lockstep/client/supervisor.h"
+#include "lockstep/protocol/validate.h"
+
+namespace lockstep::agent {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kCallTimeout = std::chrono::seconds(5);
+constexpr auto kLaunchTimeout = std::chrono::seconds(15);
+// The launching client starts the other nodes' parts once rank 0's started: until then a part
+// that is not there yet is starting, not lost.
+constexpr auto kPartsAppear = std::chrono::seconds(30);
+constexpr auto kPollEvery = std::chrono::milliseconds(300);
+constexpr int kMissesToLose = 3;
+
+const JobAgent* agentOf(const JobSpec& spec, const std::string& node) {
+  for (const auto& a : spec.agents) {
+    if (a.node == node) return &a;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+class Supervisions::Worker {
+ public:
+  Worker(JobSpec spec, bool standby, std::string self, const CurveKeyPair& keys, Log& log)
+      : first_(std::move(spec)), standby_(standby), self_(std::move(self)), keys_(keys), log_(log), thread_([this] { run(); }) {}
+  ~Worker() {
+    requestStop();
+    thread_.join();
+  }
+  // The agent stops: the thread ends after the call under way (each has a timeout), doing nothing more.
+  void requestStop() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+  }
+
+  Supervision state() const {
+    std::lock_guard lock(mutex_);
+    return state_;
+  }
+
+ private:
+  void run();
+  void follow(Supervisor& supervisor);
+  std::optional<Supervisor> standBy();
+  std::optional<JobStatus> statusOn(const std::string& node);
+  std::vector<EndedPart> observe(const JobSpec& attempt, Clock::time_point since);
+  EndedPart observeOn(const std::string& node, const JobSpec& attempt, bool mayBeStarting);
+  Result<JobSpec> restart(const JobSpec& ended, const RestartPlan& plan);
+  void stopParts(const JobSpec& attempt);
+  bool lostRank(std::uint32_t rank) const;
+  AgentClient* client(const std::string& node);
+  void publish(SupervisionState state, const Supervisor& supervisor, JobState outcome = JobState::kRunning,
+               const std::string& message = "");
+  void publish(Supervision state);
+  bool pause(Clock::duration d);  // false once the agent stops
+  bool stopping() const {
+    std::lock_guard lock(mutex_);
+    return stop_;
+  }
+  void say(const std::string& line) { log_.info("job " + first_.jobId + ": " + line); }
+
+  const JobSpec first_;
+  const bool standby_;  // the job's second agent: it takes over if the first stops answering
+  const std::string self_;  // this agent's node
+  const CurveKeyPair keys_;
+  Log& log_;
+  std::map<std::string, std::unique_ptr<AgentClient>> clients_;  // by node
+  std::set<std::string> seen_;        // nodes whose part of this attempt was seen
+  std::set<std::string> lost_;        // nodes lost in this attempt (they stay lost until the next)
+  std::map<std::string, int> misses_; // polls in a row a node's agent did not answer
+  std::vector<EndedPart> lastParts_;  // as last observed
+  std::set<std::string> unreachable_; // said once each
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  // From the start: a client listing the job sees it so.
+  Supervision state_{standby_ ? SupervisionState::kStandby : SupervisionState::kFollowing, JobState::kRunning, {}, {}};
+  std::thread thread_;  // last: it runs once the members above exist
+};
+
+void Supervisions::Worker::run() {
+  if (!standby_) {
+    say("supervised by this agent (restarts allowed: " + std::to_string(first_.maxRestarts) + ")");
+    Supervisor supervisor(first_);
+    follow(supervisor);
+  } else if (auto taken = standBy()) {
+    follow(*taken);
+  }
+  clients_.clear();  // each holds a ZeroMQ context and its thread
+}
+
+// The standby's wait: it mirrors the first agent's supervision until that ends (then this ends
+// too), or until the first agent misses kMissesToLose polls in a row, or no longer supervises the
+// job (it restarted without it): then it takes over where the job stands.
+std::optional<Supervisor> Supervisions::Worker::standBy() {
+  const std::string primary = supervisorOf(first_)->node, self = self_;
+  JobSpec current = first_;
+  Supervision last;
+  int misses = 0;
+  while (pause(kPollEvery)) {
+    // Each agent listed once a poll: the latest attempt either knows, and whether the first still
+    // supervises.
+    const auto there = statusOn(primary);
+    for (const auto& status : {there, statusOn(self)}) {
+      if (status && status->spec.attempt > current.attempt) current = status->spec;
+    }
+    if (stopping()) return std::nullopt;
+    const bool supervising = there && there->supervision.state != SupervisionState::kNone;
+    if (!supervising) {
+      if (++misses < kMissesToLose) continue;
+      say("took over its supervision from node " + primary + "'s agent, which " +
+          (there ? "no longer supervises it" : "stopped answering"));
+      for (const auto& r : current.ranks) seen_.insert(r.node);  // launched long ago: not "starting"
+      return Supervisor(current, last.attempts);
+    }
+    misses = 0;
+    last = there->supervision;
+    if (last.state == SupervisionState::kEnded) {
+      publish(last);
+      return std::nullopt;
+    }
+    Supervision mirrored = last;
+    mirrored.state = SupervisionState::kStandby;
+    publish(mirrored);
+  }
+  return std::nullopt;
+}
+
+std::optional<JobStatus> Supervisions::Worker::statusOn(const std::string& node) {
+  AgentClient* c = client(node);
+  auto jobs = c ? c->listJobs(kCallTimeout) : Result<JobsReply>(Error{ErrorCode::kUnavailable, "unreachable"});
+  if (!jobs) {
+    clients_.erase(node);
+    return std::nullopt;
+  }
+  for (auto& j : jobs->jobs) {
+    if (j.spec.jobId == first_.jobId) return std::move(j);
+  }
+  return std::nullopt;
+}
+
+void Supervisions::Worker::follow(Supervisor& supervisor) {
+  auto since = Clock::now();
+  publish(SupervisionState::kFollowing, supervisor);
+  while (pause(kPollEvery)) {
+    lastParts_ = observe(supervisor.spec(), since);
+    if (stopping()) break;  // what the agent's own answers said while it stopped is not acted on
+    auto action = supervisor.observe(lastParts_, Clock::now());
+    using Kind = Supervisor::Action::Kind;
+    if (action.kind == Kind::kStop) {
+      say("failed; stopping its other parts");
+      stopParts(supervisor.spec());
+      continue;
+    }
+    if (action.kind == Kind::kRestart) {
+      publish(SupervisionState::kRestarting, supervisor, JobState::kRunning, action.message);
+      if (stopping()) break;
+      auto placed = restart(supervisor.spec(), action.plan);
+      if (placed) {
+        say(action.message + "; restart " + std::to_string(placed->attempt) + " of " +
+            std::to_string(placed->maxRestarts) + " with " + std::to_string(placed->worldSize) + " rank(s)");
+        supervisor.restarted(*placed);
+        since = Clock::now();
+        seen_.clear();
+        lost_.clear();
+        misses_.clear();
+        publish(SupervisionState::kFollowing, supervisor);
+        continue;
+      }
+      action = supervisor.restartFailed(placed.error().message);
+    }
+    if (action.kind == Kind::kEnd) {
+      say("supervision ended: " + std::string(jobStateName(action.state)) +
+          (action.message.empty() ? "" : " (" + action.message + ")"));
+      publish(SupervisionState::kEnded, supervisor, action.state, action.message);
+      break;
+    }
+  }
+}
+
+std::vector<EndedPart> Supervisions::Worker::observe(const JobSpec& attempt, Clock::time_point since) {
+  std::set<std::string> nodes;
+  for (const auto& r : attempt.ranks) nodes.insert(r.node);
+  const bool early = Clock::now() - since < kPartsAppear;
+  std::vector<EndedPart> parts;
+  for (const auto& node : nodes) {
+    if (stopping()) break;
+    parts.push_back(observeOn(node, attempt, early && !seen_.count(node)));
+  }
+  return parts;
+}
+
+// One node's part: as its agent lists it; starting while it may not be there yet; else lost.
+EndedPart Supervisions::Worker::observeOn(const std::string& node, const JobSpec& attempt, bool mayBeStarting) {
+  const JobAgent* a = agentOf(first_, node);
+  EndedPart part{node, a ? a->address : node, {}, true, JobState::kRunning, 0, ""};
+  if (lost_.count(node)) return part;
+  if (AgentClient* c = client(node)) {
+    auto jobs = c->listJobs(kCallTimeout);
+    if (!jobs) clients_.erase(node);
+    if (jobs) misses_[node] = 0;
+    for (const auto& status : jobs ? jobs->jobs : std::vector<JobStatus>{}) {
+      if (status.spec.jobId != first_.jobId || status.spec.attempt < attempt.attempt) continue;
+      seen_.insert(node);
+      return EndedPart{node, part.agent, status.ranks, false, status.state, status.spec.attempt, status.message};
+    }
+    if (jobs && !mayBeStarting) {  // it answers, and has no such part: it never started, or was lost
+      lost_.insert(node);
+      return part;
+    }
+  }
+  // Not answering: lost after kMissesToLose polls in a row (one slow answer is not a lost node), or
+  // at once when the part never appeared in its time.
+  const bool seen = seen_.count(node) > 0;
+  if (mayBeStarting || (seen && ++misses_[node] < kMissesToLose)) {
+    part.agentLost = false;
+    part.state = seen ? JobState::kRunning : JobState::kStarting;
+    part.attempt = attempt.attempt;
+    if (seen) {
+      for (const auto& p : lastParts_) {
+        if (p.node == node && !p.agentLost) part = p;  // as it was last seen
+      }
+    }
+    return part;
+  }
+  lost_.insert(node);
+  return part;
+}
+
+AgentClient* Supervisions::Worker::client(const std::string& node) {
+  if (auto it = clients_.find(node); it != clients_.end()) return it->second.get();
+  const JobAgent* a = agentOf(first_, node);
+  if (!a) return nullptr;
+  auto address = parseAgentAddress(a->address);
+  auto connected = address ? AgentClient::connect(*address, keys_, a->publicKey, kCallTimeout)
+                           : Result<std::unique_ptr<AgentClient>>(address.error());
+  if (!connected) {
+    if (unreachable_.insert(node).second) say("cannot reach node " + node + "'s agent: " + connected.error().message);
+    return nullptr;
+  }
+  unreachable_.erase(node);
+  return clients_.emplace(node, std::move(*connected)).first->second.get();
+}
+
+void Supervisions::Worker::stopParts(const JobSpec& attempt) {
+  std::set<std::string> nodes;
+  for (const auto& r : attempt.ranks) nodes.insert(r.node);
+  for (const auto& node : nodes) {
+    if (stopping()) return;
+    // A lost node too: if it answers again, what it still runs of the job must not run on.
+    if (AgentClient* c = client(node)) {
+      if (auto stopped = c->stopJob(first_.jobId, 0, kCallTimeout); !stopped) {
+        say("could not stop its part on " + node + ": " + stopped.error().message);
+      }
+    }
+  }
+}
+
+bool Supervisions::Worker::lostRank(std::uint32_t rank) const {
+  for (const auto& p : lastParts_) {
+    for (const auto& r : p.ranks) {
+      if (r.rank == rank) return rankLost(r, first_.isCommand());
+    }
+  }
+  return false;
+}
+
+// The next attempt on the nodes the plan keeps; CUDA ranks keep the GPUs the job had there, but
+// those of its lost ranks (the GPU may be what failed).
+Result<JobSpec> Supervisions::Worker::restart(const JobSpec& ended, const RestartPlan& plan) {
+  std::vector<PlacementNode> nodes;
+  std::vector<std::uint32_t> counts;
+  std::vector<AgentClient*> clients;
+  for (const auto& [node, ranks] : plan.ranksPerNode) {
+    const JobAgent* a = agentOf(first_, node);
+    AgentClient* c = client(node);
+    if (!a || !c) return Error{ErrorCode::kUnavailable, "cannot reach node " + node + "'s agent"};
+    PlacementNode p{c->address(), a->publicKey, node, {}};
+    for (const auto& r : ended.ranks) {
+      if (r.node == node && r.gpuIndex && !lostRank(r.rank)) p.freeGpus.push_back(*r.gpuIndex);
+    }
+    nodes.push_back(std::move(p));
+    counts.push_back(ranks);
+    clients.push_back(c);
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(auto placed, placeJob(nodes, counts, plan.next));
+  LOCKSTEP_TRY(validateJobSpec(placed));
+  LOCKSTEP_TRY(launchJob(clients, placed, kLaunchTimeout));
+  return placed;
+}
+
+void Supervisions::Worker::publish(SupervisionState state, const Supervisor& supervisor, JobState outcome,
+                                   const std::string& message) {
+  std::lock_guard lock(mutex_);
+  state_.state = state;
+  state_.outcome = outcome;
+  state_.message = message;
+  state_.attempts = supervisor.attempts();
+}
+
+void Supervisions::Worker::publish(Supervision state) {
+  std::lock_guard lock(mutex_);
+  state_ = std::move(state);
+}
+
+bool Supervisions::Worker::pause(Clock::duration d) {
+  std::unique_lock lock(mutex_);
+  return !wake_.wait_for(lock, d, [this] { return stop_; });
+}
+
+Supervisions::Supervisions(std::string node, CurveKeyPair nodeKeys, Log& log)
+    : node_(std::move(node)), keys_(std::move(nodeKeys)), log_(log) {}
+
+SupervisingRole Supervisions::roleIn(const JobSpec& spec) const {
+  return supervisingRole(spec, [&](const JobAgent& a) { return a.node == node_; });
+}
+
+bool Supervisions::supervises(const JobSpec& spec) const { return static_cast<bool>(roleIn(spec)); }
+
+Supervisions::~Supervisions() {
+  std::lock_guard lock(mutex_);
+  for (auto& [id, worker] : workers_) worker->requestStop();  // all at once, then each joined
+  workers_.clear();
+}
+
+void Supervisions::supervise(const JobSpec& spec) {
+  std::lock_guard lock(mutex_);
+  const SupervisingRole role = roleIn(spec);
+  if (workers_.count(spec.jobId) || !role) return;
+  workers_.emplace(spec.jobId, std::make_unique<Worker>(spec, role.standby, node_, keys_, log_));
+}
+
+Supervision Supervisions::of(const std::string& jobId) const {
+  std::lock_guard lock(mutex_);
+  auto it = workers_.find(jobId);
+  return it == workers_.end() ? Supervision{} : it->second->state();
+}
+
+}  // namespace lockstep::agent

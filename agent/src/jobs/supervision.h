@@ -1,0 +1,56 @@
+#pragma once
+// Supervising jobs on the node side (docs/agent.md, "Supervision"): the agent that ran rank 0 of a
+// job's first attempt (the first of the job's agents) carries out what client/supervisor.h decides
+// (stop a failed job's other parts, restart it with the ranks left), so that a job goes on when
+// no client is connected. One thread per job reaches the job's agents, this one included, with
+// this node's key, pinning each agent's key as the job's spec names it; each of those agents lets
+// that key list, stop and restart this job, and nothing else (access/supervisor_keys.h). Clients
+// only follow: the job's status on this agent carries the supervision's state and its attempts.
+// The job's second agent stands by: it mirrors the first's supervision, and takes over where it
+// stood when the first stops answering (its node lost).
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "lockstep/client/supervisor.h"
+#include "lockstep/net/keys.h"
+#include "lockstep/protocol/types.h"
+
+namespace lockstep::agent {
+
+class Log;
+
+
+class Supervisions {
+ public:
+  // `node`: this agent's node name; a job whose second agent it is gets a standby.
+  Supervisions(std::string node, CurveKeyPair nodeKeys, Log& log);
+  ~Supervisions();  // stops and joins every thread (the jobs go on; a restarted agent resumes them)
+  Supervisions(const Supervisions&) = delete;
+  Supervisions& operator=(const Supervisions&) = delete;
+
+  // Whether this agent supervises the job (its first agent) or stands by (its second).
+  bool supervises(const JobSpec& spec) const;
+  // Begins supervising (or standing by for) the job of `spec` unless it already does.
+  void supervise(const JobSpec& spec);
+  // The job's supervision as it stands; kNone when this agent does not supervise it.
+  Supervision of(const std::string& jobId) const;
+
+  class Worker;
+
+ private:
+  SupervisingRole roleIn(const JobSpec& spec) const;
+
+  std::string node_;
+  CurveKeyPair keys_;
+  Log& log_;
+  mutable std::mutex mutex_;
+  std::map<std::string, std::unique_ptr<Worker>> workers_;  // by job id, kept once ended
+};
+
+}  // namespace lockstep::agent

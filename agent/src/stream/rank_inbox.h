@@ -1,0 +1,59 @@
+#pragma once
+// What ranks push to their agent over the report socket (run/report.sock, a ZeroMQ PULL socket;
+// docs/agent.md): step reports, the phases their programs named, and notes for their job's
+// events. Each is taken only from a rank of a job here, and bounded: a note's size and count per
+// job, phases per rank per second (a token bucket). What is taken joins the node's stream.
+// Event loop only.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <zmq.hpp>
+
+#include "base/log.h"
+#include "base/ports.h"
+#include "jobs/jobs.h"
+#include "lockstep/common/result.h"
+#include "stalls/stalls.h"
+
+namespace lockstep::agent {
+
+class RankInbox {
+ public:
+  static constexpr std::size_t kMaxReportBytes = 64u << 10;  // a message a rank pushes
+
+  // The endpoint ranks push to (LOCKSTEP_REPORT): STATE/run/report.sock, its directory made.
+  static Result<std::string> endpointIn(const std::string& stateDir);
+
+  RankInbox(zmq::context_t& context, JobManager& jobs, Stalls& stalls, StreamPort& stream, Log& log);
+
+  // Binds `endpoint` (from endpointIn) and opens it to every job's user. Throws zmq::error_t.
+  Result<void> bind(const std::string& endpoint);
+  zmq::pollitem_t pollItem() const { return {socket_->handle(), 0, ZMQ_POLLIN, 0}; }
+  // Takes what ranks pushed (up to 1000 messages a call).
+  void onReports();
+
+ private:
+  struct PhaseBudget {  // a token bucket
+    double tokens = 0;
+    std::chrono::steady_clock::time_point filled;
+    bool said = false;  // the log said this rank's phases are dropped
+  };
+
+  void takeNote(const JobEvent& pushed);
+  void takePhase(PhaseReport pushed);
+
+  JobManager& jobs_;
+  Stalls& stalls_;
+  StreamPort& stream_;
+  Log& log_;
+  std::unique_ptr<zmq::socket_t> socket_;
+  std::uint64_t dropped_ = 0;
+  std::map<std::string, std::uint32_t> notesPerJob_;                           // rank notes taken, per job id
+  std::map<std::pair<std::string, std::uint32_t>, PhaseBudget> phaseBudgets_;  // by job id and rank
+};
+
+}  // namespace lockstep::agent
