@@ -7,7 +7,7 @@
 
 namespace lockstep::agent {
 
-AccessPolicy::AccessPolicy(std::string keysPath, std::string node, Identity agent, JobTable jobs, Log& log)
+AccessPolicy::AccessPolicy(std::string keysPath, std::string node, Identity agent, JobLookup jobs, Log& log)
     : keysPath_(std::move(keysPath)), node_(std::move(node)), jobs_(std::move(jobs)), keyRing_(keysPath_, log) {
   owners_.agent = std::move(agent);
   owners_.node = node_;

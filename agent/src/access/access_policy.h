@@ -3,7 +3,7 @@
 // whose jobs it sees and acts on (every job for an `admin` key); a job's supervising agent's key
 // (supervisor_keys.h), which acts for the user that launched the job, on that job only. The
 // authorized keys are kept by the key ring (key_ring.h). It reads the job table through the two
-// questions it asks of it (JobTable). Event loop only.
+// questions it asks of it (JobLookup). Event loop only.
 
 #include <functional>
 #include <optional>
@@ -31,8 +31,8 @@ struct Caller {
   }
 };
 
-// What the access policy asks of the job table (jobs/jobs.h answers).
-struct JobTable {
+// What the access policy asks of the job table (the job manager answers them).
+struct JobLookup {
   std::function<std::vector<JobStatus>()> list;
   std::function<std::optional<std::string>(const std::string& jobId)> ownerOf;  // unset: no such job
 };
@@ -40,7 +40,7 @@ struct JobTable {
 class AccessPolicy {
  public:
   // `agent`: the user the agent runs as.
-  AccessPolicy(std::string keysPath, std::string node, Identity agent, JobTable jobs, Log& log);
+  AccessPolicy(std::string keysPath, std::string node, Identity agent, JobLookup jobs, Log& log);
 
   // The authorized keys read again if they changed (now, or when a second passed); returns the
   // keys that left them.
@@ -64,7 +64,7 @@ class AccessPolicy {
  private:
   std::string keysPath_;
   std::string node_;
-  JobTable jobs_;
+  JobLookup jobs_;
   KeyRing keyRing_;
   Owners owners_;
 };

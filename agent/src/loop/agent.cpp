@@ -127,7 +127,7 @@ Result<void> Agent::Impl::init() {
   LOCKSTEP_TRY(startJobs(reportEndpoint));
   access_ = std::make_unique<AccessPolicy>(
       config_.authorizedKeysPath(), config_.name, agent,
-      JobTable{[this] { return jobs_->list(); }, [this](const std::string& id) { return jobs_->ownerOf(id); }}, log_);
+      JobLookup{[this] { return jobs_->list(); }, [this](const std::string& id) { return jobs_->ownerOf(id); }}, log_);
   LOCKSTEP_TRY(listen(reportEndpoint));
   makeComponents();
   log_.info("listening on " + config_.listen + " as node " + config_.name + "; public key " + keys_.publicKey +

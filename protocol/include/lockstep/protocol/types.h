@@ -345,6 +345,22 @@ struct Request {
   bool operator==(const Request&) const = default;
 };
 
+// The state of a job's part on one agent (agent/src/jobs), and of each of its ranks. Every edge:
+//
+//   from      to        when
+//   starting  running   every rank of the part was spawned and the start answered
+//                       (JobManager::announceStart); a rank: its process was spawned
+//   starting  running   re-adopted: the agent stopped while starting, and on starting again found
+//                       every rank's keeper alive (job_table.cpp)
+//   starting  failed    re-adopted, but a rank's keeper was gone
+//   running   finished  every rank exited 0 (JobManager::finishIfDone)
+//   running   failed    a rank exited otherwise, or the stall rule or the supervisor failed it
+//                       (JobManager::failJob: the other ranks get SIGTERM, then SIGKILL)
+//   running   stopped   StopJob or the end of the Slurm allocation; the ranks are reaped
+//
+// finished, failed and stopped are final. A part that could not be spawned is not kept: its start
+// is refused. An elastic restart is a new attempt (JobSpec.attempt), whose parts start again.
+// A job across nodes takes combinedState of its parts.
 enum class JobState { kStarting = 1, kRunning = 2, kFinished = 3, kFailed = 4, kStopped = 5 };
 std::string_view jobStateName(JobState state);
 // The state of a job from its parts (one per node): failed if any failed, running while any runs,
@@ -397,7 +413,22 @@ struct RankStatus {
   bool operator==(const RankStatus&) const = default;
 };
 
-// What the supervising agent did with a job (client/supervisor.h carries it out).
+// What the supervising agent did with a job (client/supervisor.h decides, agent/src/jobs/
+// supervision.cpp carries it out). Every edge:
+//
+//   from        to          when
+//   none        following   rank 0's agent (JobSpec.agents[0]) started its part of the job
+//   none        standby     the second agent started its part: it mirrors the first's supervision
+//   following   restarting  an attempt lost ranks or a node, or stalled with --on-stall restart,
+//                           and restarts remain (--max-restarts)
+//   restarting  following   the new attempt was placed and started
+//   restarting  ended       it could not be placed (too few ranks, agents unreachable)
+//   following   ended       the job finished, failed or was stopped (Supervision.outcome says which)
+//   standby     following   the first agent stopped answering or no longer supervises: the standby
+//                           takes over where the job stands
+//   standby     ended       the first agent's supervision ended
+//
+// ended is final; none is every other agent's (and a job launched without agents).
 enum class SupervisionState { kNone = 0, kFollowing = 1, kRestarting = 2, kEnded = 3, kStandby = 4 };
 
 struct Supervision {
