@@ -55,6 +55,9 @@ ensure_packages() {
 
 build() {
   ensure_packages "${PACKAGES[@]}"
+  # Paths under the checkout hash as relative ones, so that another clone on this machine (CI's,
+  # a second work tree) reuses what ccache already compiled instead of building everything again.
+  export CCACHE_BASEDIR=$ROOT CCACHE_NOHASHDIR=true
   if [ ! -f "$BUILD/build.ninja" ]; then
     say "configuring $BUILD"
     cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo

@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "lockstep/client/slurm.h"
-#include "metrics/metrics.h"
+#include "prometheus/page.h"
 #include "support/test_support.h"
 
 namespace lockstep::agent {

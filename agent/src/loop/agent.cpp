@@ -26,7 +26,7 @@
 #include "loop/client_port.h"
 #include "loop/lifecycle.h"
 #include "loop/requests.h"
-#include "metrics/publisher.h"
+#include "prometheus/publisher.h"
 #include "sensors/node_sensors.h"
 #include "sensors/nvml.h"
 #include "stalls/stalls.h"

@@ -3,7 +3,7 @@
 // report socket, the node's sensors, the path checks, the evidence taker and the ranks' exit
 // notifications. The loop (agent.cpp) owns what it polls and hands each readiness to the component
 // that owns it: requests (requests.h), starts (jobs/starts.h), fetches and the rank inbox
-// (stream/), stalls (stalls/stalls.h), access (access/), metrics (metrics/publisher.h) and the
+// (stream/), stalls (stalls/stalls.h), access (access/), the Prometheus page (prometheus/publisher.h) and the
 // agent's lifecycle (lifecycle.h).
 //
 // Requests are answered in order of arrival; Fetch may be held (a long poll) until a message newer

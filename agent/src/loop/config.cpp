@@ -13,7 +13,7 @@
 #include "base/host.h"
 #include "lockstep/common/files.h"
 #include "lockstep/net/keys.h"
-#include "metrics/metrics.h"
+#include "prometheus/page.h"
 
 namespace lockstep::agent {
 namespace {

@@ -18,7 +18,7 @@ namespace lockstep::agent {
 
 class NodeStream : public StreamPort {
  public:
-  // Sees each record before it is numbered (metrics/publisher.h).
+  // Sees each record before it is numbered (prometheus/publisher.h).
   using Tap = std::function<void(const StreamPayload&)>;
 
   // capacity: the newest messages kept for clients that fetch them again.

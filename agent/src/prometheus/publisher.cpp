@@ -1,4 +1,4 @@
-#include "metrics/publisher.h"
+#include "prometheus/publisher.h"
 
 #include <unistd.h>
 

@@ -13,7 +13,7 @@
 #include "base/log.h"
 #include "lockstep/common/result.h"
 #include "lockstep/protocol/types.h"
-#include "metrics/metrics.h"
+#include "prometheus/page.h"
 
 namespace lockstep::agent {
 

@@ -1,4 +1,4 @@
-#include "metrics/metrics.h"
+#include "prometheus/page.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
