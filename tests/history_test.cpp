@@ -7,8 +7,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <fstream>
+#include <thread>
 
 #include "lockstep/history/history.h"
 #include "support/test_support.h"
@@ -452,6 +454,30 @@ TEST(History, AOneRankRunOfTheSameWorkloadCalibratesScalingEfficiency) {
   EXPECT_EQ(k.scalingBasis, kpi::ScalingBasis::kCalibrated);
   ASSERT_TRUE(k.scalingEfficiency && k.samplesPerSecond);
   EXPECT_NEAR(*k.scalingEfficiency, *k.samplesPerSecond / (2 * *single->finalKpis->samplesPerSecond), 1e-9);
+}
+
+// Found by app_test's killed-app test in CI (2026-12-05): an app opens its history on two
+// connections at once, and a history both found at an old version had a migration applied twice
+// ("duplicate column name: owner"), after which the app recorded nothing.
+TEST(History, TwoConnectionsOpeningAFreshFileAtOnceMigrateItOnce) {
+  TempDir dir;
+  for (int round = 0; round < 20; ++round) {
+    const std::string path = dir.file("race-" + std::to_string(round) + ".db");
+    std::atomic<int> ready{0};
+    std::string errors[2];
+    auto open = [&](int i) {
+      ready.fetch_add(1);
+      while (ready.load() < 2) {
+      }
+      auto h = history::History::open(path);
+      if (!h) errors[i] = h.error().message;
+    };
+    std::thread a(open, 0), b(open, 1);
+    a.join();
+    b.join();
+    EXPECT_EQ(errors[0], "") << "round " << round;
+    EXPECT_EQ(errors[1], "") << "round " << round;
+  }
 }
 
 TEST(History, RefusesAFileFromANewerVersion) {

@@ -1,8 +1,12 @@
 #include "HistoryRecorder.h"
 
+#include <QLoggingCategory>
+
 #include <chrono>
 
 #include "lockstep/common/clock.h"
+
+Q_LOGGING_CATEGORY(lcHistory, "lockstep.history")
 
 namespace lockstep::app {
 
@@ -40,6 +44,7 @@ void HistoryRecorder::start() {
 void HistoryRecorder::open() {
   auto h = history::History::open(path_.toStdString());
   if (!h) {
+    qCWarning(lcHistory) << "history off:" << QString::fromStdString(h.error().message);
     Q_EMIT opened(false, QString::fromStdString(h.error().message));
     return;
   }
@@ -57,6 +62,8 @@ void HistoryRecorder::open() {
 }
 
 void HistoryRecorder::fail(const Error& error) {
+  // The window says it too; the log keeps it for whoever reads the app's output later.
+  qCWarning(lcHistory) << "history stopped:" << QString::fromStdString(error.message);
   history_.reset();
   pending_.clear();
   if (timer_) timer_->stop();

@@ -147,7 +147,12 @@ CREATE INDEX IF NOT EXISTS phases_by_time ON phases (job_id, time_us);
 
 namespace lockstep::history::detail {
 
-Result<void> migrate(sqlite3* db) {
+namespace {
+
+// Whether the file is a history this build can read, read under the write lock: another connection
+// may be creating it at this moment, and its tables and its stamp come in one transaction.
+Result<void> checkIsHistory(sqlite3* db) {
+  LOCKSTEP_ASSIGN_OR_RETURN(auto tx, Transaction::begin(db));
   LOCKSTEP_ASSIGN_OR_RETURN(const auto appId, pragmaInt(db, "PRAGMA application_id"));
   LOCKSTEP_ASSIGN_OR_RETURN(const auto version, pragmaInt(db, "PRAGMA user_version"));
   LOCKSTEP_ASSIGN_OR_RETURN(const auto tables, pragmaInt(db, "SELECT count(*) FROM sqlite_schema"));
@@ -160,16 +165,27 @@ Result<void> migrate(sqlite3* db) {
                  "written by a newer Lockstep (schema " + std::to_string(version) + "; this build knows up to " +
                      std::to_string(kSchemaVersion) + "): use a newer Lockstep, or set LOCKSTEP_HISTORY to another path"};
   }
+  return tx.commit();
+}
+
+}  // namespace
+
+Result<void> migrate(sqlite3* db) {
+  LOCKSTEP_TRY(checkIsHistory(db));
   LOCKSTEP_TRY(exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON"));
-  for (auto v = version; v < kSchemaVersion; ++v) {
+  for (;;) {
+    // Each step under the write lock, from the version read there: another process (or another
+    // connection of this one) may have migrated since. An app that opened its history twice at
+    // once used to apply a migration twice ("duplicate column name"), and recorded nothing.
     LOCKSTEP_ASSIGN_OR_RETURN(auto tx, Transaction::begin(db));
+    LOCKSTEP_ASSIGN_OR_RETURN(const auto v, pragmaInt(db, "PRAGMA user_version"));
+    if (v >= kSchemaVersion) return tx.commit();
     LOCKSTEP_TRY(exec(db, kMigrations[static_cast<std::size_t>(v)]));
     const std::string stamp = "PRAGMA application_id=" + std::to_string(kApplicationId) +
                               "; PRAGMA user_version=" + std::to_string(v + 1);
     LOCKSTEP_TRY(exec(db, stamp.c_str()));
     LOCKSTEP_TRY(tx.commit());
   }
-  return {};
 }
 
 }  // namespace lockstep::history::detail
