@@ -189,7 +189,16 @@ TEST(SpecFields, ARankGetsItsSpecWholeFromTheAgent) {
     ASSERT_FALSE(refused);
     EXPECT_NE(refused.error().message.find("--lr is the job's own"), std::string::npos) << refused.error().message;
   }
-  // A spec that is not a valid job says what is wrong with it.
+  // --job-id may name it anew, as beside lockstepctl's --spec.
+  auto args = jobflags::rankArgs(trainerB(), "/m.jsonl");
+  args.insert(args.end(), {"--job-id", "renamed"});
+  auto renamed = jobflags::parseTrainerArgs(args);
+  ASSERT_TRUE(renamed) << renamed.error().message;
+  EXPECT_EQ(renamed->spec.jobId, "renamed");
+  // A spec that is not a valid job says what is wrong with it, and so does one that is not there.
+  auto missing = jobflags::parseTrainerArgs({"--spec", "/nonexistent/job.json"});
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.error().message.find("--spec: "), std::string::npos) << missing.error().message;
   auto bad = jobflags::parseTrainerArgs({"--spec", R"({"jobId": "j", "bogusField": 1})"});
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().message.find("--spec: "), std::string::npos) << bad.error().message;
@@ -202,6 +211,10 @@ TEST(SpecFields, EveryFlaggedFieldSurvivesACommandJobsFlags) {
   JobSpec expected = onlyFlagged(s, Jobs::kCommand);
   expected.worldSize = 1;
   EXPECT_EQ(*parsed, expected);
+  // A flag without its value is named plainly: the trainer's usage is not this job's.
+  auto valueless = jobflags::parseCommandJobArgs({"--name"}, s.command->argv);
+  ASSERT_FALSE(valueless);
+  EXPECT_EQ(valueless.error().message, "--name needs a value");
   // A trainer's flag is refused, and the refusal lists the flags a command job takes.
   auto refused = jobflags::parseCommandJobArgs({"--layers", "4,2"}, s.command->argv);
   ASSERT_FALSE(refused);
@@ -239,6 +252,15 @@ TEST(SpecFields, EachBoundOfTheDescriptionIsCheckedAndNamesTheField) {
       JobSpec s = trainerB();
       f.of(s) = pastTheBound(f);
       auto checked = validateJobSpec(s);
+      if (f.style.boundOnFlag) {
+        // A bound only its flag has held: a spec from the wire or a job table keeps its value.
+        EXPECT_TRUE(checked.ok()) << f.name << ": " << checked.error().message;
+        auto flagged = jobflags::parseTrainerArgs(jobflags::jobSpecToTrainerArgs(s, "/m.jsonl"));
+        ASSERT_FALSE(flagged) << f.flag.name << " past " << f.hi << " was taken";
+        EXPECT_NE(flagged.error().message.find(std::string(f.flag.name) + ": "), std::string::npos)
+            << flagged.error().message;
+        return;
+      }
       ASSERT_FALSE(checked.ok()) << f.name << " past " << f.hi << " was taken";
       EXPECT_NE(checked.error().message.find(std::string(f.label)), std::string::npos)
           << f.name << ": " << checked.error().message;

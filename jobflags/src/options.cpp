@@ -266,11 +266,12 @@ std::vector<std::string> withoutNproc(const std::vector<std::string>& args) {
 
 namespace {
 
-// Walks args through the two maps: "--flag value", "--flag=value" or a switch. Unknown flags are
-// `unknown`'s to word.
+// Walks args through the two maps: "--flag value", "--flag=value" or a switch. A mistake is
+// `wording`'s to say, an unknown flag `unknown`'s.
+using Wording = std::function<Error(const std::string&)>;
 Result<void> walkFlags(const std::vector<std::string>& args, const std::map<std::string, Handler>& valued,
                        const std::map<std::string, Switch>& switches, std::vector<std::string>& given,
-                       const std::function<Error(const std::string&)>& unknown) {
+                       const Wording& wording, const Wording& unknown) {
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i];
     std::optional<std::string> inlineValue;
@@ -280,13 +281,13 @@ Result<void> walkFlags(const std::vector<std::string>& args, const std::map<std:
     }
     given.push_back(flag);
     if (auto sw = switches.find(flag); sw != switches.end()) {
-      if (inlineValue) return usage(flag + " takes no value");
+      if (inlineValue) return wording(flag + " takes no value");
       sw->second();
       continue;
     }
     auto handler = valued.find(flag);
     if (handler == valued.end()) return unknown(flag);
-    if (!inlineValue && i + 1 >= args.size()) return usage(flag + " needs a value");
+    if (!inlineValue && i + 1 >= args.size()) return wording(flag + " needs a value");
     LOCKSTEP_TRY(handler->second(flag, inlineValue ? *inlineValue : args[++i]));
   }
   return {};
@@ -325,20 +326,24 @@ Result<void> settle(TrainerOptions& o, const std::string& datasetText, const std
 }
 
 // The job whole from --spec: a JSON file, or the JSON text itself. The job's own flags would say it
-// twice, so they are refused beside it.
+// twice, so they are refused beside it; --job-id may name it anew, as beside lockstepctl's --spec.
 Result<void> takeSpec(TrainerOptions& o, const std::string& specText) {
   for (const auto& flag : o.given) {
     bool jobs = flag == "--dataset" || flag == "--balance";
-    spec::forEachField([&](const auto& f) { jobs = jobs || f.flag.name == flag; });
+    spec::forEachField([&](const auto& f) { jobs = jobs || (f.flag.name == flag && flag != "--job-id"); });
     if (jobs) return usage(flag + " is the job's own, which --spec gives whole; leave it out or drop --spec");
   }
   std::string json = specText;
-  if (specText.empty() || specText.front() != '{') {
-    LOCKSTEP_ASSIGN_OR_RETURN(json, readFile(specText, 4u << 20));
+  if (const auto first = specText.find_first_not_of(" \t\r\n"); first == std::string::npos || specText[first] != '{') {
+    auto read = readFile(specText, 4u << 20);
+    if (!read) return usage("--spec: " + read.error().message);
+    json = std::move(read).value();
   }
   auto spec = jobSpecFromJson(json);
   if (!spec) return usage("--spec: " + spec.error().message);
+  const std::string jobId = o.spec.jobId;  // --job-id's, or $LOCKSTEP_JOB_ID's
   o.spec = std::move(spec).value();
+  if (o.gave("--job-id")) o.spec.jobId = jobId;
   if (o.resume && o.spec.checkpointDir.empty()) return usage("--resume needs a checkpoint directory in the --spec job");
   if (o.nproc > 0) o.spec.worldSize = o.nproc;
   return {};
@@ -377,7 +382,7 @@ Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
       {"--version", [&] { o.version = true; }},
   };
   addRowFlags(spec::Jobs::kTrainer, s, valued, switches);
-  LOCKSTEP_TRY(walkFlags(args, valued, switches, o.given, [](const std::string& flag) {
+  LOCKSTEP_TRY(walkFlags(args, valued, switches, o.given, usage, [](const std::string& flag) {
     return usage(flag.rfind("-", 0) == 0 ? "unknown option " + flag : "unexpected argument '" + flag + "'");
   }));
   if (o.help || o.version) return o;
@@ -429,7 +434,8 @@ Result<JobSpec> parseCommandJobArgs(const std::vector<std::string>& args, const 
   };
   std::map<std::string, Switch> switches;
   addRowFlags(spec::Jobs::kCommand, s, valued, switches);
-  LOCKSTEP_TRY(walkFlags(args, valued, switches, given, [](const std::string& flag) {
+  const Wording plain = [](const std::string& message) { return invalidArgument(message); };
+  LOCKSTEP_TRY(walkFlags(args, valued, switches, given, plain, [](const std::string& flag) {
     return invalidArgument(flag + " is not a flag of a job that runs your own program; the program's own flags go "
                            "after -- (job flags: " + commandJobFlags() + ")");
   }));

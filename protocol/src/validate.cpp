@@ -223,7 +223,7 @@ Result<void> validateFields(const JobSpec& spec) {
   std::optional<Error> error;
   spec::forEachField([&](const auto& f) {
     using T = typename std::decay_t<decltype(f)>::Type;
-    if (error || f.hi == 0 || (spec.isCommand() && f.flag.jobs == spec::Jobs::kTrainer)) return;
+    if (error || f.hi == 0 || f.style.boundOnFlag || (spec.isCommand() && f.flag.jobs == spec::Jobs::kTrainer)) return;
     const char* label = f.label.data();  // string literals: NUL-terminated
     Result<void> checked;
     if constexpr (std::is_same_v<T, std::string>) {

@@ -1,9 +1,10 @@
 #pragma once
 // lockstep-trainer's command line: the job (a JobSpec, validated by the protocol library's rules)
 // plus what only this process needs. Flag names are the interface documented in docs/trainer.md;
-// lockstepctl start takes the same job flags, and the agent turns a JobSpec back into them. The
-// spec's flags, their usage lines and both directions follow from its one description
-// (lockstep/protocol/spec_fields.h); the flags of the process alone are listed in options.cpp.
+// lockstepctl start takes the same job flags, and the agent hands a rank its spec whole (--spec,
+// rankArgs). The spec's flags, their usage lines and both directions follow from its one
+// description (lockstep/protocol/spec_fields.h); --dataset, --balance and the flags of the process
+// alone are listed in options.cpp.
 
 #include <algorithm>
 #include <cstdint>

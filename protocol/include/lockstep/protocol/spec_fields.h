@@ -36,16 +36,20 @@ struct Flag {
 
 // Modifiers of how a value is written: `invert` for a bool the schema and its switch say the other
 // way round (shuffle: no_shuffle, --no-shuffle); `zeroWord` for a number whose 0 a flag may spell
-// ("auto"); `alwaysWritten` for a flag whose default the trainer works out from other flags, so an
-// agent writes it even when it holds JobSpec{}'s value.
+// ("auto"); `alwaysWritten` for a flag whose default the trainer works out from other flags, so a
+// writer of flags gives it even when it holds JobSpec{}'s value; `boundOnFlag` for a bound only the
+// flag has always had (a spec from JSON or the wire was never held to it, and a job table written
+// by an earlier agent may hold such a spec).
 struct Style {
   bool invert = false;
   std::string_view zeroWord;
   bool alwaysWritten = false;
+  bool boundOnFlag = false;
 };
-inline constexpr Style kInverted{true, {}, false};
-inline constexpr Style kAlwaysWritten{false, {}, true};
-inline constexpr Style kAutoIsZero{false, "auto", false};
+inline constexpr Style kInverted{true, {}, false, false};
+inline constexpr Style kAlwaysWritten{false, {}, true, false};
+inline constexpr Style kAutoIsZero{false, "auto", false, false};
+inline constexpr Style kBoundOnFlag{false, {}, false, true};
 
 template <class T>
 struct Field {
@@ -142,7 +146,8 @@ inline constexpr auto kFields = std::tuple{
     row<std::uint32_t>("", "max_restarts", LOCKSTEP_SPEC_MEMBER(std::uint32_t, maxRestarts), "max restarts", 0, 100,
                          {"--max-restarts", Jobs::kBoth, "N", "through agents: when ranks or nodes are lost, restart from the last\ncheckpoint with the ranks left, up to N times (needs --checkpoint-dir on a\npath all nodes see for the trainer)", kComm}),
     row<std::uint32_t>("", "min_world_size", LOCKSTEP_SPEC_MEMBER(std::uint32_t, minWorldSize), "min ranks", 0, kMaxWorldSize,
-                         {"--min-ranks", Jobs::kBoth, "N", "with --max-restarts: fail instead when fewer ranks remain (default 1)", kComm}),
+                         {"--min-ranks", Jobs::kBoth, "N", "with --max-restarts: fail instead when fewer ranks remain (default 1)", kComm},
+                         kBoundOnFlag),
     row<OnStall>("", "on_stall", LOCKSTEP_SPEC_MEMBER(OnStall, onStall), "on stall", 0, 0,
                    {"--on-stall", Jobs::kBoth, "report|stop|restart", "through agents: what a stall does (no rank's progress moved for\n--stall-after-s): report it (default), fail the job with the diagnosis,\nor restart it from its last checkpoint (--max-restarts)", kComm}),
     row<std::uint32_t>("", "stall_after_s", LOCKSTEP_SPEC_MEMBER(std::uint32_t, stallAfterS), "stall after (s)", 0, 86400,
@@ -153,7 +158,8 @@ inline constexpr auto kFields = std::tuple{
     row<std::string>("", "checkpoint_dir", LOCKSTEP_SPEC_MEMBER(std::string, checkpointDir), "checkpoint directory", 0, kMaxPathLength,
                        {"--checkpoint-dir", Jobs::kTrainer, "D", "where checkpoints go (step-NNNNNNNN.safetensors)", kCkpt}),
     row<std::uint32_t>("", "checkpoint_every", LOCKSTEP_SPEC_MEMBER(std::uint32_t, checkpointEvery), "checkpoint every", 0, 1u << 30,
-                         {"--checkpoint-every", Jobs::kTrainer, "N", "write one every N steps (and when stopped by a signal)", kCkpt}),
+                         {"--checkpoint-every", Jobs::kTrainer, "N", "write one every N steps (and when stopped by a signal)", kCkpt},
+                         kBoundOnFlag),
     row<std::uint32_t>("", "keep_checkpoints", LOCKSTEP_SPEC_MEMBER(std::uint32_t, keepCheckpoints), "keep checkpoints", 0, 1u << 20,
                          {"--keep-checkpoints", Jobs::kTrainer, "N", "how many to keep (default 3)", kCkpt}),
     row<std::string>("", "init_weights_path", LOCKSTEP_SPEC_MEMBER(std::string, initWeightsPath), "initial weights path", 0, kMaxPathLength,
