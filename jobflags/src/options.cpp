@@ -55,11 +55,6 @@ std::vector<std::string> split(const std::string& text, char sep) {
   }
 }
 
-template <class T>
-struct IsVector : std::false_type {};
-template <class T>
-struct IsVector<std::vector<T>> : std::true_type {};
-
 // The largest value a whole-number field's flag takes: its row's bound, else its type's.
 template <class T>
 T maxOf(double hi) {
@@ -84,7 +79,7 @@ Result<void> parseInto(const spec::Field<T>& f, const std::string& flag, const s
     const auto value = named<T>(text);
     if (!value) return usage(flag + ": '" + text + "' is not one of " + namesText<T>());
     out = *value;
-  } else if constexpr (IsVector<T>::value) {
+  } else if constexpr (spec::IsList<T>::value) {
     out.clear();
     for (const auto& part : split(text, ',')) {
       LOCKSTEP_ASSIGN_OR_RETURN(auto v, parseUnsigned<std::uint32_t>(flag, part, maxOf<std::uint32_t>(f.hi)));
@@ -114,7 +109,7 @@ std::string textOf(const T& v) {
     return realText(v);
   } else if constexpr (std::is_enum_v<T>) {
     return std::string(nameOf(v));
-  } else if constexpr (IsVector<T>::value) {
+  } else if constexpr (spec::IsList<T>::value) {
     std::string out;
     for (auto each : v) out += (out.empty() ? "" : ",") + std::to_string(each);
     return out;
@@ -464,6 +459,11 @@ lockstep.v1.StreamMessage. Exit codes: 0 done, 1 failure, 2 bad input, 3 lost pe
 
 namespace {
 
+// A restart of this job (attempt 1, 2, ...) continues where the last attempt stopped. A new job
+// is not told to resume: a directory already holding another run's checkpoints is refused rather
+// than resumed from (and then pruned by this job's retention).
+bool resumes(const JobSpec& spec) { return spec.attempt > 0 && !spec.checkpointDir.empty(); }
+
 // The flags of the rows a kind of job takes whose value is not JobSpec{}'s (or that are always
 // written): what makes a parser of that kind's flags read back `spec`'s values.
 std::vector<std::string> rowFlags(const JobSpec& spec, spec::Jobs job) {
@@ -490,10 +490,7 @@ std::vector<std::string> jobSpecToTrainerArgs(const JobSpec& spec, const std::st
     a.insert(a.end(), {"--dataset", "npy:" + npy.featuresPath + "," + npy.labelsPath});
   }
   if (spec.rebalanceEvery > 0) a.insert(a.end(), {"--balance", "dynamic"});
-  // A restart of this job (attempt 1, 2, ...) continues where the last attempt stopped. A new job
-  // is not told to resume: a directory already holding another run's checkpoints is refused rather
-  // than resumed from (and then pruned by this job's retention).
-  if (spec.attempt > 0 && !spec.checkpointDir.empty()) a.emplace_back("--resume");
+  if (resumes(spec)) a.emplace_back("--resume");
   a.insert(a.end(), {"--metrics-out", metricsPath});
   return a;
 }
@@ -503,8 +500,7 @@ std::vector<std::string> rankArgs(const JobSpec& spec, const std::string& metric
   job.ranks.clear();  // each rank takes its place from its environment; this keeps the text short
   job.agents.clear();
   std::vector<std::string> a = {"--spec", jobSpecToJson(job, true), "--metrics-out", metricsPath};
-  // As jobSpecToTrainerArgs: only a restart of this job resumes.
-  if (spec.attempt > 0 && !spec.checkpointDir.empty()) a.emplace_back("--resume");
+  if (resumes(spec)) a.emplace_back("--resume");
   return a;
 }
 

@@ -59,15 +59,10 @@ const std::array<Place, kFieldCount>& places() {
 }
 
 template <class T>
-struct IsVector : std::false_type {};
-template <class T>
-struct IsVector<std::vector<T>> : std::true_type {};
-
-template <class T>
 void write(const Reflection& r, Message* m, const FieldDescriptor* fd, const T& v, const spec::Style& style) {
   if constexpr (records::IsOptional<T>::value) {
     if (v) write(r, m, fd, *v, style);
-  } else if constexpr (IsVector<T>::value) {
+  } else if constexpr (spec::IsList<T>::value) {
     for (const auto& each : v) r.AddUInt32(m, fd, each);
   } else if constexpr (std::is_same_v<T, bool>) {
     r.SetBool(m, fd, v != style.invert);
@@ -98,7 +93,7 @@ Result<void> read(const Reflection& r, const Message& m, const FieldDescriptor* 
   T& out = f.of(s);
   if constexpr (records::IsOptional<T>::value) {
     if (r.HasField(m, fd)) out = reflection::get<typename records::IsOptional<T>::Value>(r, m, fd);
-  } else if constexpr (IsVector<T>::value) {
+  } else if constexpr (spec::IsList<T>::value) {
     out.clear();
     for (int k = 0; k < r.FieldSize(m, fd); ++k) out.push_back(r.GetRepeatedUInt32(m, fd, k));
   } else if constexpr (std::is_same_v<T, bool>) {

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string_view>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "lockstep/protocol/types.h"
@@ -25,6 +26,12 @@ namespace lockstep::spec {
 enum class Jobs : unsigned { kNone = 0, kTrainer = 1, kCommand = 2, kBoth = 3 };
 
 constexpr bool takes(Jobs field, Jobs job) { return (static_cast<unsigned>(field) & static_cast<unsigned>(job)) != 0; }
+
+// A field that is a list (the layer sizes): its codec and its flag treat it element by element.
+template <class T>
+struct IsList : std::false_type {};
+template <class T>
+struct IsList<std::vector<T>> : std::true_type {};
 
 struct Flag {
   std::string_view name;     // "--lr"; empty: no flag
