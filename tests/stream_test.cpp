@@ -15,6 +15,7 @@
 #include "lockstep/protocol/codec.h"
 #include "lockstep/protocol/record_json.h"
 #include "lockstep/protocol/records.h"
+#include "lockstep/protocol/validate.h"
 #include "lockstep/v1/lockstep.pb.h"
 
 namespace lockstep {
@@ -38,12 +39,9 @@ FieldDescriptor::CppType cppTypeOf() {
   else return FieldDescriptor::CPPTYPE_BOOL;
 }
 
+// R's description against `message`, and the descriptions of the lists it holds against theirs.
 template <class R>
-void expectDescribesItsMessage() {
-  const auto* payload = v1::StreamMessage::descriptor()->FindFieldByName(std::string(records::Description<R>::kStreamField));
-  ASSERT_NE(payload, nullptr) << records::Description<R>::kStreamField;
-  const auto* message = payload->message_type();
-  ASSERT_NE(message, nullptr);
+void expectDescribes(const google::protobuf::Descriptor* message) {
   EXPECT_EQ(message->name(), records::Description<R>::kName);
   std::set<std::string> described;
   records::forEachField<R>([&](const auto& f) {
@@ -52,13 +50,26 @@ void expectDescribesItsMessage() {
     described.insert(name);
     const auto* fd = message->FindFieldByName(name);
     ASSERT_NE(fd, nullptr) << message->name() << " has no field " << name;
+    EXPECT_EQ(fd->is_repeated(), records::IsList<T>::value) << message->name() << "." << name;
+    if constexpr (records::IsList<T>::value) {
+      ASSERT_NE(fd->message_type(), nullptr) << message->name() << "." << name << " is not a list of messages";
+      expectDescribes<typename records::IsList<T>::Value>(fd->message_type());
+      return;
+    }
     EXPECT_EQ(fd->cpp_type(), cppTypeOf<T>()) << message->name() << "." << name;
     EXPECT_EQ(fd->has_presence(), records::IsOptional<T>::value) << message->name() << "." << name << ": optional in one, not the other";
   });
   for (int i = 0; i < message->field_count(); ++i) {
     EXPECT_TRUE(described.count(message->field(i)->name())) << message->name() << "." << message->field(i)->name() << " is not described";
   }
-  // Every payload of StreamMessage is a record with a description.
+}
+
+template <class R>
+void expectDescribesItsMessage() {
+  const auto* payload = v1::StreamMessage::descriptor()->FindFieldByName(std::string(records::Description<R>::kStreamField));
+  ASSERT_NE(payload, nullptr) << records::Description<R>::kStreamField;
+  ASSERT_NE(payload->message_type(), nullptr);
+  expectDescribes<R>(payload->message_type());
 }
 
 TEST(Records, EachDescriptionNamesEveryFieldOfItsSchemaMessageWithItsTypeAndPresence) {
@@ -119,6 +130,8 @@ std::vector<StreamPayload> everyKind() {
   r.tokens = 4096ull;
   r.timeUnixUs = 8;
   r.optimizerTimeUs = 3;
+  r.collectives = {{CollectiveKind::kAllGather, 2, 700, 300, 1ull << 33}, {CollectiveKind::kBarrier, 1, 5, 5, 0}};
+  r.collectiveSpans = {{CollectiveKind::kAllGather, 1, 400, 200, 1ull << 32}, {CollectiveKind::kAllGather, 500, 300, 100, 1ull << 32}};
   const PhaseReport phase{"j", 1, 2, 1, "checkpoint", 10, 9, 12};
   return {e, g, p, r, netSample(9, 1000, 2000), JobEvent{"k", JobEventKind::kStarted, 1, {}, {}, {}, "", "", {}}, phase};
 }
@@ -158,6 +171,40 @@ TEST(Records, ALineWithoutAnOptionalFieldReadsItAsUnknownAndAWrongFieldIsNamed) 
   auto bad = fromJsonLine<NetSample>(R"({"node":"n","interface":"eth0","time_unix_us":1,"rx_bytes":-1})", "network line");
   ASSERT_FALSE(bad);
   EXPECT_EQ(bad.error().message, "not a network line: \"rx_bytes\" must be a whole number from 0");
+}
+
+// Issue 42: a step's collectives, by kind and one by one, in a line and through the checks.
+TEST(Records, AStepsCollectivesAreNamedByKindInALineAndCheckedWhenDecoded) {
+  StepReport r = std::get<StepReport>(everyKind()[3]);
+  const std::string line = toJsonLine(r);
+  EXPECT_NE(line.find(R"("collectives":[{"kind":"all_gather","count":2,"time_us":700,"exposed_us":300,"bytes":8589934592})"),
+            std::string::npos) << line;
+  std::string wrong = line;
+  wrong.replace(wrong.find("\"barrier\""), 9, "\"gossip\"");
+  auto bad = fromJsonLine<StepReport>(wrong, "step report line");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("\"collectives\" must be a list of objects whose fields are right: \"kind\" must be one of "
+                                     "all_reduce, reduce_scatter, all_gather"), std::string::npos) << bad.error().message;
+
+  const auto refused = [&](const StepReport& report) {
+    auto decoded = decodeStreamMessage(encode(StreamMessage{1, "", report}));
+    return decoded ? std::string() : decoded.error().message;
+  };
+  StepReport twice = r;
+  twice.collectives.push_back(twice.collectives.front());
+  EXPECT_NE(refused(twice).find("lists all_gather twice"), std::string::npos) << refused(twice);
+  StepReport unknown = r;
+  unknown.collectiveSpans[0].kind = static_cast<CollectiveKind>(99);
+  EXPECT_NE(refused(unknown).find("collective kind 99 is unknown"), std::string::npos) << refused(unknown);
+  StepReport negative = r;
+  negative.collectives[0].exposedUs = -1;
+  EXPECT_NE(refused(negative).find("all_gather exposed time is negative"), std::string::npos) << refused(negative);
+  StepReport many = r;
+  many.collectiveSpans.assign(kMaxCollectiveSpans + 1, r.collectiveSpans[0]);
+  EXPECT_NE(refused(many).find("65 collective spans; at most 64"), std::string::npos) << refused(many);
+  StepReport hostile = r;  // far more than any list may hold: read no further than one past the bound
+  hostile.collectiveSpans.assign(100000, r.collectiveSpans[0]);
+  EXPECT_NE(refused(hostile).find("65 collective spans"), std::string::npos) << refused(hostile);
 }
 
 TEST(Records, EqualityIsFieldByFieldWithNanEqualToNan) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <type_traits>
 
+#include "lockstep/protocol/record_json.h"
 #include "lockstep/protocol/records.h"
 #include "sqlite.h"
 
@@ -40,7 +41,10 @@ std::string insertSql(std::string_view table, std::string_view lead, int leadCou
 namespace rows {
 template <class T>
 void bindValue(Statement& s, int i, const T& v) {
-  if constexpr (records::IsOptional<T>::value) {
+  if constexpr (records::IsList<T>::value) {
+    if (v.empty()) s.bindNull(i);
+    else s.bind(i, listToJson(v));  // a JSON array (record_json.h)
+  } else if constexpr (records::IsOptional<T>::value) {
     if (v) bindValue(s, i, *v);
     else s.bindNull(i);
   } else if constexpr (std::is_floating_point_v<T>) {
@@ -56,7 +60,11 @@ void bindValue(Statement& s, int i, const T& v) {
 
 template <class T>
 T readValue(const Statement& s, int c) {
-  if constexpr (records::IsOptional<T>::value) {
+  if constexpr (records::IsList<T>::value) {
+    if (s.null(c)) return {};
+    auto items = listFromJson<typename records::IsList<T>::Value>(s.text(c));
+    return items ? std::move(*items) : T{};  // a column this build wrote: it reads back
+  } else if constexpr (records::IsOptional<T>::value) {
     if (s.null(c)) return std::nullopt;
     return readValue<typename records::IsOptional<T>::Value>(s, c);
   } else if constexpr (std::is_same_v<T, std::string>) {

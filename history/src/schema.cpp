@@ -141,6 +141,12 @@ CREATE TABLE IF NOT EXISTS phases (
   PRIMARY KEY (job_id, attempt, rank, time_us, name)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS phases_by_time ON phases (job_id, time_us);
 )sql",
+    // 10 (issue 42): each step's collectives by kind, and the first ones one by one, as JSON arrays
+    // (NULL: none).
+    R"sql(
+ALTER TABLE steps ADD COLUMN collectives TEXT;
+ALTER TABLE steps ADD COLUMN collective_spans TEXT;
+)sql",
 };
 
 }  // namespace lockstep::history::detail

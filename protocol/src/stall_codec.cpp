@@ -33,6 +33,7 @@ void toPb(const RankProgress& p, pb::RankProgress* m) {
   m->set_still_ms(p.stillMs);
   m->set_allowance_ms(p.allowanceMs);
   m->set_process_state(p.processState);
+  m->set_collective_kind(p.collectiveKind);
 }
 
 Result<RankProgress> fromPb(const pb::RankProgress& m) {
@@ -42,7 +43,7 @@ Result<RankProgress> fromPb(const pb::RankProgress& m) {
   return RankProgress{m.rank(),         m.recorded(),     m.reports_steps(), m.step(),
                       m.phase(),        m.announced(),    m.phase_ms(),      m.collectives(),
                       m.in_collective(), m.bucket(),      m.buckets(),       m.still_ms(),
-                      m.allowance_ms(), m.process_state()};
+                      m.allowance_ms(), m.process_state(), m.collective_kind()};
 }
 
 void toPb(const Stall& s, pb::Stall* m) {

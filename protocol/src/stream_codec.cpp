@@ -5,6 +5,7 @@
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -41,13 +42,25 @@ const FieldDescriptor* payloadField() {
   return fd;
 }
 
+// R's schema message: a streamed record's, or one a record holds a list of.
+template <class R>
+const google::protobuf::Descriptor* messageOf() {
+  static const auto* const found = pb::StreamMessage::descriptor()->file()->pool()->FindMessageTypeByName(
+      pb::StreamMessage::descriptor()->file()->package() + "." + std::string(records::Description<R>::kName));
+  if (found == nullptr) {
+    std::fprintf(stderr, "lockstep: the schema has no message %s\n", std::string(records::Description<R>::kName).c_str());
+    std::abort();
+  }
+  return found;
+}
+
 // R's fields' descriptors, in the order of its description. A name the schema lacks is a
 // programming error that the Records tests catch; here it stops the process at first use.
 template <class R>
 const std::array<const FieldDescriptor*, records::fieldCount<R>()>& descriptors() {
   static const auto table = [] {
     std::array<const FieldDescriptor*, records::fieldCount<R>()> out{};
-    const auto* message = payloadField<R>()->message_type();
+    const auto* message = messageOf<R>();
     std::size_t i = 0;
     records::forEachField<R>([&](const auto& f) {
       out[i] = message->FindFieldByName(std::string(f.name));
@@ -71,7 +84,9 @@ void recordToPb(const R& record, Message* m) {
   records::forEachField<R>([&](const auto& f) {
     using T = typename std::decay_t<decltype(f)>::Type;
     const FieldDescriptor* fd = fds[i++];
-    if constexpr (records::IsOptional<T>::value) {
+    if constexpr (records::IsList<T>::value) {
+      for (const auto& item : f.of(record)) recordToPb(item, r.AddMessage(m, fd));
+    } else if constexpr (records::IsOptional<T>::value) {
       if (f.of(record)) set(r, m, fd, *f.of(record));
     } else {
       set(r, m, fd, f.of(record));
@@ -88,7 +103,15 @@ R recordFromPb(const Message& m) {
   records::forEachField<R>([&](const auto& f) {
     using T = typename std::decay_t<decltype(f)>::Type;
     const FieldDescriptor* fd = fds[i++];
-    if constexpr (records::IsOptional<T>::value) {
+    if constexpr (records::IsList<T>::value) {
+      // At most what the validation accepts, plus one so that it says too many: a hostile
+      // message's list costs no more than that.
+      const int n = std::min(r.FieldSize(m, fd), static_cast<int>(kMaxRecordListItems) + 1);
+      f.of(record).reserve(static_cast<std::size_t>(n));
+      for (int k = 0; k < n; ++k) {
+        f.of(record).push_back(recordFromPb<typename records::IsList<T>::Value>(r.GetRepeatedMessage(m, fd, k)));
+      }
+    } else if constexpr (records::IsOptional<T>::value) {
       if (r.HasField(m, fd)) f.of(record) = get<typename records::IsOptional<T>::Value>(r, m, fd);
     } else {
       f.of(record) = get<T>(r, m, fd);

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "lockstep/protocol/names.h"
 #include "lockstep/protocol/records.h"
 #include "lockstep/protocol/spec_fields.h"
 
@@ -481,6 +482,43 @@ bool isUtf8(std::string_view text) {
   return true;
 }
 
+bool knownKind(CollectiveKind kind) {
+  return std::ranges::any_of(kCollectiveKindNames, [&](const auto& n) { return n.value == kind; });
+}
+
+Result<void> checkCollectiveTime(const std::string& what, std::int64_t us) {
+  if (us < 0) return bad("step report " + what + " is negative");
+  if (us > kMaxStepTimeUs) return bad("step report " + what + " is over a week (in microseconds?)");
+  return {};
+}
+
+Result<void> validateCollectives(const StepReport& r) {
+  if (r.collectives.size() > std::size(kCollectiveKindNames)) {
+    return bad("step report has " + std::to_string(r.collectives.size()) + " collective entries; at most one per kind (" +
+               std::to_string(std::size(kCollectiveKindNames)) + ")");
+  }
+  std::uint32_t seen = 0;
+  for (const auto& c : r.collectives) {
+    if (!knownKind(c.kind)) return bad("step report collective kind " + std::to_string(static_cast<int>(c.kind)) + " is unknown");
+    const std::uint32_t bit = 1u << static_cast<int>(c.kind);
+    if (seen & bit) return bad("step report lists " + std::string(nameOf(c.kind)) + " twice (one entry per kind)");
+    seen |= bit;
+    LOCKSTEP_TRY(checkCollectiveTime(std::string(nameOf(c.kind)) + " time", c.timeUs));
+    LOCKSTEP_TRY(checkCollectiveTime(std::string(nameOf(c.kind)) + " exposed time", c.exposedUs));
+  }
+  if (r.collectiveSpans.size() > kMaxCollectiveSpans) {
+    return bad("step report has " + std::to_string(r.collectiveSpans.size()) + " collective spans; at most " +
+               std::to_string(kMaxCollectiveSpans));
+  }
+  for (const auto& s : r.collectiveSpans) {
+    if (!knownKind(s.kind)) return bad("step report collective kind " + std::to_string(static_cast<int>(s.kind)) + " is unknown");
+    LOCKSTEP_TRY(checkTime("step report collective span", s.startUnixUs));
+    LOCKSTEP_TRY(checkCollectiveTime("collective span duration", s.durationUs));
+    LOCKSTEP_TRY(checkCollectiveTime("collective span exposed time", s.exposedUs));
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<void> validateStepReport(const StepReport& r) {
@@ -500,7 +538,7 @@ Result<void> validateStepReport(const StepReport& r) {
     if (value && *value > kMaxStepTimeUs) return bad(std::string("step report ") + field + " is over a week (in microseconds?)");
   }
   LOCKSTEP_TRY(checkRange("step report lr", r.lr, 0.0, 1e6));
-  return {};
+  return validateCollectives(r);
 }
 
 Result<void> validatePhaseReport(const PhaseReport& r) {

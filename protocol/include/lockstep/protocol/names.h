@@ -40,6 +40,18 @@ inline constexpr Named<SupervisionState> kSupervisionStateNames[] = {
 inline constexpr Named<OnStall> kOnStallNames[] = {
     {OnStall::kReport, "report", "report"}, {OnStall::kStop, "stop", "stop"}, {OnStall::kRestart, "restart", "restart"}};
 
+inline constexpr Named<CollectiveKind> kCollectiveKindNames[] = {
+    {CollectiveKind::kAllReduce, "all_reduce", "all-reduce"},
+    {CollectiveKind::kReduceScatter, "reduce_scatter", "reduce-scatter"},
+    {CollectiveKind::kAllGather, "all_gather", "all-gather"},
+    {CollectiveKind::kBroadcast, "broadcast", "broadcast"},
+    {CollectiveKind::kAllToAll, "all_to_all", "all-to-all"},
+    {CollectiveKind::kBarrier, "barrier", "barrier"},
+    {CollectiveKind::kReduce, "reduce", "reduce"},
+    {CollectiveKind::kGather, "gather", "gather"},
+    {CollectiveKind::kScatter, "scatter", "scatter"},
+    {CollectiveKind::kSendRecv, "send_recv", "send/recv"}};
+
 constexpr std::span<const Named<Backend>> namesOf(Backend) { return kBackendNames; }
 constexpr std::span<const Named<OnStall>> namesOf(OnStall) { return kOnStallNames; }
 constexpr std::span<const Named<Activation>> namesOf(Activation) { return kActivationNames; }
@@ -47,6 +59,7 @@ constexpr std::span<const Named<Precision>> namesOf(Precision) { return kPrecisi
 constexpr std::span<const Named<OptimizerKind>> namesOf(OptimizerKind) { return kOptimizerNames; }
 constexpr std::span<const Named<LrScaling>> namesOf(LrScaling) { return kLrScalingNames; }
 constexpr std::span<const Named<SupervisionState>> namesOf(SupervisionState) { return kSupervisionStateNames; }
+constexpr std::span<const Named<CollectiveKind>> namesOf(CollectiveKind) { return kCollectiveKindNames; }
 
 template <typename E>
 constexpr std::string_view nameOf(E value) {

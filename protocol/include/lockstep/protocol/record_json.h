@@ -7,6 +7,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "lockstep/common/result.h"
 #include "lockstep/protocol/types.h"
@@ -21,6 +22,12 @@ std::string toJsonLine(const R& record);
 template <class R>
 Result<R> fromJsonLine(std::string_view line, std::string_view what);
 
+// A list a record holds (its collectives), as a JSON array of objects: the history's column.
+template <class R>
+std::string listToJson(const std::vector<R>& items);
+template <class R>
+Result<std::vector<R>> listFromJson(std::string_view text);
+
 extern template std::string toJsonLine(const JobEvent&);
 extern template std::string toJsonLine(const GpuSample&);
 extern template std::string toJsonLine(const ProcessSample&);
@@ -33,5 +40,9 @@ extern template Result<ProcessSample> fromJsonLine(std::string_view, std::string
 extern template Result<NetSample> fromJsonLine(std::string_view, std::string_view);
 extern template Result<StepReport> fromJsonLine(std::string_view, std::string_view);
 extern template Result<PhaseReport> fromJsonLine(std::string_view, std::string_view);
+extern template std::string listToJson(const std::vector<CollectiveTimes>&);
+extern template std::string listToJson(const std::vector<CollectiveSpan>&);
+extern template Result<std::vector<CollectiveTimes>> listFromJson(std::string_view);
+extern template Result<std::vector<CollectiveSpan>> listFromJson(std::string_view);
 
 }  // namespace lockstep

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <tuple>
 #include <type_traits>
+#include <vector>
 
 #include "lockstep/protocol/types.h"
 
@@ -34,6 +35,13 @@ template <class Record, class T>
 constexpr Field<Record, T> field(std::string_view name, T Record::*member, std::string_view column = {}) {
   return Field<Record, T>{name, member, column};
 }
+
+template <class T>
+struct IsList : std::false_type {};
+template <class T>
+struct IsList<std::vector<T>> : std::true_type {
+  using Value = T;
+};
 
 template <class T>
 struct IsOptional : std::false_type {};
@@ -140,6 +148,35 @@ struct Description<StepReport> {
       field("lr", &StepReport::lr),
       field("tokens", &StepReport::tokens),
       field("optimizer_time_us", &StepReport::optimizerTimeUs, "optimizer_us"),
+      field("collectives", &StepReport::collectives),
+      field("collective_spans", &StepReport::collectiveSpans),
+  };
+};
+
+// Messages a record holds a list of: their fields are described the same way, and a list of them
+// is one field of the record (a repeated message in the schema, a JSON array in lines and in the
+// history's column).
+template <>
+struct Description<CollectiveTimes> {
+  static constexpr std::string_view kName = "CollectiveTimes";
+  static constexpr auto kFields = std::tuple{
+      field("kind", &CollectiveTimes::kind),
+      field("count", &CollectiveTimes::count),
+      field("time_us", &CollectiveTimes::timeUs),
+      field("exposed_us", &CollectiveTimes::exposedUs),
+      field("bytes", &CollectiveTimes::bytes),
+  };
+};
+
+template <>
+struct Description<CollectiveSpan> {
+  static constexpr std::string_view kName = "CollectiveSpan";
+  static constexpr auto kFields = std::tuple{
+      field("kind", &CollectiveSpan::kind),
+      field("start_unix_us", &CollectiveSpan::startUnixUs),
+      field("duration_us", &CollectiveSpan::durationUs),
+      field("exposed_us", &CollectiveSpan::exposedUs),
+      field("bytes", &CollectiveSpan::bytes),
   };
 };
 

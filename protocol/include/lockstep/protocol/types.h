@@ -245,6 +245,40 @@ struct NetSample {
   bool operator==(const NetSample& other) const;  // field by field, NaN equal to NaN (records.h)
 };
 
+// The kinds of collective a rank's step reports (lockstep.proto's CollectiveKind).
+enum class CollectiveKind {
+  kAllReduce = 1,
+  kReduceScatter = 2,
+  kAllGather = 3,
+  kBroadcast = 4,
+  kAllToAll = 5,
+  kBarrier = 6,
+  kReduce = 7,
+  kGather = 8,
+  kScatter = 9,
+  kSendRecv = 10,
+};
+
+// A rank's collectives of one kind in one step (lockstep.proto).
+struct CollectiveTimes {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  std::uint32_t count = 0;
+  std::int64_t timeUs = 0;     // issue to completion, summed
+  std::int64_t exposedUs = 0;  // waited on
+  std::uint64_t bytes = 0;     // nccl-tests' size (lockstep.proto)
+  bool operator==(const CollectiveTimes&) const = default;
+};
+
+// One collective (lockstep.proto), on the rank's clock.
+struct CollectiveSpan {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  std::int64_t startUnixUs = 0;
+  std::int64_t durationUs = 0;
+  std::int64_t exposedUs = 0;
+  std::uint64_t bytes = 0;
+  bool operator==(const CollectiveSpan&) const = default;
+};
+
 struct StepReport {
   std::string jobId;
   std::uint32_t rank = 0;
@@ -266,6 +300,8 @@ struct StepReport {
   double lr = 0.0;
   std::optional<std::uint64_t> tokens;
   std::optional<std::int64_t> optimizerTimeUs;  // the optimizer's part of computeTimeUs
+  std::vector<CollectiveTimes> collectives;        // by kind, at most one entry each
+  std::vector<CollectiveSpan> collectiveSpans;     // the first ones, one by one
   bool operator==(const StepReport& other) const;  // field by field, NaN equal to NaN (records.h)
 };
 
@@ -454,6 +490,7 @@ struct RankProgress {
   std::int64_t stillMs = 0;      // since its progress last moved
   std::int64_t allowanceMs = 0;  // how long it may stay still
   std::string processState;
+  std::uint32_t collectiveKind = 0;  // of the newest collective entered: CollectiveKind's value (0: not said)
   bool operator==(const RankProgress&) const = default;
 };
 

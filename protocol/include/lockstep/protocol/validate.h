@@ -23,6 +23,10 @@ Result<void> validateJobEvent(const JobEvent& event);
 Result<void> validateGpuSample(const GpuSample& sample);
 Result<void> validateProcessSample(const ProcessSample& sample);
 Result<void> validateNetSample(const NetSample& sample);
+// A step report's collectives: at most one entry per kind, and at most kMaxCollectiveSpans one by
+// one; no list of a record holds more than kMaxRecordListItems (what the codec reads of one).
+inline constexpr std::size_t kMaxCollectiveSpans = 64;
+inline constexpr std::size_t kMaxRecordListItems = 64;
 Result<void> validateStepReport(const StepReport& report);
 // A phase's name: 1 to kMaxPhaseNameBytes bytes of UTF-8, no control characters.
 inline constexpr std::size_t kMaxPhaseNameBytes = 64;
