@@ -52,6 +52,19 @@ TEST(StallDiagnosis, TheRankThatDidNotReachTheCollectiveTheOthersWaitIn) {
   EXPECT_NE(d.message.find("rank 1: data of step 15 for 43 s"), std::string::npos) << d.message;
 }
 
+// Issue 42: the collective's kind, as the waiting ranks' records said it.
+TEST(StallDiagnosis, TheCollectiveIsNamedByTheKindItsRanksEntered) {
+  auto waiting = rank(0, 4, "forward", 49, true, 9'000);
+  waiting.collectiveKind = 3;  // all-gather
+  auto behind = rank(1, 4, "data", 48, false, 9'000);
+  behind.collectiveKind = 7;  // its last one: a reduce
+  const auto d = diagnoseStall({waiting, behind});
+  EXPECT_EQ(d.message.rfind("rank 1 did not reach all-gather #49, which rank 0 waits in for 9 s:", 0), 0u) << d.message;
+  EXPECT_NE(d.message.find("rank 0: all-gather #49 of step 5"), std::string::npos) << d.message;
+  waiting.collectiveKind = 250;  // a kind this build does not know: still a collective
+  EXPECT_NE(diagnoseStall({waiting, behind}).message.find("did not reach collective #49"), std::string::npos);
+}
+
 TEST(StallDiagnosis, EveryRankInTheSameCollectivePointsAwayFromThisNode) {
   const auto d = diagnoseStall({rank(0, 9, "all-reduce", 10, true, 20'000), rank(1, 9, "all-reduce", 10, true, 20'000)});
   EXPECT_TRUE(d.behind.empty());
@@ -120,13 +133,14 @@ TEST(ProgressRecord, CreateReplacesWhatARankLeftInItsPlaceAndReadRefusesWhatIsNo
     progress::Writer writer(path);
     ASSERT_TRUE(writer.active());
     writer.stepDone(7, "data");
-    writer.collectiveBegin(2, 9);
+    writer.collectiveBegin(2, 9, 3);
   }
   auto read = progress::read(path);
   ASSERT_TRUE(read) << read.error().message;
   EXPECT_EQ(read->step, 7);
   EXPECT_EQ(read->phase, "data");
   EXPECT_TRUE(read->inCollective && read->collectives == 1 && read->bucket == 2 && read->buckets == 9);
+  EXPECT_EQ(read->collectiveKind, 3u) << "an all-gather, at byte 108";
   EXPECT_TRUE(read->reportsSteps);
   ASSERT_EQ(::truncate(path.c_str(), 64), 0);
   EXPECT_FALSE(progress::read(path)) << "a record cut short is refused";

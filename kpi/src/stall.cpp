@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <map>
 
+#include "lockstep/protocol/names.h"
+
 namespace lockstep::kpi {
 namespace {
 
@@ -23,8 +25,11 @@ std::string ranksWord(const std::vector<std::uint32_t>& ranks) {
   return (ranks.size() == 1 ? "rank " : "ranks ") + rankRanges(ranks);
 }
 
-std::string collectiveName(std::uint64_t number, std::uint32_t bucket, std::uint32_t buckets) {
-  std::string out = "all-reduce #" + std::to_string(number);
+// "all-gather #12 (bucket 2 of 4)": the collective numbered `number` among those the rank entered,
+// named by the kind its record said (none said: the trainer's and DDP's all-reduce).
+std::string collectiveName(std::uint64_t number, std::uint32_t kind, std::uint32_t bucket, std::uint32_t buckets) {
+  const std::string_view title = kind == 0 ? "all-reduce" : titleOf(static_cast<CollectiveKind>(kind));
+  std::string out = std::string(title == "unknown" ? "collective" : title) + " #" + std::to_string(number);
   if (bucket > 0 && buckets > 0) {
     out += " (bucket " + std::to_string(bucket) + " of " + std::to_string(buckets) + ")";
   } else if (bucket > 0) {
@@ -81,7 +86,7 @@ std::string rankRanges(std::vector<std::uint32_t> ranks) {
 
 std::string whereIs(const RankProgress& r) {
   if (!r.recorded) return "no progress record (it does not use the lockstep package or library)";
-  if (r.inCollective) return collectiveName(r.collectives, r.bucket, r.buckets) + " of step " + std::to_string(r.step + 1);
+  if (r.inCollective) return collectiveName(r.collectives, r.collectiveKind, r.bucket, r.buckets) + " of step " + std::to_string(r.step + 1);
   const std::string phase = r.phase.empty() ? "step" : r.phase;
   if (!r.reportsSteps && r.step == 0) return phase + " (no step reported yet)";
   return phase + " of step " + std::to_string(r.step + 1);
@@ -95,8 +100,10 @@ StallDiagnosis diagnoseStall(const std::vector<RankProgress>& ranks) {
   }
   std::vector<const RankProgress*> behind, waiting, stopped, all;
   const RankProgress* waiter = nullptr;
+  std::uint32_t frontKind = 0;  // the newest collective's kind, as a rank that entered it said
   for (const auto& r : ranks) {
     all.push_back(&r);
+    if (r.recorded && r.collectives == front && front > 0) frontKind = r.collectiveKind;
     const bool halted = r.processState.rfind("stopped by a signal", 0) == 0;  // not "traced": our own gdb does that
     if (front > 0 && r.recorded && r.inCollective && r.collectives == front && !halted) {
       d.waiting.push_back(r.rank);
@@ -112,7 +119,7 @@ StallDiagnosis diagnoseStall(const std::vector<RankProgress>& ranks) {
   }
   constexpr std::size_t kLines = 8;
   if (!behind.empty() && waiter) {
-    d.message = ranksWord(d.behind) + " did not reach " + collectiveName(front, waiter->bucket, waiter->buckets) +
+    d.message = ranksWord(d.behind) + " did not reach " + collectiveName(front, frontKind, waiter->bucket, waiter->buckets) +
                 ", which " + ranksWord(d.waiting) + (d.waiting.size() == 1 ? " waits" : " wait") + " in for " +
                 seconds(waiter->stillMs) + ":" + eachRank(behind, kLines) + "\nwaiting:" + eachRank(waiting, 2);
   } else if (!behind.empty()) {
@@ -121,13 +128,13 @@ StallDiagnosis diagnoseStall(const std::vector<RankProgress>& ranks) {
     for (const auto* r : behind) (r->processState.rfind("stopped by a signal", 0) == 0 ? halted : others).push_back(r->rank);
     d.message = ranksWord(halted) + (halted.size() == 1 ? " is" : " are") + " stopped by a signal (SIGSTOP)" +
                 (others.empty() ? std::string(":")
-                                : "; " + ranksWord(others) + " did not reach " + collectiveName(front, 0, 0) + ":") +
+                                : "; " + ranksWord(others) + " did not reach " + collectiveName(front, frontKind, 0, 0) + ":") +
                 eachRank(behind, kLines);
   } else if (!stopped.empty()) {
     d.message = ranksWord(d.behind) + (d.behind.size() == 1 ? " is" : " are") +
                 " stopped by a signal (SIGSTOP):" + eachRank(all, kLines);
   } else if (!waiting.empty()) {
-    d.message = "every rank here waits in " + collectiveName(front, waiter->bucket, waiter->buckets) + " for " +
+    d.message = "every rank here waits in " + collectiveName(front, frontKind, waiter->bucket, waiter->buckets) + " for " +
                 seconds(waiter->stillMs) +
                 ": the ranks that did not reach it are on other nodes, or the collective itself hangs (the network)" +
                 eachRank(waiting, kLines);

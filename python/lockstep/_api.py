@@ -25,7 +25,7 @@ import math
 import threading
 import time
 
-from lockstep import _progress, _report
+from lockstep import _collectives, _progress, _report
 
 _IMPORTED = time.perf_counter()  # the first step of a program that never calls watch() starts here
 _MAX_PENDING_GPU_STEPS = 64      # steps whose CUDA events have not completed yet, beyond: dropped
@@ -37,7 +37,8 @@ class _Measured:
     """What the hooks saw during the step now running."""
 
     __slots__ = ("forward_start", "exposed", "synced", "intervals", "compute_done", "evaluating", "excluded",
-                 "optimizer_start", "after_optimizer", "in_phases")
+                 "optimizer_start", "after_optimizer", "in_phases", "ddp_spans", "collectives", "waited_before_forward",
+                 "waited_before_optimizer")
 
     def __init__(self):
         self.forward_start = None  # host time of the step's first forward with autograd on
@@ -50,6 +51,10 @@ class _Measured:
         self.optimizer_start = None  # host time DDP's reductions were done: the optimizer's turn (CPU)
         self.after_optimizer = 0.0   # seconds since then in evaluations and named phases: not the optimizer's
         self.in_phases = 0.0         # seconds of the loop's own named phases (checkpoint, eval): not the step's
+        self.ddp_spans = []          # (start, seconds) of each wait for DDP's reductions (CPU)
+        self.collectives = None      # the step's other collectives (_collectives.Steps.close()), at its end
+        self.waited_before_forward = 0.0    # seconds waited on them before the first forward: not data time
+        self.waited_before_optimizer = 0.0  # ... before the optimizer's turn: the rest is not the optimizer's
 
 
 def _union_length(intervals):
@@ -95,6 +100,7 @@ class _Watcher:
         self.in_collective = False  # the progress record says the rank waits in DDP's all-reduce (CPU)
         self.buckets = 0          # DDP's buckets, as the latest last one said (GPU)
         self.thread = threading.get_ident()  # the training loop's: where watch() and forwards with autograd run
+        self.collectives = _collectives.install()  # every other collective the rank issues
         self._queue = torch.autograd.Variable._execution_engine.queue_callback
         module.register_forward_pre_hook(self._before_forward)
         module.register_forward_hook(self._after_forward)
@@ -104,6 +110,10 @@ class _Watcher:
             except RuntimeError as e:  # the program registered its own hook already
                 _report._warn("not timing all-reduce: %s" % e)
                 self.timed = False
+
+    def _waited(self):
+        """Seconds the step waited on collectives so far (not DDP's)."""
+        return self.collectives.steps.waited_so_far() if self.collectives is not None else 0.0
 
     def _elsewhere(self):
         """Whether this hook runs on another thread than the training loop's (an evaluation or a
@@ -119,6 +129,7 @@ class _Watcher:
             return
         if measured.forward_start is None:
             measured.forward_start = time.perf_counter()
+            measured.waited_before_forward = self._waited()
         self.thread = threading.get_ident()
         self.syncing = getattr(module, "require_backward_grad_sync", False)
         if self.syncing:
@@ -171,9 +182,12 @@ class _Watcher:
             return
         now = time.perf_counter()
         measured.exposed += now - measured.compute_done
+        if self.syncing:
+            measured.ddp_spans.append((measured.compute_done, now - measured.compute_done))
         measured.compute_done = None
         if self.syncing:
             measured.optimizer_start = now  # the gradients are whole: the optimizer's turn
+            measured.waited_before_optimizer = self._waited()
             measured.after_optimizer = 0.0
         p = _progress.writer()
         if p is None:
@@ -216,7 +230,8 @@ class _Watcher:
                 p.collective_begin(index + 1, self.buckets if self.buckets > index else 0)
             except Exception:  # another torch's GradBucket: the record goes without
                 p = None
-        future = dist.all_reduce(tensor, group=group, async_op=True).get_future()
+        all_reduce = self.collectives.original("all_reduce") if self.collectives else dist.all_reduce
+        future = all_reduce(tensor, group=group, async_op=True).get_future()  # timed here, not again there
         if p is not None:
             p.collective_end()  # launched (NCCL's communicator made): the host does not wait for it
 
@@ -338,24 +353,32 @@ def step(samples, loss=None, tokens=None, epoch=None, lr=None, step=None):
         _report._warn("step not reported: %s" % e)
         return
     _last_step = number
+    collectives = _collectives.installed()
+    record = collectives.steps.close() if collectives is not None else None
     if w is None:
         start = _last_end if _last_end is not None else _IMPORTED
         _last_end = end
         fields["step_time_us"] = _seconds_to_us(end - start)
+        if record is not None:  # a program that times no model: its collectives, without the split
+            _add_collectives(fields, collectives, record[0], record[1])
         _send(r, fields, loss_value)
         return
     start, measured = w.close_step(end)
+    measured.collectives = record
+    waited = sum(t[2] for t in record[0].values()) if record is not None else 0.0
     # The loop's named phases (a checkpoint between steps) are boxes of their own, not the step's.
     fields["step_time_us"] = _seconds_to_us(end - start - measured.in_phases)
     if measured.forward_start is not None:
-        data = max(0.0, measured.forward_start - start - measured.excluded)
+        data = max(0.0, measured.forward_start - start - measured.excluded - measured.waited_before_forward)
     else:
         data = 0.0
     fields["data_time_us"] = _seconds_to_us(data)
     if w.timed:
         fields["bytes_reduced"] = w.bytes_per_sync if measured.synced else 0
-    if w.gpu and (measured.intervals or w.pending or isinstance(loss_value, _CudaLoss)):
-        # Read once the GPU got there: the host never waits for it. A step without buckets waits
+    gpu_collectives = record is not None and record[2]
+    if (w.gpu or gpu_collectives) and (measured.intervals or w.pending or isinstance(loss_value, _CudaLoss)
+                                       or gpu_collectives):
+        # Read once the GPU got there: the host never waits for it. A step without events waits
         # behind the ones before it, so that reports keep their order.
         w.pending.append((fields, loss_value, measured))
         if len(w.pending) > _MAX_PENDING_GPU_STEPS:
@@ -365,9 +388,42 @@ def step(samples, loss=None, tokens=None, epoch=None, lr=None, step=None):
         return
     optimizer = None
     if measured.optimizer_start is not None:
-        optimizer = max(0.0, end - measured.optimizer_start - measured.after_optimizer)
-    _close_split(fields, measured.exposed if w.timed else None, optimizer=optimizer)
+        optimizer = max(0.0, end - measured.optimizer_start - measured.after_optimizer
+                        - (waited - measured.waited_before_optimizer))
+    ddp = None
+    if w.timed and measured.synced:
+        ddp = (len(measured.ddp_spans), measured.exposed, measured.exposed, w.bytes_per_sync, measured.ddp_spans)
+    exposed = _with_collectives(fields, w, measured, ddp, measured.exposed if w.timed else None)
+    _close_split(fields, exposed, optimizer=optimizer)
     _send(r, fields, loss_value)
+
+
+def _with_collectives(fields, w, measured, ddp, exposed):
+    """Adds the step's collectives, and DDP's all-reduce (`ddp`: count, time, exposed, bytes and
+    spans, host seconds), to the report. Returns the step's exposed seconds: DDP's (`exposed`,
+    None when not timed) and the collectives' (None when nothing timed either)."""
+    if w.collectives is None:
+        return exposed
+    totals, spans, _ = measured.collectives or ({}, [], [])
+    if ddp is not None:
+        count, seconds, ddp_exposed, nbytes, ddp_spans = ddp
+        t = totals.setdefault(_collectives.ALL_REDUCE, [0, 0.0, 0.0, 0])
+        t[0] += max(count, 1)
+        t[1] += seconds
+        t[2] += ddp_exposed
+        t[3] += nbytes
+        spans.extend([_collectives.ALL_REDUCE, began, took, took, nbytes] for began, took in ddp_spans)
+    others = _add_collectives(fields, w.collectives, totals, spans) - (ddp[2] if ddp is not None else 0.0)
+    return (exposed or 0.0) + others
+
+
+def _add_collectives(fields, instrumented, totals, spans):
+    """The collectives' fields; returns their exposed seconds."""
+    collectives, out_spans, exposed = _collectives.fields_of(instrumented.steps, totals, spans)
+    if collectives:
+        fields["collectives"] = collectives
+        fields["collective_spans"] = out_spans[:_collectives.MAX_SPANS]
+    return exposed
 
 
 def _close_split(fields, exposed, allreduce=None, optimizer=None):
@@ -397,6 +453,8 @@ def _gpu_done(measured, loss_value):
     """Whether a pending GPU step's events (and its loss's copy) completed."""
     if isinstance(loss_value, _CudaLoss) and not loss_value.ready.query():
         return False
+    if measured.collectives is not None and not _collectives.gpu_ready(measured.collectives[2]):
+        return False
     return all(d is not None and d.query() for _, d in measured.intervals[-1:])
 
 
@@ -421,7 +479,12 @@ def _flush_gpu(r, w, wait):
             intervals = [(anchor.elapsed_time(s) / 1e3, anchor.elapsed_time(d) / 1e3) for s, d in measured.intervals]
             exposed = max(0.0, max(d for _, d in intervals) - max(s for s, _ in intervals))
             allreduce = _union_length(intervals)
-        _close_split(fields, exposed if w.timed else None, allreduce)
+        if measured.collectives is not None:
+            totals, spans, gpu_spans = measured.collectives
+            _collectives.add_gpu(totals, spans, gpu_spans)
+        ddp = (len(measured.intervals), allreduce, exposed, w.bytes_per_sync, []) if measured.intervals else None
+        exposed = _with_collectives(fields, w, measured, ddp, exposed if w.timed else None)
+        _close_split(fields, exposed, allreduce if measured.intervals else None)
         _send(r, fields, loss_value)
 
 

@@ -13,8 +13,8 @@ lockstep::progress's (common/base/include/lockstep/common/progress.h), byte for 
    16 i64 last completed step     68 u32 flags (1 announced, 2 in collective, 4 reports steps)
    24 i64 step began (unix us)    72 char[32] phase, NUL-padded (at most 31 bytes)
    32 i64 phase began (unix us)  104 i32 pid
-   40 u64 collectives entered    108..127 reserved (0)
-   48 i64 collective began (unix us; 0 outside one)
+   40 u64 collectives entered    108 u32 collective kind (CollectiveKind; 0: not said)
+   48 i64 collective began (unix us; 0 outside one)   112..127 reserved (0)
 
 A seqlock: the sequence is made odd, the fields written, the sequence made even.
 
@@ -45,7 +45,7 @@ ANNOUNCED, IN_COLLECTIVE, REPORTS_STEPS = 1, 2, 4
 # writer's; the layout says little-endian. What a write costs is mostly the caches it misses, the
 # training step having evicted everything: so each is a few stores in few objects.
 #   8-byte: 1 sequence, 2 step, 3 step began, 4 phase began, 5 collectives, 6 collective began
-#   4-byte: 0 magic, 1 version, 14 bucket, 15 buckets, 16 stack signal, 17 flags, 26 pid
+#   4-byte: 0 magic, 1 version, 14 bucket, 15 buckets, 16 stack signal, 17 flags, 26 pid, 27 collective kind
 #   bytes 72..104: the phase
 _I64 = 2**63
 _I64_MAX = _I64 - 1  # the sequence and the collectives, stored as signed: a wrap is 292 years away
@@ -148,9 +148,10 @@ class Writer:
             self._sequence = s = s + 1
             q[1] = s
 
-    def collective_begin(self, bucket=0, buckets=0, phase=None):
-        """The rank entered a collective (bucket `bucket` of `buckets`, 1-based; 0: unknown), and,
-        with `phase`, that phase (unannounced) too, in the same update."""
+    def collective_begin(self, bucket=0, buckets=0, phase=None, kind=0):
+        """The rank entered a collective (bucket `bucket` of `buckets`, 1-based; 0: unknown) of
+        `kind` (CollectiveKind; 0: not said), and, with `phase`, that phase (unannounced) too, in
+        the same update."""
         name = None if phase is None else (_names.get(phase) or _encoded(phase))
         now = _clock() // 1000
         with self._lock:
@@ -161,6 +162,7 @@ class Writer:
             q[6] = now
             u32[14] = bucket & 0xFFFFFFFF
             u32[15] = buckets & 0xFFFFFFFF
+            u32[27] = kind
             if name is None:
                 u32[17] = self._flags = self._flags | IN_COLLECTIVE
             else:

@@ -272,6 +272,38 @@ class Reporting(unittest.TestCase):
         self.assertGreaterEqual(second.step_time_us, 50000)
         self.assertLess(second.step_time_us, 250000, "the 0.3 s checkpoint is the phase's, not the step's")
 
+    def test_the_native_transport_passes_a_steps_collectives_through_the_c_library(self):
+        # Issue 42: the fields' collectives by kind and one by one reach the agent as the zmq
+        # transport sends them: the spans through lockstep_collective_timed, the rest of each kind's
+        # totals through lockstep_collective_totals, and the exposed time the fields hold, not twice.
+        r = run("""
+            import time, lockstep._native as native
+            rep = native.NativeReporter()
+            now = time.time_ns() // 1000
+            spans = [dict(kind=1, start_unix_us=1700000000000000 + i, duration_us=100, exposed_us=40, bytes=4096)
+                     for i in range(64)]
+            totals = [dict(kind=1, count=70, time_us=7600, exposed_us=2800, bytes=70 * 4096),
+                      dict(kind=3, count=2, time_us=900, exposed_us=0, bytes=2 << 20)]
+            step = dict(samples=8, step_time_us=50000, time_unix_us=now)
+            rep.send(dict(step, step=1, exposed_comm_time_us=3000, collectives=totals, collective_spans=spans))
+            rep.send(dict(step, step=2))
+            rep.send(dict(step, step=3, collectives=[dict(kind=42, count=1, time_us=5, exposed_us=5, bytes=8)]))
+            rep.flush()
+            rep.close()
+        """, dict(self.receiver.env(), LOCKSTEP_PYTHON_TRANSPORT="native"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        first, second, third = [m.step_report for m in self.receiver.messages(3)]
+        self.assertEqual([(c.kind, c.count, c.time_us, c.exposed_us, c.bytes) for c in first.collectives],
+                         [(1, 70, 7600, 2800, 70 * 4096), (3, 2, 900, 0, 2 << 20)])
+        self.assertEqual([(s.kind, s.start_unix_us, s.duration_us, s.exposed_us, s.bytes) for s in first.collective_spans],
+                         [(1, 1700000000000000 + i, 100, 40, 4096) for i in range(64)])
+        self.assertEqual(first.exposed_comm_time_us, 3000)
+        self.assertEqual((len(second.collectives), len(second.collective_spans)), (0, 0))
+        self.assertFalse(second.HasField("exposed_comm_time_us"))
+        self.assertEqual(third.step, 3, "a kind the library does not know costs the collective, not the step")
+        self.assertEqual(len(third.collectives), 0)
+        self.assertIn("lockstep: collective not counted: collective kind 42 is unknown", r.stderr)
+
     def test_a_phase_and_an_evaluation_on_another_thread_leave_the_loops_split_alone(self):
         # An async checkpoint beside the training loop ran beside it: the loop's own time, here
         # 0.1 s after the optimizer's step, stays the optimizer's (what else the loop did is not known).
@@ -432,6 +464,7 @@ class PackageLayout(unittest.TestCase):
 
     def test_each_module_imports_first_alone(self):
         for module in ("lockstep._native", "lockstep._report", "lockstep._api", "lockstep._bursts", "lockstep._progress",
+                       "lockstep._collectives",
                        "lockstep"):
             r = run("import %s" % module, env={"PYTHONPATH": os.environ.get("PYTHONPATH", "")})
             self.assertEqual(r.returncode, 0, module + ": " + r.stderr)
@@ -460,7 +493,8 @@ def parse_record(data):
             "step_began": field("q", 24), "phase_began": field("q", 32), "collectives": field("Q", 40),
             "collective_began": field("q", 48), "bucket": field("I", 56), "buckets": field("I", 60),
             "stack_signal": field("I", 64), "flags": field("I", 68), "phase_bytes": data[72:104],
-            "phase": data[72:104].rstrip(b"\0").decode("ascii"), "pid": field("i", 104), "reserved": data[108:128]}
+            "phase": data[72:104].rstrip(b"\0").decode("ascii"), "pid": field("i", 104),
+            "collective_kind": field("I", 108), "reserved": data[112:128]}
 
 
 def snapshots(stdout):
@@ -501,7 +535,7 @@ lockstep.step(samples=8)
 lockstep.step(samples=8, step=41)         # without watch() or an agent: the step, no phase
 snapshot("stepped")
 w = _progress.writer()
-w.collective_begin(3, 7)
+w.collective_begin(3, 7, kind=3)
 snapshot("collective")
 w.collective_end()
 with lockstep.phase("checkpoint"):
@@ -530,7 +564,7 @@ print("PID", os.getpid())
         self.assertEqual(began["phase_began"], began["step_began"])
         for snapshot in got.values():
             self.assertEqual(snapshot["sequence"] % 2, 0)  # never caught while writing: it was not
-            self.assertEqual(snapshot["reserved"], bytes(20))
+            self.assertEqual(snapshot["reserved"], bytes(16))
             self.assertEqual(snapshot["magic"], 0x5250534C)
         stepped = got["stepped"]
         self.assertGreater(stepped["sequence"], began["sequence"])
@@ -539,6 +573,7 @@ print("PID", os.getpid())
         self.assertEqual(stepped["phase_began"], stepped["step_began"])
         inside = got["collective"]
         self.assertEqual((inside["collectives"], inside["bucket"], inside["buckets"]), (1, 3, 7))
+        self.assertEqual(inside["collective_kind"], 3)  # an all-gather (issue 42)
         self.assertEqual(inside["flags"], REPORTS_STEPS | IN_COLLECTIVE)
         self.assertGreaterEqual(inside["collective_began"], stepped["step_began"])
         checkpoint = got["checkpoint"]

@@ -19,6 +19,7 @@ RankProgress progressOf(std::uint32_t rank, const progress::Snapshot& s, std::in
   p.inCollective = s.inCollective;
   p.bucket = s.bucket;
   p.buckets = s.buckets;
+  p.collectiveKind = s.collectiveKind;
   p.stillMs = std::max<std::int64_t>(0, stillMs);
   return p;
 }

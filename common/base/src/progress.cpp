@@ -43,6 +43,7 @@ Snapshot snapshotOf(const Record& r) {
   s.collectiveBeganUs = sane(r.collectiveBeganUs);
   s.bucket = r.bucket;
   s.buckets = r.buckets;
+  s.collectiveKind = r.collectiveKind;
   s.announced = (r.flags & kAnnounced) != 0;
   s.reportsSteps = (r.flags & kReportsSteps) != 0;
   // Only the real-time signals are sent: a program that never registered one is not killed by it.
@@ -160,13 +161,14 @@ void Writer::phase(std::string_view phase, bool announced) {
   });
 }
 
-void Writer::collectiveBegin(std::uint32_t bucket, std::uint32_t buckets) {
+void Writer::collectiveBegin(std::uint32_t bucket, std::uint32_t buckets, std::uint32_t kind) {
   const std::int64_t now = unixMicrosNow();
   write([&](Record& r) {
     ++r.collectives;
     r.collectiveBeganUs = now;
     r.bucket = bucket;
     r.buckets = buckets;
+    r.collectiveKind = kind;
     r.flags |= kInCollective;
   });
 }

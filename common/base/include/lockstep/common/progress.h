@@ -12,7 +12,8 @@
 //  16 i64 last completed step     68 u32 flags (kAnnounced, kInCollective, kReportsSteps)
 //  24 i64 step began (unix µs)    72 char[32] phase, NUL-padded
 //  32 i64 phase began (unix µs)  104 i32 pid
-//  40 u64 collectives entered    108..127 reserved (0)
+//  40 u64 collectives entered    108 u32 collective kind (lockstep.proto's CollectiveKind; 0: not said)
+//                                112..127 reserved (0)
 //  48 i64 collective began (unix µs; 0 outside one)
 //
 // A seqlock: the writer makes the sequence odd, writes, makes it even; a reader retries a copy
@@ -58,7 +59,8 @@ struct Record {
   std::uint32_t flags = 0;
   char phase[kPhaseBytes] = {};
   std::int32_t pid = 0;
-  std::uint32_t reserved[5] = {};
+  std::uint32_t collectiveKind = 0;
+  std::uint32_t reserved[4] = {};
 };
 static_assert(sizeof(Record) == kBytes);
 
@@ -72,6 +74,7 @@ struct Snapshot {
   bool inCollective = false;
   std::int64_t collectiveBeganUs = 0;
   std::uint32_t bucket = 0, buckets = 0;
+  std::uint32_t collectiveKind = 0;  // of the newest collective entered (0: not said)
   bool announced = false;
   bool reportsSteps = false;
   int stackSignal = 0;
@@ -104,7 +107,8 @@ class Writer {
   void stepDone(std::int64_t step, std::string_view phase = {});
   // The rank is now in `phase` (announced: a phase the program named, judged by its own history).
   void phase(std::string_view phase, bool announced = false);
-  void collectiveBegin(std::uint32_t bucket = 0, std::uint32_t buckets = 0);
+  // `kind`: lockstep.proto's CollectiveKind (0: not said, read as an all-reduce).
+  void collectiveBegin(std::uint32_t bucket = 0, std::uint32_t buckets = 0, std::uint32_t kind = 0);
   void collectiveEnd();
 
  private:
