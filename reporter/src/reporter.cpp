@@ -16,6 +16,7 @@
 #include "lockstep/common/progress.h"
 #include "lockstep/protocol/validate.h"
 #include "lockstep/reporter/sender.h"
+#include "step_collectives.h"
 
 struct lockstep_reporter {
   std::unique_ptr<lockstep::ReportSender> sender;  // null: outside Lockstep
@@ -24,6 +25,8 @@ struct lockstep_reporter {
   std::uint64_t lastStep = 0;
   std::chrono::steady_clock::time_point last = std::chrono::steady_clock::now();
   std::int64_t phasesUs = 0;  // reported phases since the last step: not the next step's time
+  lockstep::StepCollectives collectives;  // since the last step
+  std::uint32_t refusalsSaid = 0;         // StepCollectives::Refusal bits already said on stderr
 };
 
 namespace {
@@ -44,6 +47,17 @@ template <class T>
 std::optional<T> known(std::int64_t value) {
   if (value < 0) return std::nullopt;
   return static_cast<T>(value);
+}
+
+// A collective call's answer: 0, or -1 having said why (once per reason and reporter).
+int refuse(lockstep_reporter* reporter, const std::optional<lockstep::StepCollectives::Refused>& refused) {
+  if (!refused) return 0;
+  const auto bit = static_cast<std::uint32_t>(refused->reason);
+  if ((reporter->refusalsSaid & bit) == 0) {
+    reporter->refusalsSaid |= bit;
+    std::fprintf(stderr, "lockstep: collective not counted: %s (said once)\n", refused->message.c_str());
+  }
+  return -1;
 }
 
 }  // namespace
@@ -121,6 +135,7 @@ int lockstep_report(lockstep_reporter* reporter, const lockstep_step_info* step)
                      : std::max<std::int64_t>(
                            0, std::chrono::duration_cast<std::chrono::microseconds>(now - reporter->last).count() - reporter->phasesUs);
   r.timeUnixUs = step->time_unix_us > 0 ? step->time_unix_us : lockstep::unixMicrosNow();
+  reporter->collectives.takeInto(r);  // this step's, whether it leaves or not
   if (auto valid = lockstep::validateStepReport(r); !valid) {
     std::fprintf(stderr, "lockstep: step %llu not reported: %s\n", static_cast<unsigned long long>(r.step),
                  valid.error().message.c_str());
@@ -167,7 +182,31 @@ void lockstep_collective_begin(lockstep_reporter* reporter, uint32_t bucket, uin
 }
 
 void lockstep_collective_end(lockstep_reporter* reporter) {
-  if (reporter != nullptr) reporter->progress.collectiveEnd();
+  if (reporter == nullptr) return;
+  reporter->progress.collectiveEnd();
+  if (reporter->sender) reporter->collectives.end(std::chrono::steady_clock::now());
+}
+
+int lockstep_collective_start(lockstep_reporter* reporter, int kind, uint64_t bytes) {
+  if (reporter == nullptr) return 2;
+  // A stall names it, by its kind, counted or not (an unknown kind is said as "collective").
+  reporter->progress.collectiveBegin(0, 0, kind > 0 ? static_cast<std::uint32_t>(kind) : 0);
+  if (!reporter->sender) return 2;
+  const auto now = std::chrono::steady_clock::now();
+  return refuse(reporter, reporter->collectives.start(kind, bytes, now, lockstep::unixMicrosNow()));
+}
+
+int lockstep_collective_timed(lockstep_reporter* reporter, int kind, uint64_t bytes, int64_t start_unix_us,
+                              int64_t duration_us, int64_t exposed_us) {
+  if (reporter == nullptr || !reporter->sender) return 2;
+  const std::int64_t now = start_unix_us < 0 ? lockstep::unixMicrosNow() : 0;
+  return refuse(reporter, reporter->collectives.timed(kind, bytes, start_unix_us, duration_us, exposed_us, now));
+}
+
+int lockstep_collective_totals(lockstep_reporter* reporter, int kind, uint32_t count, int64_t time_us,
+                               int64_t exposed_us, uint64_t bytes) {
+  if (reporter == nullptr || !reporter->sender) return 2;
+  return refuse(reporter, reporter->collectives.totals(kind, count, time_us, exposed_us, bytes));
 }
 
 }  // extern "C"

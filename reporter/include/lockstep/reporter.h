@@ -93,6 +93,45 @@ void lockstep_phase(lockstep_reporter* reporter, const char* name, int announced
 void lockstep_collective_begin(lockstep_reporter* reporter, uint32_t bucket, uint32_t buckets);
 void lockstep_collective_end(lockstep_reporter* reporter);
 
+/* The program's own collectives (NCCL, MPI): their kinds, times and sizes, for Lockstep's
+ * communication figures and timeline. The kinds are lockstep.proto's CollectiveKind; `bytes` is
+ * the size nccl-tests' bandwidths are of: all-reduce, broadcast, reduce: the buffer; all-gather,
+ * gather: the whole output; reduce-scatter, scatter: the whole input; all-to-all: what this rank
+ * sends; send/recv: what it sends; barrier: 0.
+ *
+ * Each call adds to the next lockstep_report, which carries the step's totals by kind and its
+ * first 64 collectives one by one, then starts over. When that report leaves exposed_comm_time_us
+ * LOCKSTEP_UNKNOWN, it becomes the sum of the collectives' exposed times (capped at the step's
+ * time); a value the program gives is kept. Each returns 0 when counted, 2 when inactive, -1 when
+ * refused (an unknown kind, a negative time, a time over a week; stderr says why, once per
+ * reason). Memory is fixed: more collectives make no more of it.
+ *
+ * lockstep_collective_start ... lockstep_collective_end: around a blocking collective: the library
+ *   times it (a steady clock) and counts all of it as exposed. It also does what
+ *   lockstep_collective_begin does for stall detection, so use one or the other. A start before
+ *   the previous one ended is refused.
+ * lockstep_collective_timed: one the program timed itself (an asynchronous one, its GPU events
+ *   read later): issued at `start_unix_us` (LOCKSTEP_UNKNOWN: it ended now), `duration_us` from
+ *   issue to completion, of which the rank waited `exposed_us`, computing nothing.
+ * lockstep_collective_totals: `count` more collectives of `kind`, with their summed times and
+ *   bytes, one by one in no timeline (many small ones, say). */
+#define LOCKSTEP_ALL_REDUCE 1
+#define LOCKSTEP_REDUCE_SCATTER 2
+#define LOCKSTEP_ALL_GATHER 3
+#define LOCKSTEP_BROADCAST 4
+#define LOCKSTEP_ALL_TO_ALL 5
+#define LOCKSTEP_BARRIER 6
+#define LOCKSTEP_REDUCE 7
+#define LOCKSTEP_GATHER 8
+#define LOCKSTEP_SCATTER 9
+#define LOCKSTEP_SEND_RECV 10
+
+int lockstep_collective_start(lockstep_reporter* reporter, int kind, uint64_t bytes);
+int lockstep_collective_timed(lockstep_reporter* reporter, int kind, uint64_t bytes, int64_t start_unix_us,
+                              int64_t duration_us, int64_t exposed_us);
+int lockstep_collective_totals(lockstep_reporter* reporter, int kind, uint32_t count, int64_t time_us,
+                               int64_t exposed_us, uint64_t bytes);
+
 #ifdef __cplusplus
 } /* extern "C" */
 
@@ -109,6 +148,8 @@ class StepReporter {
   bool active() const { return reporter_ != nullptr && lockstep_active(reporter_) != 0; }
   int report(const lockstep_step_info& step) { return lockstep_report(reporter_, &step); }
   uint64_t dropped() const { return lockstep_dropped(reporter_); }
+  // For the rest of the C API (phases, collectives).
+  lockstep_reporter* get() const { return reporter_; }
 
  private:
   lockstep_reporter* reporter_;
