@@ -5,7 +5,7 @@
 #include <QAction>
 #include <QApplication>
 #include <QChart>
-#include <QBarSeries>
+#include <QAbstractBarSeries>
 #include <QBarSet>
 #include <QChartView>
 #include <QLabel>
@@ -663,7 +663,7 @@ class AppTest : public QObject {
     }
     QVERIFY(comm);
     QVERIFY2(comm->title().contains(QStringLiteral("32 highest of 320")), qPrintable(comm->title()));
-    auto* bars = qobject_cast<QBarSeries*>(comm->series().value(0));
+    auto* bars = qobject_cast<QAbstractBarSeries*>(comm->series().value(0));
     QVERIFY(bars && bars->barSets().size() == 1);
     QCOMPARE(bars->barSets()[0]->count(), 32);
     QVERIFY(app.window.width() <= 1200);

@@ -171,6 +171,44 @@ TEST(MetricsPage, ANodeCountsItsOwnPartAndKeepsTheLastEnergyReading) {
             R"(lockstep_job_gpu_seconds_total{node="n",job_id="j\"1s"} 16)");
 }
 
+// Issue 42: every collective a rank reports, by kind, as counters over the job (not the window);
+// the built-in trainer's all-reduce (no collectives, an all-reduce time) counts as one.
+TEST(MetricsPage, CollectivesAreCountedByRankAndKind) {
+  std::vector<JobStatus> jobs = {runningJob()};
+  const auto list = [&] { return jobs; };
+  MetricsPage page("n");
+  const std::int64_t t0 = 1'700'000'000'000'000;
+  for (std::uint64_t s = 1; s <= 20; ++s) {  // 20 s: longer than the KPI engine's window
+    StepReport r = step(0, s, t0 + static_cast<std::int64_t>(s) * 1'000'000);
+    r.collectives = {{CollectiveKind::kReduceScatter, 2, 150'000, 50'000, 4u << 20},
+                     {CollectiveKind::kAllGather, 4, 250'000, 100'000, 8u << 20}};
+    page.observe(r, list);
+    StepReport trainer = step(1, s, t0 + static_cast<std::int64_t>(s) * 1'000'000);
+    trainer.allreduceTimeUs = 40'000;
+    trainer.bytesReduced = 1000;
+    page.observe(trainer, list);
+  }
+  const std::string text = page.render(t0 + 20'000'000, jobs);
+  EXPECT_EQ(line(text, "lockstep_collective_seconds_total"),
+            R"(lockstep_collective_seconds_total{node="n",job_id="j\"1",rank="0",kind="reduce_scatter"} 3)");
+  EXPECT_NE(text.find(R"(lockstep_collective_exposed_seconds_total{node="n",job_id="j\"1",rank="0",kind="all_gather"} 2)" "\n"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find(R"(lockstep_collective_bytes_total{node="n",job_id="j\"1",rank="0",kind="all_gather"} 167772160)" "\n"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find(R"(lockstep_collectives_total{node="n",job_id="j\"1",rank="0",kind="all_gather"} 80)" "\n"),
+            std::string::npos) << text;
+  // The trainer's rank: 20 all-reduces of 1000 bytes, 0.8 s, exposed its 0.3 s a step.
+  EXPECT_NE(text.find(R"(lockstep_collectives_total{node="n",job_id="j\"1",rank="1",kind="all_reduce"} 20)" "\n"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find(R"(lockstep_collective_exposed_seconds_total{node="n",job_id="j\"1",rank="1",kind="all_reduce"} 6)" "\n"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("# TYPE lockstep_collective_bytes counter\n# UNIT lockstep_collective_bytes bytes\n"), std::string::npos);
+  // Counters stay once the job ended.
+  jobs[0].state = JobState::kFinished;
+  jobs[0].endedUnixUs = t0 + 20'000'000;
+  EXPECT_NE(line(page.render(t0 + 30'000'000, jobs), "lockstep_collectives_total"), "");
+}
+
 TEST(MetricsPage, TheGrafanaDashboardAsksOnlyForSeriesThePageHas) {
   const std::string dashboard = test::readText(std::string(LOCKSTEP_SOURCE_DIR) + "/resources/grafana-lockstep.json");
   ASSERT_FALSE(dashboard.empty());

@@ -161,6 +161,137 @@ TEST(Diagnosis, WithoutAReferenceItSaysWhatIsMissing) {
   EXPECT_TRUE(has(u->advice, "no timed reductions")) << u->advice;
 }
 
+// ---- Issue 42: the kind of collective that carries the exposed time ----
+
+// Two ranks' 1 s steps (ten of them) through the KPI engine, each with the collectives `kinds`
+// (rank 1's exposed times scaled by `rank1Exposed`) and `spans` (starts from the step's start).
+kpi::JobKpis stepsWith(const std::vector<CollectiveTimes>& kinds, const std::vector<CollectiveSpan>& spans,
+                       double rank1Exposed = 1.0) {
+  constexpr std::int64_t t0 = 1'700'000'000'000'000;
+  kpi::JobTracker tracker(trainerSpec(), kpi::Settings{1e6});
+  for (std::uint64_t step = 1; step <= 10; ++step) {
+    const std::int64_t end = t0 + static_cast<std::int64_t>(step) * 1'000'000;
+    for (std::uint32_t rank = 0; rank < 2; ++rank) {
+      StepReport r;
+      r.jobId = "d";
+      r.rank = rank;
+      r.worldSize = 2;
+      r.step = step;
+      r.samples = 64;
+      r.stepTimeUs = 1'000'000;
+      r.timeUnixUs = end;
+      r.collectives = kinds;
+      std::int64_t exposed = 0;
+      for (auto& c : r.collectives) {
+        if (rank == 1) c.exposedUs = static_cast<std::int64_t>(static_cast<double>(c.exposedUs) * rank1Exposed);
+        exposed += c.exposedUs;
+      }
+      r.dataTimeUs = 10'000;
+      r.exposedCommTimeUs = exposed;
+      r.computeTimeUs = r.stepTimeUs - exposed - *r.dataTimeUs;
+      for (auto span : spans) {
+        span.startUnixUs += end - r.stepTimeUs;
+        r.collectiveSpans.push_back(span);
+      }
+      tracker.add(r, "n");
+    }
+  }
+  return tracker.snapshot(t0 + 10'000'000);
+}
+
+// FSDP: 4 all-gathers of 8 MiB a step, 250 ms of them exposed, 200 ms of it the first, before the
+// first layer's forward; 2 reduce-scatters, 50 ms exposed.
+kpi::JobKpis fsdpSteps() {
+  return stepsWith({{CollectiveKind::kReduceScatter, 2, 120'000, 50'000, 16u << 20},
+                    {CollectiveKind::kAllGather, 4, 600'000, 250'000, 32u << 20}},
+                   {{CollectiveKind::kAllGather, 0, 210'000, 200'000, 8u << 20},
+                    {CollectiveKind::kAllGather, 300'000, 150'000, 20'000, 8u << 20},
+                    {CollectiveKind::kAllGather, 500'000, 150'000, 20'000, 8u << 20},
+                    {CollectiveKind::kReduceScatter, 700'000, 60'000, 20'000, 8u << 20},
+                    {CollectiveKind::kAllGather, 800'000, 90'000, 10'000, 8u << 20},
+                    {CollectiveKind::kReduceScatter, 920'000, 60'000, 30'000, 8u << 20}});
+}
+
+TEST(Diagnosis, ExposedAllGathersBeforeTheFirstLayerAreShardedTrainings) {
+  const kpi::JobKpis k = fsdpSteps();
+  ASSERT_TRUE(k.commOverhead);
+  EXPECT_NEAR(*k.commOverhead, 0.30, 1e-9);
+  const auto d = diagnoseCommunication(k, ddpSpec(), std::nullopt);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->bound, CommBound::kUndetermined) << d->advice;
+  EXPECT_TRUE(has(d->advice, "30% of step time (all-gather 25.0% · reduce-scatter 5.0%)")) << d->advice;
+  EXPECT_TRUE(has(d->advice, "sharded training (FSDP, ZeRO)")) << d->advice;
+  EXPECT_TRUE(has(d->advice, "forward_prefetch=True")) << d->advice;
+  EXPECT_TRUE(has(d->advice, "limit_all_gathers")) << d->advice;
+  EXPECT_TRUE(has(d->advice, "allgather_bucket_size")) << d->advice;
+  EXPECT_TRUE(has(d->advice, "a larger per-rank batch")) << d->advice;
+  // 200 of the 300 ms exposed a step are the first all-gather's: 67%.
+  EXPECT_TRUE(has(d->advice, "67% of their exposed time is the step's first collective, the all-gather before "
+                             "the first layer's forward")) << d->advice;
+  // 8 MiB all-gathers at 32 MiB / 0.6 s x (2-1)/2: 28 MB/s bus.
+  EXPECT_TRUE(has(d->advice, "all-gathers of 8.0 MiB")) << d->advice;
+  EXPECT_TRUE(has(d->advice, "at an all-gather bus bandwidth of")) << d->advice;
+  EXPECT_FALSE(has(d->advice, "bucket_cap_mb")) << "DDP's buckets are not what is exposed: " << d->advice;
+}
+
+TEST(Diagnosis, ExposedReduceScattersAfterBackwardAndZeroRedundancyBroadcasts) {
+  // The reduce-scatter after backward carries 150 of the 200 ms exposed.
+  const kpi::JobKpis rs = stepsWith({{CollectiveKind::kAllGather, 2, 100'000, 20'000, 16u << 20},
+                                     {CollectiveKind::kReduceScatter, 2, 300'000, 180'000, 16u << 20}},
+                                    {{CollectiveKind::kAllGather, 0, 50'000, 20'000, 8u << 20},
+                                     {CollectiveKind::kReduceScatter, 600'000, 100'000, 30'000, 8u << 20},
+                                     {CollectiveKind::kAllGather, 650'000, 50'000, 0, 8u << 20},
+                                     {CollectiveKind::kReduceScatter, 800'000, 200'000, 150'000, 8u << 20}});
+  const auto d = diagnoseCommunication(rs, ddpSpec(), std::nullopt);
+  ASSERT_TRUE(d);
+  EXPECT_TRUE(has(d->advice, "gradients' reduce-scatters")) << d->advice;
+  EXPECT_TRUE(has(d->advice, "75% of their exposed time is the step's last collective, the reduce-scatter after "
+                             "backward")) << d->advice;
+  EXPECT_TRUE(has(d->advice, "reduce_bucket_size")) << d->advice;
+
+  // ZeroRedundancyOptimizer: DDP's all-reduce is hidden; the broadcasts after the optimizer are not.
+  const kpi::JobKpis zero = stepsWith({{CollectiveKind::kAllReduce, 3, 200'000, 10'000, 30u << 20},
+                                       {CollectiveKind::kBroadcast, 20, 190'000, 190'000, 30u << 20}},
+                                      {});
+  const auto z = diagnoseCommunication(zero, ddpSpec(), std::nullopt);
+  ASSERT_TRUE(z);
+  EXPECT_TRUE(has(z->advice, "(broadcast 19.0% · all-reduce 1.0%)")) << z->advice;
+  EXPECT_TRUE(has(z->advice, "ZeroRedundancyOptimizer's parameter broadcasts")) << z->advice;
+  EXPECT_TRUE(has(z->advice, "overlap_with_ddp=True")) << z->advice;
+  EXPECT_TRUE(has(z->advice, "broadcasts of 1.5 MiB")) << z->advice;
+  EXPECT_EQ(z->bound, CommBound::kUndetermined) << "1.5 MiB is not small";
+  // A program that counts its all-reduces: their mean size, not the whole step's bytes.
+  EXPECT_NEAR(*meanReductionBytes(zero, ddpSpec()), 10.0 * 1024 * 1024, 1e-6);
+}
+
+TEST(Diagnosis, TheStragglerAndTheLinkAreToldApartForEveryKind) {
+  // Rank 1 arrives last at the all-gathers: it waits 60 ms, rank 0 300 ms.
+  const kpi::JobKpis late = stepsWith({{CollectiveKind::kAllGather, 4, 350'000, 300'000, 32u << 20}}, {}, 0.2);
+  ASSERT_TRUE(late.stragglerWaitShare);
+  const auto s = diagnoseCommunication(late, ddpSpec(), std::nullopt);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->bound, CommBound::kStraggler) << s->advice;
+  EXPECT_TRUE(has(s->advice, "waiting in the all-gathers for the last one")) << s->advice;
+  EXPECT_FALSE(has(s->advice, "all-reduce")) << s->advice;
+
+  // Even ranks whose all-gathers run near the link: 32 MiB / 0.6 s x 1/2 = 28 MB/s against 35 MB/s.
+  const kpi::JobKpis k = fsdpSteps();
+  ASSERT_EQ(k.collectives.size(), 2u);
+  const double bus = *k.collectives[1].busBandwidth;
+  EXPECT_NEAR(bus, 32.0 * 1024 * 1024 / 0.6 / 2, 1e-3);
+  const auto b = diagnoseCommunication(k, ddpSpec(), BandwidthReference{bus / 0.8, "the link"});
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->bound, CommBound::kBandwidth) << b->advice;
+  EXPECT_TRUE(has(b->advice, "80% of the link")) << b->advice;
+  EXPECT_TRUE(has(b->advice, "the link is the limit")) << b->advice;
+  // Small all-gathers at a low bandwidth: latency.
+  const kpi::JobKpis small = stepsWith({{CollectiveKind::kAllGather, 40, 400'000, 250'000, 10u << 20}}, {});
+  const auto l = diagnoseCommunication(small, ddpSpec(), BandwidthReference{1e9, "the link"});
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->bound, CommBound::kLatency) << l->advice;
+  EXPECT_TRUE(has(l->advice, "all-gathers of 256.0 KiB")) << l->advice;
+}
+
 // The trainer's step reports (--metrics-out) into the KPI engine, as an agent would stream them.
 kpi::JobKpis kpisOf(const std::string& metricsPath) {
   const auto reports = trainer::readStepReports(metricsPath);

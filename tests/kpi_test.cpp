@@ -161,6 +161,112 @@ TEST(Kpi, AllReduceBandwidthPerRankAndForTheJob) {
   EXPECT_FALSE(tenSteps().snapshot(t0 + 10 * kSecond).busBandwidth.has_value());
 }
 
+// Issue 42: every collective, by kind. A sharded (FSDP) step among 4 ranks: rank 0 all-gathers 4
+// times (8 MiB in all, 300 ms of which 120 ms exposed) and reduce-scatters twice (8 MiB, 200 ms,
+// 50 ms exposed) in a 1 s step; rank 1 only all-gathers, 8 MiB in 400 ms, 200 ms exposed. Per
+// rank over the 5 steps of the window; the job's, the mean over the ranks that had each kind.
+// Bus bandwidth: all-gather 8 MiB / 0.3 s x (4-1)/4; reduce-scatter 8 MiB / 0.2 s x 3/4.
+TEST(Kpi, EveryKindOfCollectiveOverTheWindow) {
+  JobSpec spec = gpuJob();
+  spec.worldSize = 4;
+  JobTracker t(spec, Settings{5.0, 0.1, std::nullopt, 100});
+  const double mib8 = 8.0 * 1024 * 1024;
+  for (std::uint64_t s = 1; s <= 5; ++s) {
+    for (std::uint32_t rank = 0; rank < 2; ++rank) {
+      StepReport r = report(rank, s, 600'000, 200'000, t0 + static_cast<std::int64_t>(s) * kSecond);
+      r.worldSize = 4;
+      if (rank == 0) {
+        r.collectives = {{CollectiveKind::kAllGather, 4, 300'000, 120'000, 8u << 20},
+                         {CollectiveKind::kReduceScatter, 2, 200'000, 50'000, 8u << 20}};
+      } else {
+        r.collectives = {{CollectiveKind::kAllGather, 4, 400'000, 200'000, 8u << 20}};
+      }
+      t.add(r, "n");
+    }
+  }
+  const JobKpis k = t.snapshot(t0 + 5 * kSecond);
+  ASSERT_EQ(k.ranks.size(), 2u);
+  const auto& r0 = k.ranks[0].collectives;
+  ASSERT_EQ(r0.size(), 2u);
+  EXPECT_EQ(r0[0].kind, CollectiveKind::kReduceScatter) << "kCollectiveKindNames' order";
+  EXPECT_EQ(r0[1].kind, CollectiveKind::kAllGather);
+  EXPECT_DOUBLE_EQ(r0[1].perStep, 4);
+  EXPECT_DOUBLE_EQ(*r0[1].timeShare, 0.3);
+  EXPECT_DOUBLE_EQ(*r0[1].exposedShare, 0.12);
+  EXPECT_DOUBLE_EQ(*r0[1].bytesPerStep, mib8);
+  EXPECT_NEAR(*r0[1].busBandwidth, mib8 / 0.3 * 0.75, 1e-3);
+  EXPECT_DOUBLE_EQ(r0[0].perStep, 2);
+  EXPECT_DOUBLE_EQ(*r0[0].exposedShare, 0.05);
+  EXPECT_NEAR(*r0[0].busBandwidth, mib8 / 0.2 * 0.75, 1e-3);
+  ASSERT_EQ(k.ranks[1].collectives.size(), 1u);
+  // No all-reduce: the all-reduce bandwidth stays unknown.
+  EXPECT_FALSE(k.busBandwidth);
+  EXPECT_FALSE(k.ranks[0].algBandwidth);
+
+  ASSERT_EQ(k.collectives.size(), 2u);
+  EXPECT_EQ(k.collectives[0].kind, CollectiveKind::kReduceScatter);
+  EXPECT_DOUBLE_EQ(*k.collectives[0].exposedShare, 0.05) << "rank 0 alone reduce-scattered";
+  EXPECT_DOUBLE_EQ(*k.collectives[1].exposedShare, (0.12 + 0.2) / 2);
+  EXPECT_DOUBLE_EQ(*k.collectives[1].timeShare, (0.3 + 0.4) / 2);
+  EXPECT_NEAR(*k.collectives[1].busBandwidth, (mib8 / 0.3 + mib8 / 0.4) / 2 * 0.75, 1e-3);
+  EXPECT_FALSE(k.exposedEnds.firstShare) << "no spans";
+
+  // Without any collectives (tenSteps times no all-reduce): none listed.
+  EXPECT_TRUE(tenSteps().snapshot(t0 + 10 * kSecond).collectives.empty());
+}
+
+// The trainer's reports carry no collectives, only their all-reduce: that is the one kind, with
+// the same bandwidth as the all-reduce KPIs (one rule: lockstep::busFactor).
+TEST(Kpi, TheTrainersAllReduceIsItsOneCollective) {
+  JobSpec spec = gpuJob();
+  spec.worldSize = 4;
+  JobTracker t(spec);
+  for (std::uint64_t step = 1; step <= 10; ++step) {
+    for (std::uint32_t rank = 0; rank < 2; ++rank) {
+      StepReport r = report(rank, step, 600'000, 100'000, t0 + static_cast<std::int64_t>(step) * kSecond);
+      r.worldSize = 4;
+      r.bytesReduced = 100'000'000;
+      r.allreduceTimeUs = 50'000;
+      t.add(r, "n");
+    }
+  }
+  const JobKpis k = t.snapshot(t0 + 10 * kSecond);
+  ASSERT_EQ(k.collectives.size(), 1u);
+  EXPECT_EQ(k.collectives[0].kind, CollectiveKind::kAllReduce);
+  EXPECT_DOUBLE_EQ(k.collectives[0].perStep, 1);
+  EXPECT_DOUBLE_EQ(*k.collectives[0].exposedShare, 0.1);
+  EXPECT_DOUBLE_EQ(*k.collectives[0].timeShare, 0.05);
+  EXPECT_DOUBLE_EQ(*k.collectives[0].bytesPerStep, 1e8);
+  EXPECT_DOUBLE_EQ(*k.collectives[0].busBandwidth, *k.busBandwidth);
+  EXPECT_DOUBLE_EQ(*k.busBandwidth, 2e9 * 1.5);
+}
+
+// Where the exposed time sits: rank 0's steps spend 90 of their 120 ms exposed in the first
+// collective, an all-gather, and 20 ms in the last, a reduce-scatter. A step whose spans stop
+// before its last collective (3 spans of 6 collectives) counts for the first, not the last.
+TEST(Kpi, TheExposedTimeAtTheStepsFirstAndLastCollective) {
+  JobTracker t(gpuJob(), Settings{5.0, 0.1, std::nullopt, 100});
+  for (std::uint64_t s = 1; s <= 4; ++s) {
+    const std::int64_t end = t0 + static_cast<std::int64_t>(s) * kSecond;
+    StepReport r = report(0, s, 600'000, 200'000, end);
+    const std::int64_t begin = end - kSecond;
+    r.collectives = {{CollectiveKind::kReduceScatter, 1, 30'000, 20'000, 1u << 20},
+                     {CollectiveKind::kAllGather, 2, 150'000, 100'000, 2u << 20}};
+    // Listed out of order: the first is the earliest to start.
+    r.collectiveSpans = {{CollectiveKind::kAllGather, begin + 400'000, 50'000, 10'000, 1u << 20},
+                         {CollectiveKind::kAllGather, begin + 1'000, 100'000, 90'000, 1u << 20},
+                         {CollectiveKind::kReduceScatter, begin + 900'000, 30'000, 20'000, 1u << 20}};
+    if (s == 4) r.collectives[1].count = 5;  // 6 collectives, 3 spans
+    t.add(r, "n");
+  }
+  const ExposedEnds e = t.snapshot(t0 + 4 * kSecond).exposedEnds;
+  ASSERT_TRUE(e.firstShare && e.lastShare);
+  EXPECT_DOUBLE_EQ(*e.firstShare, 0.75);
+  EXPECT_EQ(e.firstKind, CollectiveKind::kAllGather);
+  EXPECT_DOUBLE_EQ(*e.lastShare, 20.0 / 120);
+  EXPECT_EQ(e.lastKind, CollectiveKind::kReduceScatter);
+}
+
 TEST(Kpi, BytesReducedCountWithoutATimedAllReduce) {
   // A DDP program on CPUs (Gloo) counts its gradient bytes but cannot time its all-reduce: the
   // bytes per step are known (the DDP bucket advice needs them), the bandwidth is not.

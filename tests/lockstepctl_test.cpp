@@ -4,6 +4,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -202,6 +203,11 @@ TEST(Lockstepctl, AFailedJobExitsFiveAndWatchShowsTheRanks) {
   ASSERT_EQ(lines.back()["ranks"].size(), 2u);
   EXPECT_EQ(lines.back()["ranks"][0]["step"], 300);
   EXPECT_EQ(lines.back()["ranks"][1]["node"], "node-a");
+  // Issue 42: the collectives by kind; the trainer's gradients are all-reduced once a step or more.
+  const auto& kinds = lines.back()["collectives"];
+  const auto allReduce = std::find_if(kinds.begin(), kinds.end(), [](const auto& c) { return c["kind"] == "all_reduce"; });
+  ASSERT_NE(allReduce, kinds.end()) << lines.back().dump();
+  EXPECT_GE((*allReduce)["per_step"].get<double>(), 1.0) << allReduce->dump();
 }
 
 // Issue 31: watch shows each node's network against its link, in --json and as text. The agent

@@ -61,5 +61,23 @@ TEST(Present, AJobsSamplesPerSecondIsTheWindowWhileItRunsAndTheMeanOnceItEnded) 
   EXPECT_NE(jobThroughputMeaning(true), jobThroughputMeaning(false));
 }
 
+// Issue 42: a collective as the timeline labels it, and the Communication tile's split by kind.
+TEST(Present, ACollectiveIsItsKindAndItsBytesAndTheSplitGoesLargestFirst) {
+  EXPECT_EQ(collectiveLabel(CollectiveKind::kAllGather, 8u << 20), "all-gather 8.0 MiB");
+  EXPECT_EQ(collectiveLabel(CollectiveKind::kBarrier, 0), "barrier");
+  const auto kind = [](CollectiveKind k, std::optional<double> exposed) {
+    kpi::CollectiveKpis c;
+    c.kind = k;
+    c.exposedShare = exposed;
+    return c;
+  };
+  const std::vector<kpi::CollectiveKpis> kinds = {kind(CollectiveKind::kAllReduce, 0.12), kind(CollectiveKind::kReduceScatter, std::nullopt),
+                                                  kind(CollectiveKind::kAllGather, 0.31), kind(CollectiveKind::kBroadcast, 0.001)};
+  EXPECT_EQ(collectiveSplit(kinds), "all-gather 31.0% \u00b7 all-reduce 12.0% \u00b7 broadcast 0.1%");
+  EXPECT_EQ(collectiveSplit(kinds, 1), "all-gather 31.0%");
+  EXPECT_EQ(collectiveSplit({}), "");
+  EXPECT_EQ(phaseLegend(kpi::Phase::kCollective), "collective (filled: exposed)");
+}
+
 }  // namespace
 }  // namespace lockstep::present

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -182,7 +183,8 @@ TEST(ReportFormats, NamesAndExtensions) {
 constexpr std::uint64_t kSteps = 30;
 const std::string kNode = "gpu-node,\"a\"";  // needs quoting in CSV
 
-std::vector<StreamMessage> stream(const JobSpec& s, std::int64_t allreduceUs = 30'000) {
+std::vector<StreamMessage> stream(const JobSpec& s, std::int64_t allreduceUs = 30'000,
+                                  const std::function<void(StepReport&)>& shape = {}) {
   std::vector<StreamMessage> out;
   out.push_back({0, kNode, event(s.jobId, JobEventKind::kStarted, kT0)});
   for (std::uint64_t step = 1; step <= kSteps; ++step) {
@@ -204,6 +206,7 @@ std::vector<StreamMessage> stream(const JobSpec& s, std::int64_t allreduceUs = 3
       r.stepTimeUs = 100'000;
       r.timeUnixUs = t;
       r.lr = 0.01;
+      if (shape) shape(r);
       out.push_back({0, kNode, r});
       out.push_back({0, kNode, ProcessSample{s.jobId, p.rank, 1000 + p.rank, t, 95.0f, 1u << 28}});
       GpuSample g;
@@ -352,6 +355,87 @@ TEST_F(ReportOverHistory, ExposedCommunicationIsHeldAgainstThePeakOfTheSameNodes
   EXPECT_EQ(section->tables[0].rows[1][0], "2 (measured)");
   ASSERT_EQ(section->charts.size(), 1u);
   EXPECT_EQ(section->charts[0].id, "projection");
+}
+
+// Issue 42: a sharded job's collectives by kind go through the history (its steps' collectives
+// column) and the replay into the report: its KPIs, its JSON, its key figures and its advice.
+// A step of 100 ms: 4 all-gathers of 2 MiB each, 30 ms of them exposed, 25 ms of it the first;
+// 2 reduce-scatters, 5 ms exposed.
+TEST_F(ReportOverHistory, CollectivesByKindGoThroughTheHistoryIntoTheReport) {
+  JobSpec fsdp = spec_;
+  fsdp.jobId = "job-fsdp";
+  JobStatus status;
+  status.spec = fsdp;
+  status.state = JobState::kRunning;
+  status.startedUnixUs = kT0;
+  ASSERT_TRUE(history_->recordJob(kNode, status));
+  ASSERT_TRUE(history_->recordMessages(stream(fsdp, 30'000, [](StepReport& r) {
+    r.allreduceTimeUs.reset();
+    r.bytesReduced.reset();
+    r.exposedCommTimeUs = 35'000;
+    r.collectives = {{CollectiveKind::kReduceScatter, 2, 10'000, 5'000, 4u << 20},
+                     {CollectiveKind::kAllGather, 4, 40'000, 30'000, 8u << 20}};
+    const std::int64_t start = r.timeUnixUs - r.stepTimeUs;
+    r.collectiveSpans = {{CollectiveKind::kAllGather, start + 1'000, 26'000, 25'000, 2u << 20},
+                         {CollectiveKind::kAllGather, start + 30'000, 5'000, 2'000, 2u << 20},
+                         {CollectiveKind::kAllGather, start + 40'000, 5'000, 2'000, 2u << 20},
+                         {CollectiveKind::kAllGather, start + 50'000, 4'000, 1'000, 2u << 20},
+                         {CollectiveKind::kReduceScatter, start + 80'000, 5'000, 2'000, 2u << 20},
+                         {CollectiveKind::kReduceScatter, start + 90'000, 5'000, 3'000, 2u << 20}};
+  })));
+  status.state = JobState::kFinished;
+  status.endedUnixUs = kT0 + static_cast<std::int64_t>(kSteps + 1) * 100'000;
+  ASSERT_TRUE(history_->recordJob(kNode, status));
+
+  const auto loaded = load(*history_, "job-fsdp", now_);
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  const kpi::JobKpis& k = loaded->kpis;
+  ASSERT_EQ(k.collectives.size(), 2u);
+  EXPECT_EQ(k.collectives[0].kind, CollectiveKind::kReduceScatter);
+  EXPECT_EQ(k.collectives[1].kind, CollectiveKind::kAllGather);
+  EXPECT_DOUBLE_EQ(k.collectives[1].perStep, 4);
+  EXPECT_NEAR(*k.collectives[1].exposedShare, 0.30, 1e-12);
+  EXPECT_NEAR(*k.collectives[1].bytesPerStep, 8.0 * 1024 * 1024, 1e-6);
+  EXPECT_NEAR(*k.collectives[1].busBandwidth, 8.0 * 1024 * 1024 / 0.040 / 2, 1e-3);  // x (2-1)/2
+  EXPECT_FALSE(k.busBandwidth) << "no all-reduce";
+  ASSERT_TRUE(k.exposedEnds.firstShare);
+  EXPECT_NEAR(*k.exposedEnds.firstShare, 25.0 / 35, 1e-12);
+  const auto advice = std::find_if(loaded->recommendations.begin(), loaded->recommendations.end(),
+                                   [](const std::string& r) { return r.starts_with("Exposed communication is 35%"); });
+  ASSERT_NE(advice, loaded->recommendations.end());
+  EXPECT_NE(advice->find("all-gather 30.0% · reduce-scatter 5.0%"), std::string::npos) << *advice;
+  EXPECT_NE(advice->find("sharded training (FSDP, ZeRO)"), std::string::npos) << *advice;
+  EXPECT_NE(advice->find("71% of their exposed time is the step's first collective"), std::string::npos) << *advice;
+
+  const std::string jsonPath = dir_.file("fsdp.json");
+  ASSERT_TRUE(write(*history_, "job-fsdp", Format::kJson, jsonPath, now_));
+  const std::string jsonText = test::readText(jsonPath);
+  const auto j = nlohmann::json::parse(jsonText);
+  const auto& kinds = j["kpis"]["collectives"];
+  ASSERT_EQ(kinds.size(), 2u) << j["kpis"].dump();
+  EXPECT_EQ(kinds[1]["kind"], "all_gather");
+  EXPECT_DOUBLE_EQ(kinds[1]["per_step"].get<double>(), 4);
+  EXPECT_NEAR(kinds[1]["exposed_share"].get<double>(), 0.3, 1e-12);
+  EXPECT_NEAR(kinds[1]["time_share"].get<double>(), 0.4, 1e-12);
+  EXPECT_NEAR(kinds[1]["bytes_per_step"].get<double>(), 8.0 * 1024 * 1024, 1e-6);
+  EXPECT_TRUE(kinds[1]["bus_bandwidth_bytes_per_second"].is_number());
+  EXPECT_EQ(j["kpis"]["exposed_ends"]["first_kind"], "all_gather");
+  EXPECT_EQ(j["ranks"][0]["collectives"].size(), 2u);
+  expectMatchesSchema(jsonText);
+
+  // The key figures: a row per kind under the communication overhead.
+  const Document doc = document(*loaded);
+  const auto& figures = doc.sections[0].tables[0].rows;
+  const auto row = std::find_if(figures.begin(), figures.end(), [](const auto& r) { return r[0] == "  all-gather"; });
+  ASSERT_NE(row, figures.end());
+  EXPECT_EQ((*row)[1], "30.0% exposed of 40.0%");
+  EXPECT_TRUE((*row)[2].starts_with("4 per step · 8.0 MiB · ")) << (*row)[2];
+  EXPECT_NE((*row)[2].find(" bus"), std::string::npos) << (*row)[2];
+  // The job's own all-reduce job-7, from the trainer: one all-reduce a step.
+  const auto trainer = load(*history_, "job-7", now_);
+  ASSERT_TRUE(trainer);
+  ASSERT_EQ(trainer->kpis.collectives.size(), 1u);
+  EXPECT_EQ(trainer->kpis.collectives[0].kind, CollectiveKind::kAllReduce);
 }
 
 TEST_F(ReportOverHistory, WritesCsvWithAGpuFileAndQuoting) {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "lockstep/kpi/timeline.h"
 
 namespace lockstep::kpi {
@@ -141,6 +143,90 @@ TEST(Timeline, TheSlowestMinuteIsTheOneWithFewestSamples) {
   Timeline shortJob;
   shortJob.add(stepOf(0, 1, 2'000'000, 0, 1'000'000, 0), "n");
   EXPECT_EQ(shortJob.slowestMinute(), shortJob.span());
+}
+
+// Issue 42: every collective the program ran, at the time it ran, whatever its kind.
+StepReport fsdpStep(std::uint32_t rank, std::uint64_t step, std::int64_t endUs, int layers) {
+  StepReport r = stepOf(rank, step, endUs, 1'000, 8'000, 1'000);
+  for (int i = 0; i < layers; ++i) {
+    const std::int64_t at = endUs - 9'000 + i * 2'000;
+    r.collectiveSpans.push_back({CollectiveKind::kAllGather, at, 1'500, 0, 8u << 20});
+    r.collectiveSpans.push_back({CollectiveKind::kReduceScatter, at + 1'000, 1'500, 500, 16u << 20});
+  }
+  return r;
+}
+
+TEST(Timeline, AStepsCollectivesAreBoxesWhenTheyRanOnTheirNodesClock) {
+  StepReport r = fsdpStep(0, 1, 10'000'000, 2);
+  r.collectiveSpans.push_back({CollectiveKind::kBarrier, 9'999'000, -5, 7, 0});  // a sender's mistake
+  r.collectiveSpans.push_back({CollectiveKind::kAllReduce, 9'999'000, 400, 900, 4});  // more exposed than it took
+  const auto boxes = collectiveBoxesOf(TimelineStep::of(r), 1'000);
+  ASSERT_EQ(boxes.size(), 6u);
+  EXPECT_EQ(boxes[0].box.phase, Phase::kCollective);
+  EXPECT_EQ(boxes[0].kind, CollectiveKind::kAllGather);
+  EXPECT_EQ(boxes[0].box.startUs, 10'000'000 - 9'000 - 1'000) << "when it ran, on a clock 1 ms ahead";
+  EXPECT_EQ(boxes[0].box.durationUs, 1'500);
+  EXPECT_EQ(boxes[0].bytes, 8u << 20);
+  EXPECT_EQ(boxes[1].kind, CollectiveKind::kReduceScatter);
+  EXPECT_EQ(boxes[1].exposedUs, 500);
+  EXPECT_EQ(boxes[1].exposed().startUs + boxes[1].exposed().durationUs, boxes[1].box.startUs + boxes[1].box.durationUs)
+      << "the rank waited at its end";
+  EXPECT_EQ(boxes[1].exposed().durationUs, 500);
+  EXPECT_EQ(boxes[4].box.durationUs, 0);
+  EXPECT_EQ(boxes[4].exposedUs, 0);
+  EXPECT_EQ(boxes[5].exposedUs, 400);
+  EXPECT_EQ(boxesOf(TimelineStep::of(r)).size(), 3u) << "the step's own boxes stay as they are";
+  // A label ends where the next collective, overlapping its own, starts.
+  const auto ends = labelEnds({boxes[0], boxes[1], boxes[2]});
+  EXPECT_EQ(ends, (std::vector<std::int64_t>{boxes[1].box.startUs, boxes[2].box.startUs, boxes[2].box.startUs + 1'500}));
+  EXPECT_EQ(phaseName(Phase::kCollective), "collective");
+  EXPECT_NE(std::find(std::begin(kEveryPhase), std::end(kEveryPhase), Phase::kCollective), std::end(kEveryPhase))
+      << "the legend lists it";
+}
+
+TEST(Timeline, ALaneKeepsTheCollectivesOfItsNewestStepsOnly) {
+  Timeline t(4, 10);  // 4 steps a lane, 10 spans: 4 a step, so the newest 2 steps' and a half
+  for (std::uint64_t s = 1; s <= 6; ++s) t.add(fsdpStep(0, s, static_cast<std::int64_t>(s) * 10'000'000, 2), "n");
+  const auto* lane = t.lanes()[0];
+  ASSERT_EQ(lane->steps.size(), 4u);
+  std::size_t held = 0;
+  for (const auto& s : lane->steps) held += s.collectives.size();
+  EXPECT_EQ(held, lane->collectives);
+  EXPECT_LE(held, 10u);
+  EXPECT_EQ(lane->steps[3].collectives.size(), 4u) << "the newest step keeps its own";
+  EXPECT_EQ(lane->steps[2].collectives.size(), 4u);
+  EXPECT_TRUE(lane->steps[0].collectives.empty()) << "the oldest step's went first";
+  EXPECT_TRUE(lane->steps[1].collectives.empty());
+  Timeline all(2);  // no bound on spans: every step it keeps holds its own
+  for (std::uint64_t s = 1; s <= 3; ++s) all.add(fsdpStep(0, s, static_cast<std::int64_t>(s) * 10'000'000, 3), "n");
+  EXPECT_EQ(all.lanes()[0]->collectives, 12u);
+  EXPECT_EQ(all.lanes()[0]->steps.front().collectives.size(), 6u);
+}
+
+TEST(Timeline, BoxesAPixelApartMergeIntoOneRun) {
+  const std::vector<Box> boxes = {{Phase::kCollective, 50, 10}, {Phase::kCollective, 0, 10}, {Phase::kCollective, 12, 30},
+                                  {Phase::kCollective, 20, 5}, {Phase::kCollective, 100, 1}};
+  const auto runs = mergedBoxes(boxes, 5);
+  ASSERT_EQ(runs.size(), 3u);
+  EXPECT_EQ(runs[0].startUs, 0);
+  EXPECT_EQ(runs[0].durationUs, 42) << "0-10, 12-42 and 20-25 (inside) in one";
+  EXPECT_EQ(runs[1].startUs, 50) << "8 apart: a run of its own";
+  EXPECT_EQ(runs[2].startUs, 100);
+  EXPECT_EQ(mergedBoxes(boxes, 100).size(), 1u);
+}
+
+TEST(Timeline, CoverageSaysHowMuchOfEachColumnBoxesHold) {
+  // Columns of 10 µs from 100: one box over the second half of the first column and all of the
+  // second; two thin ones in the fourth; one before the range, one past it.
+  const std::vector<Box> boxes = {{Phase::kCollective, 105, 15}, {Phase::kCollective, 131, 2}, {Phase::kCollective, 135, 1},
+                                  {Phase::kCollective, 0, 50},   {Phase::kCollective, 150, 20}, {Phase::kCollective, 120, 10},
+                                  {Phase::kCollective, 120, 10}};
+  const auto c = coverage(boxes, 100, 140, 4);
+  ASSERT_EQ(c.size(), 4u);
+  EXPECT_DOUBLE_EQ(c[0], 0.5);
+  EXPECT_DOUBLE_EQ(c[1], 1.0);
+  EXPECT_DOUBLE_EQ(c[2], 1.0) << "two boxes over the same time: no more than all of it";
+  EXPECT_DOUBLE_EQ(c[3], 0.3);
 }
 
 TEST(ClockOffsetTest, OneExchangeBoundsTheOffsetByHalfItsRoundTrip) {

@@ -8,11 +8,16 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
 #include <map>
 #include <set>
 #include <nlohmann/json.hpp>
 
 #include "lockstep/history/history.h"
+#include "lockstep/present/present.h"
+#include "lockstep/report/report.h"
+#include "lockstep/report/trace.h"
 #include "support/agent_support.h"
 
 namespace lockstep::test {
@@ -67,7 +72,7 @@ TEST(Trace, AStragglersComputeIsLongestAndBothNodesAreOnOneClock) {
       EXPECT_EQ(e["name"], "checkpoint");
       EXPECT_EQ(e["tid"], 2);
       checkpointsAfter[e["args"]["rank"].get<int>()].insert(e["args"]["after_step"].get<std::uint64_t>());
-    } else if (e["ph"] == "X") {
+    } else if (e["ph"] == "X" && e["cat"] == "step") {
       const int rank = e["args"]["rank"].get<int>();
       rankOf[e["pid"].get<int>()] = rank;
       boxes[{rank, e["args"]["step"].get<std::uint64_t>()}].push_back(
@@ -165,6 +170,108 @@ TEST(Trace, AStragglersComputeIsLongestAndBothNodesAreOnOneClock) {
   auto part = ctl({"trace", "traced", "--from", "0s", "--to", std::to_string(halfway) + "ms", "--out", dir.file("part.json")});
   ASSERT_EQ(part.status.exitCode, 0) << part.err;
   EXPECT_LT(Json::parse(readText(dir.file("part.json")))["traceEvents"].size(), trace["traceEvents"].size());
+}
+
+// Issue 42: a job of 2 ranks and one step whose collectives are an all-gather per layer, each
+// layer's reduce-scatter overlapping the next all-gather (another stream); rank 1 waits on its
+// reduce-scatters' last 4 ms.
+constexpr std::int64_t kT0 = 1'800'000'000'000'000;
+
+void recordFsdpJob(history::History& history) {
+  JobStatus status;
+  status.spec = smallJob("fsdp", 2, 10);
+  for (std::uint32_t r = 0; r < 2; ++r) status.spec.ranks.push_back(RankPlacement{r, "node-a", r, r});
+  status.state = JobState::kRunning;
+  status.startedUnixUs = kT0;
+  ASSERT_TRUE(history.recordJob("node-a", status));
+  std::vector<StreamMessage> messages;
+  for (std::uint32_t rank = 0; rank < 2; ++rank) {
+    StepReport r;
+    r.jobId = "fsdp";
+    r.rank = rank;
+    r.step = 1;
+    r.samples = 8;
+    r.timeUnixUs = kT0 + 100'000;
+    r.stepTimeUs = 100'000;
+    r.dataTimeUs = 10'000;
+    r.computeTimeUs = 80'000;
+    r.exposedCommTimeUs = 10'000;
+    for (int layer = 0; layer < 3; ++layer) {
+      const std::int64_t at = kT0 + 10'000 + layer * 20'000;
+      r.collectiveSpans.push_back({CollectiveKind::kAllGather, at, 15'000, 0, 8u << 20});
+      r.collectiveSpans.push_back({CollectiveKind::kReduceScatter, at + 10'000, 15'000, rank == 1 ? 4'000 : 0, 16u << 20});
+    }
+    messages.push_back({rank + 1, "node-a", r});
+  }
+  ASSERT_TRUE(history.recordMessages(messages));
+}
+
+// Every collective a rank reported, on its lane at the time it ran (its node's clock moved onto
+// the trace's), named by its kind, with its bytes and its exposed part.
+TEST(Trace, EachCollectiveIsAnEventOnItsRanksLane) {
+  TempDir dir;
+  auto history = history::History::open(dir.file("history.db"));
+  ASSERT_TRUE(history) << history.error().message;
+  recordFsdpJob(*history);
+  const std::string path = dir.file("fsdp.json");
+  const auto written = report::writeTrace(*history, "fsdp", {}, path);
+  ASSERT_TRUE(written) << written.error().message;
+  const Json trace = Json::parse(readText(path));
+  std::map<int, std::vector<Json>> collectivesOf;  // pid
+  std::map<std::pair<int, int>, std::string> threadName;
+  std::int64_t stepStart = INT64_MAX;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name") threadName[{e["pid"].get<int>(), e["tid"].get<int>()}] = e["args"]["name"];
+    if (e["ph"] == "X" && e["cat"] == "collective") collectivesOf[e["pid"].get<int>()].push_back(e);
+    if (e["ph"] == "X" && e["cat"] == "step") stepStart = std::min(stepStart, e["ts"].get<std::int64_t>());
+  }
+  ASSERT_EQ(collectivesOf.size(), 2u) << "a lane each";
+  for (const auto& [pid, events] : collectivesOf) {
+    ASSERT_EQ(events.size(), 6u) << pid;
+    std::map<std::string, int> byName;
+    std::set<int> tracks;
+    for (const auto& e : events) {
+      ++byName[e["name"].get<std::string>()];
+      tracks.insert(e["tid"].get<int>());
+      EXPECT_EQ(e["args"]["rank"], pid - 1);
+      EXPECT_EQ(e["args"]["step"], 1);
+      EXPECT_EQ(e["dur"], 15'000);
+      EXPECT_EQ(e["args"]["bytes"], e["name"] == "all_gather" ? 8u << 20 : 16u << 20);
+      EXPECT_EQ(e["args"]["exposed_us"], e["name"] == "reduce_scatter" && pid == 2 ? 4'000 : 0) << e.dump();
+    }
+    EXPECT_EQ(byName, (std::map<std::string, int>{{"all_gather", 3}, {"reduce_scatter", 3}}));
+    EXPECT_EQ(tracks.size(), 2u) << "overlapping collectives that do not nest take two tracks";
+    for (const int tid : tracks) EXPECT_EQ((threadName[{pid, tid}].rfind("collectives", 0)), 0u) << tid;
+    // The first all-gather began 10 ms into the step.
+    std::int64_t first = INT64_MAX;
+    for (const auto& e : events) first = std::min(first, e["ts"].get<std::int64_t>());
+    EXPECT_EQ(first - stepStart, 10'000);
+  }
+}
+
+// And over their lanes in the report's timeline figure: outlined, labelled where wide enough (up to
+// the next one), where rank 1 waited on them filled.
+TEST(Trace, TheReportsTimelineDrawsTheCollectives) {
+  TempDir dir;
+  auto history = history::History::open(dir.file("history.db"));
+  ASSERT_TRUE(history) << history.error().message;
+  recordFsdpJob(*history);
+  const std::string path = dir.file("fsdp.html");
+  const auto written = report::write(*history, "fsdp", report::Format::kHtml, path, kT0 + 1'000'000);
+  ASSERT_TRUE(written) << written.error().message;
+  const std::string page = readText(path);
+  const auto at = page.find("id=\"chart-timeline\"");
+  ASSERT_NE(at, std::string::npos);
+  const std::string figure = page.substr(at, page.find("</figure>", at) - at);
+  if (const char* keep = std::getenv("LOCKSTEP_COLLECTIVES_FIGURE")) std::ofstream(keep) << figure.substr(figure.find("<svg"));
+  const std::string color(present::phaseColor(kpi::Phase::kCollective));
+  EXPECT_NE(figure.find(">all-ga"), std::string::npos) << "labelled, up to the reduce-scatter that overlaps it";
+  EXPECT_NE(figure.find("fill=\"none\" stroke=\"" + color + "\""), std::string::npos) << "outlined";
+  EXPECT_NE(figure.find(">collective (filled: exposed)<"), std::string::npos) << "in the legend";
+  // Rank 1's lane (the second) has bars as tall as the lane where it waited; rank 0's has none.
+  std::size_t filled = 0;
+  for (std::size_t i = figure.find("fill=\"" + color + "\""); i != std::string::npos; i = figure.find("fill=\"" + color + "\"", i + 1)) ++filled;
+  EXPECT_GE(filled, 6u + 3u) << "a strip along each lane's top where they ran, and rank 1's 3 waits";
 }
 
 }  // namespace

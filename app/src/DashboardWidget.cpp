@@ -1,9 +1,6 @@
 #include "DashboardWidget.h"
 
 #include <QAreaSeries>
-#include <QBarCategoryAxis>
-#include <QBarSeries>
-#include <QBarSet>
 #include <QCheckBox>
 #include <QTabWidget>
 #include <QChart>
@@ -20,19 +17,20 @@
 #include <chrono>
 #include <cmath>
 
+#include "CommChart.h"
 #include "HeatmapWidget.h"
 #include "TimelineWidget.h"
 #include "StacksDialog.h"
 #include "Models.h"
 #include "Present.h"
 #include "lockstep/common/clock.h"
+#include "lockstep/protocol/names.h"
 
 namespace lockstep::app {
 namespace {
 
 constexpr int kMaxChartPoints = 600;   // what a chart draws; older points are thinned
 constexpr int kMaxUtilLines = 16;      // beyond this, the heatmap is the readable view
-constexpr int kMaxCommBars = 32;       // beyond this, the ranks that wait longest
 constexpr int kHeatmapSeconds = 120;
 constexpr double kUtilWindowSeconds = 300;  // the utilization chart's sliding window
 
@@ -77,11 +75,22 @@ void fitAxis(QValueAxis* axis, double lo, double hi, bool fromZero, bool margin 
   axis->setRange(lo, hi);
 }
 
-// Why communication is slow (report/diagnosis.h), then each of the job's nodes' busiest
-// interface against its link.
-QString communicationToolTip(const std::string& advice, const std::vector<std::pair<std::string, kpi::NetRate>>& network) {
+// A kind of collective as the Communication tile's tooltip lists it: "all-gather: 24 a step,
+// 8.0 MiB a step, 31.0% of step time (2.1% exposed), bus 120.0 GB/s".
+QString collectiveLine(const kpi::CollectiveKpis& c) {
+  return DashboardWidget::tr("%1: %2 a step, %3 a step, %4 of step time (%5 exposed), bus %6")
+      .arg(qtext(std::string(titleOf(c.kind))), QString::number(c.perStep, 'g', 3), qtext(present::bytes(c.bytesPerStep.value_or(NAN))),
+           percent(c.timeShare), percent(c.exposedShare), qtext(present::bandwidth(c.busBandwidth)));
+}
+
+// Why communication is slow (report/diagnosis.h), each kind of collective, then each of the job's
+// nodes' busiest interface against its link.
+QString communicationToolTip(const std::string& advice, const std::vector<std::pair<std::string, kpi::NetRate>>& network,
+                             const std::vector<kpi::CollectiveKpis>& collectives) {
   QStringList lines;
   if (!advice.empty()) lines << qtext(advice);
+  if (!collectives.empty()) lines << DashboardWidget::tr("Collectives, the mean of the ranks:");
+  for (const auto& c : collectives) lines << collectiveLine(c);
   if (!network.empty()) lines << DashboardWidget::tr("Network of the job's nodes:");
   for (const auto& [node, rate] : network) lines << QStringLiteral("%1: %2").arg(qtext(node), networkText(rate));
   return lines.join(QLatin1Char('\n'));
@@ -298,27 +307,7 @@ void DashboardWidget::buildCharts() {
   attach(lossChart_, loss_, lossX_, lossY_);
 
   commChart_ = makeChart(tr("Exposed communication per rank (% of step)"));
-  commSeries_ = new QBarSeries;
-  commSet_ = new QBarSet(tr("communication"));
-  commSeries_->append(commSet_);
-  commChart_->addSeries(commSeries_);
-  commX_ = new QBarCategoryAxis;
-  commY_ = new QValueAxis;
-  commY_->setRange(0, 100);
-  commChart_->addAxis(commX_, Qt::AlignBottom);
-  commChart_->addAxis(commY_, Qt::AlignLeft);
-  commSeries_->attachAxis(commX_);
-  commSeries_->attachAxis(commY_);
-  connect(commSet_, &QBarSet::hovered, this, [this](bool inside, int index) {
-    if (!inside) {
-      QToolTip::hideText();
-      return;
-    }
-    if (index < 0 || index >= static_cast<int>(commRanks_.size())) return;
-    QToolTip::showText(QCursor::pos(), tr("rank %1: %2% of its step time waiting on communication")
-                                           .arg(commRanks_[static_cast<std::size_t>(index)])
-                                           .arg(commSet_->at(index), 0, 'f', 1));
-  });
+  comm_ = new CommChart(commChart_, this);
 }
 
 void DashboardWidget::applyTheme() {
@@ -329,6 +318,7 @@ void DashboardWidget::applyTheme() {
     chart->setBackgroundBrush(palette().brush(QPalette::Base));
     chart->setTitleBrush(palette().brush(QPalette::WindowText));
   }
+  comm_->recolor();  // the theme set its own colours
 }
 
 void DashboardWidget::changeEvent(QEvent* event) {
@@ -358,7 +348,7 @@ int DashboardWidget::chartPointCount(const QString& chart) const {
   if (chart == QLatin1String("throughput")) return static_cast<int>(throughput_->count());
   if (chart == QLatin1String("loss")) return static_cast<int>(loss_->count());
   if (chart == QLatin1String("split")) return static_cast<int>(splitCompute_->count());
-  if (chart == QLatin1String("comm")) return static_cast<int>(commSet_->count());
+  if (chart == QLatin1String("comm")) return comm_->barCount();
   if (chart == QLatin1String("heatmap")) return heatmap_->rowCount();
   return -1;
 }
@@ -454,11 +444,15 @@ void DashboardWidget::refresh() {
   const QString commDetail = k.busBandwidth ? tr("exposed, of step time; bus %1").arg(qtext(present::bandwidth(k.busBandwidth)))
                                             : tr("exposed, of step time");
   const auto diagnosis = report::diagnoseCommunication(k, job->spec, store_.linkOf(job->spec));
+  // Under the figure, its split by kind: "all-gather 2.1% · reduce-scatter 0.9%".
+  const QString kinds = qtext(present::collectiveSplit(k.collectives));
   tiles_[tr("Communication")]->set(percent(k.commOverhead),
-                                   !k.commOverhead ? unless(noSplit, commDetail)
-                                   : diagnosis     ? commDetail + QStringLiteral("; ") + qtext(std::string(report::commBoundName(diagnosis->bound)))
-                                                   : commDetail);
-  tiles_[tr("Communication")]->setToolTip(communicationToolTip(diagnosis ? diagnosis->advice : std::string(), store_.networkOf(job->spec)));
+                                   (!k.commOverhead ? unless(noSplit, commDetail)
+                                    : diagnosis     ? commDetail + QStringLiteral("; ") + qtext(std::string(report::commBoundName(diagnosis->bound)))
+                                                    : commDetail) +
+                                       (kinds.isEmpty() ? QString() : QStringLiteral("\n") + kinds));
+  tiles_[tr("Communication")]->setToolTip(
+      communicationToolTip(diagnosis ? diagnosis->advice : std::string(), store_.networkOf(job->spec), k.collectives));
   tiles_[tr("Slowest rank")]->set(
       k.slowestRank ? QStringLiteral("rank %1").arg(*k.slowestRank) : dash(),
       k.slowestRank ? tr("%1; imbalance %2")
@@ -661,11 +655,9 @@ void DashboardWidget::refreshCharts(const JobEntry& job, const kpi::JobKpis& k) 
     fitAxis(lossY_, lo, hi, false);
   }
 
-  refreshCommChart(k);
+  comm_->refresh(k);
 }
 
-// Up to kMaxCommBars ranks, a bar each in rank order; beyond, the kMaxCommBars ranks that wait
-// longest, most first: a bar per rank at 1024 ranks is neither readable nor cheap to lay out.
 void DashboardWidget::setNodeFilter(const QString& text) {
   nodeFilter_ = text;
   refresh();
@@ -684,44 +676,6 @@ QString DashboardWidget::slowestRanksText(const kpi::JobKpis& k) {
                  .arg(QString::fromUtf8(std::string(kpi::slowCauseName(s.cause)).c_str()));
   }
   return lines.join(QLatin1Char('\n'));
-}
-
-void DashboardWidget::refreshCommChart(const kpi::JobKpis& k) {
-  std::vector<std::pair<double, std::uint32_t>> byRank;  // (exposed %, rank)
-  for (const auto& r : k.ranks) byRank.emplace_back(r.commOverhead ? *r.commOverhead * 100 : 0, r.rank);
-  const bool many = byRank.size() > static_cast<std::size_t>(kMaxCommBars);
-  if (many) {
-    std::partial_sort(byRank.begin(), byRank.begin() + kMaxCommBars, byRank.end(),
-                      [](const auto& x, const auto& y) { return x.first > y.first || (x.first == y.first && x.second < y.second); });
-    byRank.resize(kMaxCommBars);
-  }
-  // The categories are the ranks in rank order, or places 1..N among the highest: they change
-  // only when the job does, since every change lays the axis out again.
-  QStringList categories;
-  QList<qreal> values;
-  commRanks_.clear();
-  for (const auto& [value, rank] : byRank) {
-    categories << QString::number(many ? static_cast<int>(commRanks_.size()) + 1 : static_cast<int>(rank));
-    commRanks_.push_back(rank);
-    values << value;
-  }
-  if (commX_->categories() != categories) {
-    commX_->clear();
-    commX_->append(categories);
-    // Past 16 bars the numbers under them overlap: hide them, hovering a bar names it.
-    const bool crowded = categories.size() > 16;
-    commX_->setLabelsVisible(!crowded);
-    commX_->setGridLineVisible(!crowded);
-  }
-  retitle(commChart_, many ? tr("Exposed comm. (%): the %1 highest of %2 ranks").arg(kMaxCommBars).arg(k.ranks.size())
-                       : categories.size() > 16 ? tr("Exposed comm. per rank (%), ranks 0–%1").arg(categories.size() - 1)
-                                                : tr("Exposed communication per rank (% of step)"));
-  // One change for the whole set: replacing bar by bar lays the chart out once per bar.
-  bool same = commSet_->count() == values.size();
-  for (int i = 0; same && i < values.size(); ++i) same = commSet_->at(i) == values[i];
-  if (same) return;
-  commSet_->remove(0, commSet_->count());
-  commSet_->append(values);
 }
 
 void DashboardWidget::showStacks() {

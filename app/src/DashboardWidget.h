@@ -19,14 +19,12 @@ class QChart;
 class QChartView;
 class QLineSeries;
 class QAreaSeries;
-class QBarSeries;
-class QBarSet;
-class QBarCategoryAxis;
 class QValueAxis;
 QT_END_NAMESPACE
 
 namespace lockstep::app {
 
+class CommChart;
 class HeatmapWidget;
 class TimelineWidget;
 
@@ -64,6 +62,7 @@ class DashboardWidget : public QWidget {
 
   KpiTile* tile(const QString& name) const { return tiles_.value(name); }
   int chartPointCount(const QString& chart) const;
+  const CommChart* commChart() const { return comm_; }
   const HeatmapWidget* heatmap() const { return heatmap_; }
   TimelineWidget* timeline() const { return timeline_; }
   void showTimeline();  // its tab
@@ -84,7 +83,6 @@ class DashboardWidget : public QWidget {
   void refreshTimeline(const JobEntry& job, const std::optional<Stall>& stall);
   void applyTheme();
   void refreshCharts(const JobEntry& job, const kpi::JobKpis& k);
-  void refreshCommChart(const kpi::JobKpis& k);
   static QString slowestRanksText(const kpi::JobKpis& k);
   QChartView* makeView(QChart* chart);
 
@@ -121,13 +119,9 @@ class DashboardWidget : public QWidget {
   QLineSeries* loss_ = nullptr;
   QValueAxis *lossX_ = nullptr, *lossY_ = nullptr;
   QChart* commChart_ = nullptr;
-  QBarSeries* commSeries_ = nullptr;
-  QBarSet* commSet_ = nullptr;
-  QBarCategoryAxis* commX_ = nullptr;
-  std::vector<std::uint32_t> commRanks_;  // the rank of each bar
+  CommChart* comm_ = nullptr;
   std::int64_t shownUpToUs_ = 0;
   QString nodeFilter_;
-  QValueAxis* commY_ = nullptr;
 };
 
 }  // namespace lockstep::app

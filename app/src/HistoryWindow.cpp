@@ -107,7 +107,7 @@ Result<std::shared_ptr<const JobEntry>> loadRecordedJob(const history::History& 
   entry->message = QString::fromStdString(record.message);
   entry->startedUnixUs = record.startedUnixUs;
   LOCKSTEP_ASSIGN_OR_RETURN(auto tracker, history.tracker(jobId));
-  LOCKSTEP_ASSIGN_OR_RETURN(auto timeline, report::loadTimeline(history, record));
+  LOCKSTEP_ASSIGN_OR_RETURN(auto timeline, report::loadTimeline(history, record, {}, LiveJob::kLiveCollectivesPerRank));
   const std::int64_t at = std::max(record.endedUnixUs, tracker->lastReportUnixUs());
   entry->live = std::make_shared<LiveJob>(std::move(tracker), std::move(timeline), at ? at : record.recordedUnixUs);
   return std::shared_ptr<const JobEntry>(std::move(entry));

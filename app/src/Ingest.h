@@ -35,6 +35,9 @@ class LiveJob : public RecordSink {
 
   // The newest steps of each rank the timeline keeps while a job runs.
   static constexpr std::size_t kLiveStepsPerRank = 512;
+  // And the collectives of its newest steps it keeps (up to 64 a step; 40 bytes each): some 40 MiB
+  // at 1024 ranks.
+  static constexpr std::size_t kLiveCollectivesPerRank = 1024;
 
   LiveJob(const JobSpec& spec, const kpi::Settings& settings);
   // A recorded job (the history's replayed tracker and its timeline), shown as of `atUnixUs`.
@@ -78,7 +81,7 @@ class LiveJob : public RecordSink {
 
   mutable std::mutex mutex_;
   std::unique_ptr<kpi::JobTracker> tracker_;
-  kpi::Timeline timeline_{kLiveStepsPerRank};
+  kpi::Timeline timeline_{kLiveStepsPerRank, kLiveCollectivesPerRank};
   std::shared_ptr<const Published> published_;
   bool changed_ = false;
   std::int64_t publishedAtUs_ = 0;

@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "lockstep/present/present.h"
+#include "lockstep/protocol/names.h"
 
 namespace lockstep::app {
 namespace {
@@ -281,6 +282,7 @@ void TimelineWidget::paintRow(QPainter& p, const Row& row, const QRectF& rect) {
     }
   }
   paintPhases(p, row, rect);
+  paintCollectives(p, row, rect);
   if (stalled && row.lastEndUs > 0) {
     const double x = xOf(row.lastEndUs);
     if (x >= area.left() && x <= area.right()) p.fillRect(QRectF(x, rect.top(), 3, rect.height()), QColor("#c0392b"));
@@ -304,11 +306,77 @@ void TimelineWidget::paintPhases(QPainter& p, const Row& row, const QRectF& rect
   }
 }
 
+// The collectives the lane's steps ran, over its boxes (kpi/timeline.h): a strip along the lane's
+// top where one ran (those a pixel holds several of merged: runs at least a pixel apart), and where
+// the rank waited on one, a bar up from the lane's bottom as tall as the share of the pixel's time
+// it waited (the lane's height where it waited all of it). A wide one is outlined and labelled.
+void TimelineWidget::paintCollectives(QPainter& p, const Row& row, const QRectF& rect) {
+  const QRectF area = lanesRect();
+  const auto columns = static_cast<std::size_t>(std::max(1.0, area.width()));
+  const std::int64_t from = viewEndUs_ - viewSpanUs_, usPerPixel = viewSpanUs_ / static_cast<std::int64_t>(columns) + 1;
+  std::vector<kpi::CollectiveBox> shown;
+  std::vector<kpi::Box> ran, waited;
+  for (const auto& step : row.steps) {
+    for (const auto& c : kpi::collectiveBoxesOf(step, row.offsetUs)) {
+      if (c.box.startUs + c.box.durationUs < from || c.box.startUs > viewEndUs_) continue;
+      shown.push_back(c);
+      ran.push_back(c.box);
+      if (c.exposedUs > 0) waited.push_back(c.exposed());
+    }
+  }
+  if (shown.empty()) return;
+  const QColor color = colorOf(kpi::Phase::kCollective);
+  const auto span = [&](const kpi::Box& b) {
+    const double x0 = std::max(area.left(), xOf(b.startUs));
+    return std::pair{x0, std::max(1.0, std::min(area.right(), xOf(b.startUs + b.durationUs)) - x0)};
+  };
+  for (const auto& run : kpi::mergedBoxes(std::move(ran), usPerPixel)) {
+    const auto [x, w] = span(run);
+    p.fillRect(QRectF(x, rect.top() + 1, w, 2), color);
+  }
+  const double tall = rect.height() - 2;
+  const auto heights = kpi::coverage(waited, from, viewEndUs_, columns);
+  for (std::size_t c = 0; c < columns;) {  // a rectangle for each run of columns of one height
+    const double h = std::ceil(heights[c] * tall);
+    std::size_t end = c + 1;
+    while (end < columns && std::ceil(heights[end] * tall) == h) ++end;
+    if (h > 0) p.fillRect(QRectF(area.left() + static_cast<double>(c), rect.bottom() - 1 - h, static_cast<double>(end - c), h), color);
+    c = end;
+  }
+  const QFontMetrics metrics(font());
+  std::stable_sort(shown.begin(), shown.end(), [](const auto& a, const auto& b) { return a.box.startUs < b.box.startUs; });
+  const auto labelEnds = kpi::labelEnds(shown);
+  for (std::size_t i = 0; i < shown.size(); ++i) {
+    const auto& c = shown[i];
+    const auto [x, w] = span(c.box);
+    if (w < 6) continue;
+    p.setPen(color);
+    p.drawRect(QRectF(x + 0.5, rect.top() + 1.5, w - 1, rect.height() - 3));
+    const double room = std::min(area.right(), xOf(labelEnds[i])) - x - 8;
+    if (room < 22) continue;
+    // Its bytes where they fit, else its kind alone.
+    QString label = QString::fromStdString(present::collectiveLabel(c.kind, c.bytes));
+    if (metrics.horizontalAdvance(label) > room) label = QString::fromUtf8(titleOf(c.kind).data(), static_cast<int>(titleOf(c.kind).size()));
+    p.setPen(Qt::white);
+    p.drawText(QRectF(x + 4, rect.top(), room, rect.height()), Qt::AlignLeft | Qt::AlignVCenter,
+               metrics.elidedText(label, Qt::ElideRight, static_cast<int>(room)));
+  }
+}
+
+// The legend's swatch of a phase: a collective's as it is drawn (a strip along its top, where it
+// was waited on filled).
+void TimelineWidget::paintSwatch(QPainter& p, const QRectF& r, kpi::Phase phase) {
+  if (phase != kpi::Phase::kCollective) return p.fillRect(r, colorOf(phase));
+  p.setPen(colorOf(phase));
+  p.drawRect(r.adjusted(0.5, 0.5, -0.5, -0.5));
+  p.fillRect(QRectF(r.left() + r.width() / 2, r.top(), r.width() / 2, r.height()), colorOf(phase));
+}
+
 void TimelineWidget::paintFooter(QPainter& p) {
   const QRectF line(4, height() - kFooterHeight, width() - 8, kFooterHeight);
   double x = line.left();
   for (const auto phase : kpi::kEveryPhase) {
-    p.fillRect(QRectF(x, line.top() + 5, 10, 8), colorOf(phase));
+    paintSwatch(p, QRectF(x, line.top() + 5, 10, 8), phase);
     const QString name = QString::fromUtf8(present::phaseLegend(phase).data(), static_cast<int>(present::phaseLegend(phase).size()));
     p.setPen(palette().color(QPalette::WindowText));
     const int wide = QFontMetrics(font()).horizontalAdvance(name);
@@ -333,7 +401,10 @@ QString TimelineWidget::tooltipAt(QPoint pos) const {
   if (index < 0 || index >= static_cast<int>(rows_.size()) || rows_[static_cast<std::size_t>(index)].node) return {};
   const Row& row = rows_[static_cast<std::size_t>(index)];
   const std::int64_t at = usAt(pos.x()), slack = viewSpanUs_ / static_cast<std::int64_t>(std::max(1.0, area.width()));
-  // The phases first: they are drawn over the steps.
+  // The phases first: they are drawn over the steps. A collective under the pointer comes after
+  // its step's figures.
+  const QString collective = collectiveTip(row, at, slack);
+  const auto withCollective = [&](const QString& text) { return collective.isEmpty() ? text : text + QLatin1Char('\n') + collective; };
   for (auto it = row.phases.rbegin(); it != row.phases.rend(); ++it) {
     const kpi::Box box = kpi::boxOf(*it, row.offsetUs);
     if (at < box.startUs - slack || at > box.startUs + box.durationUs + slack) continue;
@@ -341,7 +412,7 @@ QString TimelineWidget::tooltipAt(QPoint pos) const {
     QString text = tr("%1 · %2 %3 ms, after step %4")
                        .arg(row.label, QString::fromStdString(it->name), ms(box.durationUs), QString::number(it->step));
     if (it->attempt > 0) text += tr("\nattempt %1").arg(it->attempt);
-    return text;
+    return withCollective(text);
   }
   for (const auto& step : row.steps) {
     for (const auto& box : kpi::boxesOf(step, row.offsetUs)) {
@@ -357,10 +428,37 @@ QString TimelineWidget::tooltipAt(QPoint pos) const {
         if (step.optimizerUs) text += tr(" (the optimizer %1 ms of the compute)").arg(ms(*step.optimizerUs));
       }
       if (step.attempt > 0) text += tr("\nattempt %1").arg(step.attempt);
-      return text;
+      return withCollective(text);
     }
   }
-  return {};
+  return collective;
+}
+
+// The collective under the pointer, and how many more a pixel there holds (zoomed out).
+QString TimelineWidget::collectiveTip(const Row& row, std::int64_t at, std::int64_t slack) const {
+  std::optional<kpi::CollectiveBox> first;
+  std::uint64_t step = 0;
+  int more = 0;
+  for (const auto& s : row.steps) {
+    for (const auto& c : kpi::collectiveBoxesOf(s, row.offsetUs)) {
+      if (at < c.box.startUs - slack || at > c.box.startUs + c.box.durationUs + slack) continue;
+      if (first) {
+        ++more;
+        continue;
+      }
+      first = c;
+      step = s.step;
+    }
+  }
+  if (!first) return {};
+  QString text = tr("%1 · step %2 · %3 %4 ms, %5 ms of it exposed")
+                     .arg(row.label)
+                     .arg(step)
+                     .arg(QString::fromStdString(present::collectiveLabel(first->kind, first->bytes)))
+                     .arg(ms(first->box.durationUs))
+                     .arg(ms(first->exposedUs));
+  if (more > 0) text += tr("\n%n more collective(s) here: zoom in (Ctrl+wheel) to tell them apart", nullptr, more);
+  return text;
 }
 
 bool TimelineWidget::event(QEvent* e) {

@@ -1,6 +1,6 @@
 #pragma once
 // Where every rank's steps went: one lane per rank, grouped under its node (natural order), each
-// step drawn as its phases (kpi/timeline.h) on one clock across nodes, the newest on the right
+// step drawn as its phases (kpi/timeline.h) on one clock across nodes, its collectives over them, the newest on the right
 // while it follows the job. Like Perfetto: Ctrl+wheel (or W/S) zooms at the pointer, dragging or
 // Shift+wheel (or A/D) pans, the wheel scrolls the lanes; panning stops following, setFollow
 // resumes it. Hovering a box shows its figures; a stalled rank's lane stops with a red mark, and a
@@ -88,6 +88,9 @@ class TimelineWidget : public QWidget {
   void paintAxis(QPainter& p, const QRectF& area);
   void paintRow(QPainter& p, const Row& row, const QRectF& rect);
   void paintPhases(QPainter& p, const Row& row, const QRectF& rect);
+  void paintCollectives(QPainter& p, const Row& row, const QRectF& rect);
+  static void paintSwatch(QPainter& p, const QRectF& r, kpi::Phase phase);
+  QString collectiveTip(const Row& row, std::int64_t at, std::int64_t slack) const;
   void paintFooter(QPainter& p);
 
   Reader reader_;

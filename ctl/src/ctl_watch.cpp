@@ -20,6 +20,7 @@
 #include "lockstep/kpi/kpi.h"
 #include "lockstep/kpi/stream.h"
 #include "lockstep/present/present.h"
+#include "lockstep/protocol/names.h"
 
 namespace lockstep::ctl {
 namespace {
@@ -114,6 +115,30 @@ std::string nodesText(const kpi::StreamReader& reader) {
   return out;
 }
 
+// Each kind of collective over the window (docs/kpis.md), in kCollectiveKindNames' order.
+Json collectivesJson(const std::vector<kpi::CollectiveKpis>& kinds) {
+  Json out = Json::array();
+  for (const auto& c : kinds) {
+    out.push_back({{"kind", std::string(nameOf(c.kind))},
+                   {"per_step", jsonFigure(c.perStep)},
+                   {"time_share", jsonFigure(c.timeShare)},
+                   {"exposed_share", jsonFigure(c.exposedShare)},
+                   {"bytes_per_step", jsonFigure(c.bytesPerStep)},
+                   {"bus_bandwidth_bytes_per_s", jsonFigure(c.busBandwidth)}});
+  }
+  return out;
+}
+
+// The communication figure and what it is made of: "31.0% (bus 9.5 GB/s; all-gather 25.0% ·
+// reduce-scatter 6.0%)"; the split only where a kind other than all-reduce shares it.
+std::string communicationText(const kpi::JobKpis& k) {
+  std::string text = present::percent(k.commOverhead) + " (bus " + present::bandwidth(k.busBandwidth);
+  const bool others = std::any_of(k.collectives.begin(), k.collectives.end(),
+                                  [](const kpi::CollectiveKpis& c) { return c.kind != CollectiveKind::kAllReduce; });
+  const std::string split = others ? present::collectiveSplit(k.collectives) : "";
+  return text + (split.empty() ? "" : "; " + split) + ")";
+}
+
 Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool json, bool tty, const std::optional<Stall>& stall) {
   const bool ended = jobStateEnded(state);
   const std::int64_t now = ended ? w.tracker().lastReportUnixUs() : unixMicrosNow();
@@ -157,6 +182,7 @@ Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool 
                    {"comm_overhead", jsonFigure(k.commOverhead)},
                    {"alg_bandwidth_bytes_per_s", jsonFigure(k.algBandwidth)},
                    {"bus_bandwidth_bytes_per_s", jsonFigure(k.busBandwidth)},
+                   {"collectives", collectivesJson(k.collectives)},
                    {"scaling_efficiency", jsonFigure(k.scalingEfficiency)},
                    {"load_imbalance", jsonFigure(k.loadImbalance)},
                    {"slowest_rank", k.slowestRank ? Json(*k.slowestRank) : Json(nullptr)},
@@ -167,10 +193,9 @@ Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool 
     std::printf("%s\n", snapshot.dump().c_str());
   } else {
     if (tty) std::printf("\033[H\033[J");
-    std::printf("job %s: %s, %s samples/s (%s); communication %s (bus %s), scaling %s, imbalance %s\n%s",
+    std::printf("job %s: %s, %s samples/s (%s); communication %s, scaling %s, imbalance %s\n%s",
                 spec.jobId.c_str(), stateName.c_str(), present::figure(throughput, 0).c_str(),
-                std::string(present::jobThroughputMeaning(ended)).c_str(), present::percent(k.commOverhead).c_str(),
-                present::bandwidth(k.busBandwidth).c_str(),
+                std::string(present::jobThroughputMeaning(ended)).c_str(), communicationText(k).c_str(),
                 present::percent(k.scalingEfficiency, 0).c_str(), present::figure(k.loadImbalance, 2, "×").c_str(),
                 table.c_str());
     if (stall) std::printf("%s\n", stallText(*stall).c_str());

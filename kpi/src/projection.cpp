@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "lockstep/protocol/collectives.h"
+
 namespace lockstep::kpi {
 namespace {
 
@@ -21,7 +23,7 @@ double shareAt(const ScalingInputs& in, std::uint32_t m) {
 // A ring all-reduce's time among m ranks: bytes x 2(m-1)/m / bus bandwidth. On a shared node
 // every link of the ring is the node's own cores and memory, so its bandwidth is shared too.
 double allreduceUs(const ScalingInputs& in, std::uint32_t m) {
-  return *in.bytesPerStep * busBandwidthFactor(m) / (*in.busBandwidth * shareAt(in, m)) * 1e6;
+  return *in.bytesPerStep * busFactor(CollectiveKind::kAllReduce, m) / (*in.busBandwidth * shareAt(in, m)) * 1e6;
 }
 
 // A rank's step beside its exposed communication at m ranks: its own where it has its own device;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "collective_sums.h"
 #include "lockstep/kpi/kpi.h"
 #include "lockstep/kpi/median.h"
 
@@ -20,6 +21,7 @@ struct JobTracker::RankTotals {
   std::vector<std::uint32_t> rankIds;       // of those ranks
   double alg = 0, bus = 0, reduced = 0;
   int bandwidthKnown = 0, reducedKnown = 0;
+  detail::ExposedEndsSums ends;  // every rank's spans
 };
 
 namespace {
@@ -126,9 +128,9 @@ RankKpis JobTracker::rankKpis(std::uint32_t id, const RankState& r, const Window
   rk.cpuPct = r.cpuPct;
   rk.rssBytes = r.rssBytes;
   double samples = 0, tokens = 0, st = 0, d = 0, c = 0, e = 0, timedSamples = 0, timedSt = 0;
-  double reducedBytes = 0, reduceUs = 0, countedBytes = 0;
-  int reducedReports = 0, countedReports = 0;  // with a time (for the bandwidth), and with bytes at all
-  std::uint32_t world = 1;
+  double countedBytes = 0;
+  int countedReports = 0;
+  detail::CollectiveSums collectives;
   int n = 0, timed = 0;
   bool tokensKnown = false;
   for (const auto& rep : r.window) {
@@ -144,12 +146,8 @@ RankKpis JobTracker::rankKpis(std::uint32_t id, const RankState& r, const Window
       countedBytes += static_cast<double>(*rep.bytesReduced);
       ++countedReports;
     }
-    if (rep.bytesReduced && rep.allreduceTimeUs && *rep.allreduceTimeUs > 0) {
-      reducedBytes += static_cast<double>(*rep.bytesReduced);
-      reduceUs += static_cast<double>(*rep.allreduceTimeUs);
-      ++reducedReports;
-      world = rep.worldSize;
-    }
+    collectives.add(rep);
+    t.ends.add(rep);
     if (rep.dataTimeUs && rep.computeTimeUs && rep.exposedCommTimeUs) {
       d += static_cast<double>(*rep.dataTimeUs);
       c += static_cast<double>(*rep.computeTimeUs);
@@ -192,14 +190,21 @@ RankKpis JobTracker::rankKpis(std::uint32_t id, const RankState& r, const Window
     t.reduced += countedBytes / countedReports;
     ++t.reducedKnown;
   }
-  if (reduceUs > 0 && world > 1) {
-    rk.algBandwidth = reducedBytes / (reduceUs / 1e6);
-    rk.busBandwidth = *rk.algBandwidth * busBandwidthFactor(world);
-    t.alg += *rk.algBandwidth;
-    t.bus += *rk.busBandwidth;
-    ++t.bandwidthKnown;
-  }
+  rk.collectives = collectives.kpis(n, st);
+  allReduceBandwidth(rk, collectives, t);
   return rk;
+}
+
+// A rank's all-reduce bandwidth, the same rule as every kind's (lockstep/protocol/collectives.h).
+void JobTracker::allReduceBandwidth(RankKpis& rk, const detail::CollectiveSums& sums, RankTotals& t) const {
+  rk.algBandwidth = sums.algBandwidth(CollectiveKind::kAllReduce);
+  for (const auto& c : rk.collectives) {
+    if (c.kind == CollectiveKind::kAllReduce) rk.busBandwidth = c.busBandwidth;
+  }
+  if (!rk.algBandwidth || !rk.busBandwidth) return;
+  t.alg += *rk.algBandwidth;
+  t.bus += *rk.busBandwidth;
+  ++t.bandwidthKnown;
 }
 
 // The job's rates from its ranks': throughput, communication, bandwidth and scaling efficiency.
@@ -210,6 +215,8 @@ void JobTracker::jobRates(JobKpis& k, const RankTotals& t) const {
     k.algBandwidth = t.alg / t.bandwidthKnown;
     k.busBandwidth = t.bus / t.bandwidthKnown;
   }
+  k.collectives = detail::meanOverRanks(k.ranks);
+  k.exposedEnds = t.ends.ends();
   if (t.ratesKnown > 0) k.samplesPerSecond = t.rate;
   k.tokensPerSecond = t.tokenRate;
   k.totalSamples = totalSamples_;

@@ -16,6 +16,7 @@ std::string_view phaseName(Phase phase) {
     case Phase::kOptimizer: return "optimizer";
     case Phase::kStep: return "step";
     case Phase::kNamed: return "phase";
+    case Phase::kCollective: return "collective";
   }
   return "step";
 }
@@ -32,6 +33,12 @@ TimelineStep TimelineStep::of(const StepReport& r) {
     s.computeUs = std::max<std::int64_t>(0, *r.computeTimeUs);
     s.commUs = std::max<std::int64_t>(0, *r.exposedCommTimeUs);
     if (r.optimizerTimeUs) s.optimizerUs = std::clamp<std::int64_t>(*r.optimizerTimeUs, 0, *s.computeUs);
+  }
+  s.collectives.reserve(r.collectiveSpans.size());
+  for (CollectiveSpan c : r.collectiveSpans) {
+    c.durationUs = std::max<std::int64_t>(0, c.durationUs);
+    c.exposedUs = std::clamp<std::int64_t>(c.exposedUs, 0, c.durationUs);
+    s.collectives.push_back(c);
   }
   return s;
 }
@@ -58,6 +65,54 @@ std::vector<Box> boxesOf(const TimelineStep& s, std::int64_t offsetUs) {
 
 Box boxOf(const TimelinePhase& p, std::int64_t offsetUs) { return {Phase::kNamed, p.startUs() - offsetUs, p.durationUs}; }
 
+std::vector<CollectiveBox> collectiveBoxesOf(const TimelineStep& s, std::int64_t offsetUs) {
+  std::vector<CollectiveBox> boxes;
+  boxes.reserve(s.collectives.size());
+  for (const auto& c : s.collectives) {
+    boxes.push_back({{Phase::kCollective, c.startUnixUs - offsetUs, c.durationUs}, c.kind, c.exposedUs, c.bytes});
+  }
+  return boxes;
+}
+
+std::vector<std::int64_t> labelEnds(const std::vector<CollectiveBox>& byStart) {
+  std::vector<std::int64_t> ends;
+  for (std::size_t i = 0; i < byStart.size(); ++i) {
+    const Box& b = byStart[i].box;
+    ends.push_back(i + 1 < byStart.size() ? std::min(b.startUs + b.durationUs, std::max(b.startUs, byStart[i + 1].box.startUs))
+                                          : b.startUs + b.durationUs);
+  }
+  return ends;
+}
+
+std::vector<Box> mergedBoxes(std::vector<Box> boxes, std::int64_t gapUs) {
+  std::sort(boxes.begin(), boxes.end(), [](const Box& a, const Box& b) { return a.startUs < b.startUs; });
+  std::vector<Box> runs;
+  for (const Box& b : boxes) {
+    if (!runs.empty() && b.startUs < runs.back().startUs + runs.back().durationUs + gapUs) {
+      Box& run = runs.back();
+      run.durationUs = std::max(run.durationUs, b.startUs + b.durationUs - run.startUs);
+    } else {
+      runs.push_back(b);
+    }
+  }
+  return runs;
+}
+
+std::vector<double> coverage(const std::vector<Box>& boxes, std::int64_t fromUs, std::int64_t toUs, std::size_t columns) {
+  std::vector<double> out(columns, 0.0);
+  if (columns == 0 || toUs <= fromUs) return out;
+  const double wide = static_cast<double>(toUs - fromUs) / static_cast<double>(columns);  // µs a column
+  for (const Box& b : boxes) {
+    const double from = static_cast<double>(std::max(b.startUs, fromUs) - fromUs) / wide;
+    const double to = static_cast<double>(std::min(b.startUs + b.durationUs, toUs) - fromUs) / wide;
+    for (auto c = static_cast<std::size_t>(std::max(0.0, from)); static_cast<double>(c) < to && c < columns; ++c) {
+      out[c] += std::min(to, static_cast<double>(c + 1)) - std::max(from, static_cast<double>(c));
+    }
+  }
+  for (double& f : out) f = std::min(1.0, f);
+  return out;
+}
+
 Timeline::Lane& Timeline::laneOf(const std::string& node, std::uint32_t rank) {
   Lane& lane = lanes_[{node, rank}];
   lane.rank = rank;
@@ -68,7 +123,24 @@ Timeline::Lane& Timeline::laneOf(const std::string& node, std::uint32_t rank) {
 void Timeline::add(const StepReport& report, const std::string& node) {
   Lane& lane = laneOf(node, report.rank);
   lane.steps.push_back(TimelineStep::of(report));
-  if (stepsPerRank_ > 0 && lane.steps.size() > stepsPerRank_) lane.steps.pop_front();
+  lane.collectives += lane.steps.back().collectives.size();
+  if (stepsPerRank_ > 0 && lane.steps.size() > stepsPerRank_) dropOldest(lane);
+  keepCollectives(lane);
+}
+
+void Timeline::dropOldest(Lane& lane) {
+  lane.collectives -= lane.steps.front().collectives.size();
+  if (lane.bare > 0) --lane.bare;
+  lane.steps.pop_front();
+}
+
+// Lets the oldest steps' spans go (their steps stay) until the lane holds no more than its share.
+void Timeline::keepCollectives(Lane& lane) {
+  while (lane.collectives > collectivesPerRank_ && lane.bare < lane.steps.size()) {
+    auto& spans = lane.steps[lane.bare++].collectives;
+    lane.collectives -= spans.size();
+    std::vector<CollectiveSpan>().swap(spans);  // its memory too
+  }
 }
 
 void Timeline::add(const PhaseReport& report, const std::string& node) {

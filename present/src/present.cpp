@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "lockstep/common/natural.h"
+#include "lockstep/protocol/names.h"
 
 namespace lockstep::present {
 namespace {
@@ -135,6 +136,7 @@ std::string_view phaseColor(kpi::Phase phase) {
     case kpi::Phase::kOptimizer: return "#59a14f";
     case kpi::Phase::kStep: return "#9c755f";
     case kpi::Phase::kNamed: return "#b07aa1";
+    case kpi::Phase::kCollective: return "#f28e2b";
   }
   return "#9c755f";
 }
@@ -143,8 +145,28 @@ std::string_view phaseLegend(kpi::Phase phase) {
   switch (phase) {
     case kpi::Phase::kCommunication: return "exposed communication";
     case kpi::Phase::kNamed: return "named phase";
+    case kpi::Phase::kCollective: return "collective (filled: exposed)";
     default: return kpi::phaseName(phase);
   }
+}
+
+std::string collectiveLabel(CollectiveKind kind, std::uint64_t count) {
+  std::string label(titleOf(kind));
+  if (count > 0) label += " " + bytes(static_cast<double>(count));
+  return label;
+}
+
+std::string collectiveSplit(const std::vector<kpi::CollectiveKpis>& kinds, std::size_t shown) {
+  std::vector<const kpi::CollectiveKpis*> exposed;
+  for (const auto& k : kinds) {
+    if (k.exposedShare) exposed.push_back(&k);
+  }
+  std::stable_sort(exposed.begin(), exposed.end(), [](const auto* a, const auto* b) { return *a->exposedShare > *b->exposedShare; });
+  std::string text;
+  for (std::size_t i = 0; i < std::min(shown, exposed.size()); ++i) {
+    text += (i > 0 ? " \u00b7 " : "") + std::string(titleOf(exposed[i]->kind)) + " " + percent(exposed[i]->exposedShare);
+  }
+  return text;
 }
 
 }  // namespace lockstep::present

@@ -1,8 +1,10 @@
 #include "lockstep/report/diagnosis.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "lockstep/present/present.h"
+#include "lockstep/protocol/names.h"
 
 namespace lockstep::report {
 namespace {
@@ -39,9 +41,35 @@ std::string slowestText(const kpi::JobKpis& k) {
   return text + " (" + std::string(kpi::slowCauseName(k.slowestCause)) + ")";
 }
 
-CommDiagnosis straggler(const kpi::JobKpis& k, const std::string& lead) {
-  std::string advice = lead + "; " + percentOf(*k.stragglerWaitShare) +
-                       " of it is ranks waiting in the all-reduce for the last one to arrive";
+// The kind of collective that carries the most exposed time, where the reports tell kinds apart.
+const kpi::CollectiveKpis* dominantKind(const kpi::JobKpis& k) {
+  const kpi::CollectiveKpis* most = nullptr;
+  for (const auto& c : k.collectives) {
+    if (c.exposedShare && *c.exposedShare > 0 && (!most || *c.exposedShare > *most->exposedShare)) most = &c;
+  }
+  return most;
+}
+
+bool allReduce(const kpi::CollectiveKpis* kind) { return !kind || kind->kind == CollectiveKind::kAllReduce; }
+
+// "Exposed communication is 30% of step time", and where kinds other than all-reduce share it,
+// the split: " (all-gather 18.0% · reduce-scatter 9.0%)".
+std::string leadText(const kpi::JobKpis& k) {
+  // With a decimal where rounding would make it read as the threshold itself ("15.0%" for 0.1504).
+  const double pct = *k.commOverhead * 100;
+  const int decimals = std::round(pct) == std::round(kHighCommShare * 100) ? 1 : 0;
+  std::string lead = "Exposed communication is " + present::number(pct, decimals) + "% of step time";
+  const bool others = std::any_of(k.collectives.begin(), k.collectives.end(), [](const kpi::CollectiveKpis& c) {
+    return c.kind != CollectiveKind::kAllReduce && c.exposedShare && *c.exposedShare > 0;
+  });
+  if (others) lead += " (" + present::collectiveSplit(k.collectives) + ")";
+  return lead;
+}
+
+CommDiagnosis straggler(const kpi::JobKpis& k, const std::string& lead, const kpi::CollectiveKpis* kind) {
+  const std::string in = allReduce(kind) ? "the all-reduce" : "the " + std::string(titleOf(kind->kind)) + "s";
+  std::string advice = lead + "; " + percentOf(*k.stragglerWaitShare) + " of it is ranks waiting in " + in +
+                       " for the last one to arrive";
   if (k.arrivalSkewUs) advice += " (arrival skew " + ms(*k.arrivalSkewUs) + " per step)";
   advice += ". The slowest is " + slowestText(k) +
             ": speed it up, or let it take fewer samples (--balance dynamic); the network is not what holds the step.";
@@ -61,6 +89,14 @@ std::string_view commBoundName(CommBound bound) {
 }
 
 kpi::Maybe meanReductionBytes(const kpi::JobKpis& k, const JobSpec& spec) {
+  if (spec.isCommand()) {
+    // Where the program counted its all-reduces (lockstep.watch), their mean size.
+    for (const auto& c : k.collectives) {
+      if (c.kind == CollectiveKind::kAllReduce && c.perStep >= 1 && c.bytesPerStep && *c.bytesPerStep > 0) {
+        return *c.bytesPerStep / c.perStep;
+      }
+    }
+  }
   if (!k.bytesReducedPerStep || *k.bytesReducedPerStep <= 0) return {};
   if (spec.isCommand()) return k.bytesReducedPerStep;
   if (spec.bucketMb <= 0) return {};  // chosen by the trainer: its sizes are in its note, not here
@@ -68,15 +104,11 @@ kpi::Maybe meanReductionBytes(const kpi::JobKpis& k, const JobSpec& spec) {
   return *k.bytesReducedPerStep / std::max(1.0, buckets);
 }
 
-std::optional<CommDiagnosis> diagnoseCommunication(const kpi::JobKpis& k, const JobSpec& spec,
-                                                   const std::optional<BandwidthReference>& reference) {
-  if (!k.commOverhead || *k.commOverhead <= kHighCommShare) return std::nullopt;
-  // With a decimal where rounding would make it read as the threshold itself ("15.0%" for 0.1504).
-  const double pct = *k.commOverhead * 100;
-  const int decimals = std::round(pct) == std::round(kHighCommShare * 100) ? 1 : 0;
-  const std::string lead = "Exposed communication is " + present::number(pct, decimals) + "% of step time";
-  if (k.stragglerWaitShare && *k.stragglerWaitShare >= kStragglerWaitShare) return straggler(k, lead);
+namespace {
 
+// The all-reduce's diagnosis: DDP's and the built-in trainer's gradients.
+CommDiagnosis allReduceDiagnosis(const kpi::JobKpis& k, const JobSpec& spec,
+                                 const std::optional<BandwidthReference>& reference, const std::string& lead) {
   const kpi::Maybe reduction = meanReductionBytes(k, spec);
   const bool small = reduction && *reduction < kSmallReductionBytes;
   const std::string bus = k.busBandwidth ? "a bus bandwidth of " + present::bandwidth(k.busBandwidth) : "";
@@ -107,6 +139,102 @@ std::optional<CommDiagnosis> diagnoseCommunication(const kpi::JobKpis& k, const 
                                     "is in the job's events)"
                                   : ", and " + bucketText(spec, k) + " would overlap more of it with the backward pass";
   return CommDiagnosis{CommBound::kUndetermined, lead + figures + unknown + ": " + hideAdvice(spec) + buckets + "."};
+}
+
+std::string title(CollectiveKind kind) { return std::string(titleOf(kind)); }
+std::string aTitle(CollectiveKind kind) { return (titleOf(kind).front() == 'a' ? "an " : "a ") + title(kind); }
+
+// Where the spans put the steps' exposed collective time, when most of it is at one end:
+// "; 75% of their exposed time is the step's first collective, the all-gather before ...".
+std::string whereText(const kpi::ExposedEnds& e) {
+  std::string out;
+  if (e.firstShare && *e.firstShare >= kConcentratedShare) {
+    out += "; " + percentOf(*e.firstShare) + " of their exposed time is the step's first collective, " +
+           (e.firstKind == CollectiveKind::kAllGather
+                ? "the all-gather before the first layer's forward, which nothing before it hides"
+                : aTitle(e.firstKind));
+  }
+  if (e.lastShare && *e.lastShare >= kConcentratedShare) {
+    out += "; " + percentOf(*e.lastShare) + " of their exposed time is the step's last collective, " +
+           (e.lastKind == CollectiveKind::kReduceScatter
+                ? "the reduce-scatter after backward, with no compute left to hide it"
+            : e.lastKind == CollectiveKind::kBroadcast ? "a broadcast after the optimizer"
+                                                       : aTitle(e.lastKind));
+  }
+  return out;
+}
+
+// What to change for a kind other than all-reduce: sharded training's all-gathers and
+// reduce-scatters, ZeroRedundancyOptimizer's broadcasts, a barrier's wait.
+std::string kindAdvice(const kpi::JobKpis& k, const JobSpec& spec, CollectiveKind kind) {
+  const std::string where = whereText(k.exposedEnds);
+  switch (kind) {
+    case CollectiveKind::kAllGather:
+      return "sharded training (FSDP, ZeRO) waits for its parameters' all-gathers" + where +
+             ". Prefetch them (FSDP's forward_prefetch=True and backward_prefetch=BACKWARD_PRE; ZeRO's overlap_comm "
+             "and stage3_prefetch_bucket_size), let more run ahead where memory allows (FSDP's "
+             "limit_all_gathers=False), gather in fewer, larger pieces (larger FSDP units, ZeRO's "
+             "allgather_bucket_size), or " + hideAdvice(spec);
+    case CollectiveKind::kReduceScatter:
+      return "sharded training (FSDP, ZeRO) waits for its gradients' reduce-scatters" + where +
+             ". Overlap them with backward (ZeRO's overlap_comm; FSDP's backward_prefetch=BACKWARD_PRE), reduce in "
+             "fewer, larger pieces (larger FSDP units, ZeRO's reduce_bucket_size), or " + hideAdvice(spec);
+    case CollectiveKind::kBroadcast:
+      return "broadcasts after the optimizer are ZeroRedundancyOptimizer's parameter broadcasts (each rank updates "
+             "its shard, then sends it to the others)" + where +
+             ". ZeroRedundancyOptimizer(overlap_with_ddp=True) overlaps them with the next backward pass, "
+             "parameters_as_bucket_view=True sends fewer, larger ones; broadcasts before forward are DDP's buffers "
+             "(broadcast_buffers=False where they need no syncing); or " + hideAdvice(spec);
+    case CollectiveKind::kBarrier:
+      return "barriers move no data: their time is ranks waiting for each other" + where + ". The slowest is " +
+             slowestText(k) + "; speed it up, or drop the barriers the program does not need";
+    default:
+      return "the " + title(kind) + "s carry it" + where + ": overlap them with compute where the program can, or " +
+             hideAdvice(spec);
+  }
+}
+
+// A kind other than all-reduce carries the most exposed time: its bandwidth against the reference,
+// its message size, and what to change for it.
+CommDiagnosis kindDiagnosis(const kpi::JobKpis& k, const JobSpec& spec,
+                            const std::optional<BandwidthReference>& reference, const std::string& lead,
+                            const kpi::CollectiveKpis& kind) {
+  std::string figures = kind.busBandwidth
+                            ? " at " + aTitle(kind.kind) + " bus bandwidth of " + present::bandwidth(kind.busBandwidth)
+                            : "";
+  kpi::Maybe ratio;
+  if (reference && reference->bytesPerSecond > 0 && kind.busBandwidth) {
+    ratio = *kind.busBandwidth / reference->bytesPerSecond;
+    figures += ", " + percentOf(*ratio) + " of " + reference->what;
+  }
+  kpi::Maybe size;
+  if (kind.bytesPerStep && *kind.bytesPerStep > 0 && kind.perStep > 0) size = *kind.bytesPerStep / kind.perStep;
+  if (size) figures += (figures.empty() ? " in " : ", in ") + title(kind.kind) + "s of " + present::bytes(*size);
+  const std::string advice = kindAdvice(k, spec, kind.kind);
+  if (ratio && *ratio >= kNearReference) {
+    return {CommBound::kBandwidth, lead + figures + ": the link is the limit; " + advice + "."};
+  }
+  if (size && *size < kSmallReductionBytes) {
+    return {CommBound::kLatency,
+            lead + figures + ": so small a message costs its latency more than its bytes; " + advice + "."};
+  }
+  const std::string unknown = ratio || kind.kind == CollectiveKind::kBarrier ? ""
+                              : !kind.busBandwidth
+                                  ? " (no timed " + title(kind.kind) + "s to measure a bandwidth from)"
+                                  : " (no link speed or earlier peak on these nodes to hold it against)";
+  return {CommBound::kUndetermined, lead + figures + unknown + ": " + advice + "."};
+}
+
+}  // namespace
+
+std::optional<CommDiagnosis> diagnoseCommunication(const kpi::JobKpis& k, const JobSpec& spec,
+                                                   const std::optional<BandwidthReference>& reference) {
+  if (!k.commOverhead || *k.commOverhead <= kHighCommShare) return std::nullopt;
+  const std::string lead = leadText(k);
+  const kpi::CollectiveKpis* kind = dominantKind(k);
+  if (k.stragglerWaitShare && *k.stragglerWaitShare >= kStragglerWaitShare) return straggler(k, lead, kind);
+  if (allReduce(kind)) return allReduceDiagnosis(k, spec, reference, lead);
+  return kindDiagnosis(k, spec, reference, lead, *kind);
 }
 
 std::string waitingText(const kpi::JobKpis& k, const Prices& prices) {

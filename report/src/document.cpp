@@ -4,6 +4,7 @@
 #include <optional>
 #include <set>
 
+#include "lockstep/protocol/names.h"
 #include "lockstep/report/report.h"
 #include "network.h"
 #include "projection.h"
@@ -83,8 +84,13 @@ Document document(const ReportData& data) {
                        k.gpuUtilizationPct             ? "mean over the job's GPUs and time"
                        : spec.backend == Backend::kCpu ? "a CPU job"
                                                        : "no GPU samples"});
-  kpis.rows.push_back(
-      {"Communication overhead", detail::percent(k.commOverhead), "exposed all-reduce time / step time, last 10 s"});
+  kpis.rows.push_back({"Communication overhead", detail::percent(k.commOverhead),
+                       "exposed communication time / step time, last 10 s"});
+  // Its split by kind: each kind's exposed and whole time, count, bytes and bus bandwidth a step.
+  for (const auto& c : k.collectives) {
+    kpis.rows.push_back({"  " + std::string(titleOf(c.kind)), detail::collectiveShares(c),
+                         detail::collectiveSizes(c) + "; mean over ranks, last 10 s"});
+  }
   kpis.rows.push_back({"Waiting for the last rank", detail::percent(k.stragglerWaitShare) + " of exposed communication",
                        "per step, each rank's exposed time beyond the least any rank had; arrival skew " +
                            (k.arrivalSkewUs ? number(*k.arrivalSkewUs / 1e3, 2) + " ms" : dash()) + " per step, last 10 s"});

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lockstep/protocol/codec.h"
+#include "lockstep/protocol/names.h"
 #include "lockstep/report/report.h"
 #include "network.h"
 #include "projection.h"
@@ -123,6 +124,31 @@ const char* boundName(CommBound bound) {
   return "undetermined";
 }
 
+// Each kind of collective over the window (docs/kpis.md), in kCollectiveKindNames' order.
+Json collectivesJson(const std::vector<kpi::CollectiveKpis>& kinds) {
+  Json out = Json::array();
+  for (const auto& c : kinds) {
+    out.push_back(Json{{"kind", std::string(nameOf(c.kind))},
+                       {"per_step", number(c.perStep)},
+                       {"time_share", number(c.timeShare)},
+                       {"exposed_share", number(c.exposedShare)},
+                       {"bytes_per_step", number(c.bytesPerStep)},
+                       {"bus_bandwidth_bytes_per_second", number(c.busBandwidth)}});
+  }
+  return out;
+}
+
+// The share of the exposed collective time in the step's first and last collective; null unknown.
+Json exposedEndsJson(const kpi::ExposedEnds& e) {
+  const auto kind = [](const kpi::Maybe& share, CollectiveKind k) {
+    return share ? Json(std::string(nameOf(k))) : Json(nullptr);
+  };
+  return Json{{"first_kind", kind(e.firstShare, e.firstKind)},
+              {"first_share", number(e.firstShare)},
+              {"last_kind", kind(e.lastShare, e.lastKind)},
+              {"last_share", number(e.lastShare)}};
+}
+
 Json kpisJson(const ReportData& data) {
   const kpi::JobKpis& k = data.kpis;
   Json j;
@@ -142,6 +168,8 @@ Json kpisJson(const ReportData& data) {
   j["bytes_reduced_per_step"] = number(k.bytesReducedPerStep);
   j["straggler_wait_share"] = number(k.stragglerWaitShare);
   j["arrival_skew_us"] = number(k.arrivalSkewUs);
+  j["collectives"] = collectivesJson(k.collectives);
+  j["exposed_ends"] = exposedEndsJson(k.exposedEnds);
   const auto diagnosis = diagnoseCommunication(k, data.job.spec, data.bandwidthReference);
   j["communication_bound"] = diagnosis ? Json(boundName(diagnosis->bound)) : Json(nullptr);
   j["communication_advice"] = diagnosis ? Json(diagnosis->advice) : Json(nullptr);
@@ -191,6 +219,7 @@ Json rankJson(const kpi::RankKpis& r) {
   j["comm_overhead"] = number(r.commOverhead);
   j["alg_bandwidth_bytes_per_second"] = number(r.algBandwidth);
   j["bus_bandwidth_bytes_per_second"] = number(r.busBandwidth);
+  j["collectives"] = collectivesJson(r.collectives);
   j["mean_data_us"] = number(r.meanDataUs);
   j["mean_compute_us"] = number(r.meanComputeUs);
   j["mean_exposed_us"] = number(r.meanExposedUs);

@@ -9,6 +9,7 @@
 
 #include "lockstep/report/report.h"
 #include "lockstep/present/present.h"
+#include "lockstep/protocol/names.h"
 #include "text.h"
 
 namespace lockstep::report {
@@ -205,6 +206,50 @@ std::string_view utf8Prefix(std::string_view text, std::size_t bytes) {
   return text.substr(0, bytes);
 }
 
+// A lane's collectives over its boxes, as the app draws them (TimelineWidget): a strip along its top
+// where they ran (boxes a pixel holds several of merged), a bar up from its bottom as tall as the
+// share of a pixel's time the rank waited on one; a wide one outlined and labelled "all-gather 8.0 MiB".
+void collectivesSvg(Canvas& canvas, const TimelineFigure& t, const std::vector<kpi::CollectiveBox>& collectives, double left,
+                    double right, double y, double lane) {
+  const std::string_view color = present::phaseColor(kpi::Phase::kCollective);
+  const double span = static_cast<double>(std::max<std::int64_t>(1, t.toUs - t.fromUs));
+  const auto toX = [&](std::int64_t us) { return left + static_cast<double>(us - t.fromUs) / span * (right - left); };
+  std::vector<kpi::Box> ran, waited;
+  for (const auto& c : collectives) {
+    ran.push_back(c.box);
+    if (c.exposedUs > 0) waited.push_back(c.exposed());
+  }
+  const auto columns = static_cast<std::size_t>(std::max(1.0, right - left));
+  const double edge = std::max(1.0, lane / 7);
+  for (const auto& run : kpi::mergedBoxes(std::move(ran), static_cast<std::int64_t>(span) / static_cast<std::int64_t>(columns) + 1)) {
+    const double x0 = toX(run.startUs);
+    canvas.rect(x0, y, std::max(0.5, toX(run.startUs + run.durationUs) - x0), edge, color, "none");
+  }
+  const auto heights = kpi::coverage(waited, t.fromUs, t.toUs, columns);
+  for (std::size_t c = 0; c < columns;) {  // a rectangle for each run of columns of one height
+    const double h = std::ceil(heights[c] * lane);
+    std::size_t end = c + 1;
+    while (end < columns && std::ceil(heights[end] * lane) == h) ++end;
+    if (h > 0) canvas.rect(left + static_cast<double>(c), y + lane - h, static_cast<double>(end - c), h, color, "none");
+    c = end;
+  }
+  std::vector<kpi::CollectiveBox> byStart = collectives;
+  std::stable_sort(byStart.begin(), byStart.end(), [](const auto& a, const auto& b) { return a.box.startUs < b.box.startUs; });
+  const auto labelEnds = kpi::labelEnds(byStart);
+  for (std::size_t i = 0; i < byStart.size(); ++i) {
+    const auto& c = byStart[i];
+    const double x0 = toX(c.box.startUs), x1 = toX(c.box.startUs + c.box.durationUs);
+    if (x1 - x0 < 6) continue;
+    canvas.rect(x0, y, x1 - x0, lane, "none", color);
+    const double fits = (toX(labelEnds[i]) - x0 - 6) / kCharWidth;
+    // Its bytes where they fit, else its kind alone.
+    std::string label = present::collectiveLabel(c.kind, c.bytes);
+    if (static_cast<double>(label.size()) > fits) label = std::string(titleOf(c.kind));
+    if (static_cast<double>(label.size()) > fits) label = std::string(utf8Prefix(label, static_cast<std::size_t>(std::max(1.0, fits - 1)))) + "\u2026";
+    if (fits >= 3 && lane >= 9) canvas.text(x0 + 3, y + lane * 0.75, label, "start", std::min(kFontSize, lane), false, 0, "#ffffff");
+  }
+}
+
 // Lanes of boxes against seconds since the first step, a legend of the phases below.
 std::string timelineSvg(const Chart& chart, int width, int height) {
   const TimelineFigure& t = *chart.timeline;
@@ -249,14 +294,20 @@ std::string timelineSvg(const Chart& chart, int width, int height) {
                     "#ffffff");
       }
     }
+    collectivesSvg(canvas, t, t.lanes[i].collectives, left, right, y, lane);
   }
   canvas.text((left + right) / 2, height - 28.0, chart.xLabel, "middle");
-  double x = left;
+  double x = 12;  // from the left edge: seven entries fill a report's width
   for (const auto phase : kpi::kEveryPhase) {
-    canvas.rect(x, height - 14.0, 10, 10, present::phaseColor(phase), "none");
+    if (phase == kpi::Phase::kCollective) {  // as it is drawn: outlined, where waited on filled
+      canvas.rect(x, height - 14.0, 10, 10, "none", present::phaseColor(phase));
+      canvas.rect(x + 5, height - 14.0, 5, 10, present::phaseColor(phase), "none");
+    } else {
+      canvas.rect(x, height - 14.0, 10, 10, present::phaseColor(phase), "none");
+    }
     const std::string name(present::phaseLegend(phase));
     canvas.text(x + 14, height - 5.0, name, "start", 10);
-    x += 30 + static_cast<double>(name.size()) * kCharWidth;
+    x += 26 + static_cast<double>(name.size()) * 5.8;  // at font size 10
   }
   return std::move(canvas).finish();
 }

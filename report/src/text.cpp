@@ -65,6 +65,20 @@ std::string xmlEscape(std::string_view text) {
   return out;
 }
 
+std::string collectiveShares(const kpi::CollectiveKpis& c) {
+  std::string text = percent(c.exposedShare) + " exposed";
+  if (c.timeShare) text += " of " + percent(c.timeShare);
+  return text;
+}
+
+std::string collectiveSizes(const kpi::CollectiveKpis& c) {
+  const bool whole = std::abs(c.perStep - std::round(c.perStep)) < 0.05;
+  std::string text = number(c.perStep, whole ? 0 : 1) + " per step";
+  if (c.bytesPerStep && *c.bytesPerStep > 0) text += " · " + bytes(*c.bytesPerStep);
+  if (c.busBandwidth) text += " · " + present::bandwidth(c.busBandwidth) + " bus";
+  return text;
+}
+
 std::string isoTime(std::int64_t unixUs) { return utc(unixUs, "%Y-%m-%dT%H:%M:%SZ"); }
 
 std::string displayTime(std::int64_t unixUs) { return utc(unixUs, "%Y-%m-%d %H:%M:%S UTC"); }

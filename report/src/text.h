@@ -33,6 +33,11 @@ std::string shortest(float value);
 // & < > " ' as entities; valid in XML text, attributes and HTML alike.
 std::string xmlEscape(std::string_view text);
 
+// One kind of collective over the window (docs/kpis.md), as the report's key figures show it, a
+// row each: "12.0% exposed of 30.1%" and "4 per step · 8.0 MiB · 9.5 GB/s bus".
+std::string collectiveShares(const kpi::CollectiveKpis& c);
+std::string collectiveSizes(const kpi::CollectiveKpis& c);
+
 std::string isoTime(std::int64_t unixUs);                               // 2024-05-01T12:00:00Z
 std::string displayTime(std::int64_t unixUs);                           // 2024-05-01 12:00:00 UTC
 

@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "lockstep/protocol/names.h"
+
 namespace lockstep::report {
 namespace {
 
@@ -17,6 +19,9 @@ using Json = nlohmann::json;
 
 constexpr int kStepThread = 1;
 constexpr int kPhaseThread = 2;  // the phases a program named: tracks of their own, from this one on
+// A rank's collectives: tracks of their own from this one on (far past the phases' few), since
+// they overlap its steps' boxes (and may overlap each other: another stream's).
+constexpr int kCollectiveThread = 1000;
 constexpr std::uint32_t kFirstGpuProcess = 1'000'000;  // ranks' processes count from 1
 
 // Names come from agents and programs: bytes that are not UTF-8 become U+FFFD, never an exception.
@@ -121,8 +126,9 @@ class TraceWriter {
     event(e);
   }
   void complete(std::uint32_t pid, int tid, std::string_view name, std::int64_t startUs, std::int64_t durationUs, const Json& args) {
-    event({{"ph", "X"}, {"pid", pid}, {"tid", tid}, {"cat", tid == kStepThread ? "step" : "phase"}, {"name", name},
-           {"ts", startUs - baseUs_}, {"dur", durationUs}, {"args", args}});
+    const char* cat = tid == kStepThread ? "step" : tid >= kCollectiveThread ? "collective" : "phase";
+    event({{"ph", "X"}, {"pid", pid}, {"tid", tid}, {"cat", cat}, {"name", name}, {"ts", startUs - baseUs_}, {"dur", durationUs},
+           {"args", args}});
   }
   // An instant event: on a process ("p") or across the whole trace ("g").
   void instant(std::optional<std::uint32_t> pid, std::string_view name, std::int64_t atUs, const Json& args) {
@@ -152,32 +158,82 @@ Json clocksOf(const TraceSummary& summary) {
   return out;
 }
 
-// Each phase's track (a thread of the rank's process, from kPhaseThread on): nested phases share one,
-// as Perfetto stacks them; one that overlaps another without nesting (another thread's) takes the next.
-// As (phase, track), by start, an outer phase before the ones it holds: the order to write them in.
-std::vector<std::pair<std::size_t, int>> phaseTracks(const std::deque<kpi::TimelinePhase>& phases) {
-  std::vector<std::size_t> order(phases.size());
+// Each box's track (0 on), as Perfetto stacks a thread's boxes: nested ones share one; one that
+// overlaps another without nesting (another thread's or stream's) takes the next. As (box, track),
+// by start, an outer box before the ones it holds: the order to write them in.
+std::vector<std::pair<std::size_t, int>> tracksOf(const std::vector<kpi::Box>& boxes) {
+  const auto endOf = [](const kpi::Box& b) { return b.startUs + b.durationUs; };
+  std::vector<std::size_t> order(boxes.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    const auto& x = phases[a];
-    const auto& y = phases[b];
-    return x.startUs() != y.startUs() ? x.startUs() < y.startUs() : x.endUs > y.endUs;  // outer first
+    const auto& x = boxes[a];
+    const auto& y = boxes[b];
+    return x.startUs != y.startUs ? x.startUs < y.startUs : endOf(x) > endOf(y);  // outer first
   });
-  std::vector<std::vector<std::int64_t>> open;  // per track, the ends of its phases still open, innermost last
+  std::vector<std::vector<std::int64_t>> open;  // per track, the ends of its boxes still open, innermost last
   std::vector<std::pair<std::size_t, int>> tracks;
   for (const std::size_t i : order) {
-    const auto& p = phases[i];
+    const auto& box = boxes[i];
     std::size_t t = 0;
     for (; t < open.size(); ++t) {
       auto& ends = open[t];
-      while (!ends.empty() && ends.back() <= p.startUs()) ends.pop_back();
-      if (ends.empty() || ends.back() >= p.endUs) break;
+      while (!ends.empty() && ends.back() <= box.startUs) ends.pop_back();
+      if (ends.empty() || ends.back() >= endOf(box)) break;
     }
     if (t == open.size()) open.emplace_back();
-    open[t].push_back(p.endUs);
-    tracks.emplace_back(i, kPhaseThread + static_cast<int>(t));
+    open[t].push_back(endOf(box));
+    tracks.emplace_back(i, static_cast<int>(t));
   }
   return tracks;
+}
+
+// Names a lane's tracks from `first` on as it comes to them ("phases", "phases 2", ...).
+class TrackNames {
+ public:
+  TrackNames(TraceWriter& out, std::uint32_t pid, int first, std::string name) : out_(out), pid_(pid), first_(first), name_(std::move(name)) {}
+  int operator()(int track) {
+    while (named_ < track) {  // tracks first come in order
+      ++named_;
+      out_.metadata(pid_, "thread_name", {{"name", named_ == 0 ? name_ : name_ + " " + std::to_string(named_ + 1)}}, first_ + named_);
+    }
+    return first_ + track;
+  }
+
+ private:
+  TraceWriter& out_;
+  std::uint32_t pid_;
+  int first_;
+  std::string name_;
+  int named_ = -1;
+};
+
+void writePhases(TraceWriter& out, std::uint32_t pid, const kpi::Timeline::Lane& lane, std::int64_t offset) {
+  std::vector<kpi::Box> boxes;
+  for (const auto& phase : lane.phases) boxes.push_back(kpi::boxOf(phase, offset));
+  TrackNames tid(out, pid, kPhaseThread, "phases");
+  for (const auto& [i, track] : tracksOf(boxes)) {
+    const auto& phase = lane.phases[i];
+    out.complete(pid, tid(track), phase.name, boxes[i].startUs, boxes[i].durationUs,
+                 {{"rank", lane.rank}, {"after_step", phase.step}, {"attempt", phase.attempt}});
+  }
+}
+
+// Each collective of the lane's steps, named by its kind ("all_gather").
+void writeCollectives(TraceWriter& out, std::uint32_t pid, const kpi::Timeline::Lane& lane, std::int64_t offset) {
+  std::vector<kpi::CollectiveBox> collectives;
+  std::vector<const kpi::TimelineStep*> stepOf;
+  for (const auto& step : lane.steps) {
+    for (const auto& c : kpi::collectiveBoxesOf(step, offset)) collectives.push_back(c), stepOf.push_back(&step);
+  }
+  std::vector<kpi::Box> boxes;
+  for (const auto& c : collectives) boxes.push_back(c.box);
+  TrackNames tid(out, pid, kCollectiveThread, "collectives");
+  for (const auto& [i, track] : tracksOf(boxes)) {
+    const auto& c = collectives[i];
+    out.complete(pid, tid(track), nameOf(c.kind), c.box.startUs, c.box.durationUs,
+                 {{"rank", lane.rank}, {"step", stepOf[i]->step}, {"attempt", stepOf[i]->attempt}, {"bytes", c.bytes},
+                  {"exposed_us", c.exposedUs}});
+  }
 }
 
 // A process per lane (a rank, or a rank that a restart moved: one per node it ran on), numbered
@@ -199,17 +255,8 @@ std::map<std::pair<std::string, std::uint32_t>, std::uint32_t> writeRanks(TraceW
       }
       if (step.stepUs > 0) out.counter(pid, "samples/s", step.endUs - offset, step.samples * 1e6 / static_cast<double>(step.stepUs));
     }
-    int named = kPhaseThread - 1;  // the last track named; tracks first come in order
-    for (const auto& [i, tid] : phaseTracks(lane->phases)) {
-      if (tid > named) {
-        named = tid;
-        out.metadata(pid, "thread_name", {{"name", tid == kPhaseThread ? "phases" : "phases " + std::to_string(tid - kPhaseThread + 1)}}, tid);
-      }
-      const auto& phase = lane->phases[i];
-      const kpi::Box box = kpi::boxOf(phase, offset);
-      out.complete(pid, tid, phase.name, box.startUs, box.durationUs,
-                   {{"rank", lane->rank}, {"after_step", phase.step}, {"attempt", phase.attempt}});
-    }
+    writePhases(out, pid, *lane, offset);
+    writeCollectives(out, pid, *lane, offset);
   }
   return pids;
 }
@@ -254,8 +301,9 @@ void writeGpus(TraceWriter& out, const kpi::Timeline& timeline, const std::vecto
 
 std::string TraceSummary::clocksJson() const { return text(clocksOf(*this)); }
 
-Result<kpi::Timeline> loadTimeline(const history::History& history, const history::JobRecord& job, const TimeRange& range) {
-  kpi::Timeline timeline;
+Result<kpi::Timeline> loadTimeline(const history::History& history, const history::JobRecord& job, const TimeRange& range,
+                                   std::size_t collectivesPerRank) {
+  kpi::Timeline timeline(0, collectivesPerRank);
   LOCKSTEP_TRY(collect(history, job, range, timeline, nullptr));
   return timeline;
 }

@@ -17,6 +17,9 @@
 #include <optional>
 #include <set>
 
+#include "lockstep/protocol/collectives.h"
+#include "lockstep/protocol/names.h"
+
 namespace lockstep::agent {
 namespace {
 
@@ -38,6 +41,7 @@ enum Family : std::size_t {
   kGpuUtilization, kGpuMemory, kGpuPower, kGpuEnergy, kGpuTemperature, kGpuClock,
   kRankSteps, kRankStepRate, kRankSamples, kRankStepTime, kRankDataTime, kRankComputeTime, kRankExposedTime,
   kRankOverhead, kRankBusBandwidth, kRankLoss,
+  kCollectiveTime, kCollectiveExposed, kCollectiveBytes, kCollectiveCount,
   kJobState, kJobWorldSize, kJobStalled, kRankStill, kJobSamples, kJobGpuSeconds, kJobCpuSeconds, kJobCost,
   kNetReceiveBytes, kNetTransmitBytes, kNetReceivePackets, kNetTransmitPackets, kNetReceiveErrors, kNetTransmitErrors,
   kNetReceiveDrops, kNetTransmitDrops, kNetSpeed,
@@ -57,10 +61,17 @@ constexpr std::array<FamilyDef, kFamilies> kDefs = {{
     {"lockstep_rank_data_seconds", "gauge", "seconds", "Mean time per step waiting for data"},
     {"lockstep_rank_compute_seconds", "gauge", "seconds", "Mean time per step computing"},
     {"lockstep_rank_exposed_communication_seconds", "gauge", "seconds",
-     "Mean time per step in all-reduce not hidden behind compute"},
+     "Mean time per step waiting on collectives, not hidden behind compute"},
     {"lockstep_rank_communication_overhead_ratio", "gauge", "ratio", "Exposed communication over step time, 0 to 1"},
     {"lockstep_rank_bus_bandwidth_bytes_per_second", "gauge", "", "All-reduce bus bandwidth, as nccl-tests reports it"},
     {"lockstep_rank_loss", "gauge", "", "The rank's last reported loss"},
+    {"lockstep_collective_seconds", "counter", "seconds",
+     "Time in the rank's collectives of the kind, issue to completion, hidden or not"},
+    {"lockstep_collective_exposed_seconds", "counter", "seconds",
+     "Time the rank waited on its collectives of the kind, computing nothing"},
+    {"lockstep_collective_bytes", "counter", "bytes",
+     "Bytes of the rank's collectives of the kind, as nccl-tests sizes them"},
+    {"lockstep_collectives", "counter", "", "Collectives of the kind the rank issued"},
     {"lockstep_job_state", "gauge", "", "1 for the state this node's part of the job is in"},
     {"lockstep_job_world_size", "gauge", "", "Ranks in the job"},
     {"lockstep_job_stalled", "gauge", "", "1 while this node sees the job stalled (docs/stalls.md), else 0"},
@@ -176,6 +187,21 @@ void writeRank(Writer& w, const std::string& jobId, const kpi::RankKpis& r, bool
   w.add(kRankBusBandwidth, labels, r.busBandwidth);
 }
 
+// Each rank's collectives, by kind, summed over the step reports seen: counters, kept once the
+// job ended. At most one series per rank and kind of lockstep.proto's CollectiveKind.
+void writeCollectives(Writer& w, const std::string& node, const std::string& jobId, const JobFigures::Counts& counts) {
+  for (const auto& [key, c] : counts) {
+    const Labels labels = {{"node", node},
+                           {"job_id", jobId},
+                           {"rank", std::to_string(key.first)},
+                           {"kind", std::string(nameOf(key.second))}};
+    w.add(kCollectiveTime, labels, static_cast<double>(c.timeUs) * 1e-6);
+    w.add(kCollectiveExposed, labels, static_cast<double>(c.exposedUs) * 1e-6);
+    w.add(kCollectiveBytes, labels, static_cast<double>(c.bytes));
+    w.add(kCollectiveCount, labels, static_cast<double>(c.count));
+  }
+}
+
 void writeJob(Writer& w, const std::string& node, const JobStatus& status, const kpi::JobKpis* k) {
   const Labels labels = {{"node", node}, {"job_id", status.spec.jobId}};
   Labels state = labels;
@@ -210,6 +236,19 @@ JobSpec nodePart(JobSpec spec, const std::string& node) {
 }
 
 }  // namespace
+
+void JobFigures::onStep(const std::string& node, const StepReport& report) {
+  tracker_.onStep(node, report);
+  if (report.jobId != tracker_.spec().jobId) return;
+  for (const auto& c : collectivesOf(report)) {
+    CollectiveTimes& sum = counts_[{report.rank, c.kind}];
+    sum.kind = c.kind;
+    sum.count += c.count;
+    sum.timeUs += std::max<std::int64_t>(0, c.timeUs);
+    sum.exposedUs += std::max<std::int64_t>(0, c.exposedUs);
+    sum.bytes += c.bytes;
+  }
+}
 
 std::vector<std::string> MetricsPage::seriesNames() {
   std::vector<std::string> out;
@@ -252,8 +291,9 @@ std::string MetricsPage::render(std::int64_t nowUnixUs, const std::vector<JobSta
       continue;
     }
     const std::int64_t at = jobStateEnded(job.state) && job.endedUnixUs > 0 ? job.endedUnixUs : nowUnixUs;
-    const kpi::JobKpis k = it->second.snapshot(at);
+    const kpi::JobKpis k = it->second.tracker().snapshot(at);
     for (const auto& rank : k.ranks) writeRank(w, job.spec.jobId, rank, !jobStateEnded(job.state));
+    writeCollectives(w, node_, job.spec.jobId, it->second.counts());
     writeJob(w, node_, job, &k);
   }
   return w.page();

@@ -26,6 +26,26 @@
 
 namespace lockstep::agent {
 
+// One job's records on this node: its KPIs (the engine's), and its ranks' collectives counted by
+// kind over every step report seen (the page's counters: the KPI engine keeps only its window).
+class JobFigures : public RecordSink {
+ public:
+  using Counts = std::map<std::pair<std::uint32_t, CollectiveKind>, CollectiveTimes>;  // (rank, kind): summed
+
+  explicit JobFigures(JobSpec spec) : tracker_(std::move(spec)) {}
+  void onEvent(const std::string& node, const JobEvent& e) override { tracker_.onEvent(node, e); }
+  void onStep(const std::string& node, const StepReport& report) override;
+  void onProcess(const std::string& node, const ProcessSample& p) override { tracker_.onProcess(node, p); }
+  void onGpu(const std::string& node, const GpuSample& g) override { tracker_.onGpu(node, g); }
+
+  const kpi::JobTracker& tracker() const { return tracker_; }
+  const Counts& counts() const { return counts_; }
+
+ private:
+  kpi::JobTracker tracker_;
+  Counts counts_;
+};
+
 class MetricsPage {
  public:
   using Payload = StreamPayload;
@@ -45,7 +65,7 @@ class MetricsPage {
   RecordSink* trackerOf(const std::string& jobId);
 
   std::string node_;
-  std::map<std::string, kpi::JobTracker> trackers_;
+  std::map<std::string, JobFigures> trackers_;
   const std::function<std::vector<JobStatus>()>* jobs_ = nullptr;  // while observe() runs
   kpi::StreamReader reader_;  // its node tracker keeps this node's GPUs and interfaces
 };

@@ -4,7 +4,9 @@
 //
 // Definitions (../shared/design/brief.md, docs/kpis.md):
 // - throughput: samples/s over a sliding window of report time, per rank and summed;
-// - communication overhead: exposed all-reduce time / step time over the window, per rank and job;
+// - communication overhead: exposed communication time / step time over the window, per rank and
+//   job; split by kind of collective (all-reduce, all-gather, ...): each kind's count, time,
+//   exposed time, bytes and bus bandwidth per step;
 // - scaling efficiency: throughput / (N x single-rank throughput), the single-rank throughput from a
 //   calibration run when one is given, else estimated from the ranks' compute-only time (data +
 //   compute per step); the result says which;
@@ -32,6 +34,9 @@
 #include "lockstep/protocol/types.h"
 
 namespace lockstep::kpi {
+namespace detail {
+class CollectiveSums;  // src/collective_sums.h
+}
 
 using Maybe = std::optional<double>;
 
@@ -62,6 +67,27 @@ struct SlowRank {
 std::string_view scalingBasisName(ScalingBasis basis);
 std::string_view slowCauseName(SlowCause cause);
 
+// One kind of collective over the window (docs/kpis.md): a rank's, or the job's mean over its
+// ranks. Only kinds that were seen are listed, in kCollectiveKindNames' order.
+struct CollectiveKpis {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  double perStep = 0;    // collectives of this kind per step
+  Maybe timeShare;       // their time, hidden or not, over step time
+  Maybe exposedShare;    // their exposed time over step time: their part of commOverhead
+  Maybe bytesPerStep;
+  Maybe busBandwidth;    // bytes per second, nccl-tests' definition for the kind (collectives.h)
+};
+
+// Where a step's exposed communication sits (docs/kpis.md), from the collectives the ranks reported
+// one by one (StepReport::collectiveSpans) over the window: the share of the step's exposed
+// collective time that its first collective took, and its last one (from steps whose spans hold
+// every collective they had), with the kind that mostly was first, and last. Unknown without spans.
+struct ExposedEnds {
+  Maybe firstShare, lastShare;
+  CollectiveKind firstKind = CollectiveKind::kAllReduce;
+  CollectiveKind lastKind = CollectiveKind::kAllReduce;
+};
+
 struct RankKpis {
   std::uint32_t rank = 0;
   std::string node;
@@ -75,12 +101,14 @@ struct RankKpis {
   Maybe samplesPerStep;  // its share of the global batch (uneven with --balance dynamic)
   // All-reduce bandwidth over the window (docs/kpis.md): bytes all-reduced over the time its
   // reductions took (algorithm bandwidth), and that times 2(n-1)/n (bus bandwidth, as nccl-tests
-  // reports it); bytes per second. Unknown without timed reductions, or alone (n = 1).
+  // reports it; the all-reduce of `collectives`); bytes per second. Unknown without timed
+  // reductions, or alone (n = 1).
   Maybe algBandwidth;
   Maybe busBandwidth;
   Maybe loss;
   Maybe cpuPct;
   Maybe rssBytes;
+  std::vector<CollectiveKpis> collectives;
 };
 
 struct GpuKpis {
@@ -151,6 +179,8 @@ struct JobKpis {
   // steps without timings); empty otherwise. Also in `missing`.
   std::string noStepsReason;
   std::string noTimingsReason;
+  std::vector<CollectiveKpis> collectives;  // the mean over the ranks that reported each kind
+  ExposedEnds exposedEnds;                   // over all ranks' spans in the window
   std::vector<RankKpis> ranks;
   std::vector<GpuKpis> gpus;
 };
@@ -174,11 +204,6 @@ struct StepSplit {
   std::uint64_t step = 0;
   double dataMs = 0, computeMs = 0, exposedMs = 0;
 };
-
-// nccl-tests' bus bandwidth factor for an all-reduce among n ranks: 2(n-1)/n (0 alone).
-inline double busBandwidthFactor(std::uint32_t ranks) {
-  return ranks > 1 ? 2.0 * static_cast<double>(ranks - 1) / static_cast<double>(ranks) : 0.0;
-}
 
 // Means of data / compute / exposed time over groups of consecutive steps (at most `maxGroups`
 // groups, each at its last step): one step alone is noisy. The dashboard's and the report's
@@ -287,6 +312,7 @@ class JobTracker : public RecordSink {
   // The parts of snapshot(), in its order.
   Window window(JobKpis& k, std::int64_t nowUnixUs) const;
   RankKpis rankKpis(std::uint32_t id, const RankState& r, const Window& w, RankTotals& t) const;
+  void allReduceBandwidth(RankKpis& rk, const detail::CollectiveSums& sums, RankTotals& t) const;
   void jobRates(JobKpis& k, const RankTotals& t) const;
   void completeSteps(JobKpis& k, const Window& w) const;
   void slowestRank(JobKpis& k, const RankTotals& t) const;

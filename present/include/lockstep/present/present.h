@@ -53,8 +53,14 @@ int tickDecimals(double step);
 
 // A step's phase as the timeline (app), its figure (report) and its legend colour it: "#rrggbb".
 std::string_view phaseColor(kpi::Phase phase);
-// And as their legends name it: "exposed communication", "named phase", else kpi::phaseName.
+// And as their legends name it: "exposed communication", "named phase", "collective (filled:
+// exposed)", else kpi::phaseName.
 std::string_view phaseLegend(kpi::Phase phase);
+// A collective as the timeline labels it: "all-gather 8.0 MiB"; "barrier" (no bytes).
+std::string collectiveLabel(CollectiveKind kind, std::uint64_t bytes);
+// Each kind's part of the exposed communication (CollectiveKpis::exposedShare), the largest
+// first, the first `shown` of them: "all-reduce 31.0% · all-gather 12.0%", "" when none.
+std::string collectiveSplit(const std::vector<kpi::CollectiveKpis>& kinds, std::size_t shown = 3);
 
 // A job's "Samples/s": while it runs, the rate over the last 10 s; once it ended, the whole job's
 // mean (every sample over the elapsed time, start-up included), which is what it delivered.

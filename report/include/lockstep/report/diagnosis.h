@@ -1,8 +1,10 @@
 #pragma once
 // Why a job's exposed communication is high (docs/kpis.md, "Why communication is slow"): ranks
 // waiting for a straggler, the link's bandwidth, or per-message latency, told apart from the
-// figures; the advice names the figures it rests on. The report's recommendations and the
-// dashboard's Communication tile both say this.
+// figures; the advice names the figures it rests on, the kind of collective that carries most of
+// it (all-reduce; sharded training's all-gathers and reduce-scatters; ZeroRedundancyOptimizer's
+// broadcasts; ...) and where in the step it sits. The report's recommendations and the dashboard's
+// Communication tile both say this.
 
 #include <optional>
 #include <string>
@@ -31,14 +33,17 @@ struct CommDiagnosis {
 inline constexpr double kHighCommShare = 0.15;             // exposed communication worth explaining
 inline constexpr double kStragglerWaitShare = 0.5;         // of it, waiting for the last rank
 inline constexpr double kNearReference = 0.6;              // bus bandwidth this near the reference
-inline constexpr double kSmallReductionBytes = 1 << 20;    // all-reduces this small: latency dominates
+inline constexpr double kSmallReductionBytes = 1 << 20;    // collectives this small: latency dominates
+inline constexpr double kConcentratedShare = 0.5;          // of the exposed time, in the step's first (last) collective
 
 // Empty while exposed communication is at most kHighCommShare of step time (or unknown).
 std::optional<CommDiagnosis> diagnoseCommunication(const kpi::JobKpis& k, const JobSpec& spec,
                                                    const std::optional<BandwidthReference>& reference);
 
 // The mean size of one all-reduce: the built-in trainer's step split into its buckets; a
-// program's whole step (its buckets are its own: an upper bound). Unknown without byte counts.
+// program's all-reduced bytes per step over their count where its reports count them (the
+// all-reduce of JobKpis::collectives), else its whole step (its buckets are its own: an upper
+// bound). Unknown without byte counts.
 kpi::Maybe meanReductionBytes(const kpi::JobKpis& k, const JobSpec& spec);
 
 // A bucket_cap_mb for a DDP program to try, and the exposed communication per step the step model

@@ -44,6 +44,7 @@ struct TimelineFigure {
     std::string label;
     std::vector<kpi::Box> boxes;  // within the window
     std::vector<std::pair<kpi::Box, std::string>> phases;  // the named phases within it, over the boxes
+    std::vector<kpi::CollectiveBox> collectives;            // the collectives within it, over the boxes
   };
   std::vector<Lane> lanes;
   std::size_t ranks = 0;  // of the job: lanes may show only some

@@ -27,9 +27,10 @@ struct TimeRange {
   }
 };
 
-// The job's steps within `range`, with its nodes' clocks (History::clocks) set.
-Result<kpi::Timeline> loadTimeline(const history::History& history, const history::JobRecord& job,
-                                   const TimeRange& range = {});
+// The job's steps within `range`, with its nodes' clocks (History::clocks) set, and the collectives
+// of each lane's newest steps that hold at most `collectivesPerRank` (kpi::Timeline).
+Result<kpi::Timeline> loadTimeline(const history::History& history, const history::JobRecord& job, const TimeRange& range = {},
+                                   std::size_t collectivesPerRank = kpi::Timeline::kEveryCollective);
 
 struct TraceSummary {
   std::size_t ranks = 0;

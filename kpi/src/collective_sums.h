@@ -1,0 +1,50 @@
+#pragma once
+// A window's collectives, summed for JobTracker::snapshot (snapshot.cpp): each kind's count, time,
+// exposed time and bytes over a rank's reports (every report's collectives through
+// lockstep::collectivesOf, the trainer's all-reduce included), and where in the ranks' steps the
+// exposed time sits (their spans' first and last collective). docs/kpis.md has the definitions.
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "lockstep/kpi/kpi.h"
+
+namespace lockstep::kpi::detail {
+
+// One rank's reports in the window, by kind of collective.
+class CollectiveSums {
+ public:
+  void add(const StepReport& report);
+  // Per step over `steps` reports of `stepUs` step time in all; the kinds seen, in
+  // kCollectiveKindNames' order.
+  std::vector<CollectiveKpis> kpis(double steps, double stepUs) const;
+  // Bytes over the time of the collectives of `kind` that were timed and counted their bytes, among
+  // more than one rank: the algorithm bandwidth. Unknown otherwise.
+  Maybe algBandwidth(CollectiveKind kind) const;
+
+ private:
+  struct Sums {
+    double count = 0, timeUs = 0, exposedUs = 0, bytes = 0;
+    double timedBytes = 0, timedUs = 0;  // of the entries with both a time and bytes
+  };
+  std::map<CollectiveKind, Sums> kinds_;
+  std::uint32_t worldSize_ = 1;
+};
+
+// The job's: each kind's figures, the mean over the ranks that reported that kind.
+std::vector<CollectiveKpis> meanOverRanks(const std::vector<RankKpis>& ranks);
+
+// Every rank's spans in the window: the share of a step's exposed collective time in its first
+// collective (by start) and in its last, where the spans hold all of the step's collectives.
+class ExposedEndsSums {
+ public:
+  void add(const StepReport& report);
+  ExposedEnds ends() const;
+
+ private:
+  double firstUs_ = 0, firstOfUs_ = 0, lastUs_ = 0, lastOfUs_ = 0;
+  std::map<CollectiveKind, int> firstKinds_, lastKinds_;  // steps in which that kind came first (last)
+};
+
+}  // namespace lockstep::kpi::detail
