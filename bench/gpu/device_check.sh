@@ -11,6 +11,8 @@
 #      against fp32, checkpoint and resume, the agent's real NVML readings during a CUDA job;
 #   4. the benchmark again with the heuristic's first GEMM algorithms, and without fused epilogues;
 #   5. where nsys exists there, the GPU time per kernel over 60 steps;
+#   6. every collective (issue 42): FSDP's all-gathers and reduce-scatters and a program's own NCCL
+#      all-reduce through the lockstep package's wrappers, against the program's own CUDA events;
 #   then samples/s, model TFLOP/s (6 x parameters x samples/s) and the ratios, in figures.json.
 #
 # Locally:  bench/gpu/bundle.sh
@@ -97,6 +99,13 @@ else
   say "5. no nsys on this machine: no per-kernel breakdown"
 fi
 
+say "6. every collective: FSDP and a program's own all-reduce (bench/gpu/fsdp_check.py)"
+LD_LIBRARY_PATH=$MACHINE_LD_LIBRARY_PATH LOCKSTEP_PYTHON_DIR=$BUNDLE/python timeout 90 "$PY" \
+  "$ROOT/bench/gpu/fsdp_check.py" 2>"$OUT/fsdp.err" | tee "$OUT/fsdp.json"
+fsdp_rc=${PIPESTATUS[0]}
+tail -3 "$OUT/fsdp.err"
+say "collectives check exit code $fsdp_rc"
+
 say "figures"
 "$PY" - "$OUT" <<'PY'
 import json, statistics, sys
@@ -131,5 +140,6 @@ except Exception as e:  # PyTorch's run failed: say so, keep ours
 print(json.dumps(res, indent=1))
 json.dump(res, open(f"{out}/figures.json", "w"), indent=1)
 PY
-say "tests exit code $tests_rc"
-exit "$tests_rc"
+say "tests exit code $tests_rc, collectives check $fsdp_rc"
+[ "$tests_rc" -ne 0 ] && exit "$tests_rc"
+exit "$fsdp_rc"
