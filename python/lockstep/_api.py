@@ -101,6 +101,9 @@ class _Watcher:
         self.buckets = 0          # DDP's buckets, as the latest last one said (GPU)
         self.thread = threading.get_ident()  # the training loop's: where watch() and forwards with autograd run
         self.collectives = _collectives.install()  # every other collective the rank issues
+        self.on_gpu = bool(parameters) and parameters[0].is_cuda
+        if self.collectives is not None:
+            self.collectives.loop_thread = self.thread
         self._queue = torch.autograd.Variable._execution_engine.queue_callback
         module.register_forward_pre_hook(self._before_forward)
         module.register_forward_hook(self._after_forward)
@@ -130,7 +133,11 @@ class _Watcher:
         if measured.forward_start is None:
             measured.forward_start = time.perf_counter()
             measured.waited_before_forward = self._waited()
+            if self.on_gpu and self.collectives is not None:  # the stream the loop computes on
+                self.collectives.compute_stream = self._torch.cuda.current_stream()
         self.thread = threading.get_ident()
+        if self.collectives is not None:
+            self.collectives.loop_thread = self.thread
         self.syncing = getattr(module, "require_backward_grad_sync", False)
         if self.syncing:
             measured.synced = True
@@ -162,6 +169,8 @@ class _Watcher:
     # ---- CPU: two autograd callbacks around DDP's own ----
 
     def _backward_began(self, grad):
+        if self.collectives is not None and self.syncing:
+            self.collectives.in_ddp_backward = True
         p = _progress.writer()
         if p is not None:
             p.phase(_BACKWARD)
@@ -177,6 +186,8 @@ class _Watcher:
                 p.collective_begin(phase=_ALL_REDUCE)  # DDP's finalizer now waits for the buckets
 
     def _reductions_done(self):
+        if self.collectives is not None:
+            self.collectives.in_ddp_backward = False
         measured = self.current
         if measured.compute_done is None:
             return
@@ -353,16 +364,13 @@ def step(samples, loss=None, tokens=None, epoch=None, lr=None, step=None):
         _report._warn("step not reported: %s" % e)
         return
     _last_step = number
-    collectives = _collectives.installed()
-    record = collectives.steps.close() if collectives is not None else None
     if w is None:
         start = _last_end if _last_end is not None else _IMPORTED
         _last_end = end
         fields["step_time_us"] = _seconds_to_us(end - start)
-        if record is not None:  # a program that times no model: its collectives, without the split
-            _add_collectives(fields, collectives, record[0], record[1])
         _send(r, fields, loss_value)
         return
+    record = w.collectives.steps.close() if w.collectives is not None else None
     start, measured = w.close_step(end)
     measured.collectives = record
     waited = sum(t[2] for t in record[0].values()) if record is not None else 0.0
@@ -391,8 +399,8 @@ def step(samples, loss=None, tokens=None, epoch=None, lr=None, step=None):
         optimizer = max(0.0, end - measured.optimizer_start - measured.after_optimizer
                         - (waited - measured.waited_before_optimizer))
     ddp = None
-    if w.timed and measured.synced:
-        ddp = (len(measured.ddp_spans), measured.exposed, measured.exposed, w.bytes_per_sync, measured.ddp_spans)
+    if w.timed and measured.synced:  # on CPUs only the wait for DDP's reductions is seen: its time is unknown (0)
+        ddp = (len(measured.ddp_spans), 0.0, measured.exposed, w.bytes_per_sync, measured.ddp_spans)
     exposed = _with_collectives(fields, w, measured, ddp, measured.exposed if w.timed else None)
     _close_split(fields, exposed, optimizer=optimizer)
     _send(r, fields, loss_value)
@@ -404,17 +412,21 @@ def _with_collectives(fields, w, measured, ddp, exposed):
     None when not timed) and the collectives' (None when nothing timed either)."""
     if w.collectives is None:
         return exposed
-    totals, spans, _ = measured.collectives or ({}, [], [])
+    unknown = w.ddp and not w.timed  # DDP under a comm hook of the program's own, on GPUs: its wait is not seen
+    totals, spans, _, elsewhere = measured.collectives or ({}, [], [], set())
     if ddp is not None:
         count, seconds, ddp_exposed, nbytes, ddp_spans = ddp
-        t = totals.setdefault(_collectives.ALL_REDUCE, [0, 0.0, 0.0, 0])
-        t[0] += max(count, 1)
-        t[1] += seconds
-        t[2] += ddp_exposed
-        t[3] += nbytes
-        spans.extend([_collectives.ALL_REDUCE, began, took, took, nbytes] for began, took in ddp_spans)
+        if _collectives.ALL_REDUCE in elsewhere:
+            # A comm hook of the program's own issued DDP's all-reduces through the wrappers, off
+            # the loop's thread: they are counted; only the loop's wait for them is DDP's to add.
+            count = seconds = nbytes = 0
+            ddp_spans = ()
+        _collectives.add_to(totals, spans, _collectives.ALL_REDUCE, max(count, 1) if nbytes else 0, seconds,
+                            ddp_exposed, nbytes)
+        for began, took in ddp_spans:
+            _collectives.add_to({}, spans, _collectives.ALL_REDUCE, 1, took, took, nbytes, began)
     others = _add_collectives(fields, w.collectives, totals, spans) - (ddp[2] if ddp is not None else 0.0)
-    return (exposed or 0.0) + others
+    return None if unknown else (exposed or 0.0) + others
 
 
 def _add_collectives(fields, instrumented, totals, spans):
@@ -480,7 +492,7 @@ def _flush_gpu(r, w, wait):
             exposed = max(0.0, max(d for _, d in intervals) - max(s for s, _ in intervals))
             allreduce = _union_length(intervals)
         if measured.collectives is not None:
-            totals, spans, gpu_spans = measured.collectives
+            totals, spans, gpu_spans, _ = measured.collectives
             _collectives.add_gpu(totals, spans, gpu_spans)
         ddp = (len(measured.intervals), allreduce, exposed, w.bytes_per_sync, []) if measured.intervals else None
         exposed = _with_collectives(fields, w, measured, ddp, exposed if w.timed else None)

@@ -6,17 +6,22 @@ exposed time). What the step report's collectives and exposed communication say
 The module-level functions of torch.distributed (and of torch.distributed.distributed_c10d, where
 they are defined and where the library's own helpers look them up) are replaced by wrappers, once:
 the program's own calls, FSDP's, ZeroRedundancyOptimizer's and DDP's comm hooks go through them.
-A call made inside another wrapped call (broadcast_object_list's broadcasts, an alias that calls
-the new name) is the outer call's, counted once.
+A call made inside another wrapped call (an alias that calls the new name) is the outer call's,
+counted once; helpers that are not wrapped (broadcast_object_list) count the collectives they make.
 
 - A blocking collective (async_op=False) on CPU tensors: its wall time, all of it exposed.
 - An asynchronous one (async_op=True): issue to completion (its future's callback, on Gloo's
-  thread), and exposed the time spent in its Work's wait(). The Work handed back is a thin proxy
-  whose wait() is timed; everything else goes to the real one.
+  thread), and exposed the time spent in its Work's wait(). The Work handed back is a Work (a
+  subclass, so isinstance checks hold) whose wait() is timed; everything else goes to the real one.
 - On CUDA tensors the host's clock says nothing of the GPU's: CUDA events on the calling thread's
   current stream, recorded before the call, after a blocking call (the stream waits for NCCL's
   there), around an asynchronous one's wait(), and when its future completes. They are read once
-  they completed (steps later), never waited for (add_gpu).
+  they completed (steps later), never waited for (add_gpu). A blocking call made on another stream
+  than the training loop's (FSDP's all-gather and reduce-scatter streams) is timed, but the loop's
+  wait for that stream is not seen: its exposed part is counted 0, not all of it. Nothing is
+  recorded while a CUDA graph is being captured.
+- Only collectives of the default group, not send/recv, enter the progress record: ranks of a
+  subgroup run more collectives than the others, and the stall wavefront compares counts.
 
 Bytes are nccl-tests' sizes (lockstep.proto, CollectiveTimes.bytes). The rank's progress record
 counts each collective entered, so that a stall names the ranks that did not reach it.
@@ -30,9 +35,6 @@ from lockstep import _progress
 # CollectiveKind (lockstep.proto)
 ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, BROADCAST, ALL_TO_ALL, BARRIER, REDUCE, GATHER, SCATTER, SEND_RECV = range(1, 11)
 MAX_SPANS = 64  # per step (kMaxCollectiveSpans)
-_NAMES = {ALL_REDUCE: "all-reduce", REDUCE_SCATTER: "reduce-scatter", ALL_GATHER: "all-gather",
-          BROADCAST: "broadcast", ALL_TO_ALL: "all-to-all", BARRIER: "barrier", REDUCE: "reduce", GATHER: "gather",
-          SCATTER: "scatter", SEND_RECV: "send/recv"}
 
 
 def _nbytes(t):
@@ -125,6 +127,7 @@ class Steps:
         self.totals = {}   # kind -> [count, time s, exposed s, bytes]
         self.spans = []    # at most MAX_SPANS: (kind, start s, duration s, exposed s, bytes)
         self.gpu = []      # _Spans with CUDA events, not read yet
+        self.elsewhere = set()  # kinds issued by DDP's reducer: during its backward, or off the loop's thread
 
     def completed(self, span, now, exposed):
         """`span` completed at `now`; `exposed`: the seconds of it waited on not counted yet."""
@@ -155,61 +158,78 @@ class Steps:
     def waited_so_far(self):
         return self._waited
 
+    def issued_elsewhere(self, kind):
+        self.elsewhere.add(kind)
+
     def gpu_issued(self, span):
         with self._lock:
             self.gpu.append(span)
 
     def _add(self, kind, count, duration, exposed, nbytes, span):
-        t = self.totals.get(kind)
-        if t is None:
-            t = self.totals[kind] = [0, 0.0, 0.0, 0]
-        t[0] += count
-        t[1] += duration
-        t[2] += exposed
-        t[3] += nbytes
         self._waited += exposed
-        if span is None or len(self.spans) >= MAX_SPANS:
-            return None
-        entry = [kind, span.issued, duration, min(span.exposed, duration), nbytes]
-        self.spans.append(entry)
+        entry = add_to(self.totals, self.spans, kind, count, duration, exposed, nbytes,
+                       span.issued if span is not None else None)
+        if entry is not None:
+            entry[3] = min(span.exposed, duration)  # what it was waited on so far, not only now
         return entry
 
     def close(self):
-        """The step's record; a new one begins."""
+        """The step's record: (totals, spans, CUDA spans, kinds issued off the training loop's
+        thread); a new one begins. The clocks' offset is taken again: NTP moves the Unix clock."""
         with self._lock:
-            record = (self.totals, self.spans, self.gpu)
+            record = (self.totals, self.spans, self.gpu, self.elsewhere)
             self._reset()
+        self._offset = time.time() - time.perf_counter()
         return record
 
     def unix_us(self, seconds):
         return int(round((seconds + self._offset) * 1e6))
 
 
+def add_to(totals, spans, kind, count, duration, exposed, nbytes, start=None):
+    """Adds to a step's record: its kind's totals [count, time s, exposed s, bytes] and, with a
+    `start` and room left, a span [kind, start s, duration s, exposed s, bytes], which it returns."""
+    t = totals.get(kind)
+    if t is None:
+        t = totals[kind] = [0, 0.0, 0.0, 0]
+    t[0] += count
+    t[1] += duration
+    t[2] += exposed
+    t[3] += nbytes
+    if start is None or len(spans) >= MAX_SPANS:
+        return None
+    entry = [kind, start, duration, min(exposed, duration), nbytes]
+    spans.append(entry)
+    return entry
+
+
 def gpu_ready(gpu_spans):
-    """Whether every CUDA event of these collectives completed (none is waited for)."""
-    for span in gpu_spans:
-        events = span.events
-        if events[1] is None or not all(e.query() for e in events[1:2] + events[2:]):
-            return False
+    """Whether every CUDA event of these collectives completed (none is waited for). An event that
+    cannot say is taken as done: add_gpu then drops its collective."""
+    try:
+        for span in gpu_spans:
+            events = span.events
+            if events[1] is None or not all(e.query() for e in events[1:]):
+                return False
+    except Exception:
+        return True
     return True
 
 
 def add_gpu(totals, spans, gpu_spans):
-    """Adds collectives timed by CUDA events (all completed: gpu_ready) to a closed step's record.
-    Times on the GPU's clock are placed on the host's by their issue time."""
+    """Adds collectives timed by CUDA events (all completed: gpu_ready) to a closed step's record,
+    placed on the host's clock by their issue time. One whose events cannot be read is left out."""
     for span in gpu_spans:
-        before, done, waits = span.events[0], span.events[1], span.events[2:]
-        duration = max(0.0, before.elapsed_time(done) / 1e3)
-        exposed = sum(max(0.0, a.elapsed_time(b) / 1e3) for a, b in zip(waits[0::2], waits[1::2]))
-        if span.exposed is None:  # blocking: the stream waited for all of it
+        try:
+            before, done, waits = span.events[0], span.events[1], span.events[2:]
+            duration = max(0.0, before.elapsed_time(done) / 1e3)
+            exposed = sum(max(0.0, a.elapsed_time(b) / 1e3) for a, b in zip(waits[0::2], waits[1::2]))
+        except Exception as e:
+            _progress._warn("a collective on the GPU was not timed: %r" % (e,))
+            continue
+        if span.exposed is None:  # blocking, on the training loop's stream: it waited for all of it
             exposed = duration
-        t = totals.setdefault(span.kind, [0, 0.0, 0.0, 0])
-        t[0] += 1
-        t[1] += duration
-        t[2] += min(exposed, duration)
-        t[3] += span.nbytes
-        if len(spans) < MAX_SPANS:
-            spans.append([span.kind, span.issued, duration, min(exposed, duration), span.nbytes])
+        add_to(totals, spans, span.kind, 1, duration, min(exposed, duration), span.nbytes, span.issued)
 
 
 def fields_of(steps, totals, spans):
@@ -226,36 +246,65 @@ def _us(seconds):
     return max(0, int(round(seconds * 1e6)))
 
 
-class _TimedWork:
-    """The Work of an asynchronous collective, with its wait() timed as exposed time."""
+def _timed_work_class(dist):
+    """A Work (a subclass: code that checks isinstance(work, dist.Work), as FSDP's does, still
+    waits on it) whose wait() is timed as exposed time; every other method is the real Work's."""
 
-    __slots__ = ("_work", "_span", "_steps", "_cuda")
+    def delegate(name):
+        def method(self, *args, **kwargs):
+            return getattr(self._work, name)(*args, **kwargs)
+
+        method.__name__ = name
+        return method
+
+    members = {name: delegate(name) for name in dir(dist.Work)
+               if not name.startswith("__") and name != "wait" and callable(getattr(dist.Work, name, None))}
 
     def __init__(self, work, span, steps, cuda):
+        dist.Work.__init__(self)
         self._work, self._span, self._steps, self._cuda = work, span, steps, cuda
 
     def wait(self, *args, **kwargs):
-        span = self._span
-        if self._cuda is not None:
-            before = self._cuda.Event(enable_timing=True)
-            before.record()
-            result = self._work.wait(*args, **kwargs)
-            after = self._cuda.Event(enable_timing=True)
-            after.record()
-            span.events += [before, after]
-            return result
         began = time.perf_counter()
+        events = None
+        if self._cuda is not None:
+            events = _recorded(self._cuda)
         result = self._work.wait(*args, **kwargs)
+        try:
+            self._waited(began, events)
+        except Exception as e:  # the timing's fault: the wait returns as without Lockstep
+            _progress._warn("a collective's wait was not timed: %r" % (e,))
+        return result
+
+    def _waited(self, began, events):
+        span = self._span
+        if events is not None:
+            after = _recorded(self._cuda)
+            if after is not None:
+                span.events += [events, after]
+            return
         now = time.perf_counter()
         if span.counted:
             self._steps.waited(span, now - began, now)
         else:  # done, and its completion not seen (a Work without a future, or its callback to come)
             span.exposed += now - began
             self._steps.completed(span, now, now - began)
-        return result
 
     def __getattr__(self, name):
         return getattr(self._work, name)
+
+    members.update(__init__=__init__, wait=wait, _waited=_waited, __getattr__=__getattr__)
+    return type("TimedWork", (dist.Work,), members)
+
+
+def _recorded(cuda):
+    """A timing event recorded now on the current stream; None while a CUDA graph is captured
+    (recording would break the capture)."""
+    if cuda.is_current_stream_capturing():
+        return None
+    event = cuda.Event(enable_timing=True)
+    event.record()
+    return event
 
 
 class Instrumented:
@@ -267,6 +316,10 @@ class Instrumented:
         self.originals = {}
         self._local = threading.local()  # .depth: wrapped calls this thread is inside
         self._warned = False
+        self._work_class = _timed_work_class(dist)
+        self.loop_thread = threading.get_ident()  # the training loop's (watch() says)
+        self.compute_stream = None                # its CUDA stream, once a forward ran on a GPU
+        self.in_ddp_backward = False              # a watched DDP's backward runs (its comm hook may call us)
 
     def original(self, name):
         return self.originals.get(name) or getattr(self.dist, name)
@@ -288,6 +341,8 @@ class Instrumented:
         kind, position, keyword, shape = how
         always_async = name in _ALWAYS_ASYNC
         async_at = _position_of(original, "async_op")
+        group_at = _position_of(original, "group")
+        recorded = kind != SEND_RECV  # a pair's exchange is not a step of the whole job's wavefront
 
         def timed(*args, **kwargs):
             local = self._local
@@ -296,7 +351,8 @@ class Instrumented:
             local.depth = 1
             try:
                 is_async = always_async or bool(_argument(args, kwargs, async_at, "async_op"))
-                return self._call(original, kind, (position, keyword, shape), is_async, args, kwargs)
+                entered = recorded and self._in_default_group(_argument(args, kwargs, group_at, "group"))
+                return self._call(original, kind, (position, keyword, shape), is_async, entered, args, kwargs)
             finally:
                 local.depth = 0
 
@@ -305,19 +361,26 @@ class Instrumented:
         timed._lockstep_wrapped = True
         return timed
 
-    def _call(self, original, kind, where, is_async, args, kwargs):
+    def _in_default_group(self, group):
+        return group is None or group is getattr(self.dist.GroupMember, "WORLD", None)
+
+    def _call(self, original, kind, where, is_async, entered, args, kwargs):
         """The collective, timed. What goes wrong in the timing is said once and leaves the call
         alone: the program's collective runs, and returns, as without Lockstep."""
         try:
             cuda = self._cuda_of(args, kwargs)
             span = _Span(kind, self._bytes(args, kwargs, *where), 0.0)
             if cuda is not None:
-                span.events = [cuda.Event(enable_timing=True), None]
-                span.events[0].record()
+                before = _recorded(cuda)
+                if before is None:  # a CUDA graph being captured: nothing to time it with
+                    return original(*args, **kwargs)
+                span.events = [before, None]
+            if self.in_ddp_backward or threading.get_ident() != self.loop_thread:
+                self.steps.issued_elsewhere(kind)  # by DDP's reducer (a comm hook of the program's)
         except Exception as e:
             self._failed(e)
             return original(*args, **kwargs)
-        p = _progress.writer()
+        p = _progress.writer() if entered else None
         if p is not None:  # entered (on a GPU: launched; the host goes on)
             p.collective_begin(kind=kind)
         span.issued = time.perf_counter()
@@ -347,28 +410,27 @@ class Instrumented:
             result.get_future().add_done_callback(lambda _: steps.completed(span, time.perf_counter(), 0.0))
         except Exception:  # a Work without a future: its wait() says when it was done
             pass
-        return _TimedWork(result, span, steps, None)
+        return self._work_class(result, span, steps, None)
 
     def _issued_on_gpu(self, span, cuda, is_async, result):
         if not is_async or result is None:
-            done = cuda.Event(enable_timing=True)
-            done.record()  # after the current stream's wait for the collective
-            span.events[1] = done
-            span.exposed = None  # the stream waited for all of it
+            span.events[1] = _recorded(cuda) or span.events[0]  # after the current stream's wait for it
+            # The stream waited for all of it; on a stream of its own (FSDP's), the training loop's
+            # stream waits later, unseen: none of it is counted exposed.
+            on_loop_stream = self.compute_stream is None or cuda.current_stream() == self.compute_stream
+            span.exposed = None if on_loop_stream else 0.0
             self.steps.gpu_issued(span)
             return result
 
         def completed(_):
-            done = cuda.Event(enable_timing=True)
-            done.record()  # on the stream the result is ready on
-            span.events[1] = done
+            span.events[1] = _recorded(cuda) or span.events[0]  # on the stream the result is ready on
 
         try:
             result.get_future().add_done_callback(completed)
         except Exception:
             span.events[1] = span.events[0]  # no future: its time is unknown, its waits still count
         self.steps.gpu_issued(span)
-        return _TimedWork(result, span, self.steps, cuda)
+        return self._work_class(result, span, self.steps, cuda)
 
     def _failed(self, error):
         if not self._warned:

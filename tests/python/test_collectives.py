@@ -123,6 +123,43 @@ class EveryCollective(unittest.TestCase):
         reports = [m.step_report for m in self.receiver.messages(1)]
         self.assertEqual(by_kind(reports[0])[ALL_REDUCE].count, 1, "the call that raised is not counted")
 
+    def test_an_async_collectives_work_is_still_a_work(self):
+        r = run(program("""
+            work = dist.all_reduce(torch.ones(3), async_op=True)
+            print("work", isinstance(work, dist.Work), work.get_future().wait()[0].tolist(), work.is_completed())
+            work.wait()
+            lockstep.step(samples=1)
+        """), self.receiver.env())
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("work True [1.0, 1.0, 1.0] True", r.stdout)  # FSDP's copy-out checks isinstance
+
+    def test_ddp_on_cpus_is_one_all_reduce_of_unknown_time_and_a_comm_hook_is_not_counted_twice(self):
+        for hook in ("", "ddp.register_comm_hook(None, default_hooks.allreduce_hook)"):
+            receiver = Receiver()
+            try:
+                r = run(program("""
+                    from torch.nn.parallel import DistributedDataParallel
+                    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+                    ddp = DistributedDataParallel(torch.nn.Linear(1000, 10))  # 10,010 parameters
+                    %s
+                    lockstep._api._watcher = None  # the prelude watched another model
+                    lockstep.watch(ddp)
+                    for step in range(3):
+                        ddp(torch.randn(4, 1000)).sum().backward()
+                        lockstep.step(samples=4)
+                """ % hook), receiver.env())
+                self.assertEqual(r.returncode, 0, r.stderr)
+                reports = [m.step_report for m in receiver.messages(3)]
+                self.assertEqual(len(reports), 3, hook)
+                for report in reports:
+                    kinds = by_kind(report)
+                    self.assertEqual(kinds[ALL_REDUCE].bytes, 40040, hook or "DDP's own")
+                    if not hook:  # only the wait is seen: no time, so no bandwidth from it
+                        self.assertEqual(kinds[ALL_REDUCE].time_us, 0)
+                    self.assertGreaterEqual(report.exposed_comm_time_us, kinds[ALL_REDUCE].exposed_us - 1)
+            finally:
+                receiver.close()
+
     def test_outside_lockstep_nothing_is_wrapped(self):
         r = run(program("""
             print("wrapped", hasattr(dist.all_reduce, "__wrapped__"))
