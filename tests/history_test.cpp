@@ -306,6 +306,8 @@ TEST(History, ASchemaTwoFilesFinalKpisReadBackByName) {
     ALTER TABLE job_parts DROP COLUMN owner;  -- schema 7's
     ALTER TABLE steps DROP COLUMN optimizer_us;  -- schema 9's
     DROP TABLE phases;
+    ALTER TABLE steps DROP COLUMN collectives;  -- schema 10's
+    ALTER TABLE steps DROP COLUMN collective_spans;
     PRAGMA user_version = 2;)sql");
   auto h = History::open(path);
   ASSERT_TRUE(h) << h.error().message;

@@ -444,10 +444,8 @@ Result<void> validateNetSample(const NetSample& s) {
 
 namespace {
 
-constexpr std::int64_t kMaxStepTimeUs = 7LL * 24 * 3600 * 1'000'000;
-// A rank's clock in Unix microseconds: past this (the year 2286) it is another unit, and a timeline
-// would reach centuries out; it also keeps `time - duration` far from overflowing.
-constexpr std::int64_t kMaxTimeUnixUs = 10'000'000'000'000'000;
+// kMaxTimeUnixUs (validate.h) also keeps a timeline from reaching centuries out, and `time -
+// duration` far from overflowing.
 
 Result<void> checkTime(const char* record, std::int64_t timeUnixUs) {
   if (timeUnixUs < 0 || timeUnixUs > kMaxTimeUnixUs) {

@@ -35,6 +35,7 @@ from lockstep import _progress
 # CollectiveKind (lockstep.proto)
 ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, BROADCAST, ALL_TO_ALL, BARRIER, REDUCE, GATHER, SCATTER, SEND_RECV = range(1, 11)
 MAX_SPANS = 64  # per step (kMaxCollectiveSpans)
+GPU_SPAN_DEADLINE_S = 10.0  # a GPU collective's future that has not completed by then: its time is unknown
 
 
 def _nbytes(t):
@@ -205,10 +206,14 @@ def add_to(totals, spans, kind, count, duration, exposed, nbytes, start=None):
 
 def gpu_ready(gpu_spans):
     """Whether every CUDA event of these collectives completed (none is waited for). An event that
-    cannot say is taken as done: add_gpu then drops its collective."""
+    cannot say is taken as done: add_gpu then drops its collective. One whose future has not said it
+    completed after GPU_SPAN_DEADLINE_S counts with no time, rather than hold back every later
+    report."""
     try:
         for span in gpu_spans:
             events = span.events
+            if events[1] is None and time.perf_counter() - span.issued > GPU_SPAN_DEADLINE_S:
+                events[1] = events[0]
             if events[1] is None or not all(e.query() for e in events[1:]):
                 return False
     except Exception:

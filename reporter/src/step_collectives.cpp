@@ -12,11 +12,9 @@ namespace {
 
 static_assert(std::size(kCollectiveKindNames) == 10, "StepCollectives holds one entry per kind");
 
-// validateStepReport's bounds: a time over a week is a unit mistaken, and a start past
-// 10^16 us (the year 2286) is not Unix microseconds. Sums saturate at a week, so that a step's
-// report is never refused for its collectives.
-constexpr std::int64_t kWeekUs = 7LL * 24 * 3600 * 1'000'000;
-constexpr std::int64_t kMaxTimeUnixUs = 10'000'000'000'000'000;
+// validateStepReport's bounds (validate.h). Sums saturate at a week, so that a step's report is
+// never refused for its collectives.
+constexpr std::int64_t kWeekUs = kMaxStepTimeUs;
 
 using Refused = StepCollectives::Refused;
 using Refusal = StepCollectives::Refusal;

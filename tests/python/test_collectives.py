@@ -126,8 +126,9 @@ class EveryCollective(unittest.TestCase):
     def test_an_async_collectives_work_is_still_a_work(self):
         r = run(program("""
             work = dist.all_reduce(torch.ones(3), async_op=True)
-            print("work", isinstance(work, dist.Work), work.get_future().wait()[0].tolist(), work.is_completed())
+            print("work", isinstance(work, dist.Work), work.get_future().wait()[0].tolist(), end=" ")
             work.wait()
+            print(work.is_completed())
             lockstep.step(samples=1)
         """), self.receiver.env())
         self.assertEqual(r.returncode, 0, r.stderr)

@@ -104,7 +104,9 @@ void lockstep_collective_end(lockstep_reporter* reporter);
  * LOCKSTEP_UNKNOWN, it becomes the sum of the collectives' exposed times (capped at the step's
  * time); a value the program gives is kept. Each returns 0 when counted, 2 when inactive, -1 when
  * refused (an unknown kind, a negative time, a time over a week; stderr says why, once per
- * reason). Memory is fixed: more collectives make no more of it.
+ * reason). Memory is fixed: more collectives make no more of it. Like every call here, from one
+ * thread at a time: a program that times its collectives on a communication thread of its own
+ * hands the figures to the training loop's thread (lockstep_collective_timed there), or locks.
  *
  * lockstep_collective_start ... lockstep_collective_end: around a blocking collective: the library
  *   times it (a steady clock) and counts all of it as exposed. It also does what

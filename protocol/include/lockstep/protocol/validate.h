@@ -1,4 +1,6 @@
 #pragma once
+
+#include <cstdint>
 // Range, size and consistency checks shared by every part: the trainer validates its flags with
 // validateJobSpec, the agent validates StartJob with it, the codec validates what it decodes.
 // Errors are InvalidArgument and say which field is wrong and what would be right.
@@ -23,6 +25,10 @@ Result<void> validateJobEvent(const JobEvent& event);
 Result<void> validateGpuSample(const GpuSample& sample);
 Result<void> validateProcessSample(const ProcessSample& sample);
 Result<void> validateNetSample(const NetSample& sample);
+// A step's times: over a week is a unit mistaken (ns for us). A rank's clock in Unix microseconds:
+// past 10^16 (the year 2286) it is another unit.
+inline constexpr std::int64_t kMaxStepTimeUs = 7LL * 24 * 3600 * 1'000'000;
+inline constexpr std::int64_t kMaxTimeUnixUs = 10'000'000'000'000'000;
 // A step report's collectives: at most one entry per kind, and at most kMaxCollectiveSpans one by
 // one; no list of a record holds more than kMaxRecordListItems (what the codec reads of one).
 inline constexpr std::size_t kMaxCollectiveSpans = 64;
