@@ -39,15 +39,6 @@ struct Collectives : ::testing::Test {
     for (std::uint32_t rank : {0u, 1u}) own[rank] = Json::parse(readText(dir.file(jobId + "-" + std::to_string(rank) + ".json")), nullptr, false);
     return own;
   }
-  std::vector<StepReport> steps(const std::string& jobId) const {
-    auto h = history::History::open(ctl.historyPath());
-    EXPECT_TRUE(h) << h.error().message;
-    std::vector<StepReport> out;
-    if (h) {
-      EXPECT_TRUE(h->forEachStep(jobId, [&](const StepReport& r, const std::string&) { out.push_back(r); }));
-    }
-    return out;
-  }
   // Lockstep's exposed share of a rank's step time, against the program's own: within 0.05 + 20%.
   void expectExposedShareAgrees(const std::vector<StepReport>& reports, std::map<std::uint32_t, Json>& own) const {
     for (std::uint32_t rank : {0u, 1u}) {
@@ -93,7 +84,7 @@ struct Collectives : ::testing::Test {
 
 TEST_F(Collectives, AProgramThatAveragesItsOwnGradientsWithAllReduceIsMeasured) {
   auto own = runToEnd("own-allreduce", "allreduce");
-  const auto reports = steps("own-allreduce");
+  const auto reports = ctl.steps("own-allreduce");
   ASSERT_EQ(reports.size(), 40u);
   for (const auto& r : reports) {
     ASSERT_EQ(r.collectives.size(), 1u) << "step " << r.step;
@@ -115,7 +106,7 @@ TEST_F(Collectives, AProgramThatAveragesItsOwnGradientsWithAllReduceIsMeasured) 
 
 TEST_F(Collectives, AllGatherAndALocalMeanAreMeasuredWithTheWholeOutputsBytes) {
   auto own = runToEnd("own-allgather", "allgather");
-  const auto reports = steps("own-allgather");
+  const auto reports = ctl.steps("own-allgather");
   ASSERT_EQ(reports.size(), 40u);
   const auto kinds = byKind(reports);
   ASSERT_EQ(kinds.size(), 1u);
@@ -126,7 +117,7 @@ TEST_F(Collectives, AllGatherAndALocalMeanAreMeasuredWithTheWholeOutputsBytes) {
 
 TEST_F(Collectives, AnAsynchronousAllReduceIsExposedOnlyWhileWaitedOn) {
   auto own = runToEnd("own-async", "async");
-  const auto reports = steps("own-async");
+  const auto reports = ctl.steps("own-async");
   ASSERT_EQ(reports.size(), 40u);
   double time = 0, exposed = 0;
   for (const auto& c : byKind(reports).at(CollectiveKind::kAllReduce)) {
@@ -140,7 +131,7 @@ TEST_F(Collectives, AnAsynchronousAllReduceIsExposedOnlyWhileWaitedOn) {
 
 TEST_F(Collectives, ZeroRedundancyOptimizersBroadcastsAfterStepAreMeasuredBesideDdpsAllReduce) {
   auto own = runToEnd("own-zero", "zero");
-  const auto reports = steps("own-zero");
+  const auto reports = ctl.steps("own-zero");
   ASSERT_EQ(reports.size(), 40u);
   const auto kinds = byKind(reports);
   ASSERT_EQ(kinds.count(CollectiveKind::kBroadcast), 1u) << "its parameters' broadcasts";
@@ -164,7 +155,7 @@ TEST_F(Collectives, ZeroRedundancyOptimizersBroadcastsAfterStepAreMeasuredBeside
 
 TEST_F(Collectives, AHandWrittenZero3GathersBeforeForwardAndReducesAfterBackward) {
   auto own = runToEnd("own-zero3", "zero3");
-  const auto reports = steps("own-zero3");
+  const auto reports = ctl.steps("own-zero3");
   ASSERT_EQ(reports.size(), 40u);
   const auto kinds = byKind(reports);
   ASSERT_EQ(kinds.count(CollectiveKind::kAllGather), 1u);

@@ -36,15 +36,6 @@ struct OwnProgram : ::testing::Test {
     flags.insert(flags.end(), args.begin(), args.end());
     return ctl(flags, 180s);
   }
-  std::vector<StepReport> steps(const std::string& jobId) const {
-    auto h = history::History::open(ctl.historyPath());
-    EXPECT_TRUE(h) << h.error().message;
-    std::vector<StepReport> out;
-    if (h) {
-      EXPECT_TRUE(h->forEachStep(jobId, [&](const StepReport& r, const std::string&) { out.push_back(r); }));
-    }
-    return out;
-  }
   // The phases the job's ranks named, from the history (issue 35).
   std::vector<PhaseReport> phases(const std::string& jobId) const {
     auto h = history::History::open(ctl.historyPath());
@@ -80,7 +71,7 @@ TEST_F(OwnProgram, TwoInstrumentedRanksReportEveryStepWithExposedCommunication) 
                          {"--instrument", "--steps", "40"});
   ASSERT_EQ(run.status.exitCode, 0) << run.out << run.err;
 
-  const auto reports = steps("own-ddp");
+  const auto reports = ctl.steps("own-ddp");
   ASSERT_EQ(reports.size(), 80u) << "both ranks, every step";
   std::map<std::uint32_t, std::set<std::uint64_t>> stepsOf;
   for (const auto& r : reports) {
@@ -139,7 +130,7 @@ TEST_F(OwnProgram, TwoInstrumentedRanksReportEveryStepWithExposedCommunication) 
 TEST_F(OwnProgram, ANativeProgramReportsThroughTheCLibrary) {
   const auto run = ctl({"start", "--ranks", "2", "--wait", "--job-id", "own-native", "--", LOCKSTEP_NATIVE_EXAMPLE, "60"});
   ASSERT_EQ(run.status.exitCode, 0) << run.out << run.err;
-  const auto reports = steps("own-native");
+  const auto reports = ctl.steps("own-native");
   ASSERT_EQ(reports.size(), 120u);
   for (const auto& r : reports) {
     EXPECT_EQ(r.samples, 128u);
@@ -167,7 +158,7 @@ TEST_F(OwnProgram, NamedPhasesAndTheOptimizerAreBoxesOfTheirOwnInTheTrace) {
                          {"--instrument", "--steps", "30", "--phase-every", "10", "--phase-s", "0.3", "--eval-every", "15"});
   ASSERT_EQ(run.status.exitCode, 0) << run.out << run.err;
   std::map<std::pair<std::uint32_t, std::uint64_t>, StepReport> stepOf;
-  for (const auto& r : steps("own-phases")) {
+  for (const auto& r : ctl.steps("own-phases")) {
     ASSERT_TRUE(r.optimizerTimeUs && r.computeTimeUs) << "step " << r.step;
     EXPECT_GT(*r.optimizerTimeUs, 0);
     EXPECT_LE(*r.optimizerTimeUs, *r.computeTimeUs);
@@ -264,7 +255,7 @@ TEST_F(OwnProgram, APeerThatWaitsForASlowRankShowsItsExposedCommunication) {
                          {"--instrument", "--steps", "30", "--slow-rank", "1", "--slow-ms", "40"});
   ASSERT_EQ(run.status.exitCode, 0) << run.out << run.err;
   std::map<std::uint32_t, std::vector<std::int64_t>> exposed;
-  for (const auto& r : steps("own-slow")) {
+  for (const auto& r : ctl.steps("own-slow")) {
     if (r.step > 3 && r.exposedCommTimeUs) exposed[r.rank].push_back(*r.exposedCommTimeUs);  // past warm-up
   }
   ASSERT_EQ(exposed[0].size(), 27u);
@@ -280,7 +271,7 @@ TEST_F(OwnProgram, APeerThatWaitsForASlowRankShowsItsExposedCommunication) {
 TEST_F(OwnProgram, AnUnmodifiedScriptRunsToTheEndAndItsStepKpisSayWhyTheyAreMissing) {
   const auto run = start({"--ranks", "2", "--wait", "--job-id", "own-plain"}, {"--steps", "20"});
   ASSERT_EQ(run.status.exitCode, 0) << run.out << run.err;
-  EXPECT_TRUE(steps("own-plain").empty());
+  EXPECT_TRUE(ctl.steps("own-plain").empty());
   const auto report = jsonReport("own-plain");
   ASSERT_FALSE(report.is_discarded());
   EXPECT_TRUE(report["kpis"]["samples_per_second"].is_null());
@@ -313,7 +304,7 @@ TEST_F(OwnProgram, ALostRankRestartsTheProgramWithTheRanksLeft) {
   EXPECT_EQ(run.status.exitCode, 0) << run.out << run.err;
   EXPECT_NE(run.out.find("restart 1 of 1 with 1 rank"), std::string::npos) << run.out;
   std::uint32_t secondAttempt = 0;
-  for (const auto& r : steps("own-elastic")) {
+  for (const auto& r : ctl.steps("own-elastic")) {
     if (r.attempt == 1) {
       ++secondAttempt;
       EXPECT_EQ(r.worldSize, 1u);
@@ -472,7 +463,7 @@ TEST_F(OwnProgram, TheScriptGoesOnWhenItsAgentIsKilledMidRun) {
   const auto run = start({"--ranks", "2", "--job-id", "own-orphan"},
                          {"--instrument", "--steps", "300", "--sleep-ms", "5", "--done", done});
   ASSERT_EQ(run.status.exitCode, 0) << run.err;
-  ASSERT_TRUE(waitUntil([&] { return steps("own-orphan").size() > 0 || readText(agent.stateDir() + "/agent.log").find("own-orphan") != std::string::npos; }, 30s));
+  ASSERT_TRUE(waitUntil([&] { return ctl.steps("own-orphan").size() > 0 || readText(agent.stateDir() + "/agent.log").find("own-orphan") != std::string::npos; }, 30s));
   ASSERT_TRUE(waitUntil([&] { return readText(agent.stateDir() + "/jobs/own-orphan/rank-0.log").find("step 10 ") != std::string::npos; }, 60s));
   agent.kill();
   // Both ranks finish all their steps, and no step() call waited on the dead agent.
@@ -502,7 +493,7 @@ TEST_F(OwnProgram, TheExamplesTrainAndReport) {
     const auto run = ctl(args, 180s);
     ASSERT_EQ(run.status.exitCode, 0) << run.out << run.err;
 
-    const auto reports = steps(e.jobId);
+    const auto reports = ctl.steps(e.jobId);
     ASSERT_EQ(reports.size(), 40u) << "both ranks, every step";
     std::map<std::uint32_t, std::set<std::uint64_t>> stepsOf;
     double first = 0, last = 0;

@@ -1,5 +1,7 @@
 #include "support/agent_support.h"
 
+#include <gtest/gtest.h>
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +14,7 @@
 
 #include "lockstep/common/files.h"
 #include "lockstep/common/process.h"
+#include "lockstep/history/history.h"
 
 namespace lockstep::test {
 
@@ -132,6 +135,16 @@ std::unique_ptr<AgentClient> connectTo(const AgentProcess& agent, const ClientKe
 ProcessResult Ctl::operator()(std::vector<std::string> args, std::chrono::milliseconds timeout) const {
   args.insert(args.begin(), lockstepctlPath());
   return runProcess(args, {{"LOCKSTEP_CONFIG_DIR", configDir}, {"LOCKSTEP_HISTORY", historyPath()}}, dir, timeout);
+}
+
+std::vector<StepReport> Ctl::steps(const std::string& jobId) const {
+  auto h = history::History::open(historyPath());
+  EXPECT_TRUE(h) << h.error().message;
+  std::vector<StepReport> out;
+  if (h) {
+    EXPECT_TRUE(h->forEachStep(jobId, [&](const StepReport& r, const std::string&) { out.push_back(r); }));
+  }
+  return out;
 }
 
 bool Ctl::pairWith(const AgentProcess& agent) const {

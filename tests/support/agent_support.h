@@ -103,6 +103,8 @@ struct Ctl {
   ProcessResult operator()(std::vector<std::string> args,
                            std::chrono::milliseconds timeout = std::chrono::seconds(120)) const;
   std::string historyPath() const { return dir.file("history.db"); }
+  // The job's step reports in that history, as recorded (a failure to read it fails the test).
+  std::vector<StepReport> steps(const std::string& jobId) const;
   // Makes this client's key, authorizes it on the agent and pins the agent's key: ready to use it.
   bool pairWith(const AgentProcess& agent) const;
 };
