@@ -106,33 +106,48 @@ kpi::Maybe meanReductionBytes(const kpi::JobKpis& k, const JobSpec& spec) {
 
 namespace {
 
+// A bus bandwidth held against the reference: their ratio and ", 80% of <the link>"; unknown (and
+// "") without either.
+struct Against {
+  kpi::Maybe ratio;
+  std::string text;
+};
+Against against(const kpi::Maybe& busBandwidth, const std::optional<BandwidthReference>& reference) {
+  if (!reference || reference->bytesPerSecond <= 0 || !busBandwidth) return {};
+  const double ratio = *busBandwidth / reference->bytesPerSecond;
+  return {ratio, ", " + percentOf(ratio) + " of " + reference->what};
+}
+
+// What bounds a collective, for every kind alike: the link when its bus bandwidth is near the
+// reference, its latency when its messages are small, else undetermined.
+CommBound boundOf(const Against& bus, const kpi::Maybe& messageBytes) {
+  if (bus.ratio && *bus.ratio >= kNearReference) return CommBound::kBandwidth;
+  if (messageBytes && *messageBytes < kSmallReductionBytes) return CommBound::kLatency;
+  return CommBound::kUndetermined;
+}
+
 // The all-reduce's diagnosis: DDP's and the built-in trainer's gradients.
 CommDiagnosis allReduceDiagnosis(const kpi::JobKpis& k, const JobSpec& spec,
                                  const std::optional<BandwidthReference>& reference, const std::string& lead) {
   const kpi::Maybe reduction = meanReductionBytes(k, spec);
-  const bool small = reduction && *reduction < kSmallReductionBytes;
   const std::string bus = k.busBandwidth ? "a bus bandwidth of " + present::bandwidth(k.busBandwidth) : "";
-  std::string against;
-  kpi::Maybe ratio;
-  if (reference && reference->bytesPerSecond > 0 && k.busBandwidth) {
-    ratio = *k.busBandwidth / reference->bytesPerSecond;
-    against = ", " + percentOf(*ratio) + " of " + reference->what;
-  }
+  const Against held = against(k.busBandwidth, reference);
   const std::string sizes = reduction ? "all-reduces of " + present::bytes(*reduction) : "";
-  if (ratio && *ratio >= kNearReference) {
+  const CommBound bound = boundOf(held, reduction);
+  if (bound == CommBound::kBandwidth) {
     return CommDiagnosis{CommBound::kBandwidth,
-                         lead + " at " + bus + against + ": the link is the limit. Fewer bytes (bf16 gradients) " +
+                         lead + " at " + bus + held.text + ": the link is the limit. Fewer bytes (bf16 gradients) " +
                              "or a faster link would shorten it; " + hideAdvice(spec) + "."};
   }
-  if (small) {
+  if (bound == CommBound::kLatency) {
     return CommDiagnosis{CommBound::kLatency,
-                         lead + ", in " + sizes + (bus.empty() ? "" : " at " + bus + against) +
+                         lead + ", in " + sizes + (bus.empty() ? "" : " at " + bus + held.text) +
                              ": so small a message costs its latency more than its bytes. " + bucketText(spec, {}) +
                              " would send fewer, larger ones."};
   }
-  std::string figures = bus.empty() ? "" : " at " + bus + against;
+  std::string figures = bus.empty() ? "" : " at " + bus + held.text;
   if (!sizes.empty()) figures += (figures.empty() ? " in " : ", in ") + sizes;
-  const std::string unknown = ratio ? "" : bus.empty() ? " (no timed reductions to measure a bandwidth from)"
+  const std::string unknown = held.ratio ? "" : bus.empty() ? " (no timed reductions to measure a bandwidth from)"
                                                        : " (no link speed or earlier peak on these nodes to hold it against)";
   const std::string buckets = !spec.isCommand() && spec.bucketMb <= 0
                                   ? " (the trainer chose its buckets from measurements to hide the most: its plan "
@@ -199,26 +214,24 @@ std::string kindAdvice(const kpi::JobKpis& k, const JobSpec& spec, CollectiveKin
 CommDiagnosis kindDiagnosis(const kpi::JobKpis& k, const JobSpec& spec,
                             const std::optional<BandwidthReference>& reference, const std::string& lead,
                             const kpi::CollectiveKpis& kind) {
+  const Against held = against(kind.busBandwidth, reference);
   std::string figures = kind.busBandwidth
-                            ? " at " + aTitle(kind.kind) + " bus bandwidth of " + present::bandwidth(kind.busBandwidth)
+                            ? " at " + aTitle(kind.kind) + " bus bandwidth of " + present::bandwidth(kind.busBandwidth) +
+                                  held.text
                             : "";
-  kpi::Maybe ratio;
-  if (reference && reference->bytesPerSecond > 0 && kind.busBandwidth) {
-    ratio = *kind.busBandwidth / reference->bytesPerSecond;
-    figures += ", " + percentOf(*ratio) + " of " + reference->what;
-  }
   kpi::Maybe size;
   if (kind.bytesPerStep && *kind.bytesPerStep > 0 && kind.perStep > 0) size = *kind.bytesPerStep / kind.perStep;
   if (size) figures += (figures.empty() ? " in " : ", in ") + title(kind.kind) + "s of " + present::bytes(*size);
   const std::string advice = kindAdvice(k, spec, kind.kind);
-  if (ratio && *ratio >= kNearReference) {
+  const CommBound bound = boundOf(held, size);
+  if (bound == CommBound::kBandwidth) {
     return {CommBound::kBandwidth, lead + figures + ": the link is the limit; " + advice + "."};
   }
-  if (size && *size < kSmallReductionBytes) {
+  if (bound == CommBound::kLatency) {
     return {CommBound::kLatency,
             lead + figures + ": so small a message costs its latency more than its bytes; " + advice + "."};
   }
-  const std::string unknown = ratio || kind.kind == CollectiveKind::kBarrier ? ""
+  const std::string unknown = held.ratio || kind.kind == CollectiveKind::kBarrier ? ""
                               : !kind.busBandwidth
                                   ? " (no timed " + title(kind.kind) + "s to measure a bandwidth from)"
                                   : " (no link speed or earlier peak on these nodes to hold it against)";
