@@ -24,6 +24,7 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev libsodium-dev
   libgloo-dev libopenblas-dev
   nlohmann-json3-dev libgtest-dev libsqlite3-dev zlib1g-dev
+  libcurl4-openssl-dev  # alerts' webhooks (HTTP, HTTPS)
   clang-14 libclang-rt-14-dev  # the protocol and store fuzzers (libFuzzer)
   iproute2  # the network partition test: two agents in network namespaces
   gdb  # a stalled native rank's backtrace (docs/stalls.md)

@@ -39,6 +39,10 @@ find_package(nlohmann_json 3.10 REQUIRED)
 set_package_properties(nlohmann_json PROPERTIES TYPE REQUIRED
   PURPOSE "safetensors headers, metrics and config (nlohmann-json3-dev)")
 
+find_package(CURL REQUIRED)
+set_package_properties(CURL PROPERTIES TYPE REQUIRED
+  PURPOSE "alerts' webhooks, HTTP and HTTPS (libcurl4-openssl-dev)")
+
 find_package(SQLite3 REQUIRED)
 set_package_properties(SQLite3 PROPERTIES TYPE REQUIRED
   PURPOSE "the job history (libsqlite3-dev)")

@@ -60,6 +60,9 @@ JobSpec trainerA() {
   s.allocatedGpus = 8;
   s.onStall = OnStall::kRestart;
   s.stallAfterS = 30;
+  s.alertRules = {"exposed_comm > 40% for 2m -> notify", "loss is nan -> notify,stop"};
+  s.notify = {"https://hooks.example.org/T0/B1?x=1", "http://127.0.0.1:8080/hook"};
+  s.budget = 40.5;
   return s;
 }
 
@@ -86,6 +89,9 @@ JobSpec commandJob() {
   s.minWorldSize = 2;
   s.onStall = OnStall::kStop;
   s.stallAfterS = 45;
+  s.alertRules = {"gpu_util < 5% for 30m -> stop"};
+  s.notify = {"https://hooks.example.org/own"};
+  s.budget = 12;
   s.worldSize = 2;
   s.ranks = {{0, "node-a", 0, 0u}, {1, "node-a", 1, 1u}};
   s.prices = {1, 0, 0, "USD"};

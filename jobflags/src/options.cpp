@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 
+#include "lockstep/alerts/rules.h"
 #include "lockstep/common/files.h"
 #include "lockstep/protocol/codec.h"
 #include "lockstep/protocol/names.h"
@@ -175,6 +176,11 @@ constexpr ProcessFlag kProcessFlags[] = {
      "a job's rank logs keep the trainer's own interval (`lockstepctl logs JOB`)"},
     {"--quiet", "", "no progress lines", spec::kOut,
      "a job's rank logs keep the trainer's progress lines (`lockstepctl logs JOB`)"},
+    {"--alert", "RULE",
+     "through agents: 'KPI OP VALUE [for DURATION] [-> ACTIONS]', e.g.\n'gpu_util < 30% for 10m -> notify' (repeatable; docs/alerts.md)",
+     spec::kComm, ""},
+    {"--notify", "URL", "through agents: POST each alert there as JSON (repeatable; with no\n--alert: the default rules)",
+     spec::kComm, ""},
     {"--help, --version", "", "", spec::kOut, ""},
 };
 
@@ -288,6 +294,30 @@ Result<void> walkFlags(const std::vector<std::string>& args, const std::map<std:
   return {};
 }
 
+Handler appendInto(std::vector<std::string>& list) {
+  return [&list](const std::string&, const std::string& v) -> Result<void> {
+    list.push_back(v);
+    return {};
+  };
+}
+
+// --alert and --notify, which both kinds of job take: the rules are checked here, before any rank
+// starts (the agent checks them again, and the URLs).
+void addAlertFlags(JobSpec& s, std::map<std::string, Handler>& valued) {
+  valued["--alert"] = appendInto(s.alertRules);
+  valued["--notify"] = appendInto(s.notify);
+}
+
+Result<void> checkAlertRules(const JobSpec& s) {
+  LOCKSTEP_TRY(alerts::parseRules(s.alertRules));
+  return {};
+}
+
+void writeAlertFlags(const JobSpec& spec, std::vector<std::string>& a) {
+  for (const auto& rule : spec.alertRules) a.insert(a.end(), {"--alert", rule});
+  for (const auto& url : spec.notify) a.insert(a.end(), {"--notify", url});
+}
+
 Handler textInto(std::string& field) {
   return [&field](const std::string&, const std::string& v) -> Result<void> {
     field = v;
@@ -377,6 +407,7 @@ Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
       {"--version", [&] { o.version = true; }},
   };
   addRowFlags(spec::Jobs::kTrainer, s, valued, switches);
+  addAlertFlags(s, valued);
   LOCKSTEP_TRY(walkFlags(args, valued, switches, o.given, usage, [](const std::string& flag) {
     return usage(flag.rfind("-", 0) == 0 ? "unknown option " + flag : "unexpected argument '" + flag + "'");
   }));
@@ -387,6 +418,7 @@ Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
     LOCKSTEP_TRY(settle(o, datasetText, balanceText));
   }
   LOCKSTEP_TRY(validateJobSpec(s));
+  LOCKSTEP_TRY(checkAlertRules(s));
   return o;
 }
 
@@ -413,7 +445,7 @@ std::string commandJobFlags() {
   spec::forEachField([&](const auto& f) {
     if (!f.flag.name.empty() && spec::takes(f.flag.jobs, spec::Jobs::kCommand)) out += " " + std::string(f.flag.name);
   });
-  return out.substr(out.empty() ? 0 : 1) + " --workdir --env";
+  return out.substr(out.empty() ? 0 : 1) + " --workdir --env --alert --notify";
 }
 
 Result<JobSpec> parseCommandJobArgs(const std::vector<std::string>& args, const std::vector<std::string>& command) {
@@ -429,6 +461,7 @@ Result<JobSpec> parseCommandJobArgs(const std::vector<std::string>& args, const 
   };
   std::map<std::string, Switch> switches;
   addRowFlags(spec::Jobs::kCommand, s, valued, switches);
+  addAlertFlags(s, valued);
   const Wording plain = [](const std::string& message) { return invalidArgument(message); };
   LOCKSTEP_TRY(walkFlags(args, valued, switches, given, plain, [](const std::string& flag) {
     return invalidArgument(flag + " is not a flag of a job that runs your own program; the program's own flags go "
@@ -439,6 +472,7 @@ Result<JobSpec> parseCommandJobArgs(const std::vector<std::string>& args, const 
     s.command->env.push_back(std::move(assignment));
   }
   LOCKSTEP_TRY(validateJobSpec(s));
+  LOCKSTEP_TRY(checkAlertRules(s));
   return s;
 }
 
@@ -490,6 +524,7 @@ std::vector<std::string> jobSpecToTrainerArgs(const JobSpec& spec, const std::st
     a.insert(a.end(), {"--dataset", "npy:" + npy.featuresPath + "," + npy.labelsPath});
   }
   if (spec.rebalanceEvery > 0) a.insert(a.end(), {"--balance", "dynamic"});
+  writeAlertFlags(spec, a);
   if (resumes(spec)) a.emplace_back("--resume");
   a.insert(a.end(), {"--metrics-out", metricsPath});
   return a;
@@ -509,6 +544,7 @@ std::vector<std::string> jobSpecToCommandJobArgs(const JobSpec& spec) {
   if (!spec.command) return a;
   if (!spec.command->workingDir.empty()) a.insert(a.end(), {"--workdir", spec.command->workingDir});
   for (const auto& [name, value] : spec.command->env) a.insert(a.end(), {"--env", name + "=" + value});
+  writeAlertFlags(spec, a);
   return a;
 }
 

@@ -125,6 +125,7 @@ RankKpis JobTracker::rankKpis(std::uint32_t id, const RankState& r, const Window
   rk.step = r.step;
   rk.epoch = r.epoch;
   if (std::isfinite(r.loss)) rk.loss = r.loss;
+  rk.lossIsNan = std::isnan(r.loss);
   rk.cpuPct = r.cpuPct;
   rk.rssBytes = r.rssBytes;
   double samples = 0, tokens = 0, st = 0, d = 0, c = 0, e = 0, timedSamples = 0, timedSt = 0;

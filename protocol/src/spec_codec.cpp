@@ -175,6 +175,8 @@ void toPb(const JobSpec& s, pb::JobSpec* m) {
     p->set_local_rank(rank.localRank);
     if (rank.gpuIndex) p->set_gpu_index(*rank.gpuIndex);
   }
+  for (const auto& rule : s.alertRules) m->add_alert_rules(rule);
+  for (const auto& url : s.notify) m->add_notify(url);
   for (const auto& a : s.agents) {
     auto* p = m->add_agents();
     p->set_node(a.node);
@@ -205,6 +207,8 @@ Result<JobSpec> fromPb(const pb::JobSpec& m) {
     s.ranks.push_back(std::move(rank));
   }
   for (const auto& a : m.agents()) s.agents.push_back(JobAgent{a.node(), a.address(), a.public_key()});
+  s.alertRules.assign(m.alert_rules().begin(), m.alert_rules().end());
+  s.notify.assign(m.notify().begin(), m.notify().end());
   LOCKSTEP_TRY(validateJobSpec(s));
   return s;
 }

@@ -333,6 +333,9 @@ std::string_view jobEventKindName(JobEventKind kind) {
     case JobEventKind::kStallEnded: return "stall_ended";
     case JobEventKind::kRankEvidence: return "rank_evidence";
     case JobEventKind::kNote: return "note";
+    case JobEventKind::kAlertFiring: return "alert_firing";
+    case JobEventKind::kAlertResolved: return "alert_resolved";
+    case JobEventKind::kAlertUndelivered: return "alert_undelivered";
   }
   return "unknown";
 }
@@ -377,6 +380,16 @@ Result<void> validateJobAgents(const JobSpec& spec) {
   return {};
 }
 
+// How many alert rules and webhooks, and how long each: their form is the alerts library's to
+// check (alerts/rules.h, alerts/webhook.h), which the agent and lockstepctl do before any rank starts.
+Result<void> validateAlerting(const JobSpec& spec) {
+  if (spec.alertRules.size() > kMaxAlertRules) return bad("a job takes at most " + std::to_string(kMaxAlertRules) + " --alert rules");
+  if (spec.notify.size() > kMaxWebhooks) return bad("a job takes at most " + std::to_string(kMaxWebhooks) + " --notify URLs");
+  for (const auto& rule : spec.alertRules) LOCKSTEP_TRY(checkRequired("alert rule", rule, kMaxAlertRuleBytes));
+  for (const auto& url : spec.notify) LOCKSTEP_TRY(checkRequired("--notify URL", url, kMaxWebhookUrlBytes));
+  return {};
+}
+
 }  // namespace
 
 Result<void> validateJobSpec(const JobSpec& spec) {
@@ -388,6 +401,7 @@ Result<void> validateJobSpec(const JobSpec& spec) {
   }
   LOCKSTEP_TRY(validatePlacements(spec));
   LOCKSTEP_TRY(validateJobAgents(spec));
+  LOCKSTEP_TRY(validateAlerting(spec));
   // Slurm's job ids: 42, or 42_7 for an array's task.
   if (spec.slurmJobId.size() > 32 || spec.slurmJobId.find_first_not_of("0123456789_") != std::string::npos) {
     return bad("slurm job id '" + spec.slurmJobId.substr(0, 32) + "' is not a Slurm job id (digits, or JOB_TASK)");
@@ -413,7 +427,7 @@ Result<void> validateNodeHello(const NodeHello& hello) {
 Result<void> validateJobEvent(const JobEvent& event) {
   LOCKSTEP_TRY(validateJobId(event.jobId));
   const int kind = static_cast<int>(event.kind);
-  if (kind < static_cast<int>(JobEventKind::kStarted) || kind > static_cast<int>(JobEventKind::kNote)) {
+  if (kind < static_cast<int>(JobEventKind::kStarted) || kind > static_cast<int>(JobEventKind::kAlertUndelivered)) {
     return bad("job event kind is missing or unknown (" + std::to_string(kind) + ")");
   }
   LOCKSTEP_TRY(checkText("job event message", event.message, kMaxTextLength));

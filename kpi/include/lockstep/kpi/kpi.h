@@ -106,6 +106,7 @@ struct RankKpis {
   Maybe algBandwidth;
   Maybe busBandwidth;
   Maybe loss;
+  bool lossIsNan = false;  // its newest loss was NaN (`loss` then stays unknown; alerts' `loss is nan`)
   Maybe cpuPct;
   Maybe rssBytes;
   std::vector<CollectiveKpis> collectives;

@@ -159,6 +159,8 @@ inline constexpr auto kFields = std::tuple{
                    {"--on-stall", Jobs::kBoth, "report|stop|restart", "through agents: what a stall does (no rank's progress moved for\n--stall-after-s): report it (default), fail the job with the diagnosis,\nor restart it from its last checkpoint (--max-restarts)", kComm}),
     row<std::uint32_t>("", "stall_after_s", LOCKSTEP_SPEC_MEMBER(std::uint32_t, stallAfterS), "stall after (s)", 0, 86400,
                          {"--stall-after-s", Jobs::kBoth, "N", "how long progress may stand still (default: the larger of 15 s and 5x\nthe rank's recent p99 step time; before the first step, 10x that)", kComm}),
+    row<std::optional<double>>("", "budget", LOCKSTEP_SPEC_MEMBER(std::optional<double>, budget), "budget", 0, 1e12,
+                                 {"--budget", Jobs::kBoth, "AMOUNT", "through agents: stop the job with a checkpoint once its cost reaches\nAMOUNT (in the currency of its prices; docs/alerts.md)", kComm}),
     row<std::uint32_t>("", "timeout_s", LOCKSTEP_SPEC_MEMBER(std::uint32_t, timeoutS), "timeout in seconds", 1, 86400,
                          {"--timeout-s", Jobs::kTrainer, "N", "limit for the rendezvous and every collective (default 60)", kComm}),
 
@@ -192,7 +194,8 @@ inline constexpr auto kFields = std::tuple{
 // (validate.cpp): the data set (a oneof of messages), the ranks' placements, the job's agents and a
 // command job's program (its argv, working directory and environment: --workdir, --env and what
 // follows `--`).
-inline constexpr std::string_view kStructured[] = {"dataset", "ranks", "agents", "command"};
+// The alert rules and webhooks (--alert, --notify: repeated flags) are lists of text.
+inline constexpr std::string_view kStructured[] = {"dataset", "ranks", "agents", "command", "alert_rules", "notify"};
 
 // The messages inside JobSpec whose scalar fields kFields lists.
 inline constexpr std::string_view kMessages[] = {"optimizer", "prices"};

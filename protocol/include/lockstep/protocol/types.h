@@ -161,6 +161,11 @@ struct JobSpec {
   // (0: the larger of 15 s and 5x its recent p99 step time).
   OnStall onStall = OnStall::kReport;
   std::uint32_t stallAfterS = 0;
+  // Alerts (docs/alerts.md): the rules as written (alerts/rules.h checks them), the webhooks they
+  // go to, and the cost at which the job stops with a checkpoint.
+  std::vector<std::string> alertRules;
+  std::vector<std::string> notify;
+  std::optional<double> budget;
   bool operator==(const JobSpec&) const = default;
 
   bool isCommand() const { return command.has_value(); }
@@ -184,6 +189,9 @@ enum class JobEventKind {
   kStallEnded = 9,    // progress moved again
   kRankEvidence = 10, // a stalled rank's state (message) and stacks (logTail)
   kNote = 11,         // what a rank says about its run (its bucket plan): message, rank
+  kAlertFiring = 12,      // an alert rule fired: message its text, logTail its JSON (alerts/alert.h)
+  kAlertResolved = 13,    // it resolved
+  kAlertUndelivered = 14, // a webhook did not take an alert: message (the URL redacted) and why
 };
 
 // "rank_exited", ...: the names reports and JSON use.

@@ -32,6 +32,11 @@ inline constexpr std::int64_t kMaxTimeUnixUs = 10'000'000'000'000'000;
 // A step report's collectives: at most one entry per kind, and at most kMaxCollectiveSpans one by
 // one; no list of a record holds more than kMaxRecordListItems (what the codec reads of one).
 inline constexpr std::size_t kMaxCollectiveSpans = 64;
+// A job's alert rules and webhooks (docs/alerts.md).
+inline constexpr std::size_t kMaxAlertRules = 64;
+inline constexpr std::size_t kMaxAlertRuleBytes = 512;
+inline constexpr std::size_t kMaxWebhooks = 16;
+inline constexpr std::size_t kMaxWebhookUrlBytes = 2048;
 inline constexpr std::size_t kMaxRecordListItems = 64;
 Result<void> validateStepReport(const StepReport& report);
 // A phase's name: 1 to kMaxPhaseNameBytes bytes of UTF-8, no control characters.
