@@ -153,6 +153,7 @@ int cmdNodes(const Globals& g, const std::vector<std::string>& args);  // ctl_jo
 int cmdStatus(const Globals& g, const std::vector<std::string>& args);
 int cmdStop(const Globals& g, const std::vector<std::string>& args);
 int cmdStacks(const Globals& g, const std::vector<std::string>& args);
+int cmdAlerts(const Globals& g, const std::vector<std::string>& args);  // ctl_alerts.cpp
 int cmdLogs(const Globals& g, const std::vector<std::string>& args);
 int cmdStart(const Globals& g, const std::vector<std::string>& args);
 int cmdWatch(const Globals& g, const std::vector<std::string>& args);

@@ -37,6 +37,10 @@ Commands:
                                --job-id --name --backend cpu|cuda --target-loss --max-restarts
                                --min-ranks --timeout-s --on-stall --stall-after-s
                                (docs/own-program.md)
+                               ALERTS, either kind of job: --alert 'RULE' (repeatable), e.g.
+                               'exposed_comm > 40% for 2m -> notify'; --notify URL (repeatable;
+                               alone: the default rules failed, stalled, restarted, finished);
+                               --budget AMOUNT stops the job with a checkpoint (docs/alerts.md)
                                PRICES, for the job's cost: --price-gpu-hour X --price-core-hour X
                                --price-kwh X --currency USD
                                --wait follows the job to its end. With --max-restarts N, rank 0's
@@ -49,6 +53,9 @@ Commands:
   stacks JOB [--rank R]        what the job's ranks are doing now: where each is (its progress),
                                its process state, threads, Python stacks or a native backtrace
                                (gdb), and the end of its log (docs/stalls.md)
+  alerts [JOB]                 the alerts the agents raised: each rule's firing and resolution,
+                               its value, the ranks and nodes it is about, and webhooks that did
+                               not take one (docs/alerts.md)
 
 History (start --wait and watch record every job they see; the app records too):
   history [--search TEXT] [--state STATE] [--since YYYY-MM-DD] [--limit N]
@@ -124,7 +131,7 @@ using Command = int (*)(const Globals&, const std::vector<std::string>&);
 const std::vector<std::pair<std::string, Command>> kCommands = {
     {"keygen", cmdKeygen}, {"trust", cmdTrust},     {"nodes", cmdNodes},     {"start", cmdStart},
     {"stop", cmdStop},     {"status", cmdStatus},   {"watch", cmdWatch},     {"logs", cmdLogs},
-    {"stacks", cmdStacks},
+    {"stacks", cmdStacks}, {"alerts", cmdAlerts},
     {"history", cmdHistory}, {"report", cmdReport}, {"trace", cmdTrace}, {"compare", cmdCompare},
 };
 

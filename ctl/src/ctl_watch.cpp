@@ -16,6 +16,7 @@
 
 #include "ctl.h"
 #include "ctl_flags.h"
+#include "lockstep/alerts/alert.h"
 #include "lockstep/common/clock.h"
 #include "lockstep/kpi/kpi.h"
 #include "lockstep/kpi/stream.h"
@@ -44,6 +45,10 @@ class WatchState : public RecordSink {
   void onEvent(const std::string& node, const JobEvent& e) override {
     tracker_.onEvent(node, e);
     events_.push_back(timeText(e.timeUnixUs) + " " + node + ": " + e.message);
+    if (auto alert = alerts::alertOf(e)) {
+      if (alert->state == alerts::State::kFiring) firing_[alert->rule] = std::move(*alert);
+      else firing_.erase(alert->rule);
+    }
   }
   void onStep(const std::string& node, const StepReport& r) override { tracker_.onStep(node, r); }
   void onProcess(const std::string& node, const ProcessSample& p) override { tracker_.onProcess(node, p); }
@@ -51,11 +56,14 @@ class WatchState : public RecordSink {
 
   const kpi::JobTracker& tracker() const { return tracker_; }
   const std::vector<std::string>& events() const { return events_; }
+  // The job's alerts firing now, by rule (docs/alerts.md).
+  const std::map<std::string, alerts::Alert>& firing() const { return firing_; }
   const kpi::StreamReader& reader() const { return reader_; }
 
  private:
   kpi::JobTracker tracker_;
   std::vector<std::string> events_;
+  std::map<std::string, alerts::Alert> firing_;
   kpi::StreamReader reader_;
 };
 
@@ -188,6 +196,9 @@ Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool 
                    {"slowest_rank", k.slowestRank ? Json(*k.slowestRank) : Json(nullptr)},
                    {"ranks", ranks},
                    {"nodes", nodes}};
+  Json firing = Json::array();
+  for (const auto& [rule, alert] : w.firing()) firing.push_back(Json::parse(alerts::alertJson(alert)));
+  snapshot["alerts"] = firing;
   if (stall) snapshot["stall"] = Json{{"since_unix_us", stall->sinceUnixUs}, {"message", stall->message}, {"ranks", stall->ranks}};
   if (json) {
     std::printf("%s\n", snapshot.dump().c_str());
@@ -199,6 +210,7 @@ Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool 
                 present::percent(k.scalingEfficiency, 0).c_str(), present::figure(k.loadImbalance, 2, "×").c_str(),
                 table.c_str());
     if (stall) std::printf("%s\n", stallText(*stall).c_str());
+    for (const auto& [rule, alert] : w.firing()) std::printf("ALERT %s\n", alert.text.c_str());
     std::printf("%s", nodeLines.c_str());
     const auto& events = w.events();
     const std::size_t shown = std::min<std::size_t>(events.size(), 5);

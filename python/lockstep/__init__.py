@@ -28,14 +28,18 @@ announced, so that it is judged against its own history rather than the step's::
     with lockstep.phase("checkpoint"):         # also a decorator: @lockstep.phase("eval")
         torch.save(state, path)
 
+An alert rule that stops the job with a checkpoint (docs/alerts.md) asks the program first:
+``lockstep.should_stop()`` turns true, and the program writes its checkpoint and leaves.
+
 Threading: call ``step`` from the training loop's thread.
 """
 
 from lockstep import _progress
 from lockstep._report import active, close, dropped
 from lockstep._api import phase, step, watch
+from lockstep._stop import should_stop
 
 _progress.install()  # the record and the stacks, when the agent asked for them; else nothing
 
-__all__ = ["watch", "step", "phase", "active", "dropped", "close"]
+__all__ = ["watch", "step", "phase", "should_stop", "active", "dropped", "close"]
 __version__ = "0.1.0"

@@ -11,6 +11,10 @@ Lockstep). It learns a fixed linear rule on random data, so its loss falls.
   --hang-rank R --hang-at S   rank R blocks forever in stuck_in_my_loader() at step S (0% CPU)
   --phase-every K --phase-s X every K steps each rank spends X s in an announced "checkpoint"
                       phase (with --instrument: lockstep.phase)
+  --slow-data-rank R --slow-data-ms N   rank R waits N ms longer for each batch (a slow data pipeline)
+  --nan-at S          from step S on, the loss each rank reports is NaN
+  --stop-file FILE    with --instrument: the ranks agree each step on lockstep.should_stop(); once
+                      asked, each writes FILE.RANK ("stopped at step S") and leaves the loop
   --eval-every K      every K steps, between the optimizer's step and lockstep.step, an "eval" phase:
                       a forward without autograd and X/2 s more
 """
@@ -41,6 +45,10 @@ p.add_argument("--hang-at", type=int, default=0)
 p.add_argument("--phase-every", type=int, default=0)
 p.add_argument("--phase-s", type=float, default=0)
 p.add_argument("--eval-every", type=int, default=0)
+p.add_argument("--slow-data-rank", type=int, default=-1)
+p.add_argument("--slow-data-ms", type=float, default=0)
+p.add_argument("--nan-at", type=int, default=0)
+p.add_argument("--stop-file", default="")
 args = p.parse_args()
 
 names = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
@@ -93,6 +101,8 @@ for step, (x, y) in enumerate(loader, start=1):
         raise RuntimeError("rank %d gave up at step %d on purpose" % (rank, step))
     if rank == args.hang_rank and step == args.hang_at:
         stuck_in_my_loader()
+    if rank == args.slow_data_rank:
+        time.sleep(args.slow_data_ms / 1000)
     loss = torch.nn.functional.cross_entropy(model(x), y)
     if rank == args.slow_rank:
         time.sleep(args.slow_ms / 1000)
@@ -106,8 +116,16 @@ for step, (x, y) in enumerate(loader, start=1):
             time.sleep(args.phase_s / 2)
     if args.instrument:
         began = time.perf_counter()
-        lockstep.step(samples=len(x), loss=loss, tokens=len(x) * 32)
+        reported = float("nan") if args.nan_at and step >= args.nan_at else loss
+        lockstep.step(samples=len(x), loss=reported, tokens=len(x) * 32)
         slowest = max(slowest, time.perf_counter() - began)
+    if args.stop_file:
+        asked = torch.tensor([1 if lockstep.should_stop() else 0])
+        dist.all_reduce(asked, op=dist.ReduceOp.MAX)
+        if asked.item():
+            with open(args.stop_file + ".%d" % rank, "w") as f:
+                f.write("stopped at step %d\n" % step)
+            break
     if step % 10 == 0:
         print("step %d loss %.4f" % (step, loss.item()), flush=True)
     if args.phase_every and step % args.phase_every == 0:

@@ -32,7 +32,8 @@ Result<Caller> AccessPolicy::callerOf(const std::string& key, const Request& req
   }
   // Not an authorized key: a job's supervising agent (supervisor_keys.h) may do what it needs, no more.
   const auto jobs = jobs_.list();
-  if (jobsSupervisedBy(key, jobs).empty()) return revokedError();
+  caller.supervised = jobsSupervisedBy(key, jobs);
+  if (caller.supervised.empty()) return revokedError();
   LOCKSTEP_TRY(supervisorMay(request, key, jobs, node_));
   caller.describe = "the supervising agent's key " + fingerprint(key);
   return caller;

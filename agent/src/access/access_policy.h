@@ -19,15 +19,28 @@
 
 namespace lockstep::agent {
 
+// What of the node's stream a client sees; an unset part limits nothing.
+struct StreamScope {
+  std::optional<std::string> owner;              // the node's own records and this user's jobs'
+  std::optional<std::vector<std::string>> jobs;  // these jobs' records alone (a supervising agent)
+};
+
 // Who sent a request: a user's key, with the user its jobs run as, or a supervising agent's key.
 struct Caller {
   bool user = false;
   bool admin = false;
   Identity runAs;
   std::string describe;  // for the audit log: the key's comment, fingerprint and user
+  // A supervising agent's key: the jobs it supervises here, the only ones whose stream it reads.
+  std::vector<std::string> supervised;
   // The user whose jobs it sees; unset: every job (an admin's key, a supervising agent's).
   std::optional<std::string> onlyOwner() const {
     return user && !admin ? std::optional<std::string>(runAs.user) : std::nullopt;
+  }
+  // What of the node's stream it sees (stream/fetches.h).
+  StreamScope streamScope() const {
+    if (!user) return StreamScope{std::nullopt, supervised};
+    return StreamScope{onlyOwner(), std::nullopt};
   }
 };
 

@@ -40,6 +40,8 @@ void Starts::onStartJob(const std::string& client, const std::string& key, const
     return refuse(invalidArgument("job " + spec.jobId + " names " + node +
                                   "'s agent with a key that is not this agent's: pin this agent's key again"));
   }
+  // Its alert rules and webhooks, on the agent that will evaluate them, before any rank starts.
+  if (auto rules = supervisions_.checkAlerts(spec); mine && !rules) return refuse(rules.error());
   if (pendingOwner(spec.jobId)) {
     return refuse(Error{ErrorCode::kAlreadyExists,
                         "job " + spec.jobId + " is already being started on " + node + ": pick another job id"});

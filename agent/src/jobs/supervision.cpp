@@ -1,11 +1,14 @@
 #include "jobs/supervision.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <optional>
 #include <set>
 #include <vector>
 
+#include "alerts/alert_desk.h"
+#include "alerts/job_alerts.h"
 #include "base/log.h"
 #include "lockstep/client/agent_client.h"
 #include "lockstep/client/elastic.h"
@@ -24,6 +27,8 @@ constexpr auto kLaunchTimeout = std::chrono::seconds(15);
 constexpr auto kPartsAppear = std::chrono::seconds(30);
 constexpr auto kPollEvery = std::chrono::milliseconds(300);
 constexpr int kMissesToLose = 3;
+// An alert's checkpoint,stop: how long the ranks have to write it before they are killed.
+constexpr std::uint32_t kCheckpointGraceMs = 60'000;
 
 const JobAgent* agentOf(const JobSpec& spec, const std::string& node) {
   for (const auto& a : spec.agents) {
@@ -36,8 +41,14 @@ const JobAgent* agentOf(const JobSpec& spec, const std::string& node) {
 
 class Supervisions::Worker {
  public:
-  Worker(JobSpec spec, bool standby, std::string self, const CurveKeyPair& keys, Log& log)
-      : first_(std::move(spec)), standby_(standby), self_(std::move(self)), keys_(keys), log_(log), thread_([this] { run(); }) {}
+  Worker(JobSpec spec, bool standby, std::string self, const CurveKeyPair& keys, AlertDesk& alerts, Log& log)
+      : first_(std::move(spec)),
+        standby_(standby),
+        self_(std::move(self)),
+        keys_(keys),
+        desk_(alerts),
+        log_(log),
+        thread_([this] { run(); }) {}
   ~Worker() {
     requestStop();
     thread_.join();
@@ -64,7 +75,9 @@ class Supervisions::Worker {
   std::vector<EndedPart> observe(const JobSpec& attempt, Clock::time_point since);
   EndedPart observeOn(const std::string& node, const JobSpec& attempt, bool mayBeStarting);
   Result<JobSpec> restart(const JobSpec& ended, const RestartPlan& plan);
-  void stopParts(const JobSpec& attempt);
+  void stopParts(const JobSpec& attempt, std::uint32_t graceMs = 0);
+  JobAlerts makeAlerts(const JobSpec& spec);
+  void pollAlerts(JobAlerts& alerts, const JobSpec& attempt);
   bool lostRank(std::uint32_t rank) const;
   AgentClient* client(const std::string& node);
   void publish(SupervisionState state, const Supervisor& supervisor, JobState outcome = JobState::kRunning,
@@ -81,7 +94,9 @@ class Supervisions::Worker {
   const bool standby_;  // the job's second agent: it takes over if the first stops answering
   const std::string self_;  // this agent's node
   const CurveKeyPair keys_;
+  AlertDesk& desk_;
   Log& log_;
+  bool stoppedByAlert_ = false;
   std::map<std::string, std::unique_ptr<AgentClient>> clients_;  // by node
   std::set<std::string> seen_;        // nodes whose part of this attempt was seen
   std::set<std::string> lost_;        // nodes lost in this attempt (they stay lost until the next)
@@ -159,10 +174,12 @@ std::optional<JobStatus> Supervisions::Worker::statusOn(const std::string& node)
 
 void Supervisions::Worker::follow(Supervisor& supervisor) {
   auto since = Clock::now();
+  JobAlerts alerts = makeAlerts(supervisor.spec());
   publish(SupervisionState::kFollowing, supervisor);
   while (pause(kPollEvery)) {
     lastParts_ = observe(supervisor.spec(), since);
     if (stopping()) break;  // what the agent's own answers said while it stopped is not acted on
+    pollAlerts(alerts, supervisor.spec());
     auto action = supervisor.observe(lastParts_, Clock::now());
     using Kind = Supervisor::Action::Kind;
     if (action.kind == Kind::kStop) {
@@ -178,6 +195,7 @@ void Supervisions::Worker::follow(Supervisor& supervisor) {
         say(action.message + "; restart " + std::to_string(placed->attempt) + " of " +
             std::to_string(placed->maxRestarts) + " with " + std::to_string(placed->worldSize) + " rank(s)");
         supervisor.restarted(*placed);
+        alerts.restarted(action.message);
         since = Clock::now();
         seen_.clear();
         lost_.clear();
@@ -191,6 +209,8 @@ void Supervisions::Worker::follow(Supervisor& supervisor) {
       say("supervision ended: " + std::string(jobStateName(action.state)) +
           (action.message.empty() ? "" : " (" + action.message + ")"));
       publish(SupervisionState::kEnded, supervisor, action.state, action.message);
+      alerts.ended(action.state, action.message);
+      pollAlerts(alerts, supervisor.spec());
       break;
     }
   }
@@ -260,14 +280,38 @@ AgentClient* Supervisions::Worker::client(const std::string& node) {
   return clients_.emplace(node, std::move(*connected)).first->second.get();
 }
 
-void Supervisions::Worker::stopParts(const JobSpec& attempt) {
+// The job's rules as this agent runs them; ones it can no longer run (its own defaults changed
+// since the job was checked) are said and left out.
+JobAlerts Supervisions::Worker::makeAlerts(const JobSpec& spec) {
+  auto rules = desk_.rulesFor(spec);
+  if (!rules) say("its alert rules are not evaluated: " + rules.error().message);
+  return JobAlerts(spec, rules ? std::move(*rules) : std::vector<alerts::Rule>{}, self_, desk_);
+}
+
+// Evaluates the job's rules, and carries out what the ones that fired ask: stop, with time for a
+// checkpoint first where they ask for one.
+void Supervisions::Worker::pollAlerts(JobAlerts& alerts, const JobSpec& attempt) {
+  std::set<std::string> nodes;
+  for (const auto& r : attempt.ranks) nodes.insert(r.node);
+  const auto fired = alerts.poll(nodes, [this](const std::string& node) { return client(node); });
+  for (const auto& alert : fired) {
+    const auto& actions = alert.actions;
+    if (stoppedByAlert_ || std::find(actions.begin(), actions.end(), alerts::Action::kStop) == actions.end()) continue;
+    const bool checkpoint = std::find(actions.begin(), actions.end(), alerts::Action::kCheckpoint) != actions.end();
+    say("alert rule '" + alert.rule + "' fired: stopping the job" + (checkpoint ? " after a checkpoint" : ""));
+    stoppedByAlert_ = true;
+    stopParts(attempt, checkpoint ? kCheckpointGraceMs : 0);
+  }
+}
+
+void Supervisions::Worker::stopParts(const JobSpec& attempt, std::uint32_t graceMs) {
   std::set<std::string> nodes;
   for (const auto& r : attempt.ranks) nodes.insert(r.node);
   for (const auto& node : nodes) {
     if (stopping()) return;
     // A lost node too: if it answers again, what it still runs of the job must not run on.
     if (AgentClient* c = client(node)) {
-      if (auto stopped = c->stopJob(first_.jobId, 0, kCallTimeout); !stopped) {
+      if (auto stopped = c->stopJob(first_.jobId, graceMs, kCallTimeout); !stopped) {
         say("could not stop its part on " + node + ": " + stopped.error().message);
       }
     }
@@ -326,8 +370,13 @@ bool Supervisions::Worker::pause(Clock::duration d) {
   return !wake_.wait_for(lock, d, [this] { return stop_; });
 }
 
-Supervisions::Supervisions(std::string node, CurveKeyPair nodeKeys, Log& log)
-    : node_(std::move(node)), keys_(std::move(nodeKeys)), log_(log) {}
+Supervisions::Supervisions(std::string node, CurveKeyPair nodeKeys, AlertDesk& alerts, Log& log)
+    : node_(std::move(node)), keys_(std::move(nodeKeys)), alerts_(alerts), log_(log) {}
+
+Result<void> Supervisions::checkAlerts(const JobSpec& spec) const {
+  LOCKSTEP_TRY(alerts_.rulesFor(spec));
+  return {};
+}
 
 SupervisingRole Supervisions::roleIn(const JobSpec& spec) const {
   return supervisingRole(spec, [&](const JobAgent& a) { return a.node == node_; });
@@ -345,7 +394,7 @@ void Supervisions::supervise(const JobSpec& spec) {
   std::lock_guard lock(mutex_);
   const SupervisingRole role = roleIn(spec);
   if (workers_.count(spec.jobId) || !role) return;
-  workers_.emplace(spec.jobId, std::make_unique<Worker>(spec, role.standby, node_, keys_, log_));
+  workers_.emplace(spec.jobId, std::make_unique<Worker>(spec, role.standby, node_, keys_, alerts_, log_));
 }
 
 Supervision Supervisions::of(const std::string& jobId) const {

@@ -23,19 +23,23 @@
 
 namespace lockstep::agent {
 
+class AlertDesk;
 class Log;
 
 
 class Supervisions {
  public:
   // `node`: this agent's node name; a job whose second agent it is gets a standby.
-  Supervisions(std::string node, CurveKeyPair nodeKeys, Log& log);
+  // `alerts`: where the jobs' alerts go (it outlives this).
+  Supervisions(std::string node, CurveKeyPair nodeKeys, AlertDesk& alerts, Log& log);
   ~Supervisions();  // stops and joins every thread (the jobs go on; a restarted agent resumes them)
   Supervisions(const Supervisions&) = delete;
   Supervisions& operator=(const Supervisions&) = delete;
 
   // Whether this agent supervises the job (its first agent) or stands by (its second).
   bool supervises(const JobSpec& spec) const;
+  // Whether the job's alert rules and webhooks can run here (alerts/alert_desk.h).
+  Result<void> checkAlerts(const JobSpec& spec) const;
   // Begins supervising (or standing by for) the job of `spec` unless it already does.
   void supervise(const JobSpec& spec);
   // The job's supervision as it stands; kNone when this agent does not supervise it.
@@ -48,6 +52,7 @@ class Supervisions {
 
   std::string node_;
   CurveKeyPair keys_;
+  AlertDesk& alerts_;
   Log& log_;
   mutable std::mutex mutex_;
   std::map<std::string, std::unique_ptr<Worker>> workers_;  // by job id, kept once ended

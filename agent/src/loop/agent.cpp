@@ -15,6 +15,7 @@
 #include <zmq.hpp>
 
 #include "access/access_policy.h"
+#include "alerts/alert_desk.h"
 #include "base/host.h"
 #include "jobs/job_cgroup.h"
 #include "jobs/jobs.h"
@@ -70,6 +71,7 @@ class Agent::Impl {
   Result<void> checkStateDir() const;
   Result<JobManagerOptions> jobOptions(const std::string& reportEndpoint) const;
   Result<void> startJobs(const std::string& reportEndpoint);
+  Result<AlertDefaults> alertDefaults() const;
   Result<void> listen(const std::string& reportEndpoint);
   void makeComponents();
   bool serving(const std::atomic<int>& stop);
@@ -99,6 +101,7 @@ class Agent::Impl {
   std::unique_ptr<NodeSensors> sensors_;
   std::unique_ptr<Starts> starts_;
   std::unique_ptr<Fetches> fetches_;
+  std::unique_ptr<AlertDesk> alerts_;  // before the supervisions, which publish to it
   std::unique_ptr<Lifecycle> lifecycle_;
   std::unique_ptr<Requests> requests_;
   std::unique_ptr<Supervisions> supervisions_;  // last: its threads end before the rest goes
@@ -185,11 +188,31 @@ Result<void> Agent::Impl::startJobs(const std::string& reportEndpoint) {
     stream_->append(std::move(e));
   });
   if (auto restored = jobs_->restore(); !restored) return restored.error();
-  supervisions_ = std::make_unique<Supervisions>(config_.name, keys_, log_);
+  LOCKSTEP_ASSIGN_OR_RETURN(AlertDefaults defaults, alertDefaults());
+  alerts::Webhooks::Options webhooks;
+  webhooks.timeout = milliseconds(config_.webhookTimeoutMs);
+  webhooks.maxAttempts = static_cast<int>(config_.webhookAttempts);
+  alerts_ = std::make_unique<AlertDesk>(std::move(defaults), log_, webhooks);
+  supervisions_ = std::make_unique<Supervisions>(config_.name, keys_, *alerts_, log_);
   for (const auto& job : jobs_->list()) {
     if (!jobStateEnded(job.state)) supervisions_->supervise(job.spec);
   }
   return {};
+}
+
+// Every job's rules and webhooks from the configuration, checked before the agent serves.
+Result<AlertDefaults> Agent::Impl::alertDefaults() const {
+  AlertDefaults defaults;
+  if (!config_.alertRules.empty()) {
+    LOCKSTEP_ASSIGN_OR_RETURN(defaults.rules, readAlertRulesFile(config_.alertRules));
+    log_.info("every job's alert rules: " + std::to_string(defaults.rules.size()) + " from " + config_.alertRules);
+  }
+  for (const auto& url : config_.notify) {
+    if (auto ok = alerts::checkWebhookUrl(url); !ok) return ok.error().withContext("notify");
+    log_.info("every job's alerts also go to " + alerts::redactUrl(url));
+  }
+  defaults.notify = config_.notify;
+  return defaults;
 }
 
 // The client socket, then the ranks' report socket.
@@ -284,6 +307,7 @@ void Agent::Impl::serve(const std::vector<zmq::pollitem_t>& items) {
     trackRanks();
   }
   if (ready(kEvidence)) stalls_->onEvidence();
+  for (auto& event : alerts_->takeEvents()) stream_->append(std::move(event));
   const auto ranksBefore = jobs_->runningRanks().size();
   jobs_->poll();
   if (jobs_->runningRanks().size() != ranksBefore) trackRanks();

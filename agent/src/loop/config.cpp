@@ -72,6 +72,14 @@ Result<void> set(AgentConfig& c, const std::string& key, const std::string& valu
   } else if (key == "job-private-tmp") {
     if (value != "yes" && value != "no") return usage("--job-private-tmp: '" + value + "' must be yes or no");
     c.jobPrivateTmp = value == "yes";
+  } else if (key == "alert-rules") {
+    c.alertRules = value;
+  } else if (key == "notify") {
+    c.notify.push_back(value);  // repeatable in the file
+  } else if (key == "webhook-timeout-ms") {
+    LOCKSTEP_ASSIGN_OR_RETURN(c.webhookTimeoutMs, number("--webhook-timeout-ms", value, 100, 60000));
+  } else if (key == "webhook-attempts") {
+    LOCKSTEP_ASSIGN_OR_RETURN(c.webhookAttempts, number("--webhook-attempts", value, 1, 20));
   } else if (key == "command-jobs") {
     if (value != "yes" && value != "no") return usage("--command-jobs: '" + value + "' must be yes or no");
     c.commandJobs = value == "yes";
@@ -171,6 +179,7 @@ Result<AgentConfig> parseAgentArgs(const std::vector<std::string>& args) {
     if (c.metricsListen.empty()) return usage("--metrics-targets names where --metrics-listen serves: give --metrics-listen too");
     c.metricsTargets = fs::absolute(c.metricsTargets, ec).lexically_normal().string();
   }
+  if (!c.alertRules.empty()) c.alertRules = fs::absolute(c.alertRules, ec).lexically_normal().string();
   if (!c.authorizedKeys.empty()) c.authorizedKeys = fs::absolute(c.authorizedKeys, ec).lexically_normal().string();
   return c;
 }
@@ -213,6 +222,11 @@ connect only when its public key is in its authorized keys file (one key and a c
                              on SIGTERM it stops its jobs with Slurm's reason, and exits once they end
   --exit-when-idle-s N       exit after N seconds with no job running, at least 300 before
                              the first (default 0: never)
+  --alert-rules FILE         alert rules every job runs under, one per line (docs/alerts.md)
+  --notify URL               where every job's alerts are POSTed as JSON (in the config file:
+                             one `notify = URL` line each)
+  --webhook-timeout-ms N     how long one POST to a webhook may take (default 5000)
+  --webhook-attempts N       tries per alert and webhook, with backoff from 0.5 s (default 5)
   --config FILE              settings as `key = value` lines (default STATE/agent.conf if present)
   --print-key                print this agent's public key (creating its key pair) and exit
   --help, --version

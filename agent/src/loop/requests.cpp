@@ -79,7 +79,7 @@ void Requests::stop(const Call& call, StopJobRequest& body) {
 }
 
 void Requests::fetch(const Call& call, FetchRequest& body) {
-  parts_.fetches.onFetch(call.client, call.key, call.caller.onlyOwner(), call.id, body);
+  parts_.fetches.onFetch(call.client, call.key, call.caller.streamScope(), call.id, body);
 }
 
 // With the supervision of the jobs this agent supervises, and each running job's progress.

@@ -17,6 +17,7 @@
 #include <optional>
 #include <set>
 
+#include "lockstep/alerts/alert.h"
 #include "lockstep/protocol/collectives.h"
 #include "lockstep/protocol/names.h"
 
@@ -42,7 +43,7 @@ enum Family : std::size_t {
   kRankSteps, kRankStepRate, kRankSamples, kRankStepTime, kRankDataTime, kRankComputeTime, kRankExposedTime,
   kRankOverhead, kRankBusBandwidth, kRankLoss,
   kCollectiveTime, kCollectiveExposed, kCollectiveBytes, kCollectiveCount,
-  kJobState, kJobWorldSize, kJobStalled, kRankStill, kJobSamples, kJobGpuSeconds, kJobCpuSeconds, kJobCost,
+  kJobState, kJobWorldSize, kJobStalled, kAlertFiring, kRankStill, kJobSamples, kJobGpuSeconds, kJobCpuSeconds, kJobCost,
   kNetReceiveBytes, kNetTransmitBytes, kNetReceivePackets, kNetTransmitPackets, kNetReceiveErrors, kNetTransmitErrors,
   kNetReceiveDrops, kNetTransmitDrops, kNetSpeed,
   kFamilies,
@@ -75,6 +76,7 @@ constexpr std::array<FamilyDef, kFamilies> kDefs = {{
     {"lockstep_job_state", "gauge", "", "1 for the state this node's part of the job is in"},
     {"lockstep_job_world_size", "gauge", "", "Ranks in the job"},
     {"lockstep_job_stalled", "gauge", "", "1 while this node sees the job stalled (docs/stalls.md), else 0"},
+    {"lockstep_alert_firing", "gauge", "", "1 while the job's alert rule fires on its supervising agent (docs/alerts.md), else 0"},
     {"lockstep_rank_progress_age_seconds", "gauge", "seconds", "Since the rank's progress record last moved"},
     {"lockstep_job_samples_per_second", "gauge", "", "This node's ranks' samples per second"},
     {"lockstep_job_gpu_seconds", "counter", "seconds", "GPU time this node's part of the job has held"},
@@ -237,6 +239,14 @@ JobSpec nodePart(JobSpec spec, const std::string& node) {
 
 }  // namespace
 
+void JobFigures::onEvent(const std::string& node, const JobEvent& e) {
+  tracker_.onEvent(node, e);
+  if (e.jobId != tracker_.spec().jobId) return;
+  if (auto alert = alerts::alertOf(e); alert && !alerts::isInstant(alert->kpi)) {
+    alerts_[alert->rule] = alert->state == alerts::State::kFiring;
+  }
+}
+
 void JobFigures::onStep(const std::string& node, const StepReport& report) {
   tracker_.onStep(node, report);
   if (report.jobId != tracker_.spec().jobId) return;
@@ -294,6 +304,9 @@ std::string MetricsPage::render(std::int64_t nowUnixUs, const std::vector<JobSta
     const kpi::JobKpis k = it->second.tracker().snapshot(at);
     for (const auto& rank : k.ranks) writeRank(w, job.spec.jobId, rank, !jobStateEnded(job.state));
     writeCollectives(w, node_, job.spec.jobId, it->second.counts());
+    for (const auto& [rule, firing] : it->second.alerts()) {
+      w.add(kAlertFiring, {{"node", node_}, {"job_id", job.spec.jobId}, {"rule", rule}}, firing ? 1.0 : 0.0);
+    }
     writeJob(w, node_, job, &k);
   }
   return w.page();

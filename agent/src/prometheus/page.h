@@ -33,17 +33,20 @@ class JobFigures : public RecordSink {
   using Counts = std::map<std::pair<std::uint32_t, CollectiveKind>, CollectiveTimes>;  // (rank, kind): summed
 
   explicit JobFigures(JobSpec spec) : tracker_(std::move(spec)) {}
-  void onEvent(const std::string& node, const JobEvent& e) override { tracker_.onEvent(node, e); }
+  void onEvent(const std::string& node, const JobEvent& e) override;
   void onStep(const std::string& node, const StepReport& report) override;
   void onProcess(const std::string& node, const ProcessSample& p) override { tracker_.onProcess(node, p); }
   void onGpu(const std::string& node, const GpuSample& g) override { tracker_.onGpu(node, g); }
 
   const kpi::JobTracker& tracker() const { return tracker_; }
   const Counts& counts() const { return counts_; }
+  // Each alert rule seen, and whether it fires now (docs/alerts.md).
+  const std::map<std::string, bool>& alerts() const { return alerts_; }
 
  private:
   kpi::JobTracker tracker_;
   Counts counts_;
+  std::map<std::string, bool> alerts_;
 };
 
 class MetricsPage {

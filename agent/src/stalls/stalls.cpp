@@ -101,7 +101,9 @@ void Stalls::stallEnded(const StallWatch::Change& change) {
 }
 
 void Stalls::stallBegan(StallWatch::Change change) {
-  stream_.append(jobEvent(change.jobId, JobEventKind::kStalled, "stalled: " + change.stall.message));
+  JobEvent stalled = jobEvent(change.jobId, JobEventKind::kStalled, "stalled: " + change.stall.message);
+  if (!change.stall.ranks.empty()) stalled.rank = change.stall.ranks.front();  // the first rank behind
+  stream_.append(std::move(stalled));
   log_.info("job " + change.jobId + " stalled: " + firstLine(change.stall.message));
   const std::uint64_t taking = nextEvidenceId_++;
   auto targets = evidenceTargets(jobs_.watched(change.jobId), std::nullopt);

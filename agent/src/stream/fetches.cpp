@@ -18,14 +18,14 @@ Fetches::Fetches(const NodeStream& stream, const JobManager& jobs, std::uint64_t
     : stream_(stream), jobs_(jobs), instanceId_(instanceId), node_(std::move(node)), replies_(replies) {}
 
 // Messages of jobs the client may not see do not answer it.
-void Fetches::onFetch(const std::string& client, const std::string& key, const std::optional<std::string>& onlyOwner,
-                      std::uint64_t id, const FetchRequest& body) {
+void Fetches::onFetch(const std::string& client, const std::string& key, const StreamScope& scope, std::uint64_t id,
+                      const FetchRequest& body) {
   fetchedUpTo_ = std::max(fetchedUpTo_, body.afterSeq);
   const std::size_t max =
       std::min<std::size_t>(body.maxMessages > 0 ? body.maxMessages : kFetchDefaultMessages, kFetchMaxMessages);
   std::uint64_t after = body.afterSeq;
   if (stream_.buffer().hasAfter(after) || body.waitMs == 0) {
-    FetchReply now = fetchFor(onlyOwner, after, max);
+    FetchReply now = fetchFor(scope, after, max);
     if (!now.messages.empty() || body.waitMs == 0) return replies_.reply(client, Reply{id, std::move(now)});
     after = std::max(after, now.lastSeq);  // nothing up to there is this client's
   }
@@ -40,7 +40,7 @@ void Fetches::onFetch(const std::string& client, const std::string& key, const s
                                                  "): wait for their answers before asking again"});
   }
   waiting_.push_back(Waiting{client, key, id, after, max,
-                             Clock::now() + milliseconds(std::min(body.waitMs, kFetchMaxWaitMs)), onlyOwner});
+                             Clock::now() + milliseconds(std::min(body.waitMs, kFetchMaxWaitMs)), scope});
 }
 
 void Fetches::answer(bool onlyExpired) {
@@ -51,7 +51,7 @@ void Fetches::answer(bool onlyExpired) {
       ++it;
       continue;
     }
-    FetchReply fetched = fetchFor(it->owner, it->afterSeq, it->max);
+    FetchReply fetched = fetchFor(it->scope, it->afterSeq, it->max);
     if (fetched.messages.empty() && !expired) {
       it->afterSeq = std::max(it->afterSeq, fetched.lastSeq);  // none of them is this client's: wait on
       ++it;
@@ -80,15 +80,19 @@ milliseconds Fetches::until(milliseconds timeout) const {
   return timeout;
 }
 
-// The stream as `onlyOwner` may see it: the node's own records, and its jobs' (a job this agent
+// The stream as `scope` shows it: the node's own records and a user's jobs', or a supervising agent's jobs (a job this agent
 // no longer knows is nobody's to see).
-FetchReply Fetches::fetchFor(const std::optional<std::string>& onlyOwner, std::uint64_t afterSeq,
-                             std::size_t max) const {
+FetchReply Fetches::fetchFor(const StreamScope& scope, std::uint64_t afterSeq, std::size_t max) const {
   StreamBuffer::Shows shows;
-  if (onlyOwner) {
-    shows = [this, &onlyOwner](const StreamMessage& m) {
+  if (scope.jobs) {
+    shows = [&scope](const StreamMessage& m) {
       const std::string& job = jobOf(m.payload);
-      return job.empty() || jobs_.ownerOf(job) == onlyOwner;
+      return !job.empty() && std::find(scope.jobs->begin(), scope.jobs->end(), job) != scope.jobs->end();
+    };
+  } else if (scope.owner) {
+    shows = [this, &scope](const StreamMessage& m) {
+      const std::string& job = jobOf(m.payload);
+      return job.empty() || jobs_.ownerOf(job) == scope.owner;
     };
   }
   FetchReply reply = stream_.buffer().fetch(afterSeq, max, instanceId_, shows);

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 
+#include "access/access_policy.h"
 #include "base/ports.h"
 #include "jobs/jobs.h"
 #include "lockstep/protocol/types.h"
@@ -28,9 +29,9 @@ class Fetches {
   Fetches(const NodeStream& stream, const JobManager& jobs, std::uint64_t instanceId, std::string node,
           ReplyPort& replies);
 
-  // onlyOwner: the user whose jobs' records the client sees; unset: every job's.
-  void onFetch(const std::string& client, const std::string& key, const std::optional<std::string>& onlyOwner,
-               std::uint64_t id, const FetchRequest& body);
+  // scope: what of the stream the client sees.
+  void onFetch(const std::string& client, const std::string& key, const StreamScope& scope, std::uint64_t id,
+               const FetchRequest& body);
   // Answers the held fetches that something newer came for (unless onlyExpired) and those whose
   // wait ran out.
   void answer(bool onlyExpired);
@@ -49,10 +50,10 @@ class Fetches {
     std::uint64_t afterSeq;
     std::size_t max;
     Clock::time_point deadline;
-    std::optional<std::string> owner;  // shown only this user's jobs' messages; unset: all
+    StreamScope scope;
   };
 
-  FetchReply fetchFor(const std::optional<std::string>& onlyOwner, std::uint64_t afterSeq, std::size_t max) const;
+  FetchReply fetchFor(const StreamScope& scope, std::uint64_t afterSeq, std::size_t max) const;
 
   const NodeStream& stream_;
   const JobManager& jobs_;

@@ -1,0 +1,128 @@
+#include "alerts/alert_desk.h"
+
+#include <algorithm>
+
+#include "base/log.h"
+#include "lockstep/common/clock.h"
+#include "lockstep/common/files.h"
+
+namespace lockstep::agent {
+namespace {
+
+using alerts::Action;
+using alerts::Rule;
+
+bool has(const Rule& rule, Action action) {
+  return std::find(rule.actions.begin(), rule.actions.end(), action) != rule.actions.end();
+}
+
+// The built-in trainer writes a checkpoint when it is stopped only where it writes them at all; a
+// command job is told through the lockstep package (should_stop) before it is stopped.
+Result<void> canCheckpoint(const JobSpec& spec, const Rule& rule) {
+  if (spec.isCommand() || (!spec.checkpointDir.empty() && spec.checkpointEvery > 0)) return {};
+  return invalidArgument("alert rule '" + rule.text +
+                         "': checkpoint needs the job to write checkpoints: give --checkpoint-dir and "
+                         "--checkpoint-every, or drop checkpoint from its actions");
+}
+
+// Not built yet: an alert's restart would need the supervisor to restart a job none of whose
+// ranks failed. Refused rather than ignored.
+Result<void> canRestart(const JobSpec&, const Rule& rule) {
+  return invalidArgument("alert rule '" + rule.text +
+                         "': restart is not an action alerts take yet; use stop, or --on-stall restart for a stalled job");
+}
+
+// --budget: the job stops with a checkpoint where it can write one, and says so either way.
+Rule budgetRule(const JobSpec& spec) {
+  const std::string checkpoint = canCheckpoint(spec, Rule{}) ? "checkpoint," : "";
+  auto rule = alerts::parseRule("cost >= " + std::to_string(*spec.budget) + " -> notify," + checkpoint + "stop");
+  return rule ? *rule : Rule{};
+}
+
+std::vector<std::string> splitLines(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  for (std::size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1) out.push_back(text.substr(start, nl - start));
+  out.push_back(text.substr(start));
+  return out;
+}
+
+std::string joinLines(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : "\n") + p;
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<Rule>> readAlertRulesFile(const std::string& path) {
+  std::vector<Rule> rules;
+  LOCKSTEP_TRY(forEachSettingsLine(path, 1u << 20, [&](const std::string& line, int n) -> Result<void> {
+    auto rule = alerts::parseRule(line);
+    if (!rule) return rule.error().withContext(path + " line " + std::to_string(n));
+    rules.push_back(std::move(*rule));
+    return {};
+  }));
+  return rules;
+}
+
+AlertDesk::AlertDesk(AlertDefaults defaults, Log& log, alerts::Webhooks::Options webhooks)
+    : defaults_(std::move(defaults)), log_(log), webhooks_(webhooks) {}
+
+Result<std::vector<Rule>> AlertDesk::rulesFor(const JobSpec& spec) const {
+  LOCKSTEP_ASSIGN_OR_RETURN(std::vector<Rule> rules, alerts::parseRules(spec.alertRules));
+  rules.insert(rules.end(), defaults_.rules.begin(), defaults_.rules.end());
+  if (rules.empty() && !webhooksFor(spec).empty()) rules = alerts::defaultRules();
+  if (spec.budget) rules.push_back(budgetRule(spec));
+  for (const auto& rule : rules) {
+    if (has(rule, Action::kCheckpoint)) LOCKSTEP_TRY(canCheckpoint(spec, rule));
+    if (has(rule, Action::kRestart)) LOCKSTEP_TRY(canRestart(spec, rule));
+  }
+  for (const auto& url : spec.notify) {
+    if (auto ok = alerts::checkWebhookUrl(url); !ok) return ok.error().withContext("--notify");
+  }
+  return rules;
+}
+
+std::vector<std::string> AlertDesk::webhooksFor(const JobSpec& spec) const {
+  std::vector<std::string> urls = spec.notify;
+  for (const auto& url : defaults_.notify) {
+    if (std::find(urls.begin(), urls.end(), url) == urls.end()) urls.push_back(url);
+  }
+  return urls;
+}
+
+void AlertDesk::publish(const alerts::Alert& alert, const std::vector<std::string>& urls) {
+  if (alert.state == alerts::State::kPending) return;
+  const std::string json = alerts::alertJson(alert);
+  if (alert.notify) {
+    const std::string what = joinLines({alert.jobId, alert.rule, std::string(alerts::stateName(alert.state))});
+    for (const auto& url : urls) webhooks_.post(url, json, what);
+  }
+  std::lock_guard lock(mutex_);
+  events_.push_back(alerts::alertEvent(alert));
+}
+
+std::vector<JobEvent> AlertDesk::takeEvents() {
+  std::vector<JobEvent> out;
+  {
+    std::lock_guard lock(mutex_);
+    out.swap(events_);
+  }
+  for (const auto& outcome : webhooks_.take()) {
+    if (outcome.delivered) continue;
+    const auto lines = splitLines(outcome.what);
+    if (lines.size() != 3) continue;
+    JobEvent e;
+    e.jobId = lines[0];
+    e.kind = JobEventKind::kAlertUndelivered;
+    e.timeUnixUs = unixMicrosNow();
+    e.message = "alert '" + lines[1] + "' (" + lines[2] + ") was not delivered to " + outcome.redactedUrl + ": " +
+                outcome.why + " (" + std::to_string(outcome.attempts) + " attempt" + (outcome.attempts == 1 ? "" : "s") + ")";
+    log_.info("job " + e.jobId + ": " + e.message);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+}  // namespace lockstep::agent

@@ -1,0 +1,98 @@
+#include "alerts/job_alerts.h"
+
+#include <sys/statvfs.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "alerts/alert_desk.h"
+#include "lockstep/client/agent_client.h"
+#include "lockstep/common/clock.h"
+
+namespace lockstep::agent {
+namespace {
+
+constexpr auto kFetchTimeout = std::chrono::seconds(5);
+constexpr std::uint32_t kFetchMessages = 10'000;
+constexpr std::int64_t kDiskEveryUs = 10'000'000;
+
+// Where the job writes on this node: the trainer's checkpoints, or a command job's working directory.
+std::string writesIn(const JobSpec& spec) {
+  if (!spec.checkpointDir.empty()) return spec.checkpointDir;
+  return spec.command ? spec.command->workingDir : "";
+}
+
+}  // namespace
+
+JobAlerts::JobAlerts(const JobSpec& spec, std::vector<alerts::Rule> rules, std::string self, AlertDesk& desk)
+    : spec_(spec),
+      rules_(std::move(rules)),
+      self_(std::move(self)),
+      desk_(desk),
+      urls_(desk.webhooksFor(spec)),
+      tracker_(spec),
+      book_(spec.jobId, rules_) {}
+
+std::vector<alerts::Alert> JobAlerts::poll(const std::set<std::string>& nodes,
+                                           const std::function<AgentClient*(const std::string&)>& client) {
+  if (idle()) return {};
+  for (const auto& node : nodes) {
+    if (AgentClient* c = client(node)) fetchFrom(node, *c);
+  }
+  measureDisk();
+  const std::int64_t now = unixMicrosNow();
+  std::vector<alerts::Alert> fired;
+  for (auto& alert : book_.evaluate(tracker_.snapshot(now), facts_, now)) {
+    desk_.publish(alert, urls_);
+    if (alert.state == alerts::State::kFiring) fired.push_back(std::move(alert));
+  }
+  return fired;
+}
+
+// Everything the agent streamed after what was read last; an agent that started again (another
+// instance) numbers its stream anew only if it lost it, and is then read from its start.
+void JobAlerts::fetchFrom(const std::string& node, AgentClient& client) {
+  Cursor& at = cursors_[node];
+  if (const auto& gpus = client.hello().gpus; !gpus.empty()) {
+    for (const auto& g : gpus) facts_.gpuMemoryTotalBytes[{node, g.index}] = g.memoryTotalBytes;
+  }
+  for (int round = 0; round < 4; ++round) {
+    auto reply = client.fetch(at.afterSeq, kFetchMessages, 0, kFetchTimeout);
+    if (!reply) return;
+    if (reply->instanceId != at.instance && reply->lastSeq < at.afterSeq) at.afterSeq = 0;
+    at.instance = reply->instanceId;
+    for (const auto& message : reply->messages) {
+      at.afterSeq = std::max(at.afterSeq, message.seq);
+      take(message);
+    }
+    // Fewer than asked for: the agent looked at everything it holds (the job's alone are shown).
+    if (reply->messages.size() < kFetchMessages) {
+      at.afterSeq = std::max(at.afterSeq, reply->lastSeq);
+      return;
+    }
+  }
+}
+
+void JobAlerts::take(const StreamMessage& message) {
+  if (jobOf(message.payload) != spec_.jobId) return;
+  if (const auto* event = std::get_if<JobEvent>(&message.payload)) {
+    book_.onEvent(*event);
+  }
+  tracker_.add(message);
+}
+
+void JobAlerts::measureDisk() {
+  const std::int64_t now = unixMicrosNow();
+  const std::string dir = writesIn(spec_);
+  if (dir.empty() || now - diskMeasuredUs_ < kDiskEveryUs) return;
+  diskMeasuredUs_ = now;
+  struct statvfs sv {};
+  if (::statvfs(dir.c_str(), &sv) != 0 || sv.f_blocks == 0) return;
+  facts_.diskFreePct[self_] = 100.0 * static_cast<double>(sv.f_bavail) / static_cast<double>(sv.f_blocks);
+}
+
+void JobAlerts::ended(JobState state, const std::string& message) { book_.onEnded(state, message, unixMicrosNow()); }
+
+void JobAlerts::restarted(const std::string& why) { book_.onRestarted(why, unixMicrosNow()); }
+
+}  // namespace lockstep::agent
