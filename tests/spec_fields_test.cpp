@@ -177,14 +177,19 @@ TEST(SpecFields, EveryFlaggedFieldSurvivesTheTrainersFlags) {
 
 TEST(SpecFields, ARankGetsItsSpecWholeFromTheAgent) {
   // The agent hands each rank the validated spec as JSON (rankArgs); nothing is lost on the way
-  // but the placements, which a rank takes from its environment.
+  // but the placements, which a rank takes from its environment, and the alerts, which are the
+  // supervising agent's and whose webhooks' URLs are secrets a command line would show everyone.
   for (const JobSpec& s : {trainerA(), trainerB()}) {
     const auto args = jobflags::rankArgs(s, "/m.jsonl");
+    for (const auto& arg : args) EXPECT_EQ(arg.find("hooks.example.org"), std::string::npos) << arg;
     auto parsed = jobflags::parseTrainerArgs(args);
     ASSERT_TRUE(parsed) << parsed.error().message;
     JobSpec expected = s;
     expected.ranks.clear();
     expected.agents.clear();
+    expected.alertRules.clear();
+    expected.notify.clear();
+    expected.budget.reset();
     EXPECT_EQ(parsed->spec, expected) << jobSpecToJson(parsed->spec);
     EXPECT_EQ(parsed->metricsOut, "/m.jsonl");
     EXPECT_EQ(parsed->resume, s.attempt > 0) << "a restart resumes";

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "lockstep/alerts/rules.h"
+#include "lockstep/alerts/urls.h"
 #include "lockstep/common/files.h"
 #include "lockstep/protocol/codec.h"
 #include "lockstep/protocol/names.h"
@@ -310,6 +311,9 @@ void addAlertFlags(JobSpec& s, std::map<std::string, Handler>& valued) {
 
 Result<void> checkAlertRules(const JobSpec& s) {
   LOCKSTEP_TRY(alerts::parseRules(s.alertRules));
+  for (const auto& url : s.notify) {
+    if (auto ok = alerts::checkWebhookUrl(url); !ok) return ok.error().withContext("--notify");
+  }
   return {};
 }
 
@@ -534,6 +538,11 @@ std::vector<std::string> rankArgs(const JobSpec& spec, const std::string& metric
   JobSpec job = spec;
   job.ranks.clear();  // each rank takes its place from its environment; this keeps the text short
   job.agents.clear();
+  // A rank has no use for the job's alerts, and its command line is every local user's to read
+  // (/proc/PID/cmdline): a webhook's URL is a secret.
+  job.alertRules.clear();
+  job.notify.clear();
+  job.budget.reset();
   std::vector<std::string> a = {"--spec", jobSpecToJson(job, true), "--metrics-out", metricsPath};
   if (resumes(spec)) a.emplace_back("--resume");
   return a;

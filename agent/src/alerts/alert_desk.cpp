@@ -1,6 +1,7 @@
 #include "alerts/alert_desk.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "base/log.h"
 #include "lockstep/common/clock.h"
@@ -35,7 +36,9 @@ Result<void> canRestart(const JobSpec&, const Rule& rule) {
 // --budget: the job stops with a checkpoint where it can write one, and says so either way.
 Rule budgetRule(const JobSpec& spec) {
   const std::string checkpoint = canCheckpoint(spec, Rule{}) ? "checkpoint," : "";
-  auto rule = alerts::parseRule("cost >= " + std::to_string(*spec.budget) + " -> notify," + checkpoint + "stop");
+  char amount[32];
+  std::snprintf(amount, sizeof amount, "%.15g", *spec.budget);
+  auto rule = alerts::parseRule("cost >= " + std::string(amount) + " -> notify," + checkpoint + "stop");
   return rule ? *rule : Rule{};
 }
 
@@ -68,6 +71,11 @@ Result<std::vector<Rule>> readAlertRulesFile(const std::string& path) {
 
 AlertDesk::AlertDesk(AlertDefaults defaults, Log& log, alerts::Webhooks::Options webhooks)
     : defaults_(std::move(defaults)), log_(log), webhooks_(webhooks) {}
+
+AlertDesk::~AlertDesk() {
+  // The agent stops: what is under way gets a moment to arrive (each POST has its own timeout).
+  if (!webhooks_.drain(std::chrono::seconds(2))) log_.info("stopped with alerts still on their way to webhooks");
+}
 
 Result<std::vector<Rule>> AlertDesk::rulesFor(const JobSpec& spec) const {
   LOCKSTEP_ASSIGN_OR_RETURN(std::vector<Rule> rules, alerts::parseRules(spec.alertRules));

@@ -34,6 +34,9 @@ Result<std::vector<alerts::Rule>> readAlertRulesFile(const std::string& path);
 class AlertDesk {
  public:
   AlertDesk(AlertDefaults defaults, Log& log, alerts::Webhooks::Options webhooks = {});
+  ~AlertDesk();
+  AlertDesk(const AlertDesk&) = delete;
+  AlertDesk& operator=(const AlertDesk&) = delete;
 
   // What a job runs under: its rules and the agent's; with none, but somewhere to notify, the
   // default rules (failed, stalled, restarted, finished); its budget as `cost >= BUDGET ->

@@ -13,14 +13,10 @@
 #include <string_view>
 #include <vector>
 
+#include "lockstep/alerts/urls.h"
 #include "lockstep/common/result.h"
 
 namespace lockstep::alerts {
-
-// "https://hooks.slack.com/…": the scheme, host and port; user, path and query hidden.
-std::string redactUrl(std::string_view url);
-// http:// or https://, a host, at most 2048 bytes, no blanks or control characters.
-Result<void> checkWebhookUrl(std::string_view url);
 
 class Webhooks {
  public:
