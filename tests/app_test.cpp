@@ -231,6 +231,25 @@ class AppTest : public QObject {
     dialog.setField(QStringLiteral("lr"), QStringLiteral("0.05"));
     QVERIFY2(dialog.job(), qPrintable(dialog.error()));
 
+    // Alert rules, webhooks and a budget (docs/alerts.md): checked in the form, carried in the job.
+    dialog.setField(QStringLiteral("alerts"), QStringLiteral("gpu_util < x for 10m"));
+    QVERIFY(!dialog.job());
+    QVERIFY2(dialog.error().contains(QStringLiteral("at position 12")), qPrintable(dialog.error()));
+    dialog.setField(QStringLiteral("alerts"), QStringLiteral("exposed_comm > 40% for 2m; loss is nan -> notify,stop"));
+    dialog.setField(QStringLiteral("notify"), QStringLiteral("ftp://hooks.example.org/x"));
+    QVERIFY(!dialog.job());
+    QVERIFY2(dialog.error().contains(QStringLiteral("not http:// or https://")), qPrintable(dialog.error()));
+    dialog.setField(QStringLiteral("notify"), QStringLiteral("https://hooks.example.org/x"));
+    dialog.setField(QStringLiteral("budget"), QStringLiteral("25"));
+    const auto alerting = dialog.job();
+    QVERIFY2(alerting, qPrintable(dialog.error()));
+    QCOMPARE(alerting->alertRules, (std::vector<std::string>{"exposed_comm > 40% for 2m", "loss is nan -> notify,stop"}));
+    QCOMPARE(alerting->notify, std::vector<std::string>{"https://hooks.example.org/x"});
+    QCOMPARE(alerting->budget.value_or(0), 25.0);
+    dialog.setField(QStringLiteral("alerts"), QString());
+    dialog.setField(QStringLiteral("notify"), QString());
+    dialog.setField(QStringLiteral("budget"), QString());
+
     dialog.setField(QStringLiteral("ranks:") + idOf(agent), 0);
     QVERIFY(!dialog.job());
     QVERIFY2(dialog.error().contains(QStringLiteral("rank")), qPrintable(dialog.error()));

@@ -33,6 +33,7 @@ void registerMetaTypes() {
   qRegisterMetaType<MessageBatch>();
   qRegisterMetaType<JobList>();
   qRegisterMetaType<HelloPtr>();
+  qRegisterMetaType<EventBatch>();
   qRegisterMetaType<ClockOffset>();
   qRegisterMetaType<JobSpec>();
 }

@@ -35,10 +35,12 @@ ClusterStore::ClusterStore(CurveKeyPair keys, HistoryRecorder* history, QObject*
     : QObject(parent),
       keys_(std::move(keys)),
       history_(history),
+      alerts_(std::make_unique<AlertLog>()),
       ingest_(std::make_unique<Ingest>(history ? history->path() : QString())) {
   registerMetaTypes();
   connect(ingest_.get(), &Ingest::published, this, &ClusterStore::onPublished);
   connect(ingest_.get(), &Ingest::nodesPublished, this, &ClusterStore::onNodes);
+  connect(ingest_.get(), &Ingest::alertEvents, alerts_.get(), &AlertLog::add);
   ingest_->start();
 }
 

@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "AlertLog.h"
 #include "Ingest.h"
 #include "Types.h"
 #include "lockstep/client/agent_client.h"
@@ -112,6 +113,8 @@ class ClusterStore : public QObject {
   void onJobs(QString id, JobList jobs);
   void onMessages(QString id, MessageBatch messages);
   Ingest& ingest() const { return *ingest_; }
+  // The jobs' alerts as their streams bring them (the ingest thread reads them), and this app's silences.
+  AlertLog& alerts() const { return *alerts_; }
 
  Q_SIGNALS:
   void agentsChanged();
@@ -133,6 +136,7 @@ class ClusterStore : public QObject {
 
   CurveKeyPair keys_;
   HistoryRecorder* history_;
+  std::unique_ptr<AlertLog> alerts_;
   std::unique_ptr<Ingest> ingest_;  // outlives the workers, which feed it
   std::vector<std::unique_ptr<AgentEntry>> agents_;
   std::vector<SlurmClusterEntry> slurmClusters_;

@@ -23,7 +23,17 @@ LiveJob::LiveJob(std::unique_ptr<kpi::JobTracker> tracker, kpi::Timeline timelin
 void LiveJob::add(const StreamMessage& message) { visitRecord(message, *this); }
 
 void LiveJob::onEvent(const std::string& node, const JobEvent& event) {
-  feed([&](kpi::JobTracker& t) { t.onEvent(node, event); });
+  feed([&](kpi::JobTracker& t) {
+    t.onEvent(node, event);
+    const bool alert = event.kind == JobEventKind::kAlertFiring || event.kind == JobEventKind::kAlertResolved ||
+                       event.kind == JobEventKind::kAlertUndelivered;
+    if (alert && event.jobId == t.spec().jobId) alertEvents_.push_back(event);
+  });
+}
+
+std::vector<JobEvent> LiveJob::takeAlertEvents() {
+  std::lock_guard lock(mutex_);
+  return std::exchange(alertEvents_, {});
 }
 void LiveJob::onStep(const std::string& node, const StepReport& report) {
   feed([&](kpi::JobTracker& t) {
@@ -138,9 +148,12 @@ void Ingest::tick() {
   }
   const std::int64_t now = unixMicrosNow();
   QStringList changed;
+  auto alerts = std::make_shared<std::vector<JobEvent>>();
   for (const auto& [id, live] : jobs) {
+    for (auto& e : live->takeAlertEvents()) alerts->push_back(std::move(e));
     if (live->publish(now, kStaleUs)) changed << QString::fromStdString(id);
   }
+  if (!alerts->empty()) Q_EMIT alertEvents(std::move(alerts));
   if (!changed.isEmpty()) Q_EMIT published(changed);
   if (auto nodes = reader_.takeChangedNodes(); !nodes.empty()) {
     auto figures = std::make_shared<std::map<std::string, kpi::NodeKpis>>();

@@ -69,6 +69,8 @@ class LiveJob : public RecordSink {
   }
   // A node's clock against this machine's, for the timeline (any thread).
   void setClock(const std::string& node, const ClockOffset& clock);
+  // The alert events (firing, resolved, undelivered) that came in since the last call, in order.
+  std::vector<JobEvent> takeAlertEvents();
 
  private:
   // A record into the tracker, under the job's lock.
@@ -83,6 +85,7 @@ class LiveJob : public RecordSink {
   std::unique_ptr<kpi::JobTracker> tracker_;
   kpi::Timeline timeline_{kLiveStepsPerRank, kLiveCollectivesPerRank};
   std::shared_ptr<const Published> published_;
+  std::vector<JobEvent> alertEvents_;  // for the GUI's alerts (AlertLog), until the next tick takes them
   bool changed_ = false;
   std::int64_t publishedAtUs_ = 0;
 };
@@ -112,6 +115,9 @@ class Ingest : public QObject {
  Q_SIGNALS:
   void published(QStringList jobIds);  // jobs whose KPIs were worked out again
   void nodesPublished(lockstep::app::NodeFigures nodes);  // those that reported since the last
+  // Alert events of any job since the last tick, in the order each job's stream had them: the
+  // same reader that feeds the KPIs brings them (one reader of the stream).
+  void alertEvents(lockstep::app::EventBatch events);
 
  private:
   void tick();

@@ -22,6 +22,8 @@
 #include <QVBoxLayout>
 
 #include "lockstep/client/launch.h"
+#include "lockstep/alerts/rules.h"
+#include "lockstep/alerts/urls.h"
 #include "lockstep/jobflags/options.h"
 #include "lockstep/protocol/names.h"
 #include "lockstep/protocol/validate.h"
@@ -342,6 +344,13 @@ LauncherDialog::LauncherDialog(const ClusterStore& store, QWidget* parent) : QDi
   layout->addWidget(kind_);
   auto* bottom = new QFormLayout;
   bottom->addRow(tr("Prices"), pricesRow());
+  alerts_ = edit(QStringLiteral("alerts"), {}, tr("e.g. exposed_comm > 40% for 2m -> notify; loss is nan -> notify,stop"));
+  alerts_->setToolTip(tr("Alert rules, separated by ';': KPI OP VALUE [for DURATION] [-> ACTIONS] (docs/alerts.md)"));
+  bottom->addRow(tr("Alerts"), alerts_);
+  notify_ = edit(QStringLiteral("notify"), {}, tr("webhook URLs, separated by blanks (alone: the default rules)"));
+  bottom->addRow(tr("Notify"), notify_);
+  budget_ = edit(QStringLiteral("budget"), {}, tr("stop with a checkpoint once the job's cost reaches this"));
+  bottom->addRow(tr("Budget"), budget_);
   layout->addLayout(bottom);
 
   error_ = new QLabel(this);
@@ -385,6 +394,7 @@ Result<JobSpec> LauncherDialog::build() {
   LOCKSTEP_ASSIGN_OR_RETURN(s.prices.coreHour, real(priceCore_, tr("price per core-hour")));
   LOCKSTEP_ASSIGN_OR_RETURN(s.prices.kwh, real(priceKwh_, tr("price per kWh")));
   s.prices.currency = currency_->text().trimmed().toStdString();
+  LOCKSTEP_TRY(alerting(s));
   if (where_->currentIndex() > 0) return checkedForSlurm(std::move(s));
   std::vector<std::pair<QString, std::uint32_t>> ranks;
   for (int row = 0; row < agents_->rowCount(); ++row) {
@@ -421,6 +431,22 @@ Result<JobSpec> LauncherDialog::checkedForSlurm(JobSpec spec) {
   spec.worldSize = check.worldSize;
   slurm_ = r;
   return spec;
+}
+
+// The job's alert rules, webhooks and budget, checked as lockstepctl checks --alert and --notify.
+Result<void> LauncherDialog::alerting(JobSpec& s) const {
+  for (const QString& rule : alerts_->text().split(QLatin1Char(';'), Qt::SkipEmptyParts)) {
+    if (!rule.trimmed().isEmpty()) s.alertRules.push_back(rule.trimmed().toStdString());
+  }
+  LOCKSTEP_TRY(alerts::parseRules(s.alertRules));
+  for (const QString& url : notify_->text().split(QLatin1Char(' '), Qt::SkipEmptyParts)) {
+    s.notify.push_back(url.toStdString());
+    if (auto ok = alerts::checkWebhookUrl(s.notify.back()); !ok) return ok.error().withContext("Notify");
+  }
+  if (!budget_->text().trimmed().isEmpty()) {
+    LOCKSTEP_ASSIGN_OR_RETURN(s.budget, real(budget_, tr("budget")));
+  }
+  return {};
 }
 
 Result<JobSpec> LauncherDialog::programJob() const {

@@ -46,6 +46,7 @@ class LauncherDialog : public QDialog {
   QWidget* trainerPage();
   QWidget* programPage();
   QLayout* pricesRow();
+  Result<void> alerting(JobSpec& s) const;
   void revalidate();
   Result<JobSpec> build();
   Result<JobSpec> trainerJob() const;
@@ -66,6 +67,7 @@ class LauncherDialog : public QDialog {
   QComboBox* backend_;
   QLineEdit *jobId_, *layers_, *samples_, *dataSeed_, *features_, *labels_, *lr_, *momentum_, *weightDecay_;
   QLineEdit *targetLoss_, *checkpointDir_, *priceGpu_, *priceCore_, *priceKwh_, *currency_, *bucketMb_;
+  QLineEdit *alerts_, *notify_, *budget_;  // docs/alerts.md
   QCheckBox* balance_;
   QSpinBox* restarts_;
   QComboBox *activation_, *optimizer_, *durationKind_;

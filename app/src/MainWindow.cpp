@@ -3,6 +3,7 @@
 #include <QAction>
 #include <QApplication>
 #include <QClipboard>
+#include <QDockWidget>
 #include <QCloseEvent>
 #include <QDialogButtonBox>
 #include <QFormLayout>
@@ -22,6 +23,9 @@
 #include <QVBoxLayout>
 
 #include "AddAgentDialog.h"
+#include "AlertBanner.h"
+#include "AlertsPanel.h"
+#include "DesktopNotifier.h"
 #include "DashboardWidget.h"
 #include "HistoryRecorder.h"
 #include "HistoryWindow.h"
@@ -111,7 +115,16 @@ MainWindow::MainWindow(ClusterStore& store, QString configDir, HistoryRecorder* 
   connect(dashboard_, &DashboardWidget::stopRequested, this, [this](const QString& jobId) { control_.stopJob(jobId.toStdString()); });
   right_->setStretchFactor(1, 4);
   outer_->setStretchFactor(1, 3);
-  setCentralWidget(outer_);
+  // The alert banner over the views, while an alert fires.
+  auto* central = new QWidget(this);
+  auto* centralLayout = new QVBoxLayout(central);
+  centralLayout->setContentsMargins(0, 0, 0, 0);
+  centralLayout->setSpacing(2);
+  alertBanner_ = new AlertBanner(store_.alerts(), central);
+  centralLayout->addWidget(alertBanner_);
+  outer_->setParent(central);
+  centralLayout->addWidget(outer_, 1);
+  setCentralWidget(central);
 
   auto* file = menuBar()->addMenu(tr("&File"));
   auto* keyAction = file->addAction(tr("This App's &Key…"), this, &MainWindow::showAppKey);
@@ -148,6 +161,10 @@ MainWindow::MainWindow(ClusterStore& store, QString configDir, HistoryRecorder* 
   toolbar->addAction(stopAction);
   toolbar->addAction(historyAction);
   toolbar->addAction(addAgent);
+  setUpAlerts();
+  jobMenu->addSeparator();
+  jobMenu->addAction(alertsAction_);
+  toolbar->addAction(alertsAction_);
   status_ = new QLabel(this);
   statusBar()->addWidget(status_);
 
@@ -230,6 +247,52 @@ MainWindow::MainWindow(ClusterStore& store, QString configDir, HistoryRecorder* 
 }
 
 MainWindow::~MainWindow() = default;
+
+void MainWindow::setUpAlerts() {
+  alertsPanel_ = new AlertsPanel(store_.alerts(), this);
+  alertsDock_ = new QDockWidget(tr("Alerts"), this);
+  alertsDock_->setObjectName(QStringLiteral("alertsDock"));  // for saveState()
+  alertsDock_->setWidget(alertsPanel_);
+  addDockWidget(Qt::BottomDockWidgetArea, alertsDock_);
+  alertsDock_->hide();
+  alertsAction_ = alertsDock_->toggleViewAction();
+  alertsAction_->setObjectName(QStringLiteral("alertsAction"));
+  alertsAction_->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_L));
+  alertsAction_->setToolTip(tr("The watched jobs' alerts, past and present (Ctrl+Shift+L)"));
+  notifier_ = new DesktopNotifier(this);
+  connect(alertBanner_, &AlertBanner::showRequested, this, [this](quint64 serial) { showAlerts(serial); });
+  connect(alertsPanel_, &AlertsPanel::jobActivated, this, &MainWindow::selectJob);
+  connect(&store_.alerts(), &AlertLog::fired, this, &MainWindow::onAlertFired);
+  connect(&store_.alerts(), &AlertLog::changed, this, [this] {
+    const int firing = store_.alerts().firingCount();
+    alertsAction_->setText(firing ? tr("Alerts (%1)").arg(firing) : tr("Alerts"));
+  });
+  connect(notifier_, &DesktopNotifier::activated, this, [this](const QString& key) {
+    showNormal();
+    raise();
+    activateWindow();
+    showAlerts(key.toULongLong());
+  });
+}
+
+void MainWindow::showAlerts(quint64 serial) {
+  if (!alertsDock_->isVisible() && !alertsDock_->isFloating()) {
+    alertsDock_->show();
+    resizeDocks({alertsDock_}, {std::max(200, height() / 4)}, Qt::Vertical);  // a few rows, not two
+  }
+  alertsDock_->show();
+  alertsDock_->raise();
+  if (serial) alertsPanel_->select(serial);
+}
+
+// A new alert that is not silenced: the banner shows it already (AlertBanner follows the log);
+// the desktop is told when the user looks elsewhere.
+void MainWindow::onAlertFired(quint64 serial) {
+  const AlertEntry* e = store_.alerts().entry(serial);
+  if (!e || isActiveWindow()) return;
+  notifier_->notify(QString::number(serial), tr("Lockstep: job %1").arg(QString::fromStdString(e->jobId)),
+                    QString::fromStdString(e->message));
+}
 
 void MainWindow::scheduleRefresh() {
   if (!coalesce_.isActive()) coalesce_.start();

@@ -12,6 +12,7 @@
 
 QT_BEGIN_NAMESPACE
 class QAction;
+class QDockWidget;
 class QLabel;
 class QLineEdit;
 class QSortFilterProxyModel;
@@ -22,7 +23,10 @@ QT_END_NAMESPACE
 namespace lockstep::app {
 
 class AgentsModel;
+class AlertBanner;
+class AlertsPanel;
 class DashboardWidget;
+class DesktopNotifier;
 class GpusModel;
 class HistoryRecorder;
 class HistoryWindow;
@@ -43,6 +47,12 @@ class MainWindow : public QMainWindow {
   AgentsModel* agentsModel() const { return agentsModel_; }
   JobsModel* jobsModel() const { return jobsModel_; }
   QTableView* jobsView() const { return jobsView_; }
+  // Alerts: the banner over the views, the Alerts panel (a dock) and desktop notifications.
+  AlertBanner* alertBanner() const { return alertBanner_; }
+  AlertsPanel* alertsPanel() const { return alertsPanel_; }
+  QDockWidget* alertsDock() const { return alertsDock_; }
+  DesktopNotifier* notifier() const { return notifier_; }
+  void showAlerts(quint64 serial = 0);  // opens the panel, at that alert
   // Pins the key and connects (Add Agent does this after its dialog).
   Result<void> addAgent(const QString& address, const QString& key);
   void selectJob(const QString& jobId);
@@ -67,6 +77,8 @@ class MainWindow : public QMainWindow {
   void scheduleRefresh();
   void updateStatus();
   void saveState();
+  void setUpAlerts();
+  void onAlertFired(quint64 serial);
 
   ClusterStore& store_;
   JobControl control_;
@@ -81,6 +93,11 @@ class MainWindow : public QMainWindow {
   QSortFilterProxyModel* gpusProxy_;
   QTableView* jobsView_;
   DashboardWidget* dashboard_;
+  AlertBanner* alertBanner_ = nullptr;
+  AlertsPanel* alertsPanel_ = nullptr;
+  QDockWidget* alertsDock_ = nullptr;
+  DesktopNotifier* notifier_ = nullptr;
+  QAction* alertsAction_ = nullptr;
   QSplitter* outer_;
   QSplitter* left_;
   QSplitter* right_;

@@ -24,6 +24,8 @@ QString agentStateText(AgentState state);
 using MessageBatch = std::shared_ptr<const std::vector<StreamMessage>>;
 using JobList = std::shared_ptr<const std::vector<JobStatus>>;
 using HelloPtr = std::shared_ptr<const NodeHello>;
+// Alert events (kAlertFiring, kAlertResolved, kAlertUndelivered), as the ingest thread read them.
+using EventBatch = std::shared_ptr<const std::vector<JobEvent>>;
 
 void registerMetaTypes();
 
@@ -33,5 +35,6 @@ Q_DECLARE_METATYPE(lockstep::app::AgentState)
 Q_DECLARE_METATYPE(lockstep::app::MessageBatch)
 Q_DECLARE_METATYPE(lockstep::app::JobList)
 Q_DECLARE_METATYPE(lockstep::app::HelloPtr)
+Q_DECLARE_METATYPE(lockstep::app::EventBatch)
 Q_DECLARE_METATYPE(lockstep::JobSpec)
 Q_DECLARE_METATYPE(lockstep::ClockOffset)

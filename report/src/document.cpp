@@ -5,6 +5,7 @@
 #include <set>
 
 #include "lockstep/protocol/names.h"
+#include "alerts_section.h"
 #include "lockstep/report/report.h"
 #include "network.h"
 #include "projection.h"
@@ -231,6 +232,7 @@ Document document(const ReportData& data) {
   chartSection.charts = charts(data);
   doc.sections.push_back(std::move(chartSection));
 
+  if (auto alerts = detail::alertSection(data)) doc.sections.push_back(std::move(*alerts));
   if (auto stalls = stallSection(data.events)) doc.sections.push_back(std::move(*stalls));
 
   // ---- Events ----

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "lockstep/alerts/urls.h"
 #include "lockstep/protocol/codec.h"
 #include "lockstep/protocol/names.h"
 #include "lockstep/report/report.h"
@@ -85,6 +86,10 @@ Json jobJson(const history::JobRecord& job) {
   j["owner"] = job.owner;
   j["spec"] = Json::parse(jobSpecToJson(job.spec), nullptr, /*allow_exceptions=*/false);
   if (j["spec"].is_discarded()) j["spec"] = Json::object();
+  // A webhook's path and query are its secret, and a report is passed around (docs/alerts.md).
+  if (j["spec"].contains("notify")) {
+    for (auto& url : j["spec"]["notify"]) url = alerts::redactUrl(url.get<std::string>());
+  }
   j["parts"] = Json::array();
   for (const auto& p : job.parts) {
     Json part;
@@ -257,6 +262,23 @@ Json eventJson(const JobEvent& e) {
   return j;
 }
 
+// Each change of the job's alerts as its own JSON (alerts/alert.h: what the webhooks got), and the
+// webhooks that did not take one: the pair `lockstepctl alerts --json` gives.
+Json alertsJson(const std::vector<alerts::Alert>& changes) {
+  Json out = Json::array();
+  for (const auto& a : changes) {
+    Json j = Json::parse(alerts::alertJson(a), nullptr, /*allow_exceptions=*/false);
+    if (!j.is_discarded()) out.push_back(std::move(j));
+  }
+  return out;
+}
+
+Json undeliveredJson(const std::vector<JobEvent>& events) {
+  Json out = Json::array();
+  for (const auto& e : events) out.push_back(Json{{"time_us", e.timeUnixUs}, {"message", e.message}});
+  return out;
+}
+
 // What more ranks would buy (kpi/projection.h): empty when the job's steps cannot be projected.
 Json projectionJson(const ReportData& data) {
   Json out = Json::array();
@@ -308,6 +330,8 @@ std::string json(const ReportData& data) {
   root["network"] = detail::networkJson(data);
   root["events"] = Json::array();
   for (const auto& e : data.events) root["events"].push_back(eventJson(e));
+  root["alerts"] = alertsJson(data.alerts);
+  root["undelivered"] = undeliveredJson(data.undeliveredAlerts);
   root["recommendations"] = data.recommendations;
   // Replace invalid UTF-8 (a rank's log tail can hold anything) instead of throwing.
   return root.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";

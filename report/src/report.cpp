@@ -163,6 +163,12 @@ Result<ReportData> load(const history::History& history, const std::string& jobI
     }
   }
   LOCKSTEP_ASSIGN_OR_RETURN(data.events, history.events(jobId));
+  for (const auto& e : data.events) {
+    if (auto alert = alerts::alertOf(e)) data.alerts.push_back(std::move(*alert));
+    if (e.kind == JobEventKind::kAlertUndelivered) data.undeliveredAlerts.push_back(e);
+  }
+  std::stable_sort(data.alerts.begin(), data.alerts.end(),
+                   [](const auto& a, const auto& b) { return a.timeUs < b.timeUs; });
   data.network = detail::networkOf(replayed.nodes);
   std::vector<std::string> nodes;
   for (const auto& part : data.job.parts) nodes.push_back(part.node);

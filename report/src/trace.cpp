@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "lockstep/alerts/alert.h"
 #include "lockstep/protocol/names.h"
 
 namespace lockstep::report {
@@ -131,9 +132,11 @@ class TraceWriter {
            {"args", args}});
   }
   // An instant event: on a process ("p") or across the whole trace ("g").
-  void instant(std::optional<std::uint32_t> pid, std::string_view name, std::int64_t atUs, const Json& args) {
+  void instant(std::optional<std::uint32_t> pid, std::string_view name, std::int64_t atUs, const Json& args,
+               std::string_view cat = {}) {
     Json e = {{"ph", "i"}, {"s", pid ? "p" : "g"}, {"pid", pid.value_or(0)}, {"tid", kStepThread}, {"name", name},
               {"ts", atUs - baseUs_}, {"args", args}};
+    if (!cat.empty()) e["cat"] = cat;
     event(e);
   }
   void counter(std::uint32_t pid, const std::string& name, std::int64_t atUs, double value) {
@@ -261,11 +264,29 @@ std::map<std::pair<std::string, std::uint32_t>, std::uint32_t> writeRanks(TraceW
   return pids;
 }
 
+// An alert's change (docs/alerts.md) across the trace, named by its rule: the job's supervising
+// agent raised it about the whole job, whatever ranks it names, on that agent's clock.
+void writeAlert(TraceWriter& out, const alerts::Alert& a, std::int64_t atUs) {
+  const Json json = Json::parse(alerts::alertJson(a), nullptr, false);  // its one JSON: NaN as "nan"
+  Json args = {{"state", alerts::stateName(a.state)},
+               {"value", json.is_object() ? json.value("value", Json()) : Json()},
+               {"unit", a.unit},
+               {"text", a.text}};
+  if (!a.ranks.empty()) args["ranks"] = a.ranks;
+  if (!a.nodes.empty()) args["nodes"] = a.nodes;
+  if (!a.cause.empty()) args["cause"] = a.cause;
+  out.instant(std::nullopt, a.rule, atUs, args, "alert");
+}
+
 // The job's events where they happened: a rank's on its lane (a stall's evidence carries its
-// stacks in `log_tail`), the job's across the trace.
+// stacks in `log_tail`), the job's across the trace; an alert's change as the alert.
 void writeEvents(TraceWriter& out, const kpi::Timeline& timeline,
                  const std::map<std::pair<std::string, std::uint32_t>, std::uint32_t>& pids, const std::vector<NodeEvent>& events) {
   for (const auto& [node, e] : events) {
+    if (const auto alert = alerts::alertOf(e)) {
+      writeAlert(out, *alert, e.timeUnixUs - timeline.offsetOf(node));
+      continue;
+    }
     std::optional<std::uint32_t> pid;
     if (e.rank) {
       if (const auto it = pids.find({node, *e.rank}); it != pids.end()) pid = it->second;

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "lockstep/alerts/alert.h"
 #include "lockstep/common/natural.h"
 #include "lockstep/common/result.h"
 #include "lockstep/history/history.h"
@@ -80,6 +81,10 @@ struct ReportData {
   bool utilizationIsGpu = false;               // else: CPU % per rank
   std::vector<Series> utilization;             // per GPU ("node:index") or per rank ("rank N")
   std::vector<JobEvent> events;
+  // The job's alerts (docs/alerts.md), from its events: each change (firing, resolved) as its
+  // supervising agent raised it, in time order; and the webhooks that did not take one.
+  std::vector<alerts::Alert> alerts;
+  std::vector<JobEvent> undeliveredAlerts;
   std::vector<NodeNetwork> network;            // the job's nodes, natural order
   std::vector<std::string> missing;            // what could not be measured, in words
   // What the job's bus bandwidth is held against (the peak other jobs reached on its nodes).
