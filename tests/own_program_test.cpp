@@ -42,9 +42,10 @@ struct OwnProgram : ::testing::Test {
     EXPECT_TRUE(h) << h.error().message;
     std::vector<PhaseReport> out;
     if (h) {
-      EXPECT_TRUE(h->replay(jobId, [&](const StreamMessage& m) {
+      const auto replayed = h->replay(jobId, [&](const StreamMessage& m) {
         if (const auto* p = std::get_if<PhaseReport>(&m.payload)) out.push_back(*p);
-      }));
+      });
+      EXPECT_TRUE(replayed) << replayed.error().message;
     }
     return out;
   }
