@@ -210,6 +210,18 @@ TEST(AlertBook, LossIsNanNamesTheRanks) {
   EXPECT_EQ(changes[0].text, "job j1: loss is nan -> notify,stop is firing: nan on ranks 2");
 }
 
+JobEvent event(JobEventKind kind, std::int64_t timeUs, std::optional<std::uint32_t> rank, std::string message,
+               std::string logTail = {}) {
+  JobEvent e;
+  e.jobId = "j1";
+  e.kind = kind;
+  e.timeUnixUs = timeUs;
+  e.rank = rank;
+  e.message = std::move(message);
+  e.logTail = std::move(logTail);
+  return e;
+}
+
 TEST(AlertBook, ThroughputDropAgainstTheMedianBaseline) {
   AlertBook::Options options;
   options.minBaselineReadings = 3;
@@ -233,29 +245,52 @@ TEST(AlertBook, ThroughputDropAgainstTheMedianBaseline) {
   EXPECT_EQ(changes[0].state, State::kFiring);
   EXPECT_NEAR(*changes[0].value, 50, 1e-9);
   EXPECT_EQ(changes[1].state, State::kResolved);
-  // A second evaluation within 5 s adds no reading: a burst must not move the baseline.
-  EXPECT_TRUE(at(50, 32).empty());
-  EXPECT_TRUE(at(50, 40).empty());
-  changes = at(50, 50);  // 100, 100, 100, 50, 50, 50 (the 32 s call kept none): median 75, a third down
-  EXPECT_TRUE(changes.empty());
-  changes = at(50, 60);  // the 0 s reading is out of the minute: median 50
+  // While the drop fires, the baseline stands still: a long drop does not become the pace it is
+  // measured against (readings at 100 would have left the minute by 90 s).
+  for (std::int64_t s = 40; s <= 120; s += 10) EXPECT_TRUE(at(50, s).empty()) << s << " s";
+  changes = at(100, 130);  // the pace came back
   ASSERT_EQ(changes.size(), 2u);
+  EXPECT_EQ(changes[0].rule, "throughput_drop > 30%");
   EXPECT_EQ(changes[0].state, State::kResolved);
-  EXPECT_EQ(*changes[0].value, 0);
+  EXPECT_EQ(changes[1].rule, "throughput_drop < 1%");
   EXPECT_EQ(changes[1].state, State::kFiring);
 }
 
-JobEvent event(JobEventKind kind, std::int64_t timeUs, std::optional<std::uint32_t> rank, std::string message,
-               std::string logTail = {}) {
-  JobEvent e;
-  e.jobId = "j1";
-  e.kind = kind;
-  e.timeUnixUs = timeUs;
-  e.rank = rank;
-  e.message = std::move(message);
-  e.logTail = std::move(logTail);
-  return e;
+TEST(AlertBook, AResolveIsNotNotifiedWhenItsFiringWasNot) {
+  AlertBook::Options options;
+  options.maxNotificationsPerMinute = 1;
+  AlertBook book("j1", rulesOf({"exposed_comm > 40%", "exposed_comm > 50%"}), options);
+  auto changes = book.evaluate(commKpis(0.6), {}, kT0);
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_TRUE(changes[0].notify);
+  EXPECT_FALSE(changes[1].notify) << "rate limited";
+  changes = book.evaluate(commKpis(0.45), {}, kT0 + 120 * kSecondUs);  // the second resolves alone
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].rule, "exposed_comm > 50%");
+  EXPECT_EQ(changes[0].state, State::kResolved);
+  EXPECT_FALSE(changes[0].notify) << "nobody heard it fire";
+  EXPECT_NE(changes[0].notNotifiedWhy.find("its firing was not notified"), std::string::npos) << changes[0].notNotifiedWhy;
 }
+
+TEST(AlertBook, AStallSeenFirstFromANodeWithoutTheRankBehindNamesThatRankOnceItsNodeSaysSo) {
+  AlertBook book("j1", defaultRules());
+  const auto kpis = commKpis(0.1);  // ranks 0-1 on node-a, 2-3 on node-b
+  book.evaluate(kpis, {}, kT0);
+  // node-a's agent sees its ranks waiting; node-b's sees rank 2 behind, a moment later.
+  book.onEvent(event(JobEventKind::kStalled, kT0 + kSecondUs, std::nullopt, "stalled: ranks 0, 1 wait in all-reduce"));
+  book.onEvent(event(JobEventKind::kRankEvidence, kT0 + 1200000, 0, "waiting in all_reduce", "stack of rank 0"));
+  book.onEvent(event(JobEventKind::kStalled, kT0 + 1300000, 2, "stalled: rank 2 did not reach all-reduce #15"));
+  EXPECT_FALSE(book.evaluate(kpis, {}, kT0 + 1400000).empty());  // pending
+  book.onEvent(event(JobEventKind::kRankEvidence, kT0 + 1500000, 2, "in the data loader", "Thread 1: read()"));
+  const auto changes = book.evaluate(kpis, {}, kT0 + 1600000);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].state, State::kFiring);
+  EXPECT_EQ(changes[0].ranks, (std::vector<std::uint32_t>{2}));
+  EXPECT_EQ(changes[0].nodes, (std::vector<std::string>{"node-b"}));
+  EXPECT_EQ(changes[0].evidence.rfind("rank 2 did not reach all-reduce #15\n\nrank 2: in the data loader", 0), 0u)
+      << changes[0].evidence;
+}
+
 
 TEST(AlertBook, StallWaitsForTheStalledRanksStacks) {
   AlertBook book("j1", defaultRules());

@@ -199,12 +199,13 @@ TEST_F(Alerts, ALossThatBecomesNanStopsTheJob) {
 }
 
 TEST_F(Alerts, CheckpointStopAsksTheProgramThroughShouldStopFirst) {
-  const auto run = startPython("asked", {"--wait", "--alert", "loss < 1000000 for 3s -> checkpoint,stop"},
+  const auto run = startPython("asked", {"--wait", "--alert", "loss < 1000000 for 5s -> checkpoint,stop"},
                                {"--steps", "100000", "--stop-file", dir.file("asked")});
-  EXPECT_NE(run.status.exitCode, 5) << run.out << run.err;
+  EXPECT_EQ(run.status.exitCode, 6) << "stopped: " << run.out << run.err;
   for (int rank : {0, 1}) {
     const std::string said = readText(dir.file("asked." + std::to_string(rank)));
-    EXPECT_EQ(said.rfind("stopped at step ", 0), 0u) << "rank " << rank << " was asked and checkpointed: " << said;
+    EXPECT_EQ(said.rfind("stopped at step ", 0), 0u) << "rank " << rank << " was asked and checkpointed: " << said << "\n"
+                                                     << ctl({"logs", "asked", "--rank", std::to_string(rank)}).out;
   }
 }
 

@@ -103,6 +103,20 @@ TEST(Supervisor, AFailedJobWithoutRestartsIsStoppedAtOnceAndEndsFailed) {
   EXPECT_NE(ended.message.find("rank 0 on a exited with code 1"), std::string::npos) << ended.message;
 }
 
+TEST(Supervisor, AJobARuleStoppedEndsStoppedAndIsNotRestartedWhenARankFailsAsItsPeersGo) {
+  const auto t0 = Supervisor::Clock::time_point{};
+  Supervisor s(placedOn({"a", "b"}, 2));  // it may restart twice
+  EXPECT_EQ(s.observe({part("a", JobState::kRunning), part("b", JobState::kRunning)}, t0).kind, Kind::kWait);
+  s.stopAsked("alert rule 'cost >= 40 -> notify,checkpoint,stop' fired");
+  const auto going = std::vector<EndedPart>{part("a", JobState::kStopped, {rank(0, JobState::kStopped, 143)}),
+                                            part("b", JobState::kFailed, {rank(1, JobState::kFailed, 1)})};
+  EXPECT_EQ(s.observe({going[0], part("b", JobState::kRunning)}, t0 + 1s).kind, Kind::kWait) << "no second stop";
+  const auto ended = s.observe(going, t0 + 20s);
+  ASSERT_EQ(ended.kind, Kind::kEnd) << "not a restart: " << ended.message;
+  EXPECT_EQ(ended.state, JobState::kStopped);
+  EXPECT_NE(ended.message.find("cost >= 40"), std::string::npos) << ended.message;
+}
+
 TEST(Supervisor, ALostRankIsRestartedAfterTheGraceWithTheRanksLeftUntilNoRestartsRemain) {
   const auto t0 = Supervisor::Clock::time_point{};
   JobSpec spec = placedOn({"a", "b"}, 1);

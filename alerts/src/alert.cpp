@@ -17,17 +17,7 @@ using Json = nlohmann::json;
 constexpr std::size_t kMaxEventTextBytes = 4096;
 constexpr std::size_t kMaxEventJsonBytes = 60 * 1024;
 
-constexpr Action kActions[] = {Action::kNotify, Action::kStop, Action::kCheckpoint, Action::kRestart};
 constexpr State kStates[] = {State::kPending, State::kFiring, State::kResolved};
-
-// At most `bytes`, never cutting a UTF-8 sequence in two (the JSON must stay valid UTF-8).
-std::string clipUtf8(std::string text, std::size_t bytes) {
-  if (text.size() <= bytes) return text;
-  std::size_t end = bytes;
-  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
-  text.resize(end);
-  return text;
-}
 
 // JSON has no NaN or infinity; a NaN loss is exactly what `loss is nan` reports, so it travels as
 // a string.
@@ -169,11 +159,8 @@ void readActions(Fields& f, Alert& a) {
   const Json* actions = f.array("actions");
   if (actions == nullptr) return;
   for (const auto& name : *actions) {
-    const Action* match = nullptr;
-    for (const Action& action : kActions) {
-      if (name.is_string() && name.get_ref<const std::string&>() == actionName(action)) match = &action;
-    }
-    if (match == nullptr) return f.wrong("actions", "holds something other than notify, stop, checkpoint, restart");
+    const auto match = name.is_string() ? actionNamed(name.get_ref<const std::string&>()) : std::nullopt;
+    if (!match) return f.wrong("actions", "holds something other than notify, stop, checkpoint, restart");
     a.actions.push_back(*match);
   }
 }
@@ -233,6 +220,15 @@ std::string fittedJson(Alert a) {
 }
 
 }  // namespace
+
+std::string clipUtf8(std::string text, std::size_t bytes) {
+  if (text.size() <= bytes) return text;
+  std::size_t end = bytes;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  text.resize(end);
+  return text;
+}
+
 
 std::string_view stateName(State state) {
   switch (state) {

@@ -21,14 +21,6 @@ constexpr std::int64_t kBaselineSpacingUs = 5'000'000;
 constexpr std::size_t kMaxListed = 8;          // ranks or nodes named in an alert's text
 constexpr std::size_t kMaxMessageBytes = 300;  // of a failure's or a stall's message in the text
 
-std::string clipUtf8(std::string text, std::size_t bytes) {
-  if (text.size() <= bytes) return text;
-  std::size_t end = bytes;
-  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
-  text.resize(end);
-  return text;
-}
-
 std::string firstLine(const std::string& text) { return clipUtf8(text.substr(0, text.find('\n')), kMaxMessageBytes); }
 
 std::string fixed(double value, const char* format) {
@@ -99,9 +91,7 @@ void addNode(std::vector<std::string>& nodes, const std::string& node) {
   if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) nodes.push_back(node);
 }
 
-bool notifies(const Rule& rule) {
-  return std::find(rule.actions.begin(), rule.actions.end(), Action::kNotify) != rule.actions.end();
-}
+bool notifies(const Rule& rule) { return has(rule.actions, Action::kNotify); }
 
 // What one rule reads from the KPIs at one moment: the value, and what it is about.
 struct Reading {
@@ -325,7 +315,14 @@ struct AlertBook::Impl {
   }
 
   void emit(Slot& slot, Alert a, std::vector<Alert>& out) {
+    // A receiver that never heard it fire is not told it resolved.
+    const bool firingUnheard = a.state == State::kResolved && slot.phase == Phase::kFiring && !slot.current.notify;
     decideNotify(slot.rule, a);
+    if (firingUnheard && a.notify) {
+      notified.pop_back();
+      a.notify = false;
+      a.notNotifiedWhy = "its firing was not notified: " + slot.current.notNotifiedWhy;
+    }
     slot.phase = a.state == State::kPending  ? Phase::kPending
                  : a.state == State::kFiring ? Phase::kFiring
                                              : Phase::kInactive;
@@ -352,7 +349,14 @@ struct AlertBook::Impl {
     return {};  // events: not read from the KPIs
   }
 
+  // The job's own pace: frozen while a drop is pending or firing, so that a long drop does not
+  // become the pace it is measured against (and resolve with nothing recovered).
   void noteThroughput(const JobKpis& k, std::int64_t nowUs) {
+    const bool dropping = std::any_of(slots.begin(), slots.end(), [](const Slot& s) {
+      const bool aboveIsBad = s.rule.op == Op::kGreater || s.rule.op == Op::kGreaterEqual;
+      return s.rule.kpi == "throughput_drop" && aboveIsBad && s.phase != Phase::kInactive;
+    });
+    if (dropping) return;
     while (!baseline.empty() && baseline.front().first <= nowUs - options.baselineUs) baseline.pop_front();
     if (!k.samplesPerSecond || !std::isfinite(*k.samplesPerSecond)) return;
     if (!baseline.empty() && nowUs - baseline.back().first < kBaselineSpacingUs) return;
@@ -444,10 +448,21 @@ struct AlertBook::Impl {
   }
 
   void onStalled(const JobEvent& e) {
-    if (stall) return;  // one stall at a time: its alert already names the first rank behind
     // The agent's event says "stalled: <diagnosis>"; the alert's text says "stalled" already.
     std::string_view diagnosis = e.message;
     if (diagnosis.starts_with("stalled: ")) diagnosis.remove_prefix(9);
+    // Each node's agent reports the stall as its own ranks show it: the node whose rank is behind
+    // names it, the others only their ranks waiting. One stall at a time, about the rank behind.
+    if (stall) {
+      if (!stall->fired && !stall->rank && e.rank) {
+        stall->rank = e.rank;
+        stall->diagnosis = std::string(diagnosis);
+        for (const auto& ev : stall->evidence) {
+          if (ev.rank == stall->rank) return fireStall(ev.timeUnixUs);
+        }
+      }
+      return;
+    }
     stall = Stall{e.rank, e.timeUnixUs, std::string(diagnosis), {}, false};
     for (auto& slot : slots) {
       if (slot.rule.kpi != "stalled") continue;

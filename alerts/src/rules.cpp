@@ -296,11 +296,7 @@ class Parser {
   }
 
   static std::optional<Action> actionOf(const Token& token) {
-    if (token.kind != Tok::kWord) return std::nullopt;
-    for (const Action a : kActions) {
-      if (actionName(a) == token.text) return a;
-    }
-    return std::nullopt;
+    return token.kind == Tok::kWord ? actionNamed(token.text) : std::nullopt;
   }
 
   std::string_view text_;
@@ -352,6 +348,13 @@ std::string_view unitName(Unit unit) {
       return "event";
   }
   return "";
+}
+
+std::optional<Action> actionNamed(std::string_view name) {
+  for (const Action a : kActions) {
+    if (actionName(a) == name) return a;
+  }
+  return std::nullopt;
 }
 
 std::string_view actionName(Action action) {

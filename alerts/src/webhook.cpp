@@ -171,7 +171,11 @@ class Webhooks::Impl {
     curl_easy_setopt(easy, CURLOPT_MAXREDIRS, options_.maxRedirects);
     curl_easy_setopt(easy, CURLOPT_POSTREDIR, static_cast<long>(CURL_REDIR_POST_ALL));  // keep POSTing
     curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+    // An https webhook is never redirected to plain http: the alert (its stacks) would go out in clear.
+    const bool secure = d.url.size() >= 8 && std::equal(d.url.begin(), d.url.begin() + 8, "https://", [](char a, char b) {
+                          return std::tolower(static_cast<unsigned char>(a)) == b;
+                        });
+    curl_easy_setopt(easy, CURLOPT_REDIR_PROTOCOLS_STR, secure ? "https" : "http,https");
     curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, 1L);
     curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, 2L);
     if (!options_.caFile.empty()) curl_easy_setopt(easy, CURLOPT_CAINFO, options_.caFile.c_str());

@@ -139,8 +139,11 @@ std::vector<const AlertEntry*> AlertLog::bannerEntries() const {
   return out;
 }
 
+// Firing now: an instant alert (failed, finished, restarted) happened, and keeps its banner until
+// closed, but does not fire on.
 int AlertLog::firingCount() const {
-  return static_cast<int>(std::count_if(entries_.begin(), entries_.end(), [](const AlertEntry& e) { return e.active(); }));
+  return static_cast<int>(std::count_if(entries_.begin(), entries_.end(),
+                                        [](const AlertEntry& e) { return e.status == AlertEntry::Status::kFiring; }));
 }
 
 void AlertLog::silence(const std::string& jobId, const std::string& rule, std::int64_t seconds) {

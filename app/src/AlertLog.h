@@ -59,7 +59,7 @@ class AlertLog : public QObject {
   const AlertEntry* entry(std::uint64_t serial) const;
   // What the banner shows: active, not closed, not silenced; newest first.
   std::vector<const AlertEntry*> bannerEntries() const;
-  int firingCount() const;  // active entries, silenced or not
+  int firingCount() const;  // entries firing now, silenced or not (not instant ones)
 
   // Silences one rule of one job until nowUs + seconds (local to this app; see above).
   void silence(const std::string& jobId, const std::string& rule, std::int64_t seconds);

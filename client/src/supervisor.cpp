@@ -44,6 +44,7 @@ Supervisor::Action Supervisor::observe(const std::vector<EndedPart>& allParts, C
   const bool allLost = !parts.empty() && std::all_of(parts.begin(), parts.end(), [](const EndedPart& p) { return p.agentLost; });
   const JobState state = allLost ? JobState::kFailed : partsState(parts);
   const bool allEnded = std::all_of(parts.begin(), parts.end(), partEnded);
+  if (stopAsked_) return allEnded ? end(JobState::kStopped, *stopAsked_) : Action{};
   if (state != JobState::kFailed) {
     failedSince_.reset();
     if (allEnded && state != JobState::kStarting) return end(state, "");
@@ -84,6 +85,11 @@ Supervisor::Action Supervisor::interrupt(const std::vector<EndedPart>& parts) {
     return stop;
   }
   return end(partsState(parts), "interrupted");
+}
+
+void Supervisor::stopAsked(std::string why) {
+  stopAsked_ = std::move(why);
+  stopSent_ = true;
 }
 
 void Supervisor::restarted(const JobSpec& placed) {

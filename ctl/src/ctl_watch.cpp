@@ -45,7 +45,7 @@ class WatchState : public RecordSink {
   void onEvent(const std::string& node, const JobEvent& e) override {
     tracker_.onEvent(node, e);
     events_.push_back(timeText(e.timeUnixUs) + " " + node + ": " + e.message);
-    if (auto alert = alerts::alertOf(e)) {
+    if (auto alert = alerts::alertOf(e); alert && !alerts::isInstant(alert->kpi)) {
       if (alert->state == alerts::State::kFiring) firing_[alert->rule] = std::move(*alert);
       else firing_.erase(alert->rule);
     }

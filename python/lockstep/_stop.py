@@ -11,9 +11,10 @@ next step boundary and returns::
             break
 
 The agent asks by SIGTERM, and kills the ranks still running once the stop's grace period is over
-(a minute for an alert's ``checkpoint,stop``). The first call to ``should_stop()`` installs a
-SIGTERM handler that only notes the request (and then calls the program's own handler, if it had
-one): a program that never calls it is stopped by SIGTERM as before.
+(a minute for an alert's ``checkpoint,stop``). The first call to ``should_stop()`` (from the main
+thread, where Python lets a program set handlers) installs a SIGTERM handler that only notes the
+request, and then calls the program's own handler if it had one; a second SIGTERM stops the
+program as SIGTERM did before. A program that never calls it is stopped by SIGTERM as before.
 """
 
 import signal
@@ -25,18 +26,23 @@ _installed = False
 
 def _install():
     global _installed
-    _installed = True
     if threading.current_thread() is not threading.main_thread():
-        return  # Python lets only the main thread set handlers; SIGTERM then stops the program as before
+        return  # Python lets only the main thread set handlers: a later call from it installs
     previous = signal.getsignal(signal.SIGTERM)
 
     def noted(signum, frame):
         global _requested
+        if _requested and not callable(previous):
+            # Asked twice: stop as SIGTERM stopped the program before.
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+            signal.raise_signal(signal.SIGTERM)
+            return
         _requested = True
         if callable(previous):
             previous(signum, frame)
 
     signal.signal(signal.SIGTERM, noted)
+    _installed = True
 
 
 def should_stop():

@@ -13,10 +13,6 @@ namespace {
 using alerts::Action;
 using alerts::Rule;
 
-bool has(const Rule& rule, Action action) {
-  return std::find(rule.actions.begin(), rule.actions.end(), action) != rule.actions.end();
-}
-
 // The built-in trainer writes a checkpoint when it is stopped only where it writes them at all; a
 // command job is told through the lockstep package (should_stop) before it is stopped.
 Result<void> canCheckpoint(const JobSpec& spec, const Rule& rule) {
@@ -63,6 +59,9 @@ Result<std::vector<Rule>> readAlertRulesFile(const std::string& path) {
   LOCKSTEP_TRY(forEachSettingsLine(path, 1u << 20, [&](const std::string& line, int n) -> Result<void> {
     auto rule = alerts::parseRule(line);
     if (!rule) return rule.error().withContext(path + " line " + std::to_string(n));
+    if (alerts::has(rule->actions, Action::kRestart)) {
+      return canRestart(JobSpec{}, *rule).error().withContext(path + " line " + std::to_string(n));
+    }
     rules.push_back(std::move(*rule));
     return {};
   }));
@@ -77,17 +76,32 @@ AlertDesk::~AlertDesk() {
   if (!webhooks_.drain(std::chrono::seconds(2))) log_.info("stopped with alerts still on their way to webhooks");
 }
 
+// The job's own rules (with --notify and no --alert: the defaults), which must all be able to
+// run, and the agent's (with webhooks of its own and no rules file: the defaults), which bend to
+// the job: a checkpoint it cannot write becomes a plain stop. Each rule once.
 Result<std::vector<Rule>> AlertDesk::rulesFor(const JobSpec& spec) const {
   LOCKSTEP_ASSIGN_OR_RETURN(std::vector<Rule> rules, alerts::parseRules(spec.alertRules));
-  rules.insert(rules.end(), defaults_.rules.begin(), defaults_.rules.end());
-  if (rules.empty() && !webhooksFor(spec).empty()) rules = alerts::defaultRules();
+  if (rules.empty() && !spec.notify.empty()) rules = alerts::defaultRules();
   if (spec.budget) rules.push_back(budgetRule(spec));
   for (const auto& rule : rules) {
-    if (has(rule, Action::kCheckpoint)) LOCKSTEP_TRY(canCheckpoint(spec, rule));
-    if (has(rule, Action::kRestart)) LOCKSTEP_TRY(canRestart(spec, rule));
+    if (alerts::has(rule.actions, Action::kCheckpoint)) LOCKSTEP_TRY(canCheckpoint(spec, rule));
+    if (alerts::has(rule.actions, Action::kRestart)) LOCKSTEP_TRY(canRestart(spec, rule));
+  }
+  if (spec.budget && *spec.budget <= 0) return invalidArgument("--budget must be more than 0");
+  if (spec.budget && !spec.prices.anySet()) {
+    return invalidArgument("--budget needs the job's prices to reach it: give --price-gpu-hour, --price-core-hour or --price-kwh");
   }
   for (const auto& url : spec.notify) {
     if (auto ok = alerts::checkWebhookUrl(url); !ok) return ok.error().withContext("--notify");
+  }
+  auto agents = defaults_.rules;
+  if (agents.empty() && !defaults_.notify.empty()) agents = alerts::defaultRules();
+  for (auto rule : agents) {
+    if (alerts::has(rule.actions, Action::kCheckpoint) && !canCheckpoint(spec, rule)) {
+      std::erase(rule.actions, Action::kCheckpoint);
+    }
+    const auto same = [&](const Rule& r) { return r.text == rule.text; };
+    if (std::none_of(rules.begin(), rules.end(), same)) rules.push_back(std::move(rule));
   }
   return rules;
 }

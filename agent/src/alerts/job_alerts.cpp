@@ -31,7 +31,8 @@ JobAlerts::JobAlerts(const JobSpec& spec, std::vector<alerts::Rule> rules, std::
       desk_(desk),
       urls_(desk.webhooksFor(spec)),
       tracker_(spec),
-      book_(spec.jobId, rules_) {}
+      book_(spec.jobId, rules_),
+      createdUs_(unixMicrosNow()) {}
 
 std::vector<alerts::Alert> JobAlerts::poll(const std::set<std::string>& nodes,
                                            const std::function<AgentClient*(const std::string&)>& client) {
@@ -43,6 +44,9 @@ std::vector<alerts::Alert> JobAlerts::poll(const std::set<std::string>& nodes,
   const std::int64_t now = unixMicrosNow();
   std::vector<alerts::Alert> fired;
   for (auto& alert : book_.evaluate(tracker_.snapshot(now), facts_, now)) {
+    // What the agents' streams held from before this supervision began (the agent started again,
+    // or its standby took over) was published then: a stall of then is not a stall now.
+    if (alert.timeUs < createdUs_) continue;
     desk_.publish(alert, urls_);
     if (alert.state == alerts::State::kFiring) fired.push_back(std::move(alert));
   }
@@ -59,7 +63,11 @@ void JobAlerts::fetchFrom(const std::string& node, AgentClient& client) {
   for (int round = 0; round < 4; ++round) {
     auto reply = client.fetch(at.afterSeq, kFetchMessages, 0, kFetchTimeout);
     if (!reply) return;
-    if (reply->instanceId != at.instance && reply->lastSeq < at.afterSeq) at.afterSeq = 0;
+    if (reply->instanceId != at.instance && reply->lastSeq < at.afterSeq) {
+      at.instance = reply->instanceId;
+      at.afterSeq = 0;  // it lost what it held: read it again from its start
+      continue;
+    }
     at.instance = reply->instanceId;
     for (const auto& message : reply->messages) {
       at.afterSeq = std::max(at.afterSeq, message.seq);

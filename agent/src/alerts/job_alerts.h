@@ -58,6 +58,7 @@ class JobAlerts {
   alerts::NodeFacts facts_;
   std::map<std::string, Cursor> cursors_;
   std::int64_t diskMeasuredUs_ = 0;
+  std::int64_t createdUs_;
 };
 
 }  // namespace lockstep::agent

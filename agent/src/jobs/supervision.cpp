@@ -77,7 +77,7 @@ class Supervisions::Worker {
   Result<JobSpec> restart(const JobSpec& ended, const RestartPlan& plan);
   void stopParts(const JobSpec& attempt, std::uint32_t graceMs = 0);
   JobAlerts makeAlerts(const JobSpec& spec);
-  void pollAlerts(JobAlerts& alerts, const JobSpec& attempt);
+  void pollAlerts(JobAlerts& alerts, Supervisor& supervisor);
   bool lostRank(std::uint32_t rank) const;
   AgentClient* client(const std::string& node);
   void publish(SupervisionState state, const Supervisor& supervisor, JobState outcome = JobState::kRunning,
@@ -179,7 +179,7 @@ void Supervisions::Worker::follow(Supervisor& supervisor) {
   while (pause(kPollEvery)) {
     lastParts_ = observe(supervisor.spec(), since);
     if (stopping()) break;  // what the agent's own answers said while it stopped is not acted on
-    pollAlerts(alerts, supervisor.spec());
+    pollAlerts(alerts, supervisor);
     auto action = supervisor.observe(lastParts_, Clock::now());
     using Kind = Supervisor::Action::Kind;
     if (action.kind == Kind::kStop) {
@@ -210,7 +210,7 @@ void Supervisions::Worker::follow(Supervisor& supervisor) {
           (action.message.empty() ? "" : " (" + action.message + ")"));
       publish(SupervisionState::kEnded, supervisor, action.state, action.message);
       alerts.ended(action.state, action.message);
-      pollAlerts(alerts, supervisor.spec());
+      pollAlerts(alerts, supervisor);
       break;
     }
   }
@@ -288,19 +288,28 @@ JobAlerts Supervisions::Worker::makeAlerts(const JobSpec& spec) {
   return JobAlerts(spec, rules ? std::move(*rules) : std::vector<alerts::Rule>{}, self_, desk_);
 }
 
-// Evaluates the job's rules, and carries out what the ones that fired ask: stop, with time for a
-// checkpoint first where they ask for one.
-void Supervisions::Worker::pollAlerts(JobAlerts& alerts, const JobSpec& attempt) {
+// Evaluates the job's rules on what the job's agents that answer streamed (a lost or silent one is
+// left out, and none is connected to anew here: that is the supervision's to do, and a dead node
+// must not hold up a poll), and carries out what the rules that fired ask: stop, with time for a
+// checkpoint first where they ask for one. The job then ends stopped, and is not restarted.
+void Supervisions::Worker::pollAlerts(JobAlerts& alerts, Supervisor& supervisor) {
   std::set<std::string> nodes;
-  for (const auto& r : attempt.ranks) nodes.insert(r.node);
-  const auto fired = alerts.poll(nodes, [this](const std::string& node) { return client(node); });
+  for (const auto& r : supervisor.spec().ranks) {
+    if (!lost_.count(r.node) && misses_[r.node] == 0) nodes.insert(r.node);
+  }
+  const auto fired = alerts.poll(nodes, [this](const std::string& node) -> AgentClient* {
+    if (stopping()) return nullptr;
+    const auto it = clients_.find(node);
+    return it == clients_.end() ? nullptr : it->second.get();
+  });
   for (const auto& alert : fired) {
-    const auto& actions = alert.actions;
-    if (stoppedByAlert_ || std::find(actions.begin(), actions.end(), alerts::Action::kStop) == actions.end()) continue;
-    const bool checkpoint = std::find(actions.begin(), actions.end(), alerts::Action::kCheckpoint) != actions.end();
-    say("alert rule '" + alert.rule + "' fired: stopping the job" + (checkpoint ? " after a checkpoint" : ""));
+    if (stoppedByAlert_ || !alerts::has(alert.actions, alerts::Action::kStop) || stopping()) continue;
+    const bool checkpoint = alerts::has(alert.actions, alerts::Action::kCheckpoint);
+    const std::string why = "alert rule '" + alert.rule + "' fired: stopping the job" + (checkpoint ? " after a checkpoint" : "");
+    say(why);
     stoppedByAlert_ = true;
-    stopParts(attempt, checkpoint ? kCheckpointGraceMs : 0);
+    supervisor.stopAsked(why);
+    stopParts(supervisor.spec(), checkpoint ? kCheckpointGraceMs : 0);
   }
 }
 

@@ -20,7 +20,9 @@ Fetches::Fetches(const NodeStream& stream, const JobManager& jobs, std::uint64_t
 // Messages of jobs the client may not see do not answer it.
 void Fetches::onFetch(const std::string& client, const std::string& key, const StreamScope& scope, std::uint64_t id,
                       const FetchRequest& body) {
-  fetchedUpTo_ = std::max(fetchedUpTo_, body.afterSeq);
+  // What clients read (Slurm's end waits for it): a supervising agent reading its job's records
+  // for alerts is not one of them.
+  if (!scope.jobs) fetchedUpTo_ = std::max(fetchedUpTo_, body.afterSeq);
   const std::size_t max =
       std::min<std::size_t>(body.maxMessages > 0 ? body.maxMessages : kFetchDefaultMessages, kFetchMaxMessages);
   std::uint64_t after = body.afterSeq;

@@ -42,6 +42,8 @@ struct Alert {
 };
 
 inline constexpr std::size_t kMaxEvidenceBytes = 16 * 1024;
+// At most `bytes` of `text`, never cutting a UTF-8 sequence in two (the JSON must stay valid UTF-8).
+std::string clipUtf8(std::string text, std::size_t bytes);
 inline constexpr std::size_t kMaxHistoryPoints = 60;
 
 // {"job", "rule", "kpi", "state", "value" (null when unset; NaN as "nan"), "unit", "started_at"

@@ -59,6 +59,13 @@ inline bool isInstant(std::string_view kpi) { return kpi == "failed" || kpi == "
 std::vector<Rule> defaultRules();
 
 std::string_view actionName(Action action);  // "notify", "stop", "checkpoint", "restart"
+std::optional<Action> actionNamed(std::string_view name);
+inline bool has(const std::vector<Action>& actions, Action action) {
+  for (const Action a : actions) {
+    if (a == action) return true;
+  }
+  return false;
+}
 std::string_view opText(Op op);              // "<", "<=", ">", ">=", "is nan", ""
 
 }  // namespace lockstep::alerts

@@ -67,6 +67,11 @@ class Supervisor {
   // The user asked to stop following (Ctrl-C): stop the job, then end.
   Action interrupt(const std::vector<EndedPart>& parts);
 
+  // A rule asked for the job to stop (an alert's stop, a budget; docs/alerts.md), and the caller
+  // stops its parts: however they end (a rank may fail as its peers go), the job ends stopped, with
+  // `why`, and is not restarted.
+  void stopAsked(std::string why);
+
   void restarted(const JobSpec& placed);       // the next attempt runs
   Action restartFailed(const std::string& why);  // it did not start: the job ends failed
 
@@ -81,6 +86,7 @@ class Supervisor {
   bool stopSent_ = false;
   bool restarting_ = false;
   bool over_ = false;
+  std::optional<std::string> stopAsked_;
   std::vector<std::string> attempts_;
 };
 
