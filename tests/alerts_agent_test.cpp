@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 
 #include "support/agent_support.h"
 #include "support/http_server.h"
@@ -246,6 +247,59 @@ TEST_F(Alerts, ABudgetStopsTheTrainerWithACheckpointThatResumesBitExactly) {
                                    {}, dir, 120s);
   ASSERT_EQ(straight.status.exitCode, 0) << straight.err;
   EXPECT_EQ(readText(dir.file("resumed.safetensors")), readText(dir.file("straight.safetensors")));
+}
+
+// Two agents: rank 0's supervises, and reads the other's stream with its node key; each agent sees
+// only its own rank, so only the supervision's view of the whole job says which one is behind.
+TEST(AlertsAcrossNodes, ARankStalledOnTheOtherNodeIsNamedWithItsStackAndARuleStopIsNotRestarted) {
+  TempDir dir;
+  TwoNodes nodes(dir, {}, 0);
+  auto& [a, b] = nodes;
+  Ctl ctl{dir, dir.file("config")};
+  ASSERT_TRUE(ctl.pairWith(a));
+  ASSERT_TRUE(ctl.pairWith(b));
+  HttpServer hook(HttpServer::Behaviour::kOk);
+  const auto started = ctl({"start", "--ranks", "2", "--ranks-per-agent", "1,1", "--job-id", "apart", "--stall-after-s", "3",
+                            "--max-restarts", "2", "--notify", hook.url(), "--alert", "stalled", "--alert",
+                            "loss < 1000000 for 20s -> stop", "--", "/usr/bin/python3", kProgram, "--instrument", "--steps",
+                            "100000", "--hang-rank", "1", "--hang-at", "15"},
+                           180s);
+  ASSERT_EQ(started.status.exitCode, 0) << started.err;
+  // Where rank 1 runs: the lockstepctl's order of agents places it.
+  const Json placed = Json::parse(ctl({"--json", "status", "apart"}, 30s).out, nullptr, false);
+  std::string rank1Node;
+  for (const auto& r : placed.value("ranks", Json::array())) {
+    if (r["rank"] == 1) rank1Node = r["node"];
+  }
+  ASSERT_FALSE(rank1Node.empty()) << placed.dump(2);
+  Json stalled;
+  ASSERT_TRUE(waitUntil([&] {
+    for (const auto& r : hook.requests()) {
+      const Json j = Json::parse(r.body, nullptr, false);
+      if (j.is_object() && j["kpi"] == "stalled" && j["state"] == "firing") stalled = j;
+    }
+    return stalled.is_object();
+  }, 90s));
+  EXPECT_EQ(stalled["ranks"], Json::array({1})) << stalled.dump(2);
+  EXPECT_EQ(stalled["nodes"], Json::array({rank1Node})) << stalled.dump(2);
+  EXPECT_NE(stalled["evidence"].get<std::string>().find("stuck_in_my_loader"), std::string::npos) << stalled.dump(2);
+  // The stop rule fires 20 s into the job: however its parts end, it ends stopped, not restarted.
+  Json status;
+  ASSERT_TRUE(waitUntil([&] {
+    const auto r = ctl({"--json", "status", "apart"}, 30s);
+    status = Json::parse(r.out, nullptr, false);
+    return status.is_object() && status.value("state", "") == "stopped";
+  }, 90s)) << status.dump(2);
+  std::this_thread::sleep_for(3s);
+  const auto r = ctl({"--json", "status", "apart"}, 30s);
+  status = Json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(status.is_object()) << r.out << r.err;
+  EXPECT_EQ(status.value("state", ""), "stopped") << status.dump(2);
+  ASSERT_TRUE(status.contains("supervision")) << status.dump(2);
+  EXPECT_TRUE(status["supervision"]["attempts"].empty()) << "not restarted: " << status.dump(2);
+  EXPECT_NE(status["supervision"]["message"].get<std::string>().find("alert rule 'loss < 1000000 for 20s -> stop'"),
+            std::string::npos)
+      << status.dump(2);
 }
 
 }  // namespace

@@ -85,6 +85,7 @@ void JobAlerts::take(const StreamMessage& message) {
   if (jobOf(message.payload) != spec_.jobId) return;
   if (const auto* event = std::get_if<JobEvent>(&message.payload)) {
     book_.onEvent(*event);
+    if (event->kind == JobEventKind::kStallEnded) stallEndedUs_ = std::max(stallEndedUs_, event->timeUnixUs);
   }
   tracker_.add(message);
 }
@@ -97,6 +98,17 @@ void JobAlerts::measureDisk() {
   struct statvfs sv {};
   if (::statvfs(dir.c_str(), &sv) != 0 || sv.f_blocks == 0) return;
   facts_.diskFreePct[self_] = 100.0 * static_cast<double>(sv.f_bavail) / static_cast<double>(sv.f_blocks);
+}
+
+void JobAlerts::stalled(const Stall& stall) {
+  if (stall.ranks.empty() || stall.sinceUnixUs <= stallEndedUs_) return;
+  JobEvent e;
+  e.jobId = spec_.jobId;
+  e.kind = JobEventKind::kStalled;
+  e.timeUnixUs = unixMicrosNow();  // seen now, as an agent's own event is (the stall began earlier)
+  e.rank = stall.ranks.front();
+  e.message = "stalled: " + stall.message;
+  book_.onEvent(e);
 }
 
 void JobAlerts::ended(JobState state, const std::string& message) { book_.onEnded(state, message, unixMicrosNow()); }

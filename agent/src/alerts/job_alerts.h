@@ -35,6 +35,9 @@ class JobAlerts {
   // connection; null: not reachable now) and evaluates the rules. Returns the alerts that fired.
   std::vector<alerts::Alert> poll(const std::set<std::string>& nodes,
                                   const std::function<AgentClient*(const std::string&)>& client);
+  // The job's stall as the supervision sees it across its parts (kpi::jobStall): each agent
+  // reports the stall its own ranks show, and only the whole job says which rank is behind.
+  void stalled(const Stall& stall);
   // What the supervision decided, evaluated at the next poll.
   void ended(JobState state, const std::string& message);
   void restarted(const std::string& why);
@@ -59,6 +62,7 @@ class JobAlerts {
   std::map<std::string, Cursor> cursors_;
   std::int64_t diskMeasuredUs_ = 0;
   std::int64_t createdUs_;
+  std::int64_t stallEndedUs_ = 0;  // the newest stall_ended seen: a stall from before it is over
 };
 
 }  // namespace lockstep::agent

@@ -14,6 +14,7 @@
 #include "lockstep/client/elastic.h"
 #include "lockstep/client/launch.h"
 #include "lockstep/client/supervisor.h"
+#include "lockstep/kpi/stall.h"
 #include "lockstep/protocol/validate.h"
 
 namespace lockstep::agent {
@@ -102,6 +103,7 @@ class Supervisions::Worker {
   std::set<std::string> lost_;        // nodes lost in this attempt (they stay lost until the next)
   std::map<std::string, int> misses_; // polls in a row a node's agent did not answer
   std::vector<EndedPart> lastParts_;  // as last observed
+  std::map<std::string, JobStatus> statuses_;  // each node's part as its agent last listed it
   std::set<std::string> unreachable_; // said once each
   mutable std::mutex mutex_;
   std::condition_variable wake_;
@@ -240,6 +242,7 @@ EndedPart Supervisions::Worker::observeOn(const std::string& node, const JobSpec
     for (const auto& status : jobs ? jobs->jobs : std::vector<JobStatus>{}) {
       if (status.spec.jobId != first_.jobId || status.spec.attempt < attempt.attempt) continue;
       seen_.insert(node);
+      statuses_[node] = status;
       return EndedPart{node, part.agent, status.ranks, false, status.state, status.spec.attempt, status.message};
     }
     if (jobs && !mayBeStarting) {  // it answers, and has no such part: it never started, or was lost
@@ -297,6 +300,11 @@ void Supervisions::Worker::pollAlerts(JobAlerts& alerts, Supervisor& supervisor)
   for (const auto& r : supervisor.spec().ranks) {
     if (!lost_.count(r.node) && misses_[r.node] == 0) nodes.insert(r.node);
   }
+  std::vector<const JobStatus*> parts;
+  for (const auto& [node, status] : statuses_) {
+    if (nodes.count(node) && status.spec.attempt == supervisor.spec().attempt) parts.push_back(&status);
+  }
+  if (const auto stall = kpi::jobStall(parts)) alerts.stalled(*stall);
   const auto fired = alerts.poll(nodes, [this](const std::string& node) -> AgentClient* {
     if (stopping()) return nullptr;
     const auto it = clients_.find(node);
