@@ -4,6 +4,7 @@
 by ``--budget``, or by ``lockstepctl stop``. A program that asks writes its checkpoint at the
 next step boundary and returns::
 
+    lockstep.should_stop()  # once before the loop: from here on a request is noted, not fatal
     for x, y in loader:
         ...
         if lockstep.should_stop():

@@ -80,6 +80,8 @@ if args.instrument:
     import lockstep
 
     lockstep.watch(model)
+    if args.stop_file:
+        lockstep.should_stop()  # from here on, being asked to stop is noted, not fatal
 
 def stuck_in_my_loader():
     """A data pipeline that never delivers: the process lives on, at 0% CPU."""
