@@ -205,8 +205,9 @@ TEST_F(Alerts, CheckpointStopAsksTheProgramThroughShouldStopFirst) {
   EXPECT_EQ(run.status.exitCode, 6) << "stopped: " << run.out << run.err;
   for (int rank : {0, 1}) {
     const std::string said = readText(dir.file("asked." + std::to_string(rank)));
+    const auto log = ctl({"logs", "asked", "--rank", std::to_string(rank)});
     EXPECT_EQ(said.rfind("stopped at step ", 0), 0u) << "rank " << rank << " was asked and checkpointed: " << said << "\n"
-                                                     << ctl({"logs", "asked", "--rank", std::to_string(rank)}).out;
+                                                     << run.out << log.out << log.err;
   }
 }
 

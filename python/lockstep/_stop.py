@@ -14,8 +14,9 @@ next step boundary and returns::
 The agent asks by SIGTERM, and kills the ranks still running once the stop's grace period is over
 (a minute for an alert's ``checkpoint,stop``). The first call to ``should_stop()`` (from the main
 thread, where Python lets a program set handlers) installs a SIGTERM handler that only notes the
-request, and then calls the program's own handler if it had one; a second SIGTERM stops the
-program as SIGTERM did before. A program that never calls it is stopped by SIGTERM as before.
+request, and then calls the program's own handler if it had one; the agent's SIGKILL at the end of
+the grace stops a rank that does not leave. A program that never calls it is stopped by SIGTERM as
+before.
 """
 
 import signal
@@ -33,11 +34,6 @@ def _install():
 
     def noted(signum, frame):
         global _requested
-        if _requested and not callable(previous):
-            # Asked twice: stop as SIGTERM stopped the program before.
-            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
-            signal.raise_signal(signal.SIGTERM)
-            return
         _requested = True
         if callable(previous):
             previous(signum, frame)
