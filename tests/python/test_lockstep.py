@@ -98,6 +98,51 @@ class OutsideLockstep(unittest.TestCase):
         self.assertLess(float(r.stdout.split()[0]), 100.0, r.stdout)  # a no-op, even on a busy machine
 
 
+class ShouldStop(unittest.TestCase):
+    """Issue 43: an alert's checkpoint,stop asks the program through lockstep.should_stop()."""
+
+    def run_program(self, code):
+        env = dict(os.environ)
+        return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
+                              timeout=60)
+
+    def test_a_program_that_asks_notes_sigterm_and_goes_on(self):
+        r = self.run_program("""
+            import os, signal, time, lockstep
+            print(lockstep.should_stop(), flush=True)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)
+            print(lockstep.should_stop(), flush=True)
+            os.kill(os.getpid(), signal.SIGTERM)  # asked again: still noted, the grace's SIGKILL ends it
+            time.sleep(0.2)
+            print("still here", flush=True)
+        """)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split(), ["False", "True", "still", "here"])
+
+    def test_a_program_that_never_asks_is_stopped_by_sigterm_as_before(self):
+        r = self.run_program("""
+            import os, signal, time, lockstep
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+            print("still here", flush=True)
+        """)
+        self.assertEqual(r.returncode, -signal.SIGTERM)
+        self.assertEqual(r.stdout, "")
+
+    def test_the_programs_own_handler_still_runs(self):
+        r = self.run_program("""
+            import os, signal, time, lockstep
+            signal.signal(signal.SIGTERM, lambda *_: print("own handler", flush=True))
+            lockstep.should_stop()
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)
+            print(lockstep.should_stop(), flush=True)
+        """)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split("\n")[:2], ["own handler", "True"])
+
+
 class Reporting(unittest.TestCase):
     def setUp(self):
         self.receiver = Receiver()
