@@ -38,20 +38,6 @@ Rule budgetRule(const JobSpec& spec) {
   return rule ? *rule : Rule{};
 }
 
-std::vector<std::string> splitLines(const std::string& text) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  for (std::size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1) out.push_back(text.substr(start, nl - start));
-  out.push_back(text.substr(start));
-  return out;
-}
-
-std::string joinLines(const std::vector<std::string>& parts) {
-  std::string out;
-  for (const auto& p : parts) out += (out.empty() ? "" : "\n") + p;
-  return out;
-}
-
 }  // namespace
 
 Result<std::vector<Rule>> readAlertRulesFile(const std::string& path) {
@@ -118,7 +104,9 @@ void AlertDesk::publish(const alerts::Alert& alert, const std::vector<std::strin
   if (alert.state == alerts::State::kPending) return;
   const std::string json = alerts::alertJson(alert);
   if (alert.notify) {
-    const std::string what = joinLines({alert.jobId, alert.rule, std::string(alerts::stateName(alert.state))});
+    // The job, then the alert as an undelivered event names it (a job id holds no newline).
+    const std::string what =
+        alert.jobId + "\n" + "alert '" + alert.rule + "' (" + std::string(alerts::stateName(alert.state)) + ")";
     for (const auto& url : urls) webhooks_.post(url, json, what);
   }
   std::lock_guard lock(mutex_);
@@ -133,13 +121,13 @@ std::vector<JobEvent> AlertDesk::takeEvents() {
   }
   for (const auto& outcome : webhooks_.take()) {
     if (outcome.delivered) continue;
-    const auto lines = splitLines(outcome.what);
-    if (lines.size() != 3) continue;
+    const auto nl = outcome.what.find('\n');
+    if (nl == std::string::npos) continue;
     JobEvent e;
-    e.jobId = lines[0];
+    e.jobId = outcome.what.substr(0, nl);
     e.kind = JobEventKind::kAlertUndelivered;
     e.timeUnixUs = unixMicrosNow();
-    e.message = "alert '" + lines[1] + "' (" + lines[2] + ") was not delivered to " + outcome.redactedUrl + ": " +
+    e.message = outcome.what.substr(nl + 1) + " was not delivered to " + outcome.redactedUrl + ": " +
                 outcome.why + " (" + std::to_string(outcome.attempts) + " attempt" + (outcome.attempts == 1 ? "" : "s") + ")";
     log_.info("job " + e.jobId + ": " + e.message);
     out.push_back(std::move(e));
