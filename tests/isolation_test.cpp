@@ -21,36 +21,13 @@
 #include "jobs/job_cgroup.h"
 #include "jobs/preflight.h"
 #include "support/agent_support.h"
+#include "support/unix_user.h"
 
 namespace lockstep::test {
 namespace {
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
-
-// A Unix user made for one test (useradd) and removed with whatever it still runs (userdel),
-// even when the test fails.
-class UnixUser {
- public:
-  explicit UnixUser(const std::string& role) {
-    std::random_device random;
-    name = "ls" + role + std::to_string(random() % 1000000);
-    const auto made = runCommand({"useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name}, 30s);
-    if (!made || !made->status.success()) throw std::runtime_error("useradd " + name + " failed");
-    auto who = lookUpUser(name);
-    if (!who) throw std::runtime_error(who.error().message);
-    identity = *who;
-  }
-  ~UnixUser() {
-    (void)runCommand({"pkill", "-KILL", "-u", name}, 10s);
-    (void)runCommand({"userdel", name}, 30s);
-  }
-  UnixUser(const UnixUser&) = delete;
-  UnixUser& operator=(const UnixUser&) = delete;
-
-  std::string name;
-  Identity identity;
-};
 
 // A directory of `user`'s own (mode 0700), as a home or project directory is.
 std::string ownDirectory(const TempDir& dir, const UnixUser& user) {
