@@ -2,6 +2,8 @@
 // like sshd's, and what a job's processes can reach.
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,10 +12,12 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <set>
 #include <stdexcept>
 #include <future>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
@@ -288,6 +292,189 @@ TEST(AgentBounds, TwentyLargestRequestsInARowAreAllAnswered) {
   }
   EXPECT_EQ(answered, 20);
   EXPECT_EQ(agentLog(agent).find("without finishing a message"), std::string::npos) << agentLog(agent);
+}
+
+// Issue 44: each connection had its own bound, and one key could open any number of them.
+// `n` sockets of the greedy key to `endpoint`, each a connection of its own.
+std::vector<zmq::socket_t> dealersOf(Greedy& g, int n, const std::string& endpoint) {
+  std::vector<zmq::socket_t> dealers;
+  for (int i = 0; i < n; ++i) {
+    auto& d = dealers.emplace_back(g.context, zmq::socket_type::dealer);
+    if (!makeCurveClient(d, g.greedy.keys, g.agent.publicKey()).ok()) throw std::runtime_error("no CURVE client");
+    d.set(zmq::sockopt::linger, 0);
+    d.connect(endpoint);
+  }
+  return dealers;
+}
+
+// Sends a ListJobs on each of `dealers` and says which were answered (within 2 s of the last).
+std::set<std::size_t> answeredOf(std::vector<zmq::socket_t>& dealers) {
+  const std::string list = encode(Request{1, ListJobsRequest{}});
+  std::vector<zmq::pollitem_t> items;
+  for (auto& d : dealers) {
+    d.send(zmq::buffer(list), zmq::send_flags::none);
+    items.push_back({d.handle(), 0, ZMQ_POLLIN, 0});
+  }
+  std::set<std::size_t> answered;
+  auto quiet = std::chrono::steady_clock::now() + 10s;
+  while (answered.size() < dealers.size() && std::chrono::steady_clock::now() < quiet) {
+    if (zmq::poll(items.data(), items.size(), 100ms) <= 0) continue;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      zmq::message_t m;
+      if ((items[i].revents & ZMQ_POLLIN) && dealers[i].recv(m, zmq::recv_flags::dontwait)) answered.insert(i);
+    }
+    quiet = std::chrono::steady_clock::now() + 2s;
+  }
+  return answered;
+}
+
+TEST(AgentBounds, AKeysConnectionsBeyondSixteenAreCutAndAnotherKeyIsServed) {
+  Greedy g;
+  ASSERT_TRUE(connectTo(g.agent, g.other)->listJobs(5s).ok());
+  const std::int64_t before = residentKib(g.agent.pid());
+  auto dealers = dealersOf(g, 40, g.agent.address().endpoint());
+  const auto first = answeredOf(dealers);
+  EXPECT_EQ(first.size(), 16u) << "connections of one key served";
+  // The 16 kept are served again; the others' sockets reconnect, and are cut again.
+  EXPECT_EQ(answeredOf(dealers), first);
+  EXPECT_TRUE(connectTo(g.agent, g.other)->listJobs(5s).ok()) << "another key was not served";
+  const std::int64_t grew = residentKib(g.agent.pid()) - before;
+  EXPECT_LT(grew, 32 * 1024) << "the agent grew by " << grew / 1024 << " MiB";
+  std::cout << "grew by " << grew << " KiB\n";
+  const std::string said =
+      "key " + fingerprint(g.greedy.keys.publicKey) + " opened more than 16 connections; the newest is cut";
+  EXPECT_EQ(count(agentLog(g.agent), said), 1u) << agentLog(g.agent);
+}
+
+// A TCP relay to the agent that passes at most `cap` bytes of each connection towards it, and
+// reads and drops the rest: the agent holds a message whose end never comes.
+class Holdback {
+ public:
+  Holdback(std::uint16_t agentPort, std::int64_t cap) : agentPort_(agentPort), cap_(cap) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in at{};
+    at.sin_family = AF_INET;
+    at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof at;
+    if (::bind(listener_, reinterpret_cast<sockaddr*>(&at), sizeof at) != 0 || ::listen(listener_, 64) != 0 ||
+        ::getsockname(listener_, reinterpret_cast<sockaddr*>(&at), &length) != 0) {
+      throw std::runtime_error("no relay");
+    }
+    port_ = ntohs(at.sin_port);
+    acceptor_ = std::thread([this] { accept(); });
+  }
+  ~Holdback() {
+    stopping_ = true;
+    ::shutdown(listener_, SHUT_RDWR);
+    acceptor_.join();  // it starts no more pumps after
+    for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+    for (auto& t : pumps_) t.join();
+    for (int fd : fds_) ::close(fd);
+    ::close(listener_);
+  }
+  std::string endpoint() const { return "tcp://127.0.0.1:" + std::to_string(port_); }
+  int cutByAgent() const { return cut_.load(); }
+
+ private:
+  void accept() {
+    for (int client; !stopping_ && (client = ::accept(listener_, nullptr, nullptr)) >= 0;) {
+      const int agent = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in at{};
+      at.sin_family = AF_INET;
+      at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      at.sin_port = htons(agentPort_);
+      fds_.insert(fds_.end(), {client, agent});
+      if (::connect(agent, reinterpret_cast<sockaddr*>(&at), sizeof at) != 0) continue;
+      pumps_.emplace_back([=, this] { pump(client, agent, cap_, false); });
+      pumps_.emplace_back([=, this] { pump(agent, client, INT64_MAX, true); });
+    }
+  }
+  void pump(int from, int to, std::int64_t cap, bool fromAgent) {
+    std::vector<char> buffer(1 << 16);
+    ssize_t n;
+    while ((n = ::read(from, buffer.data(), buffer.size())) > 0) {
+      const auto pass = static_cast<std::size_t>(std::min<std::int64_t>(n, cap));
+      cap -= static_cast<std::int64_t>(pass);
+      if (pass > 0 && ::send(to, buffer.data(), pass, MSG_NOSIGNAL) != static_cast<ssize_t>(pass)) break;
+    }
+    if (fromAgent && !stopping_) ++cut_;
+    ::shutdown(from, SHUT_RDWR);
+    ::shutdown(to, SHUT_RDWR);
+  }
+
+  std::uint16_t agentPort_;
+  std::int64_t cap_;
+  int listener_ = -1;
+  std::uint16_t port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> cut_{0};
+  std::vector<int> fds_;  // the accepting thread's until it ends
+  std::thread acceptor_;
+  std::vector<std::thread> pumps_;
+};
+
+// 12 connections of one key each send 20 MiB of a message that never ends (under the bound of one
+// connection, 24 MiB); `known`: each sent a request first, so the agent knows their key.
+struct Held {
+  int cut = 0;                  // connections the agent cut
+  std::int64_t peakKib = 0;     // the agent's resident growth while they sent
+  std::int64_t settledKib = 0;  // and once the cuts are done
+};
+
+Held holdTwentyMibEach(Greedy& g, bool known, int cutsExpected) {
+  constexpr std::size_t kConnections = 12;
+  if (!connectTo(g.agent, g.other)->listJobs(5s).ok()) throw std::runtime_error("the other key was not served");
+  Holdback relay(g.agent.address().port, std::int64_t{20} << 20);
+  const std::int64_t before = residentKib(g.agent.pid());
+  auto dealers = dealersOf(g, kConnections, relay.endpoint());
+  if (known && answeredOf(dealers).size() != kConnections) throw std::runtime_error("not all answered first");
+  static const std::string part((4u << 20) - 4096, 'x');
+  for (auto& d : dealers) {
+    for (int i = 0; i < 6; ++i) {
+      zmq::message_t m(const_cast<char*>(part.data()), part.size(), nullptr, nullptr);
+      d.send(m, i < 5 ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+  }
+  Held held;
+  std::int64_t last = -1;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  // Until the cuts expected are done and then a second passed without another.
+  for (int still = 0; still < 20 && std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(50ms)) {
+    held.peakKib = std::max(held.peakKib, residentKib(g.agent.pid()) - before);
+    still = relay.cutByAgent() == last && last >= cutsExpected ? still + 1 : 0;
+    last = relay.cutByAgent();
+  }
+  std::this_thread::sleep_for(3500ms);  // the agent gives the heap back over 3 s
+  held.settledKib = residentKib(g.agent.pid()) - before;
+  held.cut = relay.cutByAgent();
+  EXPECT_TRUE(connectTo(g.agent, g.other)->listJobs(5s).ok()) << "another key was not served";
+  return held;
+}
+
+TEST(AgentBounds, AKeysConnectionsHoldAtMostItsBoundTogether) {
+  Greedy g;
+  const Held held = holdTwentyMibEach(g, true, 9);
+  // 64 MiB a key: 3 of 20 MiB are kept.
+  EXPECT_GE(held.cut, 9) << "the agent kept more than 64 MiB of one key's";
+  EXPECT_LT(held.cut, 12) << "the agent cut connections within the key's bound";
+  EXPECT_LT(held.settledKib, 112 * 1024) << "the agent holds " << held.settledKib / 1024 << " MiB";
+  std::cout << "peak " << held.peakKib / 1024 << " MiB, settled " << held.settledKib / 1024 << " MiB, cut "
+            << held.cut << "\n";
+  EXPECT_NE(agentLog(g.agent).find("MiB of unfinished messages together; the largest are cut"), std::string::npos)
+      << agentLog(g.agent);
+}
+
+// Before its first message a connection's key is unknown: all such hold at most 128 MiB together.
+TEST(AgentBounds, ConnectionsOfNoKnownKeyYetHoldAtMostTheirBoundTogether) {
+  Greedy g;
+  const Held held = holdTwentyMibEach(g, false, 6);
+  EXPECT_GE(held.cut, 6) << "the agent kept more than 128 MiB of connections of no known key";
+  EXPECT_LT(held.cut, 12);
+  EXPECT_LT(held.settledKib, 176 * 1024) << "the agent holds " << held.settledKib / 1024 << " MiB";
+  std::cout << "peak " << held.peakKib / 1024 << " MiB, settled " << held.settledKib / 1024 << " MiB, cut "
+            << held.cut << "\n";
+  EXPECT_NE(agentLog(g.agent).find("sent no whole message yet held more than 128 MiB"), std::string::npos)
+      << agentLog(g.agent);
 }
 
 // A job's own program, run by a real agent, tries every way to the agent's secret key it can think
