@@ -12,12 +12,15 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <thread>
 
 #include "lockstep/client/agent_client.h"
+#include "lockstep/common/clock.h"
 #include "lockstep/common/files.h"
 #include "lockstep/common/identity.h"
+#include "lockstep/protocol/codec.h"
 #include "jobs/job_cgroup.h"
 #include "jobs/preflight.h"
 #include "support/agent_support.h"
@@ -315,5 +318,153 @@ TEST_F(Isolation, AJobsProcessesAreItsCgroupsAndGoWithIt) {
   EXPECT_TRUE(waitUntil([&] { return runCommand({"pgrep", "-u", alice->name}, 5s)->status.exitCode == 1; }, 10s));
 }
 
+
+// Issue 44: the report socket is every job's, but a job's processes send records for their own job
+// only. The forger's job names the victim's job and rank 0 in step reports (loss 12345), a phase and
+// a note it pushes through its socket; none reaches the victim's job, whose own reports (a shell
+// running Python with the lockstep package) still do, and the agent's log says once that records
+// claiming it were refused. `victimId`: who owns the victim's files.
+void forgedRecordsAreRefused(const AgentProcess& node, AgentClient& victim, AgentClient& forger,
+                             const std::string& victimWork, const std::string& forgerWork, const Identity& victimId,
+                             const std::function<JobSpec(const std::string&, const std::string&, const std::string&)>& job) {
+  const std::string aliceJob = "alices-steps";
+  std::ofstream(victimWork + "/steps.py") << "import time, lockstep\n"
+                                             "for i in range(80):\n"
+                                             "    time.sleep(0.1)\n"
+                                             "    lockstep.step(samples=1, loss=1.5)\n"
+                                             "lockstep.close()\n";
+  ASSERT_EQ(::chown((victimWork + "/steps.py").c_str(), victimId.uid, victimId.gid), 0);
+  ASSERT_TRUE(victim.startJob(job(aliceJob, "/usr/bin/python3 steps.py; echo $? > done.txt", victimWork), "", 10s).ok());
+  const auto aliceRecords = [&] {
+    auto stream = victim.fetch(0, 20000, 0, 5s);
+    std::vector<StreamMessage> mine;
+    if (!stream.ok()) return mine;
+    for (auto& m : stream->messages) {
+      if (jobOf(m.payload) == aliceJob) mine.push_back(std::move(m));
+    }
+    return mine;
+  };
+  const auto steps = [&](const std::vector<StreamMessage>& records) {
+    return std::count_if(records.begin(), records.end(),
+                         [](const StreamMessage& m) { return std::holds_alternative<StepReport>(m.payload); });
+  };
+  ASSERT_TRUE(waitUntil([&] { return steps(aliceRecords()) > 0; }, 30s)) << "the victim's job reports no steps";
+
+  // The forger's records, made as any program could: a step report, a phase and a note of rank 0.
+  StepReport step;
+  step.jobId = aliceJob;
+  step.step = 7;
+  step.samples = 1;
+  step.loss = 12345.0f;
+  step.stepTimeUs = 100000;
+  step.timeUnixUs = unixMicrosNow();
+  PhaseReport phase;
+  phase.jobId = aliceJob;
+  phase.name = "bobs-phase";
+  phase.timeUnixUs = unixMicrosNow();
+  phase.durationUs = 1000;
+  phase.step = 7;
+  JobEvent note;
+  note.jobId = aliceJob;
+  note.kind = JobEventKind::kNote;
+  note.rank = 0;
+  note.timeUnixUs = unixMicrosNow();
+  note.message = "bobs-note";
+  std::ofstream(forgerWork + "/step.bin", std::ios::binary) << encode(StreamMessage{1, "", step});
+  std::ofstream(forgerWork + "/phase.bin", std::ios::binary) << encode(StreamMessage{2, "", phase});
+  std::ofstream(forgerWork + "/note.bin", std::ios::binary) << encode(StreamMessage{3, "", note});
+  // Pushed through the socket the forger's job is given (LOCKSTEP_REPORT), through libzmq itself.
+  std::ofstream(forgerWork + "/forge.py") << R"(import ctypes, os, time
+z = ctypes.CDLL("libzmq.so.5")
+z.zmq_ctx_new.restype = z.zmq_socket.restype = ctypes.c_void_p
+z.zmq_socket.argtypes = [ctypes.c_void_p, ctypes.c_int]
+z.zmq_connect.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+z.zmq_send.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int]
+z.zmq_close.argtypes = z.zmq_ctx_term.argtypes = [ctypes.c_void_p]
+context = z.zmq_ctx_new()
+push = z.zmq_socket(context, 8)  # ZMQ_PUSH
+assert os.environ["LOCKSTEP_JOB_ID"] == "alices-steps" and os.environ["RANK"] == "0"
+assert z.zmq_connect(push, os.environ["LOCKSTEP_REPORT"].encode()) == 0
+records = [open(name, "rb").read() for name in ("step.bin", "phase.bin", "note.bin")]
+for i in range(20):
+    for record in records:
+        z.zmq_send(push, record, len(record), 0)
+    time.sleep(0.1)
+z.zmq_close(push)
+z.zmq_ctx_term(context)
+print("sent", flush=True)
+)";
+  ASSERT_TRUE(forger.startJob(job("bobs-forger", "LOCKSTEP_JOB_ID=" + aliceJob + " RANK=0 /usr/bin/python3 forge.py",
+                                  forgerWork),
+                              "", 10s)
+                  .ok());
+  const auto ended = [](AgentClient& client, const std::string& id) {
+    return waitUntil([&] {
+      auto jobs = client.listJobs(5s);
+      if (!jobs) return false;
+      for (const auto& j : jobs->jobs) {
+        if (j.spec.jobId == id) return j.state != JobState::kRunning && j.state != JobState::kStarting;
+      }
+      return false;
+    }, 60s);
+  };
+  ASSERT_TRUE(ended(forger, "bobs-forger"));
+  auto forgerLog = forger.logs("bobs-forger", 0, 4096, 5s);
+  ASSERT_TRUE(forgerLog.ok());
+  ASSERT_NE(forgerLog->text.find("sent"), std::string::npos) << "the forger did not send: " << forgerLog->text;
+  ASSERT_TRUE(ended(victim, aliceJob));
+  EXPECT_EQ(readText(victimWork + "/done.txt"), "0\n");
+
+  const auto records = aliceRecords();
+  std::uint64_t lastStep = 0;
+  for (const auto& m : records) {
+    if (const auto* r = std::get_if<StepReport>(&m.payload)) {
+      EXPECT_NE(r->loss, 12345.0f) << "the forger's step report reached the victim's job";
+      EXPECT_EQ(r->loss, 1.5f);
+      lastStep = std::max(lastStep, r->step);
+    }
+    if (const auto* p = std::get_if<PhaseReport>(&m.payload)) EXPECT_NE(p->name, "bobs-phase");
+    if (const auto* e = std::get_if<JobEvent>(&m.payload)) EXPECT_EQ(e->message.find("bobs-note"), std::string::npos);
+  }
+  EXPECT_GE(steps(records), 40) << "the victim's own reports stopped arriving";
+  EXPECT_GE(lastStep, 70u) << "the victim's last reports did not arrive";
+  const std::string log = readText(node.stateDir() + "/agent.log");
+  const std::string said = "refused a record claiming job " + aliceJob;
+  const auto first = log.find(said);
+  EXPECT_NE(first, std::string::npos) << log;
+  EXPECT_EQ(log.find(said, first + 1), std::string::npos) << "said once: " << log;
+}
+
+// Bob's job sends step reports, a phase and a note in the name of alice's job: its PID namespace and
+// cgroup are not hers, nor is its user.
+TEST_F(Isolation, AJobCannotSendRecordsInAnotherJobsName) {
+  const std::string aliceWork = ownDirectory(*dir, *alice), bobWork = ownDirectory(*dir, *bob);
+  auto a = as(aliceKeys);
+  auto b = as(bobKeys);
+  forgedRecordsAreRefused(*agent, *a, *b, aliceWork, bobWork, alice->identity,
+                          [&](const std::string& id, const std::string& script, const std::string& work) {
+                            return shellJob(id, script, work);
+                          });
+}
+
+// Without the sandbox there is no PID namespace of the job's: a root agent's jobs are told apart by
+// their user and, where cgroup v2 is delegated to the agent, their cgroup. Two jobs of one user
+// (root's, with allow-root: jobs of other users cannot reach the socket in the agent's state
+// directory without the sandbox), the forger's refused by its cgroup.
+TEST_F(Isolation, WithoutTheSandboxAJobsCgroupStillTellsItsRecordsApart) {
+  std::string why;
+  if (!agent::jobCgroupBase(&why)) GTEST_SKIP() << "no cgroup for jobs here: " << why;
+  AgentProcess node(*dir, "node-c", {"--job-sandbox", "no"});
+  std::ofstream(node.stateDir() + "/authorized_keys") << authorizedKeyLine(rootKeys->keys.publicKey, "root");
+  const std::string victimWork = dir->file("victim"), forgerWork = dir->file("forger");
+  fs::create_directories(victimWork);
+  fs::create_directories(forgerWork);
+  auto victim = connectTo(node, *rootKeys);
+  auto forger = connectTo(node, *rootKeys);
+  forgedRecordsAreRefused(node, *victim, *forger, victimWork, forgerWork, currentIdentity(),
+                          [&](const std::string& id, const std::string& script, const std::string& work) {
+                            return shellJob(id, script, work);
+                          });
+}
 }  // namespace
 }  // namespace lockstep::test
