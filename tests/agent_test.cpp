@@ -305,7 +305,7 @@ TEST(AgentValidation, ImpossibleJobsAreRefusedWithTheReason) {
     std::string text;
   };
   std::vector<Case> cases;
-  cases.push_back({smallJob("too-many", 64, 10), ErrorCode::kResourceExhausted, "cores for 64 CPU ranks"});
+  cases.push_back({smallJob("too-many", 64, 10), ErrorCode::kResourceExhausted, "the job asks for 64 cores"});
   JobSpec npy = smallJob("npy", 1, 10);
   npy.dataset = NpyDataset{dir.file("missing.npy"), dir.file("labels.npy")};
   cases.push_back({npy, ErrorCode::kNotFound, "cannot open the features file"});

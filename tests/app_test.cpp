@@ -250,6 +250,24 @@ class AppTest : public QObject {
     dialog.setField(QStringLiteral("notify"), QString());
     dialog.setField(QStringLiteral("budget"), QString());
 
+    // What each rank may take (docs/fences.md): a size it cannot read is refused; the node's free
+    // cores and memory are shown beside it.
+    dialog.setField(QStringLiteral("memPerRank"), QStringLiteral("lots"));
+    QVERIFY(!dialog.job());
+    QVERIFY2(dialog.error().contains(QStringLiteral("'lots' is not a size")), qPrintable(dialog.error()));
+    dialog.setField(QStringLiteral("memPerRank"), QStringLiteral("256M"));
+    dialog.setField(QStringLiteral("cpusPerRank"), 1);
+    dialog.setField(QStringLiteral("processesPerRank"), 64);
+    const auto fenced = dialog.job();
+    QVERIFY2(fenced, qPrintable(dialog.error()));
+    QCOMPARE(fenced->memPerRank, std::uint64_t{256} << 20);
+    QCOMPARE(fenced->cpusPerRank, 1u);
+    QCOMPARE(fenced->maxProcessesPerRank, 64u);
+    const auto* agents = dialog.findChild<QTableWidget*>(QStringLiteral("agents"));
+    QVERIFY(agents->item(0, 4)->text().endsWith(QStringLiteral("GiB")));
+    QVERIFY(agents->item(0, 4)->data(Qt::UserRole).toUInt() >= 1);
+    dialog.setField(QStringLiteral("memPerRank"), QString());
+
     dialog.setField(QStringLiteral("ranks:") + idOf(agent), 0);
     QVERIFY(!dialog.job());
     QVERIFY2(dialog.error().contains(QStringLiteral("rank")), qPrintable(dialog.error()));

@@ -63,6 +63,9 @@ JobSpec trainerA() {
   s.alertRules = {"exposed_comm > 40% for 2m -> notify", "loss is nan -> notify,stop"};
   s.notify = {"https://hooks.example.org/T0/B1?x=1", "http://127.0.0.1:8080/hook"};
   s.budget = 40.5;
+  s.memPerRank = std::uint64_t{3} << 30;
+  s.maxProcessesPerRank = 512;
+  s.cpusPerRank = 2;
   return s;
 }
 
@@ -92,6 +95,9 @@ JobSpec commandJob() {
   s.alertRules = {"gpu_util < 5% for 30m -> stop"};
   s.notify = {"https://hooks.example.org/own"};
   s.budget = 12;
+  s.memPerRank = 1000;  // bytes no larger unit writes whole: the flag says 1000B
+  s.maxProcessesPerRank = 64;
+  s.cpusPerRank = 3;
   s.worldSize = 2;
   s.ranks = {{0, "node-a", 0, 0u}, {1, "node-a", 1, 1u}};
   s.prices = {1, 0, 0, "USD"};
@@ -190,6 +196,9 @@ TEST(SpecFields, ARankGetsItsSpecWholeFromTheAgent) {
     expected.alertRules.clear();
     expected.notify.clear();
     expected.budget.reset();
+    expected.memPerRank = 0;  // the agent fences the rank; the rank has no use for them
+    expected.maxProcessesPerRank = 0;
+    expected.cpusPerRank = 0;
     EXPECT_EQ(parsed->spec, expected) << jobSpecToJson(parsed->spec);
     EXPECT_EQ(parsed->metricsOut, "/m.jsonl");
     EXPECT_EQ(parsed->resume, s.attempt > 0) << "a restart resumes";

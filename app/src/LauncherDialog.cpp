@@ -25,6 +25,7 @@
 #include "lockstep/alerts/rules.h"
 #include "lockstep/alerts/urls.h"
 #include "lockstep/jobflags/options.h"
+#include "lockstep/present/present.h"
 #include "lockstep/protocol/names.h"
 #include "lockstep/protocol/validate.h"
 
@@ -55,6 +56,18 @@ QLineEdit* LauncherDialog::edit(const QString& name, const QString& text, const 
   return e;
 }
 
+// What a node has free (docs/fences.md): cores and memory no running job holds; the fences that
+// are off there in its tooltip.
+QTableWidgetItem* LauncherDialog::freeItem(const NodeHello& hello, const std::vector<JobStatus>& jobs) {
+  const FreeShare free = freeShare(hello, jobs);
+  auto* item = new QTableWidgetItem(tr("%1 cores, %2").arg(free.cores).arg(QString::fromStdString(present::bytes(static_cast<double>(free.memoryBytes)))));
+  item->setData(Qt::UserRole, free.cores);
+  QStringList off;
+  for (const auto& fence : hello.fencesOff) off << tr("fence off, %1").arg(QString::fromStdString(fence));
+  item->setToolTip(off.isEmpty() ? tr("memory, processes, cores and GPUs are fenced per job") : off.join(QLatin1Char('\n')));
+  return item;
+}
+
 QWidget* LauncherDialog::placementBox() {
   auto* where = new QGroupBox(tr("Ranks"), this);
   auto* whereLayout = new QVBoxLayout(where);
@@ -72,9 +85,9 @@ QWidget* LauncherDialog::placementBox() {
   connect(where_, &QComboBox::currentIndexChanged, this, &LauncherDialog::revalidate);
   whereLayout->addWidget(where_);
   whereLayout->addWidget(slurmBox());
-  agents_ = new QTableWidget(0, 5, this);
+  agents_ = new QTableWidget(0, 6, this);
   agents_->setObjectName(QStringLiteral("agents"));
-  agents_->setHorizontalHeaderLabels({tr("Agent"), tr("Node"), tr("Cores"), tr("Free GPUs"), tr("Ranks")});
+  agents_->setHorizontalHeaderLabels({tr("Agent"), tr("Node"), tr("Cores"), tr("Free GPUs"), tr("Free"), tr("Ranks")});
   agents_->horizontalHeader()->setStretchLastSection(true);
   agents_->verticalHeader()->hide();
   agents_->setEditTriggers(QAbstractItemView::NoEditTriggers);
@@ -86,12 +99,13 @@ QWidget* LauncherDialog::placementBox() {
     agents_->setItem(row, 1, new QTableWidgetItem(QString::fromStdString(a->hello->nodeName)));
     agents_->setItem(row, 2, new QTableWidgetItem(QString::number(a->hello->cpuCores)));
     agents_->setItem(row, 3, new QTableWidgetItem(QString::number(freeGpus(*a->hello, a->jobs).size())));
+    agents_->setItem(row, 4, freeItem(*a->hello, a->jobs));
     auto* ranks = new QSpinBox(this);
     ranks->setObjectName(QStringLiteral("ranks:") + a->id);
     ranks->setRange(0, 4096);
     ranks->setValue(row == 0 ? 2 : 0);
     connect(ranks, &QSpinBox::valueChanged, this, &LauncherDialog::revalidate);
-    agents_->setCellWidget(row, 4, ranks);
+    agents_->setCellWidget(row, 5, ranks);
     ++row;
   }
   agents_->resizeColumnsToContents();
@@ -328,6 +342,38 @@ QLayout* LauncherDialog::pricesRow() {
 
 }
 
+// What each rank may take of its node (docs/fences.md), as lockstepctl's --mem-per-rank,
+// --cpus-per-rank and --max-processes-per-rank.
+QLayout* LauncherDialog::fencesRow() {
+  memPerRank_ = edit(QStringLiteral("memPerRank"), {}, tr("the node's default"));
+  memPerRank_->setToolTip(tr("memory each rank may use: 512M, 4G; a rank over it is killed"));
+  cpusPerRank_ = new QSpinBox(this);
+  cpusPerRank_->setObjectName(QStringLiteral("cpusPerRank"));
+  cpusPerRank_->setRange(1, 4096);
+  processesPerRank_ = new QSpinBox(this);
+  processesPerRank_->setObjectName(QStringLiteral("processesPerRank"));
+  processesPerRank_->setRange(1, 1 << 22);
+  processesPerRank_->setValue(static_cast<int>(JobSpec::kDefaultProcessesPerRank));
+  for (auto* spin : {cpusPerRank_, processesPerRank_}) connect(spin, &QSpinBox::valueChanged, this, &LauncherDialog::revalidate);
+  auto* row = new QHBoxLayout;
+  row->addWidget(new QLabel(tr("memory"), this));
+  row->addWidget(memPerRank_);
+  row->addWidget(new QLabel(tr("cores"), this));
+  row->addWidget(cpusPerRank_);
+  row->addWidget(new QLabel(tr("processes"), this));
+  row->addWidget(processesPerRank_);
+  return row;
+}
+
+Result<void> LauncherDialog::fences(JobSpec& s) const {
+  if (const QString memory = memPerRank_->text().trimmed(); !memory.isEmpty()) {
+    LOCKSTEP_ASSIGN_OR_RETURN(s.memPerRank, jobflags::parseSize("memory per rank", memory.toStdString()));
+  }
+  s.cpusPerRank = static_cast<std::uint32_t>(cpusPerRank_->value());
+  s.maxProcessesPerRank = static_cast<std::uint32_t>(processesPerRank_->value());
+  return {};
+}
+
 LauncherDialog::LauncherDialog(const ClusterStore& store, QWidget* parent) : QDialog(parent), store_(store) {
   setWindowTitle(tr("New Job"));
   auto* layout = new QVBoxLayout(this);
@@ -351,6 +397,7 @@ LauncherDialog::LauncherDialog(const ClusterStore& store, QWidget* parent) : QDi
   bottom->addRow(tr("Notify"), notify_);
   budget_ = edit(QStringLiteral("budget"), {}, tr("stop with a checkpoint once the job's cost reaches this"));
   bottom->addRow(tr("Budget"), budget_);
+  bottom->addRow(tr("Each rank"), fencesRow());
   layout->addLayout(bottom);
 
   error_ = new QLabel(this);
@@ -395,10 +442,11 @@ Result<JobSpec> LauncherDialog::build() {
   LOCKSTEP_ASSIGN_OR_RETURN(s.prices.kwh, real(priceKwh_, tr("price per kWh")));
   s.prices.currency = currency_->text().trimmed().toStdString();
   LOCKSTEP_TRY(alerting(s));
+  LOCKSTEP_TRY(fences(s));
   if (where_->currentIndex() > 0) return checkedForSlurm(std::move(s));
   std::vector<std::pair<QString, std::uint32_t>> ranks;
   for (int row = 0; row < agents_->rowCount(); ++row) {
-    const auto* spin = qobject_cast<QSpinBox*>(agents_->cellWidget(row, 4));
+    const auto* spin = qobject_cast<QSpinBox*>(agents_->cellWidget(row, 5));
     ranks.emplace_back(agents_->item(row, 0)->text(), static_cast<std::uint32_t>(spin->value()));
   }
   if (agents_->rowCount() == 0) return invalidArgument("no agent is connected: add one with Cluster ▸ Add Agent");

@@ -6,6 +6,7 @@
 // job is valid.
 
 #include <QDialog>
+#include <QTableWidgetItem>
 #include <optional>
 
 #include "ClusterStore.h"
@@ -46,6 +47,9 @@ class LauncherDialog : public QDialog {
   QWidget* trainerPage();
   QWidget* programPage();
   QLayout* pricesRow();
+  QTableWidgetItem* freeItem(const NodeHello& hello, const std::vector<JobStatus>& jobs);
+  QLayout* fencesRow();
+  Result<void> fences(JobSpec& s) const;
   Result<void> alerting(JobSpec& s) const;
   void revalidate();
   Result<JobSpec> build();
@@ -68,6 +72,8 @@ class LauncherDialog : public QDialog {
   QLineEdit *jobId_, *layers_, *samples_, *dataSeed_, *features_, *labels_, *lr_, *momentum_, *weightDecay_;
   QLineEdit *targetLoss_, *checkpointDir_, *priceGpu_, *priceCore_, *priceKwh_, *currency_, *bucketMb_;
   QLineEdit *alerts_, *notify_, *budget_;  // docs/alerts.md
+  QLineEdit* memPerRank_;                  // docs/fences.md
+  QSpinBox *cpusPerRank_, *processesPerRank_;
   QCheckBox* balance_;
   QSpinBox* restarts_;
   QComboBox *activation_, *optimizer_, *durationKind_;

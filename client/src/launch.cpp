@@ -21,6 +21,21 @@ std::vector<std::uint32_t> freeGpus(const NodeHello& hello, const std::vector<Jo
   return out;
 }
 
+FreeShare freeShare(const NodeHello& hello, const std::vector<JobStatus>& jobs) {
+  std::set<std::uint32_t> held;
+  std::uint64_t reserved = 0;
+  for (const auto& job : jobs) {
+    if (std::none_of(job.ranks.begin(), job.ranks.end(), [](const RankStatus& r) { return r.state == JobState::kRunning; })) {
+      continue;
+    }
+    held.insert(job.cpus.begin(), job.cpus.end());
+    reserved += job.memoryLimitBytes;
+  }
+  const auto cores = static_cast<std::uint32_t>(held.size());
+  return {hello.cpuCores > cores ? hello.cpuCores - cores : 0,
+          hello.memoryTotalBytes > reserved ? hello.memoryTotalBytes - reserved : 0};
+}
+
 std::vector<std::uint32_t> spreadRanks(std::uint32_t total, std::size_t nodes) {
   std::vector<std::uint32_t> out;
   for (std::size_t i = 0; i < nodes; ++i) out.push_back(static_cast<std::uint32_t>(total / nodes + (i < total % nodes ? 1 : 0)));

@@ -25,7 +25,7 @@ const char* kUsageText = R"(Usage: lockstepctl [--agent HOST:PORT]... [--json] [
 Commands:
   keygen                       create this client's key pair (once) and print its public key
   trust HOST:PORT KEY          pin an agent's public key (like SSH's known_hosts)
-  nodes                        the agents' nodes: cores, memory, GPUs
+  nodes                        the agents' nodes: cores, memory, GPUs, what is free, the fences
   start [--ranks N | --ranks-per-agent A,B,... | --gpus-per-agent G] [--wait] [PRICES] JOB FLAGS...
                                start a job of the built-in trainer on the agents (JOB FLAGS are
                                lockstep-trainer's, e.g. --layers 784,1024,10 --steps 200 --lr 0.01,
@@ -41,6 +41,10 @@ Commands:
                                'exposed_comm > 40% for 2m -> notify'; --notify URL (repeatable;
                                alone: the default rules failed, stalled, restarted, finished);
                                --budget AMOUNT stops the job with a checkpoint (docs/alerts.md)
+                               FENCES, either kind of job, what each rank may take of its node:
+                               --mem-per-rank SIZE (256M, 4G; killed above it), --cpus-per-rank N
+                               (cores of its own; default 1), --max-processes-per-rank N
+                               (default 4096); a node without them free refuses (docs/fences.md)
                                PRICES, for the job's cost: --price-gpu-hour X --price-core-hour X
                                --price-kwh X --currency USD
                                --wait follows the job to its end. With --max-restarts N, rank 0's

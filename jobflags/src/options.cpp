@@ -21,6 +21,8 @@
 namespace lockstep::jobflags {
 namespace {
 
+constexpr std::string_view kByteUnits = "BKMGT";
+
 Error usage(std::string message) { return invalidArgument(message + " (see lockstep-trainer --help)"); }
 
 template <class T>
@@ -63,6 +65,16 @@ T maxOf(double hi) {
   return hi > 0 ? static_cast<T>(hi) : std::numeric_limits<T>::max();
 }
 
+// Bytes as the largest unit that writes them whole.
+std::string bytesText(std::uint64_t bytes) {
+  std::size_t unit = 0;
+  while (bytes != 0 && unit + 1 < kByteUnits.size() && bytes % 1024 == 0) {
+    bytes /= 1024;
+    ++unit;
+  }
+  return std::to_string(bytes) + kByteUnits[unit];
+}
+
 // A row's flag's value into its field, or what is wrong with it.
 template <class T>
 Result<void> parseInto(const spec::Field<T>& f, const std::string& flag, const std::string& text, JobSpec& s) {
@@ -87,6 +99,9 @@ Result<void> parseInto(const spec::Field<T>& f, const std::string& flag, const s
       LOCKSTEP_ASSIGN_OR_RETURN(auto v, parseUnsigned<std::uint32_t>(flag, part, maxOf<std::uint32_t>(f.hi)));
       out.push_back(v);
     }
+  } else if constexpr (std::is_same_v<T, std::uint64_t>) {
+    LOCKSTEP_ASSIGN_OR_RETURN(out, f.style.bytes ? parseSize(flag, text) : parseUnsigned<T>(flag, text, maxOf<T>(f.hi)));
+    if (out > maxOf<T>(f.hi)) return usage(flag + ": " + text + " is larger than " + bytesText(maxOf<T>(f.hi)));
   } else {
     static_assert(std::is_integral_v<T> && !std::is_same_v<T, bool>, "a job flag of a type jobflags cannot parse");
     LOCKSTEP_ASSIGN_OR_RETURN(out, parseUnsigned<T>(flag, text, maxOf<T>(f.hi)));
@@ -487,7 +502,9 @@ Synchronous data-parallel training of an MLP classifier. One process is one rank
 world come from torchrun's environment (RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR
 MASTER_PORT), or --nproc N starts N local ranks. Without either it trains alone.
 )";
-  for (std::string_view group : {spec::kJob, spec::kOptim, spec::kComm, spec::kCkpt, spec::kOut}) out += usageGroup(group);
+  for (std::string_view group : {spec::kJob, spec::kOptim, spec::kComm, spec::kRes, spec::kCkpt, spec::kOut}) {
+    out += usageGroup(group);
+  }
   return out + R"(
 When LOCKSTEP_REPORT holds a ZeroMQ endpoint, each step is also pushed there as a protobuf
 lockstep.v1.StreamMessage. Exit codes: 0 done, 1 failure, 2 bad input, 3 lost peer or timeout,
@@ -511,12 +528,25 @@ std::vector<std::string> rowFlags(const JobSpec& spec, spec::Jobs job) {
     if (f.flag.name.empty() || !spec::takes(f.flag.jobs, job)) return;
     if (f.of(spec) == f.of(kDefaults) && !f.style.alwaysWritten) return;
     a.emplace_back(f.flag.name);
-    if (!f.flag.metavar.empty()) a.push_back(textOf(f.of(spec)));
+    if (f.flag.metavar.empty()) return;
+    if constexpr (std::is_same_v<typename std::decay_t<decltype(f)>::Type, std::uint64_t>) {
+      if (f.style.bytes) return a.push_back(bytesText(f.of(spec)));
+    }
+    a.push_back(textOf(f.of(spec)));
   });
   return a;
 }
 
 }  // namespace
+
+Result<std::uint64_t> parseSize(const std::string& flag, const std::string& text) {
+  const std::size_t unit = text.empty() ? std::string::npos : kByteUnits.find(static_cast<char>(std::toupper(text.back())));
+  const std::string digits = unit == std::string::npos ? text : text.substr(0, text.size() - 1);
+  const int shift = unit == std::string::npos ? 20 : 10 * static_cast<int>(unit);
+  auto number = parseUnsigned<std::uint64_t>(flag, digits, std::numeric_limits<std::uint64_t>::max() >> shift);
+  if (!number) return usage(flag + ": '" + text + "' is not a size: write it as 512K, 256M, 4G or 1T");
+  return *number << shift;
+}
 
 std::vector<std::string> jobSpecToTrainerArgs(const JobSpec& spec, const std::string& metricsPath) {
   std::vector<std::string> a = rowFlags(spec, spec::Jobs::kTrainer);
@@ -543,6 +573,9 @@ std::vector<std::string> rankArgs(const JobSpec& spec, const std::string& metric
   job.alertRules.clear();
   job.notify.clear();
   job.budget.reset();
+  job.memPerRank = 0;  // the agent fences them (docs/fences.md)
+  job.maxProcessesPerRank = 0;
+  job.cpusPerRank = 0;
   std::vector<std::string> a = {"--spec", jobSpecToJson(job, true), "--metrics-out", metricsPath};
   if (resumes(spec)) a.emplace_back("--resume");
   return a;

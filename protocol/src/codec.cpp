@@ -131,6 +131,9 @@ void toPb(const NodeHello& h, pb::NodeHello* m) {
   m->set_instance_id(h.instanceId);
   m->set_sample_hz(h.sampleHz);
   m->set_time_unix_us(h.timeUnixUs);
+  m->set_free_cores(h.freeCores);
+  m->set_free_memory_bytes(h.freeMemoryBytes);
+  for (const auto& off : h.fencesOff) m->add_fences_off(off);
 }
 
 Result<NodeHello> fromPb(const pb::NodeHello& m) {
@@ -147,6 +150,9 @@ Result<NodeHello> fromPb(const pb::NodeHello& m) {
   h.instanceId = m.instance_id();
   h.timeUnixUs = m.time_unix_us();
   h.sampleHz = m.sample_hz();
+  h.freeCores = m.free_cores();
+  h.freeMemoryBytes = m.free_memory_bytes();
+  h.fencesOff.assign(m.fences_off().begin(), m.fences_off().end());
   LOCKSTEP_TRY(validateNodeHello(h));
   return h;
 }
@@ -195,6 +201,8 @@ void toPb(const JobStatus& j, pb::JobStatus* m) {
   for (const auto& p : j.progress) detail::toPb(p, m->add_progress());
   if (j.stall) detail::toPb(*j.stall, m->mutable_stall());
   m->set_owner(j.owner);
+  for (const auto cpu : j.cpus) m->add_cpus(cpu);
+  m->set_memory_limit_bytes(j.memoryLimitBytes);
 }
 
 Result<Supervision> fromPb(const pb::Supervision& m) {
@@ -228,6 +236,9 @@ Result<JobStatus> fromPb(const pb::JobStatus& m) {
   if (j.message.size() > 65536) return bad("job status message is longer than 64 KiB");
   j.owner = m.owner();
   if (j.owner.size() > 256) return bad("job status owner is longer than 256 bytes");
+  if (m.cpus_size() > 65536) return bad("job status holds more than 65536 cores");
+  j.cpus.assign(m.cpus().begin(), m.cpus().end());
+  j.memoryLimitBytes = m.memory_limit_bytes();
   if (m.progress_size() > 65536) return bad("job status has progress of more than 65536 ranks");
   for (const auto& p : m.progress()) {
     LOCKSTEP_ASSIGN_OR_RETURN(auto progress, detail::fromPb(p));

@@ -421,6 +421,8 @@ Result<void> validateNodeHello(const NodeHello& hello) {
     LOCKSTEP_TRY(checkText("GPU name", gpu.name, 256));
     LOCKSTEP_TRY(checkText("GPU UUID", gpu.uuid, 128));
   }
+  if (hello.fencesOff.size() > 8) return bad("node hello lists " + std::to_string(hello.fencesOff.size()) + " fences off; at most 8");
+  for (const auto& off : hello.fencesOff) LOCKSTEP_TRY(checkText("node hello fence", off, 1024));
   return {};
 }
 

@@ -1,5 +1,7 @@
 #include "support/agent_support.h"
 
+#include "jobs/job_cgroup.h"
+
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
@@ -64,6 +66,9 @@ AgentProcess::AgentProcess(const TempDir& dir, const std::string& name, std::vec
 
 AgentProcess::~AgentProcess() {
   if (pid_ > 0) terminate();
+  // An agent stopped with jobs running leaves them and their cgroups, as it should; the test's
+  // must go (as root: elsewhere there are none the test may touch).
+  if (::geteuid() == 0) agent::removeCgroupsNamed(agent::partCgroupPrefix(name_, stateDir_));
 }
 
 void AgentProcess::launch() {

@@ -124,9 +124,12 @@ Result<void> RankRunner::setUp() {
 // thread starts, so that the BLAS and communication threads inherit it.
 void RankRunner::placeThreads() const {
   const std::vector<int> allowed = allowedCpus();
-  const CpuShare share = cpuShareOf(allowed, env_.localRank, env_.localWorldSize);
+  // An agent that gave this rank cores of its own (LOCKSTEP_RANK_CPUS) pinned it there already.
+  const char* own = std::getenv("LOCKSTEP_RANK_CPUS");
+  const bool ownCores = own != nullptr && *own != '\0';
+  const CpuShare share = ownCores ? cpuShareOf(allowed, 0, 1) : cpuShareOf(allowed, env_.localRank, env_.localWorldSize);
   const std::uint32_t threads = options_.threads > 0 ? options_.threads : share.threads;
-  const bool pinned = loop_->pinsCpus() && options_.pinCpus && env_.localWorldSize > 1 &&
+  const bool pinned = !ownCores && loop_->pinsCpus() && options_.pinCpus && env_.localWorldSize > 1 &&
                       threads <= share.cpus.size() && !boundAlready(allowed) && pinTo(share);
   openblas_set_num_threads(static_cast<int>(threads));
   if (pinned && !options_.quiet && env_.localRank == 0) {

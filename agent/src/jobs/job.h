@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "jobs/job_cgroup.h"
 #include "lockstep/common/fd.h"
 #include "lockstep/common/identity.h"
 #include "lockstep/common/process.h"
@@ -54,7 +55,10 @@ struct Job {
   std::optional<std::chrono::steady_clock::time_point> killAt;
   KeptProcess init;  // the job's init on this node (rank_launch.h), while this agent runs it
   UniqueFd initPidfd;
-  std::string cgroup;  // its cgroup (job_cgroup.h), while it has one
+  PartCgroups cgroups;    // its cgroups (job_cgroup.h), while it has them
+  PartLimits limits;      // what its part here may take (the memory and processes of all its ranks here)
+  std::vector<int> cpus;  // the cores its ranks here were given
+  std::uint64_t oomKillsSaid = 0, forksRefusedSaid = 0;  // the kernel's counts its events told
 
   bool running() const { return state == JobState::kStarting || state == JobState::kRunning; }
   bool anyRankRunning() const {

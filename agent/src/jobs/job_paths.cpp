@@ -19,9 +19,8 @@ std::string JobPaths::launcher(const std::string& jobId) const {
   return (fs::path(stateDir) / "launchers" / jobId).string();
 }
 
-std::string JobPaths::cgroup(const JobSpec& spec) const {
-  if (cgroupBase.empty()) return {};
-  return jobCgroupPath(cgroupBase, node, stateDir, spec.jobId, spec.attempt);
+PartCgroups JobPaths::jobCgroups(const JobSpec& spec) const {
+  return partCgroups(cgroups, partCgroupName(node, stateDir, spec.jobId, spec.attempt));
 }
 
 std::string JobPaths::rankLog(const std::string& jobDir, std::uint32_t rank) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "jobs/job_cgroup.h"
 #include "lockstep/protocol/types.h"
 
 namespace lockstep::agent {
@@ -14,14 +15,14 @@ namespace lockstep::agent {
 struct JobPaths {
   std::string stateDir;
   std::string node;
-  std::string cgroupBase;  // where jobs' cgroups are made (job_cgroup.h); "": none
+  NodeCgroups cgroups;  // where jobs' cgroups are made (job_cgroup.h)
 
   std::string table() const;  // STATE/jobs.json
   std::string jobDir(const std::string& jobId) const;
   // Where the key that launched a job is kept, for its restarts: outside the job's directory.
   std::string launcher(const std::string& jobId) const;
-  // The cgroup of the job's attempt; "" where jobs get none.
-  std::string cgroup(const JobSpec& spec) const;
+  // The cgroups of the job's attempt (empty where jobs get none).
+  PartCgroups jobCgroups(const JobSpec& spec) const;
   static std::string rankLog(const std::string& jobDir, std::uint32_t rank);
   // How the rank ended, as its keeper records it (lockstep/common/process.h).
   static std::string rankExit(const std::string& jobDir, std::uint32_t rank);

@@ -41,6 +41,9 @@ Json jobToJson(const Job& job) {
           {"master_port", job.masterPort},
           {"store_secret", job.storeSecret},
           {"stop_requested", job.stopRequested},
+          {"cpus", job.cpus},
+          {"memory_bytes", job.limits.memoryBytes},
+          {"processes", job.limits.processes},
           {"ranks", ranks}};
 }
 
@@ -77,9 +80,16 @@ Result<std::unique_ptr<Job>> readJob(const Json& entry, const JobPaths& paths, c
   job->owner.user = entry.value("owner", agentUser);  // a table from before owners: the agent's
   job->dir = paths.jobDir(job->spec.jobId);  // from the id, never from the file (job_paths.h)
   // Ended with the job, as the restarted agent sees it end.
-  job->cgroup = paths.cgroup(job->spec);
-  std::error_code ec;
-  if (!job->cgroup.empty() && !fs::exists(job->cgroup, ec)) job->cgroup.clear();
+  job->cgroups = paths.jobCgroups(job->spec);
+  for (std::string* dir : {&job->cgroups.unified, &job->cgroups.memory, &job->cgroups.pids, &job->cgroups.cpuset,
+                           &job->cgroups.devices}) {
+    std::error_code ec;
+    if (!dir->empty() && !fs::exists(*dir, ec)) dir->clear();
+  }
+  // What it holds of the node (node_share.h), as it was given.
+  job->cpus = entry.value("cpus", std::vector<int>{});
+  job->limits.memoryBytes = entry.value("memory_bytes", std::uint64_t{0});
+  job->limits.processes = entry.value("processes", std::uint64_t{0});
   job->storePort = entry.at("store_port").get<std::uint32_t>();
   job->masterPort = entry.value("master_port", 0u);
   job->storeSecret = entry.value("store_secret", std::string());

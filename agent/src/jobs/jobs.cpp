@@ -11,12 +11,15 @@
 
 #include "jobs/job.h"
 #include "jobs/job_files.h"
+#include "jobs/job_membership.h"
+#include "jobs/node_share.h"
 #include "jobs/rank_launch.h"
 #include "jobs/rank_progress.h"
 #include "lockstep/common/clock.h"
 #include "lockstep/common/files.h"
 #include "lockstep/common/progress.h"
 #include "lockstep/kpi/stall.h"
+#include "lockstep/present/present.h"
 
 namespace lockstep::agent {
 namespace {
@@ -32,7 +35,7 @@ constexpr std::size_t kLogTailBytes = 4096;
 JobManager::JobManager(JobManagerOptions options, Emit emit)
     : options_(std::move(options)),
       emit_(std::move(emit)),
-      paths_{options_.stateDir, options_.node.name, options_.cgroupBase},
+      paths_{options_.stateDir, options_.node.name, options_.cgroups},
       table_(paths_),
       ranks_(paths_, options_.keeperPath, options_.logCapBytes),
       rendezvous_(options_.listenHost) {}
@@ -115,12 +118,36 @@ Result<void> JobManager::checkFits(const JobSpec& spec, const std::vector<RankPl
       }
       mine.insert(gpu);
     }
-  } else if (local.size() > options_.node.cpuCores) {
-    return Error{ErrorCode::kResourceExhausted, "node " + options_.node.name + " has " +
-                                                    std::to_string(options_.node.cpuCores) + " cores for " +
-                                                    std::to_string(local.size()) + " CPU ranks: place fewer ranks here"};
   }
-  return {};  // the files it names were checked off the event loop (preflight.h)
+  return {};  // the files it names were checked off the event loop (preflight.h); cores and memory: partOf
+}
+
+NodeCapacity JobManager::capacity() const {
+  return {"node " + options_.node.name, options_.cgroups.cpus, options_.node.memoryBytes, options_.cpuOvercommit};
+}
+
+std::vector<Held> JobManager::held() const {
+  std::vector<Held> parts;
+  for (const auto& [id, job] : jobs_) {
+    if (job->anyRankRunning()) parts.push_back({job->cpus, job->limits.memoryBytes});
+  }
+  return parts;
+}
+
+NodeFree JobManager::free() const { return freeOf(capacity(), held()); }
+
+// What the part of `spec` with ranks `local` may take here: its limits and cores of its own, or
+// why the node has not got them free (node_share.h).
+Result<void> JobManager::fence(Job& job, const std::vector<RankPlacement>& local, NodeLaunch& launch) const {
+  if (!options_.fences) return {};
+  job.limits = partLimits(job.spec, local, options_.memPerRank);
+  launch.cpusPerRank = std::max(1u, job.spec.cpusPerRank);
+  const Ask ask{static_cast<std::uint32_t>(local.size()) * launch.cpusPerRank, job.limits.memoryBytes};
+  LOCKSTEP_ASSIGN_OR_RETURN(job.cpus, coresFor(capacity(), held(), ask));
+  job.limits.cpus = job.cpus;
+  launch.limits = job.limits;
+  launch.cpus = job.cpus;
+  return {};
 }
 
 Result<StartJobReply> JobManager::start(const JobSpec& spec, const CheckedPaths& checked, const Identity& owner,
@@ -135,10 +162,20 @@ Result<StartJobReply> JobManager::start(const JobSpec& spec, const CheckedPaths&
   job->dir = paths_.jobDir(spec.jobId);
   job->storeSecret = storeSecret;
   // The agent's binary (agentFd) is the rank processes's to give.
-  NodeLaunch launch{&job->spec,       local,          checked.program,  spec.rendezvousHost, spec.rendezvousPort,
-                    options_.reportEndpoint, options_.node.cpuCores, "", job->dir, options_.pythonPath,
-                    "",               options_.sandbox ? options_.stateDir : "",
-                    options_.sandbox && options_.privateTmp, &job->owner, {}, -1, -1};
+  NodeLaunch launch;
+  launch.spec = &job->spec;
+  launch.local = local;
+  launch.program = checked.program;
+  launch.masterAddr = spec.rendezvousHost;
+  launch.masterPort = spec.rendezvousPort;
+  launch.reportEndpoint = options_.reportEndpoint;
+  launch.cpuCores = options_.node.cpuCores;
+  launch.jobDir = job->dir;
+  launch.pythonPath = options_.pythonPath;
+  launch.hide = options_.sandbox ? options_.stateDir : "";
+  launch.privateTmp = options_.sandbox && options_.privateTmp;
+  launch.owner = &job->owner;
+  LOCKSTEP_TRY(fence(*job, local, launch));
   LOCKSTEP_TRY(rendezvous_.prepare(*job, local, launch));
   LOCKSTEP_TRY(makeJobDir(*job, launch));
 
@@ -303,7 +340,8 @@ void JobManager::rankEnded(Job& job, std::size_t index, std::optional<ExitStatus
   r.exit = status;
   r.exitUnknown = !status.has_value();
   const std::string who = "rank " + std::to_string(r.placement.rank);
-  const std::string how = status ? "exited with " + status->describe() : "ended while the agent was away: exit code unknown";
+  std::string how = status ? "exited with " + status->describe() : "ended while the agent was away: exit code unknown";
+  if (status) how = fenceVerdict(job, *status, how);
   if (job.store) job.store->noteRankExit(static_cast<int>(r.placement.rank), status ? "exited with " + status->describe() : how);
   r.state = stateAfterExit(job, r, status);
   JobEvent exited = event(job, JobEventKind::kRankExited, who + " " + how);
@@ -316,6 +354,27 @@ void JobManager::rankEnded(Job& job, std::size_t index, std::optional<ExitStatus
     failFast(job, r, who + " " + (status ? how : "ended before its last step; its exit code is unknown"), exited);
   }
   finishIfDone(job);
+}
+
+// How the job's fences explain a rank's end (job_cgroup.h, the kernel's counts in its cgroups),
+// each count said once: killed at the memory limit, a fork refused at the process limit.
+std::string JobManager::fenceVerdict(Job& job, const ExitStatus& status, std::string how) {
+  const PartEvents counted = partEvents(job.cgroups);
+  const std::string node = " on " + options_.node.name;
+  if (counted.oomKills > job.oomKillsSaid) {
+    job.oomKillsSaid = counted.oomKills;
+    const std::string limit = "the job's memory limit of " +
+                              present::bytes(static_cast<double>(memPerRank(job.spec, options_.memPerRank))) + " per rank";
+    how = status.signal == SIGKILL ? "on " + options_.node.name + " was killed by the kernel: " + limit + " was reached"
+                                   : how + node + "; the kernel killed one of its processes at " + limit;
+  }
+  if (counted.forksRefused > job.forksRefusedSaid) {
+    job.forksRefusedSaid = counted.forksRefused;
+    how += node + "; the kernel refused it a new process at the job's limit of " +
+           std::to_string(job.spec.maxProcessesPerRank > 0 ? job.spec.maxProcessesPerRank : JobSpec::kDefaultProcessesPerRank) +
+           " processes and threads per rank (--max-processes-per-rank)";
+  }
+  return how;
 }
 
 // The others cannot finish without this rank. Where it was (its progress record) tells its peers'
@@ -405,6 +464,8 @@ std::vector<JobStatus> JobManager::list() const {
     const Job& job = *jobs_.at(id);
     JobStatus s{job.spec,     job.state, {}, job.startedUnixUs, job.endedUnixUs, job.message,
                 job.storePort != 0 ? job.storePort : job.masterPort, {}, {}, std::nullopt, job.owner.user};
+    s.cpus.assign(job.cpus.begin(), job.cpus.end());
+    s.memoryLimitBytes = job.limits.memoryBytes;
     for (const auto& r : job.ranks) {
       RankStatus rs{r.placement.rank, r.placement.localRank, r.placement.gpuIndex, static_cast<std::uint32_t>(r.programPid),
                     r.state, std::nullopt, std::nullopt, r.exitUnknown};
@@ -548,6 +609,11 @@ void JobManager::dropOldJobs() {
     jobs_.erase(*oldest);
     order_.erase(oldest);
   }
+}
+
+bool JobManager::sentByJob(const std::string& jobId, pid_t pid, uid_t uid) const {
+  const auto it = jobs_.find(jobId);
+  return it != jobs_.end() && isJobProcess(*it->second, pid, uid);
 }
 
 }  // namespace lockstep::agent

@@ -31,6 +31,7 @@
 #include "jobs/job_paths.h"
 #include "jobs/job_rendezvous.h"
 #include "jobs/job_table.h"
+#include "jobs/node_share.h"
 #include "jobs/preflight.h"
 #include "jobs/rank_processes.h"
 #include "lockstep/common/fd.h"
@@ -50,6 +51,7 @@ struct NodeFacts {
   std::string name;
   std::uint32_t cpuCores = 1;
   std::uint32_t gpuCount = 0;
+  std::uint64_t memoryBytes = 0;
 };
 
 struct JobManagerOptions {
@@ -63,7 +65,10 @@ struct JobManagerOptions {
   std::string pythonPath;        // where command jobs' ranks import the lockstep package from
   bool sandbox = true;           // ranks see the state directory as empty but for their job's
   bool privateTmp = true;        // with the sandbox: each job's /tmp and /dev/shm are its own
-  std::string cgroupBase;        // where jobs' cgroups are made (job_cgroup.h); "": none
+  NodeCgroups cgroups;           // where jobs' cgroups are made and what they fence (job_cgroup.h)
+  std::uint64_t memPerRank = 0;  // a job's --mem-per-rank when it gives none; 0: unbounded
+  bool cpuOvercommit = false;    // ranks share cores when too few are free, instead of being refused
+  bool fences = true;            // false: jobs get no cores of their own and no limits
   std::chrono::milliseconds defaultStopGrace{10000};
   std::uint64_t logCapBytes = 8u << 20;  // per rank log file, plus one rotated copy
   std::size_t keepFinishedJobs = 100;
@@ -137,12 +142,21 @@ class JobManager {
   // ranks as a failed rank's would be.
   Result<void> fail(const std::string& jobId, std::string message);
   std::map<std::uint32_t, std::string> busyGpus() const;  // gpu index -> job id
+  // The cores and memory no running job here holds (node_share.h).
+  NodeFree free() const;
+  // Whether the process `pid`, running as `uid` (the report socket's peer, as SO_PEERCRED gives
+  // it), is one of the job's here: its PID namespace, cgroup and user (job_membership.h).
+  bool sentByJob(const std::string& jobId, pid_t pid, uid_t uid) const;
 
  private:
   // Admitting a job: the attempt it replaces, its ranks here, that they fit.
   Result<void> replaceEnded(const JobSpec& spec, const Identity& owner);
   Result<std::vector<RankPlacement>> localRanks(const JobSpec& spec) const;
   Result<void> checkFits(const JobSpec& spec, const std::vector<RankPlacement>& local) const;
+  NodeCapacity capacity() const;
+  std::vector<Held> held() const;
+  Result<void> fence(Job& job, const std::vector<RankPlacement>& local, NodeLaunch& launch) const;
+  std::string fenceVerdict(Job& job, const ExitStatus& status, std::string how);
   Result<void> makeJobDir(const Job& job, NodeLaunch& launch) const;
   Job& record(std::unique_ptr<Job> job, const std::vector<RankPlacement>& local);
   void forget(const std::string& jobId);

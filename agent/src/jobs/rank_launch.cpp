@@ -36,6 +36,13 @@ std::string valueIn(const Env& env, const std::string& name) {
 }
 
 // torchrun's variables, the GPUs, and what the lockstep package needs; then the job's own.
+// A rank's compute threads: its own cores, else the node's divided among its local ranks (as
+// torchrun does: no thread pools that overrun the cores).
+std::uint32_t threadsOf(const NodeLaunch& n, const RankPlacement& p) {
+  if (!n.cpus.empty()) return static_cast<std::uint32_t>(rankCpus(n, p).size());
+  return std::max(1u, n.cpuCores / static_cast<std::uint32_t>(std::max<std::size_t>(1, n.local.size())));
+}
+
 Env commandEnv(const NodeLaunch& n, const std::string& nodeName, const RankPlacement& p) {
   const JobSpec& spec = *n.spec;
   const auto [group, groups] = nodeRankOf(spec, nodeName);
@@ -61,8 +68,8 @@ Env commandEnv(const NodeLaunch& n, const std::string& nodeName, const RankPlace
              {"LOCKSTEP_REPORT", n.reportEndpoint},
              {progress::kEnv, rankProgressPath(n.jobDir, p.rank)},
              {progress::kStacksEnv, rankStacksPath(n.jobDir, p.rank)}};
-  // As torchrun does for several local ranks: no thread pools that overrun the cores.
-  if (localWorld > 1) env.emplace_back("OMP_NUM_THREADS", std::to_string(std::max(1u, n.cpuCores / localWorld)));
+  if (localWorld > 1 || !n.cpus.empty()) env.emplace_back("OMP_NUM_THREADS", std::to_string(threadsOf(n, p)));
+  if (!n.cpus.empty()) env.emplace_back("LOCKSTEP_RANK_CPUS", cpuListText(rankCpus(n, p)));
   if (!n.pythonPath.empty()) {
     // boot/ holds a sitecustomize that loads the package's stack dumper into every Python rank,
     // so unmodified scripts get stacks too (docs/stalls.md); it chains to the system's own.
@@ -97,7 +104,8 @@ Env trainerEnv(const NodeLaunch& n, const RankPlacement& p) {
           {progress::kEnv, rankProgressPath(n.jobDir, p.rank)},
           {"CUDA_DEVICE_ORDER", "PCI_BUS_ID"},
           {"CUDA_VISIBLE_DEVICES", p.gpuIndex ? std::to_string(*p.gpuIndex) : ""},
-          {"OPENBLAS_NUM_THREADS", std::to_string(std::max(1u, n.cpuCores / localWorld))}};
+          {"OPENBLAS_NUM_THREADS", std::to_string(threadsOf(n, p))},
+          {"LOCKSTEP_RANK_CPUS", cpuListText(rankCpus(n, p))}};
 }
 
 // The job's user: who the process becomes (when that is not the agent's own user), its HOME,
@@ -157,8 +165,21 @@ SpawnOptions rankSpawnOptions(const NodeLaunch& n, const std::string& nodeName, 
   }
   runAsOwner(n, spawn);
   if (!n.hide.empty()) spawn.join = n.join;  // the job's namespaces (jobInitSpawnOptions)
-  spawn.cgroupProcsFd = n.cgroupProcsFd;
+  spawn.cgroupProcsFds = n.cgroupProcsFds;
+  spawn.cpus = rankCpus(n, placement);
   return spawn;
+}
+
+std::vector<int> rankCpus(const NodeLaunch& n, const RankPlacement& placement) {
+  if (n.cpus.empty()) return {};
+  const auto at = std::find_if(n.local.begin(), n.local.end(), [&](const auto& p) { return p.rank == placement.rank; });
+  const std::size_t first = static_cast<std::size_t>(at - n.local.begin()) * n.cpusPerRank;
+  std::vector<int> cpus;
+  for (std::size_t i = 0; i < std::max(1u, n.cpusPerRank); ++i) {
+    const int cpu = n.cpus[(first + i) % n.cpus.size()];
+    if (std::find(cpus.begin(), cpus.end(), cpu) == cpus.end()) cpus.push_back(cpu);
+  }
+  return cpus;
 }
 
 SpawnOptions jobInitSpawnOptions(const NodeLaunch& n) {
@@ -179,7 +200,7 @@ SpawnOptions jobInitSpawnOptions(const NodeLaunch& n) {
   }
   spawn.sandbox = std::move(sandbox);
   spawn.newPidNamespace = true;
-  spawn.cgroupProcsFd = n.cgroupProcsFd;
+  spawn.cgroupProcsFds = n.cgroupProcsFds;
   runAsOwner(n, spawn);
   return spawn;
 }

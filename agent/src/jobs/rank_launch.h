@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "jobs/job_cgroup.h"
 #include "lockstep/common/identity.h"
 #include "lockstep/common/process.h"
 #include "lockstep/protocol/types.h"
@@ -30,8 +31,15 @@ struct NodeLaunch {
   const Identity* owner = nullptr;  // who the ranks run as
   SpawnOptions::Join join;          // with `hide`: the job's namespaces, which its init made
   int agentFd = -1;                 // the agent's binary (the job's init and the ranks' keepers)
-  int cgroupProcsFd = -1;           // the job's cgroup (job_cgroup.h), where there is one
+  PartLimits limits;                // what the job's part may take (its cgroups, job_cgroup.h)
+  std::vector<int> cgroupProcsFds;  // the job's cgroups, open, while its processes are spawned
+  std::vector<int> cpus;            // the cores given to the job's ranks here, cpusPerRank each in turn
+  std::uint32_t cpusPerRank = 1;
 };
+
+// The cores of `placement` among the job's (empty: the node's); a node over-committed on purpose
+// gave the job fewer than its ranks ask for, and they share them.
+std::vector<int> rankCpus(const NodeLaunch& node, const RankPlacement& placement);
 
 // A rank's progress record (LOCKSTEP_PROGRESS, lockstep/common/progress.h) and the file its
 // Python stacks are written to (LOCKSTEP_STACKS), in its job's directory.

@@ -32,6 +32,14 @@ RankProcesses::RankProcesses(JobPaths paths, std::string keeperPath, std::uint64
       logCapBytes_(logCapBytes),
       agentFd_(::open(keeperPath_.c_str(), O_PATH | O_CLOEXEC)) {}
 
+// An agent that exits (its jobs run on without it) removes the cgroups of the jobs that ended.
+RankProcesses::~RankProcesses() {
+  for (int i = 0; i < 100 && !deadCgroups_.empty(); ++i) {
+    if (i > 0) ::usleep(10000);
+    tidy();
+  }
+}
+
 Result<void> RankProcesses::spawn(Job& job, NodeLaunch& launch) {
   launch.agentFd = agentFd_.get();
   auto spawned = spawnEachRank(job, launch);
@@ -71,21 +79,22 @@ void RankProcesses::endInit(Job& job) {
   }
   if (job.init.keeper > 0) initKeepers_.push_back(job.init.keeper);
   job.init = {};
-  if (!job.cgroup.empty()) {
-    killJobCgroup(job.cgroup);
-    deadCgroups_.push_back(job.cgroup);
-    job.cgroup.clear();
+  if (!job.cgroups.empty()) {
+    killPart(job.cgroups);
+    deadCgroups_.push_back(job.cgroups);
+    job.cgroups = {};
   }
 }
 
 Result<void> RankProcesses::spawnEachRank(Job& job, NodeLaunch& launch) {
-  UniqueFd cgroupProcs;
-  if (!paths_.cgroupBase.empty()) {
-    job.cgroup = paths_.cgroup(job.spec);
-    LOCKSTEP_TRY(makeJobCgroup(job.cgroup));
-    cgroupProcs = UniqueFd(::open((job.cgroup + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
-    if (!cgroupProcs.valid()) return errnoError("cannot open " + job.cgroup + "/cgroup.procs", errno);
-    launch.cgroupProcsFd = cgroupProcs.get();
+  // Made and limited before anything of the job runs (job_cgroup.h).
+  std::vector<UniqueFd> cgroupProcs;
+  job.cgroups = paths_.jobCgroups(job.spec);
+  LOCKSTEP_TRY(makePartCgroups(paths_.cgroups, job.cgroups, launch.limits));
+  for (const auto& dir : job.cgroups.distinct()) {
+    cgroupProcs.emplace_back(::open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
+    if (!cgroupProcs.back().valid()) return errnoError("cannot open " + dir + "/cgroup.procs", errno);
+    launch.cgroupProcsFds.push_back(cgroupProcs.back().get());
   }
   std::vector<UniqueFd> namespaces;
   if (!launch.hide.empty()) {
@@ -93,7 +102,7 @@ Result<void> RankProcesses::spawnEachRank(Job& job, NodeLaunch& launch) {
   }
   for (auto& rank : job.ranks) LOCKSTEP_TRY(spawnRank(job, rank, launch));
   launch.join = {};
-  launch.cgroupProcsFd = -1;
+  launch.cgroupProcsFds.clear();
   return {};
 }
 
@@ -174,7 +183,7 @@ std::optional<ExitStatus> RankProcesses::exitRecorded(const Job& job, std::uint3
 
 void RankProcesses::tidy() {
   std::erase_if(initKeepers_, [](pid_t keeper) { return ::waitpid(keeper, nullptr, WNOHANG) != 0; });
-  std::erase_if(deadCgroups_, [](const std::string& cgroup) { return removeJobCgroup(cgroup); });
+  std::erase_if(deadCgroups_, [](const PartCgroups& cgroups) { return removePart(cgroups); });
 }
 
 void RankProcesses::trimLogs(const Job& job) const {

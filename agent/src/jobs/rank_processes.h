@@ -34,6 +34,7 @@ class RankProcesses {
  public:
   // keeperPath: what keeps each rank, the agent itself (JobManagerOptions::keeperPath).
   RankProcesses(JobPaths paths, std::string keeperPath, std::uint64_t logCapBytes);
+  ~RankProcesses();
 
   // Spawns every rank of `job` as `launch` says (in the job's cgroup and init, where it has
   // them), or none: a rank that cannot start takes the ones before it down.
@@ -66,7 +67,7 @@ class RankProcesses {
   std::uint64_t logCapBytes_;
   UniqueFd agentFd_;  // keeperPath_, run by descriptor where it may not be visible
   std::vector<pid_t> initKeepers_;  // jobs' init keepers to reap once they end
-  std::vector<std::string> deadCgroups_;  // ended jobs' cgroups, removed once empty
+  std::vector<PartCgroups> deadCgroups_;  // ended jobs' cgroups, removed once empty
 };
 
 }  // namespace lockstep::agent

@@ -17,6 +17,7 @@
 #include "access/access_policy.h"
 #include "alerts/alert_desk.h"
 #include "base/host.h"
+#include "access/supervisor_keys.h"
 #include "jobs/job_cgroup.h"
 #include "jobs/jobs.h"
 #include "jobs/rank_launch.h"
@@ -81,6 +82,7 @@ class Agent::Impl {
   void onSamples();
   void trackRanks();
   NodeHello hello() const;
+  void logFences() const;
   bool authorized(const std::string& key);
   void revoke(const std::vector<std::string>& keys);
 
@@ -90,6 +92,7 @@ class Agent::Impl {
   std::uint64_t instanceId_ = 0;
   std::unique_ptr<Nvml> nvml_;
   std::string gpuStatus_;
+  NodeCgroups cgroups_;  // what fences jobs here (job_cgroup.h)
   zmq::context_t context_;
   std::unique_ptr<ClientPort> clients_;
   std::unique_ptr<MetricsPublisher> metrics_;  // sees what the stream takes: made before it
@@ -120,6 +123,9 @@ Result<void> Agent::Impl::init() {
   nvml_ = Nvml::load(config_.nvmlLibrary, &gpuStatus_);
   if (!gpuStatus_.empty()) log_.info(gpuStatus_);
   if (nvml_) log_.info("NVML: " + std::to_string(nvml_->gpus().size()) + " GPU(s)");
+  cgroups_ = probeCgroups();
+  if (!config_.jobFences) cgroups_ = NodeCgroups{cgroups_.unified, {}, {}, {}, {}, {"all: job-fences = no"}, cgroups_.cpus, {}};
+  logFences();
 
   metrics_ = std::make_unique<MetricsPublisher>(
       MetricsSettings{config_.name, config_.metricsListen, config_.metricsTargets, config_.slurmJob}, log_);
@@ -152,7 +158,8 @@ Result<void> Agent::Impl::checkStateDir() const {
 
 Result<JobManagerOptions> Agent::Impl::jobOptions(const std::string& reportEndpoint) const {
   JobManagerOptions options;
-  options.node = {config_.name, cpuCores(), nvml_ ? static_cast<std::uint32_t>(nvml_->gpus().size()) : 0};
+  options.node = {config_.name, cpuCores(), nvml_ ? static_cast<std::uint32_t>(nvml_->gpus().size()) : 0,
+                  memoryTotalBytes()};
   options.stateDir = config_.stateDir;
   options.trainerPath = config_.trainer;
   options.listenHost = config_.listenHost();
@@ -160,10 +167,10 @@ Result<JobManagerOptions> Agent::Impl::jobOptions(const std::string& reportEndpo
   options.pythonPath = findPythonPackage();
   options.sandbox = config_.jobSandbox;
   options.privateTmp = config_.privateTmp();
-  std::string noCgroups;
-  options.cgroupBase = jobCgroupBase(&noCgroups).value_or("");
-  log_.info(options.cgroupBase.empty() ? "jobs get no cgroup of their own: " + noCgroups
-                                       : "each job gets a cgroup of its own under " + options.cgroupBase);
+  options.cgroups = cgroups_;
+  options.memPerRank = config_.memPerRank;
+  options.cpuOvercommit = config_.cpuOvercommit;
+  options.fences = config_.jobFences;
   if (const std::string shared = privateToJobs(config_.stateDir); config_.privateTmp() && !shared.empty()) {
     return invalidArgument(
         "--state-dir " + config_.stateDir + " is under " + shared +
@@ -220,6 +227,9 @@ Result<void> Agent::Impl::listen(const std::string& reportEndpoint) {
   try {
     clients_ = std::make_unique<ClientPort>(context_, log_);
     LOCKSTEP_ASSIGN_OR_RETURN(config_.listen, clients_->bind(config_.listen, keys_));
+    // A supervising agent opens a connection per job it supervises here, all with its node key.
+    clients_->allowMoreConnections(
+        [this](const std::string& key) { return jobsSupervisedBy(key, jobs_->list()).size(); });
     stalls_ = std::make_unique<Stalls>(config_.name, *jobs_, *stream_, *clients_, log_);
     inbox_ = std::make_unique<RankInbox>(context_, *jobs_, *stalls_, *stream_, log_);
     return inbox_->bind(reportEndpoint);
@@ -337,12 +347,29 @@ NodeHello Agent::Impl::hello() const {
   h.memoryTotalBytes = memoryTotalBytes();
   if (nvml_) h.gpus = nvml_->gpus();
   h.gpuStatus = gpuStatus_;
+  const NodeFree free = jobs_->free();
+  h.freeCores = free.cores;
+  h.freeMemoryBytes = free.memoryBytes;
+  h.fencesOff = cgroups_.off;
   h.lastSeq = stream_->lastSeq();
   h.nodeName = config_.name;
   h.instanceId = instanceId_;
   h.sampleHz = config_.sampleHz;
   h.timeUnixUs = stream_->nowUnixUs();
   return h;
+}
+
+// Once, at start: which fences jobs get here, and each that is off with why (docs/fences.md).
+void Agent::Impl::logFences() const {
+  if (cgroups_.unified.available()) log_.info("each job gets a cgroup of its own under " + cgroups_.unified.base);
+  std::string on;
+  const std::pair<const CgroupHierarchy*, const char*> fences[] = {
+      {&cgroups_.memory, "memory"}, {&cgroups_.pids, "processes"}, {&cgroups_.cpuset, "cores"}, {&cgroups_.devices, "GPUs"}};
+  for (const auto& [hierarchy, name] : fences) {
+    if (hierarchy->available()) on += std::string(on.empty() ? "" : ", ") + name + (hierarchy->v2 ? "" : " (cgroup v1)");
+  }
+  log_.info("jobs are fenced: " + (on.empty() ? std::string("nothing") : on) + "; cores " + cpuListText(cgroups_.cpus));
+  for (const auto& off : cgroups_.off) log_.info("fence off, " + off);
 }
 
 // A key added a moment ago is let in without a restart.

@@ -12,6 +12,7 @@
 
 #include "base/host.h"
 #include "lockstep/common/files.h"
+#include "lockstep/jobflags/options.h"
 #include "lockstep/net/keys.h"
 #include "prometheus/page.h"
 
@@ -80,6 +81,14 @@ Result<void> set(AgentConfig& c, const std::string& key, const std::string& valu
     LOCKSTEP_ASSIGN_OR_RETURN(c.webhookTimeoutMs, number("--webhook-timeout-ms", value, 100, 60000));
   } else if (key == "webhook-attempts") {
     LOCKSTEP_ASSIGN_OR_RETURN(c.webhookAttempts, number("--webhook-attempts", value, 1, 20));
+  } else if (key == "mem-per-rank") {
+    LOCKSTEP_ASSIGN_OR_RETURN(c.memPerRank, jobflags::parseSize("--mem-per-rank", value));
+  } else if (key == "cpu-overcommit") {
+    if (value != "yes" && value != "no") return usage("--cpu-overcommit: '" + value + "' must be yes or no");
+    c.cpuOvercommit = value == "yes";
+  } else if (key == "job-fences") {
+    if (value != "yes" && value != "no") return usage("--job-fences: '" + value + "' must be yes or no");
+    c.jobFences = value == "yes";
   } else if (key == "command-jobs") {
     if (value != "yes" && value != "no") return usage("--command-jobs: '" + value + "' must be yes or no");
     c.commandJobs = value == "yes";
@@ -227,6 +236,12 @@ connect only when its public key is in its authorized keys file (one key and a c
                              one `notify = URL` line each)
   --webhook-timeout-ms N     how long one POST to a webhook may take (default 5000)
   --webhook-attempts N       tries per alert and webhook, with backoff from 0.5 s (default 5)
+  --mem-per-rank SIZE        the memory each rank of a job that names none may use (256M, 4G;
+                             default: unbounded); a rank over it is killed (docs/fences.md)
+  --cpu-overcommit yes|no    when a job asks for more cores than are free, share the least-held
+                             ones instead of refusing it (default no: each rank gets its own)
+  --job-fences yes|no        whether jobs are fenced (memory, processes, cores, GPUs; default yes);
+                             no gives them the node as before, to measure what fences cost
   --config FILE              settings as `key = value` lines (default STATE/agent.conf if present)
   --print-key                print this agent's public key (creating its key pair) and exit
   --help, --version

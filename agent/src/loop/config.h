@@ -37,6 +37,9 @@ struct AgentConfig {
   std::vector<std::string> notify;  // every job's webhooks
   std::uint32_t webhookTimeoutMs = 5000;  // each POST's
   std::uint32_t webhookAttempts = 5;      // before an alert counts as not delivered
+  std::uint64_t memPerRank = 0;     // a job's --mem-per-rank when it gives none; 0: unbounded (docs/fences.md)
+  bool cpuOvercommit = false;       // ranks share cores when too few are free, instead of a refusal
+  bool jobFences = true;            // no: jobs get none of docs/fences.md (to measure what they cost)
   std::string configFile;
   bool printKey = false;
   bool help = false;

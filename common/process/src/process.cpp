@@ -241,8 +241,9 @@ std::string stageFailure(const SpawnOptions& options, int stage) {
                                             "become the job's user",
                                             "mount /proc for the job's PID namespace",
                                             "join the job's cgroup",
-                                            "drop root's capabilities"};
-  const char* what = stage >= 1 && stage <= 14 ? kStages[stage] : "start";
+                                            "drop root's capabilities",
+                                            "run on its cores"};
+  const char* what = stage >= 1 && stage <= 15 ? kStages[stage] : "start";
   const std::string where = stage == 6   ? " " + options.workingDir
                             : stage == 8 ? " " + options.sandbox->hide + " (a private mount namespace" +
                                                (::geteuid() != 0 ? " in a user namespace" : "") +
@@ -310,6 +311,11 @@ Result<KeptProcess> spawn(const SpawnOptions& options, KeeperImage* keeper) {
   if (options.sandbox) {
     LOCKSTEP_ASSIGN_OR_RETURN(sandboxPlan, sandbox::plan(*options.sandbox, options.newPidNamespace));
   }
+  cpu_set_t cores;  // built here: the child makes no calls that are not async-signal-safe
+  CPU_ZERO(&cores);
+  for (int cpu : options.cpus) {
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &cores);
+  }
   int errPipe[2];
   if (::pipe2(errPipe, O_CLOEXEC) != 0) return errnoError("pipe2", errno);
   const pid_t parent = ::getpid();
@@ -326,7 +332,10 @@ Result<KeptProcess> spawn(const SpawnOptions& options, KeeperImage* keeper) {
     // A descriptor some library opened without O_CLOEXEC must not reach the program.
     ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
     if (options.newProcessGroup && ::setpgid(0, 0) != 0) childFail(errPipe[1], 1);
-    if (options.cgroupProcsFd >= 0 && ::write(options.cgroupProcsFd, "0", 1) != 1) childFail(errPipe[1], 13);
+    for (int cgroupProcs : options.cgroupProcsFds) {
+      if (::write(cgroupProcs, "0", 1) != 1) childFail(errPipe[1], 13);
+    }
+    if (!options.cpus.empty() && ::sched_setaffinity(0, sizeof cores, &cores) != 0) childFail(errPipe[1], 15);
     if (options.join && !joinNamespaces(*options.join)) childFail(errPipe[1], 10);
     // Before chdir: a working directory entered before the tmpfs covers it would still lead
     // (through "..") to what it hides.

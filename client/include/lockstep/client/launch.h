@@ -36,6 +36,13 @@ Result<JobSpec> placeJob(const std::vector<AgentClient*>& agents, const std::vec
 
 // The GPUs of `hello` that no running job in `jobs` holds.
 std::vector<std::uint32_t> freeGpus(const NodeHello& hello, const std::vector<JobStatus>& jobs);
+// The cores and memory of a node that no running job of `jobs` (its agent's list) holds
+// (docs/fences.md): what a start may ask for there.
+struct FreeShare {
+  std::uint32_t cores = 0;
+  std::uint64_t memoryBytes = 0;
+};
+FreeShare freeShare(const NodeHello& hello, const std::vector<JobStatus>& jobs);
 
 // The job's agents from where its ranks are, rank 0's first.
 std::vector<JobAgent> jobAgents(const std::vector<PlacementNode>& nodes, const std::vector<std::uint32_t>& ranks);

@@ -72,6 +72,10 @@ std::vector<std::string> jobSpecToTrainerArgs(const JobSpec& spec, const std::st
 // where its metrics go; --resume for a restart. parseTrainerArgs reads back the same spec.
 std::vector<std::string> rankArgs(const JobSpec& spec, const std::string& metricsPath);
 
+// SIZE (--mem-per-rank's) as bytes: a whole number with a binary unit, B, K, M, G or T (a bare
+// number is MiB, as Slurm's --mem); `flag` names it in the error.
+Result<std::uint64_t> parseSize(const std::string& flag, const std::string& text);
+
 // A command job's flags before `--` (the program's argv goes after it):
 // parseCommandJobArgs(jobSpecToCommandJobArgs(spec), spec.command->argv) == spec, but for the
 // fields the placing client or agent sets.

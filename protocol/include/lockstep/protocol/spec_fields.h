@@ -46,17 +46,21 @@ struct Flag {
 // ("auto"); `alwaysWritten` for a flag whose default the trainer works out from other flags, so a
 // writer of flags gives it even when it holds JobSpec{}'s value; `boundOnFlag` for a bound only the
 // flag has always had (a spec from JSON or the wire was never held to it, and a job table written
-// by an earlier agent may hold such a spec).
+// by an earlier agent may hold such a spec); `bytes` for a size its flag writes with a unit.
 struct Style {
   bool invert = false;
   std::string_view zeroWord;
   bool alwaysWritten = false;
   bool boundOnFlag = false;
+  bool bytes = false;  // kBytes
 };
 inline constexpr Style kInverted{true, {}, false, false};
 inline constexpr Style kAlwaysWritten{false, {}, true, false};
 inline constexpr Style kAutoIsZero{false, "auto", false, false};
 inline constexpr Style kBoundOnFlag{false, {}, false, true};
+// A size in bytes that its flag writes with a unit: 512K, 256M, 4G, 1T (binary; a bare number is
+// MiB, as Slurm's --mem).
+inline constexpr Style kBytes{false, {}, false, false, true};
 
 template <class T>
 struct Field {
@@ -89,6 +93,7 @@ inline constexpr char kOptim[] = "Optimizer";
 inline constexpr char kComm[] = "Communication and restarts";
 inline constexpr char kCkpt[] = "Checkpoints and weights";
 inline constexpr char kOut[] = "Output";
+inline constexpr char kRes[] = "What each rank may take of its node (through agents; docs/fences.md)";
 
 inline constexpr std::uint32_t kMaxWorldSize = 4096;
 inline constexpr double kMaxPathLength = 4096;
@@ -161,6 +166,13 @@ inline constexpr auto kFields = std::tuple{
                          {"--stall-after-s", Jobs::kBoth, "N", "how long progress may stand still (default: the larger of 15 s and 5x\nthe rank's recent p99 step time; before the first step, 10x that)", kComm}),
     row<std::optional<double>>("", "budget", LOCKSTEP_SPEC_MEMBER(std::optional<double>, budget), "budget", 0, 1e12,
                                  {"--budget", Jobs::kBoth, "AMOUNT", "through agents: stop the job with a checkpoint once its cost reaches\nAMOUNT (in the currency of its prices; docs/alerts.md)", kComm}),
+    row<std::uint64_t>("", "mem_per_rank", LOCKSTEP_SPEC_MEMBER(std::uint64_t, memPerRank), "memory per rank", 0, 1e15,
+                         {"--mem-per-rank", Jobs::kBoth, "SIZE", "memory each rank may use (512K, 256M, 4G); a rank over it is killed\n(default: the node's, else unbounded)", kRes},
+                         kBytes),
+    row<std::uint32_t>("", "max_processes_per_rank", LOCKSTEP_SPEC_MEMBER(std::uint32_t, maxProcessesPerRank), "processes per rank", 0, 1u << 22,
+                         {"--max-processes-per-rank", Jobs::kBoth, "N", "processes and threads each rank may have (default 4096)", kRes}),
+    row<std::uint32_t>("", "cpus_per_rank", LOCKSTEP_SPEC_MEMBER(std::uint32_t, cpusPerRank), "cores per rank", 0, 4096,
+                         {"--cpus-per-rank", Jobs::kBoth, "N", "cores of its own for each rank (default 1)", kRes}),
     row<std::uint32_t>("", "timeout_s", LOCKSTEP_SPEC_MEMBER(std::uint32_t, timeoutS), "timeout in seconds", 1, 86400,
                          {"--timeout-s", Jobs::kTrainer, "N", "limit for the rendezvous and every collective (default 60)", kComm}),
 

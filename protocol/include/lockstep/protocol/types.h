@@ -38,6 +38,10 @@ struct NodeHello {
   std::uint64_t instanceId = 0;
   std::uint32_t sampleHz = 0;
   std::int64_t timeUnixUs = 0;  // the agent's clock when it answered; 0: not said (an older agent)
+  // What no running job holds (docs/fences.md), and each fence that is off here with why.
+  std::uint32_t freeCores = 0;
+  std::uint64_t freeMemoryBytes = 0;
+  std::vector<std::string> fencesOff;
   bool operator==(const NodeHello&) const = default;
 };
 
@@ -166,6 +170,12 @@ struct JobSpec {
   std::vector<std::string> alertRules;
   std::vector<std::string> notify;
   std::optional<double> budget;
+  // What each rank may take of its node (docs/fences.md): memory in bytes (0: the node's default,
+  // else unbounded), processes and threads (0: kDefaultProcessesPerRank), cores (0: 1).
+  std::uint64_t memPerRank = 0;
+  std::uint32_t maxProcessesPerRank = 0;
+  std::uint32_t cpusPerRank = 0;
+  static constexpr std::uint32_t kDefaultProcessesPerRank = 4096;
   bool operator==(const JobSpec&) const = default;
 
   bool isCommand() const { return command.has_value(); }
@@ -543,6 +553,8 @@ struct JobStatus {
   std::vector<RankProgress> progress;  // this agent's ranks
   std::optional<Stall> stall;          // while this agent sees the job stalled
   std::string owner;                   // the Unix user its ranks run as on this agent's node
+  std::vector<std::uint32_t> cpus;     // the cores its ranks hold here (docs/fences.md)
+  std::uint64_t memoryLimitBytes = 0;  // its ranks' memory limits here together; 0: unbounded
   bool operator==(const JobStatus&) const = default;
 };
 

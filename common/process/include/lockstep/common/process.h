@@ -58,9 +58,11 @@ struct SpawnOptions {
     int userNs = -1, mountNs = -1, pidNs = -1;
   };
   std::optional<Join> join;
-  // A cgroup's cgroup.procs, open for writing: the child moves itself there first, so that all it
-  // and its children do is the cgroup's. -1: the caller's cgroup.
-  int cgroupProcsFd = -1;
+  // Cgroups' cgroup.procs (one per hierarchy), open for writing: the child moves itself there
+  // first, so that all it and its children do is the cgroups'. Empty: the caller's cgroups.
+  std::vector<int> cgroupProcsFds;
+  // The cores the child runs on (sched_setaffinity), once in its cgroups. Empty: the caller's.
+  std::vector<int> cpus;
   // A new PID namespace for the kept program (spawnKept), which is its init (pid 1), with /proc
   // mounted anew for it: the sandbox must be set. What it sees of the node's processes is its own.
   bool newPidNamespace = false;
