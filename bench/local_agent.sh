@@ -1,11 +1,12 @@
 # Sourced by bench scripts: an agent on loopback with its state in $WORK/agent, and `ctl`, a
 # lockstepctl paired with it. Needs BUILD and WORK; sets AGENT_PID; AGENT_ARGS (an array), if set,
-# are more of the agent's flags.
+# are more of the agent's flags. Its ranks may share cores (--cpu-overcommit yes): a bench machine
+# of 2 cores stands in for nodes of many (docs/fences.md).
 #   start_local_agent PORT NAME
 ctl() { "$BUILD/bin/lockstepctl" --config-dir "$WORK/config" --no-history "$@"; }
 start_local_agent() {
   "$BUILD/bin/lockstep-agent" --listen "tcp://127.0.0.1:$1" --state-dir "$WORK/agent" --name "$2" \
-    "${AGENT_ARGS[@]}" >"$WORK/agent.log" 2>&1 &
+    --cpu-overcommit yes "${AGENT_ARGS[@]}" >"$WORK/agent.log" 2>&1 &
   AGENT_PID=$!
   for _ in $(seq 100); do [ -f "$WORK/agent/agent.pub" ] && break; sleep 0.1; done
   local key
