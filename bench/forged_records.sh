@@ -61,13 +61,14 @@ made, dropped = (int(m.group(1)), int(m.group(2))) if m else (None, None)
 db = sqlite3.connect(work + "/history.db")
 steps, = db.execute("SELECT count(*) FROM steps WHERE job_id = 'forged-a'").fetchone()
 forged_in, = db.execute("SELECT count(*) FROM steps WHERE job_id = 'forged-a' AND loss = ?", (forged,)).fetchone()
-shown = 0
+shown = top = 0
 for line in open(work + "/watch.jsonl"):
     try:
         snap = json.loads(line)
     except ValueError:
         continue
     shown += sum(1 for r in snap.get("ranks", []) if r.get("loss") == forged)
+    top = max([top] + [r.get("step") or 0 for r in snap.get("ranks", [])])
 log = open(work + "/agent.log", errors="replace").read().splitlines()
 refusals = [l for l in log if "refused" in l]
 print("forged records claiming job A: %s sent by job B (%s made, %s dropped on B's side)"
@@ -75,7 +76,7 @@ print("forged records claiming job A: %s sent by job B (%s made, %s dropped on B
 print("agent RSS: before %.2f MiB, after %.2f MiB, difference %+.2f MiB (target: within 1 MiB)"
       % (before / 1024, after / 1024, (after - before) / 1024))
 print("job A's stream: %d step reports recorded, %d with the forged loss %g; watch snapshots showing it: %d"
-      % (steps, forged_in, forged, shown))
+      " (highest step shown %d; forged steps are > 1000000)" % (steps, forged_in, forged, shown, top))
 print("agent log: %d refusal lines" % len(refusals))
 for l in refusals:
     print("  " + l)
