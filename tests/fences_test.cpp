@@ -32,7 +32,7 @@ class Fences : public ::testing::Test {
   void SetUp() override {
     if (::geteuid() != 0) GTEST_SKIP() << "making Unix users and cgroups needs root (CI runs as root)";
     if (findOnPath("useradd").empty()) GTEST_SKIP() << "no useradd on PATH (Debian's passwd package)";
-    node = agent::probeCgroups();
+    node = agent::probeCgroups(false);  // what the agent will find; changes nothing here
     alice = std::make_unique<UnixUser>("a");
     bob = std::make_unique<UnixUser>("b");
     dir = std::make_unique<TempDir>("/var/tmp");  // not under /tmp, which each job has a private one of
@@ -134,6 +134,36 @@ TEST_F(Fences, ARankOverItsMemoryLimitIsKilledAndAnotherUsersJobGoesOn) {
   ASSERT_TRUE(alices.has_value());
   EXPECT_EQ(alices->state, JobState::kRunning);
   EXPECT_TRUE(a->stopJob("alices", 500, 10s).ok());
+}
+
+// A restarted agent adopts a user's job: its records still come through (the report channel knows
+// its user), its cores stay held, and its cgroups go with it when it ends.
+TEST_F(Fences, AnAdoptedJobKeepsReportingHoldsItsCoresAndItsCgroupsGoWithIt) {
+  if (!node.memory.available()) GTEST_SKIP() << "no memory controller for jobs here";
+  startAgent();
+  auto a = connectTo(*agent, *aliceKeys);
+  JobSpec spec = pythonJob("adopted", kReporter, workOf(*alice));
+  spec.memPerRank = 512u << 20;
+  ASSERT_TRUE(a->startJob(spec, "", 10s).ok());
+  ASSERT_TRUE(waitUntil([&] { return lastStep(*a, "adopted") >= 3; }, 30s));
+  const auto before = statusOf(*a, "adopted");
+  ASSERT_TRUE(before.has_value());
+  ASSERT_EQ(before->cpus.size(), 1u);
+  const std::uint64_t step = lastStep(*a, "adopted");
+  a.reset();
+  agent->restart();
+  a = connectTo(*agent, *aliceKeys);
+  EXPECT_TRUE(waitUntil([&] { return lastStep(*a, "adopted") >= step + 5; }, 30s)) << "no steps after the restart";
+  const auto after = statusOf(*a, "adopted");
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ(after->cpus, before->cpus);
+  EXPECT_EQ(after->memoryLimitBytes, 512u << 20);
+  const std::string prefix = agent::partCgroupPrefix("node-a", agent->stateDir());
+  const std::string memory = node.memory.base + "/" + prefix + "adopted-0";
+  EXPECT_TRUE(fs::exists(memory)) << memory;
+  ASSERT_TRUE(a->stopJob("adopted", 500, 10s).ok());
+  ASSERT_TRUE(ended(*a, "adopted").has_value());
+  EXPECT_TRUE(waitUntil([&] { return !fs::exists(memory); }, 15s)) << memory << " is left";
 }
 
 TEST_F(Fences, AForkBombStopsAtItsProcessLimitAndTheJobFailsSayingSo) {

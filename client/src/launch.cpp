@@ -32,8 +32,15 @@ FreeShare freeShare(const NodeHello& hello, const std::vector<JobStatus>& jobs) 
     reserved += job.memoryLimitBytes;
   }
   const auto cores = static_cast<std::uint32_t>(held.size());
-  return {hello.cpuCores > cores ? hello.cpuCores - cores : 0,
-          hello.memoryTotalBytes > reserved ? hello.memoryTotalBytes - reserved : 0};
+  FreeShare free{hello.cpuCores > cores ? hello.cpuCores - cores : 0,
+                 hello.memoryTotalBytes > reserved ? hello.memoryTotalBytes - reserved : 0};
+  // A user's key lists only its own jobs: what the agent said was free when the client connected
+  // counts everyone's (an agent from before fences said nothing).
+  if (hello.freeMemoryBytes > 0) {
+    free.cores = std::min(free.cores, hello.freeCores);
+    free.memoryBytes = std::min(free.memoryBytes, hello.freeMemoryBytes);
+  }
+  return free;
 }
 
 std::vector<std::uint32_t> spreadRanks(std::uint32_t total, std::size_t nodes) {

@@ -137,6 +137,14 @@ std::set<std::string> enableV2(const std::string& base, const std::set<std::stri
   };
   std::set<std::string> on = enableAll();
   if (on.size() < present.size() && busy) {
+    if (base.size() > 8 && base.ends_with(".service")) {
+      // systemd before 254 puts a restarted unit's main process in the unit's cgroup, which it may
+      // no longer hold once its subtree has controllers (jobs outlive the agent): the next start
+      // would fail. DelegateSubgroup=lockstep-agent (systemd 254) starts it in the leaf instead.
+      *why = "the agent runs in the systemd unit's own cgroup " + base +
+             " (systemd 254 or later: DelegateSubgroup=lockstep-agent in the unit)";
+      return on;
+    }
     const std::string procs = readTrimmed(base + "/cgroup.procs");
     if (procs != std::to_string(::getpid())) {
       *why = "the agent's cgroup " + base + " holds other processes (run the agent alone in a unit with Delegate=yes)";
@@ -208,15 +216,18 @@ std::optional<std::string> jobCgroupBase(std::string* why) {
   return std::nullopt;
 }
 
-NodeCgroups probeCgroups() {
+NodeCgroups probeCgroups(bool enable) {
   NodeCgroups node;
   std::string why;
   node.unified.base = jobCgroupBase(&why).value_or("");
   node.unified.v2 = true;
   if (!node.unified.available()) node.off.push_back("kill: " + why);
   std::string v2Why;
-  const std::set<std::string> onV2 =
-      node.unified.available() ? enableV2(node.unified.base, {"memory", "pids", "cpuset"}, &v2Why) : std::set<std::string>{};
+  std::set<std::string> onV2;
+  if (node.unified.available()) {
+    onV2 = enable ? enableV2(node.unified.base, {"memory", "pids", "cpuset"}, &v2Why)
+                  : words(readTrimmed(node.unified.base + "/cgroup.subtree_control"), ' ');
+  }
   node.memory = controller(node, onV2, "memory", "memory", v2Why);
   node.pids = controller(node, onV2, "pids", "processes", v2Why);
   node.cpuset = controller(node, onV2, "cpuset", "cores", v2Why);
@@ -226,6 +237,9 @@ NodeCgroups probeCgroups() {
     node.devices = {node.unified.base, true};
   }
   if (!node.devices.available()) node.off.push_back("GPUs: " + devicesWhy);
+  if (::geteuid() != 0 && (node.memory.available() || node.pids.available() || node.cpuset.available())) {
+    node.off.push_back("enforcement: jobs run as the agent's own user, who owns their cgroups and may raise their limits");
+  }
   addCpus(node);
   return node;
 }

@@ -38,8 +38,9 @@ struct NodeCgroups {
   std::string mems;              // its memory nodes, which a v1 cpuset must be given
 };
 
-// Finds the hierarchies and enables the controllers it can.
-NodeCgroups probeCgroups();
+// Finds the hierarchies and, with `enable`, enables the controllers it can (which may move the
+// calling process into a leaf of its cgroup); without, says what is there.
+NodeCgroups probeCgroups(bool enable = true);
 
 // The agent's own cgroup in the cgroup2 hierarchy (its parent, once it moved into lockstep-agent),
 // or nullopt and why there is none it may write.

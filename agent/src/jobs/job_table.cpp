@@ -78,6 +78,8 @@ Result<std::unique_ptr<Job>> readJob(const Json& entry, const JobPaths& paths, c
   job->endedUnixUs = entry.at("ended_unix_us").get<std::int64_t>();
   job->message = entry.at("message").get<std::string>();
   job->owner.user = entry.value("owner", agentUser);  // a table from before owners: the agent's
+  // Its uid and groups, which a restarted agent checks its ranks' records against (job_membership.h).
+  if (auto who = lookUpUser(job->owner.user)) job->owner = *who;
   job->dir = paths.jobDir(job->spec.jobId);  // from the id, never from the file (job_paths.h)
   // Ended with the job, as the restarted agent sees it end.
   job->cgroups = paths.jobCgroups(job->spec);

@@ -139,6 +139,7 @@ NodeFree JobManager::free() const { return freeOf(capacity(), held()); }
 // What the part of `spec` with ranks `local` may take here: its limits and cores of its own, or
 // why the node has not got them free (node_share.h).
 Result<void> JobManager::fence(Job& job, const std::vector<RankPlacement>& local, NodeLaunch& launch) const {
+  launch.fenced = options_.fences;
   if (!options_.fences) return {};
   job.limits = partLimits(job.spec, local, options_.memPerRank);
   launch.cpusPerRank = std::max(1u, job.spec.cpusPerRank);
@@ -197,7 +198,7 @@ Result<StartJobReply> JobManager::start(const JobSpec& spec, const CheckedPaths&
 Result<void> JobManager::replaceEnded(const JobSpec& spec, const Identity& owner) {
   const auto existing = jobs_.find(spec.jobId);
   if (existing == jobs_.end()) return {};
-  const Job& old = *existing->second;
+  Job& old = *existing->second;
   if (old.owner.user != owner.user) {
     // Not another user's: its directory, logs and stream would become this one's.
     return Error{ErrorCode::kAlreadyExists, "job " + spec.jobId + " on " + options_.node.name + " belongs to " +
@@ -208,6 +209,7 @@ Result<void> JobManager::replaceEnded(const JobSpec& spec, const Identity& owner
                  "job " + spec.jobId + " already exists on " + options_.node.name +
                      (old.running() ? " and is running" : "") + ": pick another job id"};
   }
+  if (old.anyRankRunning()) ranks_.abandon(old);  // failed, its ranks still being stopped
   forget(spec.jobId);
   return {};
 }
@@ -361,12 +363,15 @@ void JobManager::rankEnded(Job& job, std::size_t index, std::optional<ExitStatus
 std::string JobManager::fenceVerdict(Job& job, const ExitStatus& status, std::string how) {
   const PartEvents counted = partEvents(job.cgroups);
   const std::string node = " on " + options_.node.name;
-  if (counted.oomKills > job.oomKillsSaid) {
-    job.oomKillsSaid = counted.oomKills;
-    const std::string limit = "the job's memory limit of " +
-                              present::bytes(static_cast<double>(memPerRank(job.spec, options_.memPerRank))) + " per rank";
+  if (counted.oomKills > job.oomKillsSaid && job.limits.memoryBytes > 0) {
+    // The limit it was given (the node's default may have changed since), each rank's share.
+    const std::uint64_t perRank = job.limits.memoryBytes / std::max<std::size_t>(1, job.ranks.size());
+    const std::string limit = "the job's memory limit of " + present::bytes(static_cast<double>(perRank)) + " per rank";
+    // A rank killed outright is the kernel's victim; one that ended otherwise (a worker of its
+    // was) is told of it, and the count waits for a victim.
+    if (status.signal == SIGKILL) job.oomKillsSaid = counted.oomKills;
     how = status.signal == SIGKILL ? "on " + options_.node.name + " was killed by the kernel: " + limit + " was reached"
-                                   : how + node + "; the kernel killed one of its processes at " + limit;
+                                   : how + node + "; the kernel killed a process of the job at " + limit;
   }
   if (counted.forksRefused > job.forksRefusedSaid) {
     job.forksRefusedSaid = counted.forksRefused;

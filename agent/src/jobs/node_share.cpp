@@ -69,7 +69,7 @@ PartLimits partLimits(const JobSpec& spec, const std::vector<RankPlacement>& loc
   const std::uint64_t ranks = local.size();
   limits.memoryBytes = memPerRank(spec, nodeMemPerRank) * ranks;
   const std::uint32_t processes = spec.maxProcessesPerRank > 0 ? spec.maxProcessesPerRank : JobSpec::kDefaultProcessesPerRank;
-  limits.processes = processes * ranks + kPartOwnProcesses;
+  limits.processes = processes * ranks + partOwnProcesses(ranks);
   // Its GPUs' device nodes (their minors are NVML's indexes, as CUDA_DEVICE_ORDER=PCI_BUS_ID
   // numbers them), nvidia-modeset and nvidiactl; nvidia-uvm has a major of its own, left open.
   limits.devices.allowedMinors = {254, 255};

@@ -42,8 +42,9 @@ NodeFree freeOf(const NodeCapacity& node, const std::vector<Held>& held);
 // cores and 20.0 GiB of 128.0 GiB free; the job asks for 8 cores and 64.0 GiB".
 Result<std::vector<int>> coresFor(const NodeCapacity& node, const std::vector<Held>& held, const Ask& ask);
 
-// The processes a part runs besides its ranks' own: its init and each rank's keeper.
-inline constexpr std::uint64_t kPartOwnProcesses = 16;
+// The processes a part runs besides its ranks' own: its init and its keeper, each rank's keeper,
+// and a margin.
+inline constexpr std::uint64_t partOwnProcesses(std::uint64_t ranks) { return ranks + 16; }
 
 // What the part of `spec` with ranks `local` may take here: memory (each rank's, the spec's or
 // else `nodeMemPerRank`), processes and threads, the GPUs its ranks may open. Not the cores.

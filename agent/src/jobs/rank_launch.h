@@ -32,6 +32,7 @@ struct NodeLaunch {
   SpawnOptions::Join join;          // with `hide`: the job's namespaces, which its init made
   int agentFd = -1;                 // the agent's binary (the job's init and the ranks' keepers)
   PartLimits limits;                // what the job's part may take (its cgroups, job_cgroup.h)
+  bool fenced = true;               // false: its cgroup2 cgroup only (job-fences = no)
   std::vector<int> cgroupProcsFds;  // the job's cgroups, open, while its processes are spawned
   std::vector<int> cpus;            // the cores given to the job's ranks here, cpusPerRank each in turn
   std::uint32_t cpusPerRank = 1;

@@ -86,10 +86,19 @@ void RankProcesses::endInit(Job& job) {
   }
 }
 
+void RankProcesses::abandon(Job& job) {
+  signal(job, SIGKILL);
+  for (const auto& r : job.ranks) {
+    if (r.state == JobState::kRunning && r.child && r.pid > 0) initKeepers_.push_back(r.pid);
+  }
+  endInit(job);
+}
+
 Result<void> RankProcesses::spawnEachRank(Job& job, NodeLaunch& launch) {
   // Made and limited before anything of the job runs (job_cgroup.h).
   std::vector<UniqueFd> cgroupProcs;
   job.cgroups = paths_.jobCgroups(job.spec);
+  if (!launch.fenced) job.cgroups = PartCgroups{job.cgroups.unified};
   LOCKSTEP_TRY(makePartCgroups(paths_.cgroups, job.cgroups, launch.limits));
   for (const auto& dir : job.cgroups.distinct()) {
     cgroupProcs.emplace_back(::open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));

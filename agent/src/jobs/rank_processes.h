@@ -41,6 +41,9 @@ class RankProcesses {
   Result<void> spawn(Job& job, NodeLaunch& launch);
   // Ends the job's init and cgroup, and with them whatever the job left running.
   void endInit(Job& job);
+  // A job the manager forgets while ranks of it still run (a restart replacing an attempt still
+  // being stopped): they are killed with its cgroups, and reaped here once they end.
+  void abandon(Job& job);
   // `rank`, running, reaped if it ended (and what it left in its process group killed); nullopt
   // while it runs.
   std::optional<RankEnd> reap(const Job& job, Rank& rank);
@@ -66,7 +69,7 @@ class RankProcesses {
   std::string keeperPath_;
   std::uint64_t logCapBytes_;
   UniqueFd agentFd_;  // keeperPath_, run by descriptor where it may not be visible
-  std::vector<pid_t> initKeepers_;  // jobs' init keepers to reap once they end
+  std::vector<pid_t> initKeepers_;  // keepers to reap once they end: jobs' inits, abandoned ranks
   std::vector<PartCgroups> deadCgroups_;  // ended jobs' cgroups, removed once empty
 };
 

@@ -92,7 +92,8 @@ class Agent::Impl {
   std::uint64_t instanceId_ = 0;
   std::unique_ptr<Nvml> nvml_;
   std::string gpuStatus_;
-  NodeCgroups cgroups_;  // what fences jobs here (job_cgroup.h)
+  NodeCgroups cgroups_;                 // what fences jobs here (job_cgroup.h)
+  std::vector<std::string> fencesOff_;  // which are off, and why
   zmq::context_t context_;
   std::unique_ptr<ClientPort> clients_;
   std::unique_ptr<MetricsPublisher> metrics_;  // sees what the stream takes: made before it
@@ -124,7 +125,9 @@ Result<void> Agent::Impl::init() {
   if (!gpuStatus_.empty()) log_.info(gpuStatus_);
   if (nvml_) log_.info("NVML: " + std::to_string(nvml_->gpus().size()) + " GPU(s)");
   cgroups_ = probeCgroups();
-  if (!config_.jobFences) cgroups_ = NodeCgroups{cgroups_.unified, {}, {}, {}, {}, {"all: job-fences = no"}, cgroups_.cpus, {}};
+  // With job-fences = no, jobs get their cgroup2 cgroup only, and the rest stays found: a job
+  // adopted from a run with fences still has its cgroups removed.
+  fencesOff_ = config_.jobFences ? cgroups_.off : std::vector<std::string>{"all: job-fences = no"};
   logFences();
 
   metrics_ = std::make_unique<MetricsPublisher>(
@@ -350,7 +353,7 @@ NodeHello Agent::Impl::hello() const {
   const NodeFree free = jobs_->free();
   h.freeCores = free.cores;
   h.freeMemoryBytes = free.memoryBytes;
-  h.fencesOff = cgroups_.off;
+  h.fencesOff = fencesOff_;
   h.lastSeq = stream_->lastSeq();
   h.nodeName = config_.name;
   h.instanceId = instanceId_;
@@ -368,8 +371,8 @@ void Agent::Impl::logFences() const {
   for (const auto& [hierarchy, name] : fences) {
     if (hierarchy->available()) on += std::string(on.empty() ? "" : ", ") + name + (hierarchy->v2 ? "" : " (cgroup v1)");
   }
-  log_.info("jobs are fenced: " + (on.empty() ? std::string("nothing") : on) + "; cores " + cpuListText(cgroups_.cpus));
-  for (const auto& off : cgroups_.off) log_.info("fence off, " + off);
+  if (config_.jobFences) log_.info("jobs are fenced: " + (on.empty() ? std::string("nothing") : on) + "; cores " + cpuListText(cgroups_.cpus));
+  for (const auto& off : fencesOff_) log_.info("fence off, " + off);
 }
 
 // A key added a moment ago is let in without a restart.

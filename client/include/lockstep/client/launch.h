@@ -36,8 +36,9 @@ Result<JobSpec> placeJob(const std::vector<AgentClient*>& agents, const std::vec
 
 // The GPUs of `hello` that no running job in `jobs` holds.
 std::vector<std::uint32_t> freeGpus(const NodeHello& hello, const std::vector<JobStatus>& jobs);
-// The cores and memory of a node that no running job of `jobs` (its agent's list) holds
-// (docs/fences.md): what a start may ask for there.
+// The cores and memory of a node that no running job of `jobs` (its agent's list) holds, nor any
+// job the agent counted when the client connected (hello): what a start may ask for there
+// (docs/fences.md). The agent's own refusal is the last word.
 struct FreeShare {
   std::uint32_t cores = 0;
   std::uint64_t memoryBytes = 0;
