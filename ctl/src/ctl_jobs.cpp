@@ -41,9 +41,12 @@ int cmdNodes(const Globals& g, const std::vector<std::string>& args) {
                    {"gpus", gpus}, {"gpu_status", h.gpuStatus}, {"sample_hz", h.sampleHz},
                    {"free_cores", h.freeCores}, {"free_memory_bytes", h.freeMemoryBytes}, {"fences_off", h.fencesOff}});
     if (g.json) continue;
-    std::printf("%s  node %s (host %s, agent %s): %u cores, %s memory; free: %u cores, %s\n",
-                agent->address().text().c_str(), h.nodeName.c_str(), h.host.c_str(), h.agentVersion.c_str(), h.cpuCores,
-                gib(h.memoryTotalBytes).c_str(), h.freeCores, gib(h.freeMemoryBytes).c_str());
+    const std::string free = h.freeMemoryBytes > 0 || h.memoryTotalBytes == 0
+                                 ? std::to_string(h.freeCores) + " cores, " + gib(h.freeMemoryBytes)
+                                 : "not said (an agent from before fences)";
+    std::printf("%s  node %s (host %s, agent %s): %u cores, %s memory; free: %s\n", agent->address().text().c_str(),
+                h.nodeName.c_str(), h.host.c_str(), h.agentVersion.c_str(), h.cpuCores, gib(h.memoryTotalBytes).c_str(),
+                free.c_str());
     for (const auto& off : h.fencesOff) std::printf("  fence off, %s\n", off.c_str());
     for (const auto& gpu : h.gpus) {
       std::printf("  GPU %u  %s  %s  %s\n", gpu.index, gpu.name.c_str(), gib(gpu.memoryTotalBytes).c_str(), gpu.uuid.c_str());

@@ -374,9 +374,15 @@ PartEvents partEvents(const PartCgroups& part) {
 
 void killPart(const PartCgroups& part) {
   if (!part.unified.empty() && writeTo(part.unified + "/cgroup.kill", "1")) return;
-  for (const auto& dir : part.distinct()) {
-    std::istringstream pids(readKernelFile(dir + "/cgroup.procs").value_or(""));
-    for (pid_t pid; pids >> pid;) ::kill(pid, SIGKILL);
+  // Without cgroup.kill, what forks while being killed is killed on a later round.
+  for (int round = 0; round < 20; ++round) {
+    bool any = false;
+    for (const auto& dir : part.distinct()) {
+      std::istringstream pids(readKernelFile(dir + "/cgroup.procs").value_or(""));
+      for (pid_t pid; pids >> pid; any = true) ::kill(pid, SIGKILL);
+    }
+    if (!any) return;
+    ::usleep(5000);
   }
 }
 

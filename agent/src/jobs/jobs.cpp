@@ -187,6 +187,7 @@ Result<StartJobReply> JobManager::start(const JobSpec& spec, const CheckedPaths&
     persist();
     return spawned.error();
   }
+  sayUnfenced(started);
   // For the crash-window test: die where a crash would hurt most, ranks running and unanswered.
   if (const char* failpoint = std::getenv("LOCKSTEP_AGENT_FAILPOINT"); failpoint && std::string(failpoint) == "after-spawn") {
     ::raise(SIGKILL);
@@ -356,6 +357,24 @@ void JobManager::rankEnded(Job& job, std::size_t index, std::optional<ExitStatus
     failFast(job, r, who + " " + (status ? how : "ended before its last step; its exit code is unknown"), exited);
   }
   finishIfDone(job);
+}
+
+// A limit the job asked for that this node cannot fence is said in its events, with why.
+void JobManager::sayUnfenced(const Job& job) {
+  if (!options_.fences) return;
+  const auto off = [&](const char* fence) {
+    for (const auto& line : options_.cgroups.off) {
+      if (line.rfind(std::string(fence) + ": ", 0) == 0) return line;
+    }
+    return std::string();
+  };
+  std::string unfenced;
+  if (job.spec.memPerRank > 0 && !options_.cgroups.memory.available()) unfenced += "; " + off("memory");
+  if (job.spec.maxProcessesPerRank > 0 && !options_.cgroups.pids.available()) unfenced += "; " + off("processes");
+  if (job.spec.cpusPerRank > 0 && !options_.cgroups.cpuset.available()) unfenced += "; " + off("cores");
+  if (!unfenced.empty()) {
+    emit_(event(job, JobEventKind::kNote, "on " + options_.node.name + " some of what the job asked for is not fenced" + unfenced));
+  }
 }
 
 // How the job's fences explain a rank's end (job_cgroup.h, the kernel's counts in its cgroups),

@@ -157,6 +157,7 @@ class JobManager {
   std::vector<Held> held() const;
   Result<void> fence(Job& job, const std::vector<RankPlacement>& local, NodeLaunch& launch) const;
   std::string fenceVerdict(Job& job, const ExitStatus& status, std::string how);
+  void sayUnfenced(const Job& job);
   Result<void> makeJobDir(const Job& job, NodeLaunch& launch) const;
   Job& record(std::unique_ptr<Job> job, const std::vector<RankPlacement>& local);
   void forget(const std::string& jobId);
