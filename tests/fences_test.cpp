@@ -41,8 +41,8 @@ class Fences : public ::testing::Test {
     bobKeys = std::make_unique<ClientKeys>(*dir, "bob");
   }
 
+  // Its jobs see /tmp as the tests' fixtures need (the build's `lockstep` package may lie there).
   void startAgent(std::vector<std::string> args = {}) {
-    args.insert(args.end(), {"--job-private-tmp", "yes"});
     agent = std::make_unique<AgentProcess>(*dir, "node-a", args);
     std::ofstream(agent->stateDir() + "/authorized_keys")
         << "user=" << alice->name << " " << aliceKeys->keys.publicKey << " alice@laptop\n"

@@ -438,10 +438,13 @@ print("sent", flush=True)
 // Bob's job sends step reports, a phase and a note in the name of alice's job: its PID namespace and
 // cgroup are not hers, nor is its user.
 TEST_F(Isolation, AJobCannotSendRecordsInAnotherJobsName) {
+  // An agent of its own, whose jobs see /tmp where the build's `lockstep` package may lie (CI's).
+  AgentProcess node(*dir, "node-p");
+  authorizeAll(node);
   const std::string aliceWork = ownDirectory(*dir, *alice), bobWork = ownDirectory(*dir, *bob);
-  auto a = as(aliceKeys);
-  auto b = as(bobKeys);
-  forgedRecordsAreRefused(*agent, *a, *b, aliceWork, bobWork, alice->identity,
+  auto a = connectTo(node, *aliceKeys);
+  auto b = connectTo(node, *bobKeys);
+  forgedRecordsAreRefused(node, *a, *b, aliceWork, bobWork, alice->identity,
                           [&](const std::string& id, const std::string& script, const std::string& work) {
                             return shellJob(id, script, work);
                           });

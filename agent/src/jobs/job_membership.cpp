@@ -141,12 +141,12 @@ bool isJobProcess(const Job& job, pid_t pid, uid_t uid) {
   if (pid <= 0) return false;
   // A root agent runs each job as its user: a process of another user is not the job's.
   if (::geteuid() == 0 && uid != job.owner.uid) return false;
+  // A rank's own program is the job's, and the agent knows its pid: also while it is ending,
+  // gone, or a zombie (a program that reports and ends at once, read after it ended), when its
+  // namespaces can no longer be read.
+  if (std::any_of(job.ranks.begin(), job.ranks.end(), [&](const Rank& r) { return r.programPid == pid; })) return true;
   const auto stat = readProcStat(pid);
-  if (!stat || stat->state == 'Z') {
-    // Gone, or going (a program that reports and ends at once, read after its rank ended): its pid
-    // is all there is. A rank's program it was, or nothing of the job's.
-    return std::any_of(job.ranks.begin(), job.ranks.end(), [&](const Rank& r) { return r.programPid == pid; });
-  }
+  if (!stat || stat->state == 'Z' || stat->state == 'X') return false;
   const auto ns = jobPidNamespace(job);
   if (!ns) return false;  // nothing of the job runs to tell its processes by
   if (ns != namespaceAt("/proc/self/ns/pid") && !inPidNamespace(pid, *ns)) return false;
