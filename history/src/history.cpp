@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "catalog.h"
 #include "clocks.h"
@@ -60,7 +62,15 @@ Result<History> History::open(const std::string& path, Options options) {
   if (rc != SQLITE_OK) return detail::sqliteError(raw, "opening history " + path);
   sqlite3_busy_timeout(raw, 5000);
   sqlite3_extended_result_codes(raw, 0);
-  if (auto migrated = detail::migrate(raw); !migrated) return migrated.error().withContext("history " + path);
+  // SQLite answers "locked" at once, without waiting, to a connection that meets another turning a
+  // fresh file into WAL mode (found in CI: two connections opening one fresh history): try again,
+  // for up to the busy timeout.
+  auto migrated = detail::migrate(raw);
+  for (int retry = 0; !migrated && migrated.error().code == ErrorCode::kUnavailable && retry < 100; ++retry) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    migrated = detail::migrate(raw);
+  }
+  if (!migrated) return migrated.error().withContext("history " + path);
   return history;
 }
 
