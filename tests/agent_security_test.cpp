@@ -374,6 +374,8 @@ class Holdback {
   }
   std::string endpoint() const { return "tcp://127.0.0.1:" + std::to_string(port_); }
   int cutByAgent() const { return cut_.load(); }
+  // Connections that passed all `cap` bytes on to the agent.
+  int passedAll() const { return passed_.load(); }
 
  private:
   void accept() {
@@ -396,6 +398,7 @@ class Holdback {
       const auto pass = static_cast<std::size_t>(std::min<std::int64_t>(n, cap));
       cap -= static_cast<std::int64_t>(pass);
       if (pass > 0 && ::send(to, buffer.data(), pass, MSG_NOSIGNAL) != static_cast<ssize_t>(pass)) break;
+      if (pass > 0 && cap == 0 && !fromAgent) ++passed_;
     }
     if (fromAgent && !stopping_) ++cut_;
     ::shutdown(from, SHUT_RDWR);
@@ -408,6 +411,7 @@ class Holdback {
   std::uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
   std::atomic<int> cut_{0};
+  std::atomic<int> passed_{0};
   std::vector<int> fds_;  // the accepting thread's until it ends
   std::thread acceptor_;
   std::vector<std::thread> pumps_;
@@ -437,11 +441,13 @@ Held holdTwentyMibEach(Greedy& g, bool known, int cutsExpected) {
   }
   Held held;
   std::int64_t last = -1;
-  const auto deadline = std::chrono::steady_clock::now() + 30s;
-  // Until the cuts expected are done and then a second passed without another.
-  for (int still = 0; still < 20 && std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(50ms)) {
+  const auto deadline = std::chrono::steady_clock::now() + 45s;
+  // Until every connection passed its 20 MiB on (or was cut), the cuts expected are done, and then
+  // two seconds passed without another (a loaded machine's agent reads them late).
+  for (int still = 0; still < 40 && std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(50ms)) {
     held.peakKib = std::max(held.peakKib, residentKib(g.agent.pid()) - before);
-    still = relay.cutByAgent() == last && last >= cutsExpected ? still + 1 : 0;
+    const bool allSent = relay.passedAll() + relay.cutByAgent() >= static_cast<int>(kConnections);
+    still = allSent && relay.cutByAgent() == last && last >= cutsExpected ? still + 1 : 0;
     last = relay.cutByAgent();
   }
   std::this_thread::sleep_for(3500ms);  // the agent gives the heap back over 3 s
