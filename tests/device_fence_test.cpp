@@ -176,15 +176,20 @@ class DeviceFenceV1 : public DeviceFenceTest {
   std::unique_ptr<Cgroup> cgroup_;
 };
 
-TEST_F(DeviceFenceV2, RanksOpenOnlyTheirGpus) {
-  const auto fenced_ = fenceDevicesV2(cgroup_->path(), DeviceFence{.major = 195, .allowedMinors = {0, 255}});
-  ASSERT_TRUE(fenced_.ok()) << fenced_.error().message;
-  const Opens opens = openFrom(cgroup_->path() + "/cgroup.procs");
-  ASSERT_EQ(opens.joined, 0) << "the child could not join " << cgroup_->path() << ": " << errnoName(opens.joined);
+// What a child in `cgroup`, fenced to minors 0 and 255 of major 195, could open: those (and
+// /dev/null, another major), and not 195:1.
+void expectOnlyGpus0And255(const Opens& opens, const std::string& cgroup) {
+  ASSERT_EQ(opens.joined, 0) << "the child could not join " << cgroup << ": " << errnoName(opens.joined);
   EXPECT_TRUE(reachesDriver(opens.gpu0)) << "195:0, allowed";
   EXPECT_TRUE(fenced(opens.gpu1)) << "195:1, not allowed";
   EXPECT_TRUE(reachesDriver(opens.gpu255)) << "195:255 (nvidiactl), allowed";
   EXPECT_EQ(opens.devNull, 0) << "/dev/null, another major the fence leaves alone: " << errnoName(opens.devNull);
+}
+
+TEST_F(DeviceFenceV2, RanksOpenOnlyTheirGpus) {
+  const auto fenced_ = fenceDevicesV2(cgroup_->path(), DeviceFence{.major = 195, .allowedMinors = {0, 255}});
+  ASSERT_TRUE(fenced_.ok()) << fenced_.error().message;
+  expectOnlyGpus0And255(openFrom(cgroup_->path() + "/cgroup.procs"), cgroup_->path());
 }
 
 TEST_F(DeviceFenceV2, WithoutAFenceEveryGpuReachesTheDriver) {
@@ -215,12 +220,7 @@ TEST_F(DeviceFenceV2, AV1CgroupIsRefusedSayingWhy) {
 TEST_F(DeviceFenceV1, RanksOpenOnlyTheirGpus) {
   const auto fenced_ = fenceDevicesV1(cgroup_->path(), DeviceFence{.major = 195, .allowedMinors = {0, 255}});
   ASSERT_TRUE(fenced_.ok()) << fenced_.error().message;
-  const Opens opens = openFrom(cgroup_->path() + "/cgroup.procs");
-  ASSERT_EQ(opens.joined, 0) << "the child could not join " << cgroup_->path() << ": " << errnoName(opens.joined);
-  EXPECT_TRUE(reachesDriver(opens.gpu0)) << "195:0, allowed";
-  EXPECT_TRUE(fenced(opens.gpu1)) << "195:1, not allowed";
-  EXPECT_TRUE(reachesDriver(opens.gpu255)) << "195:255 (nvidiactl), allowed";
-  EXPECT_EQ(opens.devNull, 0) << "/dev/null, another major the fence leaves alone: " << errnoName(opens.devNull);
+  expectOnlyGpus0And255(openFrom(cgroup_->path() + "/cgroup.procs"), cgroup_->path());
 }
 
 TEST_F(DeviceFenceV1, WithoutAFenceEveryGpuReachesTheDriver) {

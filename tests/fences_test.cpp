@@ -65,24 +65,6 @@ class Fences : public ::testing::Test {
     return spec;
   }
 
-  static std::optional<JobStatus> statusOf(AgentClient& client, const std::string& id) {
-    auto jobs = client.listJobs(5s);
-    if (!jobs) return std::nullopt;
-    for (const auto& j : jobs->jobs) {
-      if (j.spec.jobId == id) return j;
-    }
-    return std::nullopt;
-  }
-
-  static std::optional<JobStatus> ended(AgentClient& client, const std::string& id, std::chrono::seconds within = 60s) {
-    std::optional<JobStatus> last;
-    waitUntil([&] {
-      last = statusOf(client, id);
-      return last && last->state != JobState::kRunning && last->state != JobState::kStarting;
-    }, within);
-    return last;
-  }
-
   // The newest step `client` sees reported for job `id`.
   static std::uint64_t lastStep(AgentClient& client, const std::string& id) {
     auto stream = client.fetch(0, 100000, 0, 5s);
@@ -119,7 +101,7 @@ TEST_F(Fences, ARankOverItsMemoryLimitIsKilledAndAnotherUsersJobGoesOn) {
   JobSpec hog = pythonJob("hog", "import time\nb = bytearray(1 << 30)\ntime.sleep(60)\n", workOf(*bob));
   hog.memPerRank = 256u << 20;
   ASSERT_TRUE(b->startJob(hog, "", 10s).ok());
-  const auto end = ended(*b, "hog");
+  const auto end = jobEnd(*b, "hog");
   ASSERT_TRUE(end.has_value());
   EXPECT_EQ(end->state, JobState::kFailed);
   EXPECT_NE(end->message.find("rank 0 on node-a was killed by the kernel: the job's memory limit of 256.0 MiB per rank "
@@ -130,7 +112,7 @@ TEST_F(Fences, ARankOverItsMemoryLimitIsKilledAndAnotherUsersJobGoesOn) {
   // Alice's job and the agent are untouched: her steps go on.
   const std::uint64_t before = lastStep(*a, "alices");
   EXPECT_TRUE(waitUntil([&] { return lastStep(*a, "alices") >= before + 5; }, 20s));
-  const auto alices = statusOf(*a, "alices");
+  const auto alices = jobStatusOn(*a, "alices");
   ASSERT_TRUE(alices.has_value());
   EXPECT_EQ(alices->state, JobState::kRunning);
   EXPECT_TRUE(a->stopJob("alices", 500, 10s).ok());
@@ -146,7 +128,7 @@ TEST_F(Fences, AnAdoptedJobKeepsReportingHoldsItsCoresAndItsCgroupsGoWithIt) {
   spec.memPerRank = 512u << 20;
   ASSERT_TRUE(a->startJob(spec, "", 10s).ok());
   ASSERT_TRUE(waitUntil([&] { return lastStep(*a, "adopted") >= 3; }, 30s));
-  const auto before = statusOf(*a, "adopted");
+  const auto before = jobStatusOn(*a, "adopted");
   ASSERT_TRUE(before.has_value());
   ASSERT_EQ(before->cpus.size(), 1u);
   const std::uint64_t step = lastStep(*a, "adopted");
@@ -154,7 +136,7 @@ TEST_F(Fences, AnAdoptedJobKeepsReportingHoldsItsCoresAndItsCgroupsGoWithIt) {
   agent->restart();
   a = connectTo(*agent, *aliceKeys);
   EXPECT_TRUE(waitUntil([&] { return lastStep(*a, "adopted") >= step + 5; }, 30s)) << "no steps after the restart";
-  const auto after = statusOf(*a, "adopted");
+  const auto after = jobStatusOn(*a, "adopted");
   ASSERT_TRUE(after.has_value());
   EXPECT_EQ(after->cpus, before->cpus);
   EXPECT_EQ(after->memoryLimitBytes, 512u << 20);
@@ -162,7 +144,7 @@ TEST_F(Fences, AnAdoptedJobKeepsReportingHoldsItsCoresAndItsCgroupsGoWithIt) {
   const std::string memory = node.memory.base + "/" + prefix + "adopted-0";
   EXPECT_TRUE(fs::exists(memory)) << memory;
   ASSERT_TRUE(a->stopJob("adopted", 500, 10s).ok());
-  ASSERT_TRUE(ended(*a, "adopted").has_value());
+  ASSERT_TRUE(jobEnd(*a, "adopted").has_value());
   EXPECT_TRUE(waitUntil([&] { return !fs::exists(memory); }, 15s)) << memory << " is left";
 }
 
@@ -184,7 +166,7 @@ TEST_F(Fences, AForkBombStopsAtItsProcessLimitAndTheJobFailsSayingSo) {
   JobSpec spec = pythonJob("bomb", bomb, workOf(*bob));
   spec.maxProcessesPerRank = 40;
   ASSERT_TRUE(b->startJob(spec, "", 10s).ok());
-  const auto end = ended(*b, "bomb");
+  const auto end = jobEnd(*b, "bomb");
   ASSERT_TRUE(end.has_value());
   EXPECT_EQ(end->state, JobState::kFailed);
   EXPECT_NE(end->message.find("exited with exit code 3"), std::string::npos) << end->message;
@@ -194,7 +176,7 @@ TEST_F(Fences, AForkBombStopsAtItsProcessLimitAndTheJobFailsSayingSo) {
   auto logs = b->logs("bomb", 0, 4096, 5s);
   ASSERT_TRUE(logs.ok());
   EXPECT_NE(logs->text.find("fork refused after"), std::string::npos) << logs->text;
-  EXPECT_TRUE(statusOf(*b, "bomb").has_value()) << "the agent does not answer";
+  EXPECT_TRUE(jobStatusOn(*b, "bomb").has_value()) << "the agent does not answer";
   // What the bomb forked went with it.
   EXPECT_TRUE(waitUntil([&] { return runCommand({"pgrep", "-u", bob->name}, 5s)->status.exitCode == 1; }, 15s));
 }
@@ -292,7 +274,7 @@ TEST_F(Fences, ARankCannotOpenADeviceNodeOfAGpuNotItsOwn) {
       "        out.append(name + ' ' + errno.errorcode[e.errno])\n"
       "open('devices.txt', 'w').write('\\n'.join(out))\n";
   ASSERT_TRUE(a->startJob(pythonJob("gpus", program, work), "", 10s).ok());
-  const auto end = ended(*a, "gpus");
+  const auto end = jobEnd(*a, "gpus");
   ASSERT_TRUE(end.has_value());
   const std::string found = readText(work + "/devices.txt");
   EXPECT_NE(found.find("nvidia3 EPERM"), std::string::npos) << found;

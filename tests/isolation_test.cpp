@@ -85,14 +85,8 @@ class Isolation : public ::testing::Test {
   }
 
   bool ended(AgentClient& client, const std::string& id) {
-    return waitUntil([&] {
-      auto jobs = client.listJobs(5s);
-      if (!jobs) return false;
-      for (const auto& j : jobs->jobs) {
-        if (j.spec.jobId == id) return j.state != JobState::kRunning && j.state != JobState::kStarting;
-      }
-      return false;
-    }, 60s);
+    const auto end = jobEnd(client, id);
+    return end && jobStateEnded(end->state);
   }
 
   std::unique_ptr<UnixUser> alice, bob;
@@ -399,14 +393,8 @@ print("sent", flush=True)
                               "", 10s)
                   .ok());
   const auto ended = [](AgentClient& client, const std::string& id) {
-    return waitUntil([&] {
-      auto jobs = client.listJobs(5s);
-      if (!jobs) return false;
-      for (const auto& j : jobs->jobs) {
-        if (j.spec.jobId == id) return j.state != JobState::kRunning && j.state != JobState::kStarting;
-      }
-      return false;
-    }, 60s);
+    const auto end = jobEnd(client, id);
+    return end && jobStateEnded(end->state);
   };
   ASSERT_TRUE(ended(forger, "bobs-forger"));
   auto forgerLog = forger.logs("bobs-forger", 0, 4096, 5s);

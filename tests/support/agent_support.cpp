@@ -204,4 +204,22 @@ JobSpec commandJob(const std::string& jobId, std::uint32_t worldSize, std::vecto
   return spec;
 }
 
+std::optional<JobStatus> jobStatusOn(AgentClient& client, const std::string& id) {
+  auto jobs = client.listJobs(std::chrono::seconds(5));
+  if (!jobs) return std::nullopt;
+  for (const auto& j : jobs->jobs) {
+    if (j.spec.jobId == id) return j;
+  }
+  return std::nullopt;
+}
+
+std::optional<JobStatus> jobEnd(AgentClient& client, const std::string& id, std::chrono::milliseconds within) {
+  std::optional<JobStatus> last;
+  waitUntil([&] {
+    last = jobStatusOn(client, id);
+    return last && jobStateEnded(last->state);
+  }, within);
+  return last;
+}
+
 }  // namespace lockstep::test

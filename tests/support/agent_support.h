@@ -131,6 +131,13 @@ std::vector<pid_t> processesOfJob(const std::string& jobId);
 // in a fast job, so "step 100 exists" can be missed between two looks).
 bool hasCheckpointFrom(const std::string& dir, std::uint64_t step);
 
+// Job `id` as the agent `client` reaches lists it; nullopt when it lists no such job or does not
+// answer.
+std::optional<JobStatus> jobStatusOn(AgentClient& client, const std::string& id);
+// Job `id` once it ended (within `within`); its last status seen otherwise (nullopt: never listed).
+std::optional<JobStatus> jobEnd(AgentClient& client, const std::string& id,
+                                std::chrono::milliseconds within = std::chrono::seconds(60));
+
 // A small CPU job for agents: an MLP on synthetic data.
 JobSpec smallJob(const std::string& jobId, std::uint32_t worldSize, std::uint64_t steps);
 // A job of `worldSize` ranks that each run `argv` (no shell, no PATH lookup) in `workingDir`.

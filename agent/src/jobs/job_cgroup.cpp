@@ -78,17 +78,33 @@ std::vector<Mount> cgroupMounts() {
   return mounts;
 }
 
-// The process's cgroup in a hierarchy, by /proc/self/cgroup's key ("" for cgroup2, else a v1
-// hierarchy's controllers, "cpu,cpuacct").
-std::map<std::string, std::string> ownCgroups() {
+// A process's cgroup in each hierarchy, from /proc/PID/cgroup (`file`), by its key ("" for
+// cgroup2, else a v1 hierarchy's controllers, "cpu,cpuacct").
+std::map<std::string, std::string> cgroupsIn(const std::string& file) {
   std::map<std::string, std::string> out;
-  std::istringstream lines(readKernelFile("/proc/self/cgroup").value_or(""));
+  std::istringstream lines(readKernelFile(file).value_or(""));
   for (std::string line; std::getline(lines, line);) {
     const auto first = line.find(':'), second = line.find(':', first + 1);
     if (first == std::string::npos || second == std::string::npos) continue;
     out[line.substr(first + 1, second - first - 1)] = line.substr(second + 1);
   }
   return out;
+}
+
+std::map<std::string, std::string> ownCgroups() { return cgroupsIn("/proc/self/cgroup"); }
+
+// Whether /proc/PID/cgroup's `key` names the hierarchy mounted as `m`.
+bool names(const Mount& m, const std::string& key) {
+  if (m.type == "cgroup2") return key.empty();
+  const auto controllers = words(key, ',');
+  return !controllers.empty() &&
+         std::all_of(controllers.begin(), controllers.end(), [&](const std::string& c) { return m.options.count(c) > 0; });
+}
+
+// Whether `inside` is `dir` or below it (both absolute, normalized, without trailing slashes).
+bool within(const std::string& inside, const std::string& dir) {
+  return inside == dir || dir == "/" ||
+         (inside.size() > dir.size() && inside.compare(0, dir.size(), dir) == 0 && inside[dir.size()] == '/');
 }
 
 // `path` (as /proc/self/cgroup says it) under a mount of its hierarchy.
@@ -242,6 +258,25 @@ NodeCgroups probeCgroups(bool enable) {
   }
   addCpus(node);
   return node;
+}
+
+bool inCgroups(pid_t pid, const std::vector<std::string>& dirs) {
+  if (dirs.empty()) return true;
+  const auto of = cgroupsIn("/proc/" + std::to_string(pid) + "/cgroup");
+  const auto mounts = cgroupMounts();
+  const auto in = [&](const std::string& dir) {
+    std::string wanted = fs::path(dir).lexically_normal().string();
+    while (wanted.size() > 1 && wanted.back() == '/') wanted.pop_back();
+    for (const Mount& m : mounts) {
+      if (!within(wanted, m.point)) continue;
+      for (const auto& [key, path] : of) {
+        if (names(m, key)) return within(underMount(m, path), wanted);
+      }
+      return false;
+    }
+    return false;
+  };
+  return std::all_of(dirs.begin(), dirs.end(), in);
 }
 
 std::vector<std::string> PartCgroups::distinct() const {

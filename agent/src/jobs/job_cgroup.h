@@ -13,6 +13,8 @@
 //   controller, else a BPF program on the part's cgroup2 cgroup.
 // What a host cannot give is off, and the agent says once which and why (NodeCgroups::off).
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -84,6 +86,10 @@ struct PartEvents {
   std::uint64_t oomKills = 0, forksRefused = 0;
 };
 PartEvents partEvents(const PartCgroups& part);
+
+// Whether process `pid` is in each of `dirs` (cgroup directories, in any hierarchy) or below it;
+// false where its cgroups cannot be read.
+bool inCgroups(pid_t pid, const std::vector<std::string>& dirs);
 
 // Kills every process in it (cgroup.kill, Linux 5.14; before it, SIGKILL to each of cgroup.procs).
 void killPart(const PartCgroups& part);

@@ -8,19 +8,15 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <filesystem>
-#include <set>
-#include <sstream>
-#include <vector>
+#include <string>
 
 #include "base/host.h"
 #include "jobs/job.h"
+#include "jobs/job_cgroup.h"
 #include "lockstep/common/fd.h"
 
 namespace lockstep::agent {
 namespace {
-
-namespace fs = std::filesystem;
 
 std::string proc(pid_t pid, const char* what) { return "/proc/" + std::to_string(pid) + "/" + what; }
 
@@ -28,52 +24,6 @@ std::optional<NamespaceId> namespaceAt(const std::string& link) {
   struct stat st {};
   if (::stat(link.c_str(), &st) != 0) return std::nullopt;
   return NamespaceId{st.st_dev, st.st_ino};
-}
-
-// `path` without a trailing slash (but "/").
-std::string trimmed(std::string path) {
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  return path;
-}
-
-std::set<std::string> split(const std::string& text, char separator) {
-  std::set<std::string> out;
-  std::istringstream in(text);
-  for (std::string word; std::getline(in, word, separator);) {
-    if (!word.empty()) out.insert(word);
-  }
-  return out;
-}
-
-struct CgroupMount {
-  std::string root, point;
-  bool v2 = false;
-  std::set<std::string> options;  // a v1 hierarchy's controllers among its super options
-};
-
-std::vector<CgroupMount> cgroupMounts() {
-  std::vector<CgroupMount> mounts;
-  std::istringstream lines(readKernelFile("/proc/self/mountinfo").value_or(""));
-  for (std::string line; std::getline(lines, line);) {
-    const auto dash = line.find(" - ");
-    if (dash == std::string::npos) continue;
-    std::istringstream head(line.substr(0, dash)), tail(line.substr(dash + 3));
-    CgroupMount m;
-    std::string id, parent, device, type, source, superOptions;
-    head >> id >> parent >> device >> m.root >> m.point;
-    tail >> type >> source >> superOptions;
-    if (type != "cgroup" && type != "cgroup2") continue;
-    m.v2 = type == "cgroup2";
-    m.options = split(superOptions, ',');
-    mounts.push_back(std::move(m));
-  }
-  return mounts;
-}
-
-// Whether `inside` is `dir` or below it (both absolute, normalized, without trailing slashes).
-bool within(const std::string& inside, const std::string& dir) {
-  return inside == dir || dir == "/" || (inside.size() > dir.size() && inside.compare(0, dir.size(), dir) == 0 &&
-                                         inside[dir.size()] == '/');
 }
 
 }  // namespace
@@ -114,29 +64,6 @@ bool inPidNamespace(pid_t pid, const NamespaceId& ns) {
   return false;
 }
 
-bool inCgroup(pid_t pid, const std::string& cgroup) {
-  const auto lines = readKernelFile(proc(pid, "cgroup"));
-  if (!lines || cgroup.empty()) return false;
-  const std::string dir = trimmed(fs::path(cgroup).lexically_normal().string());
-  for (const CgroupMount& m : cgroupMounts()) {
-    const std::string relative = fs::path(dir).lexically_relative(m.point).string();
-    if (relative.empty() || relative.rfind("..", 0) == 0) continue;
-    // The cgroup as /proc/PID/cgroup names it in that hierarchy.
-    const std::string wanted = trimmed((fs::path(m.root) / relative).lexically_normal().string());
-    std::istringstream in(*lines);
-    for (std::string line; std::getline(in, line);) {
-      const auto first = line.find(':'), second = line.find(':', first + 1);
-      if (first == std::string::npos || second == std::string::npos) continue;
-      const std::string controllers = line.substr(first + 1, second - first - 1);
-      bool hierarchy = m.v2 ? line.compare(0, first, "0") == 0 && controllers.empty() : !controllers.empty();
-      for (const auto& c : split(controllers, ',')) hierarchy = hierarchy && m.options.count(c);
-      if (hierarchy) return within(trimmed(fs::path(line.substr(second + 1)).lexically_normal().string()), wanted);
-    }
-    return false;
-  }
-  return false;
-}
-
 bool isJobProcess(const Job& job, pid_t pid, uid_t uid) {
   if (pid <= 0) return false;
   // A root agent runs each job as its user: a process of another user is not the job's.
@@ -150,10 +77,7 @@ bool isJobProcess(const Job& job, pid_t pid, uid_t uid) {
   const auto ns = jobPidNamespace(job);
   if (!ns) return false;  // nothing of the job runs to tell its processes by
   if (ns != namespaceAt("/proc/self/ns/pid") && !inPidNamespace(pid, *ns)) return false;
-  for (const std::string& cgroup : job.cgroups.distinct()) {
-    if (!inCgroup(pid, cgroup)) return false;
-  }
-  return true;
+  return inCgroups(pid, job.cgroups.distinct());
 }
 
 }  // namespace lockstep::agent

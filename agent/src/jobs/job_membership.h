@@ -35,10 +35,6 @@ std::optional<NamespaceId> jobPidNamespace(const Job& job);
 // Whether `pid`'s PID namespace is `ns` or one nested in it; false when it cannot be read.
 bool inPidNamespace(pid_t pid, const NamespaceId& ns);
 
-// Whether `pid` is in the cgroup v2 directory `cgroup` (a path under the cgroup2 mount, as
-// Job::cgroup) or one below it; false when its cgroup cannot be read.
-bool inCgroup(pid_t pid, const std::string& cgroup);
-
 // Whether `pid`, running as `uid` (the agent's numbers, as SO_PEERCRED gives them), is one of the
 // job's processes (above).
 bool isJobProcess(const Job& job, pid_t pid, uid_t uid);
