@@ -76,6 +76,7 @@ std::vector<StreamMessage> stream(const JobSpec& s, std::uint64_t steps, bool fi
       r.timeUnixUs = t;
       r.lr = 0.01;
       r.optimizerTimeUs = 10'000;
+      r.optimizerStateBytes = 4'000'000 + p.rank;
       out.push_back(message(p.node, r));
       out.push_back(message(p.node, ProcessSample{s.jobId, p.rank, 1000 + p.rank, t, 95.0f, 1u << 20}));
       if (step == 5) out.push_back(message(p.node, PhaseReport{s.jobId, p.rank, s.worldSize, 0, "checkpoint", t + 50'000, 40'000, 5}));
@@ -182,6 +183,8 @@ TEST(History, RecordsAJobAndReadsItBack) {
   EXPECT_EQ(replayed[1].node, "node-a");
   EXPECT_EQ(firstStep.computeTimeUs, 70'000);
   EXPECT_EQ(firstStep.optimizerTimeUs, 10'000);
+  EXPECT_EQ(firstStep.optimizerStateBytes, 4'000'000u);
+  EXPECT_FALSE(firstStep.paramBytes) << "not reported: unknown, not 0";
   EXPECT_FLOAT_EQ(*firstStep.globalLoss, 2.0f);
   // The ranks' checkpoints (issue 35), each with the node that streamed it, between the steps they ran among.
   std::vector<std::pair<std::string, PhaseReport>> phases;
@@ -308,6 +311,9 @@ TEST(History, ASchemaTwoFilesFinalKpisReadBackByName) {
     DROP TABLE phases;
     ALTER TABLE steps DROP COLUMN collectives;  -- schema 10's
     ALTER TABLE steps DROP COLUMN collective_spans;
+    ALTER TABLE steps DROP COLUMN param_bytes;  -- schema 11's
+    ALTER TABLE steps DROP COLUMN grad_bytes;
+    ALTER TABLE steps DROP COLUMN optimizer_state_bytes;
     PRAGMA user_version = 2;)sql");
   auto h = History::open(path);
   ASSERT_TRUE(h) << h.error().message;

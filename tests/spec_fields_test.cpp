@@ -77,6 +77,7 @@ JobSpec trainerB() {
   s.epochs = 0;
   s.steps = 77;
   s.rebalanceEvery = 5;
+  s.shard = Shard::kOptimizer;
   s.dataset = SyntheticDataset{1000, 12, 7, 9};
   return s;
 }

@@ -147,6 +147,12 @@ CREATE INDEX IF NOT EXISTS phases_by_time ON phases (job_id, time_us);
 ALTER TABLE steps ADD COLUMN collectives TEXT;
 ALTER TABLE steps ADD COLUMN collective_spans TEXT;
 )sql",
+    // 11 (issue 45): what each rank holds of the model's state (a sharded job holds a part).
+    R"sql(
+ALTER TABLE steps ADD COLUMN param_bytes INTEGER;
+ALTER TABLE steps ADD COLUMN grad_bytes INTEGER;
+ALTER TABLE steps ADD COLUMN optimizer_state_bytes INTEGER;
+)sql",
 };
 
 }  // namespace lockstep::history::detail

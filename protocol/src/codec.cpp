@@ -69,6 +69,10 @@ LOCKSTEP_SAME(JobEventKind::kAlertUndelivered, JOB_EVENT_KIND_ALERT_UNDELIVERED)
 LOCKSTEP_SAME(OnStall::kReport, ON_STALL_REPORT);
 LOCKSTEP_SAME(OnStall::kStop, ON_STALL_STOP);
 LOCKSTEP_SAME(OnStall::kRestart, ON_STALL_RESTART);
+LOCKSTEP_SAME(Shard::kNone, SHARD_NONE);
+LOCKSTEP_SAME(Shard::kOptimizer, SHARD_OPTIMIZER);
+LOCKSTEP_SAME(Shard::kGradients, SHARD_GRADIENTS);
+LOCKSTEP_SAME(Shard::kParameters, SHARD_PARAMETERS);
 LOCKSTEP_SAME(ErrorCode::kInvalidArgument, ERROR_CODE_INVALID_ARGUMENT);
 LOCKSTEP_SAME(ErrorCode::kNotFound, ERROR_CODE_NOT_FOUND);
 LOCKSTEP_SAME(ErrorCode::kAlreadyExists, ERROR_CODE_ALREADY_EXISTS);
@@ -90,6 +94,7 @@ static_assert(std::size(kOptimizerNames) == pb::OptimizerKind_ARRAYSIZE - 1);
 static_assert(std::size(kLrScalingNames) == pb::LrScaling_ARRAYSIZE);  // LR_SCALING_NONE is a value
 static_assert(std::size(kSupervisionStateNames) == pb::SupervisionState_ARRAYSIZE);  // so is UNSPECIFIED
 static_assert(std::size(kOnStallNames) == pb::OnStall_ARRAYSIZE);  // ON_STALL_REPORT is a value
+static_assert(std::size(kShardNames) == pb::Shard_ARRAYSIZE);      // so is SHARD_NONE
 
 pb::ErrorCode toPb(ErrorCode c) { return static_cast<pb::ErrorCode>(static_cast<int>(c)); }
 Result<ErrorCode> fromPb(pb::ErrorCode c) {

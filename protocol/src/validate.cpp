@@ -240,6 +240,19 @@ Result<void> validateFields(const JobSpec& spec) {
   return {};
 }
 
+// Sharded training (docs/trainer.md): what this build's trainer shards, and where.
+Result<void> validateShard(const JobSpec& spec) {
+  if (spec.shard == Shard::kNone) return {};
+  if (spec.shard != Shard::kOptimizer) {
+    return bad("--shard " + std::string(nameOf(spec.shard)) +
+               " is not built yet: use --shard optimizer (each rank keeps 1/N of the optimizer state) or none");
+  }
+  if (spec.backend == Backend::kCuda) {
+    return bad("--shard optimizer runs on the CPU backend only for now; use --shard none with --backend cuda");
+  }
+  return {};
+}
+
 // What only the built-in trainer's MLP job has: model, data, batch, optimizer, length.
 Result<void> validateTrainerJob(const JobSpec& spec) {
   LOCKSTEP_TRY(validateLayers(spec));
@@ -262,7 +275,7 @@ Result<void> validateTrainerJob(const JobSpec& spec) {
   if (spec.checkpointEvery > 0 && spec.checkpointDir.empty()) {
     return bad("a checkpoint interval needs a checkpoint directory");
   }
-  return {};
+  return validateShard(spec);
 }
 
 // A command job: the program decides its model, data and length; the trainer's fields stay unset.
@@ -270,10 +283,10 @@ Result<void> validateCommandJob(const JobSpec& spec) {
   LOCKSTEP_TRY(validateCommand(*spec.command));
   const bool trainerFields = !spec.layers.empty() || spec.steps != 0 || spec.epochs != 0 ||
                              spec.checkpointEvery != 0 || !spec.checkpointDir.empty() || spec.keepCheckpoints != 0 ||
-                             !spec.initWeightsPath.empty() || spec.rebalanceEvery != 0;
+                             !spec.initWeightsPath.empty() || spec.rebalanceEvery != 0 || spec.shard != Shard::kNone;
   if (trainerFields) {
-    return bad("a job that runs your own program has no layers, steps, epochs, checkpoints, initial weights or "
-               "balancing of lockstep-trainer's: pass such settings to your program after --");
+    return bad("a job that runs your own program has no layers, steps, epochs, checkpoints, initial weights, "
+               "balancing or sharding of lockstep-trainer's: pass such settings to your program after --");
   }
   return {};
 }

@@ -24,6 +24,24 @@ class Comm {
   // Copies `bytes` bytes from `root` to every rank.
   virtual Result<void> broadcast(void* data, std::size_t bytes, int root) = 0;
   virtual Result<void> barrier() = 0;
+  // Sums `count` floats across all ranks; after it, rank r's part of them, [parts[r], parts[r+1])
+  // (parts: worldSize()+1 ascending offsets from 0 to count), holds its sum, and the rest of the
+  // buffer is unspecified. A backend without a reduce-scatter of its own all-reduces (the same
+  // sums, more bytes), and says so: `reduceScatters()` false.
+  virtual Result<void> reduceScatterSum(float* data, std::size_t count, const std::vector<std::size_t>& parts) {
+    (void)parts;
+    return allReduceSum(data, count);
+  }
+  virtual bool reduceScatters() const { return false; }
+  // Each rank's part of `data` (parts as above) to every rank. By default, each part is broadcast
+  // from its rank: every rank receives the others' parts once, as in a ring all-gather.
+  virtual Result<void> allGather(float* data, const std::vector<std::size_t>& parts) {
+    for (int r = 0; r < worldSize(); ++r) {
+      const std::size_t from = parts[static_cast<std::size_t>(r)], to = parts[static_cast<std::size_t>(r) + 1];
+      if (to > from) LOCKSTEP_TRY(broadcast(data + from, (to - from) * sizeof(float), r));
+    }
+    return {};
+  }
   // A buffer of `floats` whose ranges this communicator all-reduces in place without copying them
   // (shared memory: the peers read and write it directly), or null where it has none. It lives as
   // long as the communicator; a rank keeps its gradients there.

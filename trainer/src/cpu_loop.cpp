@@ -103,7 +103,7 @@ void CpuLoop::reduceIn(std::vector<Bucket> buckets) {
     s_.comm->releaseBuffers();
   }
   reducer_ = std::make_unique<GradientReducer>(*s_.comm, grads_, std::move(buckets), commTimeout(options_.spec),
-                                               &s_.progress.record());
+                                               &s_.progress.record(), s_.shards.get());
 }
 
 // Re-plans when the measurements drifted (PlanWatch), after step `step` on every rank alike.
@@ -200,7 +200,22 @@ Result<void> CpuLoop::reduceAndApply(Step& st, double lr) {
     s_.optimizer->apply(s_.params.data(), grads_, buckets_[b].begin, buckets_[b].end, gradScale);
     st.optimizer += Clock::now() - applyStart;
   }
+  if (s_.shards) LOCKSTEP_TRY(gatherParameters(st));
   st.end = Clock::now();
+  return {};
+}
+
+Result<void> CpuLoop::gatherParameters(Step& st) {
+  const std::size_t first = ParamLayout::kHeaderFloats, total = s_.layout->totalFloats();
+  const auto start = Clock::now();
+  s_.progress.record().collectiveBegin(0, 0, static_cast<std::uint32_t>(CollectiveKind::kAllGather));
+  if (auto r = s_.comm->allGather(s_.params.data() + first, s_.shards->partsOf(first, total)); !r) {
+    return host_.diagnoseCommFailure(r.error(), "gathering the parameters after step " + std::to_string(st.index + 1));
+  }
+  s_.progress.record().collectiveEnd();
+  const auto took = Clock::now() - start;
+  st.exposed += took;
+  st.allGather = {1, micros(took), (total - first) * sizeof(float)};
   return {};
 }
 
@@ -213,7 +228,29 @@ StepReport CpuLoop::reportOf(const Step& st, double lr, double globalLoss, const
   report.optimizerTimeUs = std::min(micros(st.optimizer), *report.computeTimeUs);
   report.allreduceTimeUs = reducer_ ? reducer_->allreduceMicros() : 0;
   report.bytesReduced = reducer_ ? reducer_->bytesReduced() : 0;
+  addShardFigures(st, report);
   return report;
+}
+
+void CpuLoop::addShardFigures(const Step& st, StepReport& report) const {
+  report.paramBytes = s_.params.size() * sizeof(float);
+  report.gradBytes = s_.layout->totalFloats() * sizeof(float);
+  report.optimizerStateBytes = s_.optimizer->stateBytes();
+  if (!s_.shards || !reducer_) return;  // all-reduce only: the report's all-reduce fields say it all
+  // The wait for the buckets is the reduce-scatters' (the header's all-reduce is tiny and
+  // goes first); the all-gather is waited on whole.
+  const KindTotals allReduce = reducer_->allReduces(), reduceScatter = reducer_->reduceScatters();
+  const std::int64_t bucketWait = *report.exposedCommTimeUs - st.allGather.micros;
+  auto entry = [](CollectiveKind kind, const KindTotals& t, std::int64_t exposed) {
+    return CollectiveTimes{kind, t.count, t.micros, std::min(exposed, t.micros), t.bytes};
+  };
+  if (reduceScatter.count > 0) {
+    report.collectives.push_back(entry(CollectiveKind::kAllReduce, allReduce, 0));
+    report.collectives.push_back(entry(CollectiveKind::kReduceScatter, reduceScatter, bucketWait));
+  } else {
+    report.collectives.push_back(entry(CollectiveKind::kAllReduce, allReduce, bucketWait));
+  }
+  report.collectives.push_back(entry(CollectiveKind::kAllGather, st.allGather, st.allGather.micros));
 }
 
 // Rank 0's checkpoint after 1-based `step`, when one is due or the ranks voted to stop. The copy
@@ -221,10 +258,19 @@ StepReport CpuLoop::reportOf(const Step& st, double lr, double globalLoss, const
 Result<void> CpuLoop::checkpointIfDue(std::uint64_t step, bool stopVoted) {
   const JobSpec& spec = options_.spec;
   const bool checkpointDue = spec.checkpointEvery > 0 && step % spec.checkpointEvery == 0;
-  if (!s_.checkpoints || !(checkpointDue || (stopVoted && spec.checkpointEvery > 0))) return {};
+  if (!(checkpointDue || (stopVoted && spec.checkpointEvery > 0))) return {};
+  // Sharded, the file still holds every parameter's optimizer state: every rank gives its part.
+  std::unique_ptr<Optimizer> gathered;
+  if (s_.shards && !spec.checkpointDir.empty()) {
+    s_.progress.enter(RankPhase::kCommunicate);
+    auto full = gatherOptimizer(*s_.comm, *s_.shards, *s_.optimizer, *s_.layout);
+    if (!full) return host_.diagnoseCommFailure(full.error(), "gathering the optimizer state for a checkpoint");
+    gathered = std::move(*full);
+  }
+  if (!s_.checkpoints) return {};
   s_.progress.enter(RankPhase::kCheckpoint);
   const auto copyStart = Clock::now();
-  LOCKSTEP_TRY(s_.checkpoints->submit(snapshotCheckpoint(step, s_.resume, s_.params, *s_.optimizer)));
+  LOCKSTEP_TRY(s_.checkpoints->submit(snapshotCheckpoint(step, s_.resume, s_.params, gathered ? *gathered : *s_.optimizer)));
   host_.notePhase("checkpoint", copyStart, step);
   return {};
 }

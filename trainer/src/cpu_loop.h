@@ -39,6 +39,7 @@ class CpuLoop final : public RankLoop {
     Clock::time_point start, end;
     Clock::time_point backwardStart, backwardEnd;  // the last micro-step's, which the reducer follows
     Clock::duration data{}, model{}, exposed{}, optimizer{};
+    KindTotals allGather;  // sharded: the parameters, after the optimizer
     double localLossSum = 0.0;
     std::uint32_t localSamples = 0;
   };
@@ -52,6 +53,10 @@ class CpuLoop final : public RankLoop {
   Result<bool> runStep(std::uint64_t step, double lr, StepAccounting& accounting);
   void computeMicroStep(Step& step, std::uint32_t micro);
   Result<void> reduceAndApply(Step& step, double lr);
+  // Sharded: every rank's updated part of the parameters, to every rank.
+  Result<void> gatherParameters(Step& step);
+  // What the step's report says the rank holds and did: bytes of state, collectives by kind.
+  void addShardFigures(const Step& step, StepReport& report) const;
   StepReport reportOf(const Step& step, double lr, double globalLoss, const StepAccounting& accounting) const;
   Result<void> checkpointIfDue(std::uint64_t step, bool stopVoted);
   Result<bool> afterStep(const Step& step, double lr, StepAccounting& accounting);

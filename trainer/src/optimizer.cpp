@@ -7,12 +7,14 @@
 
 namespace lockstep::trainer {
 
-Optimizer::Optimizer(const OptimizerSpec& spec, const ParamLayout& layout) : spec_(spec) {
+Optimizer::Optimizer(const OptimizerSpec& spec, const ParamLayout& layout) : Optimizer(spec, 0, layout.totalFloats()) {}
+
+Optimizer::Optimizer(const OptimizerSpec& spec, std::size_t begin, std::size_t end) : spec_(spec), begin_(begin), end_(end) {
   if (spec_.kind == OptimizerKind::kAdamW) {
-    first_.assign(layout.totalFloats(), 0.0f);
-    second_.assign(layout.totalFloats(), 0.0f);
+    first_.assign(end - begin, 0.0f);
+    second_.assign(end - begin, 0.0f);
   } else if (spec_.momentum > 0.0) {
-    first_.assign(layout.totalFloats(), 0.0f);
+    first_.assign(end - begin, 0.0f);
   }
 }
 
@@ -22,15 +24,16 @@ void Optimizer::beginStep(double lr) {
 }
 
 void Optimizer::apply(float* params, const float* grads, std::size_t begin, std::size_t end, float gradScale) {
-  begin = std::max(begin, ParamLayout::kHeaderFloats);
+  begin = std::max({begin, ParamLayout::kHeaderFloats, begin_});
+  end = std::min(end, end_);
   if (begin >= end) return;
-  const std::size_t n = end - begin;
+  const std::size_t n = end - begin, state = begin - begin_;
   if (spec_.kind == OptimizerKind::kSgd) {
-    kernels::sgdUpdate(params + begin, grads + begin, first_.empty() ? nullptr : first_.data() + begin, n,
+    kernels::sgdUpdate(params + begin, grads + begin, first_.empty() ? nullptr : first_.data() + state, n,
                        sgdParams(gradScale));
     return;
   }
-  kernels::adamwUpdate(params + begin, grads + begin, first_.data() + begin, second_.data() + begin, n,
+  kernels::adamwUpdate(params + begin, grads + begin, first_.data() + state, second_.data() + state, n,
                        adamwParams(gradScale));
 }
 

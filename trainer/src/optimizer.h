@@ -21,11 +21,14 @@ class Optimizer {
     std::vector<float>* data;
   };
 
+  // Keeps state for, and applies to, the flat range [begin, end) of the parameter buffer: all of it
+  // (the default), or a rank's part of it when the optimizer state is sharded (shard.h).
   Optimizer(const OptimizerSpec& spec, const ParamLayout& layout);
+  Optimizer(const OptimizerSpec& spec, std::size_t begin, std::size_t end);
 
   // Starts optimizer step number stepsTaken()+1 with this learning rate.
   void beginStep(double lr);
-  // Applies the step to params[begin, end) (header floats are skipped). gradScale turns the raw
+  // Applies the step to params[begin, end) within the optimizer's range (header floats are skipped). gradScale turns the raw
   // summed gradient into the mean (1 / samples in the global step).
   void apply(float* params, const float* grads, std::size_t begin, std::size_t end, float gradScale);
 
@@ -35,11 +38,16 @@ class Optimizer {
 
   std::int64_t stepsTaken() const { return steps_; }
   void setStepsTaken(std::int64_t steps) { steps_ = steps; }
+  // Its state, over its range: buffer element i is the state of parameter rangeBegin() + i.
   std::vector<StateBuffer> stateBuffers();
+  std::size_t rangeBegin() const { return begin_; }
+  std::size_t rangeEnd() const { return end_; }
+  std::uint64_t stateBytes() const { return (first_.size() + second_.size()) * sizeof(float); }
   const OptimizerSpec& spec() const { return spec_; }
 
  private:
   OptimizerSpec spec_;
+  std::size_t begin_ = 0, end_ = 0;
   std::int64_t steps_ = 0;
   double lr_ = 0;
   std::vector<float> first_;   // SGD momentum buffer, or AdamW exp_avg

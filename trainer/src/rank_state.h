@@ -18,6 +18,7 @@
 #include "optimizer.h"
 #include "rank_progress.h"
 #include "sampler.h"
+#include "shard.h"
 
 namespace lockstep::trainer {
 
@@ -26,7 +27,8 @@ class RankState {
   Dataset data;
   std::unique_ptr<ParamLayout> layout;
   std::vector<float> params;
-  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<Optimizer> optimizer;  // sharded (--shard): this rank's part only
+  std::unique_ptr<ShardPlan> shards;      // --shard with more than one rank; else null
   std::unique_ptr<GlobalBatchSampler> sampler;
   std::unique_ptr<MetricsSink> metrics;
   std::unique_ptr<StoreServer> storeServer;

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "shard.h"
+
 namespace lockstep::trainer {
 
 using Clock = std::chrono::steady_clock;
@@ -53,8 +55,8 @@ bool canReturnFromIdleScheduling() {
 }  // namespace
 
 GradientReducer::GradientReducer(Comm& comm, float* grads, std::vector<Bucket> buckets,
-                                 std::chrono::milliseconds timeout, progress::Writer* record)
-    : comm_(comm), grads_(grads), buckets_(std::move(buckets)), timeout_(timeout), record_(record),
+                                 std::chrono::milliseconds timeout, progress::Writer* record, const ShardPlan* shards)
+    : comm_(comm), grads_(grads), buckets_(std::move(buckets)), timeout_(timeout), record_(record), shards_(shards),
       canYield_(canReturnFromIdleScheduling()), timings_(buckets_.size()) {
   thread_ = std::thread([this] { run(); });
 }
@@ -87,8 +89,8 @@ void GradientReducer::beginStep() {
   ready_ = 0;
   launched_ = 0;
   reduced_ = 0;
-  allreduceMicros_ = 0;
-  bytesReduced_ = 0;
+  allReduce_ = {};
+  reduceScatter_ = {};
 }
 
 void GradientReducer::markReady(std::size_t end) {
@@ -133,14 +135,59 @@ std::vector<BucketTiming> GradientReducer::timings() const {
   return timings_;
 }
 
-std::int64_t GradientReducer::allreduceMicros() const {
+std::int64_t GradientReducer::allreduceMicros() const { return allReduces().micros; }
+
+std::uint64_t GradientReducer::bytesReduced() const { return allReduces().bytes; }
+
+KindTotals GradientReducer::allReduces() const {
   std::lock_guard lock(mutex_);
-  return allreduceMicros_;
+  return allReduce_;
 }
 
-std::uint64_t GradientReducer::bytesReduced() const {
+KindTotals GradientReducer::reduceScatters() const {
   std::lock_guard lock(mutex_);
-  return bytesReduced_;
+  return reduceScatter_;
+}
+
+// A bucket is all-reduced; sharded, its parameters' gradients are reduce-scattered onto their
+// owners and only the header (the step's loss, samples and votes, which every rank needs) is
+// all-reduced.
+// The test's delay (LOCKSTEP_TEST_COMM_DELAY) counts as the bucket's first collective's time.
+Result<void> GradientReducer::reduce(const Bucket& bucket, std::uint32_t number, std::chrono::microseconds delay) {
+  std::size_t begin = bucket.begin;
+  if (shards_ != nullptr && begin < ParamLayout::kHeaderFloats) {
+    LOCKSTEP_TRY(timed(CollectiveKind::kAllReduce, number, ParamLayout::kHeaderFloats, delay,
+                       [&] { return comm_.allReduceSum(grads_, ParamLayout::kHeaderFloats); }));
+    begin = ParamLayout::kHeaderFloats;
+    delay = {};
+  }
+  if (shards_ == nullptr) {
+    return timed(CollectiveKind::kAllReduce, number, bucket.end - begin, delay,
+                 [&] { return comm_.allReduceSum(grads_ + begin, bucket.end - begin); });
+  }
+  if (bucket.end <= begin) return {};
+  // A backend without a reduce-scatter all-reduces: counted as what it did.
+  const CollectiveKind kind = comm_.reduceScatters() ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce;
+  return timed(kind, number, bucket.end - begin, delay, [&] {
+    return comm_.reduceScatterSum(grads_ + begin, bucket.end - begin, shards_->partsOf(begin, bucket.end));
+  });
+}
+
+Result<void> GradientReducer::timed(CollectiveKind kind, std::uint32_t number, std::size_t floats,
+                                    std::chrono::microseconds delay, const std::function<Result<void>()>& call) {
+  const auto start = Clock::now();
+  if (delay > std::chrono::microseconds::zero()) std::this_thread::sleep_for(delay);
+  if (record_) record_->collectiveBegin(number, static_cast<std::uint32_t>(buckets_.size()), static_cast<std::uint32_t>(kind));
+  Result<void> done = call();
+  if (record_ && done) record_->collectiveEnd();  // a failed one is where the rank stays
+  const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
+  if (!done) return done;
+  std::lock_guard lock(mutex_);
+  KindTotals& totals = kind == CollectiveKind::kReduceScatter ? reduceScatter_ : allReduce_;
+  ++totals.count;
+  totals.micros += micros;
+  totals.bytes += floats * sizeof(float);
+  return {};
 }
 
 void GradientReducer::run() {
@@ -156,21 +203,16 @@ void GradientReducer::run() {
     lock.unlock();
 
     const auto start = Clock::now();
-    if (delay > std::chrono::microseconds::zero()) std::this_thread::sleep_for(delay);
-    if (record_) record_->collectiveBegin(number, static_cast<std::uint32_t>(buckets_.size()));
-    Result<void> reduced = comm_.allReduceSum(grads_ + bucket.begin, bucket.end - bucket.begin);
-    if (record_ && reduced) record_->collectiveEnd();  // a failed one is where the rank stays
-    const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
+    Result<void> reduced = reduce(bucket, number, delay);
+    const auto end = Clock::now();
 
     lock.lock();
     if (!reduced) {
       error_ = reduced.error();
     } else {
       timings_[number - 1].start = start;
-      timings_[number - 1].end = start + std::chrono::microseconds(micros);
+      timings_[number - 1].end = end;
       ++reduced_;
-      allreduceMicros_ += micros;
-      bytesReduced_ += (bucket.end - bucket.begin) * sizeof(float);
     }
     changed_.notify_all();
   }

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -28,6 +29,15 @@
 
 namespace lockstep::trainer {
 
+class ShardPlan;  // shard.h
+
+// A step's collectives of one kind so far.
+struct KindTotals {
+  std::uint32_t count = 0;
+  std::int64_t micros = 0;
+  std::uint64_t bytes = 0;
+};
+
 // When one bucket of a step became final, began its all-reduce and ended it.
 struct BucketTiming {
   std::chrono::steady_clock::time_point ready, start, end;
@@ -35,9 +45,11 @@ struct BucketTiming {
 
 class GradientReducer {
  public:
-  // `record`: where the rank's progress goes (its collectives), or null.
+  // `record`: where the rank's progress goes (its collectives), or null. `shards`: reduce-scatter
+  // each bucket onto the ranks that own its parts (the header is still all-reduced), or null:
+  // all-reduce every bucket.
   GradientReducer(Comm& comm, float* grads, std::vector<Bucket> buckets, std::chrono::milliseconds timeout,
-                  progress::Writer* record = nullptr);
+                  progress::Writer* record = nullptr, const ShardPlan* shards = nullptr);
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
@@ -58,6 +70,8 @@ class GradientReducer {
   // Totals of the current step so far.
   std::int64_t allreduceMicros() const;
   std::uint64_t bytesReduced() const;
+  KindTotals allReduces() const;
+  KindTotals reduceScatters() const;
 
   // Whether the compute thread yields to communication (see above).
   bool yieldsCompute() const { return canYield_; }
@@ -67,6 +81,10 @@ class GradientReducer {
 
  private:
   void run();
+  // One bucket's collectives; adds to the totals (under the lock).
+  Result<void> reduce(const Bucket& bucket, std::uint32_t number, std::chrono::microseconds delay);
+  Result<void> timed(CollectiveKind kind, std::uint32_t number, std::size_t floats, std::chrono::microseconds delay,
+                     const std::function<Result<void>()>& call);
   void yieldComputeToCommunication(bool yield);
 
   Comm& comm_;
@@ -74,6 +92,7 @@ class GradientReducer {
   std::vector<Bucket> buckets_;
   std::chrono::milliseconds timeout_;
   progress::Writer* record_;
+  const ShardPlan* shards_;
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
@@ -85,8 +104,7 @@ class GradientReducer {
   bool computeYielding_ = false;  // main thread only
   bool canYield_ = false;
   std::optional<Error> error_;
-  std::int64_t allreduceMicros_ = 0;
-  std::uint64_t bytesReduced_ = 0;
+  KindTotals allReduce_, reduceScatter_;
   std::vector<BucketTiming> timings_;
   std::uint64_t steps_ = 0;                      // this reducer's beginStep calls, for the test's delay
   std::chrono::microseconds delay_{0};           // LOCKSTEP_TEST_COMM_DELAY (reducer.cpp)

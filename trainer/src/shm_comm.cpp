@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <climits>
@@ -75,6 +76,42 @@ class ShmComm final : public Comm {
   void releaseBuffers() override { gloo_->releaseBuffers(); }
 
   float* inPlaceBuffer(std::size_t floats) override { return floats <= capacity_ ? own(rank()) : nullptr; }
+
+  // In place only (the gradients): rank r sums its part over every rank's buffer, in rank order
+  // as the all-reduce does, and writes it to its own buffer alone.
+  Result<void> reduceScatterSum(float* data, std::size_t count, const std::vector<std::size_t>& parts) override {
+    const auto r = static_cast<std::size_t>(rank());
+    if (!(data >= own(r) && data + count <= own(r) + capacity_)) return allReduceSum(data, count);
+    const std::size_t at = static_cast<std::size_t>(data - own(r)), lo = at + parts[r], hi = at + parts[r + 1];
+    LOCKSTEP_TRY(arriveAndWait());
+    std::vector<float> piece(std::min(kPieceFloats, hi - lo));
+    for (std::size_t from = lo; from < hi; from += kPieceFloats) {
+      const std::size_t floats = std::min(kPieceFloats, hi - from);
+      sumInRankOrder(piece.data(), [&](std::size_t k) { return own(k) + from; }, floats);
+      std::memcpy(own(r) + from, piece.data(), floats * sizeof(float));
+    }
+    // No rank may write its buffer again (the next backward) while another still reads it.
+    return arriveAndWait();
+  }
+  bool reduceScatters() const override { return true; }
+
+  // Through the sums' slot, a slot's worth at a time: each rank writes its part there, then
+  // every rank copies the others'.
+  Result<void> allGather(float* data, const std::vector<std::size_t>& parts) override {
+    const auto r = static_cast<std::size_t>(rank());
+    const std::size_t count = parts.back();
+    float* shared = staging(static_cast<std::size_t>(worldSize()));
+    for (std::size_t at = 0; at < count; at += stagingFloats_) {
+      const std::size_t end = std::min(count, at + stagingFloats_);
+      const std::size_t lo = std::clamp(parts[r], at, end), hi = std::clamp(parts[r + 1], at, end);
+      std::memcpy(shared + (lo - at), data + lo, (hi - lo) * sizeof(float));
+      LOCKSTEP_TRY(arriveAndWait());
+      std::memcpy(data + at, shared, (lo - at) * sizeof(float));
+      std::memcpy(data + hi, shared + (hi - at), (end - hi) * sizeof(float));
+      LOCKSTEP_TRY(arriveAndWait());
+    }
+    return {};
+  }
 
   Result<void> allReduceSum(float* data, std::size_t count) override {
     const auto n = static_cast<std::size_t>(worldSize()), r = static_cast<std::size_t>(rank());

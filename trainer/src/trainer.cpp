@@ -195,6 +195,11 @@ Result<void> RankRunner::restoreOrInit() {
                            std::to_string(s.totalSteps) + " steps of this run; raise --steps to continue");
   }
   LOCKSTEP_TRY(shareInitialState());
+  // Sharded: every rank started from the full state, as a checkpoint holds it; each keeps its part.
+  if (spec.shard != Shard::kNone && s.comm) {
+    s.shards = std::make_unique<ShardPlan>(*s.layout, static_cast<int>(env_.worldSize));
+    s.optimizer = partOf(*s.optimizer, *s.shards, static_cast<int>(env_.rank));
+  }
   if (env_.rank == 0 && !spec.checkpointDir.empty()) {
     s.checkpoints = std::make_unique<CheckpointWriter>(
         spec.checkpointDir, *s.layout, spec.keepCheckpoints > 0 ? spec.keepCheckpoints : kDefaultKeepCheckpoints);

@@ -29,6 +29,10 @@ inline constexpr Named<OptimizerKind> kOptimizerNames[] = {{OptimizerKind::kSgd,
                                                            {OptimizerKind::kAdamW, "adamw", "AdamW"}};
 inline constexpr Named<LrScaling> kLrScalingNames[] = {{LrScaling::kNone, "none", "none"},
                                                        {LrScaling::kLinear, "linear", "linear"}};
+inline constexpr Named<Shard> kShardNames[] = {{Shard::kNone, "none", "none"},
+                                               {Shard::kOptimizer, "optimizer", "optimizer state (ZeRO 1)"},
+                                               {Shard::kGradients, "gradients", "gradients (ZeRO 2)"},
+                                               {Shard::kParameters, "parameters", "parameters (ZeRO 3)"}};
 
 inline constexpr Named<SupervisionState> kSupervisionStateNames[] = {
     {SupervisionState::kNone, "none", "not supervised"},
@@ -58,6 +62,7 @@ constexpr std::span<const Named<Activation>> namesOf(Activation) { return kActiv
 constexpr std::span<const Named<Precision>> namesOf(Precision) { return kPrecisionNames; }
 constexpr std::span<const Named<OptimizerKind>> namesOf(OptimizerKind) { return kOptimizerNames; }
 constexpr std::span<const Named<LrScaling>> namesOf(LrScaling) { return kLrScalingNames; }
+constexpr std::span<const Named<Shard>> namesOf(Shard) { return kShardNames; }
 constexpr std::span<const Named<SupervisionState>> namesOf(SupervisionState) { return kSupervisionStateNames; }
 constexpr std::span<const Named<CollectiveKind>> namesOf(CollectiveKind) { return kCollectiveKindNames; }
 

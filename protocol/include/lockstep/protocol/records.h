@@ -150,6 +150,9 @@ struct Description<StepReport> {
       field("optimizer_time_us", &StepReport::optimizerTimeUs, "optimizer_us"),
       field("collectives", &StepReport::collectives),
       field("collective_spans", &StepReport::collectiveSpans),
+      field("param_bytes", &StepReport::paramBytes),
+      field("grad_bytes", &StepReport::gradBytes),
+      field("optimizer_state_bytes", &StepReport::optimizerStateBytes),
   };
 };
 

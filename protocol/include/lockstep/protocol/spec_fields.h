@@ -155,6 +155,8 @@ inline constexpr auto kFields = std::tuple{
                   kAutoIsZero),
     row<std::uint32_t>("", "rebalance_every", LOCKSTEP_SPEC_MEMBER(std::uint32_t, rebalanceEvery), "rebalance every", 0, 1e6,
                          {"--rebalance-every", Jobs::kTrainer, "N", "with --balance dynamic: steps between re-splits (default 10)", kComm}),
+    row<Shard>("", "shard", LOCKSTEP_SPEC_MEMBER(Shard, shard), "shard", 0, 0,
+                 {"--shard", Jobs::kTrainer, "none|optimizer|gradients|parameters", "what each rank keeps 1/N of (ZeRO stages 1-3; default none: all of it).\noptimizer: the optimizer state; gradients are reduce-scattered and the\nparameters all-gathered after each step (docs/trainer.md)", kComm}),
     row<std::uint32_t>("", "max_restarts", LOCKSTEP_SPEC_MEMBER(std::uint32_t, maxRestarts), "max restarts", 0, 100,
                          {"--max-restarts", Jobs::kBoth, "N", "through agents: when ranks or nodes are lost, restart from the last\ncheckpoint with the ranks left, up to N times (needs --checkpoint-dir on a\npath all nodes see for the trainer)", kComm}),
     row<std::uint32_t>("", "min_world_size", LOCKSTEP_SPEC_MEMBER(std::uint32_t, minWorldSize), "min ranks", 0, kMaxWorldSize,

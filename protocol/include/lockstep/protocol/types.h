@@ -50,6 +50,9 @@ enum class Activation { kRelu = 1, kGelu = 2 };
 enum class Precision { kFp32 = 1, kTf32 = 2, kBf16 = 3 };
 enum class OptimizerKind { kSgd = 1, kAdamW = 2 };
 enum class LrScaling { kNone = 0, kLinear = 1 };
+// What each rank keeps of the model's state (lockstep.proto): all of it, or 1/N of the optimizer
+// state (ZeRO stage 1), of the gradients too (2), of the parameters too (3).
+enum class Shard { kNone = 0, kOptimizer = 1, kGradients = 2, kParameters = 3 };
 
 struct SyntheticDataset {
   std::uint64_t samples = 65536;
@@ -175,6 +178,7 @@ struct JobSpec {
   std::uint64_t memPerRank = 0;
   std::uint32_t maxProcessesPerRank = 0;
   std::uint32_t cpusPerRank = 0;
+  Shard shard = Shard::kNone;
   static constexpr std::uint32_t kDefaultProcessesPerRank = 4096;
   bool operator==(const JobSpec&) const = default;
 
@@ -320,6 +324,10 @@ struct StepReport {
   std::optional<std::int64_t> optimizerTimeUs;  // the optimizer's part of computeTimeUs
   std::vector<CollectiveTimes> collectives;        // by kind, at most one entry each
   std::vector<CollectiveSpan> collectiveSpans;     // the first ones, one by one
+  // What the rank holds of the model's state, in bytes (lockstep.proto); unset: not reported.
+  std::optional<std::uint64_t> paramBytes;
+  std::optional<std::uint64_t> gradBytes;
+  std::optional<std::uint64_t> optimizerStateBytes;
   bool operator==(const StepReport& other) const;  // field by field, NaN equal to NaN (records.h)
 };
 
