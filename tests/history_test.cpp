@@ -77,6 +77,7 @@ std::vector<StreamMessage> stream(const JobSpec& s, std::uint64_t steps, bool fi
       r.lr = 0.01;
       r.optimizerTimeUs = 10'000;
       r.optimizerStateBytes = 4'000'000 + p.rank;
+      r.staleness = 3;
       out.push_back(message(p.node, r));
       out.push_back(message(p.node, ProcessSample{s.jobId, p.rank, 1000 + p.rank, t, 95.0f, 1u << 20}));
       if (step == 5) out.push_back(message(p.node, PhaseReport{s.jobId, p.rank, s.worldSize, 0, "checkpoint", t + 50'000, 40'000, 5}));
@@ -184,6 +185,7 @@ TEST(History, RecordsAJobAndReadsItBack) {
   EXPECT_EQ(firstStep.computeTimeUs, 70'000);
   EXPECT_EQ(firstStep.optimizerTimeUs, 10'000);
   EXPECT_EQ(firstStep.optimizerStateBytes, 4'000'000u);
+  EXPECT_EQ(firstStep.staleness, 3u);
   EXPECT_FALSE(firstStep.paramBytes) << "not reported: unknown, not 0";
   EXPECT_FLOAT_EQ(*firstStep.globalLoss, 2.0f);
   // The ranks' checkpoints (issue 35), each with the node that streamed it, between the steps they ran among.
@@ -314,6 +316,7 @@ TEST(History, ASchemaTwoFilesFinalKpisReadBackByName) {
     ALTER TABLE steps DROP COLUMN param_bytes;  -- schema 11's
     ALTER TABLE steps DROP COLUMN grad_bytes;
     ALTER TABLE steps DROP COLUMN optimizer_state_bytes;
+    ALTER TABLE steps DROP COLUMN staleness;
     PRAGMA user_version = 2;)sql");
   auto h = History::open(path);
   ASSERT_TRUE(h) << h.error().message;

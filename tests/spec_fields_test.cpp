@@ -82,6 +82,16 @@ JobSpec trainerB() {
   return s;
 }
 
+// The parameter server's fields, which the others' re-splitting and sharding do not go with.
+JobSpec trainerC() {
+  JobSpec s = trainerB();
+  s.rebalanceEvery = 0;
+  s.shard = Shard::kNone;
+  s.sync = Sync::kParameterServer;
+  s.staleness = 2;
+  return s;
+}
+
 JobSpec commandJob() {
   JobSpec s;
   s.jobId = "own-every-field";
@@ -149,8 +159,9 @@ TEST(SpecFields, TheTestSpecsGiveEveryFieldAValueOtherThanItsDefault) {
   // Otherwise a form that dropped that field would pass the round trips below unseen.
   const JobSpec defaults;
   spec::forEachField([&](const auto& f) {
-    const bool set = f.of(trainerA()) != f.of(defaults) || f.of(trainerB()) != f.of(defaults);
-    EXPECT_TRUE(set) << f.name << ": give it a value in trainerA() or trainerB()";
+    const bool set = f.of(trainerA()) != f.of(defaults) || f.of(trainerB()) != f.of(defaults) ||
+                     f.of(trainerC()) != f.of(defaults);
+    EXPECT_TRUE(set) << f.name << ": give it a value in trainerA(), trainerB() or trainerC()";
     if (spec::takes(f.flag.jobs, Jobs::kCommand)) {
       EXPECT_NE(f.of(commandJob()), f.of(defaults)) << f.name << ": give it a value in commandJob()";
     }
@@ -158,7 +169,7 @@ TEST(SpecFields, TheTestSpecsGiveEveryFieldAValueOtherThanItsDefault) {
 }
 
 TEST(SpecFields, EveryFieldSurvivesProtobufAndJson) {
-  for (const JobSpec& s : {trainerA(), trainerB(), commandJob()}) {
+  for (const JobSpec& s : {trainerA(), trainerB(), trainerC(), commandJob()}) {
     ASSERT_TRUE(validateJobSpec(s).ok()) << s.jobId << ": " << validateJobSpec(s).error().message;
     const Request request{1, StartJobRequest{s, ""}};
     auto back = decodeRequest(encode(request));
@@ -171,7 +182,7 @@ TEST(SpecFields, EveryFieldSurvivesProtobufAndJson) {
 }
 
 TEST(SpecFields, EveryFlaggedFieldSurvivesTheTrainersFlags) {
-  for (const JobSpec& s : {trainerA(), trainerB()}) {
+  for (const JobSpec& s : {trainerA(), trainerB(), trainerC()}) {
     const auto args = jobflags::jobSpecToTrainerArgs(s, "/m.jsonl");
     auto parsed = jobflags::parseTrainerArgs(args);
     ASSERT_TRUE(parsed) << parsed.error().message;
@@ -186,7 +197,7 @@ TEST(SpecFields, ARankGetsItsSpecWholeFromTheAgent) {
   // The agent hands each rank the validated spec as JSON (rankArgs); nothing is lost on the way
   // but the placements, which a rank takes from its environment, and the alerts, which are the
   // supervising agent's and whose webhooks' URLs are secrets a command line would show everyone.
-  for (const JobSpec& s : {trainerA(), trainerB()}) {
+  for (const JobSpec& s : {trainerA(), trainerB(), trainerC()}) {
     const auto args = jobflags::rankArgs(s, "/m.jsonl");
     for (const auto& arg : args) EXPECT_EQ(arg.find("hooks.example.org"), std::string::npos) << arg;
     auto parsed = jobflags::parseTrainerArgs(args);

@@ -133,6 +133,7 @@ std::vector<StreamPayload> everyKind() {
   r.paramBytes = 7'454'720ull;
   r.gradBytes = 7'455'232ull;
   r.optimizerStateBytes = 1ull << 33;
+  r.staleness = 7;
   r.collectives = {{CollectiveKind::kAllGather, 2, 700, 300, 1ull << 33}, {CollectiveKind::kBarrier, 1, 5, 5, 0}};
   r.collectiveSpans = {{CollectiveKind::kAllGather, 1, 400, 200, 1ull << 32}, {CollectiveKind::kAllGather, 500, 300, 100, 1ull << 32}};
   const PhaseReport phase{"j", 1, 2, 1, "checkpoint", 10, 9, 12};

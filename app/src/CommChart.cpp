@@ -21,8 +21,9 @@ namespace {
 // Each kind's colour in the bars, by its number (lockstep.proto): Tableau 10, all-reduce taking the
 // red that exposed communication has elsewhere. What no kind accounts for is grey.
 constexpr const char* kKindColors[] = {"#e15759", "#f28e2b", "#4e79a7", "#59a14f", "#b07aa1",
-                                       "#9c755f", "#edc948", "#76b7b2", "#ff9da7", "#bab0ac"};
-static_assert(static_cast<std::size_t>(CollectiveKind::kSendRecv) == std::size(kKindColors));
+                                       "#9c755f", "#edc948", "#76b7b2", "#ff9da7", "#bab0ac",
+                                       "#8cd17d", "#499894"};
+static_assert(static_cast<std::size_t>(CollectiveKind::kPull) == std::size(kKindColors));
 
 QColor colorOf(const std::optional<CollectiveKind>& kind) {
   const std::size_t i = kind ? static_cast<std::size_t>(*kind) - 1 : std::size(kKindColors);

@@ -147,11 +147,13 @@ CREATE INDEX IF NOT EXISTS phases_by_time ON phases (job_id, time_us);
 ALTER TABLE steps ADD COLUMN collectives TEXT;
 ALTER TABLE steps ADD COLUMN collective_spans TEXT;
 )sql",
-    // 11 (issue 45): what each rank holds of the model's state (a sharded job holds a part).
+    // 11 (issue 45): what each rank holds of the model's state (a sharded job holds a part), and
+    // an asynchronous job's staleness of each gradient.
     R"sql(
 ALTER TABLE steps ADD COLUMN param_bytes INTEGER;
 ALTER TABLE steps ADD COLUMN grad_bytes INTEGER;
 ALTER TABLE steps ADD COLUMN optimizer_state_bytes INTEGER;
+ALTER TABLE steps ADD COLUMN staleness INTEGER;
 )sql",
 };
 

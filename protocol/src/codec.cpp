@@ -73,6 +73,8 @@ LOCKSTEP_SAME(Shard::kNone, SHARD_NONE);
 LOCKSTEP_SAME(Shard::kOptimizer, SHARD_OPTIMIZER);
 LOCKSTEP_SAME(Shard::kGradients, SHARD_GRADIENTS);
 LOCKSTEP_SAME(Shard::kParameters, SHARD_PARAMETERS);
+LOCKSTEP_SAME(Sync::kAllReduce, SYNC_ALL_REDUCE);
+LOCKSTEP_SAME(Sync::kParameterServer, SYNC_PARAMETER_SERVER);
 LOCKSTEP_SAME(ErrorCode::kInvalidArgument, ERROR_CODE_INVALID_ARGUMENT);
 LOCKSTEP_SAME(ErrorCode::kNotFound, ERROR_CODE_NOT_FOUND);
 LOCKSTEP_SAME(ErrorCode::kAlreadyExists, ERROR_CODE_ALREADY_EXISTS);
@@ -95,6 +97,7 @@ static_assert(std::size(kLrScalingNames) == pb::LrScaling_ARRAYSIZE);  // LR_SCA
 static_assert(std::size(kSupervisionStateNames) == pb::SupervisionState_ARRAYSIZE);  // so is UNSPECIFIED
 static_assert(std::size(kOnStallNames) == pb::OnStall_ARRAYSIZE);  // ON_STALL_REPORT is a value
 static_assert(std::size(kShardNames) == pb::Shard_ARRAYSIZE);      // so is SHARD_NONE
+static_assert(std::size(kSyncNames) == pb::Sync_ARRAYSIZE);        // and SYNC_ALL_REDUCE
 
 pb::ErrorCode toPb(ErrorCode c) { return static_cast<pb::ErrorCode>(static_cast<int>(c)); }
 Result<ErrorCode> fromPb(pb::ErrorCode c) {

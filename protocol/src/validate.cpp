@@ -253,6 +253,25 @@ Result<void> validateShard(const JobSpec& spec) {
   return {};
 }
 
+// The parameter server (docs/trainer.md): where it runs, and what it does not combine with.
+Result<void> validateSync(const JobSpec& spec) {
+  if (spec.sync == Sync::kAllReduce) {
+    if (spec.staleness != 0) return bad("--staleness goes with --sync parameter-server (all-reduce is synchronous)");
+    return {};
+  }
+  if (spec.backend == Backend::kCuda) {
+    return bad("--sync parameter-server runs on the CPU backend only for now; use --sync allreduce with --backend cuda");
+  }
+  if (spec.shard != Shard::kNone) {
+    return bad("--sync parameter-server keeps the optimizer state on the server already: use --shard none with it");
+  }
+  if (spec.rebalanceEvery != 0) {
+    return bad("--balance dynamic re-splits synchronous all-reduce steps: with a parameter server use --balance even "
+               "(asynchronous training, --staleness K, lets a slow rank lag instead)");
+  }
+  return {};
+}
+
 // What only the built-in trainer's MLP job has: model, data, batch, optimizer, length.
 Result<void> validateTrainerJob(const JobSpec& spec) {
   LOCKSTEP_TRY(validateLayers(spec));
@@ -275,7 +294,8 @@ Result<void> validateTrainerJob(const JobSpec& spec) {
   if (spec.checkpointEvery > 0 && spec.checkpointDir.empty()) {
     return bad("a checkpoint interval needs a checkpoint directory");
   }
-  return validateShard(spec);
+  LOCKSTEP_TRY(validateShard(spec));
+  return validateSync(spec);
 }
 
 // A command job: the program decides its model, data and length; the trainer's fields stay unset.
@@ -283,7 +303,8 @@ Result<void> validateCommandJob(const JobSpec& spec) {
   LOCKSTEP_TRY(validateCommand(*spec.command));
   const bool trainerFields = !spec.layers.empty() || spec.steps != 0 || spec.epochs != 0 ||
                              spec.checkpointEvery != 0 || !spec.checkpointDir.empty() || spec.keepCheckpoints != 0 ||
-                             !spec.initWeightsPath.empty() || spec.rebalanceEvery != 0 || spec.shard != Shard::kNone;
+                             !spec.initWeightsPath.empty() || spec.rebalanceEvery != 0 || spec.shard != Shard::kNone ||
+                             spec.sync != Sync::kAllReduce || spec.staleness != 0;
   if (trainerFields) {
     return bad("a job that runs your own program has no layers, steps, epochs, checkpoints, initial weights, "
                "balancing or sharding of lockstep-trainer's: pass such settings to your program after --");

@@ -10,7 +10,7 @@
 namespace lockstep {
 namespace {
 
-static_assert(std::size(kCollectiveKindNames) == 10, "StepCollectives holds one entry per kind");
+static_assert(std::size(kCollectiveKindNames) == 12, "StepCollectives holds one entry per kind");
 
 // validateStepReport's bounds (validate.h). Sums saturate at a week, so that a step's report is
 // never refused for its collectives.
@@ -22,7 +22,7 @@ using Refusal = StepCollectives::Refusal;
 std::optional<Refused> checkKind(int kind) {
   if (kind >= 1 && kind <= static_cast<int>(std::size(kCollectiveKindNames))) return std::nullopt;
   return Refused{Refusal::kUnknownKind,
-                 "collective kind " + std::to_string(kind) + " is unknown (LOCKSTEP_ALL_REDUCE .. LOCKSTEP_SEND_RECV)"};
+                 "collective kind " + std::to_string(kind) + " is unknown (LOCKSTEP_ALL_REDUCE .. LOCKSTEP_PULL)"};
 }
 
 std::optional<Refused> checkTime(const char* what, std::int64_t us) {

@@ -57,8 +57,8 @@ class StepCollectives {
   void count(CollectiveKind kind, std::uint32_t n, std::int64_t timeUs, std::int64_t exposedUs, std::uint64_t bytes);
   void span(const CollectiveSpan& s);
 
-  std::array<CollectiveTimes, 10> byKind_{};  // index kind - 1; count 0 and nothing else: none
-  std::array<bool, 10> seen_{};
+  std::array<CollectiveTimes, 12> byKind_{};  // index kind - 1; count 0 and nothing else: none
+  std::array<bool, 12> seen_{};
   std::vector<CollectiveSpan> spans_;  // at most kMaxCollectiveSpans, reserved once
   std::optional<Started> started_;
 };

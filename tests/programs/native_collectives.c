@@ -33,7 +33,7 @@ static void first_step(lockstep_reporter* r) {
   say("totals", lockstep_collective_totals(r, LOCKSTEP_ALL_GATHER, 3, 15000, 300, 3u << 20));
   /* Refused, and nothing of them counted. */
   say("kind0", lockstep_collective_timed(r, 0, 8, LOCKSTEP_UNKNOWN, 10, 10));
-  say("kind11", lockstep_collective_totals(r, 11, 1, 10, 10, 8));
+  say("kind13", lockstep_collective_totals(r, 13, 1, 10, 10, 8));
   say("kind-again", lockstep_collective_start(r, 99, 8));
   lockstep_collective_end(r);
   say("negative", lockstep_collective_timed(r, LOCKSTEP_ALL_GATHER, 8, LOCKSTEP_UNKNOWN, -5, 0));

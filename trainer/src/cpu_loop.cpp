@@ -45,6 +45,7 @@ Result<void> CpuLoop::setUp() {
 }
 
 Result<std::unique_ptr<Comm>> CpuLoop::connect(StoreClient* store, const std::string& keyPrefix) {
+  keyPrefix_ = keyPrefix;
   std::unique_ptr<Comm> comm;
   if (store != nullptr) {
     const auto timeout = commTimeout(options_.spec);
@@ -117,12 +118,14 @@ Result<void> CpuLoop::replanIfDrifted(std::uint64_t step) {
 }
 
 Result<void> CpuLoop::train(StepAccounting& accounting) {
+  weights_ = s_.params.data();
+  batchX_.assign(std::size_t{maxRows_} * s_.data.dim, 0.0f);
+  batchY_.assign(maxRows_, 0);
+  if (options_.spec.sync == Sync::kParameterServer && s_.comm) return trainWithServer(accounting);
   if (s_.comm) LOCKSTEP_TRY(setUpBuckets());
   const double lr = effectiveLearningRate(options_.spec);
   cuts_ = reducer_ ? reducer_->cuts() : std::vector<std::size_t>{};
   buckets_ = reducer_ ? reducer_->buckets() : std::vector<Bucket>{{0, s_.layout->totalFloats()}};
-  batchX_.assign(std::size_t{maxRows_} * s_.data.dim, 0.0f);
-  batchY_.assign(maxRows_, 0);
   accounting.start(buckets_.size());
   if (env_.rank == 0 && !options_.quiet && reducer_ && !reducer_->yieldsCompute()) {
     std::fprintf(stderr,
@@ -141,6 +144,7 @@ Result<void> CpuLoop::train(StepAccounting& accounting) {
 Result<bool> CpuLoop::runStep(std::uint64_t step, double lr, StepAccounting& accounting) {
   Step st;
   st.index = step;
+  st.dataIndex = step;
   st.start = Clock::now();
   s_.progress.enter(RankPhase::kCompute);
   if (reducer_) reducer_->beginStep();
@@ -151,7 +155,7 @@ Result<bool> CpuLoop::runStep(std::uint64_t step, double lr, StepAccounting& acc
 
 void CpuLoop::computeMicroStep(Step& st, std::uint32_t micro) {
   const auto dataStart = Clock::now();
-  s_.sampler->indices(st.index, micro, env_.rank, indices_);
+  s_.sampler->indices(st.dataIndex, micro, env_.rank, indices_);
   s_.data.gather(indices_, batchX_.data(), batchY_.data());
   st.data += Clock::now() - dataStart;
 
@@ -162,14 +166,14 @@ void CpuLoop::computeMicroStep(Step& st, std::uint32_t micro) {
     std::this_thread::sleep_for(lastComputeTime_ * (slowdown_ - 1.0));
   }
   const auto computeStart = Clock::now();
-  float* params = s_.params.data();
+  float* params = weights_;
   st.localLossSum += model_->forward(params, batchX_.data(), batchY_.data(), n);
   st.localSamples += n;
   const bool last = micro + 1 == options_.spec.accumSteps;
   if (last) {
     grads_[kLossSum] = static_cast<float>(st.localLossSum);
     grads_[kSampleCount] = static_cast<float>(st.localSamples);
-    grads_[kStopVotes] = host_.stopSignal() != 0 ? 1.0f : 0.0f;
+    grads_[kStopVotes] = host_.stopSignal() != 0 || voteToStop_ ? 1.0f : 0.0f;
   }
   if (last) st.backwardStart = Clock::now();
   model_->backward(params, grads_, micro > 0, cuts_, [&](std::size_t end) {
@@ -233,9 +237,15 @@ StepReport CpuLoop::reportOf(const Step& st, double lr, double globalLoss, const
 }
 
 void CpuLoop::addShardFigures(const Step& st, StepReport& report) const {
-  report.paramBytes = s_.params.size() * sizeof(float);
-  report.gradBytes = s_.layout->totalFloats() * sizeof(float);
+  // Rank 0 of a parameter server holds the server's master, queued gradients and optimizer too.
+  report.paramBytes = (s_.params.size() + ownWeights_.size()) * sizeof(float);
+  report.gradBytes = s_.layout->totalFloats() * sizeof(float) + (server_ ? server_->gradientBytes() : 0);
   report.optimizerStateBytes = s_.optimizer->stateBytes();
+  report.staleness = st.staleness;
+  if (st.push.count > 0) {
+    report.collectives.push_back({CollectiveKind::kPush, 1, st.push.micros, st.push.micros, st.push.bytes});
+    report.collectives.push_back({CollectiveKind::kPull, 1, st.pull.micros, st.pull.micros, st.pull.bytes});
+  }
   if (!s_.shards || !reducer_) return;  // all-reduce only: the report's all-reduce fields say it all
   // The wait for the buckets is the reduce-scatters' (the header's all-reduce is tiny and
   // goes first); the all-gather is waited on whole.

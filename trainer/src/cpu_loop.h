@@ -12,6 +12,7 @@
 
 #include "bucket_measure.h"
 #include "model.h"
+#include "ps_server.h"
 #include "rank_loop.h"
 #include "rank_state.h"
 #include "step_accounting.h"
@@ -35,11 +36,14 @@ class CpuLoop final : public RankLoop {
  private:
   // One step as it runs: its times and this rank's share of the loss.
   struct Step {
-    std::uint64_t index = 0;  // 0-based; the report's step is index + 1
+    std::uint64_t index = 0;      // 0-based; the report's step is index + 1
+    std::uint64_t dataIndex = 0;  // the global step whose samples it takes (asynchronous: this rank's own count)
     Clock::time_point start, end;
     Clock::time_point backwardStart, backwardEnd;  // the last micro-step's, which the reducer follows
     Clock::duration data{}, model{}, exposed{}, optimizer{};
     KindTotals allGather;  // sharded: the parameters, after the optimizer
+    KindTotals push, pull;  // with a parameter server
+    std::optional<std::uint32_t> staleness;  // asynchronous: its gradient's
     double localLossSum = 0.0;
     std::uint32_t localSamples = 0;
   };
@@ -48,6 +52,14 @@ class CpuLoop final : public RankLoop {
   Result<void> setUpBuckets();
   void reduceIn(std::vector<Bucket> buckets);
   Result<void> replanIfDrifted(std::uint64_t step);
+
+  // --sync parameter-server (ps_server.h): the server on rank 0, the mesh to it, and the steps,
+  // each computed on the weights the server sent last.
+  Result<void> setUpServer();
+  Result<void> trainWithServer(StepAccounting& accounting);
+  // Pushes the step's gradient and pulls the weights after its update; returns the server's word.
+  Result<PsHeader> pushAndPull(Step& step);
+  Result<void> recordServerStep(Step& step, double lr, StepAccounting& accounting, const PsHeader& reply);
 
   // One step; returns whether to go on.
   Result<bool> runStep(std::uint64_t step, double lr, StepAccounting& accounting);
@@ -88,6 +100,15 @@ class CpuLoop final : public RankLoop {
   std::vector<std::int32_t> batchY_;
   std::vector<double> costs_;  // this rank's forward + backward time per sample, each step since the last re-split
   Clock::duration lastComputeTime_{};
+
+  // With a parameter server.
+  std::string keyPrefix_;  // the job's keys in the store
+  std::unique_ptr<ParameterServer> server_;  // rank 0
+  std::unique_ptr<PsLink> psLink_;
+  std::vector<float> ownWeights_;  // rank 0's worker: the server owns the rank state's params
+  float* weights_ = nullptr;       // what forward and backward read: the rank state's params, or ownWeights_
+  std::uint64_t version_ = 0;      // the server's update those weights are
+  bool voteToStop_ = false;        // the target loss was reached: the next push says so
 };
 
 }  // namespace lockstep::trainer

@@ -127,6 +127,8 @@ void lockstep_collective_end(lockstep_reporter* reporter);
 #define LOCKSTEP_GATHER 8
 #define LOCKSTEP_SCATTER 9
 #define LOCKSTEP_SEND_RECV 10
+#define LOCKSTEP_PUSH 11 /* a worker's gradients to its parameter server */
+#define LOCKSTEP_PULL 12 /* the server's weights back */
 
 int lockstep_collective_start(lockstep_reporter* reporter, int kind, uint64_t bytes);
 int lockstep_collective_timed(lockstep_reporter* reporter, int kind, uint64_t bytes, int64_t start_unix_us,

@@ -13,7 +13,7 @@ namespace lockstep {
 
 // busBw = algBw × factor, algBw = bytes / time (nccl-tests' PERFORMANCE.md): 2(n−1)/n for
 // all-reduce, (n−1)/n for all-gather, reduce-scatter, all-to-all, gather and scatter, 1 for
-// broadcast, reduce and send/recv; 0 for a barrier, which moves no data.
+// broadcast, reduce, send/recv and a parameter server's push and pull; 0 for a barrier, which moves no data.
 // Alone (one rank) nothing crosses a bus: 0.
 constexpr double busFactor(CollectiveKind kind, std::uint32_t ranks) {
   if (ranks <= 1) return 0.0;
@@ -27,7 +27,9 @@ constexpr double busFactor(CollectiveKind kind, std::uint32_t ranks) {
     case CollectiveKind::kScatter: return (n - 1.0) / n;
     case CollectiveKind::kBroadcast:
     case CollectiveKind::kReduce:
-    case CollectiveKind::kSendRecv: return 1.0;
+    case CollectiveKind::kSendRecv:
+    case CollectiveKind::kPush:
+    case CollectiveKind::kPull: return 1.0;
     case CollectiveKind::kBarrier: return 0.0;
   }
   return 0.0;

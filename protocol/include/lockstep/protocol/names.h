@@ -33,6 +33,8 @@ inline constexpr Named<Shard> kShardNames[] = {{Shard::kNone, "none", "none"},
                                                {Shard::kOptimizer, "optimizer", "optimizer state (ZeRO 1)"},
                                                {Shard::kGradients, "gradients", "gradients (ZeRO 2)"},
                                                {Shard::kParameters, "parameters", "parameters (ZeRO 3)"}};
+inline constexpr Named<Sync> kSyncNames[] = {{Sync::kAllReduce, "allreduce", "all-reduce"},
+                                             {Sync::kParameterServer, "parameter-server", "parameter server"}};
 
 inline constexpr Named<SupervisionState> kSupervisionStateNames[] = {
     {SupervisionState::kNone, "none", "not supervised"},
@@ -54,7 +56,9 @@ inline constexpr Named<CollectiveKind> kCollectiveKindNames[] = {
     {CollectiveKind::kReduce, "reduce", "reduce"},
     {CollectiveKind::kGather, "gather", "gather"},
     {CollectiveKind::kScatter, "scatter", "scatter"},
-    {CollectiveKind::kSendRecv, "send_recv", "send/recv"}};
+    {CollectiveKind::kSendRecv, "send_recv", "send/recv"},
+    {CollectiveKind::kPush, "push", "push"},
+    {CollectiveKind::kPull, "pull", "pull"}};
 
 constexpr std::span<const Named<Backend>> namesOf(Backend) { return kBackendNames; }
 constexpr std::span<const Named<OnStall>> namesOf(OnStall) { return kOnStallNames; }
@@ -63,6 +67,7 @@ constexpr std::span<const Named<Precision>> namesOf(Precision) { return kPrecisi
 constexpr std::span<const Named<OptimizerKind>> namesOf(OptimizerKind) { return kOptimizerNames; }
 constexpr std::span<const Named<LrScaling>> namesOf(LrScaling) { return kLrScalingNames; }
 constexpr std::span<const Named<Shard>> namesOf(Shard) { return kShardNames; }
+constexpr std::span<const Named<Sync>> namesOf(Sync) { return kSyncNames; }
 constexpr std::span<const Named<SupervisionState>> namesOf(SupervisionState) { return kSupervisionStateNames; }
 constexpr std::span<const Named<CollectiveKind>> namesOf(CollectiveKind) { return kCollectiveKindNames; }
 

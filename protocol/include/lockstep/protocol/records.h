@@ -153,6 +153,7 @@ struct Description<StepReport> {
       field("param_bytes", &StepReport::paramBytes),
       field("grad_bytes", &StepReport::gradBytes),
       field("optimizer_state_bytes", &StepReport::optimizerStateBytes),
+      field("staleness", &StepReport::staleness),
   };
 };
 

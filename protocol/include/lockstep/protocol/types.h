@@ -53,6 +53,8 @@ enum class LrScaling { kNone = 0, kLinear = 1 };
 // What each rank keeps of the model's state (lockstep.proto): all of it, or 1/N of the optimizer
 // state (ZeRO stage 1), of the gradients too (2), of the parameters too (3).
 enum class Shard { kNone = 0, kOptimizer = 1, kGradients = 2, kParameters = 3 };
+// How the ranks combine their gradients (lockstep.proto): all-reduce, or a parameter server.
+enum class Sync { kAllReduce = 0, kParameterServer = 1 };
 
 struct SyntheticDataset {
   std::uint64_t samples = 65536;
@@ -179,6 +181,8 @@ struct JobSpec {
   std::uint32_t maxProcessesPerRank = 0;
   std::uint32_t cpusPerRank = 0;
   Shard shard = Shard::kNone;
+  Sync sync = Sync::kAllReduce;
+  std::uint32_t staleness = 0;  // with a parameter server: 0 synchronous, K >= 1 asynchronous
   static constexpr std::uint32_t kDefaultProcessesPerRank = 4096;
   bool operator==(const JobSpec&) const = default;
 
@@ -279,6 +283,8 @@ enum class CollectiveKind {
   kGather = 8,
   kScatter = 9,
   kSendRecv = 10,
+  kPush = 11,  // to a parameter server
+  kPull = 12,  // from it
 };
 
 // A rank's collectives of one kind in one step (lockstep.proto).
@@ -328,6 +334,7 @@ struct StepReport {
   std::optional<std::uint64_t> paramBytes;
   std::optional<std::uint64_t> gradBytes;
   std::optional<std::uint64_t> optimizerStateBytes;
+  std::optional<std::uint32_t> staleness;  // asynchronous parameter server: its gradient's
   bool operator==(const StepReport& other) const;  // field by field, NaN equal to NaN (records.h)
 };
 

@@ -1,0 +1,136 @@
+// Issue 45: the parameter server (--sync parameter-server) and asynchronous training
+// (--staleness K), as users run them: real trainer processes, the server on its own Gloo mesh,
+// real checkpoint files.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+
+#include "support/test_support.h"
+#include "support/trainer_runs.h"
+
+namespace lockstep::test {
+namespace {
+
+const std::vector<std::string> kJob = {"--layers", "32,64,10", "--dataset", "synthetic:n=2048,seed=3", "--quiet",
+                                       "--batch-per-rank", "32", "--optimizer", "adamw", "--lr", "0.003",
+                                       "--seed", "11", "--no-shuffle"};
+
+struct TrainerRun {
+  ProcessResult process;
+  std::vector<nlohmann::json> lines;
+};
+
+TrainerRun train(const TempDir& dir, const std::string& name, const std::vector<std::string>& job,
+                 const std::vector<std::string>& more, const Env& env = {}) {
+  TrainerRun run;
+  run.process = runProcess(trainer(join(job, join(more, {"--metrics-out", dir.file(name + ".jsonl"), "--save-weights",
+                                                         dir.file(name + ".safetensors")}))),
+                           env, dir);
+  if (run.process.status.success()) run.lines = readJsonLines(dir.file(name + ".jsonl"));
+  return run;
+}
+
+bool hasCollective(const nlohmann::json& line, const std::string& kind) {
+  for (const auto& c : line.value("collectives", nlohmann::json::array())) {
+    if (c["kind"] == kind) return c["count"] == 1 && c["bytes"].get<std::uint64_t>() > 0;
+  }
+  return false;
+}
+
+// At staleness 0 the server sums every rank's gradient in rank order, as the all-reduce does on
+// one node, and makes one update of the global batch: the same training, bit for bit.
+TEST(ParameterServer, SynchronousTrainsAsAllReduceDoes) {
+  TempDir dir;
+  const TrainerRun reduced = train(dir, "allreduce", kJob, {"--nproc", "3", "--steps", "20"});
+  ASSERT_TRUE(reduced.process.status.success()) << reduced.process.err;
+  const TrainerRun served = train(dir, "server", kJob, {"--nproc", "3", "--steps", "20", "--sync", "parameter-server"});
+  ASSERT_TRUE(served.process.status.success()) << served.process.err;
+  const auto expected = globalLosses(dir.file("allreduce.jsonl")), got = globalLosses(dir.file("server.jsonl"));
+  ASSERT_EQ(got.size(), 20u);
+  for (const auto& [step, loss] : got) EXPECT_EQ(loss, expected.at(step)) << "step " << step;
+  EXPECT_EQ(maxRelativeDifference(dir.file("allreduce.safetensors"), dir.file("server.safetensors")), 0.0);
+
+  ASSERT_EQ(served.lines.size(), 60u);
+  for (const auto& l : served.lines) {
+    EXPECT_TRUE(hasCollective(l, "push") && hasCollective(l, "pull")) << l.dump();
+    EXPECT_TRUE(l.value("staleness", nlohmann::json()).is_null()) << "synchronous: no gradient is stale";
+    // The server's optimizer state and master weights live in rank 0's process only.
+    if (l["rank"] == 0) {
+      EXPECT_EQ(l["param_bytes"], 2 * reduced.lines[0]["param_bytes"].get<std::uint64_t>());
+      EXPECT_EQ(l["optimizer_state_bytes"], reduced.lines[0]["optimizer_state_bytes"]);
+    } else {
+      EXPECT_EQ(l["optimizer_state_bytes"], 0);
+    }
+  }
+}
+
+// Rank 1 computes 4x slower. Synchronous, every update waits for it; asynchronous, rank 0 goes on
+// with fresher weights, within the bound, and the loss still falls.
+TEST(ParameterServer, AsynchronousLetsAFastRankGoOnWithinTheStalenessBound) {
+  TempDir dir;
+  const std::vector<std::string> job = {"--layers", "64,512,512,10", "--dataset", "synthetic:n=16384,seed=3", "--quiet",
+                                        "--batch-per-rank", "256", "--optimizer", "sgd", "--lr", "0.05", "--steps", "120",
+                                        "--nproc", "2", "--sync", "parameter-server"};
+  const Env slow = {{"LOCKSTEP_TEST_SLOWDOWN", "1:4"}};
+  const TrainerRun sync = train(dir, "sync", job, {}, slow);
+  ASSERT_TRUE(sync.process.status.success()) << sync.process.err;
+  const TrainerRun async = train(dir, "async", job, {"--staleness", "3"}, slow);
+  ASSERT_TRUE(async.process.status.success()) << async.process.err;
+
+  std::map<int, int> updates;
+  std::map<std::uint64_t, double> lossByStep;
+  for (const auto& l : async.lines) {
+    ++updates[l["rank"].get<int>()];
+    ASSERT_TRUE(l.value("staleness", nlohmann::json()).is_number()) << l.dump();
+    EXPECT_LE(l["staleness"].get<int>(), 3) << l.dump();
+    EXPECT_TRUE(lossByStep.emplace(l["step"].get<std::uint64_t>(), l["global_loss"].get<double>()).second)
+        << "one update per step number: " << l.dump();
+  }
+  EXPECT_EQ(lossByStep.size(), 120u) << "--steps counts the server's updates";
+  EXPECT_GE(updates[0], 2 * updates[1]) << "the fast rank did not wait for the slow one";
+  // Faster to the same number of updates, by far more than a busy machine's noise.
+  EXPECT_LT(async.process.seconds, 0.75 * sync.process.seconds) << async.process.seconds << " vs " << sync.process.seconds;
+  double first = 0, last = 0;
+  for (std::uint64_t s = 1; s <= 20; ++s) first += lossByStep.at(s), last += lossByStep.at(120 - s + 1);
+  EXPECT_LT(last, 0.95 * first) << "the loss falls";
+}
+
+// The server writes the checkpoints: a synchronous run resumes exactly.
+TEST(ParameterServer, ASynchronousRunResumesExactly) {
+  TempDir dir;
+  const auto job = join(kJob, {"--nproc", "2", "--sync", "parameter-server", "--checkpoint-every", "10"});
+  const TrainerRun full = train(dir, "full", job, {"--steps", "30", "--checkpoint-dir", dir.file("ckpt-full")});
+  ASSERT_TRUE(full.process.status.success()) << full.process.err;
+  const TrainerRun first = train(dir, "first", job, {"--steps", "20", "--checkpoint-dir", dir.file("ckpt")});
+  ASSERT_TRUE(first.process.status.success()) << first.process.err;
+  const TrainerRun resumed = train(dir, "resumed", job, {"--steps", "30", "--checkpoint-dir", dir.file("ckpt"), "--resume"});
+  ASSERT_TRUE(resumed.process.status.success()) << resumed.process.err;
+  const auto expected = globalLosses(dir.file("full.jsonl")), got = globalLosses(dir.file("resumed.jsonl"));
+  ASSERT_EQ(got.size(), 10u);
+  for (const auto& [step, loss] : got) EXPECT_EQ(loss, expected.at(step)) << "step " << step;
+  EXPECT_EQ(maxRelativeDifference(dir.file("full.safetensors"), dir.file("resumed.safetensors")), 0.0);
+}
+
+TEST(ParameterServer, SettingsThatCannotWorkAreRefusedClearly) {
+  TempDir dir;
+  const struct {
+    std::vector<std::string> flags;
+    std::string says;
+  } cases[] = {
+      {{"--nproc", "3", "--sync", "parameter-server", "--staleness", "1"},
+       "--staleness 1 with 3 ranks: each update is one rank's gradient, so even in lockstep a gradient is 2 updates old"},
+      {{"--nproc", "2", "--staleness", "2"}, "--staleness goes with --sync parameter-server"},
+      {{"--nproc", "2", "--sync", "parameter-server", "--shard", "optimizer"}, "use --shard none with it"},
+      {{"--nproc", "2", "--sync", "sometimes"}, "is not one of allreduce, parameter-server"},
+  };
+  for (const auto& c : cases) {
+    const TrainerRun run = train(dir, "bad", kJob, join(c.flags, {"--steps", "2"}));
+    EXPECT_FALSE(run.process.status.success()) << join(c.flags, {}).front();
+    EXPECT_NE(run.process.err.find(c.says), std::string::npos) << run.process.err;
+  }
+}
+
+}  // namespace
+}  // namespace lockstep::test

@@ -1,0 +1,95 @@
+#pragma once
+// The parameter server (--sync parameter-server, docs/trainer.md): the master model and the
+// optimizer, on a thread of rank 0's process, which is rank W of the workers' PsLink mesh. Every
+// rank is a worker: it pushes its gradient (the whole flat buffer, its header carrying the
+// samples, the loss and a stop vote) and pulls the weights the server sends back.
+//
+// Staleness 0 is synchronous: the server waits for every worker's gradient, sums them in rank
+// order (as the all-reduce does) and makes one update of the global batch. Staleness K >= 1 is
+// asynchronous: each gradient is an update of its own, as it arrives, and the bound is kept by the
+// order of updates: the server applies the queued gradient computed on the oldest weights, and
+// holds it while a worker still computing on older weights would then find its own gradient more
+// than K updates old. With W workers a gradient is W-1 updates old even in lockstep, so K >= W-1.
+//
+// Threading: the server's thread owns the master (the rank state's params and optimizer) from
+// start() to join(); rank 0's worker trains on weights of its own meanwhile.
+
+#include <cstdint>
+#include <memory>
+#include <thread>
+
+#include "checkpoint.h"
+#include "dist_env.h"
+#include "lockstep/jobflags/options.h"
+#include "optimizer.h"
+#include "ps_link.h"
+
+namespace lockstep::trainer {
+
+// Where a message's own header sits in the flat buffer's header region: floats 0..2 keep the
+// step's loss sum, samples and stop votes (model.h's HeaderSlot), in a push and in a pull.
+struct PsHeader {
+  std::uint64_t version = 0;    // push: the weights' version it was computed on; pull: the master's after it
+  std::uint32_t done = 0;       // pull: the run is over (its steps done, or a stop voted)
+  std::uint32_t staleness = 0;  // pull: updates between the gradient's weights and its own update
+  std::uint32_t applied = 0;    // pull: the gradient made an update (not: the run was over first)
+  std::uint32_t unused = 0;
+};
+inline constexpr std::size_t kPsHeaderAt = 8;
+PsHeader readPsHeader(const float* buffer);
+void writePsHeader(float* buffer, const PsHeader& header);
+
+// Each update's learning rate. Synchronous, an update is the global batch's, as all-reduce's;
+// asynchronous, it is one worker's batch, which --lr-scaling linear scales by instead.
+double serverLearningRate(const JobSpec& spec);
+
+struct PsServerSetup {
+  const jobflags::TrainerOptions* options = nullptr;
+  const DistEnv* env = nullptr;
+  std::vector<float>* master = nullptr;  // the rank state's params (checkpoints and --save-weights read them)
+  Optimizer* optimizer = nullptr;
+  CheckpointWriter* checkpoints = nullptr;  // null: none
+  const ResumeSettings* resume = nullptr;
+  std::uint64_t firstStep = 0, totalSteps = 0;
+  std::string storePrefix;  // the mesh's, in the job's store
+};
+
+class ParameterServer {
+ public:
+  // Starts the server's thread, which joins the mesh through a store connection of its own.
+  explicit ParameterServer(PsServerSetup setup);
+  ~ParameterServer();
+  ParameterServer(const ParameterServer&) = delete;
+  ParameterServer& operator=(const ParameterServer&) = delete;
+
+  // Waits until every worker has been told the run is over; the server's error, if it failed.
+  Result<void> join();
+  // What the server holds: the gradients it receives and queues (one buffer per worker and one
+  // being received), and its optimizer state.
+  std::uint64_t gradientBytes() const;
+
+ private:
+  Result<void> serve();
+  Result<void> received(int worker);
+  Result<void> applySynchronous();
+  Result<bool> applyOldestIfBounded();
+  Result<void> update(const float* gradient, std::uint64_t gradientVersion);
+  Result<void> reply(int worker, const float* headerFrom, std::uint32_t staleness, bool applied);
+  Result<void> checkpointIfDue(bool stopVoted);
+
+  PsServerSetup setup_;
+  const int workers_;
+  const std::size_t floats_;
+  std::unique_ptr<PsLink> link_;
+  std::vector<std::vector<float>> queued_;  // per worker: its gradient waiting for its update; empty: none
+  std::vector<float> receiving_;
+  std::vector<std::uint64_t> version_;      // per worker: the weights it computes on
+  std::vector<bool> told_;                  // per worker: it was told the run is over
+  std::uint64_t updates_ = 0;               // the master's version
+  bool over_ = false;
+  bool stopVoted_ = false;
+  Result<void> result_;
+  std::thread thread_;
+};
+
+}  // namespace lockstep::trainer
