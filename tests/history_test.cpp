@@ -391,6 +391,11 @@ TEST(History, MigratesASchemaOneFileAndStoresUntimedSteps) {
     ALTER TABLE final_kpis DROP COLUMN mean_busy_us;
     ALTER TABLE final_kpis DROP COLUMN mean_exposed_us;
     ALTER TABLE final_kpis DROP COLUMN mean_step_us;
+    ALTER TABLE final_kpis DROP COLUMN param_bytes_per_rank;  -- schema 11's
+    ALTER TABLE final_kpis DROP COLUMN grad_bytes_per_rank;
+    ALTER TABLE final_kpis DROP COLUMN optimizer_state_bytes_per_rank;
+    ALTER TABLE final_kpis DROP COLUMN staleness_mean;
+    ALTER TABLE final_kpis DROP COLUMN staleness_p99;
     ALTER TABLE job_parts DROP COLUMN owner;  -- schema 7's
     DROP TABLE phases;                        -- schema 9's
     PRAGMA user_version = 1;)sql");

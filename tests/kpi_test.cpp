@@ -8,6 +8,7 @@
 
 #include "lockstep/kpi/kpi.h"
 #include "lockstep/kpi/projection.h"
+#include "lockstep/present/present.h"
 
 namespace lockstep::kpi {
 namespace {
@@ -284,6 +285,44 @@ TEST(Kpi, BytesReducedCountWithoutATimedAllReduce) {
   ASSERT_TRUE(k.bytesReducedPerStep);
   EXPECT_DOUBLE_EQ(*k.bytesReducedPerStep, 7'454'760);
   EXPECT_FALSE(k.busBandwidth);
+}
+
+// Issue 45: what each rank holds of the model's state (its newest report's; the job's, the most any
+// rank holds), and an asynchronous job's staleness over the window, per rank and every rank's.
+TEST(Kpi, ModelStatePerRankAndStaleness) {
+  JobTracker t(gpuJob(), Settings{5.0, 0.1, std::nullopt, 100});
+  for (std::uint64_t step = 1; step <= 20; ++step) {
+    for (std::uint32_t rank = 0; rank < 2; ++rank) {
+      StepReport r = report(rank, step, 600'000, 100'000, t0 + static_cast<std::int64_t>(step) * kSecond);
+      r.paramBytes = 1000 * (rank + 1) + step;  // the newest counts
+      r.gradBytes = 500;
+      r.optimizerStateBytes = rank == 0 ? 4000 : 0;
+      r.staleness = rank == 0 ? 1 : (step == 20 ? 9 : 3);
+      t.add(r, "n");
+    }
+  }
+  const JobKpis k = t.snapshot(t0 + 20 * kSecond);
+  ASSERT_EQ(k.ranks.size(), 2u);
+  EXPECT_EQ(k.ranks[0].paramBytes, 1020.0);
+  EXPECT_EQ(k.ranks[1].paramBytes, 2020.0);
+  EXPECT_EQ(k.ranks[1].optimizerStateBytes, 0.0);
+  EXPECT_EQ(k.paramBytesPerRank, 2020.0);
+  EXPECT_EQ(k.gradBytesPerRank, 500.0);
+  EXPECT_EQ(k.optimizerStateBytesPerRank, 4000.0);
+  // The window (5 s) holds steps 16..20: rank 0's 1s, rank 1's 3, 3, 3, 3, 9.
+  EXPECT_DOUBLE_EQ(*k.ranks[0].stalenessMean, 1.0);
+  EXPECT_DOUBLE_EQ(*k.ranks[1].stalenessMean, 21.0 / 5);
+  EXPECT_EQ(k.ranks[1].stalenessP99, 9.0);
+  EXPECT_DOUBLE_EQ(*k.stalenessMean, 26.0 / 10);
+  EXPECT_EQ(k.stalenessP99, 9.0);
+  EXPECT_EQ(present::modelStateText(k),
+            "parameters 2.0 KiB, gradients 500 B, optimizer state 3.9 KiB per rank; staleness 2.6 (p99 9)");
+
+  JobTracker synchronous(gpuJob());
+  synchronous.add(report(0, 1, 600'000, 100'000, t0 + kSecond), "n");
+  const JobKpis none = synchronous.snapshot(t0 + kSecond);
+  EXPECT_FALSE(none.paramBytesPerRank || none.stalenessMean) << "not reported: unknown";
+  EXPECT_EQ(present::modelStateText(none), "");
 }
 
 // Issue 7: a dynamic split shows as rows per rank, and the imbalance as it was at the start and now.

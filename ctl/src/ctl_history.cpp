@@ -354,7 +354,7 @@ int cmdCompare(const Globals& g, const std::vector<std::string>& argv) {
   if (g.json) {
     Json rows = Json::array();
     for (const auto& row : c.kpis.rows) rows.push_back(row);
-    Json out = {{"header", c.kpis.header}, {"rows", rows}, {"scaling_note", c.scalingNote}};
+    Json out = {{"header", c.kpis.header}, {"rows", rows}, {"scaling_note", c.scalingNote}, {"advice", c.advice}};
     for (const auto* chart : {&c.throughput, &c.efficiency}) {
       if (!*chart) continue;
       Json points = Json::array();
@@ -383,6 +383,8 @@ int cmdCompare(const Globals& g, const std::vector<std::string>& argv) {
   };
   print(c.kpis.header);
   for (const auto& row : c.kpis.rows) print(row);
+  if (!c.advice.empty()) std::printf("\n");
+  for (const auto& line : c.advice) std::printf("%s\n", line.c_str());
   if (c.throughput && c.efficiency) {
     std::printf("\nscaling (%s):\n%6s %12s %11s\n", c.scalingNote.c_str(), "RANKS", "SAMPLES/S", "EFFICIENCY");
     const auto& t = c.throughput->series.at(0).points;

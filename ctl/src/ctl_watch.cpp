@@ -194,6 +194,11 @@ Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool 
                    {"scaling_efficiency", jsonFigure(k.scalingEfficiency)},
                    {"load_imbalance", jsonFigure(k.loadImbalance)},
                    {"slowest_rank", k.slowestRank ? Json(*k.slowestRank) : Json(nullptr)},
+                   {"param_bytes_per_rank", jsonFigure(k.paramBytesPerRank)},
+                   {"grad_bytes_per_rank", jsonFigure(k.gradBytesPerRank)},
+                   {"optimizer_state_bytes_per_rank", jsonFigure(k.optimizerStateBytesPerRank)},
+                   {"staleness_mean", jsonFigure(k.stalenessMean)},
+                   {"staleness_p99", jsonFigure(k.stalenessP99)},
                    {"ranks", ranks},
                    {"nodes", nodes}};
   Json firing = Json::array();
@@ -209,6 +214,7 @@ Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool 
                 std::string(present::jobThroughputMeaning(ended)).c_str(), communicationText(k).c_str(),
                 present::percent(k.scalingEfficiency, 0).c_str(), present::figure(k.loadImbalance, 2, "×").c_str(),
                 table.c_str());
+    if (const std::string state = present::modelStateText(k); !state.empty()) std::printf("holds: %s\n", state.c_str());
     if (stall) std::printf("%s\n", stallText(*stall).c_str());
     for (const auto& [rule, alert] : w.firing()) std::printf("ALERT %s\n", alert.text.c_str());
     std::printf("%s", nodeLines.c_str());

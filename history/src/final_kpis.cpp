@@ -17,7 +17,8 @@ constexpr std::string_view kColumns[] = {
     "core_hours",       "cost",          "cost_complete",     "missing_json",     "total_samples",
     "total_tokens",     "bus_bandwidth", "waiting_share",     "straggler_share",  "waiting_cost",
     "straggler_cost",   "waiting_gpu_hours", "straggler_gpu_hours", "bytes_reduced_per_step", "samples_per_rank_step",
-    "mean_busy_us",     "mean_exposed_us", "mean_step_us"};
+    "mean_busy_us",     "mean_exposed_us", "mean_step_us",  "param_bytes_per_rank", "grad_bytes_per_rank",
+    "optimizer_state_bytes_per_rank", "staleness_mean", "staleness_p99"};
 
 std::string joined(std::string_view prefix) {
   std::string out;
@@ -68,6 +69,9 @@ Result<void> writeFinalKpis(sqlite3* db, const std::string& jobId, const kpi::Jo
   insert.bind(":straggler_gpu_hours", k.stragglerGpuHours).bind(":bytes_reduced_per_step", k.bytesReducedPerStep);
   insert.bind(":samples_per_rank_step", k.samplesPerRankStep).bind(":mean_busy_us", k.meanBusyUs);
   insert.bind(":mean_exposed_us", k.meanExposedUs).bind(":mean_step_us", k.meanStepUs);
+  insert.bind(":param_bytes_per_rank", k.paramBytesPerRank).bind(":grad_bytes_per_rank", k.gradBytesPerRank);
+  insert.bind(":optimizer_state_bytes_per_rank", k.optimizerStateBytesPerRank);
+  insert.bind(":staleness_mean", k.stalenessMean).bind(":staleness_p99", k.stalenessP99);
   return insert.run();
 }
 
@@ -113,6 +117,11 @@ Result<std::optional<kpi::JobKpis>> readFinalKpis(sqlite3* db, const std::string
   k.meanBusyUs = row.maybeReal("mean_busy_us");
   k.meanExposedUs = row.maybeReal("mean_exposed_us");
   k.meanStepUs = row.maybeReal("mean_step_us");
+  k.paramBytesPerRank = row.maybeReal("param_bytes_per_rank");
+  k.gradBytesPerRank = row.maybeReal("grad_bytes_per_rank");
+  k.optimizerStateBytesPerRank = row.maybeReal("optimizer_state_bytes_per_rank");
+  k.stalenessMean = row.maybeReal("staleness_mean");
+  k.stalenessP99 = row.maybeReal("staleness_p99");
   const auto totalSamples = row.maybeInt<std::uint64_t>("total_samples");
   k.totalSamples = totalSamples.value_or(0);
   k.totalTokens = row.maybeInt<std::uint64_t>("total_tokens");

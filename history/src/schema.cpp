@@ -154,6 +154,11 @@ ALTER TABLE steps ADD COLUMN param_bytes INTEGER;
 ALTER TABLE steps ADD COLUMN grad_bytes INTEGER;
 ALTER TABLE steps ADD COLUMN optimizer_state_bytes INTEGER;
 ALTER TABLE steps ADD COLUMN staleness INTEGER;
+ALTER TABLE final_kpis ADD COLUMN param_bytes_per_rank REAL;
+ALTER TABLE final_kpis ADD COLUMN grad_bytes_per_rank REAL;
+ALTER TABLE final_kpis ADD COLUMN optimizer_state_bytes_per_rank REAL;
+ALTER TABLE final_kpis ADD COLUMN staleness_mean REAL;
+ALTER TABLE final_kpis ADD COLUMN staleness_p99 REAL;
 )sql",
 };
 

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "collective_sums.h"
+#include "model_state.h"
 #include "lockstep/kpi/kpi.h"
 #include "lockstep/kpi/median.h"
 
@@ -22,6 +23,7 @@ struct JobTracker::RankTotals {
   double alg = 0, bus = 0, reduced = 0;
   int bandwidthKnown = 0, reducedKnown = 0;
   detail::ExposedEndsSums ends;  // every rank's spans
+  std::vector<double> staleness;  // every rank's gradients' in the window
 };
 
 namespace {
@@ -132,6 +134,7 @@ RankKpis JobTracker::rankKpis(std::uint32_t id, const RankState& r, const Window
   double countedBytes = 0;
   int countedReports = 0;
   detail::CollectiveSums collectives;
+  detail::ModelState state;
   int n = 0, timed = 0;
   bool tokensKnown = false;
   for (const auto& rep : r.window) {
@@ -148,6 +151,7 @@ RankKpis JobTracker::rankKpis(std::uint32_t id, const RankState& r, const Window
       ++countedReports;
     }
     collectives.add(rep);
+    state.add(rep);
     t.ends.add(rep);
     if (rep.dataTimeUs && rep.computeTimeUs && rep.exposedCommTimeUs) {
       d += static_cast<double>(*rep.dataTimeUs);
@@ -193,6 +197,7 @@ RankKpis JobTracker::rankKpis(std::uint32_t id, const RankState& r, const Window
   }
   rk.collectives = collectives.kpis(n, st);
   allReduceBandwidth(rk, collectives, t);
+  state.finish(rk, t.staleness);
   return rk;
 }
 
@@ -217,6 +222,7 @@ void JobTracker::jobRates(JobKpis& k, const RankTotals& t) const {
     k.busBandwidth = t.bus / t.bandwidthKnown;
   }
   k.collectives = detail::meanOverRanks(k.ranks);
+  detail::jobModelState(k, t.staleness);
   k.exposedEnds = t.ends.ends();
   if (t.ratesKnown > 0) k.samplesPerSecond = t.rate;
   k.tokensPerSecond = t.tokenRate;

@@ -124,6 +124,31 @@ std::string networkRate(const kpi::NetRate& r) {
   return text;
 }
 
+std::string parallelismText(const JobSpec& spec) {
+  if (spec.sync == Sync::kParameterServer) {
+    return spec.staleness == 0 ? "parameter server, synchronous"
+                               : "parameter server, asynchronous (staleness ≤ " + std::to_string(spec.staleness) + ")";
+  }
+  if (spec.shard == Shard::kNone) return "all-reduce";
+  return "all-reduce, sharded: " + std::string(titleOf(spec.shard));
+}
+
+std::string modelStateText(const kpi::JobKpis& k) {
+  std::string text;
+  const std::pair<const char*, kpi::Maybe> held[] = {{"parameters", k.paramBytesPerRank},
+                                                      {"gradients", k.gradBytesPerRank},
+                                                      {"optimizer state", k.optimizerStateBytesPerRank}};
+  for (const auto& [what, figure] : held) {
+    if (figure) text += (text.empty() ? "" : ", ") + std::string(what) + " " + bytes(*figure);
+  }
+  if (!text.empty()) text += " per rank";
+  if (k.stalenessMean) {
+    text += (text.empty() ? "" : "; ") + std::string("staleness ") + figure(k.stalenessMean, 1) + " (p99 " +
+            figure(k.stalenessP99, 0) + ")";
+  }
+  return text;
+}
+
 }  // namespace lockstep::present
 
 namespace lockstep::present {

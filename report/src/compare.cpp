@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "kind_advice.h"
 #include "lockstep/report/report.h"
 #include "projection.h"
 #include "text.h"
@@ -46,6 +47,9 @@ Comparison compare(std::span<const history::JobRecord> jobs) {
   row("Ranks", [](const history::JobRecord& j) { return std::to_string(j.spec.worldSize); });
   row("Nodes", [](const history::JobRecord& j) { return std::to_string(distinctNodes(j)); });
   row("State", [](const history::JobRecord& j) { return std::string(jobStateName(j.state)); });
+  row("Data parallelism", [](const history::JobRecord& j) {
+    return j.spec.isCommand() ? std::string("your own program") : present::parallelismText(j.spec);
+  });
   row("Started",
       [](const history::JobRecord& j) { return j.startedUnixUs > 0 ? detail::displayTime(j.startedUnixUs) : dash(); });
   row("Throughput (samples/s, mean)", [](const history::JobRecord& j) {
@@ -70,6 +74,16 @@ Comparison compare(std::span<const history::JobRecord> jobs) {
   });
   row("Energy", fromKpis([](const kpi::JobKpis& k) { return figure(k.energyKwh, 3, " kWh"); }));
   row("Final loss", fromKpis([](const kpi::JobKpis& k) { return figure(k.smoothedLoss, 4); }));
+  const auto heldBytes = [&](const char* name, kpi::Maybe kpi::JobKpis::*held) {
+    row(name, fromKpis([held](const kpi::JobKpis& k) { return k.*held ? detail::bytes(*(k.*held)) : dash(); }));
+  };
+  heldBytes("Parameters per rank", &kpi::JobKpis::paramBytesPerRank);
+  heldBytes("Gradients per rank", &kpi::JobKpis::gradBytesPerRank);
+  heldBytes("Optimizer state per rank", &kpi::JobKpis::optimizerStateBytesPerRank);
+  row("Staleness (mean, p99)", fromKpis([](const kpi::JobKpis& k) {
+        return k.stalenessMean ? figure(k.stalenessMean, 1) + ", " + figure(k.stalenessP99, 0) : dash();
+      }));
+  c.advice = detail::kindAdvice(jobs);
 
   // Scaling: the workload with the most distinct rank counts among jobs with a known throughput.
   struct Group {
@@ -79,7 +93,8 @@ Comparison compare(std::span<const history::JobRecord> jobs) {
   std::map<std::string, Group> groups;
   for (const auto& job : jobs) {
     if (!meanThroughput(job)) continue;
-    Group& g = groups[workloadKey(job.spec)];
+    // One curve per kind of data parallelism too: a parameter server's scaling is not all-reduce's.
+    Group& g = groups[workloadKey(job.spec) + " " + present::parallelismText(job.spec)];
     if (g.byRanks.empty()) g.order = groups.size();
     g.byRanks[job.spec.worldSize].push_back(&job);
   }

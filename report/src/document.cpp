@@ -97,6 +97,11 @@ Document document(const ReportData& data) {
                            (k.arrivalSkewUs ? number(*k.arrivalSkewUs / 1e3, 2) + " ms" : dash()) + " per step, last 10 s"});
   kpis.rows.push_back({"All-reduce bandwidth", present::bandwidth(k.busBandwidth) + " bus, " + present::bandwidth(k.algBandwidth) + " algorithm",
                        "bytes all-reduced / reduction time, last 10 s, mean over ranks; bus = algorithm × 2(n−1)/n"});
+  if (const std::string state = present::modelStateText(k); !state.empty()) {
+    kpis.rows.push_back({"Model state per rank", state,
+                         "the most any rank's newest step report says it holds; staleness: updates between the "
+                         "weights a gradient was computed on and its own update, last 10 s"});
+  }
   std::string convergence = "no target loss";
   if (spec.targetLoss) {
     convergence =

@@ -171,6 +171,11 @@ Json kpisJson(const ReportData& data) {
   j["alg_bandwidth_bytes_per_second"] = number(k.algBandwidth);
   j["bus_bandwidth_bytes_per_second"] = number(k.busBandwidth);
   j["bytes_reduced_per_step"] = number(k.bytesReducedPerStep);
+  j["param_bytes_per_rank"] = byteCount(k.paramBytesPerRank);
+  j["grad_bytes_per_rank"] = byteCount(k.gradBytesPerRank);
+  j["optimizer_state_bytes_per_rank"] = byteCount(k.optimizerStateBytesPerRank);
+  j["staleness_mean"] = number(k.stalenessMean);
+  j["staleness_p99"] = number(k.stalenessP99);
   j["straggler_wait_share"] = number(k.stragglerWaitShare);
   j["arrival_skew_us"] = number(k.arrivalSkewUs);
   j["collectives"] = collectivesJson(k.collectives);
@@ -233,6 +238,11 @@ Json rankJson(const kpi::RankKpis& r) {
   j["loss"] = number(r.loss);
   j["cpu_pct"] = number(r.cpuPct);
   j["rss_bytes"] = byteCount(r.rssBytes);
+  j["param_bytes"] = byteCount(r.paramBytes);
+  j["grad_bytes"] = byteCount(r.gradBytes);
+  j["optimizer_state_bytes"] = byteCount(r.optimizerStateBytes);
+  j["staleness_mean"] = number(r.stalenessMean);
+  j["staleness_p99"] = number(r.stalenessP99);
   return j;
 }
 

@@ -1,5 +1,6 @@
 #include "settings.h"
 
+#include "lockstep/present/present.h"
 #include "lockstep/protocol/names.h"
 #include "lockstep/report/report.h"
 #include "text.h"
@@ -61,6 +62,7 @@ std::vector<std::vector<std::string>> trainerSettings(const JobSpec& spec) {
       {"Steps", spec.steps > 0 ? number(static_cast<double>(spec.steps), 0) : dash()},
       {"Epochs", spec.epochs > 0 ? std::to_string(spec.epochs) : dash()},
       {"Target loss", spec.targetLoss ? compact(*spec.targetLoss) : dash()},
+      {"Data parallelism", present::parallelismText(spec)},
       {"Bucket size", spec.bucketMb > 0 ? compact(spec.bucketMb) + " MB" : "chosen by measurement (see Events)"},
       {"Shuffle, seed", std::string(spec.shuffle ? "yes" : "no") + ", " + std::to_string(spec.seed)},
       {"Checkpoints", spec.checkpointEvery > 0

@@ -109,6 +109,10 @@ struct RankKpis {
   bool lossIsNan = false;  // its newest loss was NaN (`loss` then stays unknown; alerts' `loss is nan`)
   Maybe cpuPct;
   Maybe rssBytes;
+  // What it holds of the model's state (its newest report's), and how stale its gradients were
+  // over the window (asynchronous training only; docs/kpis.md).
+  Maybe paramBytes, gradBytes, optimizerStateBytes;
+  Maybe stalenessMean, stalenessP99;
   std::vector<CollectiveKpis> collectives;
 };
 
@@ -139,6 +143,11 @@ struct JobKpis {
   Maybe algBandwidth;  // the mean over the ranks that measured it
   Maybe busBandwidth;
   Maybe bytesReducedPerStep;  // a rank's, the mean over the window's reports that counted them
+  // The most any rank holds of the model's state (a sharded job's ranks hold parts; a parameter
+  // server's rank 0 holds the master too), and the staleness of an asynchronous job's gradients
+  // over the window, every rank's together.
+  Maybe paramBytesPerRank, gradBytesPerRank, optimizerStateBytesPerRank;
+  Maybe stalenessMean, stalenessP99;
   // A rank's step over the window, the mean over the ranks that timed theirs: its samples, data +
   // compute time ("busy"), exposed communication and whole step (what a projection starts from).
   Maybe samplesPerRankStep, meanBusyUs, meanExposedUs, meanStepUs;

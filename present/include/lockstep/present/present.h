@@ -61,6 +61,14 @@ std::string collectiveLabel(CollectiveKind kind, std::uint64_t bytes);
 // Each kind's part of the exposed communication (CollectiveKpis::exposedShare), the largest
 // first, the first `shown` of them: "all-reduce 31.0% · all-gather 12.0%", "" when none.
 std::string collectiveSplit(const std::vector<kpi::CollectiveKpis>& kinds, std::size_t shown = 3);
+// What a rank holds of the model's state at most, and an asynchronous job's staleness:
+// "parameters 7.1 MiB, gradients 7.1 MiB, optimizer state 4.7 MiB per rank; staleness 1.2 (p99 3)";
+// "" when no rank said.
+std::string modelStateText(const kpi::JobKpis& k);
+// The kind of data parallelism a trainer job runs: "all-reduce", "all-reduce, sharded: optimizer
+// state (ZeRO 1)", "parameter server, synchronous", "parameter server, asynchronous (staleness
+// <= 3)".
+std::string parallelismText(const JobSpec& spec);
 
 // A job's "Samples/s": while it runs, the rate over the last 10 s; once it ended, the whole job's
 // mean (every sample over the elapsed time, start-up included), which is what it delivered.

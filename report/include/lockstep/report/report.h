@@ -160,6 +160,9 @@ struct Comparison {
   std::optional<Chart> throughput;
   std::optional<Chart> efficiency;
   std::string scalingNote;
+  // Where one workload ran under several kinds of data parallelism: which fits it, and why, with
+  // what each other kind traded (a line each); empty otherwise.
+  std::vector<std::string> advice;
 };
 inline constexpr std::string_view kProjectedSeries = "projected (docs/kpis.md)";
 Comparison compare(std::span<const history::JobRecord> jobs);
