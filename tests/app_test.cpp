@@ -8,10 +8,14 @@
 #include <QAbstractBarSeries>
 #include <QBarSet>
 #include <QChartView>
+#include <QCheckBox>
+#include <QComboBox>
 #include <QLabel>
 #include <QLineEdit>
 #include <QPushButton>
 #include <QSignalSpy>
+#include <QSpinBox>
+#include <QStandardItemModel>
 #include <QStandardPaths>
 #include <QTableView>
 #include <QTimer>
@@ -279,6 +283,99 @@ class AppTest : public QObject {
     QVERIFY(!dialog.job());
     QVERIFY2(!dialog.error().isEmpty(), "an empty labels path must be refused");
     QVERIFY(!start->isEnabled());
+  }
+
+  // Issue 45: the launcher offers the data-parallel kinds, each with a line on what it trades; the
+  // CPU-only kinds are not offered for GPU ranks, and none is for the user's own program.
+  void theLauncherOffersTheDataParallelKindsWithTheirTrades() {
+    TempDir dir;
+    AgentProcess agent(dir, "node-a");
+    App app(dir);
+    const QString problem = connectAuthorized(app, agent);
+    QVERIFY2(problem.isEmpty(), qPrintable(problem));
+
+    LauncherDialog dialog(app.store, &app.window);
+    auto* kinds = dialog.findChild<QComboBox*>(QStringLiteral("dataParallel"));
+    auto* trade = dialog.findChild<QLabel*>(QStringLiteral("dataParallelTrade"));
+    auto* staleness = dialog.findChild<QSpinBox*>(QStringLiteral("staleness"));
+    QVERIFY(kinds && trade && staleness);
+    QCOMPARE(kinds->count(), 4);
+    const auto picked = [&](int kind) {
+      dialog.setField(QStringLiteral("dataParallel"), kind);
+      return dialog.job();
+    };
+    QStringList trades;
+    const auto allReduce = picked(0);  // the default
+    QVERIFY2(allReduce, qPrintable(dialog.error()));
+    QCOMPARE(allReduce->sync, Sync::kAllReduce);
+    QCOMPARE(allReduce->shard, Shard::kNone);
+    QCOMPARE(allReduce->staleness, 0u);
+    QVERIFY2(trade->text().contains(QStringLiteral("slowest rank")), qPrintable(trade->text()));
+    trades << trade->text();
+
+    const auto sharded = picked(1);
+    QVERIFY2(sharded, qPrintable(dialog.error()));
+    QCOMPARE(sharded->sync, Sync::kAllReduce);
+    QCOMPARE(sharded->shard, Shard::kOptimizer);
+    QVERIFY2(trade->text().contains(QStringLiteral("1/N of the optimizer state")), qPrintable(trade->text()));
+    trades << trade->text();
+
+    const auto serverSync = picked(2);
+    QVERIFY2(serverSync, qPrintable(dialog.error()));
+    QCOMPARE(serverSync->sync, Sync::kParameterServer);
+    QCOMPARE(serverSync->shard, Shard::kNone);
+    QCOMPARE(serverSync->staleness, 0u);
+    QVERIFY(staleness->isHidden());
+    QVERIFY2(trade->text().contains(QStringLiteral("master model")), qPrintable(trade->text()));
+    trades << trade->text();
+
+    // Asynchronous: K is ranks - 1 unless the user says otherwise, and never less than the trainer takes.
+    const auto serverAsync = picked(3);
+    QVERIFY2(serverAsync, qPrintable(dialog.error()));
+    QCOMPARE(serverAsync->sync, Sync::kParameterServer);
+    QCOMPARE(serverAsync->staleness, 1u);  // two ranks
+    QVERIFY(!staleness->isHidden());
+    QVERIFY2(trade->text().contains(QStringLiteral("stale gradients")), qPrintable(trade->text()));
+    trades << trade->text();
+    trades.removeDuplicates();
+    QCOMPARE(trades.size(), 4);
+    QVERIFY(!dialog.findChild<QCheckBox*>(QStringLiteral("balanceDynamic"))->isEnabled());
+    dialog.setField(QStringLiteral("ranks:") + idOf(agent), 3);
+    QVERIFY2(dialog.job(), qPrintable(dialog.error()));
+    QCOMPARE(dialog.job()->staleness, 2u);
+    dialog.setField(QStringLiteral("staleness"), 1);
+    QVERIFY(!dialog.job());
+    QVERIFY2(dialog.error().contains(QStringLiteral("at least 2")), qPrintable(dialog.error()));
+    dialog.setField(QStringLiteral("staleness"), 5);
+    QVERIFY2(dialog.job(), qPrintable(dialog.error()));
+    QCOMPARE(dialog.job()->staleness, 5u);
+    if (const QByteArray shots = qgetenv("LOCKSTEP_TEST_SCREENSHOTS"); !shots.isEmpty()) {
+      dialog.show();
+      dialog.grab().save(QString::fromLocal8Bit(shots) + QStringLiteral("/launcher-parallel.png"));
+    }
+
+    // The user's own program does its own data parallelism: the choice is off and not in the job.
+    dialog.setField(QStringLiteral("kind"), 1);
+    QVERIFY(!kinds->isEnabled());
+    QVERIFY2(kinds->toolTip().contains(QStringLiteral("Your program")), qPrintable(kinds->toolTip()));
+    QVERIFY2(dialog.job(), qPrintable(dialog.error()));
+    QCOMPARE(dialog.job()->sync, Sync::kAllReduce);
+    QCOMPARE(dialog.job()->staleness, 0u);
+    dialog.setField(QStringLiteral("kind"), 0);
+    QVERIFY(kinds->isEnabled());
+
+    // GPU ranks all-reduce: the CPU-only kinds are not offered, and a pick of one falls back.
+    dialog.setField(QStringLiteral("backend"), 1);
+    QCOMPARE(kinds->currentIndex(), 0);
+    const auto* items = qobject_cast<QStandardItemModel*>(kinds->model());
+    for (int kind = 1; kind < 4; ++kind) QVERIFY(!items->item(kind)->isEnabled());
+    QVERIFY2(kinds->toolTip().contains(QStringLiteral("CPU ranks only")), qPrintable(kinds->toolTip()));
+    QVERIFY2(trade->text().contains(QStringLiteral("CPU ranks only")), qPrintable(trade->text()));
+    dialog.setField(QStringLiteral("dataParallel"), 2);
+    QCOMPARE(kinds->currentIndex(), 0);
+    QVERIFY(!dialog.error().contains(QStringLiteral("parameter-server")));
+    dialog.setField(QStringLiteral("backend"), 0);
+    QVERIFY(items->item(2)->isEnabled());
   }
 
   void anAgentThatRefusesTheAppsKeyIsShownAsNotAuthorized() {

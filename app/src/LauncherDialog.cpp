@@ -1,6 +1,7 @@
 #include "LauncherDialog.h"
 
 #include <algorithm>
+#include <utility>
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -16,7 +17,9 @@
 #include <QProcess>
 #include <QPushButton>
 #include <QRadioButton>
+#include <QSignalBlocker>
 #include <QSpinBox>
+#include <QStandardItemModel>
 #include <QTabWidget>
 #include <QTableWidget>
 #include <QVBoxLayout>
@@ -45,6 +48,9 @@ Result<std::uint64_t> whole(const QLineEdit* edit, const QString& what) {
   if (!ok) return invalidArgument((what + ": '" + edit->text() + "' is not a whole number").toStdString());
   return v;
 }
+
+// The data-parallel kinds the launcher offers, in the order of its choice.
+enum ParallelKind { kAllReduce, kShardedOptimizer, kServerSync, kServerAsync };
 
 }  // namespace
 
@@ -77,6 +83,8 @@ QWidget* LauncherDialog::placementBox() {
   backend_->addItem(tr("GPU ranks (CUDA + NCCL)"), static_cast<int>(Backend::kCuda));
   connect(backend_, &QComboBox::currentIndexChanged, this, &LauncherDialog::revalidate);
   whereLayout->addWidget(backend_);
+  whereLayout->addLayout(parallelRow());
+  whereLayout->addWidget(parallelTrade_);
   where_ = new QComboBox(this);
   where_->setObjectName(QStringLiteral("where"));
   where_->addItem(tr("On the connected agents"));
@@ -114,6 +122,98 @@ QWidget* LauncherDialog::placementBox() {
   whereLayout->addWidget(agents_);
   return where;
 
+}
+
+// How the built-in trainer's ranks share the model, each kind with a line on what it trades; the
+// line is the item's data.
+QLayout* LauncherDialog::parallelRow() {
+  parallel_ = new QComboBox(this);
+  parallel_->setObjectName(QStringLiteral("dataParallel"));
+  const auto kind = [&](const QString& name, const QString& trade) { parallel_->addItem(name, trade); };
+  kind(tr("All-reduce (synchronous, every rank holds the whole model)"),
+       tr("Each rank holds all parameters, gradients and optimizer state; gradients are all-reduced while backward "
+          "runs. The slowest rank sets every step's pace."));
+  kind(tr("Sharded optimizer (ZeRO 1)"),
+       tr("Each rank keeps 1/N of the optimizer state (AdamW: 2 floats per parameter); gradients are reduce-scattered "
+          "and the parameters all-gathered after each step: less memory, a little more communication."));
+  kind(tr("Parameter server, synchronous"),
+       tr("Rank 0's process holds the master model and the optimizer; every rank pushes its gradient and pulls the "
+          "weights. Same training as all-reduce; the server's link carries every rank's bytes."));
+  kind(tr("Parameter server, asynchronous"),
+       tr("Each rank's gradient updates the master as it arrives, on weights at most K updates old: a slow rank no "
+          "longer holds the others up, at the price of stale gradients."));
+  staleness_ = new QSpinBox(this);
+  staleness_->setObjectName(QStringLiteral("staleness"));
+  staleness_->setRange(1, 1 << 20);
+  staleness_->setPrefix(tr("K = "));
+  staleness_->setToolTip(tr("How many updates old the weights a rank computes on may be. Each update is one rank's "
+                            "gradient, so K must be at least ranks - 1 (the default)"));
+  parallelTrade_ = new QLabel(this);
+  parallelTrade_->setObjectName(QStringLiteral("dataParallelTrade"));
+  parallelTrade_->setWordWrap(true);
+  parallelTrade_->setForegroundRole(QPalette::PlaceholderText);
+  connect(parallel_, &QComboBox::currentIndexChanged, this, &LauncherDialog::revalidate);
+  connect(staleness_, &QSpinBox::valueChanged, this, &LauncherDialog::revalidate);
+  auto* row = new QHBoxLayout;
+  row->addWidget(new QLabel(tr("Data parallel"), this));
+  row->addWidget(parallel_, 1);
+  row->addWidget(staleness_);
+  return row;
+}
+
+// Command jobs do their own data parallelism; GPU ranks all-reduce (the other kinds are CPU-only for
+// now). A kind that is not offered falls back to all-reduce.
+void LauncherDialog::offerParallelKinds(bool program, bool cuda) {
+  auto* items = qobject_cast<QStandardItemModel*>(parallel_->model());
+  for (int kind : {kShardedOptimizer, kServerSync, kServerAsync}) items->item(kind)->setEnabled(!cuda);
+  if (cuda && parallel_->currentIndex() != kAllReduce) {
+    const QSignalBlocker block(parallel_);
+    parallel_->setCurrentIndex(kAllReduce);
+  }
+  parallel_->setEnabled(!program);
+  parallel_->setToolTip(program ? tr("Your program does its own data parallelism (DDP, FSDP, …): this choice is the "
+                                     "built-in trainer's")
+                        : cuda  ? tr("GPU ranks all-reduce: the sharded optimizer and the parameter server run on "
+                                     "CPU ranks only for now")
+                                : tr("How the ranks share the model (lockstepctl's --sync, --shard and --staleness)"));
+  const int suggested = std::max(1, static_cast<int>(rankCount()) - 1);
+  if (staleness_->value() == std::exchange(autoStaleness_, suggested)) {
+    const QSignalBlocker block(staleness_);
+    staleness_->setValue(suggested);
+  }
+  staleness_->setVisible(!program && parallel_->currentIndex() == kServerAsync);
+  parallelTrade_->setText(program ? tr("Your program does its own data parallelism; this choice is the built-in MLP's.")
+                                  : parallel_->currentData().toString() +
+                                        (cuda ? tr(" The other kinds run on CPU ranks only for now.") : QString()));
+  balance_->setEnabled(parallel_->currentIndex() < kServerSync);  // a server lets a slow rank lag instead
+}
+
+// The chosen kind into the job; an asynchronous server's K checked against the ranks as the trainer does.
+Result<void> LauncherDialog::parallelism(JobSpec& s) const {
+  const int kind = parallel_->currentIndex();
+  if (kind == kShardedOptimizer) s.shard = Shard::kOptimizer;
+  if (kind == kServerSync || kind == kServerAsync) s.sync = Sync::kParameterServer;
+  if (kind != kServerAsync) return {};
+  s.staleness = static_cast<std::uint32_t>(staleness_->value());
+  if (const std::uint32_t ranks = rankCount(); s.staleness + 1 < ranks) {
+    return invalidArgument(tr("staleness K = %1 with %2 ranks: each update is one rank's gradient, so even in lockstep "
+                              "a gradient is %3 updates old; make K at least %3, or choose the synchronous server")
+                               .arg(s.staleness).arg(ranks).arg(ranks - 1).toStdString());
+  }
+  return {};
+}
+
+// The ranks the form asks for: the agents' counts, or what Slurm is asked for.
+std::uint32_t LauncherDialog::rankCount() const {
+  if (where_->currentIndex() > 0) {
+    return static_cast<std::uint32_t>(slurmGpus_->value() > 0 ? slurmNodes_->value() * slurmGpus_->value()
+                                                              : slurmRanks_->value());
+  }
+  std::uint32_t ranks = 0;
+  for (int row = 0; row < agents_->rowCount(); ++row) {
+    ranks += static_cast<std::uint32_t>(qobject_cast<QSpinBox*>(agents_->cellWidget(row, 5))->value());
+  }
+  return ranks;
 }
 
 // What to ask Slurm for (lockstepctl start --slurm's flags): nodes, GPUs per node (none: CPU
@@ -282,7 +382,8 @@ QWidget* LauncherDialog::trainerPage() {
   balance_ = new QCheckBox(tr("balance ranks by speed"), this);
   balance_->setObjectName(QStringLiteral("balanceDynamic"));
   balance_->setToolTip(tr("Every 10 steps, re-split the global batch by each rank's measured compute rate, so that "
-                          "slower ranks get fewer samples and all finish together (CPU ranks)"));
+                          "slower ranks get fewer samples and all finish together (CPU ranks; not with a parameter "
+                          "server, where asynchronous training lets a slow rank lag instead)"));
   connect(balance_, &QCheckBox::toggled, this, &LauncherDialog::revalidate);
   comm->addWidget(balance_);
   comm->addStretch(1);
@@ -557,7 +658,8 @@ Result<JobSpec> LauncherDialog::trainerJob() const {
   } else {
     LOCKSTEP_ASSIGN_OR_RETURN(s.bucketMb, real(bucketMb_, tr("bucket MB (or auto)")));
   }
-  s.rebalanceEvery = balance_->isChecked() ? 10 : 0;
+  s.rebalanceEvery = balance_->isEnabled() && balance_->isChecked() ? 10 : 0;
+  LOCKSTEP_TRY(parallelism(s));
   s.maxRestarts = static_cast<std::uint32_t>(restarts_->value());
   s.timeoutS = static_cast<std::uint32_t>(timeout_->value());
   return s;
@@ -576,6 +678,7 @@ void LauncherDialog::revalidate() {
   slurmBox_->setVisible(onSlurm);
   agents_->setVisible(!onSlurm);
   slurmRanks_->setEnabled(slurmGpus_->value() == 0);
+  offerParallelKinds(program, static_cast<Backend>(backend_->currentData().toInt()) == Backend::kCuda);
   slurm_.reset();
   auto built = build();
   if (built) {

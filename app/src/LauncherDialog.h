@@ -1,5 +1,6 @@
 #pragma once
-// The job launcher: where ranks go (agents and their ranks, CPU or GPU), then either the built-in
+// The job launcher: where ranks go (agents and their ranks, CPU or GPU, and for the built-in trainer
+// how they share the model: all-reduce, sharded optimizer or a parameter server), then either the built-in
 // MLP (model, data, batch, optimizer, duration, target loss, checkpoints) or "Your program"
 // (program, arguments, working directory, environment), and prices. Every edit re-checks the job with the
 // same rules the agents apply, shows what is wrong under the form and enables Start only when the
@@ -44,6 +45,10 @@ class LauncherDialog : public QDialog {
   QWidget* placementBox();
   QWidget* slurmBox();
   Result<JobSpec> checkedForSlurm(JobSpec spec);
+  QLayout* parallelRow();
+  void offerParallelKinds(bool program, bool cuda);
+  Result<void> parallelism(JobSpec& s) const;
+  std::uint32_t rankCount() const;
   QWidget* trainerPage();
   QWidget* programPage();
   QLayout* pricesRow();
@@ -69,6 +74,10 @@ class LauncherDialog : public QDialog {
   QLineEdit *program_, *arguments_, *workingDir_, *environment_, *programTarget_;
   QSpinBox* programRestarts_;
   QComboBox* backend_;
+  QComboBox* parallel_;  // the data-parallel kind (ParallelKind), as lockstepctl's --sync, --shard, --staleness
+  QSpinBox* staleness_;
+  QLabel* parallelTrade_;
+  int autoStaleness_ = 1;  // K as the form last suggested it (ranks - 1): it follows the ranks until edited
   QLineEdit *jobId_, *layers_, *samples_, *dataSeed_, *features_, *labels_, *lr_, *momentum_, *weightDecay_;
   QLineEdit *targetLoss_, *checkpointDir_, *priceGpu_, *priceCore_, *priceKwh_, *currency_, *bucketMb_;
   QLineEdit *alerts_, *notify_, *budget_;  // docs/alerts.md
