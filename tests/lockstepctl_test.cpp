@@ -363,18 +363,6 @@ int exitCodeOf(pid_t pid, std::chrono::seconds timeout) {
   return (*status)->signal ? 128 + (*status)->signal : (*status)->exitCode;
 }
 
-// The pid of rank `rank` of a job (optionally only among the processes started by one agent).
-std::optional<pid_t> rankProcess(const std::string& jobId, int rank, const std::string& agentStateDir = {}) {
-  for (pid_t pid : processesOfJob(jobId)) {
-    if (environOf(pid, "RANK") != std::to_string(rank)) continue;
-    if (!agentStateDir.empty() && environOf(pid, "LOCKSTEP_REPORT").value_or("").find(agentStateDir) == std::string::npos) {
-      continue;
-    }
-    return pid;
-  }
-  return std::nullopt;
-}
-
 bool hasCheckpoint(const std::string& dir, std::uint64_t step) {
   char name[64];
   std::snprintf(name, sizeof name, "/step-%08llu.safetensors", static_cast<unsigned long long>(step));

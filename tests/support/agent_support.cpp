@@ -173,6 +173,17 @@ std::vector<pid_t> processesOfJob(const std::string& jobId) {
   return out;
 }
 
+std::optional<pid_t> rankProcess(const std::string& jobId, int rank, const std::string& agentStateDir) {
+  for (pid_t pid : processesOfJob(jobId)) {
+    if (environOf(pid, "RANK") != std::to_string(rank)) continue;
+    if (!agentStateDir.empty() && environOf(pid, "LOCKSTEP_REPORT").value_or("").find(agentStateDir) == std::string::npos) {
+      continue;
+    }
+    return pid;
+  }
+  return std::nullopt;
+}
+
 bool hasCheckpointFrom(const std::string& dir, std::uint64_t step) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {

@@ -126,6 +126,9 @@ struct TwoNodes {
 
 // Living (not zombie) processes whose environment says LOCKSTEP_JOB_ID=jobId.
 std::vector<pid_t> processesOfJob(const std::string& jobId);
+// The pid of rank `rank` of a job (optionally only among the processes started by the agent whose
+// state dir is `agentStateDir`).
+std::optional<pid_t> rankProcess(const std::string& jobId, int rank, const std::string& agentStateDir = {});
 
 // Whether `dir` holds a checkpoint of step `step` or later (retention deletes older ones quickly
 // in a fast job, so "step 100 exists" can be missed between two looks).

@@ -1,0 +1,216 @@
+// Issue 45 through agents: a --sync parameter-server job of the built-in trainer on two nodes (two
+// real agents on loopback, a rank on each; the server is a thread of rank 0's process). Losing the
+// server's rank fails the job naming it, or restarts it from the server's last checkpoint with
+// --max-restarts; a rank that stands still makes its peer wait in its push or pull, and the stall
+// names which.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <functional>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "lockstep/history/history.h"
+#include "support/agent_support.h"
+
+namespace lockstep::test {
+namespace {
+
+using namespace std::chrono_literals;
+using Json = nlohmann::json;
+
+struct PsAgents : ::testing::Test {
+  void SetUp() override {
+    ASSERT_TRUE(ctl.pairWith(nodes.a));
+    ASSERT_TRUE(ctl.pairWith(nodes.b));
+  }
+  void TearDown() override {
+    for (const auto& id : started) (void)ctl({"stop", id, "--grace-ms", "1000"}, 30s);
+  }
+
+  // `lockstepctl start --wait` of a two-rank parameter-server job, a rank on each agent, with
+  // `flags` after the common ones; `meanwhile` runs here while it goes. Returns lockstepctl's result.
+  ProcessResult run(const std::string& id, const std::vector<std::string>& flags, const std::function<void()>& meanwhile) {
+    started.push_back(id);
+    const auto args = join({"start", "--wait", "--job-id", id, "--ranks", "2", "--ranks-per-agent", "1,1", "--sync",
+                            "parameter-server", "--layers", "32,64,4", "--batch-per-rank", "8"},
+                           flags);
+    auto going = std::async(std::launch::async, [this, args] { return ctl(args, 150s); });
+    meanwhile();
+    if (going.wait_for(120s) != std::future_status::ready) (void)ctl({"stop", id, "--grace-ms", "1000"}, 30s);
+    return going.get();
+  }
+  Json status(const std::string& id) const {
+    const auto r = ctl({"--json", "status", id}, 30s);
+    return r.status.exitCode == 0 ? Json::parse(r.out, nullptr, false) : Json();
+  }
+  static Json rankOf(const Json& status, int rank) {
+    if (!status.is_object() || !status.contains("ranks")) return Json();
+    for (const auto& r : status["ranks"]) {
+      if (r["rank"] == rank) return r;
+    }
+    return Json();
+  }
+  std::vector<JobEvent> events(const std::string& id) const {
+    auto h = history::History::open(ctl.historyPath());
+    auto e = h ? h->events(id) : Result<std::vector<JobEvent>>(h.error());
+    EXPECT_TRUE(e) << e.error().message;
+    return e ? *e : std::vector<JobEvent>{};
+  }
+  // The node rank 0 of job `id` runs on, by the agent that started its process ("" when none runs).
+  std::string nodeOfRankZero(const std::string& id) const {
+    if (rankProcess(id, 0, nodes.a.stateDir())) return nodes.a.name();
+    if (rankProcess(id, 0, nodes.b.stateDir())) return nodes.b.name();
+    return "";
+  }
+  // Once the server has checkpointed step `step`, SIGKILLs rank 0's process; returns its node.
+  std::string killServerAfter(const std::string& id, const std::string& checkpoints, std::uint64_t step) const {
+    if (!waitUntil([&] { return hasCheckpointFrom(checkpoints, step); }, 90s)) return "";
+    const std::string node = nodeOfRankZero(id);
+    const auto victim = rankProcess(id, 0);
+    if (!victim || node.empty()) return "";
+    ::kill(*victim, SIGKILL);
+    return node;
+  }
+
+  TempDir dir;
+  TwoNodes nodes{dir, {}, 0};
+  Ctl ctl{dir, dir.file("config")};
+  std::vector<std::string> started;
+};
+
+std::string allMessages(const std::vector<JobEvent>& events) {
+  std::string out;
+  for (const auto& e : events) out += std::string(jobEventKindName(e.kind)) + ": " + e.message + "\n";
+  return out;
+}
+
+TEST_F(PsAgents, AKilledServerRankFailsTheJobNamingIt) {
+  const std::string ckpt = dir.file("ckpt");
+  std::string node;
+  const auto done = run("ps-lost", {"--steps", "10000000", "--checkpoint-dir", ckpt, "--checkpoint-every", "100"},
+                        [&] { node = killServerAfter("ps-lost", ckpt, 200); });
+  ASSERT_FALSE(node.empty()) << "rank 0 never checkpointed step 200, or was not found: " << done.out << done.err;
+  EXPECT_EQ(done.status.exitCode, 5) << done.out << done.err;
+  EXPECT_TRUE(waitUntil([] { return processesOfJob("ps-lost").empty(); }, 30s)) << "the other rank is not left waiting";
+  // "job ps-lost: failed: rank 0 exited with signal 9 (Killed), in pull #408 of step 204; rank 1
+  // exited with exit code 3, in push #407 of step 204": the server's rank first, where it was; its
+  // peer saw the server go (exit 3: a peer was lost) instead of waiting in its pull.
+  EXPECT_NE(done.out.find("job ps-lost: failed: rank 0 exited with signal 9"), std::string::npos) << done.out;
+  EXPECT_EQ(done.out.find("restart 1"), std::string::npos) << "no restarts were allowed: " << done.out;
+  const Json s = status("ps-lost");
+  EXPECT_EQ(s.value("state", ""), "failed") << s.dump(2);
+  EXPECT_EQ(rankOf(s, 0)["node"], node) << s.dump(2);
+  EXPECT_EQ(rankOf(s, 0)["signal"], SIGKILL) << s.dump(2);
+  const auto log = ctl({"logs", "ps-lost", "--rank", "1"}, 30s);
+  EXPECT_NE(log.out.find("parameter server"), std::string::npos) << "rank 1 says what it lost: " << log.out << log.err;
+
+  const auto all = events("ps-lost");
+  const auto exited = std::find_if(all.begin(), all.end(), [](const JobEvent& e) {
+    return e.kind == JobEventKind::kRankExited && e.rank == 0u && e.signal == SIGKILL;
+  });
+  EXPECT_NE(exited, all.end()) << allMessages(all);
+  const auto failed = std::find_if(all.begin(), all.end(), [](const JobEvent& e) { return e.kind == JobEventKind::kFailed; });
+  ASSERT_NE(failed, all.end()) << allMessages(all);
+  EXPECT_NE(failed->message.find("rank 0"), std::string::npos) << allMessages(all);
+}
+
+TEST_F(PsAgents, WithMaxRestartsALostServerRankRestartsFromItsLastCheckpointAndFinishes) {
+  const std::string ckpt = dir.file("ckpt");
+  std::string node;
+  const auto done = run("ps-restart",
+                        {"--steps", "3000", "--checkpoint-dir", ckpt, "--checkpoint-every", "100", "--max-restarts", "1"},
+                        [&] { node = killServerAfter("ps-restart", ckpt, 200); });
+  ASSERT_FALSE(node.empty()) << "rank 0 never checkpointed step 200, or was not found: " << done.out << done.err;
+  EXPECT_EQ(done.status.exitCode, 0) << done.out << done.err;
+  EXPECT_NE(done.out.find("rank 0 on " + node + " killed by signal 9"), std::string::npos) << done.out;
+  EXPECT_NE(done.out.find("restart 1 of 1"), std::string::npos) << done.out;
+  EXPECT_NE(done.out.find("from the last checkpoint"), std::string::npos) << done.out;
+
+  const auto all = events("ps-restart");
+  EXPECT_TRUE(std::any_of(all.begin(), all.end(), [](const JobEvent& e) {
+    return e.kind == JobEventKind::kStarted && e.message.find("rank 0") != std::string::npos;
+  })) << "the restart says why: " << allMessages(all);
+  EXPECT_TRUE(std::any_of(all.begin(), all.end(), [](const JobEvent& e) { return e.kind == JobEventKind::kFinished; }))
+      << allMessages(all);
+
+  // The second attempt resumed at one of the server's checkpoints (not from step 0) and ran to the
+  // end; its steps, like the first's, pushed and pulled (what the timeline and the KPIs read).
+  const auto steps = ctl.steps("ps-restart");
+  std::uint64_t firstResumed = ~0ull, last = 0;
+  bool pushed = false, pulled = false;
+  for (const auto& r : steps) {
+    for (const auto& c : r.collectives) {
+      pushed = pushed || (c.kind == CollectiveKind::kPush && c.count > 0);
+      pulled = pulled || (c.kind == CollectiveKind::kPull && c.count > 0);
+    }
+    if (r.attempt != 1) continue;
+    firstResumed = std::min(firstResumed, r.step);
+    last = std::max(last, r.step);
+  }
+  ASSERT_NE(firstResumed, ~0ull) << "no step of attempt 1 in the history";
+  EXPECT_GE(firstResumed - 1, 200u);
+  EXPECT_EQ((firstResumed - 1) % 100, 0u) << "resumed at a checkpoint: " << firstResumed;
+  EXPECT_EQ(last, 3000u);
+  EXPECT_TRUE(pushed && pulled) << "step reports carry push and pull";
+}
+
+TEST_F(PsAgents, ARankStoppedBySigstopLeavesItsPeerWaitingInAPushOrPullAndTheStallSaysWhich) {
+  Json stalled, waiting;
+  std::vector<std::uint32_t> behind;
+  const auto done = run("ps-stall", {"--steps", "10000000", "--stall-after-s", "2"}, [&] {
+    pid_t pid = 0;
+    ASSERT_TRUE(waitUntil([&] {
+      const Json r = rankOf(status("ps-stall"), 1);
+      if (!r.is_object() || !r.contains("progress") || r["progress"]["step"].get<int>() < 20) return false;
+      pid = r["pid"].get<pid_t>();
+      return true;
+    }, 60s)) << status("ps-stall").dump(2);
+    ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+    waitUntil([&] {
+      const Json s = status("ps-stall");
+      if (s.is_object() && s.contains("stall")) stalled = s;
+      return stalled.is_object();
+    }, 30s);
+    // Each agent judges its own rank: let rank 0's (the waiting rank's) pass its allowance too.
+    waitUntil([&] {
+      const Json r = rankOf(status("ps-stall"), 0);
+      return r.is_object() && r.contains("progress") &&
+             r["progress"]["still_ms"].get<std::int64_t>() > r["progress"]["allowance_ms"].get<std::int64_t>() + 3000;
+    }, 30s);
+    ::kill(pid, SIGCONT);
+    (void)ctl({"stop", "ps-stall", "--grace-ms", "1000"}, 30s);
+  });
+  EXPECT_EQ(done.status.exitCode, 6) << "stopped by a user: " << done.out << done.err;
+  ASSERT_TRUE(stalled.is_object()) << "no stall within 30 s of SIGSTOP: " << status("ps-stall").dump(2);
+
+  // The whole job's view (both agents' parts): rank 1 is behind, rank 0 waits for the server, in
+  // its push or its pull (where rank 1 stopped decides which: a push waits while the server cannot
+  // take it).
+  EXPECT_EQ(stalled["stall"]["ranks"], Json::array({1})) << stalled.dump(2);
+  const Json zero = rankOf(stalled, 0);
+  ASSERT_TRUE(zero.is_object() && zero.contains("progress")) << stalled.dump(2);
+  EXPECT_EQ(zero["progress"]["in_collective"], true) << stalled.dump(2);
+  const std::string where = zero["progress"]["where"];
+  const std::string phase = where.substr(0, where.find(" #"));
+  EXPECT_TRUE(phase == "push" || phase == "pull") << where;
+  const std::string message = stalled["stall"]["message"];
+  EXPECT_NE(message.find("rank 1 did not reach " + phase + " #"), std::string::npos) << message;
+  EXPECT_NE(message.find("which rank 0 waits in"), std::string::npos) << message;
+  EXPECT_EQ(rankOf(stalled, 1)["progress"]["process_state"], "stopped by a signal") << stalled.dump(2);
+
+  // Rank 0's agent sees only its own rank, waiting: its stall event names the phase it waits in.
+  const auto all = events("ps-stall");
+  EXPECT_TRUE(std::any_of(all.begin(), all.end(), [&](const JobEvent& e) {
+    return e.kind == JobEventKind::kStalled && e.message.find("every rank here waits in " + phase + " #") != std::string::npos;
+  })) << phase << "\n" << allMessages(all);
+  EXPECT_TRUE(std::any_of(all.begin(), all.end(), [](const JobEvent& e) {
+    return e.kind == JobEventKind::kStalled && e.rank == 1u && e.message.find("rank 1") != std::string::npos;
+  })) << "rank 1's agent names it: " << allMessages(all);
+}
+
+}  // namespace
+}  // namespace lockstep::test
