@@ -380,6 +380,16 @@ CompareDialog::CompareDialog(const std::vector<history::JobRecord>& jobs, QWidge
     }
     layout->addLayout(charts, 1);
   }
+  // Which kind of data parallelism fits the workload, where the jobs ran it under several.
+  if (!comparison_.advice.empty()) {
+    QStringList lines;
+    for (const auto& line : comparison_.advice) lines << QString::fromStdString(line);
+    auto* advice = new QLabel(lines.join(QLatin1Char('\n')), this);
+    advice->setObjectName(QStringLiteral("kindAdvice"));
+    advice->setWordWrap(true);
+    advice->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    layout->addWidget(advice);
+  }
   auto* note = new QLabel(QString::fromStdString(comparison_.scalingNote), this);
   note->setObjectName(QStringLiteral("scalingNote"));
   note->setWordWrap(true);
