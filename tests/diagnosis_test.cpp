@@ -212,6 +212,26 @@ kpi::JobKpis fsdpSteps() {
                     {CollectiveKind::kReduceScatter, 920'000, 60'000, 30'000, 8u << 20}});
 }
 
+// Issue 45: the built-in trainer's own kinds get the trainer's advice, in English ("pushes").
+TEST(Diagnosis, AParameterServersPushesAndPullsGetTheTrainersAdvice) {
+  const kpi::JobKpis k = stepsWith({{CollectiveKind::kPush, 1, 200'000, 200'000, 8u << 20},
+                                    {CollectiveKind::kPull, 1, 150'000, 150'000, 8u << 20}},
+                                   {});
+  JobSpec server = trainerSpec();
+  server.sync = Sync::kParameterServer;
+  const auto d = diagnoseCommunication(k, server, std::nullopt);
+  ASSERT_TRUE(d);
+  EXPECT_TRUE(has(d->advice, "a parameter server's pushes and pulls carry every rank's whole gradient")) << d->advice;
+  EXPECT_TRUE(has(d->advice, "--sync allreduce")) << d->advice;
+  EXPECT_FALSE(has(d->advice, "pushs")) << d->advice;
+  JobSpec sharded = trainerSpec();
+  sharded.shard = Shard::kOptimizer;
+  const auto s = diagnoseCommunication(fsdpSteps(), sharded, std::nullopt);
+  ASSERT_TRUE(s);
+  EXPECT_TRUE(has(s->advice, "--shard none")) << s->advice;
+  EXPECT_FALSE(has(s->advice, "forward_prefetch")) << "not FSDP's settings: the trainer has none of them";
+}
+
 TEST(Diagnosis, ExposedAllGathersBeforeTheFirstLayerAreShardedTrainings) {
   const kpi::JobKpis k = fsdpSteps();
   ASSERT_TRUE(k.commOverhead);

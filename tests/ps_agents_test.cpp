@@ -105,8 +105,6 @@ TEST_F(PsAgents, AKilledServerRankFailsTheJobNamingIt) {
   EXPECT_EQ(s.value("state", ""), "failed") << s.dump(2);
   EXPECT_EQ(rankOf(s, 0)["node"], node) << s.dump(2);
   EXPECT_EQ(rankOf(s, 0)["signal"], SIGKILL) << s.dump(2);
-  const auto log = ctl({"logs", "ps-lost", "--rank", "1"}, 30s);
-  EXPECT_NE(log.out.find("parameter server"), std::string::npos) << "rank 1 says what it lost: " << log.out << log.err;
 
   const auto all = events("ps-lost");
   const auto exited = std::find_if(all.begin(), all.end(), [](const JobEvent& e) {

@@ -89,7 +89,7 @@ TEST(Shard, OptimizerShardingOverGlooTrainsAsUnsharded) {
 
 // A sharded job's checkpoint holds every parameter's optimizer state: it resumes bit-exactly,
 // sharded or not.
-TEST(Shard, ASharedJobResumesExactlyAndItsCheckpointHoldsTheWholeState) {
+TEST(Shard, AShardedJobResumesExactlyAndItsCheckpointHoldsTheWholeState) {
   TempDir dir;
   const std::vector<std::string> every10 = {"--nproc", "2", "--shard", "optimizer", "--checkpoint-every", "10"};
   const TrainerRun full = train(dir, "full", join(every10, {"--steps", "30", "--checkpoint-dir", dir.file("ckpt-full")}));

@@ -144,7 +144,7 @@ QLayout* LauncherDialog::parallelRow() {
           "longer holds the others up, at the price of stale gradients."));
   staleness_ = new QSpinBox(this);
   staleness_->setObjectName(QStringLiteral("staleness"));
-  staleness_->setRange(1, 1 << 20);
+  staleness_->setRange(1, 1000);  // the spec field's bound (spec_fields.h)
   staleness_->setPrefix(tr("K = "));
   staleness_->setToolTip(tr("How many updates old the weights a rank computes on may be. Each update is one rank's "
                             "gradient, so K must be at least ranks - 1 (the default)"));
@@ -188,19 +188,17 @@ void LauncherDialog::offerParallelKinds(bool program, bool cuda) {
   balance_->setEnabled(parallel_->currentIndex() < kServerSync);  // a server lets a slow rank lag instead
 }
 
-// The chosen kind into the job; an asynchronous server's K checked against the ranks as the trainer does.
+// The chosen kind into the job; an asynchronous server's K checked against the ranks the form asks
+// for, by the rule the agents and the trainer apply.
 Result<void> LauncherDialog::parallelism(JobSpec& s) const {
   const int kind = parallel_->currentIndex();
   if (kind == kShardedOptimizer) s.shard = Shard::kOptimizer;
   if (kind == kServerSync || kind == kServerAsync) s.sync = Sync::kParameterServer;
   if (kind != kServerAsync) return {};
   s.staleness = static_cast<std::uint32_t>(staleness_->value());
-  if (const std::uint32_t ranks = rankCount(); s.staleness + 1 < ranks) {
-    return invalidArgument(tr("staleness K = %1 with %2 ranks: each update is one rank's gradient, so even in lockstep "
-                              "a gradient is %3 updates old; make K at least %3, or choose the synchronous server")
-                               .arg(s.staleness).arg(ranks).arg(ranks - 1).toStdString());
-  }
-  return {};
+  JobSpec asked = s;
+  asked.worldSize = rankCount();
+  return validateStaleness(asked);
 }
 
 // The ranks the form asks for: the agents' counts, or what Slurm is asked for.

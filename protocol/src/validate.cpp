@@ -269,7 +269,10 @@ Result<void> validateSync(const JobSpec& spec) {
     return bad("--balance dynamic re-splits synchronous all-reduce steps: with a parameter server use --balance even "
                "(asynchronous training, --staleness K, lets a slow rank lag instead)");
   }
-  return {};
+  if (spec.staleness > 0 && spec.epochs > 0) {
+    return bad("asynchronous training counts the server's updates, each one rank's batch: give --steps, not --epochs");
+  }
+  return validateStaleness(spec);
 }
 
 // What only the built-in trainer's MLP job has: model, data, batch, optimizer, length.
@@ -313,6 +316,14 @@ Result<void> validateCommandJob(const JobSpec& spec) {
 }
 
 }  // namespace
+
+Result<void> validateStaleness(const JobSpec& spec) {
+  const std::uint32_t ranks = spec.worldSize;
+  if (spec.staleness == 0 || spec.staleness + 1 >= ranks) return {};
+  return bad("--staleness " + std::to_string(spec.staleness) + " with " + std::to_string(ranks) +
+             " ranks: each update is one rank's gradient, so even in lockstep a gradient is " + std::to_string(ranks - 1) +
+             " updates old; use --staleness 0 (synchronous) or at least " + std::to_string(ranks - 1));
+}
 
 bool isRankVariable(std::string_view name) {
   return std::find(std::begin(kRankVariables), std::end(kRankVariables), name) != std::end(kRankVariables) ||

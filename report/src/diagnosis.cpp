@@ -9,6 +9,16 @@
 namespace lockstep::report {
 namespace {
 
+std::string title(CollectiveKind kind) { return std::string(titleOf(kind)); }
+// "all-gathers", "pushes", "sends and receives": the kind in the plural.
+std::string plural(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kPush: return "pushes";
+    case CollectiveKind::kSendRecv: return "sends and receives";
+    default: return title(kind) + "s";
+  }
+}
+
 std::string ms(double us) { return present::number(us / 1e3, us < 10e3 ? 2 : 1) + " ms"; }
 
 std::string percentOf(double fraction) { return present::number(fraction * 100, 0) + "%"; }
@@ -67,7 +77,7 @@ std::string leadText(const kpi::JobKpis& k) {
 }
 
 CommDiagnosis straggler(const kpi::JobKpis& k, const std::string& lead, const kpi::CollectiveKpis* kind) {
-  const std::string in = allReduce(kind) ? "the all-reduce" : "the " + std::string(titleOf(kind->kind)) + "s";
+  const std::string in = allReduce(kind) ? "the all-reduce" : "the " + plural(kind->kind);
   std::string advice = lead + "; " + percentOf(*k.stragglerWaitShare) + " of it is ranks waiting in " + in +
                        " for the last one to arrive";
   if (k.arrivalSkewUs) advice += " (arrival skew " + ms(*k.arrivalSkewUs) + " per step)";
@@ -156,7 +166,6 @@ CommDiagnosis allReduceDiagnosis(const kpi::JobKpis& k, const JobSpec& spec,
   return CommDiagnosis{CommBound::kUndetermined, lead + figures + unknown + ": " + hideAdvice(spec) + buckets + "."};
 }
 
-std::string title(CollectiveKind kind) { return std::string(titleOf(kind)); }
 std::string aTitle(CollectiveKind kind) { return (titleOf(kind).front() == 'a' ? "an " : "a ") + title(kind); }
 
 // Where the spans put the steps' exposed collective time, when most of it is at one end:
@@ -179,10 +188,31 @@ std::string whereText(const kpi::ExposedEnds& e) {
   return out;
 }
 
+// The built-in trainer's own kinds of data parallelism (docs/trainer.md): what they trade.
+std::string trainerKindAdvice(CollectiveKind kind, const std::string& where) {
+  switch (kind) {
+    case CollectiveKind::kAllGather:
+    case CollectiveKind::kReduceScatter:
+      return "the sharded optimizer (--shard optimizer) reduce-scatters the gradients and waits for the parameters' "
+             "all-gather after each step" + where + ": it keeps 1/N of the optimizer state at that price; with "
+             "memory to spare, --shard none all-reduces while backward runs instead";
+    case CollectiveKind::kPush:
+    case CollectiveKind::kPull:
+      return "a parameter server's pushes and pulls carry every rank's whole gradient and weights across the "
+             "server's link each step" + where + ": --sync allreduce moves them among the ranks instead, and "
+             "asynchronous training (--staleness K) lets a rank go on without waiting for the others";
+    default:
+      return "the " + plural(kind) + " carry it" + where;
+  }
+}
+
 // What to change for a kind other than all-reduce: sharded training's all-gathers and
 // reduce-scatters, ZeroRedundancyOptimizer's broadcasts, a barrier's wait.
 std::string kindAdvice(const kpi::JobKpis& k, const JobSpec& spec, CollectiveKind kind) {
   const std::string where = whereText(k.exposedEnds);
+  if (!spec.isCommand() && (spec.shard != Shard::kNone || spec.sync != Sync::kAllReduce)) {
+    return trainerKindAdvice(kind, where);
+  }
   switch (kind) {
     case CollectiveKind::kAllGather:
       return "sharded training (FSDP, ZeRO) waits for its parameters' all-gathers" + where +
@@ -204,7 +234,7 @@ std::string kindAdvice(const kpi::JobKpis& k, const JobSpec& spec, CollectiveKin
       return "barriers move no data: their time is ranks waiting for each other" + where + ". The slowest is " +
              slowestText(k) + "; speed it up, or drop the barriers the program does not need";
     default:
-      return "the " + title(kind) + "s carry it" + where + ": overlap them with compute where the program can, or " +
+      return "the " + plural(kind) + " carry it" + where + ": overlap them with compute where the program can, or " +
              hideAdvice(spec);
   }
 }
@@ -221,7 +251,7 @@ CommDiagnosis kindDiagnosis(const kpi::JobKpis& k, const JobSpec& spec,
                             : "";
   kpi::Maybe size;
   if (kind.bytesPerStep && *kind.bytesPerStep > 0 && kind.perStep > 0) size = *kind.bytesPerStep / kind.perStep;
-  if (size) figures += (figures.empty() ? " in " : ", in ") + title(kind.kind) + "s of " + present::bytes(*size);
+  if (size) figures += (figures.empty() ? " in " : ", in ") + plural(kind.kind) + " of " + present::bytes(*size);
   const std::string advice = kindAdvice(k, spec, kind.kind);
   const CommBound bound = boundOf(held, size);
   if (bound == CommBound::kBandwidth) {
@@ -233,7 +263,7 @@ CommDiagnosis kindDiagnosis(const kpi::JobKpis& k, const JobSpec& spec,
   }
   const std::string unknown = held.ratio || kind.kind == CollectiveKind::kBarrier ? ""
                               : !kind.busBandwidth
-                                  ? " (no timed " + title(kind.kind) + "s to measure a bandwidth from)"
+                                  ? " (no timed " + plural(kind.kind) + " to measure a bandwidth from)"
                                   : " (no link speed or earlier peak on these nodes to hold it against)";
   return {CommBound::kUndetermined, lead + figures + unknown + ": " + advice + "."};
 }

@@ -173,7 +173,7 @@ void CpuLoop::computeMicroStep(Step& st, std::uint32_t micro) {
   if (last) {
     grads_[kLossSum] = static_cast<float>(st.localLossSum);
     grads_[kSampleCount] = static_cast<float>(st.localSamples);
-    grads_[kStopVotes] = host_.stopSignal() != 0 || voteToStop_ ? 1.0f : 0.0f;
+    grads_[kStopVotes] = host_.stopSignal() != 0 ? 1.0f : 0.0f;
   }
   if (last) st.backwardStart = Clock::now();
   model_->backward(params, grads_, micro > 0, cuts_, [&](std::size_t end) {
@@ -255,6 +255,9 @@ void CpuLoop::addShardFigures(const Step& st, StepReport& report) const {
     return CollectiveTimes{kind, t.count, t.micros, std::min(exposed, t.micros), t.bytes};
   };
   if (reduceScatter.count > 0) {
+    // The all-reduce is the header's alone: its bandwidth would say nothing of the gradients'.
+    report.allreduceTimeUs.reset();
+    report.bytesReduced.reset();
     report.collectives.push_back(entry(CollectiveKind::kAllReduce, allReduce, 0));
     report.collectives.push_back(entry(CollectiveKind::kReduceScatter, reduceScatter, bucketWait));
   } else {

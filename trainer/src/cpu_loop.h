@@ -60,6 +60,7 @@ class CpuLoop final : public RankLoop {
   // Pushes the step's gradient and pulls the weights after its update; returns the server's word.
   Result<PsHeader> pushAndPull(Step& step);
   Result<void> recordServerStep(Step& step, double lr, StepAccounting& accounting, const PsHeader& reply);
+  std::optional<Error> serverError(bool stopFirst);
 
   // One step; returns whether to go on.
   Result<bool> runStep(std::uint64_t step, double lr, StepAccounting& accounting);

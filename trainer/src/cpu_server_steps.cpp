@@ -1,19 +1,15 @@
 // CpuLoop's steps with a parameter server (--sync parameter-server; ps_server.h has the server).
 
 #include "cpu_loop.h"
+#include "lockstep/protocol/validate.h"
 #include "optimizer.h"
 
 namespace lockstep::trainer {
 
 Result<void> CpuLoop::setUpServer() {
-  const JobSpec& spec = options_.spec;
+  const JobSpec& spec = options_.spec;  // its world size is the environment's (RankRunner)
   const std::uint32_t workers = env_.worldSize;
-  if (spec.staleness > 0 && spec.staleness + 1 < workers) {
-    return invalidArgument("--staleness " + std::to_string(spec.staleness) + " with " + std::to_string(workers) +
-                           " ranks: each update is one rank's gradient, so even in lockstep a gradient is " +
-                           std::to_string(workers - 1) + " updates old; use --staleness 0 (synchronous) or at least " +
-                           std::to_string(workers - 1));
-  }
+  LOCKSTEP_TRY(validateStaleness(spec));
   if (env_.rank == 0) {
     ownWeights_ = s_.params;
     weights_ = ownWeights_.data();
@@ -47,23 +43,32 @@ Result<void> CpuLoop::trainWithServer(StepAccounting& accounting) {
     st.start = Clock::now();
     s_.progress.enter(RankPhase::kCompute);
     for (std::uint32_t micro = 0; micro < options_.spec.accumSteps; ++micro) computeMicroStep(st, micro);
-    LOCKSTEP_ASSIGN_OR_RETURN(const PsHeader reply, pushAndPull(st));
-    over = reply.done != 0;
-    if (reply.applied != 0) LOCKSTEP_TRY(recordServerStep(st, lr, accounting, reply));
+    auto reply = pushAndPull(st);
+    if (!reply) return serverError(/*stopFirst=*/true).value_or(reply.error());
+    over = reply->done != 0;
+    if (reply->applied != 0) LOCKSTEP_TRY(recordServerStep(st, lr, accounting, *reply));
+    if (over && reply->stopped != 0) accounting.stopVoted(host_.stopSignal());
   }
-  if (server_) {
-    if (auto served = server_->join(); !served) {
-      host_.markCommBroken();
-      return served.error().withContext("the parameter server (rank 0)");
-    }
-  }
+  if (auto failed = serverError(/*stopFirst=*/false)) return *failed;
   return {};
+}
+
+// On rank 0: the server's own error once it has ended (a worker of rank 0 that lost the server
+// says why). `stopFirst`: rank 0's worker failed, so the server stops waiting for pushes; else it
+// ends once it has told every worker the run is over.
+std::optional<Error> CpuLoop::serverError(bool stopFirst) {
+  if (!server_) return std::nullopt;
+  if (stopFirst) server_->abort();
+  auto served = server_->join();
+  if (served || served.error().code == ErrorCode::kCancelled) return std::nullopt;
+  host_.markCommBroken();
+  return served.error().withContext("the parameter server (rank 0)");
 }
 
 Result<PsHeader> CpuLoop::pushAndPull(Step& st) {
   const std::size_t floats = s_.layout->totalFloats();
   const int server = static_cast<int>(env_.worldSize);
-  writePsHeader(grads_, PsHeader{version_, 0, 0, 0, 0});
+  writePsHeader(grads_, PsHeader{version_, voteToStop_ ? 1u : 0u, 0, 0, 0});
   s_.progress.enter(RankPhase::kCommunicate);
   const std::string when = "at the parameter server after step " + std::to_string(version_);
   auto pull = psLink_->receive({server}, weights_, floats, PsTag::kPull);
@@ -93,12 +98,12 @@ Result<PsHeader> CpuLoop::pushAndPull(Step& st) {
 
 Result<void> CpuLoop::recordServerStep(Step& st, double lr, StepAccounting& accounting, const PsHeader& reply) {
   const double globalLoss = static_cast<double>(grads_[kLossSum]) / grads_[kSampleCount];
-  const StepReport report = reportOf(st, lr, globalLoss, accounting);
+  StepReport report = reportOf(st, lr, globalLoss, accounting);
+  report.epoch = s_.sampler->epochOf(st.dataIndex);  // asynchronous: this rank's data, not the server's count
   LOCKSTEP_ASSIGN_OR_RETURN(const bool reachedTarget, accounting.record(report, static_cast<std::uint64_t>(grads_[kSampleCount]),
                                                                          globalLoss, reply.done != 0));
   // The server ends the run: the next push asks it to.
   voteToStop_ = voteToStop_ || reachedTarget;
-  if (reply.done != 0 && grads_[kStopVotes] > 0.0f && host_.stopSignal() != 0) accounting.stopVoted(host_.stopSignal());
   return {};
 }
 

@@ -68,10 +68,12 @@ std::vector<Optimizer::StateBuffer> Optimizer::stateBuffers() {
   return {};
 }
 
-double effectiveLearningRate(const JobSpec& spec) {
+double effectiveLearningRate(const JobSpec& spec) { return learningRateFor(spec, spec.globalBatch()); }
+
+double learningRateFor(const JobSpec& spec, std::uint64_t updateBatch) {
   if (spec.optimizer.lrScaling == LrScaling::kNone) return spec.optimizer.lr;
   const double base = spec.optimizer.lrBaseBatch > 0 ? spec.optimizer.lrBaseBatch : spec.batchPerRank;
-  return spec.optimizer.lr * static_cast<double>(spec.globalBatch()) / base;
+  return spec.optimizer.lr * static_cast<double>(updateBatch) / base;
 }
 
 }  // namespace lockstep::trainer

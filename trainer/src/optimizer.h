@@ -54,7 +54,9 @@ class Optimizer {
   std::vector<float> second_;  // AdamW exp_avg_sq
 };
 
-// The learning rate after the job's scaling rule.
+// The learning rate after the job's scaling rule, for an update of the global batch, or of
+// `updateBatch` samples (an asynchronous parameter server's update is one rank's batch).
 double effectiveLearningRate(const JobSpec& spec);
+double learningRateFor(const JobSpec& spec, std::uint64_t updateBatch);
 
 }  // namespace lockstep::trainer

@@ -25,6 +25,8 @@ PsLink::Receive::Receive(std::unique_ptr<gloo::transport::UnboundBuffer> buffer,
 
 PsLink::Receive::~Receive() = default;
 
+void PsLink::Receive::abort() { buffer_->abortWaitRecv(); }
+
 Result<int> PsLink::Receive::wait() {
   try {
     int from = -1;

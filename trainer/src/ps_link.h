@@ -42,6 +42,8 @@ class PsLink {
     ~Receive();
     // The sender, once the message is in.
     Result<int> wait();
+    // Ends a wait() in progress, from another thread: it returns Cancelled.
+    void abort();
 
    private:
     friend class PsLink;

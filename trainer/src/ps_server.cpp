@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels.h"
 #include "model.h"
@@ -10,19 +11,19 @@
 namespace lockstep::trainer {
 
 static_assert(kPsHeaderAt * sizeof(float) + sizeof(PsHeader) <= ParamLayout::kHeaderFloats * sizeof(float));
+static_assert(std::is_trivially_copyable_v<PsHeader>);
 
 PsHeader readPsHeader(const float* buffer) {
   PsHeader h;
-  std::memcpy(&h, buffer + kPsHeaderAt, sizeof h);
+  std::memcpy(static_cast<void*>(&h), buffer + kPsHeaderAt, sizeof h);
   return h;
 }
 
 void writePsHeader(float* buffer, const PsHeader& header) { std::memcpy(buffer + kPsHeaderAt, &header, sizeof header); }
 
 double serverLearningRate(const JobSpec& spec) {
-  if (spec.staleness == 0 || spec.optimizer.lrScaling == LrScaling::kNone) return effectiveLearningRate(spec);
-  const double base = spec.optimizer.lrBaseBatch > 0 ? spec.optimizer.lrBaseBatch : spec.batchPerRank;
-  return spec.optimizer.lr * static_cast<double>(std::uint64_t{spec.batchPerRank} * spec.accumSteps) / base;
+  if (spec.staleness == 0) return effectiveLearningRate(spec);
+  return learningRateFor(spec, std::uint64_t{spec.batchPerRank} * spec.accumSteps);
 }
 
 ParameterServer::ParameterServer(PsServerSetup setup)
@@ -30,11 +31,21 @@ ParameterServer::ParameterServer(PsServerSetup setup)
       queued_(static_cast<std::size_t>(workers_)), receiving_(floats_),
       version_(static_cast<std::size_t>(workers_), setup_.firstStep), told_(static_cast<std::size_t>(workers_), false),
       updates_(setup_.firstStep) {
-  thread_ = std::thread([this] { result_ = serve(); });
+  thread_ = std::thread([this] {
+    result_ = serve();
+    if (!result_) link_.reset();  // its pairs close: the workers see the server gone, not a timeout
+  });
 }
 
 ParameterServer::~ParameterServer() {
+  abort();
   if (thread_.joinable()) thread_.join();
+}
+
+void ParameterServer::abort() {
+  aborting_ = true;
+  std::lock_guard lock(pendingMutex_);
+  if (pending_ != nullptr) pending_->abort();
 }
 
 Result<void> ParameterServer::join() {
@@ -57,12 +68,23 @@ Result<void> ParameterServer::serve() {
   mesh.localHost = store->localAddress();
   mesh.timeout = timeout;
   LOCKSTEP_ASSIGN_OR_RETURN(link_, PsLink::connect(*store, mesh));
-  if (updates_ >= setup_.totalSteps) over_ = true;
+  // Resumed at its last step: the workers do not push either.
+  if (updates_ >= setup_.totalSteps) return {};
   std::vector<int> everyWorker(static_cast<std::size_t>(workers_));
   for (int w = 0; w < workers_; ++w) everyWorker[static_cast<std::size_t>(w)] = w;
   while (std::count(told_.begin(), told_.end(), false) > 0) {
     LOCKSTEP_ASSIGN_OR_RETURN(auto receive, link_->receive(everyWorker, receiving_.data(), floats_, PsTag::kPush));
-    LOCKSTEP_ASSIGN_OR_RETURN(const int worker, receive->wait());
+    {
+      std::lock_guard lock(pendingMutex_);
+      if (aborting_) return Error{ErrorCode::kCancelled, "parameter server: stopped"};
+      pending_ = receive.get();
+    }
+    auto arrived = receive->wait();
+    {
+      std::lock_guard lock(pendingMutex_);
+      pending_ = nullptr;
+    }
+    LOCKSTEP_ASSIGN_OR_RETURN(const int worker, std::move(arrived));
     if (worker < 0 || worker >= workers_ || told_[static_cast<std::size_t>(worker)]) {
       return internalError("parameter server: a push from worker " + std::to_string(worker) + ", which is done");
     }
@@ -99,44 +121,60 @@ Result<void> ParameterServer::received(int worker) {
 // Every worker's gradient, summed in rank order into the first's: one update of the global batch.
 Result<void> ParameterServer::applySynchronous() {
   if (std::any_of(queued_.begin(), queued_.end(), [](const auto& q) { return q.empty(); })) return {};
+  const bool endAsked = std::any_of(queued_.begin(), queued_.end(), [](const auto& q) { return readPsHeader(q.data()).done != 0; });
   float* sum = queued_[0].data();
   for (std::size_t w = 1; w < queued_.size(); ++w) kernels::sumFloats(sum, sum, queued_[w].data(), floats_);
-  LOCKSTEP_TRY(update(sum, version_[0]));
+  LOCKSTEP_TRY(update(sum, endAsked));
   for (int w = 0; w < workers_; ++w) LOCKSTEP_TRY(reply(w, sum, 0, true));
   for (auto& q : queued_) q.clear();
   return {};
 }
 
-// The queued gradient computed on the oldest weights, if no worker still computing would then be
-// more than K updates behind. Returns whether it was applied.
+// The queued gradient computed on the oldest weights, if the bound holds for every other worker not
+// yet told the run is over, queued or computing: after this update the j-th oldest of them (from 1)
+// can be applied as update updates_ + j at the earliest, so its gradient is then at least
+// updates_ + j - v_j old. Returns whether a gradient was taken (a gradient of no samples, at an
+// epoch's end, makes no update: the worker goes on with the weights as they are).
 Result<bool> ParameterServer::applyOldestIfBounded() {
-  int oldest = -1, computing = -1;
+  std::vector<int> others;
+  int oldest = -1;
   for (int w = 0; w < workers_; ++w) {
     const auto i = static_cast<std::size_t>(w);
     if (told_[i]) continue;
-    int& pick = queued_[i].empty() ? computing : oldest;
-    if (pick < 0 || version_[i] < version_[static_cast<std::size_t>(pick)]) pick = w;
+    others.push_back(w);
+    if (!queued_[i].empty() && (oldest < 0 || version_[i] < version_[static_cast<std::size_t>(oldest)])) oldest = w;
   }
   if (oldest < 0) return false;
   const auto o = static_cast<std::size_t>(oldest);
-  if (computing >= 0 && updates_ + 1 - version_[static_cast<std::size_t>(computing)] > setup_.options->spec.staleness) {
-    return false;  // applying it would leave that worker's gradient too stale: wait for it first
+  const float* gradient = queued_[o].data();
+  if (gradient[kSampleCount] == 0.0f) {
+    LOCKSTEP_TRY(reply(oldest, gradient, 0, false));
+    queued_[o].clear();
+    return true;
+  }
+  others.erase(std::find(others.begin(), others.end(), oldest));
+  std::sort(others.begin(), others.end(),
+            [&](int a, int b) { return version_[static_cast<std::size_t>(a)] < version_[static_cast<std::size_t>(b)]; });
+  for (std::size_t j = 0; j < others.size(); ++j) {
+    if (updates_ + 1 + j - version_[static_cast<std::size_t>(others[j])] > setup_.options->spec.staleness) {
+      return false;  // applying it would leave that worker's gradient too stale: wait for older ones first
+    }
   }
   const auto staleness = static_cast<std::uint32_t>(updates_ - version_[o]);
-  LOCKSTEP_TRY(update(queued_[o].data(), version_[o]));
-  LOCKSTEP_TRY(reply(oldest, queued_[o].data(), staleness, true));
+  LOCKSTEP_TRY(update(gradient, readPsHeader(gradient).done != 0));
+  LOCKSTEP_TRY(reply(oldest, gradient, staleness, true));
   queued_[o].clear();
   return true;
 }
 
-Result<void> ParameterServer::update(const float* gradient, std::uint64_t /*gradientVersion*/) {
+Result<void> ParameterServer::update(const float* gradient, bool endAsked) {
   std::vector<float>& master = *setup_.master;
   Optimizer& optimizer = *setup_.optimizer;
   optimizer.beginStep(serverLearningRate(setup_.options->spec));
   optimizer.apply(master.data(), gradient, 0, floats_, 1.0f / gradient[kSampleCount]);
   ++updates_;
   stopVoted_ = gradient[kStopVotes] > 0.0f;
-  over_ = updates_ >= setup_.totalSteps || stopVoted_;
+  over_ = updates_ >= setup_.totalSteps || stopVoted_ || endAsked;
   return checkpointIfDue(stopVoted_);
 }
 
@@ -146,7 +184,7 @@ Result<void> ParameterServer::reply(int worker, const float* headerFrom, std::ui
   const auto w = static_cast<std::size_t>(worker);
   float* master = setup_.master->data();
   std::copy(headerFrom, headerFrom + kPsHeaderAt, master);
-  writePsHeader(master, PsHeader{updates_, over_ ? 1u : 0u, staleness, applied ? 1u : 0u, 0});
+  writePsHeader(master, PsHeader{updates_, over_ ? 1u : 0u, staleness, applied ? 1u : 0u, stopVoted_ ? 1u : 0u});
   version_[w] = updates_;
   told_[w] = over_;
   return link_->send(worker, master, floats_, PsTag::kPull);

@@ -14,8 +14,10 @@
 // Threading: the server's thread owns the master (the rank state's params and optimizer) from
 // start() to join(); rank 0's worker trains on weights of its own meanwhile.
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "checkpoint.h"
@@ -30,10 +32,10 @@ namespace lockstep::trainer {
 // step's loss sum, samples and stop votes (model.h's HeaderSlot), in a push and in a pull.
 struct PsHeader {
   std::uint64_t version = 0;    // push: the weights' version it was computed on; pull: the master's after it
-  std::uint32_t done = 0;       // pull: the run is over (its steps done, or a stop voted)
+  std::uint32_t done = 0;       // push: end the run (the worker reached the target loss); pull: the run is over
   std::uint32_t staleness = 0;  // pull: updates between the gradient's weights and its own update
-  std::uint32_t applied = 0;    // pull: the gradient made an update (not: the run was over first)
-  std::uint32_t unused = 0;
+  std::uint32_t applied = 0;    // pull: the gradient made an update (not: no samples, or the run was over first)
+  std::uint32_t stopped = 0;    // pull: the run was ended by a stop signal (a rank's vote)
 };
 inline constexpr std::size_t kPsHeaderAt = 8;
 PsHeader readPsHeader(const float* buffer);
@@ -62,8 +64,11 @@ class ParameterServer {
   ParameterServer(const ParameterServer&) = delete;
   ParameterServer& operator=(const ParameterServer&) = delete;
 
-  // Waits until every worker has been told the run is over; the server's error, if it failed.
+  // Waits until every worker has been told the run is over; the server's error, if it failed (its
+  // mesh is closed then, so that no worker waits for it).
   Result<void> join();
+  // Stops waiting for pushes (rank 0's worker failed): join() then returns soon, Cancelled.
+  void abort();
   // What the server holds: the gradients it receives and queues (one buffer per worker and one
   // being received), and its optimizer state.
   std::uint64_t gradientBytes() const;
@@ -73,11 +78,15 @@ class ParameterServer {
   Result<void> received(int worker);
   Result<void> applySynchronous();
   Result<bool> applyOldestIfBounded();
-  Result<void> update(const float* gradient, std::uint64_t gradientVersion);
+  // One update of the master; `endAsked`: a worker reached the target loss.
+  Result<void> update(const float* gradient, bool endAsked);
   Result<void> reply(int worker, const float* headerFrom, std::uint32_t staleness, bool applied);
   Result<void> checkpointIfDue(bool stopVoted);
 
   PsServerSetup setup_;
+  std::atomic<bool> aborting_{false};
+  std::mutex pendingMutex_;
+  PsLink::Receive* pending_ = nullptr;  // the receive the thread waits in, for abort()
   const int workers_;
   const std::size_t floats_;
   std::unique_ptr<PsLink> link_;
@@ -87,7 +96,7 @@ class ParameterServer {
   std::vector<bool> told_;                  // per worker: it was told the run is over
   std::uint64_t updates_ = 0;               // the master's version
   bool over_ = false;
-  bool stopVoted_ = false;
+  bool stopVoted_ = false;   // a rank's stop signal ended the run
   Result<void> result_;
   std::thread thread_;
 };

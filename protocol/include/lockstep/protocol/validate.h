@@ -17,6 +17,10 @@ Result<void> validateJobId(const std::string& jobId);
 // command job its argv, working directory and environment. Dataset files and programs are not
 // looked at here (that needs the node's file system).
 Result<void> validateJobSpec(const JobSpec& spec);
+// An asynchronous parameter server's bound against its ranks (docs/trainer.md): with W ranks a
+// gradient is W-1 updates old even in lockstep, so --staleness K needs K >= W-1. Part of
+// validateJobSpec; the trainer checks it again once its environment says how many ranks there are.
+Result<void> validateStaleness(const JobSpec& spec);
 // The variables the agent sets for every rank of a command job (torchrun's, CUDA_VISIBLE_DEVICES,
 // LOCKSTEP_*, TORCHELASTIC_*), which the job's own environment may not set.
 bool isRankVariable(std::string_view name);
