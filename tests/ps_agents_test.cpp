@@ -127,6 +127,9 @@ TEST_F(PsAgents, WithMaxRestartsALostServerRankRestartsFromItsLastCheckpointAndF
   EXPECT_NE(done.out.find("rank 0 on " + node + " killed by signal 9"), std::string::npos) << done.out;
   EXPECT_NE(done.out.find("restart 1 of 1"), std::string::npos) << done.out;
   EXPECT_NE(done.out.find("from the last checkpoint"), std::string::npos) << done.out;
+  // The job is the newest attempt's: finished, though the part the restart left behind failed.
+  EXPECT_NE(done.out.find("job ps-restart: finished"), std::string::npos) << done.out;
+  EXPECT_EQ(status("ps-restart").value("state", ""), "finished") << status("ps-restart").dump(2);
 
   const auto all = events("ps-restart");
   EXPECT_TRUE(std::any_of(all.begin(), all.end(), [](const JobEvent& e) {

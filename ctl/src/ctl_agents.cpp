@@ -95,9 +95,20 @@ Result<std::vector<Part>> findJob(const Connected& agents, const std::string& jo
 
 bool partEnded(const JobStatus& s) { return jobStateEnded(s.state); }
 
+// The newest attempt's parts decide: a node an elastic restart left behind keeps its part of the
+// earlier attempt, which failed, while the job it was part of finished.
+std::uint32_t newestAttempt(const std::vector<Part>& parts) {
+  std::uint32_t newest = 0;
+  for (const auto& p : parts) newest = std::max(newest, p.status.spec.attempt);
+  return newest;
+}
+
 JobState overall(const std::vector<Part>& parts) {
+  const std::uint32_t newest = newestAttempt(parts);
   std::vector<JobState> states;
-  for (const auto& p : parts) states.push_back(p.status.state);
+  for (const auto& p : parts) {
+    if (p.status.spec.attempt == newest) states.push_back(p.status.state);
+  }
   return combinedState(states);
 }
 
@@ -195,6 +206,7 @@ int printJob(const Globals& g, const std::string& jobId, const std::vector<Part>
   const Supervision* supervision = supervised ? &supervised->supervision : nullptr;
   std::string message;
   for (const auto& p : parts) {
+    if (p.status.spec.attempt != newestAttempt(parts)) continue;
     if (!p.status.message.empty() && message.find(p.status.message) == std::string::npos) {
       message += (message.empty() ? "" : "; ") + p.status.message;
     }
