@@ -20,26 +20,9 @@ const std::vector<std::string> kJob = {"--layers", "32,64,10", "--dataset", "syn
                                        "--batch-per-rank", "32", "--optimizer", "adamw", "--lr", "0.003",
                                        "--seed", "11", "--no-shuffle"};
 
-struct TrainerRun {
-  ProcessResult process;
-  std::vector<nlohmann::json> lines;
-};
-
-TrainerRun train(const TempDir& dir, const std::string& name, const std::vector<std::string>& job,
-                 const std::vector<std::string>& more, const Env& env = {}) {
-  TrainerRun run;
-  run.process = runProcess(trainer(join(job, join(more, {"--metrics-out", dir.file(name + ".jsonl"), "--save-weights",
-                                                         dir.file(name + ".safetensors")}))),
-                           env, dir);
-  if (run.process.status.success()) run.lines = readJsonLines(dir.file(name + ".jsonl"));
-  return run;
-}
-
 bool hasCollective(const nlohmann::json& line, const std::string& kind) {
-  for (const auto& c : line.value("collectives", nlohmann::json::array())) {
-    if (c["kind"] == kind) return c["count"] == 1 && c["bytes"].get<std::uint64_t>() > 0;
-  }
-  return false;
+  const auto c = collectiveOf(line, kind);
+  return !c.is_null() && c["count"] == 1 && c["bytes"].get<std::uint64_t>() > 0;
 }
 
 // At staleness 0 the server sums every rank's gradient in rank order, as the all-reduce does on

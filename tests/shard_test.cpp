@@ -16,28 +16,6 @@ const std::vector<std::string> kJob = {"--layers", "32,64,10", "--dataset", "syn
                                        "--batch-per-rank", "32", "--optimizer", "adamw", "--lr", "0.003",
                                        "--seed", "11", "--no-shuffle", "--bucket-mb", "0.002"};
 
-struct TrainerRun {
-  ProcessResult process;
-  std::vector<nlohmann::json> lines;
-};
-
-TrainerRun train(const TempDir& dir, const std::string& name, const std::vector<std::string>& more, const Env& env = {}) {
-  TrainerRun run;
-  run.process = runProcess(trainer(join(kJob, join(more, {"--metrics-out", dir.file(name + ".jsonl"), "--save-weights",
-                                                          dir.file(name + ".safetensors")}))),
-                           env, dir);
-  if (run.process.status.success()) run.lines = readJsonLines(dir.file(name + ".jsonl"));
-  return run;
-}
-
-// A step report's collective of this kind ("reduce_scatter"), or null.
-nlohmann::json collective(const nlohmann::json& line, const std::string& kind) {
-  for (const auto& c : line.value("collectives", nlohmann::json::array())) {
-    if (c["kind"] == kind) return c;
-  }
-  return nullptr;
-}
-
 void expectSameLosses(const TempDir& dir, const std::string& a, const std::string& b, double tolerance) {
   const auto expected = globalLosses(dir.file(a + ".jsonl")), got = globalLosses(dir.file(b + ".jsonl"));
   ASSERT_EQ(got.size(), expected.size());
@@ -48,9 +26,9 @@ void expectSameLosses(const TempDir& dir, const std::string& a, const std::strin
 // reduce-scatter sums in the all-reduce's order, so the sharded run equals the unsharded one bit for bit.
 TEST(Shard, OptimizerShardingTrainsAsUnshardedAndKeepsAThirdOfTheState) {
   TempDir dir;
-  const TrainerRun whole = train(dir, "whole", {"--nproc", "3", "--steps", "20"});
+  const TrainerRun whole = train(dir, "whole", kJob, {"--nproc", "3", "--steps", "20"});
   ASSERT_TRUE(whole.process.status.success()) << whole.process.err;
-  const TrainerRun sharded = train(dir, "sharded", {"--nproc", "3", "--steps", "20", "--shard", "optimizer"});
+  const TrainerRun sharded = train(dir, "sharded", kJob, {"--nproc", "3", "--steps", "20", "--shard", "optimizer"});
   ASSERT_TRUE(sharded.process.status.success()) << sharded.process.err;
 
   expectSameLosses(dir, "whole", "sharded", 0);
@@ -64,14 +42,14 @@ TEST(Shard, OptimizerShardingTrainsAsUnshardedAndKeepsAThirdOfTheState) {
     EXPECT_EQ(l["grad_bytes"], whole.lines[i]["grad_bytes"]);
     // A third, give or take the alignment of the parts (128 floats, two buffers).
     EXPECT_NEAR(l["optimizer_state_bytes"].get<double>(), wholeState / 3, 2 * 128 * 4) << l.dump();
-    const auto scattered = collective(l, "reduce_scatter"), gathered = collective(l, "all_gather");
+    const auto scattered = collectiveOf(l, "reduce_scatter"), gathered = collectiveOf(l, "all_gather");
     ASSERT_FALSE(scattered.is_null()) << l.dump();
     ASSERT_FALSE(gathered.is_null()) << l.dump();
     EXPECT_GT(scattered["count"].get<int>(), 1) << "the buckets are reduce-scattered one by one";
     EXPECT_EQ(gathered["count"], 1);
     EXPECT_EQ(gathered["exposed_us"], gathered["time_us"]);
   }
-  for (const auto& l : whole.lines) EXPECT_TRUE(collective(l, "reduce_scatter").is_null());
+  for (const auto& l : whole.lines) EXPECT_TRUE(collectiveOf(l, "reduce_scatter").is_null());
 }
 
 // Over Gloo (ranks on other nodes), the parameters come back by broadcasts from their owners; the
@@ -79,9 +57,9 @@ TEST(Shard, OptimizerShardingTrainsAsUnshardedAndKeepsAThirdOfTheState) {
 TEST(Shard, OptimizerShardingOverGlooTrainsAsUnsharded) {
   TempDir dir;
   const Env gloo = {{"LOCKSTEP_ALLREDUCE", "gloo"}};
-  const TrainerRun whole = train(dir, "whole", {"--nproc", "2", "--steps", "20"}, gloo);
+  const TrainerRun whole = train(dir, "whole", kJob, {"--nproc", "2", "--steps", "20"}, gloo);
   ASSERT_TRUE(whole.process.status.success()) << whole.process.err;
-  const TrainerRun sharded = train(dir, "sharded", {"--nproc", "2", "--steps", "20", "--shard", "optimizer"}, gloo);
+  const TrainerRun sharded = train(dir, "sharded", kJob, {"--nproc", "2", "--steps", "20", "--shard", "optimizer"}, gloo);
   ASSERT_TRUE(sharded.process.status.success()) << sharded.process.err;
   expectSameLosses(dir, "whole", "sharded", 1e-5);
   EXPECT_LE(maxRelativeDifference(dir.file("whole.safetensors"), dir.file("sharded.safetensors")), 1e-5);
@@ -92,12 +70,12 @@ TEST(Shard, OptimizerShardingOverGlooTrainsAsUnsharded) {
 TEST(Shard, AShardedJobResumesExactlyAndItsCheckpointHoldsTheWholeState) {
   TempDir dir;
   const std::vector<std::string> every10 = {"--nproc", "2", "--shard", "optimizer", "--checkpoint-every", "10"};
-  const TrainerRun full = train(dir, "full", join(every10, {"--steps", "30", "--checkpoint-dir", dir.file("ckpt-full")}));
+  const TrainerRun full = train(dir, "full", kJob, join(every10, {"--steps", "30", "--checkpoint-dir", dir.file("ckpt-full")}));
   ASSERT_TRUE(full.process.status.success()) << full.process.err;
-  const TrainerRun first = train(dir, "first", join(every10, {"--steps", "20", "--checkpoint-dir", dir.file("ckpt")}));
+  const TrainerRun first = train(dir, "first", kJob, join(every10, {"--steps", "20", "--checkpoint-dir", dir.file("ckpt")}));
   ASSERT_TRUE(first.process.status.success()) << first.process.err;
   std::filesystem::copy(dir.file("ckpt"), dir.file("ckpt-copy"));
-  const TrainerRun resumed = train(dir, "resumed", join(every10, {"--steps", "30", "--checkpoint-dir", dir.file("ckpt"), "--resume"}));
+  const TrainerRun resumed = train(dir, "resumed", kJob, join(every10, {"--steps", "30", "--checkpoint-dir", dir.file("ckpt"), "--resume"}));
   ASSERT_TRUE(resumed.process.status.success()) << resumed.process.err;
   const auto expected = globalLosses(dir.file("full.jsonl")), got = globalLosses(dir.file("resumed.jsonl"));
   ASSERT_EQ(got.size(), 10u);
@@ -105,7 +83,7 @@ TEST(Shard, AShardedJobResumesExactlyAndItsCheckpointHoldsTheWholeState) {
   EXPECT_EQ(maxRelativeDifference(dir.file("full.safetensors"), dir.file("resumed.safetensors")), 0.0);
 
   // Unsharded from the same checkpoint: the same losses, so the file held all of the state.
-  const TrainerRun unsharded = train(dir, "unsharded", {"--nproc", "2", "--checkpoint-every", "10", "--steps", "30",
+  const TrainerRun unsharded = train(dir, "unsharded", kJob, {"--nproc", "2", "--checkpoint-every", "10", "--steps", "30",
                                                  "--checkpoint-dir", dir.file("ckpt-copy"), "--resume"});
   ASSERT_TRUE(unsharded.process.status.success()) << unsharded.process.err;
   expectSameLosses(dir, "resumed", "unsharded", 1e-6);
@@ -113,10 +91,10 @@ TEST(Shard, AShardedJobResumesExactlyAndItsCheckpointHoldsTheWholeState) {
 
 TEST(Shard, WhatIsNotBuiltOrNotAKindIsRefusedClearly) {
   TempDir dir;
-  const TrainerRun gradients = train(dir, "g", {"--nproc", "2", "--steps", "2", "--shard", "gradients"});
+  const TrainerRun gradients = train(dir, "g", kJob, {"--nproc", "2", "--steps", "2", "--shard", "gradients"});
   EXPECT_FALSE(gradients.process.status.success());
   EXPECT_NE(gradients.process.err.find("--shard gradients is not built yet"), std::string::npos) << gradients.process.err;
-  const TrainerRun bogus = train(dir, "b", {"--nproc", "2", "--steps", "2", "--shard", "half"});
+  const TrainerRun bogus = train(dir, "b", kJob, {"--nproc", "2", "--steps", "2", "--shard", "half"});
   EXPECT_FALSE(bogus.process.status.success());
   EXPECT_NE(bogus.process.err.find("is not one of none, optimizer, gradients, parameters"), std::string::npos) << bogus.process.err;
 }

@@ -205,8 +205,9 @@ int printJob(const Globals& g, const std::string& jobId, const std::vector<Part>
   const JobStatus* supervised = supervisingPart(parts);
   const Supervision* supervision = supervised ? &supervised->supervision : nullptr;
   std::string message;
+  const std::uint32_t newest = newestAttempt(parts);
   for (const auto& p : parts) {
-    if (p.status.spec.attempt != newestAttempt(parts)) continue;
+    if (p.status.spec.attempt != newest) continue;
     if (!p.status.message.empty() && message.find(p.status.message) == std::string::npos) {
       message += (message.empty() ? "" : "; ") + p.status.message;
     }

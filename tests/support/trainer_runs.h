@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "safetensors.h"
 #include "support/test_support.h"
 
@@ -35,6 +37,30 @@ inline double maxRelativeDifference(const std::string& pathA, const std::string&
     worst = std::max(worst, std::sqrt(diff / norm));
   }
   return worst;
+}
+
+struct TrainerRun {
+  ProcessResult process;
+  std::vector<nlohmann::json> lines;  // its metrics, once it succeeded
+};
+
+// lockstep-trainer with `job`, then `more`, writing NAME.jsonl and NAME.safetensors in dir.
+inline TrainerRun train(const TempDir& dir, const std::string& name, const std::vector<std::string>& job,
+                        const std::vector<std::string>& more, const Env& env = {}) {
+  TrainerRun run;
+  run.process = runProcess(trainer(join(job, join(more, {"--metrics-out", dir.file(name + ".jsonl"), "--save-weights",
+                                                         dir.file(name + ".safetensors")}))),
+                           env, dir);
+  if (run.process.status.success()) run.lines = readJsonLines(dir.file(name + ".jsonl"));
+  return run;
+}
+
+// A step report line's collective of this kind ("reduce_scatter"), or null.
+inline nlohmann::json collectiveOf(const nlohmann::json& line, const std::string& kind) {
+  for (const auto& c : line.value("collectives", nlohmann::json::array())) {
+    if (c["kind"] == kind) return c;
+  }
+  return nullptr;
 }
 
 // Global losses by step from a metrics file (rank 0's lines).

@@ -84,11 +84,10 @@ class ShmComm final : public Comm {
     if (!(data >= own(r) && data + count <= own(r) + capacity_)) return allReduceSum(data, count);
     const std::size_t at = static_cast<std::size_t>(data - own(r)), lo = at + parts[r], hi = at + parts[r + 1];
     LOCKSTEP_TRY(arriveAndWait());
-    std::vector<float> piece(std::min(kPieceFloats, hi - lo));
     for (std::size_t from = lo; from < hi; from += kPieceFloats) {
       const std::size_t floats = std::min(kPieceFloats, hi - from);
-      sumInRankOrder(piece.data(), [&](std::size_t k) { return own(k) + from; }, floats);
-      std::memcpy(own(r) + from, piece.data(), floats * sizeof(float));
+      sumInRankOrder(piece_.data(), [&](std::size_t k) { return own(k) + from; }, floats);
+      std::memcpy(own(r) + from, piece_.data(), floats * sizeof(float));
     }
     // No rank may write its buffer again (the next backward) while another still reads it.
     return arriveAndWait();
@@ -205,6 +204,7 @@ class ShmComm final : public Comm {
     int rank;
   };
   std::vector<Peer> peers_;  // pidfds of the other ranks' processes
+  std::vector<float> piece_ = std::vector<float>(kPieceFloats);  // a reduce-scatter's sums, a piece at a time
 };
 
 // Rank 0 makes the segment and publishes its name; the others open it. Empty on failure.
