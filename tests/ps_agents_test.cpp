@@ -165,8 +165,11 @@ TEST_F(PsAgents, ARankStoppedBySigstopLeavesItsPeerWaitingInAPushOrPullAndTheSta
   const auto done = run("ps-stall", {"--steps", "10000000", "--stall-after-s", "2"}, [&] {
     pid_t pid = 0;
     ASSERT_TRUE(waitUntil([&] {
+      // A status taken while the rank starts may lack its figures yet (null): not there yet, not a failure.
       const Json r = rankOf(status("ps-stall"), 1);
-      if (!r.is_object() || !r.contains("progress") || r["progress"]["step"].get<int>() < 20) return false;
+      if (!r.is_object() || !r.value("pid", Json()).is_number() || !r.contains("progress")) return false;
+      const Json step = r["progress"].value("step", Json());
+      if (!step.is_number() || step.get<int>() < 20) return false;
       pid = r["pid"].get<pid_t>();
       return true;
     }, 60s)) << status("ps-stall").dump(2);
@@ -179,8 +182,9 @@ TEST_F(PsAgents, ARankStoppedBySigstopLeavesItsPeerWaitingInAPushOrPullAndTheSta
     // Each agent judges its own rank: let rank 0's (the waiting rank's) pass its allowance too.
     waitUntil([&] {
       const Json r = rankOf(status("ps-stall"), 0);
-      return r.is_object() && r.contains("progress") &&
-             r["progress"]["still_ms"].get<std::int64_t>() > r["progress"]["allowance_ms"].get<std::int64_t>() + 3000;
+      if (!r.is_object() || !r.contains("progress")) return false;
+      const Json still = r["progress"].value("still_ms", Json()), allowance = r["progress"].value("allowance_ms", Json());
+      return still.is_number() && allowance.is_number() && still.get<std::int64_t>() > allowance.get<std::int64_t>() + 3000;
     }, 30s);
     ::kill(pid, SIGCONT);
     (void)ctl({"stop", "ps-stall", "--grace-ms", "1000"}, 30s);
