@@ -136,7 +136,9 @@ class ShmComm final : public Comm {
     sumInRankOrder(staging(n) + lo, [&](std::size_t k) { return staging(k) + lo; }, hi - lo);
     LOCKSTEP_TRY(arriveAndWait());
     std::memcpy(data, staging(n), count * sizeof(float));
-    return {};
+    // No rank may write the sums' slot again (the next collective: an all-gather uses it too)
+    // while another still copies from it.
+    return arriveAndWait();
   }
 
  private:
