@@ -243,12 +243,9 @@ Result<void> validateFields(const JobSpec& spec) {
 // Sharded training (docs/trainer.md): what this build's trainer shards, and where.
 Result<void> validateShard(const JobSpec& spec) {
   if (spec.shard == Shard::kNone) return {};
-  if (spec.shard != Shard::kOptimizer) {
-    return bad("--shard " + std::string(nameOf(spec.shard)) +
-               " is not built yet: use --shard optimizer (each rank keeps 1/N of the optimizer state) or none");
-  }
   if (spec.backend == Backend::kCuda) {
-    return bad("--shard optimizer runs on the CPU backend only for now; use --shard none with --backend cuda");
+    return bad("--shard " + std::string(nameOf(spec.shard)) +
+               " runs on the CPU backend only for now; use --shard none with --backend cuda");
   }
   return {};
 }

@@ -60,12 +60,19 @@ Result<std::unique_ptr<Comm>> CpuLoop::connect(StoreClient* store, const std::st
     const char* allReduce = std::getenv("LOCKSTEP_ALLREDUCE");
     if (env_.localWorldSize == env_.worldSize && (allReduce == nullptr || std::string(allReduce) != "gloo")) {
       LOCKSTEP_ASSIGN_OR_RETURN(comm, connectSharedMemory(std::move(comm), *store, keyPrefix + "shm/",
-                                                          s_.layout->totalFloats(), timeout));
+                                                          gradientFloats(), timeout));
     }
   }
   // The gradients live where the all-reduce reads them, if it can read them in place.
-  grads_ = reducibleBuffer(comm.get(), s_.layout->totalFloats(), ownGrads_);
+  grads_ = reducibleBuffer(comm.get(), gradientFloats(), ownGrads_);
   return comm;
+}
+
+// The gradient buffer: the whole, or with sharded gradients one staged bucket.
+std::size_t CpuLoop::gradientFloats() {
+  if (!stagesGradients()) return s_.layout->totalFloats();
+  if (buckets_.empty()) buckets_ = stagedBuckets();
+  return ShardedLayers::stagingFloats(buckets_);
 }
 
 // Without --bucket-mb, the buckets are chosen from this job's measurements (bucket_plan.h), on a
@@ -122,10 +129,14 @@ Result<void> CpuLoop::train(StepAccounting& accounting) {
   batchX_.assign(std::size_t{maxRows_} * s_.data.dim, 0.0f);
   batchY_.assign(maxRows_, 0);
   if (options_.spec.sync == Sync::kParameterServer && s_.comm) return trainWithServer(accounting);
-  if (s_.comm) LOCKSTEP_TRY(setUpBuckets());
   const double lr = effectiveLearningRate(options_.spec);
-  cuts_ = reducer_ ? reducer_->cuts() : std::vector<std::size_t>{};
-  buckets_ = reducer_ ? reducer_->buckets() : std::vector<Bucket>{{0, s_.layout->totalFloats()}};
+  if (s_.shards && stagesGradients()) {
+    setUpShardedLayers();
+  } else {
+    if (s_.comm) LOCKSTEP_TRY(setUpBuckets());
+    cuts_ = reducer_ ? reducer_->cuts() : std::vector<std::size_t>{};
+    buckets_ = reducer_ ? reducer_->buckets() : std::vector<Bucket>{{0, s_.layout->totalFloats()}};
+  }
   accounting.start(buckets_.size());
   if (env_.rank == 0 && !options_.quiet && reducer_ && !reducer_->yieldsCompute()) {
     std::fprintf(stderr,
@@ -138,6 +149,8 @@ Result<void> CpuLoop::train(StepAccounting& accounting) {
   }
   // The ranks leave together next (RankRunner::finishRun): no bucket of this loop's in flight then.
   if (reducer_) reducer_->shutdown();
+  // Sharded parameters: the whole, for the saved weights.
+  if (sharded_ && sharded_->shardsParameters()) return gatherWholeParameters(s_.params, "gathering the parameters at the end");
   return {};
 }
 
@@ -166,19 +179,25 @@ void CpuLoop::computeMicroStep(Step& st, std::uint32_t micro) {
     std::this_thread::sleep_for(lastComputeTime_ * (slowdown_ - 1.0));
   }
   const auto computeStart = Clock::now();
-  float* params = weights_;
-  st.localLossSum += model_->forward(params, batchX_.data(), batchY_.data(), n);
+  if (sharded_) sharded_->beginMicroStep(micro == 0);
+  st.localLossSum += sharded_ ? model_->forward(*sharded_, batchX_.data(), batchY_.data(), n)
+                              : model_->forward(weights_, batchX_.data(), batchY_.data(), n);
   st.localSamples += n;
   const bool last = micro + 1 == options_.spec.accumSteps;
   if (last) {
-    grads_[kLossSum] = static_cast<float>(st.localLossSum);
-    grads_[kSampleCount] = static_cast<float>(st.localSamples);
-    grads_[kStopVotes] = host_.stopSignal() != 0 ? 1.0f : 0.0f;
+    float* header = sharded_ ? sharded_->header().data() : grads_;
+    header[kLossSum] = static_cast<float>(st.localLossSum);
+    header[kSampleCount] = static_cast<float>(st.localSamples);
+    header[kStopVotes] = host_.stopSignal() != 0 ? 1.0f : 0.0f;
+    st.backwardStart = Clock::now();
   }
-  if (last) st.backwardStart = Clock::now();
-  model_->backward(params, grads_, micro > 0, cuts_, [&](std::size_t end) {
-    if (last && reducer_) reducer_->markReady(end);
-  });
+  if (sharded_) {
+    model_->backward(*sharded_, false, cuts_);  // each micro-step's gradient is reduced as it comes
+  } else {
+    model_->backward(weights_, grads_, micro > 0, cuts_, [&](std::size_t end) {
+      if (last && reducer_) reducer_->markReady(end);
+    });
+  }
   if (last) st.backwardEnd = Clock::now();
   lastComputeTime_ = Clock::now() - computeStart;
   st.model += Clock::now() - modelStart;
@@ -186,6 +205,7 @@ void CpuLoop::computeMicroStep(Step& st, std::uint32_t micro) {
 
 // Applies each bucket as soon as it is reduced; the first carries the header.
 Result<void> CpuLoop::reduceAndApply(Step& st, double lr) {
+  if (sharded_) return applySharded(st, lr);
   const auto optimizerBegins = Clock::now();
   s_.optimizer->beginStep(lr);
   st.optimizer += Clock::now() - optimizerBegins;
@@ -237,6 +257,10 @@ StepReport CpuLoop::reportOf(const Step& st, double lr, double globalLoss, const
 }
 
 void CpuLoop::addShardFigures(const Step& st, StepReport& report) const {
+  if (sharded_) {
+    report.optimizerStateBytes = s_.optimizer->stateBytes();
+    return addShardedLayerFigures(st, report);
+  }
   // Rank 0 of a parameter server holds the server's master, queued gradients and optimizer too.
   report.paramBytes = (s_.params.size() + ownWeights_.size()) * sizeof(float);
   report.gradBytes = s_.layout->totalFloats() * sizeof(float) + (server_ ? server_->gradientBytes() : 0);
@@ -274,16 +298,21 @@ Result<void> CpuLoop::checkpointIfDue(std::uint64_t step, bool stopVoted) {
   if (!(checkpointDue || (stopVoted && spec.checkpointEvery > 0))) return {};
   // Sharded, the file still holds every parameter's optimizer state: every rank gives its part.
   std::unique_ptr<Optimizer> gathered;
+  std::vector<float> wholeParameters;  // sharded parameters, gathered
   if (s_.shards && !spec.checkpointDir.empty()) {
     s_.progress.enter(RankPhase::kCommunicate);
     auto full = gatherOptimizer(*s_.comm, *s_.shards, *s_.optimizer, *s_.layout);
     if (!full) return host_.diagnoseCommFailure(full.error(), "gathering the optimizer state for a checkpoint");
     gathered = std::move(*full);
+    if (sharded_ && sharded_->shardsParameters()) {
+      LOCKSTEP_TRY(gatherWholeParameters(wholeParameters, "gathering the parameters for a checkpoint"));
+    }
   }
   if (!s_.checkpoints) return {};
   s_.progress.enter(RankPhase::kCheckpoint);
   const auto copyStart = Clock::now();
-  LOCKSTEP_TRY(s_.checkpoints->submit(snapshotCheckpoint(step, s_.resume, s_.params, gathered ? *gathered : *s_.optimizer)));
+  const std::vector<float>& params = wholeParameters.empty() ? s_.params : wholeParameters;
+  LOCKSTEP_TRY(s_.checkpoints->submit(snapshotCheckpoint(step, s_.resume, params, gathered ? *gathered : *s_.optimizer)));
   host_.notePhase("checkpoint", copyStart, step);
   return {};
 }
@@ -292,13 +321,14 @@ Result<void> CpuLoop::checkpointIfDue(std::uint64_t step, bool stopVoted) {
 Result<bool> CpuLoop::afterStep(const Step& st, double lr, StepAccounting& accounting) {
   const JobSpec& spec = options_.spec;
   const std::uint64_t step = st.index + 1;
-  const double globalLoss = static_cast<double>(grads_[kLossSum]) / grads_[kSampleCount];
-  const bool stopVoted = grads_[kStopVotes] > 0.0f;
+  const float* header = reducedHeader();
+  const double globalLoss = static_cast<double>(header[kLossSum]) / header[kSampleCount];
+  const bool stopVoted = header[kStopVotes] > 0.0f;
   const StepReport report = reportOf(st, lr, globalLoss, accounting);
   if (planWatch_) planWatch_->noteStep(reducer_->timings(), st.backwardStart, st.backwardEnd);
   LOCKSTEP_TRY(checkpointIfDue(step, stopVoted));
   LOCKSTEP_ASSIGN_OR_RETURN(const bool reachedTarget,
-                            accounting.record(report, static_cast<std::uint64_t>(grads_[kSampleCount]), globalLoss,
+                            accounting.record(report, static_cast<std::uint64_t>(header[kSampleCount]), globalLoss,
                                               step == s_.totalSteps || stopVoted));
   // Forward and backward only: they grow with the rows, unlike the optimizer, which every rank
   // runs over all parameters.

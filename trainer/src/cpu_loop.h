@@ -17,6 +17,7 @@
 #include "rank_state.h"
 #include "step_accounting.h"
 #include "reducer.h"
+#include "sharded_layers.h"
 
 namespace lockstep::trainer {
 
@@ -62,6 +63,19 @@ class CpuLoop final : public RankLoop {
   Result<void> recordServerStep(Step& step, double lr, StepAccounting& accounting, const PsHeader& reply);
   std::optional<Error> serverError(bool stopFirst);
 
+  // --shard gradients|parameters (sharded_layers.h): the buckets, staged one at a time (--bucket-mb's
+  // or 1 MiB), and the layers each rank keeps its part of.
+  bool stagesGradients() const;
+  std::size_t gradientFloats();
+  std::vector<Bucket> stagedBuckets() const;
+  void setUpShardedLayers();
+  Result<void> applySharded(Step& step, double lr);
+  void addShardedLayerFigures(const Step& step, StepReport& report) const;
+  // The step's sums of the header (loss, samples, stop votes): in the gradient buffer, or the sharded layers'.
+  const float* reducedHeader() const { return sharded_ ? sharded_->header().data() : grads_; }
+  // Stage 3: the whole parameters, gathered onto every rank (collective), for a checkpoint or the end.
+  Result<void> gatherWholeParameters(std::vector<float>& into, const char* why);
+
   // One step; returns whether to go on.
   Result<bool> runStep(std::uint64_t step, double lr, StepAccounting& accounting);
   void computeMicroStep(Step& step, std::uint32_t micro);
@@ -88,6 +102,7 @@ class CpuLoop final : public RankLoop {
   std::vector<float> ownGrads_;
   float* grads_ = nullptr;  // the communicator's in-place buffer (reducibleBuffer), or ownGrads_
   std::unique_ptr<GradientReducer> reducer_;
+  std::unique_ptr<ShardedLayers> sharded_;  // --shard gradients|parameters, instead of the reducer
   std::unique_ptr<PlanWatch> planWatch_;  // buckets chosen by measurement (no --bucket-mb)
   // The ranks' times per sample for a re-split. One buffer for the run: Gloo keeps an algorithm per
   // buffer address, and every rank must reduce the same buffers in the same order.

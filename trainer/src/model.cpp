@@ -96,49 +96,69 @@ Mlp::Mlp(const ParamLayout& layout, Activation activation, std::uint32_t maxBatc
 }
 
 double Mlp::forward(const float* params, const float* x, const std::int32_t* labels, std::uint32_t batch) {
+  const std::function<void(std::size_t)> none = [](std::size_t) {};
+  FlatLayers layers(layout_, params, nullptr, none);
+  return forward(layers, x, labels, batch);
+}
+
+// An empty batch (a rank with no samples this step) still asks for every layer and writes zero
+// gradients, in the order a full one does: sharded layers run collectives there, and every rank
+// must reach the same ones.
+double Mlp::forward(LayerStore& layers, const float* x, const std::int32_t* labels, std::uint32_t batch) {
   batch_ = std::min(batch, maxBatch_);
   input_ = x;
   labels_ = labels;
-  if (batch_ == 0) return 0.0;
   const auto& sizes = layout_.layers();
   const std::size_t count = layout_.layerCount();
   const float* in = x;
+  double loss = 0.0;
   for (std::size_t l = 0; l < count; ++l) {
     const int inF = static_cast<int>(sizes[l]), outF = static_cast<int>(sizes[l + 1]);
-    const float* w = params + layout_.weight(l).offset;
-    const float* b = params + layout_.bias(l).offset;
+    const float* p = layers.parameters(l);
+    if (batch_ == 0) continue;
+    const float* w = p + (layout_.weight(l).offset - layout_.layerBegin(l));
+    const float* b = p;  // the bias starts the layer's range
     // pre = in [B, in] x W^T [in, out]
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(batch_), outF, inF, 1.0f, in, inF, w, inF,
                 0.0f, pre_[l].data(), outF);
     if (l + 1 < count) {
       kernels::biasActivation(pre_[l].data(), act_[l].data(), b, batch_, static_cast<std::size_t>(outF), activation_);
       in = act_[l].data();
+    } else {
+      // The last layer's output becomes the gradient of the logits right away.
+      loss = kernels::biasSoftmaxCrossEntropy(pre_[l].data(), b, labels_, dOut_.data(), batch_, sizes.back());
     }
   }
-  // The last layer's output becomes the gradient of the logits right away.
-  return kernels::biasSoftmaxCrossEntropy(pre_[count - 1].data(), params + layout_.bias(count - 1).offset, labels_,
-                                          dOut_.data(), batch_, sizes.back());
+  return loss;
 }
 
 void Mlp::backward(const float* params, float* grads, bool accumulate, const std::vector<std::size_t>& cuts,
                    const std::function<void(std::size_t)>& ready) {
+  FlatLayers layers(layout_, params, grads, ready);
+  backward(layers, accumulate, cuts);
+}
+
+void Mlp::backward(LayerStore& layers, bool accumulate, const std::vector<std::size_t>& cuts) {
   const std::size_t count = layout_.layerCount();
-  if (batch_ == 0) {
-    // No samples on this rank this step: its contribution is zero.
-    if (!accumulate) std::fill(grads + ParamLayout::kHeaderFloats, grads + layout_.totalFloats(), 0.0f);
-    ready(layout_.totalFloats());
-    return;
-  }
   const auto& sizes = layout_.layers();
   const int batch = static_cast<int>(batch_);
+  // No samples: the gradient is zero (or, accumulating, unchanged).
+  auto zero = [accumulate](float* g, std::size_t n) {
+    if (!accumulate) std::fill(g, g + n, 0.0f);
+  };
   for (std::size_t l = count; l-- > 0;) {
     const int inF = static_cast<int>(sizes[l]), outF = static_cast<int>(sizes[l + 1]);
     const float* in = l == 0 ? input_ : act_[l - 1].data();
     const TensorSlot& ws = layout_.weight(l);
     const TensorSlot& bs = layout_.bias(l);
 
-    kernels::columnSums(dOut_.data(), batch_, static_cast<std::size_t>(outF), grads + bs.offset, accumulate);
-    ready(bs.offset + bs.paddedCount);
+    float* gb = layers.gradients(bs.offset, bs.count);
+    if (batch == 0) {
+      zero(gb, bs.count);
+    } else {
+      kernels::columnSums(dOut_.data(), batch_, static_cast<std::size_t>(outF), gb, accumulate);
+    }
+    layers.ready(bs.offset + bs.paddedCount);
 
     // dW = dOut^T [out, B] x in [B, in], in row blocks that end at bucket cuts.
     int row = 0;
@@ -149,16 +169,24 @@ void Mlp::backward(const float* params, float* grads, bool accumulate, const std
         rowEnd = static_cast<int>((*cut - ws.offset) / static_cast<std::size_t>(inF));
         ++cut;
       }
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rowEnd - row, inF, batch, 1.0f, dOut_.data() + row, outF,
-                  in, inF, accumulate ? 1.0f : 0.0f, grads + ws.offset + std::size_t(row) * inF, inF);
+      const std::size_t at = ws.offset + std::size_t(row) * inF, n = std::size_t(rowEnd - row) * inF;
+      float* gw = layers.gradients(at, n);
+      if (batch == 0) {
+        zero(gw, n);
+      } else {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rowEnd - row, inF, batch, 1.0f, dOut_.data() + row, outF,
+                    in, inF, accumulate ? 1.0f : 0.0f, gw, inF);
+      }
       row = rowEnd;
-      ready(row == outF ? ws.offset + ws.paddedCount : ws.offset + std::size_t(row) * inF);
+      layers.ready(row == outF ? ws.offset + ws.paddedCount : ws.offset + std::size_t(row) * inF);
     }
 
     if (l == 0) break;
     // dIn = dOut [B, out] x W [out, in], then through the previous layer's activation.
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, inF, outF, 1.0f, dOut_.data(), outF,
-                params + ws.offset, inF, 0.0f, dIn_.data(), inF);
+    const float* w = layers.parameters(l) + (ws.offset - layout_.layerBegin(l));
+    if (batch == 0) continue;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, inF, outF, 1.0f, dOut_.data(), outF, w, inF, 0.0f,
+                dIn_.data(), inF);
     kernels::activationBackward(dIn_.data(), pre_[l - 1].data(), std::size_t(batch) * inF, activation_);
     std::swap(dOut_, dIn_);
   }

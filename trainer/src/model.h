@@ -47,6 +47,9 @@ class ParamLayout {
   const TensorSlot& bias(std::size_t layer) const { return tensors_[2 * layer + 1]; }
   // PyTorch state_dict order: layers.0.weight, layers.0.bias, layers.1.weight, ...
   const std::vector<TensorSlot>& tensors() const { return tensors_; }
+  // Layer l's range of the flat buffer: its bias, then its weight (with their padding).
+  std::size_t layerBegin(std::size_t layer) const { return bias(layer).offset; }
+  std::size_t layerEnd(std::size_t layer) const { return weight(layer).offset + weight(layer).paddedCount; }
 
  private:
   std::vector<std::uint32_t> layers_;
@@ -65,6 +68,37 @@ std::vector<Bucket> planBuckets(const ParamLayout& layout, std::size_t bucketByt
 // PyTorch's nn.Linear default init: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias.
 void initParameters(const ParamLayout& layout, std::uint64_t seed, float* params);
 
+// Where forward reads a layer's parameters and backward writes the gradients: the flat buffers
+// (FlatLayers), or, sharded (--shard gradients|parameters, sharded_layers.h), a layer gathered when
+// it is needed and the gradients staged a bucket at a time.
+class LayerStore {
+ public:
+  virtual ~LayerStore() = default;
+  // Layer l's parameters, laid out as in the flat buffer from layerBegin(l).
+  virtual const float* parameters(std::size_t layer) = 0;
+  // Where backward writes the gradient of the flat range [offset, offset + count), which lies in one
+  // bucket (between two cuts).
+  virtual float* gradients(std::size_t offset, std::size_t count) = 0;
+  // The gradient of [0, end) is final.
+  virtual void ready(std::size_t end) = 0;
+};
+
+// The flat buffers themselves.
+class FlatLayers final : public LayerStore {
+ public:
+  FlatLayers(const ParamLayout& layout, const float* params, float* grads, const std::function<void(std::size_t)>& ready)
+      : layout_(layout), params_(params), grads_(grads), ready_(ready) {}
+  const float* parameters(std::size_t layer) override { return params_ + layout_.layerBegin(layer); }
+  float* gradients(std::size_t offset, std::size_t) override { return grads_ + offset; }
+  void ready(std::size_t end) override { ready_(end); }
+
+ private:
+  const ParamLayout& layout_;
+  const float* params_;
+  float* grads_;
+  const std::function<void(std::size_t)>& ready_;
+};
+
 // Forward and backward for batches of up to maxBatch samples. Holds the activations between
 // forward and backward; one instance per thread.
 class Mlp {
@@ -73,12 +107,14 @@ class Mlp {
 
   // Runs the batch and returns the summed (not averaged) cross-entropy over its samples.
   double forward(const float* params, const float* x, const std::int32_t* labels, std::uint32_t batch);
+  double forward(LayerStore& layers, const float* x, const std::int32_t* labels, std::uint32_t batch);
 
   // Gradient of the summed loss of the last forward. Writes (accumulate=false) or adds to `grads`,
   // except the header. Follows the buffer order and splits weight gradients at `cuts` (bucket ends),
   // calling ready(end) after each piece: grads[0, end) is then final.
   void backward(const float* params, float* grads, bool accumulate, const std::vector<std::size_t>& cuts,
                 const std::function<void(std::size_t)>& ready);
+  void backward(LayerStore& layers, bool accumulate, const std::vector<std::size_t>& cuts);
 
  private:
   const ParamLayout& layout_;

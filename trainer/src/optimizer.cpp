@@ -27,14 +27,22 @@ void Optimizer::apply(float* params, const float* grads, std::size_t begin, std:
   begin = std::max({begin, ParamLayout::kHeaderFloats, begin_});
   end = std::min(end, end_);
   if (begin >= end) return;
-  const std::size_t n = end - begin, state = begin - begin_;
+  update(params + begin, grads + begin, begin - begin_, end - begin, gradScale);
+}
+
+void Optimizer::applyToRange(float* params, const float* grads, float gradScale) {
+  // The header floats, where the range holds them, are not parameters.
+  const std::size_t skip = begin_ < ParamLayout::kHeaderFloats ? ParamLayout::kHeaderFloats - begin_ : 0;
+  if (begin_ + skip >= end_) return;
+  update(params + skip, grads + skip, skip, end_ - begin_ - skip, gradScale);
+}
+
+void Optimizer::update(float* params, const float* grads, std::size_t state, std::size_t n, float gradScale) {
   if (spec_.kind == OptimizerKind::kSgd) {
-    kernels::sgdUpdate(params + begin, grads + begin, first_.empty() ? nullptr : first_.data() + state, n,
-                       sgdParams(gradScale));
+    kernels::sgdUpdate(params, grads, first_.empty() ? nullptr : first_.data() + state, n, sgdParams(gradScale));
     return;
   }
-  kernels::adamwUpdate(params + begin, grads + begin, first_.data() + state, second_.data() + state, n,
-                       adamwParams(gradScale));
+  kernels::adamwUpdate(params, grads, first_.data() + state, second_.data() + state, n, adamwParams(gradScale));
 }
 
 kernels::SgdParams Optimizer::sgdParams(float gradScale) const {

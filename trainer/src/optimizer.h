@@ -31,6 +31,9 @@ class Optimizer {
   // Applies the step to params[begin, end) within the optimizer's range (header floats are skipped). gradScale turns the raw
   // summed gradient into the mean (1 / samples in the global step).
   void apply(float* params, const float* grads, std::size_t begin, std::size_t end, float gradScale);
+  // Applies the step to the whole range, given as arrays of its own: element i is parameter
+  // rangeBegin() + i (a rank's part when the gradients or parameters are sharded too).
+  void applyToRange(float* params, const float* grads, float gradScale);
 
   // The current step's per-parameter rule (for the GPU backend, which applies it on the device).
   kernels::SgdParams sgdParams(float gradScale) const;
@@ -46,6 +49,9 @@ class Optimizer {
   const OptimizerSpec& spec() const { return spec_; }
 
  private:
+  // params[0, n) and grads[0, n) with their state from element `state` of the range's.
+  void update(float* params, const float* grads, std::size_t state, std::size_t n, float gradScale);
+
   OptimizerSpec spec_;
   std::size_t begin_ = 0, end_ = 0;
   std::int64_t steps_ = 0;
