@@ -9,6 +9,7 @@
 #include <QBarSet>
 #include <QChartView>
 #include <QCheckBox>
+#include <tuple>
 #include <QComboBox>
 #include <QLabel>
 #include <QLineEdit>
@@ -299,7 +300,7 @@ class AppTest : public QObject {
     auto* trade = dialog.findChild<QLabel*>(QStringLiteral("dataParallelTrade"));
     auto* staleness = dialog.findChild<QSpinBox*>(QStringLiteral("staleness"));
     QVERIFY(kinds && trade && staleness);
-    QCOMPARE(kinds->count(), 4);
+    QCOMPARE(kinds->count(), 6);
     const auto picked = [&](int kind) {
       dialog.setField(QStringLiteral("dataParallel"), kind);
       return dialog.job();
@@ -319,8 +320,16 @@ class AppTest : public QObject {
     QCOMPARE(sharded->shard, Shard::kOptimizer);
     QVERIFY2(trade->text().contains(QStringLiteral("1/N of the optimizer state")), qPrintable(trade->text()));
     trades << trade->text();
+    for (const auto& [index, shard, says] : {std::tuple{2, Shard::kGradients, "1/N of the gradients"},
+                                             std::tuple{3, Shard::kParameters, "1/N of everything"}}) {
+      const auto stage = picked(index);
+      QVERIFY2(stage, qPrintable(dialog.error()));
+      QCOMPARE(stage->shard, shard);
+      QVERIFY2(trade->text().contains(QString::fromUtf8(says)), qPrintable(trade->text()));
+      trades << trade->text();
+    }
 
-    const auto serverSync = picked(2);
+    const auto serverSync = picked(4);
     QVERIFY2(serverSync, qPrintable(dialog.error()));
     QCOMPARE(serverSync->sync, Sync::kParameterServer);
     QCOMPARE(serverSync->shard, Shard::kNone);
@@ -330,7 +339,7 @@ class AppTest : public QObject {
     trades << trade->text();
 
     // Asynchronous: K is ranks - 1 unless the user says otherwise, and never less than the trainer takes.
-    const auto serverAsync = picked(3);
+    const auto serverAsync = picked(5);
     QVERIFY2(serverAsync, qPrintable(dialog.error()));
     QCOMPARE(serverAsync->sync, Sync::kParameterServer);
     QCOMPARE(serverAsync->staleness, 1u);  // two ranks
@@ -338,7 +347,7 @@ class AppTest : public QObject {
     QVERIFY2(trade->text().contains(QStringLiteral("stale gradients")), qPrintable(trade->text()));
     trades << trade->text();
     trades.removeDuplicates();
-    QCOMPARE(trades.size(), 4);
+    QCOMPARE(trades.size(), 6);
     QVERIFY(!dialog.findChild<QCheckBox*>(QStringLiteral("balanceDynamic"))->isEnabled());
     dialog.setField(QStringLiteral("ranks:") + idOf(agent), 3);
     QVERIFY2(dialog.job(), qPrintable(dialog.error()));
@@ -368,7 +377,7 @@ class AppTest : public QObject {
     dialog.setField(QStringLiteral("backend"), 1);
     QCOMPARE(kinds->currentIndex(), 0);
     const auto* items = qobject_cast<QStandardItemModel*>(kinds->model());
-    for (int kind = 1; kind < 4; ++kind) QVERIFY(!items->item(kind)->isEnabled());
+    for (int kind = 1; kind < 6; ++kind) QVERIFY(!items->item(kind)->isEnabled());
     QVERIFY2(kinds->toolTip().contains(QStringLiteral("CPU ranks only")), qPrintable(kinds->toolTip()));
     QVERIFY2(trade->text().contains(QStringLiteral("CPU ranks only")), qPrintable(trade->text()));
     dialog.setField(QStringLiteral("dataParallel"), 2);

@@ -230,6 +230,12 @@ TEST(Diagnosis, AParameterServersPushesAndPullsGetTheTrainersAdvice) {
   ASSERT_TRUE(s);
   EXPECT_TRUE(has(s->advice, "--shard none")) << s->advice;
   EXPECT_FALSE(has(s->advice, "forward_prefetch")) << "not FSDP's settings: the trainer has none of them";
+  sharded.shard = Shard::kParameters;
+  const auto p = diagnoseCommunication(fsdpSteps(), sharded, std::nullopt);
+  ASSERT_TRUE(p);
+  EXPECT_TRUE(has(p->advice, "sharded parameters (--shard parameters) reduce-scatter each bucket while backward goes "
+                             "on and all-gather each layer just before")) << p->advice;
+  EXPECT_TRUE(has(p->advice, "--shard optimizer keeps the gradients and parameters whole")) << p->advice;
 }
 
 TEST(Diagnosis, ExposedAllGathersBeforeTheFirstLayerAreShardedTrainings) {

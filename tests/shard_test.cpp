@@ -112,11 +112,12 @@ TEST(Shard, GradientAndParameterShardingTrainAsUnshardedHoldingLessPerRank) {
     EXPECT_EQ(maxRelativeDifference(dir.file("whole.safetensors"), dir.file(stage + ".safetensors")), 0.0);
     ASSERT_EQ(sharded.lines.size(), whole.lines.size());
     for (const auto& l : sharded.lines) {
-      // A third of the gradients, and one bucket (512 floats) staged.
-      EXPECT_NEAR(l["grad_bytes"].get<double>(), wholeBytes / 3 + 512 * 4, 2 * 128 * 4) << l.dump();
+      // A third of the gradients, and two buckets (512 floats each) staged.
+      EXPECT_NEAR(l["grad_bytes"].get<double>(), wholeBytes / 3 + 2 * 512 * 4, 2 * 128 * 4) << l.dump();
       if (stage == "parameters") {
-        // A third of the parameters, and the widest layer (64 x 64 weights and their bias, padded).
-        EXPECT_NEAR(l["param_bytes"].get<double>(), wholeBytes / 3 + (64 * 64 + 128) * 4, 2 * 128 * 4) << l.dump();
+        // A third of the parameters, and two of the widest layer (64 x 64 weights and their bias,
+        // padded): the one computing and the next, gathered meanwhile.
+        EXPECT_NEAR(l["param_bytes"].get<double>(), wholeBytes / 3 + 2 * (64 * 64 + 128) * 4, 2 * 128 * 4) << l.dump();
       } else {
         EXPECT_EQ(l["param_bytes"].get<double>(), wholeBytes) << l.dump();
       }
@@ -124,10 +125,10 @@ TEST(Shard, GradientAndParameterShardingTrainAsUnshardedHoldingLessPerRank) {
       ASSERT_FALSE(scattered.is_null()) << l.dump();
       ASSERT_FALSE(gathered.is_null()) << l.dump();
       EXPECT_GT(scattered["count"].get<int>(), 1) << "one bucket at a time";
-      // Stage 2 gathers the updated parameters once. Stage 3 gathers each layer as it computes it:
-      // forward's 4, then backward's layers 2 and 1 (it still holds layer 3; layer 0 needs none).
-      EXPECT_EQ(gathered["count"].get<int>(), stage == "parameters" ? 6 : 1) << l.dump();
-      EXPECT_EQ(scattered["exposed_us"], scattered["time_us"]) << "on the compute thread: not overlapped";
+      // Stage 2 gathers the updated parameters once. Stage 3 gathers each layer for forward (4),
+      // and for backward layer 1 again (it still holds layers 3 and 2; layer 0 needs none).
+      EXPECT_EQ(gathered["count"].get<int>(), stage == "parameters" ? 5 : 1) << l.dump();
+      EXPECT_LE(scattered["exposed_us"].get<double>(), scattered["time_us"].get<double>()) << l.dump();
     }
   }
 }

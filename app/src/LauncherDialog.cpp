@@ -50,7 +50,7 @@ Result<std::uint64_t> whole(const QLineEdit* edit, const QString& what) {
 }
 
 // The data-parallel kinds the launcher offers, in the order of its choice.
-enum ParallelKind { kAllReduce, kShardedOptimizer, kServerSync, kServerAsync };
+enum ParallelKind { kAllReduce, kShardedOptimizer, kShardedGradients, kShardedParameters, kServerSync, kServerAsync };
 
 }  // namespace
 
@@ -136,6 +136,12 @@ QLayout* LauncherDialog::parallelRow() {
   kind(tr("Sharded optimizer (ZeRO 1)"),
        tr("Each rank keeps 1/N of the optimizer state (AdamW: 2 floats per parameter); gradients are reduce-scattered "
           "and the parameters all-gathered after each step: less memory, a little more communication."));
+  kind(tr("Sharded gradients (ZeRO 2)"),
+       tr("Each rank also keeps 1/N of the gradients, reduce-scattering each bucket while backward goes on: less "
+          "memory again, for about the sharded optimizer's communication."));
+  kind(tr("Sharded parameters (ZeRO 3, FSDP)"),
+       tr("Each rank keeps 1/N of everything and all-gathers each layer's parameters just before forward or backward "
+          "reaches it: the least memory, at about 1.5x all-reduce's traffic."));
   kind(tr("Parameter server, synchronous"),
        tr("Rank 0's process holds the master model and the optimizer; every rank pushes its gradient and pulls the "
           "weights. Same training as all-reduce; the server's link carries every rank's bytes."));
@@ -165,7 +171,9 @@ QLayout* LauncherDialog::parallelRow() {
 // now). A kind that is not offered falls back to all-reduce.
 void LauncherDialog::offerParallelKinds(bool program, bool cuda) {
   auto* items = qobject_cast<QStandardItemModel*>(parallel_->model());
-  for (int kind : {kShardedOptimizer, kServerSync, kServerAsync}) items->item(kind)->setEnabled(!cuda);
+  for (int kind : {kShardedOptimizer, kShardedGradients, kShardedParameters, kServerSync, kServerAsync}) {
+    items->item(kind)->setEnabled(!cuda);
+  }
   if (cuda && parallel_->currentIndex() != kAllReduce) {
     const QSignalBlocker block(parallel_);
     parallel_->setCurrentIndex(kAllReduce);
@@ -173,8 +181,8 @@ void LauncherDialog::offerParallelKinds(bool program, bool cuda) {
   parallel_->setEnabled(!program);
   parallel_->setToolTip(program ? tr("Your program does its own data parallelism (DDP, FSDP, …): this choice is the "
                                      "built-in trainer's")
-                        : cuda  ? tr("GPU ranks all-reduce: the sharded optimizer and the parameter server run on "
-                                     "CPU ranks only for now")
+                        : cuda  ? tr("GPU ranks all-reduce: sharding and the parameter server run on CPU ranks "
+                                     "only for now")
                                 : tr("How the ranks share the model (lockstepctl's --sync, --shard and --staleness)"));
   const int suggested = std::max(1, static_cast<int>(rankCount()) - 1);
   if (staleness_->value() == std::exchange(autoStaleness_, suggested)) {
@@ -193,6 +201,8 @@ void LauncherDialog::offerParallelKinds(bool program, bool cuda) {
 Result<void> LauncherDialog::parallelism(JobSpec& s) const {
   const int kind = parallel_->currentIndex();
   if (kind == kShardedOptimizer) s.shard = Shard::kOptimizer;
+  if (kind == kShardedGradients) s.shard = Shard::kGradients;
+  if (kind == kShardedParameters) s.shard = Shard::kParameters;
   if (kind == kServerSync || kind == kServerAsync) s.sync = Sync::kParameterServer;
   if (kind != kServerAsync) return {};
   s.staleness = static_cast<std::uint32_t>(staleness_->value());

@@ -189,10 +189,18 @@ std::string whereText(const kpi::ExposedEnds& e) {
 }
 
 // The built-in trainer's own kinds of data parallelism (docs/trainer.md): what they trade.
-std::string trainerKindAdvice(CollectiveKind kind, const std::string& where) {
+std::string trainerKindAdvice(CollectiveKind kind, Shard shard, const std::string& where) {
   switch (kind) {
     case CollectiveKind::kAllGather:
     case CollectiveKind::kReduceScatter:
+      if (shard == Shard::kGradients || shard == Shard::kParameters) {
+        return "sharded " + std::string(nameOf(shard)) + " (--shard " + std::string(nameOf(shard)) +
+               ") reduce-scatter each bucket while backward goes on and" +
+               (shard == Shard::kParameters ? " all-gather each layer just before forward and backward reach it"
+                                            : " all-gather the parameters after each step") +
+               where + ": they keep 1/N of the model state at that price; with memory to spare, --shard optimizer "
+               "keeps the gradients and parameters whole and communicates less";
+      }
       return "the sharded optimizer (--shard optimizer) reduce-scatters the gradients and waits for the parameters' "
              "all-gather after each step" + where + ": it keeps 1/N of the optimizer state at that price; with "
              "memory to spare, --shard none all-reduces while backward runs instead";
@@ -211,7 +219,7 @@ std::string trainerKindAdvice(CollectiveKind kind, const std::string& where) {
 std::string kindAdvice(const kpi::JobKpis& k, const JobSpec& spec, CollectiveKind kind) {
   const std::string where = whereText(k.exposedEnds);
   if (!spec.isCommand() && (spec.shard != Shard::kNone || spec.sync != Sync::kAllReduce)) {
-    return trainerKindAdvice(kind, where);
+    return trainerKindAdvice(kind, spec.shard, where);
   }
   switch (kind) {
     case CollectiveKind::kAllGather:

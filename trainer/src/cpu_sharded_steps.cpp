@@ -38,14 +38,13 @@ void CpuLoop::setUpShardedLayers() {
   for (const auto& b : buckets_) cuts_.push_back(b.end);
 }
 
-// The gradients are reduced by now (the collectives ran in backward): the optimizer updates this
-// rank's part, and with stage 2 the parts are gathered.
+// Waits for the step's last buckets; the optimizer updates this rank's part, and with stage 2 the
+// parts are gathered.
 Result<void> CpuLoop::applySharded(Step& st, double lr) {
-  st.exposed += std::chrono::microseconds(sharded_->allReduces().micros + sharded_->reduceScatters().micros +
-                                          sharded_->allGathers().micros);
-  if (const auto& failed = sharded_->error()) {
-    return host_.diagnoseCommFailure(*failed, "during step " + std::to_string(st.index + 1));
-  }
+  s_.progress.enter(RankPhase::kCommunicate);
+  const auto finished = sharded_->finish();
+  st.exposed += sharded_->waitedForBuckets() + sharded_->waitedForLayers();
+  if (!finished) return host_.diagnoseCommFailure(finished.error(), "during step " + std::to_string(st.index + 1));
   const auto optimizerStart = Clock::now();
   s_.optimizer->beginStep(lr);
   sharded_->applyOptimizer(*s_.optimizer, 1.0f / reducedHeader()[kSampleCount], s_.params);
@@ -58,17 +57,19 @@ Result<void> CpuLoop::applySharded(Step& st, double lr) {
 void CpuLoop::addShardedLayerFigures(const Step& st, StepReport& report) const {
   report.paramBytes = sharded_->paramBytes();
   report.gradBytes = sharded_->gradBytes();
-  // Every collective ran on the compute thread: all of it is exposed.
-  auto entry = [](CollectiveKind kind, const KindTotals& t) {
-    return CollectiveTimes{kind, t.count, t.micros, t.micros, t.bytes};
+  // The compute thread's waits: for the buckets (the reduce-scatters and the header's all-reduce,
+  // which goes last), for a layer, and for stage 2's parameters after the step.
+  auto entry = [](CollectiveKind kind, const KindTotals& t, Clock::duration waited) {
+    return CollectiveTimes{kind, t.count, t.micros, std::min(micros(waited), t.micros), t.bytes};
   };
   KindTotals gathers = sharded_->allGathers();
   gathers.count += st.allGather.count;
   gathers.micros += st.allGather.micros;
   gathers.bytes += st.allGather.bytes;
-  report.collectives.push_back(entry(CollectiveKind::kAllReduce, sharded_->allReduces()));
-  report.collectives.push_back(entry(CollectiveKind::kReduceScatter, sharded_->reduceScatters()));
-  report.collectives.push_back(entry(CollectiveKind::kAllGather, gathers));
+  const auto gatherWait = sharded_->waitedForLayers() + std::chrono::microseconds(st.allGather.micros);
+  report.collectives.push_back(entry(CollectiveKind::kAllReduce, sharded_->allReduces(), Clock::duration::zero()));
+  report.collectives.push_back(entry(CollectiveKind::kReduceScatter, sharded_->reduceScatters(), sharded_->waitedForBuckets()));
+  report.collectives.push_back(entry(CollectiveKind::kAllGather, gathers, gatherWait));
 }
 
 Result<void> CpuLoop::gatherWholeParameters(std::vector<float>& into, const char* why) {

@@ -156,7 +156,7 @@ inline constexpr auto kFields = std::tuple{
     row<std::uint32_t>("", "rebalance_every", LOCKSTEP_SPEC_MEMBER(std::uint32_t, rebalanceEvery), "rebalance every", 0, 1e6,
                          {"--rebalance-every", Jobs::kTrainer, "N", "with --balance dynamic: steps between re-splits (default 10)", kComm}),
     row<Shard>("", "shard", LOCKSTEP_SPEC_MEMBER(Shard, shard), "shard", 0, 0,
-                 {"--shard", Jobs::kTrainer, "none|optimizer|gradients|parameters", "what each rank keeps 1/N of (ZeRO stages 1-3; default none: all of it).\noptimizer: the optimizer state; gradients are reduce-scattered and the\nparameters all-gathered after each step (docs/trainer.md)", kComm}),
+                 {"--shard", Jobs::kTrainer, "none|optimizer|gradients|parameters", "what each rank keeps 1/N of (ZeRO stages 1-3; default none: all of it).\noptimizer: the optimizer state; gradients are reduce-scattered and the\nparameters all-gathered after each step. gradients: the gradients too,\nreduce-scattered a bucket at a time while backward goes on. parameters:\nthe parameters too, each layer all-gathered as it is reached (docs/trainer.md)", kComm}),
     row<Sync>("", "sync", LOCKSTEP_SPEC_MEMBER(Sync, sync), "sync", 0, 0,
                 {"--sync", Jobs::kTrainer, "allreduce|parameter-server", "how the ranks combine gradients (default allreduce). parameter-server:\nrank 0's process holds the master model and the optimizer; every rank\npushes its gradients there and pulls the weights (docs/trainer.md)", kComm}),
     row<std::uint32_t>("", "staleness", LOCKSTEP_SPEC_MEMBER(std::uint32_t, staleness), "staleness", 0, 1000,
