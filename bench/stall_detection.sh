@@ -56,7 +56,7 @@ await_stall() {
   echo "  $job: no stall within 300 s" >&2
 }
 
-echo "stall detection at the default allowance (the larger of 15 s and 5x the p99 step):"
+echo "stall detection at the default allowance (the larger of 14 s and 5x the p99 step):"
 ctl start --ranks 2 --job-id bench-trainer --layers 784,256,10 --steps 100000000 >/dev/null
 pid=$(await_step bench-trainer 50)
 kill -STOP "$pid"

@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <thread>
 
 #include "loop/config.h"
@@ -15,6 +17,9 @@
 #include "sensors/nvml.h"
 #include "jobs/preflight.h"
 #include "jobs/rank_launch.h"
+#include "lockstep/common/clock.h"
+#include "lockstep/common/progress.h"
+#include "stalls/stall_watch.h"
 #include "stream/stream_buffer.h"
 #include "support/test_support.h"
 
@@ -374,6 +379,34 @@ TEST(RankLaunch, TorchrunsEnvironmentAndGpusInLocalRankOrder) {
     if (name == "OMP_NUM_THREADS" || name == "PYTHONPATH") continue;
     EXPECT_TRUE(isRankVariable(name)) << name << " is set for ranks but a job's environment may set it too";
   }
+}
+
+// Issue 46: a stall is judged the moment a rank's allowance runs out, not on the next periodic
+// read: the agent's loop wakes at dueUs().
+TEST(StallWatch, IsDueTheMillisecondARanksAllowanceRunsOutFromItsRecordsOwnTime) {
+  TempDir dir;
+  const std::string path = dir.file("progress.0");
+  ASSERT_TRUE(progress::create(path));
+  progress::Writer writer(path);
+  writer.stepDone(1, "data");
+  const WatchedJob job{"j", 1, OnStall::kReport, false, {WatchedRank{0, ::getpid(), ::getpgrp(), path, "", ""}}};
+  StallWatch watch;
+  EXPECT_EQ(watch.dueUs(), std::numeric_limits<std::int64_t>::max()) << "nothing read yet";
+  ASSERT_TRUE(watch.tick({job}).empty());
+  const std::int64_t moved = progress::read(path)->stepBeganUs;
+  const std::int64_t due = watch.dueUs();
+  EXPECT_EQ(due, moved + 1'001'000) << "1 s (--stall-after-s 1) and a millisecond after the step began";
+  std::this_thread::sleep_for(std::chrono::microseconds(std::max<std::int64_t>(0, due - unixMicrosNow() - 100'000)));
+  EXPECT_TRUE(watch.tick({job}).empty()) << "0.1 s before it is due: not stalled";
+  std::this_thread::sleep_for(std::chrono::microseconds(std::max<std::int64_t>(0, due - unixMicrosNow())));
+  const auto changes = watch.tick({job});
+  ASSERT_EQ(changes.size(), 1u) << "due: stalled";
+  EXPECT_TRUE(changes[0].began);
+  EXPECT_NEAR(changes[0].stall.sinceUnixUs, moved, 1'000) << "since its last progress";
+  EXPECT_EQ(watch.dueUs(), std::numeric_limits<std::int64_t>::max()) << "a stalled job is due nothing";
+  writer.stepDone(2, "data");
+  ASSERT_EQ(watch.tick({job}).size(), 1u) << "it moved: the stall ended";
+  EXPECT_GT(watch.dueUs(), due) << "due again, from the new step";
 }
 
 }  // namespace

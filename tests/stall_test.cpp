@@ -2,7 +2,7 @@
 // the real trainer and Debian's PyTorch (tests/programs/ddp_mlp.py) in real processes; stalls made
 // the way users meet them: a rank blocked in its own data loader, a rank SIGSTOPped, a native
 // program that blocks. Each test gives --stall-after-s 2 or 3 so that it takes seconds; the
-// default allowance (15 s and more) is measured by bench/stall_detection.sh.
+// default allowance (14 s and more) is measured by bench/stall_detection.sh.
 
 #include <gtest/gtest.h>
 #include <signal.h>

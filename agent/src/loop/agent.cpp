@@ -290,7 +290,7 @@ std::vector<zmq::pollitem_t> Agent::Impl::pollItems() {
 }
 
 milliseconds Agent::Impl::pollTimeout() const {
-  auto timeout = fetches_->until(clients_->timeout(kIdlePoll));
+  auto timeout = std::min(fetches_->until(clients_->timeout(kIdlePoll)), stalls_->untilDue());
   if (starts_->waiting()) {
     const auto next = starts_->nextDeadline();
     if (next != Clock::time_point::max()) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 
 #include "base/host.h"
 #include "lockstep/common/clock.h"
@@ -89,6 +90,7 @@ void StallWatch::observe(RankWatch& w, const WatchedRank& rank, const WatchedJob
     w.shown = RankProgress{};
     w.shown.rank = rank.rank;
     w.shown.processState = processStateOf(rank.pid);
+    w.judged = false;
     return;
   }
   if (!w.last || moved(*w.last, *read)) {
@@ -107,6 +109,7 @@ void StallWatch::observe(RankWatch& w, const WatchedRank& rank, const WatchedJob
   if (auto it = w.phaseMaxMs.find(read->phase); read->announced && it != w.phaseMaxMs.end()) basis.phaseMaxMs = it->second;
   w.shown.allowanceMs = kpi::stallAllowanceMs(basis);
   w.shown.processState = processStateOf(workingProcess(rank, read->pid));
+  w.judged = judged(w.shown, job);
 }
 
 std::optional<StallWatch::Change> StallWatch::judge(JobWatch& watch, const WatchedJob& job) {
@@ -115,7 +118,7 @@ std::optional<StallWatch::Change> StallWatch::judge(JobWatch& watch, const Watch
   std::int64_t leastStill = -1;
   for (const auto& [rank, w] : watch.ranks) {
     ranks.push_back(w.shown);
-    if (!judged(w.shown, job)) continue;
+    if (!w.judged) continue;
     over = over || w.shown.stillMs > w.shown.allowanceMs;
     leastStill = leastStill < 0 ? w.shown.stillMs : std::min(leastStill, w.shown.stillMs);
   }
@@ -154,6 +157,18 @@ std::vector<StallWatch::Change> StallWatch::tick(const std::vector<WatchedJob>& 
   }
   jobs_ = std::move(kept);
   return changes;
+}
+
+std::int64_t StallWatch::dueUs() const {
+  std::int64_t due = std::numeric_limits<std::int64_t>::max();
+  for (const auto& [jobId, watch] : jobs_) {
+    if (watch.stall) continue;
+    for (const auto& [rank, w] : watch.ranks) {
+      // Over it when stillMs > allowanceMs: a millisecond past.
+      if (w.judged) due = std::min(due, w.movedAtUs + (w.shown.allowanceMs + 1) * 1000);
+    }
+  }
+  return due;
 }
 
 std::vector<RankProgress> StallWatch::progressOf(const std::string& jobId) const {

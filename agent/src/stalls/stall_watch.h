@@ -1,8 +1,9 @@
 #pragma once
-// The stall watch (docs/stalls.md): four times a second the agent reads each running rank's progress
-// record (lockstep/common/progress.h) and judges whether it moved within its allowance
-// (kpi/stall.h). A job whose ranks stopped moving is stalled until one moves again; what the
-// ranks' progress says (the wavefront) is its diagnosis. The event loop owns it (not thread-safe).
+// The stall watch (docs/stalls.md): four times a second, and at the moment a rank's allowance runs
+// out (dueUs), the agent reads each running rank's progress record (lockstep/common/progress.h) and
+// judges whether it moved within its allowance (kpi/stall.h). A job whose ranks stopped moving is
+// stalled until one moves again; what the ranks' progress says (the wavefront) is its diagnosis.
+// The event loop owns it (not thread-safe).
 
 #include <sys/types.h>
 
@@ -54,6 +55,9 @@ class StallWatch {
   void noteStep(const std::string& jobId, std::uint32_t rank, std::int64_t stepTimeUs);
   // Reads the jobs' records; forgets the jobs no longer listed. Returns the stalls that began or ended.
   std::vector<Change> tick(const std::vector<WatchedJob>& jobs);
+  // When (unix µs, the node's clock) the first judged rank of a job not stalled goes over its
+  // allowance if nothing moves before: the next tick is due then (INT64_MAX: none).
+  std::int64_t dueUs() const;
 
   std::vector<RankProgress> progressOf(const std::string& jobId) const;
   std::optional<Stall> stallOf(const std::string& jobId) const;
@@ -65,6 +69,7 @@ class StallWatch {
     std::deque<std::int64_t> stepMs;             // recent step times
     std::map<std::string, std::int64_t> phaseMaxMs;  // announced phases' longest runs
     RankProgress shown;
+    bool judged = false;  // its stillness can stall the job (judged() in stall_watch.cpp)
   };
   struct JobWatch {
     std::map<std::uint32_t, RankWatch> ranks;

@@ -1,6 +1,7 @@
 #include "stalls/stalls.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "base/off_loop.h"
 #include "lockstep/client/elastic.h"
@@ -11,7 +12,7 @@
 namespace lockstep::agent {
 namespace {
 
-constexpr auto kStallTick = std::chrono::milliseconds(250);  // with the loop's 200 ms poll: seen within 0.5 s
+constexpr auto kStallTick = std::chrono::milliseconds(250);  // the progress shown; a stall is judged when due
 constexpr std::size_t kMaxEvidenceEventBytes = 60 * 1024;    // a job event's text is at most 64 KiB
 
 JobEvent jobEvent(const std::string& jobId, JobEventKind kind, std::string message) {
@@ -79,9 +80,18 @@ void Stalls::onStacks(const std::string& client, std::uint64_t id, const StacksR
   pending_[taking] = Pending{client, id, std::nullopt};
 }
 
+// The periodic read keeps the ranks' progress shown fresh; the stall itself is judged the moment its
+// allowance runs out, not up to a tick and the loop's poll later (bench/stall_detection.sh).
+std::chrono::milliseconds Stalls::untilDue() const {
+  const std::int64_t due = watch_.dueUs();
+  if (due == std::numeric_limits<std::int64_t>::max()) return std::chrono::milliseconds::max();
+  const std::int64_t waitUs = std::max<std::int64_t>(0, due - unixMicrosNow());
+  return std::chrono::milliseconds((waitUs + 999) / 1000);
+}
+
 void Stalls::tick() {
   const auto now = std::chrono::steady_clock::now();
-  if (now < nextTick_) return;
+  if (now < nextTick_ && unixMicrosNow() < watch_.dueUs()) return;
   nextTick_ = now + kStallTick;
   for (auto& change : watch_.tick(jobs_.watched())) {
     if (change.began) {

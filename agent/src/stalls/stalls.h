@@ -31,8 +31,11 @@ class Stalls {
   }
   // A client's `stacks`: answered once the evidence is taken.
   void onStacks(const std::string& client, std::uint64_t id, const StacksRequest& request);
-  // Reads the progress records four times a second; a stall that began has its evidence taken.
+  // Reads the progress records four times a second, and when a rank's allowance runs out
+  // (untilDue); a stall that began has its evidence taken.
   void tick();
+  // How long the event loop may wait before tick() must run: until a rank's allowance runs out.
+  std::chrono::milliseconds untilDue() const;
   void onEvidence();
   // A running job's progress and stall, as its status shows them.
   void withProgress(JobStatus& job) const;

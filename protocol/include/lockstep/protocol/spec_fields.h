@@ -169,7 +169,7 @@ inline constexpr auto kFields = std::tuple{
     row<OnStall>("", "on_stall", LOCKSTEP_SPEC_MEMBER(OnStall, onStall), "on stall", 0, 0,
                    {"--on-stall", Jobs::kBoth, "report|stop|restart", "through agents: what a stall does (no rank's progress moved for\n--stall-after-s): report it (default), fail the job with the diagnosis,\nor restart it from its last checkpoint (--max-restarts)", kComm}),
     row<std::uint32_t>("", "stall_after_s", LOCKSTEP_SPEC_MEMBER(std::uint32_t, stallAfterS), "stall after (s)", 0, 86400,
-                         {"--stall-after-s", Jobs::kBoth, "N", "how long progress may stand still (default: the larger of 15 s and 5x\nthe rank's recent p99 step time; before the first step, 10x that)", kComm}),
+                         {"--stall-after-s", Jobs::kBoth, "N", "how long progress may stand still (default: the larger of 14 s and 5x\nthe rank's recent p99 step time; before the first step, 10x that)", kComm}),
     row<std::optional<double>>("", "budget", LOCKSTEP_SPEC_MEMBER(std::optional<double>, budget), "budget", 0, 1e12,
                                  {"--budget", Jobs::kBoth, "AMOUNT", "through agents: stop the job with a checkpoint once its cost reaches\nAMOUNT (in the currency of its prices; docs/alerts.md)", kComm}),
     row<std::uint64_t>("", "mem_per_rank", LOCKSTEP_SPEC_MEMBER(std::uint64_t, memPerRank), "memory per rank", 0, 1e15,
