@@ -21,6 +21,9 @@ machine's noise: record_us_per_step, the package's own CPU time per step with th
 without it (the writes as the step makes them, after its compute evicted the caches), and
 record_us_per_step_warm, the writes a watched step makes, counted, times what each costs in a
 tight loop (a lower bound). --no-progress leaves the record out (as before issue 32).
+--candidate FILE adds a fourth variant, the watched copy again writing through the Writer of FILE
+(another _progress.py) into a record of its own: a writer tried side by side with the package's
+(candidate_record_us_per_step against record_us_per_step; issue 46).
 
 --control runs the same with neither copy instrumented: the spread of its ratios is the machine's
 noise, the floor under which the end-to-end ratio says nothing (about ±3% on the 2-core build
@@ -90,8 +93,12 @@ def worker(args):
         variants[name] = (model, torch.optim.SGD(model.parameters(), lr=0.01))
     if not args.control:
         lockstep.watch(variants["instrumented"][0])
+    writers = {"recorded": record}
     if recording:
         variants["recorded"] = variants["instrumented"]  # the same watched copy, with the record
+    if recording and args.candidate:
+        variants["candidate"] = variants["instrumented"]
+        writers["candidate"] = candidate_writer(args.candidate)
     reported = [0]
     lossf = nn.CrossEntropyLoss()
     layers = [int(x) for x in args.layers.split(",")]
@@ -100,7 +107,7 @@ def worker(args):
     Y = torch.randint(0, layers[-1], (args.batch * 8,), generator=g).to(device)
 
     def step(name, i):
-        _progress._writer = record if name == "recorded" else None  # the one difference
+        _progress._writer = writers.get(name)  # the one difference
         model, opt = variants[name]
         s = (i % 8) * args.batch
         opt.zero_grad(set_to_none=True)
@@ -122,8 +129,9 @@ def worker(args):
     for b in range(args.blocks):
         if len(names) == 2:
             order = names if b % 2 == 0 else names[::-1]
-        else:  # all three rotate: each goes first, second and third alike
-            order = names[b % 3:] + names[:b % 3] if b % 2 == 0 else (names[b % 3:] + names[:b % 3])[::-1]
+        else:  # all rotate: each goes first, second, third ... alike
+            k = b % len(names)
+            order = names[k:] + names[:k] if b % 2 == 0 else (names[k:] + names[:k])[::-1]
         for name in order:
             own_before = spent[0]
             if cuda:
@@ -157,6 +165,23 @@ def worker(args):
     del variants
     dist.barrier()
     dist.destroy_process_group()
+
+
+def candidate_writer(path):
+    """A Writer of the _progress.py at `path`, on a record of its own beside the rank's."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("candidate_progress", path)
+    if spec is None:
+        raise SystemExit("--candidate %s: not a Python file" % path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    copy = os.environ["LOCKSTEP_PROGRESS"] + ".candidate"
+    with open(copy, "wb") as f:
+        f.write(bytes(128))
+    writer = module.Writer(module._map(copy))
+    writer._claim(0)
+    return writer
 
 
 def self_timed():
@@ -268,9 +293,15 @@ def main():
     p.add_argument("--control", action="store_true",
                    help="instrument neither copy: the ratios this machine's noise alone gives")
     p.add_argument("--no-progress", action="store_true", help="leave the progress record out")
+    p.add_argument("--candidate", default="", metavar="FILE",
+                   help="also time the progress Writer of FILE (a _progress.py) side by side")
     p.add_argument("--coretype", default="", help="OPENBLAS_CORETYPE for both variants (e.g. SkylakeX)")
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     args = p.parse_args()
+    if args.candidate and not os.path.isfile(args.candidate):
+        raise SystemExit("--candidate %s: no such file" % args.candidate)
+    if args.candidate and (args.control or args.no_progress):
+        raise SystemExit("--candidate needs the record: leave out --control and --no-progress")
     if args.worker:
         return worker(args)
 
@@ -334,6 +365,8 @@ def main():
             "own_code_us_per_step_recorded": round(own["recorded"], 1),
             "record_us_per_step": round(own["recorded"] - own["instrumented"], 1),
             "record_share_of_step": round((own["recorded"] - own["instrumented"]) / 1e3 / instrumented, 5)})
+        if "candidate" in own:
+            result["candidate_record_us_per_step"] = round(own["candidate"] - own["instrumented"], 1)
         for path in records:  # each rank wrote its record, up to its last step
             with open(path, "rb") as f:
                 magic, version, sequence, step = struct.unpack_from("<IIQq", f.read(128))
