@@ -337,6 +337,16 @@ class AppTest : public QObject {
     QVERIFY(staleness->isHidden());
     QVERIFY2(trade->text().contains(QStringLiteral("master model")), qPrintable(trade->text()));
     trades << trade->text();
+    // Split over ranks: no more parts than the two ranks the form asks for.
+    auto* psRanks = dialog.findChild<QSpinBox*>(QStringLiteral("psRanks"));
+    QVERIFY(psRanks && !psRanks->isHidden());
+    dialog.setField(QStringLiteral("psRanks"), 2);
+    QVERIFY2(dialog.job(), qPrintable(dialog.error()));
+    QCOMPARE(dialog.job()->psRanks, 2u);
+    dialog.setField(QStringLiteral("psRanks"), 3);
+    QVERIFY(!dialog.job());
+    QVERIFY2(dialog.error().contains(QStringLiteral("--ps-ranks 3 with 2 ranks")), qPrintable(dialog.error()));
+    dialog.setField(QStringLiteral("psRanks"), 1);
 
     // Asynchronous: K is ranks - 1 unless the user says otherwise, and never less than the trainer takes.
     const auto serverAsync = picked(5);

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "lockstep/present/present.h"
+#include "lockstep/protocol/names.h"
 
 namespace lockstep::present {
 namespace {
@@ -62,6 +63,23 @@ TEST(Present, AJobsSamplesPerSecondIsTheWindowWhileItRunsAndTheMeanOnceItEnded) 
 }
 
 // Issue 42: a collective as the timeline labels it, and the Communication tile's split by kind.
+TEST(Present, TheKindOfDataParallelismSaysWhatIsSharedAndHow) {
+  JobSpec spec;
+  EXPECT_EQ(parallelismText(spec), "all-reduce");
+  spec.shard = Shard::kParameters;
+  EXPECT_EQ(parallelismText(spec), "all-reduce, sharded: " + std::string(titleOf(Shard::kParameters)));
+  spec.shard = Shard::kNone;
+  spec.sync = Sync::kParameterServer;
+  EXPECT_EQ(parallelismText(spec), "parameter server, synchronous");
+  spec.staleness = 3;
+  EXPECT_EQ(parallelismText(spec), "parameter server, asynchronous (staleness ≤ 3)");
+  spec.staleness = 0;
+  spec.psRanks = 4;
+  EXPECT_EQ(parallelismText(spec), "parameter server split over 4 ranks, synchronous");
+  spec.psRanks = 1;
+  EXPECT_EQ(parallelismText(spec), "parameter server, synchronous");
+}
+
 TEST(Present, ACollectiveIsItsKindAndItsBytesAndTheSplitGoesLargestFirst) {
   EXPECT_EQ(collectiveLabel(CollectiveKind::kAllGather, 8u << 20), "all-gather 8.0 MiB");
   EXPECT_EQ(collectiveLabel(CollectiveKind::kBarrier, 0), "barrier");

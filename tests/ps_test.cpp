@@ -42,10 +42,11 @@ TEST(ParameterServer, SynchronousTrainsAsAllReduceDoes) {
   for (const auto& l : served.lines) {
     EXPECT_TRUE(hasCollective(l, "push") && hasCollective(l, "pull")) << l.dump();
     EXPECT_TRUE(l.value("staleness", nlohmann::json()).is_null()) << "synchronous: no gradient is stale";
-    // The server's optimizer state and master weights live in rank 0's process only.
+    // The server's optimizer state and master weights live in rank 0's process only (its state
+    // has no room for the 128 header floats, which the all-reduce's optimizer keeps: AdamW, 2 buffers).
     if (l["rank"] == 0) {
       EXPECT_EQ(l["param_bytes"], 2 * reduced.lines[0]["param_bytes"].get<std::uint64_t>());
-      EXPECT_EQ(l["optimizer_state_bytes"], reduced.lines[0]["optimizer_state_bytes"]);
+      EXPECT_EQ(l["optimizer_state_bytes"], reduced.lines[0]["optimizer_state_bytes"].get<std::uint64_t>() - 2 * 128 * 4);
     } else {
       EXPECT_EQ(l["optimizer_state_bytes"], 0);
     }
@@ -93,6 +94,36 @@ TEST(ParameterServer, AsynchronousLetsAFastRankGoOnWithinTheStalenessBound) {
 }
 
 // The server writes the checkpoints: a synchronous run resumes exactly.
+// --ps-ranks N: the server split by parameter ranges over ranks 0..N-1, each part holding its range
+// of the master and of the optimizer state: the same training as one server, and as all-reduce.
+TEST(ParameterServer, SplitOverRanksItTrainsAsOneServerWithEachPartOnItsRank) {
+  TempDir dir;
+  const TrainerRun reduced = train(dir, "allreduce", kJob, {"--nproc", "3", "--steps", "20"});
+  ASSERT_TRUE(reduced.process.status.success()) << reduced.process.err;
+  const auto state = reduced.lines[0]["optimizer_state_bytes"].get<double>() - 2 * 128 * 4;
+  for (const std::string parts : {"2", "3"}) {
+    SCOPED_TRACE(parts + " parts");
+    const TrainerRun served = train(dir, "split" + parts, kJob, {"--nproc", "3", "--steps", "20", "--sync",
+                                                                  "parameter-server", "--ps-ranks", parts});
+    ASSERT_TRUE(served.process.status.success()) << served.process.err;
+    const auto expected = globalLosses(dir.file("allreduce.jsonl")), got = globalLosses(dir.file("split" + parts + ".jsonl"));
+    ASSERT_EQ(got.size(), 20u);
+    for (const auto& [step, loss] : got) EXPECT_EQ(loss, expected.at(step)) << "step " << step;
+    EXPECT_EQ(maxRelativeDifference(dir.file("allreduce.safetensors"), dir.file("split" + parts + ".safetensors")), 0.0);
+    const int n = std::stoi(parts);
+    for (const auto& l : served.lines) {
+      EXPECT_EQ(collectiveOf(l, "push")["count"], n) << "one push to each part: " << l.dump();
+      EXPECT_EQ(collectiveOf(l, "pull")["count"], n) << l.dump();
+      if (l["rank"].get<int>() < n) {
+        // Its part of the state, give or take the parts' alignment (128 floats, two buffers).
+        EXPECT_NEAR(l["optimizer_state_bytes"].get<double>(), state / n, 2 * 128 * 4) << l.dump();
+      } else {
+        EXPECT_EQ(l["optimizer_state_bytes"], 0) << l.dump();
+      }
+    }
+  }
+}
+
 TEST(ParameterServer, TheSynchronousServersRunResumesExactly) {
   TempDir dir;
   const auto job = join(kJob, {"--nproc", "2", "--sync", "parameter-server", "--checkpoint-every", "10"});
@@ -106,6 +137,20 @@ TEST(ParameterServer, TheSynchronousServersRunResumesExactly) {
   ASSERT_EQ(got.size(), 10u);
   for (const auto& [step, loss] : got) EXPECT_EQ(loss, expected.at(step)) << "step " << step;
   EXPECT_EQ(maxRelativeDifference(dir.file("full.safetensors"), dir.file("resumed.safetensors")), 0.0);
+
+  // Split over both ranks, from the same checkpoint: the parts gather their ranges into part 0's
+  // file, and the run goes on as one server's did.
+  const auto split = join(kJob, {"--nproc", "2", "--sync", "parameter-server", "--checkpoint-every", "10", "--ps-ranks", "2"});
+  const TrainerRun fullSplit = train(dir, "full-split", split, {"--steps", "30", "--checkpoint-dir", dir.file("ckpt-split")});
+  ASSERT_TRUE(fullSplit.process.status.success()) << fullSplit.process.err;
+  EXPECT_EQ(globalLosses(dir.file("full-split.jsonl")), expected);
+  std::filesystem::remove(dir.file("ckpt-split/step-00000030.safetensors"));
+  const TrainerRun resumedSplit = train(dir, "resumed-split", split, {"--steps", "30", "--checkpoint-dir", dir.file("ckpt-split"), "--resume"});
+  ASSERT_TRUE(resumedSplit.process.status.success()) << resumedSplit.process.err;
+  const auto gotSplit = globalLosses(dir.file("resumed-split.jsonl"));
+  ASSERT_EQ(gotSplit.size(), 10u);
+  for (const auto& [step, loss] : gotSplit) EXPECT_EQ(loss, expected.at(step)) << "step " << step;
+  EXPECT_EQ(maxRelativeDifference(dir.file("full.safetensors"), dir.file("resumed-split.safetensors")), 0.0);
 }
 
 // Three ranks start on the same weights, so the bound must hold for each of them in turn, not only
@@ -150,6 +195,11 @@ TEST(ParameterServer, SettingsThatCannotWorkAreRefusedClearly) {
       {{"--nproc", "2", "--sync", "parameter-server", "--shard", "optimizer", "--steps", "2"}, "use --shard none with it"},
       {{"--nproc", "2", "--sync", "sometimes", "--steps", "2"}, "is not one of allreduce, parameter-server"},
       {{"--nproc", "2", "--sync", "parameter-server", "--staleness", "1", "--epochs", "1"}, "give --steps, not --epochs"},
+      {{"--nproc", "2", "--sync", "parameter-server", "--ps-ranks", "3", "--steps", "2"},
+       "--ps-ranks 3 with 2 ranks: the server's parts live in ranks' processes, one part each"},
+      {{"--nproc", "3", "--sync", "parameter-server", "--ps-ranks", "2", "--staleness", "2", "--steps", "2"},
+       "a server split over ranks is synchronous only for now"},
+      {{"--nproc", "2", "--ps-ranks", "2", "--steps", "2"}, "--ps-ranks goes with --sync parameter-server"},
   };
   for (const auto& c : cases) {
     const TrainerRun run = train(dir, "bad", kJob, c.flags);

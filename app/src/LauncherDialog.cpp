@@ -154,16 +154,25 @@ QLayout* LauncherDialog::parallelRow() {
   staleness_->setPrefix(tr("K = "));
   staleness_->setToolTip(tr("How many updates old the weights a rank computes on may be. Each update is one rank's "
                             "gradient, so K must be at least ranks - 1 (the default)"));
+  psRanks_ = new QSpinBox(this);
+  psRanks_->setObjectName(QStringLiteral("psRanks"));
+  psRanks_->setRange(1, 4096);  // the spec field's bound; the ranks bound it below that (revalidate)
+  psRanks_->setPrefix(tr("split over "));
+  psRanks_->setSuffix(tr(" rank(s)"));
+  psRanks_->setToolTip(tr("Split the server by parameter ranges over the processes of ranks 0..N-1, so that no one "
+                          "rank's link carries every rank's whole model each step (lockstepctl's --ps-ranks)"));
   parallelTrade_ = new QLabel(this);
   parallelTrade_->setObjectName(QStringLiteral("dataParallelTrade"));
   parallelTrade_->setWordWrap(true);
   parallelTrade_->setForegroundRole(QPalette::PlaceholderText);
   connect(parallel_, &QComboBox::currentIndexChanged, this, &LauncherDialog::revalidate);
   connect(staleness_, &QSpinBox::valueChanged, this, &LauncherDialog::revalidate);
+  connect(psRanks_, &QSpinBox::valueChanged, this, &LauncherDialog::revalidate);
   auto* row = new QHBoxLayout;
   row->addWidget(new QLabel(tr("Data parallel"), this));
   row->addWidget(parallel_, 1);
   row->addWidget(staleness_);
+  row->addWidget(psRanks_);
   return row;
 }
 
@@ -190,24 +199,26 @@ void LauncherDialog::offerParallelKinds(bool program, bool cuda) {
     staleness_->setValue(suggested);
   }
   staleness_->setVisible(!program && parallel_->currentIndex() == kServerAsync);
+  psRanks_->setVisible(!program && parallel_->currentIndex() == kServerSync);
   parallelTrade_->setText(program ? tr("Your program does its own data parallelism; this choice is the built-in MLP's.")
                                   : parallel_->currentData().toString() +
                                         (cuda ? tr(" The other kinds run on CPU ranks only for now.") : QString()));
   balance_->setEnabled(parallel_->currentIndex() < kServerSync);  // a server lets a slow rank lag instead
 }
 
-// The chosen kind into the job; an asynchronous server's K checked against the ranks the form asks
-// for, by the rule the agents and the trainer apply.
+// The chosen kind into the job; an asynchronous server's K and a split server's parts checked
+// against the ranks the form asks for, by the rules the agents and the trainer apply.
 Result<void> LauncherDialog::parallelism(JobSpec& s) const {
   const int kind = parallel_->currentIndex();
   if (kind == kShardedOptimizer) s.shard = Shard::kOptimizer;
   if (kind == kShardedGradients) s.shard = Shard::kGradients;
   if (kind == kShardedParameters) s.shard = Shard::kParameters;
   if (kind == kServerSync || kind == kServerAsync) s.sync = Sync::kParameterServer;
-  if (kind != kServerAsync) return {};
-  s.staleness = static_cast<std::uint32_t>(staleness_->value());
+  if (kind == kServerSync && psRanks_->value() > 1) s.psRanks = static_cast<std::uint32_t>(psRanks_->value());
+  if (kind == kServerAsync) s.staleness = static_cast<std::uint32_t>(staleness_->value());
   JobSpec asked = s;
   asked.worldSize = rankCount();
+  LOCKSTEP_TRY(validatePsRanks(asked));
   return validateStaleness(asked);
 }
 

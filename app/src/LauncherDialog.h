@@ -76,6 +76,7 @@ class LauncherDialog : public QDialog {
   QComboBox* backend_;
   QComboBox* parallel_;  // the data-parallel kind (ParallelKind), as lockstepctl's --sync, --shard, --staleness
   QSpinBox* staleness_;
+  QSpinBox* psRanks_;
   QLabel* parallelTrade_;
   int autoStaleness_ = 1;  // K as the form last suggested it (ranks - 1): it follows the ranks until edited
   QLineEdit *jobId_, *layers_, *samples_, *dataSeed_, *features_, *labels_, *lr_, *momentum_, *weightDecay_;

@@ -126,6 +126,7 @@ std::string networkRate(const kpi::NetRate& r) {
 
 std::string parallelismText(const JobSpec& spec) {
   if (spec.sync == Sync::kParameterServer) {
+    if (spec.serverRanks() > 1) return "parameter server split over " + std::to_string(spec.serverRanks()) + " ranks, synchronous";
     return spec.staleness == 0 ? "parameter server, synchronous"
                                : "parameter server, asynchronous (staleness ≤ " + std::to_string(spec.staleness) + ")";
   }

@@ -266,6 +266,11 @@ Result<void> validateSync(const JobSpec& spec) {
     return bad("--balance dynamic re-splits synchronous all-reduce steps: with a parameter server use --balance even "
                "(asynchronous training, --staleness K, lets a slow rank lag instead)");
   }
+  if (spec.serverRanks() > 1 && spec.staleness > 0) {
+    return bad("--ps-ranks " + std::to_string(spec.psRanks) + " with --staleness " + std::to_string(spec.staleness) +
+               ": a server split over ranks is synchronous only for now (each part would order the asynchronous "
+               "updates on its own); use --ps-ranks 1, or --staleness 0");
+  }
   if (spec.staleness > 0 && spec.epochs > 0) {
     return bad("asynchronous training counts the server's updates, each one rank's batch: give --steps, not --epochs");
   }
@@ -295,6 +300,8 @@ Result<void> validateTrainerJob(const JobSpec& spec) {
     return bad("a checkpoint interval needs a checkpoint directory");
   }
   LOCKSTEP_TRY(validateShard(spec));
+  // A rank's own spec says one rank until its environment says how many (the trainer checks again).
+  if (spec.worldSize > 1 || spec.sync != Sync::kParameterServer) LOCKSTEP_TRY(validatePsRanks(spec));
   return validateSync(spec);
 }
 
@@ -304,7 +311,7 @@ Result<void> validateCommandJob(const JobSpec& spec) {
   const bool trainerFields = !spec.layers.empty() || spec.steps != 0 || spec.epochs != 0 ||
                              spec.checkpointEvery != 0 || !spec.checkpointDir.empty() || spec.keepCheckpoints != 0 ||
                              !spec.initWeightsPath.empty() || spec.rebalanceEvery != 0 || spec.shard != Shard::kNone ||
-                             spec.sync != Sync::kAllReduce || spec.staleness != 0;
+                             spec.sync != Sync::kAllReduce || spec.staleness != 0 || spec.psRanks != 0;
   if (trainerFields) {
     return bad("a job that runs your own program has no layers, steps, epochs, checkpoints, initial weights, "
                "balancing or sharding of lockstep-trainer's: pass such settings to your program after --");
@@ -313,6 +320,16 @@ Result<void> validateCommandJob(const JobSpec& spec) {
 }
 
 }  // namespace
+
+Result<void> validatePsRanks(const JobSpec& spec) {
+  if (spec.psRanks > 1 && spec.sync != Sync::kParameterServer) {
+    return bad("--ps-ranks goes with --sync parameter-server (all-reduce has no server to split)");
+  }
+  if (spec.worldSize == 0 || spec.serverRanks() <= spec.worldSize) return {};
+  return bad("--ps-ranks " + std::to_string(spec.psRanks) + " with " + std::to_string(spec.worldSize) +
+             " ranks: the server's parts live in ranks' processes, one part each; use --ps-ranks " +
+             std::to_string(spec.worldSize) + " or fewer");
+}
 
 Result<void> validateStaleness(const JobSpec& spec) {
   const std::uint32_t ranks = spec.worldSize;

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "bucket_choice.h"
+#include "lockstep/protocol/validate.h"
 #include "optimizer.h"
 #include "shm_comm.h"
 
@@ -128,6 +129,7 @@ Result<void> CpuLoop::train(StepAccounting& accounting) {
   weights_ = s_.params.data();
   batchX_.assign(std::size_t{maxRows_} * s_.data.dim, 0.0f);
   batchY_.assign(maxRows_, 0);
+  if (options_.spec.sync == Sync::kParameterServer) LOCKSTEP_TRY(validatePsRanks(options_.spec));
   if (options_.spec.sync == Sync::kParameterServer && s_.comm) return trainWithServer(accounting);
   const double lr = effectiveLearningRate(options_.spec);
   if (s_.shards && stagesGradients()) {
@@ -261,14 +263,14 @@ void CpuLoop::addShardFigures(const Step& st, StepReport& report) const {
     report.optimizerStateBytes = s_.optimizer->stateBytes();
     return addShardedLayerFigures(st, report);
   }
-  // Rank 0 of a parameter server holds the server's master, queued gradients and optimizer too.
-  report.paramBytes = (s_.params.size() + ownWeights_.size()) * sizeof(float);
+  // A rank holding a part of the parameter server holds its master, queued gradients and optimizer too.
+  report.paramBytes = s_.params.size() * sizeof(float) + (server_ ? server_->masterBytes() : 0);
   report.gradBytes = s_.layout->totalFloats() * sizeof(float) + (server_ ? server_->gradientBytes() : 0);
   report.optimizerStateBytes = s_.optimizer->stateBytes();
   report.staleness = st.staleness;
   if (st.push.count > 0) {
-    report.collectives.push_back({CollectiveKind::kPush, 1, st.push.micros, st.push.micros, st.push.bytes});
-    report.collectives.push_back({CollectiveKind::kPull, 1, st.pull.micros, st.pull.micros, st.pull.bytes});
+    report.collectives.push_back({CollectiveKind::kPush, st.push.count, st.push.micros, st.push.micros, st.push.bytes});
+    report.collectives.push_back({CollectiveKind::kPull, st.pull.count, st.pull.micros, st.pull.micros, st.pull.bytes});
   }
   if (!s_.shards || !reducer_) return;  // all-reduce only: the report's all-reduce fields say it all
   // The wait for the buckets is the reduce-scatters' (the header's all-reduce is tiny and

@@ -54,7 +54,8 @@ class CpuLoop final : public RankLoop {
   void reduceIn(std::vector<Bucket> buckets);
   Result<void> replanIfDrifted(std::uint64_t step);
 
-  // --sync parameter-server (ps_server.h): the server on rank 0, the mesh to it, and the steps,
+  // --sync parameter-server (ps_server.h): the server's parts (rank 0's, or ranks 0..N-1's with
+  // --ps-ranks N), the mesh to them, and the steps,
   // each computed on the weights the server sent last.
   Result<void> setUpServer();
   Result<void> trainWithServer(StepAccounting& accounting);
@@ -119,10 +120,11 @@ class CpuLoop final : public RankLoop {
 
   // With a parameter server.
   std::string keyPrefix_;  // the job's keys in the store
-  std::unique_ptr<ParameterServer> server_;  // rank 0
+  std::unique_ptr<ParameterServer> server_;  // on the ranks that hold a part of the server
   std::unique_ptr<PsLink> psLink_;
-  std::vector<float> ownWeights_;  // rank 0's worker: the server owns the rank state's params
-  float* weights_ = nullptr;       // what forward and backward read: the rank state's params, or ownWeights_
+  std::unique_ptr<ShardPlan> serverParts_;  // the server's parts (--ps-ranks)
+  std::vector<std::vector<float>> pushes_, pulls_;  // per part: the message to it, and from it
+  float* weights_ = nullptr;       // what forward and backward read: the rank state's params
   std::uint64_t version_ = 0;      // the server's update those weights are
   bool voteToStop_ = false;        // the target loss was reached: the next push says so
 };

@@ -10,18 +10,26 @@ Result<void> CpuLoop::setUpServer() {
   const JobSpec& spec = options_.spec;  // its world size is the environment's (RankRunner)
   const std::uint32_t workers = env_.worldSize;
   LOCKSTEP_TRY(validateStaleness(spec));
-  if (env_.rank == 0) {
-    ownWeights_ = s_.params;
-    weights_ = ownWeights_.data();
+  const int parts = static_cast<int>(spec.serverRanks());
+  serverParts_ = std::make_unique<ShardPlan>(*s_.layout, parts);
+  const int rank = static_cast<int>(env_.rank);
+  if (rank < parts) {
+    // This rank's process holds part `rank` of the server: its range of the optimizer state.
+    s_.optimizer = partOf(*s_.optimizer, *serverParts_, rank);
     server_ = std::make_unique<ParameterServer>(PsServerSetup{&options_, &env_, &s_.params, s_.optimizer.get(),
                                                               s_.checkpoints.get(), &s_.resume, s_.firstStep,
-                                                              s_.totalSteps, keyPrefix_ + "ps/"});
+                                                              s_.totalSteps, keyPrefix_ + "ps/", s_.layout.get(),
+                                                              serverParts_.get(), rank});
   } else {
     s_.optimizer = std::make_unique<Optimizer>(spec.optimizer, 0, 0);  // the server keeps the state
   }
+  for (int part = 0; part < parts; ++part) {
+    pushes_.emplace_back(psMessageFloats(*serverParts_, part));
+    pulls_.emplace_back(psMessageFloats(*serverParts_, part));
+  }
   GlooOptions mesh;
-  mesh.rank = static_cast<int>(env_.rank);
-  mesh.worldSize = static_cast<int>(workers) + 1;
+  mesh.rank = rank;
+  mesh.worldSize = static_cast<int>(workers) + parts;
   mesh.storePrefix = keyPrefix_ + "ps/";
   mesh.localHost = s_.store->localAddress();
   mesh.timeout = commTimeout(spec);
@@ -53,8 +61,8 @@ Result<void> CpuLoop::trainWithServer(StepAccounting& accounting) {
   return {};
 }
 
-// On rank 0: the server's own error once it has ended (a worker of rank 0 that lost the server
-// says why). `stopFirst`: rank 0's worker failed, so the server stops waiting for pushes; else it
+// On a rank holding a part of the server: the part's own error once it has ended (its worker,
+// which lost it, says why). `stopFirst`: rank 0's worker failed, so the server stops waiting for pushes; else it
 // ends once it has told every worker the run is over.
 std::optional<Error> CpuLoop::serverError(bool stopFirst) {
   if (!server_) return std::nullopt;
@@ -62,36 +70,57 @@ std::optional<Error> CpuLoop::serverError(bool stopFirst) {
   auto served = server_->join();
   if (served || served.error().code == ErrorCode::kCancelled) return std::nullopt;
   host_.markCommBroken();
-  return served.error().withContext("the parameter server (rank 0)");
+  return served.error().withContext(serverParts_->count() > 1
+                                        ? "the parameter server's part " + std::to_string(env_.rank) + " (rank " +
+                                              std::to_string(env_.rank) + ")"
+                                        : std::string("the parameter server (rank 0)"));
 }
 
+// Each part of the server gets the header and its range of the gradient, and sends back the
+// header and its range of the weights after the update.
 Result<PsHeader> CpuLoop::pushAndPull(Step& st) {
-  const std::size_t floats = s_.layout->totalFloats();
-  const int server = static_cast<int>(env_.worldSize);
+  const int parts = serverParts_->count(), firstServer = static_cast<int>(env_.worldSize);
   writePsHeader(grads_, PsHeader{version_, voteToStop_ ? 1u : 0u, 0, 0, 0});
   s_.progress.enter(RankPhase::kCommunicate);
   const std::string when = "at the parameter server after step " + std::to_string(version_);
-  auto pull = psLink_->receive({server}, weights_, floats, PsTag::kPull);
-  if (!pull) return host_.diagnoseCommFailure(pull.error(), when);
+  std::vector<std::unique_ptr<PsLink::Receive>> pulls;
+  for (int part = 0; part < parts; ++part) {
+    auto pull = psLink_->receive({firstServer + part}, pulls_[part].data(), pulls_[part].size(), PsTag::kPull);
+    if (!pull) return host_.diagnoseCommFailure(pull.error(), when);
+    pulls.push_back(std::move(*pull));
+  }
+  std::uint64_t bytes = 0;
   const auto pushStart = Clock::now();
   s_.progress.record().collectiveBegin(0, 0, static_cast<std::uint32_t>(CollectiveKind::kPush));
-  if (auto pushed = psLink_->send(server, grads_, floats, PsTag::kPush); !pushed) {
-    return host_.diagnoseCommFailure(pushed.error(), when);
+  for (int part = 0; part < parts; ++part) {
+    std::vector<float>& message = pushes_[part];
+    std::copy(grads_, grads_ + ParamLayout::kHeaderFloats, message.begin());
+    std::copy(grads_ + serverParts_->begin(part), grads_ + serverParts_->end(part),
+              message.begin() + ParamLayout::kHeaderFloats);
+    if (auto pushed = psLink_->send(firstServer + part, message.data(), message.size(), PsTag::kPush); !pushed) {
+      return host_.diagnoseCommFailure(pushed.error(), when);
+    }
+    bytes += message.size() * sizeof(float);
   }
   s_.progress.record().collectiveEnd();
   const auto pullStart = Clock::now();
   s_.progress.record().collectiveBegin(0, 0, static_cast<std::uint32_t>(CollectiveKind::kPull));
-  if (auto pulled = (*pull)->wait(); !pulled) return host_.diagnoseCommFailure(pulled.error(), when);
+  for (int part = 0; part < parts; ++part) {
+    if (auto pulled = pulls[part]->wait(); !pulled) return host_.diagnoseCommFailure(pulled.error(), when);
+    const std::vector<float>& message = pulls_[part];
+    std::copy(message.begin() + ParamLayout::kHeaderFloats, message.end(), weights_ + serverParts_->begin(part));
+  }
   s_.progress.record().collectiveEnd();
   st.end = Clock::now();
-  const PsHeader reply = readPsHeader(weights_);
-  // The update's loss, samples and votes: the header's slots, as an all-reduce leaves them.
-  std::copy(weights_, weights_ + kPsHeaderAt, grads_);
+  // The parts answer alike (synchronous); part 0 speaks for them: the update's loss, samples and
+  // votes (the header's slots, as an all-reduce leaves them) and what comes next.
+  const PsHeader reply = readPsHeader(pulls_[0].data());
+  std::copy(pulls_[0].begin(), pulls_[0].begin() + kPsHeaderAt, grads_);
   version_ = reply.version;
   st.index = reply.version - 1;
   st.exposed += st.end - pushStart;
-  st.push = {1, micros(pullStart - pushStart), floats * sizeof(float)};
-  st.pull = {1, micros(st.end - pullStart), floats * sizeof(float)};
+  st.push = {static_cast<std::uint32_t>(parts), micros(pullStart - pushStart), bytes};
+  st.pull = {static_cast<std::uint32_t>(parts), micros(st.end - pullStart), bytes};
   if (options_.spec.staleness > 0) st.staleness = reply.staleness;
   return reply;
 }

@@ -22,7 +22,7 @@ class UnboundBuffer;
 namespace lockstep::trainer {
 
 // What a message is, so that a push is never taken for a pull.
-enum class PsTag : std::uint64_t { kPush = 0x5053'0001, kPull = 0x5053'0002 };
+enum class PsTag : std::uint64_t { kPush = 0x5053'0001, kPull = 0x5053'0002, kState = 0x5053'0003 };
 
 class PsLink {
  public:

@@ -21,16 +21,24 @@ PsHeader readPsHeader(const float* buffer) {
 
 void writePsHeader(float* buffer, const PsHeader& header) { std::memcpy(buffer + kPsHeaderAt, &header, sizeof header); }
 
+std::size_t psMessageFloats(const ShardPlan& parts, int part) {
+  return ParamLayout::kHeaderFloats + parts.end(part) - parts.begin(part);
+}
+
 double serverLearningRate(const JobSpec& spec) {
   if (spec.staleness == 0) return effectiveLearningRate(spec);
   return learningRateFor(spec, std::uint64_t{spec.batchPerRank} * spec.accumSteps);
 }
 
 ParameterServer::ParameterServer(PsServerSetup setup)
-    : setup_(std::move(setup)), workers_(static_cast<int>(setup_.env->worldSize)), floats_(setup_.master->size()),
+    : setup_(std::move(setup)), workers_(static_cast<int>(setup_.env->worldSize)),
+      floats_(psMessageFloats(*setup_.parts, setup_.part)), master_(floats_, 0.0f),
       queued_(static_cast<std::size_t>(workers_)), receiving_(floats_),
       version_(static_cast<std::size_t>(workers_), setup_.firstStep), told_(static_cast<std::size_t>(workers_), false),
       updates_(setup_.firstStep) {
+  const auto from = setup_.master->begin() + static_cast<std::ptrdiff_t>(partBegin());
+  std::copy(from, from + static_cast<std::ptrdiff_t>(floats_ - ParamLayout::kHeaderFloats),
+            master_.begin() + ParamLayout::kHeaderFloats);
   thread_ = std::thread([this] {
     result_ = serve();
     if (!result_) link_.reset();  // its pairs close: the workers see the server gone, not a timeout
@@ -60,10 +68,11 @@ std::uint64_t ParameterServer::gradientBytes() const {
 Result<void> ParameterServer::serve() {
   const DistEnv& env = *setup_.env;
   const auto timeout = commTimeout(setup_.options->spec);
-  LOCKSTEP_ASSIGN_OR_RETURN(auto store, StoreClient::connect(env.masterAddr, env.masterPort, timeout, env.storeSecret, 0));
+  LOCKSTEP_ASSIGN_OR_RETURN(auto store, StoreClient::connect(env.masterAddr, env.masterPort, timeout, env.storeSecret,
+                                                             static_cast<int>(env.rank)));
   GlooOptions mesh;
-  mesh.rank = workers_;
-  mesh.worldSize = workers_ + 1;
+  mesh.rank = workers_ + setup_.part;
+  mesh.worldSize = workers_ + setup_.parts->count();
   mesh.storePrefix = setup_.storePrefix;
   mesh.localHost = store->localAddress();
   mesh.timeout = timeout;
@@ -168,10 +177,10 @@ Result<bool> ParameterServer::applyOldestIfBounded() {
 }
 
 Result<void> ParameterServer::update(const float* gradient, bool endAsked) {
-  std::vector<float>& master = *setup_.master;
-  Optimizer& optimizer = *setup_.optimizer;
+  Optimizer& optimizer = *setup_.optimizer;  // over this part's range
   optimizer.beginStep(serverLearningRate(setup_.options->spec));
-  optimizer.apply(master.data(), gradient, 0, floats_, 1.0f / gradient[kSampleCount]);
+  optimizer.applyToRange(master_.data() + ParamLayout::kHeaderFloats, gradient + ParamLayout::kHeaderFloats,
+                         1.0f / gradient[kSampleCount]);
   ++updates_;
   stopVoted_ = gradient[kStopVotes] > 0.0f;
   over_ = updates_ >= setup_.totalSteps || stopVoted_ || endAsked;
@@ -182,7 +191,7 @@ Result<void> ParameterServer::update(const float* gradient, bool endAsked) {
 // what it needs to go on.
 Result<void> ParameterServer::reply(int worker, const float* headerFrom, std::uint32_t staleness, bool applied) {
   const auto w = static_cast<std::size_t>(worker);
-  float* master = setup_.master->data();
+  float* master = master_.data();
   std::copy(headerFrom, headerFrom + kPsHeaderAt, master);
   writePsHeader(master, PsHeader{updates_, over_ ? 1u : 0u, staleness, applied ? 1u : 0u, stopVoted_ ? 1u : 0u});
   version_[w] = updates_;
@@ -192,9 +201,54 @@ Result<void> ParameterServer::reply(int worker, const float* headerFrom, std::ui
 
 Result<void> ParameterServer::checkpointIfDue(bool stopVoted) {
   const JobSpec& spec = setup_.options->spec;
-  if (setup_.checkpoints == nullptr || spec.checkpointEvery == 0) return {};
+  if (spec.checkpointDir.empty() || spec.checkpointEvery == 0) return {};
   if (updates_ % spec.checkpointEvery != 0 && !stopVoted) return {};
-  return setup_.checkpoints->submit(snapshotCheckpoint(updates_, *setup_.resume, *setup_.master, *setup_.optimizer));
+  Optimizer& mine = *setup_.optimizer;
+  if (setup_.part != 0) {
+    // This part's range of the master, then of each optimizer state buffer, to part 0.
+    std::vector<float> state(master_.begin() + ParamLayout::kHeaderFloats, master_.end());
+    for (const auto& buffer : mine.stateBuffers()) state.insert(state.end(), buffer.data->begin(), buffer.data->end());
+    return link_->send(workers_, state.data(), state.size(), PsTag::kState);
+  }
+  Optimizer whole(spec.optimizer, *setup_.layout);
+  whole.setStepsTaken(mine.stepsTaken());
+  std::vector<float> params(setup_.layout->totalFloats(), 0.0f);
+  LOCKSTEP_TRY(assembleCheckpoint(params, whole));
+  if (setup_.checkpoints == nullptr) return {};
+  return setup_.checkpoints->submit(snapshotCheckpoint(updates_, *setup_.resume, params, whole));
+}
+
+Result<void> ParameterServer::assembleCheckpoint(std::vector<float>& params, Optimizer& whole) {
+  const ShardPlan& parts = *setup_.parts;
+  auto place = [&](int part, const float* range, const std::vector<std::vector<float>*>& state) {
+    const std::size_t begin = parts.begin(part), floats = parts.end(part) - begin;
+    std::copy(range, range + floats, params.begin() + static_cast<std::ptrdiff_t>(begin));
+    const auto all = whole.stateBuffers();
+    for (std::size_t b = 0; b < all.size(); ++b) {
+      std::copy(state[b]->begin(), state[b]->begin() + static_cast<std::ptrdiff_t>(floats),
+                all[b].data->begin() + static_cast<std::ptrdiff_t>(begin));
+    }
+  };
+  std::vector<std::vector<float>*> own;
+  for (const auto& buffer : setup_.optimizer->stateBuffers()) own.push_back(buffer.data);
+  place(0, master_.data() + ParamLayout::kHeaderFloats, own);
+  for (int part = 1; part < parts.count(); ++part) {
+    const std::size_t floats = parts.end(part) - parts.begin(part);
+    const std::size_t buffers = whole.stateBuffers().size();
+    std::vector<float> message(floats * (1 + buffers));
+    LOCKSTEP_ASSIGN_OR_RETURN(auto receive, link_->receive({workers_ + part}, message.data(), message.size(), PsTag::kState));
+    LOCKSTEP_ASSIGN_OR_RETURN(const int sender, receive->wait());
+    (void)sender;
+    std::vector<std::vector<float>> state(buffers);
+    std::vector<std::vector<float>*> pointers;
+    for (std::size_t b = 0; b < buffers; ++b) {
+      const auto at = message.begin() + static_cast<std::ptrdiff_t>(floats * (1 + b));
+      state[b].assign(at, at + static_cast<std::ptrdiff_t>(floats));
+      pointers.push_back(&state[b]);
+    }
+    place(part, message.data(), pointers);
+  }
+  return {};
 }
 
 }  // namespace lockstep::trainer

@@ -1,8 +1,14 @@
 #pragma once
 // The parameter server (--sync parameter-server, docs/trainer.md): the master model and the
 // optimizer, on a thread of rank 0's process, which is rank W of the workers' PsLink mesh. Every
-// rank is a worker: it pushes its gradient (the whole flat buffer, its header carrying the
-// samples, the loss and a stop vote) and pulls the weights the server sends back.
+// rank is a worker: it pushes its gradient (the flat buffer's header, carrying the samples, the
+// loss and a stop vote, and the parameters' gradients) and pulls the weights the server sends back.
+//
+// With --ps-ranks N the server is split by parameter ranges (a ShardPlan of N parts): part s is a
+// thread of rank s's process and rank W+s of the mesh, and holds its range of the master and of the
+// optimizer state. A message to or from part s is the header and that range. The parts act alike
+// (synchronous only: each sees every push's header); for a checkpoint the others send their range
+// and state to part 0, which writes the file.
 //
 // Staleness 0 is synchronous: the server waits for every worker's gradient, sums them in rank
 // order (as the all-reduce does) and makes one update of the global batch. Staleness K >= 1 is
@@ -11,8 +17,8 @@
 // holds it while a worker still computing on older weights would then find its own gradient more
 // than K updates old. With W workers a gradient is W-1 updates old even in lockstep, so K >= W-1.
 //
-// Threading: the server's thread owns the master (the rank state's params and optimizer) from
-// start() to join(); rank 0's worker trains on weights of its own meanwhile.
+// Threading: the server's thread owns its master and optimizer from start() to join(); the worker
+// of its rank's process trains on the weights it pulls meanwhile.
 
 #include <atomic>
 #include <cstdint>
@@ -25,6 +31,7 @@
 #include "lockstep/jobflags/options.h"
 #include "optimizer.h"
 #include "ps_link.h"
+#include "shard.h"
 
 namespace lockstep::trainer {
 
@@ -48,13 +55,19 @@ double serverLearningRate(const JobSpec& spec);
 struct PsServerSetup {
   const jobflags::TrainerOptions* options = nullptr;
   const DistEnv* env = nullptr;
-  std::vector<float>* master = nullptr;  // the rank state's params (checkpoints and --save-weights read them)
-  Optimizer* optimizer = nullptr;
+  const std::vector<float>* master = nullptr;  // the weights to start from (read when the server is made)
+  Optimizer* optimizer = nullptr;  // over this part's range of the parameters
   CheckpointWriter* checkpoints = nullptr;  // null: none
   const ResumeSettings* resume = nullptr;
   std::uint64_t firstStep = 0, totalSteps = 0;
   std::string storePrefix;  // the mesh's, in the job's store
+  const ParamLayout* layout = nullptr;
+  const ShardPlan* parts = nullptr;  // the server's parts, one per server rank
+  int part = 0;                      // this one's
 };
+
+// The floats of a message to or from part `part`: the header, then its range.
+std::size_t psMessageFloats(const ShardPlan& parts, int part);
 
 class ParameterServer {
  public:
@@ -72,6 +85,8 @@ class ParameterServer {
   // What the server holds: the gradients it receives and queues (one buffer per worker and one
   // being received), and its optimizer state.
   std::uint64_t gradientBytes() const;
+  // Its range of the master (and the message header it is sent with).
+  std::uint64_t masterBytes() const { return master_.size() * sizeof(float); }
 
  private:
   Result<void> serve();
@@ -82,13 +97,17 @@ class ParameterServer {
   Result<void> update(const float* gradient, bool endAsked);
   Result<void> reply(int worker, const float* headerFrom, std::uint32_t staleness, bool applied);
   Result<void> checkpointIfDue(bool stopVoted);
+  // Part 0: every part's range of the master and of the optimizer state, into the whole.
+  Result<void> assembleCheckpoint(std::vector<float>& params, Optimizer& whole);
+  std::size_t partBegin() const { return setup_.parts->begin(setup_.part); }
 
   PsServerSetup setup_;
   std::atomic<bool> aborting_{false};
   std::mutex pendingMutex_;
   PsLink::Receive* pending_ = nullptr;  // the receive the thread waits in, for abort()
   const int workers_;
-  const std::size_t floats_;
+  const std::size_t floats_;  // of a message: the header and this part's range
+  std::vector<float> master_;  // the header's room, then this part's range of the master
   std::unique_ptr<PsLink> link_;
   std::vector<std::vector<float>> queued_;  // per worker: its gradient waiting for its update; empty: none
   std::vector<float> receiving_;

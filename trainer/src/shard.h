@@ -25,6 +25,7 @@ class ShardPlan {
 
   std::size_t begin(int rank) const { return bounds_[static_cast<std::size_t>(rank)]; }
   std::size_t end(int rank) const { return bounds_[static_cast<std::size_t>(rank) + 1]; }
+  int count() const { return static_cast<int>(bounds_.size()) - 1; }
   // Each rank's part of [begin, end) as offsets from `begin` (worldSize + 1 of them, from 0 to
   // end - begin): what Comm::reduceScatterSum and Comm::allGather take.
   std::vector<std::size_t> partsOf(std::size_t begin, std::size_t end) const;

@@ -161,6 +161,8 @@ inline constexpr auto kFields = std::tuple{
                 {"--sync", Jobs::kTrainer, "allreduce|parameter-server", "how the ranks combine gradients (default allreduce). parameter-server:\nrank 0's process holds the master model and the optimizer; every rank\npushes its gradients there and pulls the weights (docs/trainer.md)", kComm}),
     row<std::uint32_t>("", "staleness", LOCKSTEP_SPEC_MEMBER(std::uint32_t, staleness), "staleness", 0, 1000,
                          {"--staleness", Jobs::kTrainer, "K", "with --sync parameter-server: 0 (the default) synchronous; K >= 1\nasynchronous, each rank's gradient an update of its own, computed on\nweights at most K updates old (--steps counts the server's updates)", kComm}),
+    row<std::uint32_t>("", "ps_ranks", LOCKSTEP_SPEC_MEMBER(std::uint32_t, psRanks), "server ranks", 0, 4096,
+                         {"--ps-ranks", Jobs::kTrainer, "N", "with --sync parameter-server: split the server by parameter ranges over\nthe processes of ranks 0..N-1 (default 1: all of it in rank 0's), so that\nno one rank's link carries every rank's bytes; synchronous only", kComm}),
     row<std::uint32_t>("", "max_restarts", LOCKSTEP_SPEC_MEMBER(std::uint32_t, maxRestarts), "max restarts", 0, 100,
                          {"--max-restarts", Jobs::kBoth, "N", "through agents: when ranks or nodes are lost, restart from the last\ncheckpoint with the ranks left, up to N times (needs --checkpoint-dir on a\npath all nodes see for the trainer)", kComm}),
     row<std::uint32_t>("", "min_world_size", LOCKSTEP_SPEC_MEMBER(std::uint32_t, minWorldSize), "min ranks", 0, kMaxWorldSize,

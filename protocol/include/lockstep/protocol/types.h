@@ -167,7 +167,7 @@ struct JobSpec {
   std::string slurmJobId;
   std::uint32_t allocatedGpus = 0;
   // What a stall does (docs/stalls.md), and after how long a rank's progress counts as stalled
-  // (0: the larger of 15 s and 5x its recent p99 step time).
+  // (0: the larger of 14 s and 5x its recent p99 step time).
   OnStall onStall = OnStall::kReport;
   std::uint32_t stallAfterS = 0;
   // Alerts (docs/alerts.md): the rules as written (alerts/rules.h checks them), the webhooks they
@@ -183,6 +183,8 @@ struct JobSpec {
   Shard shard = Shard::kNone;
   Sync sync = Sync::kAllReduce;
   std::uint32_t staleness = 0;  // with a parameter server: 0 synchronous, K >= 1 asynchronous
+  std::uint32_t psRanks = 0;    // with a parameter server: the ranks holding a part of it (0: 1)
+  std::uint32_t serverRanks() const { return psRanks > 0 ? psRanks : 1; }
   static constexpr std::uint32_t kDefaultProcessesPerRank = 4096;
   bool operator==(const JobSpec&) const = default;
 

@@ -21,6 +21,10 @@ Result<void> validateJobSpec(const JobSpec& spec);
 // gradient is W-1 updates old even in lockstep, so --staleness K needs K >= W-1. Part of
 // validateJobSpec; the trainer checks it again once its environment says how many ranks there are.
 Result<void> validateStaleness(const JobSpec& spec);
+// --ps-ranks against the ranks: each part of the server lives in a rank's process. Part of
+// validateJobSpec where the spec knows more than one rank; the trainer checks it again once its
+// environment says how many there are.
+Result<void> validatePsRanks(const JobSpec& spec);
 // The variables the agent sets for every rank of a command job (torchrun's, CUDA_VISIBLE_DEVICES,
 // LOCKSTEP_*, TORCHELASTIC_*), which the job's own environment may not set.
 bool isRankVariable(std::string_view name);
