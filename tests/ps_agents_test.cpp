@@ -1,7 +1,7 @@
 // Issue 45 through agents: a --sync parameter-server job of the built-in trainer on two nodes (two
-// real agents on loopback, a rank on each; the server is a thread of rank 0's process). Losing the
-// server's rank fails the job naming it, or restarts it from the server's last checkpoint with
-// --max-restarts; a rank that stands still makes its peer wait in its push or pull, and the stall
+// real agents on loopback, a rank on each; the server is a thread of rank 0's process, or with
+// --ps-ranks 2 a part on each). Losing a server's rank fails the job naming it, or restarts it from
+// the server's last checkpoint with --max-restarts; a rank that stands still makes its peer wait in its push or pull, and the stall
 // names which.
 
 #include <gtest/gtest.h>
@@ -60,17 +60,19 @@ struct PsAgents : ::testing::Test {
     EXPECT_TRUE(e) << e.error().message;
     return e ? *e : std::vector<JobEvent>{};
   }
-  // The node rank 0 of job `id` runs on, by the agent that started its process ("" when none runs).
-  std::string nodeOfRankZero(const std::string& id) const {
-    if (rankProcess(id, 0, nodes.a.stateDir())) return nodes.a.name();
-    if (rankProcess(id, 0, nodes.b.stateDir())) return nodes.b.name();
+  // The node rank `rank` of job `id` runs on, by the agent that started its process ("" when none runs).
+  std::string nodeOfRank(const std::string& id, std::uint32_t rank) const {
+    if (rankProcess(id, rank, nodes.a.stateDir())) return nodes.a.name();
+    if (rankProcess(id, rank, nodes.b.stateDir())) return nodes.b.name();
     return "";
   }
-  // Once the server has checkpointed step `step`, SIGKILLs rank 0's process; returns its node.
-  std::string killServerAfter(const std::string& id, const std::string& checkpoints, std::uint64_t step) const {
+  // Once the server has checkpointed step `step`, SIGKILLs rank `rank`'s process (which holds the
+  // server, or a part of it); returns its node.
+  std::string killServerAfter(const std::string& id, const std::string& checkpoints, std::uint64_t step,
+                              std::uint32_t rank = 0) const {
     if (!waitUntil([&] { return hasCheckpointFrom(checkpoints, step); }, 90s)) return "";
-    const std::string node = nodeOfRankZero(id);
-    const auto victim = rankProcess(id, 0);
+    const std::string node = nodeOfRank(id, rank);
+    const auto victim = rankProcess(id, rank);
     if (!victim || node.empty()) return "";
     ::kill(*victim, SIGKILL);
     return node;
@@ -114,6 +116,22 @@ TEST_F(PsAgents, AKilledServerRankFailsTheJobNamingIt) {
   const auto failed = std::find_if(all.begin(), all.end(), [](const JobEvent& e) { return e.kind == JobEventKind::kFailed; });
   ASSERT_NE(failed, all.end()) << allMessages(all);
   EXPECT_NE(failed->message.find("rank 0"), std::string::npos) << allMessages(all);
+}
+
+// --ps-ranks 2: a part of the server on each node. Part 0 writes the checkpoints with part 1's range
+// sent across; losing part 1's rank fails the job naming it, and rank 0 does not wait for it.
+TEST_F(PsAgents, SplitOverBothNodesALostPartsRankFailsTheJobNamingIt) {
+  const std::string ckpt = dir.file("ckpt");
+  std::string node;
+  const auto done = run("ps-split", {"--ps-ranks", "2", "--steps", "10000000", "--checkpoint-dir", ckpt,
+                                     "--checkpoint-every", "100"},
+                        [&] { node = killServerAfter("ps-split", ckpt, 200, 1); });
+  ASSERT_FALSE(node.empty()) << "the split server never checkpointed step 200: " << done.out << done.err;
+  EXPECT_EQ(done.status.exitCode, 5) << done.out << done.err;
+  EXPECT_TRUE(waitUntil([] { return processesOfJob("ps-split").empty(); }, 30s)) << "rank 0 is not left waiting";
+  EXPECT_NE(done.out.find("job ps-split: failed: rank 1 exited with signal 9"), std::string::npos) << done.out;
+  const Json s = status("ps-split");
+  EXPECT_EQ(rankOf(s, 1)["node"], node) << s.dump(2);
 }
 
 TEST_F(PsAgents, WithMaxRestartsALostServerRankRestartsFromItsLastCheckpointAndFinishes) {

@@ -93,7 +93,6 @@ TEST(ParameterServer, AsynchronousLetsAFastRankGoOnWithinTheStalenessBound) {
   EXPECT_LT(last, 0.95 * first) << "the loss falls";
 }
 
-// The server writes the checkpoints: a synchronous run resumes exactly.
 // --ps-ranks N: the server split by parameter ranges over ranks 0..N-1, each part holding its range
 // of the master and of the optimizer state: the same training as one server, and as all-reduce.
 TEST(ParameterServer, SplitOverRanksItTrainsAsOneServerWithEachPartOnItsRank) {
@@ -124,6 +123,7 @@ TEST(ParameterServer, SplitOverRanksItTrainsAsOneServerWithEachPartOnItsRank) {
   }
 }
 
+// The server writes the checkpoints: a synchronous run resumes exactly.
 TEST(ParameterServer, TheSynchronousServersRunResumesExactly) {
   TempDir dir;
   const auto job = join(kJob, {"--nproc", "2", "--sync", "parameter-server", "--checkpoint-every", "10"});

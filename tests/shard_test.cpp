@@ -140,7 +140,8 @@ TEST(Shard, GradientAndParameterShardingOverGlooWithMicroStepsTrainAsUnsharded) 
   const Env gloo = {{"LOCKSTEP_ALLREDUCE", "gloo"}};
   const std::vector<std::string> job = {"--layers", "32,64,64,10", "--dataset", "synthetic:n=1000,seed=3", "--quiet",
                                         "--batch-per-rank", "48", "--optimizer", "sgd", "--momentum", "0.9", "--lr", "0.01",
-                                        "--seed", "11", "--no-shuffle", "--nproc", "3", "--epochs", "2", "--accum-steps", "2"};
+                                        "--seed", "11", "--no-shuffle", "--nproc", "3", "--epochs", "2", "--accum-steps", "2",
+                                        "--bucket-mb", "0.004"};
   const TrainerRun whole = train(dir, "whole", job, {}, gloo);
   ASSERT_TRUE(whole.process.status.success()) << whole.process.err;
   for (const std::string stage : {"gradients", "parameters"}) {
@@ -148,7 +149,37 @@ TEST(Shard, GradientAndParameterShardingOverGlooWithMicroStepsTrainAsUnsharded) 
     ASSERT_TRUE(sharded.process.status.success()) << sharded.process.err;
     expectSameLosses(dir, "whole", stage, 1e-5);
     EXPECT_LE(maxRelativeDifference(dir.file("whole.safetensors"), dir.file(stage + ".safetensors")), 1e-5) << stage;
+    // Gloo has no reduce-scatter here: each bucket is all-reduced (its slot whole), and said so.
+    for (const auto& l : sharded.lines) {
+      EXPECT_TRUE(collectiveOf(l, "reduce_scatter").is_null()) << l.dump();
+      EXPECT_GT(collectiveOf(l, "all_reduce")["count"].get<int>(), 2) << l.dump();
+    }
   }
+}
+
+// On one node, with several buckets per micro-step, two micro-steps, and an epoch whose last step
+// leaves rank 2 nothing in its last micro-step: rank 2 still asks for every layer and bucket (no
+// rank waits for it), the header is all-reduced once a step, and the training is unsharded's.
+TEST(Shard, ShardedParametersWithMicroStepsAndAnEmptySliceOnOneRank) {
+  TempDir dir;
+  // 1,120 samples: 5 steps of 3 ranks x 32 x 2 micro-steps, then 160: micro-step 0's 96 and 64 more.
+  const std::vector<std::string> job = {"--layers", "32,64,64,10", "--dataset", "synthetic:n=1120,seed=3", "--quiet",
+                                        "--batch-per-rank", "32", "--optimizer", "sgd", "--momentum", "0.9", "--lr", "0.01",
+                                        "--seed", "11", "--no-shuffle", "--nproc", "3", "--epochs", "1", "--accum-steps", "2",
+                                        "--bucket-mb", "0.004"};
+  const TrainerRun whole = train(dir, "whole", job, {});
+  ASSERT_TRUE(whole.process.status.success()) << whole.process.err;
+  const TrainerRun sharded = train(dir, "sharded", job, {"--shard", "parameters", "--timeout-s", "20"});
+  ASSERT_TRUE(sharded.process.status.success()) << sharded.process.err;
+  expectSameLosses(dir, "whole", "sharded", 1e-5);
+  EXPECT_LE(maxRelativeDifference(dir.file("whole.safetensors"), dir.file("sharded.safetensors")), 1e-5);
+  bool shortSlice = false;
+  for (const auto& l : sharded.lines) {
+    shortSlice = shortSlice || (l["rank"] == 2 && l["samples"].get<int>() < 64);
+    EXPECT_EQ(collectiveOf(l, "all_reduce")["count"], 1) << "the header, once a step: " << l.dump();
+    EXPECT_GT(collectiveOf(l, "reduce_scatter")["count"].get<int>(), 2) << "several buckets, twice: " << l.dump();
+  }
+  EXPECT_TRUE(shortSlice) << "the last step did not leave rank 2 short";
 }
 
 // Sharded parameters are gathered whole for each checkpoint: the job resumes bit-exactly.

@@ -151,8 +151,10 @@ Result<void> CpuLoop::train(StepAccounting& accounting) {
   }
   // The ranks leave together next (RankRunner::finishRun): no bucket of this loop's in flight then.
   if (reducer_) reducer_->shutdown();
-  // Sharded parameters: the whole, for the saved weights.
-  if (sharded_ && sharded_->shardsParameters()) return gatherWholeParameters(s_.params, "gathering the parameters at the end");
+  // Sharded parameters: the whole, for the saved weights (every rank has the same options).
+  if (sharded_ && sharded_->shardsParameters() && !options_.saveWeightsPath.empty()) {
+    return gatherWholeParameters(s_.params, "gathering the parameters at the end");
+  }
   return {};
 }
 
@@ -175,17 +177,18 @@ void CpuLoop::computeMicroStep(Step& st, std::uint32_t micro) {
   st.data += Clock::now() - dataStart;
 
   const auto n = static_cast<std::uint32_t>(indices_.size());
+  const bool last = micro + 1 == options_.spec.accumSteps;
+  if (sharded_) sharded_->beginMicroStep(micro == 0, last);
   const auto modelStart = Clock::now();
   if (slowdown_ > 1.0) {
     // A test knob: stand in for slower hardware by idling (slowdown - 1) x the last compute time.
     std::this_thread::sleep_for(lastComputeTime_ * (slowdown_ - 1.0));
   }
   const auto computeStart = Clock::now();
-  if (sharded_) sharded_->beginMicroStep(micro == 0);
+  const auto waitedBefore = sharded_ ? sharded_->waited() : Clock::duration::zero();
   st.localLossSum += sharded_ ? model_->forward(*sharded_, batchX_.data(), batchY_.data(), n)
                               : model_->forward(weights_, batchX_.data(), batchY_.data(), n);
   st.localSamples += n;
-  const bool last = micro + 1 == options_.spec.accumSteps;
   if (last) {
     float* header = sharded_ ? sharded_->header().data() : grads_;
     header[kLossSum] = static_cast<float>(st.localLossSum);
@@ -201,8 +204,11 @@ void CpuLoop::computeMicroStep(Step& st, std::uint32_t micro) {
     });
   }
   if (last) st.backwardEnd = Clock::now();
-  lastComputeTime_ = Clock::now() - computeStart;
-  st.model += Clock::now() - modelStart;
+  // Waiting for the peers (a staging slot, a layer) is not this rank's compute: a re-split and the
+  // slowdown knob weigh compute alone.
+  const auto waited = sharded_ ? sharded_->waited() - waitedBefore : Clock::duration::zero();
+  lastComputeTime_ = Clock::now() - computeStart - waited;
+  st.model += Clock::now() - modelStart - waited;
 }
 
 // Applies each bucket as soon as it is reduced; the first carries the header.
@@ -264,8 +270,12 @@ void CpuLoop::addShardFigures(const Step& st, StepReport& report) const {
     return addShardedLayerFigures(st, report);
   }
   // A rank holding a part of the parameter server holds its master, queued gradients and optimizer too.
-  report.paramBytes = s_.params.size() * sizeof(float) + (server_ ? server_->masterBytes() : 0);
-  report.gradBytes = s_.layout->totalFloats() * sizeof(float) + (server_ ? server_->gradientBytes() : 0);
+  // A worker's messages to and from a split server's other parts are copies (cpu_server_steps.cpp).
+  std::size_t pushed = 0, pulled = 0;
+  for (const auto& m : pushes_) pushed += m.size();
+  for (const auto& m : pulls_) pulled += m.size();
+  report.paramBytes = (s_.params.size() + pulled) * sizeof(float) + (server_ ? server_->masterBytes() : 0);
+  report.gradBytes = (s_.layout->totalFloats() + pushed) * sizeof(float) + (server_ ? server_->gradientBytes() : 0);
   report.optimizerStateBytes = s_.optimizer->stateBytes();
   report.staleness = st.staleness;
   if (st.push.count > 0) {
@@ -277,19 +287,16 @@ void CpuLoop::addShardFigures(const Step& st, StepReport& report) const {
   // goes first); the all-gather is waited on whole.
   const KindTotals allReduce = reducer_->allReduces(), reduceScatter = reducer_->reduceScatters();
   const std::int64_t bucketWait = *report.exposedCommTimeUs - st.allGather.micros;
-  auto entry = [](CollectiveKind kind, const KindTotals& t, std::int64_t exposed) {
-    return CollectiveTimes{kind, t.count, t.micros, std::min(exposed, t.micros), t.bytes};
-  };
   if (reduceScatter.count > 0) {
     // The all-reduce is the header's alone: its bandwidth would say nothing of the gradients'.
     report.allreduceTimeUs.reset();
     report.bytesReduced.reset();
-    report.collectives.push_back(entry(CollectiveKind::kAllReduce, allReduce, 0));
-    report.collectives.push_back(entry(CollectiveKind::kReduceScatter, reduceScatter, bucketWait));
+    report.collectives.push_back(allReduce.reported(CollectiveKind::kAllReduce, 0));
+    report.collectives.push_back(reduceScatter.reported(CollectiveKind::kReduceScatter, bucketWait));
   } else {
-    report.collectives.push_back(entry(CollectiveKind::kAllReduce, allReduce, bucketWait));
+    report.collectives.push_back(allReduce.reported(CollectiveKind::kAllReduce, bucketWait));
   }
-  report.collectives.push_back(entry(CollectiveKind::kAllGather, st.allGather, st.allGather.micros));
+  report.collectives.push_back(st.allGather.reported(CollectiveKind::kAllGather, st.allGather.micros));
 }
 
 // Rank 0's checkpoint after 1-based `step`, when one is due or the ranks voted to stop. The copy

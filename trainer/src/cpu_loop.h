@@ -109,7 +109,7 @@ class CpuLoop final : public RankLoop {
   // buffer address, and every rank must reduce the same buffers in the same order.
   std::vector<float> rankCosts_;
 
-  // The reducer's plan; re-read when it is re-planned between steps.
+  // The reducer's plan, re-read when it is re-planned between steps; or the staged buckets.
   std::vector<std::size_t> cuts_;
   std::vector<Bucket> buckets_;
   std::vector<std::uint32_t> indices_;

@@ -23,9 +23,13 @@ Result<void> CpuLoop::setUpServer() {
   } else {
     s_.optimizer = std::make_unique<Optimizer>(spec.optimizer, 0, 0);  // the server keeps the state
   }
-  for (int part = 0; part < parts; ++part) {
-    pushes_.emplace_back(psMessageFloats(*serverParts_, part));
-    pulls_.emplace_back(psMessageFloats(*serverParts_, part));
+  // Part 0's messages are the flat buffers' first floats (the header, then its range): sent from
+  // the gradients and received into the weights in place. The others' are copied.
+  pushes_.resize(static_cast<std::size_t>(parts));
+  pulls_.resize(static_cast<std::size_t>(parts));
+  for (int part = 1; part < parts; ++part) {
+    pushes_[static_cast<std::size_t>(part)].resize(psMessageFloats(*serverParts_, part));
+    pulls_[static_cast<std::size_t>(part)].resize(psMessageFloats(*serverParts_, part));
   }
   GlooOptions mesh;
   mesh.rank = rank;
@@ -62,7 +66,7 @@ Result<void> CpuLoop::trainWithServer(StepAccounting& accounting) {
 }
 
 // On a rank holding a part of the server: the part's own error once it has ended (its worker,
-// which lost it, says why). `stopFirst`: rank 0's worker failed, so the server stops waiting for pushes; else it
+// which lost it, says why). `stopFirst`: this rank's worker failed, so the server stops waiting for pushes; else it
 // ends once it has told every worker the run is over.
 std::optional<Error> CpuLoop::serverError(bool stopFirst) {
   if (!server_) return std::nullopt;
@@ -80,12 +84,16 @@ std::optional<Error> CpuLoop::serverError(bool stopFirst) {
 // header and its range of the weights after the update.
 Result<PsHeader> CpuLoop::pushAndPull(Step& st) {
   const int parts = serverParts_->count(), firstServer = static_cast<int>(env_.worldSize);
+  const auto message = [&](int part, float* flat, std::vector<float>& copy) {
+    return part == 0 ? flat : copy.data();  // part 0's is the flat buffer's start
+  };
   writePsHeader(grads_, PsHeader{version_, voteToStop_ ? 1u : 0u, 0, 0, 0});
   s_.progress.enter(RankPhase::kCommunicate);
   const std::string when = "at the parameter server after step " + std::to_string(version_);
   std::vector<std::unique_ptr<PsLink::Receive>> pulls;
   for (int part = 0; part < parts; ++part) {
-    auto pull = psLink_->receive({firstServer + part}, pulls_[part].data(), pulls_[part].size(), PsTag::kPull);
+    auto pull = psLink_->receive({firstServer + part}, message(part, weights_, pulls_[part]),
+                                 psMessageFloats(*serverParts_, part), PsTag::kPull);
     if (!pull) return host_.diagnoseCommFailure(pull.error(), when);
     pulls.push_back(std::move(*pull));
   }
@@ -93,29 +101,32 @@ Result<PsHeader> CpuLoop::pushAndPull(Step& st) {
   const auto pushStart = Clock::now();
   s_.progress.record().collectiveBegin(0, 0, static_cast<std::uint32_t>(CollectiveKind::kPush));
   for (int part = 0; part < parts; ++part) {
-    std::vector<float>& message = pushes_[part];
-    std::copy(grads_, grads_ + ParamLayout::kHeaderFloats, message.begin());
-    std::copy(grads_ + serverParts_->begin(part), grads_ + serverParts_->end(part),
-              message.begin() + ParamLayout::kHeaderFloats);
-    if (auto pushed = psLink_->send(firstServer + part, message.data(), message.size(), PsTag::kPush); !pushed) {
+    if (part > 0) {
+      std::copy(grads_, grads_ + ParamLayout::kHeaderFloats, pushes_[part].begin());
+      std::copy(grads_ + serverParts_->begin(part), grads_ + serverParts_->end(part),
+                pushes_[part].begin() + ParamLayout::kHeaderFloats);
+    }
+    const std::size_t floats = psMessageFloats(*serverParts_, part);
+    if (auto pushed = psLink_->send(firstServer + part, message(part, grads_, pushes_[part]), floats, PsTag::kPush); !pushed) {
       return host_.diagnoseCommFailure(pushed.error(), when);
     }
-    bytes += message.size() * sizeof(float);
+    bytes += floats * sizeof(float);
   }
   s_.progress.record().collectiveEnd();
   const auto pullStart = Clock::now();
   s_.progress.record().collectiveBegin(0, 0, static_cast<std::uint32_t>(CollectiveKind::kPull));
   for (int part = 0; part < parts; ++part) {
     if (auto pulled = pulls[part]->wait(); !pulled) return host_.diagnoseCommFailure(pulled.error(), when);
-    const std::vector<float>& message = pulls_[part];
-    std::copy(message.begin() + ParamLayout::kHeaderFloats, message.end(), weights_ + serverParts_->begin(part));
+    if (part > 0) {
+      std::copy(pulls_[part].begin() + ParamLayout::kHeaderFloats, pulls_[part].end(), weights_ + serverParts_->begin(part));
+    }
   }
   s_.progress.record().collectiveEnd();
   st.end = Clock::now();
   // The parts answer alike (synchronous); part 0 speaks for them: the update's loss, samples and
   // votes (the header's slots, as an all-reduce leaves them) and what comes next.
-  const PsHeader reply = readPsHeader(pulls_[0].data());
-  std::copy(pulls_[0].begin(), pulls_[0].begin() + kPsHeaderAt, grads_);
+  const PsHeader reply = readPsHeader(weights_);
+  std::copy(weights_, weights_ + kPsHeaderAt, grads_);
   version_ = reply.version;
   st.index = reply.version - 1;
   st.exposed += st.end - pushStart;

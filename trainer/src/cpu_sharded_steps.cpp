@@ -57,19 +57,23 @@ Result<void> CpuLoop::applySharded(Step& st, double lr) {
 void CpuLoop::addShardedLayerFigures(const Step& st, StepReport& report) const {
   report.paramBytes = sharded_->paramBytes();
   report.gradBytes = sharded_->gradBytes();
-  // The compute thread's waits: for the buckets (the reduce-scatters and the header's all-reduce,
-  // which goes last), for a layer, and for stage 2's parameters after the step.
-  auto entry = [](CollectiveKind kind, const KindTotals& t, Clock::duration waited) {
-    return CollectiveTimes{kind, t.count, t.micros, std::min(micros(waited), t.micros), t.bytes};
-  };
+  // No all-reduce of the gradients' own: the collectives say what moved.
+  report.allreduceTimeUs.reset();
+  report.bytesReduced.reset();
+  // The compute thread's waits: for the buckets (the reduce-scatters, or over Gloo the buckets'
+  // all-reduces, and the header's all-reduce, which goes last), for a layer, and for stage 2's
+  // parameters after the step.
+  const auto bucketWait = micros(sharded_->waitedForBuckets());
+  const KindTotals allReduce = sharded_->allReduces(), reduceScatter = sharded_->reduceScatters();
   KindTotals gathers = sharded_->allGathers();
-  gathers.count += st.allGather.count;
-  gathers.micros += st.allGather.micros;
-  gathers.bytes += st.allGather.bytes;
-  const auto gatherWait = sharded_->waitedForLayers() + std::chrono::microseconds(st.allGather.micros);
-  report.collectives.push_back(entry(CollectiveKind::kAllReduce, sharded_->allReduces(), Clock::duration::zero()));
-  report.collectives.push_back(entry(CollectiveKind::kReduceScatter, sharded_->reduceScatters(), sharded_->waitedForBuckets()));
-  report.collectives.push_back(entry(CollectiveKind::kAllGather, gathers, gatherWait));
+  gathers += st.allGather;
+  if (reduceScatter.count > 0) {
+    report.collectives.push_back(allReduce.reported(CollectiveKind::kAllReduce, 0));
+    report.collectives.push_back(reduceScatter.reported(CollectiveKind::kReduceScatter, bucketWait));
+  } else {
+    report.collectives.push_back(allReduce.reported(CollectiveKind::kAllReduce, bucketWait));
+  }
+  report.collectives.push_back(gathers.reported(CollectiveKind::kAllGather, micros(sharded_->waitedForLayers()) + st.allGather.micros));
 }
 
 Result<void> CpuLoop::gatherWholeParameters(std::vector<float>& into, const char* why) {

@@ -1,7 +1,7 @@
 #pragma once
 // Point-to-point messages between the workers and their parameter server (--sync
 // parameter-server, ps_server.h), over a Gloo mesh of their own: the workers are its ranks 0..W-1
-// and the server its rank W, hosted in rank 0's process. Its pairs are in Gloo's asynchronous
+// and the server's parts its ranks W..W+N-1, part s hosted in rank s's process. Its pairs are in Gloo's asynchronous
 // mode, which point-to-point buffers need (the collectives' mesh runs its pairs synchronously).
 // Every wait is bounded by the job's timeout.
 

@@ -56,6 +56,18 @@ void ParameterServer::abort() {
   if (pending_ != nullptr) pending_->abort();
 }
 
+Result<int> ParameterServer::waitFor(PsLink::Receive& receive) {
+  {
+    std::lock_guard lock(pendingMutex_);
+    if (aborting_) return Error{ErrorCode::kCancelled, "parameter server: stopped"};
+    pending_ = &receive;
+  }
+  auto arrived = receive.wait();
+  std::lock_guard lock(pendingMutex_);
+  pending_ = nullptr;
+  return arrived;
+}
+
 Result<void> ParameterServer::join() {
   if (thread_.joinable()) thread_.join();
   return result_;
@@ -83,17 +95,7 @@ Result<void> ParameterServer::serve() {
   for (int w = 0; w < workers_; ++w) everyWorker[static_cast<std::size_t>(w)] = w;
   while (std::count(told_.begin(), told_.end(), false) > 0) {
     LOCKSTEP_ASSIGN_OR_RETURN(auto receive, link_->receive(everyWorker, receiving_.data(), floats_, PsTag::kPush));
-    {
-      std::lock_guard lock(pendingMutex_);
-      if (aborting_) return Error{ErrorCode::kCancelled, "parameter server: stopped"};
-      pending_ = receive.get();
-    }
-    auto arrived = receive->wait();
-    {
-      std::lock_guard lock(pendingMutex_);
-      pending_ = nullptr;
-    }
-    LOCKSTEP_ASSIGN_OR_RETURN(const int worker, std::move(arrived));
+    LOCKSTEP_ASSIGN_OR_RETURN(const int worker, waitFor(*receive));
     if (worker < 0 || worker >= workers_ || told_[static_cast<std::size_t>(worker)]) {
       return internalError("parameter server: a push from worker " + std::to_string(worker) + ", which is done");
     }
@@ -237,7 +239,7 @@ Result<void> ParameterServer::assembleCheckpoint(std::vector<float>& params, Opt
     const std::size_t buffers = whole.stateBuffers().size();
     std::vector<float> message(floats * (1 + buffers));
     LOCKSTEP_ASSIGN_OR_RETURN(auto receive, link_->receive({workers_ + part}, message.data(), message.size(), PsTag::kState));
-    LOCKSTEP_ASSIGN_OR_RETURN(const int sender, receive->wait());
+    LOCKSTEP_ASSIGN_OR_RETURN(const int sender, waitFor(*receive));
     (void)sender;
     std::vector<std::vector<float>> state(buffers);
     std::vector<std::vector<float>*> pointers;

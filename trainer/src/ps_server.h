@@ -80,7 +80,8 @@ class ParameterServer {
   // Waits until every worker has been told the run is over; the server's error, if it failed (its
   // mesh is closed then, so that no worker waits for it).
   Result<void> join();
-  // Stops waiting for pushes (rank 0's worker failed): join() then returns soon, Cancelled.
+  // Stops waiting for pushes or a part's state (its rank's worker failed): join() then returns
+  // soon, Cancelled.
   void abort();
   // What the server holds: the gradients it receives and queues (one buffer per worker and one
   // being received), and its optimizer state.
@@ -90,6 +91,8 @@ class ParameterServer {
 
  private:
   Result<void> serve();
+  // The sender, once it is in; abort() ends the wait.
+  Result<int> waitFor(PsLink::Receive& receive);
   Result<void> received(int worker);
   Result<void> applySynchronous();
   Result<bool> applyOldestIfBounded();

@@ -14,6 +14,7 @@
 // coming back needs CAP_SYS_NICE or RLIMIT_NICE >= 20 (`ulimit -e 20`, systemd's LimitNICE=),
 // so the reducer first checks on a throwaway thread and yields only when it can come back.
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -36,6 +37,16 @@ struct KindTotals {
   std::uint32_t count = 0;
   std::int64_t micros = 0;
   std::uint64_t bytes = 0;
+  KindTotals& operator+=(const KindTotals& more) {
+    count += more.count;
+    micros += more.micros;
+    bytes += more.bytes;
+    return *this;
+  }
+  // As a step report's entry, of which the compute thread waited `exposedUs` (at most all of it).
+  CollectiveTimes reported(CollectiveKind kind, std::int64_t exposedUs) const {
+    return CollectiveTimes{kind, count, micros, std::min(exposedUs, micros), bytes};
+  }
 };
 
 // When one bucket of a step became final, began its all-reduce and ended it.

@@ -43,9 +43,10 @@ ShardedLayers::~ShardedLayers() {
   thread_.join();  // a collective in flight ends by its own timeout at the latest
 }
 
-void ShardedLayers::beginMicroStep(bool firstOfStep) {
+void ShardedLayers::beginMicroStep(bool firstOfStep, bool lastOfStep) {
   (void)finish();  // the slots and the header are reused
   firstMicroStep_ = firstOfStep;
+  lastMicroStep_ = lastOfStep;
   asked_ = 0;
   opened_ = false;
   backward_ = false;
@@ -97,8 +98,10 @@ void ShardedLayers::gatherLayer(std::size_t layer, std::vector<float>& into) {
   const std::size_t lo = layout_.layerBegin(layer), hi = layout_.layerEnd(layer);
   // This rank's part of the layer in place, then every other rank's.
   const std::size_t from = std::clamp(begin_, lo, hi), to = std::clamp(end_, lo, hi);
-  std::copy(ownParams_.begin() + static_cast<std::ptrdiff_t>(from - begin_),
-            ownParams_.begin() + static_cast<std::ptrdiff_t>(to - begin_), into.begin() + static_cast<std::ptrdiff_t>(from - lo));
+  if (to > from) {
+    std::copy(ownParams_.begin() + static_cast<std::ptrdiff_t>(from - begin_),
+              ownParams_.begin() + static_cast<std::ptrdiff_t>(to - begin_), into.begin() + static_cast<std::ptrdiff_t>(from - lo));
+  }
   const auto parts = plan_.partsOf(lo, hi);
   timed(CollectiveKind::kAllGather, allGather_, hi - lo, [&] { return comm_.allGather(into.data(), parts); });
 }
@@ -121,7 +124,7 @@ void ShardedLayers::ready(std::size_t end) {
     opened_ = false;
     ++asked_;
   }
-  if (asked_ != buckets_.size() || end < layout_.totalFloats()) return;
+  if (asked_ != buckets_.size() || end < layout_.totalFloats() || !lastMicroStep_) return;
   // After the micro-step's last bucket, the header: the step's loss, samples and stop votes.
   std::copy(header_.begin(), header_.end(), headerSums_.begin());
   ask([this] {
@@ -136,8 +139,8 @@ void ShardedLayers::ready(std::size_t end) {
 
 void ShardedLayers::open(std::size_t index) {
   if (index >= kSlots) waitFor(bucketTickets_[index - kSlots], waitedForBuckets_);
-  const Bucket& b = buckets_[index];
-  std::fill(slot(index), slot(index) + (b.end - b.begin), 0.0f);
+  // The whole slot: without a reduce-scatter of its own the communicator all-reduces all of it.
+  std::fill(slot(index), slot(index) + slotFloats_, 0.0f);
   open_ = index;
   opened_ = true;
 }
@@ -149,8 +152,10 @@ void ShardedLayers::reduceScatterBucket(std::size_t index, bool firstMicroStep) 
   float* data = slot(index) + (lo - b.begin);
   const auto parts = plan_.partsOf(lo, hi);
   const auto r = static_cast<std::size_t>(comm_.rank());
-  timed(CollectiveKind::kReduceScatter, reduceScatter_, hi - lo, [&]() -> Result<void> {
-    LOCKSTEP_TRY(comm_.reduceScatterSum(data, hi - lo, parts));
+  const bool scatters = comm_.reduceScatters();
+  timed(scatters ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce, scatters ? reduceScatter_ : allReduce_,
+        scatters ? hi - lo : slotFloats_, [&]() -> Result<void> {
+    LOCKSTEP_TRY(scatters ? comm_.reduceScatterSum(data, hi - lo, parts) : comm_.allReduceSum(slot(index), slotFloats_));
     const std::size_t mine = parts[r + 1] - parts[r];
     if (mine == 0) return {};
     float* into = ownGrads_.data() + (lo + parts[r] - begin_);

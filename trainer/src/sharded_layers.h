@@ -6,7 +6,9 @@
 // final it is reduce-scattered while backward goes on into the other slot, and this rank keeps its
 // part, [plan.begin(rank), plan.end(rank)), adding it up over a step's micro-steps. A rank holds
 // its part of the gradients and two buckets, not the whole. The header (loss, samples, stop votes)
-// is all-reduced on its own after the last bucket.
+// is all-reduced on its own after the step's last bucket. Where the communicator has no
+// reduce-scatter of its own (Gloo), a bucket is all-reduced whole, its slot's full size, so that Gloo
+// keeps one algorithm (and its buffers) per slot, not one per bucket.
 //
 // Parameters (stage 3 only): a rank keeps its part; a layer is all-gathered when forward or
 // backward reaches it, into one of two layer buffers, and the next layer is gathered into the other
@@ -55,8 +57,9 @@ class ShardedLayers final : public LayerStore {
   // The floats of the staging slots for these buckets.
   static std::size_t stagingFloats(const std::vector<Bucket>& buckets);
 
-  // Before each micro-step's forward; the first of a step restarts the step's figures.
-  void beginMicroStep(bool firstOfStep);
+  // Before each micro-step's forward; the first of a step restarts the step's figures, the last
+  // all-reduces the header after its last bucket.
+  void beginMicroStep(bool firstOfStep, bool lastOfStep);
   // The header this rank contributes (set before the last micro-step's backward), and after
   // finish() the sums over every rank.
   std::array<float, 3>& header() { return header_; }
@@ -85,6 +88,7 @@ class ShardedLayers final : public LayerStore {
   // reduce-scatters' exposed time), and for a layer (the all-gathers').
   std::chrono::steady_clock::duration waitedForBuckets() const { return waitedForBuckets_; }
   std::chrono::steady_clock::duration waitedForLayers() const { return waitedForLayers_; }
+  std::chrono::steady_clock::duration waited() const { return waitedForBuckets_ + waitedForLayers_; }
 
  private:
   using Ticket = std::uint64_t;
@@ -129,7 +133,7 @@ class ShardedLayers final : public LayerStore {
 
   std::array<float, 3> header_{};
   std::vector<float> headerSums_ = std::vector<float>(3);  // one buffer for the run: Gloo binds to it
-  bool firstMicroStep_ = true;
+  bool firstMicroStep_ = true, lastMicroStep_ = true;
   std::size_t open_ = 0;     // the bucket backward writes
   bool opened_ = false;      // whether open_ is in its slot yet
   std::size_t asked_ = 0;    // buckets handed to the communication thread this micro-step
@@ -142,7 +146,7 @@ class ShardedLayers final : public LayerStore {
   Ticket askedTotal_ = 0, doneTotal_ = 0;
   bool stopping_ = false;
   std::optional<Error> error_;
-  KindTotals allReduce_, reduceScatter_, allGather_;
+  KindTotals allReduce_, reduceScatter_, allGather_;  // the header's all-reduce is in allReduce_
   std::thread thread_;
 };
 
