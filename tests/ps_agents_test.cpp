@@ -129,6 +129,7 @@ TEST_F(PsAgents, SplitOverBothNodesALostPartsRankFailsTheJobNamingIt) {
   ASSERT_FALSE(node.empty()) << "the split server never checkpointed step 200: " << done.out << done.err;
   EXPECT_EQ(done.status.exitCode, 5) << done.out << done.err;
   EXPECT_TRUE(waitUntil([] { return processesOfJob("ps-split").empty(); }, 30s)) << "rank 0 is not left waiting";
+  // The failed part's words first; rank 0's part, stopped because of it, only says that after.
   EXPECT_NE(done.out.find("job ps-split: failed: rank 1 exited with signal 9"), std::string::npos) << done.out;
   const Json s = status("ps-split");
   EXPECT_EQ(rankOf(s, 1)["node"], node) << s.dump(2);

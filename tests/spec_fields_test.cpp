@@ -92,6 +92,14 @@ JobSpec trainerC() {
   return s;
 }
 
+// The parameter server split over ranks, which is synchronous only.
+JobSpec trainerD() {
+  JobSpec s = trainerC();
+  s.staleness = 0;
+  s.psRanks = 2;
+  return s;
+}
+
 JobSpec commandJob() {
   JobSpec s;
   s.jobId = "own-every-field";
@@ -160,8 +168,8 @@ TEST(SpecFields, TheTestSpecsGiveEveryFieldAValueOtherThanItsDefault) {
   const JobSpec defaults;
   spec::forEachField([&](const auto& f) {
     const bool set = f.of(trainerA()) != f.of(defaults) || f.of(trainerB()) != f.of(defaults) ||
-                     f.of(trainerC()) != f.of(defaults);
-    EXPECT_TRUE(set) << f.name << ": give it a value in trainerA(), trainerB() or trainerC()";
+                     f.of(trainerC()) != f.of(defaults) || f.of(trainerD()) != f.of(defaults);
+    EXPECT_TRUE(set) << f.name << ": give it a value in trainerA(), trainerB(), trainerC() or trainerD()";
     if (spec::takes(f.flag.jobs, Jobs::kCommand)) {
       EXPECT_NE(f.of(commandJob()), f.of(defaults)) << f.name << ": give it a value in commandJob()";
     }
@@ -169,7 +177,7 @@ TEST(SpecFields, TheTestSpecsGiveEveryFieldAValueOtherThanItsDefault) {
 }
 
 TEST(SpecFields, EveryFieldSurvivesProtobufAndJson) {
-  for (const JobSpec& s : {trainerA(), trainerB(), trainerC(), commandJob()}) {
+  for (const JobSpec& s : {trainerA(), trainerB(), trainerC(), trainerD(), commandJob()}) {
     ASSERT_TRUE(validateJobSpec(s).ok()) << s.jobId << ": " << validateJobSpec(s).error().message;
     const Request request{1, StartJobRequest{s, ""}};
     auto back = decodeRequest(encode(request));
@@ -182,7 +190,7 @@ TEST(SpecFields, EveryFieldSurvivesProtobufAndJson) {
 }
 
 TEST(SpecFields, EveryFlaggedFieldSurvivesTheTrainersFlags) {
-  for (const JobSpec& s : {trainerA(), trainerB(), trainerC()}) {
+  for (const JobSpec& s : {trainerA(), trainerB(), trainerC(), trainerD()}) {
     const auto args = jobflags::jobSpecToTrainerArgs(s, "/m.jsonl");
     auto parsed = jobflags::parseTrainerArgs(args);
     ASSERT_TRUE(parsed) << parsed.error().message;
@@ -197,7 +205,7 @@ TEST(SpecFields, ARankGetsItsSpecWholeFromTheAgent) {
   // The agent hands each rank the validated spec as JSON (rankArgs); nothing is lost on the way
   // but the placements, which a rank takes from its environment, and the alerts, which are the
   // supervising agent's and whose webhooks' URLs are secrets a command line would show everyone.
-  for (const JobSpec& s : {trainerA(), trainerB(), trainerC()}) {
+  for (const JobSpec& s : {trainerA(), trainerB(), trainerC(), trainerD()}) {
     const auto args = jobflags::rankArgs(s, "/m.jsonl");
     for (const auto& arg : args) EXPECT_EQ(arg.find("hooks.example.org"), std::string::npos) << arg;
     auto parsed = jobflags::parseTrainerArgs(args);

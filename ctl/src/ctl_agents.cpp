@@ -206,10 +206,13 @@ int printJob(const Globals& g, const std::string& jobId, const std::vector<Part>
   const Supervision* supervision = supervised ? &supervised->supervision : nullptr;
   std::string message;
   const std::uint32_t newest = newestAttempt(parts);
-  for (const auto& p : parts) {
-    if (p.status.spec.attempt != newest) continue;
-    if (!p.status.message.empty() && message.find(p.status.message) == std::string::npos) {
-      message += (message.empty() ? "" : "; ") + p.status.message;
+  // The failed parts' words first: a part another node stopped because of them says only that.
+  for (const bool failed : {true, false}) {
+    for (const auto& p : parts) {
+      if (p.status.spec.attempt != newest || (p.status.state == JobState::kFailed) != failed) continue;
+      if (!p.status.message.empty() && message.find(p.status.message) == std::string::npos) {
+        message += (message.empty() ? "" : "; ") + p.status.message;
+      }
     }
   }
   if (g.json) {
