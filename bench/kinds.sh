@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The kinds of data parallelism (issue 45) side by side in one run, on the CPU reference workload
 # (MLP 784-1024-1024-10, batch 64 per rank, 2 ranks on this machine; SGD with momentum 0.9, so that
-# there is optimizer state to shard): all-reduce, the sharded optimizer, the parameter server
-# synchronous and asynchronous. Each without and with a straggler (rank 1 made FACTOR times
-# slower by LOCKSTEP_TEST_SLOWDOWN). Prints, over the second half of each run: samples/s, the
+# there is optimizer state to shard): all-reduce, sharding (ZeRO 1-3), the parameter server
+# synchronous (one, and split over the 2 ranks with --ps-ranks 2) and asynchronous. Each without
+# and with a straggler (rank 1 made FACTOR times slower by LOCKSTEP_TEST_SLOWDOWN). Prints, over the second half of each run: samples/s, the
 # median step, the exposed communication share, what each rank holds of the model's state, the
 # mean loss of the last 20 updates, and the throughput ratio to all-reduce.
 #
@@ -16,7 +16,9 @@ FACTOR=${2:-3}
 DIR=$(mktemp -d)
 trap 'rm -rf "$DIR"' EXIT
 
-KINDS=("allreduce|--sync allreduce" "shard-optimizer|--shard optimizer" "ps-sync|--sync parameter-server"
+KINDS=("allreduce|--sync allreduce" "shard-optimizer|--shard optimizer" "shard-gradients|--shard gradients"
+       "shard-parameters|--shard parameters" "ps-sync|--sync parameter-server"
+       "ps-split|--sync parameter-server --ps-ranks 2"
        "ps-async-k1|--sync parameter-server --staleness 1" "ps-async-k4|--sync parameter-server --staleness 4")
 
 run() {  # name factor flags... -> one line of figures
