@@ -236,5 +236,32 @@ TEST_F(PsAgents, ARankStoppedBySigstopLeavesItsPeerWaitingInAPushOrPullAndTheSta
   })) << "rank 1's agent names it: " << allMessages(all);
 }
 
+// Which kind fits: the same workload run through the agents as all-reduce, with the optimizer
+// sharded, and with the parameter server split over both nodes; `lockstepctl compare` of the three
+// from the history says which to use and what each trades.
+TEST_F(PsAgents, CompareOfOneWorkloadUnderThreeKindsRecommendsOneAndSaysWhy) {
+  const std::vector<std::string> workload = {"--ranks", "2", "--ranks-per-agent", "1,1", "--layers", "32,64,4",
+                                             "--batch-per-rank", "8", "--steps", "300", "--optimizer", "adamw"};
+  const std::vector<std::pair<std::string, std::vector<std::string>>> kinds = {
+      {"kind-allreduce", {}}, {"kind-sharded", {"--shard", "optimizer"}},
+      {"kind-split", {"--sync", "parameter-server", "--ps-ranks", "2"}}};
+  for (const auto& [id, flags] : kinds) {
+    started.push_back(id);
+    const auto done = ctl(join(join({"start", "--wait", "--job-id", id}, workload), flags), 150s);
+    ASSERT_EQ(done.status.exitCode, 0) << id << ": " << done.out << done.err;
+  }
+  const auto text = ctl({"compare", "kind-allreduce", "kind-sharded", "kind-split"}, 30s);
+  ASSERT_EQ(text.status.exitCode, 0) << text.err;
+  EXPECT_NE(text.out.find("Recommended: "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("all-reduce, sharded"), std::string::npos) << "the kinds are named: " << text.out;
+  EXPECT_NE(text.out.find("parameter server split over 2 ranks"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("less optimizer state per rank"), std::string::npos) << "the sharded run's trade: " << text.out;
+  const auto compared = ctl({"compare", "kind-allreduce", "kind-sharded", "kind-split", "--json"}, 30s);
+  ASSERT_EQ(compared.status.exitCode, 0) << compared.err;
+  const Json c = Json::parse(compared.out, nullptr, false);
+  ASSERT_TRUE(c.is_object() && c.contains("advice")) << compared.out;
+  EXPECT_FALSE(c["advice"].empty()) << compared.out;
+}
+
 }  // namespace
 }  // namespace lockstep::test
