@@ -13,6 +13,9 @@ one BLAS thread per rank. Each round runs, one after another:
             lockstep-trainer pins its ranks
 Two overhead figures are printed for lockstep: the exposed all-reduce wait per step (the KPI the
 product reports, steps 51 on) and, like the torch script, 1 - compute-only step / synchronised step.
+Last, each run's model FLOP/s (6 x parameters per sample, the usual training count) against the
+machine's GEMM ceiling: every core's sgemm at once (lockstep-bench-sgemm), with the BLAS kernels
+the trainer picks (issue 46).
 """
 import argparse
 import json
@@ -26,6 +29,8 @@ WORKLOAD = ["--backend", "cpu", "--layers", "784,1024,1024,10", "--dataset", "sy
             "--batch-per-rank", "64", "--optimizer", "sgd", "--lr", "0.01", "--threads", "1", "--quiet"]
 WARMUP = 50
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAYERS = [784, 1024, 1024, 10]
+PARAMETERS = sum(i * o + o for i, o in zip(LAYERS, LAYERS[1:]))  # 1,861,632
 
 
 def read_metrics(path):
@@ -85,13 +90,38 @@ def torch_ddp(steps, coretype, port, flags):
     return json.loads([l for l in out[0].splitlines() if l.startswith("{")][-1])
 
 
+def gemm_ceiling(sgemm, coretype):
+    """Every core's sgemm at once (as the ranks compute): GFLOP/s summed, per core, the kernels' name."""
+    cores = len(os.sched_getaffinity(0))
+    env = dict(os.environ, OPENBLAS_CORETYPE=coretype)
+    procs = [subprocess.Popen(["taskset", "-c", str(cpu), sgemm, "3"], env=env, stdout=subprocess.PIPE, text=True)
+             for cpu in sorted(os.sched_getaffinity(0))]
+    runs = [json.loads(p.communicate()[0]) for p in procs]
+    if any(p.returncode != 0 for p in procs):
+        sys.exit("lockstep-bench-sgemm failed")
+    total = sum(r["gflops"] for r in runs)
+    return total, total / cores, cores, runs[0]["corename"]
+
+
+def print_flops_utilization(samples_s, ceiling):
+    total, per_core, cores, corename = ceiling
+    print(f"GEMM ceiling: {total:.0f} GFLOP/s ({cores} cores x {per_core:.0f}, one thread's sgemm on each at once, "
+          f"{corename} kernels)")
+    for name, rate in samples_s:
+        gflops = rate * 6 * PARAMETERS / 1e9
+        print(f"model FLOP/s {name}: {gflops:.0f} GFLOP/s (6 x {PARAMETERS:,} parameters x {rate:.0f} samples/s) "
+              f"= {100 * gflops / total:.1f}% of the ceiling")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--trainer", required=True)
     ap.add_argument("--torch-script", required=True)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--sgemm", help="lockstep-bench-sgemm (default: beside --trainer)")
     args = ap.parse_args()
+    sgemm = args.sgemm or os.path.join(os.path.dirname(args.trainer), "lockstep-bench-sgemm")
 
     coretype = "SkylakeX" if "avx512f" in open("/proc/cpuinfo").read() else "Haswell"
     results = {k: [] for k in ["auto", "ls25", "compute", "torch", "torch_tuned", "torch_pinned"]}
@@ -130,6 +160,8 @@ def main():
         ours = med(results[key], "samples_s")
         print(f"ratio lockstep ({name}) / torch: {ours / torch_s:.2f}x as given, {ours / torch_tuned_s:.2f}x tuned, "
               f"{ours / torch_pinned_s:.2f}x tuned and pinned")
+    print_flops_utilization([("lockstep (default)", med(results["auto"], "samples_s")), ("torch DDP (as given)", torch_s),
+                             ("torch DDP tuned and pinned", torch_pinned_s)], gemm_ceiling(sgemm, coretype))
 
 
 if __name__ == "__main__":
