@@ -49,12 +49,6 @@ struct OwnProgram : ::testing::Test {
     }
     return out;
   }
-  std::vector<JobEvent> events(const std::string& jobId) const {
-    auto h = history::History::open(ctl.historyPath());
-    auto e = h ? h->events(jobId) : Result<std::vector<JobEvent>>(h.error());
-    EXPECT_TRUE(e) << e.error().message;
-    return e ? *e : std::vector<JobEvent>{};
-  }
   nlohmann::json jsonReport(const std::string& jobId) const {
     const std::string path = dir.file(jobId + ".json");
     const auto r = ctl({"report", jobId, "--out", path});
@@ -290,7 +284,7 @@ TEST_F(OwnProgram, ARankThatRaisesFailsTheJobWithItsTracebackAndNothingIsLeftRun
                          {"--instrument", "--steps", "1000", "--fail-rank", "1", "--fail-at", "5"});
   EXPECT_EQ(run.status.exitCode, 5) << run.out << run.err;
   EXPECT_NE(run.out.find("job own-fail: failed: rank 1 exited with exit code 1"), std::string::npos) << run.out;
-  const auto all = events("own-fail");
+  const auto all = ctl.events("own-fail");
   const auto failed = std::find_if(all.begin(), all.end(), [](const JobEvent& e) { return e.kind == JobEventKind::kFailed; });
   ASSERT_NE(failed, all.end());
   EXPECT_EQ(failed->rank, 1u);

@@ -13,7 +13,6 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "lockstep/history/history.h"
 #include "support/agent_support.h"
 
 namespace lockstep::test {
@@ -46,19 +45,6 @@ struct PsAgents : ::testing::Test {
   Json status(const std::string& id) const {
     const auto r = ctl({"--json", "status", id}, 30s);
     return r.status.exitCode == 0 ? Json::parse(r.out, nullptr, false) : Json();
-  }
-  static Json rankOf(const Json& status, int rank) {
-    if (!status.is_object() || !status.contains("ranks")) return Json();
-    for (const auto& r : status["ranks"]) {
-      if (r["rank"] == rank) return r;
-    }
-    return Json();
-  }
-  std::vector<JobEvent> events(const std::string& id) const {
-    auto h = history::History::open(ctl.historyPath());
-    auto e = h ? h->events(id) : Result<std::vector<JobEvent>>(h.error());
-    EXPECT_TRUE(e) << e.error().message;
-    return e ? *e : std::vector<JobEvent>{};
   }
   // The node rank `rank` of job `id` runs on, by the agent that started its process ("" when none runs).
   std::string nodeOfRank(const std::string& id, std::uint32_t rank) const {
@@ -108,7 +94,7 @@ TEST_F(PsAgents, AKilledServerRankFailsTheJobNamingIt) {
   EXPECT_EQ(rankOf(s, 0)["node"], node) << s.dump(2);
   EXPECT_EQ(rankOf(s, 0)["signal"], SIGKILL) << s.dump(2);
 
-  const auto all = events("ps-lost");
+  const auto all = ctl.events("ps-lost");
   const auto exited = std::find_if(all.begin(), all.end(), [](const JobEvent& e) {
     return e.kind == JobEventKind::kRankExited && e.rank == 0u && e.signal == SIGKILL;
   });
@@ -150,7 +136,7 @@ TEST_F(PsAgents, WithMaxRestartsALostServerRankRestartsFromItsLastCheckpointAndF
   EXPECT_NE(done.out.find("job ps-restart: finished"), std::string::npos) << done.out;
   EXPECT_EQ(status("ps-restart").value("state", ""), "finished") << status("ps-restart").dump(2);
 
-  const auto all = events("ps-restart");
+  const auto all = ctl.events("ps-restart");
   EXPECT_TRUE(std::any_of(all.begin(), all.end(), [](const JobEvent& e) {
     return e.kind == JobEventKind::kStarted && e.message.find("rank 0") != std::string::npos;
   })) << "the restart says why: " << allMessages(all);
@@ -227,7 +213,7 @@ TEST_F(PsAgents, ARankStoppedBySigstopLeavesItsPeerWaitingInAPushOrPullAndTheSta
   EXPECT_EQ(rankOf(stalled, 1)["progress"]["process_state"], "stopped by a signal") << stalled.dump(2);
 
   // Rank 0's agent sees only its own rank, waiting: its stall event names the phase it waits in.
-  const auto all = events("ps-stall");
+  const auto all = ctl.events("ps-stall");
   EXPECT_TRUE(std::any_of(all.begin(), all.end(), [&](const JobEvent& e) {
     return e.kind == JobEventKind::kStalled && e.message.find("every rank here waits in " + phase + " #") != std::string::npos;
   })) << phase << "\n" << allMessages(all);

@@ -77,10 +77,7 @@ TEST(Shard, AShardedJobResumesExactlyAndItsCheckpointHoldsTheWholeState) {
   std::filesystem::copy(dir.file("ckpt"), dir.file("ckpt-copy"));
   const TrainerRun resumed = train(dir, "resumed", kJob, join(every10, {"--steps", "30", "--checkpoint-dir", dir.file("ckpt"), "--resume"}));
   ASSERT_TRUE(resumed.process.status.success()) << resumed.process.err;
-  const auto expected = globalLosses(dir.file("full.jsonl")), got = globalLosses(dir.file("resumed.jsonl"));
-  ASSERT_EQ(got.size(), 10u);
-  for (const auto& [step, loss] : got) EXPECT_EQ(loss, expected.at(step)) << "step " << step;
-  EXPECT_EQ(maxRelativeDifference(dir.file("full.safetensors"), dir.file("resumed.safetensors")), 0.0);
+  expectResumedAsWhole(dir, "full", "resumed", 10);
 
   // Unsharded from the same checkpoint: the same losses, so the file held all of the state.
   const TrainerRun unsharded = train(dir, "unsharded", kJob, {"--nproc", "2", "--checkpoint-every", "10", "--steps", "30",
@@ -192,10 +189,7 @@ TEST(Shard, AJobWithShardedParametersResumesExactly) {
   ASSERT_TRUE(first.process.status.success()) << first.process.err;
   const TrainerRun resumed = train(dir, "resumed", kJob, join(every10, {"--steps", "30", "--checkpoint-dir", dir.file("ckpt"), "--resume"}));
   ASSERT_TRUE(resumed.process.status.success()) << resumed.process.err;
-  const auto expected = globalLosses(dir.file("full.jsonl")), got = globalLosses(dir.file("resumed.jsonl"));
-  ASSERT_EQ(got.size(), 10u);
-  for (const auto& [step, loss] : got) EXPECT_EQ(loss, expected.at(step)) << "step " << step;
-  EXPECT_EQ(maxRelativeDifference(dir.file("full.safetensors"), dir.file("resumed.safetensors")), 0.0);
+  expectResumedAsWhole(dir, "full", "resumed", 10);
 }
 
 TEST(Shard, WhatIsNotBuiltOrNotAKindIsRefusedClearly) {

@@ -13,7 +13,6 @@
 #include <string>
 #include <thread>
 
-#include "lockstep/history/history.h"
 #include "support/agent_support.h"
 
 namespace lockstep::test {
@@ -50,19 +49,6 @@ struct Stalls : ::testing::Test {
       return last.is_object() && last.contains("stall");
     }, within);
     return last.is_object() && last.contains("stall") ? last : Json();
-  }
-  Json rankOf(const Json& status, std::uint32_t rank) const {
-    if (!status.is_object() || !status.contains("ranks")) return Json();
-    for (const auto& r : status["ranks"]) {
-      if (r["rank"] == rank) return r;
-    }
-    return Json();
-  }
-  std::vector<JobEvent> events(const std::string& jobId) const {
-    auto h = history::History::open(ctl.historyPath());
-    auto e = h ? h->events(jobId) : Result<std::vector<JobEvent>>(h.error());
-    EXPECT_TRUE(e) << e.error().message;
-    return e ? *e : std::vector<JobEvent>{};
   }
 
   TempDir dir;
@@ -119,7 +105,7 @@ ProcessResult stopRankOneOf(Stalls& t, const std::string& jobId, std::vector<std
   std::thread stopper([&t, jobId] {
     pid_t pid = 0;
     waitUntil([&] {
-      const Json r = t.rankOf(t.status(jobId), 1);
+      const Json r = rankOf(t.status(jobId), 1);
       if (!r.is_object() || !r.contains("progress") || r["progress"]["step"].get<int>() < 20) return false;
       pid = r["pid"].get<pid_t>();
       return true;
@@ -140,7 +126,7 @@ TEST_F(Stalls, OnStallStopFailsTheJobWithTheDiagnosisAndKeepsTheEvidenceInItsHis
   EXPECT_EQ(run.out.find("restart 1 of 1"), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("stalled (--on-stall stop): rank 1"), std::string::npos) << run.out;
   EXPECT_TRUE(waitUntil([] { return processesOfJob("onstall-stop").empty(); }, 20s)) << "no orphans";
-  const auto all = events("onstall-stop");
+  const auto all = ctl.events("onstall-stop");
   const auto stalled = std::find_if(all.begin(), all.end(), [](const JobEvent& e) { return e.kind == JobEventKind::kStalled; });
   ASSERT_NE(stalled, all.end());
   EXPECT_NE(stalled->message.find("rank 1"), std::string::npos) << stalled->message;
@@ -179,7 +165,7 @@ TEST_F(Stalls, OnStallRestartRestartsFromTheLastCheckpointWithEveryRank) {
                                   checkpoints, "--checkpoint-every", "500"});
   EXPECT_EQ(run.status.exitCode, 0) << run.out << run.err;
   EXPECT_NE(run.out.find("restart 1 of 1 with 2 ranks"), std::string::npos) << run.out;
-  const auto all = events("onstall-restart");
+  const auto all = ctl.events("onstall-restart");
   EXPECT_TRUE(std::any_of(all.begin(), all.end(), [](const JobEvent& e) {
     return e.kind == JobEventKind::kStarted && e.message.find("stalled") != std::string::npos;
   })) << "the restart says why";
@@ -284,7 +270,7 @@ TEST_F(Stalls, ALongAnnouncedCheckpointIsNotAStall) {
   const auto run = startPython("py-checkpoint", {"--ranks", "2", "--stall-after-s", "2", "--wait"},
                                {"--instrument", "--steps", "100", "--phase-every", "30", "--phase-s", "5"});
   EXPECT_EQ(run.status.exitCode, 0) << run.out << run.err;
-  const auto all = events("py-checkpoint");
+  const auto all = ctl.events("py-checkpoint");
   EXPECT_FALSE(std::any_of(all.begin(), all.end(), [](const JobEvent& e) { return e.kind == JobEventKind::kStalled; }))
       << "no false stall";
 }

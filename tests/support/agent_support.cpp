@@ -152,6 +152,21 @@ std::vector<StepReport> Ctl::steps(const std::string& jobId) const {
   return out;
 }
 
+std::vector<JobEvent> Ctl::events(const std::string& jobId) const {
+  auto h = history::History::open(historyPath());
+  auto e = h ? h->events(jobId) : Result<std::vector<JobEvent>>(h.error());
+  EXPECT_TRUE(e) << e.error().message;
+  return e ? *e : std::vector<JobEvent>{};
+}
+
+nlohmann::json rankOf(const nlohmann::json& status, std::uint32_t rank) {
+  if (!status.is_object() || !status.contains("ranks")) return nullptr;
+  for (const auto& r : status["ranks"]) {
+    if (r["rank"] == rank) return r;
+  }
+  return nullptr;
+}
+
 bool Ctl::pairWith(const AgentProcess& agent) const {
   const auto key = nlohmann::json::parse((*this)({"keygen", "--json"}).out)["public_key"].get<std::string>();
   agent.authorize(key);

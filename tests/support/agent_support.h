@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "lockstep/client/agent_client.h"
 #include "lockstep/net/keys.h"
 #include "support/test_support.h"
@@ -105,6 +107,8 @@ struct Ctl {
   std::string historyPath() const { return dir.file("history.db"); }
   // The job's step reports in that history, as recorded (a failure to read it fails the test).
   std::vector<StepReport> steps(const std::string& jobId) const;
+  // The job's events in that history (a failure to read it fails the test).
+  std::vector<JobEvent> events(const std::string& jobId) const;
   // Makes this client's key, authorizes it on the agent and pins the agent's key: ready to use it.
   bool pairWith(const AgentProcess& agent) const;
 };
@@ -123,6 +127,9 @@ struct TwoNodes {
     return env;
   }
 };
+
+// Rank `rank`'s entry of `lockstepctl --json status`'s output (null where there is none).
+nlohmann::json rankOf(const nlohmann::json& status, std::uint32_t rank);
 
 // Living (not zombie) processes whose environment says LOCKSTEP_JOB_ID=jobId.
 std::vector<pid_t> processesOfJob(const std::string& jobId);

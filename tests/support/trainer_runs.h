@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "safetensors.h"
@@ -70,6 +71,16 @@ inline std::map<std::uint64_t, double> globalLosses(const std::string& metrics) 
     if (line["rank"] == 0) out[line["step"].get<std::uint64_t>()] = line["global_loss"].get<double>();
   }
   return out;
+}
+
+// Run `resumed` (the trainer's `name`s in `dir`), resumed from a checkpoint for its last `steps`
+// steps, against the uninterrupted run `whole`: the same global losses and final weights, bit for bit.
+inline void expectResumedAsWhole(const TempDir& dir, const std::string& whole, const std::string& resumed,
+                                 std::size_t steps) {
+  const auto expected = globalLosses(dir.file(whole + ".jsonl")), got = globalLosses(dir.file(resumed + ".jsonl"));
+  ASSERT_EQ(got.size(), steps) << resumed;
+  for (const auto& [step, loss] : got) EXPECT_EQ(loss, expected.at(step)) << resumed << ", step " << step;
+  EXPECT_EQ(maxRelativeDifference(dir.file(whole + ".safetensors"), dir.file(resumed + ".safetensors")), 0.0) << resumed;
 }
 
 }  // namespace lockstep::test
