@@ -121,8 +121,12 @@ class AppTest : public QObject {
     QVERIFY(QLocale().toDouble(app.tile(QStringLiteral("Throughput")), &ok) > 0 && ok);
     const double loss = app.tile(QStringLiteral("Loss")).toDouble(&ok);
     QVERIFY(ok && std::isfinite(loss) && loss > 0);
-    // GPU utilization is unknown for CPU ranks, not 0.
+    // GPU utilization is unknown for CPU ranks, not 0; their MFU is against the agent's CPU peak.
     QCOMPARE(app.tile(QStringLiteral("GPU utilization")), none);
+    QTRY_VERIFY_WITH_TIMEOUT(app.tile(QStringLiteral("MFU")).endsWith(QStringLiteral("%")), kJobMs);
+    const app::KpiTile* mfu = app.window.dashboard()->tile(QStringLiteral("MFU"));
+    QVERIFY2(mfu->detail().contains(QStringLiteral("GFLOP/s peak")), qPrintable(mfu->detail()));
+    QVERIFY2(mfu->toolTip().startsWith(QStringLiteral("FLOPs: declared by the program; peak: ")), qPrintable(mfu->toolTip()));
     QCOMPARE(app.dashboardLabel("jobBanner"), QString());
     auto* stopAction = app.window.findChild<QAction*>(QStringLiteral("stopJobAction"));
     QVERIFY(stopAction && stopAction->isEnabled());

@@ -128,6 +128,8 @@ TEST(ProtocolRoundTrip, OtherRequestsAndReplies) {
   }
   NodeHello hello{1, "0.1.0", "gpu-node-1", 96, 1ull << 40, {{0, "NVIDIA H200", "GPU-abc", 141ull << 30}}, "", 99,
                   "node-a", 0xfeedu, 5};
+  hello.cpuCorePeakFlops = 106.4e9;
+  hello.cpuPeakBasis = "one core's sgemm measured on node-a on 2026-12-06 (Haswell kernels, 96 cores at once)";
   JobStatus job{validSpec(), JobState::kFailed, {{0, 0, std::nullopt, 4242, JobState::kFailed, std::nullopt, 9, false},
                                                  {1, 1, 3u, 4243, JobState::kStopped, std::nullopt, std::nullopt, true}},
                 100, 200, "rank 0 was killed by signal 9", 29500, {}};
@@ -248,6 +250,14 @@ INSTANTIATE_TEST_SUITE_P(
         Rejection{"RankPlacedTwice", [](JobSpec& s) { s.ranks[1].rank = 0; }, "placed twice"},
         Rejection{"CudaRankWithoutGpu", [](JobSpec& s) { s.backend = Backend::kCuda; s.precision = Precision::kBf16; }, "has no GPU"},
         Rejection{"CpuBf16", [](JobSpec& s) { s.precision = Precision::kBf16; }, "fp32 only"},
+        // Issue 46: fp16 and fp8 are what an own program's reports may say, not what the trainer computes in.
+        Rejection{"TrainerFp16",
+                  [](JobSpec& s) {
+                    s.backend = Backend::kCuda;
+                    s.precision = Precision::kFp16;
+                    for (auto& r : s.ranks) r.gpuIndex = r.rank;
+                  },
+                  "the trainer computes in fp32, tf32 or bf16, not fp16; use --precision bf16"},
         Rejection{"NegativePrice", [](JobSpec& s) { s.prices.gpuHour = -1; }, "price per GPU-hour"},
         Rejection{"ZeroTimeout", [](JobSpec& s) { s.timeoutS = 0; }, "timeout"},
         Rejection{"HugeBucket", [](JobSpec& s) { s.bucketMb = 1e9; }, "bucket size"},
@@ -358,6 +368,31 @@ TEST(ProtocolRejection, OutOfRangeStreamedValues) {
   EXPECT_NE(out.error().message.find("step report time 1700000000000000000 is not microseconds since 1970"), std::string::npos)
       << out.error().message;
 
+  // Issue 46: a step's FLOPs, their basis and precision, and the peak, in range and known.
+  const std::pair<std::function<void(StepReport&)>, const char*> flopsCases[] = {
+      {[](StepReport& r) { r.flops = -1; }, "step report flops is out of range"},
+      {[](StepReport& r) { r.flops = NAN; }, "step report flops is out of range"},
+      {[](StepReport& r) { r.flops = 1e30; }, "step report flops is out of range"},
+      {[](StepReport& r) { r.peakFlops = 0; }, "step report peak is out of range"},
+      {[](StepReport& r) { r.peakFlops = 1e18; }, "step report peak is out of range"},
+      {[](StepReport& r) { r.precision = static_cast<Precision>(9); }, "step report precision 9 is unknown"},
+      {[](StepReport& r) { r.flopsBasis = static_cast<FlopsBasis>(7); }, "step report flops basis 7 is unknown"}};
+  for (const auto& [spoil, text] : flopsCases) {
+    StepReport bad = validReport();
+    spoil(bad);
+    out = decodeStreamMessage(encode(StreamMessage{1, "", bad}));
+    ASSERT_FALSE(out.ok()) << text;
+    EXPECT_NE(out.error().message.find(text), std::string::npos) << out.error().message;
+  }
+  StepReport counted = validReport();
+  counted.flops = 3.5e12;
+  counted.flopsBasis = FlopsBasis::kTokens;
+  counted.precision = Precision::kFp8;
+  counted.peakFlops = 1979e12;
+  out = decodeStreamMessage(encode(StreamMessage{1, "", counted}));
+  ASSERT_TRUE(out.ok()) << out.error().message;
+  EXPECT_EQ(std::get<StepReport>(out->payload), counted);
+
   GpuSample overfull{"node", 0, 0, "", 130.0f, {}, {}, {}, {}, {}};
   out = decodeStreamMessage(encode(StreamMessage{1, "", overfull}));
   ASSERT_FALSE(out.ok());
@@ -439,7 +474,8 @@ TEST(EnumNames, EveryNameReadsBackAsItsValue) {
   expectRoundTrip<OptimizerKind>();
   expectRoundTrip<LrScaling>();
   EXPECT_EQ(titleOf(Precision::kBf16), "BF16");
-  EXPECT_EQ(namesText<Precision>(), "fp32, tf32, bf16");
+  EXPECT_EQ(namesText<Precision>(), "fp32, tf32, bf16, fp16, fp8");
+  expectRoundTrip<FlopsBasis>();
 }
 
 }  // namespace

@@ -174,8 +174,8 @@ DashboardWidget::DashboardWidget(ClusterStore& store, QWidget* parent) : QWidget
   layout->addWidget(banner_);
 
   auto* tiles = new QGridLayout;
-  const QStringList names = {tr("Throughput"), tr("Scaling efficiency"), tr("GPU utilization"), tr("Communication"),
-                             tr("Slowest rank"), tr("Loss"), tr("ETA"), tr("Cost"), tr("Energy")};
+  const QStringList names = {tr("Throughput"), tr("Scaling efficiency"), tr("GPU utilization"), tr("MFU"),
+                             tr("Communication"), tr("Slowest rank"), tr("Loss"), tr("ETA"), tr("Cost"), tr("Energy")};
   for (int i = 0; i < names.size(); ++i) {
     auto* tile = new KpiTile(names[i], body_);
     tiles_.insert(names[i], tile);
@@ -441,6 +441,7 @@ void DashboardWidget::refresh() {
                               : QString());
   tiles_[tr("GPU utilization")]->set(figure(k.gpuUtilizationPct, 0, "%"),
                                      k.gpuUtilizationPct ? tr("mean over the job") : tr("no GPU samples"));
+  setMfuTile(k, noSteps);
   const QString commDetail = k.busBandwidth ? tr("exposed, of step time; bus %1").arg(qtext(present::bandwidth(k.busBandwidth)))
                                             : tr("exposed, of step time");
   const auto diagnosis = report::diagnoseCommunication(k, job->spec, store_.linkOf(job->spec));
@@ -664,6 +665,21 @@ void DashboardWidget::setNodeFilter(const QString& text) {
 }
 
 // The few slowest ranks by name, with their cause: who the stragglers are at 1024 ranks.
+// Model FLOPs utilization (docs/kpis.md): the share, the FLOP/s against the peak, and in the tooltip
+// where both came from.
+void DashboardWidget::setMfuTile(const kpi::JobKpis& k, const QString& noSteps) {
+  KpiTile* tile = tiles_[tr("MFU")];
+  if (!k.modelFlopsPerSecond) {
+    tile->set(dash(), !noSteps.isEmpty() ? noSteps : tr("no FLOPs reported (lockstep.step(..., flops=N))"));
+    tile->setToolTip(QString());
+    return;
+  }
+  tile->set(percent(k.mfu), k.mfu ? tr("%1 of %2 peak").arg(qtext(present::flopsRate(k.modelFlopsPerSecond)),
+                                                            qtext(present::flopsRate(k.peakFlops)))
+                                  : tr("%1; no peak known").arg(qtext(present::flopsRate(k.modelFlopsPerSecond))));
+  tile->setToolTip(qtext(present::mfuBasisText(k)));
+}
+
 QString DashboardWidget::slowestRanksText(const kpi::JobKpis& k) {
   if (k.slowestRanks.empty()) return {};
   QStringList lines{tr("The slowest ranks (data + compute time per step, over the median rank's):")};

@@ -84,6 +84,7 @@ class DashboardWidget : public QWidget {
   void applyTheme();
   void refreshCharts(const JobEntry& job, const kpi::JobKpis& k);
   static QString slowestRanksText(const kpi::JobKpis& k);
+  void setMfuTile(const kpi::JobKpis& k, const QString& noSteps);
   QChartView* makeView(QChart* chart);
 
   ClusterStore& store_;

@@ -33,7 +33,7 @@ namespace {
 const QStringList kHeaders = {
     QObject::tr("Job"),     QObject::tr("Name"),     QObject::tr("State"),      QObject::tr("Owner"),     QObject::tr("Started"),
     QObject::tr("Duration"), QObject::tr("Ranks"),   QObject::tr("Nodes"),      QObject::tr("Samples/s"),
-    QObject::tr("Scaling"),  QObject::tr("Comm."),   QObject::tr("GPU util."),  QObject::tr("Cost"),
+    QObject::tr("Scaling"),  QObject::tr("Comm."),   QObject::tr("GPU util."),  QObject::tr("MFU"),  QObject::tr("Cost"),
 };
 
 }  // namespace
@@ -89,6 +89,7 @@ QVariant HistoryModel::data(const QModelIndex& index, int role) const {
     case kEfficiency: return k ? percent(k->scalingEfficiency, 0) : dash();
     case kComm: return k ? percent(k->commOverhead, 1) : dash();
     case kGpuUtil: return k ? figure(k->gpuUtilizationPct, 0, "%") : dash();
+    case kMfu: return k ? percent(k->mfu, 1) : dash();
     case kCost:
       if (!r.spec.prices.anySet()) return dash();
       return k && k->costSoFar ? money(*k->costSoFar, QString::fromStdString(r.spec.prices.currency)) : dash();

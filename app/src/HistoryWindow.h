@@ -27,7 +27,7 @@ class DashboardWidget;
 class HistoryModel : public RefreshedTableModel {
   Q_OBJECT
  public:
-  enum Column { kJob, kName, kState, kOwner, kStarted, kDuration, kRanks, kNodes, kThroughput, kEfficiency, kComm, kGpuUtil, kCost };
+  enum Column { kJob, kName, kState, kOwner, kStarted, kDuration, kRanks, kNodes, kThroughput, kEfficiency, kComm, kGpuUtil, kMfu, kCost };
   explicit HistoryModel(QObject* parent = nullptr);
   int rowCount(const QModelIndex& parent = {}) const override;
   QVariant data(const QModelIndex& index, int role) const override;

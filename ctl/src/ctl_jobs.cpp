@@ -11,6 +11,7 @@
 #include "ctl.h"
 #include "ctl_flags.h"
 #include "lockstep/kpi/stall.h"
+#include "lockstep/present/present.h"
 
 namespace lockstep::ctl {
 namespace {
@@ -39,7 +40,9 @@ int cmdNodes(const Globals& g, const std::vector<std::string>& args) {
     all.push_back({{"agent", agent->address().text()}, {"node", h.nodeName}, {"host", h.host},
                    {"agent_version", h.agentVersion}, {"cpu_cores", h.cpuCores}, {"memory_bytes", h.memoryTotalBytes},
                    {"gpus", gpus}, {"gpu_status", h.gpuStatus}, {"sample_hz", h.sampleHz},
-                   {"free_cores", h.freeCores}, {"free_memory_bytes", h.freeMemoryBytes}, {"fences_off", h.fencesOff}});
+                   {"free_cores", h.freeCores}, {"free_memory_bytes", h.freeMemoryBytes}, {"fences_off", h.fencesOff},
+                   {"cpu_core_peak_flops", h.cpuCorePeakFlops ? Json(*h.cpuCorePeakFlops) : Json(nullptr)},
+                   {"cpu_peak_basis", h.cpuPeakBasis}});
     if (g.json) continue;
     const std::string free = h.freeMemoryBytes > 0 || h.memoryTotalBytes == 0
                                  ? std::to_string(h.freeCores) + " cores, " + gib(h.freeMemoryBytes)
@@ -48,6 +51,11 @@ int cmdNodes(const Globals& g, const std::vector<std::string>& args) {
                 h.nodeName.c_str(), h.host.c_str(), h.agentVersion.c_str(), h.cpuCores, gib(h.memoryTotalBytes).c_str(),
                 free.c_str());
     for (const auto& off : h.fencesOff) std::printf("  fence off, %s\n", off.c_str());
+    if (h.cpuCorePeakFlops) {
+      std::printf("  CPU peak %s per core (%s)\n", present::flopsRate(h.cpuCorePeakFlops).c_str(), h.cpuPeakBasis.c_str());
+    } else if (!h.cpuPeakBasis.empty()) {
+      std::printf("  CPU peak unknown: %s\n", h.cpuPeakBasis.c_str());
+    }
     for (const auto& gpu : h.gpus) {
       std::printf("  GPU %u  %s  %s  %s\n", gpu.index, gpu.name.c_str(), gib(gpu.memoryTotalBytes).c_str(), gpu.uuid.c_str());
     }

@@ -160,6 +160,19 @@ ALTER TABLE final_kpis ADD COLUMN optimizer_state_bytes_per_rank REAL;
 ALTER TABLE final_kpis ADD COLUMN staleness_mean REAL;
 ALTER TABLE final_kpis ADD COLUMN staleness_p99 REAL;
 )sql",
+    // 12 (issue 46): each step's model FLOPs, how they were known, the precision of its math and
+    // the peak its agent took it against; the job's model FLOP/s, peak and MFU, and what they came from.
+    R"sql(
+ALTER TABLE steps ADD COLUMN flops REAL;
+ALTER TABLE steps ADD COLUMN flops_basis INTEGER;
+ALTER TABLE steps ADD COLUMN precision INTEGER;
+ALTER TABLE steps ADD COLUMN peak_flops REAL;
+ALTER TABLE final_kpis ADD COLUMN model_flops_per_second REAL;
+ALTER TABLE final_kpis ADD COLUMN peak_flops REAL;
+ALTER TABLE final_kpis ADD COLUMN model_flops_utilization REAL;
+ALTER TABLE final_kpis ADD COLUMN flops_basis TEXT;
+ALTER TABLE final_kpis ADD COLUMN peak_basis TEXT;
+)sql",
 };
 
 }  // namespace lockstep::history::detail

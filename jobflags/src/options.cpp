@@ -197,6 +197,9 @@ constexpr ProcessFlag kProcessFlags[] = {
      spec::kComm, ""},
     {"--notify", "URL", "through agents: POST each alert there as JSON (repeatable; with no\n--alert: the default rules)",
      spec::kComm, ""},
+    {"--gemm-peak", "",
+     "print one core's sgemm rate, measured on every core at once, as JSON\n(the CPU peak a job's MFU is taken against; the agent runs it)",
+     spec::kOut, "the agent measures the CPU's peak itself, once per node"},
     {"--help, --version", "", "", spec::kOut, ""},
 };
 
@@ -424,13 +427,14 @@ Result<TrainerOptions> parseTrainerArgs(const std::vector<std::string>& args) {
       {"--help", [&] { o.help = true; }},
       {"-h", [&] { o.help = true; }},
       {"--version", [&] { o.version = true; }},
+      {"--gemm-peak", [&] { o.gemmPeak = true; }},
   };
   addRowFlags(spec::Jobs::kTrainer, s, valued, switches);
   addAlertFlags(s, valued);
   LOCKSTEP_TRY(walkFlags(args, valued, switches, o.given, usage, [](const std::string& flag) {
     return usage(flag.rfind("-", 0) == 0 ? "unknown option " + flag : "unexpected argument '" + flag + "'");
   }));
-  if (o.help || o.version) return o;
+  if (o.help || o.version || o.gemmPeak) return o;
   if (specText) {
     LOCKSTEP_TRY(takeSpec(o, *specText));
   } else {

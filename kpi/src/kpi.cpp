@@ -225,6 +225,11 @@ void JobTracker::add(const JobEvent& e) {
     ended_ = true;
     endUs_ = std::max(endUs_, e.timeUnixUs);
   }
+  // What the agents took the ranks' MFU against: each said once per part (agent/src/stream/peaks.h).
+  if (e.kind == JobEventKind::kPeak && peakBases_.size() < kMaxPeakBases &&
+      std::find(peakBases_.begin(), peakBases_.end(), e.message) == peakBases_.end()) {
+    peakBases_.push_back(e.message);
+  }
 }
 
 

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "collective_sums.h"
+#include "flops.h"
 #include "model_state.h"
 #include "lockstep/kpi/kpi.h"
 #include "lockstep/kpi/median.h"
@@ -24,6 +25,7 @@ struct JobTracker::RankTotals {
   int bandwidthKnown = 0, reducedKnown = 0;
   detail::ExposedEndsSums ends;  // every rank's spans
   std::vector<double> staleness;  // every rank's gradients' in the window
+  detail::FlopsTotals flops;
 };
 
 namespace {
@@ -135,6 +137,7 @@ RankKpis JobTracker::rankKpis(std::uint32_t id, const RankState& r, const Window
   int countedReports = 0;
   detail::CollectiveSums collectives;
   detail::ModelState state;
+  detail::RankFlops flops;
   int n = 0, timed = 0;
   bool tokensKnown = false;
   for (const auto& rep : r.window) {
@@ -152,6 +155,7 @@ RankKpis JobTracker::rankKpis(std::uint32_t id, const RankState& r, const Window
     }
     collectives.add(rep);
     state.add(rep);
+    flops.add(rep);
     t.ends.add(rep);
     if (rep.dataTimeUs && rep.computeTimeUs && rep.exposedCommTimeUs) {
       d += static_cast<double>(*rep.dataTimeUs);
@@ -198,6 +202,7 @@ RankKpis JobTracker::rankKpis(std::uint32_t id, const RankState& r, const Window
   rk.collectives = collectives.kpis(n, st);
   allReduceBandwidth(rk, collectives, t);
   state.finish(rk, t.staleness);
+  if (n > 0 && w.span > 0) flops.finish(rk, rankSpan, t.flops);
   return rk;
 }
 
@@ -223,6 +228,8 @@ void JobTracker::jobRates(JobKpis& k, const RankTotals& t) const {
   }
   k.collectives = detail::meanOverRanks(k.ranks);
   detail::jobModelState(k, t.staleness);
+  detail::jobFlops(k, t.flops);
+  for (const auto& basis : peakBases_) k.peakBasis += (k.peakBasis.empty() ? "" : "; ") + basis;
   k.exposedEnds = t.ends.ends();
   if (t.ratesKnown > 0) k.samplesPerSecond = t.rate;
   k.tokensPerSecond = t.tokenRate;

@@ -72,6 +72,16 @@ std::string bandwidth(const std::optional<double>& bytesPerSecond) {
   return number(*bytesPerSecond / 1e9, *bytesPerSecond < 1e8 ? 3 : 1) + " GB/s";
 }
 
+std::string flopsRate(const std::optional<double>& flopsPerSecond) {
+  if (!flopsPerSecond || !std::isfinite(*flopsPerSecond) || *flopsPerSecond < 0) return std::string(kUnknown);
+  constexpr std::pair<double, const char*> kPrefixes[] = {{1e18, " E"}, {1e15, " P"}, {1e12, " T"}, {1e9, " G"}, {1e6, " M"}};
+  for (const auto& [scale, prefix] : kPrefixes) {
+    // At one decimal the prefix below would read 1,000.0 from here on: this one reads 1.0.
+    if (*flopsPerSecond >= scale * 0.99995) return number(*flopsPerSecond / scale, 1) + prefix + "FLOP/s";
+  }
+  return number(*flopsPerSecond, 0) + " FLOP/s";
+}
+
 std::string money(double amount, std::string_view currency) {
   int decimals = 2;
   if (amount > 0 && amount < 0.01) decimals = std::min(8, 1 - static_cast<int>(std::floor(std::log10(amount))));
@@ -132,6 +142,21 @@ std::string parallelismText(const JobSpec& spec) {
   }
   if (spec.shard == Shard::kNone) return "all-reduce";
   return "all-reduce, sharded: " + std::string(titleOf(spec.shard));
+}
+
+std::string mfuText(const kpi::JobKpis& k) {
+  if (!k.modelFlopsPerSecond) return "";
+  if (!k.mfu) return std::string(kUnknown) + " (" + flopsRate(k.modelFlopsPerSecond) + "; no peak known)";
+  // The FLOP/s of the ranks with a peak (all of them, unless some lack one): what the MFU is the ratio of.
+  const double withPeak = *k.mfu * k.peakFlops.value_or(NAN);
+  return percent(k.mfu) + " of peak (" + flopsRate(withPeak) + " of " + flopsRate(k.peakFlops) + ")";
+}
+
+std::string mfuBasisText(const kpi::JobKpis& k) {
+  std::string text;
+  if (!k.flopsBasis.empty()) text = "FLOPs: " + k.flopsBasis;
+  if (!k.peakBasis.empty()) text += (text.empty() ? "" : "; ") + std::string("peak: ") + k.peakBasis;
+  return text;
 }
 
 std::string modelStateText(const kpi::JobKpis& k) {

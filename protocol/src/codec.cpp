@@ -38,6 +38,11 @@ LOCKSTEP_SAME(Activation::kGelu, ACTIVATION_GELU);
 LOCKSTEP_SAME(Precision::kFp32, PRECISION_FP32);
 LOCKSTEP_SAME(Precision::kTf32, PRECISION_TF32);
 LOCKSTEP_SAME(Precision::kBf16, PRECISION_BF16);
+LOCKSTEP_SAME(Precision::kFp16, PRECISION_FP16);
+LOCKSTEP_SAME(Precision::kFp8, PRECISION_FP8);
+LOCKSTEP_SAME(FlopsBasis::kDeclared, FLOPS_BASIS_DECLARED);
+LOCKSTEP_SAME(FlopsBasis::kTokens, FLOPS_BASIS_TOKENS);
+LOCKSTEP_SAME(FlopsBasis::kLayers, FLOPS_BASIS_LAYERS);
 LOCKSTEP_SAME(OptimizerKind::kSgd, OPTIMIZER_KIND_SGD);
 LOCKSTEP_SAME(OptimizerKind::kAdamW, OPTIMIZER_KIND_ADAMW);
 LOCKSTEP_SAME(LrScaling::kNone, LR_SCALING_NONE);
@@ -66,6 +71,7 @@ LOCKSTEP_SAME(JobEventKind::kNote, JOB_EVENT_KIND_NOTE);
 LOCKSTEP_SAME(JobEventKind::kAlertFiring, JOB_EVENT_KIND_ALERT_FIRING);
 LOCKSTEP_SAME(JobEventKind::kAlertResolved, JOB_EVENT_KIND_ALERT_RESOLVED);
 LOCKSTEP_SAME(JobEventKind::kAlertUndelivered, JOB_EVENT_KIND_ALERT_UNDELIVERED);
+LOCKSTEP_SAME(JobEventKind::kPeak, JOB_EVENT_KIND_PEAK);
 LOCKSTEP_SAME(OnStall::kReport, ON_STALL_REPORT);
 LOCKSTEP_SAME(OnStall::kStop, ON_STALL_STOP);
 LOCKSTEP_SAME(OnStall::kRestart, ON_STALL_RESTART);
@@ -92,6 +98,7 @@ LOCKSTEP_SAME(ErrorCode::kCancelled, ERROR_CODE_CANCELLED);
 static_assert(std::size(kBackendNames) == pb::Backend_ARRAYSIZE - 1);
 static_assert(std::size(kActivationNames) == pb::Activation_ARRAYSIZE - 1);
 static_assert(std::size(kPrecisionNames) == pb::Precision_ARRAYSIZE - 1);
+static_assert(std::size(kFlopsBasisNames) == pb::FlopsBasis_ARRAYSIZE - 1);
 static_assert(std::size(kOptimizerNames) == pb::OptimizerKind_ARRAYSIZE - 1);
 static_assert(std::size(kLrScalingNames) == pb::LrScaling_ARRAYSIZE);  // LR_SCALING_NONE is a value
 static_assert(std::size(kSupervisionStateNames) == pb::SupervisionState_ARRAYSIZE);  // so is UNSPECIFIED
@@ -142,6 +149,8 @@ void toPb(const NodeHello& h, pb::NodeHello* m) {
   m->set_free_cores(h.freeCores);
   m->set_free_memory_bytes(h.freeMemoryBytes);
   for (const auto& off : h.fencesOff) m->add_fences_off(off);
+  if (h.cpuCorePeakFlops) m->set_cpu_core_peak_flops(*h.cpuCorePeakFlops);
+  m->set_cpu_peak_basis(h.cpuPeakBasis);
 }
 
 Result<NodeHello> fromPb(const pb::NodeHello& m) {
@@ -161,6 +170,8 @@ Result<NodeHello> fromPb(const pb::NodeHello& m) {
   h.freeCores = m.free_cores();
   h.freeMemoryBytes = m.free_memory_bytes();
   h.fencesOff.assign(m.fences_off().begin(), m.fences_off().end());
+  if (m.has_cpu_core_peak_flops()) h.cpuCorePeakFlops = m.cpu_core_peak_flops();
+  h.cpuPeakBasis = m.cpu_peak_basis();
   LOCKSTEP_TRY(validateNodeHello(h));
   return h;
 }

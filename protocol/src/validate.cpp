@@ -284,6 +284,10 @@ Result<void> validateTrainerJob(const JobSpec& spec) {
   if (spec.backend == Backend::kCpu && spec.precision != Precision::kFp32) {
     return bad("the CPU backend computes in fp32 only; use --precision fp32 or --backend cuda");
   }
+  if (spec.precision == Precision::kFp16 || spec.precision == Precision::kFp8) {
+    return bad("the trainer computes in fp32, tf32 or bf16, not " + std::string(nameOf(spec.precision)) +
+               "; use --precision bf16");
+  }
   LOCKSTEP_TRY(validateOptimizer(spec.optimizer));
   if ((spec.steps == 0) == (spec.epochs == 0)) {
     return bad("give exactly one of steps and epochs (steps=" + std::to_string(spec.steps) +
@@ -395,6 +399,7 @@ std::string_view jobEventKindName(JobEventKind kind) {
     case JobEventKind::kAlertFiring: return "alert_firing";
     case JobEventKind::kAlertResolved: return "alert_resolved";
     case JobEventKind::kAlertUndelivered: return "alert_undelivered";
+    case JobEventKind::kPeak: return "peak";
   }
   return "unknown";
 }
@@ -480,6 +485,10 @@ Result<void> validateNodeHello(const NodeHello& hello) {
     LOCKSTEP_TRY(checkText("GPU name", gpu.name, 256));
     LOCKSTEP_TRY(checkText("GPU UUID", gpu.uuid, 128));
   }
+  if (hello.cpuCorePeakFlops && !(*hello.cpuCorePeakFlops > 0 && *hello.cpuCorePeakFlops <= kMaxPeakFlops)) {
+    return bad("node hello CPU core peak is out of range (0 to 1e17 FLOP/s)");
+  }
+  LOCKSTEP_TRY(checkText("node hello CPU peak basis", hello.cpuPeakBasis, 1024));
   if (hello.fencesOff.size() > 8) return bad("node hello lists " + std::to_string(hello.fencesOff.size()) + " fences off; at most 8");
   for (const auto& off : hello.fencesOff) LOCKSTEP_TRY(checkText("node hello fence", off, 1024));
   return {};
@@ -488,7 +497,7 @@ Result<void> validateNodeHello(const NodeHello& hello) {
 Result<void> validateJobEvent(const JobEvent& event) {
   LOCKSTEP_TRY(validateJobId(event.jobId));
   const int kind = static_cast<int>(event.kind);
-  if (kind < static_cast<int>(JobEventKind::kStarted) || kind > static_cast<int>(JobEventKind::kAlertUndelivered)) {
+  if (kind < static_cast<int>(JobEventKind::kStarted) || kind > static_cast<int>(JobEventKind::kPeak)) {
     return bad("job event kind is missing or unknown (" + std::to_string(kind) + ")");
   }
   LOCKSTEP_TRY(checkText("job event message", event.message, kMaxTextLength));
@@ -594,6 +603,33 @@ Result<void> validateCollectives(const StepReport& r) {
 
 }  // namespace
 
+namespace {
+
+template <class E>
+bool named(E value) {
+  return std::ranges::any_of(namesOf(value), [&](const auto& n) { return n.value == value; });
+}
+
+// A rank's FLOPs in a step, their basis and precision, and the peak its agent set (docs/kpis.md).
+Result<void> validateFlops(const StepReport& r) {
+  // A step of a week (kMaxStepTimeUs) at 100 PFLOP/s: beyond that a unit was mistaken.
+  if (r.flops && !(*r.flops >= 0 && *r.flops <= kMaxPeakFlops * 604800)) {
+    return bad("step report flops is out of range (0 to 6e22 FLOPs in one step)");
+  }
+  if (r.flopsBasis && !named(*r.flopsBasis)) {
+    return bad("step report flops basis " + std::to_string(static_cast<int>(*r.flopsBasis)) + " is unknown");
+  }
+  if (r.precision && !named(*r.precision)) {
+    return bad("step report precision " + std::to_string(static_cast<int>(*r.precision)) + " is unknown");
+  }
+  if (r.peakFlops && !(*r.peakFlops > 0 && *r.peakFlops <= kMaxPeakFlops)) {
+    return bad("step report peak is out of range (0 to 1e17 FLOP/s)");
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<void> validateStepReport(const StepReport& r) {
   LOCKSTEP_TRY(validateJobId(r.jobId));
   LOCKSTEP_TRY(checkRange("step report world size", r.worldSize, 1, kMaxWorldSize));
@@ -611,6 +647,7 @@ Result<void> validateStepReport(const StepReport& r) {
     if (value && *value > kMaxStepTimeUs) return bad(std::string("step report ") + field + " is over a week (in microseconds?)");
   }
   LOCKSTEP_TRY(checkRange("step report lr", r.lr, 0.0, 1e6));
+  LOCKSTEP_TRY(validateFlops(r));
   return validateCollectives(r);
 }
 

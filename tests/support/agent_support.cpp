@@ -77,6 +77,11 @@ void AgentProcess::launch() {
   // ip execs the agent after entering the namespace: the pid stays the agent's.
   if (!netns_.empty()) argv.insert(argv.begin(), {ipPath(), "netns", "exec", netns_});
   argv.insert(argv.end(), extraArgs_.begin(), extraArgs_.end());
+  // A fixed CPU peak: measuring it (a second of every core) at each test agent's start would slow
+  // the tests beside it. Tests of the measurement name --cpu-peak measure.
+  if (std::find(extraArgs_.begin(), extraArgs_.end(), "--cpu-peak") == extraArgs_.end()) {
+    argv.insert(argv.end(), {"--cpu-peak", std::to_string(kTestCpuPeakGflops)});
+  }
   if (std::find(extraArgs_.begin(), extraArgs_.end(), "--job-private-tmp") == extraArgs_.end()) {
     const auto more = privateTmpArgs(stateDir_);
     argv.insert(argv.end(), more.begin(), more.end());

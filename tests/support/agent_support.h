@@ -46,6 +46,10 @@ struct AgentPlace {
   Env env;  // more environment for the agent (and so its ranks)
 };
 
+// The CPU peak test agents take a CPU rank's MFU against (one core's, GFLOP/s), unless a test
+// names --cpu-peak.
+inline constexpr int kTestCpuPeakGflops = 50;
+
 class AgentProcess {
  public:
   // Starts an agent named `name` with its own state dir under `dir`, on a free loopback port

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "gemm_peak.h"
 #include "launcher.h"
 #include "lockstep/jobflags/options.h"
 #include "trainer.h"
@@ -19,6 +20,8 @@
 namespace {
 
 std::atomic<int> g_stopSignal{0};
+
+constexpr double kGemmPeakSeconds = 1.0;
 
 void onStopSignal(int signal) { g_stopSignal.store(signal); }
 
@@ -108,6 +111,10 @@ int run(int argc, char** argv) {
   }
   if (options.version) {
     std::printf("lockstep-trainer %s\n", LOCKSTEP_VERSION);
+    return 0;
+  }
+  if (options.gemmPeak) {
+    std::printf("%s\n", gemmPeakJson(measureGemmPeak(kGemmPeakSeconds)).c_str());
     return 0;
   }
   if (options.spec.backend == lockstep::Backend::kCuda && !cudaBackendBuilt()) {

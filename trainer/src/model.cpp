@@ -40,6 +40,15 @@ std::uint64_t ParamLayout::parameterCount() const {
   return n;
 }
 
+double ParamLayout::flopsPerSample() const {
+  double flops = 0;
+  for (std::size_t l = 0; l < layerCount(); ++l) {
+    const double products = l == 0 ? 2 : 3;
+    flops += products * 2.0 * layers_[l] * layers_[l + 1];
+  }
+  return flops;
+}
+
 std::vector<Bucket> planBuckets(const ParamLayout& layout, std::size_t bucketBytes, std::size_t firstBucketBytes) {
   // Units that may not be split: the header with the last layer's bias, then per layer its bias and
   // each weight row (the weight's padding rides with its last row).

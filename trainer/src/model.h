@@ -43,6 +43,11 @@ class ParamLayout {
   std::size_t layerCount() const { return layers_.size() - 1; }
   std::size_t totalFloats() const { return total_; }
   std::uint64_t parameterCount() const;
+  // The model FLOPs of training on one sample, as the steps compute them (docs/kpis.md, MFU): each
+  // layer's three matrix products (forward, the weights' gradient, the input's gradient: 2 x in x
+  // out FLOPs each), less the first layer's input gradient, which nothing needs. Bias, activation
+  // and loss are left out, as MFU leaves them.
+  double flopsPerSample() const;
   const TensorSlot& weight(std::size_t layer) const { return tensors_[2 * layer]; }
   const TensorSlot& bias(std::size_t layer) const { return tensors_[2 * layer + 1]; }
   // PyTorch state_dict order: layers.0.weight, layers.0.bias, layers.1.weight, ...

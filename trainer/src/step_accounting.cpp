@@ -60,6 +60,9 @@ StepReport StepAccounting::report(std::uint64_t step, std::uint32_t localSamples
   report.globalLoss = static_cast<float>(globalLoss);
   report.timeUnixUs = unixMicrosNow();
   report.lr = lr;
+  report.flops = localSamples * state_.layout->flopsPerSample();
+  report.flopsBasis = FlopsBasis::kDeclared;
+  report.precision = options_.spec.precision;
   return report;
 }
 

@@ -536,6 +536,21 @@ bool JobManager::knowsRank(const std::string& jobId, std::uint32_t rank) const {
                                           [&](const Rank& r) { return r.placement.rank == rank; });
 }
 
+std::optional<RankHardware> JobManager::hardwareOf(const std::string& jobId, std::uint32_t rank) const {
+  const auto it = jobs_.find(jobId);
+  if (it == jobs_.end()) return std::nullopt;
+  const Job& job = *it->second;
+  NodeLaunch launch;
+  launch.cpuCores = options_.node.cpuCores;
+  launch.cpus = job.cpus;
+  launch.cpusPerRank = std::max(1u, job.spec.cpusPerRank);
+  for (const auto& r : job.ranks) launch.local.push_back(r.placement);
+  for (const auto& p : launch.local) {
+    if (p.rank == rank) return RankHardware{p.gpuIndex, rankThreads(launch, p)};
+  }
+  return std::nullopt;
+}
+
 void JobManager::noteStep(const std::string& jobId, std::uint32_t rank, std::uint64_t step) {
   auto it = jobs_.find(jobId);
   if (it == jobs_.end()) return;

@@ -33,6 +33,7 @@
 #include "jobs/job_table.h"
 #include "jobs/node_share.h"
 #include "jobs/preflight.h"
+#include "jobs/rank_launch.h"
 #include "jobs/rank_processes.h"
 #include "lockstep/common/fd.h"
 #include "lockstep/common/identity.h"
@@ -128,6 +129,8 @@ class JobManager {
   // A step report arrived for this job and rank (to judge ranks whose exit code is unknown).
   bool knowsRank(const std::string& jobId, std::uint32_t rank) const;
   void noteStep(const std::string& jobId, std::uint32_t rank, std::uint64_t step);
+  // What a rank here computes on (its MFU's peak, stream/peaks.h); nullopt for a rank not here.
+  std::optional<RankHardware> hardwareOf(const std::string& jobId, std::uint32_t rank) const;
 
   // Event loop: file descriptors that become readable when a rank exits.
   std::vector<int> exitFds() const;

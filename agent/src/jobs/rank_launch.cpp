@@ -35,14 +35,16 @@ std::string valueIn(const Env& env, const std::string& name) {
   return inherited != nullptr ? inherited : "";
 }
 
-// torchrun's variables, the GPUs, and what the lockstep package needs; then the job's own.
-// A rank's compute threads: its own cores, else the node's divided among its local ranks (as
-// torchrun does: no thread pools that overrun the cores).
-std::uint32_t threadsOf(const NodeLaunch& n, const RankPlacement& p) {
+}  // namespace
+
+std::uint32_t rankThreads(const NodeLaunch& n, const RankPlacement& p) {
   if (!n.cpus.empty()) return static_cast<std::uint32_t>(rankCpus(n, p).size());
   return std::max(1u, n.cpuCores / static_cast<std::uint32_t>(std::max<std::size_t>(1, n.local.size())));
 }
 
+namespace {
+
+// torchrun's variables, the GPUs, and what the lockstep package needs; then the job's own.
 Env commandEnv(const NodeLaunch& n, const std::string& nodeName, const RankPlacement& p) {
   const JobSpec& spec = *n.spec;
   const auto [group, groups] = nodeRankOf(spec, nodeName);
@@ -68,7 +70,7 @@ Env commandEnv(const NodeLaunch& n, const std::string& nodeName, const RankPlace
              {"LOCKSTEP_REPORT", n.reportEndpoint},
              {progress::kEnv, rankProgressPath(n.jobDir, p.rank)},
              {progress::kStacksEnv, rankStacksPath(n.jobDir, p.rank)}};
-  if (localWorld > 1 || !n.cpus.empty()) env.emplace_back("OMP_NUM_THREADS", std::to_string(threadsOf(n, p)));
+  if (localWorld > 1 || !n.cpus.empty()) env.emplace_back("OMP_NUM_THREADS", std::to_string(rankThreads(n, p)));
   if (!n.cpus.empty()) env.emplace_back("LOCKSTEP_RANK_CPUS", cpuListText(rankCpus(n, p)));
   if (!n.pythonPath.empty()) {
     // boot/ holds a sitecustomize that loads the package's stack dumper into every Python rank,
@@ -104,7 +106,7 @@ Env trainerEnv(const NodeLaunch& n, const RankPlacement& p) {
           {progress::kEnv, rankProgressPath(n.jobDir, p.rank)},
           {"CUDA_DEVICE_ORDER", "PCI_BUS_ID"},
           {"CUDA_VISIBLE_DEVICES", p.gpuIndex ? std::to_string(*p.gpuIndex) : ""},
-          {"OPENBLAS_NUM_THREADS", std::to_string(threadsOf(n, p))},
+          {"OPENBLAS_NUM_THREADS", std::to_string(rankThreads(n, p))},
           {"LOCKSTEP_RANK_CPUS", cpuListText(rankCpus(n, p))}};
 }
 

@@ -3,6 +3,7 @@
 // the built-in trainer and for a job's own program (docs/own-program.md says what a rank gets).
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,9 +39,18 @@ struct NodeLaunch {
   std::uint32_t cpusPerRank = 1;
 };
 
+// What a rank computes on: its GPU, else as many cores as it has threads.
+struct RankHardware {
+  std::optional<std::uint32_t> gpuIndex;
+  std::uint32_t cores = 1;
+};
+
 // The cores of `placement` among the job's (empty: the node's); a node over-committed on purpose
 // gave the job fewer than its ranks ask for, and they share them.
 std::vector<int> rankCpus(const NodeLaunch& node, const RankPlacement& placement);
+// A rank's compute threads: its own cores, else the node's divided among its local ranks (as
+// torchrun does: no thread pools that overrun the cores).
+std::uint32_t rankThreads(const NodeLaunch& node, const RankPlacement& placement);
 
 // A rank's progress record (LOCKSTEP_PROGRESS, lockstep/common/progress.h) and the file its
 // Python stacks are written to (LOCKSTEP_STACKS), in its job's directory.

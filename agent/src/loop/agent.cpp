@@ -29,11 +29,13 @@
 #include "loop/lifecycle.h"
 #include "loop/requests.h"
 #include "prometheus/publisher.h"
+#include "sensors/cpu_peak.h"
 #include "sensors/node_sensors.h"
 #include "sensors/nvml.h"
 #include "stalls/stalls.h"
 #include "stream/fetches.h"
 #include "stream/node_stream.h"
+#include "stream/peaks.h"
 #include "stream/rank_inbox.h"
 
 namespace lockstep::agent {
@@ -66,6 +68,7 @@ class Agent::Impl {
     kSamples,
     kChecks,
     kEvidence,
+    kCpuPeak,
     kRankExits
   };
 
@@ -101,6 +104,8 @@ class Agent::Impl {
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<AccessPolicy> access_;
   std::unique_ptr<Stalls> stalls_;
+  std::unique_ptr<CpuPeakMeter> cpuPeak_;  // one core's sgemm peak here (sensors/cpu_peak.h)
+  std::unique_ptr<Peaks> peaks_;          // what each rank's MFU is taken against
   std::unique_ptr<RankInbox> inbox_;
   std::unique_ptr<NodeSensors> sensors_;
   std::unique_ptr<Starts> starts_;
@@ -137,6 +142,8 @@ Result<void> Agent::Impl::init() {
       [this](const StreamPayload& payload) { metrics_->observe(payload, [this] { return jobs_->list(); }); });
   LOCKSTEP_ASSIGN_OR_RETURN(const std::string reportEndpoint, RankInbox::endpointIn(config_.stateDir));
   LOCKSTEP_TRY(startJobs(reportEndpoint));
+  cpuPeak_ = std::make_unique<CpuPeakMeter>(
+      CpuPeakSettings{config_.name, config_.stateDir, config_.trainer, config_.cpuPeakGflops, config_.cpuPeakOff}, log_);
   access_ = std::make_unique<AccessPolicy>(
       config_.authorizedKeysPath(), config_.name, agent,
       JobLookup{[this] { return jobs_->list(); }, [this](const std::string& id) { return jobs_->ownerOf(id); }}, log_);
@@ -234,7 +241,9 @@ Result<void> Agent::Impl::listen(const std::string& reportEndpoint) {
     clients_->allowMoreConnections(
         [this](const std::string& key) { return jobsSupervisedBy(key, jobs_->list()).size(); });
     stalls_ = std::make_unique<Stalls>(config_.name, *jobs_, *stream_, *clients_, log_);
-    inbox_ = std::make_unique<RankInbox>(context_, *jobs_, *stalls_, *stream_, log_);
+    peaks_ = std::make_unique<Peaks>(config_.name, nvml_ ? nvml_->gpus() : std::vector<GpuInfo>{});
+    peaks_->setCpu(cpuPeak_->now());
+    inbox_ = std::make_unique<RankInbox>(context_, *jobs_, *stalls_, *peaks_, *stream_, log_);
     return inbox_->bind(reportEndpoint);
   } catch (const zmq::error_t& e) {
     return Error{ErrorCode::kUnavailable,
@@ -285,6 +294,7 @@ std::vector<zmq::pollitem_t> Agent::Impl::pollItems() {
   items.push_back({nullptr, sensors_->wakeFd(), ZMQ_POLLIN, 0});
   items.push_back({nullptr, starts_->wakeFd(), ZMQ_POLLIN, 0});
   items.push_back({nullptr, stalls_->wakeFd(), ZMQ_POLLIN, 0});
+  items.push_back({nullptr, cpuPeak_->wakeFd(), ZMQ_POLLIN, 0});
   for (int fd : jobs_->exitFds()) items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
   return items;
 }
@@ -320,10 +330,14 @@ void Agent::Impl::serve(const std::vector<zmq::pollitem_t>& items) {
     trackRanks();
   }
   if (ready(kEvidence)) stalls_->onEvidence();
+  if (ready(kCpuPeak)) {
+    if (auto measured = cpuPeak_->take()) peaks_->setCpu(std::move(*measured));
+  }
   for (auto& event : alerts_->takeEvents()) stream_->append(std::move(event));
   const auto ranksBefore = jobs_->runningRanks().size();
   jobs_->poll();
   if (jobs_->runningRanks().size() != ranksBefore) trackRanks();
+  if (cpuPeak_->pending()) cpuPeak_->measureIfNeeded(!jobs_->runningRanks().empty());
   stalls_->tick();
   fetches_->answer(stream_->lastSeq() == before);
   metrics_->publish([this] {
@@ -354,6 +368,9 @@ NodeHello Agent::Impl::hello() const {
   h.freeCores = free.cores;
   h.freeMemoryBytes = free.memoryBytes;
   h.fencesOff = fencesOff_;
+  const CpuPeak cpu = cpuPeak_->now();
+  h.cpuCorePeakFlops = cpu.perCore;
+  h.cpuPeakBasis = cpu.basis;
   h.lastSeq = stream_->lastSeq();
   h.nodeName = config_.name;
   h.instanceId = instanceId_;

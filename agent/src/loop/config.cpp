@@ -32,6 +32,20 @@ Result<std::uint32_t> number(const std::string& name, const std::string& text, s
   return v;
 }
 
+// measure, off, or GFLOP/s.
+Result<void> setCpuPeak(AgentConfig& c, const std::string& value) {
+  c.cpuPeakOff = value == "off";
+  c.cpuPeakGflops.reset();
+  if (value == "measure" || value == "off") return {};
+  double gflops = 0;
+  auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), gflops);
+  if (value.empty() || ec != std::errc() || end != value.data() + value.size() || !(gflops > 0 && gflops <= 1e6)) {
+    return usage("--cpu-peak: '" + value + "' must be measure, off, or one core's GFLOP/s (0 to 1000000)");
+  }
+  c.cpuPeakGflops = gflops;
+  return {};
+}
+
 Result<void> set(AgentConfig& c, const std::string& key, const std::string& value) {
   if (key == "listen") {
     c.listen = value;
@@ -89,6 +103,8 @@ Result<void> set(AgentConfig& c, const std::string& key, const std::string& valu
   } else if (key == "job-fences") {
     if (value != "yes" && value != "no") return usage("--job-fences: '" + value + "' must be yes or no");
     c.jobFences = value == "yes";
+  } else if (key == "cpu-peak") {
+    LOCKSTEP_TRY(setCpuPeak(c, value));
   } else if (key == "command-jobs") {
     if (value != "yes" && value != "no") return usage("--command-jobs: '" + value + "' must be yes or no");
     c.commandJobs = value == "yes";
@@ -242,6 +258,10 @@ connect only when its public key is in its authorized keys file (one key and a c
                              ones instead of refusing it (default no: each rank gets its own)
   --job-fences yes|no        whether jobs are fenced (memory, processes, cores, GPUs; default yes);
                              no gives them the node as before, to measure what fences cost
+  --cpu-peak measure|off|GFLOPS
+                             one core's fp32 GEMM peak, the ceiling CPU jobs' MFU is taken
+                             against (default measure: once, on every core at once, kept in
+                             STATE/cpu-peak.json; docs/kpis.md)
   --config FILE              settings as `key = value` lines (default STATE/agent.conf if present)
   --print-key                print this agent's public key (creating its key pair) and exit
   --help, --version

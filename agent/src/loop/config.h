@@ -40,6 +40,10 @@ struct AgentConfig {
   std::uint64_t memPerRank = 0;     // a job's --mem-per-rank when it gives none; 0: unbounded (docs/fences.md)
   bool cpuOvercommit = false;       // ranks share cores when too few are free, instead of a refusal
   bool jobFences = true;            // no: jobs get none of docs/fences.md (to measure what they cost)
+  // One core's fp32 GEMM peak, the ceiling of a CPU job's MFU (docs/kpis.md), GFLOP/s; unset:
+  // measured once (lockstep-trainer --gemm-peak) and kept; cpuPeakOff: not known, MFU not shown.
+  std::optional<double> cpuPeakGflops;
+  bool cpuPeakOff = false;
   std::string configFile;
   bool printKey = false;
   bool help = false;

@@ -83,9 +83,11 @@ Result<std::string> RankInbox::endpointIn(const std::string& stateDir) {
   return "ipc://" + socket;
 }
 
-RankInbox::RankInbox(zmq::context_t& context, JobManager& jobs, Stalls& stalls, StreamPort& stream, Log& log)
+RankInbox::RankInbox(zmq::context_t& context, JobManager& jobs, Stalls& stalls, Peaks& peaks, StreamPort& stream,
+                     Log& log)
     : jobs_(jobs),
       stalls_(stalls),
+      peaks_(peaks),
       stream_(stream),
       log_(log),
       socket_(std::make_unique<zmq::socket_t>(context, zmq::socket_type::pull)),
@@ -146,6 +148,10 @@ void RankInbox::onReports() {
     if (!fromJob(frame, report->jobId, report->rank)) continue;
     jobs_.noteStep(report->jobId, report->rank, report->step);
     stalls_.noteStep(report->jobId, report->rank, report->stepTimeUs);
+    pushed.report->peakFlops.reset();  // this agent's to say
+    if (const auto hardware = report->flops ? jobs_.hardwareOf(report->jobId, report->rank) : std::nullopt) {
+      if (auto said = peaks_.stamp(*pushed.report, *hardware)) stream_.append(std::move(*said));
+    }
     stream_.append(std::move(*pushed.report));
   }
 }

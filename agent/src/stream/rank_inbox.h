@@ -25,6 +25,7 @@
 #include "jobs/jobs.h"
 #include "lockstep/common/result.h"
 #include "stalls/stalls.h"
+#include "stream/peaks.h"
 
 namespace lockstep::agent {
 
@@ -35,7 +36,7 @@ class RankInbox {
   // The endpoint ranks push to (LOCKSTEP_REPORT): STATE/run/report.sock, its directory made.
   static Result<std::string> endpointIn(const std::string& stateDir);
 
-  RankInbox(zmq::context_t& context, JobManager& jobs, Stalls& stalls, StreamPort& stream, Log& log);
+  RankInbox(zmq::context_t& context, JobManager& jobs, Stalls& stalls, Peaks& peaks, StreamPort& stream, Log& log);
 
   // Binds `endpoint` (from endpointIn) and opens it to every job's user. Throws zmq::error_t.
   Result<void> bind(const std::string& endpoint);
@@ -67,6 +68,7 @@ class RankInbox {
 
   JobManager& jobs_;
   Stalls& stalls_;
+  Peaks& peaks_;
   StreamPort& stream_;
   Log& log_;
   std::unique_ptr<zmq::socket_t> socket_;

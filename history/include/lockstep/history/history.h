@@ -41,7 +41,7 @@ class Compactor;
 
 // The schema version this build writes (PRAGMA user_version). Older files are migrated on open;
 // newer ones are refused.
-inline constexpr int kSchemaVersion = 11;
+inline constexpr int kSchemaVersion = 12;
 
 struct Options {
   // Samples younger than this stay raw; older ones are averaged into one row per bucket

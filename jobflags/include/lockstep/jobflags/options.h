@@ -29,6 +29,7 @@ struct TrainerOptions {
   bool quiet = false;             // no progress lines
   bool help = false;
   bool version = false;
+  bool gemmPeak = false;          // measure the CPU's sgemm peak and print it (gemm_peak.h)
   std::vector<std::string> given;  // the flags on the command line, in order
 
   bool gave(const std::string& flag) const { return std::find(given.begin(), given.end(), flag) != given.end(); }

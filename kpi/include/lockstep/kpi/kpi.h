@@ -113,6 +113,10 @@ struct RankKpis {
   // over the window (asynchronous training only; docs/kpis.md).
   Maybe paramBytes, gradBytes, optimizerStateBytes;
   Maybe stalenessMean, stalenessP99;
+  // Model FLOPs utilization (docs/kpis.md): the model FLOPs its reports counted over the window per
+  // second, its newest report's peak (the agent's: GPU datasheet or measured sgemm), and the one over
+  // the other. Unknown where either is.
+  Maybe modelFlopsPerSecond, peakFlops, mfu;
   std::vector<CollectiveKpis> collectives;
 };
 
@@ -148,6 +152,12 @@ struct JobKpis {
   // over the window, every rank's together.
   Maybe paramBytesPerRank, gradBytesPerRank, optimizerStateBytesPerRank;
   Maybe stalenessMean, stalenessP99;
+  // Model FLOPs utilization over the window (docs/kpis.md): every rank's model FLOP/s, the sum of
+  // the peaks of the ranks that have one, and the FLOP/s of those ranks over that sum. flopsBasis:
+  // how the FLOPs were known ("declared by the program", ...; "mixed" when ranks differ);
+  // peakBasis: what the peaks were, as the agents said (their `peak` events, "; " between).
+  Maybe modelFlopsPerSecond, peakFlops, mfu;
+  std::string flopsBasis, peakBasis;
   // A rank's step over the window, the mean over the ranks that timed theirs: its samples, data +
   // compute time ("busy"), exposed communication and whole step (what a projection starts from).
   Maybe samplesPerRankStep, meanBusyUs, meanExposedUs, meanStepUs;
@@ -353,6 +363,8 @@ class JobTracker : public RecordSink {
   double timedStepUs_ = 0, timedExposedUs_ = 0, waitedUs_ = 0;
   Maybe smoothedLoss_;
   Maybe lastGlobalLoss_;
+  static constexpr std::size_t kMaxPeakBases = 8;
+  std::vector<std::string> peakBases_;  // the `peak` events' messages, each once
   std::uint64_t lossStep_ = 0;
   Maybe convergedAtSeconds_;
   std::deque<Point> throughput_;

@@ -31,6 +31,7 @@ std::string percent(const std::optional<double>& fraction, int decimals = 1);  /
 std::string duration(double seconds);                                          // 42 s, 3.5 min, 2.1 h
 std::string bytes(double count);                                               // 1.5 GiB
 std::string bandwidth(const std::optional<double>& bytesPerSecond);            // 12.3 GB/s (decimal, as nccl-tests)
+std::string flopsRate(const std::optional<double>& flopsPerSecond);            // 989.5 TFLOP/s
 // Cents, except below a cent, which gets two significant digits (a short job's cost is small, not
 // nothing): "2.50 USD", "0.0031 USD".
 std::string money(double amount, std::string_view currency);
@@ -65,6 +66,11 @@ std::string collectiveSplit(const std::vector<kpi::CollectiveKpis>& kinds, std::
 // "parameters 7.1 MiB, gradients 7.1 MiB, optimizer state 4.7 MiB per rank; staleness 1.2 (p99 3)";
 // "" when no rank said.
 std::string modelStateText(const kpi::JobKpis& k);
+// Model FLOPs utilization (docs/kpis.md): "41.2% of peak (3.3 PFLOP/s of 7.9 PFLOP/s)", or
+// "– (3.3 PFLOP/s; no peak known)" when only the FLOPs are; "" when no rank counted FLOPs.
+std::string mfuText(const kpi::JobKpis& k);
+// Where its figures came from: "FLOPs: declared by the program; peak: <the agents' words>".
+std::string mfuBasisText(const kpi::JobKpis& k);
 // The kind of data parallelism a trainer job runs: "all-reduce", "all-reduce, sharded: optimizer
 // state (ZeRO 1)", "parameter server, synchronous", "parameter server, asynchronous (staleness
 // <= 3)".

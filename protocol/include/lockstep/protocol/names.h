@@ -24,7 +24,12 @@ inline constexpr Named<Backend> kBackendNames[] = {{Backend::kCpu, "cpu", "CPU"}
 inline constexpr Named<Activation> kActivationNames[] = {{Activation::kRelu, "relu", "ReLU"},
                                                          {Activation::kGelu, "gelu", "GELU"}};
 inline constexpr Named<Precision> kPrecisionNames[] = {
-    {Precision::kFp32, "fp32", "FP32"}, {Precision::kTf32, "tf32", "TF32"}, {Precision::kBf16, "bf16", "BF16"}};
+    {Precision::kFp32, "fp32", "FP32"}, {Precision::kTf32, "tf32", "TF32"}, {Precision::kBf16, "bf16", "BF16"},
+    {Precision::kFp16, "fp16", "FP16"}, {Precision::kFp8, "fp8", "FP8"}};
+inline constexpr Named<FlopsBasis> kFlopsBasisNames[] = {
+    {FlopsBasis::kDeclared, "declared", "declared by the program"},
+    {FlopsBasis::kTokens, "tokens", "6 × parameters × tokens"},
+    {FlopsBasis::kLayers, "layers", "counted on linear and convolution layers"}};
 inline constexpr Named<OptimizerKind> kOptimizerNames[] = {{OptimizerKind::kSgd, "sgd", "SGD"},
                                                            {OptimizerKind::kAdamW, "adamw", "AdamW"}};
 inline constexpr Named<LrScaling> kLrScalingNames[] = {{LrScaling::kNone, "none", "none"},
@@ -64,6 +69,7 @@ constexpr std::span<const Named<Backend>> namesOf(Backend) { return kBackendName
 constexpr std::span<const Named<OnStall>> namesOf(OnStall) { return kOnStallNames; }
 constexpr std::span<const Named<Activation>> namesOf(Activation) { return kActivationNames; }
 constexpr std::span<const Named<Precision>> namesOf(Precision) { return kPrecisionNames; }
+constexpr std::span<const Named<FlopsBasis>> namesOf(FlopsBasis) { return kFlopsBasisNames; }
 constexpr std::span<const Named<OptimizerKind>> namesOf(OptimizerKind) { return kOptimizerNames; }
 constexpr std::span<const Named<LrScaling>> namesOf(LrScaling) { return kLrScalingNames; }
 constexpr std::span<const Named<Shard>> namesOf(Shard) { return kShardNames; }

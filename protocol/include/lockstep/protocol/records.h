@@ -154,6 +154,10 @@ struct Description<StepReport> {
       field("grad_bytes", &StepReport::gradBytes),
       field("optimizer_state_bytes", &StepReport::optimizerStateBytes),
       field("staleness", &StepReport::staleness),
+      field("flops", &StepReport::flops),
+      field("flops_basis", &StepReport::flopsBasis),
+      field("precision", &StepReport::precision),
+      field("peak_flops", &StepReport::peakFlops),
   };
 };
 

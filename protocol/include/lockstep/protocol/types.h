@@ -42,12 +42,17 @@ struct NodeHello {
   std::uint32_t freeCores = 0;
   std::uint64_t freeMemoryBytes = 0;
   std::vector<std::string> fencesOff;
+  std::optional<double> cpuCorePeakFlops;  // one core's fp32 GEMM peak, FLOP/s; unset: not known
+  std::string cpuPeakBasis;                // where it came from, or why it is not known
   bool operator==(const NodeHello&) const = default;
 };
 
 enum class Backend { kCpu = 1, kCuda = 2 };
 enum class Activation { kRelu = 1, kGelu = 2 };
-enum class Precision { kFp32 = 1, kTf32 = 2, kBf16 = 3 };
+// The trainer computes in the first three; an own program's step reports may say the others.
+enum class Precision { kFp32 = 1, kTf32 = 2, kBf16 = 3, kFp16 = 4, kFp8 = 5 };
+// How a step report's FLOPs were known (lockstep.proto's FlopsBasis).
+enum class FlopsBasis { kDeclared = 1, kTokens = 2, kLayers = 3 };
 enum class OptimizerKind { kSgd = 1, kAdamW = 2 };
 enum class LrScaling { kNone = 0, kLinear = 1 };
 // What each rank keeps of the model's state (lockstep.proto): all of it, or 1/N of the optimizer
@@ -212,6 +217,7 @@ enum class JobEventKind {
   kAlertFiring = 12,      // an alert rule fired: message its text, logTail its JSON (alerts/alert.h)
   kAlertResolved = 13,    // it resolved
   kAlertUndelivered = 14, // a webhook did not take an alert: message (the URL redacted) and why
+  kPeak = 15,             // the peak a part's MFU is taken against, and its source: message
 };
 
 // "rank_exited", ...: the names reports and JSON use.
@@ -337,6 +343,12 @@ struct StepReport {
   std::optional<std::uint64_t> gradBytes;
   std::optional<std::uint64_t> optimizerStateBytes;
   std::optional<std::uint32_t> staleness;  // asynchronous parameter server: its gradient's
+  // The model's FLOPs of this rank's step and how they were known; the precision of its math; the
+  // hardware's peak for it there, FLOP/s, which the agent sets (lockstep.proto; docs/kpis.md, MFU).
+  std::optional<double> flops;
+  std::optional<FlopsBasis> flopsBasis;
+  std::optional<Precision> precision;
+  std::optional<double> peakFlops;
   bool operator==(const StepReport& other) const;  // field by field, NaN equal to NaN (records.h)
 };
 

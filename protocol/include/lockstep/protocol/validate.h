@@ -36,6 +36,8 @@ Result<void> validateNetSample(const NetSample& sample);
 // A step's times: over a week is a unit mistaken (ns for us). A rank's clock in Unix microseconds:
 // past 10^16 (the year 2286) it is another unit.
 inline constexpr std::int64_t kMaxStepTimeUs = 7LL * 24 * 3600 * 1'000'000;
+// A peak no one rank's hardware reaches (100 PFLOP/s): beyond it a unit was mistaken.
+inline constexpr double kMaxPeakFlops = 1e17;
 inline constexpr std::int64_t kMaxTimeUnixUs = 10'000'000'000'000'000;
 // A step report's collectives: at most one entry per kind, and at most kMaxCollectiveSpans one by
 // one; no list of a record holds more than kMaxRecordListItems (what the codec reads of one).

@@ -1,0 +1,39 @@
+#include "flops.h"
+
+#include "lockstep/protocol/names.h"
+
+namespace lockstep::kpi::detail {
+
+void RankFlops::add(const StepReport& report) {
+  if (report.flops) {
+    flops_ += *report.flops;
+    counted_ = true;
+    if (report.flopsBasis) basis_ = report.flopsBasis;
+  }
+  if (report.peakFlops && (newestPeak_ == nullptr || report.timeUnixUs >= newestPeak_->timeUnixUs)) newestPeak_ = &report;
+}
+
+void RankFlops::finish(RankKpis& rank, double spanSeconds, FlopsTotals& job) const {
+  if (newestPeak_ != nullptr) rank.peakFlops = *newestPeak_->peakFlops;
+  if (!counted_ || !(spanSeconds > 0)) return;
+  rank.modelFlopsPerSecond = flops_ / spanSeconds;
+  job.flopsPerSecond += *rank.modelFlopsPerSecond;
+  job.counted = true;
+  if (basis_) job.bases.insert(*basis_);
+  if (!rank.peakFlops) return;
+  rank.mfu = *rank.modelFlopsPerSecond / *rank.peakFlops;
+  job.peak += *rank.peakFlops;
+  job.withPeak += *rank.modelFlopsPerSecond;
+}
+
+void jobFlops(JobKpis& job, const FlopsTotals& totals) {
+  if (!totals.counted) return;
+  job.modelFlopsPerSecond = totals.flopsPerSecond;
+  if (totals.bases.size() == 1) job.flopsBasis = std::string(titleOf(*totals.bases.begin()));
+  if (totals.bases.size() > 1) job.flopsBasis = "mixed";
+  if (totals.peak <= 0) return;
+  job.peakFlops = totals.peak;
+  job.mfu = totals.withPeak / totals.peak;
+}
+
+}  // namespace lockstep::kpi::detail
