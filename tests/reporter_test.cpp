@@ -1,11 +1,13 @@
-// Issue 42: a native program's own collectives through liblockstep-reporter's C API. The program
-// (tests/programs/native_collectives.c) is a real child process linked against the library; its
-// reports are read back here on a real PULL socket on loopback. (The library cannot be loaded in
-// this process: it carries its own copy of the schema, which libprotobuf would register twice.)
+// Issue 42: a native program's own collectives through liblockstep-reporter's C API (issue 46: and
+// its step's FLOPs). The program (tests/programs/native_collectives.c) is a real child process
+// linked against the library; its reports are read back here on a real PULL socket on loopback.
+// (The library cannot be loaded in this process: it carries its own copy of the schema, which
+// libprotobuf would register twice.)
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <sstream>
 #include <zmq.hpp>
 
@@ -165,6 +167,83 @@ TEST_F(NativeCollectives, TotalsStartOverEachStepAndSpansStopAt64) {
 
 TEST_F(NativeCollectives, OutsideLockstepEveryCallIsANoOp) {
   const auto run = runProcess({kProgram}, {}, dir);
+  ASSERT_TRUE(run.status.success()) << run.err;
+  for (const auto& [name, rc] : answers(run.out)) EXPECT_EQ(rc, 2) << name;
+  EXPECT_EQ(run.err, "");
+}
+
+// Issue 46: lockstep_step_flops, driven through ctypes by Debian's Python (a second C program would
+// need a target of its own), from the library beside the collectives program.
+const char* const kFlopsProgram = R"(
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+lib.lockstep_open.restype = ctypes.c_void_p
+lib.lockstep_step_flops.argtypes = [ctypes.c_void_p, ctypes.c_double, ctypes.c_int, ctypes.c_int]
+lib.lockstep_report.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+lib.lockstep_step_init.argtypes = [ctypes.c_void_p]
+lib.lockstep_close.argtypes = [ctypes.c_void_p]
+r = lib.lockstep_open()
+info = ctypes.create_string_buffer(256)  # lockstep_step_info is 104 bytes
+
+def say(name, rc):
+    print(name, rc, flush=True)
+
+def report():
+    lib.lockstep_step_init(info)
+    ctypes.c_uint32.from_buffer(info, 12).value = 8  # samples
+    say("report", lib.lockstep_report(r, info))
+
+say("bf16", lib.lockstep_step_flops(r, 1e12, 0, 3))
+report()                                              # 1: declared 1e12, bf16
+report()                                              # 2: started over, nothing
+say("precision-alone", lib.lockstep_step_flops(r, -1, 0, 1))
+report()                                              # 3: fp32, no flops
+for name, flops, basis, precision in (("negative", -5, 0, 0), ("nan", float("nan"), 0, 0), ("huge", 1e30, 0, 0),
+                                      ("basis", 1e9, 4, 0), ("precision", 1e9, 1, 6), ("negative-again", -7, 0, 0)):
+    say(name, lib.lockstep_step_flops(r, flops, basis, precision))
+say("layers", lib.lockstep_step_flops(r, 2e9, 3, 0))
+report()                                              # 4: 2e9 counted on the layers, no precision
+lib.lockstep_close(r)
+)";
+
+TEST_F(NativeCollectives, StepFlopsGoWithTheNextReportOnlyAndBadOnesAreRefused) {
+  const std::string library =
+      (std::filesystem::path(kProgram).parent_path().parent_path() / "lib" / "liblockstep-reporter.so.0").string();
+  const Env env = {{"LOCKSTEP_REPORT", endpoint}, {"LOCKSTEP_JOB_ID", "native-flops"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}};
+  const auto run = runProcess({"/usr/bin/python3", "-c", kFlopsProgram, library}, env, dir);
+  ASSERT_TRUE(run.status.success()) << run.status.describe() << run.err;
+  const std::vector<std::pair<std::string, int>> expected = {
+      {"bf16", 0},       {"report", 0},    {"report", 0},    {"precision-alone", 0}, {"report", 0},
+      {"negative", -1},  {"nan", -1},      {"huge", -1},     {"basis", -1},          {"precision", -1},
+      {"negative-again", -1}, {"layers", 0}, {"report", 0}};
+  EXPECT_EQ(answers(run.out), expected) << run.out << run.err;
+  EXPECT_EQ(occurrences(run.err, "lockstep: flops not noted: "), 4u) << "once per reason: " << run.err;
+  EXPECT_EQ(occurrences(run.err, "flops must be a finite count >= 0"), 1u) << run.err;
+  EXPECT_EQ(occurrences(run.err, "flops over 6e22 in one step"), 1u) << run.err;
+  EXPECT_EQ(occurrences(run.err, "basis is not one of LOCKSTEP_FLOPS_*"), 1u) << run.err;
+  EXPECT_EQ(occurrences(run.err, "precision is not one of LOCKSTEP_PRECISION_*"), 1u) << run.err;
+
+  const auto got = reports(4);
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(got[0].flops, 1e12);
+  EXPECT_EQ(got[0].flopsBasis, FlopsBasis::kDeclared) << "0: the program's own count";
+  EXPECT_EQ(got[0].precision, Precision::kBf16);
+  EXPECT_FALSE(got[0].peakFlops) << "the agent's to set";
+  EXPECT_FALSE(got[1].flops) << "for one report only";
+  EXPECT_FALSE(got[1].flopsBasis);
+  EXPECT_FALSE(got[1].precision);
+  EXPECT_FALSE(got[2].flops);
+  EXPECT_FALSE(got[2].flopsBasis);
+  EXPECT_EQ(got[2].precision, Precision::kFp32);
+  EXPECT_EQ(got[3].flops, 2e9) << "the refused calls kept nothing";
+  EXPECT_EQ(got[3].flopsBasis, FlopsBasis::kLayers);
+  EXPECT_FALSE(got[3].precision);
+}
+
+TEST_F(NativeCollectives, StepFlopsOutsideLockstepIsANoOp) {
+  const std::string library =
+      (std::filesystem::path(kProgram).parent_path().parent_path() / "lib" / "liblockstep-reporter.so.0").string();
+  const auto run = runProcess({"/usr/bin/python3", "-c", kFlopsProgram, library}, {}, dir);
   ASSERT_TRUE(run.status.success()) << run.err;
   for (const auto& [name, rc] : answers(run.out)) EXPECT_EQ(rc, 2) << name;
   EXPECT_EQ(run.err, "");

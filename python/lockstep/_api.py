@@ -25,7 +25,7 @@ import math
 import threading
 import time
 
-from lockstep import _collectives, _progress, _report
+from lockstep import _collectives, _flops, _progress, _report
 
 _IMPORTED = time.perf_counter()  # the first step of a program that never calls watch() starts here
 _MAX_PENDING_GPU_STEPS = 64      # steps whose CUDA events have not completed yet, beyond: dropped
@@ -83,7 +83,7 @@ def _first_grad_tensor(output):
 class _Watcher:
     """Hooks on one model (docstring above)."""
 
-    def __init__(self, module):
+    def __init__(self, module, precision=None):
         import torch
         import torch.distributed as dist
 
@@ -105,6 +105,11 @@ class _Watcher:
         if self.collectives is not None:
             self.collectives.loop_thread = self.thread
         self._queue = torch.autograd.Variable._execution_engine.queue_callback
+        try:
+            self.flops = _flops.Counter(module, precision)  # the step's FLOPs and precision (MFU)
+        except Exception as e:  # a model this does not know: reported without them
+            _report._warn("not counting flops: %s: %s" % (type(e).__name__, e))
+            self.flops = None
         module.register_forward_pre_hook(self._before_forward)
         module.register_forward_hook(self._after_forward)
         if self.gpu:
@@ -267,17 +272,20 @@ _last_step = 0
 _last_end = None
 
 
-def watch(model):
+def watch(model, precision=None):
     """Times every step of `model` (a DistributedDataParallel module; any other nn.Module is timed
-    without the all-reduce). Returns `model`. Outside Lockstep it does nothing."""
+    without the all-reduce) and counts its FLOPs (_flops.py). Returns `model`. precision: what its
+    matrix math runs in, "fp32", "tf32", "bf16", "fp16" or "fp8" (a ValueError otherwise); left out,
+    it is detected. Outside Lockstep it does nothing."""
     global _watcher
+    precision = _flops.checked_precision(precision)
     if _report.reporter() is None:
         return model
     with _watch_lock:
         if _watcher is not None:
             _report._warn("watch() was called again: only the first model is timed")
             return model
-        _watcher = _Watcher(model)
+        _watcher = _Watcher(model, precision)
         _report._before_close.append(_flush_all)
     return model
 
@@ -313,9 +321,12 @@ def _loss_value(loss):
     return float(loss)
 
 
-def _checked_fields(samples, tokens, epoch, lr, number):
+def _checked_fields(samples, tokens, epoch, lr, number, flops=None):
     """A step's report fields, checked so that no value can fail later, in the transport."""
     fields = {"step": number, "samples": int(samples), "time_unix_us": time.time_ns() // 1000}
+    if flops is not None:
+        fields["flops"] = _flops.declared(flops)
+        fields["flops_basis"] = _flops.DECLARED
     if epoch is not None:
         fields["epoch"] = int(epoch)
     if lr is not None and math.isfinite(float(lr)) and float(lr) > 0:
@@ -328,13 +339,15 @@ def _checked_fields(samples, tokens, epoch, lr, number):
     return fields
 
 
-def step(samples, loss=None, tokens=None, epoch=None, lr=None, step=None):
+def step(samples, loss=None, tokens=None, epoch=None, lr=None, step=None, flops=None):
     """Closes the step that just ended on this rank and reports it.
 
     samples: this rank's samples in the step; loss: its mean loss (a float or a one-element tensor;
     a CUDA tensor is read once the GPU got there, without waiting); tokens: its tokens, for
     sequence models; epoch, lr: shown beside the step; step: the optimizer step's number when the
-    program knows it (a resumed run), else the count of calls. Never raises: a bad value is said on
+    program knows it (a resumed run), else the count of calls; flops: this rank's model FLOPs in
+    the step (forward and backward, every micro-batch), when the program counts them itself (else
+    they are estimated, from tokens or the layers: _flops.py). Never raises: a bad value is said on
     stderr and the step is not reported.
     """
     global _last_step, _last_end
@@ -357,12 +370,24 @@ def step(samples, loss=None, tokens=None, epoch=None, lr=None, step=None):
         if r is None:
             _last_step = number
             return
+    counter = w.flops if w is not None else None
     try:
-        fields = _checked_fields(samples, tokens, epoch, lr, number)
+        fields = _checked_fields(samples, tokens, epoch, lr, number, flops)
         loss_value = _loss_value(loss)
     except (TypeError, ValueError, RuntimeError) as e:
         _report._warn("step not reported: %s" % e)
+        if counter is not None:
+            counter.skip_step()  # the next step's layers start from none
         return
+    if counter is not None:
+        try:
+            counter.close_step(fields, fields.get("tokens"))
+        except Exception as e:  # never raises into the program: the step goes without its flops
+            fields.pop("precision", None)
+            if flops is None:  # a count of its own, not the program's
+                fields.pop("flops", None)
+                fields.pop("flops_basis", None)
+            _report._warn("flops not counted: %s: %s" % (type(e).__name__, e))
     _last_step = number
     if w is None:
         start = _last_end if _last_end is not None else _IMPORTED

@@ -49,6 +49,8 @@ def _library():
                                                       ctypes.c_int64, ctypes.c_int64]
             lib.lockstep_collective_totals.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_int64,
                                                        ctypes.c_int64, ctypes.c_uint64]
+        if hasattr(lib, "lockstep_step_flops"):  # a library older than issue 46 has none
+            lib.lockstep_step_flops.argtypes = [ctypes.c_void_p, ctypes.c_double, ctypes.c_int, ctypes.c_int]
         return lib
     raise ImportError("liblockstep-reporter is not found (%s)" % last)
 
@@ -86,6 +88,7 @@ class NativeReporter(_Bursts):
         self._lib = _library()
         self._handle = self._lib.lockstep_open()
         self._collectives = hasattr(self._lib, "lockstep_collective_totals")
+        self._flops = hasattr(self._lib, "lockstep_step_flops")
         if not self._handle or not self._lib.lockstep_active(self._handle):
             raise ImportError("liblockstep-reporter does not report from this environment")
         super().__init__()
@@ -111,6 +114,9 @@ class NativeReporter(_Bursts):
                     _pass_collectives(self._lib, self._handle, fields)
                 except (KeyError, TypeError, ValueError):
                     pass  # a malformed entry costs the step its collectives, never the report
+            if self._flops and ("flops" in fields or "precision" in fields):
+                self._lib.lockstep_step_flops(self._handle, fields.get("flops", _UNKNOWN), fields.get("flops_basis", 0),
+                                              fields.get("precision", 0))
             if self._lib.lockstep_report(self._handle, ctypes.byref(info)) == -1:
                 self.count_drop()  # malformed: the library said why on stderr
 

@@ -27,6 +27,10 @@ struct lockstep_reporter {
   std::int64_t phasesUs = 0;  // reported phases since the last step: not the next step's time
   lockstep::StepCollectives collectives;  // since the last step
   std::uint32_t refusalsSaid = 0;         // StepCollectives::Refusal bits already said on stderr
+  std::optional<double> flops;            // lockstep_step_flops, for the next report
+  lockstep::FlopsBasis flopsBasis = lockstep::FlopsBasis::kDeclared;
+  std::optional<lockstep::Precision> precision;
+  std::uint32_t flopsRefusalsSaid = 0;    // lockstep_step_flops's reasons already said (bits)
 };
 
 namespace {
@@ -136,6 +140,13 @@ int lockstep_report(lockstep_reporter* reporter, const lockstep_step_info* step)
                            0, std::chrono::duration_cast<std::chrono::microseconds>(now - reporter->last).count() - reporter->phasesUs);
   r.timeUnixUs = step->time_unix_us > 0 ? step->time_unix_us : lockstep::unixMicrosNow();
   reporter->collectives.takeInto(r);  // this step's, whether it leaves or not
+  if (reporter->flops) {
+    r.flops = reporter->flops;
+    r.flopsBasis = reporter->flopsBasis;
+  }
+  r.precision = reporter->precision;
+  reporter->flops.reset();
+  reporter->precision.reset();
   if (auto valid = lockstep::validateStepReport(r); !valid) {
     std::fprintf(stderr, "lockstep: step %llu not reported: %s\n", static_cast<unsigned long long>(r.step),
                  valid.error().message.c_str());
@@ -165,6 +176,47 @@ int lockstep_report_phase(lockstep_reporter* reporter, const char* name, int64_t
   }
   reporter->phasesUs += p.durationUs;
   return reporter->sender->send(p) ? 0 : 1;
+}
+
+int lockstep_step_flops(lockstep_reporter* reporter, double flops, int basis, int precision) {
+  if (reporter == nullptr || !reporter->sender) return 2;
+  // A week at 100 PFLOP/s: what validateStepReport takes.
+  constexpr double kMaxFlops = 1e17 * 604800;
+  const bool unknown = flops == static_cast<double>(LOCKSTEP_UNKNOWN);
+  const char* why = nullptr;
+  std::uint32_t bit = 0;
+  if (!unknown && !(std::isfinite(flops) && flops >= 0)) {
+    why = "flops must be a finite count >= 0 (or LOCKSTEP_UNKNOWN)";
+    bit = 1;
+  } else if (!unknown && flops > kMaxFlops) {
+    why = "flops over 6e22 in one step (a unit mistaken?)";
+    bit = 2;
+  } else if (basis < 0 || basis > LOCKSTEP_FLOPS_LAYERS) {
+    why = "basis is not one of LOCKSTEP_FLOPS_* (or 0)";
+    bit = 4;
+  } else if (precision < 0 || precision > LOCKSTEP_PRECISION_FP8) {
+    why = "precision is not one of LOCKSTEP_PRECISION_* (or 0)";
+    bit = 8;
+  }
+  if (why != nullptr) {
+    if ((reporter->flopsRefusalsSaid & bit) == 0) {
+      reporter->flopsRefusalsSaid |= bit;
+      std::fprintf(stderr, "lockstep: flops not noted: %s (said once)\n", why);
+    }
+    return -1;
+  }
+  if (unknown) {
+    reporter->flops.reset();
+  } else {
+    reporter->flops = flops;
+    reporter->flopsBasis = basis > 0 ? static_cast<lockstep::FlopsBasis>(basis) : lockstep::FlopsBasis::kDeclared;
+  }
+  if (precision > 0) {
+    reporter->precision = static_cast<lockstep::Precision>(precision);
+  } else {
+    reporter->precision.reset();
+  }
+  return 0;
 }
 
 uint64_t lockstep_dropped(const lockstep_reporter* reporter) {

@@ -509,7 +509,7 @@ class PackageLayout(unittest.TestCase):
 
     def test_each_module_imports_first_alone(self):
         for module in ("lockstep._native", "lockstep._report", "lockstep._api", "lockstep._bursts", "lockstep._progress",
-                       "lockstep._collectives",
+                       "lockstep._collectives", "lockstep._flops",
                        "lockstep"):
             r = run("import %s" % module, env={"PYTHONPATH": os.environ.get("PYTHONPATH", "")})
             self.assertEqual(r.returncode, 0, module + ": " + r.stderr)
@@ -819,4 +819,5 @@ dist.destroy_process_group()
 
 
 if __name__ == "__main__":
+    from test_flops import Flops  # noqa: F401 (issue 46: the step's FLOPs and precision, in a file of their own)
     unittest.main()

@@ -74,6 +74,30 @@ int lockstep_report(lockstep_reporter* reporter, const lockstep_step_info* step)
  * rank (in bursts of up to 60). Returns as lockstep_report. */
 int lockstep_report_phase(lockstep_reporter* reporter, const char* name, int64_t end_unix_us, int64_t duration_us);
 
+/* The model FLOPs this rank computed in the step about to be reported (forward and backward,
+ * every micro-batch; not the optimizer's) and the precision its matrix math ran in, for Lockstep's
+ * MFU (the agent knows the hardware's peak for that precision). Call it before lockstep_report:
+ * the next report carries them, then they start over as unknown.
+ *   flops: >= 0, or LOCKSTEP_UNKNOWN to give the precision alone;
+ *   basis: how they were known: LOCKSTEP_FLOPS_DECLARED (or 0), counted by the program itself;
+ *     LOCKSTEP_FLOPS_TOKENS, 6 x parameters x tokens; LOCKSTEP_FLOPS_LAYERS, counted on the
+ *     model's layers;
+ *   precision: one of LOCKSTEP_PRECISION_*, or 0 when not known.
+ * Returns 0 when noted, 2 when inactive, -1 when refused (a negative or non-finite count, one over
+ * 6e22, an unknown basis or precision; stderr says why, once per reason): nothing of the call is
+ * kept, and the report still goes. (A function rather than fields of lockstep_step_info, whose
+ * size programs built against an earlier header have fixed.) */
+#define LOCKSTEP_FLOPS_DECLARED 1
+#define LOCKSTEP_FLOPS_TOKENS 2
+#define LOCKSTEP_FLOPS_LAYERS 3
+#define LOCKSTEP_PRECISION_FP32 1
+#define LOCKSTEP_PRECISION_TF32 2
+#define LOCKSTEP_PRECISION_BF16 3
+#define LOCKSTEP_PRECISION_FP16 4
+#define LOCKSTEP_PRECISION_FP8 5
+
+int lockstep_step_flops(lockstep_reporter* reporter, double flops, int basis, int precision);
+
 /* Reports dropped so far. */
 uint64_t lockstep_dropped(const lockstep_reporter* reporter);
 
