@@ -68,6 +68,27 @@ TEST_F(MfuAgent, EachRankGetsItsCoresPeakAndTheJobSaysWhereItCameFrom) {
       << "said once for the job, both ranks having the same";
 }
 
+// An own program (tests/programs/ddp_mlp.py: DDP over Linear(32, 256), ReLU, Linear(256, 4), batches
+// of 64, which reports tokens) under lockstep.watch: its FLOPs 6 x parameters x tokens, its precision
+// from its parameters, its peak the agent's.
+TEST_F(MfuAgent, AnOwnProgramsFlopsAreSixTimesItsParametersPerToken) {
+  const std::string program = std::string(LOCKSTEP_SOURCE_DIR) + "/tests/programs/ddp_mlp.py";
+  const auto done = ctl({"start", "--wait", "--job-id", "own-mfu", "--ranks", "2", "--cpus-per-rank", "1", "--",
+                         "/usr/bin/python3", program, "--instrument", "--steps", "12"},
+                        180s);
+  ASSERT_EQ(done.status.exitCode, 0) << done.out << done.err;
+  const double parameters = 32 * 256 + 256 + 256 * 4 + 4;
+  const auto steps = ctl.steps("own-mfu");
+  ASSERT_EQ(steps.size(), 24u);
+  for (const auto& s : steps) {
+    ASSERT_TRUE(s.flops && s.flopsBasis && s.precision && s.tokens) << "step " << s.step << " of rank " << s.rank;
+    EXPECT_DOUBLE_EQ(*s.flops, 6 * parameters * static_cast<double>(*s.tokens));
+    EXPECT_EQ(*s.flopsBasis, FlopsBasis::kTokens);
+    EXPECT_EQ(*s.precision, Precision::kFp32);
+    EXPECT_EQ(s.peakFlops, kTestCpuPeakGflops * 1e9);
+  }
+}
+
 TEST(MfuProcess, AnAgentMeasuresItsCpuPeakOnceAndShowsIt) {
   TempDir dir;
   AgentProcess agent{dir, "node-m", {"--cpu-peak", "measure"}};
