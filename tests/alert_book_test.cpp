@@ -188,6 +188,33 @@ TEST(AlertBook, StragglerWaitNamesRankNodeAndCause) {
             "job j1: straggler_wait > 30% is firing: 40.0%: rank 1 on node-a is the straggler (data wait)");
 }
 
+// Issue 46: `mfu < 30%` reads the job's MFU (a fraction) as a percentage and names the ranks
+// below it; a job whose FLOPs or peak are unknown has no MFU, and the rule never holds.
+TEST(AlertBook, MfuIsAPercentageAndNamesTheRanksBelowIt) {
+  AlertBook book("j1", rulesOf({"mfu < 30% for 5m"}));
+  kpi::JobKpis k = commKpis(0.1);
+  const double rankMfu[] = {0.45, 0.12, 0.40, 0.19};
+  for (std::size_t i = 0; i < k.ranks.size(); ++i) k.ranks[i].mfu = rankMfu[i];
+  k.mfu = 0.29;  // equal peaks: the ranks' mean
+  auto changes = book.evaluate(k, {}, kT0);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].state, State::kPending);
+  ASSERT_TRUE(changes[0].value);
+  EXPECT_NEAR(*changes[0].value, 29.0, 1e-9);
+  changes = book.evaluate(k, {}, kT0 + 300 * kSecondUs);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].state, State::kFiring);
+  EXPECT_EQ(changes[0].unit, "%");
+  EXPECT_EQ(changes[0].ranks, (std::vector<std::uint32_t>{1, 3}));
+  EXPECT_EQ(changes[0].nodes, (std::vector<std::string>{"node-a", "node-b"}));
+  EXPECT_EQ(changes[0].text, "job j1: mfu < 30% for 5m is firing: 29.0% (ranks 1, 3 on node-a, node-b)");
+
+  AlertBook unknown("j1", rulesOf({"mfu < 30%"}));
+  kpi::JobKpis noPeak = commKpis(0.1);
+  noPeak.modelFlopsPerSecond = 3e15;  // FLOPs counted, no peak known: no MFU
+  EXPECT_TRUE(unknown.evaluate(noPeak, {}, kT0).empty());
+}
+
 TEST(AlertBook, LossIsNanNamesTheRanks) {
   AlertBook book("j1", rulesOf({"loss is nan -> notify,stop", "loss > 5"}));
   kpi::JobKpis k;

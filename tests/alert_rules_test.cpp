@@ -46,6 +46,7 @@ TEST(AlertRules, ThresholdExamplesParse) {
   expectRule("exposed_comm > 40% for 2m -> notify", "exposed_comm", Op::kGreater, 40, 2 * kMinuteUs, kNotifyOnly);
   expectRule("throughput_drop > 30% for 5m -> notify", "throughput_drop", Op::kGreater, 30, 5 * kMinuteUs, kNotifyOnly);
   expectRule("straggler_wait > 30% for 5m -> notify", "straggler_wait", Op::kGreater, 30, 5 * kMinuteUs, kNotifyOnly);
+  expectRule("mfu < 30% for 5m", "mfu", Op::kLess, 30, 5 * kMinuteUs, kNotifyOnly);
   expectRule("cost > 40 -> checkpoint,stop", "cost", Op::kGreater, 40, 0, {Action::kCheckpoint, Action::kStop});
   expectRule("projected_cost > 100 -> notify", "projected_cost", Op::kGreater, 100, 0, kNotifyOnly);
   expectRule("eta > 6h -> notify", "eta", Op::kGreater, 6 * 3600, 0, kNotifyOnly);
@@ -94,7 +95,7 @@ TEST(AlertRules, BlanksAreOptionalAndCollapsedInTheText) {
 TEST(AlertRules, UnknownKpiListsTheNames) {
   EXPECT_EQ(errorOf("gpu_utl < 30%"),
             "alert rule 'gpu_utl < 30%': at position 1: expected a KPI (gpu_util, exposed_comm, throughput_drop, "
-            "straggler_wait, loss, cost, projected_cost, eta, gpu_memory, gpu_temperature, disk_free) or an event "
+            "straggler_wait, mfu, loss, cost, projected_cost, eta, gpu_memory, gpu_temperature, disk_free) or an event "
             "(stalled, failed, finished, restarted), found 'gpu_utl'");
   // Positions count in the rule as given, leading blanks included.
   EXPECT_NE(errorOf("  stopped").find("at position 3: expected a KPI"), std::string::npos);
@@ -213,11 +214,15 @@ TEST(AlertRules, DefaultRules) {
 }
 
 TEST(AlertRules, CatalogueNamesUnitsAndScopes) {
-  ASSERT_EQ(kpiCatalogue().size(), 15u);
+  ASSERT_EQ(kpiCatalogue().size(), 16u);
   EXPECT_EQ(kpiCatalogue().front().name, "gpu_util");
   ASSERT_NE(findKpi("disk_free"), nullptr);
   EXPECT_EQ(findKpi("disk_free")->scope, Scope::kNode);
   EXPECT_EQ(findKpi("eta")->unit, Unit::kSeconds);
+  // MFU is a fraction in the KPIs and a percentage in rules, like exposed_comm (docs/kpis.md, MFU).
+  ASSERT_NE(findKpi("mfu"), nullptr);
+  EXPECT_EQ(findKpi("mfu")->unit, Unit::kPercent);
+  EXPECT_EQ(findKpi("mfu")->scope, Scope::kJob);
   EXPECT_EQ(findKpi("stalled")->unit, Unit::kEvent);
   EXPECT_EQ(findKpi("nope"), nullptr);
   EXPECT_EQ(unitName(Unit::kCelsius), "°C");

@@ -84,6 +84,15 @@ def main():
     kinds = [e["kind"] for e in report["events"]]
     check(kinds[:1] == ["started"] and kinds[-1:] == ["finished"], f"JSON events are {kinds}: the job's whole life")
     check(len(report["series"]["loss"]) == steps, f"JSON loss series has {len(report['series']['loss'])} points")
+    # Issue 46: MFU, its FLOP/s and peak, and what they came from: in the JSON always (null when not
+    # known); where known, the HTML and PDF say it and which peak it was taken against.
+    for key in ("model_flops_utilization", "model_flops_per_second", "peak_flops", "flops_basis", "peak_basis"):
+        check(key in kpis, f"JSON kpis lack {key}")
+    check(all("model_flops_utilization" in r for r in report["ranks"]), "JSON ranks lack model_flops_utilization")
+    mfu = kpis.get("model_flops_utilization")
+    check(mfu is None or kpis.get("peak_flops"), "JSON has an MFU without the peak it was taken against")
+    mfu_text = [percent(mfu) + " of peak"] if mfu is not None else []
+    mfu_text += ["peak:"] if kpis.get("peak_basis") else []
     comm = percent(kpis["comm_overhead"])
     throughput = f"{kpis['mean_samples_per_second']:,.0f}"
 
@@ -92,7 +101,7 @@ def main():
     check(html.count("<svg") >= 5, f"HTML has {html.count('<svg')} charts")
     for chart in ("throughput", "loss", "step_time", "utilization", "communication"):
         check(f'id="chart-{chart}"' in html, f"HTML lacks the {chart} chart")
-    for label in KPI_LABELS + [job, comm, throughput]:
+    for label in KPI_LABELS + ["MFU", job, comm, throughput] + mfu_text:
         check(label in html, f"HTML lacks {label!r}")
     check("http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "") and "<script" not in html,
           "HTML must be self-contained")
@@ -102,7 +111,7 @@ def main():
     check(3 <= pages <= 8, f"PDF has {pages} pages")
     text = subprocess.run(["pdftotext", "-layout", f"{base}.pdf", "-"], capture_output=True, text=True, check=True).stdout
     flat = " ".join(text.split()).replace("ﬁ", "fi").replace("ﬃ", "ffi")
-    for label in KPI_LABELS + CHART_TITLES + [f"Job {job}", comm, throughput, "Recommendations", f"page {pages}"]:
+    for label in KPI_LABELS + CHART_TITLES + ["MFU", f"Job {job}", comm, throughput, "Recommendations", f"page {pages}"] + mfu_text:
         check(label in flat, f"PDF lacks {label!r}")
 
     for p in problems:

@@ -171,6 +171,53 @@ TEST(MetricsPage, ANodeCountsItsOwnPartAndKeepsTheLastEnergyReading) {
             R"(lockstep_job_gpu_seconds_total{node="n",job_id="j\"1s"} 16)");
 }
 
+// Issue 46: model FLOPs utilization per rank and for this node's part, while the job runs. Rank 0
+// counts 4e13 FLOPs a 1 s step, rank 1 2e13, each against a 100 TFLOP/s peak: 0.4, 0.2, and 0.3
+// for the job (6e13 FLOP/s of 2e14). Without a peak there is no MFU, only the FLOP/s.
+TEST(MetricsPage, ModelFlopsUtilizationOfEachRankAndTheJob) {
+  std::vector<JobStatus> jobs = {runningJob()};
+  const auto list = [&] { return jobs; };
+  const std::int64_t t0 = 1'700'000'000'000'000;
+  const auto observeSteps = [&](MetricsPage& page, std::optional<double> peak) {
+    for (std::uint64_t s = 1; s <= 4; ++s) {
+      for (std::uint32_t rank : {0u, 1u}) {
+        StepReport r = step(rank, s, t0 + static_cast<std::int64_t>(s) * 1'000'000);
+        r.flops = rank == 0 ? 4e13 : 2e13;
+        r.peakFlops = peak;
+        page.observe(r, list);
+      }
+    }
+  };
+  MetricsPage page("n");
+  observeSteps(page, 1e14);
+  const std::string text = page.render(t0 + 4'000'000, jobs);
+  EXPECT_EQ(line(text, "lockstep_rank_model_flops_utilization{"),
+            R"(lockstep_rank_model_flops_utilization{node="n",job_id="j\"1",rank="0"} 0.4)");
+  EXPECT_NE(text.find("\n" R"(lockstep_rank_model_flops_utilization{node="n",job_id="j\"1",rank="1"} 0.2)" "\n"),
+            std::string::npos) << text;
+  EXPECT_EQ(line(text, "lockstep_job_model_flops_utilization{"),
+            R"(lockstep_job_model_flops_utilization{node="n",job_id="j\"1"} 0.3)");
+  EXPECT_EQ(line(text, "lockstep_job_model_flops_per_second{"),
+            R"(lockstep_job_model_flops_per_second{node="n",job_id="j\"1"} 60000000000000)");
+  EXPECT_EQ(line(text, "lockstep_job_peak_flops{"), R"(lockstep_job_peak_flops{node="n",job_id="j\"1"} 200000000000000)");
+  EXPECT_NE(text.find("# TYPE lockstep_job_model_flops_utilization gauge\n# HELP lockstep_job_model_flops_utilization "),
+            std::string::npos);
+
+  MetricsPage noPeak("n");
+  observeSteps(noPeak, std::nullopt);
+  const std::string unknown = noPeak.render(t0 + 4'000'000, jobs);
+  EXPECT_NE(line(unknown, "lockstep_job_model_flops_per_second{"), "");
+  EXPECT_EQ(line(unknown, "lockstep_job_model_flops_utilization{"), "") << "unknown, not 0";
+  EXPECT_EQ(line(unknown, "lockstep_job_peak_flops{"), "");
+  EXPECT_EQ(line(unknown, "lockstep_rank_model_flops_utilization{"), "");
+
+  jobs[0].state = JobState::kFinished;
+  jobs[0].endedUnixUs = t0 + 4'000'000;
+  const std::string ended = page.render(t0 + 9'000'000, jobs);
+  EXPECT_EQ(line(ended, "lockstep_job_model_flops_utilization{"), "") << "a rate of the last 10 s: gone once it ended";
+  EXPECT_EQ(line(ended, "lockstep_rank_model_flops_utilization{"), "");
+}
+
 // Issue 42: every collective a rank reports, by kind, as counters over the job (not the window);
 // the built-in trainer's all-reduce (no collectives, an all-reduce time) counts as one.
 TEST(MetricsPage, CollectivesAreCountedByRankAndKind) {

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "lockstep/history/history.h"
@@ -55,7 +56,8 @@ StreamMessage message(const std::string& node, auto payload) { return StreamMess
 
 // A job's stream: started, `steps` steps of every rank 100 ms apart, a GPU and a process sample per
 // step, a checkpoint of every rank after step 5, and (when `finish`) the finished event.
-std::vector<StreamMessage> stream(const JobSpec& s, std::uint64_t steps, bool finish) {
+std::vector<StreamMessage> stream(const JobSpec& s, std::uint64_t steps, bool finish,
+                                  const std::function<void(StepReport&)>& shape = {}) {
   std::vector<StreamMessage> out;
   out.push_back(message("node-a", event(s.jobId, JobEventKind::kStarted, kT0)));
   for (std::uint64_t step = 1; step <= steps; ++step) {
@@ -78,6 +80,7 @@ std::vector<StreamMessage> stream(const JobSpec& s, std::uint64_t steps, bool fi
       r.optimizerTimeUs = 10'000;
       r.optimizerStateBytes = 4'000'000 + p.rank;
       r.staleness = 3;
+      if (shape) shape(r);
       out.push_back(message(p.node, r));
       out.push_back(message(p.node, ProcessSample{s.jobId, p.rank, 1000 + p.rank, t, 95.0f, 1u << 20}));
       if (step == 5) out.push_back(message(p.node, PhaseReport{s.jobId, p.rank, s.worldSize, 0, "checkpoint", t + 50'000, 40'000, 5}));
@@ -106,12 +109,13 @@ NodeHello hello(const std::string& node) {
 }
 
 // Records a whole finished job on two nodes.
-void recordFinished(History& h, const JobSpec& s, std::uint64_t steps = 10) {
+void recordFinished(History& h, const JobSpec& s, std::uint64_t steps = 10,
+                    const std::function<void(StepReport&)>& shape = {}) {
   ASSERT_TRUE(h.recordNode(hello("node-a")));
   ASSERT_TRUE(h.recordNode(hello("node-b")));
   ASSERT_TRUE(h.recordJob("node-a", status(s, JobState::kRunning)));
   ASSERT_TRUE(h.recordJob("node-b", status(s, JobState::kRunning)));
-  const auto messages = stream(s, steps, true);
+  const auto messages = stream(s, steps, true, shape);
   ASSERT_TRUE(h.recordMessages(messages));
   const std::int64_t end = kT0 + static_cast<std::int64_t>(steps + 1) * 100'000;
   ASSERT_TRUE(h.recordJob("node-a", status(s, JobState::kFinished, end)));
@@ -317,6 +321,10 @@ TEST(History, ASchemaTwoFilesFinalKpisReadBackByName) {
     ALTER TABLE steps DROP COLUMN grad_bytes;
     ALTER TABLE steps DROP COLUMN optimizer_state_bytes;
     ALTER TABLE steps DROP COLUMN staleness;
+    ALTER TABLE steps DROP COLUMN flops;  -- schema 12's
+    ALTER TABLE steps DROP COLUMN flops_basis;
+    ALTER TABLE steps DROP COLUMN precision;
+    ALTER TABLE steps DROP COLUMN peak_flops;
     PRAGMA user_version = 2;)sql");
   auto h = History::open(path);
   ASSERT_TRUE(h) << h.error().message;
@@ -396,6 +404,11 @@ TEST(History, MigratesASchemaOneFileAndStoresUntimedSteps) {
     ALTER TABLE final_kpis DROP COLUMN optimizer_state_bytes_per_rank;
     ALTER TABLE final_kpis DROP COLUMN staleness_mean;
     ALTER TABLE final_kpis DROP COLUMN staleness_p99;
+    ALTER TABLE final_kpis DROP COLUMN model_flops_per_second;  -- schema 12's
+    ALTER TABLE final_kpis DROP COLUMN peak_flops;
+    ALTER TABLE final_kpis DROP COLUMN model_flops_utilization;
+    ALTER TABLE final_kpis DROP COLUMN flops_basis;
+    ALTER TABLE final_kpis DROP COLUMN peak_basis;
     ALTER TABLE job_parts DROP COLUMN owner;  -- schema 7's
     DROP TABLE phases;                        -- schema 9's
     PRAGMA user_version = 1;)sql");
@@ -441,6 +454,83 @@ TEST(History, MigratesASchemaOneFileAndStoresUntimedSteps) {
   auto record = h->job("own-job");
   ASSERT_TRUE(record);
   EXPECT_EQ(record->spec.command, own.command);
+}
+
+// Issue 46: steps that count their model FLOPs against the peak their agent knows. Rank 1 does
+// twice rank 0's FLOPs a step; both have a 100 TFLOP/s peak.
+void countFlops(StepReport& r) {
+  r.flops = 2e12 * (1 + r.rank);
+  r.flopsBasis = FlopsBasis::kDeclared;
+  r.peakFlops = 1e14;
+}
+
+const std::string kPeakBasis = "node-a: 100.0 TFLOP/s, measured sgemm";
+
+StreamMessage peakEvent(const std::string& jobId) {
+  JobEvent e = event(jobId, JobEventKind::kPeak, kT0 + 1);
+  e.message = kPeakBasis;
+  return message("node-a", e);
+}
+
+// Issue 46: a schema-11 file gains schema 12's columns, its jobs' final KPIs read back with their
+// MFU unknown. A job recorded after keeps its steps' FLOPs, and its MFU goes into final_kpis with
+// what its FLOPs and peak came from and back by name, the same as a live tracker's; what is not
+// known is NULL, not 0.
+TEST(History, MigratesASchemaElevenFileAndKeepsTheMfuOfLaterJobs) {
+  TempDir dir;
+  const std::string path = dir.file("h.db");
+  std::optional<kpi::JobKpis> before;
+  {
+    auto h = History::open(path);
+    ASSERT_TRUE(h);
+    recordFinished(*h, spec("old"), 3);
+    ASSERT_TRUE(h->refreshFinalKpis());
+    before = h->job("old")->finalKpis;
+  }
+  execSql(path, R"sql(
+    ALTER TABLE steps DROP COLUMN flops;
+    ALTER TABLE steps DROP COLUMN flops_basis;
+    ALTER TABLE steps DROP COLUMN precision;
+    ALTER TABLE steps DROP COLUMN peak_flops;
+    ALTER TABLE final_kpis DROP COLUMN model_flops_per_second;
+    ALTER TABLE final_kpis DROP COLUMN peak_flops;
+    ALTER TABLE final_kpis DROP COLUMN model_flops_utilization;
+    ALTER TABLE final_kpis DROP COLUMN flops_basis;
+    ALTER TABLE final_kpis DROP COLUMN peak_basis;
+    PRAGMA user_version = 11;)sql");
+  auto h = History::open(path);
+  ASSERT_TRUE(h) << h.error().message;
+  EXPECT_EQ(count(path, "PRAGMA user_version"), kSchemaVersion);
+  const auto old = h->job("old");
+  ASSERT_TRUE(old && old->finalKpis && before);
+  EXPECT_EQ(old->finalKpis->samplesPerSecond, before->samplesPerSecond);
+  EXPECT_FALSE(old->finalKpis->mfu);
+  EXPECT_EQ(old->finalKpis->peakBasis, "");
+
+  const JobSpec s = spec("new");
+  recordFinished(*h, s, 10, countFlops);
+  ASSERT_TRUE(h->recordMessages(std::vector<StreamMessage>{peakEvent("new")}));
+  recordFinished(*h, spec("no-flops"), 3);
+  ASSERT_TRUE(h->refreshFinalKpis());
+  EXPECT_EQ(count(path, "SELECT count(*) FROM steps WHERE job_id = 'new' AND flops > 0 AND peak_flops = 1e14"), 20);
+  const auto k = h->job("new")->finalKpis;
+  ASSERT_TRUE(k && k->modelFlopsPerSecond && k->peakFlops && k->mfu && k->samplesPerSecond);
+  // By hand: 6e12 FLOPs for every 2 x batch samples, at the job's samples/s; against two peaks.
+  EXPECT_NEAR(*k->modelFlopsPerSecond, *k->samplesPerSecond * 6e12 / (2.0 * s.batchPerRank), 1e-3);
+  EXPECT_DOUBLE_EQ(*k->peakFlops, 2e14);
+  EXPECT_NEAR(*k->mfu, *k->modelFlopsPerSecond / 2e14, 1e-12);
+  EXPECT_EQ(k->flopsBasis, "declared by the program");
+  EXPECT_EQ(k->peakBasis, kPeakBasis);
+  EXPECT_EQ(textOf(path, "SELECT peak_basis FROM final_kpis WHERE job_id = 'new'"), kPeakBasis);
+  kpi::JobTracker live(s);
+  for (const auto& m : stream(s, 10, true, countFlops)) live.add(m);
+  live.add(peakEvent("new"));
+  const kpi::JobKpis expected = live.snapshot(kT0 + 11 * 100'000);
+  EXPECT_DOUBLE_EQ(*k->mfu, *expected.mfu);
+  EXPECT_EQ(count(path, "SELECT count(*) FROM final_kpis WHERE job_id = 'no-flops' AND model_flops_per_second IS NULL "
+                        "AND peak_flops IS NULL AND model_flops_utilization IS NULL AND flops_basis IS NULL AND "
+                        "peak_basis IS NULL"),
+            1);
 }
 
 // Issue 13: a 1-rank run of the same workload calibrates the scaling efficiency of later jobs.

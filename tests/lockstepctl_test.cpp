@@ -208,6 +208,14 @@ TEST(Lockstepctl, AFailedJobExitsFiveAndWatchShowsTheRanks) {
   const auto allReduce = std::find_if(kinds.begin(), kinds.end(), [](const auto& c) { return c["kind"] == "all_reduce"; });
   ASSERT_NE(allReduce, kinds.end()) << lines.back().dump();
   EXPECT_GE((*allReduce)["per_step"].get<double>(), 1.0) << allReduce->dump();
+  // Issue 46: MFU for the job and each rank, a fraction, null until the ranks count FLOPs against a peak.
+  for (const auto& figures : {lines.back(), lines.back()["ranks"][0]}) {
+    for (const char* name : {"model_flops_utilization", "model_flops_per_second", "peak_flops"}) {
+      ASSERT_TRUE(figures.contains(name)) << name << " " << figures.dump();
+      EXPECT_TRUE(figures[name].is_null() || figures[name].get<double>() >= 0) << name << " " << figures.dump();
+    }
+  }
+  EXPECT_TRUE(lines.back().contains("flops_basis") && lines.back().contains("peak_basis")) << lines.back().dump();
 }
 
 // Issue 31: watch shows each node's network against its link, in --json and as text. The agent

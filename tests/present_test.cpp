@@ -97,5 +97,41 @@ TEST(Present, ACollectiveIsItsKindAndItsBytesAndTheSplitGoesLargestFirst) {
   EXPECT_EQ(phaseLegend(kpi::Phase::kCollective), "collective (filled: exposed)");
 }
 
+// Issue 46: FLOP/s with the prefix that reads best, also where rounding carries into the next one.
+TEST(Present, FlopsRatesTakeThePrefixThatReadsBest) {
+  EXPECT_EQ(flopsRate(2.5e9), "2.5 GFLOP/s");  // the everyday ones are in mfu_test.cpp
+  EXPECT_EQ(flopsRate(1.2e18), "1.2 EFLOP/s");
+  EXPECT_EQ(flopsRate(640), "640 FLOP/s");
+  EXPECT_EQ(flopsRate(999.96e12), "1.0 PFLOP/s") << "not 1,000.0 TFLOP/s";
+  EXPECT_EQ(flopsRate(999'999.6), "1.0 MFLOP/s");
+  EXPECT_EQ(flopsRate(std::nullopt), kUnknown);
+  EXPECT_EQ(flopsRate(-1), kUnknown);
+  EXPECT_EQ(flopsRate(INFINITY), kUnknown);
+}
+
+// Issue 46: MFU with the figures it is the ratio of, what they came from, and "–" without a peak.
+TEST(Present, MfuSaysItsFiguresAndWhatTheyCameFrom) {
+  kpi::JobKpis k;
+  EXPECT_EQ(mfuText(k), "") << "no rank counted FLOPs: nothing to say";
+  EXPECT_EQ(mfuBasisText(k), "");
+  k.modelFlopsPerSecond = 3.3e15;
+  k.flopsBasis = "declared by the program";
+  EXPECT_EQ(mfuText(k), "– (3.3 PFLOP/s; no peak known)");
+  EXPECT_EQ(mfuBasisText(k), "FLOPs: declared by the program");
+  k.peakFlops = 7.9e15;
+  k.mfu = 3.3e15 / 7.9e15;
+  k.peakBasis = "node-a: NVIDIA H100 datasheet, BF16 dense";
+  EXPECT_EQ(mfuText(k), "41.8% of peak (3.3 PFLOP/s of 7.9 PFLOP/s)");
+  EXPECT_EQ(mfuBasisText(k), "FLOPs: declared by the program; peak: node-a: NVIDIA H100 datasheet, BF16 dense");
+  k.flopsBasis.clear();
+  EXPECT_EQ(mfuBasisText(k), "peak: node-a: NVIDIA H100 datasheet, BF16 dense");
+  // Two ranks of 40 TFLOP/s, one with a 100 TFLOP/s peak: the MFU is that rank's, and so are the
+  // figures it is shown as the ratio of.
+  k.modelFlopsPerSecond = 8e13;
+  k.peakFlops = 1e14;
+  k.mfu = 0.4;
+  EXPECT_EQ(mfuText(k), "40.0% of peak (40.0 TFLOP/s of 100.0 TFLOP/s)");
+}
+
 }  // namespace
 }  // namespace lockstep::present

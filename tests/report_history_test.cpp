@@ -289,12 +289,17 @@ class ReportOverHistory : public ::testing::Test {
     hello.memoryTotalBytes = 512ull << 30;
     hello.gpus = {{0, "NVIDIA H200", "GPU-0", 141ull << 30}, {1, "NVIDIA H200", "GPU-1", 141ull << 30}};
     ASSERT_TRUE(history_->recordNode(hello));
+    record(spec_, stream(spec_));
+  }
+
+  // A job that ran on kNode from kT0 and finished after its last step.
+  void record(const JobSpec& s, const std::vector<StreamMessage>& messages) {
     JobStatus status;
-    status.spec = spec_;
+    status.spec = s;
     status.state = JobState::kRunning;
     status.startedUnixUs = kT0;
     ASSERT_TRUE(history_->recordJob(kNode, status));
-    ASSERT_TRUE(history_->recordMessages(stream(spec_)));
+    ASSERT_TRUE(history_->recordMessages(messages));
     status.state = JobState::kFinished;
     status.endedUnixUs = kT0 + static_cast<std::int64_t>(kSteps + 1) * 100'000;
     ASSERT_TRUE(history_->recordJob(kNode, status));
@@ -480,6 +485,85 @@ TEST_F(ReportOverHistory, CollectivesByKindGoThroughTheHistoryIntoTheReport) {
   ASSERT_TRUE(trainer);
   ASSERT_EQ(trainer->kpis.collectives.size(), 1u);
   EXPECT_EQ(trainer->kpis.collectives[0].kind, CollectiveKind::kAllReduce);
+}
+
+// Issue 46: model FLOPs utilization from the step reports' FLOPs and their agent's peak, with the
+// peak named: rank 0 counts 2e12 FLOPs a step, rank 1 3e12, 30 steps over the 3.0 s from the first
+// step's start to the last report, each against 100 TFLOP/s. Rank 0: 6e13 / 3.0 / 1e14 = 20%;
+// rank 1: 30%; the job: 1.5e14 / 3.0 = 50 TFLOP/s of 200 TFLOP/s, 25%.
+TEST_F(ReportOverHistory, MfuFromTheReportsFlopsAndTheAgentsPeakWhichTheReportNames) {
+  const std::string basis = "gpu-node: NVIDIA H200 datasheet, 100.0 TFLOP/s BF16 dense";
+  const auto flops = [](std::optional<double> peak) {
+    return [peak](StepReport& r) {
+      r.flops = r.rank == 0 ? 2e12 : 3e12;
+      r.flopsBasis = FlopsBasis::kDeclared;
+      r.peakFlops = peak;
+    };
+  };
+  JobSpec s = spec_;
+  s.jobId = "job-mfu";
+  auto messages = stream(s, 30'000, flops(1e14));
+  JobEvent peak = event(s.jobId, JobEventKind::kPeak, kT0 + 1);
+  peak.message = basis;
+  messages.insert(messages.begin() + 1, StreamMessage{0, kNode, peak});
+  record(s, messages);
+  JobSpec noPeak = spec_;
+  noPeak.jobId = "job-no-peak";
+  record(noPeak, stream(noPeak, 30'000, flops(std::nullopt)));
+
+  const auto loaded = load(*history_, "job-mfu", now_);
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  const double jobMfu = (2e12 + 3e12) * 30 / 3.0 / 2e14;
+  ASSERT_TRUE(loaded->kpis.mfu);
+  EXPECT_NEAR(*loaded->kpis.mfu, jobMfu, 1e-9);
+  const std::string jsonPath = dir_.file("mfu.json");
+  ASSERT_TRUE(write(*history_, "job-mfu", Format::kJson, jsonPath, now_));
+  const std::string jsonText = test::readText(jsonPath);
+  const auto j = nlohmann::json::parse(jsonText);
+  EXPECT_NEAR(j["kpis"]["model_flops_utilization"].get<double>(), jobMfu, 1e-9);
+  EXPECT_NEAR(j["kpis"]["model_flops_per_second"].get<double>(), 1.5e14 / 3.0, 1e-2);
+  EXPECT_DOUBLE_EQ(j["kpis"]["peak_flops"].get<double>(), 2e14);
+  EXPECT_EQ(j["kpis"]["flops_basis"], "declared by the program");
+  EXPECT_EQ(j["kpis"]["peak_basis"], basis);
+  EXPECT_NEAR(j["ranks"][0]["model_flops_utilization"].get<double>(), 6e13 / 3.0 / 1e14, 1e-9);
+  EXPECT_NEAR(j["ranks"][1]["model_flops_utilization"].get<double>(), 9e13 / 3.0 / 1e14, 1e-9);
+  EXPECT_DOUBLE_EQ(j["ranks"][1]["peak_flops"].get<double>(), 1e14);
+  expectMatchesSchema(jsonText);
+
+  // The key figures say it and which peak it used; so do the HTML page and the comparison.
+  const auto mfuRow = [](const Document& doc) {
+    const auto& rows = doc.sections[0].tables[0].rows;
+    const auto row = std::find_if(rows.begin(), rows.end(), [](const auto& r) { return r[0] == "MFU"; });
+    return row == rows.end() ? std::vector<std::string>{} : *row;
+  };
+  const auto row = mfuRow(document(*loaded));
+  ASSERT_EQ(row.size(), 3u);
+  EXPECT_EQ(row[1], "25.0% of peak (50.0 TFLOP/s of 200.0 TFLOP/s)");
+  EXPECT_NE(row[2].find("FLOPs: declared by the program; peak: " + basis), std::string::npos) << row[2];
+  const std::string htmlPath = dir_.file("mfu.html");
+  ASSERT_TRUE(write(*history_, "job-mfu", Format::kHtml, htmlPath, now_));
+  const std::string page = test::readText(htmlPath);
+  EXPECT_NE(page.find("25.0% of peak"), std::string::npos);
+  EXPECT_NE(page.find("peak: " + basis), std::string::npos);
+  ASSERT_TRUE(history_->refreshFinalKpis());
+  const std::vector<history::JobRecord> jobs = {*history_->job("job-mfu"), *history_->job("job-no-peak")};
+  const Comparison c = compare(jobs);
+  const auto compared = std::find_if(c.kpis.rows.begin(), c.kpis.rows.end(), [](const auto& r) { return r[0] == "MFU"; });
+  ASSERT_NE(compared, c.kpis.rows.end());
+  EXPECT_EQ(*compared, (std::vector<std::string>{"MFU", "25.0%", "–"}));
+
+  // FLOPs without a peak: the FLOP/s, and an MFU that is unknown, not 0.
+  const auto unknown = load(*history_, "job-no-peak", now_);
+  ASSERT_TRUE(unknown);
+  EXPECT_FALSE(unknown->kpis.mfu);
+  EXPECT_EQ(mfuRow(document(*unknown))[1], "– (50.0 TFLOP/s; no peak known)");
+  ASSERT_TRUE(write(*history_, "job-no-peak", Format::kJson, jsonPath, now_));
+  const auto n = nlohmann::json::parse(test::readText(jsonPath));
+  EXPECT_TRUE(n["kpis"]["model_flops_utilization"].is_null());
+  EXPECT_TRUE(n["kpis"]["peak_flops"].is_null());
+  EXPECT_TRUE(n["kpis"]["peak_basis"].is_null());
+  EXPECT_TRUE(n["kpis"]["model_flops_per_second"].is_number());
+  EXPECT_TRUE(n["ranks"][0]["model_flops_utilization"].is_null());
 }
 
 TEST_F(ReportOverHistory, WritesCsvWithAGpuFileAndQuoting) {

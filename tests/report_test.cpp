@@ -517,6 +517,11 @@ TEST(ReportDocument, UnknownKpisAreDashesNotZeros) {
       EXPECT_EQ(row[1], "–") << row[0];
     }
   }
+  // Issue 46: no step report counted FLOPs: an MFU row that says so, not 0%.
+  const auto mfu = std::find_if(kpis.rows.begin(), kpis.rows.end(), [](const auto& row) { return row[0] == "MFU"; });
+  ASSERT_NE(mfu, kpis.rows.end());
+  EXPECT_EQ((*mfu)[1], "–");
+  EXPECT_EQ((*mfu)[2], "no step report counted the model's FLOPs");
 }
 
 TEST(ReportDocument, ASmallCostKeepsItsSignificantDigits) {
@@ -557,9 +562,11 @@ TEST(ReportJson, ParsesAndWritesNullForUnknownKpis) {
   EXPECT_EQ(j["job"]["nodes"][0]["gpus"].size(), 2u);
   const auto& k = j["kpis"];
   for (const char* unknown : {"gpu_utilization_pct", "energy_kwh", "time_to_convergence_seconds", "slowest_rank",
-                              "slowest_cause", "cost_so_far", "eta_seconds"}) {
+                              "slowest_cause", "cost_so_far", "eta_seconds", "model_flops_utilization",
+                              "model_flops_per_second", "peak_flops", "flops_basis", "peak_basis"}) {
     EXPECT_TRUE(k.at(unknown).is_null()) << unknown;
   }
+  EXPECT_TRUE(j["ranks"][0].at("model_flops_utilization").is_null());
   EXPECT_DOUBLE_EQ(k["comm_overhead"].get<double>(), 0.10);
   EXPECT_DOUBLE_EQ(k["mean_samples_per_second"].get<double>(), 1280);
   EXPECT_EQ(k["scaling_basis"], "estimated_from_compute");

@@ -181,6 +181,20 @@ Reading stragglerWait(const Rule&, const JobKpis& k, const NodeFacts&) {
   return r;
 }
 
+// The job's MFU as a percentage (docs/kpis.md, MFU), naming the ranks where the rule holds.
+Reading mfu(const Rule& rule, const JobKpis& k, const NodeFacts&) {
+  Reading r;
+  if (!k.mfu) return r;
+  r.value = *k.mfu * 100;
+  for (const auto& rank : k.ranks) {
+    if (!rank.mfu || !holds(rule, *rank.mfu * 100)) continue;
+    r.ranks.push_back(rank.rank);
+    if (!rank.node.empty()) addNode(r.nodes, rank.node);
+  }
+  if (!r.ranks.empty()) r.detail = " (ranks " + rankList(r.ranks) + " on " + nodeList(r.nodes) + ")";
+  return r;
+}
+
 // The global loss, or the ranks' mean before the first global loss; for `loss is nan`, NaN as soon
 // as any rank's loss is, naming those ranks.
 Reading loss(const Rule& rule, const JobKpis& k, const NodeFacts&) {
@@ -339,6 +353,7 @@ struct AlertBook::Impl {
     if (name == "exposed_comm") return exposedComm(rule, k, facts);
     if (name == "throughput_drop") return throughputDrop(k);
     if (name == "straggler_wait") return stragglerWait(rule, k, facts);
+    if (name == "mfu") return mfu(rule, k, facts);
     if (name == "loss") return loss(rule, k, facts);
     if (name == "cost") return plain(k.costSoFar);
     if (name == "projected_cost") return plain(k.costProjected);

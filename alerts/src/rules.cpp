@@ -21,6 +21,7 @@ const std::vector<KpiInfo> kCatalogue = {
     {"throughput_drop", Unit::kPercent, Scope::kJob,
      "samples/s below the median of the job's recent readings, as a share of that median"},
     {"straggler_wait", Unit::kPercent, Scope::kJob, "share of step time the ranks spend waiting for the slowest rank"},
+    {"mfu", Unit::kPercent, Scope::kJob, "model FLOPs utilization: the ranks' model FLOP/s over their peak, last 10 s"},
     {"loss", Unit::kValue, Scope::kJob, "the global loss (`loss is nan`: any rank's loss is NaN)"},
     {"cost", Unit::kMoney, Scope::kJob, "the job's cost so far, in its prices' currency"},
     {"projected_cost", Unit::kMoney, Scope::kJob, "the job's cost projected to its last step"},

@@ -147,6 +147,17 @@ std::string communicationText(const kpi::JobKpis& k) {
   return text + (split.empty() ? "" : "; " + split) + ")";
 }
 
+// A figure's words, null where nothing was said.
+Json textOrNull(const std::string& text) { return text.empty() ? Json(nullptr) : Json(text); }
+
+// Model FLOPs utilization (docs/kpis.md, MFU), a job's or a rank's: null where unknown.
+template <class Kpis>
+void addFlops(Json& out, const Kpis& k) {
+  out["model_flops_utilization"] = jsonFigure(k.mfu);
+  out["model_flops_per_second"] = jsonFigure(k.modelFlopsPerSecond);
+  out["peak_flops"] = jsonFigure(k.peakFlops);
+}
+
 Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool json, bool tty, const std::optional<Stall>& stall) {
   const bool ended = jobStateEnded(state);
   const std::int64_t now = ended ? w.tracker().lastReportUnixUs() : unixMicrosNow();
@@ -154,8 +165,8 @@ Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool 
   Json ranks = Json::array();
   std::string table;
   char line[400];
-  std::snprintf(line, sizeof line, "%-5s %-14s %8s %6s %10s %11s %8s %11s %6s %9s %6s\n", "RANK", "NODE", "STEP", "EPOCH",
-                "LOSS", "SAMPLES/S", "COMM", "BUS BW", "CPU", "RSS", "GPU");
+  std::snprintf(line, sizeof line, "%-5s %-14s %8s %6s %10s %11s %8s %11s %6s %9s %6s %6s\n", "RANK", "NODE", "STEP",
+                "EPOCH", "LOSS", "SAMPLES/S", "COMM", "BUS BW", "CPU", "RSS", "GPU", "MFU");
   table += line;
   for (const auto& r : k.ranks) {
     const kpi::Maybe gpu = gpuOf(k, spec, r);
@@ -171,13 +182,14 @@ Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool 
                      {"cpu_pct", jsonFigure(r.cpuPct)},
                      {"rss_bytes", jsonFigure(r.rssBytes)},
                      {"gpu_util_pct", jsonFigure(gpu)}});
-    std::snprintf(line, sizeof line, "%-5u %-14s %8llu %6u %s %s %s %s %s %s %s\n", r.rank, r.node.c_str(),
+    addFlops(ranks.back(), r);
+    std::snprintf(line, sizeof line, "%-5u %-14s %8llu %6u %s %s %s %s %s %s %s %s\n", r.rank, r.node.c_str(),
                   static_cast<unsigned long long>(r.step), r.epoch, column(present::figure(r.loss, 4), 10).c_str(),
                   column(present::figure(r.samplesPerSecond, 0), 11).c_str(),
                   column(present::percent(r.commOverhead, 1), 8).c_str(), column(present::bandwidth(r.busBandwidth), 11).c_str(),
                   column(present::figure(r.cpuPct, 0, "%"), 6).c_str(),
                   column(r.rssBytes ? present::bytes(*r.rssBytes) : std::string(present::kUnknown), 9).c_str(),
-                  column(present::figure(gpu, 0, "%"), 6).c_str());
+                  column(present::figure(gpu, 0, "%"), 6).c_str(), column(present::percent(r.mfu, 0), 6).c_str());
     table += line;
   }
   Json nodes = nodesJson(w.reader());
@@ -198,9 +210,12 @@ Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool 
                    {"grad_bytes_per_rank", jsonFigure(k.gradBytesPerRank)},
                    {"optimizer_state_bytes_per_rank", jsonFigure(k.optimizerStateBytesPerRank)},
                    {"staleness_mean", jsonFigure(k.stalenessMean)},
-                   {"staleness_p99", jsonFigure(k.stalenessP99)},
-                   {"ranks", ranks},
-                   {"nodes", nodes}};
+                   {"staleness_p99", jsonFigure(k.stalenessP99)}};
+  addFlops(snapshot, k);
+  snapshot["flops_basis"] = textOrNull(k.flopsBasis);
+  snapshot["peak_basis"] = textOrNull(k.peakBasis);
+  snapshot["ranks"] = ranks;
+  snapshot["nodes"] = nodes;
   Json firing = Json::array();
   for (const auto& [rule, alert] : w.firing()) firing.push_back(Json::parse(alerts::alertJson(alert)));
   snapshot["alerts"] = firing;
@@ -215,6 +230,10 @@ Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool 
                 present::percent(k.scalingEfficiency, 0).c_str(), present::figure(k.loadImbalance, 2, "×").c_str(),
                 table.c_str());
     if (const std::string state = present::modelStateText(k); !state.empty()) std::printf("holds: %s\n", state.c_str());
+    if (const std::string mfu = present::mfuText(k); !mfu.empty()) {
+      const std::string basis = present::mfuBasisText(k);
+      std::printf("MFU: %s%s\n", mfu.c_str(), basis.empty() ? "" : (" (" + basis + ")").c_str());
+    }
     if (stall) std::printf("%s\n", stallText(*stall).c_str());
     for (const auto& [rule, alert] : w.firing()) std::printf("ALERT %s\n", alert.text.c_str());
     std::printf("%s", nodeLines.c_str());

@@ -18,7 +18,13 @@ constexpr std::string_view kColumns[] = {
     "total_tokens",     "bus_bandwidth", "waiting_share",     "straggler_share",  "waiting_cost",
     "straggler_cost",   "waiting_gpu_hours", "straggler_gpu_hours", "bytes_reduced_per_step", "samples_per_rank_step",
     "mean_busy_us",     "mean_exposed_us", "mean_step_us",  "param_bytes_per_rank", "grad_bytes_per_rank",
-    "optimizer_state_bytes_per_rank", "staleness_mean", "staleness_p99"};
+    "optimizer_state_bytes_per_rank", "staleness_mean", "staleness_p99", "model_flops_per_second", "peak_flops",
+    "model_flops_utilization", "flops_basis", "peak_basis"};
+
+// An empty text is stored as NULL: not known.
+std::optional<std::string> textOrNull(const std::string& text) {
+  return text.empty() ? std::nullopt : std::optional(text);
+}
 
 std::string joined(std::string_view prefix) {
   std::string out;
@@ -72,6 +78,9 @@ Result<void> writeFinalKpis(sqlite3* db, const std::string& jobId, const kpi::Jo
   insert.bind(":param_bytes_per_rank", k.paramBytesPerRank).bind(":grad_bytes_per_rank", k.gradBytesPerRank);
   insert.bind(":optimizer_state_bytes_per_rank", k.optimizerStateBytesPerRank);
   insert.bind(":staleness_mean", k.stalenessMean).bind(":staleness_p99", k.stalenessP99);
+  insert.bind(":model_flops_per_second", k.modelFlopsPerSecond).bind(":peak_flops", k.peakFlops);
+  insert.bind(":model_flops_utilization", k.mfu).bind(":flops_basis", textOrNull(k.flopsBasis));
+  insert.bind(":peak_basis", textOrNull(k.peakBasis));
   return insert.run();
 }
 
@@ -122,6 +131,11 @@ Result<std::optional<kpi::JobKpis>> readFinalKpis(sqlite3* db, const std::string
   k.optimizerStateBytesPerRank = row.maybeReal("optimizer_state_bytes_per_rank");
   k.stalenessMean = row.maybeReal("staleness_mean");
   k.stalenessP99 = row.maybeReal("staleness_p99");
+  k.modelFlopsPerSecond = row.maybeReal("model_flops_per_second");
+  k.peakFlops = row.maybeReal("peak_flops");
+  k.mfu = row.maybeReal("model_flops_utilization");
+  k.flopsBasis = row.text("flops_basis");
+  k.peakBasis = row.text("peak_basis");
   const auto totalSamples = row.maybeInt<std::uint64_t>("total_samples");
   k.totalSamples = totalSamples.value_or(0);
   k.totalTokens = row.maybeInt<std::uint64_t>("total_tokens");

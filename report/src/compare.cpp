@@ -63,6 +63,7 @@ Comparison compare(std::span<const history::JobRecord> jobs) {
       }));
   row("Communication overhead", fromKpis([](const kpi::JobKpis& k) { return detail::percent(k.commOverhead); }));
   row("GPU utilization", fromKpis([](const kpi::JobKpis& k) { return figure(k.gpuUtilizationPct, 0, "%"); }));
+  row("MFU", fromKpis([](const kpi::JobKpis& k) { return detail::percent(k.mfu); }));
   row("Load imbalance", fromKpis([](const kpi::JobKpis& k) { return figure(k.loadImbalance, 2, "×"); }));
   row("Time to convergence", fromKpis([](const kpi::JobKpis& k) {
         return k.timeToConvergenceSeconds ? detail::duration(*k.timeToConvergenceSeconds) : dash();

@@ -44,6 +44,18 @@ std::optional<Section> stallSection(const std::vector<JobEvent>& events) {
   return s;
 }
 
+// Model FLOPs utilization and what it was taken against (docs/kpis.md, MFU): the report says which
+// peak it used.
+std::vector<std::string> mfuRow(const kpi::JobKpis& k) {
+  const std::string mfu = present::mfuText(k);
+  if (mfu.empty()) return {"MFU", dash(), "no step report counted the model's FLOPs"};
+  std::string how = "model FLOP/s over the peak of the ranks that have one, last 10 s";
+  const std::string basis = present::mfuBasisText(k);
+  if (!basis.empty()) how += "; " + basis;
+  if (k.peakFlops && k.peakBasis.empty()) how += "; no agent said where its peak came from";
+  return {"MFU", mfu, how};
+}
+
 // "rank exited": the JSON's name, for people.
 std::string eventName(JobEventKind kind) {
   std::string name(jobEventKindName(kind));
@@ -85,6 +97,7 @@ Document document(const ReportData& data) {
                        k.gpuUtilizationPct             ? "mean over the job's GPUs and time"
                        : spec.backend == Backend::kCpu ? "a CPU job"
                                                        : "no GPU samples"});
+  kpis.rows.push_back(mfuRow(k));
   kpis.rows.push_back({"Communication overhead", detail::percent(k.commOverhead),
                        "exposed communication time / step time, last 10 s"});
   // Its split by kind: each kind's exposed and whole time, count, bytes and bus bandwidth a step.

@@ -29,6 +29,17 @@ Json byteCount(const std::optional<double>& value) {
 
 Json number(double value) { return std::isfinite(value) ? Json(value) : Json(nullptr); }
 
+// Words that may not have been said: null then, never "".
+Json text(const std::string& value) { return value.empty() ? Json(nullptr) : Json(value); }
+
+// Model FLOPs utilization (docs/kpis.md, MFU), a job's or a rank's: null where unknown.
+template <class Kpis>
+void addFlops(Json& j, const Kpis& k) {
+  j["model_flops_utilization"] = number(k.mfu);
+  j["model_flops_per_second"] = number(k.modelFlopsPerSecond);
+  j["peak_flops"] = number(k.peakFlops);
+}
+
 template <class T>
 Json optional(const std::optional<T>& value) {
   return value ? Json(*value) : Json(nullptr);
@@ -176,6 +187,9 @@ Json kpisJson(const ReportData& data) {
   j["optimizer_state_bytes_per_rank"] = byteCount(k.optimizerStateBytesPerRank);
   j["staleness_mean"] = number(k.stalenessMean);
   j["staleness_p99"] = number(k.stalenessP99);
+  addFlops(j, k);
+  j["flops_basis"] = text(k.flopsBasis);
+  j["peak_basis"] = text(k.peakBasis);
   j["straggler_wait_share"] = number(k.stragglerWaitShare);
   j["arrival_skew_us"] = number(k.arrivalSkewUs);
   j["collectives"] = collectivesJson(k.collectives);
@@ -243,6 +257,7 @@ Json rankJson(const kpi::RankKpis& r) {
   j["optimizer_state_bytes"] = byteCount(r.optimizerStateBytes);
   j["staleness_mean"] = number(r.stalenessMean);
   j["staleness_p99"] = number(r.stalenessP99);
+  addFlops(j, r);
   return j;
 }
 

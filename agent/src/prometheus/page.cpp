@@ -41,9 +41,10 @@ struct FamilyDef {
 enum Family : std::size_t {
   kGpuUtilization, kGpuMemory, kGpuPower, kGpuEnergy, kGpuTemperature, kGpuClock,
   kRankSteps, kRankStepRate, kRankSamples, kRankStepTime, kRankDataTime, kRankComputeTime, kRankExposedTime,
-  kRankOverhead, kRankBusBandwidth, kRankLoss,
+  kRankOverhead, kRankBusBandwidth, kRankLoss, kRankMfu,
   kCollectiveTime, kCollectiveExposed, kCollectiveBytes, kCollectiveCount,
-  kJobState, kJobWorldSize, kJobStalled, kAlertFiring, kRankStill, kJobSamples, kJobGpuSeconds, kJobCpuSeconds, kJobCost,
+  kJobState, kJobWorldSize, kJobStalled, kAlertFiring, kRankStill, kJobSamples, kJobMfu, kJobModelFlops,
+  kJobPeakFlops, kJobGpuSeconds, kJobCpuSeconds, kJobCost,
   kNetReceiveBytes, kNetTransmitBytes, kNetReceivePackets, kNetTransmitPackets, kNetReceiveErrors, kNetTransmitErrors,
   kNetReceiveDrops, kNetTransmitDrops, kNetSpeed,
   kFamilies,
@@ -66,6 +67,8 @@ constexpr std::array<FamilyDef, kFamilies> kDefs = {{
     {"lockstep_rank_communication_overhead_ratio", "gauge", "ratio", "Exposed communication over step time, 0 to 1"},
     {"lockstep_rank_bus_bandwidth_bytes_per_second", "gauge", "", "All-reduce bus bandwidth, as nccl-tests reports it"},
     {"lockstep_rank_loss", "gauge", "", "The rank's last reported loss"},
+    {"lockstep_rank_model_flops_utilization", "gauge", "",
+     "Model FLOPs utilization: the rank's model FLOP/s over its peak, 0 to 1, last 10 s (docs/kpis.md, MFU)"},
     {"lockstep_collective_seconds", "counter", "seconds",
      "Time in the rank's collectives of the kind, issue to completion, hidden or not"},
     {"lockstep_collective_exposed_seconds", "counter", "seconds",
@@ -79,6 +82,10 @@ constexpr std::array<FamilyDef, kFamilies> kDefs = {{
     {"lockstep_alert_firing", "gauge", "", "1 while the job's alert rule fires on its supervising agent (docs/alerts.md), else 0"},
     {"lockstep_rank_progress_age_seconds", "gauge", "seconds", "Since the rank's progress record last moved"},
     {"lockstep_job_samples_per_second", "gauge", "", "This node's ranks' samples per second"},
+    {"lockstep_job_model_flops_utilization", "gauge", "",
+     "Model FLOPs utilization of this node's ranks: their model FLOP/s over their peaks, 0 to 1, last 10 s"},
+    {"lockstep_job_model_flops_per_second", "gauge", "", "This node's ranks' model FLOPs per second, last 10 s"},
+    {"lockstep_job_peak_flops", "gauge", "", "The sum of the peaks (FLOP/s) this node's ranks' MFU is taken against"},
     {"lockstep_job_gpu_seconds", "counter", "seconds", "GPU time this node's part of the job has held"},
     {"lockstep_job_cpu_seconds", "counter", "seconds", "CPU time this node's ranks of the job used"},
     {"lockstep_job_cost", "counter", "", "Spent so far by this node's part of the job, in its currency"},
@@ -187,6 +194,7 @@ void writeRank(Writer& w, const std::string& jobId, const kpi::RankKpis& r, bool
   w.add(kRankExposedTime, labels, scaled(r.meanExposedUs, 1e-6));
   w.add(kRankOverhead, labels, r.commOverhead);
   w.add(kRankBusBandwidth, labels, r.busBandwidth);
+  w.add(kRankMfu, labels, r.mfu);
 }
 
 // Each rank's collectives, by kind, summed over the step reports seen: counters, kept once the
@@ -219,7 +227,12 @@ void writeJob(Writer& w, const std::string& node, const JobStatus& status, const
     }
   }
   if (k == nullptr) return;
-  if (!jobStateEnded(status.state)) w.add(kJobSamples, labels, k->samplesPerSecond);
+  if (!jobStateEnded(status.state)) {
+    w.add(kJobSamples, labels, k->samplesPerSecond);
+    w.add(kJobMfu, labels, k->mfu);
+    w.add(kJobModelFlops, labels, k->modelFlopsPerSecond);
+    w.add(kJobPeakFlops, labels, k->peakFlops);
+  }
   w.add(kJobGpuSeconds, labels, scaled(k->gpuHours, 3600));
   w.add(kJobCpuSeconds, labels, scaled(k->coreHours, 3600));
   Labels cost = labels;
