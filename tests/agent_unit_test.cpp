@@ -397,9 +397,13 @@ TEST(StallWatch, IsDueTheMillisecondARanksAllowanceRunsOutFromItsRecordsOwnTime)
   const std::int64_t due = watch.dueUs();
   EXPECT_EQ(due, moved + 1'001'000) << "1 s (--stall-after-s 1) and a millisecond after the step began";
   std::this_thread::sleep_for(std::chrono::microseconds(std::max<std::int64_t>(0, due - unixMicrosNow() - 100'000)));
-  EXPECT_TRUE(watch.tick({job}).empty()) << "0.1 s before it is due: not stalled";
-  std::this_thread::sleep_for(std::chrono::microseconds(std::max<std::int64_t>(0, due - unixMicrosNow())));
-  const auto changes = watch.tick({job});
+  auto changes = watch.tick({job});
+  // A loaded machine may have slept past the moment: only a look that ended before it must see no stall.
+  if (unixMicrosNow() < due) EXPECT_TRUE(changes.empty()) << "before it is due: not stalled";
+  if (changes.empty()) {
+    std::this_thread::sleep_for(std::chrono::microseconds(std::max<std::int64_t>(0, due - unixMicrosNow())));
+    changes = watch.tick({job});
+  }
   ASSERT_EQ(changes.size(), 1u) << "due: stalled";
   EXPECT_TRUE(changes[0].began);
   EXPECT_NEAR(changes[0].stall.sinceUnixUs, moved, 1'000) << "since its last progress";
