@@ -90,6 +90,8 @@ def main():
         check(key in kpis, f"JSON kpis lack {key}")
     check(all("model_flops_utilization" in r for r in report["ranks"]), "JSON ranks lack model_flops_utilization")
     mfu = kpis.get("model_flops_utilization")
+    # The job checked is the trainer's through a test agent: it counts FLOPs, the agent has a peak.
+    check(mfu is not None and mfu > 0, f"JSON kpis have no MFU ({mfu}): the trainer counts FLOPs against the agent's peak")
     check(mfu is None or kpis.get("peak_flops"), "JSON has an MFU without the peak it was taken against")
     mfu_text = [percent(mfu) + " of peak"] if mfu is not None else []
     mfu_text += ["peak:"] if kpis.get("peak_basis") else []

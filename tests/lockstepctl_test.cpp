@@ -216,6 +216,10 @@ TEST(Lockstepctl, AFailedJobExitsFiveAndWatchShowsTheRanks) {
     }
   }
   EXPECT_TRUE(lines.back().contains("flops_basis") && lines.back().contains("peak_basis")) << lines.back().dump();
+  // The trainer counts its FLOPs and the test agent has a CPU peak: known while the job runs.
+  EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const nlohmann::json& l) {
+    return l["model_flops_utilization"].is_number() && l["model_flops_utilization"].get<double>() > 0;
+  })) << watch.out.substr(0, 2000);
 }
 
 // Issue 31: watch shows each node's network against its link, in --json and as text. The agent

@@ -50,9 +50,10 @@ JobEvent peakEvent(const std::string& message) {
 // One step a second; the 5 s window holds steps 16..20 of each rank.
 TEST(Mfu, EachRanksAndTheJobsOverTheWindow) {
   JobTracker t(job(), Settings{5.0, 0.1, std::nullopt, 100});
-  t.add(peakEvent("10.0 TFLOP/s per GPU on n: a test GPU"));
-  t.add(peakEvent("10.0 TFLOP/s per GPU on n: a test GPU"));  // said again: kept once
-  t.add(peakEvent("another part's peak"));
+  t.add(peakEvent("not yet measured on m"), "m");
+  t.add(peakEvent("10.0 TFLOP/s per GPU on n: a test GPU"), "n");
+  t.add(peakEvent("10.0 TFLOP/s per GPU on n: a test GPU"), "n");  // said again: kept once
+  t.add(peakEvent("another part's peak"), "m");                   // m's newest replaces its first
   for (std::uint64_t n = 1; n <= 20; ++n) {
     t.add(step(0, n, 2e12, 1e13), "n");
     t.add(step(1, n, n == 20 ? 7e12 : 3e12, 1e13), "n");
@@ -68,10 +69,10 @@ TEST(Mfu, EachRanksAndTheJobsOverTheWindow) {
   EXPECT_DOUBLE_EQ(*k.peakFlops, 2e13);
   EXPECT_DOUBLE_EQ(*k.mfu, 0.29);
   EXPECT_EQ(k.flopsBasis, "declared by the program");
-  EXPECT_EQ(k.peakBasis, "10.0 TFLOP/s per GPU on n: a test GPU; another part's peak");
+  EXPECT_EQ(k.peakBasis, "another part's peak; 10.0 TFLOP/s per GPU on n: a test GPU");
   EXPECT_EQ(present::mfuText(k), "29.0% of peak (5.8 TFLOP/s of 20.0 TFLOP/s)");
   EXPECT_EQ(present::mfuBasisText(k),
-            "FLOPs: declared by the program; peak: 10.0 TFLOP/s per GPU on n: a test GPU; another part's peak");
+            "FLOPs: declared by the program; peak: another part's peak; 10.0 TFLOP/s per GPU on n: a test GPU");
 }
 
 // A rank without a peak (its GPU not in the table) counts in the FLOP/s, not in the utilization:

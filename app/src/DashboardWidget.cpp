@@ -664,7 +664,6 @@ void DashboardWidget::setNodeFilter(const QString& text) {
   refresh();
 }
 
-// The few slowest ranks by name, with their cause: who the stragglers are at 1024 ranks.
 // Model FLOPs utilization (docs/kpis.md): the share, the FLOP/s against the peak, and in the tooltip
 // where both came from.
 void DashboardWidget::setMfuTile(const kpi::JobKpis& k, const QString& noSteps) {
@@ -674,12 +673,13 @@ void DashboardWidget::setMfuTile(const kpi::JobKpis& k, const QString& noSteps) 
     tile->setToolTip(QString());
     return;
   }
-  tile->set(percent(k.mfu), k.mfu ? tr("%1 of %2 peak").arg(qtext(present::flopsRate(k.modelFlopsPerSecond)),
+  tile->set(percent(k.mfu), k.mfu ? tr("%1 of %2 peak").arg(qtext(present::flopsRate(present::mfuFlopsRate(k))),
                                                             qtext(present::flopsRate(k.peakFlops)))
                                   : tr("%1; no peak known").arg(qtext(present::flopsRate(k.modelFlopsPerSecond))));
   tile->setToolTip(qtext(present::mfuBasisText(k)));
 }
 
+// The few slowest ranks by name, with their cause: who the stragglers are at 1024 ranks.
 QString DashboardWidget::slowestRanksText(const kpi::JobKpis& k) {
   if (k.slowestRanks.empty()) return {};
   QStringList lines{tr("The slowest ranks (data + compute time per step, over the median rank's):")};

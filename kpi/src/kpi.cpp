@@ -218,18 +218,15 @@ void JobTracker::add(const ProcessSample& s) {
   if (s.rssBytes) rank.rssBytes = static_cast<double>(*s.rssBytes);
 }
 
-void JobTracker::add(const JobEvent& e) {
+void JobTracker::add(const JobEvent& e, const std::string& node) {
   if (e.jobId != spec_.jobId) return;
   if (e.kind == JobEventKind::kStarted && (startUs_ == 0 || e.timeUnixUs < startUs_)) startUs_ = e.timeUnixUs;
   if (e.kind == JobEventKind::kFinished || e.kind == JobEventKind::kFailed || e.kind == JobEventKind::kStopped) {
     ended_ = true;
     endUs_ = std::max(endUs_, e.timeUnixUs);
   }
-  // What the agents took the ranks' MFU against: each said once per part (agent/src/stream/peaks.h).
-  if (e.kind == JobEventKind::kPeak && peakBases_.size() < kMaxPeakBases &&
-      std::find(peakBases_.begin(), peakBases_.end(), e.message) == peakBases_.end()) {
-    peakBases_.push_back(e.message);
-  }
+  // What each node's agent took its ranks' MFU against, as it last said (agent/src/stream/peaks.h).
+  if (e.kind == JobEventKind::kPeak) peakBases_[node] = e.message;
 }
 
 

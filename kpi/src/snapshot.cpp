@@ -229,7 +229,7 @@ void JobTracker::jobRates(JobKpis& k, const RankTotals& t) const {
   k.collectives = detail::meanOverRanks(k.ranks);
   detail::jobModelState(k, t.staleness);
   detail::jobFlops(k, t.flops);
-  for (const auto& basis : peakBases_) k.peakBasis += (k.peakBasis.empty() ? "" : "; ") + basis;
+  peakBasis(k);
   k.exposedEnds = t.ends.ends();
   if (t.ratesKnown > 0) k.samplesPerSecond = t.rate;
   k.tokensPerSecond = t.tokenRate;
@@ -247,6 +247,18 @@ void JobTracker::jobRates(JobKpis& k, const RankTotals& t) const {
     k.scalingEfficiency = *k.samplesPerSecond / (t.ratesKnown * single);
     k.scalingBasis = ScalingBasis::kEstimatedFromCompute;
   }
+}
+
+// The nodes' peaks in words: each different one once, the first kMaxPeakBases of them, then a count.
+void JobTracker::peakBasis(JobKpis& k) const {
+  std::vector<std::string> said;
+  for (const auto& [node, message] : peakBases_) {
+    if (std::find(said.begin(), said.end(), message) == said.end()) said.push_back(message);
+  }
+  for (std::size_t i = 0; i < std::min(said.size(), kMaxPeakBases); ++i) {
+    k.peakBasis += (i == 0 ? "" : "; ") + said[i];
+  }
+  if (said.size() > kMaxPeakBases) k.peakBasis += "; and " + std::to_string(said.size() - kMaxPeakBases) + " more";
 }
 
 // Load imbalance and the wait for the last rank, over the window's complete steps.

@@ -147,9 +147,12 @@ std::string parallelismText(const JobSpec& spec) {
 std::string mfuText(const kpi::JobKpis& k) {
   if (!k.modelFlopsPerSecond) return "";
   if (!k.mfu) return std::string(kUnknown) + " (" + flopsRate(k.modelFlopsPerSecond) + "; no peak known)";
-  // The FLOP/s of the ranks with a peak (all of them, unless some lack one): what the MFU is the ratio of.
-  const double withPeak = *k.mfu * k.peakFlops.value_or(NAN);
-  return percent(k.mfu) + " of peak (" + flopsRate(withPeak) + " of " + flopsRate(k.peakFlops) + ")";
+  return percent(k.mfu) + " of peak (" + flopsRate(mfuFlopsRate(k)) + " of " + flopsRate(k.peakFlops) + ")";
+}
+
+std::optional<double> mfuFlopsRate(const kpi::JobKpis& k) {
+  if (!k.mfu || !k.peakFlops) return std::nullopt;
+  return *k.mfu * *k.peakFlops;
 }
 
 std::string mfuBasisText(const kpi::JobKpis& k) {

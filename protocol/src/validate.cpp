@@ -613,7 +613,7 @@ bool named(E value) {
 // A rank's FLOPs in a step, their basis and precision, and the peak its agent set (docs/kpis.md).
 Result<void> validateFlops(const StepReport& r) {
   // A step of a week (kMaxStepTimeUs) at 100 PFLOP/s: beyond that a unit was mistaken.
-  if (r.flops && !(*r.flops >= 0 && *r.flops <= kMaxPeakFlops * 604800)) {
+  if (r.flops && !(*r.flops >= 0 && *r.flops <= kMaxStepFlops)) {
     return bad("step report flops is out of range (0 to 6e22 FLOPs in one step)");
   }
   if (r.flopsBasis && !named(*r.flopsBasis)) {

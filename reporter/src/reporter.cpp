@@ -180,15 +180,13 @@ int lockstep_report_phase(lockstep_reporter* reporter, const char* name, int64_t
 
 int lockstep_step_flops(lockstep_reporter* reporter, double flops, int basis, int precision) {
   if (reporter == nullptr || !reporter->sender) return 2;
-  // A week at 100 PFLOP/s: what validateStepReport takes.
-  constexpr double kMaxFlops = 1e17 * 604800;
   const bool unknown = flops == static_cast<double>(LOCKSTEP_UNKNOWN);
   const char* why = nullptr;
   std::uint32_t bit = 0;
   if (!unknown && !(std::isfinite(flops) && flops >= 0)) {
     why = "flops must be a finite count >= 0 (or LOCKSTEP_UNKNOWN)";
     bit = 1;
-  } else if (!unknown && flops > kMaxFlops) {
+  } else if (!unknown && flops > lockstep::kMaxStepFlops) {  // what validateStepReport takes
     why = "flops over 6e22 in one step (a unit mistaken?)";
     bit = 2;
   } else if (basis < 0 || basis > LOCKSTEP_FLOPS_LAYERS) {

@@ -37,12 +37,16 @@ double bestRateOn(int cpu, double seconds) {
   return best;
 }
 
+// OpenBLAS keeps a fixed number of buffers for the threads that call it (Debian's build: for 64
+// CPUs and more); beyond, it stops the process. Measured on at most this many CPUs of the node's.
+constexpr std::size_t kMaxMeasuredCpus = 64;
+
 std::vector<int> allowedCpus() {
   cpu_set_t set;
   CPU_ZERO(&set);
   std::vector<int> cpus;
   if (sched_getaffinity(0, sizeof set, &set) != 0) return {0};
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+  for (int cpu = 0; cpu < CPU_SETSIZE && cpus.size() < kMaxMeasuredCpus; ++cpu) {
     if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
   }
   return cpus;

@@ -337,7 +337,7 @@ void Agent::Impl::serve(const std::vector<zmq::pollitem_t>& items) {
   const auto ranksBefore = jobs_->runningRanks().size();
   jobs_->poll();
   if (jobs_->runningRanks().size() != ranksBefore) trackRanks();
-  if (cpuPeak_->pending()) cpuPeak_->measureIfNeeded(!jobs_->runningRanks().empty());
+  if (cpuPeak_->busy()) cpuPeak_->tick(!jobs_->runningRanks().empty());
   stalls_->tick();
   fetches_->answer(stream_->lastSeq() == before);
   metrics_->publish([this] {

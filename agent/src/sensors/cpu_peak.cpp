@@ -57,22 +57,22 @@ std::string measuredBasis(const std::string& node, const Json& kept) {
          " cores at once)";
 }
 
-// The trainer's measurement, kept at `path` for this machine; the peak, or why there is none.
-CpuPeak measure(const CpuPeakSettings& s, const std::string& path) {
+// The trainer's measurement: the peak, or why there is none, and what to keep of it.
+CpuPeakMeter::Measured measure(const CpuPeakSettings& s) {
   const auto run = runCommand({s.trainer, "--gemm-peak"}, kMeasureTimeout, 4096);
-  if (!run) return {std::nullopt, "the sgemm measurement failed on " + s.node + ": " + run.error().message};
+  if (!run) return {{std::nullopt, "the sgemm measurement failed on " + s.node + ": " + run.error().message}, ""};
   Json out = Json::parse(run->out, nullptr, false);
   if (!run->status.success() || !out.is_object() || !out.contains("flops_per_core") ||
       !out["flops_per_core"].is_number() || !(out["flops_per_core"].get<double>() > 0)) {
-    return {std::nullopt, "the sgemm measurement failed on " + s.node + ": " + s.trainer + " --gemm-peak ended with " +
-                              run->status.describe() + " and printed '" + trim(run->out + run->err).substr(0, 200) + "'"};
+    return {{std::nullopt, "the sgemm measurement failed on " + s.node + ": " + s.trainer + " --gemm-peak ended with " +
+                               run->status.describe() + " and printed '" + trim(run->out + run->err).substr(0, 200) + "'"},
+            ""};
   }
   const Machine m = thisMachine();
   out["cpu"] = m.cpu;
   out["cores"] = m.cores;
   out["measured"] = today();
-  (void)writeFileAtomic(path, out.dump() + "\n", 0644);  // kept or not, the figure holds for this run
-  return {out["flops_per_core"].get<double>(), measuredBasis(s.node, out)};
+  return {{out["flops_per_core"].get<double>(), measuredBasis(s.node, out)}, out.dump() + "\n"};
 }
 
 }  // namespace
@@ -103,23 +103,38 @@ std::optional<CpuPeak> CpuPeakMeter::kept() const {
   return CpuPeak{perCore, measuredBasis(settings_.node, kept)};
 }
 
-void CpuPeakMeter::measureIfNeeded(bool jobsRunning) {
+void CpuPeakMeter::tick(bool jobsRunning) {
+  if (measuring_) {
+    disturbed_ = disturbed_ || jobsRunning;
+    return;
+  }
   if (!needed_ || jobsRunning) return;
-  const auto started = running_.submit(
-      1, [s = settings_, path = keptPath()] { return measure(s, path); }, Error{ErrorCode::kResourceExhausted, "busy"},
-      "measure the CPU's sgemm peak");
+  const auto started = running_.submit(1, [s = settings_] { return measure(s); },
+                                       Error{ErrorCode::kResourceExhausted, "busy"}, "measure the CPU's sgemm peak");
   if (!started) {
     log_.info(started.error().message);
     return;
   }
   needed_ = false;
+  measuring_ = true;
+  disturbed_ = false;
   log_.info("measuring one core's sgemm peak on every core at once (" + settings_.trainer + " --gemm-peak), once");
 }
 
 std::optional<CpuPeak> CpuPeakMeter::take() {
-  std::optional<CpuPeak> out;
-  for (auto& done : running_.take()) out = std::move(done.result);
-  if (!out) return std::nullopt;
+  std::optional<Measured> done;
+  for (auto& d : running_.take()) done = std::move(d.result);
+  if (!done) return std::nullopt;
+  measuring_ = false;
+  if (disturbed_) {
+    // A job's ranks shared the cores: the figure is low, and the job was slowed. Measured again
+    // once the node is idle.
+    needed_ = true;
+    log_.info("a job ran while the CPU's sgemm peak was measured: the figure is dropped and measured again when idle");
+    return std::nullopt;
+  }
+  if (!done->keep.empty()) (void)writeFileAtomic(keptPath(), done->keep, 0644);  // kept or not, it holds for this run
+  const std::optional<CpuPeak> out = done->peak;
   peak_ = *out;
   log_.info(peak_.perCore ? "CPU peak: " + present::flopsRate(peak_.perCore) + " per core, " + peak_.basis
                           : "CPU peak unknown: " + peak_.basis);

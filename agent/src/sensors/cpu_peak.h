@@ -32,13 +32,21 @@ class CpuPeakMeter {
 
   // What is known now: configured, off, or kept from an earlier start; else not yet.
   CpuPeak now() const { return peak_; }
-  // Whether it is still to be measured.
-  bool pending() const { return needed_; }
-  // Measures it, when pending, unless a job computes here (it would slow the cores and be slowed).
-  void measureIfNeeded(bool jobsRunning);
+  // Whether it is still to be measured, or being measured.
+  bool busy() const { return needed_ || measuring_; }
+  // Called on each turn of the loop while busy(), with whether any job's rank runs here: starts
+  // the measurement when none does (ranks would slow the cores and be slowed), and marks one that
+  // a rank ran beside as disturbed.
+  void tick(bool jobsRunning);
   int wakeFd() const { return running_.wakeFd(); }
-  // A measurement that finished: the peak now known (or why not), once.
+  // A measurement that finished: the peak now known (or why not), once; nothing when it was
+  // disturbed (then it is measured again when the node is idle).
   std::optional<CpuPeak> take();
+
+  struct Measured {
+    CpuPeak peak;
+    std::string keep;  // what STATE/cpu-peak.json keeps; empty: nothing (a failed measurement)
+  };
 
  private:
   std::string keptPath() const;
@@ -48,7 +56,9 @@ class CpuPeakMeter {
   Log& log_;
   CpuPeak peak_;
   bool needed_ = false;
-  OffLoop<CpuPeak> running_{1};
+  bool measuring_ = false;
+  bool disturbed_ = false;
+  OffLoop<Measured> running_{1};
 };
 
 }  // namespace lockstep::agent

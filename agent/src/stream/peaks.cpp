@@ -14,7 +14,8 @@ constexpr std::size_t kMaxSaidPerJob = 16;  // a job whose parts differ in more 
 
 }  // namespace
 
-Peaks::Peaks(std::string node, std::vector<GpuInfo> gpus) : node_(std::move(node)), gpus_(std::move(gpus)) {}
+Peaks::Peaks(std::string node, std::vector<GpuInfo> gpus, std::chrono::milliseconds resay)
+    : node_(std::move(node)), gpus_(std::move(gpus)), resay_(resay) {}
 
 void Peaks::setCpu(CpuPeak cpu) {
   cpu_ = std::move(cpu);
@@ -22,17 +23,24 @@ void Peaks::setCpu(CpuPeak cpu) {
   said_.clear();
 }
 
-std::optional<JobEvent> Peaks::stamp(StepReport& report, const RankHardware& hardware) {
+std::optional<JobEvent> Peaks::stamp(StepReport& report, const Hardware& hardware) {
   report.peakFlops.reset();
   if (!report.flops) return std::nullopt;  // a job that counts no FLOPs has no MFU to take
   if (known_.size() >= kMaxKnown) known_.clear();
-  const auto key = std::make_tuple(report.jobId, report.rank, report.precision ? static_cast<int>(*report.precision) : 0);
+  const auto key = std::make_tuple(report.jobId, report.rank, report.attempt,
+                                   report.precision ? static_cast<int>(*report.precision) : 0);
   auto it = known_.find(key);
-  if (it == known_.end()) it = known_.emplace(key, peakOf(hardware, report.precision)).first;
+  if (it == known_.end()) {
+    const auto computesOn = hardware();
+    if (!computesOn) return std::nullopt;
+    it = known_.emplace(key, peakOf(*computesOn, report.precision)).first;
+  }
   report.peakFlops = it->second.flops;
   if (said_.size() >= kMaxJobsSaid && !said_.contains(report.jobId)) said_.clear();
-  auto& said = said_[report.jobId];
-  if (said.size() >= kMaxSaidPerJob || !said.insert(it->second.basis).second) return std::nullopt;
+  const auto now = std::chrono::steady_clock::now();
+  Said& said = said_.try_emplace(report.jobId, Said{{}, now}).first->second;
+  if (now - said.at >= resay_) said = Said{{}, now};  // time to say it again
+  if (said.bases.size() >= kMaxSaidPerJob || !said.bases.insert(it->second.basis).second) return std::nullopt;
   JobEvent event;
   event.jobId = report.jobId;
   event.kind = JobEventKind::kPeak;

@@ -148,10 +148,8 @@ void RankInbox::onReports() {
     if (!fromJob(frame, report->jobId, report->rank)) continue;
     jobs_.noteStep(report->jobId, report->rank, report->step);
     stalls_.noteStep(report->jobId, report->rank, report->stepTimeUs);
-    pushed.report->peakFlops.reset();  // this agent's to say
-    if (const auto hardware = report->flops ? jobs_.hardwareOf(report->jobId, report->rank) : std::nullopt) {
-      if (auto said = peaks_.stamp(*pushed.report, *hardware)) stream_.append(std::move(*said));
-    }
+    const auto hardware = [&] { return jobs_.hardwareOf(report->jobId, report->rank); };
+    if (auto said = peaks_.stamp(*pushed.report, hardware)) stream_.append(std::move(*said));  // its peak is ours to say
     stream_.append(std::move(*pushed.report));
   }
 }

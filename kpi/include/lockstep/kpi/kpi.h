@@ -258,10 +258,10 @@ class JobTracker : public RecordSink {
   void add(const StepReport& report, const std::string& node);
   void add(const GpuSample& sample);
   void add(const ProcessSample& sample);
-  void add(const JobEvent& event);
+  void add(const JobEvent& event, const std::string& node = {});
   void add(const StreamMessage& message);  // a job's record, through protocol's read()
 
-  void onEvent(const std::string&, const JobEvent& event) override { add(event); }
+  void onEvent(const std::string& node, const JobEvent& event) override { add(event, node); }
   void onStep(const std::string& node, const StepReport& report) override { add(report, node); }
   void onProcess(const std::string&, const ProcessSample& sample) override { add(sample); }
   void onGpu(const std::string&, const GpuSample& sample) override { add(sample); }
@@ -334,6 +334,7 @@ class JobTracker : public RecordSink {
   RankKpis rankKpis(std::uint32_t id, const RankState& r, const Window& w, RankTotals& t) const;
   void allReduceBandwidth(RankKpis& rk, const detail::CollectiveSums& sums, RankTotals& t) const;
   void jobRates(JobKpis& k, const RankTotals& t) const;
+  void peakBasis(JobKpis& k) const;
   void completeSteps(JobKpis& k, const Window& w) const;
   void slowestRank(JobKpis& k, const RankTotals& t) const;
   void eta(JobKpis& k, const Window& w) const;
@@ -363,8 +364,8 @@ class JobTracker : public RecordSink {
   double timedStepUs_ = 0, timedExposedUs_ = 0, waitedUs_ = 0;
   Maybe smoothedLoss_;
   Maybe lastGlobalLoss_;
-  static constexpr std::size_t kMaxPeakBases = 8;
-  std::vector<std::string> peakBases_;  // the `peak` events' messages, each once
+  static constexpr std::size_t kMaxPeakBases = 8;     // named in peakBasis; the rest counted
+  std::map<std::string, std::string> peakBases_;     // by node: its newest `peak` event's message
   std::uint64_t lossStep_ = 0;
   Maybe convergedAtSeconds_;
   std::deque<Point> throughput_;

@@ -69,6 +69,8 @@ std::string modelStateText(const kpi::JobKpis& k);
 // Model FLOPs utilization (docs/kpis.md): "41.2% of peak (3.3 PFLOP/s of 7.9 PFLOP/s)", or
 // "– (3.3 PFLOP/s; no peak known)" when only the FLOPs are; "" when no rank counted FLOPs.
 std::string mfuText(const kpi::JobKpis& k);
+// The FLOP/s the MFU is the ratio of: the ranks' with a peak (all of them, unless some lack one).
+std::optional<double> mfuFlopsRate(const kpi::JobKpis& k);
 // Where its figures came from: "FLOPs: declared by the program; peak: <the agents' words>".
 std::string mfuBasisText(const kpi::JobKpis& k);
 // The kind of data parallelism a trainer job runs: "all-reduce", "all-reduce, sharded: optimizer

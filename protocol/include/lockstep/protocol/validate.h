@@ -38,6 +38,8 @@ Result<void> validateNetSample(const NetSample& sample);
 inline constexpr std::int64_t kMaxStepTimeUs = 7LL * 24 * 3600 * 1'000'000;
 // A peak no one rank's hardware reaches (100 PFLOP/s): beyond it a unit was mistaken.
 inline constexpr double kMaxPeakFlops = 1e17;
+// A rank's model FLOPs in one step: a week (kMaxStepTimeUs) at that peak, 6e22.
+inline constexpr double kMaxStepFlops = kMaxPeakFlops * 604800;
 inline constexpr std::int64_t kMaxTimeUnixUs = 10'000'000'000'000'000;
 // A step report's collectives: at most one entry per kind, and at most kMaxCollectiveSpans one by
 // one; no list of a record holds more than kMaxRecordListItems (what the codec reads of one).
