@@ -14,8 +14,8 @@ one BLAS thread per rank. Each round runs, one after another:
 Two overhead figures are printed for lockstep: the exposed all-reduce wait per step (the KPI the
 product reports, steps 51 on) and, like the torch script, 1 - compute-only step / synchronised step.
 Last, each run's model FLOP/s (6 x parameters per sample, the usual training count) against the
-machine's GEMM ceiling: every core's sgemm at once (lockstep-bench-sgemm), with the BLAS kernels
-the trainer picks (issue 46).
+machine's GEMM ceiling: every core's sgemm at once, with the BLAS kernels the trainer picks, as
+the agent measures it for MFU (`lockstep-trainer --gemm-peak`; issue 46).
 """
 import argparse
 import json
@@ -90,17 +90,15 @@ def torch_ddp(steps, coretype, port, flags):
     return json.loads([l for l in out[0].splitlines() if l.startswith("{")][-1])
 
 
-def gemm_ceiling(sgemm, coretype):
-    """Every core's sgemm at once (as the ranks compute): GFLOP/s summed, per core, the kernels' name."""
-    cores = len(os.sched_getaffinity(0))
-    env = dict(os.environ, OPENBLAS_CORETYPE=coretype)
-    procs = [subprocess.Popen(["taskset", "-c", str(cpu), sgemm, "3"], env=env, stdout=subprocess.PIPE, text=True)
-             for cpu in sorted(os.sched_getaffinity(0))]
-    runs = [json.loads(p.communicate()[0]) for p in procs]
-    if any(p.returncode != 0 for p in procs):
-        sys.exit("lockstep-bench-sgemm failed")
-    total = sum(r["gflops"] for r in runs)
-    return total, total / cores, cores, runs[0]["corename"]
+def gemm_ceiling(trainer):
+    """Every core's sgemm at once (as the ranks compute), as the agent measures the CPU's peak:
+    GFLOP/s summed, per core, the kernels' name."""
+    run = subprocess.run([trainer, "--gemm-peak"], capture_output=True, text=True, timeout=120)
+    if run.returncode != 0:
+        sys.exit("lockstep-trainer --gemm-peak failed: " + run.stderr)
+    peak = json.loads(run.stdout)
+    per_core = peak["flops_per_core"] / 1e9
+    return per_core * peak["cores"], per_core, peak["cores"], peak["corename"]
 
 
 def print_flops_utilization(samples_s, ceiling):
@@ -119,9 +117,7 @@ def main():
     ap.add_argument("--torch-script", required=True)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=400)
-    ap.add_argument("--sgemm", help="lockstep-bench-sgemm (default: beside --trainer)")
     args = ap.parse_args()
-    sgemm = args.sgemm or os.path.join(os.path.dirname(args.trainer), "lockstep-bench-sgemm")
 
     coretype = "SkylakeX" if "avx512f" in open("/proc/cpuinfo").read() else "Haswell"
     results = {k: [] for k in ["auto", "ls25", "compute", "torch", "torch_tuned", "torch_pinned"]}
@@ -161,7 +157,7 @@ def main():
         print(f"ratio lockstep ({name}) / torch: {ours / torch_s:.2f}x as given, {ours / torch_tuned_s:.2f}x tuned, "
               f"{ours / torch_pinned_s:.2f}x tuned and pinned")
     print_flops_utilization([("lockstep (default)", med(results["auto"], "samples_s")), ("torch DDP (as given)", torch_s),
-                             ("torch DDP tuned and pinned", torch_pinned_s)], gemm_ceiling(sgemm, coretype))
+                             ("torch DDP tuned and pinned", torch_pinned_s)], gemm_ceiling(args.trainer))
 
 
 if __name__ == "__main__":
