@@ -92,7 +92,8 @@ class _Watcher:
         self.current = _Measured()
         self.pending = collections.deque()  # GPU steps waiting for their events
         self.ddp = hasattr(module, "require_backward_grad_sync")
-        parameters = [p for p in module.parameters() if p.requires_grad]
+        lazy = getattr(torch.nn.parameter, "is_lazy", None)  # a LazyLinear's, before its first forward: no size
+        parameters = [p for p in module.parameters() if p.requires_grad and not (lazy is not None and lazy(p))]
         self.bytes_per_sync = sum(p.numel() * p.element_size() for p in parameters)
         self.gpu = self.ddp and bool(parameters) and parameters[0].is_cuda
         self.timed = self.ddp  # whether this model's all-reduce is timed at all
@@ -275,8 +276,9 @@ _last_end = None
 def watch(model, precision=None):
     """Times every step of `model` (a DistributedDataParallel module; any other nn.Module is timed
     without the all-reduce) and counts its FLOPs (_flops.py). Returns `model`. precision: what its
-    matrix math runs in, "fp32", "tf32", "bf16", "fp16" or "fp8" (a ValueError otherwise); left out,
-    it is detected. Outside Lockstep it does nothing."""
+    matrix math runs in, "fp32", "tf32", "bf16", "fp16" or "fp8", or a torch dtype (torch.bfloat16,
+    torch.float16, torch.float32, a float8 one; a ValueError otherwise); left out, it is detected.
+    Outside Lockstep it does nothing."""
     global _watcher
     precision = _flops.checked_precision(precision)
     if _report.reporter() is None:
