@@ -4,6 +4,7 @@
 #include <QApplication>
 #include <QRegularExpression>
 #include <QScreen>
+#include <QSignalSpy>
 #include <QTableView>
 #include <QtTest>
 #include <algorithm>
@@ -199,6 +200,99 @@ class AppClusterTest : public QObject {
     QStringList expectedRows;
     for (const auto& node : expected) expectedRows << node + QStringLiteral(":0");
     QCOMPARE(rows, expectedRows);
+  }
+
+  // Issue 46: the GPU table takes new samples only for the nodes that sent them, and says only
+  // their rows changed (in runs of adjacent rows); an agent saying hello re-reads the table, and
+  // the samples it held follow their rows.
+  void theGpuTableUpdatesOnlyTheNodesThatReported() {
+    TempDir dir;
+    App app(dir);
+    auto keys = loadOrCreateKeyPair(dir.file("sim"), "agent");
+    QVERIFY(keys.ok());
+    const auto hello = [&](int i) {
+      app.store.addAgent({"127.0.0.1", static_cast<std::uint16_t>(i)}, keys->publicKey);
+      auto h = std::make_shared<NodeHello>();
+      h->nodeName = "node" + std::to_string(i);
+      h->gpus = {GpuInfo{0, "Fake GPU", h->nodeName + "-0", 1ull << 30}, GpuInfo{1, "Fake GPU", h->nodeName + "-1", 1ull << 30}};
+      app.store.onHello(QStringLiteral("127.0.0.1:%1").arg(i), h);
+    };
+    const auto sample = [&](int i, std::uint32_t gpu, float util) {
+      const std::string node = "node" + std::to_string(i);
+      GpuSample s;
+      s.node = node;
+      s.gpuIndex = gpu;
+      s.timeUnixUs = unixMicrosNow();
+      s.utilizationPct = util;
+      QSignalSpy published(&app.store, &ClusterStore::gpusChanged);
+      app.store.onMessages(QStringLiteral("127.0.0.1:%1").arg(i), std::make_shared<const std::vector<StreamMessage>>(std::vector{StreamMessage{1, node, s}}));
+      QVERIFY(published.wait(kConnectMs));
+    };
+    for (int i = 1; i <= 3; ++i) hello(i);
+    app.window.refreshNow();
+    auto* gpus = app.window.findChild<QTableView*>(QStringLiteral("gpusView"))->model();
+    const auto utils = [&] {
+      QStringList out;
+      for (int row = 0; row < gpus->rowCount(); ++row) out << gpus->index(row, app::GpusModel::kUtil).data().toString();
+      return out.join(QLatin1Char(' '));
+    };
+    QCOMPARE(utils(), QStringLiteral("– – – – – –"));
+    QSignalSpy changed(gpus, &QAbstractItemModel::dataChanged);
+    QSignalSpy reset(gpus, &QAbstractItemModel::modelReset);
+    const auto rowsChanged = [&] {
+      QStringList out;
+      for (const auto& args : changed) out << QStringLiteral("%1-%2").arg(args[0].toModelIndex().row()).arg(args[1].toModelIndex().row());
+      changed.clear();
+      return out.join(QLatin1Char(' '));
+    };
+    sample(2, 1, 42);
+    app.window.refreshNow();
+    QCOMPARE(utils(), QStringLiteral("– – – 42 – –"));
+    QCOMPARE(rowsChanged(), QStringLiteral("2-3"));  // node2's rows only
+    sample(1, 0, 10);
+    sample(3, 0, 30);
+    app.window.refreshNow();
+    QCOMPARE(utils(), QStringLiteral("10 – – 42 30 –"));
+    QCOMPARE(rowsChanged(), QStringLiteral("0-1 4-5"));  // not node2's, which sent nothing new
+    app.window.refreshNow();
+    QCOMPARE(rowsChanged(), QString());  // nothing came: nothing changed
+    QCOMPARE(reset.count(), 0);
+    hello(0);  // node0 comes first: every row moves down two
+    app.window.refreshNow();
+    QCOMPARE(reset.count(), 1);
+    QCOMPARE(utils(), QStringLiteral("– – 10 – – 42 30 –"));
+    sample(3, 1, 31);
+    app.window.refreshNow();
+    QCOMPARE(utils(), QStringLiteral("– – 10 – – 42 30 31"));
+    QCOMPARE(rowsChanged(), QStringLiteral("6-7"));
+  }
+
+  // Issue 46: an agent's state change repaints its row, not the table; and one that keeps failing
+  // the same way (nothing listens at its port) is announced once, not on every retry.
+  void anAgentsStateChangeRepaintsItsRowOnly() {
+    TempDir dir;
+    App app(dir);
+    auto keys = loadOrCreateKeyPair(dir.file("sim"), "agent");
+    QVERIFY(keys.ok());
+    const std::uint16_t free = freePort();
+    for (std::uint16_t p = free; p < free + 3; ++p) app.store.addAgent({"127.0.0.1", p}, keys->publicKey);
+    app.window.refreshNow();
+    AgentsModel* model = app.window.agentsModel();
+    QCOMPARE(model->rowCount(), 3);
+    QSignalSpy changed(model, &QAbstractItemModel::dataChanged);
+    QSignalSpy reset(model, &QAbstractItemModel::modelReset);
+    QSignalSpy announced(&app.store, &ClusterStore::agentChanged);
+    for (std::uint16_t p = free; p < free + 3; ++p) {
+      const QString id = QStringLiteral("127.0.0.1:%1").arg(p);
+      QTRY_COMPARE_WITH_TIMEOUT(app.window.agentsModel()->index(app.store.agentRow(id), AgentsModel::kState).data().toString(),
+                                QStringLiteral("reconnecting"), kConnectMs);
+    }
+    QTRY_VERIFY(!changed.isEmpty());
+    QCOMPARE(reset.count(), 0);
+    for (const auto& args : changed) QCOMPARE(args[0].toModelIndex().row(), args[1].toModelIndex().row());
+    QCOMPARE(announced.count(), 3);
+    QTest::qWait(7000);  // each agent's next try (5 s without an answer, then its backoff) fails as the first did
+    QCOMPARE(announced.count(), 3);
   }
 
   // Issue 31: a job's network survives a restart of the app and comes back from the history into

@@ -56,8 +56,11 @@ void AgentWorker::stop() {
 }
 
 void AgentWorker::setState(AgentState state, const QString& message) {
-  if (state == state_ && state != AgentState::kReconnecting) return;
+  // A retry that fails as the last one did changes nothing the GUI shows: at 2,048 agents that
+  // nothing answers, re-announcing each one was hundreds of signals a second.
+  if (state == state_ && (state != AgentState::kReconnecting || message == stateMessage_)) return;
   state_ = state;
+  stateMessage_ = message;
   Q_EMIT stateChanged(id_, state, message);
 }
 

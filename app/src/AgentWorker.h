@@ -58,6 +58,7 @@ class AgentWorker : public QObject {
   std::unique_ptr<AgentClient> client_;
   QTimer* timer_ = nullptr;
   AgentState state_ = AgentState::kConnecting;
+  QString stateMessage_;  // what the last stateChanged said: a retry that fails the same way says nothing new
   std::uint64_t lastSeq_ = 0;
   std::uint64_t instanceId_ = 0;
   // The agent's (instance, jobs version) when the jobs were last listed for its messages.

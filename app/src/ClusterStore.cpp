@@ -86,24 +86,49 @@ void ClusterStore::addAgent(const AgentAddress& address, const std::string& publ
   }
   entry->thread->start();
   QMetaObject::invokeMethod(worker, &AgentWorker::start, Qt::QueuedConnection);
+  byId_.insert(id, entry.get());
   agents_.push_back(std::move(entry));
+  placeAgent(agents_.back().get());
+  ++gpuLayoutSerial_;
   Q_EMIT agentsChanged();
+}
+
+namespace {
+
+std::string sortName(const AgentEntry& e) { return e.hello ? e.hello->nodeName : e.id.toStdString(); }
+
+}  // namespace
+
+void ClusterStore::placeAgent(AgentEntry* agent) {
+  auto it = std::find_if(agents_.begin(), agents_.end(), [&](const auto& a) { return a.get() == agent; });
+  std::unique_ptr<AgentEntry> moved = std::move(*it);
+  agents_.erase(it);
+  const std::string name = sortName(*moved);
+  const auto at = std::upper_bound(agents_.begin(), agents_.end(), name,
+                                   [](const std::string& n, const auto& a) { return naturalLess(n, sortName(*a)); });
+  agents_.insert(at, std::move(moved));
 }
 
 void ClusterStore::removeAgent(const QString& id) {
   auto it = std::find_if(agents_.begin(), agents_.end(), [&](const auto& a) { return a->id == id; });
   if (it == agents_.end()) return;
   closeAgent(**it);
+  byId_.remove(id);
+  if (const auto node = (*it)->hello ? byNode_.find((*it)->hello->nodeName) : byNode_.end(); node != byNode_.end() && node->second == it->get()) {
+    byNode_.erase(node);
+  }
   agents_.erase(it);
+  ++gpuLayoutSerial_;
   Q_EMIT agentsChanged();
   Q_EMIT gpusChanged();
 }
 
-AgentEntry* ClusterStore::findAgent(const QString& id) {
-  for (auto& a : agents_) {
-    if (a->id == id) return a.get();
-  }
-  return nullptr;
+AgentEntry* ClusterStore::findAgent(const QString& id) { return byId_.value(id, nullptr); }
+
+int ClusterStore::agentRow(const QString& id) const {
+  const AgentEntry* a = agent(id);
+  const auto it = std::find_if(agents_.begin(), agents_.end(), [&](const auto& e) { return e.get() == a; });
+  return a && it != agents_.end() ? static_cast<int>(it - agents_.begin()) : -1;
 }
 
 const AgentEntry* ClusterStore::agent(const QString& id) const {
@@ -111,10 +136,8 @@ const AgentEntry* ClusterStore::agent(const QString& id) const {
 }
 
 const AgentEntry* ClusterStore::agentOfNode(const std::string& node) const {
-  for (const auto& a : agents_) {
-    if (a->hello && a->hello->nodeName == node) return a.get();
-  }
-  return nullptr;
+  const auto it = byNode_.find(node);
+  return it == byNode_.end() ? nullptr : it->second;
 }
 
 bool ClusterStore::startOn(const QString& agentId, quint64 tag, const JobSpec& spec, const QString& storeSecret) {
@@ -146,15 +169,25 @@ std::vector<GpuEntry> ClusterStore::gpus() const {
   std::vector<GpuEntry> out;
   for (const auto& a : agents_) {
     if (!a->hello) continue;
-    for (const auto& g : a->hello->gpus) {
-      GpuEntry e{a->id, a->hello->nodeName, g, std::nullopt};
-      if (const kpi::NodeKpis* node = nodeFigures(a->id)) {
-        for (const auto& sample : node->gpus) {
-          if (sample.gpuIndex == g.index) e.latest = sample;
-        }
-      }
-      out.push_back(std::move(e));
-    }
+    for (const auto& g : a->hello->gpus) out.push_back({a->id, a->hello->nodeName, g, latestGpu(a->hello->nodeName, g.index)});
+  }
+  return out;
+}
+
+std::optional<GpuSample> ClusterStore::latestGpu(const std::string& node, std::uint32_t gpuIndex) const {
+  const auto it = nodes_.find(node);
+  if (it == nodes_.end()) return std::nullopt;
+  std::optional<GpuSample> latest;
+  for (const auto& sample : it->second.figures.gpus) {
+    if (sample.gpuIndex == gpuIndex) latest = sample;
+  }
+  return latest;
+}
+
+std::vector<std::string> ClusterStore::nodesChangedSince(std::uint64_t serial) const {
+  std::vector<std::string> out;
+  for (const auto& [name, node] : nodes_) {
+    if (node.serial > serial) out.push_back(name);
   }
   return out;
 }
@@ -175,7 +208,7 @@ JobEntry& ClusterStore::jobEntry(const JobSpec& spec) {
   if (!slot) {
     slot = std::make_unique<JobEntry>();
     slot->id = spec.jobId;
-    slot->spec = spec;
+    slot->setSpec(spec);
     slot->live = ingest_->job(spec);
     jobOrder_.push_back(spec.jobId);
   }
@@ -211,16 +244,18 @@ void ClusterStore::onState(QString id, AgentState state, QString message) {
     forgotten = true;
   }
   if (forgotten) Q_EMIT jobsChanged();
-  Q_EMIT agentsChanged();
+  Q_EMIT agentChanged(id);
 }
 
 void ClusterStore::onHello(QString id, HelloPtr hello) {
   AgentEntry* a = findAgent(id);
   if (!a) return;
+  if (const auto was = a->hello ? byNode_.find(a->hello->nodeName) : byNode_.end(); was != byNode_.end() && was->second == a) byNode_.erase(was);
   a->hello = *hello;
+  byNode_[hello->nodeName] = a;
   // The agents (and so their GPUs) in natural order of their nodes, as every list of nodes.
-  const auto nameOf = [](const std::unique_ptr<AgentEntry>& e) { return e->hello ? e->hello->nodeName : e->id.toStdString(); };
-  std::stable_sort(agents_.begin(), agents_.end(), [&](const auto& x, const auto& y) { return naturalLess(nameOf(x), nameOf(y)); });
+  placeAgent(a);
+  ++gpuLayoutSerial_;
   Q_EMIT agentsChanged();
   Q_EMIT gpusChanged();
 }
@@ -248,7 +283,7 @@ void ClusterStore::onJobs(QString id, JobList jobs) {
     // A restart replaces a job's parts: an older attempt's part (a lost node coming back) is history.
     if (status.spec.attempt < job.spec.attempt) continue;
     if (status.spec.attempt > job.spec.attempt) {
-      job.spec = status.spec;
+      job.setSpec(status.spec);
       job.parts.clear();
       changed = true;
     }
@@ -266,6 +301,15 @@ std::optional<Stall> JobEntry::stall() const {
   std::vector<const JobStatus*> all;
   for (const auto& [agent, part] : parts) all.push_back(&part);
   return kpi::jobStall(all);
+}
+
+void JobEntry::setSpec(JobSpec s) {
+  spec = std::move(s);
+  nodes.clear();
+  std::set<std::string> seen;
+  for (const auto& placement : spec.ranks) {
+    if (seen.insert(placement.node).second) nodes.push_back(placement.node);
+  }
 }
 
 bool JobEntry::unjudged() const {
@@ -290,7 +334,8 @@ void ClusterStore::onPublished(QStringList jobIds) {
 }
 
 void ClusterStore::onNodes(NodeFigures nodes) {
-  for (const auto& [name, figures] : *nodes) nodes_[name] = figures;
+  ++nodesSerial_;
+  for (const auto& [name, figures] : *nodes) nodes_[name] = {figures, nodesSerial_};
   Q_EMIT gpusChanged();
   // The agents' view (the Network column) at most once a second, and always with the newest.
   if (networkPending_) return;
@@ -308,7 +353,7 @@ const kpi::NodeKpis* ClusterStore::nodeFigures(const QString& agentId) const {
   const AgentEntry* a = agent(agentId);
   if (!a || !a->hello) return nullptr;
   const auto it = nodes_.find(a->hello->nodeName);
-  return it == nodes_.end() ? nullptr : &it->second;
+  return it == nodes_.end() ? nullptr : &it->second.figures;
 }
 
 std::vector<kpi::NetRate> ClusterStore::network(const QString& agentId) const {
@@ -318,35 +363,47 @@ std::vector<kpi::NetRate> ClusterStore::network(const QString& agentId) const {
 
 namespace {
 
-std::set<std::string, NaturalLess> nodesOf(const JobSpec& spec) {
-  std::set<std::string, NaturalLess> nodes;
-  for (const auto& r : spec.ranks) nodes.insert(r.node);
-  return nodes;
+std::vector<std::string> nodesOf(const JobSpec& spec) {
+  JobEntry job;
+  job.setSpec(spec);
+  return std::move(job.nodes);
 }
+
 
 }  // namespace
 
 std::vector<std::pair<std::string, kpi::NetRate>> ClusterStore::networkOf(const JobSpec& spec) const {
+  return networkOf(nodesOf(spec));
+}
+
+std::vector<std::pair<std::string, kpi::NetRate>> ClusterStore::networkOf(const std::vector<std::string>& nodes) const {
   std::vector<std::pair<std::string, kpi::NetRate>> out;
-  for (const auto& node : nodesOf(spec)) {
+  for (const auto& node : nodes) {
     const AgentEntry* a = agentOfNode(node);
     const auto rates = a ? network(a->id) : std::vector<kpi::NetRate>{};
     if (!rates.empty()) out.emplace_back(node, rates.front());
   }
+  // In natural order: node2 before node10.
+  std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return naturalLess(x.first, y.first); });
   return out;
 }
 
-std::optional<report::BandwidthReference> ClusterStore::linkOf(const JobSpec& spec) const {
-  const auto nodes = nodesOf(spec);
+std::optional<report::BandwidthReference> ClusterStore::linkOf(const JobSpec& spec) const { return linkOf(nodesOf(spec)); }
+
+std::optional<report::BandwidthReference> ClusterStore::linkOf(const std::vector<std::string>& nodes) const {
   if (nodes.size() < 2) return std::nullopt;
   std::optional<report::BandwidthReference> slowest;
+  std::string slowestNode;
   for (const auto& node : nodes) {
     const AgentEntry* a = agentOfNode(node);
     std::uint64_t fastest = 0;
     for (const auto& rate : a ? network(a->id) : std::vector<kpi::NetRate>{}) fastest = std::max(fastest, rate.linkBitsPerSecond.value_or(0));
     if (fastest == 0) return std::nullopt;
     const double bytes = static_cast<double>(fastest) / 8;
-    if (!slowest || bytes < slowest->bytesPerSecond) {
+    // Of equally slow links, the first node's in natural order.
+    const bool tie = slowest && bytes == slowest->bytesPerSecond && naturalLess(node, slowestNode);
+    if (!slowest || bytes < slowest->bytesPerSecond || tie) {
+      slowestNode = node;
       slowest = report::BandwidthReference{bytes, "the " + kpi::formatBitsPerSecond(static_cast<double>(fastest)) + " link of " + node};
     }
   }

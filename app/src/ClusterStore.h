@@ -3,12 +3,14 @@
 // thread. It owns one AgentWorker thread per agent and merges what they report; models and views
 // read from it and listen to its change signals (which may come in bursts: views coalesce).
 
+#include <QHash>
 #include <QObject>
 #include <QString>
 #include <QThread>
 #include <map>
 #include <memory>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "AlertLog.h"
@@ -52,7 +54,8 @@ struct GpuEntry {
 
 struct JobEntry {
   std::string id;
-  JobSpec spec;
+  JobSpec spec;  // set with setSpec, which also lists its nodes
+  std::vector<std::string> nodes;  // the spec's ranks' nodes, each once, in the ranks' order
   std::map<QString, JobStatus> parts;  // by agent id
   Supervision supervision;  // from the agent that supervises the job (docs/agent.md), of any attempt
   QString supervisor;       // that agent's id, while it is connected and says so
@@ -65,6 +68,9 @@ struct JobEntry {
   std::optional<Stall> stall() const;
   // Whether it runs a program that reports no steps: stacks, but no stall detection.
   bool unjudged() const;
+  // The spec, and its nodes once each (the dashboard's every refresh reads them: at 16,384 ranks
+  // not worked out again each time).
+  void setSpec(JobSpec s);
 };
 
 class ClusterStore : public QObject {
@@ -83,7 +89,16 @@ class ClusterStore : public QObject {
   void addSlurmCluster(SlurmClusterEntry cluster);
   const std::vector<SlurmClusterEntry>& slurmClusters() const { return slurmClusters_; }
   const AgentEntry* agent(const QString& id) const;
+  int agentRow(const QString& id) const;  // its index in agents(); -1 if none
   std::vector<GpuEntry> gpus() const;
+  // A node's newest GPU sample of that GPU, if its agent sent one.
+  std::optional<GpuSample> latestGpu(const std::string& node, std::uint32_t gpuIndex) const;
+  // Counts what changed, for views that update only that (GpusModel): the GPUs' layout (agents
+  // added, removed or saying hello) and each publication of nodes' figures.
+  std::uint64_t gpuLayoutSerial() const { return gpuLayoutSerial_; }
+  std::uint64_t nodesSerial() const { return nodesSerial_; }
+  // The nodes whose figures came in after publication `serial` (nodesSerial() then).
+  std::vector<std::string> nodesChangedSince(std::uint64_t serial) const;
   std::vector<const JobEntry*> jobs() const;  // oldest first
   const JobEntry* job(const std::string& id) const;
   // The agent's node's interfaces, busiest first (the newest throughput of each).
@@ -92,8 +107,10 @@ class ClusterStore : public QObject {
   // slowest of its nodes' fastest known links. Empty for a job on one node (its ranks talk over
   // loopback or shared memory) or when a node's link speed is not known.
   std::optional<report::BandwidthReference> linkOf(const JobSpec& spec) const;
+  std::optional<report::BandwidthReference> linkOf(const std::vector<std::string>& nodes) const;
   // Each of a job's nodes with its busiest interface, where its agent has sampled one.
   std::vector<std::pair<std::string, kpi::NetRate>> networkOf(const JobSpec& spec) const;
+  std::vector<std::pair<std::string, kpi::NetRate>> networkOf(const std::vector<std::string>& nodes) const;
 
   // Places a job: ranks per agent id (agents with 0 are left out). Errors say what is wrong.
   Result<JobSpec> place(const JobSpec& spec, const std::vector<std::pair<QString, std::uint32_t>>& ranks) const;
@@ -117,7 +134,8 @@ class ClusterStore : public QObject {
   AlertLog& alerts() const { return *alerts_; }
 
  Q_SIGNALS:
-  void agentsChanged();
+  void agentsChanged();  // agents came or went, said hello, or their network figures moved on
+  void agentChanged(QString id);  // that agent's state
   void gpusChanged();
   void jobsChanged();
   void jobDataChanged(QString jobId);
@@ -127,6 +145,8 @@ class ClusterStore : public QObject {
 
  private:
   AgentEntry* findAgent(const QString& id);
+  // Moves the agent to its place in natural order of the node names (its id before its hello).
+  void placeAgent(AgentEntry* agent);
   JobEntry& jobEntry(const JobSpec& spec);
   void updateJobState(JobEntry& job);
   void onState(QString id, AgentState state, QString message);
@@ -138,11 +158,18 @@ class ClusterStore : public QObject {
   HistoryRecorder* history_;
   std::unique_ptr<AlertLog> alerts_;
   std::unique_ptr<Ingest> ingest_;  // outlives the workers, which feed it
-  std::vector<std::unique_ptr<AgentEntry>> agents_;
+  std::vector<std::unique_ptr<AgentEntry>> agents_;  // in natural order of their nodes (placeAgent)
+  QHash<QString, AgentEntry*> byId_;
+  std::unordered_map<std::string, AgentEntry*> byNode_;  // those that said hello
   std::vector<SlurmClusterEntry> slurmClusters_;
   std::map<std::string, std::unique_ptr<JobEntry>> jobs_;
   std::vector<std::string> jobOrder_;
-  std::map<std::string, kpi::NodeKpis, NaturalLess> nodes_;  // by node name, as the ingest published them
+  struct NodeEntry {
+    kpi::NodeKpis figures;
+    std::uint64_t serial = 0;  // the publication that brought them
+  };
+  std::unordered_map<std::string, NodeEntry> nodes_;  // by node name, as the ingest published them
+  std::uint64_t nodesSerial_ = 0, gpuLayoutSerial_ = 0;
   std::int64_t networkShownUs_ = 0;  // the agents' view shows the network once a second
   bool networkPending_ = false;
 };

@@ -365,14 +365,7 @@ void DashboardWidget::refresh() {
   // A recorded job is shown as it was when recording ended, even if that was mid-run.
   const bool running = !recorded_ && !jobStateEnded(job->state);
 
-  std::vector<std::string> nodes;
-  for (const auto& placement : job->spec.ranks) {
-    if (std::find(nodes.begin(), nodes.end(), placement.node) == nodes.end()) nodes.push_back(placement.node);
-  }
-  // A few nodes by name, a cluster by count (all of them in the tooltip): the title never widens
-  // the window, whatever the job's size.
-  title_->setText(tr("%1 — %2 ranks on %3").arg(jobId_).arg(job->spec.worldSize).arg(qtext(present::nodesText(nodes))));
-  title_->setToolTip(qtext(present::nodesText(nodes, nodes.size())));
+  setTitle(*job);
   state_->setText(jobStateText(job->state));
   QPalette statePalette = state_->palette();
   statePalette.setColor(QPalette::WindowText, jobStateColor(job->state, palette()));
@@ -444,7 +437,7 @@ void DashboardWidget::refresh() {
   setMfuTile(k, noSteps);
   const QString commDetail = k.busBandwidth ? tr("exposed, of step time; bus %1").arg(qtext(present::bandwidth(k.busBandwidth)))
                                             : tr("exposed, of step time");
-  const auto diagnosis = report::diagnoseCommunication(k, job->spec, store_.linkOf(job->spec));
+  const auto diagnosis = report::diagnoseCommunication(k, job->spec, store_.linkOf(job->nodes));
   // Under the figure, its split by kind: "all-gather 2.1% · reduce-scatter 0.9%".
   const QString kinds = qtext(present::collectiveSplit(k.collectives));
   tiles_[tr("Communication")]->set(percent(k.commOverhead),
@@ -453,7 +446,7 @@ void DashboardWidget::refresh() {
                                                     : commDetail) +
                                        (kinds.isEmpty() ? QString() : QStringLiteral("\n") + kinds));
   tiles_[tr("Communication")]->setToolTip(
-      communicationToolTip(diagnosis ? diagnosis->advice : std::string(), store_.networkOf(job->spec), k.collectives));
+      communicationToolTip(diagnosis ? diagnosis->advice : std::string(), store_.networkOf(job->nodes), k.collectives));
   tiles_[tr("Slowest rank")]->set(
       k.slowestRank ? QStringLiteral("rank %1").arg(*k.slowestRank) : dash(),
       k.slowestRank ? tr("%1; imbalance %2")
@@ -489,7 +482,10 @@ void DashboardWidget::refresh() {
   tiles_[tr("Cost")]->setToolTip(tr("Waiting on communication: %1").arg(qtext(report::waitingText(k, prices))));
   tiles_[tr("Energy")]->set(figure(k.energyKwh, 3, " kWh"),
                             k.energyKwh ? QString() : tr("no NVML energy counter"));
-  refreshCharts(*job, k);
+  if (ChartsOf of{published, jobId_, nodeFilter_}; !(of == chartsOf_)) {
+    chartsOf_ = std::move(of);
+    refreshCharts(*job, k);
+  }
   refreshTimeline(*job, stall);
 }
 
@@ -657,6 +653,16 @@ void DashboardWidget::refreshCharts(const JobEntry& job, const kpi::JobKpis& k) 
   }
 
   comm_->refresh(k);
+}
+
+// A few nodes by name, a cluster by count (all of them in the tooltip): the title never widens
+// the window, whatever the job's size.
+void DashboardWidget::setTitle(const JobEntry& job) {
+  const auto of = std::make_pair(job.id, job.spec.attempt);
+  if (of == titleOf_ && !recorded_) return;
+  titleOf_ = of;
+  title_->setText(tr("%1 — %2 ranks on %3").arg(jobId_).arg(job.spec.worldSize).arg(qtext(present::nodesText(job.nodes))));
+  title_->setToolTip(qtext(present::nodesText(job.nodes, job.nodes.size())));
 }
 
 void DashboardWidget::setNodeFilter(const QString& text) {

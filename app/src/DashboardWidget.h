@@ -85,6 +85,7 @@ class DashboardWidget : public QWidget {
   void refreshCharts(const JobEntry& job, const kpi::JobKpis& k);
   static QString slowestRanksText(const kpi::JobKpis& k);
   void setMfuTile(const kpi::JobKpis& k, const QString& noSteps);
+  void setTitle(const JobEntry& job);
   QChartView* makeView(QChart* chart);
 
   ClusterStore& store_;
@@ -92,6 +93,8 @@ class DashboardWidget : public QWidget {
   std::shared_ptr<const JobEntry> recorded_;
   bool confirmStops_ = true;
   QLabel* title_;
+  // Whose nodes the title names (a job's id and attempt): at 2,048 nodes, not sorted again each refresh.
+  std::pair<std::string, std::uint32_t> titleOf_;
   QLabel* state_;
   QLabel* banner_;
   QPushButton* stop_;
@@ -122,6 +125,13 @@ class DashboardWidget : public QWidget {
   QChart* commChart_ = nullptr;
   CommChart* comm_ = nullptr;
   std::int64_t shownUpToUs_ = 0;
+  // What the charts last drew: the KPIs published with their series, for which job and filter.
+  // Until the ingest publishes again, a refresh (the 1 s tick that ages the ETA) leaves them be.
+  struct ChartsOf {
+    std::shared_ptr<const LiveJob::Published> published;
+    QString jobId, nodeFilter;
+    bool operator==(const ChartsOf&) const = default;
+  } chartsOf_;
   QString nodeFilter_;
 };
 

@@ -103,7 +103,7 @@ Result<std::shared_ptr<const JobEntry>> loadRecordedJob(const history::History& 
   LOCKSTEP_ASSIGN_OR_RETURN(history::JobRecord record, history.job(jobId));
   auto entry = std::make_shared<JobEntry>();
   entry->id = jobId;
-  entry->spec = record.spec;
+  entry->setSpec(record.spec);
   entry->state = record.state;
   entry->message = QString::fromStdString(record.message);
   entry->startedUnixUs = record.startedUnixUs;

@@ -10,6 +10,7 @@ JobControl::JobControl(ClusterStore& store, QObject* parent) : QObject(parent), 
   connect(&store_, &ClusterStore::commandDone, this, &JobControl::onCommandDone);
   connect(&store_, &ClusterStore::jobsChanged, this, &JobControl::follow);
   connect(&store_, &ClusterStore::agentsChanged, this, &JobControl::follow);
+  connect(&store_, &ClusterStore::agentChanged, this, &JobControl::follow);
 }
 
 void JobControl::launch(const JobSpec& placed) {

@@ -176,19 +176,23 @@ MainWindow::MainWindow(ClusterStore& store, QString configDir, HistoryRecorder* 
           [this](const QModelIndex& current) { dashboard_->showJob(jobsModel_->jobId(current.row())); });
   coalesce_.setSingleShot(true);
   coalesce_.setInterval(40);
-  connect(&coalesce_, &QTimer::timeout, this, &MainWindow::refreshNow);
-  for (auto signal : {&ClusterStore::agentsChanged, &ClusterStore::gpusChanged, &ClusterStore::jobsChanged}) {
-    connect(&store_, signal, this, &MainWindow::scheduleRefresh);
-  }
-  connect(&store_, &ClusterStore::jobDataChanged, this, &MainWindow::scheduleRefresh);
-  // ETA and throughput age even when nothing arrives.
+  connect(&coalesce_, &QTimer::timeout, this, &MainWindow::flush);
+  connect(&store_, &ClusterStore::agentsChanged, this, [this] { markDirty(kAgentsDirty); });
+  connect(&store_, &ClusterStore::agentChanged, this, [this](const QString& id) {
+    changedAgents_.insert(id);
+    scheduleRefresh();
+  });
+  connect(&store_, &ClusterStore::gpusChanged, this, [this] { markDirty(kGpusDirty); });
+  connect(&store_, &ClusterStore::jobsChanged, this, [this] { markDirty(kJobsDirty); });
+  connect(&store_, &ClusterStore::jobDataChanged, this, [this] { markDirty(kJobsDirty); });
+  // ETA and throughput age even when nothing arrives (the jobs and the dashboard; not the agents).
   tick_.setInterval(1000);
-  connect(&tick_, &QTimer::timeout, this, &MainWindow::scheduleRefresh);
+  connect(&tick_, &QTimer::timeout, this, [this] { markDirty(kJobsDirty); });
   tick_.start();
   connect(&control_, &JobControl::launchFinished, this, [this](const QString& jobId, bool ok, const QString& message) {
     if (ok) {
       pendingSelect_ = jobId;
-      scheduleRefresh();
+      markDirty(kJobsDirty);
     } else {
       QMessageBox::warning(this, tr("Job not started"), tr("Job %1 did not start:\n\n%2").arg(jobId, message));
     }
@@ -294,6 +298,11 @@ void MainWindow::onAlertFired(quint64 serial) {
                     QString::fromStdString(e->message));
 }
 
+void MainWindow::markDirty(unsigned what) {
+  dirty_ |= what;
+  scheduleRefresh();
+}
+
 void MainWindow::scheduleRefresh() {
   if (!coalesce_.isActive()) coalesce_.start();
 }
@@ -308,12 +317,51 @@ void MainWindow::applyDefaultLayout(QSize available) {
 }
 
 void MainWindow::refreshNow() {
+  dirty_ = kAllDirty;
+  gpusShown_.invalidate();
+  flush();
+}
+
+void MainWindow::flush() {
   coalesce_.stop();
-  const int agentRows = agentsModel_->rowCount(), gpuRows = gpusModel_->rowCount();
-  agentsModel_->refresh();
+  const unsigned dirty = std::exchange(dirty_, 0u);
+  if (dirty & kAgentsDirty) {
+    const int agentRows = agentsModel_->rowCount();
+    agentsModel_->refresh();
+    if (agentRows != agentsModel_->rowCount()) fitAgentRows();
+  } else {
+    for (const QString& id : std::as_const(changedAgents_)) agentsModel_->refreshAgent(id);
+  }
+  if (dirty & kGpusDirty) refreshGpus();
+  if (dirty & kJobsDirty) refreshJobs();
+  if ((dirty & (kAgentsDirty | kJobsDirty)) || !changedAgents_.isEmpty()) updateStatus();
+  changedAgents_.clear();
+}
+
+// New samples at most every kGpusEveryMs (they come at the agents' 5 Hz); the rest wait for a later refresh.
+void MainWindow::refreshGpus() {
+  if (gpusShown_.isValid() && gpusShown_.elapsed() < kGpusEveryMs) return markDirty(kGpusDirty);  // a later flush's
+  gpusShown_.start();
+  const int gpuRows = gpusModel_->rowCount();
   gpusModel_->refresh();
-  if (agentRows != agentsModel_->rowCount()) agentsView_->resizeColumnsToContents();
   if (gpuRows != gpusModel_->rowCount()) gpusView_->resizeColumnsToContents();
+}
+
+// A few agents: rows and columns fit their contents. Many: that costs every row's text layout on
+// each change, so rows get two lines and the columns are sized now, as agents come or go.
+void MainWindow::fitAgentRows() {
+  const bool few = agentsModel_->rowCount() <= kAutoSizedAgentRows;
+  QHeaderView* rows = agentsView_->verticalHeader();
+  QHeaderView* columns = agentsView_->horizontalHeader();
+  rows->setSectionResizeMode(few ? QHeaderView::ResizeToContents : QHeaderView::Fixed);
+  if (!few) rows->setDefaultSectionSize(2 * agentsView_->fontMetrics().lineSpacing() + 6);
+  for (int c = 0; c < agentsModel_->columnCount(); ++c) {
+    if (c != AgentsModel::kNetwork) columns->setSectionResizeMode(c, few ? QHeaderView::ResizeToContents : QHeaderView::Interactive);
+  }
+  agentsView_->resizeColumnsToContents();
+}
+
+void MainWindow::refreshJobs() {
   const QString selected = dashboard_->jobId();
   jobsModel_->refresh();
   if (!pendingSelect_.isEmpty() && jobsModel_->rowOf(pendingSelect_) >= 0) {
@@ -335,7 +383,6 @@ void MainWindow::refreshNow() {
   stopAction_->setEnabled(shown && !jobStateEnded(shown->state));
   exportAction_->setEnabled(shown && history_);
   exportTraceAction_->setEnabled(shown && history_);
-  updateStatus();
 }
 
 void MainWindow::selectJob(const QString& jobId) {

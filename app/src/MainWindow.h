@@ -3,7 +3,9 @@
 // Views only show and ask; the ClusterStore holds the data. Bursts of updates are merged into one
 // repaint on a 40 ms single-shot timer.
 
+#include <QElapsedTimer>
 #include <QMainWindow>
+#include <QSet>
 #include <QTimer>
 
 #include "ClusterStore.h"
@@ -56,8 +58,11 @@ class MainWindow : public QMainWindow {
   // Pins the key and connects (Add Agent does this after its dialog).
   Result<void> addAgent(const QString& address, const QString& key);
   void selectJob(const QString& jobId);
-  // Flushes pending updates now (tests call it instead of waiting for the timer).
+  // Refreshes every view now (tests call it instead of waiting for the timer).
   void refreshNow();
+  // Past this many agents, the agents' rows are two lines high and their columns sized when
+  // agents come or go, not on every change: sizing 2,048 rows to their contents took the GUI thread.
+  static constexpr int kAutoSizedAgentRows = 128;
   // The window's first layout, for a screen of `available` size: 1500 x 950 or the screen where
   // it is smaller, a third of the width for the cluster view.
   void applyDefaultLayout(QSize available);
@@ -74,7 +79,14 @@ class MainWindow : public QMainWindow {
   void closeEvent(QCloseEvent* event) override;
 
  private:
+  // What changed since the last refresh: only those views are refreshed.
+  enum Dirty : unsigned { kAgentsDirty = 1, kGpusDirty = 2, kJobsDirty = 4, kAllDirty = 7 };
+  void markDirty(unsigned what);
   void scheduleRefresh();
+  void flush();  // the coalescing timer's: refreshes what is dirty
+  void refreshJobs();
+  void refreshGpus();
+  void fitAgentRows();
   void updateStatus();
   void saveState();
   void setUpAlerts();
@@ -110,6 +122,10 @@ class MainWindow : public QMainWindow {
   QString historyProblem_;
   QTimer coalesce_;
   QTimer tick_;
+  unsigned dirty_ = kAllDirty;
+  QSet<QString> changedAgents_;  // whose state changed (their rows only)
+  QElapsedTimer gpusShown_;      // the GPU table takes new samples at most every kGpusEveryMs
+  static constexpr int kGpusEveryMs = 250;
   QString pendingSelect_;
 };
 

@@ -125,6 +125,11 @@ void AgentsModel::refresh() {
   resetOrUpdate(old, rows_);
 }
 
+void AgentsModel::refreshAgent(const QString& id) {
+  const int row = store_.agentRow(id);
+  if (row >= 0 && row < rows_) Q_EMIT dataChanged(index(row, 0), index(row, columnCount() - 1));
+}
+
 QString AgentsModel::agentId(int row) const {
   return row >= 0 && row < static_cast<int>(store_.agents().size()) ? store_.agents()[static_cast<std::size_t>(row)]->id
                                                                       : QString();
@@ -162,9 +167,37 @@ QVariant GpusModel::data(const QModelIndex& index, int role) const {
 }
 
 void GpusModel::refresh() {
+  if (read_ && layoutSerial_ == store_.gpuLayoutSerial()) return updateSamples();
+  read_ = true;
+  layoutSerial_ = store_.gpuLayoutSerial();
+  nodesSerial_ = store_.nodesSerial();
   const int old = static_cast<int>(rows_.size());
   rows_ = store_.gpus();
+  rowsOfNode_.clear();
+  for (int i = 0; i < static_cast<int>(rows_.size()); ++i) rowsOfNode_[rows_[static_cast<std::size_t>(i)].node].push_back(i);
   resetOrUpdate(old, static_cast<int>(rows_.size()));
+}
+
+// The newest samples of the nodes that reported, said as changed in runs of adjacent rows.
+void GpusModel::updateSamples() {
+  std::vector<int> changed;
+  for (const auto& node : store_.nodesChangedSince(nodesSerial_)) {
+    const auto it = rowsOfNode_.find(node);
+    if (it == rowsOfNode_.end()) continue;
+    for (int row : it->second) {
+      GpuEntry& g = rows_[static_cast<std::size_t>(row)];
+      g.latest = store_.latestGpu(g.node, g.info.index);
+      changed.push_back(row);
+    }
+  }
+  nodesSerial_ = store_.nodesSerial();
+  std::sort(changed.begin(), changed.end());
+  for (std::size_t i = 0; i < changed.size();) {
+    std::size_t end = i + 1;
+    while (end < changed.size() && changed[end] == changed[end - 1] + 1) ++end;
+    Q_EMIT dataChanged(index(changed[i], 0), index(changed[end - 1], columnCount() - 1));
+    i = end;
+  }
 }
 
 // ---- jobs ----
@@ -178,10 +211,9 @@ int JobsModel::rowCount(const QModelIndex& parent) const { return parent.isValid
 
 QVariant JobsModel::data(const QModelIndex& index, int role) const {
   if (!index.isValid() || index.row() >= static_cast<int>(rows_.size())) return {};
-  const JobEntry& j = *rows_[static_cast<std::size_t>(index.row())];
-  const bool stateShown = index.column() == kState &&
-                          (role == Qt::DisplayRole || role == Qt::ForegroundRole || role == Qt::ToolTipRole);
-  const auto stall = stateShown ? j.stall() : std::nullopt;
+  const Row& row = rows_[static_cast<std::size_t>(index.row())];
+  const JobEntry& j = *row.job;
+  const auto& stall = index.column() == kState ? row.stall : std::nullopt;
   if (role == Qt::ForegroundRole && index.column() == kState) {
     return jobStateColor(stall ? JobState::kFailed : j.state, QGuiApplication::palette());
   }
@@ -193,22 +225,12 @@ QVariant JobsModel::data(const QModelIndex& index, int role) const {
     case kState:
       if (stall) return tr("stalled %1").arg(duration(static_cast<double>(unixMicrosNow() - stall->sinceUnixUs) / 1e6));
       return jobStateText(j.state);
-    case kOwner: {
-      std::vector<std::string> owners;
-      for (const auto& [agent, part] : j.parts) owners.push_back(part.owner);
-      return qtext(combinedOwner(owners));
-    }
+    case kOwner: return row.owner;
     case kRanks: return j.spec.worldSize;
-    case kNodes: {
-      std::vector<std::string> nodes;
-      for (const auto& [agent, part] : j.parts) {
-        if (const AgentEntry* a = store_.agent(agent); a && a->hello) nodes.push_back(a->hello->nodeName);
-      }
-      return qtext(present::nodesText(nodes));
-    }
+    case kNodes: return row.nodes;
     default: break;
   }
-  const LiveJob::Published& shown = *published_[static_cast<std::size_t>(index.row())];
+  const LiveJob::Published& shown = *row.published;
   const kpi::JobKpis& k = shown.kpis;
   switch (index.column()) {
     case kStep:
@@ -223,22 +245,30 @@ QVariant JobsModel::data(const QModelIndex& index, int role) const {
   return {};
 }
 
+JobsModel::Row JobsModel::rowFor(const JobEntry& j) const {
+  std::vector<std::string> owners, nodes;
+  for (const auto& [agent, part] : j.parts) {
+    owners.push_back(part.owner);
+    if (const AgentEntry* a = store_.agent(agent); a && a->hello) nodes.push_back(a->hello->nodeName);
+  }
+  return {&j, j.live->published(), j.stall(), qtext(combinedOwner(owners)), qtext(present::nodesText(nodes))};
+}
+
 void JobsModel::refresh() {
   const int old = static_cast<int>(rows_.size());
-  rows_ = store_.jobs();
-  published_.clear();
-  for (const auto* j : rows_) published_.push_back(j->live->published());
+  rows_.clear();
+  for (const auto* j : store_.jobs()) rows_.push_back(rowFor(*j));
   resetOrUpdate(old, static_cast<int>(rows_.size()));
 }
 
 QString JobsModel::jobId(int row) const {
-  return row >= 0 && row < static_cast<int>(rows_.size()) ? QString::fromStdString(rows_[static_cast<std::size_t>(row)]->id)
+  return row >= 0 && row < static_cast<int>(rows_.size()) ? QString::fromStdString(rows_[static_cast<std::size_t>(row)].job->id)
                                                           : QString();
 }
 
 int JobsModel::rowOf(const QString& jobId) const {
   for (std::size_t i = 0; i < rows_.size(); ++i) {
-    if (QString::fromStdString(rows_[i]->id) == jobId) return static_cast<int>(i);
+    if (QString::fromStdString(rows_[i].job->id) == jobId) return static_cast<int>(i);
   }
   return -1;
 }

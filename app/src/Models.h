@@ -33,6 +33,7 @@ class AgentsModel : public RefreshedTableModel {
   int rowCount(const QModelIndex& parent = {}) const override;
   QVariant data(const QModelIndex& index, int role) const override;
   void refresh();
+  void refreshAgent(const QString& id);  // that agent's row only (its state changed)
   QString agentId(int row) const;
 
  private:
@@ -41,6 +42,9 @@ class AgentsModel : public RefreshedTableModel {
   int rows_ = 0;  // agents, then Slurm clusters
 };
 
+// Its rows are read again from the store only when the GPUs' layout changed (an agent came, went
+// or said hello); else only the rows of the nodes whose figures came in since the last refresh
+// take their newest samples, and only they are said to have changed.
 class GpusModel : public RefreshedTableModel {
   Q_OBJECT
  public:
@@ -51,8 +55,12 @@ class GpusModel : public RefreshedTableModel {
   void refresh();
 
  private:
+  void updateSamples();
   const ClusterStore& store_;
   std::vector<GpuEntry> rows_;
+  std::unordered_map<std::string, std::vector<int>> rowsOfNode_;
+  std::uint64_t layoutSerial_ = 0, nodesSerial_ = 0;  // of the store, as last read
+  bool read_ = false;
 };
 
 class JobsModel : public RefreshedTableModel {
@@ -67,9 +75,17 @@ class JobsModel : public RefreshedTableModel {
   int rowOf(const QString& jobId) const;
 
  private:
+  // What a row shows, worked out once per refresh: its stall, owners and nodes go over every part
+  // of the job (2,048 at 16,384 GPUs), and the view asks for each cell many times (sizing, paint).
+  struct Row {
+    const JobEntry* job;
+    std::shared_ptr<const LiveJob::Published> published;
+    std::optional<Stall> stall;
+    QString owner, nodes;
+  };
+  Row rowFor(const JobEntry& job) const;
   const ClusterStore& store_;
-  std::vector<const JobEntry*> rows_;
-  std::vector<std::shared_ptr<const LiveJob::Published>> published_;  // taken once per refresh
+  std::vector<Row> rows_;
 };
 
 // Text and colour for a job state, shared by the jobs list and the dashboard.
