@@ -335,11 +335,13 @@ kpi::JobKpis kpisOf(const std::string& metricsPath) {
 }
 
 // Rank 1 computes 8x slower: its peers wait 7x their compute for it each step, far beyond what
-// preemption on a busy 2-core machine puts between two even ranks.
+// preemption on a busy 2-core machine puts between two even ranks (batches of 256, so that a step's
+// compute, and the wait, are well above a scheduler's time slice: at 64 a CI run's even ranks once
+// arrived 28 ms apart on average, half the slowed run's skew).
 TEST(Diagnosis, ARankSlowedDownIsNamedAsTheStragglerTheOthersWaitFor) {
   test::TempDir dir;
   const std::vector<std::string> job = {test::trainerPath(), "--layers", "256,1024,512,10", "--dataset",
-                                        "synthetic:n=8192,dim=256,seed=3", "--nproc", "2", "--batch-per-rank", "64",
+                                        "synthetic:n=8192,dim=256,seed=3", "--nproc", "2", "--batch-per-rank", "256",
                                         "--steps", "40", "--quiet", "--metrics-out"};
   auto args = job;
   args.push_back(dir.file("slow.jsonl"));
