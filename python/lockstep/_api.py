@@ -558,13 +558,17 @@ def _phase_name(name):
     return data.decode("utf-8", "ignore")
 
 
-def _report_phase(name, duration):
-    """Reports a phase that just ended, at most _MAX_PHASES_PER_SECOND a second."""
+def _report_phase(name, began, ended):
+    """Reports a phase that ran from `began` to `ended` (perf_counter seconds), at most
+    _MAX_PHASES_PER_SECOND a second. Its end on the wall clock is taken back from a reading of both
+    clocks together, so that phases nested in one another keep their order (the time between the
+    phase's end and this reading, tens of microseconds, would otherwise shift one against another)."""
     global _phase_warned
     r = _report.reporter()
     if r is None:
         return
     now_us = time.time_ns() // 1000
+    end_us = now_us - _seconds_to_us(time.perf_counter() - ended)
     second = now_us // 1000000
     if _phase_budget[0] != second:
         _phase_budget[0], _phase_budget[1] = second, 0
@@ -578,7 +582,7 @@ def _report_phase(name, duration):
     text = _phase_name(name)
     if not text:
         return
-    r.send({"name": text, "time_unix_us": now_us, "duration_us": _seconds_to_us(duration), "step": _last_step},
+    r.send({"name": text, "time_unix_us": end_us, "duration_us": _seconds_to_us(ended - began), "step": _last_step},
            kind="phase")
 
 
@@ -639,7 +643,7 @@ class phase:
         if not stack:
             _count_out_of_step(began, ended)
         try:
-            _report_phase(self.name, ended - began)
+            _report_phase(self.name, began, ended)
         except Exception as e:  # never raises into the program
             _report._warn("phase not reported: %s" % e)
         return False
