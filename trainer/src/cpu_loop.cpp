@@ -7,7 +7,6 @@
 #include <thread>
 
 #include "bucket_choice.h"
-#include "lockstep/protocol/validate.h"
 #include "optimizer.h"
 #include "shm_comm.h"
 
@@ -129,7 +128,6 @@ Result<void> CpuLoop::train(StepAccounting& accounting) {
   weights_ = s_.params.data();
   batchX_.assign(std::size_t{maxRows_} * s_.data.dim, 0.0f);
   batchY_.assign(maxRows_, 0);
-  if (options_.spec.sync == Sync::kParameterServer) LOCKSTEP_TRY(validatePsRanks(options_.spec));
   if (options_.spec.sync == Sync::kParameterServer && s_.comm) return trainWithServer(accounting);
   const double lr = effectiveLearningRate(options_.spec);
   if (s_.shards && stagesGradients()) {
@@ -269,19 +267,10 @@ void CpuLoop::addShardFigures(const Step& st, StepReport& report) const {
     report.optimizerStateBytes = s_.optimizer->stateBytes();
     return addShardedLayerFigures(st, report);
   }
-  // A rank holding a part of the parameter server holds its master, queued gradients and optimizer too.
-  // A worker's messages to and from a split server's other parts are copies (cpu_server_steps.cpp).
-  std::size_t pushed = 0, pulled = 0;
-  for (const auto& m : pushes_) pushed += m.size();
-  for (const auto& m : pulls_) pulled += m.size();
-  report.paramBytes = (s_.params.size() + pulled) * sizeof(float) + (server_ ? server_->masterBytes() : 0);
-  report.gradBytes = (s_.layout->totalFloats() + pushed) * sizeof(float) + (server_ ? server_->gradientBytes() : 0);
+  if (st.exchange) return psWorker_->addFigures(*st.exchange, s_.params.size(), s_.layout->totalFloats(), report);
+  report.paramBytes = s_.params.size() * sizeof(float);
+  report.gradBytes = s_.layout->totalFloats() * sizeof(float);
   report.optimizerStateBytes = s_.optimizer->stateBytes();
-  report.staleness = st.staleness;
-  if (st.push.count > 0) {
-    report.collectives.push_back({CollectiveKind::kPush, st.push.count, st.push.micros, st.push.micros, st.push.bytes});
-    report.collectives.push_back({CollectiveKind::kPull, st.pull.count, st.pull.micros, st.pull.micros, st.pull.bytes});
-  }
   if (!s_.shards || !reducer_) return;  // all-reduce only: the report's all-reduce fields say it all
   // The wait for the buckets is the reduce-scatters' (the header's all-reduce is tiny and
   // goes first); the all-gather is waited on whole.

@@ -12,7 +12,7 @@
 
 #include "bucket_measure.h"
 #include "model.h"
-#include "ps_server.h"
+#include "ps_worker.h"
 #include "rank_loop.h"
 #include "rank_state.h"
 #include "step_accounting.h"
@@ -43,8 +43,7 @@ class CpuLoop final : public RankLoop {
     Clock::time_point backwardStart, backwardEnd;  // the last micro-step's, which the reducer follows
     Clock::duration data{}, model{}, exposed{}, optimizer{};
     KindTotals allGather;  // sharded: the parameters, after the optimizer
-    KindTotals push, pull;  // with a parameter server
-    std::optional<std::uint32_t> staleness;  // asynchronous: its gradient's
+    std::optional<PsExchange> exchange;  // with a parameter server
     double localLossSum = 0.0;
     std::uint32_t localSamples = 0;
   };
@@ -54,15 +53,9 @@ class CpuLoop final : public RankLoop {
   void reduceIn(std::vector<Bucket> buckets);
   Result<void> replanIfDrifted(std::uint64_t step);
 
-  // --sync parameter-server (ps_server.h): the server's parts (rank 0's, or ranks 0..N-1's with
-  // --ps-ranks N), the mesh to them, and the steps,
-  // each computed on the weights the server sent last.
-  Result<void> setUpServer();
+  // --sync parameter-server (ps_worker.h): the steps, each computed on the weights the server sent last.
   Result<void> trainWithServer(StepAccounting& accounting);
-  // Pushes the step's gradient and pulls the weights after its update; returns the server's word.
-  Result<PsHeader> pushAndPull(Step& step);
   Result<void> recordServerStep(Step& step, double lr, StepAccounting& accounting, const PsHeader& reply);
-  std::optional<Error> serverError(bool stopFirst);
 
   // --shard gradients|parameters (sharded_layers.h): the buckets, staged one at a time (--bucket-mb's
   // or 1 MiB), and the layers each rank keeps its part of.
@@ -120,12 +113,8 @@ class CpuLoop final : public RankLoop {
 
   // With a parameter server.
   std::string keyPrefix_;  // the job's keys in the store
-  std::unique_ptr<ParameterServer> server_;  // on the ranks that hold a part of the server
-  std::unique_ptr<PsLink> psLink_;
-  std::unique_ptr<ShardPlan> serverParts_;  // the server's parts (--ps-ranks)
-  std::vector<std::vector<float>> pushes_, pulls_;  // per part: the message to it, and from it
+  std::unique_ptr<PsWorker> psWorker_;
   float* weights_ = nullptr;       // what forward and backward read: the rank state's params
-  std::uint64_t version_ = 0;      // the server's update those weights are
   bool voteToStop_ = false;        // the target loss was reached: the next push says so
 };
 

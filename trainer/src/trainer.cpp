@@ -12,6 +12,7 @@
 #include "checkpoint.h"
 #include "cpu_share.h"
 #include "lockstep/common/clock.h"
+#include "lockstep/protocol/validate.h"
 #include "rank_state.h"
 #include "step_accounting.h"
 
@@ -82,6 +83,8 @@ RankRunner::RankRunner(jobflags::TrainerOptions options, DistEnv env, const std:
 RankRunner::~RankRunner() = default;
 
 Result<RunSummary> RankRunner::run() {
+  // Checked here, where the world size is known, for both backends.
+  if (options_.spec.sync == Sync::kParameterServer) LOCKSTEP_TRY(validatePsRanks(options_.spec));
   LOCKSTEP_ASSIGN_OR_RETURN(loop_, makeRankLoop(options_.spec.backend, *this));
   LOCKSTEP_TRY(setUp());
   LOCKSTEP_TRY(loop_->setUp());
