@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packs what the GPU machine lacks into gpu-bundle/ (git-ignored; carry it with the `run` tool):
-# stripped lockstep-trainer, lockstep-agent and gpu_test, the lockstep Python package and
+# stripped lockstep-trainer, lockstep-agent, gpu_test and gpu_kinds_test, the lockstep Python package and
 # liblockstep-reporter, and the shared libraries they need that
 # the GPU machine does not have (ZeroMQ, Gloo, OpenBLAS and their dependencies; see
 # ../shared/gpu-machine/README.md), compressed to stay under the 64 MiB a run may carry.
@@ -16,7 +16,7 @@ PRESENT='^(linux-vdso|ld-linux|libc|libm|libdl|librt|libpthread|libresolv|libnsl
 
 rm -rf "$OUT"
 mkdir -p "$OUT/bin" "$OUT/lib"
-for b in lockstep-trainer lockstep-agent gpu_test; do
+for b in lockstep-trainer lockstep-agent gpu_test gpu_kinds_test; do
   [ -x "$BUILD/bin/$b" ] || { echo "bundle: $BUILD/bin/$b is missing: build with CUDA first" >&2; exit 1; }
   strip -o "$OUT/bin/$b" "$BUILD/bin/$b"
 done

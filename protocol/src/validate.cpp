@@ -243,9 +243,9 @@ Result<void> validateFields(const JobSpec& spec) {
 // Sharded training (docs/trainer.md): what this build's trainer shards, and where.
 Result<void> validateShard(const JobSpec& spec) {
   if (spec.shard == Shard::kNone) return {};
-  if (spec.backend == Backend::kCuda) {
+  if (spec.backend == Backend::kCuda && spec.shard != Shard::kOptimizer) {
     return bad("--shard " + std::string(nameOf(spec.shard)) +
-               " runs on the CPU backend only for now; use --shard none with --backend cuda");
+               " runs on the CPU backend only for now; use --shard optimizer or none with --backend cuda");
   }
   return {};
 }
@@ -255,9 +255,6 @@ Result<void> validateSync(const JobSpec& spec) {
   if (spec.sync == Sync::kAllReduce) {
     if (spec.staleness != 0) return bad("--staleness goes with --sync parameter-server (all-reduce is synchronous)");
     return {};
-  }
-  if (spec.backend == Backend::kCuda) {
-    return bad("--sync parameter-server runs on the CPU backend only for now; use --sync allreduce with --backend cuda");
   }
   if (spec.shard != Shard::kNone) {
     return bad("--sync parameter-server keeps the optimizer state on the server already: use --shard none with it");

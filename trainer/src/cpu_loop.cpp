@@ -11,22 +11,6 @@
 #include "shm_comm.h"
 
 namespace lockstep::trainer {
-namespace {
-
-// LOCKSTEP_TEST_SLOWDOWN=RANK:FACTOR makes that rank compute FACTOR times slower (it idles for the
-// difference): the load-balancing tests and benchmark stand in for slower hardware with it.
-Result<double> testSlowdown(std::uint32_t rank) {
-  const char* text = std::getenv("LOCKSTEP_TEST_SLOWDOWN");
-  if (text == nullptr || *text == '\0') return 1.0;
-  unsigned slowRank = 0;
-  double factor = 0;
-  if (std::sscanf(text, "%u:%lf", &slowRank, &factor) != 2 || !(factor >= 1.0) || factor > 100.0) {
-    return invalidArgument(std::string("LOCKSTEP_TEST_SLOWDOWN='") + text + "': expected RANK:FACTOR with FACTOR 1 to 100");
-  }
-  return slowRank == rank ? factor : 1.0;
-}
-
-}  // namespace
 
 CpuLoop::CpuLoop(RankHost& host) : host_(host), options_(host.options()), env_(host.env()), s_(host.state()) {}
 
@@ -49,13 +33,9 @@ Result<std::unique_ptr<Comm>> CpuLoop::connect(StoreClient* store, const std::st
   std::unique_ptr<Comm> comm;
   if (store != nullptr) {
     const auto timeout = commTimeout(options_.spec);
-    GlooOptions gloo;
-    gloo.rank = static_cast<int>(env_.rank);
-    gloo.worldSize = static_cast<int>(env_.worldSize);
-    gloo.storePrefix = keyPrefix + "gloo/";
-    gloo.localHost = store->localAddress();
-    gloo.timeout = timeout;
-    LOCKSTEP_ASSIGN_OR_RETURN(comm, connectGloo(*store, gloo));
+    LOCKSTEP_ASSIGN_OR_RETURN(comm, connectGloo(*store, glooMesh(options_.spec, *store, keyPrefix + "gloo/",
+                                                                 static_cast<int>(env_.rank),
+                                                                 static_cast<int>(env_.worldSize))));
     // All ranks on this node: all-reduce through shared memory (shm_comm.h), unless asked not to.
     const char* allReduce = std::getenv("LOCKSTEP_ALLREDUCE");
     if (env_.localWorldSize == env_.worldSize && (allReduce == nullptr || std::string(allReduce) != "gloo")) {

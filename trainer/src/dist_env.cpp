@@ -1,6 +1,7 @@
 #include "dist_env.h"
 
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -63,6 +64,17 @@ Result<DistEnv> distEnvFromEnvironment() {
     env.storeSecret = secret;
   }
   return env;
+}
+
+Result<double> testSlowdown(std::uint32_t rank) {
+  const char* text = std::getenv("LOCKSTEP_TEST_SLOWDOWN");
+  if (text == nullptr || *text == '\0') return 1.0;
+  unsigned slowRank = 0;
+  double factor = 0;
+  if (std::sscanf(text, "%u:%lf", &slowRank, &factor) != 2 || !(factor >= 1.0) || factor > 100.0) {
+    return invalidArgument(std::string("LOCKSTEP_TEST_SLOWDOWN='") + text + "': expected RANK:FACTOR with FACTOR 1 to 100");
+  }
+  return slowRank == rank ? factor : 1.0;
 }
 
 }  // namespace lockstep::trainer

@@ -26,6 +26,11 @@ struct DistEnv {
 // one) and the LOCKSTEP_* variables. Malformed or inconsistent values are InvalidArgument.
 Result<DistEnv> distEnvFromEnvironment();
 
+// LOCKSTEP_TEST_SLOWDOWN=RANK:FACTOR makes that rank compute FACTOR times slower (the loops idle
+// for the difference): the load-balancing and asynchronous tests and benchmarks stand in for
+// slower hardware with it. Returns this rank's factor: 1 unless it is RANK.
+Result<double> testSlowdown(std::uint32_t rank);
+
 // Who sends a record of the job's (a StepReport, a PhaseReport): the job, this rank, the world
 // size and the attempt.
 template <class Record>

@@ -44,13 +44,8 @@ Result<void> PsWorker::connect(const std::string& keyPrefix) {
     pushes_[static_cast<std::size_t>(part)].resize(psMessageFloats(*parts_, part));
     pulls_[static_cast<std::size_t>(part)].resize(psMessageFloats(*parts_, part));
   }
-  GlooOptions mesh;
-  mesh.rank = rank;
-  mesh.worldSize = static_cast<int>(env.worldSize) + parts;
-  mesh.storePrefix = keyPrefix + "ps/";
-  mesh.localHost = s.store->localAddress();
-  mesh.timeout = commTimeout(spec);
-  auto link = PsLink::connect(*s.store, mesh);
+  auto link = PsLink::connect(*s.store, glooMesh(spec, *s.store, keyPrefix + "ps/", rank,
+                                                 static_cast<int>(env.worldSize) + parts));
   if (!link) return host_.diagnoseCommFailure(link.error(), "connecting to the parameter server");
   link_ = std::move(*link);
   version_ = s.firstStep;

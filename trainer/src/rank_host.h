@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <string>
 
+#include "comm.h"
 #include "dist_env.h"
 #include "lockstep/common/result.h"
+#include "lockstep/common/store.h"
 #include "lockstep/jobflags/options.h"
 #include "rank_progress.h"
 
@@ -39,6 +41,18 @@ class RankHost {
 // Every collective's bound: --timeout-s.
 inline std::chrono::milliseconds commTimeout(const JobSpec& spec) {
   return std::chrono::milliseconds(std::int64_t{spec.timeoutS} * 1000);
+}
+
+// A Gloo mesh of `worldSize` members, this one `rank`, met through the job's store under `prefix`
+// (the ranks' collectives, the workers and their parameter server), bounded by --timeout-s.
+inline GlooOptions glooMesh(const JobSpec& spec, StoreClient& store, std::string prefix, int rank, int worldSize) {
+  GlooOptions gloo;
+  gloo.rank = rank;
+  gloo.worldSize = worldSize;
+  gloo.storePrefix = std::move(prefix);
+  gloo.localHost = store.localAddress();
+  gloo.timeout = commTimeout(spec);
+  return gloo;
 }
 
 }  // namespace lockstep::trainer

@@ -1,5 +1,6 @@
 #include "cuda_loop.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
@@ -23,18 +24,28 @@ CudaLoop::CudaLoop(RankHost& host) : host_(host), options_(host.options()), env_
 
 CudaLoop::~CudaLoop() = default;
 
+bool CudaLoop::withServer() const { return options_.spec.sync == Sync::kParameterServer && env_.worldSize > 1; }
+
 Result<std::unique_ptr<Comm>> CudaLoop::connect(StoreClient* store, const std::string& keyPrefix) {
+  keyPrefix_ = keyPrefix;
   LOCKSTEP_ASSIGN_OR_RETURN(const int device, pickDevice(env_.localRank));
   LOCKSTEP_CUDA(cudaSetDevice(device));
+  if (withServer() && store != nullptr) {
+    // The start-up broadcasts and the final barrier go over the hosts' mesh, as the pushes do: no
+    // NCCL communicator, so several ranks may share one GPU.
+    return connectGloo(*store, glooMesh(options_.spec, *store, keyPrefix + "gloo/", static_cast<int>(env_.rank),
+                                        static_cast<int>(env_.worldSize)));
+  }
   LOCKSTEP_ASSIGN_OR_RETURN(auto comm, NcclComm::connect(store, keyPrefix, static_cast<int>(env_.rank),
                                                          static_cast<int>(env_.worldSize), commTimeout(options_.spec)));
   return std::unique_ptr<Comm>(std::move(comm));
 }
 
 Result<void> CudaLoop::train(StepAccounting& accounting) {
+  if (withServer()) return trainWithServer(accounting);
   nccl_ = dynamic_cast<NcclComm*>(s_.comm.get());
   if (!nccl_) return Error{ErrorCode::kInternal, "the CUDA loop runs without its NCCL communicator"};
-  LOCKSTEP_TRY(start());
+  LOCKSTEP_TRY(start(/*keepsOptimizer=*/true));
   LOCKSTEP_TRY(chooseBuckets());
   for (const auto& b : buckets_) bytesPerStep_ += (b.end - b.begin) * sizeof(float);
   accounting.start(buckets_.size());
@@ -48,15 +59,19 @@ Result<void> CudaLoop::train(StepAccounting& accounting) {
   return checkpointAtSignal(accounting.summary());
 }
 
-Result<void> CudaLoop::start() {
+Result<void> CudaLoop::start(bool keepsOptimizer) {
   LOCKSTEP_CUDA(cudaGetDevice(&device_));
-  LOCKSTEP_ASSIGN_OR_RETURN(model_, GpuModel::create(*s_.layout, options_.spec, s_.data, device_));
-  for (const auto& b : s_.optimizer->stateBuffers()) optimizerState_.push_back(b.data);
+  const std::size_t stateBegin = keepsOptimizer ? s_.optimizer->rangeBegin() : 0;
+  const std::size_t stateEnd = keepsOptimizer ? s_.optimizer->rangeEnd() : 0;
+  LOCKSTEP_ASSIGN_OR_RETURN(model_, GpuModel::create(*s_.layout, options_.spec, s_.data, device_, stateBegin, stateEnd));
+  if (keepsOptimizer) {
+    for (const auto& b : s_.optimizer->stateBuffers()) optimizerState_.push_back(b.data);
+  }
   LOCKSTEP_TRY(model_->upload(s_.params.data(), optimizerState_));
   lr_ = effectiveLearningRate(options_.spec);
   LOCKSTEP_TRY(slots_.init());
   compute_ = model_->computeStream();
-  comm_ = nccl_->stream();
+  comm_ = nccl_ ? nccl_->stream() : nullptr;
   grads_ = model_->grads();
   return {};
 }
@@ -142,6 +157,9 @@ Result<void> CudaLoop::enqueueStep(std::uint64_t step, StepSlot& slot, cudaEvent
   if (!commError) return fail(commError.error(), step + 1);
   LOCKSTEP_CUDA(cudaEventRecord(slot.backwardEnd, compute_));
   LOCKSTEP_CUDA(cudaStreamWaitEvent(comm_, slot.backwardEnd));  // the step ends after its backward, too
+  if (s_.shards) {
+    if (auto gathered = gatherParameters(slot); !gathered) return fail(gathered.error(), step + 1);
+  }
   LOCKSTEP_CUDA(cudaMemcpyAsync(slot.header, grads_, 3 * sizeof(float), cudaMemcpyDeviceToHost, comm_));
   LOCKSTEP_CUDA(cudaEventRecord(slot.end, comm_));
   return {};
@@ -166,6 +184,12 @@ void CudaLoop::launchReady(StepSlot& slot, std::size_t& launched, std::size_t en
     cudaEventRecord(slot.commStart, comm_);
     slot.commStarted = true;
   }
+  if (s_.shards) {
+    for (std::size_t b = first; b < launched && commError; ++b) {
+      if (auto r = reduceShardedBucket(buckets_[b]); !r) commError = r.error();
+    }
+    return;
+  }
   if (auto r = nccl_->allReduceAsync(ranges.data(), ranges.size()); !r) {
     commError = r.error();
     return;
@@ -173,6 +197,47 @@ void CudaLoop::launchReady(StepSlot& slot, std::size_t& launched, std::size_t en
   for (std::size_t b = first; b < launched; ++b) {
     model_->applyOptimizer(buckets_[b].begin, buckets_[b].end, *s_.optimizer, comm_);
   }
+}
+
+Result<void> CudaLoop::reduceShardedBucket(const Bucket& bucket) {
+  const std::size_t first = std::max(bucket.begin, ParamLayout::kHeaderFloats);
+  if (bucket.begin < first) {
+    // The header: the optimizers read the global sample count from it, after this.
+    NcclComm::Range header{grads_ + bucket.begin, first - bucket.begin};
+    LOCKSTEP_TRY(nccl_->allReduceAsync(&header, 1));
+  }
+  if (first >= bucket.end) return {};
+  LOCKSTEP_TRY(nccl_->reduceToOwnersAsync({grads_ + first, s_.shards->partsOf(first, bucket.end)}));
+  const std::size_t begin = std::max(first, s_.optimizer->rangeBegin());
+  const std::size_t end = std::min(bucket.end, s_.optimizer->rangeEnd());
+  if (begin < end) model_->applyOptimizer(begin, end, *s_.optimizer, comm_);
+  return {};
+}
+
+Result<void> CudaLoop::gatherParameters(StepSlot& slot) {
+  LOCKSTEP_CUDA(cudaEventRecord(slot.gatherStart, comm_));
+  const std::size_t first = ParamLayout::kHeaderFloats, total = s_.layout->totalFloats();
+  LOCKSTEP_TRY(nccl_->broadcastFromOwnersAsync({model_->params() + first, s_.shards->partsOf(first, total)}));
+  model_->refreshLowCopy(first, total, comm_);
+  return {};
+}
+
+void CudaLoop::addMemoryAndKinds(const StepSlot& slot, StepReport& r) const {
+  r.paramBytes = model_->paramBytes();
+  r.gradBytes = std::uint64_t{s_.layout->totalFloats()} * sizeof(float);
+  r.optimizerStateBytes = s_.optimizer->stateBytes();
+  if (!s_.shards) return;
+  // The all-reduce is the header's alone: its figures would say nothing of the gradients'.
+  r.allreduceTimeUs.reset();
+  r.bytesReduced.reset();
+  const auto us = [](double v) { return static_cast<std::int64_t>(v); };
+  const std::int64_t scatter = us(elapsedUs(slot.commStart, slot.gatherStart));
+  const std::int64_t gather = us(elapsedUs(slot.gatherStart, slot.end));
+  const std::int64_t scatterExposed = us(elapsedUs(slot.backwardEnd, slot.gatherStart));
+  r.collectives.push_back({CollectiveKind::kReduceScatter, static_cast<std::uint32_t>(buckets_.size()), scatter,
+                           std::clamp<std::int64_t>(scatterExposed, 0, scatter), bytesPerStep_});
+  const std::uint64_t paramsBytes = (s_.layout->totalFloats() - ParamLayout::kHeaderFloats) * sizeof(float);
+  r.collectives.push_back({CollectiveKind::kAllGather, 1, gather, gather, paramsBytes});
 }
 
 Result<bool> CudaLoop::report(StepSlot& slot, cudaEvent_t previousEnd, bool lastStep, StepAccounting& accounting) {
@@ -187,6 +252,7 @@ Result<bool> CudaLoop::report(StepSlot& slot, cudaEvent_t previousEnd, bool last
   r.stepTimeUs = static_cast<std::int64_t>(elapsedUs(previousEnd, slot.end));
   r.allreduceTimeUs = static_cast<std::int64_t>(elapsedUs(slot.commStart, slot.end));
   r.bytesReduced = std::uint64_t{bytesPerStep_};
+  addMemoryAndKinds(slot, r);
   LOCKSTEP_ASSIGN_OR_RETURN(const bool reached,
                             accounting.record(r, static_cast<std::uint64_t>(h[kSampleCount]), globalLoss,
                                               lastStep || stopVoted));
@@ -196,26 +262,38 @@ Result<bool> CudaLoop::report(StepSlot& slot, cudaEvent_t previousEnd, bool last
 
 Result<void> CudaLoop::checkpointIfDue(std::uint64_t step, StepSlot& slot) {
   const JobSpec& spec = options_.spec;
-  const bool checkpointDue = spec.checkpointEvery > 0 && step % spec.checkpointEvery == 0;
-  if (!s_.checkpoints || !checkpointDue) return {};
+  if (spec.checkpointEvery == 0 || step % spec.checkpointEvery != 0) return {};
+  if (!s_.checkpoints && !gathersForCheckpoints()) return {};
   s_.progress.enter(RankPhase::kCheckpoint);
   if (auto done = nccl_->wait(slot.end); !done) return fail(done.error(), step);
-  const auto copyStart = Clock::now();  // the step is done: what follows is the checkpoint's
-  LOCKSTEP_TRY(model_->download(s_.params.data(), optimizerState_));
-  LOCKSTEP_TRY(s_.checkpoints->submit(snapshotCheckpoint(step, s_.resume, s_.params, *s_.optimizer)));
-  host_.notePhase("checkpoint", copyStart, step);
-  return {};
+  return checkpoint(step);  // the step is done: what follows is the checkpoint's
 }
 
 Result<void> CudaLoop::checkpointAtSignal(const RunSummary& summary) {
   const JobSpec& spec = options_.spec;
-  if (!s_.checkpoints || summary.stoppedBySignal == 0 || spec.checkpointEvery == 0 ||
-      summary.stepsDone % spec.checkpointEvery == 0) {
+  if (summary.stoppedBySignal == 0 || spec.checkpointEvery == 0 || summary.stepsDone % spec.checkpointEvery == 0) {
     return {};
   }
+  return checkpoint(summary.stepsDone);
+}
+
+bool CudaLoop::gathersForCheckpoints() const { return s_.shards && !options_.spec.checkpointDir.empty(); }
+
+Result<void> CudaLoop::checkpoint(std::uint64_t step) {
+  if (!s_.checkpoints && !gathersForCheckpoints()) return {};
   const auto copyStart = Clock::now();
-  LOCKSTEP_TRY(s_.checkpoints->submit(snapshotCheckpoint(summary.stepsDone, s_.resume, s_.params, *s_.optimizer)));
-  host_.notePhase("checkpoint", copyStart, summary.stepsDone);
+  LOCKSTEP_TRY(model_->download(s_.params.data(), optimizerState_));
+  std::unique_ptr<Optimizer> whole;  // sharded: every rank's part of the state, gathered
+  if (gathersForCheckpoints()) {
+    s_.progress.enter(RankPhase::kCommunicate);
+    auto gathered = gatherOptimizer(*nccl_, *s_.shards, *s_.optimizer, *s_.layout);
+    if (!gathered) return fail(gathered.error(), step);
+    whole = std::move(*gathered);
+  }
+  if (!s_.checkpoints) return {};
+  s_.progress.enter(RankPhase::kCheckpoint);
+  LOCKSTEP_TRY(s_.checkpoints->submit(snapshotCheckpoint(step, s_.resume, s_.params, whole ? *whole : *s_.optimizer)));
+  host_.notePhase("checkpoint", copyStart, step);
   return {};
 }
 

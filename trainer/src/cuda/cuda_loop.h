@@ -12,6 +12,9 @@
 // runs, so decisions taken from them (stop votes, the target loss) take effect one step later,
 // on every rank alike.
 //
+// With --sync parameter-server the steps go one at a time instead (cuda_server_steps.cpp): the
+// gradient to the host and to the server, the weights it sends back to the GPU.
+//
 // Only files in cuda/ include this header: the rest of the trainer reaches the loop through
 // RankLoop (makeCudaLoop).
 
@@ -24,6 +27,7 @@
 
 #include "gpu_model.h"
 #include "nccl_comm.h"
+#include "ps_worker.h"
 #include "rank_loop.h"
 #include "rank_state.h"
 #include "step_accounting.h"
@@ -40,13 +44,18 @@ class CudaLoop final : public RankLoop {
 
   bool pinsCpus() const override { return false; }
   Result<void> setUp() override { return {}; }
-  // NCCL on this rank's GPU, even for a world of one (it reduces as a larger one would).
+  // NCCL on this rank's GPU, even for a world of one (it reduces as a larger one would); Gloo
+  // between the hosts when a parameter server does the reducing (ps_worker.h).
   Result<std::unique_ptr<Comm>> connect(StoreClient* store, const std::string& keyPrefix) override;
   Result<void> train(StepAccounting& accounting) override;
 
  private:
-  // The model on the device, with the rank's parameters and optimizer state.
-  Result<void> start();
+  // Whether the ranks train with a parameter server: a world of more than one with --sync
+  // parameter-server (alone, a rank trains as all-reduce would).
+  bool withServer() const;
+  // The model on the device, with the rank's parameters, and its optimizer state unless a server
+  // keeps that.
+  Result<void> start(bool keepsOptimizer);
   // --bucket-mb's, or chosen from this job's measurements (bucket_plan.h, gpu_plan.h).
   Result<void> chooseBuckets();
   Result<void> runSteps(StepAccounting& accounting);
@@ -58,12 +67,29 @@ class CudaLoop final : public RankLoop {
   // After a layer's gradients (grads[0, end) final once `ready` fires): the buckets it completed,
   // reduced and applied on the communication stream.
   void launchReady(StepSlot& slot, std::size_t& launched, std::size_t end, cudaEvent_t ready, Result<void>& commError);
+  // --shard optimizer (ZeRO 1): a bucket's gradients summed onto their owners (its header part,
+  // owned by nobody, all-reduced), then the optimizer on this rank's part of it.
+  Result<void> reduceShardedBucket(const Bucket& bucket);
+  // After every bucket's optimizer: each rank's part of the parameters, to every rank.
+  Result<void> gatherParameters(StepSlot& slot);
+  // What the step's report says the rank holds, and, sharded, its collectives by kind.
+  void addMemoryAndKinds(const StepSlot& slot, StepReport& report) const;
   // Reads a finished step's header and times, and reports it. Returns whether to stop after the
   // step now in flight.
   Result<bool> report(StepSlot& slot, cudaEvent_t previousEnd, bool lastStep, StepAccounting& accounting);
   Result<void> checkpointIfDue(std::uint64_t step, StepSlot& slot);
-  // Rank 0's checkpoint when a signal stopped the run between due checkpoints.
+  // The checkpoint when a signal stopped the run between due checkpoints.
   Result<void> checkpointAtSignal(const RunSummary& summary);
+  // Sharded with --checkpoint-dir: every rank takes part in a checkpoint (gathering the optimizer state).
+  bool gathersForCheckpoints() const;
+  // The checkpoint of 1-based `step` from the device's state, once the GPU is done with the step;
+  // rank 0 writes it.
+  Result<void> checkpoint(std::uint64_t step);
+  // --sync parameter-server: each step computed on the weights the server sent last.
+  Result<void> trainWithServer(StepAccounting& accounting);
+  // One step on the data of 0-based `dataStep`: returns whether the run is over.
+  Result<bool> serverStep(std::uint64_t dataStep, double lr, StepAccounting& accounting);
+
   // A failed collective during 1-based `step`: aborts NCCL and names the lost peer where it can.
   Error fail(const Error& error, std::uint64_t step);
 
@@ -84,6 +110,13 @@ class CudaLoop final : public RankLoop {
   std::vector<Bucket> buckets_;
   std::uint64_t bytesPerStep_ = 0;
   std::vector<std::uint32_t> indices_;
+
+  // With a parameter server.
+  std::string keyPrefix_;  // the job's keys in the store
+  std::unique_ptr<PsWorker> psWorker_;
+  std::vector<float> hostGrads_;  // the step's gradient, pushed from the host
+  double slowdown_ = 1.0;         // LOCKSTEP_TEST_SLOWDOWN: this rank computes this many times slower
+  bool voteToStop_ = false;       // the target loss was reached: the next push says so
 };
 
 }  // namespace lockstep::trainer::gpu

@@ -107,6 +107,10 @@ LOCKSTEP_FORWARD(nccl, ncclResult_t, ncclSystemError, ncclAllReduce,
                  (const void* send, void* recv, size_t n, ncclDataType_t t, ncclRedOp_t op, ncclComm_t comm,
                   cudaStream_t stream),
                  (send, recv, n, t, op, comm, stream))
+LOCKSTEP_FORWARD(nccl, ncclResult_t, ncclSystemError, ncclReduce,
+                 (const void* send, void* recv, size_t n, ncclDataType_t t, ncclRedOp_t op, int root, ncclComm_t comm,
+                  cudaStream_t stream),
+                 (send, recv, n, t, op, root, comm, stream))
 LOCKSTEP_FORWARD(nccl, ncclResult_t, ncclSystemError, ncclBroadcast,
                  (const void* send, void* recv, size_t n, ncclDataType_t t, int root, ncclComm_t comm,
                   cudaStream_t stream),

@@ -95,7 +95,8 @@ struct Gemm {
 template <class T>
 class Impl final : public GpuModel {
  public:
-  Impl(const ParamLayout& layout, const JobSpec& spec) : layout_(layout), spec_(spec) {}
+  Impl(const ParamLayout& layout, const JobSpec& spec, std::size_t stateBegin, std::size_t stateEnd)
+      : layout_(layout), spec_(spec), stateBegin_(stateBegin), stateFloats_(stateEnd - stateBegin) {}
 
   ~Impl() override {
     if (compute_) cudaStreamSynchronize(compute_);
@@ -146,11 +147,11 @@ class Impl final : public GpuModel {
     if constexpr (!std::is_same_v<T, float>) {
       LOCKSTEP_ASSIGN_OR_RETURN(lowStorage_, deviceAlloc<T>(total));
     }
-    if (spec_.optimizer.kind == OptimizerKind::kAdamW) {
-      LOCKSTEP_ASSIGN_OR_RETURN(state1_, deviceAlloc<float>(total));
-      LOCKSTEP_ASSIGN_OR_RETURN(state2_, deviceAlloc<float>(total));
-    } else if (spec_.optimizer.momentum > 0) {
-      LOCKSTEP_ASSIGN_OR_RETURN(state1_, deviceAlloc<float>(total));
+    if (stateFloats_ > 0 && spec_.optimizer.kind == OptimizerKind::kAdamW) {
+      LOCKSTEP_ASSIGN_OR_RETURN(state1_, deviceAlloc<float>(stateFloats_));
+      LOCKSTEP_ASSIGN_OR_RETURN(state2_, deviceAlloc<float>(stateFloats_));
+    } else if (stateFloats_ > 0 && spec_.optimizer.momentum > 0) {
+      LOCKSTEP_ASSIGN_OR_RETURN(state1_, deviceAlloc<float>(stateFloats_));
     }
 
     std::uint32_t widest = 0;
@@ -205,7 +206,9 @@ class Impl final : public GpuModel {
     float* states[] = {state1_.get(), state2_.get()};
     for (std::size_t i = 0; i < optimizerState.size() && i < 2; ++i) {
       if (states[i]) {
-        LOCKSTEP_CUDA(cudaMemcpyAsync(states[i], optimizerState[i]->data(), bytes, cudaMemcpyHostToDevice, compute_));
+        LOCKSTEP_TRY(sameStateSize(*optimizerState[i]));
+        LOCKSTEP_CUDA(cudaMemcpyAsync(states[i], optimizerState[i]->data(), stateFloats_ * sizeof(float),
+                                      cudaMemcpyHostToDevice, compute_));
       }
     }
     if constexpr (!std::is_same_v<T, float>) launchConvert<T>(params_.get(), lowStorage_.get(), layout_.totalFloats(), compute_);
@@ -219,8 +222,17 @@ class Impl final : public GpuModel {
     LOCKSTEP_CUDA(cudaMemcpy(params, params_.get(), bytes, cudaMemcpyDeviceToHost));
     const float* states[] = {state1_.get(), state2_.get()};
     for (std::size_t i = 0; i < optimizerState.size() && i < 2; ++i) {
-      if (states[i]) LOCKSTEP_CUDA(cudaMemcpy(optimizerState[i]->data(), states[i], bytes, cudaMemcpyDeviceToHost));
+      if (!states[i]) continue;
+      LOCKSTEP_TRY(sameStateSize(*optimizerState[i]));
+      LOCKSTEP_CUDA(cudaMemcpy(optimizerState[i]->data(), states[i], stateFloats_ * sizeof(float), cudaMemcpyDeviceToHost));
     }
+    return {};
+  }
+
+  Result<void> downloadGradients(float* host) override {
+    LOCKSTEP_CUDA(cudaMemcpyAsync(host, grads_.get(), layout_.totalFloats() * sizeof(float), cudaMemcpyDeviceToHost,
+                                  compute_));
+    LOCKSTEP_CUDA(cudaStreamSynchronize(compute_));
     return {};
   }
 
@@ -332,16 +344,25 @@ class Impl final : public GpuModel {
     T* lowCopy = nullptr;
     if constexpr (!std::is_same_v<T, float>) lowCopy = lowStorage_.get() + begin;
     const float* count = grads_.get() + kSampleCount;  // the kernels take the gradient scale from it
+    // The caller keeps to the state's range (the rank's part when sharded).
+    const std::size_t at = begin - stateBegin_;
     if (spec_.optimizer.kind == OptimizerKind::kSgd) {
-      launchSgd<T>(params_.get() + begin, grads_.get() + begin, state1_ ? state1_.get() + begin : nullptr, lowCopy, n,
+      launchSgd<T>(params_.get() + begin, grads_.get() + begin, state1_ ? state1_.get() + at : nullptr, lowCopy, n,
                    count, optimizer.sgdParams(1.0f), stream);
       return;
     }
-    launchAdamW<T>(params_.get() + begin, grads_.get() + begin, state1_.get() + begin, state2_.get() + begin, lowCopy, n,
+    launchAdamW<T>(params_.get() + begin, grads_.get() + begin, state1_.get() + at, state2_.get() + at, lowCopy, n,
                    count, optimizer.adamwParams(1.0f), stream);
   }
 
   float* grads() override { return grads_.get(); }
+  float* params() override { return params_.get(); }
+  void refreshLowCopy(std::size_t begin, std::size_t end, cudaStream_t stream) override {
+    if constexpr (!std::is_same_v<T, float>) {
+      if (begin < end) launchConvert<T>(params_.get() + begin, lowStorage_.get() + begin, end - begin, stream);
+    }
+  }
+  std::uint64_t paramBytes() const override { return layout_.totalFloats() * (sizeof(float) + (lowStorage_ ? sizeof(T) : 0)); }
   cudaStream_t computeStream() override { return compute_; }
   cudaStream_t dataStream() override { return data_; }
   cudaEvent_t batchReady(int slot, std::uint32_t micro) override { return batchReady_[slot][micro]; }
@@ -357,6 +378,12 @@ class Impl final : public GpuModel {
   }
 
  private:
+  Result<void> sameStateSize(const std::vector<float>& host) const {
+    if (host.size() == stateFloats_) return {};
+    return Error{ErrorCode::kInternal, "optimizer state of " + std::to_string(host.size()) + " floats for a range of " +
+                                           std::to_string(stateFloats_)};
+  }
+
   T* low() {
     if constexpr (std::is_same_v<T, float>) {
       return params_.get();
@@ -568,7 +595,8 @@ class Impl final : public GpuModel {
   DevicePtr<char> workspace_;
   DevicePtr<T> features_;
   DevicePtr<std::int32_t> labels_;
-  DevicePtr<float> params_, grads_, state1_, state2_;
+  DevicePtr<float> params_, grads_, state1_, state2_;  // the states: params[stateBegin_, + stateFloats_)
+  std::size_t stateBegin_ = 0, stateFloats_ = 0;
   DevicePtr<T> lowStorage_;
   std::vector<DevicePtr<T>> act_, pre_;
   DevicePtr<float> logits_;
@@ -583,8 +611,9 @@ class Impl final : public GpuModel {
 };
 
 template <class T>
-Result<std::unique_ptr<GpuModel>> make(const ParamLayout& layout, const JobSpec& spec, const Dataset& data, int device) {
-  auto model = std::make_unique<Impl<T>>(layout, spec);
+Result<std::unique_ptr<GpuModel>> make(const ParamLayout& layout, const JobSpec& spec, const Dataset& data, int device,
+                                       std::size_t stateBegin, std::size_t stateEnd) {
+  auto model = std::make_unique<Impl<T>>(layout, spec, stateBegin, stateEnd);
   LOCKSTEP_TRY(model->init(data, device));
   return std::unique_ptr<GpuModel>(std::move(model));
 }
@@ -592,9 +621,12 @@ Result<std::unique_ptr<GpuModel>> make(const ParamLayout& layout, const JobSpec&
 }  // namespace
 
 Result<std::unique_ptr<GpuModel>> GpuModel::create(const ParamLayout& layout, const JobSpec& spec, const Dataset& data,
-                                                   int device) {
-  if (spec.precision == Precision::kBf16) return make<__nv_bfloat16>(layout, spec, data, device);
-  return make<float>(layout, spec, data, device);
+                                                   int device, std::size_t stateBegin, std::size_t stateEnd) {
+  if (stateEnd < stateBegin || stateEnd > layout.totalFloats()) {
+    return Error{ErrorCode::kInternal, "the optimizer's range lies outside the parameters"};
+  }
+  if (spec.precision == Precision::kBf16) return make<__nv_bfloat16>(layout, spec, data, device, stateBegin, stateEnd);
+  return make<float>(layout, spec, data, device, stateBegin, stateEnd);
 }
 
 }  // namespace lockstep::trainer::gpu

@@ -30,12 +30,15 @@ namespace lockstep::trainer::gpu {
 class GpuModel {
  public:
   // Picks the device, uploads the data set, allocates everything for batches of up to
-  // spec.batchPerRank rows and spec.accumSteps micro-steps in flight.
+  // spec.batchPerRank rows and spec.accumSteps micro-steps in flight, and the optimizer's state
+  // for params[stateBegin, stateEnd) (the rank optimizer's range: all of it, this rank's part
+  // with --shard, none where a parameter server applies the optimizer).
   static Result<std::unique_ptr<GpuModel>> create(const ParamLayout& layout, const JobSpec& spec, const Dataset& data,
-                                                  int device);
+                                                  int device, std::size_t stateBegin, std::size_t stateEnd);
   virtual ~GpuModel() = default;
 
   // Host <-> device copies of the parameters and optimizer state (synchronous; between steps).
+  // The state buffers are the optimizer's range's (create); none: the parameters alone.
   virtual Result<void> upload(const float* params, const std::vector<std::vector<float>*>& optimizerState) = 0;
   virtual Result<void> download(float* params, const std::vector<std::vector<float>*>& optimizerState) = 0;
 
@@ -56,11 +59,20 @@ class GpuModel {
   virtual Result<void> forwardBackward(int slot, std::uint32_t micro, std::uint32_t rows, bool last,
                                        const std::function<void(std::size_t end, cudaEvent_t ready)>& layerDone) = 0;
 
-  // The optimizer's current step on params[begin, end) on `stream` (after that range's all-reduce
-  // there).
+  // The gradients after the compute stream's work so far, into host memory (synchronous).
+  virtual Result<void> downloadGradients(float* host) = 0;
+
+  // The optimizer's current step on params[begin, end), within the state's range, on `stream`
+  // (after that range's all-reduce there).
   virtual void applyOptimizer(std::size_t begin, std::size_t end, const Optimizer& optimizer, cudaStream_t stream) = 0;
 
   virtual float* grads() = 0;  // device, the flat layout; grads()[kSampleCount] etc. are the header
+  virtual float* params() = 0;  // device, the flat layout: the fp32 master weights
+  // After params[begin, end) changed other than through applyOptimizer (sharded training's
+  // all-gather): their bf16 copy, on `stream`. Nothing in fp32.
+  virtual void refreshLowCopy(std::size_t begin, std::size_t end, cudaStream_t stream) = 0;
+  // The device memory that holds the weights: the fp32 master, and its bf16 copy.
+  virtual std::uint64_t paramBytes() const = 0;
   virtual cudaStream_t computeStream() = 0;
   virtual cudaStream_t dataStream() = 0;
   // The data stream's event for a slot's micro-step: its batch is ready.

@@ -171,6 +171,34 @@ Result<void> NcclComm::allReduceAsync(const Range* ranges, std::size_t n) {
   return settle(ncclGroupEnd(), "ncclGroupEnd");
 }
 
+template <class Call>
+Result<void> NcclComm::perOwner(const Split& split, const char* what, Call call) {
+  LOCKSTEP_NCCL(ncclGroupStart());
+  for (int owner = 0; owner + 1 < static_cast<int>(split.cuts.size()); ++owner) {
+    const std::size_t begin = split.cuts[static_cast<std::size_t>(owner)];
+    const std::size_t count = split.cuts[static_cast<std::size_t>(owner) + 1] - begin;
+    if (count == 0) continue;  // every rank skips the same parts
+    const ncclResult_t r = call(split.data + begin, count, owner);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      ncclGroupEnd();
+      return ncclError(r, what);
+    }
+  }
+  return settle(ncclGroupEnd(), "ncclGroupEnd");
+}
+
+Result<void> NcclComm::reduceToOwnersAsync(const Split& split) {
+  return perOwner(split, "ncclReduce", [&](float* part, std::size_t count, int owner) {
+    return ncclReduce(part, part, count, ncclFloat, ncclSum, owner, comm_, stream_);
+  });
+}
+
+Result<void> NcclComm::broadcastFromOwnersAsync(const Split& split) {
+  return perOwner(split, "ncclBroadcast", [&](float* part, std::size_t count, int owner) {
+    return ncclBroadcast(part, part, count, ncclFloat, owner, comm_, stream_);
+  });
+}
+
 // A device buffer and a pinned host one: copies from pinned memory are asynchronous, so a peer
 // that died mid-collective shows up in wait() (with its timeout), not in a copy that never returns.
 Result<void> NcclComm::ensureStaging(std::size_t bytes) {

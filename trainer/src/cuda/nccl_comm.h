@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <memory>
+#include <vector>
 
 #include "comm.h"
 #include "lockstep/common/store.h"
@@ -38,6 +39,16 @@ class NcclComm final : public Comm {
     std::size_t count;
   };
   Result<void> allReduceAsync(const Range* ranges, std::size_t n);
+  // A device range split among the ranks (--shard, shard.h): rank r owns data[cuts[r], cuts[r+1]).
+  struct Split {
+    float* data;
+    std::vector<std::size_t> cuts;  // worldSize + 1, from 0 to the range's length
+  };
+  // Enqueues on stream(), in one NCCL group: each part summed onto its owner, in place there (the
+  // others' copies keep their own values); a reduce-scatter of uneven parts.
+  Result<void> reduceToOwnersAsync(const Split& split);
+  // Each owner's part sent to every rank, in place; an all-gather of uneven parts.
+  Result<void> broadcastFromOwnersAsync(const Split& split);
 
   // Waits for `event` (recorded on any stream), polling for NCCL errors; past the timeout, aborts
   // the communicator and fails (Timeout), naming nobody: the caller asks the store who is gone.
@@ -49,6 +60,9 @@ class NcclComm final : public Comm {
  private:
   NcclComm() = default;
   Result<void> sync();  // waits for stream_
+  // One NCCL group over the split's non-empty parts: `call(part, count, owner)` enqueues one.
+  template <class Call>
+  Result<void> perOwner(const Split& split, const char* what, Call call);
   Result<void> ensureStaging(std::size_t bytes);
   Result<void> settle(ncclResult_t r, const char* what);
 

@@ -6,7 +6,7 @@ namespace lockstep::trainer::gpu {
 
 StepSlots::~StepSlots() {
   for (auto& s : slots_) {
-    for (auto e : {s.computeStart, s.backwardEnd, s.commStart, s.end}) {
+    for (auto e : {s.computeStart, s.backwardEnd, s.commStart, s.end, s.gatherStart}) {
       if (e) cudaEventDestroy(e);
     }
     if (s.header) cudaFreeHost(s.header);
@@ -16,7 +16,7 @@ StepSlots::~StepSlots() {
 
 Result<void> StepSlots::init() {
   for (auto& s : slots_) {
-    for (auto* e : {&s.computeStart, &s.backwardEnd, &s.commStart, &s.end}) LOCKSTEP_CUDA(cudaEventCreate(e));
+    for (auto* e : {&s.computeStart, &s.backwardEnd, &s.commStart, &s.end, &s.gatherStart}) LOCKSTEP_CUDA(cudaEventCreate(e));
     void* pinned = nullptr;
     LOCKSTEP_CUDA(cudaMallocHost(&pinned, 4 * sizeof(float)));
     s.header = static_cast<float*>(pinned);

@@ -13,6 +13,7 @@ namespace lockstep::trainer::gpu {
 // The events and pinned header of one step in flight.
 struct StepSlot {
   cudaEvent_t computeStart = nullptr, backwardEnd = nullptr, commStart = nullptr, end = nullptr;
+  cudaEvent_t gatherStart = nullptr;  // --shard: the parameters' all-gather, after the optimizers
   float* header = nullptr;     // reduced: loss sum, samples, stop votes (pinned)
   float* localLoss = nullptr;  // this rank's loss sum before the reduction (pinned)
   std::uint64_t step = 0;      // 1-based; 0: empty

@@ -1,0 +1,125 @@
+// Issue 45 on GPUs (label `gpu`; run by bench/gpu/device_check.sh on the GPU machine): the kinds of
+// data parallelism other than all-reduce on the CUDA backend, against the same kinds on the CPU
+// backend, which their own tests hold against all-reduce (ps_test, shard_test).
+//
+// The parameter server's ranks exchange with it over the hosts (ps_worker.h), so several may share
+// one GPU: these tests run on a machine with one. Sharding reduces over NCCL, which takes one GPU
+// per rank: that test needs two and says so where there are fewer.
+//
+// Tolerances as in gpu_test.cpp: fp32 on the GPU differs from OpenBLAS in the order of additions,
+// about 1e-6 relative per sum; twenty steps compound that well under 1e-4.
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "support/test_support.h"
+#include "support/trainer_runs.h"
+
+namespace lockstep::test {
+namespace {
+
+const std::vector<std::string> kJob = {"--layers", "64,128,128,10", "--dataset", "synthetic:n=4096,dim=64,classes=10,seed=3",
+                                       "--batch-per-rank", "128", "--no-shuffle", "--seed", "7", "--quiet",
+                                       "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--timeout-s", "30"};
+const std::vector<std::string> kFp32Gpu = {"--backend", "cuda", "--precision", "fp32"};
+
+int visibleGpus(const TempDir& dir) {
+  ProcessResult listed;
+  try {
+    listed = runProcess({"nvidia-smi", "-L"}, {}, dir, std::chrono::seconds(30));
+  } catch (const std::exception&) {
+    return 0;  // no nvidia-smi: no driver
+  }
+  int count = 0;
+  for (std::size_t at = listed.out.find("GPU "); at != std::string::npos; at = listed.out.find("\nGPU ", at + 1)) ++count;
+  return listed.status.success() ? count : 0;
+}
+
+void expectSameTraining(const TempDir& dir, const std::string& gpu, const std::string& cpu) {
+  const auto expected = globalLosses(dir.file(cpu + ".jsonl")), got = globalLosses(dir.file(gpu + ".jsonl"));
+  ASSERT_EQ(got.size(), expected.size());
+  for (const auto& [step, loss] : expected) EXPECT_NEAR(got.at(step), loss, 1e-4 * loss) << "step " << step;
+  EXPECT_LT(maxRelativeDifference(dir.file(gpu + ".safetensors"), dir.file(cpu + ".safetensors")), 1e-4);
+}
+
+// Synchronous, the server (rank 0's process, on the host) sums the GPUs' gradients and updates
+// the master: the same training as the CPU backend's server, whose own test holds it to all-reduce.
+TEST(GpuKinds, AParameterServerTrainsGpuRanksAsItTrainsCpuRanks) {
+  TempDir dir;
+  const std::vector<std::string> server = {"--nproc", "2", "--steps", "20", "--sync", "parameter-server"};
+  const TrainerRun cpu = train(dir, "cpu", kJob, server);
+  ASSERT_TRUE(cpu.process.status.success()) << cpu.process.err;
+  const TrainerRun gpu = train(dir, "gpu", kJob, join(server, kFp32Gpu));
+  ASSERT_TRUE(gpu.process.status.success()) << gpu.process.err;
+  expectSameTraining(dir, "gpu", "cpu");
+  ASSERT_EQ(gpu.lines.size(), 40u);
+  for (const auto& l : gpu.lines) {
+    EXPECT_FALSE(collectiveOf(l, "push").is_null()) << l.dump();
+    EXPECT_FALSE(collectiveOf(l, "pull").is_null()) << l.dump();
+    // The server keeps the optimizer state, in rank 0's process; the GPUs keep none.
+    if (l["rank"] == 1) EXPECT_EQ(l["optimizer_state_bytes"], 0) << l.dump();
+    if (l["rank"] == 0) EXPECT_GT(l["optimizer_state_bytes"].get<std::uint64_t>(), 0u) << l.dump();
+  }
+}
+
+// Split over both ranks' processes, each part holding its range of the master.
+TEST(GpuKinds, ASplitServerTrainsGpuRanksAsOneServerDoes) {
+  TempDir dir;
+  const std::vector<std::string> one = {"--nproc", "2", "--steps", "20", "--sync", "parameter-server"};
+  const TrainerRun whole = train(dir, "one", kJob, join(one, kFp32Gpu));
+  ASSERT_TRUE(whole.process.status.success()) << whole.process.err;
+  const TrainerRun split = train(dir, "split", kJob, join(one, join({"--ps-ranks", "2"}, kFp32Gpu)));
+  ASSERT_TRUE(split.process.status.success()) << split.process.err;
+  // Both sum on the host in rank order: bit for bit.
+  const auto expected = globalLosses(dir.file("one.jsonl")), got = globalLosses(dir.file("split.jsonl"));
+  ASSERT_EQ(got.size(), 20u);
+  for (const auto& [step, loss] : got) EXPECT_EQ(loss, expected.at(step)) << "step " << step;
+  EXPECT_EQ(maxRelativeDifference(dir.file("one.safetensors"), dir.file("split.safetensors")), 0.0);
+  for (const auto& l : split.lines) EXPECT_EQ(collectiveOf(l, "push")["count"], 2) << l.dump();
+}
+
+// Asynchronous with rank 1's GPU 4x slower: rank 0 goes on, within the bound, and the loss falls.
+TEST(GpuKinds, AsynchronousGpuRanksKeepTheStalenessBound) {
+  TempDir dir;
+  const TrainerRun async = train(dir, "async", kJob,
+                                 join({"--nproc", "2", "--steps", "60", "--sync", "parameter-server", "--staleness", "2"},
+                                      kFp32Gpu),
+                                 {{"LOCKSTEP_TEST_SLOWDOWN", "1:4"}});
+  ASSERT_TRUE(async.process.status.success()) << async.process.err;
+  std::map<int, int> updates;
+  std::map<std::uint64_t, double> lossByStep;
+  for (const auto& l : async.lines) {
+    ++updates[l["rank"].get<int>()];
+    ASSERT_TRUE(l.value("staleness", nlohmann::json()).is_number()) << l.dump();
+    EXPECT_LE(l["staleness"].get<int>(), 2) << l.dump();
+    lossByStep.emplace(l["step"].get<std::uint64_t>(), l["global_loss"].get<double>());
+  }
+  EXPECT_EQ(lossByStep.size(), 60u) << "--steps counts the server's updates";
+  EXPECT_GT(updates[0], updates[1]) << "the fast rank did not wait for the slow one";
+  double first = 0, last = 0;
+  for (std::uint64_t s = 1; s <= 10; ++s) first += lossByStep.at(s), last += lossByStep.at(60 - s + 1);
+  EXPECT_LT(last, 0.95 * first) << "the loss falls";
+}
+
+// ZeRO 1 over NCCL: each rank keeps half the optimizer state, and trains as unsharded.
+TEST(GpuKinds, OptimizerShardingOverNcclTrainsAsUnsharded) {
+  TempDir dir;
+  if (visibleGpus(dir) < 2) GTEST_SKIP() << "NCCL takes one GPU per rank: this test needs two, and this machine has fewer";
+  const std::vector<std::string> two = join({"--nproc", "2", "--steps", "20"}, kFp32Gpu);
+  const TrainerRun whole = train(dir, "whole", kJob, two);
+  ASSERT_TRUE(whole.process.status.success()) << whole.process.err;
+  const TrainerRun sharded = train(dir, "sharded", kJob, join(two, {"--shard", "optimizer"}));
+  ASSERT_TRUE(sharded.process.status.success()) << sharded.process.err;
+  expectSameTraining(dir, "sharded", "whole");
+  const auto state = whole.lines[0]["optimizer_state_bytes"].get<double>();
+  for (const auto& l : sharded.lines) {
+    EXPECT_NEAR(l["optimizer_state_bytes"].get<double>(), state / 2, 0.02 * state) << l.dump();
+    EXPECT_FALSE(collectiveOf(l, "reduce_scatter").is_null()) << l.dump();
+    EXPECT_FALSE(collectiveOf(l, "all_gather").is_null()) << l.dump();
+  }
+}
+
+}  // namespace
+}  // namespace lockstep::test
