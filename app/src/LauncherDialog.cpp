@@ -52,6 +52,14 @@ Result<std::uint64_t> whole(const QLineEdit* edit, const QString& what) {
 // The data-parallel kinds the launcher offers, in the order of its choice.
 enum ParallelKind { kAllReduce, kShardedOptimizer, kShardedGradients, kShardedParameters, kServerSync, kServerAsync };
 
+// A kind's --shard and --sync (its other settings, K and the server's parts, come from the form).
+void applyKind(int kind, JobSpec& s) {
+  if (kind == kShardedOptimizer) s.shard = Shard::kOptimizer;
+  if (kind == kShardedGradients) s.shard = Shard::kGradients;
+  if (kind == kShardedParameters) s.shard = Shard::kParameters;
+  if (kind == kServerSync || kind == kServerAsync) s.sync = Sync::kParameterServer;
+}
+
 }  // namespace
 
 QLineEdit* LauncherDialog::edit(const QString& name, const QString& text, const QString& placeholder) {
@@ -180,19 +188,26 @@ QLayout* LauncherDialog::parallelRow() {
 // now). A kind that is not offered falls back to all-reduce.
 void LauncherDialog::offerParallelKinds(bool program, bool cuda) {
   auto* items = qobject_cast<QStandardItemModel*>(parallel_->model());
-  for (int kind : {kShardedOptimizer, kShardedGradients, kShardedParameters, kServerSync, kServerAsync}) {
-    items->item(kind)->setEnabled(!cuda);
+  // The kinds these ranks' backend runs, by the rule the agents and the trainer apply.
+  QStringList notHere;
+  for (int kind = kShardedOptimizer; kind <= kServerAsync; ++kind) {
+    JobSpec probe;
+    probe.backend = cuda ? Backend::kCuda : Backend::kCpu;
+    applyKind(kind, probe);
+    const bool runs = validateShard(probe).ok();
+    items->item(kind)->setEnabled(runs);
+    if (!runs) notHere << items->item(kind)->text();
   }
-  if (cuda && parallel_->currentIndex() != kAllReduce) {
+  if (!items->item(parallel_->currentIndex())->isEnabled()) {
     const QSignalBlocker block(parallel_);
     parallel_->setCurrentIndex(kAllReduce);
   }
   parallel_->setEnabled(!program);
+  const QString cpuOnly = notHere.isEmpty() ? QString() : tr("%1: on CPU ranks only for now.").arg(notHere.join(tr(", ")));
   parallel_->setToolTip(program ? tr("Your program does its own data parallelism (DDP, FSDP, …): this choice is the "
                                      "built-in trainer's")
-                        : cuda  ? tr("GPU ranks all-reduce: sharding and the parameter server run on CPU ranks "
-                                     "only for now")
-                                : tr("How the ranks share the model (lockstepctl's --sync, --shard and --staleness)"));
+                                : tr("How the ranks share the model (lockstepctl's --sync, --shard and --staleness)") +
+                                      (cpuOnly.isEmpty() ? QString() : QStringLiteral("\n") + cpuOnly));
   const int suggested = std::max(1, static_cast<int>(rankCount()) - 1);
   if (staleness_->value() == std::exchange(autoStaleness_, suggested)) {
     const QSignalBlocker block(staleness_);
@@ -202,7 +217,7 @@ void LauncherDialog::offerParallelKinds(bool program, bool cuda) {
   psRanks_->setVisible(!program && parallel_->currentIndex() == kServerSync);
   parallelTrade_->setText(program ? tr("Your program does its own data parallelism; this choice is the built-in MLP's.")
                                   : parallel_->currentData().toString() +
-                                        (cuda ? tr(" The other kinds run on CPU ranks only for now.") : QString()));
+                                        (cpuOnly.isEmpty() ? QString() : QLatin1Char(' ') + cpuOnly));
   balance_->setEnabled(parallel_->currentIndex() < kServerSync);  // a server lets a slow rank lag instead
 }
 
@@ -210,10 +225,7 @@ void LauncherDialog::offerParallelKinds(bool program, bool cuda) {
 // against the ranks the form asks for, by the rules the agents and the trainer apply.
 Result<void> LauncherDialog::parallelism(JobSpec& s) const {
   const int kind = parallel_->currentIndex();
-  if (kind == kShardedOptimizer) s.shard = Shard::kOptimizer;
-  if (kind == kShardedGradients) s.shard = Shard::kGradients;
-  if (kind == kShardedParameters) s.shard = Shard::kParameters;
-  if (kind == kServerSync || kind == kServerAsync) s.sync = Sync::kParameterServer;
+  applyKind(kind, s);
   if (kind == kServerSync && psRanks_->value() > 1) s.psRanks = static_cast<std::uint32_t>(psRanks_->value());
   if (kind == kServerAsync) s.staleness = static_cast<std::uint32_t>(staleness_->value());
   JobSpec asked = s;

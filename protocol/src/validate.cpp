@@ -240,16 +240,6 @@ Result<void> validateFields(const JobSpec& spec) {
   return {};
 }
 
-// Sharded training (docs/trainer.md): what this build's trainer shards, and where.
-Result<void> validateShard(const JobSpec& spec) {
-  if (spec.shard == Shard::kNone) return {};
-  if (spec.backend == Backend::kCuda && spec.shard != Shard::kOptimizer) {
-    return bad("--shard " + std::string(nameOf(spec.shard)) +
-               " runs on the CPU backend only for now; use --shard optimizer or none with --backend cuda");
-  }
-  return {};
-}
-
 // The parameter server (docs/trainer.md): where it runs, and what it does not combine with.
 Result<void> validateSync(const JobSpec& spec) {
   if (spec.sync == Sync::kAllReduce) {
@@ -321,6 +311,16 @@ Result<void> validateCommandJob(const JobSpec& spec) {
 }
 
 }  // namespace
+
+// Sharded training (docs/trainer.md): what this build's trainer shards, and where.
+Result<void> validateShard(const JobSpec& spec) {
+  if (spec.shard == Shard::kNone) return {};
+  if (spec.backend == Backend::kCuda && spec.shard != Shard::kOptimizer) {
+    return bad("--shard " + std::string(nameOf(spec.shard)) +
+               " runs on the CPU backend only for now; use --shard optimizer or none with --backend cuda");
+  }
+  return {};
+}
 
 Result<void> validatePsRanks(const JobSpec& spec) {
   if (spec.psRanks > 1 && spec.sync != Sync::kParameterServer) {
