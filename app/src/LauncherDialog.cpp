@@ -184,8 +184,8 @@ QLayout* LauncherDialog::parallelRow() {
   return row;
 }
 
-// Command jobs do their own data parallelism; GPU ranks all-reduce (the other kinds are CPU-only for
-// now). A kind that is not offered falls back to all-reduce.
+// Command jobs do their own data parallelism; each kind is offered where its ranks' backend runs it
+// (validate.h says where). A kind that is not offered falls back to all-reduce.
 void LauncherDialog::offerParallelKinds(bool program, bool cuda) {
   auto* items = qobject_cast<QStandardItemModel*>(parallel_->model());
   // The kinds these ranks' backend runs, by the rule the agents and the trainer apply.
@@ -194,7 +194,7 @@ void LauncherDialog::offerParallelKinds(bool program, bool cuda) {
     JobSpec probe;
     probe.backend = cuda ? Backend::kCuda : Backend::kCpu;
     applyKind(kind, probe);
-    const bool runs = validateShard(probe).ok();
+    const bool runs = validateShard(probe).ok() && validateSync(probe).ok();
     items->item(kind)->setEnabled(runs);
     if (!runs) notHere << items->item(kind)->text();
   }

@@ -240,30 +240,6 @@ Result<void> validateFields(const JobSpec& spec) {
   return {};
 }
 
-// The parameter server (docs/trainer.md): where it runs, and what it does not combine with.
-Result<void> validateSync(const JobSpec& spec) {
-  if (spec.sync == Sync::kAllReduce) {
-    if (spec.staleness != 0) return bad("--staleness goes with --sync parameter-server (all-reduce is synchronous)");
-    return {};
-  }
-  if (spec.shard != Shard::kNone) {
-    return bad("--sync parameter-server keeps the optimizer state on the server already: use --shard none with it");
-  }
-  if (spec.rebalanceEvery != 0) {
-    return bad("--balance dynamic re-splits synchronous all-reduce steps: with a parameter server use --balance even "
-               "(asynchronous training, --staleness K, lets a slow rank lag instead)");
-  }
-  if (spec.serverRanks() > 1 && spec.staleness > 0) {
-    return bad("--ps-ranks " + std::to_string(spec.psRanks) + " with --staleness " + std::to_string(spec.staleness) +
-               ": a server split over ranks is synchronous only for now (each part would order the asynchronous "
-               "updates on its own); use --ps-ranks 1, or --staleness 0");
-  }
-  if (spec.staleness > 0 && spec.epochs > 0) {
-    return bad("asynchronous training counts the server's updates, each one rank's batch: give --steps, not --epochs");
-  }
-  return validateStaleness(spec);
-}
-
 // What only the built-in trainer's MLP job has: model, data, batch, optimizer, length.
 Result<void> validateTrainerJob(const JobSpec& spec) {
   LOCKSTEP_TRY(validateLayers(spec));
@@ -311,6 +287,30 @@ Result<void> validateCommandJob(const JobSpec& spec) {
 }
 
 }  // namespace
+
+// The parameter server (docs/trainer.md): where it runs, and what it does not combine with.
+Result<void> validateSync(const JobSpec& spec) {
+  if (spec.sync == Sync::kAllReduce) {
+    if (spec.staleness != 0) return bad("--staleness goes with --sync parameter-server (all-reduce is synchronous)");
+    return {};
+  }
+  if (spec.shard != Shard::kNone) {
+    return bad("--sync parameter-server keeps the optimizer state on the server already: use --shard none with it");
+  }
+  if (spec.rebalanceEvery != 0) {
+    return bad("--balance dynamic re-splits synchronous all-reduce steps: with a parameter server use --balance even "
+               "(asynchronous training, --staleness K, lets a slow rank lag instead)");
+  }
+  if (spec.serverRanks() > 1 && spec.staleness > 0) {
+    return bad("--ps-ranks " + std::to_string(spec.psRanks) + " with --staleness " + std::to_string(spec.staleness) +
+               ": a server split over ranks is synchronous only for now (each part would order the asynchronous "
+               "updates on its own); use --ps-ranks 1, or --staleness 0");
+  }
+  if (spec.staleness > 0 && spec.epochs > 0) {
+    return bad("asynchronous training counts the server's updates, each one rank's batch: give --steps, not --epochs");
+  }
+  return validateStaleness(spec);
+}
 
 // Sharded training (docs/trainer.md): what this build's trainer shards, and where.
 Result<void> validateShard(const JobSpec& spec) {

@@ -28,7 +28,7 @@ class RankState {
   std::unique_ptr<ParamLayout> layout;
   std::vector<float> params;
   std::unique_ptr<Optimizer> optimizer;  // sharded (--shard): this rank's part only
-  std::unique_ptr<ShardPlan> shards;      // --shard with more than one rank; else null
+  std::unique_ptr<ShardPlan> shards;      // --shard with a communicator (CPU: more than one rank; GPU: NCCL, even alone); else null
   std::unique_ptr<GlobalBatchSampler> sampler;
   std::unique_ptr<MetricsSink> metrics;
   std::unique_ptr<StoreServer> storeServer;

@@ -298,7 +298,7 @@ Result<void> CudaLoop::checkpoint(std::uint64_t step) {
 }
 
 Error CudaLoop::fail(const Error& error, std::uint64_t step) {
-  nccl_->abort();  // kernels of a broken collective would otherwise hold up every later free
+  if (nccl_) nccl_->abort();  // kernels of a broken collective would otherwise hold up every later free
   const std::string when = "during step " + std::to_string(step);
   if (s_.store) return host_.diagnoseCommFailure(error, when);
   host_.markCommBroken();

@@ -64,9 +64,13 @@ Result<bool> CudaLoop::serverStep(std::uint64_t dataStep, double lr, StepAccount
     r.computeTimeUs = micros(computed - start);
     r.exposedCommTimeUs = micros(end - exchange.pushStart);
     r.stepTimeUs = micros(end - start);
+    r.optimizerTimeUs = 0;  // the server's
+    r.allreduceTimeUs = 0;
+    r.bytesReduced = 0;
     exchange.pull.micros += micros(end - exchange.end);
-    // Weights and gradients on the GPU, and their copies on the host that travel.
-    psWorker_->addFigures(exchange, 2 * s_.layout->totalFloats(), 2 * s_.layout->totalFloats(), r);
+    // Weights (and their bf16 copy) and gradients on the GPU, and their copies on the host that travel.
+    const std::size_t total = s_.layout->totalFloats();
+    psWorker_->addFigures(exchange, model_->paramBytes() / sizeof(float) + total, 2 * total, r);
     LOCKSTEP_ASSIGN_OR_RETURN(const bool reachedTarget,
                               accounting.record(r, static_cast<std::uint64_t>(hostGrads_[kSampleCount]), globalLoss, over));
     voteToStop_ = voteToStop_ || reachedTarget;  // the server ends the run: the next push asks it to
