@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <functional>
 
 #include "lockstep/protocol/codec.h"
@@ -146,6 +147,32 @@ TEST(ProtocolRoundTrip, OtherRequestsAndReplies) {
     ASSERT_TRUE(out.ok()) << out.error().message;
     EXPECT_EQ(*out, r);
   }
+}
+
+// Issue 46: the largest jobs run today take 16,384 GPUs, 8 to a node. Such a job is a valid spec,
+// and its StartJob, placing every rank on nodes with long names, fits in one message; twice that is
+// the bound, said so.
+TEST(ProtocolRoundTrip, AJobOf16384RanksOn2048NodesIsValidAndFitsOneMessage) {
+  JobSpec big = validSpec();
+  big.agents.clear();
+  big.ranks.clear();
+  big.worldSize = 16384;
+  for (std::uint32_t r = 0; r < big.worldSize; ++r) {
+    char node[80];
+    std::snprintf(node, sizeof node, "gpu-rack%03u-node%04u.training-cluster.example.com", r / 256, r / 8);
+    big.ranks.push_back({r, node, r % 8, r % 8});
+  }
+  ASSERT_TRUE(validateJobSpec(big).ok()) << validateJobSpec(big).error().message;
+  const std::string bytes = encode(Request{1, StartJobRequest{big, std::string(64, 'a')}});
+  EXPECT_LT(bytes.size(), kMaxMessageBytes / 2);
+  auto back = decodeRequest(bytes);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(std::get<StartJobRequest>(back->body).spec, big);
+
+  big.worldSize = 32769;
+  const auto refused = validateJobSpec(big);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("32768"), std::string::npos) << refused.error().message;
 }
 
 TEST(ProtocolRoundTrip, StreamedPayloads) {
