@@ -13,8 +13,11 @@
 //
 //   build/bin/lockstep-bench-app [--agents 8] [--gpus 8] [--steps-per-second 10] [--seconds 20]
 //                                [--screenshot FILE.png] [--compressed-hours H] [--timeline]
+//                                [--job-lists known|full|off]
 //
-// With --timeline, a third phase streams the same with the dashboard's Timeline tab shown.
+// With --timeline, a third phase streams the same with the dashboard's Timeline tab shown. While
+// streaming, each agent's job list comes every second as its worker polls it (--job-lists: without
+// the spec, as the app asks for it; "full" as it was before issue 46; "off").
 //
 // With --compressed-hours, instead: H hours of the stream as fast as the app takes it, and the
 // app's memory every 10 simulated minutes.
@@ -60,6 +63,9 @@ struct Options {
   double compressedHours = 0;  // > 0: memory over that many hours of the stream, time-compressed
   QString screenshot;
   bool timeline = false;  // then a third phase: streaming with the Timeline tab shown
+  // Each agent's job list every second, as its worker polls it: "known" (the spec left out, as the
+  // app asks since issue 46), "full" (the spec in every list, as before), or "off".
+  std::string jobLists = "known";
 };
 
 double cpuSeconds(clockid_t clock) {
@@ -107,6 +113,22 @@ JobSpec makeJob(const Options& o) {
   return spec;
 }
 
+// Agent `a`'s status of the job: the whole spec, its own ranks.
+JobStatus statusOf(const Options& o, const JobSpec& spec, int a) {
+  JobStatus status;
+  status.spec = spec;
+  status.state = JobState::kRunning;
+  status.startedUnixUs = nowUs();
+  for (int g = 0; g < o.gpus; ++g) {
+    RankStatus rank;
+    rank.rank = static_cast<std::uint32_t>(a * o.gpus + g);
+    rank.localRank = rank.gpuIndex.emplace(static_cast<std::uint32_t>(g));
+    rank.pid = static_cast<std::uint32_t>(1000 + g);
+    status.ranks.push_back(rank);
+  }
+  return status;
+}
+
 void announce(ClusterStore& store, const Options& o, const JobSpec& spec) {
   for (int a = 0; a < o.agents; ++a) {
     auto hello = std::make_shared<NodeHello>();
@@ -119,25 +141,30 @@ void announce(ClusterStore& store, const Options& o, const JobSpec& spec) {
                              141ull << 30});
     }
     store.onHello(agentId(a), hello);
-    JobStatus status;
-    status.spec = spec;
-    status.state = JobState::kRunning;
-    status.startedUnixUs = nowUs();
-    for (int g = 0; g < o.gpus; ++g) {
-      RankStatus rank;
-      rank.rank = static_cast<std::uint32_t>(a * o.gpus + g);
-      rank.localRank = rank.gpuIndex.emplace(static_cast<std::uint32_t>(g));
-      rank.pid = static_cast<std::uint32_t>(1000 + g);
-      status.ranks.push_back(rank);
-    }
-    store.onJobs(agentId(a), std::make_shared<const std::vector<JobStatus>>(std::vector<JobStatus>{status}));
+    store.onJobs(agentId(a), std::make_shared<const std::vector<JobStatus>>(std::vector<JobStatus>{statusOf(o, spec, a)}));
   }
+}
+
+// What the agents' workers hand on each second (--job-lists): one list shared by all agents (their
+// own ranks aside, the lists are alike), or null.
+app::JobList pollingList(const Options& o, const JobSpec& spec) {
+  if (o.jobLists == "off") return nullptr;
+  JobStatus status = statusOf(o, spec, 0);
+  if (o.jobLists == "known") {
+    JobSpec stub;
+    stub.jobId = spec.jobId;
+    stub.attempt = spec.attempt;
+    status.spec = stub;
+    status.specOmitted = true;
+  }
+  return std::make_shared<const std::vector<JobStatus>>(std::vector<JobStatus>{status});
 }
 
 // Every 100 ms, one batch per agent with what its ranks and GPUs produced in that time.
 class Generator {
  public:
-  Generator(ClusterStore& store, const Options& o) : store_(store), o_(o) {}
+  Generator(ClusterStore& store, const Options& o, app::JobList jobLists = nullptr)
+      : store_(store), o_(o), jobLists_(std::move(jobLists)) {}
   ~Generator() { stop(); }
   void start() {
     thread_ = std::thread([this] { run(); });
@@ -158,6 +185,7 @@ class Generator {
  private:
   void run() {
     double stepDebt = 0, sampleDebt = 0;
+    std::uint64_t ticks = 0;
     const auto tick = std::chrono::milliseconds(100);
     auto next = std::chrono::steady_clock::now();
     while (running_) {
@@ -169,6 +197,19 @@ class Generator {
       stepDebt -= steps;
       sampleDebt -= samples;
       sendTick(steps, samples, nowUs());
+      if (++ticks % 10 == 0) sendJobLists();
+    }
+  }
+
+  // As each agent's worker does every second: its job list to the store (GUI thread) and to the
+  // ingest thread, queued.
+  void sendJobLists() {
+    if (!jobLists_) return;
+    for (int a = 0; a < o_.agents; ++a) {
+      const QString id = agentId(a);
+      QMetaObject::invokeMethod(&store_, [this, id] { store_.onJobs(id, jobLists_); }, Qt::QueuedConnection);
+      QMetaObject::invokeMethod(&store_.ingest(), [this, id] { store_.ingest().onJobs(id, jobLists_); },
+                                Qt::QueuedConnection);
     }
   }
 
@@ -276,6 +317,7 @@ class Generator {
   std::vector<std::uint64_t> seq_ = std::vector<std::uint64_t>(static_cast<std::size_t>(o_.agents), 0);
   std::uint64_t step_ = 0;
   std::uint64_t energy_ = 0;
+  app::JobList jobLists_;
 };
 
 // Counts the dashboard's repaints (the heatmap is painted on every refresh that brought data) and
@@ -402,12 +444,17 @@ int main(int argc, char** argv) {
     else if (a == "--screenshot") o.screenshot = QString::fromLocal8Bit(next());
     else if (a == "--compressed-hours") o.compressedHours = std::atof(next());
     else if (a == "--timeline") o.timeline = true;
+    else if (a == "--job-lists") o.jobLists = next();
     else {
       std::fprintf(stderr,
                    "usage: lockstep-bench-app [--agents 8] [--gpus 8] [--steps-per-second 10] [--seconds 20] "
-                   "[--screenshot FILE.png] [--compressed-hours H] [--timeline]\n");
+                   "[--screenshot FILE.png] [--compressed-hours H] [--timeline] [--job-lists known|full|off]\n");
       return 2;
     }
+  }
+  if (o.jobLists != "known" && o.jobLists != "full" && o.jobLists != "off") {
+    std::fprintf(stderr, "lockstep-bench-app: --job-lists is known, full or off, not '%s'\n", o.jobLists.c_str());
+    return 2;
   }
   if (o.agents < 1 || o.gpus < 1 || o.seconds <= 0 || o.stepsPerSecond <= 0) {
     std::fprintf(stderr, "lockstep-bench-app: --agents, --gpus, --seconds and --steps-per-second must be positive\n");
@@ -438,15 +485,16 @@ int main(int argc, char** argv) {
   const JobSpec spec = makeJob(o);
   announce(store, o, spec);
 
-  std::printf("lockstep-bench-app: %d agents x %d GPUs, one rank per GPU at %.0f steps/s, samples at %d Hz, %s\n",
-              o.agents, o.gpus, o.stepsPerSecond, o.sampleHz, qPrintable(QGuiApplication::platformName()));
+  std::printf("lockstep-bench-app: %d agents x %d GPUs, one rank per GPU at %.0f steps/s, samples at %d Hz, job lists "
+              "%s, %s\n",
+              o.agents, o.gpus, o.stepsPerSecond, o.sampleHz, o.jobLists.c_str(), qPrintable(QGuiApplication::platformName()));
   if (o.compressedHours > 0) return compressed(store, o);
   std::printf("%-10s %10s %12s %12s %12s %12s %12s %10s %12s %12s\n", "phase", "msgs/s", "GUI CPU %", "all CPU %",
               "late p50 ms",
               "late p99 ms", "late max ms", "repaints/s", "s2p p50 ms", "s2p p99 ms");
   const PhaseResult idle = runPhase(o.seconds / 2, frames, nullptr);
   print("idle", idle);
-  Generator generator(store, o);
+  Generator generator(store, o, pollingList(o, spec));
   generator.start();
   (void)runPhase(2, frames, &generator);  // warm-up: the charts fill their first points
   const PhaseResult streaming = runPhase(o.seconds, frames, &generator);

@@ -109,6 +109,48 @@ TEST(AgentJob, StartReportStopLeavesNoProcessBehind) {
   EXPECT_FALSE(payloads<JobEvent>(events, "job-stop").empty());
 }
 
+// A client that polls the jobs every second says which specs it holds, and gets the statuses
+// without them: a job's spec lists every rank of the job, on every one of its agents.
+TEST(AgentJob, AJobListLeavesOutTheSpecsTheClientSaysItHolds) {
+  TempDir dir;
+  AgentProcess agent(dir, "node-a");
+  ClientKeys client(dir);
+  agent.authorize(client.keys.publicKey);
+  auto c = connectTo(agent, client);
+  JobSpec spec = smallJob("job-known", 2, 1'000'000);
+  spec.ranks = {{0, "node-a", 0, std::nullopt}, {1, "node-a", 1, std::nullopt}};  // as a launcher places them
+  ASSERT_TRUE(c->startJob(spec, "", 10s).ok());
+  ASSERT_TRUE(waitUntil([&] { auto j = jobOn(*c, "job-known"); return j && j->ranks.size() == 2; }, 20s));
+
+  const auto full = c->listJobs(5s);
+  ASSERT_TRUE(full.ok()) << full.error().message;
+  ASSERT_EQ(full->jobs.size(), 1u);
+  EXPECT_FALSE(full->jobs[0].specOmitted);
+  EXPECT_EQ(full->jobs[0].spec.ranks.size(), 2u);
+
+  const auto known = c->listJobs(5s, {{"job-known", 0}, {"a-job-it-never-ran", 0}});
+  ASSERT_TRUE(known.ok()) << known.error().message;
+  ASSERT_EQ(known->jobs.size(), 1u);
+  const JobStatus& stub = known->jobs[0];
+  EXPECT_TRUE(stub.specOmitted);
+  EXPECT_EQ(stub.spec.jobId, "job-known");
+  EXPECT_EQ(stub.spec.attempt, 0u);
+  EXPECT_TRUE(stub.spec.ranks.empty() && stub.spec.layers.empty());
+  // What changes from poll to poll still comes: the state, the ranks it runs, their progress.
+  EXPECT_EQ(stub.state, full->jobs[0].state);
+  EXPECT_EQ(stub.ranks.size(), 2u);
+  // The reply without the spec is the smaller by the spec's size, less its job id and attempt.
+  EXPECT_LT(encode(Reply{1, *known}).size() + 100, encode(Reply{1, *full}).size());
+
+  // Another attempt's spec is not the one held: it comes whole.
+  const auto otherAttempt = c->listJobs(5s, {{"job-known", 1}});
+  ASSERT_TRUE(otherAttempt.ok());
+  EXPECT_FALSE(otherAttempt->jobs[0].specOmitted);
+  EXPECT_EQ(otherAttempt->jobs[0].spec, full->jobs[0].spec);
+  ASSERT_TRUE(c->stopJob("job-known", 3000, 5s).ok());
+  ASSERT_TRUE(waitUntil([&] { return ended(jobOn(*c, "job-known")); }, 20s));
+}
+
 TEST(AgentJob, FourRanksAcrossTwoAgentsTrainAndFinish) {
   TempDir dir;
   AgentProcess a(dir, "node-a"), b(dir, "node-b");

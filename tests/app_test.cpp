@@ -121,6 +121,16 @@ class AppTest : public QObject {
     QVERIFY(QLocale().toDouble(app.tile(QStringLiteral("Throughput")), &ok) > 0 && ok);
     const double loss = app.tile(QStringLiteral("Loss")).toDouble(&ok);
     QVERIFY(ok && std::isfinite(loss) && loss > 0);
+    // The agent's job list, polled every second, comes without the spec once this app holds it
+    // (issue 46): the store keeps the whole spec all the same.
+    const app::AgentEntry* listed = app.store.agent(idOf(agent));
+    QVERIFY(listed);
+    QTRY_VERIFY_WITH_TIMEOUT(listed->jobs.size() == 1 && listed->jobs[0].specOmitted, kJobMs);
+    const app::JobEntry* entry = app.store.job("gui-job");
+    QVERIFY(entry);
+    QCOMPARE(entry->spec.ranks.size(), std::size_t{2});
+    QCOMPARE(entry->spec.layers, (std::vector<std::uint32_t>{32, 64, 10}));
+    QCOMPARE(entry->nodes, (std::vector<std::string>{"node-a"}));
     // GPU utilization is unknown for CPU ranks, not 0; their MFU is against the agent's CPU peak.
     QCOMPARE(app.tile(QStringLiteral("GPU utilization")), none);
     QTRY_VERIFY_WITH_TIMEOUT(app.tile(QStringLiteral("MFU")).endsWith(QStringLiteral("%")), kJobMs);

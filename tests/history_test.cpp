@@ -118,6 +118,39 @@ TEST(History, ARestartReplacesTheJobsSpecAndParts) {
   EXPECT_EQ(record->state, JobState::kFinished);
 }
 
+// An agent polled every second leaves out the spec the client holds (JobStatus::specOmitted): such a
+// status updates its part, and never makes or restarts a job from the stub it carries.
+TEST(History, AStatusWithoutItsSpecUpdatesItsPartButStartsNoJob) {
+  TempDir dir;
+  auto h = History::open(dir.file("h.db"));
+  ASSERT_TRUE(h) << h.error().message;
+  const auto stub = [](const JobSpec& s, JobState state, std::uint32_t attempt) {
+    JobStatus st = status(s, state);
+    st.spec = JobSpec{};
+    st.spec.jobId = s.jobId;
+    st.spec.attempt = attempt;
+    st.specOmitted = true;
+    return st;
+  };
+  const JobSpec s = spec("j-stub");
+  auto made = h->recordJob("node-a", stub(s, JobState::kRunning, 0));
+  ASSERT_TRUE(made) << made.error().message;
+  EXPECT_FALSE(*made);
+  EXPECT_FALSE(h->job("j-stub")) << "a job made from a stub";
+
+  ASSERT_TRUE(h->recordJob("node-a", status(s, JobState::kRunning)));
+  auto updated = h->recordJob("node-a", stub(s, JobState::kFinished, 0));
+  ASSERT_TRUE(updated) << updated.error().message;
+  EXPECT_TRUE(*updated);
+  auto job = h->job("j-stub");
+  ASSERT_TRUE(job) << job.error().message;
+  EXPECT_EQ(job->state, JobState::kFinished);
+  EXPECT_EQ(job->spec, s) << "the stub replaced the spec";
+  // A later attempt's stub is not a restart: its spec is not here.
+  ASSERT_TRUE(h->recordJob("node-a", stub(s, JobState::kRunning, 1)));
+  EXPECT_EQ(h->job("j-stub")->spec.attempt, 0u);
+}
+
 TEST(History, ReplayedMessagesAreStoredOnce) {
   TempDir dir;
   auto h = History::open(dir.file("h.db"));

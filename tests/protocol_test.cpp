@@ -149,6 +149,39 @@ TEST(ProtocolRoundTrip, OtherRequestsAndReplies) {
   }
 }
 
+// A client polling its agents' jobs says which specs it holds; their statuses come back with the
+// spec left out, and decode to the job and attempt alone without being taken for a bad spec.
+TEST(ProtocolRoundTrip, AJobListLeavesOutTheSpecsTheClientHolds) {
+  const Request ask{8, ListJobsRequest{{{"job-1", 0}, {"job-2", 3}}}};
+  auto request = decodeRequest(encode(ask));
+  ASSERT_TRUE(request.ok()) << request.error().message;
+  EXPECT_EQ(*request, ask);
+
+  JobStatus omitted{};
+  omitted.spec.jobId = "job-2";
+  omitted.spec.attempt = 3;
+  omitted.specOmitted = true;
+  omitted.state = JobState::kRunning;
+  JobStatus full{};
+  full.spec = validSpec();
+  full.state = JobState::kRunning;
+  const Reply reply{9, JobsReply{{full, omitted}}};
+  auto out = decodeReply(encode(reply));
+  ASSERT_TRUE(out.ok()) << out.error().message;
+  EXPECT_EQ(*out, reply);
+  // Without the flag the same stub is a spec, and a bad one.
+  omitted.specOmitted = false;
+  EXPECT_FALSE(decodeReply(encode(Reply{10, JobsReply{{omitted}}})).ok());
+
+  // Bounded, and each a job id.
+  ListJobsRequest many;
+  for (std::size_t i = 0; i <= kMaxKnownSpecs; ++i) many.knownSpecs.push_back({"job-" + std::to_string(i), 0});
+  auto tooMany = decodeRequest(encode(Request{11, many}));
+  ASSERT_FALSE(tooMany.ok());
+  EXPECT_NE(tooMany.error().message.find("more than 4096 known specs"), std::string::npos) << tooMany.error().message;
+  EXPECT_FALSE(decodeRequest(encode(Request{12, ListJobsRequest{{{"no spaces allowed", 0}}}})).ok());
+}
+
 // Issue 46: the largest jobs run today take 16,384 GPUs, 8 to a node. Such a job is a valid spec,
 // and its StartJob, placing every rank on nodes with long names, fits in one message; twice that is
 // the bound, said so.

@@ -1,5 +1,7 @@
 #include "AgentWorker.h"
 
+#include "lockstep/protocol/validate.h"
+
 #include <QLoggingCategory>
 
 Q_LOGGING_CATEGORY(lcAgent, "lockstep.agent")
@@ -81,10 +83,15 @@ void AgentWorker::fail(const Error& error) {
 }
 
 bool AgentWorker::refreshJobs() {
-  auto jobs = client_->listJobs(kRequestTimeout);
+  auto jobs = client_->listJobs(kRequestTimeout, knownSpecs_);
   if (!jobs) {
     fail(jobs.error());
     return false;
+  }
+  // Every job listed is now known at its attempt: the next list leaves their specs out.
+  knownSpecs_.clear();
+  for (const auto& j : jobs->jobs) {
+    if (knownSpecs_.size() < kMaxKnownSpecs) knownSpecs_.push_back({j.spec.jobId, j.spec.attempt});
   }
   Q_EMIT jobsReceived(id_, std::make_shared<const std::vector<JobStatus>>(std::move(jobs->jobs)));
   nextJobsRefresh_ = Clock::now() + kJobsRefresh;
@@ -98,6 +105,7 @@ void AgentWorker::connectNow() {
     return;
   }
   client_ = std::move(client).value();
+  knownSpecs_.clear();  // a new connection: the first list brings every spec
   backoff_ = 500ms;
   Q_EMIT helloReceived(id_, std::make_shared<const NodeHello>(client_->hello()));
   setState(AgentState::kConnected, {});

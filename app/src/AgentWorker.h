@@ -65,6 +65,7 @@ class AgentWorker : public QObject {
   std::pair<std::uint64_t, std::uint64_t> jobsVersion_{0, 0};
   std::chrono::milliseconds backoff_{500};
   std::chrono::steady_clock::time_point nextJobsRefresh_{};
+  std::vector<JobAttempt> knownSpecs_;  // the specs this connection brought: later lists leave them out
   std::chrono::steady_clock::time_point nextClock_{};
 };
 

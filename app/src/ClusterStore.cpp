@@ -203,6 +203,11 @@ const JobEntry* ClusterStore::job(const std::string& id) const {
   return it == jobs_.end() ? nullptr : it->second.get();
 }
 
+bool ClusterStore::knowsSpec(const JobSpec& stub) const {
+  const auto it = jobs_.find(stub.jobId);
+  return it != jobs_.end() && it->second->spec.attempt >= stub.attempt;
+}
+
 JobEntry& ClusterStore::jobEntry(const JobSpec& spec) {
   auto& slot = jobs_[spec.jobId];
   if (!slot) {
@@ -266,6 +271,8 @@ void ClusterStore::onJobs(QString id, JobList jobs) {
   a->jobs = *jobs;
   bool changed = false;
   for (const auto& status : *jobs) {
+    // A status without its spec is of a job at an attempt this store took in full already.
+    if (status.specOmitted && !knowsSpec(status.spec)) continue;
     JobEntry& job = jobEntry(status.spec);
     // The supervisor's word over its standby's while both report (the standby only mirrors it).
     const bool standby = status.supervision.state == SupervisionState::kStandby;

@@ -148,6 +148,9 @@ class ClusterStore : public QObject {
   // Moves the agent to its place in natural order of the node names (its id before its hello).
   void placeAgent(AgentEntry* agent);
   JobEntry& jobEntry(const JobSpec& spec);
+  // Whether the job's spec at the stub's attempt (or a later one) is held: a status whose spec was
+  // left out (JobStatus::specOmitted) needs it.
+  bool knowsSpec(const JobSpec& stub) const;
   void updateJobState(JobEntry& job);
   void onState(QString id, AgentState state, QString message);
   void onPublished(QStringList jobIds);

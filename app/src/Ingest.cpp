@@ -126,7 +126,9 @@ std::shared_ptr<LiveJob> Ingest::find(const std::string& jobId) {
 
 void Ingest::onJobs(QString, JobList jobs) {
   // In the order the agent sent them: a job's list comes before its messages.
-  for (const auto& status : *jobs) job(status.spec);
+  for (const auto& status : *jobs) {
+    if (!status.specOmitted) job(status.spec);  // a left-out spec's job was made from its full one
+  }
 }
 
 void Ingest::onClock(QString, QString node, ClockOffset offset) {

@@ -226,8 +226,8 @@ Result<FetchReply> AgentClient::fetch(std::uint64_t afterSeq, std::uint32_t maxM
                             "fetch");
 }
 
-Result<JobsReply> AgentClient::listJobs(milliseconds timeout) {
-  return expect<JobsReply>(impl_->call(ListJobsRequest{}, timeout), "list jobs");
+Result<JobsReply> AgentClient::listJobs(milliseconds timeout, std::vector<JobAttempt> knownSpecs) {
+  return expect<JobsReply>(impl_->call(ListJobsRequest{std::move(knownSpecs)}, timeout), "list jobs");
 }
 
 Result<LogsReply> AgentClient::logs(const std::string& jobId, std::uint32_t rank, std::uint32_t maxBytes,

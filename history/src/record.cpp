@@ -208,6 +208,8 @@ Result<bool> Recorder::recordJob(const std::string& node, const JobStatus& statu
   LOCKSTEP_ASSIGN_OR_RETURN(auto tx, Transaction::begin(db_));
   LOCKSTEP_ASSIGN_OR_RETURN(const auto stored, storedAttempt(spec.jobId));
   if (stored && spec.attempt < *stored) return false;  // a part of an attempt a restart replaced
+  // A status whose spec was left out (the client had it) cannot start or restart a record.
+  if (status.specOmitted && (!stored || spec.attempt > *stored)) return false;
   bool changed = false;
   if (!stored) {
     LOCKSTEP_TRY(insertJob(spec));

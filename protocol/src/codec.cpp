@@ -203,7 +203,12 @@ Result<RankStatus> fromPb(const pb::RankStatus& m) {
 }
 
 void toPb(const JobStatus& j, pb::JobStatus* m) {
-  toPb(j.spec, m->mutable_spec());
+  if (j.specOmitted) {  // which job at which attempt, nothing else
+    m->mutable_spec()->set_job_id(j.spec.jobId);
+    m->mutable_spec()->set_attempt(j.spec.attempt);
+  } else {
+    toPb(j.spec, m->mutable_spec());
+  }
   m->set_state(static_cast<pb::JobState>(j.state));
   for (const auto& r : j.ranks) toPb(r, m->add_ranks());
   m->set_started_unix_us(j.startedUnixUs);
@@ -222,6 +227,7 @@ void toPb(const JobStatus& j, pb::JobStatus* m) {
   m->set_owner(j.owner);
   for (const auto cpu : j.cpus) m->add_cpus(cpu);
   m->set_memory_limit_bytes(j.memoryLimitBytes);
+  m->set_spec_omitted(j.specOmitted);
 }
 
 Result<Supervision> fromPb(const pb::Supervision& m) {
@@ -239,7 +245,15 @@ Result<Supervision> fromPb(const pb::Supervision& m) {
 
 Result<JobStatus> fromPb(const pb::JobStatus& m) {
   JobStatus j;
-  LOCKSTEP_ASSIGN_OR_RETURN(j.spec, fromPb(m.spec()));
+  j.specOmitted = m.spec_omitted();
+  if (j.specOmitted) {
+    // Only which job at which attempt: the client holds the rest.
+    LOCKSTEP_TRY(validateJobId(m.spec().job_id()));
+    j.spec.jobId = m.spec().job_id();
+    j.spec.attempt = m.spec().attempt();
+  } else {
+    LOCKSTEP_ASSIGN_OR_RETURN(j.spec, fromPb(m.spec()));
+  }
   LOCKSTEP_ASSIGN_OR_RETURN(j.state, (enumFromPb<JobState>(m.state(), 1, 5, "job state")));
   for (const auto& r : m.ranks()) {
     LOCKSTEP_ASSIGN_OR_RETURN(auto rank, fromPb(r));
@@ -327,7 +341,12 @@ std::string encode(const Request& request) {
           m.mutable_fetch()->set_max_messages(body.maxMessages);
           m.mutable_fetch()->set_wait_ms(body.waitMs);
         } else if constexpr (std::is_same_v<T, ListJobsRequest>) {
-          m.mutable_list_jobs();
+          auto* list = m.mutable_list_jobs();
+          for (const auto& known : body.knownSpecs) {
+            auto* k = list->add_known_specs();
+            k->set_job_id(known.jobId);
+            k->set_attempt(known.attempt);
+          }
         } else if constexpr (std::is_same_v<T, LogsRequest>) {
           m.mutable_logs()->set_job_id(body.jobId);
           m.mutable_logs()->set_rank(body.rank);
@@ -364,8 +383,17 @@ Result<Request> decodeRequest(std::string_view bytes, std::size_t maxBytes) {
       case pb::Request::kFetch:
         if (m.fetch().wait_ms() > 60000) return bad("fetch: wait_ms is over 60000");
         return Body{FetchRequest{m.fetch().after_seq(), m.fetch().max_messages(), m.fetch().wait_ms()}};
-      case pb::Request::kListJobs:
-        return Body{ListJobsRequest{}};
+      case pb::Request::kListJobs: {
+        if (static_cast<std::size_t>(m.list_jobs().known_specs_size()) > kMaxKnownSpecs) {
+          return bad("list jobs: more than " + std::to_string(kMaxKnownSpecs) + " known specs");
+        }
+        ListJobsRequest list;
+        for (const auto& k : m.list_jobs().known_specs()) {
+          LOCKSTEP_TRY(validateJobId(k.job_id()));
+          list.knownSpecs.push_back({k.job_id(), k.attempt()});
+        }
+        return Body{std::move(list)};
+      }
       case pb::Request::kLogs:
         LOCKSTEP_TRY(validateJobId(m.logs().job_id()));
         return Body{LogsRequest{m.logs().job_id(), m.logs().rank(), m.logs().max_bytes()}};

@@ -1,5 +1,7 @@
 #include "loop/requests.h"
 
+#include <set>
+
 namespace lockstep::agent {
 namespace {
 
@@ -82,12 +84,21 @@ void Requests::fetch(const Call& call, FetchRequest& body) {
   parts_.fetches.onFetch(call.client, call.key, call.caller.streamScope(), call.id, body);
 }
 
-// With the supervision of the jobs this agent supervises, and each running job's progress.
-void Requests::list(const Call& call, ListJobsRequest&) {
+// With the supervision of the jobs this agent supervises, and each running job's progress; the
+// specs the client says it holds left out.
+void Requests::list(const Call& call, ListJobsRequest& body) {
   std::vector<JobStatus> jobs = parts_.access.visibleJobs(call.key, call.caller);
+  const std::set<JobAttempt> known(body.knownSpecs.begin(), body.knownSpecs.end());
   for (auto& j : jobs) {
     j.supervision = parts_.supervisions.of(j.spec.jobId);
     parts_.stalls.withProgress(j);
+    if (known.count({j.spec.jobId, j.spec.attempt}) != 0) {
+      JobSpec stub;
+      stub.jobId = std::move(j.spec.jobId);
+      stub.attempt = j.spec.attempt;
+      j.spec = std::move(stub);
+      j.specOmitted = true;
+    }
   }
   parts_.replies.reply(call.client, Reply{call.id, JobsReply{std::move(jobs)}});
 }

@@ -57,7 +57,9 @@ class AgentClient {
   // Long poll: the agent answers once something newer than afterSeq exists, or after waitMs.
   Result<FetchReply> fetch(std::uint64_t afterSeq, std::uint32_t maxMessages, std::uint32_t waitMs,
                            std::chrono::milliseconds timeout);
-  Result<JobsReply> listJobs(std::chrono::milliseconds timeout);
+  // `knownSpecs`: the specs this caller holds from an earlier reply on this connection; their
+  // statuses come with the spec left out (JobStatus::specOmitted), the rest in full.
+  Result<JobsReply> listJobs(std::chrono::milliseconds timeout, std::vector<JobAttempt> knownSpecs = {});
   Result<LogsReply> logs(const std::string& jobId, std::uint32_t rank, std::uint32_t maxBytes,
                          std::chrono::milliseconds timeout);
   // What the job's ranks here are doing (their stacks; docs/stalls.md). Taking them may need up to

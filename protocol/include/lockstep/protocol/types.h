@@ -405,7 +405,15 @@ struct FetchRequest {
   std::uint32_t waitMs = 0;
   bool operator==(const FetchRequest&) const = default;
 };
+// A job at an attempt (lockstep.proto).
+struct JobAttempt {
+  std::string jobId;
+  std::uint32_t attempt = 0;
+  auto operator<=>(const JobAttempt&) const = default;
+};
+// At most kMaxKnownSpecs (validate.h) known specs.
 struct ListJobsRequest {
+  std::vector<JobAttempt> knownSpecs;  // their statuses come with the spec left out
   bool operator==(const ListJobsRequest&) const = default;
 };
 struct LogsRequest {
@@ -584,6 +592,8 @@ struct JobStatus {
   std::string owner;                   // the Unix user its ranks run as on this agent's node
   std::vector<std::uint32_t> cpus;     // the cores its ranks hold here (docs/fences.md)
   std::uint64_t memoryLimitBytes = 0;  // its ranks' memory limits here together; 0: unbounded
+  // The spec holds only its jobId and attempt: the client said it has the rest (ListJobsRequest).
+  bool specOmitted = false;
   bool operator==(const JobStatus&) const = default;
 };
 

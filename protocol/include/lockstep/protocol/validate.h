@@ -55,6 +55,8 @@ inline constexpr std::size_t kMaxAlertRuleBytes = 512;
 inline constexpr std::size_t kMaxWebhooks = 16;
 inline constexpr std::size_t kMaxWebhookUrlBytes = 2048;
 inline constexpr std::size_t kMaxRecordListItems = 64;
+// The specs a ListJobsRequest may say its client holds.
+inline constexpr std::size_t kMaxKnownSpecs = 4096;
 Result<void> validateStepReport(const StepReport& report);
 // A phase's name: 1 to kMaxPhaseNameBytes bytes of UTF-8, no control characters.
 inline constexpr std::size_t kMaxPhaseNameBytes = 64;
