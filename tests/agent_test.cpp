@@ -18,6 +18,7 @@
 #include "lockstep/client/launch.h"
 #include "lockstep/net/zmq_util.h"
 #include "lockstep/protocol/codec.h"
+#include "lockstep/protocol/validate.h"
 #include "support/agent_support.h"
 
 namespace lockstep::test {
@@ -149,6 +150,25 @@ TEST(AgentJob, AJobListLeavesOutTheSpecsTheClientSaysItHolds) {
   EXPECT_EQ(otherAttempt->jobs[0].spec, full->jobs[0].spec);
   ASSERT_TRUE(c->stopJob("job-known", 3000, 5s).ok());
   ASSERT_TRUE(waitUntil([&] { return ended(jobOn(*c, "job-known")); }, 20s));
+}
+
+// A valid spec can be too large for one message (32,768 ranks on long node names): the client says
+// so at once, where the agent would drop it unread and the client wait for an answer.
+TEST(AgentJob, AJobTooLargeForOneMessageIsRefusedBeforeItIsSent) {
+  TempDir dir;
+  AgentProcess agent(dir, "node-a");
+  ClientKeys client(dir);
+  agent.authorize(client.keys.publicKey);
+  auto c = connectTo(agent, client);
+  JobSpec spec = smallJob("job-huge", 32768, 10);
+  for (std::uint32_t r = 0; r < spec.worldSize; ++r) spec.ranks.push_back({r, std::string(240, 'n') + std::to_string(r / 8), r % 8, std::nullopt});
+  ASSERT_TRUE(validateJobSpec(spec).ok()) << validateJobSpec(spec).error().message;
+  const auto start = std::chrono::steady_clock::now();
+  auto started = c->startJob(spec, "", 10s);
+  ASSERT_FALSE(started.ok());
+  EXPECT_NE(started.error().message.find("over the 4 MiB an agent takes"), std::string::npos) << started.error().message;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  EXPECT_TRUE(c->listJobs(5s).ok()) << "the connection still serves";
 }
 
 TEST(AgentJob, FourRanksAcrossTwoAgentsTrainAndFinish) {

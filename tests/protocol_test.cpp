@@ -202,6 +202,20 @@ TEST(ProtocolRoundTrip, AJobOf16384RanksOn2048NodesIsValidAndFitsOneMessage) {
   ASSERT_TRUE(back.ok()) << back.error().message;
   EXPECT_EQ(std::get<StartJobRequest>(back->body).spec, big);
 
+  // The largest spec a job may have, on the longest node names, kept as JSON (the history's and the
+  // agent's own records) reads back; as a request it is too large for one message.
+  JobSpec largest = big;
+  largest.worldSize = 32768;
+  largest.ranks.clear();
+  for (std::uint32_t r = 0; r < largest.worldSize; ++r) {
+    largest.ranks.push_back({r, std::string(240, 'n') + std::to_string(r / 8), r % 8, r % 8});
+  }
+  ASSERT_TRUE(validateJobSpec(largest).ok()) << validateJobSpec(largest).error().message;
+  auto json = jobSpecFromJson(jobSpecToJson(largest));
+  ASSERT_TRUE(json.ok()) << json.error().message;
+  EXPECT_EQ(*json, largest);
+  EXPECT_GT(encode(Request{2, StartJobRequest{largest, std::string(64, 'a')}}).size(), kMaxMessageBytes);
+
   big.worldSize = 32769;
   const auto refused = validateJobSpec(big);
   ASSERT_FALSE(refused.ok());

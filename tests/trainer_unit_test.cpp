@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <numeric>
@@ -11,6 +12,7 @@
 
 #include "checkpoint.h"
 #include "dataset.h"
+#include "dist_env.h"
 #include "lockstep/common/files.h"
 #include "lockstep/common/npy.h"
 #include "metrics.h"
@@ -655,6 +657,32 @@ TEST(MetricsLine, AFileIsReadLineByLineAndABadLineIsNamed) {
   ASSERT_FALSE(bad);
   EXPECT_EQ(bad.error().message, dir.file("bad.jsonl") + " line 3: not a step report line: \"job_id\" must be a string");
   EXPECT_FALSE(readStepReports(dir.file("missing.jsonl")));
+}
+
+// A rank of a job as large as a spec may be (32,768 ranks) reads its place from torchrun's
+// variables; one past it is refused, naming the variable.
+TEST(DistEnv, ARankOfTheLargestJobASpecAllowsReadsItsPlace) {
+  const auto withEnv = [](const char* worldSize) {
+    ::setenv("RANK", "16383", 1);
+    ::setenv("WORLD_SIZE", worldSize, 1);
+    ::setenv("LOCAL_RANK", "7", 1);
+    ::setenv("LOCAL_WORLD_SIZE", "8", 1);
+    ::setenv("MASTER_ADDR", "10.0.0.1", 1);
+    ::setenv("MASTER_PORT", "29500", 1);
+    auto env = distEnvFromEnvironment();
+    for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) {
+      ::unsetenv(name);
+    }
+    return env;
+  };
+  const auto big = withEnv("16384");
+  ASSERT_TRUE(big.ok()) << big.error().message;
+  EXPECT_EQ(big->worldSize, 16384u);
+  EXPECT_EQ(big->rank, 16383u);
+  EXPECT_TRUE(withEnv("32768").ok());
+  const auto over = withEnv("32769");
+  ASSERT_FALSE(over.ok());
+  EXPECT_NE(over.error().message.find("WORLD_SIZE"), std::string::npos) << over.error().message;
 }
 
 }  // namespace

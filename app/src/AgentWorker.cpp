@@ -128,6 +128,7 @@ void AgentWorker::tick() {
   }
   if (instanceId_ != 0 && batch->instanceId != instanceId_) {
     qCInfo(lcAgent) << id_ << "the agent restarted";
+    knownSpecs_.clear();  // the next list brings every spec again
   }
   instanceId_ = batch->instanceId;
   if (!batch->messages.empty()) {

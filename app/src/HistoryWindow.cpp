@@ -310,7 +310,8 @@ void HistoryWindow::deleteSelected() {
   if (confirmDeletes_ &&
       QMessageBox::question(this, tr("Delete Jobs"),
                             tr("Delete %1 from the history, with every step report and sample recorded of it? "
-                               "Running jobs are not stopped.")
+                               "Running jobs are not stopped, and stay out of the history until the app next connects to their "
+                               "agents.")
                                 .arg(ids.size() == 1 ? ids.front() : tr("%1 jobs").arg(ids.size()))) != QMessageBox::Yes) {
     return;
   }

@@ -77,6 +77,12 @@ class AgentClient::Impl {
   Result<Reply> call(decltype(Request::body) body, milliseconds timeout) {
     const std::uint64_t id = ++nextRequestId_;
     const std::string bytes = encode(Request{id, std::move(body)});
+    if (bytes.size() > kMaxMessageBytes) {
+      // The agent drops it unread: say so rather than wait for an answer that cannot come.
+      return invalidArgument("the request is " + std::to_string(bytes.size() >> 10) + " KiB, over the " +
+                             std::to_string(kMaxMessageBytes >> 20) + " MiB an agent takes (a job placing many ranks "
+                             "on nodes with long names?): shorten the node names or split the job");
+    }
     const auto deadline = Clock::now() + timeout;
     try {
       if (!socket_->send(zmq::buffer(bytes), zmq::send_flags::dontwait)) {

@@ -527,7 +527,9 @@ std::string jobSpecToJson(const JobSpec& spec, bool oneLine) {
 }
 
 Result<JobSpec> jobSpecFromJson(std::string_view json) {
-  if (json.size() > kMaxMessageBytes) return bad("the job spec file is larger than 4 MiB");
+  // A spec's JSON (a file, the history's and the agent's own records) is larger than its message:
+  // 32,768 ranks on nodes with 255-character names, indented, are about 12 MB.
+  if (json.size() > (32u << 20)) return bad("the job spec file is larger than 32 MiB");
   pb::JobSpec m;
   const auto status = google::protobuf::util::JsonStringToMessage(std::string(json), &m);
   if (!status.ok()) return bad("not a lockstep.v1.JobSpec in JSON: " + status.ToString());

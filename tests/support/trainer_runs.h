@@ -64,6 +64,26 @@ inline nlohmann::json collectiveOf(const nlohmann::json& line, const std::string
   return nullptr;
 }
 
+// An asynchronous run's step reports: how many updates each rank's gradients made, and each
+// server update's loss. Every report carries a staleness within `bound`, and each update is
+// reported once (by the rank whose gradient made it).
+struct AsyncUpdates {
+  std::map<int, int> perRank;
+  std::map<std::uint64_t, double> lossByStep;
+};
+inline AsyncUpdates asyncUpdates(const std::vector<nlohmann::json>& lines, int bound) {
+  AsyncUpdates out;
+  for (const auto& l : lines) {
+    ++out.perRank[l["rank"].get<int>()];
+    const nlohmann::json staleness = l.value("staleness", nlohmann::json());
+    EXPECT_TRUE(staleness.is_number()) << l.dump();
+    if (staleness.is_number()) EXPECT_LE(staleness.get<int>(), bound) << l.dump();
+    EXPECT_TRUE(out.lossByStep.emplace(l["step"].get<std::uint64_t>(), l["global_loss"].get<double>()).second)
+        << "one update per step number: " << l.dump();
+  }
+  return out;
+}
+
 // Global losses by step from a metrics file (rank 0's lines).
 inline std::map<std::uint64_t, double> globalLosses(const std::string& metrics) {
   std::map<std::uint64_t, double> out;

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "lockstep/common/store_secret.h"
+#include "lockstep/protocol/spec_fields.h"
 
 namespace lockstep::trainer {
 namespace {
@@ -42,7 +43,7 @@ Result<DistEnv> distEnvFromEnvironment() {
   if (const char* report = std::getenv("LOCKSTEP_REPORT")) env.reportEndpoint = report;
   if (!distributed) return env;
   LOCKSTEP_ASSIGN_OR_RETURN(env.rank, envNumber("RANK", 0, 65535));
-  LOCKSTEP_ASSIGN_OR_RETURN(env.worldSize, envNumber("WORLD_SIZE", 1, 4096));
+  LOCKSTEP_ASSIGN_OR_RETURN(env.worldSize, envNumber("WORLD_SIZE", 1, spec::kMaxWorldSize));
   LOCKSTEP_ASSIGN_OR_RETURN(env.localRank, envNumber("LOCAL_RANK", env.rank, 65535));
   LOCKSTEP_ASSIGN_OR_RETURN(env.localWorldSize, envNumber("LOCAL_WORLD_SIZE", env.worldSize, 4096));
   if (env.worldSize == 0) return invalidArgument("WORLD_SIZE must be at least 1");

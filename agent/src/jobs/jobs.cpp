@@ -278,12 +278,14 @@ Result<std::vector<RankPlacement>> JobManager::localRanks(const JobSpec& spec) c
     for (std::uint32_t r = 0; r < spec.worldSize; ++r) local.push_back({r, options_.node.name, r, std::nullopt});
     return local;
   }
-  std::string nodes;
   for (const auto& p : spec.ranks) {
     if (p.node == options_.node.name) local.push_back(p);
-    if (nodes.find(p.node) == std::string::npos) nodes += (nodes.empty() ? "" : ", ") + p.node;
   }
   if (local.empty()) {
+    std::set<std::string> named;  // once each, however many ranks
+    for (const auto& p : spec.ranks) named.insert(p.node);
+    std::string nodes;
+    for (const auto& n : named) nodes += (nodes.empty() ? "" : ", ") + n;
     return invalidArgument("job " + spec.jobId + " places no rank on node " + options_.node.name + " (it names " +
                            nodes + ")");
   }

@@ -138,7 +138,8 @@ std::optional<Supervisor> Supervisions::Worker::standBy() {
     // supervises.
     const auto there = statusOn(primary, current.attempt);
     for (const auto& status : {there, statusOn(self, current.attempt)}) {
-      if (status && status->spec.attempt > current.attempt) current = status->spec;
+      // A newer attempt is never left out (only the one named is), but a stub must never become the spec.
+      if (status && !status->specOmitted && status->spec.attempt > current.attempt) current = status->spec;
     }
     if (stopping()) return std::nullopt;
     const bool supervising = there && there->supervision.state != SupervisionState::kNone;
