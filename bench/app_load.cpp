@@ -48,6 +48,7 @@
 #include "HeatmapWidget.h"
 #include "MainWindow.h"
 #include "lockstep/net/keys.h"
+#include "lockstep/protocol/job_list.h"
 
 namespace {
 
@@ -150,13 +151,7 @@ void announce(ClusterStore& store, const Options& o, const JobSpec& spec) {
 app::JobList pollingList(const Options& o, const JobSpec& spec) {
   if (o.jobLists == "off") return nullptr;
   JobStatus status = statusOf(o, spec, 0);
-  if (o.jobLists == "known") {
-    JobSpec stub;
-    stub.jobId = spec.jobId;
-    stub.attempt = spec.attempt;
-    status.spec = stub;
-    status.specOmitted = true;
-  }
+  if (o.jobLists == "known") omitSpec(status);
   return std::make_shared<const std::vector<JobStatus>>(std::vector<JobStatus>{status});
 }
 

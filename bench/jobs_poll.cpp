@@ -14,6 +14,7 @@
 #include <string>
 
 #include "lockstep/protocol/codec.h"
+#include "lockstep/protocol/job_list.h"
 
 using namespace lockstep;
 using Clock = std::chrono::steady_clock;
@@ -51,11 +52,7 @@ JobStatus statusOn(std::uint32_t nodes, std::uint32_t node) {
 }
 
 JobStatus omitted(JobStatus st) {
-  JobSpec stub;
-  stub.jobId = st.spec.jobId;
-  stub.attempt = st.spec.attempt;
-  st.spec = stub;
-  st.specOmitted = true;
+  omitSpec(st);
   return st;
 }
 

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "lockstep/history/history.h"
+#include "lockstep/protocol/job_list.h"
 #include "support/history_fixtures.h"
 #include "support/test_support.h"
 
@@ -126,10 +127,8 @@ TEST(History, AStatusWithoutItsSpecUpdatesItsPartButStartsNoJob) {
   ASSERT_TRUE(h) << h.error().message;
   const auto stub = [](const JobSpec& s, JobState state, std::uint32_t attempt) {
     JobStatus st = status(s, state);
-    st.spec = JobSpec{};
-    st.spec.jobId = s.jobId;
     st.spec.attempt = attempt;
-    st.specOmitted = true;
+    omitSpec(st);
     return st;
   };
   const JobSpec s = spec("j-stub");

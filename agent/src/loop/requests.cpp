@@ -2,6 +2,8 @@
 
 #include <set>
 
+#include "lockstep/protocol/job_list.h"
+
 namespace lockstep::agent {
 namespace {
 
@@ -92,13 +94,7 @@ void Requests::list(const Call& call, ListJobsRequest& body) {
   for (auto& j : jobs) {
     j.supervision = parts_.supervisions.of(j.spec.jobId);
     parts_.stalls.withProgress(j);
-    if (known.count({j.spec.jobId, j.spec.attempt}) != 0) {
-      JobSpec stub;
-      stub.jobId = std::move(j.spec.jobId);
-      stub.attempt = j.spec.attempt;
-      j.spec = std::move(stub);
-      j.specOmitted = true;
-    }
+    if (known.count({j.spec.jobId, j.spec.attempt}) != 0) omitSpec(j);
   }
   parts_.replies.reply(call.client, Reply{call.id, JobsReply{std::move(jobs)}});
 }
