@@ -262,8 +262,7 @@ Result<bool> CudaLoop::report(StepSlot& slot, cudaEvent_t previousEnd, bool last
 
 Result<void> CudaLoop::checkpointIfDue(std::uint64_t step, StepSlot& slot) {
   const JobSpec& spec = options_.spec;
-  if (spec.checkpointEvery == 0 || step % spec.checkpointEvery != 0) return {};
-  if (!s_.checkpoints && !gathersForCheckpoints()) return {};
+  if (spec.checkpointEvery == 0 || step % spec.checkpointEvery != 0 || !takesPartInCheckpoints()) return {};
   s_.progress.enter(RankPhase::kCheckpoint);
   if (auto done = nccl_->wait(slot.end); !done) return fail(done.error(), step);
   return checkpoint(step);  // the step is done: what follows is the checkpoint's
@@ -271,7 +270,8 @@ Result<void> CudaLoop::checkpointIfDue(std::uint64_t step, StepSlot& slot) {
 
 Result<void> CudaLoop::checkpointAtSignal(const RunSummary& summary) {
   const JobSpec& spec = options_.spec;
-  if (summary.stoppedBySignal == 0 || spec.checkpointEvery == 0 || summary.stepsDone % spec.checkpointEvery == 0) {
+  if (summary.stoppedBySignal == 0 || spec.checkpointEvery == 0 || summary.stepsDone % spec.checkpointEvery == 0 ||
+      !takesPartInCheckpoints()) {
     return {};
   }
   return checkpoint(summary.stepsDone);
@@ -279,8 +279,9 @@ Result<void> CudaLoop::checkpointAtSignal(const RunSummary& summary) {
 
 bool CudaLoop::gathersForCheckpoints() const { return s_.shards && !options_.spec.checkpointDir.empty(); }
 
+bool CudaLoop::takesPartInCheckpoints() const { return s_.checkpoints || gathersForCheckpoints(); }
+
 Result<void> CudaLoop::checkpoint(std::uint64_t step) {
-  if (!s_.checkpoints && !gathersForCheckpoints()) return {};
   const auto copyStart = Clock::now();
   LOCKSTEP_TRY(model_->download(s_.params.data(), optimizerState_));
   std::unique_ptr<Optimizer> whole;  // sharded: every rank's part of the state, gathered

@@ -82,8 +82,10 @@ class CudaLoop final : public RankLoop {
   Result<void> checkpointAtSignal(const RunSummary& summary);
   // Sharded with --checkpoint-dir: every rank takes part in a checkpoint (gathering the optimizer state).
   bool gathersForCheckpoints() const;
-  // The checkpoint of 1-based `step` from the device's state, once the GPU is done with the step;
-  // rank 0 writes it.
+  // Rank 0, which writes them, and every rank that gathers for them.
+  bool takesPartInCheckpoints() const;
+  // The checkpoint of 1-based `step` from the device's state, once the GPU is done with the step
+  // (on a rank that takes part in checkpoints); rank 0 writes it.
   Result<void> checkpoint(std::uint64_t step);
   // --sync parameter-server: each step computed on the weights the server sent last.
   Result<void> trainWithServer(StepAccounting& accounting);
