@@ -537,9 +537,7 @@ TEST(AgentJobs, ARankLogSwappedForASymlinkIsNotFollowed) {
 TEST(AgentJobs, AFifoPlantedAsTheExitRecordDoesNotHangTheNextAttempt) {
   TempDir dir;
   AgentProcess agent(dir, "node-a");
-  ClientKeys client(dir);
-  agent.authorize(client.keys.publicKey);
-  auto c = connectTo(agent, client);
+  auto c = connectAuthorized(agent, dir);
   const std::string record = agent.stateDir() + "/jobs/job-plant/rank-0.exit";
   JobSpec spec = commandJob("job-plant", 1, {"/bin/sh", "-c", "rm -f " + record + " && mkfifo " + record + "; exit 1"},
                             dir.path().string());

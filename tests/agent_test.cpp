@@ -79,9 +79,7 @@ bool ended(const std::optional<JobStatus>& j) {
 TEST(AgentJob, StartReportStopLeavesNoProcessBehind) {
   TempDir dir;
   AgentProcess agent(dir, "node-a");
-  ClientKeys client(dir);
-  agent.authorize(client.keys.publicKey);
-  auto c = connectTo(agent, client);
+  auto c = connectAuthorized(agent, dir);
   EXPECT_EQ(c->hello().nodeName, "node-a");
   EXPECT_FALSE(c->hello().gpuStatus.empty());  // no NVML here: said, not an error
 
@@ -115,9 +113,7 @@ TEST(AgentJob, StartReportStopLeavesNoProcessBehind) {
 TEST(AgentJob, AJobListLeavesOutTheSpecsTheClientSaysItHolds) {
   TempDir dir;
   AgentProcess agent(dir, "node-a");
-  ClientKeys client(dir);
-  agent.authorize(client.keys.publicKey);
-  auto c = connectTo(agent, client);
+  auto c = connectAuthorized(agent, dir);
   JobSpec spec = smallJob("job-known", 2, 1'000'000);
   spec.ranks = {{0, "node-a", 0, std::nullopt}, {1, "node-a", 1, std::nullopt}};  // as a launcher places them
   ASSERT_TRUE(c->startJob(spec, "", 10s).ok());
@@ -157,9 +153,7 @@ TEST(AgentJob, AJobListLeavesOutTheSpecsTheClientSaysItHolds) {
 TEST(AgentJob, AJobTooLargeForOneMessageIsRefusedBeforeItIsSent) {
   TempDir dir;
   AgentProcess agent(dir, "node-a");
-  ClientKeys client(dir);
-  agent.authorize(client.keys.publicKey);
-  auto c = connectTo(agent, client);
+  auto c = connectAuthorized(agent, dir);
   JobSpec spec = smallJob("job-huge", 32768, 10);
   for (std::uint32_t r = 0; r < spec.worldSize; ++r) spec.ranks.push_back({r, std::string(240, 'n') + std::to_string(r / 8), r % 8, std::nullopt});
   ASSERT_TRUE(validateJobSpec(spec).ok()) << validateJobSpec(spec).error().message;
@@ -201,9 +195,7 @@ TEST(AgentJob, FourRanksAcrossTwoAgentsTrainAndFinish) {
 TEST(AgentJob, AKilledRankFailsTheJobNamingItAndTheOthersGo) {
   TempDir dir;
   AgentProcess agent(dir, "node-a");
-  ClientKeys client(dir);
-  agent.authorize(client.keys.publicKey);
-  auto c = connectTo(agent, client);
+  auto c = connectAuthorized(agent, dir);
   ASSERT_TRUE(c->startJob(smallJob("job-kill", 2, 1'000'000), "", 10s).ok());
   std::uint64_t after = 0;
   fetchUntil(*c, after, [](const auto& all) { return payloads<StepReport>(all, "job-kill").size() >= 10; });
@@ -232,9 +224,7 @@ TEST(AgentTelemetry, GpuSamplesAtTheSetRateWithUnknownsKeptUnknown) {
   // With the stand-in NVML (tests/support/fake_nvml.c): GPU 1 has no power readings.
   TempDir dir;
   AgentProcess agent(dir, "gpu-node", {"--nvml-library", LOCKSTEP_FAKE_NVML_PATH, "--sample-hz", "10"});
-  ClientKeys client(dir);
-  agent.authorize(client.keys.publicKey);
-  auto c = connectTo(agent, client);
+  auto c = connectAuthorized(agent, dir);
   ASSERT_EQ(c->hello().gpus.size(), 2u);
   EXPECT_EQ(c->hello().gpus[0].name, "Fake GPU 0");
   EXPECT_TRUE(c->hello().gpuStatus.empty());
@@ -358,9 +348,7 @@ TEST(AgentRobustness, GarbageTruncatedAndOversizedRequestsThenAGoodClient) {
 TEST(AgentValidation, ImpossibleJobsAreRefusedWithTheReason) {
   TempDir dir;
   AgentProcess agent(dir, "node-a");
-  ClientKeys client(dir);
-  agent.authorize(client.keys.publicKey);
-  auto c = connectTo(agent, client);
+  auto c = connectAuthorized(agent, dir);
   struct Case {
     JobSpec spec;
     ErrorCode code;

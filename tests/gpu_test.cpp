@@ -171,9 +171,7 @@ TEST(Gpu, ResumingFromACheckpointRepeatsTheRun) {
 TEST(Gpu, TheAgentReportsRealNvmlReadingsWhileACudaJobTrains) {
   TempDir dir;
   AgentProcess agent(dir, "gpu-node", {"--sample-hz", "10"});
-  ClientKeys client(dir);
-  agent.authorize(client.keys.publicKey);
-  auto c = connectTo(agent, client);
+  auto c = connectAuthorized(agent, dir);
   ASSERT_TRUE(c);
   ASSERT_FALSE(c->hello().gpus.empty()) << "NVML found no GPU: " << c->hello().gpuStatus;
   // About 10 s at ~1 ms a step: many of the agent's samples; stopped once it has what it needs.
@@ -217,9 +215,7 @@ TEST(Gpu, AnInstrumentedDdpScriptReportsItsAllReduceFromCudaEvents) {
   const char* python = std::getenv("LOCKSTEP_TORCH_PYTHON");
   TempDir dir;
   AgentProcess agent(dir, "gpu-node");
-  ClientKeys client(dir);
-  agent.authorize(client.keys.publicKey);
-  auto c = connectTo(agent, client);
+  auto c = connectAuthorized(agent, dir);
   ASSERT_TRUE(c);
   ASSERT_FALSE(c->hello().gpus.empty()) << "NVML found no GPU: " << c->hello().gpuStatus;
   JobSpec spec;

@@ -142,6 +142,12 @@ std::unique_ptr<AgentClient> connectTo(const AgentProcess& agent, const ClientKe
   return std::move(c).value();
 }
 
+std::unique_ptr<AgentClient> connectAuthorized(const AgentProcess& agent, const TempDir& dir) {
+  const ClientKeys client(dir);
+  agent.authorize(client.keys.publicKey);
+  return connectTo(agent, client);
+}
+
 ProcessResult Ctl::operator()(std::vector<std::string> args, std::chrono::milliseconds timeout) const {
   args.insert(args.begin(), lockstepctlPath());
   return runProcess(args, {{"LOCKSTEP_CONFIG_DIR", configDir}, {"LOCKSTEP_HISTORY", historyPath()}}, dir, timeout);

@@ -101,6 +101,8 @@ struct ClientKeys {
 
 std::unique_ptr<AgentClient> connectTo(const AgentProcess& agent, const ClientKeys& client,
                                        std::chrono::milliseconds timeout = std::chrono::seconds(10));
+// A client with a key of its own (in `dir`), authorized on `agent` and connected to it.
+std::unique_ptr<AgentClient> connectAuthorized(const AgentProcess& agent, const TempDir& dir);
 
 // lockstepctl with its own config dir and a history file in `dir`.
 struct Ctl {

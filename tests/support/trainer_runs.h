@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include "safetensors.h"
@@ -62,6 +63,18 @@ inline nlohmann::json collectiveOf(const nlohmann::json& line, const std::string
     if (c["kind"] == kind) return c;
   }
   return nullptr;
+}
+
+// A GPU job of a kind the CUDA backend runs: validation took it (no "CPU backend only"), and where
+// it failed, it was for want of a GPU or of the CUDA build; where no GPU exists it must fail so.
+inline void expectTheGpuBackendTakesIt(const TrainerRun& run) {
+  EXPECT_EQ(run.process.err.find("CPU backend only"), std::string::npos) << run.process.err;
+  if (::access("/dev/nvidia0", F_OK) != 0) EXPECT_FALSE(run.process.status.success());
+  if (!run.process.status.success()) {  // trains where there is a GPU
+    EXPECT_TRUE(run.process.err.find("--backend cuda needs") != std::string::npos ||
+                run.process.err.find("built without CUDA") != std::string::npos)
+        << run.process.err;
+  }
 }
 
 // An asynchronous run's step reports: how many updates each rank's gradients made, and each
