@@ -115,16 +115,18 @@ void StallWatch::observe(RankWatch& w, const WatchedRank& rank, const WatchedJob
 std::optional<StallWatch::Change> StallWatch::judge(JobWatch& watch, const WatchedJob& job) {
   std::vector<RankProgress> ranks;
   bool over = false;
-  std::int64_t leastStill = -1;
+  // The job stands still since its judged ranks' last move: the latest of them, as their records
+  // stamped it (not now less a duration truncated to milliseconds and read on another clock reading).
+  std::int64_t lastMovedUs = 0;
   for (const auto& [rank, w] : watch.ranks) {
     ranks.push_back(w.shown);
     if (!w.judged) continue;
     over = over || w.shown.stillMs > w.shown.allowanceMs;
-    leastStill = leastStill < 0 ? w.shown.stillMs : std::min(leastStill, w.shown.stillMs);
+    lastMovedUs = std::max(lastMovedUs, w.movedAtUs);
   }
   if (over && !watch.stall) {
     const auto diagnosis = kpi::diagnoseStall(ranks);
-    Stall stall{unixMicrosNow() - std::max<std::int64_t>(0, leastStill) * 1000, diagnosis.message, diagnosis.behind};
+    Stall stall{lastMovedUs, diagnosis.message, diagnosis.behind};
     watch.stall = stall;
     return Change{job.jobId, true, std::move(stall), job.onStall, false};
   }
