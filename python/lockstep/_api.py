@@ -558,17 +558,32 @@ def _phase_name(name):
     return data.decode("utf-8", "ignore")
 
 
+_perf_to_wall_us = [None]  # the wall clock's µs at perf_counter 0, while the two clocks agree
+
+
+def _perf_to_wall(now_us):
+    """The wall clock's µs at perf_counter 0: one offset between the two clocks for all of the
+    process's phases, so that phases nested in one another keep their order and their durations
+    their sizes, to the microsecond. `now_us` is the wall clock read just now; the offset is taken
+    again only when the wall clock has been set more than a millisecond away."""
+    offset = now_us - int(round(time.perf_counter() * 1e6))
+    if _perf_to_wall_us[0] is None or abs(offset - _perf_to_wall_us[0]) > 1000:
+        _perf_to_wall_us[0] = offset
+    return _perf_to_wall_us[0]
+
+
 def _report_phase(name, began, ended):
     """Reports a phase that ran from `began` to `ended` (perf_counter seconds), at most
-    _MAX_PHASES_PER_SECOND a second. Its end on the wall clock is taken back from a reading of both
-    clocks together, so that phases nested in one another keep their order (the time between the
-    phase's end and this reading, tens of microseconds, would otherwise shift one against another)."""
+    _MAX_PHASES_PER_SECOND a second. Its start and end on the wall clock go through one offset
+    between the clocks (_perf_to_wall), so that phases nested in one another keep their order (two
+    readings of both clocks would differ by a microsecond or more, and shift one against another)."""
     global _phase_warned
     r = _report.reporter()
     if r is None:
         return
     now_us = time.time_ns() // 1000
-    end_us = now_us - _seconds_to_us(time.perf_counter() - ended)
+    offset = _perf_to_wall(now_us)
+    begin_us, end_us = offset + int(round(began * 1e6)), offset + int(round(ended * 1e6))
     second = now_us // 1000000
     if _phase_budget[0] != second:
         _phase_budget[0], _phase_budget[1] = second, 0
@@ -582,7 +597,7 @@ def _report_phase(name, began, ended):
     text = _phase_name(name)
     if not text:
         return
-    r.send({"name": text, "time_unix_us": end_us, "duration_us": _seconds_to_us(ended - began), "step": _last_step},
+    r.send({"name": text, "time_unix_us": end_us, "duration_us": max(0, end_us - begin_us), "step": _last_step},
            kind="phase")
 
 

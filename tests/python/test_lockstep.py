@@ -820,4 +820,5 @@ dist.destroy_process_group()
 
 if __name__ == "__main__":
     from test_flops import Flops  # noqa: F401 (issue 46: the step's FLOPs and precision, in a file of their own)
+    from test_phase_clock import PhaseClock  # noqa: F401 (a phase's place on the wall clock)
     unittest.main()
