@@ -15,6 +15,7 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "ctl.h"
 #include "lockstep/client/launch.h"
 #include "lockstep/net/zmq_util.h"
 #include "lockstep/protocol/codec.h"
@@ -146,6 +147,32 @@ TEST(AgentJob, AJobListLeavesOutTheSpecsTheClientSaysItHolds) {
   EXPECT_EQ(otherAttempt->jobs[0].spec, full->jobs[0].spec);
   ASSERT_TRUE(c->stopJob("job-known", 3000, 5s).ok());
   ASSERT_TRUE(waitUntil([&] { return ended(jobOn(*c, "job-known")); }, 20s));
+}
+
+// lockstepctl's polls (watch, start --wait, stop) name the spec they took first, and put it back
+// into the statuses that come without it.
+TEST(AgentJob, LockstepctlsPollsLeaveOutTheSpecItHolds) {
+  TempDir dir;
+  AgentProcess agent(dir, "node-a");
+  ctl::Connected agents;
+  agents.clients.push_back(connectAuthorized(agent, dir));
+  JobSpec spec = smallJob("job-ctl", 2, 1'000'000);
+  spec.ranks = {{0, "node-a", 0, std::nullopt}, {1, "node-a", 1, std::nullopt}};
+  ASSERT_TRUE(agents.clients[0]->startJob(spec, "", 10s).ok());
+
+  const auto first = ctl::findJob(agents, "job-ctl", 5s);
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  EXPECT_EQ(first->front().status.spec.ranks.size(), 2u);
+  ASSERT_EQ(agents.heldSpecs.size(), 1u);
+  // Marked here, the held spec is what a later poll shows only if that poll came without one.
+  agents.heldSpecs.begin()->second.prices.currency = "HELD";
+  const auto later = ctl::findJob(agents, "job-ctl", 5s);
+  ASSERT_TRUE(later.ok()) << later.error().message;
+  const JobStatus& status = later->front().status;
+  EXPECT_FALSE(status.specOmitted);
+  EXPECT_EQ(status.spec.prices.currency, "HELD");
+  EXPECT_EQ(status.spec.ranks.size(), 2u);
+  ASSERT_TRUE(ctl::stopEverywhere(agents, "job-ctl", 3000, 5s).ok());
 }
 
 // A valid spec can be too large for one message (32,768 ranks on long node names): the client says

@@ -89,6 +89,9 @@ extern std::atomic<int> g_interrupted;
 struct Connected {
   std::vector<std::unique_ptr<AgentClient>> clients;
   std::vector<AgentClient*> all() const;
+  // The specs findJob took whole, by agent and attempt: its later lists name them, and the agents
+  // answer those without the spec (a 16,384-rank job's is 420 KB an agent, every poll).
+  mutable std::map<std::pair<AgentClient*, JobAttempt>, JobSpec> heldSpecs;
 };
 // lockstepctl's own key pair (`client` in the config directory); the error says to run keygen.
 Result<CurveKeyPair> ownKeyPair(const Globals& g);

@@ -74,19 +74,52 @@ Result<Connected> connectAgents(const Globals& g) {
 }
 
 
+namespace {
+
+// The attempts of `jobId` whose spec findJob holds from `agent`.
+std::vector<JobAttempt> heldAttempts(const Connected& agents, AgentClient* agent, const std::string& jobId) {
+  std::vector<JobAttempt> held;
+  for (auto it = agents.heldSpecs.lower_bound({agent, JobAttempt{jobId, 0}});
+       it != agents.heldSpecs.end() && it->first.first == agent && it->first.second.jobId == jobId; ++it) {
+    held.push_back(it->first.second);
+  }
+  return held;
+}
+
+// Keeps a whole spec, or puts the held one back into a status that came without it.
+Result<void> holdOrFillSpec(const Connected& agents, AgentClient* agent, JobStatus& status) {
+  const std::pair key{agent, JobAttempt{status.spec.jobId, status.spec.attempt}};
+  if (!status.specOmitted) {
+    agents.heldSpecs.insert_or_assign(key, status.spec);
+    return {};
+  }
+  const auto held = agents.heldSpecs.find(key);
+  if (held == agents.heldSpecs.end()) {
+    return Error{ErrorCode::kInternal, agent->address().text() + " left out the spec of job " + status.spec.jobId +
+                                           ", attempt " + std::to_string(status.spec.attempt) + ", which lockstepctl did not name"};
+  }
+  status.spec = held->second;
+  status.specOmitted = false;
+  return {};
+}
+
+}  // namespace
+
 Result<std::vector<Part>> findJob(const Connected& agents, const std::string& jobId, milliseconds timeout,
                                   std::set<AgentClient*>* lost) {
   std::vector<Part> parts;
   for (auto* agent : agents.all()) {
     if (lost && lost->count(agent)) continue;
-    auto jobs = agent->listJobs(timeout);
+    auto jobs = agent->listJobs(timeout, heldAttempts(agents, agent, jobId));
     if (!jobs && lost && (jobs.error().code == ErrorCode::kUnavailable || jobs.error().code == ErrorCode::kTimeout)) {
       lost->insert(agent);
       continue;
     }
     if (!jobs) return jobs.error();
     for (auto& job : jobs->jobs) {
-      if (job.spec.jobId == jobId) parts.push_back({agent, std::move(job)});
+      if (job.spec.jobId != jobId) continue;
+      LOCKSTEP_TRY(holdOrFillSpec(agents, agent, job));
+      parts.push_back({agent, std::move(job)});
     }
   }
   if (parts.empty()) return Error{ErrorCode::kNotFound, "no agent knows job " + jobId + " (lockstepctl status lists jobs)"};
