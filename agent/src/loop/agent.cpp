@@ -81,7 +81,7 @@ class Agent::Impl {
   bool serving(const std::atomic<int>& stop);
   std::vector<zmq::pollitem_t> pollItems();
   milliseconds pollTimeout() const;
-  void serve(const std::vector<zmq::pollitem_t>& items);
+  void serve(const std::vector<zmq::pollitem_t>& items, const std::atomic<int>& stop);
   void onSamples();
   void trackRanks();
   NodeHello hello() const;
@@ -273,7 +273,7 @@ Result<void> Agent::Impl::loop(const std::atomic<int>& stop) {
       if (e.num() != EINTR) return ioError(std::string("poll failed: ") + e.what());
       continue;
     }
-    serve(items);
+    serve(items, stop);
   }
   // Nobody is there any more.
   metrics_->withdraw();
@@ -310,7 +310,7 @@ milliseconds Agent::Impl::pollTimeout() const {
   return timeout;
 }
 
-void Agent::Impl::serve(const std::vector<zmq::pollitem_t>& items) {
+void Agent::Impl::serve(const std::vector<zmq::pollitem_t>& items, const std::atomic<int>& stop) {
   const auto ready = [&](Polled which) { return (items[which].revents & ZMQ_POLLIN) != 0; };
   if (ready(kHandshakes)) clients_->onHandshake([this](const std::string& key) { return authorized(key); });
   clients_->watchConnections(ready(kConnections));
@@ -334,6 +334,9 @@ void Agent::Impl::serve(const std::vector<zmq::pollitem_t>& items) {
     if (auto measured = cpuPeak_->take()) peaks_->setCpu(std::move(*measured));
   }
   for (auto& event : alerts_->takeEvents()) stream_->append(std::move(event));
+  // Slurm ends an allocation by signalling its ranks as it signals this agent: the jobs are
+  // stopped with Slurm's reason before a rank that died of it is reaped as a failure.
+  if (stop.load() != 0) (void)lifecycle_->stillEnding(fetches_->fetchedUpTo() < stream_->lastSeq());
   const auto ranksBefore = jobs_->runningRanks().size();
   jobs_->poll();
   if (jobs_->runningRanks().size() != ranksBefore) trackRanks();
