@@ -49,6 +49,7 @@
 #include "MainWindow.h"
 #include "lockstep/net/keys.h"
 #include "lockstep/protocol/job_list.h"
+#include "synthetic_stream.h"
 
 namespace {
 
@@ -92,27 +93,9 @@ double rssMegabytes() {
 }
 
 QString agentId(int a) { return QStringLiteral("127.0.0.1:%1").arg(1 + a); }  // nothing listens: workers back off
-std::string nodeName(int a) { return "node-" + std::to_string(a); }
+using bench::nodeName;
 
-JobSpec makeJob(const Options& o) {
-  JobSpec spec;
-  spec.jobId = "bench-8x8";
-  spec.backend = Backend::kCuda;
-  spec.precision = Precision::kBf16;
-  spec.layers = {784, 4096, 4096, 10};
-  spec.batchPerRank = 256;
-  spec.steps = 1'000'000;
-  spec.worldSize = static_cast<std::uint32_t>(o.agents * o.gpus);
-  spec.prices.gpuHour = 3.5;
-  spec.prices.kwh = 0.2;
-  for (int a = 0; a < o.agents; ++a) {
-    for (int g = 0; g < o.gpus; ++g) {
-      spec.ranks.push_back({static_cast<std::uint32_t>(a * o.gpus + g), nodeName(a), static_cast<std::uint32_t>(g),
-                            static_cast<std::uint32_t>(g)});
-    }
-  }
-  return spec;
-}
+JobSpec makeJob(const Options& o) { return bench::SyntheticStream(o.agents, o.gpus, o.stepsPerSecond).job(); }
 
 // Agent `a`'s status of the job: the whole spec, its own ranks.
 JobStatus statusOf(const Options& o, const JobSpec& spec, int a) {
@@ -234,71 +217,15 @@ class Generator {
 
   // One batch per agent with what its ranks and GPUs produced in 100 ms ending at `now`.
   void sendTick(int steps, int samples, std::int64_t now) {
-    energy_ += 700 * 100;  // 700 W for 100 ms, in mJ
+    stream_.startTick(0.1);
     for (int a = 0; a < o_.agents; ++a) {
-      std::vector<StreamMessage> batch = batchOf(a, steps, samples, now);
+      std::vector<StreamMessage> batch = stream_.batchOf(a, steps, samples, now);
       if (batch.empty()) continue;
       messages_ += batch.size();
       // As an agent worker does: the store hands it to the ingest thread.
       store_.onMessages(agentId(a), std::make_shared<const std::vector<StreamMessage>>(std::move(batch)));
     }
-    step_ += static_cast<std::uint64_t>(steps);
-  }
-
-  std::vector<StreamMessage> batchOf(int a, int steps, int samples, std::int64_t now) {
-    const std::uint32_t world = static_cast<std::uint32_t>(o_.agents * o_.gpus);
-    std::uint64_t& seq = seq_[static_cast<std::size_t>(a)];
-    std::vector<StreamMessage> batch;
-    for (int s = 0; s < steps; ++s) {
-      const std::uint64_t st = step_ + static_cast<std::uint64_t>(s) + 1;
-      const float loss = static_cast<float>(2.3 * std::exp(-static_cast<double>(st) / 3000.0) + 0.1);
-      for (int g = 0; g < o_.gpus; ++g) {
-        StepReport r;
-        r.jobId = "bench-8x8";
-        r.rank = static_cast<std::uint32_t>(a * o_.gpus + g);
-        r.worldSize = world;
-        r.step = st;
-        r.samples = 256;
-        r.loss = loss + static_cast<float>(0.02 * noise_(rng_));
-        r.globalLoss = loss;
-        r.dataTimeUs = 2000;
-        r.computeTimeUs = 70000 + (r.rank == 13 ? 9000 : 0) + static_cast<std::int64_t>(2000 * noise_(rng_));
-        r.exposedCommTimeUs = 12000;
-        r.optimizerTimeUs = 6000;
-        r.allreduceTimeUs = 30000;
-        r.bytesReduced = 2ull << 20;
-        r.stepTimeUs = *r.dataTimeUs + *r.computeTimeUs + *r.exposedCommTimeUs;
-        r.timeUnixUs = now - (steps - 1 - s) * static_cast<std::int64_t>(1e6 / o_.stepsPerSecond);
-        batch.push_back({++seq, nodeName(a), r});
-        if (st % 100 == 0) {  // each rank's checkpoint, every 100 steps: a named phase on the timeline
-          batch.push_back({++seq, nodeName(a), PhaseReport{r.jobId, r.rank, world, 0, "checkpoint", r.timeUnixUs + 20'000, 15'000, st}});
-        }
-      }
-    }
-    for (int s = 0; s < samples; ++s) {
-      for (int g = 0; g < o_.gpus; ++g) {
-        GpuSample gs;
-        gs.node = nodeName(a);
-        gs.gpuIndex = static_cast<std::uint32_t>(g);
-        gs.timeUnixUs = now;
-        gs.jobId = "bench-8x8";
-        gs.utilizationPct = static_cast<float>(std::clamp(85 + 5 * noise_(rng_) - (a * o_.gpus + g == 13 ? 0 : 3), 0.0, 100.0));
-        gs.memoryUsedBytes = 60ull << 30;
-        gs.powerMilliwatts = 700000;
-        gs.energyMillijoules = energy_;
-        gs.temperatureC = 65;
-        batch.push_back({++seq, nodeName(a), gs});
-        ProcessSample ps;
-        ps.jobId = "bench-8x8";
-        ps.rank = static_cast<std::uint32_t>(a * o_.gpus + g);
-        ps.pid = static_cast<std::uint32_t>(1000 + g);
-        ps.timeUnixUs = now;
-        ps.cpuPct = 100;
-        ps.rssBytes = 3ull << 30;
-        batch.push_back({++seq, nodeName(a), ps});
-      }
-    }
-    return batch;
+    stream_.endTick(steps);
   }
 
   ClusterStore& store_;
@@ -307,11 +234,7 @@ class Generator {
   std::atomic<bool> running_{true};
   std::atomic<std::uint64_t> messages_{0};
   std::atomic<bool> done_{false};
-  std::mt19937 rng_{1};
-  std::normal_distribution<double> noise_{0, 1};
-  std::vector<std::uint64_t> seq_ = std::vector<std::uint64_t>(static_cast<std::size_t>(o_.agents), 0);
-  std::uint64_t step_ = 0;
-  std::uint64_t energy_ = 0;
+  bench::SyntheticStream stream_{o_.agents, o_.gpus, o_.stepsPerSecond};
   app::JobList jobLists_;
 };
 
