@@ -22,6 +22,13 @@ CollectiveKind commonest(const std::map<CollectiveKind, int>& counts) {
   return best;
 }
 
+// Counts `n` more steps in which `kind` came first (or last); a kind counted in none is gone.
+void countKind(std::map<CollectiveKind, int>& counts, CollectiveKind kind, int n) {
+  const auto it = counts.try_emplace(kind).first;
+  it->second += n;
+  if (it->second == 0) counts.erase(it);
+}
+
 // The mean of the known values; unknown when none is.
 class Mean {
  public:
@@ -39,19 +46,25 @@ class Mean {
 
 }  // namespace
 
-void CollectiveSums::add(const StepReport& report) {
+void CollectiveSums::add(const StepReport& report, int sign) {
   const auto collectives = collectivesOf(report);
-  if (!collectives.empty()) worldSize_ = report.worldSize;
+  if (collectives.empty()) return;
+  reports_ += sign;
+  if (sign > 0) worldSize_ = report.worldSize;
+  const double n = sign;
   for (const auto& c : collectives) {
-    Sums& s = kinds_[c.kind];
-    s.count += c.count;
-    s.timeUs += static_cast<double>(c.timeUs);
-    s.exposedUs += static_cast<double>(c.exposedUs);
-    s.bytes += static_cast<double>(c.bytes);
+    const auto it = kinds_.try_emplace(c.kind).first;
+    Sums& s = it->second;
+    s.reports += sign;
+    s.count += n * c.count;
+    s.timeUs += n * static_cast<double>(c.timeUs);
+    s.exposedUs += n * static_cast<double>(c.exposedUs);
+    s.bytes += n * static_cast<double>(c.bytes);
     if (c.bytes > 0 && c.timeUs > 0) {
-      s.timedBytes += static_cast<double>(c.bytes);
-      s.timedUs += static_cast<double>(c.timeUs);
+      s.timedBytes += n * static_cast<double>(c.bytes);
+      s.timedUs += n * static_cast<double>(c.timeUs);
     }
+    if (s.reports == 0) kinds_.erase(it);
   }
 }
 
@@ -107,7 +120,7 @@ std::vector<CollectiveKpis> meanOverRanks(const std::vector<RankKpis>& ranks) {
   return out;
 }
 
-void ExposedEndsSums::add(const StepReport& report) {
+void ExposedEndsSums::add(const StepReport& report, int sign) {
   const auto& spans = report.collectiveSpans;
   if (spans.empty()) return;
   double exposedUs = 0, count = 0;
@@ -116,11 +129,12 @@ void ExposedEndsSums::add(const StepReport& report) {
     count += c.count;
   }
   if (exposedUs <= 0) return;
+  const double n = sign;
   const auto byStart = [](const CollectiveSpan& a, const CollectiveSpan& b) { return a.startUnixUs < b.startUnixUs; };
   const CollectiveSpan& first = *std::min_element(spans.begin(), spans.end(), byStart);
-  firstUs_ += static_cast<double>(first.exposedUs);
-  firstOfUs_ += exposedUs;
-  ++firstKinds_[first.kind];
+  firstUs_ += n * static_cast<double>(first.exposedUs);
+  firstOfUs_ += n * exposedUs;
+  countKind(firstKinds_, first.kind, sign);
   // The spans are the step's first ones: the last of them is its last only when they are all.
   if (static_cast<double>(spans.size()) < count) return;
   // The latest to start; of two at once, the later in the list.
@@ -128,9 +142,18 @@ void ExposedEndsSums::add(const StepReport& report) {
   for (const auto& s : spans) {
     if (s.startUnixUs >= last->startUnixUs) last = &s;
   }
-  lastUs_ += static_cast<double>(last->exposedUs);
-  lastOfUs_ += exposedUs;
-  ++lastKinds_[last->kind];
+  lastUs_ += n * static_cast<double>(last->exposedUs);
+  lastOfUs_ += n * exposedUs;
+  countKind(lastKinds_, last->kind, sign);
+}
+
+void ExposedEndsSums::merge(const ExposedEndsSums& other) {
+  firstUs_ += other.firstUs_;
+  firstOfUs_ += other.firstOfUs_;
+  lastUs_ += other.lastUs_;
+  lastOfUs_ += other.lastOfUs_;
+  for (const auto& [kind, n] : other.firstKinds_) countKind(firstKinds_, kind, n);
+  for (const auto& [kind, n] : other.lastKinds_) countKind(lastKinds_, kind, n);
 }
 
 ExposedEnds ExposedEndsSums::ends() const {

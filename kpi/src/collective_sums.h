@@ -15,7 +15,12 @@ namespace lockstep::kpi::detail {
 // One rank's reports in the window, by kind of collective.
 class CollectiveSums {
  public:
-  void add(const StepReport& report);
+  // Adds a report's collectives (sign 1) or takes them out again (-1).
+  void add(const StepReport& report, int sign = 1);
+  // The reports summed that had collectives.
+  int reports() const { return reports_; }
+  // The world size the bus bandwidths are for: the newest report's with collectives.
+  void setWorldSize(std::uint32_t worldSize) { worldSize_ = worldSize; }
   // Per step over `steps` reports of `stepUs` step time in all; the kinds seen, in
   // kCollectiveKindNames' order.
   std::vector<CollectiveKpis> kpis(double steps, double stepUs) const;
@@ -25,10 +30,12 @@ class CollectiveSums {
 
  private:
   struct Sums {
+    int reports = 0;  // that had this kind; at 0 the kind is gone
     double count = 0, timeUs = 0, exposedUs = 0, bytes = 0;
     double timedBytes = 0, timedUs = 0;  // of the entries with both a time and bytes
   };
   std::map<CollectiveKind, Sums> kinds_;
+  int reports_ = 0;
   std::uint32_t worldSize_ = 1;
 };
 
@@ -39,7 +46,9 @@ std::vector<CollectiveKpis> meanOverRanks(const std::vector<RankKpis>& ranks);
 // collective (by start) and in its last, where the spans hold all of the step's collectives.
 class ExposedEndsSums {
  public:
-  void add(const StepReport& report);
+  // Adds a report's spans (sign 1) or takes them out again (-1).
+  void add(const StepReport& report, int sign = 1);
+  void merge(const ExposedEndsSums& other);
   ExposedEnds ends() const;
 
  private:

@@ -4,14 +4,11 @@
 
 namespace lockstep::kpi::detail {
 
-void RankFlops::add(const StepReport& report) {
-  if (report.flops) {
-    flops_ += *report.flops;
-    counted_ = true;
-    if (report.flopsBasis) basis_ = report.flopsBasis;
-  }
-  if (report.peakFlops && (newestPeak_ == nullptr || report.timeUnixUs >= newestPeak_->timeUnixUs)) newestPeak_ = &report;
-}
+RankFlops::RankFlops(const HeldReports& held)
+    : flops_(held.flops),
+      counted_(held.sums.withFlops > 0),
+      basis_(held.newestBasis ? held.newestBasis->flopsBasis : std::nullopt),
+      newestPeak_(held.newestPeak) {}
 
 void RankFlops::finish(RankKpis& rank, double spanSeconds, FlopsTotals& job) const {
   if (newestPeak_ != nullptr) rank.peakFlops = *newestPeak_->peakFlops;

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "lockstep/kpi/kpi.h"
+#include "rank_window.h"
 
 namespace lockstep::kpi::detail {
 
@@ -20,14 +21,14 @@ struct FlopsTotals {
 // Over one rank's reports in the window.
 class RankFlops {
  public:
-  void add(const StepReport& report);
+  explicit RankFlops(const HeldReports& held);
   // Its FLOP/s over `spanSeconds` (what its samples/s are taken over), its peak and MFU.
   void finish(RankKpis& rank, double spanSeconds, FlopsTotals& job) const;
 
  private:
   double flops_ = 0;
   bool counted_ = false;
-  std::optional<FlopsBasis> basis_;
+  std::optional<FlopsBasis> basis_;  // the newest report's that said one
   const StepReport* newestPeak_ = nullptr;
 };
 

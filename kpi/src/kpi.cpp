@@ -5,6 +5,7 @@
 
 #include "lockstep/protocol/names.h"
 #include "lockstep/kpi/median.h"
+#include "rank_window.h"
 
 namespace lockstep::kpi {
 namespace {
@@ -57,6 +58,9 @@ std::string_view slowCauseName(SlowCause cause) {
 }
 
 JobTracker::JobTracker(JobSpec spec, Settings settings) : spec_(std::move(spec)), settings_(settings) {}
+JobTracker::~JobTracker() = default;
+JobTracker::JobTracker(JobTracker&&) noexcept = default;
+JobTracker& JobTracker::operator=(JobTracker&&) noexcept = default;
 
 double JobTracker::secondsSinceStart(std::int64_t unixUs) const {
   return startUs_ == 0 ? 0.0 : static_cast<double>(unixUs - startUs_) / 1e6;
@@ -69,8 +73,7 @@ void JobTracker::push(std::deque<T>& series, T value) const {
 }
 
 void JobTracker::trimWindow(RankState& rank, std::int64_t nowUs) const {
-  const auto windowUs = static_cast<std::int64_t>(settings_.windowSeconds * 1e6);
-  while (!rank.window.empty() && rank.window.front().timeUnixUs <= nowUs - windowUs) rank.window.pop_front();
+  rank.window->trim(nowUs - static_cast<std::int64_t>(settings_.windowSeconds * 1e6));
 }
 
 void JobTracker::add(const StreamMessage& message) { visitRecord(message, *this); }
@@ -83,8 +86,9 @@ void JobTracker::add(const StepReport& r, const std::string& node) {
   // A new attempt, or the step counter going back, is a restart: measurements start afresh.
   const bool restarted = r.attempt > rank.attempt || (r.attempt == rank.attempt && rank.step > 0 && r.step <= rank.step);
   if (rank.firstStepStartUs == 0) rank.firstStepStartUs = stepStart;
+  if (!rank.window) rank.window = std::make_unique<detail::RankWindow>();
   if (restarted) {
-    rank.window.clear();
+    rank.window->clear();
     attempts_ = std::max(attempts_, r.attempt > rank.attempt ? r.attempt + 1 : attempts_ + 1);
     if (r.step <= lossStep_) lossStep_ = r.step - 1;
   }
@@ -97,7 +101,7 @@ void JobTracker::add(const StepReport& r, const std::string& node) {
   rank.step = r.step;
   rank.epoch = r.epoch;
   rank.loss = r.loss;
-  rank.window.push_back(r);
+  rank.window->push(r);
   trimWindow(rank, r.timeUnixUs);
   lastReportUs_ = std::max(lastReportUs_, r.timeUnixUs);
 

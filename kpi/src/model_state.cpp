@@ -31,13 +31,6 @@ Maybe most(const std::vector<RankKpis>& ranks, Maybe RankKpis::*figure) {
 
 }  // namespace
 
-void ModelState::add(const StepReport& report) {
-  if (report.paramBytes || report.gradBytes || report.optimizerStateBytes) {
-    if (newest_ == nullptr || report.timeUnixUs >= newest_->timeUnixUs) newest_ = &report;
-  }
-  if (report.staleness) staleness_.push_back(static_cast<double>(*report.staleness));
-}
-
 void ModelState::finish(RankKpis& rank, std::vector<double>& jobStaleness) {
   if (newest_ != nullptr) {
     rank.paramBytes = asFigure(newest_->paramBytes);

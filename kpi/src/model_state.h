@@ -6,14 +6,15 @@
 #include <vector>
 
 #include "lockstep/kpi/kpi.h"
+#include "rank_window.h"
 
 namespace lockstep::kpi::detail {
 
-// Over one rank's reports in the window: its newest bytes, its staleness; the staleness values
+// Over one rank's reports in the window (rank_window.h): its newest bytes, its staleness; the staleness values
 // are added to `jobStaleness` too.
 class ModelState {
  public:
-  void add(const StepReport& report);
+  explicit ModelState(const HeldReports& held) : newest_(held.newestStateBytes), staleness_(held.staleness) {}
   void finish(RankKpis& rank, std::vector<double>& jobStaleness);
 
  private:

@@ -8,6 +8,7 @@
 #include "collective_sums.h"
 #include "flops.h"
 #include "model_state.h"
+#include "rank_window.h"
 #include "lockstep/kpi/kpi.h"
 #include "lockstep/kpi/median.h"
 
@@ -78,6 +79,7 @@ JobKpis JobTracker::snapshot(std::int64_t nowUnixUs) const {
   JobKpis k;
   const Window w = window(k, nowUnixUs);
   RankTotals t;
+  k.ranks.reserve(ranks_.size());
   for (const auto& [id, r] : ranks_) {
     if (r.attempt < latestAttempt_) continue;  // a rank of an attempt before the last restart
     k.step = std::max(k.step, r.step);
@@ -132,47 +134,22 @@ RankKpis JobTracker::rankKpis(std::uint32_t id, const RankState& r, const Window
   rk.lossIsNan = std::isnan(r.loss);
   rk.cpuPct = r.cpuPct;
   rk.rssBytes = r.rssBytes;
-  double samples = 0, tokens = 0, st = 0, d = 0, c = 0, e = 0, timedSamples = 0, timedSt = 0;
-  double countedBytes = 0;
-  int countedReports = 0;
-  detail::CollectiveSums collectives;
-  detail::ModelState state;
-  detail::RankFlops flops;
-  int n = 0, timed = 0;
-  bool tokensKnown = false;
-  for (const auto& rep : r.window) {
-    if (!w.holds(rep.timeUnixUs)) continue;
-    samples += rep.samples;
-    st += static_cast<double>(rep.stepTimeUs);
-    ++n;
-    if (rep.tokens) {
-      tokens += static_cast<double>(*rep.tokens);
-      tokensKnown = true;
-    }
-    if (rep.bytesReduced) {  // a CPU DDP program counts its bytes without timing its all-reduce
-      countedBytes += static_cast<double>(*rep.bytesReduced);
-      ++countedReports;
-    }
-    collectives.add(rep);
-    state.add(rep);
-    flops.add(rep);
-    t.ends.add(rep);
-    if (rep.dataTimeUs && rep.computeTimeUs && rep.exposedCommTimeUs) {
-      d += static_cast<double>(*rep.dataTimeUs);
-      c += static_cast<double>(*rep.computeTimeUs);
-      e += static_cast<double>(*rep.exposedCommTimeUs);
-      timedSamples += rep.samples;
-      timedSt += static_cast<double>(rep.stepTimeUs);
-      ++timed;
-    }
-  }
+  const detail::HeldReports held = r.window ? r.window->held(w.now - w.windowUs, w.now) : detail::HeldReports{};
+  const detail::WindowSums& sums = held.sums;
+  const double samples = sums.samples, st = sums.stepUs, d = sums.dataUs, c = sums.computeUs, e = sums.exposedUs;
+  const double timedSamples = sums.timedSamples, timedSt = sums.timedStepUs;
+  const int n = sums.reports, timed = sums.timed;
+  const detail::CollectiveSums& collectives = sums.collectives;
+  detail::ModelState state(held);
+  const detail::RankFlops flops(held);
+  t.ends.merge(sums.ends);
   // Over the window, or since the rank's first step began when that is later: a program's
   // start-up (imports, rendezvous) is not part of its training rate; a gap later on, or a
   // restart, is.
   const double rankSpan = std::clamp(static_cast<double>(w.now - r.firstStepStartUs) / 1e6, 1e-6, std::max(w.span, 1e-6));
   if (n > 0 && w.span > 0) {
     rk.samplesPerSecond = samples / rankSpan;
-    if (tokensKnown) rk.tokensPerSecond = tokens / rankSpan;
+    if (sums.withTokens > 0) rk.tokensPerSecond = sums.tokens / rankSpan;
     rk.meanStepUs = st / n;
     rk.samplesPerStep = samples / n;
     t.rate += *rk.samplesPerSecond;
@@ -195,8 +172,8 @@ RankKpis JobTracker::rankKpis(std::uint32_t id, const RankState& r, const Window
     t.compute.push_back(c / timed);
     t.rankIds.push_back(id);
   }
-  if (countedReports > 0) {
-    t.reduced += countedBytes / countedReports;
+  if (sums.countedReports > 0) {
+    t.reduced += sums.countedBytes / sums.countedReports;
     ++t.reducedKnown;
   }
   rk.collectives = collectives.kpis(n, st);
@@ -313,13 +290,11 @@ void JobTracker::eta(JobKpis& k, const Window& w) const {
     return;
   }
   for (const auto& [id, r] : ranks_) {
-    std::vector<const StepReport*> in;
-    for (const auto& rep : r.window) {
-      if (w.holds(rep.timeUnixUs)) in.push_back(&rep);
-    }
-    if (in.size() >= 2 && r.step == k.step) {
-      const double seconds = static_cast<double>(in.back()->timeUnixUs - in.front()->timeUnixUs) / 1e6;
-      const double steps = static_cast<double>(in.back()->step - in.front()->step);
+    if (r.step != k.step || !r.window) continue;
+    const detail::HeldReports in = r.window->held(w.now - w.windowUs, w.now);
+    if (in.sums.reports >= 2) {
+      const double seconds = static_cast<double>(in.newest->timeUnixUs - in.oldest->timeUnixUs) / 1e6;
+      const double steps = static_cast<double>(in.newest->step - in.oldest->step);
       if (seconds > 0 && steps > 0) k.etaSeconds = static_cast<double>(k.totalSteps - k.step) * seconds / steps;
       return;
     }
@@ -332,6 +307,7 @@ std::size_t JobTracker::gpuFigures(JobKpis& k) const {
   double utilMeanSum = 0, energyMj = 0;
   int utilKnown = 0;
   bool energyKnown = false;
+  k.gpus.reserve(gpus_.size());
   for (const auto& [key, g] : gpus_) {
     GpuKpis gk{key.first, key.second, g.util, {}, g.memory, g.power, g.temperature, {}};
     if (g.utilCount > 0) {

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +37,7 @@
 namespace lockstep::kpi {
 namespace detail {
 class CollectiveSums;  // src/collective_sums.h
+class RankWindow;      // src/rank_window.h
 }
 
 using Maybe = std::optional<double>;
@@ -254,6 +256,9 @@ std::vector<StepSplit> groupedSplits(const Splits& splits, std::size_t maxGroups
 class JobTracker : public RecordSink {
  public:
   JobTracker(JobSpec spec, Settings settings = {});
+  ~JobTracker() override;
+  JobTracker(JobTracker&&) noexcept;
+  JobTracker& operator=(JobTracker&&) noexcept;
 
   void add(const StepReport& report, const std::string& node);
   void add(const GpuSample& sample);
@@ -288,7 +293,7 @@ class JobTracker : public RecordSink {
     std::uint64_t step = 0;
     std::uint32_t epoch = 0;
     float loss = 0;
-    std::deque<StepReport> window;  // reports within the window, oldest first
+    std::unique_ptr<detail::RankWindow> window;  // its reports within the window; made by its first
     std::int64_t firstStepStartUs = 0;  // when its first step began
     Maybe cpuPct;
     Maybe rssBytes;
