@@ -1,5 +1,7 @@
 #include "Ingest.h"
 
+#include <chrono>
+
 #include "lockstep/common/clock.h"
 #include "lockstep/history/history.h"
 
@@ -63,7 +65,10 @@ bool LiveJob::publish(std::int64_t nowUnixUs, std::int64_t staleUs) {
   std::lock_guard lock(mutex_);
   const bool stale = !tracker_->ended() && nowUnixUs - publishedAtUs_ >= staleUs;
   if (!changed_ && !stale) return false;
+  if (nowUnixUs - publishedAtUs_ < kPublishCostMultiple * publishCostUs_) return false;
+  const auto start = std::chrono::steady_clock::now();
   published_ = std::make_shared<const Published>(Published{tracker_->snapshot(nowUnixUs), tracker_->lastReportUnixUs()});
+  publishCostUs_ = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
   changed_ = false;
   publishedAtUs_ = nowUnixUs;
   return true;

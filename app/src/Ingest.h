@@ -38,6 +38,7 @@ class LiveJob : public RecordSink {
   // And the collectives of its newest steps it keeps (up to 64 a step; 40 bytes each): some 40 MiB
   // at 1024 ranks.
   static constexpr std::size_t kLiveCollectivesPerRank = 1024;
+  static constexpr int kPublishCostMultiple = 3;
 
   LiveJob(const JobSpec& spec, const kpi::Settings& settings);
   // A recorded job (the history's replayed tracker and its timeline), shown as of `atUnixUs`.
@@ -50,7 +51,9 @@ class LiveJob : public RecordSink {
   void onGpu(const std::string& node, const GpuSample& sample) override;
   void onPhase(const std::string& node, const PhaseReport& phase) override;
   // Works the KPIs out as of `nowUnixUs` when something came in since the last time, or when the
-  // job runs and they are older than `staleUs`. Returns whether it did.
+  // job runs and they are older than `staleUs`, but not sooner after the last time than
+  // kPublishCostMultiple times what that one took (a 16,384-rank job's take some 35 ms): the
+  // thread keeps most of its time for folding records in. Returns whether it did.
   bool publish(std::int64_t nowUnixUs, std::int64_t staleUs);
 
   // Any thread's.
@@ -88,6 +91,7 @@ class LiveJob : public RecordSink {
   std::vector<JobEvent> alertEvents_;  // for the GUI's alerts (AlertLog), until the next tick takes them
   bool changed_ = false;
   std::int64_t publishedAtUs_ = 0;
+  std::int64_t publishCostUs_ = 0;  // what the last publication took
 };
 
 // Per node name, its newest figures (kpi/node.h).
