@@ -3,7 +3,8 @@
 // the reports its window holds, which sums them from nothing. Random streams with what makes the
 // bookkeeping hard: reports of every shape (timed or not, collectives and spans of several kinds
 // coming and going, whole and fractional FLOPs, peaks, model state, staleness), a clock that goes
-// back, reports newer than the moment read, and restarts.
+// back, reports newer than the moment read, restarts, world sizes that change, bytes and tokens
+// past 2^53.
 
 #include <gtest/gtest.h>
 
@@ -20,15 +21,17 @@ namespace {
 constexpr std::int64_t kWindowUs = 2'000'000;
 constexpr std::uint32_t kRanks = 3;
 
+// Asynchronous ranks (staleness) and fractional FLOPs make a rank's window walked instead of
+// read from its sums: only some seeds have them, so that both ways are held to the fresh tracker.
 class Reports {
  public:
-  explicit Reports(unsigned seed) : rng_(seed) {}
+  explicit Reports(unsigned seed) : rng_(seed), stale_(seed % 2 == 0), fractional_(seed % 3 == 0) {}
 
   StepReport next(std::uint32_t rank, std::uint32_t attempt, std::uint64_t step, std::int64_t timeUs) {
     StepReport r;
     r.jobId = "window";
     r.rank = rank;
-    r.worldSize = kRanks;
+    r.worldSize = chance(0.2) ? kRanks + 1 : kRanks;  // the newest report's sets the bus bandwidth's
     r.attempt = attempt;
     r.step = step;
     r.samples = static_cast<std::uint32_t>(between(1, 512));
@@ -39,14 +42,14 @@ class Reports {
       r.computeTimeUs = between(1'000, 200'000);
       r.exposedCommTimeUs = between(0, 50'000);
     }
-    if (chance(0.5)) r.tokens = static_cast<std::uint64_t>(between(1, 1 << 20));
-    if (chance(0.5)) r.bytesReduced = static_cast<std::uint64_t>(between(0, 1 << 30));
+    if (chance(0.5)) r.tokens = huge(between(1, 1 << 20));
+    if (chance(0.5)) r.bytesReduced = huge(between(0, 1 << 30));
     if (chance(0.3)) r.allreduceTimeUs = between(0, 40'000);
     for (const auto kind : {CollectiveKind::kAllReduce, CollectiveKind::kAllGather, CollectiveKind::kReduceScatter,
                             CollectiveKind::kBarrier}) {
       if (!chance(0.4)) continue;
       r.collectives.push_back({kind, static_cast<std::uint32_t>(between(0, 4)), between(0, 30'000), between(0, 10'000),
-                               kind == CollectiveKind::kBarrier ? 0u : static_cast<std::uint64_t>(between(0, 1 << 28))});
+                               kind == CollectiveKind::kBarrier ? 0u : huge(between(0, 1 << 28))});
     }
     const auto spans = between(0, 3);
     for (std::int64_t i = 0; i < spans && !r.collectives.empty(); ++i) {
@@ -54,22 +57,28 @@ class Reports {
                                    timeUs - between(0, 100'000), between(1, 10'000), between(0, 5'000), 1024});
     }
     if (chance(0.6)) {
-      r.flops = chance(0.1) ? static_cast<double>(between(1, 1'000'000)) + 0.5
+      r.flops = fractional_ && chance(0.1) ? static_cast<double>(between(1, 1'000'000)) + 0.5
                             : static_cast<double>(between(1, 1'000'000)) * 1e9;  // past 2^53 over a window
       if (chance(0.7)) r.flopsBasis = chance(0.5) ? FlopsBasis::kDeclared : FlopsBasis::kTokens;
     }
     if (chance(0.5)) r.peakFlops = static_cast<double>(between(1, 1000)) * 1e12;
     if (chance(0.3)) r.paramBytes = static_cast<std::uint64_t>(between(1, 1 << 30));
+    if (chance(0.2)) r.gradBytes = static_cast<std::uint64_t>(between(1, 1 << 30));
     if (chance(0.2)) r.optimizerStateBytes = static_cast<std::uint64_t>(between(1, 1 << 30));
-    if (chance(0.1)) r.staleness = static_cast<std::uint32_t>(between(0, 8));
+    if (stale_ && chance(0.1)) r.staleness = static_cast<std::uint32_t>(between(0, 8));
     return r;
   }
 
   bool chance(double p) { return std::uniform_real_distribution<double>(0, 1)(rng_) < p; }
+  // Now and then past 2^53, where a sum in doubles would lose what it took in.
+  std::uint64_t huge(std::int64_t value) {
+    return static_cast<std::uint64_t>(value) + (chance(0.05) ? std::uint64_t{1} << 60 : 0);
+  }
   std::int64_t between(std::int64_t lo, std::int64_t hi) { return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng_); }
 
  private:
   std::mt19937_64 rng_;
+  bool stale_, fractional_;
 };
 
 // What a rank's window holds, by the tracker's rule: reports in arrival order, the oldest dropped
@@ -115,6 +124,7 @@ void expectSameRank(const RankKpis& a, const RankKpis& b) {
   expectSame(a.algBandwidth, b.algBandwidth, "algorithm bandwidth", r);
   expectSame(a.busBandwidth, b.busBandwidth, "bus bandwidth", r);
   expectSame(a.paramBytes, b.paramBytes, "param bytes", r);
+  expectSame(a.gradBytes, b.gradBytes, "gradient bytes", r);
   expectSame(a.optimizerStateBytes, b.optimizerStateBytes, "optimizer state bytes", r);
   expectSame(a.stalenessMean, b.stalenessMean, "staleness mean", r);
   expectSame(a.stalenessP99, b.stalenessP99, "staleness p99", r);
@@ -208,7 +218,7 @@ TEST_P(WindowSums, ALongRunningTrackerReadsWhatItsWindowHoldsSummedAfresh) {
   EXPECT_GT(compared, 200);
 }
 
-INSTANTIATE_TEST_SUITE_P(Seeds, WindowSums, ::testing::Values(1u, 2u, 3u, 4u, 5u));
+INSTANTIATE_TEST_SUITE_P(Seeds, WindowSums, ::testing::Values(1u, 2u, 3u, 4u, 5u, 6u, 7u));
 
 }  // namespace
 }  // namespace lockstep::kpi

@@ -59,9 +59,9 @@ void CollectiveSums::add(const StepReport& report, int sign) {
     s.count += n * c.count;
     s.timeUs += n * static_cast<double>(c.timeUs);
     s.exposedUs += n * static_cast<double>(c.exposedUs);
-    s.bytes += n * static_cast<double>(c.bytes);
+    s.bytes += sign * static_cast<ExactSum>(c.bytes);
     if (c.bytes > 0 && c.timeUs > 0) {
-      s.timedBytes += n * static_cast<double>(c.bytes);
+      s.timedBytes += sign * static_cast<ExactSum>(c.bytes);
       s.timedUs += n * static_cast<double>(c.timeUs);
     }
     if (s.reports == 0) kinds_.erase(it);
@@ -83,7 +83,7 @@ std::vector<CollectiveKpis> CollectiveSums::kpis(double steps, double stepUs) co
       k.exposedShare = s.exposedUs / stepUs;
     }
     // No bytes counted is unknown, not 0, except for a barrier, which moves none.
-    if (s.bytes > 0 || named.value == CollectiveKind::kBarrier) k.bytesPerStep = s.bytes / steps;
+    if (s.bytes > 0 || named.value == CollectiveKind::kBarrier) k.bytesPerStep = static_cast<double>(s.bytes) / steps;
     if (const Maybe alg = algBandwidth(named.value)) k.busBandwidth = *alg * busFactor(named.value, worldSize_);
     if (k.busBandwidth && *k.busBandwidth <= 0) k.busBandwidth.reset();
     out.push_back(k);
@@ -94,7 +94,7 @@ std::vector<CollectiveKpis> CollectiveSums::kpis(double steps, double stepUs) co
 Maybe CollectiveSums::algBandwidth(CollectiveKind kind) const {
   const auto it = kinds_.find(kind);
   if (it == kinds_.end() || it->second.timedUs <= 0 || worldSize_ <= 1) return std::nullopt;
-  return it->second.timedBytes / (it->second.timedUs / 1e6);
+  return static_cast<double>(it->second.timedBytes) / (it->second.timedUs / 1e6);
 }
 
 std::vector<CollectiveKpis> meanOverRanks(const std::vector<RankKpis>& ranks) {

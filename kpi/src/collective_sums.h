@@ -12,6 +12,10 @@
 
 namespace lockstep::kpi::detail {
 
+// Sums of integers a report may carry at any size (bytes, tokens, FLOPs), exact: a window's sums
+// take a report out as exactly as they took it in (rank_window.h). GCC's and Clang's 128 bits.
+__extension__ typedef __int128 ExactSum;
+
 // One rank's reports in the window, by kind of collective.
 class CollectiveSums {
  public:
@@ -31,8 +35,10 @@ class CollectiveSums {
  private:
   struct Sums {
     int reports = 0;  // that had this kind; at 0 the kind is gone
-    double count = 0, timeUs = 0, exposedUs = 0, bytes = 0;
-    double timedBytes = 0, timedUs = 0;  // of the entries with both a time and bytes
+    double count = 0, timeUs = 0, exposedUs = 0;  // integers, bounded by validation: exact in doubles
+    ExactSum bytes = 0;
+    ExactSum timedBytes = 0;  // of the entries with both a time and bytes
+    double timedUs = 0;
   };
   std::map<CollectiveKind, Sums> kinds_;
   int reports_ = 0;

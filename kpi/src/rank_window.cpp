@@ -35,11 +35,11 @@ void WindowSums::add(const StepReport& r, int sign) {
   samples += s * r.samples;
   stepUs += s * static_cast<double>(r.stepTimeUs);
   if (r.tokens) {
-    tokens += s * static_cast<double>(*r.tokens);
+    tokens += sign * static_cast<ExactSum>(*r.tokens);
     withTokens += sign;
   }
   if (r.bytesReduced) {  // a CPU DDP program counts its bytes without timing its all-reduce
-    countedBytes += s * static_cast<double>(*r.bytesReduced);
+    countedBytes += sign * static_cast<ExactSum>(*r.bytesReduced);
     countedReports += sign;
   }
   if (r.dataTimeUs && r.computeTimeUs && r.exposedCommTimeUs) {
@@ -53,7 +53,7 @@ void WindowSums::add(const StepReport& r, int sign) {
   if (r.flops) {
     withFlops += sign;
     if (whole(*r.flops)) {
-      flops += sign * static_cast<WholeFlops>(*r.flops);
+      flops += sign * static_cast<ExactSum>(*r.flops);
     } else {
       fractionalFlops += sign;
     }
@@ -89,6 +89,9 @@ void RankWindow::clear() {
 HeldReports RankWindow::held(std::int64_t fromUs, std::int64_t toUs) const {
   HeldReports h;
   const auto holds = [&](const StepReport& r) { return r.timeUnixUs > fromUs && r.timeUnixUs <= toUs; };
+  if (sorted_ && (reports_.empty() || reports_.back().timeUnixUs <= fromUs || reports_.front().timeUnixUs > toUs)) {
+    return h;  // it holds none of them
+  }
   std::size_t begin = 0, end = reports_.size();
   if (sorted_) {
     // The sums, less the oldest reports the window has left behind and the ones after its end.
@@ -103,33 +106,36 @@ HeldReports RankWindow::held(std::int64_t fromUs, std::int64_t toUs) const {
   // What is not a sum: the newest report of each kind (usually the newest of all), and the few
   // that are walked.
   if (!sorted_ || h.sums.withStaleness > 0 || h.sums.fractionalFlops > 0) {
-    for (std::size_t i = begin; i < end; ++i) {
-      const StepReport& r = reports_[i];
-      if (!holds(r)) continue;
-      noteNewest(h, r);
-      if (r.staleness) h.staleness.push_back(static_cast<double>(*r.staleness));
-      if (r.flops) h.flops += *r.flops;
-    }
-    return h;
+    walk(h, begin, end, fromUs, toUs);
+  } else if (begin < end) {
+    // Time order: the held reports are [begin, end), and the newest of a kind is the first found
+    // from the end (the sums say whether there is one).
+    h.oldest = &reports_[begin];
+    h.newest = &reports_[end - 1];
+    const auto newestWhere = [&](int count, bool (*pred)(const StepReport&), const StepReport*& out) {
+      for (std::size_t i = end; count > 0 && !out && i > begin; --i) {
+        if (pred(reports_[i - 1])) out = &reports_[i - 1];
+      }
+    };
+    newestWhere(h.sums.collectives.reports(), hadCollectives, h.newestCollectives);
+    newestWhere(h.sums.withBasis, declaredBasis, h.newestBasis);
+    newestWhere(h.sums.withPeak, saidPeak, h.newestPeak);
+    newestWhere(h.sums.withStateBytes, saidStateBytes, h.newestStateBytes);
   }
-  // Time order: the held reports are [begin, end), and the newest of a kind is the first found
-  // from the end (the sums say whether there is one).
-  if (begin == end) return h;
-  h.oldest = &reports_[begin];
-  h.newest = &reports_[end - 1];
-  const auto newestWhere = [&](int count, bool (*pred)(const StepReport&), const StepReport*& out) {
-    for (std::size_t i = end; count > 0 && !out && i > begin; --i) {
-      if (pred(reports_[i - 1])) out = &reports_[i - 1];
-    }
-  };
-  newestWhere(h.sums.collectives.reports(), hadCollectives, h.newestCollectives);
-  newestWhere(h.sums.withBasis, declaredBasis, h.newestBasis);
-  newestWhere(h.sums.withPeak, saidPeak, h.newestPeak);
-  newestWhere(h.sums.withStateBytes, saidStateBytes, h.newestStateBytes);
   // The sums' own is the newest summed, which may be one left out here.
   if (h.newestCollectives) h.sums.collectives.setWorldSize(h.newestCollectives->worldSize);
-  h.flops = static_cast<double>(h.sums.flops);
+  if (h.sums.fractionalFlops == 0) h.flops = static_cast<double>(h.sums.flops);
   return h;
+}
+
+void RankWindow::walk(HeldReports& h, std::size_t begin, std::size_t end, std::int64_t fromUs, std::int64_t toUs) const {
+  for (std::size_t i = begin; i < end; ++i) {
+    const StepReport& r = reports_[i];
+    if (r.timeUnixUs <= fromUs || r.timeUnixUs > toUs) continue;
+    noteNewest(h, r);
+    if (r.staleness) h.staleness.push_back(static_cast<double>(*r.staleness));
+    if (r.flops) h.flops += *r.flops;  // read only when a fraction makes the exact sum wrong
+  }
 }
 
 }  // namespace lockstep::kpi::detail

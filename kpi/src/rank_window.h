@@ -5,9 +5,10 @@
 // reports each, the walk took a publication 200 ms. Private to the KPI engine (kpi.cpp,
 // snapshot.cpp).
 //
-// Exact: the sums are of integers (microseconds, samples, bytes, counts) in doubles, exact below
-// 2^53, and the FLOPs, which a program may declare as any number, in a 128-bit integer while they
-// are whole; a rank that declares a fraction of a FLOP is walked, as before.
+// Exact: the sums are of integers, in doubles where validation bounds them (microseconds, samples,
+// counts: exact below 2^53) and in 128 bits where it does not (bytes, tokens, whole FLOPs). A rank
+// that declares a fraction of a FLOP, reports staleness (asynchronous training) or whose clock went
+// back has its held reports walked for what sums cannot give.
 
 #include <cstdint>
 #include <deque>
@@ -18,21 +19,18 @@
 
 namespace lockstep::kpi::detail {
 
-// Exact sums of whole FLOPs (GCC's and Clang's 128-bit integer).
-__extension__ typedef __int128 WholeFlops;
-
 // Sums over a set of reports that take a report out as exactly as they took it in.
 struct WindowSums {
   int reports = 0;
   double samples = 0, stepUs = 0;
   int withTokens = 0;
-  double tokens = 0;
+  ExactSum tokens = 0;
   int countedReports = 0;  // that counted their bytes reduced
-  double countedBytes = 0;
+  ExactSum countedBytes = 0;
   int timed = 0;  // with data, compute and exposed times
   double dataUs = 0, computeUs = 0, exposedUs = 0, timedSamples = 0, timedStepUs = 0;
   int withFlops = 0, fractionalFlops = 0, withBasis = 0, withPeak = 0, withStateBytes = 0, withStaleness = 0;
-  WholeFlops flops = 0;  // of the reports whose FLOPs are whole
+  ExactSum flops = 0;  // of the reports whose FLOPs are whole
   CollectiveSums collectives;
   ExposedEndsSums ends;
 
@@ -64,6 +62,10 @@ class RankWindow {
   HeldReports held(std::int64_t fromUs, std::int64_t toUs) const;
 
  private:
+  // Notes the newest reports of each kind, the staleness values and the FLOPs of those in
+  // [begin, end) that are in (fromUs, toUs].
+  void walk(HeldReports& h, std::size_t begin, std::size_t end, std::int64_t fromUs, std::int64_t toUs) const;
+
   // Reports in arrival order; in time order too unless a rank's clock went back (`sorted_`), when
   // `held` walks them all.
   std::deque<StepReport> reports_;

@@ -149,7 +149,7 @@ RankKpis JobTracker::rankKpis(std::uint32_t id, const RankState& r, const Window
   const double rankSpan = std::clamp(static_cast<double>(w.now - r.firstStepStartUs) / 1e6, 1e-6, std::max(w.span, 1e-6));
   if (n > 0 && w.span > 0) {
     rk.samplesPerSecond = samples / rankSpan;
-    if (sums.withTokens > 0) rk.tokensPerSecond = sums.tokens / rankSpan;
+    if (sums.withTokens > 0) rk.tokensPerSecond = static_cast<double>(sums.tokens) / rankSpan;
     rk.meanStepUs = st / n;
     rk.samplesPerStep = samples / n;
     t.rate += *rk.samplesPerSecond;
@@ -173,7 +173,7 @@ RankKpis JobTracker::rankKpis(std::uint32_t id, const RankState& r, const Window
     t.rankIds.push_back(id);
   }
   if (sums.countedReports > 0) {
-    t.reduced += sums.countedBytes / sums.countedReports;
+    t.reduced += static_cast<double>(sums.countedBytes) / sums.countedReports;
     ++t.reducedKnown;
   }
   rk.collectives = collectives.kpis(n, st);

@@ -293,7 +293,7 @@ class JobTracker : public RecordSink {
     std::uint64_t step = 0;
     std::uint32_t epoch = 0;
     float loss = 0;
-    std::unique_ptr<detail::RankWindow> window;  // its reports within the window; made by its first
+    std::unique_ptr<detail::RankWindow> window;  // its reports within the window, from its first report on
     std::int64_t firstStepStartUs = 0;  // when its first step began
     Maybe cpuPct;
     Maybe rssBytes;
