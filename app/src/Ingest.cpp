@@ -65,10 +65,12 @@ bool LiveJob::publish(std::int64_t nowUnixUs, std::int64_t staleUs) {
   std::lock_guard lock(mutex_);
   const bool stale = !tracker_->ended() && nowUnixUs - publishedAtUs_ >= staleUs;
   if (!changed_ && !stale) return false;
-  if (nowUnixUs - publishedAtUs_ < kPublishCostMultiple * publishCostUs_) return false;
+  // Timed on the steady clock: a wall clock set back must not hold publications back.
   const auto start = std::chrono::steady_clock::now();
+  if (start - publishedAt_ < kPublishCostMultiple * publishCost_) return false;
   published_ = std::make_shared<const Published>(Published{tracker_->snapshot(nowUnixUs), tracker_->lastReportUnixUs()});
-  publishCostUs_ = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
+  publishedAt_ = std::chrono::steady_clock::now();
+  publishCost_ = publishedAt_ - start;
   changed_ = false;
   publishedAtUs_ = nowUnixUs;
   return true;

@@ -12,6 +12,7 @@
 #include <QStringList>
 #include <QThread>
 #include <QTimer>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -91,7 +92,8 @@ class LiveJob : public RecordSink {
   std::vector<JobEvent> alertEvents_;  // for the GUI's alerts (AlertLog), until the next tick takes them
   bool changed_ = false;
   std::int64_t publishedAtUs_ = 0;
-  std::int64_t publishCostUs_ = 0;  // what the last publication took
+  std::chrono::steady_clock::time_point publishedAt_;  // the last publication's end,
+  std::chrono::steady_clock::duration publishCost_{};  // and what it took
 };
 
 // Per node name, its newest figures (kpi/node.h).
