@@ -165,7 +165,9 @@ TEST(AgentJob, LockstepctlsPollsLeaveOutTheSpecItHolds) {
   EXPECT_EQ(first->front().status.spec.ranks.size(), 2u);
   ASSERT_EQ(agents.heldSpecs.size(), 1u);
   // Marked here, the held spec is what a later poll shows only if that poll came without one.
-  agents.heldSpecs.begin()->second.prices.currency = "HELD";
+  auto marked = std::make_shared<JobSpec>(*agents.heldSpecs.begin()->second);
+  marked->prices.currency = "HELD";
+  agents.heldSpecs.begin()->second = marked;
   const auto later = ctl::findJob(agents, "job-ctl", 5s);
   ASSERT_TRUE(later.ok()) << later.error().message;
   const JobStatus& status = later->front().status;

@@ -90,8 +90,9 @@ struct Connected {
   std::vector<std::unique_ptr<AgentClient>> clients;
   std::vector<AgentClient*> all() const;
   // The specs findJob took whole, by agent and attempt: its later lists name them, and the agents
-  // answer those without the spec (a 16,384-rank job's is 420 KB an agent, every poll).
-  mutable std::map<std::pair<AgentClient*, JobAttempt>, JobSpec> heldSpecs;
+  // answer those without the spec (a 16,384-rank job's is 420 KB an agent, every poll). Agents that
+  // sent equal specs (every part of an attempt, as a rule) share one.
+  mutable std::map<std::pair<AgentClient*, JobAttempt>, std::shared_ptr<const JobSpec>> heldSpecs;
 };
 // lockstepctl's own key pair (`client` in the config directory); the error says to run keygen.
 Result<CurveKeyPair> ownKeyPair(const Globals& g);

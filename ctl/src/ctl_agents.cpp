@@ -90,7 +90,14 @@ std::vector<JobAttempt> heldAttempts(const Connected& agents, AgentClient* agent
 Result<void> holdOrFillSpec(const Connected& agents, AgentClient* agent, JobStatus& status) {
   const std::pair key{agent, JobAttempt{status.spec.jobId, status.spec.attempt}};
   if (!status.specOmitted) {
-    agents.heldSpecs.insert_or_assign(key, status.spec);
+    // Compared with one other agent's spec of the attempt, if any.
+    std::shared_ptr<const JobSpec> spec;
+    for (const auto& [heldKey, held] : agents.heldSpecs) {
+      if (heldKey.second != key.second || heldKey.first == agent) continue;
+      if (*held == status.spec) spec = held;
+      break;
+    }
+    agents.heldSpecs.insert_or_assign(key, spec ? spec : std::make_shared<const JobSpec>(status.spec));
     return {};
   }
   const auto held = agents.heldSpecs.find(key);
@@ -98,7 +105,7 @@ Result<void> holdOrFillSpec(const Connected& agents, AgentClient* agent, JobStat
     return Error{ErrorCode::kInternal, agent->address().text() + " left out the spec of job " + status.spec.jobId +
                                            ", attempt " + std::to_string(status.spec.attempt) + ", which lockstepctl did not name"};
   }
-  status.spec = held->second;
+  status.spec = *held->second;
   status.specOmitted = false;
   return {};
 }
