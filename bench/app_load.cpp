@@ -36,10 +36,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-#include <unistd.h>
 #include <ctime>
 #include <random>
 #include <string>
@@ -53,6 +49,7 @@
 #include "MainWindow.h"
 #include "lockstep/net/keys.h"
 #include "lockstep/protocol/job_list.h"
+#include "process_figures.h"
 #include "synthetic_stream.h"
 
 namespace {
@@ -84,39 +81,11 @@ std::int64_t nowUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// The CPU time of this process's threads named `name` (/proc/self/task/*/stat), in seconds.
-double threadsCpuSeconds(const char* name) {
-  double ticks = 0;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(task.path() / "comm"), stat(task.path() / "stat");
-    std::string threadName, line;
-    std::getline(comm, threadName);
-    std::getline(stat, line);
-    if (threadName != name || line.rfind(')') == std::string::npos) continue;
-    std::istringstream fields(line.substr(line.rfind(')') + 2));
-    std::string field;
-    for (int i = 0; i < 11 && fields >> field;) ++i;  // state ... cmajflt
-    double utime = 0, stime = 0;
-    fields >> utime >> stime;
-    ticks += utime + stime;
-  }
-  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-double rssMegabytes() {
-  std::FILE* f = std::fopen("/proc/self/status", "r");
-  if (!f) return 0;
-  char line[256];
-  double kb = 0;
-  while (std::fgets(line, sizeof line, f)) {
-    if (std::strncmp(line, "VmRSS:", 6) == 0) kb = std::atof(line + 6);
-  }
-  std::fclose(f);
-  return kb / 1024;
-}
 
 QString agentId(int a) { return QStringLiteral("127.0.0.1:%1").arg(1 + a); }  // nothing listens: workers back off
 using bench::nodeName;
+using bench::rssMegabytes;
+using bench::threadsCpuSeconds;
 
 JobSpec makeJob(const Options& o) { return bench::SyntheticStream(o.agents, o.gpus, o.stepsPerSecond).job(); }
 

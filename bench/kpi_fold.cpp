@@ -22,6 +22,7 @@
 
 #include "Ingest.h"
 #include "lockstep/kpi/stream.h"
+#include "process_figures.h"
 #include "synthetic_stream.h"
 
 namespace {
@@ -31,17 +32,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-double rssMegabytes() {
-  std::FILE* f = std::fopen("/proc/self/status", "r");
-  if (!f) return 0;
-  char line[256];
-  double kb = 0;
-  while (std::fgets(line, sizeof line, f)) {
-    if (std::strncmp(line, "VmRSS:", 6) == 0) kb = std::atof(line + 6);
-  }
-  std::fclose(f);
-  return kb / 1024;
-}
 
 struct Figures {
   double messages = 0, foldSeconds = 0, publishSeconds = 0, maxPublishSeconds = 0, rssGrowthMb = 0;
@@ -52,7 +42,7 @@ Figures run(int agents, int gpus, double streamSeconds) {
   constexpr double kTick = 0.1, kStepsPerSecond = 10;
   constexpr int kSampleHz = 5;
   bench::SyntheticStream stream(agents, gpus, kStepsPerSecond);
-  const double rss0 = rssMegabytes();
+  const double rss0 = bench::rssMegabytes();
   app::LiveJob live(stream.job(), kpi::Settings{});
   kpi::StreamReader reader([&](const std::string& id) -> RecordSink* { return id == bench::SyntheticStream::kJobId ? &live : nullptr; },
                            kpi::kNewestOnly);
@@ -79,7 +69,7 @@ Figures run(int agents, int gpus, double streamSeconds) {
     f.maxPublishSeconds = std::max(f.maxPublishSeconds, seconds(t2 - t1));
     ++f.publications;
   }
-  f.rssGrowthMb = rssMegabytes() - rss0;
+  f.rssGrowthMb = bench::rssMegabytes() - rss0;
   return f;
 }
 
