@@ -231,8 +231,11 @@ TEST(Lockstepctl, WatchShowsEachNodesNetworkAgainstItsLink) {
   AgentProcess agent(dir, "node-n", {"--sample-hz", "10"}, {link.nsAddress, link.ns});
   Ctl ctl{dir, dir.file("config")};
   ASSERT_TRUE(ctl.pairWith(agent));
+  // Long enough for watch to draw while the job streams (it draws once a second): a job that ended
+  // within a second left it only the first and the last drawing, each of the newest sampling
+  // interval, in which nothing may have crossed the link (a CI run saw 0 in both).
   ASSERT_EQ(ctl({"start", "--ranks", "1", "--job-id", "net-watch", "--layers", "16,32,4", "--dataset", "synthetic:n=2048",
-                 "--steps", "3000"}).status.exitCode, 0);
+                 "--steps", "100000"}).status.exitCode, 0);
   auto watch = ctl({"watch", "net-watch", "--json"});
   ASSERT_EQ(watch.status.exitCode, 0) << watch.err;
   std::istringstream in(watch.out);
