@@ -9,6 +9,9 @@ namespace {
 
 bool whole(double flops) { return std::trunc(flops) == flops && std::fabs(flops) < 0x1p100; }
 
+// Whether `r` is in (fromUs, toUs]: the window a snapshot reads.
+bool heldIn(const StepReport& r, std::int64_t fromUs, std::int64_t toUs) { return r.timeUnixUs > fromUs && r.timeUnixUs <= toUs; }
+
 bool hadCollectives(const StepReport& r) { return !collectivesOf(r).empty(); }
 bool declaredBasis(const StepReport& r) { return r.flops && r.flopsBasis; }
 bool saidPeak(const StepReport& r) { return r.peakFlops.has_value(); }
@@ -88,7 +91,7 @@ void RankWindow::clear() {
 
 HeldReports RankWindow::held(std::int64_t fromUs, std::int64_t toUs) const {
   HeldReports h;
-  const auto holds = [&](const StepReport& r) { return r.timeUnixUs > fromUs && r.timeUnixUs <= toUs; };
+  const auto holds = [&](const StepReport& r) { return heldIn(r, fromUs, toUs); };
   if (sorted_ && (reports_.empty() || reports_.back().timeUnixUs <= fromUs || reports_.front().timeUnixUs > toUs)) {
     return h;  // it holds none of them
   }
@@ -131,7 +134,7 @@ HeldReports RankWindow::held(std::int64_t fromUs, std::int64_t toUs) const {
 void RankWindow::walk(HeldReports& h, std::size_t begin, std::size_t end, std::int64_t fromUs, std::int64_t toUs) const {
   for (std::size_t i = begin; i < end; ++i) {
     const StepReport& r = reports_[i];
-    if (r.timeUnixUs <= fromUs || r.timeUnixUs > toUs) continue;
+    if (!heldIn(r, fromUs, toUs)) continue;
     noteNewest(h, r);
     if (r.staleness) h.staleness.push_back(static_cast<double>(*r.staleness));
     if (r.flops) h.flops += *r.flops;  // read only when a fraction makes the exact sum wrong
