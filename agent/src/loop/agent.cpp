@@ -79,6 +79,8 @@ class Agent::Impl {
   Result<void> listen(const std::string& reportEndpoint);
   void makeComponents();
   bool serving(const std::atomic<int>& stop);
+  // Whether the stream holds records no client has fetched yet.
+  bool unfetched() const { return fetches_->fetchedUpTo() < stream_->lastSeq(); }
   std::vector<zmq::pollitem_t> pollItems();
   milliseconds pollTimeout() const;
   void serve(const std::vector<zmq::pollitem_t>& items, const std::atomic<int>& stop);
@@ -283,7 +285,7 @@ Result<void> Agent::Impl::loop(const std::atomic<int>& stop) {
 
 // Until told to stop (under Slurm: and its jobs ended), or idle for too long.
 bool Agent::Impl::serving(const std::atomic<int>& stop) {
-  if (stop.load() != 0 && !lifecycle_->stillEnding(fetches_->fetchedUpTo() < stream_->lastSeq())) return false;
+  if (stop.load() != 0 && !lifecycle_->stillEnding(unfetched())) return false;
   return !lifecycle_->idleTooLong(starts_->waiting());
 }
 
@@ -336,7 +338,7 @@ void Agent::Impl::serve(const std::vector<zmq::pollitem_t>& items, const std::at
   for (auto& event : alerts_->takeEvents()) stream_->append(std::move(event));
   // Slurm ends an allocation by signalling its ranks as it signals this agent: the jobs are
   // stopped with Slurm's reason before a rank that died of it is reaped as a failure.
-  if (stop.load() != 0) (void)lifecycle_->stillEnding(fetches_->fetchedUpTo() < stream_->lastSeq());
+  if (stop.load() != 0) (void)lifecycle_->stillEnding(unfetched());
   const auto ranksBefore = jobs_->runningRanks().size();
   jobs_->poll();
   if (jobs_->runningRanks().size() != ranksBefore) trackRanks();
