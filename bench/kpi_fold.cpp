@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "Ingest.h"
+#include "lockstep/common/clock.h"
 #include "lockstep/kpi/stream.h"
 #include "process_figures.h"
 #include "synthetic_stream.h"
@@ -31,7 +32,6 @@ using namespace lockstep;
 using Clock = std::chrono::steady_clock;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
 
 struct Figures {
   double messages = 0, foldSeconds = 0, publishSeconds = 0, maxPublishSeconds = 0, rssGrowthMb = 0;
@@ -47,8 +47,7 @@ Figures run(int agents, int gpus, double streamSeconds) {
   kpi::StreamReader reader([&](const std::string& id) -> RecordSink* { return id == bench::SyntheticStream::kJobId ? &live : nullptr; },
                            kpi::kNewestOnly);
   const auto ticks = static_cast<int>(streamSeconds / kTick);
-  const std::int64_t end = std::chrono::duration_cast<std::chrono::microseconds>(
-                               std::chrono::system_clock::now().time_since_epoch()).count();
+  const std::int64_t end = unixMicrosNow();
   const std::int64_t start = end - static_cast<std::int64_t>(ticks) * 100'000;
   Figures f;
   for (int t = 1; t <= ticks; ++t) {
