@@ -149,6 +149,43 @@ TEST(ProtocolRoundTrip, OtherRequestsAndReplies) {
   }
 }
 
+// Issue 46 §1: a job's frame from its supervising agent (docs/fan-in.md), and what is refused.
+TEST(ProtocolRoundTrip, AFrameKeepsItsEventsAndStallAndRefusesWhatIsNotItsJobs) {
+  const Request ask{8, FrameRequest{"job-1", 64, 1024, 17}};
+  auto asked = decodeRequest(encode(ask));
+  ASSERT_TRUE(asked.ok()) << asked.error().message;
+  EXPECT_EQ(*asked, ask);
+  v1::Request tooMany;
+  tooMany.mutable_frame()->set_job_id("job-1");
+  tooMany.mutable_frame()->set_ranks_count(kMaxFrameRanks + 1);
+  asked = decodeRequest(tooMany.SerializeAsString());
+  ASSERT_FALSE(asked.ok());
+  EXPECT_NE(asked.error().message.find("ranks_count is over 1024; ask for the ranks in view"), std::string::npos)
+      << asked.error().message;
+
+  const JobEvent started{"job-1", JobEventKind::kStarted, 1, {}, {}, {}, "", "", {}};
+  FrameReply frame{"job-1", 1700000000000000, true, JobState::kFailed, std::string("\x0a\x05job-1", 7),
+                   {StreamMessage{1, "node-a", started}, StreamMessage{2, "node-b", started}}, 2,
+                   Stall{1700000000000000, "rank 1 did not reach the all-reduce", {1}}};
+  auto back = decodeReply(encode(Reply{9, frame}));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(*back, (Reply{9, frame}));
+
+  FrameReply another = frame;
+  another.events[1].payload = JobEvent{"job-2", JobEventKind::kStarted, 1, {}, {}, {}, "", "", {}};
+  back = decodeReply(encode(Reply{9, another}));
+  ASSERT_FALSE(back.ok());
+  EXPECT_NE(back.error().message.find("an event that is not one of job job-1's"), std::string::npos) << back.error().message;
+  FrameReply sample = frame;
+  sample.events[0].payload = validReport();
+  EXPECT_FALSE(decodeReply(encode(Reply{9, sample})).ok()) << "a frame carries events, not records";
+  FrameReply flood = frame;
+  flood.events.assign(kMaxFrameEvents + 1, frame.events[0]);
+  back = decodeReply(encode(Reply{9, flood}));
+  ASSERT_FALSE(back.ok());
+  EXPECT_NE(back.error().message.find("more than 256 events"), std::string::npos) << back.error().message;
+}
+
 // A client polling its agents' jobs says which specs it holds; their statuses come back with the
 // spec left out, and decode to the job and attempt alone without being taken for a bad spec.
 TEST(ProtocolRoundTrip, AJobListLeavesOutTheSpecsTheClientHolds) {

@@ -319,6 +319,39 @@ std::string serialize(const Message& m) {
   return out;
 }
 
+void toPb(const FrameReply& f, pb::FrameReply* m) {
+  m->set_job_id(f.jobId);
+  m->set_time_unix_us(f.timeUnixUs);
+  m->set_ended(f.ended);
+  m->set_state(static_cast<pb::JobState>(f.state));
+  m->set_kpis(f.kpis);
+  for (const auto& e : f.events) detail::toPb(e, m->add_events());
+  m->set_last_event(f.lastEvent);
+  if (f.stall) detail::toPb(*f.stall, m->mutable_stall());
+}
+
+// The KPIs' bytes are read by kpi/frame.h; here only what the frame carries beside them.
+Result<FrameReply> fromPb(const pb::FrameReply& m) {
+  LOCKSTEP_TRY(validateJobId(m.job_id()));
+  if (static_cast<std::size_t>(m.events_size()) > kMaxFrameEvents) {
+    return bad("frame: more than " + std::to_string(kMaxFrameEvents) + " events");
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(auto state, (enumFromPb<JobState>(m.state(), 1, 5, "frame's job state")));
+  FrameReply f{m.job_id(), m.time_unix_us(), m.ended(), state, m.kpis(), {}, m.last_event(), std::nullopt};
+  for (const auto& e : m.events()) {
+    LOCKSTEP_ASSIGN_OR_RETURN(auto event, detail::fromPb(e));
+    if (!std::holds_alternative<JobEvent>(event.payload) || jobOf(event.payload) != f.jobId) {
+      return bad("frame: an event that is not one of job " + f.jobId + "'s");
+    }
+    f.events.push_back(std::move(event));
+  }
+  if (m.has_stall()) {
+    LOCKSTEP_ASSIGN_OR_RETURN(auto stall, detail::fromPb(m.stall()));
+    f.stall = std::move(stall);
+  }
+  return f;
+}
+
 }  // namespace
 
 std::string encode(const Request& request) {
@@ -351,9 +384,15 @@ std::string encode(const Request& request) {
           m.mutable_logs()->set_job_id(body.jobId);
           m.mutable_logs()->set_rank(body.rank);
           m.mutable_logs()->set_max_bytes(body.maxBytes);
-        } else {
+        } else if constexpr (std::is_same_v<T, StacksRequest>) {
           m.mutable_stacks()->set_job_id(body.jobId);
           setIf(body.rank, m.mutable_stacks(), &pb::StacksRequest::set_rank);
+        } else {
+          auto* f = m.mutable_frame();
+          f->set_job_id(body.jobId);
+          f->set_ranks_from(body.ranksFrom);
+          f->set_ranks_count(body.ranksCount);
+          f->set_events_after(body.eventsAfter);
         }
       },
       request.body);
@@ -403,10 +442,18 @@ Result<Request> decodeRequest(std::string_view bytes, std::size_t maxBytes) {
         if (m.stacks().has_rank()) stacks.rank = m.stacks().rank();
         return Body{std::move(stacks)};
       }
+      case pb::Request::kFrame: {
+        const auto& f = m.frame();
+        LOCKSTEP_TRY(validateJobId(f.job_id()));
+        if (f.ranks_count() > kMaxFrameRanks) {
+          return bad("frame: ranks_count is over " + std::to_string(kMaxFrameRanks) + "; ask for the ranks in view");
+        }
+        return Body{FrameRequest{f.job_id(), f.ranks_from(), f.ranks_count(), f.events_after()}};
+      }
       case pb::Request::BODY_NOT_SET:
         break;
     }
-    return bad("request has no body (hello, start_job, stop_job, fetch, list_jobs, logs or stacks)");
+    return bad("request has no body (hello, start_job, stop_job, fetch, list_jobs, logs, stacks or frame)");
   }();
   if (!body) return body.error();
   return Request{m.request_id(), std::move(body).value()};
@@ -445,8 +492,10 @@ std::string encode(const Reply& reply) {
           m.mutable_logs()->set_rank(body.rank);
           m.mutable_logs()->set_text(body.text);
           m.mutable_logs()->set_truncated(body.truncated);
-        } else {
+        } else if constexpr (std::is_same_v<T, StacksReply>) {
           detail::toPb(body, m.mutable_stacks());
+        } else {
+          toPb(body, m.mutable_frame());
         }
       },
       reply.body);
@@ -507,6 +556,11 @@ Result<Reply> decodeReply(std::string_view bytes, std::size_t maxBytes) {
       LOCKSTEP_TRY(validateJobId(m.stop_job().job_id()));
       LOCKSTEP_ASSIGN_OR_RETURN(auto state, (enumFromPb<JobState>(m.stop_job().state(), 1, 5, "stop job state")));
       r.body = StopJobReply{m.stop_job().job_id(), state};
+      break;
+    }
+    case pb::Reply::kFrame: {
+      LOCKSTEP_ASSIGN_OR_RETURN(auto frame, fromPb(m.frame()));
+      r.body = std::move(frame);
       break;
     }
     case pb::Reply::BODY_NOT_SET:

@@ -65,6 +65,7 @@ struct SlowRank {
   std::string node;
   double excess = 0;  // its data + compute time over the median rank's, as a fraction (0.12: 12% more)
   SlowCause cause = SlowCause::kUnknown;  // data wait or compute: which of the two is further over the median
+  bool operator==(const SlowRank&) const = default;
 };
 std::string_view scalingBasisName(ScalingBasis basis);
 std::string_view slowCauseName(SlowCause cause);
@@ -78,6 +79,7 @@ struct CollectiveKpis {
   Maybe exposedShare;    // their exposed time over step time: their part of commOverhead
   Maybe bytesPerStep;
   Maybe busBandwidth;    // bytes per second, nccl-tests' definition for the kind (collectives.h)
+  bool operator==(const CollectiveKpis&) const = default;
 };
 
 // Where a step's exposed communication sits (docs/kpis.md), from the collectives the ranks reported
@@ -88,6 +90,7 @@ struct ExposedEnds {
   Maybe firstShare, lastShare;
   CollectiveKind firstKind = CollectiveKind::kAllReduce;
   CollectiveKind lastKind = CollectiveKind::kAllReduce;
+  bool operator==(const ExposedEnds&) const = default;
 };
 
 struct RankKpis {
@@ -120,6 +123,7 @@ struct RankKpis {
   // the other. Unknown where either is.
   Maybe modelFlopsPerSecond, peakFlops, mfu;
   std::vector<CollectiveKpis> collectives;
+  bool operator==(const RankKpis&) const = default;
 };
 
 struct GpuKpis {
@@ -131,6 +135,7 @@ struct GpuKpis {
   Maybe powerWatts;
   Maybe temperatureC;
   Maybe energyKwh;
+  bool operator==(const GpuKpis&) const = default;
 };
 
 struct JobKpis {
@@ -205,6 +210,7 @@ struct JobKpis {
   ExposedEnds exposedEnds;                   // over all ranks' spans in the window
   std::vector<RankKpis> ranks;
   std::vector<GpuKpis> gpus;
+  bool operator==(const JobKpis&) const = default;
 };
 
 struct Point {

@@ -423,6 +423,16 @@ struct LogsRequest {
   bool operator==(const LogsRequest&) const = default;
 };
 
+// A job's KPIs fanned in at its supervising agent (lockstep.proto, docs/fan-in.md).
+inline constexpr std::uint32_t kMaxFrameRanks = 1024;
+inline constexpr std::size_t kMaxFrameEvents = 256;
+struct FrameRequest {
+  std::string jobId;
+  std::uint32_t ranksFrom = 0;
+  std::uint32_t ranksCount = 0;  // at most kMaxFrameRanks
+  std::uint64_t eventsAfter = 0;
+  bool operator==(const FrameRequest&) const = default;
+};
 struct StacksRequest {
   std::string jobId;
   std::optional<std::uint32_t> rank;  // unset: every rank the agent runs
@@ -431,7 +441,8 @@ struct StacksRequest {
 
 struct Request {
   std::uint64_t requestId = 0;
-  std::variant<HelloRequest, StartJobRequest, StopJobRequest, FetchRequest, ListJobsRequest, LogsRequest, StacksRequest>
+  std::variant<HelloRequest, StartJobRequest, StopJobRequest, FetchRequest, ListJobsRequest, LogsRequest, StacksRequest,
+               FrameRequest>
       body;
   bool operator==(const Request&) const = default;
 };
@@ -610,9 +621,23 @@ struct LogsReply {
   bool operator==(const LogsReply&) const = default;
 };
 
+struct FrameReply {
+  std::string jobId;
+  std::int64_t timeUnixUs = 0;
+  bool ended = false;
+  JobState state = JobState::kRunning;  // the job's, as its supervision says: its outcome once ended
+  std::string kpis;                   // a KpiFrame: kpi/frame.h reads it
+  std::vector<StreamMessage> events;  // at most kMaxFrameEvents, each a JobEvent of the job
+  std::uint64_t lastEvent = 0;
+  std::optional<Stall> stall;
+  bool operator==(const FrameReply&) const = default;
+};
+
 struct Reply {
   std::uint64_t requestId = 0;
-  std::variant<ErrorReply, NodeHello, StartJobReply, StopJobReply, FetchReply, JobsReply, LogsReply, StacksReply> body;
+  std::variant<ErrorReply, NodeHello, StartJobReply, StopJobReply, FetchReply, JobsReply, LogsReply, StacksReply,
+               FrameReply>
+      body;
   bool operator==(const Reply&) const = default;
 };
 

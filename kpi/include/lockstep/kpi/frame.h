@@ -1,0 +1,24 @@
+#pragma once
+// A job's KPIs as its supervising agent sends them to a client (docs/fan-in.md): the job's figures,
+// its slowest ranks and collectives whole, and the rows of the ranks asked for and of the GPUs of
+// those ranks' nodes. The bytes travel as FrameReply::kpis (protocol/types.h); what a frame holds
+// is exactly what the supervising agent's KPI engine computed, so a client shows the same figures
+// as one that reads every agent's stream (tests/fan_in_test.cpp holds them against each other).
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "lockstep/common/result.h"
+#include "lockstep/kpi/kpi.h"
+
+namespace lockstep::kpi {
+
+// `k` with the rows of ranks [from, from + count) only, and of the GPUs on those ranks' nodes.
+JobKpis withRanks(const JobKpis& k, std::uint32_t from, std::uint32_t count);
+
+std::string encodeFrame(const JobKpis& k);
+// Bounded as anything from the network is: at most kMaxFrameRanks rows of ranks (types.h).
+Result<JobKpis> decodeFrame(std::string_view bytes);
+
+}  // namespace lockstep::kpi

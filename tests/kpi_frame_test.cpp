@@ -1,0 +1,141 @@
+// Issue 46 §1: a job's KPIs as its supervising agent sends them (kpi/frame.h): every figure comes
+// back as it went, the rows asked for and no others, and a frame an agent did not write is refused
+// with what was wrong.
+
+#include <gtest/gtest.h>
+
+#include "lockstep/kpi/frame.h"
+#include "lockstep/v1/lockstep.pb.h"
+
+namespace lockstep::kpi {
+namespace {
+
+// Every field of JobKpis set, each figure to a value of its own (a field the codec forgot comes
+// back unknown or 0, and the comparison fails).
+JobKpis everyField() {
+  double next = 1.25;
+  auto v = [&next] { return next += 1.0; };
+  JobKpis k;
+  k.jobId = "frame-job";
+  k.worldSize = 16384;
+  k.attempts = 2;
+  k.step = 1234;
+  k.totalSteps = 5000;
+  k.elapsedSeconds = v();
+  for (Maybe* m : {&k.samplesPerSecond, &k.tokensPerSecond, &k.meanSamplesPerSecond, &k.commOverhead, &k.algBandwidth,
+                   &k.busBandwidth, &k.bytesReducedPerStep, &k.paramBytesPerRank, &k.gradBytesPerRank,
+                   &k.optimizerStateBytesPerRank, &k.stalenessMean, &k.stalenessP99, &k.modelFlopsPerSecond,
+                   &k.peakFlops, &k.mfu, &k.samplesPerRankStep, &k.meanBusyUs, &k.meanExposedUs, &k.meanStepUs,
+                   &k.stragglerWaitShare, &k.arrivalSkewUs, &k.scalingEfficiency, &k.gpuUtilizationPct,
+                   &k.loadImbalance, &k.initialLoadImbalance, &k.lastGlobalLoss, &k.smoothedLoss,
+                   &k.timeToConvergenceSeconds, &k.etaSeconds, &k.energyKwh, &k.gpuHours, &k.coreHours,
+                   &k.costSoFar, &k.costProjected, &k.waitingShare, &k.stragglerShare, &k.waitingCost,
+                   &k.stragglerCost, &k.waitingGpuHours, &k.stragglerGpuHours}) {
+    *m = v();
+  }
+  k.totalSamples = 1ull << 60;
+  k.totalTokens = (1ull << 62) + 3;
+  k.flopsBasis = "declared by the program";
+  k.peakBasis = "H100 SXM bf16 dense";
+  k.scalingBasis = ScalingBasis::kEstimatedFromCompute;
+  k.slowestRank = 7;
+  k.slowestCause = SlowCause::kDataWait;
+  k.slowestRanks = {{7, "node-3", 0.25, SlowCause::kDataWait}, {9, "node-4", 0.125, SlowCause::kCompute}};
+  k.costComplete = false;
+  k.missing = {"energy (no energy counter)", "prices"};
+  k.noStepsReason = "no steps yet";
+  k.noTimingsReason = "untimed";
+  k.collectives = {{CollectiveKind::kAllReduce, 2.0, v(), v(), v(), v()},
+                   {CollectiveKind::kPull, 1.0, v(), std::nullopt, v(), std::nullopt}};
+  k.exposedEnds = {v(), v(), CollectiveKind::kReduceScatter, CollectiveKind::kAllGather};
+  for (std::uint32_t rank = 0; rank < 4; ++rank) {
+    RankKpis r;
+    r.rank = rank;
+    r.node = "node-" + std::to_string(rank / 2);
+    r.attempt = 2;
+    r.step = 1234 - rank;
+    r.epoch = 3;
+    r.lossIsNan = rank == 3;
+    for (Maybe* m : {&r.samplesPerSecond, &r.tokensPerSecond, &r.commOverhead, &r.meanDataUs, &r.meanComputeUs,
+                     &r.meanExposedUs, &r.meanStepUs, &r.samplesPerStep, &r.algBandwidth, &r.busBandwidth, &r.loss,
+                     &r.cpuPct, &r.rssBytes, &r.paramBytes, &r.gradBytes, &r.optimizerStateBytes, &r.stalenessMean,
+                     &r.stalenessP99, &r.modelFlopsPerSecond, &r.peakFlops, &r.mfu}) {
+      *m = v();
+    }
+    r.collectives = {{CollectiveKind::kReduceScatter, 1.0, v(), v(), v(), v()}};
+    k.ranks.push_back(r);
+  }
+  for (std::uint32_t gpu = 0; gpu < 4; ++gpu) {
+    k.gpus.push_back({"node-" + std::to_string(gpu / 2), gpu % 2, v(), v(), v(), v(), v(), v()});
+  }
+  return k;
+}
+
+TEST(KpiFrame, EveryFigureComesBackAsItWent) {
+  const JobKpis k = everyField();
+  const auto back = decodeFrame(encodeFrame(k));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(*back, k);
+
+  JobKpis unknown;  // nothing known: unknown stays unknown, not 0
+  unknown.jobId = "empty";
+  const auto empty = decodeFrame(encodeFrame(unknown));
+  ASSERT_TRUE(empty.ok()) << empty.error().message;
+  EXPECT_EQ(*empty, unknown);
+}
+
+TEST(KpiFrame, OnlyTheRowsAskedForAndTheirNodesGpus) {
+  const JobKpis k = everyField();
+  const JobKpis rows = withRanks(k, 2, 1);
+  ASSERT_EQ(rows.ranks.size(), 1u);
+  EXPECT_EQ(rows.ranks[0], k.ranks[2]);
+  ASSERT_EQ(rows.gpus.size(), 2u) << "node-1's two GPUs";
+  EXPECT_EQ(rows.gpus[0].node, "node-1");
+  EXPECT_EQ(rows.slowestRanks, k.slowestRanks) << "the job's figures stay whole";
+  EXPECT_EQ(rows.samplesPerSecond, k.samplesPerSecond);
+  EXPECT_TRUE(withRanks(k, 4, 1024).ranks.empty());
+  EXPECT_EQ(withRanks(k, 0xFFFFFFFFu, 0xFFFFFFFFu).ranks.size(), 0u) << "no overflow past the last rank";
+}
+
+TEST(KpiFrame, AFrameTheAgentDidNotWriteIsRefusedSayingWhatWasWrong) {
+  const auto refused = [](const v1::KpiFrame& m) {
+    const auto k = decodeFrame(m.SerializeAsString());
+    return k.ok() ? std::string("accepted") : k.error().message;
+  };
+  v1::KpiFrame good;
+  good.set_job_id("frame-job");
+  EXPECT_EQ(refused(good), "accepted");
+
+  auto m = good;
+  m.mutable_figures()->add_known(3);
+  EXPECT_NE(refused(m).find("as many values as known figures"), std::string::npos) << refused(m);
+  m = good;
+  m.mutable_figures()->add_known(5);
+  m.mutable_figures()->add_known(2);
+  m.mutable_figures()->add_values(1);
+  m.mutable_figures()->add_values(2);
+  EXPECT_NE(refused(m).find("not ascending"), std::string::npos) << refused(m);
+  m = good;
+  m.mutable_figures()->add_known(100000);  // a newer agent's figure: left out
+  m.mutable_figures()->add_values(1);
+  EXPECT_EQ(refused(m), "accepted");
+  m = good;
+  m.add_collectives()->set_kind(99);
+  EXPECT_NE(refused(m).find("collective kind is unknown (99)"), std::string::npos) << refused(m);
+  m = good;
+  m.set_slowest_cause(7);
+  EXPECT_NE(refused(m).find("slow cause is unknown"), std::string::npos) << refused(m);
+  m = good;
+  m.set_job_id("../etc");
+  EXPECT_NE(refused(m), "accepted");
+  m = good;
+  for (std::uint32_t i = 0; i <= kMaxFrameRanks; ++i) m.add_ranks()->set_rank(i);
+  EXPECT_NE(refused(m).find("more rows of ranks than a frame holds"), std::string::npos) << refused(m);
+  m = good;
+  m.add_ranks()->set_node(std::string(5000, 'n'));
+  EXPECT_NE(refused(m).find("a rank's node is longer than 4096 bytes"), std::string::npos) << refused(m);
+  EXPECT_FALSE(decodeFrame("\xff\xff\xff garbage").ok());
+}
+
+}  // namespace
+}  // namespace lockstep::kpi
