@@ -245,4 +245,8 @@ Result<StacksReply> AgentClient::stacks(const std::string& jobId, std::optional<
   return expect<StacksReply>(impl_->call(StacksRequest{jobId, rank}, timeout), "stacks");
 }
 
+Result<FrameReply> AgentClient::frame(const FrameRequest& request, milliseconds timeout) {
+  return expect<FrameReply>(impl_->call(request, timeout), "frame");
+}
+
 }  // namespace lockstep

@@ -15,6 +15,7 @@ namespace {
 constexpr auto kFetchTimeout = std::chrono::seconds(5);
 constexpr std::uint32_t kFetchMessages = 10'000;
 constexpr std::int64_t kDiskEveryUs = 10'000'000;
+constexpr std::size_t kKeptEvents = 1024;  // a client further behind misses the oldest (FrameReply says from where)
 
 // Where the job writes on this node: the trainer's checkpoints, or a command job's working directory.
 std::string writesIn(const JobSpec& spec) {
@@ -36,14 +37,12 @@ JobAlerts::JobAlerts(const JobSpec& spec, std::vector<alerts::Rule> rules, std::
 
 std::vector<alerts::Alert> JobAlerts::poll(const std::set<std::string>& nodes,
                                            const std::function<AgentClient*(const std::string&)>& client) {
-  if (idle()) return {};
-  for (const auto& node : nodes) {
-    if (AgentClient* c = client(node)) fetchFrom(node, *c);
-  }
+  read(nodes, client);
+  if (rules_.empty()) return {};
   measureDisk();
-  const std::int64_t now = unixMicrosNow();
+  const std::int64_t now = polledUs_;
   std::vector<alerts::Alert> fired;
-  for (auto& alert : book_.evaluate(tracker_.snapshot(now), facts_, now)) {
+  for (auto& alert : book_.evaluate(kpis_, facts_, now)) {
     // What the agents' streams held from before this supervision began (the agent started again,
     // or its standby took over) was published then: a stall of then is not a stall now.
     if (alert.timeUs < createdUs_) continue;
@@ -51,6 +50,14 @@ std::vector<alerts::Alert> JobAlerts::poll(const std::set<std::string>& nodes,
     if (alert.state == alerts::State::kFiring) fired.push_back(std::move(alert));
   }
   return fired;
+}
+
+void JobAlerts::read(const std::set<std::string>& nodes, const std::function<AgentClient*(const std::string&)>& client) {
+  for (const auto& node : nodes) {
+    if (AgentClient* c = client(node)) fetchFrom(node, *c);
+  }
+  polledUs_ = unixMicrosNow();
+  kpis_ = tracker_.snapshot(polledUs_);
 }
 
 // Everything the agent streamed after what was read last; an agent that started again (another
@@ -86,8 +93,23 @@ void JobAlerts::take(const StreamMessage& message) {
   if (const auto* event = std::get_if<JobEvent>(&message.payload)) {
     book_.onEvent(*event);
     if (event->kind == JobEventKind::kStallEnded) stallEndedUs_ = std::max(stallEndedUs_, event->timeUnixUs);
+    events_.push_back(StreamMessage{++eventCount_, message.node, *event});
+    if (events_.size() > kKeptEvents) events_.pop_front();
+    sharedEvents_.reset();
   }
   tracker_.add(message);
+}
+
+std::shared_ptr<const JobFrame> JobAlerts::frame(const std::optional<Stall>& stall) const {
+  auto f = std::make_shared<JobFrame>();
+  f->ended = ended_;
+  // As a client that read every stream shows an ended job: at its newest report.
+  f->timeUnixUs = ended_ ? tracker_.lastReportUnixUs() : polledUs_;
+  f->kpis = ended_ ? tracker_.snapshot(f->timeUnixUs) : kpis_;
+  if (!sharedEvents_) sharedEvents_ = std::make_shared<const std::vector<StreamMessage>>(events_.begin(), events_.end());
+  f->events = sharedEvents_;
+  f->stall = stall;
+  return f;
 }
 
 void JobAlerts::measureDisk() {
@@ -111,7 +133,10 @@ void JobAlerts::stalled(const Stall& stall) {
   book_.onEvent(e);
 }
 
-void JobAlerts::ended(JobState state, const std::string& message) { book_.onEnded(state, message, unixMicrosNow()); }
+void JobAlerts::ended(JobState state, const std::string& message) {
+  ended_ = true;
+  book_.onEnded(state, message, unixMicrosNow());
+}
 
 void JobAlerts::restarted(const std::string& why) { book_.onRestarted(why, unixMicrosNow()); }
 

@@ -6,8 +6,11 @@
 // ones that fired are handed back for the supervision to act on (stop, checkpoint, restart).
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
+#include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -25,22 +28,35 @@ namespace lockstep::agent {
 
 class AlertDesk;
 
+// The job as its supervision last saw it across its agents, for the clients that ask this agent
+// for it instead of reading every agent's stream (FrameRequest; docs/fan-in.md).
+struct JobFrame {
+  std::int64_t timeUnixUs = 0;  // the KPIs' moment: the newest report's once the job ended
+  bool ended = false;
+  kpi::JobKpis kpis;
+  std::shared_ptr<const std::vector<StreamMessage>> events;  // the job's events, numbered from 1
+  std::optional<Stall> stall;
+};
+
 class JobAlerts {
  public:
   // `self`: this agent's node (its disk is measured where the job writes).
   JobAlerts(const JobSpec& spec, std::vector<alerts::Rule> rules, std::string self, AlertDesk& desk);
 
-  bool idle() const { return rules_.empty(); }
   // Reads what each of `nodes`' agents streamed since the last call (`client` gives the
   // connection; null: not reachable now) and evaluates the rules. Returns the alerts that fired.
   std::vector<alerts::Alert> poll(const std::set<std::string>& nodes,
                                   const std::function<AgentClient*(const std::string&)>& client);
+  // Only reads (poll's first half): after the job ended, for its last records still on their way.
+  void read(const std::set<std::string>& nodes, const std::function<AgentClient*(const std::string&)>& client);
   // The job's stall as the supervision sees it across its parts (kpi::jobStall): each agent
   // reports the stall its own ranks show, and only the whole job says which rank is behind.
   void stalled(const Stall& stall);
   // What the supervision decided, evaluated at the next poll.
   void ended(JobState state, const std::string& message);
   void restarted(const std::string& why);
+  // The job's KPIs of the last poll, its events and `stall`.
+  std::shared_ptr<const JobFrame> frame(const std::optional<Stall>& stall) const;
 
  private:
   struct Cursor {
@@ -63,6 +79,12 @@ class JobAlerts {
   std::int64_t diskMeasuredUs_ = 0;
   std::int64_t createdUs_;
   std::int64_t stallEndedUs_ = 0;  // the newest stall_ended seen: a stall from before it is over
+  std::int64_t polledUs_ = 0;       // when kpis_ was computed
+  kpi::JobKpis kpis_;               // at the last poll
+  bool ended_ = false;
+  std::uint64_t eventCount_ = 0;
+  std::deque<StreamMessage> events_;  // the newest of the job's events, numbered by eventCount_
+  mutable std::shared_ptr<const std::vector<StreamMessage>> sharedEvents_;  // events_ as last framed
 };
 
 }  // namespace lockstep::agent

@@ -14,6 +14,7 @@
 #include "lockstep/client/elastic.h"
 #include "lockstep/client/launch.h"
 #include "lockstep/client/supervisor.h"
+#include "lockstep/kpi/frame.h"
 #include "lockstep/kpi/stall.h"
 #include "lockstep/protocol/validate.h"
 
@@ -28,6 +29,7 @@ constexpr auto kLaunchTimeout = std::chrono::seconds(15);
 constexpr auto kPartsAppear = std::chrono::seconds(30);
 constexpr auto kPollEvery = std::chrono::milliseconds(300);
 constexpr int kMissesToLose = 3;
+constexpr int kEndReads = 3;  // reads of the job's streams after it ended, kPollEvery apart
 // An alert's checkpoint,stop: how long the ranks have to write it before they are killed.
 constexpr std::uint32_t kCheckpointGraceMs = 60'000;
 
@@ -67,6 +69,10 @@ class Supervisions::Worker {
     std::lock_guard lock(mutex_);
     return state_;
   }
+  std::shared_ptr<const JobFrame> frame() const {
+    std::lock_guard lock(mutex_);
+    return frame_;
+  }
 
  private:
   void run();
@@ -80,6 +86,9 @@ class Supervisions::Worker {
   void stopParts(const JobSpec& attempt, std::uint32_t graceMs = 0);
   JobAlerts makeAlerts(const JobSpec& spec);
   void pollAlerts(JobAlerts& alerts, Supervisor& supervisor);
+  void readForFrame(JobAlerts& alerts, const Supervisor& supervisor);
+  void publishFrame(std::shared_ptr<const JobFrame> frame);
+  std::set<std::string> nodesAnswering(const Supervisor& supervisor);
   bool lostRank(std::uint32_t rank) const;
   AgentClient* client(const std::string& node);
   void publish(SupervisionState state, const Supervisor& supervisor, JobState outcome = JobState::kRunning,
@@ -111,6 +120,7 @@ class Supervisions::Worker {
   bool stop_ = false;
   // From the start: a client listing the job sees it so.
   Supervision state_{standby_ ? SupervisionState::kStandby : SupervisionState::kFollowing, JobState::kRunning, {}, {}};
+  std::shared_ptr<const JobFrame> frame_;  // after each poll of the job's agents
   std::thread thread_;  // last: it runs once the members above exist
 };
 
@@ -216,6 +226,9 @@ void Supervisions::Worker::follow(Supervisor& supervisor) {
       publish(SupervisionState::kEnded, supervisor, action.state, action.message);
       alerts.ended(action.state, action.message);
       pollAlerts(alerts, supervisor);
+      // A part ends when its ranks were reaped; their last reports may reach its stream a moment
+      // later. Read on a little, so that the job's last frame holds them.
+      for (int i = 0; i < kEndReads && pause(kPollEvery); ++i) readForFrame(alerts, supervisor);
       break;
     }
   }
@@ -300,21 +313,29 @@ JobAlerts Supervisions::Worker::makeAlerts(const JobSpec& spec) {
 // left out, and none is connected to anew here: that is the supervision's to do, and a dead node
 // must not hold up a poll), and carries out what the rules that fired ask: stop, with time for a
 // checkpoint first where they ask for one. The job then ends stopped, and is not restarted.
-void Supervisions::Worker::pollAlerts(JobAlerts& alerts, Supervisor& supervisor) {
+// The job's nodes not lost and answering at the last poll.
+std::set<std::string> Supervisions::Worker::nodesAnswering(const Supervisor& supervisor) {
   std::set<std::string> nodes;
   for (const auto& r : supervisor.spec().ranks) {
     if (!lost_.count(r.node) && misses_[r.node] == 0) nodes.insert(r.node);
   }
+  return nodes;
+}
+
+void Supervisions::Worker::pollAlerts(JobAlerts& alerts, Supervisor& supervisor) {
+  const std::set<std::string> nodes = nodesAnswering(supervisor);
   std::vector<const JobStatus*> parts;
   for (const auto& [node, status] : statuses_) {
     if (nodes.count(node) && status.spec.attempt == supervisor.spec().attempt) parts.push_back(&status);
   }
-  if (const auto stall = kpi::jobStall(parts)) alerts.stalled(*stall);
+  const auto stall = kpi::jobStall(parts);
+  if (stall) alerts.stalled(*stall);
   const auto fired = alerts.poll(nodes, [this](const std::string& node) -> AgentClient* {
     if (stopping()) return nullptr;
     const auto it = clients_.find(node);
     return it == clients_.end() ? nullptr : it->second.get();
   });
+  publishFrame(alerts.frame(stall));
   for (const auto& alert : fired) {
     if (stoppedByAlert_ || !alerts::has(alert.actions, alerts::Action::kStop) || stopping()) continue;
     const bool checkpoint = alerts::has(alert.actions, alerts::Action::kCheckpoint);
@@ -324,6 +345,19 @@ void Supervisions::Worker::pollAlerts(JobAlerts& alerts, Supervisor& supervisor)
     supervisor.stopAsked(why);
     stopParts(supervisor.spec(), checkpoint ? kCheckpointGraceMs : 0);
   }
+}
+
+void Supervisions::Worker::readForFrame(JobAlerts& alerts, const Supervisor& supervisor) {
+  alerts.read(nodesAnswering(supervisor), [this](const std::string& node) -> AgentClient* {
+    const auto it = clients_.find(node);
+    return stopping() || it == clients_.end() ? nullptr : it->second.get();
+  });
+  publishFrame(alerts.frame(std::nullopt));
+}
+
+void Supervisions::Worker::publishFrame(std::shared_ptr<const JobFrame> frame) {
+  std::lock_guard lock(mutex_);
+  frame_ = std::move(frame);
 }
 
 void Supervisions::Worker::stopParts(const JobSpec& attempt, std::uint32_t graceMs) {
@@ -417,6 +451,37 @@ void Supervisions::supervise(const JobSpec& spec) {
   const SupervisingRole role = roleIn(spec);
   if (workers_.count(spec.jobId) || !role) return;
   workers_.emplace(spec.jobId, std::make_unique<Worker>(spec, role.standby, node_, keys_, alerts_, log_));
+}
+
+Result<FrameReply> Supervisions::frameOf(const FrameRequest& request) const {
+  std::shared_ptr<const JobFrame> frame;
+  Supervision supervision;
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = workers_.find(request.jobId);
+    if (it != workers_.end()) {
+      frame = it->second->frame();
+      supervision = it->second->state();
+    }
+  }
+  if (!frame) {
+    return Error{ErrorCode::kFailedPrecondition,
+                 "node " + node_ + " does not supervise job " + request.jobId +
+                     " (or has not read its agents yet): ask its supervising agent, the first of its agents "
+                     "('lockstepctl jobs' shows which)"};
+  }
+  const JobState state = supervision.state == SupervisionState::kEnded ? supervision.outcome : JobState::kRunning;
+  FrameReply reply{request.jobId, frame->timeUnixUs, frame->ended, state,
+                   kpi::encodeFrame(kpi::withRanks(frame->kpis, request.ranksFrom, request.ranksCount)),
+                   {}, 0, frame->stall};
+  const auto& events = *frame->events;
+  reply.lastEvent = events.empty() ? 0 : events.back().seq;
+  for (const auto& e : events) {
+    if (e.seq <= request.eventsAfter) continue;
+    if (reply.events.size() == kMaxFrameEvents) break;
+    reply.events.push_back(e);
+  }
+  return reply;
 }
 
 Supervision Supervisions::of(const std::string& jobId) const {

@@ -44,6 +44,9 @@ class Supervisions {
   void supervise(const JobSpec& spec);
   // The job's supervision as it stands; kNone when this agent does not supervise it.
   Supervision of(const std::string& jobId) const;
+  // The job's KPIs, the rows of the ranks asked for and its events, as this agent's supervision last
+  // read them from the job's agents (docs/fan-in.md); refused where it does not supervise the job.
+  Result<FrameReply> frameOf(const FrameRequest& request) const;
 
   class Worker;
 

@@ -27,6 +27,7 @@ constexpr std::array<Requests::Route, Requests::kKinds> Requests::routes() {
       routeOf<ListJobsRequest, &Requests::list>(),   // the jobs the key sees, with supervision and progress
       routeOf<LogsRequest, &Requests::logs>(),       // a rank's log
       routeOf<StacksRequest, &Requests::stacks>(),   // evidence taken off the loop (stalls/stalls.h)
+      routeOf<FrameRequest, &Requests::frame>(),     // a supervised job's KPIs, fanned in (jobs/supervision.h)
   }};
 }
 
@@ -111,6 +112,16 @@ void Requests::logs(const Call& call, LogsRequest& body) {
 
 void Requests::stacks(const Call& call, StacksRequest& body) {
   if (!denied(call, body.jobId)) parts_.stalls.onStacks(call.client, call.id, body);
+}
+
+void Requests::frame(const Call& call, FrameRequest& body) {
+  if (denied(call, body.jobId)) return;
+  auto frame = parts_.supervisions.frameOf(body);
+  if (frame) {
+    parts_.replies.reply(call.client, Reply{call.id, std::move(*frame)});
+  } else {
+    parts_.replies.replyError(call.client, call.id, frame.error());
+  }
 }
 
 }  // namespace lockstep::agent

@@ -83,6 +83,7 @@ class Requests {
   void list(const Call& call, ListJobsRequest& body);
   void logs(const Call& call, LogsRequest& body);
   void stacks(const Call& call, StacksRequest& body);
+  void frame(const Call& call, FrameRequest& body);
   // Whether `call` may not act on the job (then answered with why).
   bool denied(const Call& call, const std::string& jobId);
 

@@ -65,6 +65,9 @@ class AgentClient {
   // What the job's ranks here are doing (their stacks; docs/stalls.md). Taking them may need up to
   // about 45 s: give a timeout of a minute.
   Result<StacksReply> stacks(const std::string& jobId, std::optional<std::uint32_t> rank, std::chrono::milliseconds timeout);
+  // A job's KPIs fanned in at its supervising agent (docs/fan-in.md): kpi::decodeFrame reads the
+  // reply's `kpis`. Refused by an agent that does not supervise the job.
+  Result<FrameReply> frame(const FrameRequest& request, std::chrono::milliseconds timeout);
 
   class Impl;
 
