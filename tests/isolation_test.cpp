@@ -180,6 +180,9 @@ TEST_F(Isolation, AKeySeesAndStopsOnlyItsUsersJobsButAnAdminsSeesAll) {
   EXPECT_NE(stop.error().message.find("belongs to " + alice->name), std::string::npos) << stop.error().message;
   EXPECT_FALSE(b->logs("alices", 0, 4096, 5s).ok());
   EXPECT_FALSE(b->stacks("alices", std::nullopt, 10s).ok());
+  auto frame = b->frame({"alices", 0, 0, 0}, 5s);  // issue 46: a job's KPIs fanned in are its user's too
+  ASSERT_FALSE(frame.ok()) << "bob's key read alice's job's KPIs";
+  EXPECT_NE(frame.error().message.find("belongs to " + alice->name), std::string::npos) << frame.error().message;
   // The stream shows bob his job's records and the node's, nothing of alice's job, which has some.
   const auto recordsOf = [](AgentClient& client, const std::string& job) {
     auto stream = client.fetch(0, 20000, 0, 5s);

@@ -18,6 +18,7 @@
 #include "ctl_flags.h"
 #include "lockstep/alerts/alert.h"
 #include "lockstep/common/clock.h"
+#include "lockstep/kpi/frame.h"
 #include "lockstep/kpi/kpi.h"
 #include "lockstep/kpi/stream.h"
 #include "lockstep/present/present.h"
@@ -29,6 +30,25 @@ namespace {
 using Json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
+
+// The job's events as watch shows them: one line each, and the alerts firing now, by rule
+// (docs/alerts.md).
+class EventLog {
+ public:
+  void add(const std::string& node, const JobEvent& e) {
+    lines_.push_back(timeText(e.timeUnixUs) + " " + node + ": " + e.message);
+    if (auto alert = alerts::alertOf(e); alert && !alerts::isInstant(alert->kpi)) {
+      if (alert->state == alerts::State::kFiring) firing_[alert->rule] = std::move(*alert);
+      else firing_.erase(alert->rule);
+    }
+  }
+  const std::vector<std::string>& lines() const { return lines_; }
+  const std::map<std::string, alerts::Alert>& firing() const { return firing_; }
+
+ private:
+  std::vector<std::string> lines_;
+  std::map<std::string, alerts::Alert> firing_;
+};
 
 // What watch keeps of the job, read from its agents' streams by the one stream reader
 // (kpi/stream.h): the KPI engine's view of the job (the dashboard's figures), its recent events,
@@ -44,27 +64,28 @@ class WatchState : public RecordSink {
 
   void onEvent(const std::string& node, const JobEvent& e) override {
     tracker_.onEvent(node, e);
-    events_.push_back(timeText(e.timeUnixUs) + " " + node + ": " + e.message);
-    if (auto alert = alerts::alertOf(e); alert && !alerts::isInstant(alert->kpi)) {
-      if (alert->state == alerts::State::kFiring) firing_[alert->rule] = std::move(*alert);
-      else firing_.erase(alert->rule);
-    }
+    events_.add(node, e);
   }
   void onStep(const std::string& node, const StepReport& r) override { tracker_.onStep(node, r); }
   void onProcess(const std::string& node, const ProcessSample& p) override { tracker_.onProcess(node, p); }
   void onGpu(const std::string& node, const GpuSample& g) override { tracker_.onGpu(node, g); }
 
   const kpi::JobTracker& tracker() const { return tracker_; }
-  const std::vector<std::string>& events() const { return events_; }
-  // The job's alerts firing now, by rule (docs/alerts.md).
-  const std::map<std::string, alerts::Alert>& firing() const { return firing_; }
+  const EventLog& events() const { return events_; }
   const kpi::StreamReader& reader() const { return reader_; }
 
  private:
   kpi::JobTracker tracker_;
-  std::vector<std::string> events_;
-  std::map<std::string, alerts::Alert> firing_;
+  EventLog events_;
   kpi::StreamReader reader_;
+};
+
+// What one drawing shows: the job's KPIs, its events, and its nodes' network where watch reads
+// their streams (none through --fan-in).
+struct View {
+  const kpi::JobKpis& k;
+  const EventLog& events;
+  const kpi::StreamReader* reader = nullptr;
 };
 
 // The utilization of the GPU a rank was placed on, as the KPI engine last saw it.
@@ -158,10 +179,9 @@ void addFlops(Json& out, const Kpis& k) {
   out["peak_flops"] = jsonFigure(k.peakFlops);
 }
 
-Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool json, bool tty, const std::optional<Stall>& stall) {
+Json renderWatch(const View& v, const JobSpec& spec, JobState state, bool json, bool tty, const std::optional<Stall>& stall) {
   const bool ended = jobStateEnded(state);
-  const std::int64_t now = ended ? w.tracker().lastReportUnixUs() : unixMicrosNow();
-  const kpi::JobKpis k = w.tracker().snapshot(now);
+  const kpi::JobKpis& k = v.k;
   Json ranks = Json::array();
   std::string table;
   char line[400];
@@ -192,8 +212,8 @@ Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool 
                   column(present::figure(gpu, 0, "%"), 6).c_str(), column(present::percent(r.mfu, 0), 6).c_str());
     table += line;
   }
-  Json nodes = nodesJson(w.reader());
-  const std::string nodeLines = nodesText(w.reader());
+  Json nodes = v.reader ? nodesJson(*v.reader) : Json::array();
+  const std::string nodeLines = v.reader ? nodesText(*v.reader) : "";
   const std::string stateName(jobStateName(state));
   const kpi::Maybe throughput = present::jobThroughput(k, ended);
   Json snapshot = {{"job_id", spec.jobId},
@@ -217,7 +237,7 @@ Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool 
   snapshot["ranks"] = ranks;
   snapshot["nodes"] = nodes;
   Json firing = Json::array();
-  for (const auto& [rule, alert] : w.firing()) firing.push_back(Json::parse(alerts::alertJson(alert)));
+  for (const auto& [rule, alert] : v.events.firing()) firing.push_back(Json::parse(alerts::alertJson(alert)));
   snapshot["alerts"] = firing;
   if (stall) snapshot["stall"] = Json{{"since_unix_us", stall->sinceUnixUs}, {"message", stall->message}, {"ranks", stall->ranks}};
   if (json) {
@@ -235,9 +255,9 @@ Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool 
       std::printf("MFU: %s%s\n", mfu.c_str(), basis.empty() ? "" : (" (" + basis + ")").c_str());
     }
     if (stall) std::printf("%s\n", stallText(*stall).c_str());
-    for (const auto& [rule, alert] : w.firing()) std::printf("ALERT %s\n", alert.text.c_str());
+    for (const auto& [rule, alert] : v.events.firing()) std::printf("ALERT %s\n", alert.text.c_str());
     std::printf("%s", nodeLines.c_str());
-    const auto& events = w.events();
+    const auto& events = v.events.lines();
     const std::size_t shown = std::min<std::size_t>(events.size(), 5);
     for (std::size_t i = events.size() - shown; i < events.size(); ++i) std::printf("  %s\n", events[i].c_str());
     if (!tty) std::printf("\n");
@@ -246,17 +266,72 @@ Json renderWatch(const WatchState& w, const JobSpec& spec, JobState state, bool 
   return snapshot;
 }
 
+// The rows --fan-in asks for: the first ranks (the job's figures, its slowest ranks and its
+// collectives cover them all).
+constexpr std::uint32_t kFannedInRows = 64;
+
+// Sleeps `d`, or less when interrupted.
+void nap(Clock::duration d) {
+  for (const auto until = Clock::now() + d; Clock::now() < until && g_interrupted.load() == 0;) {
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+}
+
+// The job's first frame, and the agent that answered it: the one supervising the job (its first
+// agent, or its standby once that took over).
+Result<std::pair<AgentClient*, FrameReply>> firstFrame(const std::vector<Part>& parts, const FrameRequest& ask,
+                                                       std::chrono::milliseconds timeout) {
+  Error why{ErrorCode::kNotFound, "job " + ask.jobId + " has no parts"};
+  for (const auto& p : parts) {
+    auto frame = p.agent->frame(ask, timeout);
+    if (frame) return std::pair{p.agent, std::move(*frame)};
+    why = frame.error();
+  }
+  return why.withContext("no agent of job " + ask.jobId + " that answered supervises it; watch it without --fan-in");
+}
+
+// --fan-in: once a second, the job's KPIs as its supervising agent computed them from every one of
+// its agents' streams, over that one connection (docs/fan-in.md), instead of every agent's stream.
+int watchFannedIn(const Globals& g, const std::vector<Part>& parts, bool tty) {
+  const JobSpec& spec = parts.front().status.spec;
+  FrameRequest ask{spec.jobId, 0, kFannedInRows, 0};
+  auto found = firstFrame(parts, ask, g.timeout);
+  if (!found) return fail(found.error());
+  AgentClient* supervising = found->first;
+  Result<FrameReply> frame = std::move(found->second);
+  EventLog events;
+  for (;;) {
+    if (!frame) return fail(frame.error());
+    for (const auto& e : frame->events) {
+      events.add(e.node, std::get<JobEvent>(e.payload));
+      ask.eventsAfter = e.seq;
+    }
+    const bool moreEvents = ask.eventsAfter < frame->lastEvent;  // more than one frame holds
+    if (!moreEvents) {
+      auto k = kpi::decodeFrame(frame->kpis);
+      if (!k) return fail(k.error().withContext("job " + spec.jobId + "'s frame from its supervising agent"));
+      renderWatch(View{*k, events}, spec, frame->state, g.json, tty, frame->stall);
+      if (frame->ended) return exitForState(frame->state);
+      nap(std::chrono::seconds(1));
+    }
+    if (g_interrupted.load() != 0) return kOk;
+    frame = supervising->frame(ask, g.timeout);
+  }
+}
+
 }  // namespace
 
 int cmdWatch(const Globals& g, const std::vector<std::string>& argv) {
   std::vector<std::string> args;
-  LOCKSTEP_TRY_OR_FAIL(Flags("usage: lockstepctl watch JOB").arguments(&args, 1).parse(argv));
+  bool fanIn = false;
+  LOCKSTEP_TRY_OR_FAIL(Flags("usage: lockstepctl watch JOB [--fan-in]").on("--fan-in", &fanIn).arguments(&args, 1).parse(argv));
   const std::string jobId = args[0];
   auto agents = connectAgentsFor(g, jobId);
   if (!agents) return fail(agents.error());
   auto parts = findJob(*agents, jobId, g.timeout);
   if (!parts) return fail(parts.error());
   const bool tty = ::isatty(STDOUT_FILENO) != 0;
+  if (fanIn) return watchFannedIn(g, *parts, tty);
   WatchState w(parts->front().status.spec, g.historyPath);
   Recorder recorder(g);
   // Recording: everything the agents still hold of the job. Else their last few thousand
@@ -287,7 +362,8 @@ int cmdWatch(const Globals& g, const std::vector<std::string>& argv) {
       recorder.clock(*p.agent);
     }
     const JobState state = overall(*now);
-    renderWatch(w, parts->front().status.spec, state, g.json, tty, stallOf(*now));
+    const kpi::JobKpis k = w.tracker().snapshot(jobStateEnded(state) ? w.tracker().lastReportUnixUs() : unixMicrosNow());
+    renderWatch(View{k, w.events(), &w.reader()}, parts->front().status.spec, state, g.json, tty, stallOf(*now));
     const bool ended = std::all_of(now->begin(), now->end(), [](const Part& p) { return partEnded(p.status); });
     if (ended) {
       drain(lastSeq, recorder, g.timeout);

@@ -1,0 +1,214 @@
+// Issue 46 §1: a job's KPIs, events, stall and alerts fanned in at its supervising agent (one
+// connection, one frame at a time: docs/fan-in.md) equal what every one of its agents' streams
+// holds. Real agents on two nodes, a real trainer job across them, lockstepctl as users run it.
+
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+#include <tuple>
+
+#include "lockstep/kpi/frame.h"
+#include "lockstep/kpi/kpi.h"
+#include "lockstep/kpi/stall.h"
+#include "lockstep/kpi/stream.h"
+#include "support/agent_support.h"
+
+namespace lockstep::test {
+namespace {
+
+using namespace std::chrono_literals;
+using Json = nlohmann::json;
+
+struct FanIn : ::testing::Test {
+  FanIn() { paired = ctl.pairWith(a) && ctl.pairWith(b); }
+
+  // The agents' clients, and which of them supervises `jobId`: its first agent (docs/agent.md).
+  void connect(const std::string& jobId) {
+    clients.push_back(connectAuthorized(a, dir));
+    clients.push_back(connectAuthorized(b, dir));
+    const auto status = jobStatusOn(*clients[0], jobId);
+    ASSERT_TRUE(status && !status->spec.agents.empty());
+    spec = status->spec;
+    const bool aFirst = spec.agents.front().node == a.name();
+    supervising = clients[aFirst ? 0 : 1].get();
+    other = clients[aFirst ? 1 : 0].get();
+  }
+
+  // The frame once the supervision saw the job end and read on after it (kEndReads).
+  std::optional<FrameReply> lastFrame(const std::string& jobId) {
+    std::optional<FrameReply> out;
+    const bool ended = waitUntil(
+        [&] {
+          auto f = supervising->frame({jobId, 0, kMaxFrameRanks, 0}, 5s);
+          if (f && f->ended) out = std::move(*f);
+          return out.has_value();
+        },
+        30s);
+    if (!ended) return std::nullopt;
+    std::this_thread::sleep_for(2s);
+    auto f = supervising->frame({jobId, 0, kMaxFrameRanks, 0}, 5s);
+    return f ? std::optional(std::move(*f)) : std::nullopt;
+  }
+
+  // Everything each agent's stream holds, read to its end.
+  std::vector<StreamMessage> fullStreams() {
+    std::vector<StreamMessage> all;
+    for (auto& c : clients) {
+      for (std::uint64_t after = 0;;) {
+        auto batch = c->fetch(after, 5000, 0, 5s);
+        EXPECT_TRUE(batch.ok()) << batch.error().message;
+        if (!batch || batch->messages.empty()) break;
+        after = batch->messages.back().seq;
+        all.insert(all.end(), batch->messages.begin(), batch->messages.end());
+      }
+    }
+    return all;
+  }
+
+  TempDir dir;
+  AgentProcess a{dir, "node-a"}, b{dir, "node-b"};
+  Ctl ctl{dir, dir.file("config")};
+  bool paired = false;
+  std::vector<std::unique_ptr<AgentClient>> clients;
+  AgentClient* supervising = nullptr;
+  AgentClient* other = nullptr;
+  JobSpec spec;
+};
+
+// A job event as both paths must carry it.
+using EventKey = std::tuple<std::string, JobEventKind, std::int64_t, std::string>;
+EventKey keyOf(const StreamMessage& m) {
+  const auto& e = std::get<JobEvent>(m.payload);
+  return {m.node, e.kind, e.timeUnixUs, e.message};
+}
+
+// The last line of `watch --json` output, without its nodes (watch --fan-in reads no node's stream).
+Json lastWatchLine(const std::string& out) {
+  std::istringstream in(out);
+  Json last;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) last = Json::parse(line);
+  }
+  if (last.is_object()) last.erase("nodes");
+  return last;
+}
+
+TEST_F(FanIn, TheSupervisingAgentsFrameHoldsWhatEveryAgentsStreamHolds) {
+  ASSERT_TRUE(paired);
+  // Two ranks on each node; an alert that fires on the first reading, so that the supervising
+  // agent's own events are among the job's.
+  auto run = ctl({"start", "--wait", "--ranks-per-agent", "2,2", "--job-id", "fan", "--layers", "16,32,4", "--dataset",
+                  "synthetic:n=2048", "--steps", "400", "--alert", "exposed_comm > 0% -> notify"});
+  ASSERT_EQ(run.status.exitCode, 0) << run.out << run.err;
+  connect("fan");
+  ASSERT_NE(supervising, nullptr);
+  ASSERT_NE(other, nullptr);
+
+  const auto frame = lastFrame("fan");
+  ASSERT_TRUE(frame.has_value()) << "no ended frame from the supervising agent";
+  EXPECT_EQ(frame->state, JobState::kFinished);
+  EXPECT_FALSE(frame->stall.has_value());
+  const auto fanned = kpi::decodeFrame(frame->kpis);
+  ASSERT_TRUE(fanned.ok()) << fanned.error().message;
+
+  kpi::JobTracker tracker(spec);
+  kpi::StreamReader reader([&](const std::string& id) -> RecordSink* { return id == "fan" ? &tracker : nullptr; });
+  const auto all = fullStreams();
+  reader.read(all);
+  const kpi::JobKpis full = tracker.snapshot(frame->timeUnixUs);
+  ASSERT_EQ(full.ranks.size(), 4u);
+  EXPECT_EQ(full.ranks[3].step, 400u);
+  EXPECT_EQ(fanned->ranks, full.ranks);
+  EXPECT_EQ(fanned->collectives, full.collectives);
+  EXPECT_EQ(fanned->slowestRanks, full.slowestRanks);
+  EXPECT_EQ(fanned->slowestRank, full.slowestRank) << "the straggler";
+  EXPECT_EQ(*fanned, full) << "every figure of the job, exactly";
+
+  std::multiset<EventKey> streamed, framed;
+  for (const auto& m : all) {
+    if (std::holds_alternative<JobEvent>(m.payload) && jobOf(m.payload) == "fan") streamed.insert(keyOf(m));
+  }
+  for (const auto& m : frame->events) framed.insert(keyOf(m));
+  EXPECT_EQ(framed, streamed);
+  EXPECT_EQ(frame->lastEvent, frame->events.size());
+  EXPECT_TRUE(std::any_of(framed.begin(), framed.end(),
+                          [](const EventKey& e) { return std::get<1>(e) == JobEventKind::kAlertFiring; }))
+      << "the alert fired, in the supervising agent's stream";
+
+  // Frames come a bounded number of events at a time, in order.
+  auto later = supervising->frame({"fan", 0, 0, frame->lastEvent - 1}, 5s);
+  ASSERT_TRUE(later.ok()) << later.error().message;
+  ASSERT_EQ(later->events.size(), 1u);
+  EXPECT_EQ(later->events[0].seq, frame->lastEvent);
+  EXPECT_TRUE(kpi::decodeFrame(later->kpis)->ranks.empty()) << "no rows asked for, none sent";
+
+  // The agent that does not supervise the job says who does.
+  auto refused = other->frame({"fan", 0, 0, 0}, 5s);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("does not supervise job fan"), std::string::npos) << refused.error().message;
+
+  // lockstepctl watch through the frames draws what watch over every stream draws.
+  auto watched = ctl({"watch", "fan", "--json"});
+  auto fannedIn = ctl({"watch", "fan", "--json", "--fan-in"});
+  ASSERT_EQ(watched.status.exitCode, 0) << watched.err;
+  ASSERT_EQ(fannedIn.status.exitCode, 0) << fannedIn.err;
+  const Json whole = lastWatchLine(watched.out);
+  ASSERT_TRUE(whole.is_object()) << watched.out;
+  EXPECT_EQ(lastWatchLine(fannedIn.out), whole);
+}
+
+TEST_F(FanIn, AStalledJobsFrameSaysWhatItsAgentsSay) {
+  ASSERT_TRUE(paired);
+  auto run = ctl({"start", "--ranks-per-agent", "1,1", "--job-id", "fan-stall", "--stall-after-s", "2", "--layers",
+                  "16,32,4", "--dataset", "synthetic:n=2048", "--steps", "100000000"});
+  ASSERT_EQ(run.status.exitCode, 0) << run.out << run.err;
+  connect("fan-stall");
+  ASSERT_NE(supervising, nullptr);
+  ASSERT_TRUE(waitUntil([&] { return rankProcess("fan-stall", 1).has_value(); }, 30s));
+  ASSERT_TRUE(waitUntil(
+      [&] {
+        const auto status = jobStatusOn(*clients[1], "fan-stall");
+        return status && !status->progress.empty() && status->progress[0].step > 20;
+      },
+      60s));
+  const pid_t victim = *rankProcess("fan-stall", 1);
+  ASSERT_EQ(::kill(victim, SIGSTOP), 0);
+
+  // The stall as a client that asks every agent diagnoses it, and as the frame carries it.
+  const auto asAgentsSay = [&]() -> std::optional<Stall> {
+    std::vector<JobStatus> statuses;
+    for (auto& c : clients) {
+      if (auto s = jobStatusOn(*c, "fan-stall")) statuses.push_back(std::move(*s));
+    }
+    std::vector<const JobStatus*> parts;
+    for (const auto& s : statuses) parts.push_back(&s);
+    return kpi::jobStall(parts);
+  };
+  std::optional<Stall> said, framed;
+  const bool same = waitUntil(
+      [&] {
+        said = asAgentsSay();
+        auto f = supervising->frame({"fan-stall", 0, 0, 0}, 5s);
+        framed = f ? f->stall : std::nullopt;
+        return said && framed && said->ranks == framed->ranks && said->message == framed->message &&
+               said->sinceUnixUs == framed->sinceUnixUs;
+      },
+      40s);
+  ::kill(victim, SIGCONT);
+  EXPECT_TRUE(same) << "agents: " << (said ? said->message : "no stall") << "; frame: " << (framed ? framed->message : "no stall");
+  ASSERT_TRUE(framed.has_value());
+  EXPECT_EQ(framed->ranks, std::vector<std::uint32_t>{1});
+  auto f = supervising->frame({"fan-stall", 0, 0, 0}, 5s);
+  ASSERT_TRUE(f.ok());
+  EXPECT_TRUE(std::any_of(f->events.begin(), f->events.end(), [](const StreamMessage& m) {
+    return std::get<JobEvent>(m.payload).kind == JobEventKind::kStalled;
+  })) << "the stall's event, from the agents' streams";
+  EXPECT_EQ(ctl({"stop", "fan-stall"}).status.exitCode, 0);
+}
+
+}  // namespace
+}  // namespace lockstep::test
