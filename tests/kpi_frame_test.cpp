@@ -84,6 +84,14 @@ TEST(KpiFrame, EveryFigureComesBackAsItWent) {
   EXPECT_EQ(*empty, unknown);
 }
 
+// withRanks as the agent calls it: the job's figures apart from its rows.
+JobKpis withRanks(const JobKpis& k, std::uint32_t from, std::uint32_t count) {
+  JobKpis head = k;
+  head.ranks.clear();
+  head.gpus.clear();
+  return kpi::withRanks(head, k.ranks, k.gpus, from, count);
+}
+
 TEST(KpiFrame, OnlyTheRowsAskedForAndTheirNodesGpus) {
   const JobKpis k = everyField();
   const JobKpis rows = withRanks(k, 2, 1);
@@ -94,7 +102,10 @@ TEST(KpiFrame, OnlyTheRowsAskedForAndTheirNodesGpus) {
   EXPECT_EQ(rows.slowestRanks, k.slowestRanks) << "the job's figures stay whole";
   EXPECT_EQ(rows.samplesPerSecond, k.samplesPerSecond);
   EXPECT_TRUE(withRanks(k, 4, 1024).ranks.empty());
-  EXPECT_EQ(withRanks(k, 0xFFFFFFFFu, 0xFFFFFFFFu).ranks.size(), 0u) << "no overflow past the last rank";
+  const JobKpis toTheEnd = withRanks(k, 2, 0xFFFFFFFFu);
+  ASSERT_EQ(toTheEnd.ranks.size(), 2u) << "from + count past 2^32 does not wrap";
+  EXPECT_EQ(toTheEnd.ranks[1], k.ranks[3]);
+  EXPECT_EQ(withRanks(k, 0, 4), k) << "every row: the job as it was";
 }
 
 TEST(KpiFrame, AFrameTheAgentDidNotWriteIsRefusedSayingWhatWasWrong) {
@@ -122,6 +133,10 @@ TEST(KpiFrame, AFrameTheAgentDidNotWriteIsRefusedSayingWhatWasWrong) {
   m = good;
   m.add_collectives()->set_kind(99);
   EXPECT_NE(refused(m).find("collective kind is unknown (99)"), std::string::npos) << refused(m);
+  m = good;
+  m.add_collectives()->set_kind(1);
+  m.add_collectives()->set_kind(1);
+  EXPECT_NE(refused(m).find("a kind of collective listed twice"), std::string::npos) << refused(m);
   m = good;
   m.set_slowest_cause(7);
   EXPECT_NE(refused(m).find("slow cause is unknown"), std::string::npos) << refused(m);

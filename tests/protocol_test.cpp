@@ -179,6 +179,14 @@ TEST(ProtocolRoundTrip, AFrameKeepsItsEventsAndStallAndRefusesWhatIsNotItsJobs) 
   FrameReply sample = frame;
   sample.events[0].payload = validReport();
   EXPECT_FALSE(decodeReply(encode(Reply{9, sample})).ok()) << "a frame carries events, not records";
+  FrameReply backwards = frame;
+  std::swap(backwards.events[0], backwards.events[1]);
+  back = decodeReply(encode(Reply{9, backwards}));
+  ASSERT_FALSE(back.ok()) << "a client that follows the numbers would ask for what it has";
+  EXPECT_NE(back.error().message.find("not numbered upwards to its last (2)"), std::string::npos) << back.error().message;
+  FrameReply pastItsLast = frame;
+  pastItsLast.lastEvent = 1;
+  EXPECT_FALSE(decodeReply(encode(Reply{9, pastItsLast})).ok());
   FrameReply flood = frame;
   flood.events.assign(kMaxFrameEvents + 1, frame.events[0]);
   back = decodeReply(encode(Reply{9, flood}));

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <iterator>
 #include <set>
-#include <span>
 
 #include "lockstep/protocol/names.h"
 #include "lockstep/protocol/validate.h"
@@ -107,6 +106,9 @@ Result<std::vector<CollectiveKpis>> takeCollectives(const google::protobuf::Repe
   for (const auto& f : m) {
     CollectiveKpis c;
     LOCKSTEP_ASSIGN_OR_RETURN(c.kind, kindOf(f.kind()));
+    for (const auto& seen : out) {
+      if (seen.kind == c.kind) return bad("a kind of collective listed twice");
+    }
     c.perStep = f.per_step();
     LOCKSTEP_TRY(takeFigures(f.figures(), kCollectiveFigures, c));
     out.push_back(std::move(c));
@@ -220,14 +222,19 @@ Result<void> takeRows(const pb::KpiFrame& m, JobKpis& k) {
 
 }  // namespace
 
-JobKpis withRanks(const JobKpis& k, std::uint32_t from, std::uint32_t count) {
-  JobKpis out = k;
+JobKpis withRanks(JobKpis head, std::span<const RankKpis> ranks, std::span<const GpuKpis> gpus, std::uint32_t from,
+                  std::uint32_t count) {
   const std::uint64_t end = std::uint64_t{from} + count;
-  std::erase_if(out.ranks, [&](const RankKpis& r) { return r.rank < from || r.rank >= end; });
-  std::set<std::string> nodes;
-  for (const auto& r : out.ranks) nodes.insert(r.node);
-  std::erase_if(out.gpus, [&](const GpuKpis& g) { return !nodes.count(g.node); });
-  return out;
+  const auto first = std::partition_point(ranks.begin(), ranks.end(), [&](const RankKpis& r) { return r.rank < from; });
+  const auto last = std::partition_point(first, ranks.end(), [&](const RankKpis& r) { return r.rank < end; });
+  head.ranks.assign(first, last);
+  std::set<std::string_view> nodes;
+  for (const auto& r : head.ranks) nodes.insert(r.node);
+  head.gpus.clear();
+  for (const auto& g : gpus) {
+    if (nodes.count(g.node)) head.gpus.push_back(g);
+  }
+  return head;
 }
 
 std::string encodeFrame(const JobKpis& k) {

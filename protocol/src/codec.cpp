@@ -343,6 +343,10 @@ Result<FrameReply> fromPb(const pb::FrameReply& m) {
     if (!std::holds_alternative<JobEvent>(event.payload) || jobOf(event.payload) != f.jobId) {
       return bad("frame: an event that is not one of job " + f.jobId + "'s");
     }
+    const std::uint64_t after = f.events.empty() ? 0 : f.events.back().seq;
+    if (event.seq <= after || event.seq > f.lastEvent) {
+      return bad("frame: its events are not numbered upwards to its last (" + std::to_string(f.lastEvent) + ")");
+    }
     f.events.push_back(std::move(event));
   }
   if (m.has_stall()) {

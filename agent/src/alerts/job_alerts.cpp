@@ -15,7 +15,7 @@ namespace {
 constexpr auto kFetchTimeout = std::chrono::seconds(5);
 constexpr std::uint32_t kFetchMessages = 10'000;
 constexpr std::int64_t kDiskEveryUs = 10'000'000;
-constexpr std::size_t kKeptEvents = 1024;  // a client further behind misses the oldest (FrameReply says from where)
+constexpr std::size_t kKeptEvents = 1024;  // a client further behind misses the oldest
 
 // Where the job writes on this node: the trainer's checkpoints, or a command job's working directory.
 std::string writesIn(const JobSpec& spec) {
@@ -52,24 +52,28 @@ std::vector<alerts::Alert> JobAlerts::poll(const std::set<std::string>& nodes,
   return fired;
 }
 
-void JobAlerts::read(const std::set<std::string>& nodes, const std::function<AgentClient*(const std::string&)>& client) {
+std::size_t JobAlerts::read(const std::set<std::string>& nodes,
+                            const std::function<AgentClient*(const std::string&)>& client) {
+  std::size_t taken = 0;
   for (const auto& node : nodes) {
-    if (AgentClient* c = client(node)) fetchFrom(node, *c);
+    if (AgentClient* c = client(node)) taken += fetchFrom(node, *c);
   }
   polledUs_ = unixMicrosNow();
   kpis_ = tracker_.snapshot(polledUs_);
+  return taken;
 }
 
 // Everything the agent streamed after what was read last; an agent that started again (another
 // instance) numbers its stream anew only if it lost it, and is then read from its start.
-void JobAlerts::fetchFrom(const std::string& node, AgentClient& client) {
+std::size_t JobAlerts::fetchFrom(const std::string& node, AgentClient& client) {
+  std::size_t taken = 0;
   Cursor& at = cursors_[node];
   if (const auto& gpus = client.hello().gpus; !gpus.empty()) {
     for (const auto& g : gpus) facts_.gpuMemoryTotalBytes[{node, g.index}] = g.memoryTotalBytes;
   }
   for (int round = 0; round < 4; ++round) {
     auto reply = client.fetch(at.afterSeq, kFetchMessages, 0, kFetchTimeout);
-    if (!reply) return;
+    if (!reply) return taken;
     if (reply->instanceId != at.instance && reply->lastSeq < at.afterSeq) {
       at.instance = reply->instanceId;
       at.afterSeq = 0;  // it lost what it held: read it again from its start
@@ -78,18 +82,19 @@ void JobAlerts::fetchFrom(const std::string& node, AgentClient& client) {
     at.instance = reply->instanceId;
     for (const auto& message : reply->messages) {
       at.afterSeq = std::max(at.afterSeq, message.seq);
-      take(message);
+      taken += take(message) ? 1 : 0;
     }
     // Fewer than asked for: the agent looked at everything it holds (the job's alone are shown).
     if (reply->messages.size() < kFetchMessages) {
       at.afterSeq = std::max(at.afterSeq, reply->lastSeq);
-      return;
+      return taken;
     }
   }
+  return taken;
 }
 
-void JobAlerts::take(const StreamMessage& message) {
-  if (jobOf(message.payload) != spec_.jobId) return;
+bool JobAlerts::take(const StreamMessage& message) {
+  if (jobOf(message.payload) != spec_.jobId) return false;
   if (const auto* event = std::get_if<JobEvent>(&message.payload)) {
     book_.onEvent(*event);
     if (event->kind == JobEventKind::kStallEnded) stallEndedUs_ = std::max(stallEndedUs_, event->timeUnixUs);
@@ -98,14 +103,21 @@ void JobAlerts::take(const StreamMessage& message) {
     sharedEvents_.reset();
   }
   tracker_.add(message);
+  return true;
 }
 
-std::shared_ptr<const JobFrame> JobAlerts::frame(const std::optional<Stall>& stall) const {
+std::shared_ptr<const JobFrame> JobAlerts::takeFrame(const std::optional<Stall>& stall, bool last) {
   auto f = std::make_shared<JobFrame>();
-  f->ended = ended_;
-  // As a client that read every stream shows an ended job: at its newest report.
-  f->timeUnixUs = ended_ ? tracker_.lastReportUnixUs() : polledUs_;
-  f->kpis = ended_ ? tracker_.snapshot(f->timeUnixUs) : kpis_;
+  f->ended = last;
+  f->timeUnixUs = polledUs_;
+  if (last && tracker_.lastReportUnixUs() > 0) {
+    f->timeUnixUs = tracker_.lastReportUnixUs();
+    kpis_ = tracker_.snapshot(f->timeUnixUs);
+  }
+  f->ranks = std::move(kpis_.ranks);
+  f->gpus = std::move(kpis_.gpus);
+  f->head = std::move(kpis_);
+  kpis_ = {};
   if (!sharedEvents_) sharedEvents_ = std::make_shared<const std::vector<StreamMessage>>(events_.begin(), events_.end());
   f->events = sharedEvents_;
   f->stall = stall;
@@ -133,10 +145,7 @@ void JobAlerts::stalled(const Stall& stall) {
   book_.onEvent(e);
 }
 
-void JobAlerts::ended(JobState state, const std::string& message) {
-  ended_ = true;
-  book_.onEnded(state, message, unixMicrosNow());
-}
+void JobAlerts::ended(JobState state, const std::string& message) { book_.onEnded(state, message, unixMicrosNow()); }
 
 void JobAlerts::restarted(const std::string& why) { book_.onRestarted(why, unixMicrosNow()); }
 

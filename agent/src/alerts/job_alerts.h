@@ -1,9 +1,11 @@
 #pragma once
-// One supervised job's alerts, on its supervision thread (jobs/supervision.cpp): what the job's
-// agents stream (this one's included) is fetched through the same connections the supervision
-// uses, read by the KPI engine, and the job's rules evaluated on the result (alerts/book.h) each
-// time the supervision polls. A changed alert is published through the agent's AlertDesk; the
-// ones that fired are handed back for the supervision to act on (stop, checkpoint, restart).
+// One supervised job as its supervision reads it, on the supervision's thread (jobs/supervision.cpp):
+// what the job's agents stream (this one's included) is fetched through the same connections the
+// supervision uses and read by the KPI engine, when the job has alert rules or a client asked for
+// its frame. The job's rules are evaluated on the result (alerts/book.h) each time the supervision
+// polls: a changed alert is published through the agent's AlertDesk, and the ones that fired are
+// handed back for the supervision to act on (stop, checkpoint, restart). The same KPIs, the job's
+// events and its stall make its frame (docs/fan-in.md).
 
 #include <cstdint>
 #include <deque>
@@ -31,9 +33,11 @@ class AlertDesk;
 // The job as its supervision last saw it across its agents, for the clients that ask this agent
 // for it instead of reading every agent's stream (FrameRequest; docs/fan-in.md).
 struct JobFrame {
-  std::int64_t timeUnixUs = 0;  // the KPIs' moment: the newest report's once the job ended
-  bool ended = false;
-  kpi::JobKpis kpis;
+  std::int64_t timeUnixUs = 0;  // the KPIs' moment: the newest report's in the job's last frame
+  bool ended = false;           // the job's last frame: it ended and its agents' streams were read to their end
+  kpi::JobKpis head;            // without its rows, which follow
+  std::vector<kpi::RankKpis> ranks;
+  std::vector<kpi::GpuKpis> gpus;
   std::shared_ptr<const std::vector<StreamMessage>> events;  // the job's events, numbered from 1
   std::optional<Stall> stall;
 };
@@ -48,23 +52,27 @@ class JobAlerts {
   std::vector<alerts::Alert> poll(const std::set<std::string>& nodes,
                                   const std::function<AgentClient*(const std::string&)>& client);
   // Only reads (poll's first half): after the job ended, for its last records still on their way.
-  void read(const std::set<std::string>& nodes, const std::function<AgentClient*(const std::string&)>& client);
+  // Returns how many of the job's records came.
+  std::size_t read(const std::set<std::string>& nodes, const std::function<AgentClient*(const std::string&)>& client);
+  bool hasRules() const { return !rules_.empty(); }
   // The job's stall as the supervision sees it across its parts (kpi::jobStall): each agent
   // reports the stall its own ranks show, and only the whole job says which rank is behind.
   void stalled(const Stall& stall);
   // What the supervision decided, evaluated at the next poll.
   void ended(JobState state, const std::string& message);
   void restarted(const std::string& why);
-  // The job's KPIs of the last poll, its events and `stall`.
-  std::shared_ptr<const JobFrame> frame(const std::optional<Stall>& stall) const;
+  // The job's KPIs of the last read (their rows moved out), its events and `stall`; `last`: the job
+  // ended and its streams were read to their end, so the KPIs are taken at its newest report, as a
+  // client that read every stream shows an ended job.
+  std::shared_ptr<const JobFrame> takeFrame(const std::optional<Stall>& stall, bool last);
 
  private:
   struct Cursor {
     std::uint64_t instance = 0;
     std::uint64_t afterSeq = 0;
   };
-  void fetchFrom(const std::string& node, AgentClient& client);
-  void take(const StreamMessage& message);
+  std::size_t fetchFrom(const std::string& node, AgentClient& client);
+  bool take(const StreamMessage& message);  // whether it was the job's
   void measureDisk();
 
   JobSpec spec_;
@@ -80,11 +88,10 @@ class JobAlerts {
   std::int64_t createdUs_;
   std::int64_t stallEndedUs_ = 0;  // the newest stall_ended seen: a stall from before it is over
   std::int64_t polledUs_ = 0;       // when kpis_ was computed
-  kpi::JobKpis kpis_;               // at the last poll
-  bool ended_ = false;
+  kpi::JobKpis kpis_;               // at the last read
   std::uint64_t eventCount_ = 0;
   std::deque<StreamMessage> events_;  // the newest of the job's events, numbered by eventCount_
-  mutable std::shared_ptr<const std::vector<StreamMessage>> sharedEvents_;  // events_ as last framed
+  std::shared_ptr<const std::vector<StreamMessage>> sharedEvents_;  // events_ as last framed
 };
 
 }  // namespace lockstep::agent

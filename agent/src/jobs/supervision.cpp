@@ -29,7 +29,11 @@ constexpr auto kLaunchTimeout = std::chrono::seconds(15);
 constexpr auto kPartsAppear = std::chrono::seconds(30);
 constexpr auto kPollEvery = std::chrono::milliseconds(300);
 constexpr int kMissesToLose = 3;
-constexpr int kEndReads = 3;  // reads of the job's streams after it ended, kPollEvery apart
+// After the job ended, its streams are read on (kPollEvery apart) until a read brings nothing of
+// it, at least twice and at most kMostEndReads times: a part ends when its ranks were reaped, and
+// their last reports may reach its stream a moment later.
+constexpr int kLeastEndReads = 2;
+constexpr int kMostEndReads = 10;
 // An alert's checkpoint,stop: how long the ranks have to write it before they are killed.
 constexpr std::uint32_t kCheckpointGraceMs = 60'000;
 
@@ -69,9 +73,16 @@ class Supervisions::Worker {
     std::lock_guard lock(mutex_);
     return state_;
   }
-  std::shared_ptr<const JobFrame> frame() const {
+  // The job's second agent, unless it took over.
+  bool standingBy() const {
     std::lock_guard lock(mutex_);
-    return frame_;
+    return standby_ && !tookOver_;
+  }
+  // The job's frame and supervision, as one moment's; from now on the job's streams are read.
+  std::pair<std::shared_ptr<const JobFrame>, Supervision> frameAsked() {
+    std::lock_guard lock(mutex_);
+    frameAsked_ = true;
+    return {frame_, state_};
   }
 
  private:
@@ -86,9 +97,11 @@ class Supervisions::Worker {
   void stopParts(const JobSpec& attempt, std::uint32_t graceMs = 0);
   JobAlerts makeAlerts(const JobSpec& spec);
   void pollAlerts(JobAlerts& alerts, Supervisor& supervisor);
-  void readForFrame(JobAlerts& alerts, const Supervisor& supervisor);
+  void readToTheEnd(JobAlerts& alerts, const Supervisor& supervisor);
   void publishFrame(std::shared_ptr<const JobFrame> frame);
+  bool reading(const JobAlerts& alerts) const;  // whether the job's streams are read (rules, or a frame asked)
   std::set<std::string> nodesAnswering(const Supervisor& supervisor);
+  AgentClient* connected(const std::string& node);  // already, and while the agent is not stopping
   bool lostRank(std::uint32_t rank) const;
   AgentClient* client(const std::string& node);
   void publish(SupervisionState state, const Supervisor& supervisor, JobState outcome = JobState::kRunning,
@@ -120,7 +133,9 @@ class Supervisions::Worker {
   bool stop_ = false;
   // From the start: a client listing the job sees it so.
   Supervision state_{standby_ ? SupervisionState::kStandby : SupervisionState::kFollowing, JobState::kRunning, {}, {}};
-  std::shared_ptr<const JobFrame> frame_;  // after each poll of the job's agents
+  std::shared_ptr<const JobFrame> frame_;  // after each read of the job's agents' streams
+  bool frameAsked_ = false;                // by a client: the streams are read from then on
+  bool tookOver_ = false;                  // the standby, from the first agent
   std::thread thread_;  // last: it runs once the members above exist
 };
 
@@ -130,6 +145,10 @@ void Supervisions::Worker::run() {
     Supervisor supervisor(first_);
     follow(supervisor);
   } else if (auto taken = standBy()) {
+    {
+      std::lock_guard lock(mutex_);
+      tookOver_ = true;
+    }
     follow(*taken);
   }
   clients_.clear();  // each holds a ZeroMQ context and its thread
@@ -226,9 +245,7 @@ void Supervisions::Worker::follow(Supervisor& supervisor) {
       publish(SupervisionState::kEnded, supervisor, action.state, action.message);
       alerts.ended(action.state, action.message);
       pollAlerts(alerts, supervisor);
-      // A part ends when its ranks were reaped; their last reports may reach its stream a moment
-      // later. Read on a little, so that the job's last frame holds them.
-      for (int i = 0; i < kEndReads && pause(kPollEvery); ++i) readForFrame(alerts, supervisor);
+      readToTheEnd(alerts, supervisor);
       break;
     }
   }
@@ -309,10 +326,6 @@ JobAlerts Supervisions::Worker::makeAlerts(const JobSpec& spec) {
   return JobAlerts(spec, rules ? std::move(*rules) : std::vector<alerts::Rule>{}, self_, desk_);
 }
 
-// Evaluates the job's rules on what the job's agents that answer streamed (a lost or silent one is
-// left out, and none is connected to anew here: that is the supervision's to do, and a dead node
-// must not hold up a poll), and carries out what the rules that fired ask: stop, with time for a
-// checkpoint first where they ask for one. The job then ends stopped, and is not restarted.
 // The job's nodes not lost and answering at the last poll.
 std::set<std::string> Supervisions::Worker::nodesAnswering(const Supervisor& supervisor) {
   std::set<std::string> nodes;
@@ -322,7 +335,23 @@ std::set<std::string> Supervisions::Worker::nodesAnswering(const Supervisor& sup
   return nodes;
 }
 
+AgentClient* Supervisions::Worker::connected(const std::string& node) {
+  const auto it = clients_.find(node);
+  return stopping() || it == clients_.end() ? nullptr : it->second.get();
+}
+
+bool Supervisions::Worker::reading(const JobAlerts& alerts) const {
+  std::lock_guard lock(mutex_);
+  return frameAsked_ || alerts.hasRules();
+}
+
+// Evaluates the job's rules on what the job's agents that answer streamed (a lost or silent one is
+// left out, and none is connected to anew here: that is the supervision's to do, and a dead node
+// must not hold up a poll), and carries out what the rules that fired ask: stop, with time for a
+// checkpoint first where they ask for one. The job then ends stopped, and is not restarted. What
+// was read is the job's frame. A job without rules whose frame nobody asked for is not read.
 void Supervisions::Worker::pollAlerts(JobAlerts& alerts, Supervisor& supervisor) {
+  if (!reading(alerts)) return;
   const std::set<std::string> nodes = nodesAnswering(supervisor);
   std::vector<const JobStatus*> parts;
   for (const auto& [node, status] : statuses_) {
@@ -330,12 +359,8 @@ void Supervisions::Worker::pollAlerts(JobAlerts& alerts, Supervisor& supervisor)
   }
   const auto stall = kpi::jobStall(parts);
   if (stall) alerts.stalled(*stall);
-  const auto fired = alerts.poll(nodes, [this](const std::string& node) -> AgentClient* {
-    if (stopping()) return nullptr;
-    const auto it = clients_.find(node);
-    return it == clients_.end() ? nullptr : it->second.get();
-  });
-  publishFrame(alerts.frame(stall));
+  const auto fired = alerts.poll(nodes, [this](const std::string& node) { return connected(node); });
+  publishFrame(alerts.takeFrame(stall, false));
   for (const auto& alert : fired) {
     if (stoppedByAlert_ || !alerts::has(alert.actions, alerts::Action::kStop) || stopping()) continue;
     const bool checkpoint = alerts::has(alert.actions, alerts::Action::kCheckpoint);
@@ -347,17 +372,21 @@ void Supervisions::Worker::pollAlerts(JobAlerts& alerts, Supervisor& supervisor)
   }
 }
 
-void Supervisions::Worker::readForFrame(JobAlerts& alerts, const Supervisor& supervisor) {
-  alerts.read(nodesAnswering(supervisor), [this](const std::string& node) -> AgentClient* {
-    const auto it = clients_.find(node);
-    return stopping() || it == clients_.end() ? nullptr : it->second.get();
-  });
-  publishFrame(alerts.frame(std::nullopt));
+// After the job ended: its streams read on until they bring nothing more of it (kLeastEndReads), and
+// its last frame published, at its newest report.
+void Supervisions::Worker::readToTheEnd(JobAlerts& alerts, const Supervisor& supervisor) {
+  if (!reading(alerts)) return;
+  const auto read = [&] { return alerts.read(nodesAnswering(supervisor), [this](const std::string& n) { return connected(n); }); };
+  for (int i = 0; i < kMostEndReads && pause(kPollEvery); ++i) {
+    if (read() == 0 && i + 1 >= kLeastEndReads) break;
+  }
+  publishFrame(alerts.takeFrame(std::nullopt, true));
 }
 
 void Supervisions::Worker::publishFrame(std::shared_ptr<const JobFrame> frame) {
-  std::lock_guard lock(mutex_);
-  frame_ = std::move(frame);
+  std::unique_lock lock(mutex_);
+  std::swap(frame_, frame);
+  lock.unlock();  // the old frame, a 16,384-rank job's some MB, is freed outside the lock
 }
 
 void Supervisions::Worker::stopParts(const JobSpec& attempt, std::uint32_t graceMs) {
@@ -459,20 +488,24 @@ Result<FrameReply> Supervisions::frameOf(const FrameRequest& request) const {
   {
     std::lock_guard lock(mutex_);
     const auto it = workers_.find(request.jobId);
-    if (it != workers_.end()) {
-      frame = it->second->frame();
-      supervision = it->second->state();
+    if (it == workers_.end() || it->second->standingBy()) {
+      return Error{ErrorCode::kFailedPrecondition, "node " + node_ + " does not supervise job " + request.jobId +
+                                                       ": ask its supervising agent, the first of its agents"};
     }
+    std::tie(frame, supervision) = it->second->frameAsked();
+  }
+  if (!frame && supervision.state == SupervisionState::kEnded) {
+    return Error{ErrorCode::kFailedPrecondition, "job " + request.jobId + " ended before a client asked node " + node_ +
+                                                     " for its frame: watch it without --fan-in (its agents' streams hold it)"};
   }
   if (!frame) {
-    return Error{ErrorCode::kFailedPrecondition,
-                 "node " + node_ + " does not supervise job " + request.jobId +
-                     " (or has not read its agents yet): ask its supervising agent, the first of its agents "
-                     "('lockstepctl jobs' shows which)"};
+    return Error{ErrorCode::kUnavailable, "node " + node_ + " reads job " + request.jobId +
+                                              "'s streams from now on, for its frame: ask again in a moment"};
   }
   const JobState state = supervision.state == SupervisionState::kEnded ? supervision.outcome : JobState::kRunning;
   FrameReply reply{request.jobId, frame->timeUnixUs, frame->ended, state,
-                   kpi::encodeFrame(kpi::withRanks(frame->kpis, request.ranksFrom, request.ranksCount)),
+                   kpi::encodeFrame(kpi::withRanks(frame->head, frame->ranks, frame->gpus, request.ranksFrom,
+                                                   request.ranksCount)),
                    {}, 0, frame->stall};
   const auto& events = *frame->events;
   reply.lastEvent = events.empty() ? 0 : events.back().seq;

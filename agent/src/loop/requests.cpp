@@ -114,7 +114,12 @@ void Requests::stacks(const Call& call, StacksRequest& body) {
   if (!denied(call, body.jobId)) parts_.stalls.onStacks(call.client, call.id, body);
 }
 
+// A job this agent holds: an ended job dropped from the table has no owner left to check a key against.
 void Requests::frame(const Call& call, FrameRequest& body) {
+  if (!parts_.jobs.ownerOf(body.jobId)) {
+    parts_.replies.replyError(call.client, call.id, Error{ErrorCode::kNotFound, "no job " + body.jobId + " on this agent"});
+    return;
+  }
   if (denied(call, body.jobId)) return;
   auto frame = parts_.supervisions.frameOf(body);
   if (frame) {

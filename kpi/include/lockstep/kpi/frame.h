@@ -6,6 +6,7 @@
 // as one that reads every agent's stream (tests/fan_in_test.cpp holds them against each other).
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -14,8 +15,11 @@
 
 namespace lockstep::kpi {
 
-// `k` with the rows of ranks [from, from + count) only, and of the GPUs on those ranks' nodes.
-JobKpis withRanks(const JobKpis& k, std::uint32_t from, std::uint32_t count);
+// `head` (a job's KPIs without their rows) with the rows of ranks [from, from + count) out of
+// `ranks` (in rank order, as JobTracker::snapshot gives them) and of the GPUs on those ranks' nodes.
+// Costs the rows it copies and a look at each GPU's node, whatever the job's size.
+JobKpis withRanks(JobKpis head, std::span<const RankKpis> ranks, std::span<const GpuKpis> gpus, std::uint32_t from,
+                  std::uint32_t count);
 
 std::string encodeFrame(const JobKpis& k);
 // Bounded as anything from the network is: at most kMaxFrameRanks rows of ranks (types.h).
