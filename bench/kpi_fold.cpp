@@ -11,7 +11,10 @@
 // uses, with the KPIs worked out (JobTracker::snapshot, what a publication costs) every 100 ms of
 // stream time. Prints messages per second folded, the fold's cost per message, a publication's
 // cost, and how much of a core the live stream would take (the stream's rate at the fold's cost,
-// plus 10 publications a second).
+// plus 10 publications a second). Then what reaches a client each way (issue 46 §1,
+// docs/fan-in.md): the stream's bytes per second (every record, as encoded on the wire), against a
+// frame of the job's KPIs with 64 ranks' rows as the supervising agent sends it, one a second (as
+// lockstepctl watch --fan-in asks), and what making and reading one costs.
 
 #include <chrono>
 #include <cstdio>
@@ -22,7 +25,9 @@
 
 #include "Ingest.h"
 #include "lockstep/common/clock.h"
+#include "lockstep/kpi/frame.h"
 #include "lockstep/kpi/stream.h"
+#include "lockstep/protocol/codec.h"
 #include "process_figures.h"
 #include "synthetic_stream.h"
 
@@ -36,7 +41,30 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 struct Figures {
   double messages = 0, foldSeconds = 0, publishSeconds = 0, maxPublishSeconds = 0, rssGrowthMb = 0;
   int publications = 0;
+  double streamBytesPerSecond = 0;  // from two ticks of ten: one with samples, one without
+  double frameBytes = 0, frameMakeMs = 0, frameReadMs = 0;
 };
+
+constexpr std::uint32_t kFrameRows = 64;
+
+// A frame of the job's KPIs at `now`, as an agent makes it and a client reads it.
+void frameFigures(const kpi::JobTracker& tracker, std::int64_t now, Figures& f) {
+  kpi::JobKpis k = tracker.snapshot(now);
+  const auto ranks = std::move(k.ranks);  // as the supervision keeps a frame: its rows apart
+  const auto gpus = std::move(k.gpus);
+  const auto t0 = Clock::now();
+  const std::string bytes = kpi::encodeFrame(kpi::withRanks(k, ranks, gpus, 0, kFrameRows));
+  const auto t1 = Clock::now();
+  const auto back = kpi::decodeFrame(bytes);
+  const auto t2 = Clock::now();
+  if (!back || back->ranks.size() != std::min<std::size_t>(kFrameRows, ranks.size())) {
+    std::fprintf(stderr, "the frame did not read back\n");
+    std::exit(1);
+  }
+  f.frameBytes = static_cast<double>(bytes.size());
+  f.frameMakeMs = seconds(t1 - t0) * 1e3;
+  f.frameReadMs = seconds(t2 - t1) * 1e3;
+}
 
 Figures run(int agents, int gpus, double streamSeconds) {
   constexpr double kTick = 0.1, kStepsPerSecond = 10;
@@ -63,12 +91,19 @@ Figures run(int agents, int gpus, double streamSeconds) {
     live.read([&](const kpi::JobTracker& tracker) { return tracker.snapshot(now); });
     const auto t2 = Clock::now();
     for (const auto& batch : batches) f.messages += static_cast<double>(batch.size());
+    if (t % 10 < 2) {
+      for (const auto& batch : batches) {
+        // Two ticks of every ten, over the stream's seconds: bytes x 5 / seconds.
+        for (const auto& m : batch) f.streamBytesPerSecond += static_cast<double>(encode(m).size()) * 5 / (ticks * kTick);
+      }
+    }
     f.foldSeconds += seconds(t1 - t0);
     f.publishSeconds += seconds(t2 - t1);
     f.maxPublishSeconds = std::max(f.maxPublishSeconds, seconds(t2 - t1));
     ++f.publications;
   }
   f.rssGrowthMb = bench::rssMegabytes() - rss0;
+  live.read([&](const kpi::JobTracker& tracker) { frameFigures(tracker, end, f); return 0; });
   return f;
 }
 
@@ -100,8 +135,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::printf("%8s %8s %12s %10s %12s %14s %14s %12s %10s\n", "agents", "GPUs", "messages", "msgs/s", "fold us/msg",
-              "publish ms", "publish max", "live core", "RSS +MB");
+  std::printf("%8s %8s %12s %10s %12s %14s %14s %12s %10s %12s %10s %12s %10s %8s %8s\n", "agents", "GPUs", "messages",
+              "msgs/s", "fold us/msg", "publish ms", "publish max", "live core", "RSS +MB", "stream MB/s", "frame KB",
+              "frames KB/s", "ratio", "make ms", "read ms");
   for (const int agents : sizes) {
     if (agents < 1 || gpus < 1 || streamSeconds < 1) {
       std::fprintf(stderr, "--agents, --gpus and --seconds must be positive (seconds at least 1)\n");
@@ -112,8 +148,11 @@ int main(int argc, char** argv) {
     const double publishMs = f.publishSeconds / f.publications * 1e3;
     // Live: the stream's messages per second at the fold's cost, and 10 publications a second.
     const double core = f.messages / streamSeconds * perMessage + 10 * publishMs / 1e3;
-    std::printf("%8d %8d %12.0f %10.0f %12.3f %14.2f %14.2f %11.0f%% %10.0f\n", agents, agents * gpus, f.messages,
-                f.messages / f.foldSeconds, perMessage * 1e6, publishMs, f.maxPublishSeconds * 1e3, core * 100, f.rssGrowthMb);
+    const double framesPerSecond = f.frameBytes;  // one a second
+    std::printf("%8d %8d %12.0f %10.0f %12.3f %14.2f %14.2f %11.0f%% %10.0f %12.1f %10.1f %12.1f %9.0fx %8.2f %8.2f\n",
+                agents, agents * gpus, f.messages, f.messages / f.foldSeconds, perMessage * 1e6, publishMs,
+                f.maxPublishSeconds * 1e3, core * 100, f.rssGrowthMb, f.streamBytesPerSecond / 1e6, f.frameBytes / 1e3,
+                framesPerSecond / 1e3, f.streamBytesPerSecond / framesPerSecond, f.frameMakeMs, f.frameReadMs);
     std::fflush(stdout);
   }
   return 0;

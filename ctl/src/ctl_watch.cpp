@@ -277,46 +277,68 @@ void nap(Clock::duration d) {
   }
 }
 
-// The job's first frame, and the agent that answered it: the one supervising the job (its first
-// agent, or its standby once that took over).
-Result<std::pair<AgentClient*, FrameReply>> firstFrame(const std::vector<Part>& parts, const FrameRequest& ask,
-                                                       std::chrono::milliseconds timeout) {
+// The job's frame, and the agent that answered it: the one supervising the job (its first agent,
+// or its standby once that took over). One that has just begun to read the job's streams for it
+// is asked again for up to kFirstFrameWait.
+constexpr auto kFirstFrameWait = std::chrono::seconds(10);
+Result<std::pair<AgentClient*, FrameReply>> supervisingFrame(const std::vector<Part>& parts, const FrameRequest& ask,
+                                                             std::chrono::milliseconds timeout) {
+  const auto until = Clock::now() + kFirstFrameWait;
   Error why{ErrorCode::kNotFound, "job " + ask.jobId + " has no parts"};
-  for (const auto& p : parts) {
-    auto frame = p.agent->frame(ask, timeout);
-    if (frame) return std::pair{p.agent, std::move(*frame)};
-    why = frame.error();
+  for (bool again = true; again && g_interrupted.load() == 0;) {
+    again = false;
+    for (const auto& p : parts) {
+      auto frame = p.agent->frame(ask, timeout);
+      if (frame) return std::pair{p.agent, std::move(*frame)};
+      why = frame.error();
+      if (why.code == ErrorCode::kUnavailable && Clock::now() < until) {
+        again = true;
+        nap(milliseconds(300));
+        break;
+      }
+    }
   }
-  return why.withContext("no agent of job " + ask.jobId + " that answered supervises it; watch it without --fan-in");
+  return why.withContext("no agent of job " + ask.jobId + " that answered gave its frame; watch it without --fan-in");
 }
 
 // --fan-in: once a second, the job's KPIs as its supervising agent computed them from every one of
 // its agents' streams, over that one connection (docs/fan-in.md), instead of every agent's stream.
+// A supervising agent that stops answering is looked for again among the job's agents (its
+// standby takes over); one that numbers the job's events anew (it read them all again) is read
+// from its first.
 int watchFannedIn(const Globals& g, const std::vector<Part>& parts, bool tty) {
   const JobSpec& spec = parts.front().status.spec;
   FrameRequest ask{spec.jobId, 0, kFannedInRows, 0};
-  auto found = firstFrame(parts, ask, g.timeout);
+  auto found = supervisingFrame(parts, ask, g.timeout);
   if (!found) return fail(found.error());
   AgentClient* supervising = found->first;
   Result<FrameReply> frame = std::move(found->second);
   EventLog events;
-  for (;;) {
-    if (!frame) return fail(frame.error());
-    for (const auto& e : frame->events) {
-      events.add(e.node, std::get<JobEvent>(e.payload));
-      ask.eventsAfter = e.seq;
+  while (g_interrupted.load() == 0) {
+    if (!frame) {
+      found = supervisingFrame(parts, ask, g.timeout);
+      if (!found) return fail(found.error());
+      supervising = found->first;
+      frame = std::move(found->second);
     }
-    const bool moreEvents = ask.eventsAfter < frame->lastEvent;  // more than one frame holds
-    if (!moreEvents) {
+    if (frame->lastEvent < ask.eventsAfter) {  // numbered anew
+      events = EventLog{};
+      ask.eventsAfter = 0;
+      frame = supervising->frame(ask, g.timeout);
+      continue;
+    }
+    for (const auto& e : frame->events) events.add(e.node, std::get<JobEvent>(e.payload));
+    if (!frame->events.empty()) ask.eventsAfter = frame->events.back().seq;
+    if (frame->events.empty() || ask.eventsAfter >= frame->lastEvent) {  // else more than one frame holds
       auto k = kpi::decodeFrame(frame->kpis);
       if (!k) return fail(k.error().withContext("job " + spec.jobId + "'s frame from its supervising agent"));
       renderWatch(View{*k, events}, spec, frame->state, g.json, tty, frame->stall);
       if (frame->ended) return exitForState(frame->state);
       nap(std::chrono::seconds(1));
     }
-    if (g_interrupted.load() != 0) return kOk;
     frame = supervising->frame(ask, g.timeout);
   }
+  return kOk;
 }
 
 }  // namespace
