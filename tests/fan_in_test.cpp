@@ -159,7 +159,12 @@ TEST_F(FanIn, TheSupervisingAgentsFrameHoldsWhatEveryAgentsStreamHolds) {
   EXPECT_EQ(later->events[0].seq, frame->lastEvent);
   const auto noRows = kpi::decodeFrame(later->kpis);
   ASSERT_TRUE(noRows.ok()) << noRows.error().message;
-  EXPECT_TRUE(noRows->ranks.empty()) << "no rows asked for, none sent";
+  ASSERT_EQ(noRows->ranks.size(), fanned->slowestRanks.size()) << "no rows asked for: the slowest ranks' alone";
+  for (const auto& r : noRows->ranks) {
+    EXPECT_TRUE(std::any_of(fanned->slowestRanks.begin(), fanned->slowestRanks.end(),
+                            [&](const kpi::SlowRank& s) { return s.rank == r.rank; }))
+        << "rank " << r.rank;
+  }
   EXPECT_EQ(noRows->samplesPerSecond, fanned->samplesPerSecond) << "the job's figures, whole";
 
   // The agent that does not supervise the job says who does.

@@ -40,7 +40,7 @@ JobKpis everyField() {
   k.scalingBasis = ScalingBasis::kEstimatedFromCompute;
   k.slowestRank = 7;
   k.slowestCause = SlowCause::kDataWait;
-  k.slowestRanks = {{7, "node-3", 0.25, SlowCause::kDataWait}, {9, "node-4", 0.125, SlowCause::kCompute}};
+  k.slowestRanks = {{3, "node-1", 0.25, SlowCause::kDataWait}, {9, "node-4", 0.125, SlowCause::kCompute}};
   k.costComplete = false;
   k.missing = {"energy (no energy counter)", "prices"};
   k.noStepsReason = "no steps yet";
@@ -94,17 +94,21 @@ JobKpis withRanks(const JobKpis& k, std::uint32_t from, std::uint32_t count) {
 
 TEST(KpiFrame, OnlyTheRowsAskedForAndTheirNodesGpus) {
   const JobKpis k = everyField();
-  const JobKpis rows = withRanks(k, 2, 1);
-  ASSERT_EQ(rows.ranks.size(), 1u);
-  EXPECT_EQ(rows.ranks[0], k.ranks[2]);
-  ASSERT_EQ(rows.gpus.size(), 2u) << "node-1's two GPUs";
-  EXPECT_EQ(rows.gpus[0].node, "node-1");
+  const JobKpis rows = withRanks(k, 0, 1);
+  ASSERT_EQ(rows.ranks.size(), 2u) << "rank 0 asked for, and rank 3, the slowest (9 has no row)";
+  EXPECT_EQ(rows.ranks[0], k.ranks[0]);
+  EXPECT_EQ(rows.ranks[1], k.ranks[3]);
+  ASSERT_EQ(rows.gpus.size(), 4u) << "node-0's and node-1's two GPUs each";
+  const JobKpis one = withRanks(k, 2, 2);
+  ASSERT_EQ(one.ranks.size(), 2u) << "the slowest is among those asked for: once";
+  EXPECT_EQ(one.gpus.size(), 2u);
+  EXPECT_EQ(one.gpus[0].node, "node-1");
   EXPECT_EQ(rows.slowestRanks, k.slowestRanks) << "the job's figures stay whole";
   EXPECT_EQ(rows.samplesPerSecond, k.samplesPerSecond);
-  EXPECT_TRUE(withRanks(k, 4, 1024).ranks.empty());
-  const JobKpis toTheEnd = withRanks(k, 2, 0xFFFFFFFFu);
-  ASSERT_EQ(toTheEnd.ranks.size(), 2u) << "from + count past 2^32 does not wrap";
-  EXPECT_EQ(toTheEnd.ranks[1], k.ranks[3]);
+  EXPECT_EQ(withRanks(k, 4, 1024).ranks.size(), 1u) << "the slowest alone";
+  const JobKpis toTheEnd = withRanks(k, 1, 0xFFFFFFFFu);
+  ASSERT_EQ(toTheEnd.ranks.size(), 3u) << "from + count past 2^32 does not wrap";
+  EXPECT_EQ(toTheEnd.ranks[2], k.ranks[3]);
   EXPECT_EQ(withRanks(k, 0, 4), k) << "every row: the job as it was";
 }
 

@@ -249,6 +249,7 @@ Json renderWatch(const View& v, const JobSpec& spec, JobState state, bool json, 
                 std::string(present::jobThroughputMeaning(ended)).c_str(), communicationText(k).c_str(),
                 present::percent(k.scalingEfficiency, 0).c_str(), present::figure(k.loadImbalance, 2, "×").c_str(),
                 table.c_str());
+    if (k.ranks.size() < k.worldSize) std::printf("(%zu of the job's %u ranks shown)\n", k.ranks.size(), k.worldSize);
     if (const std::string state = present::modelStateText(k); !state.empty()) std::printf("holds: %s\n", state.c_str());
     if (const std::string mfu = present::mfuText(k); !mfu.empty()) {
       const std::string basis = present::mfuBasisText(k);

@@ -225,9 +225,16 @@ Result<void> takeRows(const pb::KpiFrame& m, JobKpis& k) {
 JobKpis withRanks(JobKpis head, std::span<const RankKpis> ranks, std::span<const GpuKpis> gpus, std::uint32_t from,
                   std::uint32_t count) {
   const std::uint64_t end = std::uint64_t{from} + count;
-  const auto first = std::partition_point(ranks.begin(), ranks.end(), [&](const RankKpis& r) { return r.rank < from; });
-  const auto last = std::partition_point(first, ranks.end(), [&](const RankKpis& r) { return r.rank < end; });
-  head.ranks.assign(first, last);
+  const auto at = [&](std::uint64_t rank) {
+    return std::partition_point(ranks.begin(), ranks.end(), [&](const RankKpis& r) { return r.rank < rank; });
+  };
+  head.ranks.assign(at(from), at(end));
+  // And the slowest ranks' rows, wherever they are: who holds the job up is always in view.
+  for (const auto& slow : head.slowestRanks) {
+    if (slow.rank >= from && slow.rank < end) continue;
+    if (const auto it = at(slow.rank); it != ranks.end() && it->rank == slow.rank) head.ranks.push_back(*it);
+  }
+  std::sort(head.ranks.begin(), head.ranks.end(), [](const RankKpis& a, const RankKpis& b) { return a.rank < b.rank; });
   std::set<std::string_view> nodes;
   for (const auto& r : head.ranks) nodes.insert(r.node);
   head.gpus.clear();
