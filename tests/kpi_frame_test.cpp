@@ -112,6 +112,22 @@ TEST(KpiFrame, OnlyTheRowsAskedForAndTheirNodesGpus) {
   EXPECT_EQ(withRanks(k, 0, 4), k) << "every row: the job as it was";
 }
 
+// The most rows an agent sends: a full window, and the slowest ranks from outside it.
+TEST(KpiFrame, AFullWindowAndTheSlowestRanksReadBack) {
+  JobKpis k;
+  k.jobId = "wide";
+  for (std::uint32_t rank = 0; rank < 2048; ++rank) k.ranks.push_back({.rank = rank, .node = "n" + std::to_string(rank / 8)});
+  for (std::uint32_t rank = 2043; rank < 2048; ++rank) k.slowestRanks.push_back({rank, "n255", 0.5, SlowCause::kCompute});
+  for (std::uint32_t node = 0; node < 256; ++node) {
+    for (std::uint32_t gpu = 0; gpu < 8; ++gpu) k.gpus.push_back({.node = "n" + std::to_string(node), .index = gpu});
+  }
+  const JobKpis rows = withRanks(k, 0, kMaxFrameRanks);
+  ASSERT_EQ(rows.ranks.size(), kMaxFrameRanks + kSlowestRanks);
+  const auto back = decodeFrame(encodeFrame(rows));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(*back, rows);
+}
+
 TEST(KpiFrame, AFrameTheAgentDidNotWriteIsRefusedSayingWhatWasWrong) {
   const auto refused = [](const v1::KpiFrame& m) {
     const auto k = decodeFrame(m.SerializeAsString());
@@ -148,7 +164,7 @@ TEST(KpiFrame, AFrameTheAgentDidNotWriteIsRefusedSayingWhatWasWrong) {
   m.set_job_id("../etc");
   EXPECT_NE(refused(m), "accepted");
   m = good;
-  for (std::uint32_t i = 0; i <= kMaxFrameRanks; ++i) m.add_ranks()->set_rank(i);
+  for (std::uint32_t i = 0; i <= kMaxFrameRanks + kSlowestRanks; ++i) m.add_ranks()->set_rank(i);
   EXPECT_NE(refused(m).find("more rows of ranks than a frame holds"), std::string::npos) << refused(m);
   m = good;
   m.add_ranks()->set_node(std::string(5000, 'n'));

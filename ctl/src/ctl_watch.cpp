@@ -279,53 +279,52 @@ void nap(Clock::duration d) {
 }
 
 // The job's frame, and the agent that answered it: the one supervising the job (its first agent,
-// or its standby once that took over). One that has just begun to read the job's streams for it
-// is asked again for up to kFirstFrameWait.
-constexpr auto kFirstFrameWait = std::chrono::seconds(10);
+// or its second once that took over). An agent that answers UNAVAILABLE (it has just begun to read
+// the job's streams, or stands by to take over) is asked again for up to kUnavailableWait from its
+// first such answer: longer than a standby takes to take over (3 missed polls of 5 s).
+constexpr auto kUnavailableWait = std::chrono::seconds(40);
 Result<std::pair<AgentClient*, FrameReply>> supervisingFrame(const std::vector<Part>& parts, const FrameRequest& ask,
                                                              std::chrono::milliseconds timeout) {
-  const auto until = Clock::now() + kFirstFrameWait;
+  std::optional<Clock::time_point> until;
   Error why{ErrorCode::kNotFound, "job " + ask.jobId + " has no parts"};
-  for (bool again = true; again && g_interrupted.load() == 0;) {
-    again = false;
+  while (g_interrupted.load() == 0) {
+    bool unavailable = false;
     for (const auto& p : parts) {
       auto frame = p.agent->frame(ask, timeout);
       if (frame) return std::pair{p.agent, std::move(*frame)};
-      why = frame.error();
-      if (why.code == ErrorCode::kUnavailable && Clock::now() < until) {
-        again = true;
-        nap(milliseconds(300));
-        break;
-      }
+      unavailable = unavailable || frame.error().code == ErrorCode::kUnavailable;
+      if (frame.error().code != ErrorCode::kUnavailable || why.code == ErrorCode::kNotFound) why = frame.error();
     }
+    if (!unavailable) break;
+    if (!until) until = Clock::now() + kUnavailableWait;
+    if (Clock::now() >= *until) break;
+    nap(milliseconds(300));
   }
-  return why.withContext("no agent of job " + ask.jobId + " that answered gave its frame; watch it without --fan-in");
+  return why.withContext("no agent of job " + ask.jobId + " gave its frame; watch it without --fan-in");
 }
 
 // --fan-in: once a second, the job's KPIs as its supervising agent computed them from every one of
 // its agents' streams, over that one connection (docs/fan-in.md), instead of every agent's stream.
-// A supervising agent that stops answering is looked for again among the job's agents (its
-// standby takes over); one that numbers the job's events anew (it read them all again) is read
-// from its first.
+// When the supervising agent stops answering, the frame is looked for among the job's agents
+// again (its standby takes over) and the events are read anew from the first: another agent
+// numbers them its own way.
 int watchFannedIn(const Globals& g, const std::vector<Part>& parts, bool tty) {
   const JobSpec& spec = parts.front().status.spec;
   FrameRequest ask{spec.jobId, 0, kFannedInRows, 0};
-  auto found = supervisingFrame(parts, ask, g.timeout);
-  if (!found) return fail(found.error());
-  AgentClient* supervising = found->first;
-  Result<FrameReply> frame = std::move(found->second);
+  AgentClient* supervising = nullptr;
+  Result<FrameReply> frame = Error{ErrorCode::kUnavailable, "not asked yet"};
   EventLog events;
   while (g_interrupted.load() == 0) {
     if (!frame) {
-      found = supervisingFrame(parts, ask, g.timeout);
-      if (!found) return fail(found.error());
+      events = EventLog{};
+      ask.eventsAfter = 0;
+      auto found = supervisingFrame(parts, ask, g.timeout);
+      if (!found) return g_interrupted.load() != 0 ? kOk : fail(found.error());
       supervising = found->first;
       frame = std::move(found->second);
     }
-    if (frame->lastEvent < ask.eventsAfter) {  // numbered anew
-      events = EventLog{};
-      ask.eventsAfter = 0;
-      frame = supervising->frame(ask, g.timeout);
+    if (frame->lastEvent < ask.eventsAfter) {  // the agent numbers its events anew (it started again)
+      frame = Error{ErrorCode::kUnavailable, "numbered anew"};
       continue;
     }
     for (const auto& e : frame->events) events.add(e.node, std::get<JobEvent>(e.payload));

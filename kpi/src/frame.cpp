@@ -47,7 +47,9 @@ constexpr Maybe ExposedEnds::*kExposedEndsFigures[] = {&ExposedEnds::firstShare,
 // A name, a basis or a reason: longer than this is not something the engine wrote.
 constexpr std::size_t kMaxText = 4096;
 constexpr std::size_t kMaxMissing = 64;
-constexpr std::size_t kMaxGpus = 8 * kMaxFrameRanks;
+// The rows asked for, and the slowest ranks' wherever they are (withRanks); 8 GPUs a rank's node.
+constexpr std::size_t kMaxRows = kMaxFrameRanks + kSlowestRanks;
+constexpr std::size_t kMaxGpus = 8 * kMaxRows;
 
 Error bad(const std::string& message) { return invalidArgument("KPI frame: " + message); }
 
@@ -204,7 +206,7 @@ Result<void> takeRows(const pb::KpiFrame& m, JobKpis& k) {
     k.slowestRanks.push_back(std::move(slow));
   }
   LOCKSTEP_ASSIGN_OR_RETURN(k.collectives, takeCollectives(m.collectives()));
-  if (static_cast<std::size_t>(m.ranks_size()) > kMaxFrameRanks) return bad("more rows of ranks than a frame holds");
+  if (static_cast<std::size_t>(m.ranks_size()) > kMaxRows) return bad("more rows of ranks than a frame holds");
   for (const auto& r : m.ranks()) {
     LOCKSTEP_ASSIGN_OR_RETURN(auto rank, takeRank(r));
     k.ranks.push_back(std::move(rank));

@@ -2,6 +2,7 @@
 
 #include <sys/statvfs.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 
@@ -14,6 +15,7 @@ namespace {
 
 constexpr auto kFetchTimeout = std::chrono::seconds(5);
 constexpr std::uint32_t kFetchMessages = 10'000;
+constexpr int kFetchRounds = 4;  // a poll's batches of one node, at most
 constexpr std::int64_t kDiskEveryUs = 10'000'000;
 constexpr std::size_t kKeptEvents = 1024;  // a client further behind misses the oldest
 
@@ -52,45 +54,56 @@ std::vector<alerts::Alert> JobAlerts::poll(const std::set<std::string>& nodes,
   return fired;
 }
 
-std::size_t JobAlerts::read(const std::set<std::string>& nodes,
-                            const std::function<AgentClient*(const std::string&)>& client) {
+// Each node a batch at a time, in turn, up to kFetchRounds batches of a node: a node whose stream
+// holds much (the job ran long before its frame was asked for) is not read far ahead of the others,
+// whose reports the engine needs to complete the same steps.
+std::optional<std::size_t> JobAlerts::read(const std::set<std::string>& nodes,
+                                           const std::function<AgentClient*(const std::string&)>& client) {
   std::size_t taken = 0;
-  for (const auto& node : nodes) {
-    if (AgentClient* c = client(node)) taken += fetchFrom(node, *c);
+  bool all = true;
+  std::set<std::string> more(nodes.begin(), nodes.end());
+  for (int round = 0; round < kFetchRounds && !more.empty(); ++round) {
+    for (auto it = more.begin(); it != more.end();) {
+      AgentClient* c = client(*it);
+      const auto got = c ? fetchOnce(*it, *c) : std::nullopt;
+      all = all && got.has_value();
+      taken += got ? got->taken : 0;
+      it = got && got->more ? std::next(it) : more.erase(it);
+    }
   }
+  caughtUp_ = std::all_of(nodes.begin(), nodes.end(), [&](const std::string& n) { return cursors_[n].reachedEnd; });
   polledUs_ = unixMicrosNow();
   kpis_ = tracker_.snapshot(polledUs_);
-  return taken;
+  return all ? std::optional(taken) : std::nullopt;
 }
 
-// Everything the agent streamed after what was read last; an agent that started again (another
-// instance) numbers its stream anew only if it lost it, and is then read from its start.
-std::size_t JobAlerts::fetchFrom(const std::string& node, AgentClient& client) {
-  std::size_t taken = 0;
+// One batch of what the agent streamed after what was read last; an agent that started again
+// (another instance) numbers its stream anew only if it lost it, and is then read from its start.
+std::optional<JobAlerts::Batch> JobAlerts::fetchOnce(const std::string& node, AgentClient& client) {
   Cursor& at = cursors_[node];
   if (const auto& gpus = client.hello().gpus; !gpus.empty()) {
     for (const auto& g : gpus) facts_.gpuMemoryTotalBytes[{node, g.index}] = g.memoryTotalBytes;
   }
-  for (int round = 0; round < 4; ++round) {
-    auto reply = client.fetch(at.afterSeq, kFetchMessages, 0, kFetchTimeout);
-    if (!reply) return taken;
-    if (reply->instanceId != at.instance && reply->lastSeq < at.afterSeq) {
-      at.instance = reply->instanceId;
-      at.afterSeq = 0;  // it lost what it held: read it again from its start
-      continue;
-    }
+  auto reply = client.fetch(at.afterSeq, kFetchMessages, 0, kFetchTimeout);
+  if (!reply) return std::nullopt;
+  if (reply->instanceId != at.instance && reply->lastSeq < at.afterSeq) {
     at.instance = reply->instanceId;
-    for (const auto& message : reply->messages) {
-      at.afterSeq = std::max(at.afterSeq, message.seq);
-      taken += take(message) ? 1 : 0;
-    }
-    // Fewer than asked for: the agent looked at everything it holds (the job's alone are shown).
-    if (reply->messages.size() < kFetchMessages) {
-      at.afterSeq = std::max(at.afterSeq, reply->lastSeq);
-      return taken;
-    }
+    at.afterSeq = 0;  // it lost what it held: read it again from its start
+    return Batch{0, true};
   }
-  return taken;
+  at.instance = reply->instanceId;
+  Batch batch;
+  for (const auto& message : reply->messages) {
+    at.afterSeq = std::max(at.afterSeq, message.seq);
+    batch.taken += take(message) ? 1 : 0;
+  }
+  // Fewer than asked for: the agent looked at everything it holds (the job's alone are shown).
+  batch.more = reply->messages.size() >= kFetchMessages;
+  if (!batch.more) {
+    at.afterSeq = std::max(at.afterSeq, reply->lastSeq);
+    at.reachedEnd = true;
+  }
+  return batch;
 }
 
 bool JobAlerts::take(const StreamMessage& message) {

@@ -52,9 +52,13 @@ class JobAlerts {
   std::vector<alerts::Alert> poll(const std::set<std::string>& nodes,
                                   const std::function<AgentClient*(const std::string&)>& client);
   // Only reads (poll's first half): after the job ended, for its last records still on their way.
-  // Returns how many of the job's records came.
-  std::size_t read(const std::set<std::string>& nodes, const std::function<AgentClient*(const std::string&)>& client);
+  // Returns how many of the job's records came; nullopt when a node could not be read.
+  std::optional<std::size_t> read(const std::set<std::string>& nodes,
+                                  const std::function<AgentClient*(const std::string&)>& client);
   bool hasRules() const { return !rules_.empty(); }
+  // Whether every node of the last read was once read to the end of its stream: before, the KPIs
+  // lack what the agents held when reading began (a frame asked for mid-job).
+  bool caughtUp() const { return caughtUp_; }
   // The job's stall as the supervision sees it across its parts (kpi::jobStall): each agent
   // reports the stall its own ranks show, and only the whole job says which rank is behind.
   void stalled(const Stall& stall);
@@ -70,8 +74,13 @@ class JobAlerts {
   struct Cursor {
     std::uint64_t instance = 0;
     std::uint64_t afterSeq = 0;
+    bool reachedEnd = false;  // once
   };
-  std::size_t fetchFrom(const std::string& node, AgentClient& client);
+  struct Batch {
+    std::size_t taken = 0;  // the job's records in it
+    bool more = false;      // the agent holds more after it
+  };
+  std::optional<Batch> fetchOnce(const std::string& node, AgentClient& client);
   bool take(const StreamMessage& message);  // whether it was the job's
   void measureDisk();
 
@@ -88,6 +97,7 @@ class JobAlerts {
   std::int64_t createdUs_;
   std::int64_t stallEndedUs_ = 0;  // the newest stall_ended seen: a stall from before it is over
   std::int64_t polledUs_ = 0;       // when kpis_ was computed
+  bool caughtUp_ = false;
   kpi::JobKpis kpis_;               // at the last read
   std::uint64_t eventCount_ = 0;
   std::deque<StreamMessage> events_;  // the newest of the job's events, numbered by eventCount_

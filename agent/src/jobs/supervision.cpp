@@ -34,6 +34,8 @@ constexpr int kMissesToLose = 3;
 // their last reports may reach its stream a moment later.
 constexpr int kLeastEndReads = 2;
 constexpr int kMostEndReads = 10;
+// A job without alert rules is read while clients ask for its frame, and this long after the last ask.
+constexpr auto kAskedReadsFor = std::chrono::seconds(60);
 // An alert's checkpoint,stop: how long the ranks have to write it before they are killed.
 constexpr std::uint32_t kCheckpointGraceMs = 60'000;
 
@@ -73,16 +75,25 @@ class Supervisions::Worker {
     std::lock_guard lock(mutex_);
     return state_;
   }
-  // The job's second agent, unless it took over.
-  bool standingBy() const {
+  // Whether it supervises the job: the first agent's worker, or the second's once it took over;
+  // the second's may still take over while it stands by.
+  enum class Role { kSupervises, kStandsBy, kStoodBy };
+  Role role() const {
     std::lock_guard lock(mutex_);
-    return standby_ && !tookOver_;
+    if (!standby_ || tookOver_) return Role::kSupervises;
+    return state_.state == SupervisionState::kStandby ? Role::kStandsBy : Role::kStoodBy;
   }
-  // The job's frame and supervision, as one moment's; from now on the job's streams are read.
-  std::pair<std::shared_ptr<const JobFrame>, Supervision> frameAsked() {
+  // The job's frame and supervision, as one moment's, and whether the job ended unread; the job's
+  // streams are read while frames are asked for (kAskedReadsFor).
+  struct Asked {
+    std::shared_ptr<const JobFrame> frame;
+    Supervision supervision;
+    bool endedUnread = false;
+  };
+  Asked frameAsked() {
     std::lock_guard lock(mutex_);
-    frameAsked_ = true;
-    return {frame_, state_};
+    askedAt_ = Clock::now();
+    return {frame_, state_, endedUnread_};
   }
 
  private:
@@ -134,7 +145,8 @@ class Supervisions::Worker {
   // From the start: a client listing the job sees it so.
   Supervision state_{standby_ ? SupervisionState::kStandby : SupervisionState::kFollowing, JobState::kRunning, {}, {}};
   std::shared_ptr<const JobFrame> frame_;  // after each read of the job's agents' streams
-  bool frameAsked_ = false;                // by a client: the streams are read from then on
+  std::optional<Clock::time_point> askedAt_;  // a client's last frame request
+  bool endedUnread_ = false;                  // the job ended while its streams were not read
   bool tookOver_ = false;                  // the standby, from the first agent
   std::thread thread_;  // last: it runs once the members above exist
 };
@@ -342,7 +354,7 @@ AgentClient* Supervisions::Worker::connected(const std::string& node) {
 
 bool Supervisions::Worker::reading(const JobAlerts& alerts) const {
   std::lock_guard lock(mutex_);
-  return frameAsked_ || alerts.hasRules();
+  return alerts.hasRules() || (askedAt_ && Clock::now() - *askedAt_ < kAskedReadsFor);
 }
 
 // Evaluates the job's rules on what the job's agents that answer streamed (a lost or silent one is
@@ -360,7 +372,7 @@ void Supervisions::Worker::pollAlerts(JobAlerts& alerts, Supervisor& supervisor)
   const auto stall = kpi::jobStall(parts);
   if (stall) alerts.stalled(*stall);
   const auto fired = alerts.poll(nodes, [this](const std::string& node) { return connected(node); });
-  publishFrame(alerts.takeFrame(stall, false));
+  if (alerts.caughtUp()) publishFrame(alerts.takeFrame(stall, false));
   for (const auto& alert : fired) {
     if (stoppedByAlert_ || !alerts::has(alert.actions, alerts::Action::kStop) || stopping()) continue;
     const bool checkpoint = alerts::has(alert.actions, alerts::Action::kCheckpoint);
@@ -375,12 +387,17 @@ void Supervisions::Worker::pollAlerts(JobAlerts& alerts, Supervisor& supervisor)
 // After the job ended: its streams read on until they bring nothing more of it (kLeastEndReads), and
 // its last frame published, at its newest report.
 void Supervisions::Worker::readToTheEnd(JobAlerts& alerts, const Supervisor& supervisor) {
-  if (!reading(alerts)) return;
+  if (!reading(alerts)) {
+    std::lock_guard lock(mutex_);
+    endedUnread_ = true;
+    return;
+  }
   const auto read = [&] { return alerts.read(nodesAnswering(supervisor), [this](const std::string& n) { return connected(n); }); };
   for (int i = 0; i < kMostEndReads && pause(kPollEvery); ++i) {
-    if (read() == 0 && i + 1 >= kLeastEndReads) break;
+    const auto taken = read();  // nullopt: a node could not be read, which is not "nothing more"
+    if (taken == std::size_t{0} && i + 1 >= kLeastEndReads) break;
   }
-  publishFrame(alerts.takeFrame(std::nullopt, true));
+  if (!stopping()) publishFrame(alerts.takeFrame(std::nullopt, true));
 }
 
 void Supervisions::Worker::publishFrame(std::shared_ptr<const JobFrame> frame) {
@@ -483,25 +500,32 @@ void Supervisions::supervise(const JobSpec& spec) {
 }
 
 Result<FrameReply> Supervisions::frameOf(const FrameRequest& request) const {
-  std::shared_ptr<const JobFrame> frame;
-  Supervision supervision;
+  Worker::Asked asked;
   {
     std::lock_guard lock(mutex_);
     const auto it = workers_.find(request.jobId);
-    if (it == workers_.end() || it->second->standingBy()) {
+    const auto role = it == workers_.end() ? Worker::Role::kStoodBy : it->second->role();
+    if (role == Worker::Role::kStoodBy) {
       return Error{ErrorCode::kFailedPrecondition, "node " + node_ + " does not supervise job " + request.jobId +
-                                                       ": ask its supervising agent, the first of its agents"};
+                                                       ": ask its supervising agent (its first agent, or its second "
+                                                       "once that took over)"};
     }
-    std::tie(frame, supervision) = it->second->frameAsked();
+    if (role == Worker::Role::kStandsBy) {  // it may take over: not a final no
+      return Error{ErrorCode::kUnavailable, "node " + node_ + " stands by for job " + request.jobId +
+                                                "'s supervision: it answers once it takes over"};
+    }
+    asked = it->second->frameAsked();
   }
-  if (!frame && supervision.state == SupervisionState::kEnded) {
-    return Error{ErrorCode::kFailedPrecondition, "job " + request.jobId + " ended before a client asked node " + node_ +
+  const auto& frame = asked.frame;
+  if (asked.endedUnread) {  // what frame there is, from an earlier ask, is not its last
+    return Error{ErrorCode::kFailedPrecondition, "job " + request.jobId + " ended while no client asked node " + node_ +
                                                      " for its frame: watch it without --fan-in (its agents' streams hold it)"};
   }
   if (!frame) {
     return Error{ErrorCode::kUnavailable, "node " + node_ + " reads job " + request.jobId +
-                                              "'s streams from now on, for its frame: ask again in a moment"};
+                                              "'s streams for its frame: ask again in a moment"};
   }
+  const Supervision& supervision = asked.supervision;
   const JobState state = supervision.state == SupervisionState::kEnded ? supervision.outcome : JobState::kRunning;
   FrameReply reply{request.jobId, frame->timeUnixUs, frame->ended, state,
                    kpi::encodeFrame(kpi::withRanks(frame->head, frame->ranks, frame->gpus, request.ranksFrom,
