@@ -325,21 +325,6 @@ TEST(Kpi, ModelStatePerRankAndStaleness) {
   EXPECT_EQ(present::modelStateText(none), "");
 }
 
-// The imbalance the job started with is that of its steps 2 to 11, whatever order their reports
-// come in: a client that reads one node's stream ahead of another's (a supervising agent catching
-// up for a frame, docs/fan-in.md) completes later steps first.
-TEST(Kpi, TheInitialImbalanceIsOfStepsTwoToElevenInWhateverOrderTheyComplete) {
-  JobTracker t(gpuJob(), Settings{5.0, 0.1, std::nullopt, 100});
-  const auto time = [](std::uint64_t s) { return t0 + static_cast<std::int64_t>(s) * kSecond; };
-  // Steps 2-11: rank 1 computes 3x as long as rank 0; after them, 2x.
-  const auto slowUs = [](std::uint64_t s) -> std::int64_t { return s <= 11 ? 900'000 : 600'000; };
-  for (std::uint64_t s = 1; s <= 40; ++s) t.add(report(0, s, 300'000, 600'000, time(s)), "n");
-  for (std::uint64_t s = 40; s >= 1; --s) t.add(report(1, s, slowUs(s), 0, time(s)), "n");  // step 40 completes first
-  const JobKpis k = t.snapshot(time(40));
-  ASSERT_TRUE(k.initialLoadImbalance);
-  EXPECT_NEAR(*k.initialLoadImbalance, 900.0 / 600.0, 1e-12) << "not steps 40 to 31, the first to complete";
-}
-
 // Issue 7: a dynamic split shows as rows per rank, and the imbalance as it was at the start and now.
 TEST(Kpi, AnUnevenSplitAndTheImbalanceBeforeAndAfter) {
   JobTracker t(gpuJob(), Settings{5.0, 0.1, std::nullopt, 100});

@@ -167,9 +167,8 @@ void JobTracker::add(const StepReport& r, const std::string& node) {
       waitedUs_ += acc.waitUs;
     }
     // The imbalance the job started with (steps 2 to 11; the first one warms up), which a dynamic
-    // split then works off. By their numbers, not as the first to complete: a node's stream read
-    // ahead of another's completes later steps first.
-    if (r.step >= 2 && r.step < 2 + kInitialSteps && initialSteps_ < kInitialSteps && acc.imbalance > 0) {
+    // split then works off.
+    if (r.step >= 2 && initialSteps_ < kInitialSteps && acc.imbalance > 0) {
       initialImbalanceSum_ += acc.imbalance;
       ++initialSteps_;
     }
