@@ -211,7 +211,12 @@ TEST_F(FanIn, AJobWithoutRulesIsReadFromItsStartOnceAsked) {
   ASSERT_EQ(run.status.exitCode, 0) << run.out << run.err;
   connect("fan-asked");
   ASSERT_NE(supervising, nullptr);
-  ASSERT_TRUE(waitUntil([&] { return jobStatusOn(*supervising, "fan-asked")->progress.size() == 2; }, 30s));
+  ASSERT_TRUE(waitUntil(
+      [&] {
+        const auto status = jobStatusOn(*supervising, "fan-asked");
+        return status && status->progress.size() == 2;
+      },
+      30s));
   auto first = supervising->frame({"fan-asked", 0, 0, 0}, 5s);
   ASSERT_FALSE(first.ok()) << "a frame before the job's streams were read";
   EXPECT_EQ(first.error().code, ErrorCode::kUnavailable);
@@ -239,7 +244,7 @@ TEST_F(FanIn, AStalledJobsFrameSaysWhatItsAgentsSay) {
       },
       60s));
   // Without rules the job's streams are read only once a client asks.
-  ASSERT_TRUE(waitUntil([&] { return supervising->frame({"fan-stall", 0, 0, 0}, 5s).ok(); }, 10s));
+  ASSERT_TRUE(waitUntil([&] { return supervising->frame({"fan-stall", 0, 0, 0}, 5s).ok(); }, 30s));
 
   const pid_t victim = *rankProcess("fan-stall", 1);
   ASSERT_EQ(::kill(victim, SIGSTOP), 0);

@@ -278,29 +278,42 @@ void nap(Clock::duration d) {
   }
 }
 
-// The job's frame, and the agent that answered it: the one supervising the job (its first agent,
-// or its second once that took over). An agent that answers UNAVAILABLE (it has just begun to read
-// the job's streams, or stands by to take over) is asked again for up to kUnavailableWait from its
-// first such answer: longer than a standby takes to take over (3 missed polls of 5 s).
-constexpr auto kUnavailableWait = std::chrono::seconds(40);
+// The job's frame, and the agent that answered it: the one supervising the job, its first agent or
+// its second once that took over (the only two that may). One that answers UNAVAILABLE (it begins
+// to read the job's streams, or stands by to take over) is asked again for up to kUnavailableWait
+// from its first such answer: longer than a takeover (3 missed polls of 5 s) and a catch-up.
+constexpr auto kUnavailableWait = std::chrono::seconds(60);
 Result<std::pair<AgentClient*, FrameReply>> supervisingFrame(const std::vector<Part>& parts, const FrameRequest& ask,
                                                              std::chrono::milliseconds timeout) {
+  const auto& agents = parts.front().status.spec.agents;
+  std::vector<AgentClient*> mayAnswer;
+  for (std::size_t i = 0; i < std::min<std::size_t>(agents.size(), 2); ++i) {
+    for (const auto& p : parts) {
+      if (p.agent->hello().nodeName == agents[i].node) mayAnswer.push_back(p.agent);
+    }
+  }
+  if (mayAnswer.empty()) {
+    return Error{ErrorCode::kNotFound, "neither of job " + ask.jobId + "'s first two agents answered: watch it without --fan-in"};
+  }
   std::optional<Clock::time_point> until;
-  Error why{ErrorCode::kNotFound, "job " + ask.jobId + " has no parts"};
+  std::optional<Error> why;  // the first agent's, else the second's
   while (g_interrupted.load() == 0) {
     bool unavailable = false;
-    for (const auto& p : parts) {
-      auto frame = p.agent->frame(ask, timeout);
-      if (frame) return std::pair{p.agent, std::move(*frame)};
+    why.reset();
+    for (AgentClient* agent : mayAnswer) {
+      if (g_interrupted.load() != 0) break;
+      auto frame = agent->frame(ask, timeout);
+      if (frame) return std::pair{agent, std::move(*frame)};
       unavailable = unavailable || frame.error().code == ErrorCode::kUnavailable;
-      if (frame.error().code != ErrorCode::kUnavailable || why.code == ErrorCode::kNotFound) why = frame.error();
+      if (!why) why = frame.error();
     }
     if (!unavailable) break;
     if (!until) until = Clock::now() + kUnavailableWait;
     if (Clock::now() >= *until) break;
     nap(milliseconds(300));
   }
-  return why.withContext("no agent of job " + ask.jobId + " gave its frame; watch it without --fan-in");
+  const Error e = why.value_or(Error{ErrorCode::kCancelled, "interrupted"});
+  return e.withContext("job " + ask.jobId + "'s supervising agent gave no frame; watch it without --fan-in");
 }
 
 // --fan-in: once a second, the job's KPIs as its supervising agent computed them from every one of

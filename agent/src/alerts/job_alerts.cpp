@@ -37,10 +37,11 @@ JobAlerts::JobAlerts(const JobSpec& spec, std::vector<alerts::Rule> rules, std::
       book_(spec.jobId, rules_),
       createdUs_(unixMicrosNow()) {}
 
-std::vector<alerts::Alert> JobAlerts::poll(const std::set<std::string>& nodes,
-                                           const std::function<AgentClient*(const std::string&)>& client) {
+std::vector<alerts::Alert> JobAlerts::poll(const std::set<std::string>& nodes, const ClientOf& client) {
   read(nodes, client);
-  if (rules_.empty()) return {};
+  // A snapshot of now over records not yet read to their end holds empty windows: a rule on
+  // throughput would stop a healthy job.
+  if (rules_.empty() || !caughtUp_) return {};
   measureDisk();
   const std::int64_t now = polledUs_;
   std::vector<alerts::Alert> fired;
@@ -57,24 +58,29 @@ std::vector<alerts::Alert> JobAlerts::poll(const std::set<std::string>& nodes,
 // Each node a batch at a time, in turn, up to kFetchRounds batches of a node: a node whose stream
 // holds much (the job ran long before its frame was asked for) is not read far ahead of the others,
 // whose reports the engine needs to complete the same steps.
-std::optional<std::size_t> JobAlerts::read(const std::set<std::string>& nodes,
-                                           const std::function<AgentClient*(const std::string&)>& client) {
-  std::size_t taken = 0;
-  bool all = true;
+JobAlerts::Read JobAlerts::read(const std::set<std::string>& nodes, const ClientOf& client) {
+  Read out{0, !nodes.empty()};
   std::set<std::string> more(nodes.begin(), nodes.end());
   for (int round = 0; round < kFetchRounds && !more.empty(); ++round) {
     for (auto it = more.begin(); it != more.end();) {
       AgentClient* c = client(*it);
       const auto got = c ? fetchOnce(*it, *c) : std::nullopt;
-      all = all && got.has_value();
-      taken += got ? got->taken : 0;
+      out.complete = out.complete && got.has_value();
+      out.taken += got ? got->taken : 0;
       it = got && got->more ? std::next(it) : more.erase(it);
     }
   }
-  caughtUp_ = std::all_of(nodes.begin(), nodes.end(), [&](const std::string& n) { return cursors_[n].reachedEnd; });
+  out.complete = out.complete && more.empty();
+  caughtUp_ = !nodes.empty() &&
+              std::all_of(nodes.begin(), nodes.end(), [&](const std::string& n) { return cursors_[n].reachedEnd; });
   polledUs_ = unixMicrosNow();
   kpis_ = tracker_.snapshot(polledUs_);
-  return all ? std::optional(taken) : std::nullopt;
+  return out;
+}
+
+void JobAlerts::lapsed() {
+  for (auto& [node, at] : cursors_) at.reachedEnd = false;
+  caughtUp_ = false;
 }
 
 // One batch of what the agent streamed after what was read last; an agent that started again
@@ -89,6 +95,7 @@ std::optional<JobAlerts::Batch> JobAlerts::fetchOnce(const std::string& node, Ag
   if (reply->instanceId != at.instance && reply->lastSeq < at.afterSeq) {
     at.instance = reply->instanceId;
     at.afterSeq = 0;  // it lost what it held: read it again from its start
+    at.reachedEnd = false;
     return Batch{0, true};
   }
   at.instance = reply->instanceId;

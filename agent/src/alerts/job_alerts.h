@@ -47,18 +47,25 @@ class JobAlerts {
   // `self`: this agent's node (its disk is measured where the job writes).
   JobAlerts(const JobSpec& spec, std::vector<alerts::Rule> rules, std::string self, AlertDesk& desk);
 
+  using ClientOf = std::function<AgentClient*(const std::string&)>;
   // Reads what each of `nodes`' agents streamed since the last call (`client` gives the
-  // connection; null: not reachable now) and evaluates the rules. Returns the alerts that fired.
-  std::vector<alerts::Alert> poll(const std::set<std::string>& nodes,
-                                  const std::function<AgentClient*(const std::string&)>& client);
+  // connection; null: not reachable now) and, once caught up, evaluates the rules. Returns the
+  // alerts that fired.
+  std::vector<alerts::Alert> poll(const std::set<std::string>& nodes, const ClientOf& client);
+  // What a read brought: the job's records, and whether every node was read to its stream's end.
+  struct Read {
+    std::size_t taken = 0;
+    bool complete = false;
+  };
   // Only reads (poll's first half): after the job ended, for its last records still on their way.
-  // Returns how many of the job's records came; nullopt when a node could not be read.
-  std::optional<std::size_t> read(const std::set<std::string>& nodes,
-                                  const std::function<AgentClient*(const std::string&)>& client);
+  Read read(const std::set<std::string>& nodes, const ClientOf& client);
   bool hasRules() const { return !rules_.empty(); }
-  // Whether every node of the last read was once read to the end of its stream: before, the KPIs
-  // lack what the agents held when reading began (a frame asked for mid-job).
+  // Whether every node of the last read was once read to the end of its stream. Before, the KPIs
+  // lack what the agents held when reading began (a frame asked for mid-job, or after a lapse), and
+  // are neither a frame nor evaluated.
   bool caughtUp() const { return caughtUp_; }
+  // Reading stopped for a while: what was read stays, but the next reads must catch up again.
+  void lapsed();
   // The job's stall as the supervision sees it across its parts (kpi::jobStall): each agent
   // reports the stall its own ranks show, and only the whole job says which rank is behind.
   void stalled(const Stall& stall);

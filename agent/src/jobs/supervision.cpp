@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <optional>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "alerts/alert_desk.h"
@@ -86,14 +87,14 @@ class Supervisions::Worker {
   // The job's frame and supervision, as one moment's, and whether the job ended unread; the job's
   // streams are read while frames are asked for (kAskedReadsFor).
   struct Asked {
-    std::shared_ptr<const JobFrame> frame;
+    std::shared_ptr<const JobFrame> frame;  // null until the reads caught up (again)
     Supervision supervision;
-    bool endedUnread = false;
+    std::string noLastFrame;  // why the ended job has none
   };
   Asked frameAsked() {
     std::lock_guard lock(mutex_);
     askedAt_ = Clock::now();
-    return {frame_, state_, endedUnread_};
+    return {frame_, state_, noLastFrame_};
   }
 
  private:
@@ -111,8 +112,10 @@ class Supervisions::Worker {
   void readToTheEnd(JobAlerts& alerts, const Supervisor& supervisor);
   void publishFrame(std::shared_ptr<const JobFrame> frame);
   bool reading(const JobAlerts& alerts) const;  // whether the job's streams are read (rules, or a frame asked)
-  std::set<std::string> nodesAnswering(const Supervisor& supervisor);
-  AgentClient* connected(const std::string& node);  // already, and while the agent is not stopping
+  std::set<std::string> nodesLeft(const Supervisor& supervisor) const;
+  // A node's connection where it answered the last poll; null while the agent stops.
+  AgentClient* answering(const std::string& node);
+  void noLastFrame(const std::string& why);
   bool lostRank(std::uint32_t rank) const;
   AgentClient* client(const std::string& node);
   void publish(SupervisionState state, const Supervisor& supervisor, JobState outcome = JobState::kRunning,
@@ -146,7 +149,8 @@ class Supervisions::Worker {
   Supervision state_{standby_ ? SupervisionState::kStandby : SupervisionState::kFollowing, JobState::kRunning, {}, {}};
   std::shared_ptr<const JobFrame> frame_;  // after each read of the job's agents' streams
   std::optional<Clock::time_point> askedAt_;  // a client's last frame request
-  bool endedUnread_ = false;                  // the job ended while its streams were not read
+  bool read_ = false;                         // the job's streams were read at the last poll
+  std::string noLastFrame_;                   // the job ended without a last frame: why
   bool tookOver_ = false;                  // the standby, from the first agent
   std::thread thread_;  // last: it runs once the members above exist
 };
@@ -338,18 +342,27 @@ JobAlerts Supervisions::Worker::makeAlerts(const JobSpec& spec) {
   return JobAlerts(spec, rules ? std::move(*rules) : std::vector<alerts::Rule>{}, self_, desk_);
 }
 
-// The job's nodes not lost and answering at the last poll.
-std::set<std::string> Supervisions::Worker::nodesAnswering(const Supervisor& supervisor) {
+// The job's nodes not lost: those its streams are read from.
+std::set<std::string> Supervisions::Worker::nodesLeft(const Supervisor& supervisor) const {
   std::set<std::string> nodes;
   for (const auto& r : supervisor.spec().ranks) {
-    if (!lost_.count(r.node) && misses_[r.node] == 0) nodes.insert(r.node);
+    if (!lost_.count(r.node)) nodes.insert(r.node);
   }
   return nodes;
 }
 
-AgentClient* Supervisions::Worker::connected(const std::string& node) {
+// A silent node is not read (none is connected to anew here: that is the supervision's to do, and
+// a dead node must not hold up a poll), and counts as not read to its end.
+AgentClient* Supervisions::Worker::answering(const std::string& node) {
   const auto it = clients_.find(node);
-  return stopping() || it == clients_.end() ? nullptr : it->second.get();
+  const auto missed = misses_.find(node);
+  if (stopping() || it == clients_.end() || (missed != misses_.end() && missed->second > 0)) return nullptr;
+  return it->second.get();
+}
+
+void Supervisions::Worker::noLastFrame(const std::string& why) {
+  std::lock_guard lock(mutex_);
+  noLastFrame_ = why;
 }
 
 bool Supervisions::Worker::reading(const JobAlerts& alerts) const {
@@ -358,20 +371,29 @@ bool Supervisions::Worker::reading(const JobAlerts& alerts) const {
 }
 
 // Evaluates the job's rules on what the job's agents that answer streamed (a lost or silent one is
-// left out, and none is connected to anew here: that is the supervision's to do, and a dead node
-// must not hold up a poll), and carries out what the rules that fired ask: stop, with time for a
-// checkpoint first where they ask for one. The job then ends stopped, and is not restarted. What
-// was read is the job's frame. A job without rules whose frame nobody asked for is not read.
+// left out), and carries out what the rules that fired ask: stop, with time for a checkpoint first
+// where they ask for one. The job then ends stopped, and is not restarted. What was read is the
+// job's frame, once the reads caught up. A job without rules whose frame nobody asked for lately
+// is not read; when its reads lapse, its frame goes until they catch up again.
 void Supervisions::Worker::pollAlerts(JobAlerts& alerts, Supervisor& supervisor) {
-  if (!reading(alerts)) return;
-  const std::set<std::string> nodes = nodesAnswering(supervisor);
+  if (!reading(alerts)) {
+    if (std::exchange(read_, false)) {
+      alerts.lapsed();
+      publishFrame(nullptr);
+    }
+    return;
+  }
+  read_ = true;
+  const std::set<std::string> nodes = nodesLeft(supervisor);
   std::vector<const JobStatus*> parts;
   for (const auto& [node, status] : statuses_) {
-    if (nodes.count(node) && status.spec.attempt == supervisor.spec().attempt) parts.push_back(&status);
+    if (nodes.count(node) && misses_[node] == 0 && status.spec.attempt == supervisor.spec().attempt) {
+      parts.push_back(&status);
+    }
   }
   const auto stall = kpi::jobStall(parts);
   if (stall) alerts.stalled(*stall);
-  const auto fired = alerts.poll(nodes, [this](const std::string& node) { return connected(node); });
+  const auto fired = alerts.poll(nodes, [this](const std::string& node) { return answering(node); });
   if (alerts.caughtUp()) publishFrame(alerts.takeFrame(stall, false));
   for (const auto& alert : fired) {
     if (stoppedByAlert_ || !alerts::has(alert.actions, alerts::Action::kStop) || stopping()) continue;
@@ -384,20 +406,27 @@ void Supervisions::Worker::pollAlerts(JobAlerts& alerts, Supervisor& supervisor)
   }
 }
 
-// After the job ended: its streams read on until they bring nothing more of it (kLeastEndReads), and
-// its last frame published, at its newest report.
+// After the job ended: its streams read on until every node's was read to its end and a read brought
+// nothing more of it (at least kLeastEndReads reads), and its last frame published, at its newest
+// report. Without that, no last frame: a client is told why, not shown less as the job's last.
 void Supervisions::Worker::readToTheEnd(JobAlerts& alerts, const Supervisor& supervisor) {
+  const std::string ended = "job " + first_.jobId + " ended";
   if (!reading(alerts)) {
-    std::lock_guard lock(mutex_);
-    endedUnread_ = true;
+    noLastFrame(ended + " while no client asked node " + self_ + " for its frame");
     return;
   }
-  const auto read = [&] { return alerts.read(nodesAnswering(supervisor), [this](const std::string& n) { return connected(n); }); };
-  for (int i = 0; i < kMostEndReads && pause(kPollEvery); ++i) {
-    const auto taken = read();  // nullopt: a node could not be read, which is not "nothing more"
-    if (taken == std::size_t{0} && i + 1 >= kLeastEndReads) break;
+  bool done = false;
+  for (int i = 0; !done && i < kMostEndReads && pause(kPollEvery); ++i) {
+    const auto read = alerts.read(nodesLeft(supervisor), [this](const std::string& node) { return answering(node); });
+    done = read.complete && read.taken == 0 && i + 1 >= kLeastEndReads;
   }
-  if (!stopping()) publishFrame(alerts.takeFrame(std::nullopt, true));
+  if (stopping()) return;
+  if (!done) {
+    publishFrame(nullptr);
+    noLastFrame(ended + ", and node " + self_ + " could not read every one of its agents' streams to the end");
+    return;
+  }
+  publishFrame(alerts.takeFrame(std::nullopt, true));
 }
 
 void Supervisions::Worker::publishFrame(std::shared_ptr<const JobFrame> frame) {
@@ -510,16 +539,16 @@ Result<FrameReply> Supervisions::frameOf(const FrameRequest& request) const {
                                                        ": ask its supervising agent (its first agent, or its second "
                                                        "once that took over)"};
     }
+    asked = it->second->frameAsked();  // a standby asked reads once it took over
     if (role == Worker::Role::kStandsBy) {  // it may take over: not a final no
       return Error{ErrorCode::kUnavailable, "node " + node_ + " stands by for job " + request.jobId +
                                                 "'s supervision: it answers once it takes over"};
     }
-    asked = it->second->frameAsked();
   }
   const auto& frame = asked.frame;
-  if (asked.endedUnread) {  // what frame there is, from an earlier ask, is not its last
-    return Error{ErrorCode::kFailedPrecondition, "job " + request.jobId + " ended while no client asked node " + node_ +
-                                                     " for its frame: watch it without --fan-in (its agents' streams hold it)"};
+  if (!asked.noLastFrame.empty()) {  // what frame there is, from an earlier ask, is not its last
+    return Error{ErrorCode::kFailedPrecondition,
+                 asked.noLastFrame + ": watch it without --fan-in (its agents' streams hold it)"};
   }
   if (!frame) {
     return Error{ErrorCode::kUnavailable, "node " + node_ + " reads job " + request.jobId +
