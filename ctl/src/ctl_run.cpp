@@ -52,9 +52,11 @@ Commands:
                                lost, with or without a client (status JOB says what happened)
   stop JOB [--grace-ms N]      stop a job everywhere and wait until its ranks are gone
   status [JOB]                 jobs on the agents, or one job's ranks
-  watch JOB [--fan-in]         live per-rank throughput, loss, communication overhead, CPU/GPU use;
+  watch JOB [--fan-in [--ranks FROM-TO]]
+                               live per-rank throughput, loss, communication overhead, CPU/GPU use;
                                --fan-in: from the job's supervising agent alone, which reads every
-                               node's stream (a large job: docs/fan-in.md); not recorded in history
+                               node's stream (a large job: docs/fan-in.md), the rows of ranks 0-63
+                               or --ranks and of the slowest; not recorded in history
   logs JOB --rank R [--bytes N]  the end of a rank's log
   stacks JOB [--rank R]        what the job's ranks are doing now: where each is (its progress),
                                its process state, threads, Python stacks or a native backtrace

@@ -267,9 +267,21 @@ Json renderWatch(const View& v, const JobSpec& spec, JobState state, bool json, 
   return snapshot;
 }
 
-// The rows --fan-in asks for: the first ranks (the job's figures, its slowest ranks and its
-// collectives cover them all).
+// The rows --fan-in asks for unless --ranks says which: the first ranks (the job's figures, its
+// slowest ranks and its collectives cover them all).
 constexpr std::uint32_t kFannedInRows = 64;
+
+// --ranks FROM-TO: the ranks whose rows a frame brings, at most kMaxFrameRanks of them.
+Result<std::pair<std::uint32_t, std::uint32_t>> rowsOf(const std::string& text) {
+  const auto dash = text.find('-');
+  const Error bad{ErrorCode::kInvalidArgument, "--ranks: '" + text + "' is not FROM-TO, such as 0-63 (at most " +
+                                                   std::to_string(kMaxFrameRanks) + " ranks)"};
+  if (dash == std::string::npos) return bad;
+  auto from = parseWhole("--ranks", text.substr(0, dash), 0, 0xFFFFFFFEu);
+  auto to = parseWhole("--ranks", text.substr(dash + 1), 0, 0xFFFFFFFEu);
+  if (!from || !to || *to < *from || *to - *from >= kMaxFrameRanks) return bad;
+  return std::pair{*from, *to - *from + 1};
+}
 
 // Sleeps `d`, or less when interrupted.
 void nap(Clock::duration d) {
@@ -321,9 +333,9 @@ Result<std::pair<AgentClient*, FrameReply>> supervisingFrame(const std::vector<P
 // When the supervising agent stops answering, the frame is looked for among the job's agents
 // again (its standby takes over) and the events are read anew from the first: another agent
 // numbers them its own way.
-int watchFannedIn(const Globals& g, const std::vector<Part>& parts, bool tty) {
+int watchFannedIn(const Globals& g, const std::vector<Part>& parts, std::pair<std::uint32_t, std::uint32_t> rows, bool tty) {
   const JobSpec& spec = parts.front().status.spec;
-  FrameRequest ask{spec.jobId, 0, kFannedInRows, 0};
+  FrameRequest ask{spec.jobId, rows.first, rows.second, 0};
   AgentClient* supervising = nullptr;
   Result<FrameReply> frame = Error{ErrorCode::kUnavailable, "not asked yet"};
   EventLog events;
@@ -359,14 +371,26 @@ int watchFannedIn(const Globals& g, const std::vector<Part>& parts, bool tty) {
 int cmdWatch(const Globals& g, const std::vector<std::string>& argv) {
   std::vector<std::string> args;
   bool fanIn = false;
-  LOCKSTEP_TRY_OR_FAIL(Flags("usage: lockstepctl watch JOB [--fan-in]").on("--fan-in", &fanIn).arguments(&args, 1).parse(argv));
+  std::string ranks;
+  LOCKSTEP_TRY_OR_FAIL(Flags("usage: lockstepctl watch JOB [--fan-in [--ranks FROM-TO]]")
+                           .on("--fan-in", &fanIn)
+                           .text("--ranks", &ranks)
+                           .arguments(&args, 1)
+                           .parse(argv));
+  std::pair<std::uint32_t, std::uint32_t> rows{0, kFannedInRows};
+  if (!ranks.empty()) {
+    if (!fanIn) return fail(Error{ErrorCode::kInvalidArgument, "--ranks chooses the rows of --fan-in: give both"});
+    auto chosen = rowsOf(ranks);
+    if (!chosen) return fail(chosen.error());
+    rows = *chosen;
+  }
   const std::string jobId = args[0];
   auto agents = connectAgentsFor(g, jobId);
   if (!agents) return fail(agents.error());
   auto parts = findJob(*agents, jobId, g.timeout);
   if (!parts) return fail(parts.error());
   const bool tty = ::isatty(STDOUT_FILENO) != 0;
-  if (fanIn) return watchFannedIn(g, *parts, tty);
+  if (fanIn) return watchFannedIn(g, *parts, rows, tty);
   WatchState w(parts->front().status.spec, g.historyPath);
   Recorder recorder(g);
   // Recording: everything the agents still hold of the job. Else their last few thousand

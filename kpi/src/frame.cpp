@@ -231,9 +231,10 @@ JobKpis withRanks(JobKpis head, std::span<const RankKpis> ranks, std::span<const
     return std::partition_point(ranks.begin(), ranks.end(), [&](const RankKpis& r) { return r.rank < rank; });
   };
   head.ranks.assign(at(from), at(end));
-  // And the slowest ranks' rows, wherever they are: who holds the job up is always in view.
+  // And the rows of the slowest ranks that are slower than the median, wherever they are: who holds
+  // the job up is always in view.
   for (const auto& slow : head.slowestRanks) {
-    if (slow.rank >= from && slow.rank < end) continue;
+    if (slow.excess <= 0 || (slow.rank >= from && slow.rank < end)) continue;
     if (const auto it = at(slow.rank); it != ranks.end() && it->rank == slow.rank) head.ranks.push_back(*it);
   }
   std::sort(head.ranks.begin(), head.ranks.end(), [](const RankKpis& a, const RankKpis& b) { return a.rank < b.rank; });

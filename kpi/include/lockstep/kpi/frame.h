@@ -16,7 +16,7 @@
 namespace lockstep::kpi {
 
 // `head` (a job's KPIs without their rows) with the rows of ranks [from, from + count) and of its
-// slowest ranks out of `ranks` (in rank order, as JobTracker::snapshot gives them), and of the
+// slowest ranks that are slower than the median out of `ranks` (in rank order, as JobTracker::snapshot gives them), and of the
 // GPUs on those ranks' nodes.
 // Costs the rows it copies and a look at each GPU's node, whatever the job's size.
 JobKpis withRanks(JobKpis head, std::span<const RankKpis> ranks, std::span<const GpuKpis> gpus, std::uint32_t from,
