@@ -429,10 +429,10 @@ void Supervisions::Worker::readToTheEnd(JobAlerts& alerts, const Supervisor& sup
   publishFrame(alerts.takeFrame(std::nullopt, true));
 }
 
+// The old frame (a 16,384-rank job's is some MB) leaves in `frame`, freed after the lock is released.
 void Supervisions::Worker::publishFrame(std::shared_ptr<const JobFrame> frame) {
-  std::unique_lock lock(mutex_);
+  std::lock_guard lock(mutex_);
   std::swap(frame_, frame);
-  lock.unlock();  // the old frame, a 16,384-rank job's some MB, is freed outside the lock
 }
 
 void Supervisions::Worker::stopParts(const JobSpec& attempt, std::uint32_t graceMs) {
