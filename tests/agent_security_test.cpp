@@ -179,7 +179,7 @@ TEST(AgentBounds, HundredThousandWaitingFetchesAreRefusedBeyondABoundAndOthersAr
   zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
   for (int sent = 0; sent < kFetches;) {
     for (int i = 0; i < kBatch; ++i, ++sent) {
-      const std::string fetch = encode(Request{static_cast<std::uint64_t>(sent + 1), FetchRequest{1ull << 40, 10, 30000}});
+      const std::string fetch = encode(Request{static_cast<std::uint64_t>(sent + 1), FetchRequest{1ull << 40, 10, 30000, {}}});
       dealer.send(zmq::buffer(fetch), zmq::send_flags::none);
     }
     const auto deadline = std::chrono::steady_clock::now() + 20s;

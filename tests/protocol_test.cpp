@@ -121,7 +121,7 @@ TEST(ProtocolRoundTrip, AStepReportWithoutTimingsKeepsThemUnknown) {
 
 TEST(ProtocolRoundTrip, OtherRequestsAndReplies) {
   for (const Request& r : {Request{1, HelloRequest{1, "lockstepctl"}}, Request{2, StopJobRequest{"job-1", 5000}},
-                           Request{3, FetchRequest{123456789, 500, 200}}, Request{4, ListJobsRequest{}},
+                           Request{3, FetchRequest{123456789, 500, 200, {"big-job", "other-job"}}}, Request{4, ListJobsRequest{}},
                            Request{5, LogsRequest{"job-1", 3, 65536}}}) {
     auto out = decodeRequest(encode(r));
     ASSERT_TRUE(out.ok()) << out.error().message;
@@ -225,6 +225,21 @@ TEST(ProtocolRoundTrip, AJobListLeavesOutTheSpecsTheClientHolds) {
   ASSERT_FALSE(tooMany.ok());
   EXPECT_NE(tooMany.error().message.find("more than 4096 known specs"), std::string::npos) << tooMany.error().message;
   EXPECT_FALSE(decodeRequest(encode(Request{12, ListJobsRequest{{{"no spaces allowed", 0}}}})).ok());
+}
+
+// Issue 46 §1: a client that watches jobs fanned in names them in its fetches; bounded, each a job id.
+TEST(ProtocolRoundTrip, AFetchNamesTheJobsItLeavesOut) {
+  const Request ask{13, FetchRequest{7, 100, 50, {"wide-1", "wide-2"}}};
+  auto request = decodeRequest(encode(ask));
+  ASSERT_TRUE(request.ok()) << request.error().message;
+  EXPECT_EQ(*request, ask);
+  FetchRequest many{0, 0, 0, {}};
+  for (std::size_t i = 0; i <= kMaxJobsLeftOut; ++i) many.jobsLeftOut.push_back("job-" + std::to_string(i));
+  auto tooMany = decodeRequest(encode(Request{14, many}));
+  ASSERT_FALSE(tooMany.ok());
+  EXPECT_NE(tooMany.error().message.find("fetch: more than 64 jobs left out"), std::string::npos) << tooMany.error().message;
+  auto badId = decodeRequest(encode(Request{15, FetchRequest{0, 0, 0, {"no spaces allowed"}}}));
+  ASSERT_FALSE(badId.ok());
 }
 
 // Issue 46: the largest jobs run today take 16,384 GPUs, 8 to a node. Such a job is a valid spec,

@@ -227,9 +227,10 @@ Result<StopJobReply> AgentClient::stopJob(const std::string& jobId, std::uint32_
 }
 
 Result<FetchReply> AgentClient::fetch(std::uint64_t afterSeq, std::uint32_t maxMessages, std::uint32_t waitMs,
-                                      milliseconds timeout) {
-  return expect<FetchReply>(impl_->call(FetchRequest{afterSeq, maxMessages, waitMs}, timeout + milliseconds(waitMs)),
-                            "fetch");
+                                      milliseconds timeout, std::vector<std::string> jobsLeftOut) {
+  return expect<FetchReply>(
+      impl_->call(FetchRequest{afterSeq, maxMessages, waitMs, std::move(jobsLeftOut)}, timeout + milliseconds(waitMs)),
+      "fetch");
 }
 
 Result<JobsReply> AgentClient::listJobs(milliseconds timeout, std::vector<JobAttempt> knownSpecs) {

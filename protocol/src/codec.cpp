@@ -377,6 +377,7 @@ std::string encode(const Request& request) {
           m.mutable_fetch()->set_after_seq(body.afterSeq);
           m.mutable_fetch()->set_max_messages(body.maxMessages);
           m.mutable_fetch()->set_wait_ms(body.waitMs);
+          for (const auto& job : body.jobsLeftOut) m.mutable_fetch()->add_jobs_left_out(job);
         } else if constexpr (std::is_same_v<T, ListJobsRequest>) {
           auto* list = m.mutable_list_jobs();
           for (const auto& known : body.knownSpecs) {
@@ -423,9 +424,18 @@ Result<Request> decodeRequest(std::string_view bytes, std::size_t maxBytes) {
       case pb::Request::kStopJob:
         LOCKSTEP_TRY(validateJobId(m.stop_job().job_id()));
         return Body{StopJobRequest{m.stop_job().job_id(), m.stop_job().grace_ms()}};
-      case pb::Request::kFetch:
+      case pb::Request::kFetch: {
         if (m.fetch().wait_ms() > 60000) return bad("fetch: wait_ms is over 60000");
-        return Body{FetchRequest{m.fetch().after_seq(), m.fetch().max_messages(), m.fetch().wait_ms()}};
+        if (static_cast<std::size_t>(m.fetch().jobs_left_out_size()) > kMaxJobsLeftOut) {
+          return bad("fetch: more than " + std::to_string(kMaxJobsLeftOut) + " jobs left out");
+        }
+        FetchRequest fetch{m.fetch().after_seq(), m.fetch().max_messages(), m.fetch().wait_ms(), {}};
+        for (const auto& job : m.fetch().jobs_left_out()) {
+          LOCKSTEP_TRY(validateJobId(job));
+          fetch.jobsLeftOut.push_back(job);
+        }
+        return Body{std::move(fetch)};
+      }
       case pb::Request::kListJobs: {
         if (static_cast<std::size_t>(m.list_jobs().known_specs_size()) > kMaxKnownSpecs) {
           return bad("list jobs: more than " + std::to_string(kMaxKnownSpecs) + " known specs");

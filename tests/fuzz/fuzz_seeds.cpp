@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   write(0, encode(Request{2, StartJobRequest{spec, ""}}));
   write(0, encode(Request{3, StartJobRequest{npy, ""}}));
   write(0, encode(Request{4, StopJobRequest{"seed", 100}}));
-  write(0, encode(Request{5, FetchRequest{10, 100, 200}}));
+  write(0, encode(Request{5, FetchRequest{10, 100, 200, {"job-left-out"}}}));
   write(0, encode(Request{6, LogsRequest{"seed", 1, 100}}));
   StepReport report;
   report.jobId = "seed";

@@ -27,7 +27,7 @@ void Fetches::onFetch(const std::string& client, const std::string& key, const S
       std::min<std::size_t>(body.maxMessages > 0 ? body.maxMessages : kFetchDefaultMessages, kFetchMaxMessages);
   std::uint64_t after = body.afterSeq;
   if (stream_.buffer().hasAfter(after) || body.waitMs == 0) {
-    FetchReply now = fetchFor(scope, after, max);
+    FetchReply now = fetchFor(scope, body.jobsLeftOut, after, max);
     if (!now.messages.empty() || body.waitMs == 0) return replies_.reply(client, Reply{id, std::move(now)});
     after = std::max(after, now.lastSeq);  // nothing up to there is this client's
   }
@@ -42,7 +42,8 @@ void Fetches::onFetch(const std::string& client, const std::string& key, const S
                                                  "): wait for their answers before asking again"});
   }
   waiting_.push_back(Waiting{client, key, id, after, max,
-                             Clock::now() + milliseconds(std::min(body.waitMs, kFetchMaxWaitMs)), scope});
+                             Clock::now() + milliseconds(std::min(body.waitMs, kFetchMaxWaitMs)), scope,
+                             body.jobsLeftOut});
 }
 
 void Fetches::answer(bool onlyExpired) {
@@ -53,7 +54,7 @@ void Fetches::answer(bool onlyExpired) {
       ++it;
       continue;
     }
-    FetchReply fetched = fetchFor(it->scope, it->afterSeq, it->max);
+    FetchReply fetched = fetchFor(it->scope, it->leftOut, it->afterSeq, it->max);
     if (fetched.messages.empty() && !expired) {
       it->afterSeq = std::max(it->afterSeq, fetched.lastSeq);  // none of them is this client's: wait on
       ++it;
@@ -82,21 +83,21 @@ milliseconds Fetches::until(milliseconds timeout) const {
   return timeout;
 }
 
-// The stream as `scope` shows it: the node's own records and a user's jobs', or a supervising agent's jobs (a job this agent
-// no longer knows is nobody's to see).
-FetchReply Fetches::fetchFor(const StreamScope& scope, std::uint64_t afterSeq, std::size_t max) const {
-  StreamBuffer::Shows shows;
-  if (scope.jobs) {
-    shows = [&scope](const StreamMessage& m) {
-      const std::string& job = jobOf(m.payload);
-      return !job.empty() && std::find(scope.jobs->begin(), scope.jobs->end(), job) != scope.jobs->end();
-    };
-  } else if (scope.owner) {
-    shows = [this, &scope](const StreamMessage& m) {
-      const std::string& job = jobOf(m.payload);
-      return job.empty() || jobs_.ownerOf(job) == scope.owner;
-    };
-  }
+// The stream as `scope` shows it, less the jobs the client reads fanned in: the node's own records
+// and a user's jobs', or a supervising agent's jobs (a job this agent no longer knows is nobody's to
+// see).
+FetchReply Fetches::fetchFor(const StreamScope& scope, const std::vector<std::string>& leftOut, std::uint64_t afterSeq,
+                             std::size_t max) const {
+  const auto listed = [](const std::vector<std::string>& jobs, const std::string& job) {
+    return std::find(jobs.begin(), jobs.end(), job) != jobs.end();
+  };
+  StreamBuffer::Shows shows;  // everything: an admin's key, leaving nothing out
+  if (scope.jobs || scope.owner || !leftOut.empty()) shows = [&](const StreamMessage& m) {
+    const std::string& job = jobOf(m.payload);
+    if (!job.empty() && listed(leftOut, job)) return false;
+    if (scope.jobs) return !job.empty() && listed(*scope.jobs, job);
+    return !scope.owner || job.empty() || jobs_.ownerOf(job) == scope.owner;
+  };
   FetchReply reply = stream_.buffer().fetch(afterSeq, max, instanceId_, shows);
   reply.jobsVersion = jobs_.jobsVersion();
   return reply;

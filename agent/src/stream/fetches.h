@@ -51,9 +51,11 @@ class Fetches {
     std::size_t max;
     Clock::time_point deadline;
     StreamScope scope;
+    std::vector<std::string> leftOut;
   };
 
-  FetchReply fetchFor(const StreamScope& scope, std::uint64_t afterSeq, std::size_t max) const;
+  FetchReply fetchFor(const StreamScope& scope, const std::vector<std::string>& leftOut, std::uint64_t afterSeq,
+                      std::size_t max) const;
 
   const NodeStream& stream_;
   const JobManager& jobs_;

@@ -55,8 +55,9 @@ class AgentClient {
   Result<StartJobReply> startJob(const JobSpec& spec, const std::string& storeSecret, std::chrono::milliseconds timeout);
   Result<StopJobReply> stopJob(const std::string& jobId, std::uint32_t graceMs, std::chrono::milliseconds timeout);
   // Long poll: the agent answers once something newer than afterSeq exists, or after waitMs.
+  // `jobsLeftOut` (at most kMaxJobsLeftOut): jobs whose records the caller reads fanned in.
   Result<FetchReply> fetch(std::uint64_t afterSeq, std::uint32_t maxMessages, std::uint32_t waitMs,
-                           std::chrono::milliseconds timeout);
+                           std::chrono::milliseconds timeout, std::vector<std::string> jobsLeftOut = {});
   // `knownSpecs`: the specs this caller holds from an earlier reply on this connection; their
   // statuses come with the spec left out (JobStatus::specOmitted), the rest in full.
   Result<JobsReply> listJobs(std::chrono::milliseconds timeout, std::vector<JobAttempt> knownSpecs = {});

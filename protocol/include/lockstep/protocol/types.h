@@ -399,10 +399,13 @@ struct StopJobRequest {
   std::uint32_t graceMs = 0;
   bool operator==(const StopJobRequest&) const = default;
 };
+// At most kMaxJobsLeftOut (validate.h) jobs left out.
 struct FetchRequest {
   std::uint64_t afterSeq = 0;
   std::uint32_t maxMessages = 0;
   std::uint32_t waitMs = 0;
+  // Jobs whose records the client reads fanned in (docs/fan-in.md): the agent leaves them out.
+  std::vector<std::string> jobsLeftOut;
   bool operator==(const FetchRequest&) const = default;
 };
 // A job at an attempt (lockstep.proto).

@@ -57,6 +57,8 @@ inline constexpr std::size_t kMaxWebhookUrlBytes = 2048;
 inline constexpr std::size_t kMaxRecordListItems = 64;
 // The specs a ListJobsRequest may say its client holds.
 inline constexpr std::size_t kMaxKnownSpecs = 4096;
+// The jobs a FetchRequest may leave out (the jobs a client watches fanned in).
+inline constexpr std::size_t kMaxJobsLeftOut = 64;
 Result<void> validateStepReport(const StepReport& report);
 // A phase's name: 1 to kMaxPhaseNameBytes bytes of UTF-8, no control characters.
 inline constexpr std::size_t kMaxPhaseNameBytes = 64;
