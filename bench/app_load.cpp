@@ -13,11 +13,19 @@
 //
 //   build/bin/lockstep-bench-app [--agents 8] [--gpus 8] [--steps-per-second 10] [--seconds 20]
 //                                [--screenshot FILE.png] [--compressed-hours H] [--timeline]
-//                                [--job-lists known|full|off]
+//                                [--job-lists known|full|off] [--fan-in-nodes N]
 //
 // With --timeline, a third phase streams the same with the dashboard's Timeline tab shown. While
 // streaming, each agent's job list comes every second as its worker polls it (--job-lists: without
 // the spec, as the app asks for it; "full" as it was before issue 46; "off").
+//
+// A job on more nodes than --fan-in-nodes (the app's default, 128) is watched fanned in, as the app
+// watches it (docs/fan-in.md): the agents' batches carry their nodes' own records alone (the agent
+// leaves the job's out), and the job's supervising agent, here a real KPI tracker on the generator's
+// thread folding every record, sends a frame twice a second (ranks 0-255 and the slowest, as the
+// worker asks) to the ingest thread, as that agent's worker does. Its frames' moment is the newest
+// report in them, so s2p still counts from a report's stamp. `--fan-in-nodes 1000000` watches
+// every stream, as before.
 //
 // With --compressed-hours, instead: H hours of the stream as fast as the app takes it, and the
 // app's memory every 10 simulated minutes.
@@ -47,8 +55,10 @@
 #include "TimelineWidget.h"
 #include "HeatmapWidget.h"
 #include "MainWindow.h"
+#include "lockstep/kpi/frame.h"
 #include "lockstep/net/keys.h"
 #include "lockstep/protocol/job_list.h"
+#include "lockstep/protocol/stream.h"
 #include "process_figures.h"
 #include "synthetic_stream.h"
 
@@ -69,6 +79,7 @@ struct Options {
   // Each agent's job list every second, as its worker polls it: "known" (the spec left out, as the
   // app asks since issue 46), "full" (the spec in every list, as before), or "off".
   std::string jobLists = "known";
+  lockstep::app::FanInRule fanIn;
 };
 
 double cpuSeconds(clockid_t clock) {
@@ -134,7 +145,10 @@ app::JobList pollingList(const Options& o, const JobSpec& spec) {
 class Generator {
  public:
   Generator(ClusterStore& store, const Options& o, app::JobList jobLists = nullptr)
-      : store_(store), o_(o), jobLists_(std::move(jobLists)) {}
+      : store_(store), o_(o), jobLists_(std::move(jobLists)) {
+    const JobSpec spec = stream_.job();
+    if (o.fanIn.fannedIn(spec)) supervisor_ = std::make_unique<kpi::JobTracker>(spec);
+  }
   ~Generator() { stop(); }
   void start() {
     thread_ = std::thread([this] { run(); });
@@ -151,6 +165,8 @@ class Generator {
   }
   bool done() const { return done_.load(); }
   std::uint64_t messages() const { return messages_.load(); }
+  std::uint64_t frameBytes() const { return frameBytes_.load(); }
+  bool fannedIn() const { return supervisor_ != nullptr; }
 
  private:
   void run() {
@@ -168,6 +184,7 @@ class Generator {
       sampleDebt -= samples;
       sendTick(steps, samples, nowUs());
       if (++ticks % 10 == 0) sendJobLists();
+      if (ticks % 5 == 0) sendFrame();
     }
   }
 
@@ -209,11 +226,31 @@ class Generator {
     done_ = true;
   }
 
+  // As the supervising agent makes the job's frame and its worker hands it on (AgentWorker::askFrames).
+  void sendFrame() {
+    if (!supervisor_) return;
+    kpi::JobKpis k = supervisor_->snapshot(nowUs());
+    const auto ranks = std::move(k.ranks);
+    const auto gpus = std::move(k.gpus);
+    auto frame = std::make_shared<FrameReply>();
+    frame->jobId = k.jobId;
+    frame->timeUnixUs = supervisor_->lastReportUnixUs();
+    frame->kpis = kpi::encodeFrame(kpi::withRanks(std::move(k), ranks, gpus, 0, 256));
+    frameBytes_ += frame->kpis.size();
+    QMetaObject::invokeMethod(&store_.ingest(), [ingest = &store_.ingest(), frame = app::FramePtr(frame)] {
+      ingest->onFrame(agentId(0), frame);
+    }, Qt::QueuedConnection);
+  }
+
   // One batch per agent with what its ranks and GPUs produced in 100 ms ending at `now`.
   void sendTick(int steps, int samples, std::int64_t now) {
     stream_.startTick(0.1);
     for (int a = 0; a < o_.agents; ++a) {
       std::vector<StreamMessage> batch = stream_.batchOf(a, steps, samples, now);
+      if (supervisor_) {  // the supervising agent reads it all; the app gets the nodes' own records
+        for (const auto& m : batch) visitRecord(m, *supervisor_);
+        std::erase_if(batch, [](const StreamMessage& m) { return !jobOf(m.payload).empty(); });
+      }
       if (batch.empty()) continue;
       messages_ += batch.size();
       // As an agent worker does: the store hands it to the ingest thread.
@@ -230,6 +267,8 @@ class Generator {
   std::atomic<bool> done_{false};
   bench::SyntheticStream stream_{o_.agents, o_.gpus, o_.stepsPerSecond};
   app::JobList jobLists_;
+  std::unique_ptr<kpi::JobTracker> supervisor_;  // the job's supervising agent's, when it is fanned in
+  std::atomic<std::uint64_t> frameBytes_{0};
 };
 
 // Counts the dashboard's repaints (the heatmap is painted on every refresh that brought data) and
@@ -360,10 +399,12 @@ int main(int argc, char** argv) {
     else if (a == "--compressed-hours") o.compressedHours = std::atof(next());
     else if (a == "--timeline") o.timeline = true;
     else if (a == "--job-lists") o.jobLists = next();
+    else if (a == "--fan-in-nodes") o.fanIn.nodesOver = static_cast<std::size_t>(std::atoll(next()));
     else {
       std::fprintf(stderr,
                    "usage: lockstep-bench-app [--agents 8] [--gpus 8] [--steps-per-second 10] [--seconds 20] "
-                   "[--screenshot FILE.png] [--compressed-hours H] [--timeline] [--job-lists known|full|off]\n");
+                   "[--screenshot FILE.png] [--compressed-hours H] [--timeline] [--job-lists known|full|off] "
+                   "[--fan-in-nodes N]\n");
       return 2;
     }
   }
@@ -385,7 +426,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "lockstep-bench-app: %s\n", keys.error().message.c_str());
     return 1;
   }
-  ClusterStore store(*keys);
+  ClusterStore store(*keys, nullptr, nullptr, o.fanIn);
   lockstep::app::MainWindow window(store, config.path());
   FrameCounter frames(*window.dashboard());
   window.resize(1500, 950);
@@ -401,8 +442,9 @@ int main(int argc, char** argv) {
   announce(store, o, spec);
 
   std::printf("lockstep-bench-app: %d agents x %d GPUs, one rank per GPU at %.0f steps/s, samples at %d Hz, job lists "
-              "%s, %s\n",
-              o.agents, o.gpus, o.stepsPerSecond, o.sampleHz, o.jobLists.c_str(), qPrintable(QGuiApplication::platformName()));
+              "%s, %s, %s\n",
+              o.agents, o.gpus, o.stepsPerSecond, o.sampleHz, o.jobLists.c_str(), qPrintable(QGuiApplication::platformName()),
+              o.fanIn.fannedIn(spec) ? "the job fanned in (frames from its supervising agent)" : "every record to the app");
   if (o.compressedHours > 0) return compressed(store, o);
   std::printf("%-10s %10s %12s %12s %12s %12s %12s %12s %10s %12s %12s\n", "phase", "msgs/s", "GUI CPU %", "ingest CPU %", "all CPU %",
               "late p50 ms",
@@ -410,6 +452,8 @@ int main(int argc, char** argv) {
   const PhaseResult idle = runPhase(o.seconds / 2, frames, nullptr);
   print("idle", idle);
   Generator generator(store, o, pollingList(o, spec));
+  QElapsedTimer wallSeconds;
+  wallSeconds.start();
   generator.start();
   (void)runPhase(2, frames, &generator);  // warm-up: the charts fill their first points
   const PhaseResult streaming = runPhase(o.seconds, frames, &generator);
@@ -431,6 +475,10 @@ int main(int argc, char** argv) {
   }
 
   generator.stop();
+  if (generator.fannedIn()) {
+    std::printf("\nframes to the app: %.1f KB/s (2 a second), beside the nodes' own records (msgs/s above)\n",
+                static_cast<double>(generator.frameBytes()) / 1e3 / wallSeconds.elapsed() * 1e3);
+  }
 
   std::printf("\nratios (streaming / idle): GUI CPU %.1fx, probe lateness p99 %.1f ms vs %.1f ms\n",
               streaming.guiCpuFraction / std::max(idle.guiCpuFraction, 1e-3), streaming.p99LateMs, idle.p99LateMs);

@@ -2,6 +2,8 @@
 
 #include "lockstep/protocol/validate.h"
 
+#include <algorithm>
+
 #include <QLoggingCategory>
 
 Q_LOGGING_CATEGORY(lcAgent, "lockstep.agent")
@@ -17,6 +19,15 @@ constexpr std::uint32_t kFetchWaitMs = 100;  // short, so that queued commands w
 constexpr std::uint32_t kFetchMax = 5000;
 constexpr auto kJobsRefresh = 1s;
 constexpr auto kMaxBackoff = 10s;
+// A fanned-in job's frame: twice a second, the rows of its first ranks and of the slowest.
+constexpr auto kFrameEvery = 500ms;
+constexpr std::uint32_t kFrameRanks = 256;
+
+bool supervises(const JobStatus& status) {
+  const SupervisionState s = status.supervision.state;
+  return s == SupervisionState::kFollowing || s == SupervisionState::kRestarting || s == SupervisionState::kEnded;
+}
+
 }  // namespace
 
 QString agentStateText(AgentState state) {
@@ -36,12 +47,17 @@ void registerMetaTypes() {
   qRegisterMetaType<JobList>();
   qRegisterMetaType<HelloPtr>();
   qRegisterMetaType<EventBatch>();
+  qRegisterMetaType<FramePtr>();
   qRegisterMetaType<ClockOffset>();
   qRegisterMetaType<JobSpec>();
 }
 
-AgentWorker::AgentWorker(QString id, AgentAddress address, CurveKeyPair keys, std::string agentKey)
-    : id_(std::move(id)), address_(std::move(address)), keys_(std::move(keys)), agentKey_(std::move(agentKey)) {}
+AgentWorker::AgentWorker(QString id, AgentAddress address, CurveKeyPair keys, std::string agentKey, FanInRule fanIn)
+    : id_(std::move(id)),
+      address_(std::move(address)),
+      keys_(std::move(keys)),
+      agentKey_(std::move(agentKey)),
+      fanIn_(fanIn) {}
 
 AgentWorker::~AgentWorker() = default;
 
@@ -93,8 +109,56 @@ bool AgentWorker::refreshJobs() {
   for (const auto& j : jobs->jobs) {
     if (knownSpecs_.size() < kMaxKnownSpecs) knownSpecs_.push_back({j.spec.jobId, j.spec.attempt});
   }
+  noteFannedIn(jobs->jobs);
   Q_EMIT jobsReceived(id_, std::make_shared<const std::vector<JobStatus>>(std::move(jobs->jobs)));
   nextJobsRefresh_ = Clock::now() + kJobsRefresh;
+  return true;
+}
+
+void AgentWorker::noteFannedIn(const std::vector<JobStatus>& jobs) {
+  const auto listed = [](const std::vector<std::string>& ids, const std::string& id) {
+    return std::find(ids.begin(), ids.end(), id) != ids.end();
+  };
+  for (const auto& j : jobs) {
+    // A job is judged once, on the list that brings its spec (later lists leave it out).
+    if (j.specOmitted || listed(fannedIn_, j.spec.jobId) || !fanIn_.fannedIn(j.spec)) continue;
+    if (fannedIn_.size() == kMaxJobsLeftOut) fannedIn_.erase(fannedIn_.begin());
+    fannedIn_.push_back(j.spec.jobId);
+  }
+  leftOut_.clear();
+  supervised_.clear();
+  for (const auto& j : jobs) {
+    if (!listed(fannedIn_, j.spec.jobId)) continue;
+    leftOut_.push_back(j.spec.jobId);
+    if (supervises(j) && !listed(done_, j.spec.jobId)) supervised_.push_back(j.spec.jobId);
+  }
+  std::erase_if(done_, [&](const std::string& id) { return !listed(leftOut_, id); });
+}
+
+// Each fanned-in job this agent supervises: its frame, with the events after the last one seen.
+// Until the agent has read the job's streams it answers UNAVAILABLE, and the next round asks
+// again. Any other refusal is final for the job on this agent: a standby that mirrors the job's
+// end, a job that ended while nobody asked, a job no longer held or not this user's.
+bool AgentWorker::askFrames() {
+  if (supervised_.empty() || Clock::now() < nextFrames_) return true;
+  nextFrames_ = Clock::now() + kFrameEvery;
+  for (const auto& jobId : supervised_) {
+    std::uint64_t& after = eventsAfter_[jobId];
+    auto frame = client_->frame(FrameRequest{jobId, 0, kFrameRanks, after}, kRequestTimeout);
+    if (!frame) {
+      if (frame.error().code == ErrorCode::kTimeout || frame.error().code == ErrorCode::kPeerLost) {
+        fail(frame.error());
+        return false;
+      }
+      qCDebug(lcAgent) << id_ << "no frame of" << QString::fromStdString(jobId) << ":" << QString::fromStdString(frame.error().message);
+      if (frame.error().code != ErrorCode::kUnavailable) done_.push_back(jobId);
+      continue;
+    }
+    after = frame->lastEvent;
+    if (frame->ended) done_.push_back(jobId);
+    Q_EMIT frameReceived(id_, std::make_shared<const FrameReply>(std::move(frame).value()));
+  }
+  std::erase_if(supervised_, [&](const std::string& id) { return std::find(done_.begin(), done_.end(), id) != done_.end(); });
   return true;
 }
 
@@ -106,6 +170,7 @@ void AgentWorker::connectNow() {
   }
   client_ = std::move(client).value();
   knownSpecs_.clear();  // a new connection: the first list brings every spec
+  fannedIn_.clear();
   backoff_ = 500ms;
   Q_EMIT helloReceived(id_, std::make_shared<const NodeHello>(client_->hello()));
   setState(AgentState::kConnected, {});
@@ -121,7 +186,8 @@ void AgentWorker::tick() {
   }
   if (Clock::now() >= nextJobsRefresh_ && !refreshJobs()) return;
   measureClock();
-  auto batch = client_->fetch(lastSeq_, kFetchMax, kFetchWaitMs, kRequestTimeout);
+  if (!askFrames()) return;
+  auto batch = client_->fetch(lastSeq_, kFetchMax, kFetchWaitMs, kRequestTimeout, leftOut_);
   if (!batch) {
     fail(batch.error());
     return;
@@ -129,6 +195,7 @@ void AgentWorker::tick() {
   if (instanceId_ != 0 && batch->instanceId != instanceId_) {
     qCInfo(lcAgent) << id_ << "the agent restarted";
     knownSpecs_.clear();  // the next list brings every spec again
+    eventsAfter_.clear();  // and numbers the jobs' events anew
   }
   instanceId_ = batch->instanceId;
   if (!batch->messages.empty()) {
@@ -139,8 +206,14 @@ void AgentWorker::tick() {
     // was: the batch is fetched again.
     const std::pair<std::uint64_t, std::uint64_t> version{batch->instanceId, batch->jobsVersion};
     if (batch->jobsVersion == 0 || version != jobsVersion_) {
+      const std::vector<std::string> leftOut = leftOut_;
       if (!refreshJobs()) return;
       jobsVersion_ = version;
+      // A job to watch fanned in came: fetch the batch again, without its records.
+      if (leftOut_ != leftOut) {
+        timer_->start(0);
+        return;
+      }
     }
     lastSeq_ = batch->messages.back().seq;
     Q_EMIT messagesReceived(id_, std::make_shared<const std::vector<StreamMessage>>(std::move(batch->messages)));

@@ -2,15 +2,19 @@
 // One agent connection, on a thread of its own (a ZeroMQ socket belongs to one thread). It connects,
 // says hello, lists jobs, then long-polls the agent's stream from its last sequence number; on any
 // error it reconnects with backoff and resumes from that number, so nothing is lost or repeated.
+// The records of jobs watched fanned in (FanIn.h) are left out of the stream; for those of them
+// that its agent supervises, it asks the agent for the job's frame twice a second instead.
 // Everything it learns goes to the GUI thread through queued signals; commands come in through
 // queued slots. Create it, move it to its thread, then call start() through the thread.
 
 #include <QObject>
 #include <QTimer>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <utility>
 
+#include "FanIn.h"
 #include "Types.h"
 #include "lockstep/client/agent_client.h"
 
@@ -20,7 +24,7 @@ class AgentWorker : public QObject {
   Q_OBJECT
 
  public:
-  AgentWorker(QString id, AgentAddress address, CurveKeyPair keys, std::string agentKey);
+  AgentWorker(QString id, AgentAddress address, CurveKeyPair keys, std::string agentKey, FanInRule fanIn = {});
   ~AgentWorker() override;
 
  public Q_SLOTS:
@@ -36,6 +40,8 @@ class AgentWorker : public QObject {
   void helloReceived(QString id, lockstep::app::HelloPtr hello);
   void jobsReceived(QString id, lockstep::app::JobList jobs);
   void messagesReceived(QString id, lockstep::app::MessageBatch messages);
+  // A fanned-in job's frame, from this agent, which supervises the job.
+  void frameReceived(QString id, lockstep::app::FramePtr frame);
   void jobStarted(quint64 tag, QString id, quint32 rendezvousPort, QString storeSecret);
   // The agent's clock against this machine's (AgentClient::measureClock): on connecting, then
   // every minute. An agent too old to say its time sends none.
@@ -50,6 +56,9 @@ class AgentWorker : public QObject {
   void setState(AgentState state, const QString& message);
   bool refreshJobs();
   void measureClock();
+  // The fanned-in jobs of the newest list: which to leave out of the stream, which to ask frames of.
+  void noteFannedIn(const std::vector<JobStatus>& jobs);
+  bool askFrames();
 
   const QString id_;
   const AgentAddress address_;
@@ -67,6 +76,15 @@ class AgentWorker : public QObject {
   std::chrono::steady_clock::time_point nextJobsRefresh_{};
   std::vector<JobAttempt> knownSpecs_;  // the specs this connection brought: later lists leave them out
   std::chrono::steady_clock::time_point nextClock_{};
+  const FanInRule fanIn_;
+  std::vector<std::string> fannedIn_;   // of this connection's specs: at most kMaxJobsLeftOut, the newest
+  std::vector<std::string> leftOut_;    // those the agent still lists
+  std::vector<std::string> supervised_;  // those of them it supervises: their frames come from here
+  // Those asked no more: their last frame came, or the agent said it will not answer (it stood by
+  // and the job ended, or it ended while nobody asked).
+  std::vector<std::string> done_;
+  std::map<std::string, std::uint64_t> eventsAfter_;  // per job, of this instance of the agent
+  std::chrono::steady_clock::time_point nextFrames_{};
 };
 
 }  // namespace lockstep::app

@@ -31,12 +31,13 @@ void closeAgent(AgentEntry& a) {
 
 }  // namespace
 
-ClusterStore::ClusterStore(CurveKeyPair keys, HistoryRecorder* history, QObject* parent)
+ClusterStore::ClusterStore(CurveKeyPair keys, HistoryRecorder* history, QObject* parent, FanInRule fanIn)
     : QObject(parent),
       keys_(std::move(keys)),
+      fanIn_(fanIn),
       history_(history),
       alerts_(std::make_unique<AlertLog>()),
-      ingest_(std::make_unique<Ingest>(history ? history->path() : QString())) {
+      ingest_(std::make_unique<Ingest>(history ? history->path() : QString(), fanIn)) {
   registerMetaTypes();
   connect(ingest_.get(), &Ingest::published, this, &ClusterStore::onPublished);
   connect(ingest_.get(), &Ingest::nodesPublished, this, &ClusterStore::onNodes);
@@ -65,7 +66,7 @@ void ClusterStore::addAgent(const AgentAddress& address, const std::string& publ
   entry->publicKey = publicKey;
   entry->thread = std::make_unique<QThread>();
   entry->thread->setObjectName(QStringLiteral("agent ") + id);
-  entry->worker = std::make_unique<AgentWorker>(id, address, keys_, publicKey);
+  entry->worker = std::make_unique<AgentWorker>(id, address, keys_, publicKey, fanIn_);
   entry->worker->moveToThread(entry->thread.get());
   AgentWorker* worker = entry->worker.get();
   connect(worker, &AgentWorker::stateChanged, this, &ClusterStore::onState);
@@ -74,6 +75,7 @@ void ClusterStore::addAgent(const AgentAddress& address, const std::string& publ
   // Messages skip the GUI thread: the ingest thread folds them into KPIs (its job lists first).
   connect(worker, &AgentWorker::jobsReceived, ingest_.get(), &Ingest::onJobs);
   connect(worker, &AgentWorker::messagesReceived, ingest_.get(), &Ingest::onMessages);
+  connect(worker, &AgentWorker::frameReceived, ingest_.get(), &Ingest::onFrame);
   connect(worker, &AgentWorker::clockMeasured, ingest_.get(), &Ingest::onClock);
   connect(worker, &AgentWorker::jobStarted, this, &ClusterStore::jobStarted);
   connect(worker, &AgentWorker::commandDone, this, &ClusterStore::commandDone);

@@ -78,10 +78,13 @@ class ClusterStore : public QObject {
 
  public:
   // With a recorder, every agent's worker also reports to it (the job history).
-  explicit ClusterStore(CurveKeyPair keys, HistoryRecorder* history = nullptr, QObject* parent = nullptr);
+  // fanIn: which jobs are watched through their supervising agent's frames (FanIn.h).
+  explicit ClusterStore(CurveKeyPair keys, HistoryRecorder* history = nullptr, QObject* parent = nullptr,
+                        FanInRule fanIn = {});
   ~ClusterStore() override;
 
   const CurveKeyPair& keys() const { return keys_; }
+  const FanInRule& fanIn() const { return fanIn_; }
   void addAgent(const AgentAddress& address, const std::string& publicKey);
   void removeAgent(const QString& id);
 
@@ -158,6 +161,7 @@ class ClusterStore : public QObject {
   const kpi::NodeKpis* nodeFigures(const QString& agentId) const;
 
   CurveKeyPair keys_;
+  const FanInRule fanIn_;
   HistoryRecorder* history_;
   std::unique_ptr<AlertLog> alerts_;
   std::unique_ptr<Ingest> ingest_;  // outlives the workers, which feed it

@@ -208,6 +208,14 @@ void DashboardWidget::refreshTimeline(const JobEntry& job, const std::optional<S
   timeline_->setStalledRanks(stall ? std::set<std::uint32_t>(stall->ranks.begin(), stall->ranks.end()) : std::set<std::uint32_t>{});
   if (timelineOf_ == job.live) return timeline_->refresh();
   timelineOf_ = job.live;
+  // A fanned-in job's steps stay on its nodes: only its KPIs come to this app (FanIn.h).
+  timelineHint_->setText(job.live->fannedIn()
+                             ? tr("On more than %1 nodes, this job is watched through its supervising agent, and its "
+                                  "steps stay on its nodes. To see them here, start lockstep with --fan-in-nodes %2")
+                                   .arg(store_.fanIn().nodesOver)
+                                   .arg(job.nodes.size())
+                             : tr("Ctrl+wheel or W/S zooms, drag or A/D pans; hover a box for its figures"));
+  if (job.live->fannedIn()) return timeline_->setSource({});
   timeline_->setSource([live = job.live](const std::function<void(const kpi::Timeline&)>& f) { live->readTimeline(f); });
 }
 
@@ -219,7 +227,7 @@ QWidget* DashboardWidget::buildTimelinePage() {
   auto* follow = new QCheckBox(tr("Follow the newest steps"), page);
   follow->setObjectName(QStringLiteral("timelineFollow"));
   follow->setChecked(true);
-  auto* hint = new QLabel(tr("Ctrl+wheel or W/S zooms, drag or A/D pans; hover a box for its figures"), page);
+  auto* hint = timelineHint_ = new QLabel(page);
   hint->setForegroundRole(QPalette::PlaceholderText);
   toSlowest_ = new QPushButton(tr("Go to the slowest rank"), page);
   toSlowest_->setObjectName(QStringLiteral("timelineSlowest"));
@@ -507,15 +515,15 @@ QPointF point(const kpi::Point& p) { return {p.x, p.y}; }
 
 // Utilization: GPUs when the job has GPU samples, else each rank's CPU %. The heatmap has a row
 // per device; the chart a line per device up to kMaxUtilLines, beyond that min, mean and max.
-void gatherUtilization(const JobSpec& spec, const kpi::JobTracker& t, const QString& nodeFilter, ChartData& out) {
+void gatherUtilization(const JobSpec& spec, const ChartSeries& t, const QString& nodeFilter, ChartData& out) {
   std::vector<const std::deque<kpi::Point>*> series;
   QStringList labels;
-  out.gpus = !t.gpuUtilizationSeries().empty();
+  out.gpus = !t.gpuUtilization.empty();
   const auto shown = [&](const std::string& node) {
     return nodeFilter.isEmpty() || QString::fromStdString(node).contains(nodeFilter, Qt::CaseInsensitive);
   };
   if (out.gpus) {
-    for (const auto& [key, s] : t.gpuUtilizationSeries()) {
+    for (const auto& [key, s] : t.gpuUtilization) {
       if (!shown(key.first)) continue;
       labels << QStringLiteral("%1:%2").arg(QString::fromStdString(key.first)).arg(key.second);
       series.push_back(&s);
@@ -524,7 +532,7 @@ void gatherUtilization(const JobSpec& spec, const kpi::JobTracker& t, const QStr
     std::map<std::uint32_t, std::string> nodeOf;
     for (const auto& p : spec.ranks) nodeOf[p.rank] = p.node;
     // CPU % of a rank can exceed 100 with several BLAS threads.
-    for (const auto& [rank, s] : t.cpuPercentSeries()) {
+    for (const auto& [rank, s] : t.cpuPercent) {
       if (!shown(nodeOf[rank])) continue;
       labels << QStringLiteral("rank %1").arg(rank);
       series.push_back(&s);
@@ -574,20 +582,20 @@ void gatherUtilization(const JobSpec& spec, const kpi::JobTracker& t, const QStr
   }
 }
 
-ChartData gatherCharts(const JobSpec& spec, const kpi::JobTracker& t, const QString& nodeFilter) {
+ChartData gatherCharts(const JobSpec& spec, const ChartSeries& t, const QString& nodeFilter) {
   ChartData out;
   gatherUtilization(spec, t, nodeFilter, out);
-  out.throughput = thinned(t.throughputSeries(), point);
+  out.throughput = thinned(t.throughput, point);
   // Steps vary a lot one by one: show means over groups of steps (at most 150 groups).
-  out.splits = kpi::groupedSplits(t.stepSplits(), 150);
-  out.loss = thinned(t.lossSeries(), point);
+  out.splits = kpi::groupedSplits(t.splits, 150);
+  out.loss = thinned(t.loss, point);
   return out;
 }
 
 }  // namespace
 
 void DashboardWidget::refreshCharts(const JobEntry& job, const kpi::JobKpis& k) {
-  ChartData d = job.live->read([&](const kpi::JobTracker& t) { return gatherCharts(job.spec, t, nodeFilter_); });
+  ChartData d = job.live->readCharts([&](const ChartSeries& t) { return gatherCharts(job.spec, t, nodeFilter_); });
 
   QString heatTitle = d.gpus ? tr("GPU utilization (%), last 2 minutes") : tr("CPU % per rank, last 2 minutes");
   if (!nodeFilter_.isEmpty()) heatTitle += tr(", nodes with “%1”").arg(nodeFilter_);

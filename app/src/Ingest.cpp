@@ -4,6 +4,7 @@
 
 #include "lockstep/common/clock.h"
 #include "lockstep/history/history.h"
+#include "lockstep/kpi/frame.h"
 
 namespace lockstep::app {
 
@@ -12,12 +13,18 @@ constexpr int kTickMs = 20;
 constexpr std::int64_t kStaleUs = 500'000;
 }  // namespace
 
-LiveJob::LiveJob(const JobSpec& spec, const kpi::Settings& settings)
-    : tracker_(std::make_unique<kpi::JobTracker>(spec, settings)),
+// A fanned-in job's device series: the heatmap's 2 minutes at 2 frames a second.
+constexpr std::size_t kFrameDevicePoints = 240;
+
+LiveJob::LiveJob(const JobSpec& spec, const kpi::Settings& settings, bool fannedIn)
+    : fannedIn_(fannedIn),
+      tracker_(std::make_unique<kpi::JobTracker>(spec, settings)),
+      frames_(settings.seriesCapacity, kFrameDevicePoints),
       published_(std::make_shared<const Published>(Published{tracker_->snapshot(unixMicrosNow()), 0})) {}
 
 LiveJob::LiveJob(std::unique_ptr<kpi::JobTracker> tracker, kpi::Timeline timeline, std::int64_t atUnixUs)
     : tracker_(std::move(tracker)),
+      frames_(0, 0),
       timeline_(std::move(timeline)),
       published_(std::make_shared<const Published>(Published{tracker_->snapshot(atUnixUs), tracker_->lastReportUnixUs()})),
       publishedAtUs_(atUnixUs) {}
@@ -61,8 +68,35 @@ void LiveJob::onGpu(const std::string& node, const GpuSample& sample) {
   feed([&](kpi::JobTracker& t) { t.onGpu(node, sample); });
 }
 
+bool LiveJob::addFrame(const FrameReply& frame, std::string* why) {
+  auto kpis = kpi::decodeFrame(frame.kpis);
+  if (!kpis || kpis->jobId != frame.jobId) {
+    if (why) *why = kpis ? "the frame's KPIs are of job " + kpis->jobId : kpis.error().message;
+    return false;
+  }
+  std::lock_guard lock(mutex_);
+  if (!fannedIn_ || kpis->jobId != tracker_->spec().jobId) return false;
+  for (const auto& m : frame.events) {
+    const auto* event = std::get_if<JobEvent>(&m.payload);
+    const bool alert = event && (event->kind == JobEventKind::kAlertFiring || event->kind == JobEventKind::kAlertResolved ||
+                                 event->kind == JobEventKind::kAlertUndelivered);
+    if (alert) alertEvents_.push_back(*event);
+  }
+  frames_.add(*kpis);
+  frameKpis_ = std::move(kpis).value();
+  frameUnixUs_ = frame.timeUnixUs;
+  changed_ = true;
+  return true;
+}
+
 bool LiveJob::publish(std::int64_t nowUnixUs, std::int64_t staleUs) {
   std::lock_guard lock(mutex_);
+  if (fannedIn_) {  // a frame is published as it came: its supervising agent worked it out
+    if (!changed_) return false;
+    published_ = std::make_shared<const Published>(Published{frameKpis_, frameUnixUs_});
+    changed_ = false;
+    return true;
+  }
   const bool stale = !tracker_->ended() && nowUnixUs - publishedAtUs_ >= staleUs;
   if (!changed_ && !stale) return false;
   // Timed on the steady clock: a wall clock set back must not hold publications back.
@@ -81,8 +115,9 @@ std::shared_ptr<const LiveJob::Published> LiveJob::published() const {
   return published_;
 }
 
-Ingest::Ingest(QString historyPath)
+Ingest::Ingest(QString historyPath, FanInRule fanIn)
     : historyPath_(std::move(historyPath)),
+      fanIn_(fanIn),
       reader_([this](const std::string& jobId) -> RecordSink* { return find(jobId).get(); }, kpi::kNewestOnly) {
   qRegisterMetaType<NodeFigures>();
   thread_.setObjectName(QStringLiteral("ingest"));
@@ -119,7 +154,8 @@ std::shared_ptr<LiveJob> Ingest::job(const JobSpec& spec) {
   std::lock_guard lock(mutex_);
   auto& slot = jobs_[spec.jobId];
   if (!slot) {
-    slot = std::make_shared<LiveJob>(spec, history::liveTrackerSettings(historyPath_.toStdString(), spec));
+    slot = std::make_shared<LiveJob>(spec, history::liveTrackerSettings(historyPath_.toStdString(), spec),
+                                     fanIn_.fannedIn(spec));
     for (const auto& [node, clock] : clocks_) slot->setClock(node, clock);
   }
   return slot;
@@ -147,6 +183,14 @@ void Ingest::onClock(QString, QString node, ClockOffset offset) {
 void Ingest::onMessages(QString, MessageBatch messages) {
   // A job no list named (yet) is not this app's to know: its records go nowhere.
   reader_.read(*messages);
+}
+
+void Ingest::onFrame(QString agentId, FramePtr frame) {
+  const auto live = find(frame->jobId);
+  if (!live) return;  // a job no list named yet: its next frame comes in half a second
+  if (std::string why; !live->addFrame(*frame, &why) && !why.empty()) {
+    qWarning("lockstep: a frame of job %s from %s was dropped: %s", frame->jobId.c_str(), qPrintable(agentId), why.c_str());
+  }
 }
 
 void Ingest::tick() {

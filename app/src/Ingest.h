@@ -6,7 +6,9 @@
 // works out the KPIs of the jobs that changed (a running job's also every 500 ms, as its windows
 // move on) and tells the GUI which, with the figures of each node that reported. The GUI thread
 // so gets what it draws, never every message: the published KPIs, the nodes' figures, and the
-// trackers' series read under each job's lock.
+// trackers' series read under each job's lock. A job watched fanned in (FanIn.h) is folded by its
+// supervising agent instead: its frames come from that agent's worker, and the ingest publishes
+// each as the job's KPIs and adds it to the job's chart series.
 
 #include <QObject>
 #include <QStringList>
@@ -18,6 +20,8 @@
 #include <mutex>
 #include <utility>
 
+#include "ChartSeries.h"
+#include "FanIn.h"
 #include "Types.h"
 #include "lockstep/kpi/kpi.h"
 #include "lockstep/kpi/timeline.h"
@@ -41,11 +45,16 @@ class LiveJob : public RecordSink {
   static constexpr std::size_t kLiveCollectivesPerRank = 1024;
   static constexpr int kPublishCostMultiple = 3;
 
-  LiveJob(const JobSpec& spec, const kpi::Settings& settings);
+  // fannedIn: its KPIs come from frames (addFrame), and records are not folded.
+  LiveJob(const JobSpec& spec, const kpi::Settings& settings, bool fannedIn = false);
   // A recorded job (the history's replayed tracker and its timeline), shown as of `atUnixUs`.
   LiveJob(std::unique_ptr<kpi::JobTracker> tracker, kpi::Timeline timeline, std::int64_t atUnixUs);
 
   void add(const StreamMessage& message);
+  bool fannedIn() const { return fannedIn_; }
+  // A fanned-in job's frame from its supervising agent (any thread): published at the next tick.
+  // A frame whose KPIs do not decode is dropped, and says why (false, `why`).
+  bool addFrame(const FrameReply& frame, std::string* why = nullptr);
   void onEvent(const std::string& node, const JobEvent& event) override;
   void onStep(const std::string& node, const StepReport& report) override;
   void onProcess(const std::string& node, const ProcessSample& sample) override;
@@ -65,6 +74,12 @@ class LiveJob : public RecordSink {
     std::lock_guard lock(mutex_);
     return f(std::as_const(*tracker_));
   }
+  // Its chart series (the tracker's, or a fanned-in job's frames'), under the job's lock.
+  template <class F>
+  decltype(auto) readCharts(F&& f) const {
+    std::lock_guard lock(mutex_);
+    return fannedIn_ ? f(frames_.view()) : f(ChartSeries::of(*tracker_));
+  }
   // The same for its timeline (kpi/timeline.h).
   template <class F>
   decltype(auto) readTimeline(F&& f) const {
@@ -81,12 +96,17 @@ class LiveJob : public RecordSink {
   template <class F>
   void feed(F&& f) {
     std::lock_guard lock(mutex_);
+    if (fannedIn_) return;  // its records were left out; any an older agent sends are its frames' already
     f(*tracker_);
     changed_ = true;
   }
 
   mutable std::mutex mutex_;
+  const bool fannedIn_ = false;
   std::unique_ptr<kpi::JobTracker> tracker_;
+  FrameSeries frames_;
+  kpi::JobKpis frameKpis_;  // the newest frame's
+  std::int64_t frameUnixUs_ = 0;
   kpi::Timeline timeline_{kLiveStepsPerRank, kLiveCollectivesPerRank};
   std::shared_ptr<const Published> published_;
   std::vector<JobEvent> alertEvents_;  // for the GUI's alerts (AlertLog), until the next tick takes them
@@ -104,7 +124,7 @@ class Ingest : public QObject {
 
  public:
   // `historyPath` (may be empty) is where 1-rank calibration runs are looked up for new jobs.
-  explicit Ingest(QString historyPath);
+  explicit Ingest(QString historyPath, FanInRule fanIn = {});
   ~Ingest() override;
 
   void start();  // from the GUI thread
@@ -117,6 +137,8 @@ class Ingest : public QObject {
   void onMessages(QString agentId, lockstep::app::MessageBatch messages);
   // A node's clock against this machine's: every job's timeline, and the later ones', use it.
   void onClock(QString agentId, QString node, lockstep::ClockOffset offset);
+  // A fanned-in job's frame, from the worker of the agent that supervises it.
+  void onFrame(QString agentId, lockstep::app::FramePtr frame);
 
  Q_SIGNALS:
   void published(QStringList jobIds);  // jobs whose KPIs were worked out again
@@ -130,6 +152,7 @@ class Ingest : public QObject {
   std::shared_ptr<LiveJob> find(const std::string& jobId);
 
   const QString historyPath_;
+  const FanInRule fanIn_;
   QThread thread_;
   QTimer* timer_ = nullptr;
   std::mutex mutex_;  // jobs_, which the GUI thread adds to

@@ -26,6 +26,8 @@ using JobList = std::shared_ptr<const std::vector<JobStatus>>;
 using HelloPtr = std::shared_ptr<const NodeHello>;
 // Alert events (kAlertFiring, kAlertResolved, kAlertUndelivered), as the ingest thread read them.
 using EventBatch = std::shared_ptr<const std::vector<JobEvent>>;
+// A fanned-in job's frame, from its supervising agent (docs/fan-in.md).
+using FramePtr = std::shared_ptr<const FrameReply>;
 
 void registerMetaTypes();
 
@@ -36,5 +38,6 @@ Q_DECLARE_METATYPE(lockstep::app::MessageBatch)
 Q_DECLARE_METATYPE(lockstep::app::JobList)
 Q_DECLARE_METATYPE(lockstep::app::HelloPtr)
 Q_DECLARE_METATYPE(lockstep::app::EventBatch)
+Q_DECLARE_METATYPE(lockstep::app::FramePtr)
 Q_DECLARE_METATYPE(lockstep::JobSpec)
 Q_DECLARE_METATYPE(lockstep::ClockOffset)

@@ -65,8 +65,21 @@ int main(int argc, char** argv) {
                                    QStringLiteral("the job history file (default $LOCKSTEP_HISTORY, else ~/.local/share/lockstep/history.db)"),
                                    QStringLiteral("FILE"), QString::fromStdString(lockstep::history::History::defaultPath()));
   QCommandLineOption noHistory(QStringLiteral("no-history"), QStringLiteral("record nothing"));
-  parser.addOptions({configOption, printKey, newJob, screenshot, screenshotAfter, historyOption, noHistory});
+  QCommandLineOption fanInNodes(
+      QStringLiteral("fan-in-nodes"),
+      QStringLiteral("watch jobs on more than N nodes through their supervising agent, one connection at 2 frames/s, "
+                     "instead of every agent's stream (default %1; 0: every job)")
+          .arg(lockstep::app::FanInRule::kDefaultNodesOver),
+      QStringLiteral("N"), QString::number(lockstep::app::FanInRule::kDefaultNodesOver));
+  parser.addOptions({configOption, printKey, newJob, screenshot, screenshotAfter, historyOption, noHistory, fanInNodes});
   parser.process(*app);
+  bool fanInOk = false;
+  const qlonglong nodesOver = parser.value(fanInNodes).toLongLong(&fanInOk);
+  if (!fanInOk || nodesOver < 0) {
+    std::fprintf(stderr, "lockstep: error: --fan-in-nodes takes a number of nodes, 0 or more (e.g. --fan-in-nodes 64), not '%s'\n",
+                 qPrintable(parser.value(fanInNodes)));
+    return 2;
+  }
 
   auto keys = lockstep::loadOrCreateKeyPair(parser.value(configOption).toStdString(), "app");
   if (!keys) {
@@ -76,7 +89,8 @@ int main(int argc, char** argv) {
   // Before the store: it outlives the agents' workers, which report to it.
   std::unique_ptr<lockstep::app::HistoryRecorder> history;
   if (!parser.isSet(noHistory)) history = std::make_unique<lockstep::app::HistoryRecorder>(parser.value(historyOption));
-  lockstep::app::ClusterStore store(*keys, history.get());
+  lockstep::app::ClusterStore store(*keys, history.get(), nullptr,
+                                    lockstep::app::FanInRule{static_cast<std::size_t>(nodesOver)});
   lockstep::app::MainWindow window(store, parser.value(configOption), history.get());
   if (history) history->start();
   window.show();

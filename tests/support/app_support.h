@@ -36,12 +36,12 @@ constexpr int kConnectMs = 20000;
 constexpr int kJobMs = 60000;
 
 // One app (store + window, config in a temp dir) and what it talks to; with `historyPath`, it
-// records into that file.
+// records into that file. `fanIn`: which jobs it watches through their supervising agent.
 struct App {
-  explicit App(const TempDir& dir, const std::string& historyPath = {})
+  explicit App(const TempDir& dir, const std::string& historyPath = {}, app::FanInRule fanIn = {})
       : keys(dir, "app"),
         recorder(historyPath.empty() ? nullptr : std::make_unique<app::HistoryRecorder>(QString::fromStdString(historyPath))),
-        store(keys.keys, recorder.get()),
+        store(keys.keys, recorder.get(), nullptr, fanIn),
         window(store, QString::fromStdString(keys.configDir), recorder.get()) {
     window.dashboard()->setConfirmStops(false);
     if (recorder) recorder->start();

@@ -1,0 +1,40 @@
+#include "ChartSeries.h"
+
+namespace lockstep::app {
+
+template <class T>
+void FrameSeries::push(std::deque<T>& series, T value, std::size_t capacity) {
+  series.push_back(value);
+  while (series.size() > capacity) series.pop_front();
+}
+
+void FrameSeries::add(const kpi::JobKpis& k) {
+  const double x = k.elapsedSeconds;
+  if (k.samplesPerSecond) push(throughput_, kpi::Point{x, *k.samplesPerSecond}, capacity_);
+  // A point per step, as the tracker's: the frame repeats a step until the next one completes.
+  if (k.lastGlobalLoss && (loss_.empty() || loss_.back().x < static_cast<double>(k.step))) {
+    push(loss_, kpi::Point{static_cast<double>(k.step), *k.lastGlobalLoss}, capacity_);
+  }
+  if (k.meanBusyUs && k.meanExposedUs && (splits_.empty() || splits_.back().step < k.step)) {
+    // The job's busy time, split into data and compute as the timed rows in the frame split theirs.
+    double data = 0, compute = 0;
+    for (const auto& r : k.ranks) {
+      if (!r.meanDataUs || !r.meanComputeUs) continue;
+      data += *r.meanDataUs;
+      compute += *r.meanComputeUs;
+    }
+    const double dataShare = data + compute > 0 ? data / (data + compute) : 0;
+    push(splits_,
+         kpi::StepSplit{k.step, *k.meanBusyUs * dataShare / 1e3, *k.meanBusyUs * (1 - dataShare) / 1e3,
+                        *k.meanExposedUs / 1e3},
+         capacity_);
+  }
+  for (const auto& g : k.gpus) {
+    if (g.utilizationPct) push(gpus_[{g.node, g.index}], kpi::Point{x, *g.utilizationPct}, deviceCapacity_);
+  }
+  for (const auto& r : k.ranks) {
+    if (r.cpuPct) push(cpus_[r.rank], kpi::Point{x, *r.cpuPct}, deviceCapacity_);
+  }
+}
+
+}  // namespace lockstep::app

@@ -1,0 +1,115 @@
+// Issue 46 §1: the app watches a job on more nodes than its fan-in rule allows through the job's
+// supervising agent (docs/fan-in.md): the job's records are left out of every agent's stream to
+// the app, and its dashboard is drawn from the frames, whose KPIs equal what every agent's stream
+// holds. Real agents on two nodes, a real trainer job across them, the app offscreen.
+
+#include <QLabel>
+#include <QtTest>
+#include <atomic>
+#include <set>
+
+#include "AgentWorker.h"
+#include "lockstep/kpi/frame.h"
+#include "lockstep/kpi/stream.h"
+#include "support/app_support.h"
+
+using namespace lockstep;
+using namespace lockstep::test;
+using namespace std::chrono_literals;
+
+class AppFanInTest : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void initTestCase() {
+    QStandardPaths::setTestModeEnabled(true);
+    app::registerMetaTypes();
+  }
+
+  // Jobs on more than one node are fanned in: this one, on two, is.
+  void aJobOnMoreNodesThanTheRuleIsDrawnFromItsSupervisingAgentsFrames() {
+    TempDir dir;
+    AgentProcess a{dir, "node-a"}, b{dir, "node-b"};
+    Ctl ctl{dir, dir.file("config")};
+    QVERIFY(ctl.pairWith(a) && ctl.pairWith(b));
+    App app(dir, {}, app::FanInRule{1});
+    for (const AgentProcess* agent : {&a, &b}) {
+      const QString problem = connectAuthorized(app, *agent);
+      QVERIFY2(problem.isEmpty(), qPrintable(problem));
+    }
+    // Every record each agent's worker hands on, counted on the worker's thread.
+    std::atomic<int> jobRecords{0}, nodeRecords{0};
+    for (const auto& agent : app.store.agents()) {
+      QObject::connect(
+          agent->worker.get(), &app::AgentWorker::messagesReceived, agent->worker.get(),
+          [&](QString, app::MessageBatch batch) {
+            for (const auto& m : *batch) ++(jobOf(m.payload).empty() ? nodeRecords : jobRecords);
+          },
+          Qt::DirectConnection);
+    }
+
+    // An alert that fires on the first reading: its events reach the app in the frames.
+    auto run = ctl({"start", "--ranks-per-agent", "1,1", "--job-id", "wide", "--layers", "16,32,4", "--dataset",
+                    "synthetic:n=2048", "--steps", "3000", "--alert", "exposed_comm > 0% -> notify"});
+    QVERIFY2(run.status.exitCode == 0, (run.out + run.err).c_str());
+    QTRY_VERIFY_WITH_TIMEOUT(app.store.job("wide") != nullptr, kConnectMs);
+    const app::JobEntry* job = app.store.job("wide");
+    QVERIFY(job->live->fannedIn());
+    app.window.dashboard()->showJob(QStringLiteral("wide"));
+    QTRY_VERIFY_WITH_TIMEOUT(app.points(QStringLiteral("throughput")) > 2, kJobMs);
+
+    // The job's last frame: once it is in, the app's KPIs are every stream's at its moment.
+    auto supervising = connectAuthorized(job->spec.agents.front().node == a.name() ? a : b, dir);
+    std::optional<FrameReply> last;
+    QVERIFY(waitUntil(
+        [&] {
+          auto f = supervising->frame({"wide", 0, kMaxFrameRanks, 0}, 5s);
+          if (f && f->ended) last = std::move(*f);
+          return last.has_value();
+        },
+        60s));
+    QTRY_VERIFY_WITH_TIMEOUT(job->live->published()->lastReportUnixUs == last->timeUnixUs, kConnectMs);
+    const kpi::JobKpis shown = job->live->published()->kpis;
+
+    std::vector<StreamMessage> all;
+    for (const AgentProcess* agent : {&a, &b}) {
+      auto client = connectAuthorized(*agent, dir);
+      for (std::uint64_t after = 0;;) {
+        auto batch = client->fetch(after, 5000, 0, 5s);
+        QVERIFY2(batch.ok(), batch ? "" : batch.error().message.c_str());
+        if (batch->messages.empty()) break;
+        after = batch->messages.back().seq;
+        all.insert(all.end(), batch->messages.begin(), batch->messages.end());
+      }
+    }
+    std::stable_sort(all.begin(), all.end(), [](const StreamMessage& x, const StreamMessage& y) {
+      return timeOf(x.payload) < timeOf(y.payload);
+    });
+    kpi::JobTracker tracker(job->spec);
+    kpi::StreamReader reader([&](const std::string& id) -> RecordSink* { return id == "wide" ? &tracker : nullptr; });
+    reader.read(all);
+    const kpi::JobKpis full = tracker.snapshot(last->timeUnixUs);
+    QCOMPARE(shown.step, std::uint64_t{3000});
+    QCOMPARE(shown.ranks.size(), std::size_t{2});
+    QVERIFY2(shown == full, "the app's KPIs of the fanned-in job are every stream's, exactly");
+
+    // Not one of the job's records came to the app; the nodes' own still do.
+    QCOMPARE(jobRecords.load(), 0);
+    QVERIFY(nodeRecords.load() > 0);
+    // The frames' alert events reached the app's alerts.
+    QTRY_VERIFY_WITH_TIMEOUT(!app.store.alerts().entries("wide").empty(), kConnectMs);
+    // Its charts: a point a frame; its timeline says why it has no steps, and how to get them.
+    QVERIFY(app.points(QStringLiteral("loss")) > 0);
+    app.window.dashboard()->showTimeline();
+    app.window.refreshNow();
+    bool said = false;
+    for (auto* label : app.window.dashboard()->findChildren<QLabel*>()) {
+      said |= label->text().contains(QStringLiteral("watched through its supervising agent")) &&
+              label->text().contains(QStringLiteral("--fan-in-nodes 2"));
+    }
+    QVERIFY2(said, "the timeline says the job is watched fanned in");
+  }
+};
+
+QTEST_MAIN(AppFanInTest)
+#include "app_fan_in_test.moc"
