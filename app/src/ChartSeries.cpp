@@ -30,10 +30,22 @@ void FrameSeries::add(const kpi::JobKpis& k) {
          capacity_);
   }
   for (const auto& g : k.gpus) {
-    if (g.utilizationPct) push(gpus_[{g.node, g.index}], kpi::Point{x, *g.utilizationPct}, deviceCapacity_);
+    if (g.utilizationPct) gpus_[{g.node, g.index}].push_back({x, *g.utilizationPct});
   }
   for (const auto& r : k.ranks) {
-    if (r.cpuPct) push(cpus_[r.rank], kpi::Point{x, *r.cpuPct}, deviceCapacity_);
+    if (r.cpuPct) cpus_[r.rank].push_back({x, *r.cpuPct});
+  }
+  dropOlderThan(gpus_, x - deviceSeconds_);
+  dropOlderThan(cpus_, x - deviceSeconds_);
+}
+
+// A device whose rows left the frames (a rank no longer among the slowest) goes with its last point.
+template <class Devices>
+void FrameSeries::dropOlderThan(Devices& devices, double oldest) {
+  for (auto it = devices.begin(); it != devices.end();) {
+    auto& points = it->second;
+    while (!points.empty() && points.front().x < oldest) points.pop_front();
+    it = points.empty() ? devices.erase(it) : std::next(it);
   }
 }
 

@@ -31,8 +31,9 @@ struct ChartSeries {
 // view and the slowest, and their nodes' GPUs).
 class FrameSeries {
  public:
-  // Points kept: the job's series as a tracker keeps them; a device's, the heatmap's 2 minutes at 2 Hz.
-  FrameSeries(std::size_t capacity, std::size_t deviceCapacity) : capacity_(capacity), deviceCapacity_(deviceCapacity) {}
+  // Points kept: the job's series as a tracker keeps them (`capacity`); a device's, its newest
+  // `deviceSeconds` (a device whose rows left the frames goes once it has none).
+  FrameSeries(std::size_t capacity, double deviceSeconds) : capacity_(capacity), deviceSeconds_(deviceSeconds) {}
 
   void add(const kpi::JobKpis& k);
   ChartSeries view() const { return {throughput_, loss_, splits_, gpus_, cpus_}; }
@@ -40,8 +41,11 @@ class FrameSeries {
  private:
   template <class T>
   static void push(std::deque<T>& series, T value, std::size_t capacity);
+  template <class Devices>
+  static void dropOlderThan(Devices& devices, double oldest);
 
-  std::size_t capacity_, deviceCapacity_;
+  std::size_t capacity_;
+  double deviceSeconds_;
   std::deque<kpi::Point> throughput_, loss_;
   std::deque<kpi::StepSplit> splits_;
   DeviceSeries gpus_;

@@ -134,7 +134,14 @@ void CommChart::refresh(const kpi::JobKpis& k) {
     ranks_.push_back(bar.rank);
   }
   setCategories(categories);
-  const QString title = many ? tr("Exposed comm. (%): the %1 highest of %2 ranks").arg(kMaxBars).arg(k.ranks.size())
+  // A fanned-in job's frame has the rows of the ranks in view and of the slowest, not every rank's.
+  const bool partial = k.ranks.size() < k.worldSize;
+  const QString title = many && partial ? tr("Exposed comm. (%): the %1 highest of %2 ranks in view (of %3)")
+                                              .arg(kMaxBars)
+                                              .arg(k.ranks.size())
+                                              .arg(k.worldSize)
+                        : many    ? tr("Exposed comm. (%): the %1 highest of %2 ranks").arg(kMaxBars).arg(k.ranks.size())
+                        : partial ? tr("Exposed comm. per rank (%), %1 of %2 ranks").arg(categories.size()).arg(k.worldSize)
                         : categories.size() > 16
                             ? tr("Exposed comm. per rank (%), ranks 0–%1").arg(categories.size() - 1)
                             : tr("Exposed communication per rank (% of step)");

@@ -209,13 +209,12 @@ void DashboardWidget::refreshTimeline(const JobEntry& job, const std::optional<S
   if (timelineOf_ == job.live) return timeline_->refresh();
   timelineOf_ = job.live;
   // A fanned-in job's steps stay on its nodes: only its KPIs come to this app (FanIn.h).
-  timelineHint_->setText(job.live->fannedIn()
-                             ? tr("On more than %1 nodes, this job is watched through its supervising agent, and its "
-                                  "steps stay on its nodes. To see them here, start lockstep with --fan-in-nodes %2")
-                                   .arg(store_.fanIn().nodesOver)
-                                   .arg(job.nodes.size())
-                             : tr("Ctrl+wheel or W/S zooms, drag or A/D pans; hover a box for its figures"));
-  if (job.live->fannedIn()) return timeline_->setSource({});
+  if (job.live->fannedIn()) {
+    return timeline_->setSource({}, tr("On more than %1 nodes, this job is watched through its supervising agent, and "
+                                       "its steps stay on its nodes.\nTo see them here, start lockstep with --fan-in-nodes %2")
+                                        .arg(store_.fanIn().nodesOver)
+                                        .arg(job.nodes.size()));
+  }
   timeline_->setSource([live = job.live](const std::function<void(const kpi::Timeline&)>& f) { live->readTimeline(f); });
 }
 
@@ -227,7 +226,7 @@ QWidget* DashboardWidget::buildTimelinePage() {
   auto* follow = new QCheckBox(tr("Follow the newest steps"), page);
   follow->setObjectName(QStringLiteral("timelineFollow"));
   follow->setChecked(true);
-  auto* hint = timelineHint_ = new QLabel(page);
+  auto* hint = new QLabel(tr("Ctrl+wheel or W/S zooms, drag or A/D pans; hover a box for its figures"), page);
   hint->setForegroundRole(QPalette::PlaceholderText);
   toSlowest_ = new QPushButton(tr("Go to the slowest rank"), page);
   toSlowest_->setObjectName(QStringLiteral("timelineSlowest"));

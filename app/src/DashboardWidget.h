@@ -100,7 +100,6 @@ class DashboardWidget : public QWidget {
   QPushButton* stop_;
   QPushButton* stacks_;
   QPushButton* toSlowest_ = nullptr;           // the timeline's: scrolls to the slowest rank
-  QLabel* timelineHint_ = nullptr;             // how to move about it, or why a job has none
   std::optional<std::uint32_t> slowestRank_;  // as the KPIs last said
   QMap<QString, KpiTile*> tiles_;
   QWidget* body_;

@@ -13,13 +13,13 @@ constexpr int kTickMs = 20;
 constexpr std::int64_t kStaleUs = 500'000;
 }  // namespace
 
-// A fanned-in job's device series: the heatmap's 2 minutes at 2 frames a second.
-constexpr std::size_t kFrameDevicePoints = 240;
+// A fanned-in job's device series: the utilization chart's 5 minutes (the heatmap shows 2).
+constexpr double kFrameDeviceSeconds = 300;
 
 LiveJob::LiveJob(const JobSpec& spec, const kpi::Settings& settings, bool fannedIn)
     : fannedIn_(fannedIn),
       tracker_(std::make_unique<kpi::JobTracker>(spec, settings)),
-      frames_(settings.seriesCapacity, kFrameDevicePoints),
+      frames_(settings.seriesCapacity, kFrameDeviceSeconds),
       published_(std::make_shared<const Published>(Published{tracker_->snapshot(unixMicrosNow()), 0})) {}
 
 LiveJob::LiveJob(std::unique_ptr<kpi::JobTracker> tracker, kpi::Timeline timeline, std::int64_t atUnixUs)

@@ -32,8 +32,9 @@ TimelineWidget::TimelineWidget(QWidget* parent) : QWidget(parent), scroll_(new Q
   connect(scroll_, &QScrollBar::valueChanged, this, [this] { refresh(); });
 }
 
-void TimelineWidget::setSource(Reader reader) {
+void TimelineWidget::setSource(Reader reader, QString why) {
   reader_ = std::move(reader);
+  why_ = std::move(why);
   marked_.reset();  // another job's rank
   if (!follow_) return setFollow(true);  // which refreshes
   refresh();
@@ -227,7 +228,7 @@ void TimelineWidget::paintEvent(QPaintEvent*) {
   paintAxis(p, area);
   if (rows_.empty()) {
     p.setPen(pal.color(QPalette::PlaceholderText));
-    p.drawText(area, Qt::AlignCenter, tr("No steps yet"));
+    p.drawText(area, Qt::AlignCenter | Qt::TextWordWrap, why_.isEmpty() ? tr("No steps yet") : why_);
     return;
   }
   const int first = scroll_->value();

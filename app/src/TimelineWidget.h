@@ -34,7 +34,9 @@ class TimelineWidget : public QWidget {
 
   explicit TimelineWidget(QWidget* parent = nullptr);
 
-  void setSource(Reader reader);  // empty: nothing to show
+  // empty: nothing to show, and `why` says so in place of "No steps yet"
+  void setSource(Reader reader, QString why = {});
+  const QString& why() const { return why_; }
   void setStalledRanks(std::set<std::uint32_t> ranks) { stalled_ = std::move(ranks); }
   void refresh();  // reads the lanes in view again; the dashboard calls it on its timer
 
@@ -94,6 +96,7 @@ class TimelineWidget : public QWidget {
   void paintFooter(QPainter& p);
 
   Reader reader_;
+  QString why_;
   std::vector<Row> rows_;  // every row's heading; boxes only for those in view
   std::map<std::string, ClockOffset> clocks_;
   std::set<std::uint32_t> stalled_;
