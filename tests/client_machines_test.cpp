@@ -6,6 +6,7 @@
 #include <csignal>
 
 #include "lockstep/client/elastic.h"
+#include "lockstep/client/frames.h"
 #include "lockstep/client/launcher.h"
 #include "lockstep/client/supervisor.h"
 
@@ -261,4 +262,38 @@ TEST(Elastic, ARestartDiffersOnlyInWhatARestartChanges) {
 }
 
 }  // namespace
+}  // namespace lockstep
+
+// Issue 46 §1: following a job's frames, a client asks for the events after the last that came,
+// at most kMaxFrameEvents at a time, until it has them all; numbers that fall start it again.
+namespace lockstep {
+namespace {
+FrameReply frameOf(std::uint64_t first, std::uint64_t last, std::uint64_t lastEvent) {
+  FrameReply f;
+  f.jobId = "big";
+  f.lastEvent = lastEvent;
+  for (std::uint64_t seq = first; seq != 0 && seq <= last; ++seq) f.events.push_back({seq, "node-a", JobEvent{}});
+  return f;
+}
+}  // namespace
+
+TEST(FrameCursor, AsksForTheEventsAfterTheLastThatCameUntilItHasThemAll) {
+  FrameCursor cursor;
+  // 300 events held, 256 sent: the rest come with the next frame, not skipped.
+  ASSERT_TRUE(cursor.take(frameOf(1, kMaxFrameEvents, 300)));
+  EXPECT_EQ(cursor.eventsAfter, kMaxFrameEvents);
+  EXPECT_FALSE(cursor.complete(frameOf(1, kMaxFrameEvents, 300)));
+  ASSERT_TRUE(cursor.take(frameOf(257, 300, 300)));
+  EXPECT_EQ(cursor.eventsAfter, 300u);
+  EXPECT_TRUE(cursor.complete(frameOf(257, 300, 300)));
+  // Nothing new: it stays.
+  ASSERT_TRUE(cursor.take(frameOf(0, 0, 300)));
+  EXPECT_EQ(cursor.eventsAfter, 300u);
+  // Another agent took the job over and numbers its events from 1: read them from the first again.
+  EXPECT_FALSE(cursor.take(frameOf(0, 0, 12)));
+  EXPECT_EQ(cursor.eventsAfter, 0u);
+  ASSERT_TRUE(cursor.take(frameOf(1, 12, 12)));
+  EXPECT_TRUE(cursor.complete(frameOf(1, 12, 12)));
+}
+
 }  // namespace lockstep

@@ -52,12 +52,13 @@ void registerMetaTypes() {
   qRegisterMetaType<JobSpec>();
 }
 
-AgentWorker::AgentWorker(QString id, AgentAddress address, CurveKeyPair keys, std::string agentKey, FanInRule fanIn)
+AgentWorker::AgentWorker(QString id, AgentAddress address, CurveKeyPair keys, std::string agentKey,
+                         std::shared_ptr<FanInBook> fanIn)
     : id_(std::move(id)),
       address_(std::move(address)),
       keys_(std::move(keys)),
       agentKey_(std::move(agentKey)),
-      fanIn_(fanIn) {}
+      fanIn_(std::move(fanIn)) {}
 
 AgentWorker::~AgentWorker() = default;
 
@@ -116,23 +117,24 @@ bool AgentWorker::refreshJobs() {
 }
 
 void AgentWorker::noteFannedIn(const std::vector<JobStatus>& jobs) {
+  leftOut_.clear();
+  supervised_.clear();
+  if (!fanIn_) return;
   const auto listed = [](const std::vector<std::string>& ids, const std::string& id) {
     return std::find(ids.begin(), ids.end(), id) != ids.end();
   };
+  std::vector<std::string> all;
   for (const auto& j : jobs) {
-    // A job is judged once, on the list that brings its spec (later lists leave it out).
-    if (j.specOmitted || listed(fannedIn_, j.spec.jobId) || !fanIn_.fannedIn(j.spec)) continue;
-    if (fannedIn_.size() == kMaxJobsLeftOut) fannedIn_.erase(fannedIn_.begin());
-    fannedIn_.push_back(j.spec.jobId);
+    const std::string& id = j.spec.jobId;
+    all.push_back(id);
+    // A spec left out came whole on this connection before: the job was decided then.
+    if (!(j.specOmitted ? fanIn_->decided(id).value_or(false) : fanIn_->decide(j.spec))) continue;
+    // Past the bound, a job's records still come, and the ingest drops them: its frames still do.
+    if (leftOut_.size() < kMaxJobsLeftOut) leftOut_.push_back(id);
+    if (supervises(j) && !listed(done_, id)) supervised_.push_back(id);
   }
-  leftOut_.clear();
-  supervised_.clear();
-  for (const auto& j : jobs) {
-    if (!listed(fannedIn_, j.spec.jobId)) continue;
-    leftOut_.push_back(j.spec.jobId);
-    if (supervises(j) && !listed(done_, j.spec.jobId)) supervised_.push_back(j.spec.jobId);
-  }
-  std::erase_if(done_, [&](const std::string& id) { return !listed(leftOut_, id); });
+  std::erase_if(done_, [&](const std::string& id) { return !listed(all, id); });
+  std::erase_if(cursors_, [&](const auto& c) { return !listed(all, c.first); });
 }
 
 // Each fanned-in job this agent supervises: its frame, with the events after the last one seen.
@@ -143,8 +145,8 @@ bool AgentWorker::askFrames() {
   if (supervised_.empty() || Clock::now() < nextFrames_) return true;
   nextFrames_ = Clock::now() + kFrameEvery;
   for (const auto& jobId : supervised_) {
-    std::uint64_t& after = eventsAfter_[jobId];
-    auto frame = client_->frame(FrameRequest{jobId, 0, kFrameRanks, after}, kRequestTimeout);
+    FrameCursor& cursor = cursors_[jobId];
+    auto frame = client_->frame(FrameRequest{jobId, 0, kFrameRanks, cursor.eventsAfter}, kRequestTimeout);
     if (!frame) {
       if (frame.error().code == ErrorCode::kTimeout || frame.error().code == ErrorCode::kPeerLost) {
         fail(frame.error());
@@ -154,8 +156,9 @@ bool AgentWorker::askFrames() {
       if (frame.error().code != ErrorCode::kUnavailable) done_.push_back(jobId);
       continue;
     }
-    after = frame->lastEvent;
-    if (frame->ended) done_.push_back(jobId);
+    // Events that come again, after their numbers fell, the alerts' log knows already.
+    cursor.take(*frame);
+    if (frame->ended && cursor.complete(*frame)) done_.push_back(jobId);
     Q_EMIT frameReceived(id_, std::make_shared<const FrameReply>(std::move(frame).value()));
   }
   std::erase_if(supervised_, [&](const std::string& id) { return std::find(done_.begin(), done_.end(), id) != done_.end(); });
@@ -170,7 +173,6 @@ void AgentWorker::connectNow() {
   }
   client_ = std::move(client).value();
   knownSpecs_.clear();  // a new connection: the first list brings every spec
-  fannedIn_.clear();
   backoff_ = 500ms;
   Q_EMIT helloReceived(id_, std::make_shared<const NodeHello>(client_->hello()));
   setState(AgentState::kConnected, {});
@@ -195,7 +197,7 @@ void AgentWorker::tick() {
   if (instanceId_ != 0 && batch->instanceId != instanceId_) {
     qCInfo(lcAgent) << id_ << "the agent restarted";
     knownSpecs_.clear();  // the next list brings every spec again
-    eventsAfter_.clear();  // and numbers the jobs' events anew
+    cursors_.clear();  // and numbers the jobs' events anew
   }
   instanceId_ = batch->instanceId;
   if (!batch->messages.empty()) {

@@ -17,6 +17,7 @@
 #include "FanIn.h"
 #include "Types.h"
 #include "lockstep/client/agent_client.h"
+#include "lockstep/client/frames.h"
 
 namespace lockstep::app {
 
@@ -24,7 +25,9 @@ class AgentWorker : public QObject {
   Q_OBJECT
 
  public:
-  AgentWorker(QString id, AgentAddress address, CurveKeyPair keys, std::string agentKey, FanInRule fanIn = {});
+  // fanIn: which jobs are watched fanned in (null: none).
+  AgentWorker(QString id, AgentAddress address, CurveKeyPair keys, std::string agentKey,
+              std::shared_ptr<FanInBook> fanIn = nullptr);
   ~AgentWorker() override;
 
  public Q_SLOTS:
@@ -76,14 +79,13 @@ class AgentWorker : public QObject {
   std::chrono::steady_clock::time_point nextJobsRefresh_{};
   std::vector<JobAttempt> knownSpecs_;  // the specs this connection brought: later lists leave them out
   std::chrono::steady_clock::time_point nextClock_{};
-  const FanInRule fanIn_;
-  std::vector<std::string> fannedIn_;   // of this connection's specs: at most kMaxJobsLeftOut, the newest
-  std::vector<std::string> leftOut_;    // those the agent still lists
+  const std::shared_ptr<FanInBook> fanIn_;
+  std::vector<std::string> leftOut_;     // the fanned-in jobs the agent lists (at most kMaxJobsLeftOut)
   std::vector<std::string> supervised_;  // those of them it supervises: their frames come from here
   // Those asked no more: their last frame came, or the agent said it will not answer (it stood by
   // and the job ended, or it ended while nobody asked).
   std::vector<std::string> done_;
-  std::map<std::string, std::uint64_t> eventsAfter_;  // per job, of this instance of the agent
+  std::map<std::string, FrameCursor> cursors_;  // each fanned-in job's events, of this instance of the agent
   std::chrono::steady_clock::time_point nextFrames_{};
 };
 

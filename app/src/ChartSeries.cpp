@@ -10,7 +10,10 @@ void FrameSeries::push(std::deque<T>& series, T value, std::size_t capacity) {
 
 void FrameSeries::add(const kpi::JobKpis& k) {
   const double x = k.elapsedSeconds;
-  if (k.samplesPerSecond) push(throughput_, kpi::Point{x, *k.samplesPerSecond}, capacity_);
+  // A point a second, as a tracker's: its capacity holds as long a span.
+  if (k.samplesPerSecond && (throughput_.empty() || x >= throughput_.back().x + 1)) {
+    push(throughput_, kpi::Point{x, *k.samplesPerSecond}, capacity_);
+  }
   // A point per step, as the tracker's: the frame repeats a step until the next one completes.
   if (k.lastGlobalLoss && (loss_.empty() || loss_.back().x < static_cast<double>(k.step))) {
     push(loss_, kpi::Point{static_cast<double>(k.step), *k.lastGlobalLoss}, capacity_);

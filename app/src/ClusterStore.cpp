@@ -34,10 +34,10 @@ void closeAgent(AgentEntry& a) {
 ClusterStore::ClusterStore(CurveKeyPair keys, HistoryRecorder* history, QObject* parent, FanInRule fanIn)
     : QObject(parent),
       keys_(std::move(keys)),
-      fanIn_(fanIn),
+      fanIn_(std::make_shared<FanInBook>(fanIn)),
       history_(history),
       alerts_(std::make_unique<AlertLog>()),
-      ingest_(std::make_unique<Ingest>(history ? history->path() : QString(), fanIn)) {
+      ingest_(std::make_unique<Ingest>(history ? history->path() : QString(), fanIn_)) {
   registerMetaTypes();
   connect(ingest_.get(), &Ingest::published, this, &ClusterStore::onPublished);
   connect(ingest_.get(), &Ingest::nodesPublished, this, &ClusterStore::onNodes);

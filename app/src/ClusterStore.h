@@ -84,7 +84,7 @@ class ClusterStore : public QObject {
   ~ClusterStore() override;
 
   const CurveKeyPair& keys() const { return keys_; }
-  const FanInRule& fanIn() const { return fanIn_; }
+  const FanInRule& fanIn() const { return fanIn_->rule(); }
   void addAgent(const AgentAddress& address, const std::string& publicKey);
   void removeAgent(const QString& id);
 
@@ -161,7 +161,7 @@ class ClusterStore : public QObject {
   const kpi::NodeKpis* nodeFigures(const QString& agentId) const;
 
   CurveKeyPair keys_;
-  const FanInRule fanIn_;
+  const std::shared_ptr<FanInBook> fanIn_;  // the workers' and the ingest's
   HistoryRecorder* history_;
   std::unique_ptr<AlertLog> alerts_;
   std::unique_ptr<Ingest> ingest_;  // outlives the workers, which feed it

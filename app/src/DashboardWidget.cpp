@@ -360,6 +360,24 @@ int DashboardWidget::chartPointCount(const QString& chart) const {
   return -1;
 }
 
+// A fanned-in job's figures come from its supervising agent alone: say when they do not.
+QString DashboardWidget::frameBanner(const JobEntry& job) const {
+  using std::chrono::duration_cast;
+  using std::chrono::seconds;
+  constexpr auto kLate = seconds(5);
+  const auto since = job.live->sinceFrame();
+  if (since && *since < kLate) return {};
+  // A standby (the job's second agent) mirrors the supervision but sends no frames until it takes over.
+  if (job.supervisor.isEmpty() || job.supervision.state == SupervisionState::kStandby) {
+    return tr("No agent this app is connected to supervises this job, and its figures come from its supervising "
+              "agent: add the agent of its first node, %1.")
+        .arg(QString::fromStdString(job.spec.ranks.empty() ? std::string("?") : job.spec.ranks.front().node));
+  }
+  if (!since) return tr("Waiting for the job's figures from %1, which reads its nodes' streams first.").arg(job.supervisor);
+  return tr("No figures from %1 for %2: those shown are as of then.")
+      .arg(job.supervisor, duration(static_cast<double>(duration_cast<seconds>(*since).count())));
+}
+
 void DashboardWidget::refresh() {
   const JobEntry* job = recorded_ ? recorded_.get() : jobId_.isEmpty() ? nullptr : store_.job(jobId_.toStdString());
   empty_->setVisible(job == nullptr);
@@ -412,6 +430,8 @@ void DashboardWidget::refresh() {
         banner = tr("This program reports no steps, so Lockstep cannot tell whether it is stuck (lockstep.step() "
                     "turns stall detection on); lockstepctl stacks %1 shows what its ranks are doing.")
                      .arg(QString::fromStdString(job->id));
+      } else if (job->live->fannedIn()) {
+        banner = frameBanner(*job);
       }
       break;
   }

@@ -80,6 +80,7 @@ class DashboardWidget : public QWidget {
  private:
   void buildCharts();
   QWidget* buildTimelinePage();
+  QString frameBanner(const JobEntry& job) const;
   void refreshTimeline(const JobEntry& job, const std::optional<Stall>& stall);
   void applyTheme();
   void refreshCharts(const JobEntry& job, const kpi::JobKpis& k);

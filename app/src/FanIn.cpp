@@ -14,3 +14,20 @@ bool FanInRule::fannedIn(const JobSpec& spec) const {
 }
 
 }  // namespace lockstep::app
+
+namespace lockstep::app {
+
+bool FanInBook::decide(const JobSpec& spec) {
+  std::lock_guard lock(mutex_);
+  const auto [it, made] = decisions_.try_emplace(spec.jobId, false);
+  if (made) it->second = rule_.fannedIn(spec);
+  return it->second;
+}
+
+std::optional<bool> FanInBook::decided(const std::string& jobId) const {
+  std::lock_guard lock(mutex_);
+  const auto it = decisions_.find(jobId);
+  return it == decisions_.end() ? std::nullopt : std::optional<bool>(it->second);
+}
+
+}  // namespace lockstep::app

@@ -75,7 +75,13 @@ bool LiveJob::addFrame(const FrameReply& frame, std::string* why) {
     return false;
   }
   std::lock_guard lock(mutex_);
-  if (!fannedIn_ || kpis->jobId != tracker_->spec().jobId) return false;
+  if (!fannedIn_ || kpis->jobId != tracker_->spec().jobId) {
+    if (why) *why = "the job is not watched fanned in here";
+    return false;
+  }
+  frameAt_ = std::chrono::steady_clock::now();
+  // The same frame again (asked for before the agent's next poll): nothing new to draw.
+  if (frame.timeUnixUs == frameUnixUs_ && frame.events.empty()) return true;
   for (const auto& m : frame.events) {
     const auto* event = std::get_if<JobEvent>(&m.payload);
     const bool alert = event && (event->kind == JobEventKind::kAlertFiring || event->kind == JobEventKind::kAlertResolved ||
@@ -93,7 +99,8 @@ bool LiveJob::publish(std::int64_t nowUnixUs, std::int64_t staleUs) {
   std::lock_guard lock(mutex_);
   if (fannedIn_) {  // a frame is published as it came: its supervising agent worked it out
     if (!changed_) return false;
-    published_ = std::make_shared<const Published>(Published{frameKpis_, frameUnixUs_});
+    // The frame's moment, at most a poll of its agent after its newest report: none without steps.
+    published_ = std::make_shared<const Published>(Published{frameKpis_, frameKpis_.step > 0 ? frameUnixUs_ : 0});
     changed_ = false;
     return true;
   }
@@ -110,14 +117,20 @@ bool LiveJob::publish(std::int64_t nowUnixUs, std::int64_t staleUs) {
   return true;
 }
 
+std::optional<std::chrono::steady_clock::duration> LiveJob::sinceFrame() const {
+  std::lock_guard lock(mutex_);
+  if (frameAt_ == std::chrono::steady_clock::time_point{}) return std::nullopt;
+  return std::chrono::steady_clock::now() - frameAt_;
+}
+
 std::shared_ptr<const LiveJob::Published> LiveJob::published() const {
   std::lock_guard lock(mutex_);
   return published_;
 }
 
-Ingest::Ingest(QString historyPath, FanInRule fanIn)
+Ingest::Ingest(QString historyPath, std::shared_ptr<FanInBook> fanIn)
     : historyPath_(std::move(historyPath)),
-      fanIn_(fanIn),
+      fanIn_(std::move(fanIn)),
       reader_([this](const std::string& jobId) -> RecordSink* { return find(jobId).get(); }, kpi::kNewestOnly) {
   qRegisterMetaType<NodeFigures>();
   thread_.setObjectName(QStringLiteral("ingest"));
@@ -155,7 +168,7 @@ std::shared_ptr<LiveJob> Ingest::job(const JobSpec& spec) {
   auto& slot = jobs_[spec.jobId];
   if (!slot) {
     slot = std::make_shared<LiveJob>(spec, history::liveTrackerSettings(historyPath_.toStdString(), spec),
-                                     fanIn_.fannedIn(spec));
+                                     fanIn_ && fanIn_->decide(spec));
     for (const auto& [node, clock] : clocks_) slot->setClock(node, clock);
   }
   return slot;

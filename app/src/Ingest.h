@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "ChartSeries.h"
@@ -55,6 +56,8 @@ class LiveJob : public RecordSink {
   // A fanned-in job's frame from its supervising agent (any thread): published at the next tick.
   // A frame whose KPIs do not decode is dropped, and says why (false, `why`).
   bool addFrame(const FrameReply& frame, std::string* why = nullptr);
+  // How long ago its last frame came; unset before the first.
+  std::optional<std::chrono::steady_clock::duration> sinceFrame() const;
   void onEvent(const std::string& node, const JobEvent& event) override;
   void onStep(const std::string& node, const StepReport& report) override;
   void onProcess(const std::string& node, const ProcessSample& sample) override;
@@ -107,6 +110,7 @@ class LiveJob : public RecordSink {
   FrameSeries frames_;
   kpi::JobKpis frameKpis_;  // the newest frame's
   std::int64_t frameUnixUs_ = 0;
+  std::chrono::steady_clock::time_point frameAt_{};
   kpi::Timeline timeline_{kLiveStepsPerRank, kLiveCollectivesPerRank};
   std::shared_ptr<const Published> published_;
   std::vector<JobEvent> alertEvents_;  // for the GUI's alerts (AlertLog), until the next tick takes them
@@ -124,7 +128,8 @@ class Ingest : public QObject {
 
  public:
   // `historyPath` (may be empty) is where 1-rank calibration runs are looked up for new jobs.
-  explicit Ingest(QString historyPath, FanInRule fanIn = {});
+  // fanIn: which jobs come as frames (null: none).
+  explicit Ingest(QString historyPath, std::shared_ptr<FanInBook> fanIn = nullptr);
   ~Ingest() override;
 
   void start();  // from the GUI thread
@@ -152,7 +157,7 @@ class Ingest : public QObject {
   std::shared_ptr<LiveJob> find(const std::string& jobId);
 
   const QString historyPath_;
-  const FanInRule fanIn_;
+  const std::shared_ptr<FanInBook> fanIn_;
   QThread thread_;
   QTimer* timer_ = nullptr;
   std::mutex mutex_;  // jobs_, which the GUI thread adds to

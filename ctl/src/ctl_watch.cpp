@@ -18,6 +18,7 @@
 #include "ctl_flags.h"
 #include "lockstep/alerts/alert.h"
 #include "lockstep/common/clock.h"
+#include "lockstep/client/frames.h"
 #include "lockstep/kpi/frame.h"
 #include "lockstep/kpi/kpi.h"
 #include "lockstep/kpi/stream.h"
@@ -339,22 +340,24 @@ int watchFannedIn(const Globals& g, const std::vector<Part>& parts, std::pair<st
   AgentClient* supervising = nullptr;
   Result<FrameReply> frame = Error{ErrorCode::kUnavailable, "not asked yet"};
   EventLog events;
+  FrameCursor cursor;
   while (g_interrupted.load() == 0) {
     if (!frame) {
       events = EventLog{};
+      cursor = {};
       ask.eventsAfter = 0;
       auto found = supervisingFrame(parts, ask, g.timeout);
       if (!found) return g_interrupted.load() != 0 ? kOk : fail(found.error());
       supervising = found->first;
       frame = std::move(found->second);
     }
-    if (frame->lastEvent < ask.eventsAfter) {  // the agent numbers its events anew (it started again)
+    if (!cursor.take(*frame)) {  // the agent numbers its events anew (it started again)
       frame = Error{ErrorCode::kUnavailable, "numbered anew"};
       continue;
     }
     for (const auto& e : frame->events) events.add(e.node, std::get<JobEvent>(e.payload));
-    if (!frame->events.empty()) ask.eventsAfter = frame->events.back().seq;
-    if (frame->events.empty() || ask.eventsAfter >= frame->lastEvent) {  // else more than one frame holds
+    ask.eventsAfter = cursor.eventsAfter;
+    if (frame->events.empty() || cursor.complete(*frame)) {  // else more than one frame holds
       auto k = kpi::decodeFrame(frame->kpis);
       if (!k) return fail(k.error().withContext("job " + spec.jobId + "'s frame from its supervising agent"));
       renderWatch(View{*k, events}, spec, frame->state, g.json, tty, frame->stall);
