@@ -17,6 +17,17 @@ using namespace lockstep;
 using namespace lockstep::test;
 using namespace std::chrono_literals;
 
+// Two real agents, lockstepctl paired with both, and an app that fans in every job on more than
+// one node.
+struct FanInPair {
+  TempDir dir;
+  AgentProcess a{dir, "node-a"}, b{dir, "node-b"};
+  Ctl ctl{dir, dir.file("config")};
+  App app{dir, {}, app::FanInRule{1}};
+  bool paired = ctl.pairWith(a) && ctl.pairWith(b);
+  auto parts() { return std::tie(dir, a, b, ctl, app); }
+};
+
 class AppFanInTest : public QObject {
   Q_OBJECT
 
@@ -28,11 +39,9 @@ class AppFanInTest : public QObject {
 
   // Jobs on more than one node are fanned in: this one, on two, is.
   void aJobOnMoreNodesThanTheRuleIsDrawnFromItsSupervisingAgentsFrames() {
-    TempDir dir;
-    AgentProcess a{dir, "node-a"}, b{dir, "node-b"};
-    Ctl ctl{dir, dir.file("config")};
-    QVERIFY(ctl.pairWith(a) && ctl.pairWith(b));
-    App app(dir, {}, app::FanInRule{1});
+    FanInPair nodes;
+    QVERIFY(nodes.paired);
+    auto [dir, a, b, ctl, app] = nodes.parts();
     for (const AgentProcess* agent : {&a, &b}) {
       const QString problem = connectAuthorized(app, *agent);
       QVERIFY2(problem.isEmpty(), qPrintable(problem));
@@ -111,11 +120,9 @@ class AppFanInTest : public QObject {
   // Its figures come from its supervising agent alone: an app that does not hold that agent says
   // which to add, rather than show a job that never moves.
   void aFannedInJobWithoutItsSupervisingAgentSaysWhichAgentToAdd() {
-    TempDir dir;
-    AgentProcess a{dir, "node-a"}, b{dir, "node-b"};
-    Ctl ctl{dir, dir.file("config")};
-    QVERIFY(ctl.pairWith(a) && ctl.pairWith(b));
-    App app(dir, {}, app::FanInRule{1});
+    FanInPair nodes;
+    QVERIFY(nodes.paired);
+    auto [dir, a, b, ctl, app] = nodes.parts();
     auto run = ctl({"start", "--ranks-per-agent", "1,1", "--job-id", "elsewhere", "--layers", "16,32,4", "--dataset",
                     "synthetic:n=2048", "--steps", "100000000"});
     QVERIFY2(run.status.exitCode == 0, (run.out + run.err).c_str());
