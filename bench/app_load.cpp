@@ -22,10 +22,11 @@
 // A job on more nodes than --fan-in-nodes (the app's default, 128) is watched fanned in, as the app
 // watches it (docs/fan-in.md): the agents' batches carry their nodes' own records alone (the agent
 // leaves the job's out), and the job's supervising agent, here a real KPI tracker on the generator's
-// thread folding every record, sends a frame twice a second (ranks 0-255 and the slowest, as the
-// worker asks) to the ingest thread, as that agent's worker does. Its frames' moment is the newest
-// report in them, so s2p still counts from a report's stamp. `--fan-in-nodes 1000000` watches
-// every stream, as before.
+// thread folding every record, makes the job's frame every 300 ms as its supervision polls, stamped
+// with the poll's moment; twice a second the newest goes to the ingest thread (ranks 0-255 and the
+// slowest), as the worker asks for it. s2p still counts from the newest report in the painted
+// frame, so it holds the agent's poll and the worker's wait. `--fan-in-nodes 1000000` watches every
+// stream, as before.
 //
 // With --compressed-hours, instead: H hours of the stream as fast as the app takes it, and the
 // app's memory every 10 simulated minutes.
@@ -45,6 +46,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <functional>
+#include <map>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -184,6 +188,7 @@ class Generator {
       sampleDebt -= samples;
       sendTick(steps, samples, nowUs());
       if (++ticks % 10 == 0) sendJobLists();
+      if (ticks % 3 == 0) pollFrame();
       if (ticks % 5 == 0) sendFrame();
     }
   }
@@ -226,21 +231,44 @@ class Generator {
     done_ = true;
   }
 
-  // As the supervising agent makes the job's frame and its worker hands it on (AgentWorker::askFrames).
-  void sendFrame() {
+  // As the supervising agent makes the job's frame at each poll (JobAlerts::takeFrame)...
+  void pollFrame() {
     if (!supervisor_) return;
-    kpi::JobKpis k = supervisor_->snapshot(nowUs());
+    const std::int64_t now = nowUs();
+    kpi::JobKpis k = supervisor_->snapshot(now);
     const auto ranks = std::move(k.ranks);
     const auto gpus = std::move(k.gpus);
     auto frame = std::make_shared<FrameReply>();
     frame->jobId = k.jobId;
-    frame->timeUnixUs = supervisor_->lastReportUnixUs();
+    frame->timeUnixUs = now;
     frame->kpis = kpi::encodeFrame(kpi::withRanks(std::move(k), ranks, gpus, 0, 256));
-    frameBytes_ += frame->kpis.size();
-    QMetaObject::invokeMethod(&store_.ingest(), [ingest = &store_.ingest(), frame = app::FramePtr(frame)] {
-      ingest->onFrame(agentId(0), frame);
-    }, Qt::QueuedConnection);
+    std::lock_guard lock(mutex_);
+    newestReportOf_[now] = supervisor_->lastReportUnixUs();
+    polled_ = std::move(frame);
   }
+  // ... and its worker hands the newest on, twice a second (AgentWorker::askFrames).
+  void sendFrame() {
+    app::FramePtr frame;
+    {
+      std::lock_guard lock(mutex_);
+      frame = polled_;
+    }
+    if (!frame) return;
+    frameBytes_ += frame->kpis.size();
+    QMetaObject::invokeMethod(&store_.ingest(), [ingest = &store_.ingest(), frame] { ingest->onFrame(agentId(0), frame); },
+                              Qt::QueuedConnection);
+  }
+
+ public:
+  // The stamp of the newest report in what the dashboard shows as of `shownUs`: a frame's moment is
+  // its poll's, after its newest report.
+  std::int64_t newestReport(std::int64_t shownUs) const {
+    std::lock_guard lock(mutex_);
+    const auto it = newestReportOf_.find(shownUs);
+    return it == newestReportOf_.end() ? shownUs : it->second;
+  }
+
+ private:
 
   // One batch per agent with what its ranks and GPUs produced in 100 ms ending at `now`.
   void sendTick(int steps, int samples, std::int64_t now) {
@@ -269,6 +297,9 @@ class Generator {
   app::JobList jobLists_;
   std::unique_ptr<kpi::JobTracker> supervisor_;  // the job's supervising agent's, when it is fanned in
   std::atomic<std::uint64_t> frameBytes_{0};
+  mutable std::mutex mutex_;  // the frames, which the GUI thread looks up
+  app::FramePtr polled_;
+  std::map<std::int64_t, std::int64_t> newestReportOf_;  // by frame moment
 };
 
 // Counts the dashboard's repaints (the heatmap is painted on every refresh that brought data) and
@@ -279,10 +310,12 @@ class FrameCounter : public QObject {
   explicit FrameCounter(const lockstep::app::DashboardWidget& dashboard) : dashboard_(dashboard) {}
   int frames = 0;
   std::vector<double> latencyMs;
+  // What the dashboard's moment holds: the newest report's stamp (a fanned-in job's frame is of a poll).
+  std::function<std::int64_t(std::int64_t)> newestReport = [](std::int64_t shownUs) { return shownUs; };
   bool eventFilter(QObject* watched, QEvent* event) override {
     if (event->type() == QEvent::Paint) {
       ++frames;
-      const std::int64_t shown = dashboard_.shownUpToUnixUs();
+      const std::int64_t shown = newestReport(dashboard_.shownUpToUnixUs());
       if (shown > lastShown_ && lastShown_ > 0) latencyMs.push_back(static_cast<double>(nowUs() - shown) / 1e3);
       lastShown_ = shown;
     }
@@ -454,6 +487,7 @@ int main(int argc, char** argv) {
   Generator generator(store, o, pollingList(o, spec));
   QElapsedTimer wallSeconds;
   wallSeconds.start();
+  frames.newestReport = [&generator](std::int64_t shownUs) { return generator.newestReport(shownUs); };
   generator.start();
   (void)runPhase(2, frames, &generator);  // warm-up: the charts fill their first points
   const PhaseResult streaming = runPhase(o.seconds, frames, &generator);
@@ -475,6 +509,7 @@ int main(int argc, char** argv) {
   }
 
   generator.stop();
+  frames.newestReport = [](std::int64_t shownUs) { return shownUs; };
   if (generator.fannedIn()) {
     std::printf("\nframes to the app: %.1f KB/s (2 a second), beside the nodes' own records (msgs/s above)\n",
                 static_cast<double>(generator.frameBytes()) / 1e3 / wallSeconds.elapsed() * 1e3);

@@ -135,7 +135,7 @@ class AppFanInTest : public QObject {
     QTRY_VERIFY_WITH_TIMEOUT(app.store.job("elsewhere") != nullptr, kConnectMs);
     app.window.dashboard()->showJob(QStringLiteral("elsewhere"));
     const QString expected = QStringLiteral("add the agent of its first node, %1")
-                                 .arg(QString::fromStdString(status->spec.ranks.front().node));
+                                 .arg(QString::fromStdString(status->spec.agents.front().node));
     QTRY_VERIFY_WITH_TIMEOUT(app.dashboardLabel("jobBanner").contains(expected), kConnectMs);
     QVERIFY2(app.dashboardLabel("jobBanner").contains(QStringLiteral("No agent this app is connected to supervises")),
              qPrintable(app.dashboardLabel("jobBanner")));

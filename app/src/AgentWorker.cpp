@@ -124,14 +124,20 @@ void AgentWorker::noteFannedIn(const std::vector<JobStatus>& jobs) {
     return std::find(ids.begin(), ids.end(), id) != ids.end();
   };
   std::vector<std::string> all;
+  std::vector<const JobStatus*> fanned;
   for (const auto& j : jobs) {
     const std::string& id = j.spec.jobId;
     all.push_back(id);
     // A spec left out came whole on this connection before: the job was decided then.
     if (!(j.specOmitted ? fanIn_->decided(id).value_or(false) : fanIn_->decide(j.spec))) continue;
-    // Past the bound, a job's records still come, and the ingest drops them: its frames still do.
-    if (leftOut_.size() < kMaxJobsLeftOut) leftOut_.push_back(id);
+    fanned.push_back(&j);
     if (supervises(j) && !listed(done_, id)) supervised_.push_back(id);
+  }
+  // Past the bound, a job's records still come and the ingest drops them (its frames still do):
+  // the running jobs' are left out first, theirs being the records that still flow.
+  std::stable_partition(fanned.begin(), fanned.end(), [](const JobStatus* j) { return !jobStateEnded(j->state); });
+  for (const JobStatus* j : fanned) {
+    if (leftOut_.size() < kMaxJobsLeftOut) leftOut_.push_back(j->spec.jobId);
   }
   std::erase_if(done_, [&](const std::string& id) { return !listed(all, id); });
   std::erase_if(cursors_, [&](const auto& c) { return !listed(all, c.first); });
@@ -148,12 +154,17 @@ bool AgentWorker::askFrames() {
     FrameCursor& cursor = cursors_[jobId];
     auto frame = client_->frame(FrameRequest{jobId, 0, kFrameRanks, cursor.eventsAfter}, kRequestTimeout);
     if (!frame) {
-      if (frame.error().code == ErrorCode::kTimeout || frame.error().code == ErrorCode::kPeerLost) {
+      const ErrorCode code = frame.error().code;
+      if (code == ErrorCode::kTimeout || code == ErrorCode::kPeerLost) {
         fail(frame.error());
         return false;
       }
       qCDebug(lcAgent) << id_ << "no frame of" << QString::fromStdString(jobId) << ":" << QString::fromStdString(frame.error().message);
-      if (frame.error().code != ErrorCode::kUnavailable) done_.push_back(jobId);
+      // The agent's final word on the job; anything else (it reads the streams first, or this
+      // client could not read its answer) is asked again.
+      const bool final = code == ErrorCode::kFailedPrecondition || code == ErrorCode::kNotFound ||
+                         code == ErrorCode::kPermissionDenied || code == ErrorCode::kInvalidArgument;
+      if (final) done_.push_back(jobId);
       continue;
     }
     // Events that come again, after their numbers fell, the alerts' log knows already.
@@ -165,6 +176,13 @@ bool AgentWorker::askFrames() {
   return true;
 }
 
+// An agent that started again numbers its jobs' events anew, and may now supervise a job it
+// refused before.
+void AgentWorker::forgetFrames() {
+  cursors_.clear();
+  done_.clear();
+}
+
 void AgentWorker::connectNow() {
   auto client = AgentClient::connect(address_, keys_, agentKey_, kRequestTimeout);
   if (!client) {
@@ -173,6 +191,14 @@ void AgentWorker::connectNow() {
   }
   client_ = std::move(client).value();
   knownSpecs_.clear();  // a new connection: the first list brings every spec
+  // Another instance of the agent, seen before the first fetch (or frame) of this connection.
+  if (const std::uint64_t instance = client_->hello().instanceId; instance != 0) {
+    if (instanceId_ != 0 && instance != instanceId_) {
+      qCInfo(lcAgent) << id_ << "the agent restarted";
+      forgetFrames();
+    }
+    instanceId_ = instance;
+  }
   backoff_ = 500ms;
   Q_EMIT helloReceived(id_, std::make_shared<const NodeHello>(client_->hello()));
   setState(AgentState::kConnected, {});
@@ -197,7 +223,7 @@ void AgentWorker::tick() {
   if (instanceId_ != 0 && batch->instanceId != instanceId_) {
     qCInfo(lcAgent) << id_ << "the agent restarted";
     knownSpecs_.clear();  // the next list brings every spec again
-    cursors_.clear();  // and numbers the jobs' events anew
+    forgetFrames();
   }
   instanceId_ = batch->instanceId;
   if (!batch->messages.empty()) {

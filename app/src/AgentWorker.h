@@ -62,6 +62,7 @@ class AgentWorker : public QObject {
   // The fanned-in jobs of the newest list: which to leave out of the stream, which to ask frames of.
   void noteFannedIn(const std::vector<JobStatus>& jobs);
   bool askFrames();
+  void forgetFrames();
 
   const QString id_;
   const AgentAddress address_;

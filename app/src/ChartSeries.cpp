@@ -32,11 +32,16 @@ void FrameSeries::add(const kpi::JobKpis& k) {
                         *k.meanExposedUs / 1e3},
          capacity_);
   }
+  // A device's points in time order: a job's last frame is of its newest report, which may come
+  // before the moment of the frames polled after the end.
+  const auto add = [x](std::deque<kpi::Point>& points, double y) {
+    if (points.empty() || x > points.back().x) points.push_back({x, y});
+  };
   for (const auto& g : k.gpus) {
-    if (g.utilizationPct) gpus_[{g.node, g.index}].push_back({x, *g.utilizationPct});
+    if (g.utilizationPct) add(gpus_[{g.node, g.index}], *g.utilizationPct);
   }
   for (const auto& r : k.ranks) {
-    if (r.cpuPct) cpus_[r.rank].push_back({x, *r.cpuPct});
+    if (r.cpuPct) add(cpus_[r.rank], *r.cpuPct);
   }
   dropOlderThan(gpus_, x - deviceSeconds_);
   dropOlderThan(cpus_, x - deviceSeconds_);

@@ -366,16 +366,32 @@ QString DashboardWidget::frameBanner(const JobEntry& job) const {
   using std::chrono::seconds;
   constexpr auto kLate = seconds(5);
   const auto since = job.live->sinceFrame();
-  if (since && *since < kLate) return {};
+  const bool ended = jobStateEnded(job.state);
+  if (since && (ended || *since < kLate)) return {};
+  // Its first agent supervises it (its second once that took over, which then says so).
+  const QString first = QString::fromStdString(job.spec.agents.empty() ? std::string("?") : job.spec.agents.front().node);
   // A standby (the job's second agent) mirrors the supervision but sends no frames until it takes over.
   if (job.supervisor.isEmpty() || job.supervision.state == SupervisionState::kStandby) {
-    return tr("No agent this app is connected to supervises this job, and its figures come from its supervising "
-              "agent: add the agent of its first node, %1.")
-        .arg(QString::fromStdString(job.spec.ranks.empty() ? std::string("?") : job.spec.ranks.front().node));
+    const AgentEntry* held = store_.agentOfNode(first.toStdString());
+    if (!held) {
+      return tr("No agent this app is connected to supervises this job, and its figures come from its supervising "
+                "agent: add the agent of its first node, %1.")
+          .arg(first);
+    }
+    if (held->state != AgentState::kConnected) {
+      return tr("Its figures come from its supervising agent, %1's, which is %2.").arg(first, agentStateText(held->state));
+    }
   }
-  if (!since) return tr("Waiting for the job's figures from %1, which reads its nodes' streams first.").arg(job.supervisor);
+  const QString from = job.supervisor.isEmpty() ? first : job.supervisor;
+  if (ended) {
+    return tr("No figures from %1 yet: it reads the job's streams to their end first. If none come, the job ended "
+              "before anyone asked for them; lockstepctl watch %2 reads them from its nodes' streams while they "
+              "hold them.")
+        .arg(from, QString::fromStdString(job.id));
+  }
+  if (!since) return tr("Waiting for the job's figures from %1, which reads its nodes' streams first.").arg(from);
   return tr("No figures from %1 for %2: those shown are as of then.")
-      .arg(job.supervisor, duration(static_cast<double>(duration_cast<seconds>(*since).count())));
+      .arg(from, duration(static_cast<double>(duration_cast<seconds>(*since).count())));
 }
 
 void DashboardWidget::refresh() {
@@ -430,10 +446,12 @@ void DashboardWidget::refresh() {
         banner = tr("This program reports no steps, so Lockstep cannot tell whether it is stuck (lockstep.step() "
                     "turns stall detection on); lockstepctl stacks %1 shows what its ranks are doing.")
                      .arg(QString::fromStdString(job->id));
-      } else if (job->live->fannedIn()) {
-        banner = frameBanner(*job);
       }
       break;
+  }
+  // A fanned-in job without figures: why, in place of "its step reports are gone" once it ended.
+  if (!recorded_ && job->live->fannedIn() && (banner.isEmpty() || jobStateEnded(job->state))) {
+    if (QString why = frameBanner(*job); !why.isEmpty()) banner = why;
   }
   banner_->setText(banner);
   banner_->setVisible(!banner.isEmpty());

@@ -79,9 +79,10 @@ bool LiveJob::addFrame(const FrameReply& frame, std::string* why) {
     if (why) *why = "the job is not watched fanned in here";
     return false;
   }
-  frameAt_ = std::chrono::steady_clock::now();
-  // The same frame again (asked for before the agent's next poll): nothing new to draw.
+  // The same frame again (asked for before the agent's next poll, or its reads fell behind):
+  // nothing new to draw, and no sign that figures still come.
   if (frame.timeUnixUs == frameUnixUs_ && frame.events.empty()) return true;
+  if (frame.timeUnixUs != frameUnixUs_) frameAt_ = std::chrono::steady_clock::now();
   for (const auto& m : frame.events) {
     const auto* event = std::get_if<JobEvent>(&m.payload);
     const bool alert = event && (event->kind == JobEventKind::kAlertFiring || event->kind == JobEventKind::kAlertResolved ||
