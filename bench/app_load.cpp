@@ -170,6 +170,7 @@ class Generator {
   bool done() const { return done_.load(); }
   std::uint64_t messages() const { return messages_.load(); }
   std::uint64_t frameBytes() const { return frameBytes_.load(); }
+  std::uint64_t folded() const { return folded_.load(); }
   bool fannedIn() const { return supervisor_ != nullptr; }
 
  private:
@@ -255,6 +256,10 @@ class Generator {
     }
     if (!frame) return;
     frameBytes_ += frame->kpis.size();
+    {
+      std::lock_guard lock(mutex_);
+      handedAt_.try_emplace(frame->timeUnixUs, nowUs());
+    }
     QMetaObject::invokeMethod(&store_.ingest(), [ingest = &store_.ingest(), frame] { ingest->onFrame(agentId(0), frame); },
                               Qt::QueuedConnection);
   }
@@ -267,6 +272,11 @@ class Generator {
     const auto it = newestReportOf_.find(shownUs);
     return it == newestReportOf_.end() ? shownUs : it->second;
   }
+  std::int64_t handedAt(std::int64_t shownUs) const {
+    std::lock_guard lock(mutex_);
+    const auto it = handedAt_.find(shownUs);
+    return it == handedAt_.end() ? 0 : it->second;
+  }
 
  private:
 
@@ -277,6 +287,7 @@ class Generator {
       std::vector<StreamMessage> batch = stream_.batchOf(a, steps, samples, now);
       if (supervisor_) {  // the supervising agent reads it all; the app gets the nodes' own records
         for (const auto& m : batch) visitRecord(m, *supervisor_);
+        folded_ += batch.size();
         std::erase_if(batch, [](const StreamMessage& m) { return !jobOf(m.payload).empty(); });
       }
       if (batch.empty()) continue;
@@ -297,9 +308,11 @@ class Generator {
   app::JobList jobLists_;
   std::unique_ptr<kpi::JobTracker> supervisor_;  // the job's supervising agent's, when it is fanned in
   std::atomic<std::uint64_t> frameBytes_{0};
+  std::atomic<std::uint64_t> folded_{0};  // records the supervising agent took
   mutable std::mutex mutex_;  // the frames, which the GUI thread looks up
   app::FramePtr polled_;
   std::map<std::int64_t, std::int64_t> newestReportOf_;  // by frame moment
+  std::map<std::int64_t, std::int64_t> handedAt_;        // by frame moment: when it first went to the ingest
 };
 
 // Counts the dashboard's repaints (the heatmap is painted on every refresh that brought data) and
@@ -312,11 +325,20 @@ class FrameCounter : public QObject {
   std::vector<double> latencyMs;
   // What the dashboard's moment holds: the newest report's stamp (a fanned-in job's frame is of a poll).
   std::function<std::int64_t(std::int64_t)> newestReport = [](std::int64_t shownUs) { return shownUs; };
+  // And when that frame reached the app (0: not a frame): from there to the paint is the app's part.
+  std::function<std::int64_t(std::int64_t)> handedAt = [](std::int64_t) { return std::int64_t{0}; };
+  std::vector<double> appLatencyMs;
   bool eventFilter(QObject* watched, QEvent* event) override {
     if (event->type() == QEvent::Paint) {
       ++frames;
-      const std::int64_t shown = newestReport(dashboard_.shownUpToUnixUs());
-      if (shown > lastShown_ && lastShown_ > 0) latencyMs.push_back(static_cast<double>(nowUs() - shown) / 1e3);
+      const std::int64_t moment = dashboard_.shownUpToUnixUs();
+      const std::int64_t shown = newestReport(moment);
+      if (shown > lastShown_ && lastShown_ > 0) {
+        latencyMs.push_back(static_cast<double>(nowUs() - shown) / 1e3);
+        if (const std::int64_t handed = handedAt(moment); handed > 0) {
+          appLatencyMs.push_back(static_cast<double>(nowUs() - handed) / 1e3);
+        }
+      }
       lastShown_ = shown;
     }
     return QObject::eventFilter(watched, event);
@@ -488,6 +510,7 @@ int main(int argc, char** argv) {
   QElapsedTimer wallSeconds;
   wallSeconds.start();
   frames.newestReport = [&generator](std::int64_t shownUs) { return generator.newestReport(shownUs); };
+  frames.handedAt = [&generator](std::int64_t shownUs) { return generator.handedAt(shownUs); };
   generator.start();
   (void)runPhase(2, frames, &generator);  // warm-up: the charts fill their first points
   const PhaseResult streaming = runPhase(o.seconds, frames, &generator);
@@ -510,9 +533,15 @@ int main(int argc, char** argv) {
 
   generator.stop();
   frames.newestReport = [](std::int64_t shownUs) { return shownUs; };
+  frames.handedAt = [](std::int64_t) { return std::int64_t{0}; };
   if (generator.fannedIn()) {
-    std::printf("\nframes to the app: %.1f KB/s (2 a second), beside the nodes' own records (msgs/s above)\n",
-                static_cast<double>(generator.frameBytes()) / 1e3 / wallSeconds.elapsed() * 1e3);
+    std::printf("\nframe reaching the app -> paint (the app's part of s2p), the whole run: p50 %.1f ms, p99 %.1f ms\n",
+                percentile(frames.appLatencyMs, 0.5), percentile(frames.appLatencyMs, 0.99));
+    const double seconds = static_cast<double>(wallSeconds.elapsed()) / 1e3;
+    std::printf("\nframes to the app: %.1f KB/s (2 a second), beside the nodes' own records (msgs/s above); the "
+                "supervising agent, on the generator's thread here, folded %.0f records/s of the %.0f streamed\n",
+                static_cast<double>(generator.frameBytes()) / 1e3 / seconds, static_cast<double>(generator.folded()) / seconds,
+                o.agents * o.gpus * (o.stepsPerSecond + 2.0 * o.sampleHz));
   }
 
   std::printf("\nratios (streaming / idle): GUI CPU %.1fx, probe lateness p99 %.1f ms vs %.1f ms\n",
