@@ -539,7 +539,7 @@ int main(int argc, char** argv) {
                 percentile(frames.appLatencyMs, 0.5), percentile(frames.appLatencyMs, 0.99));
     const double seconds = static_cast<double>(wallSeconds.elapsed()) / 1e3;
     std::printf("\nframes to the app: %.1f KB/s (2 a second), beside the nodes' own records (msgs/s above); the "
-                "supervising agent, on the generator's thread here, folded %.0f records/s of the %.0f streamed\n",
+                "generator's thread made and folded (as the supervising agent) %.0f records/s of a nominal %.0f\n",
                 static_cast<double>(generator.frameBytes()) / 1e3 / seconds, static_cast<double>(generator.folded()) / seconds,
                 o.agents * o.gpus * (o.stepsPerSecond + 2.0 * o.sampleHz));
   }

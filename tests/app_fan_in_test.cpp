@@ -148,6 +148,9 @@ class AppFanInTest : public QObject {
     app::FanInBook book(app::FanInRule{2});
     JobSpec wide = smallJob("wide", 3, 10);
     wide.ranks = {{0, "n1", 0, std::nullopt}, {1, "n2", 0, std::nullopt}, {2, "n3", 0, std::nullopt}};
+    // A job without agents has no supervision to make its frames: it is never fanned in.
+    QVERIFY(!app::FanInRule{2}.fannedIn(wide));
+    wide.agents = {{"n1", "10.0.0.1:7070", "key-1"}, {"n2", "10.0.0.2:7070", "key-2"}};
     QVERIFY(!book.decided("wide").has_value());
     QVERIFY(book.decide(wide));
     JobSpec narrower = wide;

@@ -367,26 +367,29 @@ QString DashboardWidget::frameBanner(const JobEntry& job) const {
   constexpr auto kLate = seconds(5);
   const auto since = job.live->sinceFrame();
   const bool ended = jobStateEnded(job.state);
-  if (since && (ended || *since < kLate)) return {};
-  // Its first agent supervises it (its second once that took over, which then says so).
-  const QString first = QString::fromStdString(job.spec.agents.empty() ? std::string("?") : job.spec.agents.front().node);
+  if (since && (ended ? job.live->hasLastFrame() : *since < kLate)) return {};
+  // Its first agent supervises it, its second once that took over (which then says so).
+  const auto& agents = job.spec.agents;
+  const QString first = QString::fromStdString(agents.front().node);  // a fanned-in job has agents (FanIn.h)
+  const QString second = agents.size() > 1 ? QString::fromStdString(agents[1].node) : QString();
+  const QString orSecond = second.isEmpty() ? QString() : tr(", or once that stops for good, its second, %1's").arg(second);
   // A standby (the job's second agent) mirrors the supervision but sends no frames until it takes over.
   if (job.supervisor.isEmpty() || job.supervision.state == SupervisionState::kStandby) {
     const AgentEntry* held = store_.agentOfNode(first.toStdString());
     if (!held) {
       return tr("No agent this app is connected to supervises this job, and its figures come from its supervising "
-                "agent: add the agent of its first node, %1.")
-          .arg(first);
+                "agent: add the agent of its first node, %1%2.")
+          .arg(first, second.isEmpty() ? QString() : tr(" (or its second's, %1, once that took over)").arg(second));
     }
     if (held->state != AgentState::kConnected) {
-      return tr("Its figures come from its supervising agent, %1's, which is %2.").arg(first, agentStateText(held->state));
+      return tr("Its figures come from its supervising agent: %1's, which is %2%3.")
+          .arg(first, agentStateText(held->state), orSecond);
     }
   }
   const QString from = job.supervisor.isEmpty() ? first : job.supervisor;
   if (ended) {
-    return tr("No figures from %1 yet: it reads the job's streams to their end first. If none come, the job ended "
-              "before anyone asked for them; lockstepctl watch %2 reads them from its nodes' streams while they "
-              "hold them.")
+    return tr("No last figures from %1 yet: it reads the job's streams to their end first. If none come, "
+              "lockstepctl watch %2 reads them from its nodes' streams while they hold them.")
         .arg(from, QString::fromStdString(job.id));
   }
   if (!since) return tr("Waiting for the job's figures from %1, which reads its nodes' streams first.").arg(from);
@@ -449,9 +452,12 @@ void DashboardWidget::refresh() {
       }
       break;
   }
-  // A fanned-in job without figures: why, in place of "its step reports are gone" once it ended.
-  if (!recorded_ && job->live->fannedIn() && (banner.isEmpty() || jobStateEnded(job->state))) {
-    if (QString why = frameBanner(*job); !why.isEmpty()) banner = why;
+  // A fanned-in job without figures says why: in place of "its step reports are gone" once it
+  // finished, after how it failed or stopped.
+  if (!recorded_ && job->live->fannedIn()) {
+    const QString why = frameBanner(*job);
+    const bool replaces = banner.isEmpty() || (job->state == JobState::kFinished && !seen);
+    if (!why.isEmpty()) banner = replaces ? why : banner + QLatin1Char('\n') + why;
   }
   banner_->setText(banner);
   banner_->setVisible(!banner.isEmpty());

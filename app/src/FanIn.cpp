@@ -5,6 +5,7 @@
 namespace lockstep::app {
 
 bool FanInRule::fannedIn(const JobSpec& spec) const {
+  if (spec.agents.empty()) return false;  // no agent supervises it: nobody makes its frames
   if (spec.ranks.size() <= nodesOver) return false;  // cannot span more nodes than it has ranks
   std::unordered_set<std::string_view> nodes;
   for (const auto& placement : spec.ranks) {

@@ -22,6 +22,7 @@ struct FanInRule {
   static constexpr std::size_t kDefaultNodesOver = 128;
   std::size_t nodesOver = kDefaultNodesOver;
 
+  // A job without agents (so without a supervision to make its frames) never is.
   bool fannedIn(const JobSpec& spec) const;
 };
 

@@ -90,6 +90,7 @@ bool LiveJob::addFrame(const FrameReply& frame, std::string* why) {
     if (alert) alertEvents_.push_back(*event);
   }
   frames_.add(*kpis);
+  lastFrame_ = lastFrame_ || frame.ended;
   frameKpis_ = std::move(kpis).value();
   frameUnixUs_ = frame.timeUnixUs;
   changed_ = true;
@@ -122,6 +123,11 @@ std::optional<std::chrono::steady_clock::duration> LiveJob::sinceFrame() const {
   std::lock_guard lock(mutex_);
   if (frameAt_ == std::chrono::steady_clock::time_point{}) return std::nullopt;
   return std::chrono::steady_clock::now() - frameAt_;
+}
+
+bool LiveJob::hasLastFrame() const {
+  std::lock_guard lock(mutex_);
+  return lastFrame_;
 }
 
 std::shared_ptr<const LiveJob::Published> LiveJob::published() const {

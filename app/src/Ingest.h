@@ -58,6 +58,8 @@ class LiveJob : public RecordSink {
   bool addFrame(const FrameReply& frame, std::string* why = nullptr);
   // How long ago its last frame came; unset before the first.
   std::optional<std::chrono::steady_clock::duration> sinceFrame() const;
+  // Whether the job's last frame (its figures at its end) came.
+  bool hasLastFrame() const;
   void onEvent(const std::string& node, const JobEvent& event) override;
   void onStep(const std::string& node, const StepReport& report) override;
   void onProcess(const std::string& node, const ProcessSample& sample) override;
@@ -111,6 +113,7 @@ class LiveJob : public RecordSink {
   kpi::JobKpis frameKpis_;  // the newest frame's
   std::int64_t frameUnixUs_ = 0;
   std::chrono::steady_clock::time_point frameAt_{};
+  bool lastFrame_ = false;
   kpi::Timeline timeline_{kLiveStepsPerRank, kLiveCollectivesPerRank};
   std::shared_ptr<const Published> published_;
   std::vector<JobEvent> alertEvents_;  // for the GUI's alerts (AlertLog), until the next tick takes them
