@@ -140,6 +140,9 @@ class AppFanInTest : public QObject {
     QVERIFY2(app.dashboardLabel("jobBanner").contains(QStringLiteral("No agent this app is connected to supervises")),
              qPrintable(app.dashboardLabel("jobBanner")));
     QCOMPARE(ctl({"stop", "elsewhere"}).status.exitCode, 0);
+    // Once it ended, how it ended still shows, with why its figures did not come.
+    QTRY_VERIFY_WITH_TIMEOUT(app.dashboardLabel("jobBanner").startsWith(QStringLiteral("Stopped")), kConnectMs);
+    QVERIFY2(app.dashboardLabel("jobBanner").contains(expected), qPrintable(app.dashboardLabel("jobBanner")));
   }
 
   // A job is watched one way for the app's life: decided at its first spec, whatever a later
