@@ -373,8 +373,13 @@ QString DashboardWidget::frameBanner(const JobEntry& job) const {
   const QString first = QString::fromStdString(agents.front().node);  // a fanned-in job has agents (FanIn.h)
   const QString second = agents.size() > 1 ? QString::fromStdString(agents[1].node) : QString();
   const QString orSecond = second.isEmpty() ? QString() : tr(", or once that stops for good, its second, %1's").arg(second);
-  // A standby (the job's second agent) mirrors the supervision but sends no frames until it takes over.
-  if (job.supervisor.isEmpty() || job.supervision.state == SupervisionState::kStandby) {
+  // Frames come from the first agent, or from the second once it took over (it then follows the
+  // job). A standby mirrors the supervision, and the job's end, but sends no frames.
+  const AgentEntry* says = job.supervisor.isEmpty() ? nullptr : store_.agent(job.supervisor);
+  const bool firstSays = says && says->hello && says->hello->nodeName == first.toStdString();
+  const bool tookOver = says && (job.supervision.state == SupervisionState::kFollowing ||
+                                 job.supervision.state == SupervisionState::kRestarting);
+  if (!firstSays && !tookOver) {
     const AgentEntry* held = store_.agentOfNode(first.toStdString());
     if (!held) {
       return tr("No agent this app is connected to supervises this job, and its figures come from its supervising "
