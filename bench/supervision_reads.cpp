@@ -10,7 +10,6 @@
 
 #include <dirent.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,6 +29,7 @@
 #include "base/log.h"
 #include "jobs/supervision.h"
 #include "lockstep/common/clock.h"
+#include "lockstep/common/files.h"
 #include "lockstep/net/zmq_util.h"
 #include "lockstep/protocol/codec.h"
 #include "lockstep/protocol/job_list.h"
@@ -250,10 +250,7 @@ double percentile(std::vector<double> v, double p) {
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
-  rlimit files{};
-  ::getrlimit(RLIMIT_NOFILE, &files);
-  files.rlim_cur = files.rlim_max;  // each stand-in and each of the supervision's connections holds a few
-  ::setrlimit(RLIMIT_NOFILE, &files);
+  raiseOpenFilesLimit();  // each stand-in and each of the supervision's connections holds a few
   auto keys = generateKeyPair();
   if (!keys) return std::fprintf(stderr, "%s\n", keys.error().message.c_str()), 1;
 

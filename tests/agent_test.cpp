@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <thread>
@@ -192,6 +193,64 @@ TEST(AgentJob, AJobTooLargeForOneMessageIsRefusedBeforeItIsSent) {
   EXPECT_NE(started.error().message.find("over the 4 MiB an agent takes"), std::string::npos) << started.error().message;
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
   EXPECT_TRUE(c->listJobs(5s).ok()) << "the connection still serves";
+}
+
+// This process's threads and open files.
+std::pair<int, int> threadsAndFiles() {
+  int files = 0;
+  for ([[maybe_unused]] const auto& f : std::filesystem::directory_iterator("/proc/self/fd")) ++files;
+  const std::string status = readText("/proc/self/status");
+  const auto at = status.find("Threads:");
+  return {at == std::string::npos ? -1 : std::atoi(status.c_str() + at + 8), files};
+}
+
+// A supervising agent holds a connection to every node of its job, 2,048 at 16,384 GPUs: its
+// clients share one ZeroMQ context, so a connection costs no thread and a few files, not two
+// threads and nine files (which ran a 2,048-node supervision out of files).
+TEST(AgentClients, ManyShareOneIoThreadAndHoldAFewFilesEach) {
+  TempDir dir;
+  AgentProcess agent(dir, "node-a");
+  auto first = connectAuthorized(agent, dir);  // the shared context exists from here
+  ClientKeys client(dir, "many");
+  agent.authorize(client.keys.publicKey);
+  const auto before = threadsAndFiles();
+  std::vector<std::unique_ptr<AgentClient>> clients;
+  for (int i = 0; i < 12; ++i) clients.push_back(connectTo(agent, client));  // an agent takes 16 a key
+  for (auto& c : clients) ASSERT_TRUE(c->listJobs(5s).ok());
+  const auto after = threadsAndFiles();
+  EXPECT_EQ(after.first, before.first) << "threads, before and after 12 connections";
+  EXPECT_LE(after.second - before.second, 12 * 4) << "open files of 12 connections";
+}
+
+// Asked at once, answered in turn: one agent that does not answer holds up no other, and an answer
+// that comes late is not taken for the answer to a later request.
+TEST(AgentClients, RequestsSentToManyAgentsAreAnsweredInTurn) {
+  TempDir dir;
+  AgentProcess a(dir, "node-a"), b(dir, "node-b");
+  ClientKeys client(dir);
+  a.authorize(client.keys.publicKey);
+  b.authorize(client.keys.publicKey);
+  auto toA = connectTo(a, client), toB = connectTo(b, client);
+  EXPECT_EQ(toA->receiveFetch(std::chrono::steady_clock::now() + 1s, 1s).error().code, ErrorCode::kInternal)
+      << "nothing was sent";
+
+  ::kill(a.pid(), SIGSTOP);
+  ASSERT_TRUE(toA->sendFetch(0, 10).ok());
+  ASSERT_TRUE(toB->sendListJobs({}).ok());
+  const auto deadline = std::chrono::steady_clock::now() + 2s;
+  const auto fromB = toB->receiveListJobs(deadline, 2s);
+  const auto fromA = toA->receiveFetch(deadline, 2s);
+  ::kill(a.pid(), SIGCONT);
+  EXPECT_TRUE(fromB.ok()) << fromB.error().message;
+  ASSERT_FALSE(fromA.ok());
+  EXPECT_EQ(fromA.error().code, ErrorCode::kTimeout) << fromA.error().message;
+
+  // Its late answer to that fetch is not the answer to the list asked next.
+  ASSERT_TRUE(toA->sendListJobs({}).ok());
+  const auto listed = toA->receiveListJobs(std::chrono::steady_clock::now() + 5s, 5s);
+  EXPECT_TRUE(listed.ok()) << listed.error().message;
+  const auto fetched = toA->fetch(0, 10, 0, 5s);
+  EXPECT_TRUE(fetched.ok()) << fetched.error().message;
 }
 
 TEST(AgentJob, FourRanksAcrossTwoAgentsTrainAndFinish) {

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "lockstep/common/files.h"
 #include "lockstep/common/process.h"
 #include "lockstep/net/keys.h"
 #include "loop/agent.h"
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
+  lockstep::raiseOpenFilesLimit();  // a job's supervision holds a connection per node of the job
 
   // Not dumpable: a process of the same user (a job's rank) cannot read this one's memory or
   // reach its files through /proc/PID/root.

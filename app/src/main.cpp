@@ -11,9 +11,11 @@
 #include "ClusterStore.h"
 #include "HistoryRecorder.h"
 #include "MainWindow.h"
+#include "lockstep/common/files.h"
 #include "lockstep/net/keys.h"
 
 int main(int argc, char** argv) {
+  lockstep::raiseOpenFilesLimit();  // a connection per agent, thousands at 16,384 GPUs
   // Key printing needs no display: handle it before Qt wants one.
   QString configDir = QString::fromStdString(lockstep::defaultClientConfigDir());
   for (int i = 1; i + 1 < argc; ++i) {

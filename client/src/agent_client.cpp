@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstring>
 #include <optional>
+#include <utility>
 #include <zmq.hpp>
 
 #include "lockstep/net/zmq_util.h"
@@ -18,6 +19,20 @@ using std::chrono::milliseconds;
 constexpr std::int64_t kMaxReplyBytes = 256 << 20;
 
 std::atomic<int> g_monitorCounter{0};
+
+// Every client of this process shares one context: one I/O thread for all its connections, not two
+// threads and several files each (a supervising agent holds one connection per node of a job, 2,048
+// at 16,384 GPUs). Never destroyed: terminating it at exit would wait for sockets of threads still
+// running then.
+zmq::context_t& sharedContext() {
+  static zmq::context_t* context = [] {
+    auto* c = new zmq::context_t(1);
+    // Two sockets a connection (its own and its monitor); where libzmq refuses, its default (1,023) stays.
+    zmq_ctx_set(c->handle(), ZMQ_MAX_SOCKETS, 65536);
+    return c;
+  }();
+  return *context;
+}
 
 template <class T>
 Result<T> expect(Result<Reply> reply, const char* what) {
@@ -49,7 +64,7 @@ Result<AgentAddress> parseAgentAddress(const std::string& text) {
 class AgentClient::Impl {
  public:
   Impl(AgentAddress address, CurveKeyPair keys, std::string agentKey)
-      : address_(std::move(address)), keys_(std::move(keys)), agentKey_(std::move(agentKey)), context_(1) {}
+      : address_(std::move(address)), keys_(std::move(keys)), agentKey_(std::move(agentKey)), context_(sharedContext()) {}
 
   Result<void> open() {
     try {
@@ -75,6 +90,12 @@ class AgentClient::Impl {
   }
 
   Result<Reply> call(decltype(Request::body) body, milliseconds timeout) {
+    LOCKSTEP_TRY(send(std::move(body)));
+    return receive(Clock::now() + timeout, timeout);
+  }
+
+  // Sends without waiting; the answer is receive()'s. A later send() leaves this one's answer unread.
+  Result<void> send(decltype(Request::body) body) {
     const std::uint64_t id = ++nextRequestId_;
     const std::string bytes = encode(Request{id, std::move(body)});
     if (bytes.size() > kMaxMessageBytes) {
@@ -83,16 +104,26 @@ class AgentClient::Impl {
                              std::to_string(kMaxMessageBytes >> 20) + " MiB an agent takes (a job placing many ranks "
                              "on nodes with long names?): shorten the node names or split the job");
     }
-    const auto deadline = Clock::now() + timeout;
     try {
       if (!socket_->send(zmq::buffer(bytes), zmq::send_flags::dontwait)) {
-        // Not connected yet: the message waits in the queue? DEALER queues until a peer exists,
-        // so a full queue means the agent has not answered for a long time.
+        // DEALER queues until a peer exists, so a full queue means the agent has not answered for a long time.
         return Error{ErrorCode::kUnavailable, "the request queue to " + address_.text() + " is full"};
       }
+    } catch (const zmq::error_t& e) {
+      return ioError("talking to " + address_.text() + ": " + e.what());
+    }
+    pending_ = id;
+    return {};
+  }
+
+  // The answer to the last request sent, by `deadline`; one that came already is taken even past it.
+  // `timeout`: the request's whole allowance, as its error says it.
+  Result<Reply> receive(Clock::time_point deadline, milliseconds timeout) {
+    if (!pending_) return internalError("no request to " + address_.text() + " awaits an answer");
+    const std::uint64_t id = std::exchange(pending_, 0);
+    try {
       while (true) {
-        const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-        if (left.count() <= 0) return silenceError(timeout);
+        const auto left = std::max(milliseconds(0), std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
         zmq::pollitem_t items[] = {{socket_->handle(), 0, ZMQ_POLLIN, 0}, {monitor_->handle(), 0, ZMQ_POLLIN, 0}};
         zmq::poll(items, 2, left);
         if (items[1].revents & ZMQ_POLLIN) drainMonitor();
@@ -105,6 +136,7 @@ class AgentClient::Impl {
           if (reply->requestId != id && reply->requestId != 0) continue;  // a late answer to an old request
           return reply;
         }
+        if (Clock::now() >= deadline) return silenceError(timeout);
       }
     } catch (const zmq::error_t& e) {
       return ioError("talking to " + address_.text() + ": " + e.what());
@@ -163,10 +195,11 @@ class AgentClient::Impl {
   AgentAddress address_;
   CurveKeyPair keys_;
   std::string agentKey_;
-  zmq::context_t context_;
+  zmq::context_t& context_;
   std::unique_ptr<zmq::socket_t> socket_;
   std::unique_ptr<zmq::socket_t> monitor_;
   std::uint64_t nextRequestId_ = 0;
+  std::uint64_t pending_ = 0;  // the request sent whose answer is not yet received; 0: none
   bool connected_ = false, handshakeOk_ = false, handshakeFailed_ = false, authFailed_ = false;
   NodeHello hello_;
 };
@@ -233,8 +266,24 @@ Result<FetchReply> AgentClient::fetch(std::uint64_t afterSeq, std::uint32_t maxM
       "fetch");
 }
 
+Result<void> AgentClient::sendFetch(std::uint64_t afterSeq, std::uint32_t maxMessages) {
+  return impl_->send(FetchRequest{afterSeq, maxMessages, 0, {}});
+}
+
+Result<FetchReply> AgentClient::receiveFetch(Clock::time_point deadline, milliseconds timeout) {
+  return expect<FetchReply>(impl_->receive(deadline, timeout), "fetch");
+}
+
 Result<JobsReply> AgentClient::listJobs(milliseconds timeout, std::vector<JobAttempt> knownSpecs) {
   return expect<JobsReply>(impl_->call(ListJobsRequest{std::move(knownSpecs)}, timeout), "list jobs");
+}
+
+Result<void> AgentClient::sendListJobs(std::vector<JobAttempt> knownSpecs) {
+  return impl_->send(ListJobsRequest{std::move(knownSpecs)});
+}
+
+Result<JobsReply> AgentClient::receiveListJobs(Clock::time_point deadline, milliseconds timeout) {
+  return expect<JobsReply>(impl_->receive(deadline, timeout), "list jobs");
 }
 
 Result<LogsReply> AgentClient::logs(const std::string& jobId, std::uint32_t rank, std::uint32_t maxBytes,

@@ -3,6 +3,7 @@
 #include <csignal>
 
 #include "ctl.h"
+#include "lockstep/common/files.h"
 
 namespace {
 void onSignal(int signal) { lockstep::ctl::g_interrupted.store(signal); }
@@ -15,5 +16,6 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
+  lockstep::raiseOpenFilesLimit();  // watch holds a connection per agent
   return lockstep::ctl::run(argc, argv);
 }

@@ -55,16 +55,23 @@ std::vector<alerts::Alert> JobAlerts::poll(const std::set<std::string>& nodes, c
   return fired;
 }
 
-// Each node a batch at a time, in turn, up to kFetchRounds batches of a node: a node whose stream
-// holds much (the job ran long before its frame was asked for) is not read far ahead of the others,
-// whose reports the engine needs to complete the same steps.
+// Each node a batch at a time, up to kFetchRounds batches of a node: a node whose stream holds much
+// (the job ran long before its frame was asked for) is not read far ahead of the others, whose
+// reports the engine needs to complete the same steps. A round asks every node at once, then takes
+// each answer: one round trip a round, not one a node.
 JobAlerts::Read JobAlerts::read(const std::set<std::string>& nodes, const ClientOf& client) {
   Read out{0, !nodes.empty()};
   std::set<std::string> more(nodes.begin(), nodes.end());
   for (int round = 0; round < kFetchRounds && !more.empty(); ++round) {
+    std::map<std::string, AgentClient*> asked;
+    for (const auto& node : more) {
+      AgentClient* c = client(node);
+      if (c && c->sendFetch(cursors_[node].afterSeq, kFetchMessages)) asked.emplace(node, c);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + kFetchTimeout;
     for (auto it = more.begin(); it != more.end();) {
-      AgentClient* c = client(*it);
-      const auto got = c ? fetchOnce(*it, *c) : std::nullopt;
+      const auto a = asked.find(*it);
+      const auto got = a == asked.end() ? std::nullopt : take(*it, *a->second, a->second->receiveFetch(deadline, kFetchTimeout));
       out.complete = out.complete && got.has_value();
       out.taken += got ? got->taken : 0;
       it = got && got->more ? std::next(it) : more.erase(it);
@@ -85,12 +92,12 @@ void JobAlerts::lapsed() {
 
 // One batch of what the agent streamed after what was read last; an agent that started again
 // (another instance) numbers its stream anew only if it lost it, and is then read from its start.
-std::optional<JobAlerts::Batch> JobAlerts::fetchOnce(const std::string& node, AgentClient& client) {
+std::optional<JobAlerts::Batch> JobAlerts::take(const std::string& node, const AgentClient& client,
+                                                Result<FetchReply> reply) {
   Cursor& at = cursors_[node];
   if (const auto& gpus = client.hello().gpus; !gpus.empty()) {
     for (const auto& g : gpus) facts_.gpuMemoryTotalBytes[{node, g.index}] = g.memoryTotalBytes;
   }
-  auto reply = client.fetch(at.afterSeq, kFetchMessages, 0, kFetchTimeout);
   if (!reply) return std::nullopt;
   if (reply->instanceId != at.instance && reply->lastSeq < at.afterSeq) {
     at.instance = reply->instanceId;

@@ -104,7 +104,7 @@ class Supervisions::Worker {
   // The node's part of the job, its spec left out when it is `attempt`'s (which this worker holds).
   std::optional<JobStatus> statusOn(const std::string& node, std::uint32_t attempt);
   std::vector<EndedPart> observe(const JobSpec& attempt, Clock::time_point since);
-  EndedPart observeOn(const std::string& node, const JobSpec& attempt, bool mayBeStarting);
+  EndedPart observeOn(const std::string& node, const JobSpec& attempt, bool mayBeStarting, const Result<JobsReply>& jobs);
   Result<JobSpec> restart(const JobSpec& ended, const RestartPlan& plan);
   void stopParts(const JobSpec& attempt, std::uint32_t graceMs = 0);
   JobAlerts makeAlerts(const JobSpec& spec);
@@ -267,36 +267,49 @@ void Supervisions::Worker::follow(Supervisor& supervisor) {
   }
 }
 
+// Every node is asked at once, then each answer taken in turn: a poll waits one round trip, not
+// one a node (2,048 of them at 16,384 GPUs).
 std::vector<EndedPart> Supervisions::Worker::observe(const JobSpec& attempt, Clock::time_point since) {
   std::set<std::string> nodes;
   for (const auto& r : attempt.ranks) nodes.insert(r.node);
+  std::map<std::string, AgentClient*> asked;
+  for (const auto& node : nodes) {
+    if (stopping()) return {};
+    // Every 300 ms from every node of the job: without the spec this attempt's is (it places every
+    // rank of the job: 420 KB at 16,384 ranks).
+    AgentClient* c = lost_.count(node) ? nullptr : client(node);
+    if (c && c->sendListJobs({{first_.jobId, attempt.attempt}})) asked.emplace(node, c);
+  }
   const bool early = Clock::now() - since < kPartsAppear;
+  const auto deadline = Clock::now() + kCallTimeout;
   std::vector<EndedPart> parts;
   for (const auto& node : nodes) {
     if (stopping()) break;
-    parts.push_back(observeOn(node, attempt, early && !seen_.count(node)));
+    const auto a = asked.find(node);
+    auto jobs = a == asked.end() ? Result<JobsReply>(Error{ErrorCode::kUnavailable, "not reached"})
+                                 : a->second->receiveListJobs(deadline, kCallTimeout);
+    parts.push_back(observeOn(node, attempt, early && !seen_.count(node), jobs));
   }
   return parts;
 }
 
-// One node's part: as its agent lists it; starting while it may not be there yet; else lost.
-EndedPart Supervisions::Worker::observeOn(const std::string& node, const JobSpec& attempt, bool mayBeStarting) {
+// One node's part: as its agent listed it (`jobs`: its answer, or why none came); starting while it
+// may not be there yet; else lost.
+EndedPart Supervisions::Worker::observeOn(const std::string& node, const JobSpec& attempt, bool mayBeStarting,
+                                          const Result<JobsReply>& jobs) {
   const JobAgent* a = agentOf(first_, node);
   EndedPart part{node, a ? a->address : node, {}, true, JobState::kRunning, 0, ""};
   if (lost_.count(node)) return part;
-  if (AgentClient* c = client(node)) {
-    // Every 300 ms from every node of the job: without the spec this attempt's is (it places every
-    // rank of the job: 420 KB at 16,384 ranks).
-    auto jobs = c->listJobs(kCallTimeout, {{first_.jobId, attempt.attempt}});
-    if (!jobs) clients_.erase(node);
-    if (jobs) misses_[node] = 0;
-    for (const auto& status : jobs ? jobs->jobs : std::vector<JobStatus>{}) {
+  if (!jobs) clients_.erase(node);
+  if (jobs) {
+    misses_[node] = 0;
+    for (const auto& status : jobs->jobs) {
       if (status.spec.jobId != first_.jobId || status.spec.attempt < attempt.attempt) continue;
       seen_.insert(node);
       statuses_[node] = status;
       return EndedPart{node, part.agent, status.ranks, false, status.state, status.spec.attempt, status.message};
     }
-    if (jobs && !mayBeStarting) {  // it answers, and has no such part: it never started, or was lost
+    if (!mayBeStarting) {  // it answers, and has no such part: it never started, or was lost
       lost_.insert(node);
       return part;
     }

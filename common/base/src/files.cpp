@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,6 +29,13 @@ Result<void> writeAll(int fd, std::string_view data, const std::string& path) {
 }
 
 }  // namespace
+
+void raiseOpenFilesLimit() {
+  rlimit files{};
+  if (::getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur >= files.rlim_max) return;
+  files.rlim_cur = files.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &files);
+}
 
 std::string fileKind(unsigned mode) {
   switch (mode & S_IFMT) {

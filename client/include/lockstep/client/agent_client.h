@@ -2,7 +2,8 @@
 // A connection to one lockstep-agent: CURVE with this client's key pair and the agent's pinned
 // public key, requests with timeouts, and errors that say why a connection did not work (no agent
 // listening, the agent refusing this client's key, or an agent whose key is not the pinned one).
-// lockstepctl and the app use it. Not thread-safe: one thread per client.
+// lockstepctl, the app and the agents' supervision use it. Not thread-safe: one thread per client
+// (the clients of a process share one ZeroMQ context, and its one I/O thread).
 
 #include <chrono>
 #include <cstdint>
@@ -61,6 +62,16 @@ class AgentClient {
   // `knownSpecs`: the specs this caller holds from an earlier reply on this connection; their
   // statuses come with the spec left out (JobStatus::specOmitted), the rest in full.
   Result<JobsReply> listJobs(std::chrono::milliseconds timeout, std::vector<JobAttempt> knownSpecs = {});
+
+  // A request in two halves, for one thread that asks many agents: send to each, then receive each
+  // answer, so that the agents answer at once, not one after another. The answer is received by
+  // `deadline` (one that came already is taken past it); `timeout` is what an error says was
+  // allowed. One request at a time: a send leaves the answer of the one before it unread.
+  using Clock = std::chrono::steady_clock;
+  Result<void> sendFetch(std::uint64_t afterSeq, std::uint32_t maxMessages);
+  Result<FetchReply> receiveFetch(Clock::time_point deadline, std::chrono::milliseconds timeout);
+  Result<void> sendListJobs(std::vector<JobAttempt> knownSpecs);
+  Result<JobsReply> receiveListJobs(Clock::time_point deadline, std::chrono::milliseconds timeout);
   Result<LogsReply> logs(const std::string& jobId, std::uint32_t rank, std::uint32_t maxBytes,
                          std::chrono::milliseconds timeout);
   // What the job's ranks here are doing (their stacks; docs/stalls.md). Taking them may need up to

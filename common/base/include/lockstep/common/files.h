@@ -19,6 +19,11 @@ namespace lockstep {
 // `flags`: O_RDONLY or O_RDWR, plus O_NOFOLLOW to refuse a symlink ("is a symbolic link").
 Result<int> openRegularFile(const std::string& path, std::string_view role, int flags = O_RDONLY);
 
+// Raises this process's soft limit on open files to its hard limit: a client holds a few files per
+// agent it talks to (a supervising agent one connection per node of its job, the app one per agent),
+// and desktops start programs at 1,024.
+void raiseOpenFilesLimit();
+
 // What kind of file `mode` (st_mode) is, in words: "a FIFO", "a directory", "a character device".
 std::string fileKind(unsigned mode);
 
