@@ -27,7 +27,8 @@ std::atomic<int> g_monitorCounter{0};
 zmq::context_t& sharedContext() {
   static zmq::context_t* context = [] {
     auto* c = new zmq::context_t(1);
-    // Two sockets a connection (its own and its monitor); where libzmq refuses, its default (1,023) stays.
+    // Three sockets a connection (its own, its monitor and the monitor's own); where libzmq refuses,
+    // its default (1,023) stays.
     zmq_ctx_set(c->handle(), ZMQ_MAX_SOCKETS, 65536);
     return c;
   }();
@@ -96,6 +97,7 @@ class AgentClient::Impl {
 
   // Sends without waiting; the answer is receive()'s. A later send() leaves this one's answer unread.
   Result<void> send(decltype(Request::body) body) {
+    pending_ = 0;  // a failed send leaves nothing to receive, not the answer of the one before
     const std::uint64_t id = ++nextRequestId_;
     const std::string bytes = encode(Request{id, std::move(body)});
     if (bytes.size() > kMaxMessageBytes) {

@@ -16,6 +16,7 @@ namespace {
 constexpr auto kFetchTimeout = std::chrono::seconds(5);
 constexpr std::uint32_t kFetchMessages = 10'000;
 constexpr int kFetchRounds = 4;  // a poll's batches of one node, at most
+constexpr std::size_t kFetchesInFlight = 64;  // nodes asked at once: at most 64 batches held (48 MB)
 constexpr std::int64_t kDiskEveryUs = 10'000'000;
 constexpr std::size_t kKeptEvents = 1024;  // a client further behind misses the oldest
 
@@ -57,25 +58,18 @@ std::vector<alerts::Alert> JobAlerts::poll(const std::set<std::string>& nodes, c
 
 // Each node a batch at a time, up to kFetchRounds batches of a node: a node whose stream holds much
 // (the job ran long before its frame was asked for) is not read far ahead of the others, whose
-// reports the engine needs to complete the same steps. A round asks every node at once, then takes
-// each answer: one round trip a round, not one a node.
+// reports the engine needs to complete the same steps.
 JobAlerts::Read JobAlerts::read(const std::set<std::string>& nodes, const ClientOf& client) {
   Read out{0, !nodes.empty()};
-  std::set<std::string> more(nodes.begin(), nodes.end());
+  std::vector<std::string> more(nodes.begin(), nodes.end());
   for (int round = 0; round < kFetchRounds && !more.empty(); ++round) {
-    std::map<std::string, AgentClient*> asked;
-    for (const auto& node : more) {
-      AgentClient* c = client(node);
-      if (c && c->sendFetch(cursors_[node].afterSeq, kFetchMessages)) asked.emplace(node, c);
-    }
-    const auto deadline = std::chrono::steady_clock::now() + kFetchTimeout;
-    for (auto it = more.begin(); it != more.end();) {
-      const auto a = asked.find(*it);
-      const auto got = a == asked.end() ? std::nullopt : take(*it, *a->second, a->second->receiveFetch(deadline, kFetchTimeout));
+    std::vector<std::string> again;
+    readRound(more, client, [&](const std::string& node, const std::optional<Batch>& got) {
       out.complete = out.complete && got.has_value();
       out.taken += got ? got->taken : 0;
-      it = got && got->more ? std::next(it) : more.erase(it);
-    }
+      if (got && got->more) again.push_back(node);
+    });
+    more = std::move(again);
   }
   out.complete = out.complete && more.empty();
   caughtUp_ = !nodes.empty() &&
@@ -83,6 +77,35 @@ JobAlerts::Read JobAlerts::read(const std::set<std::string>& nodes, const Client
   polledUs_ = unixMicrosNow();
   kpis_ = tracker_.snapshot(polledUs_);
   return out;
+}
+
+// A batch of each node, kFetchesInFlight nodes asked at a time and the next asked as each answer is
+// taken: a round waits about a round trip per kFetchesInFlight nodes, not one a node, and holds at
+// most kFetchesInFlight batches (a catch-up's are 10,000 records each). `took` gets each node's
+// batch, or nothing where it was not reached or did not answer.
+void JobAlerts::readRound(const std::vector<std::string>& nodes, const ClientOf& client,
+                          const std::function<void(const std::string&, const std::optional<Batch>&)>& took) {
+  struct Asked {
+    const std::string* node;
+    AgentClient* client;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  std::deque<Asked> asked;
+  for (std::size_t next = 0; next < nodes.size() || !asked.empty();) {
+    while (asked.size() < kFetchesInFlight && next < nodes.size()) {
+      const std::string& node = nodes[next++];
+      AgentClient* c = client(node);
+      if (c && c->sendFetch(cursors_[node].afterSeq, kFetchMessages)) {
+        asked.push_back({&node, c, std::chrono::steady_clock::now() + kFetchTimeout});
+      } else {
+        took(node, std::nullopt);
+      }
+    }
+    if (asked.empty()) continue;
+    const Asked a = asked.front();
+    asked.pop_front();
+    took(*a.node, take(*a.node, *a.client, a.client->receiveFetch(a.deadline, kFetchTimeout)));
+  }
 }
 
 void JobAlerts::lapsed() {

@@ -87,6 +87,8 @@ class JobAlerts {
     std::size_t taken = 0;  // the job's records in it
     bool more = false;      // the agent holds more after it
   };
+  void readRound(const std::vector<std::string>& nodes, const ClientOf& client,
+                 const std::function<void(const std::string&, const std::optional<Batch>&)>& took);
   // A node's answer to the read's fetch (null: none came).
   std::optional<Batch> take(const std::string& node, const AgentClient& client, Result<FetchReply> reply);
   bool take(const StreamMessage& message);  // whether it was the job's

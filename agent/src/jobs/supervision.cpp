@@ -167,7 +167,7 @@ void Supervisions::Worker::run() {
     }
     follow(*taken);
   }
-  clients_.clear();  // each holds a ZeroMQ context and its thread
+  clients_.clear();  // each holds a connection to its node's agent
 }
 
 // The standby's wait: it mirrors the first agent's supervision until that ends (then this ends

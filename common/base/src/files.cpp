@@ -30,11 +30,21 @@ Result<void> writeAll(int fd, std::string_view data, const std::string& path) {
 
 }  // namespace
 
+namespace {
+rlimit g_filesBefore{};  // set once, before any thread could fork
+bool g_filesRaised = false;
+}  // namespace
+
 void raiseOpenFilesLimit() {
   rlimit files{};
   if (::getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur >= files.rlim_max) return;
+  g_filesBefore = files;
   files.rlim_cur = files.rlim_max;
-  ::setrlimit(RLIMIT_NOFILE, &files);
+  g_filesRaised = ::setrlimit(RLIMIT_NOFILE, &files) == 0;
+}
+
+void restoreOpenFilesLimit() {
+  if (g_filesRaised) ::setrlimit(RLIMIT_NOFILE, &g_filesBefore);
 }
 
 std::string fileKind(unsigned mode) {

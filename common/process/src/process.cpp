@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "lockstep/common/fd.h"
+#include "lockstep/common/files.h"
 #include "sandbox.h"
 
 extern char** environ;
@@ -117,8 +118,10 @@ ExitStatus exitStatusFromWait(int waitStatus) {
 
 namespace {
 
-// execve, or execveat of a descriptor (AT_EMPTY_PATH) when there is one.
+// execve, or execveat of a descriptor (AT_EMPTY_PATH) when there is one; with the open-files limit
+// the program would have had (files.h).
 void execute(int fd, const char* path, char* const* argv, char* const* envp) {
+  restoreOpenFilesLimit();
   if (fd >= 0) {
     ::syscall(SYS_execveat, fd, "", argv, envp, AT_EMPTY_PATH);
   } else {

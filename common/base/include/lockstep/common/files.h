@@ -23,6 +23,9 @@ Result<int> openRegularFile(const std::string& path, std::string_view role, int 
 // agent it talks to (a supervising agent one connection per node of its job, the app one per agent),
 // and desktops start programs at 1,024.
 void raiseOpenFilesLimit();
+// Puts the soft limit raiseOpenFilesLimit found back, in a child about to exec another program (a
+// job's rank gets the limit it would have had, not the agent's): async-signal-safe.
+void restoreOpenFilesLimit();
 
 // What kind of file `mode` (st_mode) is, in words: "a FIFO", "a directory", "a character device".
 std::string fileKind(unsigned mode);
