@@ -38,6 +38,8 @@ class SyntheticStream {
     spec.prices.gpuHour = 3.5;
     spec.prices.kwh = 0.2;
     for (int a = 0; a < agents_; ++a) {
+      // Each node's agent as its launcher reached it (the app fans in only a job with agents).
+      spec.agents.push_back({nodeName(a), nodeName(a) + ":7700", std::string(40, 'k')});
       for (int g = 0; g < gpus_; ++g) {
         spec.ranks.push_back({static_cast<std::uint32_t>(a * gpus_ + g), nodeName(a), static_cast<std::uint32_t>(g),
                               static_cast<std::uint32_t>(g)});
