@@ -242,7 +242,9 @@ class Generator {
     auto frame = std::make_shared<FrameReply>();
     frame->jobId = k.jobId;
     frame->timeUnixUs = now;
-    frame->kpis = kpi::encodeFrame(kpi::withRanks(std::move(k), ranks, gpus, 0, 256));
+    kpi::JobKpis framed = kpi::withRanks(std::move(k), ranks, gpus, 0, 256);
+    framed.nodeBlocks = kpi::nodeBlocks(supervisor_->spec().ranks, ranks, gpus);  // the app asks for the heatmap's blocks
+    frame->kpis = kpi::encodeFrame(framed);
     std::lock_guard lock(mutex_);
     newestReportOf_[now] = supervisor_->lastReportUnixUs();
     polled_ = std::move(frame);

@@ -8,6 +8,8 @@
 #include <set>
 
 #include "AgentWorker.h"
+#include "ChartSeries.h"
+#include "HeatmapWidget.h"
 #include "TimelineWidget.h"
 #include "lockstep/kpi/frame.h"
 #include "lockstep/kpi/stream.h"
@@ -100,7 +102,20 @@ class AppFanInTest : public QObject {
     const kpi::JobKpis full = tracker.snapshot(last->timeUnixUs);
     QCOMPARE(shown.step, std::uint64_t{3000});
     QCOMPARE(shown.ranks.size(), std::size_t{2});
-    QVERIFY2(shown == full, "the app's KPIs of the fanned-in job are every stream's, exactly");
+    // And its nodes as the heatmap's rows, each its least busy rank's CPU %, as on the wire (float).
+    kpi::JobKpis expected = full;
+    expected.nodeBlocks = kpi::nodeBlocks(job->spec.ranks, full.ranks, full.gpus);
+    for (auto& block : expected.nodeBlocks) {
+      for (kpi::Maybe* m : {&block.meanPct, &block.leastPct}) {
+        if (*m) *m = static_cast<float>(**m);
+      }
+    }
+    QCOMPARE(expected.nodeBlocks.size(), std::size_t{2});
+    QVERIFY2(shown == expected, "the app's KPIs of the fanned-in job are every stream's, exactly");
+    // Its frames hold every one of its ranks: the heatmap draws their devices, not the blocks.
+    const app::HeatmapWidget* heatmap = app.window.dashboard()->heatmap();
+    QTRY_COMPARE_WITH_TIMEOUT(heatmap->rowLabel(0), QStringLiteral("rank 0"), kConnectMs);
+    QCOMPARE(heatmap->rowCount(), 2);
 
     // Not one of the job's records came to the app; the nodes' own still do.
     QCOMPARE(jobRecords.load(), 0);
@@ -143,6 +158,37 @@ class AppFanInTest : public QObject {
     // Once it ended, how it ended still shows, with why its figures did not come.
     QTRY_VERIFY_WITH_TIMEOUT(app.dashboardLabel("jobBanner").startsWith(QStringLiteral("Stopped")), kConnectMs);
     QVERIFY2(app.dashboardLabel("jobBanner").contains(expected), qPrintable(app.dashboardLabel("jobBanner")));
+  }
+
+  // A fanned-in job's heatmap is its nodes, each its least busy device, where its frames hold some of
+  // its ranks: the blocks of the newest frame, with the points they had.
+  void theHeatmapOfAFannedInJobIsItsNodesWhereItsFramesHoldSomeRanks() {
+    app::FrameSeries series(600, 300);
+    kpi::JobKpis k;
+    k.worldSize = 16384;
+    k.ranks.resize(264);  // ranks 0-255 and the slowest
+    k.elapsedSeconds = 10;
+    k.nodeBlocks = {{"n1", 1, 8, 80.0, 20.0}, {"n2", 1, 8, 90.0, 85.0}};
+    series.add(k);
+    k.elapsedSeconds = 11;
+    k.nodeBlocks = {{"n2", 1, 8, 90.0, 60.0}, {"n3", 1, 0, std::nullopt, std::nullopt}};  // n1 left the job
+    series.add(k);
+    const auto& blocks = series.view().nodeBlocks;
+    QCOMPARE(blocks.size(), std::size_t{2});
+    QVERIFY(!blocks.count("n1"));
+    QCOMPARE(blocks.at("n2").least.size(), std::size_t{2});
+    QCOMPARE(blocks.at("n2").least.front().y, 85.0);
+    QCOMPARE(blocks.at("n2").least.back().y, 60.0);
+    QVERIFY2(blocks.at("n3").least.empty(), "a node without a reading is a row all the same");
+    k.elapsedSeconds = 12;
+    k.ranks.resize(16384);  // every rank in the frame: their devices' rows are the heatmap
+    series.add(k);
+    QVERIFY(series.view().nodeBlocks.empty());
+    k.ranks.resize(264);
+    k.nodeBlocks.clear();  // an agent that sends none
+    k.elapsedSeconds = 13;
+    series.add(k);
+    QVERIFY(series.view().nodeBlocks.empty());
   }
 
   // A job is watched one way for the app's life: decided at its first spec, whatever a later

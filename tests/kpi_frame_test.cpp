@@ -68,6 +68,7 @@ JobKpis everyField() {
   for (std::uint32_t gpu = 0; gpu < 4; ++gpu) {
     k.gpus.push_back({"node-" + std::to_string(gpu / 2), gpu % 2, v(), v(), v(), v(), v(), v()});
   }
+  k.nodeBlocks = {{"node-0", 1, 2, v(), v()}, {"node-1", 3, 0, std::nullopt, std::nullopt}};  // exact in float
   return k;
 }
 
@@ -128,6 +129,48 @@ TEST(KpiFrame, AFullWindowAndTheSlowestRanksReadBack) {
   EXPECT_EQ(*back, rows);
 }
 
+// A fanned-in job's heatmap: its nodes in natural order, in at most kMaxNodeBlocks blocks, each with
+// its devices' mean and least busy; the ranks' CPU % where no GPU has a reading. Its nodes are those
+// it is placed on, and any its rows name: a node whose ranks have not stepped yet is there too.
+TEST(KpiFrame, TheJobsNodesComeInBlocksWithTheirLeastBusyDevice) {
+  std::vector<RankKpis> ranks;
+  for (const char* node : {"n10", "n2", "n1"}) {
+    for (int i = 0; i < 2; ++i) {
+      RankKpis r{.rank = static_cast<std::uint32_t>(ranks.size()), .node = node};
+      r.cpuPct = 100.0 * static_cast<double>(ranks.size() + 1);
+      ranks.push_back(r);
+    }
+  }
+  const std::vector<GpuKpis> gpus = {{.node = "n10", .index = 0, .utilizationPct = 90.0},
+                                     {.node = "n10", .index = 1, .utilizationPct = 30.0},
+                                     {.node = "n2", .index = 0, .utilizationPct = 80.0},
+                                     {.node = "n2", .index = 1},  // no reading yet
+                                     {.node = "n1", .index = 0, .utilizationPct = 70.0},
+                                     {.node = "n1", .index = 1, .utilizationPct = 70.0},
+                                     {.node = "n20", .index = 0, .utilizationPct = 0.0}};  // no step of its rank yet
+  const std::vector<RankPlacement> placement = {{6, "n30", 0, 0}};  // placed, nothing of it read
+  const auto blocks = nodeBlocks(placement, ranks, gpus);
+  ASSERT_EQ(blocks.size(), 5u);
+  EXPECT_EQ(blocks[0], (NodeBlock{"n1", 1, 2, 70.0, 70.0}));
+  EXPECT_EQ(blocks[1], (NodeBlock{"n2", 1, 1, 80.0, 80.0}));
+  EXPECT_EQ(blocks[2], (NodeBlock{"n10", 1, 2, 60.0, 30.0})) << "the idle GPU shows, where the mean hides it";
+  EXPECT_EQ(blocks[3], (NodeBlock{"n20", 1, 1, 0.0, 0.0}));
+  EXPECT_EQ(blocks[4], (NodeBlock{"n30", 1, 0, std::nullopt, std::nullopt}));
+  const auto cpus = nodeBlocks({}, ranks, {});
+  ASSERT_EQ(cpus.size(), 3u);
+  EXPECT_EQ(cpus[2], (NodeBlock{"n10", 1, 2, 150.0, 100.0})) << "ranks 0 and 1: 100 and 200 % of a core";
+  RankKpis unread{.rank = 7};  // no step read: no node of its own
+  EXPECT_EQ(nodeBlocks({}, std::vector<RankKpis>{unread}, {}).size(), 0u);
+
+  std::vector<RankKpis> wide;
+  for (std::uint32_t n = 0; n < 4097; ++n) wide.push_back({.rank = n, .node = "n" + std::to_string(n)});
+  const auto many = nodeBlocks({}, wide, {});
+  ASSERT_EQ(many.size(), 1366u) << "4,097 nodes, 3 a block";
+  EXPECT_EQ(many[1], (NodeBlock{"n3", 3, 0, std::nullopt, std::nullopt}));
+  EXPECT_EQ(many.back(), (NodeBlock{"n4095", 2, 0, std::nullopt, std::nullopt}));
+  EXPECT_EQ(nodeBlocks({}, std::vector<RankKpis>(wide.begin(), wide.begin() + 2048), {}).size(), 2048u) << "a node a block";
+}
+
 TEST(KpiFrame, AFrameTheAgentDidNotWriteIsRefusedSayingWhatWasWrong) {
   const auto refused = [](const v1::KpiFrame& m) {
     const auto k = decodeFrame(m.SerializeAsString());
@@ -169,6 +212,14 @@ TEST(KpiFrame, AFrameTheAgentDidNotWriteIsRefusedSayingWhatWasWrong) {
   m = good;
   m.add_ranks()->set_node(std::string(5000, 'n'));
   EXPECT_NE(refused(m).find("a rank's node is longer than 4096 bytes"), std::string::npos) << refused(m);
+  m = good;
+  for (std::size_t i = 0; i < kMaxNodeBlocks; ++i) m.add_node_blocks()->set_nodes(1);
+  EXPECT_EQ(refused(m), "accepted") << "2,048 blocks";
+  m.add_node_blocks()->set_nodes(1);
+  EXPECT_NE(refused(m).find("more than 2048 blocks of nodes"), std::string::npos) << refused(m);
+  m = good;
+  m.add_node_blocks()->set_first_node("n1");
+  EXPECT_NE(refused(m).find("a block of no nodes"), std::string::npos) << refused(m);
   EXPECT_FALSE(decodeFrame("\xff\xff\xff garbage").ok());
 }
 

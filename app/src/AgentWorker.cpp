@@ -152,7 +152,8 @@ bool AgentWorker::askFrames() {
   nextFrames_ = Clock::now() + kFrameEvery;
   for (const auto& jobId : supervised_) {
     FrameCursor& cursor = cursors_[jobId];
-    auto frame = client_->frame(FrameRequest{jobId, 0, kFrameRanks, cursor.eventsAfter}, kRequestTimeout);
+    // With the job's nodes in blocks: its heatmap's rows (kpi/frame.h).
+    auto frame = client_->frame(FrameRequest{jobId, 0, kFrameRanks, cursor.eventsAfter, true}, kRequestTimeout);
     if (!frame) {
       const ErrorCode code = frame.error().code;
       if (code == ErrorCode::kTimeout || code == ErrorCode::kPeerLost) {

@@ -1,11 +1,30 @@
 #include "ChartSeries.h"
 
+#include <span>
+
 namespace lockstep::app {
 
 template <class T>
 void FrameSeries::push(std::deque<T>& series, T value, std::size_t capacity) {
   series.push_back(value);
   while (series.size() > capacity) series.pop_front();
+}
+
+// The heatmap's rows are the blocks of the job's nodes in the newest frame, each with its points so
+// far: a block the frame no longer holds (an elastic restart left its nodes out) goes. None where
+// the frame holds every rank (the devices' rows are all there) or has no blocks (an older agent).
+template <class Add>
+void FrameSeries::addBlocks(const kpi::JobKpis& k, const Add& add) {
+  BlockSeries now;
+  for (const auto& b : k.ranks.size() >= k.worldSize ? std::span<const kpi::NodeBlock>{} : k.nodeBlocks) {
+    auto kept = blocks_.extract(b.firstNode);
+    BlockPoints& block = now[b.firstNode] = kept ? std::move(kept.mapped()) : BlockPoints{};
+    block.nodes = b.nodes;
+    if (b.leastPct) add(block.least, *b.leastPct);
+    auto& least = block.least;
+    while (!least.empty() && least.front().x < k.elapsedSeconds - kHeatmapSeconds) least.pop_front();
+  }
+  blocks_ = std::move(now);
 }
 
 void FrameSeries::add(const kpi::JobKpis& k) {
@@ -43,6 +62,7 @@ void FrameSeries::add(const kpi::JobKpis& k) {
   for (const auto& r : k.ranks) {
     if (r.cpuPct) add(cpus_[r.rank], *r.cpuPct);
   }
+  addBlocks(k, add);
   dropOlderThan(gpus_, x - deviceSeconds_);
   dropOlderThan(cpus_, x - deviceSeconds_);
 }

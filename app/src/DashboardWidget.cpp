@@ -31,7 +31,6 @@ namespace {
 
 constexpr int kMaxChartPoints = 600;   // what a chart draws; older points are thinned
 constexpr int kMaxUtilLines = 16;      // beyond this, the heatmap is the readable view
-constexpr int kHeatmapSeconds = 120;
 constexpr double kUtilWindowSeconds = 300;  // the utilization chart's sliding window
 
 
@@ -552,6 +551,7 @@ namespace {
 struct ChartData {
   bool gpus = false;
   std::size_t devices = 0;
+  std::uint32_t nodesPerBlock = 0;  // the heatmap's rows are blocks of nodes (a fanned-in job's); 0: devices
   double maxX = 0;
   std::vector<HeatmapWidget::Row> rows;
   std::vector<QList<QPointF>> lines;  // a line per device, or min, mean and max beyond kMaxUtilLines
@@ -590,14 +590,27 @@ void gatherUtilization(const JobSpec& spec, const ChartSeries& t, const QString&
   for (const auto* s : series) {
     if (!s->empty()) out.maxX = std::max(out.maxX, s->back().x);
   }
-  for (std::size_t i = 0; i < series.size(); ++i) {
-    HeatmapWidget::Row row{labels[static_cast<qsizetype>(i)], std::vector<double>(kHeatmapSeconds, NAN)};
-    for (auto p = series[i]->rbegin(); p != series[i]->rend(); ++p) {
+  for (const auto& [first, block] : t.nodeBlocks) {
+    if (!block.least.empty()) out.maxX = std::max(out.maxX, block.least.back().x);
+  }
+  const auto heatmapRow = [&](QString label, const std::deque<kpi::Point>& points) {
+    HeatmapWidget::Row row{std::move(label), std::vector<double>(kHeatmapSeconds, NAN)};
+    for (auto p = points.rbegin(); p != points.rend(); ++p) {
       const int age = static_cast<int>(std::floor(out.maxX - p->x));
       if (age >= kHeatmapSeconds) break;
       if (age >= 0) row.values[static_cast<std::size_t>(kHeatmapSeconds - 1 - age)] = p->y;
     }
     out.rows.push_back(std::move(row));
+  };
+  // A fanned-in job's heatmap: every block of its nodes, where its frames hold only some devices.
+  for (const auto& [first, block] : t.nodeBlocks) {
+    if (!shown(first)) continue;
+    out.nodesPerBlock = std::max(out.nodesPerBlock, block.nodes);
+    const QString node = QString::fromStdString(first);
+    heatmapRow(block.nodes > 1 ? QStringLiteral("%1 (+%2)").arg(node).arg(block.nodes - 1) : node, block.least);
+  }
+  for (std::size_t i = 0; i < series.size() && t.nodeBlocks.empty(); ++i) {
+    heatmapRow(labels[static_cast<qsizetype>(i)], *series[i]);
   }
   if (static_cast<int>(series.size()) <= kMaxUtilLines) {
     for (const auto* s : series) out.lines.push_back(thinned(*s, point));
@@ -646,6 +659,11 @@ void DashboardWidget::refreshCharts(const JobEntry& job, const kpi::JobKpis& k) 
   ChartData d = job.live->readCharts([&](const ChartSeries& t) { return gatherCharts(job.spec, t, nodeFilter_); });
 
   QString heatTitle = d.gpus ? tr("GPU utilization (%), last 2 minutes") : tr("CPU % per rank, last 2 minutes");
+  if (d.nodesPerBlock > 0) {
+    const QString nodes = d.nodesPerBlock > 1 ? tr("per %1 nodes").arg(d.nodesPerBlock) : tr("per node");
+    heatTitle = d.gpus ? tr("GPU utilization (%) %1, its least busy GPU, last 2 minutes").arg(nodes)
+                       : tr("CPU % %1, its least busy rank, last 2 minutes").arg(nodes);
+  }
   if (!nodeFilter_.isEmpty()) heatTitle += tr(", nodes with “%1”").arg(nodeFilter_);
   heatmap_->setRows(std::move(d.rows), heatTitle);
   if (static_cast<int>(d.devices) <= kMaxUtilLines) {

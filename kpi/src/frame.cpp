@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <iterator>
+#include <unordered_map>
 #include <set>
 
+#include "lockstep/common/natural.h"
 #include "lockstep/protocol/names.h"
 #include "lockstep/protocol/validate.h"
 #include "lockstep/v1/lockstep.pb.h"
@@ -197,6 +199,34 @@ Result<void> takeJob(const pb::KpiFrame& m, JobKpis& k) {
   return takeFigures(m.figures(), kJobFigures, k);
 }
 
+void putBlocks(const std::vector<NodeBlock>& blocks, pb::KpiFrame& m) {
+  for (const auto& b : blocks) {
+    auto* f = m.add_node_blocks();
+    f->set_first_node(b.firstNode);
+    f->set_nodes(b.nodes);
+    f->set_devices(b.devices);
+    if (b.meanPct) f->set_mean_pct(static_cast<float>(*b.meanPct));
+    if (b.leastPct) f->set_least_pct(static_cast<float>(*b.leastPct));
+  }
+}
+
+Result<void> takeBlocks(const pb::KpiFrame& m, JobKpis& k) {
+  if (static_cast<std::size_t>(m.node_blocks_size()) > kMaxNodeBlocks) {
+    return bad("more than " + std::to_string(kMaxNodeBlocks) + " blocks of nodes");
+  }
+  for (const auto& f : m.node_blocks()) {
+    NodeBlock b;
+    LOCKSTEP_ASSIGN_OR_RETURN(b.firstNode, text(f.first_node(), "a block's first node"));
+    if (f.nodes() == 0) return bad("a block of no nodes");
+    b.nodes = f.nodes();
+    b.devices = f.devices();
+    if (f.has_mean_pct()) b.meanPct = f.mean_pct();
+    if (f.has_least_pct()) b.leastPct = f.least_pct();
+    k.nodeBlocks.push_back(std::move(b));
+  }
+  return {};
+}
+
 Result<void> takeRows(const pb::KpiFrame& m, JobKpis& k) {
   if (m.slowest_ranks_size() > static_cast<int>(kSlowestRanks)) return bad("more slowest ranks than are kept");
   for (const auto& s : m.slowest_ranks()) {
@@ -219,7 +249,7 @@ Result<void> takeRows(const pb::KpiFrame& m, JobKpis& k) {
     LOCKSTEP_TRY(takeFigures(g.figures(), kGpuFigures, gpu));
     k.gpus.push_back(std::move(gpu));
   }
-  return {};
+  return takeBlocks(m, k);
 }
 
 }  // namespace
@@ -247,6 +277,41 @@ JobKpis withRanks(JobKpis head, std::span<const RankKpis> ranks, std::span<const
   return head;
 }
 
+std::vector<NodeBlock> nodeBlocks(std::span<const RankPlacement> placement, std::span<const RankKpis> ranks,
+                                  std::span<const GpuKpis> gpus) {
+  const bool onGpus = std::any_of(gpus.begin(), gpus.end(), [](const GpuKpis& g) { return g.utilizationPct.has_value(); });
+  std::unordered_map<std::string_view, std::vector<double>> readings;  // each node's
+  for (const auto& p : placement) readings[p.node];
+  for (const auto& g : gpus) {
+    auto& node = readings[g.node];
+    if (onGpus && g.utilizationPct) node.push_back(*g.utilizationPct);
+  }
+  for (const auto& r : ranks) {
+    if (r.node.empty()) continue;  // no step of it read yet: its node is the placement's
+    auto& node = readings[r.node];
+    if (!onGpus && r.cpuPct) node.push_back(*r.cpuPct);
+  }
+  std::vector<std::string_view> nodes;
+  for (const auto& [node, values] : readings) nodes.push_back(node);
+  std::sort(nodes.begin(), nodes.end(), NaturalLess{});
+  const std::size_t perBlock = std::max<std::size_t>(1, (nodes.size() + kMaxNodeBlocks - 1) / kMaxNodeBlocks);
+  std::vector<NodeBlock> blocks;
+  for (std::size_t first = 0; first < nodes.size(); first += perBlock) {
+    NodeBlock b{std::string(nodes[first]), 0, 0, {}, {}};
+    double sum = 0;
+    for (std::size_t i = first; i < std::min(nodes.size(), first + perBlock); ++i, ++b.nodes) {
+      for (const double v : readings[nodes[i]]) {
+        sum += v;
+        b.leastPct = std::min(b.leastPct.value_or(v), v);
+        ++b.devices;
+      }
+    }
+    if (b.devices > 0) b.meanPct = sum / b.devices;
+    blocks.push_back(std::move(b));
+  }
+  return blocks;
+}
+
 std::string encodeFrame(const JobKpis& k) {
   pb::KpiFrame m;
   putJob(k, m);
@@ -265,6 +330,7 @@ std::string encodeFrame(const JobKpis& k) {
     f->set_index(g.index);
     putFigures(g, kGpuFigures, f->mutable_figures());
   }
+  putBlocks(k.nodeBlocks, m);
   return m.SerializeAsString();
 }
 

@@ -9,6 +9,7 @@
 #include "alerts/alert_desk.h"
 #include "lockstep/client/agent_client.h"
 #include "lockstep/common/clock.h"
+#include "lockstep/kpi/frame.h"
 
 namespace lockstep::agent {
 namespace {
@@ -35,6 +36,7 @@ JobAlerts::JobAlerts(const JobSpec& spec, std::vector<alerts::Rule> rules, std::
       desk_(desk),
       urls_(desk.webhooksFor(spec)),
       tracker_(spec),
+      placement_(spec.ranks),
       book_(spec.jobId, rules_),
       createdUs_(unixMicrosNow()) {}
 
@@ -166,6 +168,7 @@ std::shared_ptr<const JobFrame> JobAlerts::takeFrame(const std::optional<Stall>&
   }
   f->ranks = std::move(kpis_.ranks);
   f->gpus = std::move(kpis_.gpus);
+  f->nodeBlocks = kpi::nodeBlocks(placement_, f->ranks, f->gpus);
   f->head = std::move(kpis_);
   kpis_ = {};
   if (!sharedEvents_) sharedEvents_ = std::make_shared<const std::vector<StreamMessage>>(events_.begin(), events_.end());
@@ -197,6 +200,9 @@ void JobAlerts::stalled(const Stall& stall) {
 
 void JobAlerts::ended(JobState state, const std::string& message) { book_.onEnded(state, message, unixMicrosNow()); }
 
-void JobAlerts::restarted(const std::string& why) { book_.onRestarted(why, unixMicrosNow()); }
+void JobAlerts::restarted(const std::string& why, const JobSpec& attempt) {
+  book_.onRestarted(why, unixMicrosNow());
+  placement_ = attempt.ranks;
+}
 
 }  // namespace lockstep::agent

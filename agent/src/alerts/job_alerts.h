@@ -38,6 +38,7 @@ struct JobFrame {
   kpi::JobKpis head;            // without its rows, which follow
   std::vector<kpi::RankKpis> ranks;
   std::vector<kpi::GpuKpis> gpus;
+  std::vector<kpi::NodeBlock> nodeBlocks;  // the heatmap's rows (kpi/frame.h), for the clients that ask
   std::shared_ptr<const std::vector<StreamMessage>> events;  // the job's events, numbered from 1
   std::optional<Stall> stall;
 };
@@ -71,7 +72,7 @@ class JobAlerts {
   void stalled(const Stall& stall);
   // What the supervision decided, evaluated at the next poll.
   void ended(JobState state, const std::string& message);
-  void restarted(const std::string& why);
+  void restarted(const std::string& why, const JobSpec& attempt);  // the attempt placed now
   // The job's KPIs of the last read (their rows moved out), its events and `stall`; `last`: the job
   // ended and its streams were read to their end, so the KPIs are taken at its newest report, as a
   // client that read every stream shows an ended job.
@@ -100,6 +101,7 @@ class JobAlerts {
   AlertDesk& desk_;
   std::vector<std::string> urls_;
   kpi::JobTracker tracker_;
+  std::vector<RankPlacement> placement_;  // the current attempt's: its nodes are the heatmap's
   alerts::AlertBook book_;
   alerts::NodeFacts facts_;
   std::map<std::string, Cursor> cursors_;

@@ -245,7 +245,7 @@ void Supervisions::Worker::follow(Supervisor& supervisor) {
         say(action.message + "; restart " + std::to_string(placed->attempt) + " of " +
             std::to_string(placed->maxRestarts) + " with " + std::to_string(placed->worldSize) + " rank(s)");
         supervisor.restarted(*placed);
-        alerts.restarted(action.message);
+        alerts.restarted(action.message, *placed);
         since = Clock::now();
         seen_.clear();
         lost_.clear();
@@ -569,10 +569,9 @@ Result<FrameReply> Supervisions::frameOf(const FrameRequest& request) const {
   }
   const Supervision& supervision = asked.supervision;
   const JobState state = supervision.state == SupervisionState::kEnded ? supervision.outcome : JobState::kRunning;
-  FrameReply reply{request.jobId, frame->timeUnixUs, frame->ended, state,
-                   kpi::encodeFrame(kpi::withRanks(frame->head, frame->ranks, frame->gpus, request.ranksFrom,
-                                                   request.ranksCount)),
-                   {}, 0, frame->stall};
+  kpi::JobKpis k = kpi::withRanks(frame->head, frame->ranks, frame->gpus, request.ranksFrom, request.ranksCount);
+  if (request.nodeBlocks) k.nodeBlocks = frame->nodeBlocks;
+  FrameReply reply{request.jobId, frame->timeUnixUs, frame->ended, state, kpi::encodeFrame(k), {}, 0, frame->stall};
   const auto& events = *frame->events;
   reply.lastEvent = events.empty() ? 0 : events.back().seq;
   for (const auto& e : events) {

@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "lockstep/common/result.h"
 #include "lockstep/kpi/kpi.h"
@@ -21,6 +22,16 @@ namespace lockstep::kpi {
 // Costs the rows it copies and a look at each GPU's node, whatever the job's size.
 JobKpis withRanks(JobKpis head, std::span<const RankKpis> ranks, std::span<const GpuKpis> gpus, std::uint32_t from,
                   std::uint32_t count);
+
+// A frame's heatmap holds at most so many blocks of nodes: a node a block up to 2,048 nodes (16,384
+// GPUs), two from there to 4,096, and so on.
+inline constexpr std::size_t kMaxNodeBlocks = 2048;
+// The job's nodes (those its attempt is placed on, and any of `ranks` and `gpus`) in natural order,
+// in at most kMaxNodeBlocks blocks of as many nodes each (the last may hold fewer), with their
+// devices' utilization: the GPUs of `gpus` (the job's), or the ranks' CPU % where no GPU has a
+// reading. A node without a reading is in its block all the same. Costs a look at every row.
+std::vector<NodeBlock> nodeBlocks(std::span<const RankPlacement> placement, std::span<const RankKpis> ranks,
+                                  std::span<const GpuKpis> gpus);
 
 std::string encodeFrame(const JobKpis& k);
 // Bounded as anything from the network is: at most kMaxFrameRanks rows of ranks (types.h).

@@ -138,6 +138,18 @@ struct GpuKpis {
   bool operator==(const GpuKpis&) const = default;
 };
 
+// A row of a fanned-in job's heatmap (frame.h): a block of the job's nodes in natural order, from
+// `firstNode`, and their devices' utilization: the GPUs' latest, or each rank's CPU % on a job
+// without GPUs. The least busy device shows an idle GPU among busy ones, which the mean hides.
+struct NodeBlock {
+  std::string firstNode;
+  std::uint32_t nodes = 0;
+  std::uint32_t devices = 0;  // with a reading
+  Maybe meanPct;
+  Maybe leastPct;
+  bool operator==(const NodeBlock&) const = default;
+};
+
 struct JobKpis {
   std::string jobId;
   std::uint32_t worldSize = 0;
@@ -210,6 +222,7 @@ struct JobKpis {
   ExposedEnds exposedEnds;                   // over all ranks' spans in the window
   std::vector<RankKpis> ranks;
   std::vector<GpuKpis> gpus;
+  std::vector<NodeBlock> nodeBlocks;  // a frame's, where the client asked for them (frame.h); else none
   bool operator==(const JobKpis&) const = default;
 };
 

@@ -434,6 +434,7 @@ struct FrameRequest {
   std::uint32_t ranksFrom = 0;
   std::uint32_t ranksCount = 0;  // at most kMaxFrameRanks
   std::uint64_t eventsAfter = 0;
+  bool nodeBlocks = false;  // and the job's nodes as heatmap blocks (kpi/frame.h)
   bool operator==(const FrameRequest&) const = default;
 };
 struct StacksRequest {
