@@ -55,6 +55,7 @@ class StandIns {
       : o_(o), stream_(o.nodes, 8, o.stepsPerSecond), context_(contextFor(o.nodes)), zap_(context_) {
     spec_ = stream_.job();
     spec_.maxRestarts = 0;
+    spec_.agents.clear();  // the stand-ins, below
     buffers_.resize(static_cast<std::size_t>(o.nodes));
     lastSeq_.resize(static_cast<std::size_t>(o.nodes), 0);
     for (int n = 0; n < o.nodes; ++n) {

@@ -130,8 +130,8 @@ TEST(KpiFrame, AFullWindowAndTheSlowestRanksReadBack) {
 }
 
 // A fanned-in job's heatmap: its nodes in natural order, in at most kMaxNodeBlocks blocks, each with
-// its devices' mean and least busy; the ranks' CPU % where no GPU has a reading. Its nodes are those
-// it is placed on, and any its rows name: a node whose ranks have not stepped yet is there too.
+// its devices' mean and least busy; the ranks' CPU % where no GPU has a reading. Its nodes are its
+// current placement's, stepped or not (a node a restart left is not); without one, its rows'.
 TEST(KpiFrame, TheJobsNodesComeInBlocksWithTheirLeastBusyDevice) {
   std::vector<RankKpis> ranks;
   for (const char* node : {"n10", "n2", "n1"}) {
@@ -147,8 +147,12 @@ TEST(KpiFrame, TheJobsNodesComeInBlocksWithTheirLeastBusyDevice) {
                                      {.node = "n2", .index = 1},  // no reading yet
                                      {.node = "n1", .index = 0, .utilizationPct = 70.0},
                                      {.node = "n1", .index = 1, .utilizationPct = 70.0},
-                                     {.node = "n20", .index = 0, .utilizationPct = 0.0}};  // no step of its rank yet
-  const std::vector<RankPlacement> placement = {{6, "n30", 0, 0}};  // placed, nothing of it read
+                                     {.node = "n20", .index = 0, .utilizationPct = 0.0},  // no step of its rank yet
+                                     {.node = "n99", .index = 0, .utilizationPct = 5.0}};  // a restart left it
+  std::vector<RankPlacement> placement;
+  for (const char* node : {"n10", "n2", "n1", "n20", "n30"}) {  // n30: placed, nothing of it read
+    placement.push_back({static_cast<std::uint32_t>(placement.size()), node, 0, 0});
+  }
   const auto blocks = nodeBlocks(placement, ranks, gpus);
   ASSERT_EQ(blocks.size(), 5u);
   EXPECT_EQ(blocks[0], (NodeBlock{"n1", 1, 2, 70.0, 70.0}));

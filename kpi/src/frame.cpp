@@ -280,16 +280,23 @@ JobKpis withRanks(JobKpis head, std::span<const RankKpis> ranks, std::span<const
 std::vector<NodeBlock> nodeBlocks(std::span<const RankPlacement> placement, std::span<const RankKpis> ranks,
                                   std::span<const GpuKpis> gpus) {
   const bool onGpus = std::any_of(gpus.begin(), gpus.end(), [](const GpuKpis& g) { return g.utilizationPct.has_value(); });
-  std::unordered_map<std::string_view, std::vector<double>> readings;  // each node's
+  // Each node's readings. The nodes are the placement's: the rows also name nodes an elastic
+  // restart left (the engine keeps every row it saw). Without a placement, those the rows name.
+  std::unordered_map<std::string_view, std::vector<double>> readings;
   for (const auto& p : placement) readings[p.node];
+  const auto nodeOf = [&](std::string_view node) -> std::vector<double>* {
+    if (node.empty()) return nullptr;  // a rank with no step read yet
+    if (!placement.empty()) {
+      const auto it = readings.find(node);
+      return it == readings.end() ? nullptr : &it->second;
+    }
+    return &readings[node];
+  };
   for (const auto& g : gpus) {
-    auto& node = readings[g.node];
-    if (onGpus && g.utilizationPct) node.push_back(*g.utilizationPct);
+    if (auto* node = nodeOf(g.node); node && onGpus && g.utilizationPct) node->push_back(*g.utilizationPct);
   }
   for (const auto& r : ranks) {
-    if (r.node.empty()) continue;  // no step of it read yet: its node is the placement's
-    auto& node = readings[r.node];
-    if (!onGpus && r.cpuPct) node.push_back(*r.cpuPct);
+    if (auto* node = nodeOf(r.node); node && !onGpus && r.cpuPct) node->push_back(*r.cpuPct);
   }
   std::vector<std::string_view> nodes;
   for (const auto& [node, values] : readings) nodes.push_back(node);

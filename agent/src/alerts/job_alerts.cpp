@@ -18,6 +18,8 @@ constexpr auto kFetchTimeout = std::chrono::seconds(5);
 constexpr std::uint32_t kFetchMessages = 10'000;
 constexpr int kFetchRounds = 4;  // a poll's batches of one node, at most
 constexpr std::size_t kFetchesInFlight = 64;  // nodes asked at once: at most 64 batches held (48 MB)
+// A round's answers are awaited until kFetchTimeout after it began; one asked late, at least this long.
+constexpr auto kLateAnswer = std::chrono::milliseconds(250);
 constexpr std::int64_t kDiskEveryUs = 10'000'000;
 constexpr std::size_t kKeptEvents = 1024;  // a client further behind misses the oldest
 
@@ -83,8 +85,9 @@ JobAlerts::Read JobAlerts::read(const std::set<std::string>& nodes, const Client
 
 // A batch of each node, kFetchesInFlight nodes asked at a time and the next asked as each answer is
 // taken: a round waits about a round trip per kFetchesInFlight nodes, not one a node, and holds at
-// most kFetchesInFlight batches (a catch-up's are 10,000 records each). `took` gets each node's
-// batch, or nothing where it was not reached or did not answer.
+// most kFetchesInFlight batches (a catch-up's are 10,000 records each). Silent nodes hold a round
+// up to kFetchTimeout together, not each. `took` gets each node's batch, or nothing where it was
+// not reached or did not answer.
 void JobAlerts::readRound(const std::vector<std::string>& nodes, const ClientOf& client,
                           const std::function<void(const std::string&, const std::optional<Batch>&)>& took) {
   struct Asked {
@@ -93,12 +96,13 @@ void JobAlerts::readRound(const std::vector<std::string>& nodes, const ClientOf&
     std::chrono::steady_clock::time_point deadline;
   };
   std::deque<Asked> asked;
+  const auto roundEnds = std::chrono::steady_clock::now() + kFetchTimeout;
   for (std::size_t next = 0; next < nodes.size() || !asked.empty();) {
     while (asked.size() < kFetchesInFlight && next < nodes.size()) {
       const std::string& node = nodes[next++];
       AgentClient* c = client(node);
       if (c && c->sendFetch(cursors_[node].afterSeq, kFetchMessages)) {
-        asked.push_back({&node, c, std::chrono::steady_clock::now() + kFetchTimeout});
+        asked.push_back({&node, c, std::max(roundEnds, std::chrono::steady_clock::now() + kLateAnswer)});
       } else {
         took(node, std::nullopt);
       }

@@ -26,10 +26,11 @@ JobKpis withRanks(JobKpis head, std::span<const RankKpis> ranks, std::span<const
 // A frame's heatmap holds at most so many blocks of nodes: a node a block up to 2,048 nodes (16,384
 // GPUs), two from there to 4,096, and so on.
 inline constexpr std::size_t kMaxNodeBlocks = 2048;
-// The job's nodes (those its attempt is placed on, and any of `ranks` and `gpus`) in natural order,
-// in at most kMaxNodeBlocks blocks of as many nodes each (the last may hold fewer), with their
-// devices' utilization: the GPUs of `gpus` (the job's), or the ranks' CPU % where no GPU has a
-// reading. A node without a reading is in its block all the same. Costs a look at every row.
+// The job's nodes (those its current attempt is placed on; without a placement, those `ranks` and
+// `gpus` name) in natural order, in at most kMaxNodeBlocks blocks of as many nodes each (the last
+// may hold fewer), with their devices' utilization: the GPUs of `gpus` (the job's), or the ranks'
+// CPU % where no GPU has a reading. A node without a reading is in its block all the same. Costs a
+// look at every row.
 std::vector<NodeBlock> nodeBlocks(std::span<const RankPlacement> placement, std::span<const RankKpis> ranks,
                                   std::span<const GpuKpis> gpus);
 
