@@ -195,6 +195,17 @@ TEST(AgentJob, AJobTooLargeForOneMessageIsRefusedBeforeItIsSent) {
   EXPECT_TRUE(c->listJobs(5s).ok()) << "the connection still serves";
 }
 
+// Two agents on loopback that both take one client key.
+struct TwoAgents {
+  TempDir dir;
+  AgentProcess a{dir, "node-a"}, b{dir, "node-b"};
+  ClientKeys client{dir};
+  TwoAgents() {
+    a.authorize(client.keys.publicKey);
+    b.authorize(client.keys.publicKey);
+  }
+};
+
 // This process's threads and open files.
 std::pair<int, int> threadsAndFiles() {
   int files = 0;
@@ -225,11 +236,8 @@ TEST(AgentClients, ManyShareOneIoThreadAndHoldAFewFilesEach) {
 // Asked at once, answered in turn: one agent that does not answer holds up no other, and an answer
 // that comes late is not taken for the answer to a later request.
 TEST(AgentClients, RequestsSentToManyAgentsAreAnsweredInTurn) {
-  TempDir dir;
-  AgentProcess a(dir, "node-a"), b(dir, "node-b");
-  ClientKeys client(dir);
-  a.authorize(client.keys.publicKey);
-  b.authorize(client.keys.publicKey);
+  TwoAgents agents;
+  auto& [dir, a, b, client] = agents;
   auto toA = connectTo(a, client), toB = connectTo(b, client);
   EXPECT_EQ(toA->receiveFetch(std::chrono::steady_clock::now() + 1s, 1s).error().code, ErrorCode::kInternal)
       << "nothing was sent";
@@ -261,11 +269,8 @@ TEST(AgentClients, RequestsSentToManyAgentsAreAnsweredInTurn) {
 }
 
 TEST(AgentJob, FourRanksAcrossTwoAgentsTrainAndFinish) {
-  TempDir dir;
-  AgentProcess a(dir, "node-a"), b(dir, "node-b");
-  ClientKeys client(dir);
-  a.authorize(client.keys.publicKey);
-  b.authorize(client.keys.publicKey);
+  TwoAgents agents;
+  auto& [dir, a, b, client] = agents;
   auto ca = connectTo(a, client), cb = connectTo(b, client);
   auto placed = placeJob({ca.get(), cb.get()}, {2, 2}, smallJob("job-four", 0, 200), 5s);
   ASSERT_TRUE(placed.ok()) << placed.error().message;

@@ -23,6 +23,10 @@ constexpr auto kMaxBackoff = 10s;
 constexpr auto kFrameEvery = 500ms;
 constexpr std::uint32_t kFrameRanks = 256;
 
+bool listed(const std::vector<std::string>& ids, const std::string& id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
 bool supervises(const JobStatus& status) {
   const SupervisionState s = status.supervision.state;
   return s == SupervisionState::kFollowing || s == SupervisionState::kRestarting || s == SupervisionState::kEnded;
@@ -120,9 +124,6 @@ void AgentWorker::noteFannedIn(const std::vector<JobStatus>& jobs) {
   leftOut_.clear();
   supervised_.clear();
   if (!fanIn_) return;
-  const auto listed = [](const std::vector<std::string>& ids, const std::string& id) {
-    return std::find(ids.begin(), ids.end(), id) != ids.end();
-  };
   std::vector<std::string> all;
   std::vector<const JobStatus*> fanned;
   for (const auto& j : jobs) {
@@ -173,7 +174,7 @@ bool AgentWorker::askFrames() {
     if (frame->ended && cursor.complete(*frame)) done_.push_back(jobId);
     Q_EMIT frameReceived(id_, std::make_shared<const FrameReply>(std::move(frame).value()));
   }
-  std::erase_if(supervised_, [&](const std::string& id) { return std::find(done_.begin(), done_.end(), id) != done_.end(); });
+  std::erase_if(supervised_, [&](const std::string& id) { return listed(done_, id); });
   return true;
 }
 

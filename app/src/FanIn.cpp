@@ -14,10 +14,6 @@ bool FanInRule::fannedIn(const JobSpec& spec) const {
   return false;
 }
 
-}  // namespace lockstep::app
-
-namespace lockstep::app {
-
 bool FanInBook::decide(const JobSpec& spec) {
   std::lock_guard lock(mutex_);
   const auto [it, made] = decisions_.try_emplace(spec.jobId, false);

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <iterator>
-#include <unordered_map>
 #include <set>
+#include <unordered_map>
 
 #include "lockstep/common/natural.h"
 #include "lockstep/protocol/names.h"

@@ -28,11 +28,9 @@ Result<void> writeAll(int fd, std::string_view data, const std::string& path) {
   return {};
 }
 
-}  // namespace
-
-namespace {
 rlimit g_filesBefore{};  // set once, before any thread could fork
 bool g_filesRaised = false;
+
 }  // namespace
 
 void raiseOpenFilesLimit() {
