@@ -6,7 +6,11 @@
 // asks for the job's frame every 50 ms; printed: the period between the frames' moments (one
 // supervision poll: its 300 ms pause and its reads) and how old each frame was when first seen.
 //
+// With --silent K, the last K nodes stop answering 5 s in (a rack lost at once): printed too, the
+// polls that followed, which wait for the silent nodes until they are lost (three polls).
+//
 //   build/bin/lockstep-bench-supervision [--nodes N] [--turnaround-us US] [--steps-per-second S] [--seconds T]
+//                                        [--silent K]
 
 #include <dirent.h>
 #include <sys/epoll.h>
@@ -45,6 +49,7 @@ struct Options {
   int turnaroundUs = 200;
   double stepsPerSecond = 10;
   int seconds = 20;
+  int silent = 0;
 };
 
 // N stand-in agents on one thread. A request is answered when its turnaround has passed, with what
@@ -69,6 +74,7 @@ class StandIns {
     }
   }
   const JobSpec& spec() const { return spec_; }
+  void silence() { silent_ = true; }  // the last o.silent nodes stop answering
 
   // epoll over the sockets' ZMQ_FDs, which signal edges: each ready socket is drained, and one that
   // was written to is drained again (a send can take the edge). A sweep every 50 ms is the net.
@@ -140,7 +146,7 @@ class StandIns {
       auto frames = receiveMultipart(s, 2);
       if (!frames || frames->size() != 2) continue;
       auto request = decodeRequest((*frames)[1].to_string_view());
-      if (!request) continue;
+      if (!request || (silent_ && node >= static_cast<std::size_t>(o_.nodes - o_.silent))) continue;
       due_.push_back({Clock::now() + std::chrono::microseconds(o_.turnaroundUs), node, std::move((*frames)[0]), std::move(*request)});
     }
   }
@@ -203,6 +209,7 @@ class StandIns {
   std::vector<std::deque<StreamMessage>> buffers_;
   std::vector<std::uint64_t> lastSeq_;
   std::deque<Due> due_;  // in the order they fall due: every turnaround is the same
+  std::atomic<bool> silent_{false};
 };
 
 Options parse(int argc, char** argv) {
@@ -213,13 +220,14 @@ Options parse(int argc, char** argv) {
     else if (flag == "--turnaround-us") o.turnaroundUs = std::atoi(argv[i + 1]);
     else if (flag == "--steps-per-second") o.stepsPerSecond = std::atof(argv[i + 1]);
     else if (flag == "--seconds") o.seconds = std::atoi(argv[i + 1]);
+    else if (flag == "--silent") o.silent = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown flag %s\n", argv[i]);
       std::exit(2);
     }
   }
-  if (o.nodes < 1 || o.turnaroundUs < 0 || o.stepsPerSecond < 0 || o.seconds < 1) {
-    std::fprintf(stderr, "--nodes and --seconds must be at least 1, the others not negative\n");
+  if (o.nodes < 1 || o.turnaroundUs < 0 || o.stepsPerSecond < 0 || o.seconds < 1 || o.silent < 0 || o.silent >= o.nodes) {
+    std::fprintf(stderr, "--nodes and --seconds must be at least 1, the others not negative, --silent less than --nodes\n");
     std::exit(2);
   }
   return o;
@@ -261,18 +269,23 @@ int main(int argc, char** argv) {
 
   agent::Log log("/dev/null");
   agent::AlertDesk desk({}, log);
-  std::vector<double> periods, ages;
+  std::vector<double> periods, ages, silentPeriods;  // the polls before and after the silence
   std::pair<std::size_t, std::size_t> held;
   {
     agent::Supervisions supervisions(bench::nodeName(0), *keys, desk, log);
     supervisions.supervise(standIns.spec());
     const auto start = Clock::now(), end = start + std::chrono::seconds(o.seconds);
-    std::int64_t last = 0, first = 0;
+    std::int64_t last = 0, first = 0, silentSince = 0;
     while (Clock::now() < end) {
+      if (o.silent && !silentSince && Clock::now() - start >= std::chrono::seconds(5)) {
+        standIns.silence();
+        silentSince = unixMicrosNow();
+      }
       auto frame = supervisions.frameOf({standIns.spec().jobId, 0, 256, 0});
       if (frame && frame->timeUnixUs != last) {
         if (!first) first = frame->timeUnixUs;
-        if (last && last != first) periods.push_back(static_cast<double>(frame->timeUnixUs - last) / 1000.0);
+        const double period = static_cast<double>(frame->timeUnixUs - last) / 1000.0;
+        if (last && last != first) (silentSince && frame->timeUnixUs > silentSince ? silentPeriods : periods).push_back(period);
         if (last) ages.push_back(static_cast<double>(unixMicrosNow() - frame->timeUnixUs) / 1000.0);
         last = frame->timeUnixUs;
       }
@@ -287,6 +300,11 @@ int main(int argc, char** argv) {
   std::printf("frames seen %zu; poll period ms p50 %.0f p99 %.0f; frame age when seen ms p50 %.0f p99 %.0f\n",
               periods.size() + 1, percentile(periods, 0.5), percentile(periods, 0.99), percentile(ages, 0.5),
               percentile(ages, 0.99));
+  if (o.silent) {
+    std::printf("after %d nodes fell silent, polls took ms:", o.silent);
+    for (double p : silentPeriods) std::printf(" %.0f", p);
+    std::printf("\n");
+  }
   std::printf("open files %zu, threads %zu (this process: the stand-ins' and the supervision's)\n", held.first, held.second);
   return periods.empty() ? 1 : 0;
 }

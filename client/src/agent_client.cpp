@@ -215,11 +215,16 @@ AgentClient::~AgentClient() {
 
 Result<std::unique_ptr<AgentClient>> AgentClient::connect(const AgentAddress& address, const CurveKeyPair& clientKeys,
                                                           const std::string& agentPublicKey, milliseconds timeout) {
+  auto client = open(address, clientKeys, agentPublicKey);
+  if (client) LOCKSTEP_TRY((*client)->refreshHello(timeout));
+  return client;
+}
+
+Result<std::unique_ptr<AgentClient>> AgentClient::open(const AgentAddress& address, const CurveKeyPair& clientKeys,
+                                                       const std::string& agentPublicKey) {
   auto impl = std::make_unique<Impl>(address, clientKeys, agentPublicKey);
   LOCKSTEP_TRY(impl->open());
-  std::unique_ptr<AgentClient> client(new AgentClient(std::move(impl)));
-  LOCKSTEP_TRY(client->refreshHello(timeout));
-  return client;
+  return std::unique_ptr<AgentClient>(new AgentClient(std::move(impl)));
 }
 
 const AgentAddress& AgentClient::address() const { return impl_->address_; }
@@ -227,7 +232,14 @@ const std::string& AgentClient::agentKey() const { return impl_->agentKey_; }
 const NodeHello& AgentClient::hello() const { return impl_->hello_; }
 
 Result<NodeHello> AgentClient::refreshHello(milliseconds timeout) {
-  auto hello = expect<NodeHello>(impl_->call(HelloRequest{kProtocolVersion, "lockstep client"}, timeout), "hello");
+  LOCKSTEP_TRY(sendHello());
+  return receiveHello(Clock::now() + timeout, timeout);
+}
+
+Result<void> AgentClient::sendHello() { return impl_->send(HelloRequest{kProtocolVersion, "lockstep client"}); }
+
+Result<NodeHello> AgentClient::receiveHello(Clock::time_point deadline, milliseconds timeout) {
+  auto hello = expect<NodeHello>(impl_->receive(deadline, timeout), "hello");
   if (hello) impl_->hello_ = *hello;
   return hello;
 }

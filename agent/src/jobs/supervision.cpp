@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <iterator>
 #include <optional>
 #include <set>
 #include <utility>
@@ -117,7 +118,10 @@ class Supervisions::Worker {
   AgentClient* answering(const std::string& node);
   void noLastFrame(const std::string& why);
   bool lostRank(std::uint32_t rank) const;
-  AgentClient* client(const std::string& node);
+  // Connects to those of `nodes` not connected, all at once: silent agents cost one timeout
+  // together, not one each (a rack of k dead nodes would hold every poll k × 5 s).
+  void connect(const std::set<std::string>& nodes);
+  AgentClient* client(const std::string& node);  // connected, else connected now; null if it cannot be
   void publish(SupervisionState state, const Supervisor& supervisor, JobState outcome = JobState::kRunning,
                const std::string& message = "");
   void publish(Supervision state);
@@ -270,15 +274,16 @@ void Supervisions::Worker::follow(Supervisor& supervisor) {
 // Every node is asked at once, then each answer taken in turn: a poll waits one round trip, not
 // one a node (2,048 of them at 16,384 GPUs).
 std::vector<EndedPart> Supervisions::Worker::observe(const JobSpec& attempt, Clock::time_point since) {
-  std::set<std::string> nodes;
+  std::set<std::string> nodes, reached;
   for (const auto& r : attempt.ranks) nodes.insert(r.node);
+  std::set_difference(nodes.begin(), nodes.end(), lost_.begin(), lost_.end(), std::inserter(reached, reached.end()));
+  connect(reached);
   std::map<std::string, AgentClient*> asked;
-  for (const auto& node : nodes) {
+  for (const auto& [node, c] : clients_) {
     if (stopping()) return {};
     // Every 300 ms from every node of the job: without the spec this attempt's is (it places every
     // rank of the job: 420 KB at 16,384 ranks).
-    AgentClient* c = lost_.count(node) ? nullptr : client(node);
-    if (c && c->sendListJobs({{first_.jobId, attempt.attempt}})) asked.emplace(node, c);
+    if (reached.count(node) && c->sendListJobs({{first_.jobId, attempt.attempt}})) asked.emplace(node, c.get());
   }
   const bool early = Clock::now() - since < kPartsAppear;
   const auto deadline = Clock::now() + kCallTimeout;
@@ -332,19 +337,36 @@ EndedPart Supervisions::Worker::observeOn(const std::string& node, const JobSpec
   return part;
 }
 
-AgentClient* Supervisions::Worker::client(const std::string& node) {
-  if (auto it = clients_.find(node); it != clients_.end()) return it->second.get();
-  const JobAgent* a = agentOf(first_, node);
-  if (!a) return nullptr;
-  auto address = parseAgentAddress(a->address);
-  auto connected = address ? AgentClient::connect(*address, keys_, a->publicKey, kCallTimeout)
-                           : Result<std::unique_ptr<AgentClient>>(address.error());
-  if (!connected) {
-    if (unreachable_.insert(node).second) say("cannot reach node " + node + "'s agent: " + connected.error().message);
-    return nullptr;
+void Supervisions::Worker::connect(const std::set<std::string>& nodes) {
+  std::map<std::string, std::unique_ptr<AgentClient>> greeted;
+  const auto unreachable = [&](const std::string& node, const Error& why) {
+    if (unreachable_.insert(node).second) say("cannot reach node " + node + "'s agent: " + why.message);
+  };
+  for (const auto& node : nodes) {
+    const JobAgent* a = agentOf(first_, node);
+    if (clients_.count(node) || !a) continue;
+    auto address = parseAgentAddress(a->address);
+    auto opened = address ? AgentClient::open(*address, keys_, a->publicKey)
+                          : Result<std::unique_ptr<AgentClient>>(address.error());
+    auto sent = opened ? (*opened)->sendHello() : Result<void>(opened.error());
+    if (!sent) unreachable(node, sent.error());
+    else greeted.emplace(node, std::move(*opened));
   }
-  unreachable_.erase(node);
-  return clients_.emplace(node, std::move(*connected)).first->second.get();
+  const auto deadline = Clock::now() + kCallTimeout;
+  for (auto& [node, c] : greeted) {
+    if (auto hello = c->receiveHello(deadline, kCallTimeout); !hello) {
+      unreachable(node, hello.error());
+      continue;
+    }
+    unreachable_.erase(node);
+    clients_.emplace(node, std::move(c));
+  }
+}
+
+AgentClient* Supervisions::Worker::client(const std::string& node) {
+  connect({node});
+  const auto it = clients_.find(node);
+  return it == clients_.end() ? nullptr : it->second.get();
 }
 
 // The job's rules as this agent runs them; ones it can no longer run (its own defaults changed
@@ -451,13 +473,14 @@ void Supervisions::Worker::publishFrame(std::shared_ptr<const JobFrame> frame) {
 void Supervisions::Worker::stopParts(const JobSpec& attempt, std::uint32_t graceMs) {
   std::set<std::string> nodes;
   for (const auto& r : attempt.ranks) nodes.insert(r.node);
+  connect(nodes);
   for (const auto& node : nodes) {
     if (stopping()) return;
     // A lost node too: if it answers again, what it still runs of the job must not run on.
-    if (AgentClient* c = client(node)) {
-      if (auto stopped = c->stopJob(first_.jobId, graceMs, kCallTimeout); !stopped) {
-        say("could not stop its part on " + node + ": " + stopped.error().message);
-      }
+    const auto it = clients_.find(node);  // none where it did not answer just now
+    if (it == clients_.end()) continue;
+    if (auto stopped = it->second->stopJob(first_.jobId, graceMs, kCallTimeout); !stopped) {
+      say("could not stop its part on " + node + ": " + stopped.error().message);
     }
   }
 }

@@ -39,6 +39,11 @@ class AgentClient {
   static Result<std::unique_ptr<AgentClient>> connect(const AgentAddress& address, const CurveKeyPair& clientKeys,
                                                       const std::string& agentPublicKey,
                                                       std::chrono::milliseconds timeout);
+  // Opens the connection without waiting for the agent: connect() without its hello, for one
+  // thread that greets many agents at once (sendHello, then receiveHello), so that a silent agent
+  // does not hold up the others. hello() is empty until a hello is answered.
+  static Result<std::unique_ptr<AgentClient>> open(const AgentAddress& address, const CurveKeyPair& clientKeys,
+                                                   const std::string& agentPublicKey);
   ~AgentClient();
   AgentClient(const AgentClient&) = delete;
   AgentClient& operator=(const AgentClient&) = delete;
@@ -70,6 +75,8 @@ class AgentClient {
   using Clock = std::chrono::steady_clock;
   Result<void> sendFetch(std::uint64_t afterSeq, std::uint32_t maxMessages);
   Result<FetchReply> receiveFetch(Clock::time_point deadline, std::chrono::milliseconds timeout);
+  Result<void> sendHello();
+  Result<NodeHello> receiveHello(Clock::time_point deadline, std::chrono::milliseconds timeout);  // keeps it: hello()
   Result<void> sendListJobs(std::vector<JobAttempt> knownSpecs);
   Result<JobsReply> receiveListJobs(Clock::time_point deadline, std::chrono::milliseconds timeout);
   Result<LogsReply> logs(const std::string& jobId, std::uint32_t rank, std::uint32_t maxBytes,
