@@ -22,9 +22,9 @@
 // A job on more nodes than --fan-in-nodes (the app's default, 128) is watched fanned in, as the app
 // watches it (docs/fan-in.md): the agents' batches carry their nodes' own records alone (the agent
 // leaves the job's out), and the job's supervising agent, here a real KPI tracker on the generator's
-// thread folding every record, makes the job's frame every 300 ms as its supervision polls, stamped
-// with the poll's moment; twice a second the newest goes to the ingest thread (ranks 0-255 and the
-// slowest), as the worker asks for it. s2p still counts from the newest report in the painted
+// thread folding every record, makes the job's frame every 100 ms as its supervision reads, stamped
+// with the read's moment; ten times a second a frame newer than the last goes to the ingest thread
+// (ranks 0-255 and the slowest, the nodes' blocks), as the worker asks for it naming the one it holds. s2p still counts from the newest report in the painted
 // frame, so it holds the agent's poll and the worker's wait. `--fan-in-nodes 1000000` watches every
 // stream, as before.
 //
@@ -170,6 +170,7 @@ class Generator {
   bool done() const { return done_.load(); }
   std::uint64_t messages() const { return messages_.load(); }
   std::uint64_t frameBytes() const { return frameBytes_.load(); }
+  std::uint64_t framesSent() const { return framesSent_.load(); }
   std::uint64_t folded() const { return folded_.load(); }
   bool fannedIn() const { return supervisor_ != nullptr; }
 
@@ -189,8 +190,8 @@ class Generator {
       sampleDebt -= samples;
       sendTick(steps, samples, nowUs());
       if (++ticks % 10 == 0) sendJobLists();
-      if (ticks % 3 == 0) pollFrame();
-      if (ticks % 5 == 0) sendFrame();
+      pollFrame();
+      sendFrame();
     }
   }
 
@@ -232,7 +233,7 @@ class Generator {
     done_ = true;
   }
 
-  // As the supervising agent makes the job's frame at each poll (JobAlerts::takeFrame)...
+  // As the supervising agent makes the job's frame at each read (JobAlerts::takeFrame)...
   void pollFrame() {
     if (!supervisor_) return;
     const std::int64_t now = nowUs();
@@ -249,14 +250,16 @@ class Generator {
     newestReportOf_[now] = supervisor_->lastReportUnixUs();
     polled_ = std::move(frame);
   }
-  // ... and its worker hands the newest on, twice a second (AgentWorker::askFrames).
+  // ... and its worker hands a newer one on, asking ten times a second (AgentWorker::askFrames).
   void sendFrame() {
     app::FramePtr frame;
     {
       std::lock_guard lock(mutex_);
       frame = polled_;
     }
-    if (!frame) return;
+    if (!frame || frame == sent_) return;  // the frame held: it comes without its KPIs, and is not handed on
+    sent_ = frame;
+    ++framesSent_;
     frameBytes_ += frame->kpis.size();
     {
       std::lock_guard lock(mutex_);
@@ -310,6 +313,8 @@ class Generator {
   app::JobList jobLists_;
   std::unique_ptr<kpi::JobTracker> supervisor_;  // the job's supervising agent's, when it is fanned in
   std::atomic<std::uint64_t> frameBytes_{0};
+  app::FramePtr sent_;  // the newest frame handed on (the generator's thread)
+  std::atomic<std::uint64_t> framesSent_{0};
   std::atomic<std::uint64_t> folded_{0};  // records the supervising agent took
   mutable std::mutex mutex_;  // the frames, which the GUI thread looks up
   app::FramePtr polled_;
@@ -540,9 +545,10 @@ int main(int argc, char** argv) {
     std::printf("\nframe reaching the app -> paint (the app's part of s2p), the whole run: p50 %.1f ms, p99 %.1f ms\n",
                 percentile(frames.appLatencyMs, 0.5), percentile(frames.appLatencyMs, 0.99));
     const double seconds = static_cast<double>(wallSeconds.elapsed()) / 1e3;
-    std::printf("\nframes to the app: %.1f KB/s (2 a second), beside the nodes' own records (msgs/s above); the "
+    std::printf("\nframes to the app: %.1f KB/s (%.1f a second), beside the nodes' own records (msgs/s above); the "
                 "generator's thread made and folded (as the supervising agent) %.0f records/s of a nominal %.0f\n",
-                static_cast<double>(generator.frameBytes()) / 1e3 / seconds, static_cast<double>(generator.folded()) / seconds,
+                static_cast<double>(generator.frameBytes()) / 1e3 / seconds,
+                static_cast<double>(generator.framesSent()) / seconds, static_cast<double>(generator.folded()) / seconds,
                 o.agents * o.gpus * (o.stepsPerSecond + 2.0 * o.sampleHz));
   }
 

@@ -3,8 +3,9 @@
 // this process: CURVE ROUTER sockets on loopback, served by one thread, that answer the hello, the
 // job's status and the job's stream (bench/synthetic_stream.h: 8 ranks a node at S steps/s) after
 // a set turnaround, which stands for the network's round trip and each agent's own work. A client
-// asks for the job's frame every 50 ms; printed: the period between the frames' moments (one
-// supervision poll: its 300 ms pause and its reads) and how old each frame was when first seen.
+// asks for the job's frame every 50 ms; printed: the period between the frames' moments (one read
+// of the streams: every 100 ms, or as often as a read round allows) and how old each frame was
+// when first seen.
 //
 // With --silent K, the last K nodes stop answering 5 s in (a rack lost at once): printed too, the
 // polls that followed, which wait for the silent nodes until they are lost (three polls).
@@ -297,7 +298,7 @@ int main(int argc, char** argv) {
   serving.join();
   std::printf("nodes %d (GPUs %d), turnaround %d us, %.1f steps/s, %d s\n", o.nodes, o.nodes * 8, o.turnaroundUs,
               o.stepsPerSecond, o.seconds);
-  std::printf("frames seen %zu; poll period ms p50 %.0f p99 %.0f; frame age when seen ms p50 %.0f p99 %.0f\n",
+  std::printf("frames seen %zu; frame period ms p50 %.0f p99 %.0f; frame age when seen ms p50 %.0f p99 %.0f\n",
               periods.size() + 1, percentile(periods, 0.5), percentile(periods, 0.99), percentile(ages, 0.5),
               percentile(ages, 0.99));
   if (o.silent) {

@@ -191,6 +191,48 @@ class AppFanInTest : public QObject {
     QVERIFY(series.view().nodeBlocks.empty());
   }
 
+  // The worker asks ten times a second, naming the frame it holds; that frame comes again without
+  // its KPIs (FrameRequest::heldUnixUs), with the events the last did not bring.
+  void theFrameHeldComesAgainWithoutItsKpisAndChangesNothingButItsEvents() {
+    JobSpec spec = smallJob("held", 2, 10);
+    app::LiveJob live(spec, kpi::Settings{}, true);
+    kpi::JobKpis k;
+    k.jobId = "held";
+    k.step = 3;
+    k.elapsedSeconds = 10;
+    const FrameReply whole{"held", 1'700'000'000'000'000, false, JobState::kRunning, kpi::encodeFrame(k), {}, 0, {}};
+    std::string why;
+    QVERIFY2(live.addFrame(whole, &why), why.c_str());
+    QVERIFY(live.publish(whole.timeUnixUs, 0));
+    JobEvent alert{"held", JobEventKind::kAlertFiring, whole.timeUnixUs, {}, {}, {}, "alert fired", "", {}};
+    FrameReply held = whole;
+    held.kpis.clear();
+    held.events = {StreamMessage{1, "node-a", alert}};
+    QVERIFY2(live.addFrame(held, &why), why.c_str());
+    QCOMPARE(live.takeAlertEvents().size(), std::size_t{1});
+    QVERIFY2(!live.publish(whole.timeUnixUs, 0), "nothing new to draw");
+    QCOMPARE(live.published()->kpis.step, 3u);
+    FrameReply another = held;
+    another.timeUnixUs += 100'000;  // not the frame held, and without KPIs: refused
+    QVERIFY(!live.addFrame(another, &why));
+    QVERIFY2(why.find("not the one held") != std::string::npos, why.c_str());
+  }
+
+  // Frames come ten times a second; a device's points at most every kDevicePointSeconds.
+  void aDevicesPointsComeAtMostTwiceASecond() {
+    app::FrameSeries series(600, 300);
+    kpi::JobKpis k;
+    k.worldSize = 16;
+    k.gpus.resize(1);
+    k.gpus[0].node = "n1";
+    k.gpus[0].utilizationPct = 50.0;
+    for (int tenth = 0; tenth <= 10; ++tenth) {
+      k.elapsedSeconds = 10 + tenth / 10.0;
+      series.add(k);
+    }
+    QCOMPARE(series.view().gpuUtilization.at({"n1", 0}).size(), std::size_t{3});  // at 10, 10.5 and 11 s
+  }
+
   // A job is watched one way for the app's life: decided at its first spec, whatever a later
   // attempt's nodes (an elastic restart without the lost ones).
   void aJobIsDecidedOnceAtItsFirstSpec() {

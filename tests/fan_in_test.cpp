@@ -12,6 +12,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <tuple>
 
 #include "lockstep/kpi/frame.h"
@@ -300,6 +301,54 @@ TEST_F(FanIn, AStalledJobsFrameSaysWhatItsAgentsSay) {
     return std::get<JobEvent>(m.payload).kind == JobEventKind::kStalled;
   })) << "the stall's event, from the agents' streams";
   EXPECT_EQ(ctl({"stop", "fan-stall"}).status.exitCode, 0);
+}
+
+// The app asks for a fanned-in job's frame ten times a second: the supervising agent makes it that
+// often between its polls of the job's status (three a second), and a client that names the frame
+// it holds gets that one again without its KPIs, until a newer one is made. A job's last frame
+// always comes whole.
+TEST_F(FanIn, FramesComeTenTimesASecondAndTheOneHeldComesWithoutItsKpis) {
+  ASSERT_TRUE(paired);
+  auto run = ctl({"start", "--ranks-per-agent", "1,1", "--job-id", "fan-often", "--layers", "16,32,4", "--dataset",
+                  "synthetic:n=2048", "--steps", "100000000"});
+  ASSERT_EQ(run.status.exitCode, 0) << run.out << run.err;
+  connect("fan-often");
+  ASSERT_NE(supervising, nullptr);
+  const auto ask = [&](std::int64_t held) { return supervising->frame({"fan-often", 0, 16, 0, false, held}, 5s); };
+  ASSERT_TRUE(waitUntil([&] { return ask(0).ok(); }, 30s));
+
+  std::set<std::int64_t> moments;
+  for (const auto until = std::chrono::steady_clock::now() + 2s; std::chrono::steady_clock::now() < until;) {
+    if (auto f = ask(0)) moments.insert(f->timeUnixUs);
+    std::this_thread::sleep_for(20ms);
+  }
+  // A frame a poll made at most 7 in 2 s; ten a second make about 20.
+  EXPECT_GE(moments.size(), 12u) << "frames made in 2 s";
+
+  // The frame held, again: without its KPIs. Asked until two answers fall between the same two frames.
+  bool again = false;
+  for (int i = 0; i < 50 && !again; ++i) {
+    const auto whole = ask(0);
+    ASSERT_TRUE(whole.ok() && !whole->kpis.empty());
+    const auto held = ask(whole->timeUnixUs);
+    ASSERT_TRUE(held.ok()) << held.error().message;
+    again = held->timeUnixUs == whole->timeUnixUs;
+    EXPECT_EQ(held->kpis.empty(), again) << "KPIs come where the frame is another than the one held";
+  }
+  EXPECT_TRUE(again) << "never the same frame twice in a row";
+
+  EXPECT_EQ(ctl({"stop", "fan-often"}).status.exitCode, 0);
+  std::optional<FrameReply> last;
+  ASSERT_TRUE(waitUntil(
+      [&] {
+        auto f = ask(0);
+        if (f && f->ended) last = std::move(*f);
+        return last.has_value();
+      },
+      30s));
+  const auto lastAgain = ask(last->timeUnixUs);
+  ASSERT_TRUE(lastAgain.ok()) << lastAgain.error().message;
+  EXPECT_FALSE(lastAgain->kpis.empty()) << "a job's last frame comes whole";
 }
 
 }  // namespace

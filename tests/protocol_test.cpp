@@ -151,7 +151,7 @@ TEST(ProtocolRoundTrip, OtherRequestsAndReplies) {
 
 // Issue 46 §1: a job's frame from its supervising agent (docs/fan-in.md), and what is refused.
 TEST(ProtocolRoundTrip, AFrameKeepsItsEventsAndStallAndRefusesWhatIsNotItsJobs) {
-  const Request ask{8, FrameRequest{"job-1", 64, 1024, 17, true}};
+  const Request ask{8, FrameRequest{"job-1", 64, 1024, 17, true, 1700000000000123}};
   auto asked = decodeRequest(encode(ask));
   ASSERT_TRUE(asked.ok()) << asked.error().message;
   EXPECT_EQ(*asked, ask);

@@ -20,7 +20,7 @@ constexpr std::uint32_t kFetchMax = 5000;
 constexpr auto kJobsRefresh = 1s;
 constexpr auto kMaxBackoff = 10s;
 // A fanned-in job's frame: twice a second, the rows of its first ranks and of the slowest.
-constexpr auto kFrameEvery = 500ms;
+constexpr auto kFrameEvery = 100ms;  // as often as the supervising agent makes them (kReadEvery)
 constexpr std::uint32_t kFrameRanks = 256;
 
 bool listed(const std::vector<std::string>& ids, const std::string& id) {
@@ -154,7 +154,8 @@ bool AgentWorker::askFrames() {
   for (const auto& jobId : supervised_) {
     FrameCursor& cursor = cursors_[jobId];
     // With the job's nodes in blocks: its heatmap's rows (kpi/frame.h).
-    auto frame = client_->frame(FrameRequest{jobId, 0, kFrameRanks, cursor.eventsAfter, true}, kRequestTimeout);
+    auto frame = client_->frame(FrameRequest{jobId, 0, kFrameRanks, cursor.eventsAfter, true, cursor.heldUnixUs},
+                                kRequestTimeout);
     if (!frame) {
       const ErrorCode code = frame.error().code;
       if (code == ErrorCode::kTimeout || code == ErrorCode::kPeerLost) {
@@ -172,6 +173,7 @@ bool AgentWorker::askFrames() {
     // Events that come again, after their numbers fell, the alerts' log knows already.
     cursor.take(*frame);
     if (frame->ended && cursor.complete(*frame)) done_.push_back(jobId);
+    if (frame->kpis.empty() && frame->events.empty()) continue;  // the frame held, and nothing more
     Q_EMIT frameReceived(id_, std::make_shared<const FrameReply>(std::move(frame).value()));
   }
   std::erase_if(supervised_, [&](const std::string& id) { return listed(done_, id); });

@@ -54,7 +54,7 @@ void FrameSeries::add(const kpi::JobKpis& k) {
   // A device's points in time order: a job's last frame is of its newest report, which may come
   // before the moment of the frames polled after the end.
   const auto add = [x](std::deque<kpi::Point>& points, double y) {
-    if (points.empty() || x > points.back().x) points.push_back({x, y});
+    if (points.empty() || x >= points.back().x + kDevicePointSeconds) points.push_back({x, y});
   };
   for (const auto& g : k.gpus) {
     if (g.utilizationPct) add(gpus_[{g.node, g.index}], *g.utilizationPct);

@@ -15,6 +15,7 @@ namespace lockstep::app {
 
 // How far back the heatmap draws, a column a second (DashboardWidget).
 inline constexpr int kHeatmapSeconds = 120;
+inline constexpr double kDevicePointSeconds = 0.5;
 
 using DeviceSeries = std::map<kpi::NodeGpu, std::deque<kpi::Point>, kpi::NodeGpuLess>;
 using RankSeries = std::map<std::uint32_t, std::deque<kpi::Point>>;
@@ -40,9 +41,11 @@ struct ChartSeries {
   }
 };
 
-// A fanned-in job's series, a point per frame: the job's throughput and loss, the step split of the
-// ranks in the frame, each GPU's and rank's utilization among the frame's rows (the ranks in view
-// and the slowest, and their nodes' GPUs), and each block of the job's nodes' least busy device.
+// A fanned-in job's series, from its frames: the job's throughput (a point a second) and loss and
+// step split of the ranks in the frame (a point a step), and, at most every kDevicePointSeconds
+// (frames come ten times a second; the heatmap has a column a second), each GPU's and rank's
+// utilization among the frame's rows (the ranks in view and the slowest, and their nodes' GPUs) and
+// each block of the job's nodes' least busy device.
 class FrameSeries {
  public:
   // Points kept: the job's series as a tracker keeps them (`capacity`); a device's, its newest

@@ -69,14 +69,16 @@ void LiveJob::onGpu(const std::string& node, const GpuSample& sample) {
 }
 
 bool LiveJob::addFrame(const FrameReply& frame, std::string* why) {
-  auto kpis = kpi::decodeFrame(frame.kpis);
-  if (!kpis || kpis->jobId != frame.jobId) {
+  // Without KPIs: the frame this app holds, again (FrameRequest::heldUnixUs), with more of its events.
+  const bool held = frame.kpis.empty();
+  auto kpis = held ? Result<kpi::JobKpis>(kpi::JobKpis{}) : kpi::decodeFrame(frame.kpis);
+  if (!kpis || (!held && kpis->jobId != frame.jobId)) {
     if (why) *why = kpis ? "the frame's KPIs are of job " + kpis->jobId : kpis.error().message;
     return false;
   }
   std::lock_guard lock(mutex_);
-  if (!fannedIn_ || kpis->jobId != tracker_->spec().jobId) {
-    if (why) *why = "the job is not watched fanned in here";
+  if (!fannedIn_ || frame.jobId != tracker_->spec().jobId || (held && frame.timeUnixUs != frameUnixUs_)) {
+    if (why) *why = fannedIn_ ? "a frame without its KPIs that is not the one held" : "the job is not watched fanned in here";
     return false;
   }
   // The same frame again (asked for before the agent's next poll, or its reads fell behind):
@@ -89,6 +91,7 @@ bool LiveJob::addFrame(const FrameReply& frame, std::string* why) {
                                  event->kind == JobEventKind::kAlertUndelivered);
     if (alert) alertEvents_.push_back(*event);
   }
+  if (held) return true;
   frames_.add(*kpis);
   lastFrame_ = lastFrame_ || frame.ended;
   frameKpis_ = std::move(kpis).value();

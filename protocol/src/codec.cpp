@@ -399,6 +399,7 @@ std::string encode(const Request& request) {
           f->set_ranks_count(body.ranksCount);
           f->set_events_after(body.eventsAfter);
           f->set_node_blocks(body.nodeBlocks);
+          f->set_held_unix_us(body.heldUnixUs);
         }
       },
       request.body);
@@ -463,7 +464,7 @@ Result<Request> decodeRequest(std::string_view bytes, std::size_t maxBytes) {
         if (f.ranks_count() > kMaxFrameRanks) {
           return bad("frame: ranks_count is over " + std::to_string(kMaxFrameRanks) + "; ask for the ranks in view");
         }
-        return Body{FrameRequest{f.job_id(), f.ranks_from(), f.ranks_count(), f.events_after(), f.node_blocks()}};
+        return Body{FrameRequest{f.job_id(), f.ranks_from(), f.ranks_count(), f.events_after(), f.node_blocks(), f.held_unix_us()}};
       }
       case pb::Request::BODY_NOT_SET:
         break;

@@ -30,6 +30,9 @@ constexpr auto kLaunchTimeout = std::chrono::seconds(15);
 // that is not there yet is starting, not lost.
 constexpr auto kPartsAppear = std::chrono::seconds(30);
 constexpr auto kPollEvery = std::chrono::milliseconds(300);
+// Between two polls the job's streams are read, and its frame made, this often (while they are read
+// at all): a client that shows the frame (the app, ten times a second) sees it this fresh.
+constexpr auto kReadEvery = std::chrono::milliseconds(100);
 constexpr int kMissesToLose = 3;
 // After the job ended, its streams are read on (kPollEvery apart) until a read brings nothing of
 // it, at least twice and at most kMostEndReads times: a part ends when its ranks were reaped, and
@@ -126,6 +129,8 @@ class Supervisions::Worker {
                const std::string& message = "");
   void publish(Supervision state);
   bool pause(Clock::duration d);  // false once the agent stops
+  // kPollEvery, reading the job's streams every kReadEvery meanwhile; false once the agent stops.
+  bool pauseReading(JobAlerts& alerts, Supervisor& supervisor);
   bool stopping() const {
     std::lock_guard lock(mutex_);
     return stop_;
@@ -230,7 +235,7 @@ void Supervisions::Worker::follow(Supervisor& supervisor) {
   auto since = Clock::now();
   JobAlerts alerts = makeAlerts(supervisor.spec());
   publish(SupervisionState::kFollowing, supervisor);
-  while (pause(kPollEvery)) {
+  while (pauseReading(alerts, supervisor)) {
     lastParts_ = observe(supervisor.spec(), since);
     if (stopping()) break;  // what the agent's own answers said while it stopped is not acted on
     pollAlerts(alerts, supervisor);
@@ -532,6 +537,15 @@ void Supervisions::Worker::publish(Supervision state) {
   state_ = std::move(state);
 }
 
+bool Supervisions::Worker::pauseReading(JobAlerts& alerts, Supervisor& supervisor) {
+  const auto until = Clock::now() + kPollEvery;
+  while (pause(std::min(until - Clock::now(), Clock::duration(kReadEvery)))) {
+    if (Clock::now() >= until) return true;
+    pollAlerts(alerts, supervisor);
+  }
+  return false;
+}
+
 bool Supervisions::Worker::pause(Clock::duration d) {
   std::unique_lock lock(mutex_);
   return !wake_.wait_for(lock, d, [this] { return stop_; });
@@ -592,9 +606,12 @@ Result<FrameReply> Supervisions::frameOf(const FrameRequest& request) const {
   }
   const Supervision& supervision = asked.supervision;
   const JobState state = supervision.state == SupervisionState::kEnded ? supervision.outcome : JobState::kRunning;
-  kpi::JobKpis k = kpi::withRanks(frame->head, frame->ranks, frame->gpus, request.ranksFrom, request.ranksCount);
-  if (request.nodeBlocks) k.nodeBlocks = frame->nodeBlocks;
-  FrameReply reply{request.jobId, frame->timeUnixUs, frame->ended, state, kpi::encodeFrame(k), {}, 0, frame->stall};
+  FrameReply reply{request.jobId, frame->timeUnixUs, frame->ended, state, "", {}, 0, frame->stall};
+  if (frame->timeUnixUs != request.heldUnixUs || frame->ended) {  // else the caller holds its KPIs
+    kpi::JobKpis k = kpi::withRanks(frame->head, frame->ranks, frame->gpus, request.ranksFrom, request.ranksCount);
+    if (request.nodeBlocks) k.nodeBlocks = frame->nodeBlocks;
+    reply.kpis = kpi::encodeFrame(k);
+  }
   const auto& events = *frame->events;
   reply.lastEvent = events.empty() ? 0 : events.back().seq;
   for (const auto& e : events) {

@@ -435,6 +435,10 @@ struct FrameRequest {
   std::uint32_t ranksCount = 0;  // at most kMaxFrameRanks
   std::uint64_t eventsAfter = 0;
   bool nodeBlocks = false;  // and the job's nodes as heatmap blocks (kpi/frame.h)
+  // The moment of the frame the caller holds, from the same request (0: none): that frame again
+  // comes back without its KPIs (FrameReply::kpis empty), its events as ever, so that asking ten
+  // times a second costs little between two frames. A job's last frame always comes whole.
+  std::int64_t heldUnixUs = 0;
   bool operator==(const FrameRequest&) const = default;
 };
 struct StacksRequest {
@@ -630,7 +634,7 @@ struct FrameReply {
   std::int64_t timeUnixUs = 0;
   bool ended = false;
   JobState state = JobState::kRunning;  // the job's, as its supervision says: its outcome once ended
-  std::string kpis;                   // a KpiFrame: kpi/frame.h reads it
+  std::string kpis;                   // a KpiFrame: kpi/frame.h reads it; empty: the one held (FrameRequest::heldUnixUs)
   std::vector<StreamMessage> events;  // at most kMaxFrameEvents, each a JobEvent of the job
   std::uint64_t lastEvent = 0;
   std::optional<Stall> stall;
