@@ -323,7 +323,7 @@ TEST_F(FanIn, FramesComeTenTimesASecondAndTheOneHeldComesWithoutItsKpis) {
     std::this_thread::sleep_for(20ms);
   }
   // A frame a poll made at most 7 in 2 s; ten a second make about 20.
-  EXPECT_GE(moments.size(), 12u) << "frames made in 2 s";
+  EXPECT_GE(moments.size(), 10u) << "frames made in 2 s";
 
   // The frame held, again: without its KPIs. Asked until two answers fall between the same two frames.
   bool again = false;

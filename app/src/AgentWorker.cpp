@@ -19,8 +19,9 @@ constexpr std::uint32_t kFetchWaitMs = 100;  // short, so that queued commands w
 constexpr std::uint32_t kFetchMax = 5000;
 constexpr auto kJobsRefresh = 1s;
 constexpr auto kMaxBackoff = 10s;
-// A fanned-in job's frame: twice a second, the rows of its first ranks and of the slowest.
-constexpr auto kFrameEvery = 100ms;  // as often as the supervising agent makes them (kReadEvery)
+// A fanned-in job's frame: ten times a second (as often as its supervising agent makes it while
+// watched), the rows of its first ranks and of the slowest.
+constexpr auto kFrameEvery = 100ms;
 constexpr std::uint32_t kFrameRanks = 256;
 
 bool listed(const std::vector<std::string>& ids, const std::string& id) {

@@ -3,7 +3,7 @@
 // says hello, lists jobs, then long-polls the agent's stream from its last sequence number; on any
 // error it reconnects with backoff and resumes from that number, so nothing is lost or repeated.
 // The records of jobs watched fanned in (FanIn.h) are left out of the stream; for those of them
-// that its agent supervises, it asks the agent for the job's frame twice a second instead.
+// that its agent supervises, it asks the agent for the job's frame ten times a second instead.
 // Everything it learns goes to the GUI thread through queued signals; commands come in through
 // queued slots. Create it, move it to its thread, then call start() through the thread.
 

@@ -1,7 +1,7 @@
 #pragma once
 // What the dashboard's charts draw of a job: its series, read under the job's lock. A job the app
 // folds itself gets them from its KPI tracker (kpi/kpi.h); a fanned-in job (FanIn.h) from the
-// frames its supervising agent sent, a point a frame (FrameSeries).
+// frames its supervising agent sent (FrameSeries).
 
 #include <cstdint>
 #include <deque>

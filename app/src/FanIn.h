@@ -1,6 +1,6 @@
 #pragma once
 // Which jobs the app watches fanned in (docs/fan-in.md): a job on more than `nodesOver` nodes is
-// shown from its supervising agent's frames, twice a second over one connection, and its records
+// shown from its supervising agent's frames, ten a second over one connection, and its records
 // are left out of every agent's stream to this app. Below that, the app folds every record itself
 // (the timeline, the history). One rule, decided once per job in one book that the agent workers
 // (what to leave out, what to ask), the ingest (what a job's KPIs come from) and the dashboard

@@ -77,8 +77,12 @@ bool LiveJob::addFrame(const FrameReply& frame, std::string* why) {
     return false;
   }
   std::lock_guard lock(mutex_);
-  if (!fannedIn_ || frame.jobId != tracker_->spec().jobId || (held && frame.timeUnixUs != frameUnixUs_)) {
-    if (why) *why = fannedIn_ ? "a frame without its KPIs that is not the one held" : "the job is not watched fanned in here";
+  if (!fannedIn_ || frame.jobId != tracker_->spec().jobId) {
+    if (why) *why = "the job is not watched fanned in here";
+    return false;
+  }
+  if (held && frame.timeUnixUs != frameUnixUs_) {
+    if (why) *why = "a frame without its KPIs that is not the one held";
     return false;
   }
   // The same frame again (asked for before the agent's next poll, or its reads fell behind):
@@ -210,7 +214,7 @@ void Ingest::onMessages(QString, MessageBatch messages) {
 
 void Ingest::onFrame(QString agentId, FramePtr frame) {
   const auto live = find(frame->jobId);
-  if (!live) return;  // a job no list named yet: its next frame comes in half a second
+  if (!live) return;  // a job no list named yet: its next frame comes in a moment
   if (std::string why; !live->addFrame(*frame, &why) && !why.empty()) {
     qWarning("lockstep: a frame of job %s from %s was dropped: %s", frame->jobId.c_str(), qPrintable(agentId), why.c_str());
   }

@@ -65,6 +65,7 @@ std::vector<alerts::Alert> JobAlerts::poll(const std::set<std::string>& nodes, c
 // reports the engine needs to complete the same steps.
 JobAlerts::Read JobAlerts::read(const std::set<std::string>& nodes, const ClientOf& client) {
   Read out{0, !nodes.empty()};
+  silent_.clear();
   std::vector<std::string> more(nodes.begin(), nodes.end());
   for (int round = 0; round < kFetchRounds && !more.empty(); ++round) {
     std::vector<std::string> again;
@@ -86,8 +87,8 @@ JobAlerts::Read JobAlerts::read(const std::set<std::string>& nodes, const Client
 // A batch of each node, kFetchesInFlight nodes asked at a time and the next asked as each answer is
 // taken: a round waits about a round trip per kFetchesInFlight nodes, not one a node, and holds at
 // most kFetchesInFlight batches (a catch-up's are 10,000 records each). Silent nodes hold a round
-// up to kFetchTimeout together, not each. `took` gets each node's batch, or nothing where it was
-// not reached or did not answer.
+// up to kFetchTimeout together, not each, and are named (silent()). `took` gets each node's batch,
+// or nothing where it was not reached or did not answer.
 void JobAlerts::readRound(const std::vector<std::string>& nodes, const ClientOf& client,
                           const std::function<void(const std::string&, const std::optional<Batch>&)>& took) {
   struct Asked {
@@ -110,7 +111,11 @@ void JobAlerts::readRound(const std::vector<std::string>& nodes, const ClientOf&
     if (asked.empty()) continue;
     const Asked a = asked.front();
     asked.pop_front();
-    took(*a.node, take(*a.node, *a.client, a.client->receiveFetch(a.deadline, kFetchTimeout)));
+    auto reply = a.client->receiveFetch(a.deadline, kFetchTimeout);
+    if (!reply && (reply.error().code == ErrorCode::kTimeout || reply.error().code == ErrorCode::kUnavailable)) {
+      silent_.push_back(*a.node);
+    }
+    took(*a.node, take(*a.node, *a.client, std::move(reply)));
   }
 }
 

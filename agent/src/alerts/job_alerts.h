@@ -3,7 +3,7 @@
 // what the job's agents stream (this one's included) is fetched through the same connections the
 // supervision uses and read by the KPI engine, when the job has alert rules or a client asked for
 // its frame. The job's rules are evaluated on the result (alerts/book.h) each time the supervision
-// polls: a changed alert is published through the agent's AlertDesk, and the ones that fired are
+// reads (once a poll, ten times a second while a client watches the frame): a changed alert is published through the agent's AlertDesk, and the ones that fired are
 // handed back for the supervision to act on (stop, checkpoint, restart). The same KPIs, the job's
 // events and its stall make its frame (docs/fan-in.md).
 
@@ -61,6 +61,8 @@ class JobAlerts {
   // Only reads (poll's first half): after the job ended, for its last records still on their way.
   Read read(const std::set<std::string>& nodes, const ClientOf& client);
   bool hasRules() const { return !rules_.empty(); }
+  // The nodes the last read asked that did not answer in its time (a timeout, nobody there).
+  const std::vector<std::string>& silent() const { return silent_; }
   // Whether every node of the last read was once read to the end of its stream. Before, the KPIs
   // lack what the agents held when reading began (a frame asked for mid-job, or after a lapse), and
   // are neither a frame nor evaluated.
@@ -105,6 +107,7 @@ class JobAlerts {
   alerts::AlertBook book_;
   alerts::NodeFacts facts_;
   std::map<std::string, Cursor> cursors_;
+  std::vector<std::string> silent_;  // of the last read
   std::int64_t diskMeasuredUs_ = 0;
   std::int64_t createdUs_;
   std::int64_t stallEndedUs_ = 0;  // the newest stall_ended seen: a stall from before it is over

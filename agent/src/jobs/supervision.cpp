@@ -30,9 +30,11 @@ constexpr auto kLaunchTimeout = std::chrono::seconds(15);
 // that is not there yet is starting, not lost.
 constexpr auto kPartsAppear = std::chrono::seconds(30);
 constexpr auto kPollEvery = std::chrono::milliseconds(300);
-// Between two polls the job's streams are read, and its frame made, this often (while they are read
-// at all): a client that shows the frame (the app, ten times a second) sees it this fresh.
+// Between two polls the job's streams are read, and its frame made, this often while a client asked
+// for the frame in the last kWatchedFor: one that shows it (the app, ten times a second) sees it this
+// fresh. A job read only for its rules is read once a poll.
 constexpr auto kReadEvery = std::chrono::milliseconds(100);
+constexpr auto kWatchedFor = std::chrono::seconds(2);
 constexpr int kMissesToLose = 3;
 // After the job ended, its streams are read on (kPollEvery apart) until a read brings nothing of
 // it, at least twice and at most kMostEndReads times: a part ends when its ranks were reaped, and
@@ -116,6 +118,7 @@ class Supervisions::Worker {
   void readToTheEnd(JobAlerts& alerts, const Supervisor& supervisor);
   void publishFrame(std::shared_ptr<const JobFrame> frame);
   bool reading(const JobAlerts& alerts) const;  // whether the job's streams are read (rules, or a frame asked)
+  bool watched() const;  // whether a client asked for the frame just now (kWatchedFor)
   std::set<std::string> nodesLeft(const Supervisor& supervisor) const;
   // A node's connection where it answered the last poll; null while the agent stops.
   AgentClient* answering(const std::string& node);
@@ -410,6 +413,11 @@ bool Supervisions::Worker::reading(const JobAlerts& alerts) const {
   return alerts.hasRules() || (askedAt_ && Clock::now() - *askedAt_ < kAskedReadsFor);
 }
 
+bool Supervisions::Worker::watched() const {
+  std::lock_guard lock(mutex_);
+  return askedAt_ && Clock::now() - *askedAt_ < kWatchedFor;
+}
+
 // Evaluates the job's rules on what the job's agents that answer streamed (a lost or silent one is
 // left out), and carries out what the rules that fired ask: stop, with time for a checkpoint first
 // where they ask for one. The job then ends stopped, and is not restarted. What was read is the
@@ -434,6 +442,12 @@ void Supervisions::Worker::pollAlerts(JobAlerts& alerts, Supervisor& supervisor)
   const auto stall = kpi::jobStall(parts);
   if (stall) alerts.stalled(*stall);
   const auto fired = alerts.poll(nodes, [this](const std::string& node) { return answering(node); });
+  // A node silent to a read missed a poll, as one silent to a status request: the next poll connects
+  // to it again, and no read waits for it meanwhile.
+  for (const auto& node : alerts.silent()) {
+    clients_.erase(node);
+    ++misses_[node];
+  }
   if (alerts.caughtUp()) publishFrame(alerts.takeFrame(stall, false));
   for (const auto& alert : fired) {
     if (stoppedByAlert_ || !alerts::has(alert.actions, alerts::Action::kStop) || stopping()) continue;
@@ -539,7 +553,7 @@ void Supervisions::Worker::publish(Supervision state) {
 
 bool Supervisions::Worker::pauseReading(JobAlerts& alerts, Supervisor& supervisor) {
   const auto until = Clock::now() + kPollEvery;
-  while (pause(std::min(until - Clock::now(), Clock::duration(kReadEvery)))) {
+  while (pause(std::min(until - Clock::now(), Clock::duration(watched() ? kReadEvery : kPollEvery)))) {
     if (Clock::now() >= until) return true;
     pollAlerts(alerts, supervisor);
   }
