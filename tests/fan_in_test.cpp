@@ -62,6 +62,18 @@ struct FanIn : ::testing::Test {
     other = clients[aFirst ? 1 : 0].get();
   }
 
+  // Starts a trainer job across both nodes, `ranks` a node, and connects to its agents.
+  void startJob(const std::string& jobId, const std::string& ranks, const std::string& steps,
+                const std::vector<std::string>& more = {}) {
+    std::vector<std::string> args = {"start", "--ranks-per-agent", ranks, "--job-id", jobId, "--layers", "16,32,4",
+                                      "--dataset", "synthetic:n=2048", "--steps", steps};
+    args.insert(args.end(), more.begin(), more.end());
+    auto run = ctl(args);
+    ASSERT_EQ(run.status.exitCode, 0) << run.out << run.err;
+    connect(jobId);
+    ASSERT_NE(supervising, nullptr);
+  }
+
   // The job's last frame: the supervision saw the job end and read its streams to their end.
   std::optional<FrameReply> lastFrame(const std::string& jobId) {
     std::optional<FrameReply> out;
@@ -226,11 +238,7 @@ TEST_F(FanIn, TheSupervisingAgentsFrameHoldsWhatEveryAgentsStreamHolds) {
 // frame holds all of the job, as a client that read every stream from the start sees it.
 TEST_F(FanIn, AJobWithoutRulesIsReadFromItsStartOnceAsked) {
   ASSERT_TRUE(paired);
-  auto run = ctl({"start", "--ranks-per-agent", "2,2", "--job-id", "fan-asked", "--layers", "16,32,4", "--dataset",
-                  "synthetic:n=2048", "--steps", "3000"});
-  ASSERT_EQ(run.status.exitCode, 0) << run.out << run.err;
-  connect("fan-asked");
-  ASSERT_NE(supervising, nullptr);
+  ASSERT_NO_FATAL_FAILURE(startJob("fan-asked", "2,2", "3000"));
   ASSERT_TRUE(waitUntil(
       [&] {
         const auto status = jobStatusOn(*supervising, "fan-asked");
@@ -251,11 +259,7 @@ TEST_F(FanIn, AJobWithoutRulesIsReadFromItsStartOnceAsked) {
 
 TEST_F(FanIn, AStalledJobsFrameSaysWhatItsAgentsSay) {
   ASSERT_TRUE(paired);
-  auto run = ctl({"start", "--ranks-per-agent", "1,1", "--job-id", "fan-stall", "--stall-after-s", "2", "--layers",
-                  "16,32,4", "--dataset", "synthetic:n=2048", "--steps", "100000000"});
-  ASSERT_EQ(run.status.exitCode, 0) << run.out << run.err;
-  connect("fan-stall");
-  ASSERT_NE(supervising, nullptr);
+  ASSERT_NO_FATAL_FAILURE(startJob("fan-stall", "1,1", "100000000", {"--stall-after-s", "2"}));
   ASSERT_TRUE(waitUntil([&] { return rankProcess("fan-stall", 1).has_value(); }, 30s));
   ASSERT_TRUE(waitUntil(
       [&] {
@@ -309,11 +313,7 @@ TEST_F(FanIn, AStalledJobsFrameSaysWhatItsAgentsSay) {
 // always comes whole.
 TEST_F(FanIn, FramesComeTenTimesASecondAndTheOneHeldComesWithoutItsKpis) {
   ASSERT_TRUE(paired);
-  auto run = ctl({"start", "--ranks-per-agent", "1,1", "--job-id", "fan-often", "--layers", "16,32,4", "--dataset",
-                  "synthetic:n=2048", "--steps", "100000000"});
-  ASSERT_EQ(run.status.exitCode, 0) << run.out << run.err;
-  connect("fan-often");
-  ASSERT_NE(supervising, nullptr);
+  ASSERT_NO_FATAL_FAILURE(startJob("fan-often", "1,1", "100000000"));
   const auto ask = [&](std::int64_t held) { return supervising->frame({"fan-often", 0, 16, 0, false, held}, 5s); };
   ASSERT_TRUE(waitUntil([&] { return ask(0).ok(); }, 30s));
 
