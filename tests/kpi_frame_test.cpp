@@ -160,6 +160,12 @@ TEST(KpiFrame, TheJobsNodesComeInBlocksWithTheirLeastBusyDevice) {
   EXPECT_EQ(blocks[2], (NodeBlock{"n10", 1, 2, 60.0, 30.0})) << "the idle GPU shows, where the mean hides it";
   EXPECT_EQ(blocks[3], (NodeBlock{"n20", 1, 1, 0.0, 0.0}));
   EXPECT_EQ(blocks[4], (NodeBlock{"n30", 1, 0, std::nullopt, std::nullopt}));
+  // A node whose agent did not answer the last read: a row still, without its stale readings.
+  const auto silent = nodeBlocks(placement, ranks, gpus, {"n10"});
+  ASSERT_EQ(silent.size(), 5u);
+  EXPECT_EQ(silent[2], (NodeBlock{"n10", 1, 0, std::nullopt, std::nullopt}));
+  EXPECT_EQ(silent[1], blocks[1]);
+  EXPECT_EQ(nodeBlocks({}, ranks, {}, {"n2"})[1], (NodeBlock{"n2", 1, 0, std::nullopt, std::nullopt}));
   const auto cpus = nodeBlocks({}, ranks, {});
   ASSERT_EQ(cpus.size(), 3u);
   EXPECT_EQ(cpus[2], (NodeBlock{"n10", 1, 2, 150.0, 100.0})) << "ranks 0 and 1: 100 and 200 % of a core";

@@ -24,6 +24,7 @@
 #include "base/log.h"
 #include "jobs/supervision.h"
 #include "lockstep/common/clock.h"
+#include "lockstep/kpi/frame.h"
 #include "lockstep/net/zmq_util.h"
 #include "lockstep/protocol/codec.h"
 #include "lockstep/protocol/job_list.h"
@@ -59,6 +60,7 @@ class StandIns {
   }
 
   void fallSilent() { silent_ = true; }
+  void fallSilent(std::size_t node) { silentNode_ = node; }
   // How many times each node's agent has been asked for the job's status, and for its stream.
   std::size_t leastAsked() const { return least(asked_); }
   std::size_t leastFetched() const { return least(fetched_); }
@@ -85,7 +87,7 @@ class StandIns {
 
   void take(std::size_t n) {
     auto frames = receiveMultipart(sockets_[n], 2);
-    if (!frames || frames->size() != 2 || silent_) return;
+    if (!frames || frames->size() != 2 || silent_ || silentNode_ == n) return;
     auto request = decodeRequest((*frames)[1].to_string_view());
     if (!request) return;
     const std::string bytes = encode(Reply{request->requestId, answer(n, request->body)});
@@ -113,11 +115,31 @@ class StandIns {
                           JobState::kRunning, std::nullopt, std::nullopt, false});
       return JobsReply{{std::move(st)}};
     }
-    if (std::holds_alternative<FetchRequest>(request)) {
+    if (const auto* fetch = std::get_if<FetchRequest>(&request)) {
       ++fetched_[n];
-      return FetchReply{1, 1, 0, {}, 1};
+      return streamOf(n, fetch->afterSeq);
     }
     return ErrorReply{ErrorCode::kInvalidArgument, "the stand-in answers hello, list jobs and fetch only"};
+  }
+
+  // Each node's stream: its rank's first step, and a process sample of it at 40 % of a core, which
+  // the job's heatmap shows as the node's block (a job without GPUs).
+  FetchReply streamOf(std::size_t n, std::uint64_t afterSeq) const {
+    const auto rank = static_cast<std::uint32_t>(n);
+    const std::int64_t now = unixMicrosNow();
+    StepReport step;
+    step.jobId = jobId_;
+    step.rank = rank;
+    step.worldSize = static_cast<std::uint32_t>(sockets_.size());
+    step.step = 1;
+    step.samples = 32;
+    step.stepTimeUs = 100'000;
+    step.timeUnixUs = now;
+    const ProcessSample sample{jobId_, rank, 1000 + rank, now, 40.0f, std::nullopt};
+    FetchReply reply{1, 1, 2, {}, 1};
+    if (afterSeq < 1) reply.messages.push_back({1, nodeName(n), step});
+    if (afterSeq < 2) reply.messages.push_back({2, nodeName(n), sample});
+    return reply;
   }
 
   zmq::context_t context_;
@@ -126,6 +148,7 @@ class StandIns {
   std::vector<std::atomic<std::size_t>> asked_, fetched_;
   std::string jobId_;
   std::atomic<bool> silent_{false}, stop_{false};
+  std::atomic<std::size_t> silentNode_{SIZE_MAX};
   std::thread serving_;
 };
 
@@ -202,6 +225,36 @@ TEST(SupervisionSilence, AJobIsReadTenTimesASecondOnlyWhileItsFrameIsWatched) {
   EXPECT_GE(fetchesIn2s(true), 12u) << "watched: about 20 in 2 s";
   std::this_thread::sleep_for(2500ms);  // no client asked for 2 s: back to a read a poll
   EXPECT_LE(fetchesIn2s(false), 8u);
+}
+
+// The heatmap of a fanned-in job is its nodes' blocks (kpi::nodeBlocks): a node whose agent falls
+// silent goes blank once a read finds it so, rather than keep its last reading's colour for good.
+TEST(SupervisionSilence, ASilentNodesHeatmapRowGoesBlank) {
+  TempDir dir;
+  auto keys = generateKeyPair();
+  ASSERT_TRUE(keys.ok());
+  JobSpec spec = commandJob("blank", 2, {"/bin/true"}, dir.path().string());
+  StandIns standIns(2, *keys, spec);
+  agent::Log log(dir.file("agent.log"));
+  agent::AlertDesk desk({}, log);
+  agent::Supervisions supervisions(nodeName(0), *keys, desk, log);
+  supervisions.supervise(spec);
+  std::vector<kpi::NodeBlock> blocks;
+  const auto blocksUntil = [&](const std::function<bool()>& until) {
+    return waitUntil([&] {
+      auto frame = supervisions.frameOf({"blank", 0, 0, 0, true});
+      auto k = frame && !frame->kpis.empty() ? kpi::decodeFrame(frame->kpis) : Result<kpi::JobKpis>(Error{});
+      if (k) blocks = k->nodeBlocks;
+      return k && blocks.size() == 2 && until();
+    }, 30s);
+  };
+  ASSERT_TRUE(blocksUntil([&] { return blocks[0].leastPct && blocks[1].leastPct; })) << "no block with its reading";
+  EXPECT_EQ(*blocks[1].leastPct, 40.0f);
+
+  standIns.fallSilent(1);
+  ASSERT_TRUE(blocksUntil([&] { return !blocks[1].leastPct; })) << "n1 is silent, and its row keeps its last reading";
+  EXPECT_EQ(blocks[1].firstNode, "n1");
+  EXPECT_TRUE(blocks[0].leastPct.has_value()) << "n0 answers: its row keeps its colour";
 }
 
 }  // namespace

@@ -278,7 +278,7 @@ JobKpis withRanks(JobKpis head, std::span<const RankKpis> ranks, std::span<const
 }
 
 std::vector<NodeBlock> nodeBlocks(std::span<const RankPlacement> placement, std::span<const RankKpis> ranks,
-                                  std::span<const GpuKpis> gpus) {
+                                  std::span<const GpuKpis> gpus, const std::set<std::string, std::less<>>& unread) {
   const bool onGpus = std::any_of(gpus.begin(), gpus.end(), [](const GpuKpis& g) { return g.utilizationPct.has_value(); });
   // Each node's readings. The nodes are the placement's: the rows also name nodes an elastic
   // restart left (the engine keeps every row it saw). Without a placement, those the rows name.
@@ -288,9 +288,10 @@ std::vector<NodeBlock> nodeBlocks(std::span<const RankPlacement> placement, std:
     if (node.empty()) return nullptr;  // a rank with no step read yet
     if (!placement.empty()) {
       const auto it = readings.find(node);
-      return it == readings.end() ? nullptr : &it->second;
+      return it == readings.end() || unread.count(node) ? nullptr : &it->second;
     }
-    return &readings[node];
+    auto* values = &readings[node];
+    return unread.count(node) ? nullptr : values;
   };
   for (const auto& g : gpus) {
     if (auto* node = nodeOf(g.node); node && onGpus && g.utilizationPct) node->push_back(*g.utilizationPct);

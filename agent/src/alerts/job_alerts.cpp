@@ -66,12 +66,14 @@ std::vector<alerts::Alert> JobAlerts::poll(const std::set<std::string>& nodes, c
 JobAlerts::Read JobAlerts::read(const std::set<std::string>& nodes, const ClientOf& client) {
   Read out{0, !nodes.empty()};
   silent_.clear();
+  answered_.clear();
   std::vector<std::string> more(nodes.begin(), nodes.end());
   for (int round = 0; round < kFetchRounds && !more.empty(); ++round) {
     std::vector<std::string> again;
     readRound(more, client, [&](const std::string& node, const std::optional<Batch>& got) {
       out.complete = out.complete && got.has_value();
       out.taken += got ? got->taken : 0;
+      if (got) answered_.insert(node);
       if (got && got->more) again.push_back(node);
     });
     more = std::move(again);
@@ -177,7 +179,12 @@ std::shared_ptr<const JobFrame> JobAlerts::takeFrame(const std::optional<Stall>&
   }
   f->ranks = std::move(kpis_.ranks);
   f->gpus = std::move(kpis_.gpus);
-  f->nodeBlocks = kpi::nodeBlocks(placement_, f->ranks, f->gpus);
+  // A node the last read did not reach (silent, lost): its readings are not current.
+  std::set<std::string, std::less<>> unread;
+  for (const auto& p : placement_) {
+    if (!answered_.count(p.node)) unread.insert(p.node);
+  }
+  f->nodeBlocks = kpi::nodeBlocks(placement_, f->ranks, f->gpus, unread);
   f->head = std::move(kpis_);
   kpis_ = {};
   if (!sharedEvents_) sharedEvents_ = std::make_shared<const std::vector<StreamMessage>>(events_.begin(), events_.end());

@@ -108,6 +108,7 @@ class JobAlerts {
   alerts::NodeFacts facts_;
   std::map<std::string, Cursor> cursors_;
   std::vector<std::string> silent_;  // of the last read
+  std::set<std::string, std::less<>> answered_;  // the nodes whose batch the last read took
   std::int64_t diskMeasuredUs_ = 0;
   std::int64_t createdUs_;
   std::int64_t stallEndedUs_ = 0;  // the newest stall_ended seen: a stall from before it is over

@@ -6,6 +6,8 @@
 // as one that reads every agent's stream (tests/fan_in_test.cpp holds them against each other).
 
 #include <cstdint>
+#include <functional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -29,10 +31,12 @@ inline constexpr std::size_t kMaxNodeBlocks = 2048;
 // The job's nodes (those its current attempt is placed on; without a placement, those `ranks` and
 // `gpus` name) in natural order, in at most kMaxNodeBlocks blocks of as many nodes each (the last
 // may hold fewer), with their devices' utilization: the GPUs of `gpus` (the job's), or the ranks'
-// CPU % where no GPU has a reading. A node without a reading is in its block all the same. Costs a
-// look at every row.
+// CPU % where no GPU has a reading. A node without a reading is in its block all the same, and so
+// is a node of `unread`, without its readings: its agent did not answer the last read, so they are
+// not current (a lost node's row goes blank, as a streamed heatmap's row does when its samples
+// stop). Costs a look at every row.
 std::vector<NodeBlock> nodeBlocks(std::span<const RankPlacement> placement, std::span<const RankKpis> ranks,
-                                  std::span<const GpuKpis> gpus);
+                                  std::span<const GpuKpis> gpus, const std::set<std::string, std::less<>>& unread = {});
 
 std::string encodeFrame(const JobKpis& k);
 // Bounded as anything from the network is: at most kMaxFrameRanks rows of ranks (types.h).
