@@ -20,6 +20,9 @@ constexpr int kFetchRounds = 4;  // a poll's batches of one node, at most
 constexpr std::size_t kFetchesInFlight = 64;  // nodes asked at once: at most 64 batches held (48 MB)
 // A round's answers are awaited until kFetchTimeout after it began; one asked late, at least this long.
 constexpr auto kLateAnswer = std::chrono::milliseconds(250);
+// A node that leaves a fetch unanswered after this long at least is silent (silent()): one asked late
+// in a round held up by others, and given less, is not.
+constexpr auto kSilentAfter = std::chrono::seconds(1);
 constexpr std::int64_t kDiskEveryUs = 10'000'000;
 constexpr std::size_t kKeptEvents = 1024;  // a client further behind misses the oldest
 
@@ -89,14 +92,14 @@ JobAlerts::Read JobAlerts::read(const std::set<std::string>& nodes, const Client
 // A batch of each node, kFetchesInFlight nodes asked at a time and the next asked as each answer is
 // taken: a round waits about a round trip per kFetchesInFlight nodes, not one a node, and holds at
 // most kFetchesInFlight batches (a catch-up's are 10,000 records each). Silent nodes hold a round
-// up to kFetchTimeout together, not each, and are named (silent()). `took` gets each node's batch,
+// up to kFetchTimeout together, not each, and those given kSilentAfter at least are named (silent()). `took` gets each node's batch,
 // or nothing where it was not reached or did not answer.
 void JobAlerts::readRound(const std::vector<std::string>& nodes, const ClientOf& client,
                           const std::function<void(const std::string&, const std::optional<Batch>&)>& took) {
   struct Asked {
     const std::string* node;
     AgentClient* client;
-    std::chrono::steady_clock::time_point deadline;
+    std::chrono::steady_clock::time_point sent, deadline;
   };
   std::deque<Asked> asked;
   const auto roundEnds = std::chrono::steady_clock::now() + kFetchTimeout;
@@ -105,7 +108,8 @@ void JobAlerts::readRound(const std::vector<std::string>& nodes, const ClientOf&
       const std::string& node = nodes[next++];
       AgentClient* c = client(node);
       if (c && c->sendFetch(cursors_[node].afterSeq, kFetchMessages)) {
-        asked.push_back({&node, c, std::max(roundEnds, std::chrono::steady_clock::now() + kLateAnswer)});
+        const auto now = std::chrono::steady_clock::now();
+        asked.push_back({&node, c, now, std::max(roundEnds, now + kLateAnswer)});
       } else {
         took(node, std::nullopt);
       }
@@ -114,9 +118,8 @@ void JobAlerts::readRound(const std::vector<std::string>& nodes, const ClientOf&
     const Asked a = asked.front();
     asked.pop_front();
     auto reply = a.client->receiveFetch(a.deadline, kFetchTimeout);
-    if (!reply && (reply.error().code == ErrorCode::kTimeout || reply.error().code == ErrorCode::kUnavailable)) {
-      silent_.push_back(*a.node);
-    }
+    const bool timedOut = !reply && (reply.error().code == ErrorCode::kTimeout || reply.error().code == ErrorCode::kUnavailable);
+    if (timedOut && a.deadline - a.sent >= kSilentAfter) silent_.push_back(*a.node);
     took(*a.node, take(*a.node, *a.client, std::move(reply)));
   }
 }

@@ -61,7 +61,8 @@ class JobAlerts {
   // Only reads (poll's first half): after the job ended, for its last records still on their way.
   Read read(const std::set<std::string>& nodes, const ClientOf& client);
   bool hasRules() const { return !rules_.empty(); }
-  // The nodes the last read asked that did not answer in its time (a timeout, nobody there).
+  // The nodes the last read asked that did not answer in its time (a timeout, nobody there), given a
+  // second at least.
   const std::vector<std::string>& silent() const { return silent_; }
   // Whether every node of the last read was once read to the end of its stream. Before, the KPIs
   // lack what the agents held when reading began (a frame asked for mid-job, or after a lapse), and

@@ -132,7 +132,8 @@ class Supervisions::Worker {
                const std::string& message = "");
   void publish(Supervision state);
   bool pause(Clock::duration d);  // false once the agent stops
-  // kPollEvery, reading the job's streams every kReadEvery meanwhile; false once the agent stops.
+  // kPollEvery, reading the job's streams every kReadEvery meanwhile while watched(); false once
+  // the agent stops.
   bool pauseReading(JobAlerts& alerts, Supervisor& supervisor);
   bool stopping() const {
     std::lock_guard lock(mutex_);
@@ -469,9 +470,16 @@ void Supervisions::Worker::readToTheEnd(JobAlerts& alerts, const Supervisor& sup
     noLastFrame(ended + " while no client asked node " + self_ + " for its frame");
     return;
   }
+  // Every node left is asked, one a read just found silent too (connected again, if it answers).
+  const std::set<std::string> nodes = nodesLeft(supervisor);
+  connect(nodes);
+  const auto connected = [this](const std::string& node) -> AgentClient* {
+    const auto it = clients_.find(node);
+    return stopping() || it == clients_.end() ? nullptr : it->second.get();
+  };
   bool done = false;
   for (int i = 0; !done && i < kMostEndReads && pause(kPollEvery); ++i) {
-    const auto read = alerts.read(nodesLeft(supervisor), [this](const std::string& node) { return answering(node); });
+    const auto read = alerts.read(nodes, connected);
     done = read.complete && read.taken == 0 && i + 1 >= kLeastEndReads;
   }
   if (stopping()) return;
