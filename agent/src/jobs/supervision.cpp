@@ -128,6 +128,7 @@ class Supervisions::Worker {
   // together, not one each (a rack of k dead nodes would hold every poll k × 5 s).
   void connect(const std::set<std::string>& nodes);
   AgentClient* client(const std::string& node);  // connected, else connected now; null if it cannot be
+  AgentClient* connected(const std::string& node) const;  // its connection; null where there is none
   void publish(SupervisionState state, const Supervisor& supervisor, JobState outcome = JobState::kRunning,
                const std::string& message = "");
   void publish(Supervision state);
@@ -374,6 +375,10 @@ void Supervisions::Worker::connect(const std::set<std::string>& nodes) {
 
 AgentClient* Supervisions::Worker::client(const std::string& node) {
   connect({node});
+  return connected(node);
+}
+
+AgentClient* Supervisions::Worker::connected(const std::string& node) const {
   const auto it = clients_.find(node);
   return it == clients_.end() ? nullptr : it->second.get();
 }
@@ -398,10 +403,9 @@ std::set<std::string> Supervisions::Worker::nodesLeft(const Supervisor& supervis
 // A silent node is not read (none is connected to anew here: that is the supervision's to do, and
 // a dead node must not hold up a poll), and counts as not read to its end.
 AgentClient* Supervisions::Worker::answering(const std::string& node) {
-  const auto it = clients_.find(node);
   const auto missed = misses_.find(node);
-  if (stopping() || it == clients_.end() || (missed != misses_.end() && missed->second > 0)) return nullptr;
-  return it->second.get();
+  if (stopping() || (missed != misses_.end() && missed->second > 0)) return nullptr;
+  return connected(node);
 }
 
 void Supervisions::Worker::noLastFrame(const std::string& why) {
@@ -473,13 +477,10 @@ void Supervisions::Worker::readToTheEnd(JobAlerts& alerts, const Supervisor& sup
   // Every node left is asked, one a read just found silent too (connected again, if it answers).
   const std::set<std::string> nodes = nodesLeft(supervisor);
   connect(nodes);
-  const auto connected = [this](const std::string& node) -> AgentClient* {
-    const auto it = clients_.find(node);
-    return stopping() || it == clients_.end() ? nullptr : it->second.get();
-  };
+  const auto reached = [this](const std::string& node) { return stopping() ? nullptr : connected(node); };
   bool done = false;
   for (int i = 0; !done && i < kMostEndReads && pause(kPollEvery); ++i) {
-    const auto read = alerts.read(nodes, connected);
+    const auto read = alerts.read(nodes, reached);
     done = read.complete && read.taken == 0 && i + 1 >= kLeastEndReads;
   }
   if (stopping()) return;
@@ -504,9 +505,9 @@ void Supervisions::Worker::stopParts(const JobSpec& attempt, std::uint32_t grace
   for (const auto& node : nodes) {
     if (stopping()) return;
     // A lost node too: if it answers again, what it still runs of the job must not run on.
-    const auto it = clients_.find(node);  // none where it did not answer just now
-    if (it == clients_.end()) continue;
-    if (auto stopped = it->second->stopJob(first_.jobId, graceMs, kCallTimeout); !stopped) {
+    AgentClient* c = connected(node);  // none where it did not answer just now
+    if (!c) continue;
+    if (auto stopped = c->stopJob(first_.jobId, graceMs, kCallTimeout); !stopped) {
       say("could not stop its part on " + node + ": " + stopped.error().message);
     }
   }
