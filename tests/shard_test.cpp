@@ -192,15 +192,14 @@ TEST(Shard, AJobWithShardedParametersResumesExactly) {
   expectResumedAsWhole(dir, "full", "resumed", 10);
 }
 
-TEST(Shard, WhatIsNotBuiltOrNotAKindIsRefusedClearly) {
+TEST(Shard, EveryStageGoesToTheGpuBackendAndWhatIsNotAKindIsRefusedClearly) {
   TempDir dir;
-  const TrainerRun gpu = train(dir, "g", kJob, {"--nproc", "2", "--steps", "2", "--shard", "parameters", "--backend", "cuda"});
-  EXPECT_FALSE(gpu.process.status.success());
-  EXPECT_NE(gpu.process.err.find("--shard parameters runs on the CPU backend only for now"), std::string::npos)
-      << gpu.process.err;
-  // Stage 1 runs on GPUs (NCCL): here it gets as far as looking for one.
-  const TrainerRun stage1 = train(dir, "g1", kJob, {"--nproc", "2", "--steps", "2", "--shard", "optimizer", "--backend", "cuda"});
-  expectTheGpuBackendTakesIt(stage1);
+  // Every stage runs on GPUs (NCCL): here each gets as far as looking for one.
+  for (const char* stage : {"optimizer", "gradients", "parameters"}) {
+    const TrainerRun gpu = train(dir, std::string("g-") + stage, kJob,
+                                 {"--nproc", "2", "--steps", "2", "--shard", stage, "--backend", "cuda"});
+    expectTheGpuBackendTakesIt(gpu);
+  }
   const TrainerRun bogus = train(dir, "b", kJob, {"--nproc", "2", "--steps", "2", "--shard", "half"});
   EXPECT_FALSE(bogus.process.status.success());
   EXPECT_NE(bogus.process.err.find("is not one of none, optimizer, gradients, parameters"), std::string::npos) << bogus.process.err;

@@ -19,7 +19,6 @@
 #include <QRadioButton>
 #include <QSignalBlocker>
 #include <QSpinBox>
-#include <QStandardItemModel>
 #include <QTabWidget>
 #include <QTableWidget>
 #include <QVBoxLayout>
@@ -184,30 +183,13 @@ QLayout* LauncherDialog::parallelRow() {
   return row;
 }
 
-// Command jobs do their own data parallelism; each kind is offered where its ranks' backend runs it
-// (validate.h says where). A kind that is not offered falls back to all-reduce.
-void LauncherDialog::offerParallelKinds(bool program, bool cuda) {
-  auto* items = qobject_cast<QStandardItemModel*>(parallel_->model());
-  // The kinds these ranks' backend runs, by the rule the agents and the trainer apply.
-  QStringList notHere;
-  for (int kind = kShardedOptimizer; kind <= kServerAsync; ++kind) {
-    JobSpec probe;
-    probe.backend = cuda ? Backend::kCuda : Backend::kCpu;
-    applyKind(kind, probe);
-    const bool runs = validateShard(probe).ok() && validateSync(probe).ok();
-    items->item(kind)->setEnabled(runs);
-    if (!runs) notHere << items->item(kind)->text();
-  }
-  if (!items->item(parallel_->currentIndex())->isEnabled()) {
-    const QSignalBlocker block(parallel_);
-    parallel_->setCurrentIndex(kAllReduce);
-  }
+// Command jobs do their own data parallelism: the choice is the built-in trainer's, whose CPU and
+// GPU backends both run every kind.
+void LauncherDialog::offerParallelKinds(bool program) {
   parallel_->setEnabled(!program);
-  const QString cpuOnly = notHere.isEmpty() ? QString() : tr("%1: on CPU ranks only for now.").arg(notHere.join(tr(", ")));
   parallel_->setToolTip(program ? tr("Your program does its own data parallelism (DDP, FSDP, …): this choice is the "
                                      "built-in trainer's")
-                                : tr("How the ranks share the model (lockstepctl's --sync, --shard and --staleness)") +
-                                      (cpuOnly.isEmpty() ? QString() : QStringLiteral("\n") + cpuOnly));
+                                : tr("How the ranks share the model (lockstepctl's --sync, --shard and --staleness)"));
   const int suggested = std::max(1, static_cast<int>(rankCount()) - 1);
   if (staleness_->value() == std::exchange(autoStaleness_, suggested)) {
     const QSignalBlocker block(staleness_);
@@ -216,8 +198,7 @@ void LauncherDialog::offerParallelKinds(bool program, bool cuda) {
   staleness_->setVisible(!program && parallel_->currentIndex() == kServerAsync);
   psRanks_->setVisible(!program && parallel_->currentIndex() == kServerSync);
   parallelTrade_->setText(program ? tr("Your program does its own data parallelism; this choice is the built-in MLP's.")
-                                  : parallel_->currentData().toString() +
-                                        (cpuOnly.isEmpty() ? QString() : QLatin1Char(' ') + cpuOnly));
+                                  : parallel_->currentData().toString());
   balance_->setEnabled(parallel_->currentIndex() < kServerSync);  // a server lets a slow rank lag instead
 }
 
@@ -709,7 +690,7 @@ void LauncherDialog::revalidate() {
   slurmBox_->setVisible(onSlurm);
   agents_->setVisible(!onSlurm);
   slurmRanks_->setEnabled(slurmGpus_->value() == 0);
-  offerParallelKinds(program, static_cast<Backend>(backend_->currentData().toInt()) == Backend::kCuda);
+  offerParallelKinds(program);
   slurm_.reset();
   auto built = build();
   if (built) {

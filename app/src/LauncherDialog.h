@@ -46,7 +46,7 @@ class LauncherDialog : public QDialog {
   QWidget* slurmBox();
   Result<JobSpec> checkedForSlurm(JobSpec spec);
   QLayout* parallelRow();
-  void offerParallelKinds(bool program, bool cuda);
+  void offerParallelKinds(bool program);
   Result<void> parallelism(JobSpec& s) const;
   std::uint32_t rankCount() const;
   QWidget* trainerPage();

@@ -266,7 +266,6 @@ Result<void> validateTrainerJob(const JobSpec& spec) {
   if (spec.checkpointEvery > 0 && spec.checkpointDir.empty()) {
     return bad("a checkpoint interval needs a checkpoint directory");
   }
-  LOCKSTEP_TRY(validateShard(spec));
   // A rank's own spec says one rank until its environment says how many (the trainer checks again).
   if (spec.worldSize > 1 || spec.sync != Sync::kParameterServer) LOCKSTEP_TRY(validatePsRanks(spec));
   return validateSync(spec);
@@ -310,16 +309,6 @@ Result<void> validateSync(const JobSpec& spec) {
     return bad("asynchronous training counts the server's updates, each one rank's batch: give --steps, not --epochs");
   }
   return validateStaleness(spec);
-}
-
-// Sharded training (docs/trainer.md): what this build's trainer shards, and where.
-Result<void> validateShard(const JobSpec& spec) {
-  if (spec.shard == Shard::kNone) return {};
-  if (spec.backend == Backend::kCuda && spec.shard != Shard::kOptimizer) {
-    return bad("--shard " + std::string(nameOf(spec.shard)) +
-               " runs on the CPU backend only for now; use --shard optimizer or none with --backend cuda");
-  }
-  return {};
 }
 
 Result<void> validatePsRanks(const JobSpec& spec) {

@@ -24,6 +24,10 @@ CudaLoop::CudaLoop(RankHost& host) : host_(host), options_(host.options()), env_
 
 CudaLoop::~CudaLoop() = default;
 
+bool CudaLoop::stagesGradients() const {
+  return s_.shards && (options_.spec.shard == Shard::kGradients || options_.spec.shard == Shard::kParameters);
+}
+
 bool CudaLoop::withServer() const { return options_.spec.sync == Sync::kParameterServer && env_.worldSize > 1; }
 
 Result<std::unique_ptr<Comm>> CudaLoop::connect(StoreClient* store, const std::string& keyPrefix) {
@@ -55,7 +59,8 @@ Result<void> CudaLoop::train(StepAccounting& accounting) {
                  model_->epilogues().c_str(), model_->tunedGemms());
   }
   LOCKSTEP_TRY(runSteps(accounting));
-  LOCKSTEP_TRY(model_->download(s_.params.data(), optimizerState_));
+  s_.progress.enter(RankPhase::kCommunicate);  // at stage 3, the parts are gathered
+  if (auto copied = downloadParameters(); !copied) return fail(copied.error(), accounting.summary().stepsDone);
   return checkpointAtSignal(accounting.summary());
 }
 
@@ -63,7 +68,12 @@ Result<void> CudaLoop::start(bool keepsOptimizer) {
   LOCKSTEP_CUDA(cudaGetDevice(&device_));
   const std::size_t stateBegin = keepsOptimizer ? s_.optimizer->rangeBegin() : 0;
   const std::size_t stateEnd = keepsOptimizer ? s_.optimizer->rangeEnd() : 0;
-  LOCKSTEP_ASSIGN_OR_RETURN(model_, GpuModel::create(*s_.layout, options_.spec, s_.data, device_, stateBegin, stateEnd));
+  if (stagesGradients()) {
+    LOCKSTEP_ASSIGN_OR_RETURN(sharded_, GpuShardedLayers::create(*nccl_, *s_.layout, *s_.shards,
+                                                                options_.spec.shard == Shard::kParameters));
+  }
+  LOCKSTEP_ASSIGN_OR_RETURN(model_, GpuModel::create(*s_.layout, options_.spec, s_.data, device_, stateBegin, stateEnd,
+                                                     sharded_.get()));
   if (keepsOptimizer) {
     for (const auto& b : s_.optimizer->stateBuffers()) optimizerState_.push_back(b.data);
   }
@@ -73,10 +83,22 @@ Result<void> CudaLoop::start(bool keepsOptimizer) {
   compute_ = model_->computeStream();
   comm_ = nccl_ ? nccl_->stream() : nullptr;
   grads_ = model_->grads();
+  if (sharded_) sharded_->start(compute_, model_->params());
   return {};
 }
 
 Result<void> CudaLoop::chooseBuckets() {
+  if (sharded_) {
+    // A layer at a time, as backward stages them; the header is all-reduced on its own.
+    if (options_.spec.bucketMb > 0) {
+      host_.note("--bucket-mb does not apply to --shard " + std::string(nameOf(options_.spec.shard)) +
+                 " on GPUs: each layer is staged and reduced as one");
+    }
+    for (std::size_t l = s_.layout->layerCount(); l-- > 0;) {
+      buckets_.push_back({s_.layout->layerBegin(l), s_.layout->layerEnd(l)});
+    }
+    return {};
+  }
   if (options_.spec.bucketMb > 0) {
     buckets_ = fixedBuckets(host_, *s_.layout);
     return {};
@@ -149,15 +171,25 @@ Result<void> CudaLoop::enqueueStep(std::uint64_t step, StepSlot& slot, cudaEvent
   model_->beginStep(static_cast<float>(slot.localSamples), host_.stopSignal() != 0 ? 1.0f : 0.0f);
   std::size_t launched = 0;
   Result<void> commError;
-  const auto layerDone = [&](std::size_t end, cudaEvent_t ready) { launchReady(slot, launched, end, ready, commError); };
-  for (std::uint32_t micro = 0; micro < spec.accumSteps; ++micro) {
+  std::uint32_t micro = 0;
+  const auto layerDone = [&](std::size_t end, cudaEvent_t ready) {
+    if (!sharded_) return launchReady(slot, launched, end, ready, commError);
+    if (commError) commError = reduceStagedLayer(slot, micro, end, ready);
+  };
+  if (sharded_) sharded_->newStep();
+  for (micro = 0; micro < spec.accumSteps; ++micro) {
     LOCKSTEP_TRY(model_->forwardBackward(static_cast<int>(step % 2), micro, slot.rows[micro], micro + 1 == spec.accumSteps,
                                          layerDone));
   }
   if (!commError) return fail(commError.error(), step + 1);
   LOCKSTEP_CUDA(cudaEventRecord(slot.backwardEnd, compute_));
   LOCKSTEP_CUDA(cudaStreamWaitEvent(comm_, slot.backwardEnd));  // the step ends after its backward, too
-  if (s_.shards) {
+  if (sharded_ && sharded_->shardsParameters()) {
+    // Stage 3 gathers nothing after the step: forward gathers each layer as it needs it.
+    LOCKSTEP_CUDA(cudaEventRecord(slot.gatherStart, comm_));
+    slot.layerGathers = sharded_->gathers();
+    slot.gatheredFloats = sharded_->gatheredFloats();
+  } else if (s_.shards) {
     if (auto gathered = gatherParameters(slot); !gathered) return fail(gathered.error(), step + 1);
   }
   LOCKSTEP_CUDA(cudaMemcpyAsync(slot.header, grads_, 3 * sizeof(float), cudaMemcpyDeviceToHost, comm_));
@@ -214,6 +246,36 @@ Result<void> CudaLoop::reduceShardedBucket(const Bucket& bucket) {
   return {};
 }
 
+Result<void> CudaLoop::reduceStagedLayer(StepSlot& slot, std::uint32_t micro, std::size_t end, cudaEvent_t ready) {
+  const ParamLayout& layout = *s_.layout;
+  std::size_t layer = 0;
+  while (layer < layout.layerCount() && layout.layerEnd(layer) != end) ++layer;
+  if (layer == layout.layerCount()) return Error{ErrorCode::kInternal, "no layer ends at " + std::to_string(end)};
+  const bool firstLayer = layer + 1 == layout.layerCount();  // backward's first
+  const bool lastMicro = micro + 1 == options_.spec.accumSteps;
+  LOCKSTEP_CUDA(cudaStreamWaitEvent(comm_, ready));
+  if (firstLayer && micro == 0) LOCKSTEP_CUDA(cudaEventRecord(slot.commStart, comm_));
+  if (firstLayer && lastMicro) {
+    // This rank's own loss, then the header summed over the ranks: the optimizers read its sample count.
+    LOCKSTEP_CUDA(cudaMemcpyAsync(slot.localLoss, grads_ + kLossSum, sizeof(float), cudaMemcpyDeviceToHost, comm_));
+    NcclComm::Range header{grads_, ParamLayout::kHeaderFloats};
+    LOCKSTEP_TRY(nccl_->allReduceAsync(&header, 1));
+  }
+  LOCKSTEP_TRY(sharded_->reduce(layer, ready, micro == 0));
+  if (!lastMicro) return {};
+  const std::size_t begin = std::max(layout.layerBegin(layer), s_.optimizer->rangeBegin());
+  const std::size_t stop = std::min(end, s_.optimizer->rangeEnd());
+  if (begin < stop) model_->applyOptimizer(begin, stop, *s_.optimizer, comm_);
+  return {};
+}
+
+Result<void> CudaLoop::downloadParameters() {
+  LOCKSTEP_TRY(model_->download(s_.params.data(), optimizerState_));
+  if (!sharded_ || !sharded_->shardsParameters()) return {};
+  const std::size_t first = ParamLayout::kHeaderFloats;
+  return nccl_->allGather(s_.params.data() + first, s_.shards->partsOf(first, s_.layout->totalFloats()));
+}
+
 Result<void> CudaLoop::gatherParameters(StepSlot& slot) {
   LOCKSTEP_CUDA(cudaEventRecord(slot.gatherStart, comm_));
   const std::size_t first = ParamLayout::kHeaderFloats, total = s_.layout->totalFloats();
@@ -223,8 +285,8 @@ Result<void> CudaLoop::gatherParameters(StepSlot& slot) {
 }
 
 void CudaLoop::addMemoryAndKinds(const StepSlot& slot, StepReport& r) const {
-  r.paramBytes = model_->paramBytes();
-  r.gradBytes = std::uint64_t{s_.layout->totalFloats()} * sizeof(float);
+  r.paramBytes = model_->paramBytes() + (sharded_ ? sharded_->gatheredLayerBytes() : 0);
+  r.gradBytes = sharded_ ? sharded_->gradBytes() : std::uint64_t{s_.layout->totalFloats()} * sizeof(float);
   r.optimizerStateBytes = s_.optimizer->stateBytes();
   if (!s_.shards) return;
   // The all-reduce is the header's alone: its figures would say nothing of the gradients'.
@@ -234,8 +296,15 @@ void CudaLoop::addMemoryAndKinds(const StepSlot& slot, StepReport& r) const {
   const std::int64_t scatter = us(elapsedUs(slot.commStart, slot.gatherStart));
   const std::int64_t gather = us(elapsedUs(slot.gatherStart, slot.end));
   const std::int64_t scatterExposed = us(elapsedUs(slot.backwardEnd, slot.gatherStart));
-  r.collectives.push_back({CollectiveKind::kReduceScatter, static_cast<std::uint32_t>(buckets_.size()), scatter,
-                           std::clamp<std::int64_t>(scatterExposed, 0, scatter), bytesPerStep_});
+  // Staged, every micro-step reduce-scatters its layers.
+  const std::uint32_t scatters = sharded_ ? options_.spec.accumSteps : 1;
+  r.collectives.push_back({CollectiveKind::kReduceScatter, static_cast<std::uint32_t>(buckets_.size()) * scatters,
+                           scatter, std::clamp<std::int64_t>(scatterExposed, 0, scatter), bytesPerStep_ * scatters});
+  if (sharded_ && sharded_->shardsParameters()) {
+    // Stage 3's gathers run between the layers' compute; their time is not told apart from it on GPUs.
+    r.collectives.push_back({CollectiveKind::kAllGather, slot.layerGathers, 0, 0, slot.gatheredFloats * sizeof(float)});
+    return;
+  }
   const std::uint64_t paramsBytes = (s_.layout->totalFloats() - ParamLayout::kHeaderFloats) * sizeof(float);
   r.collectives.push_back({CollectiveKind::kAllGather, 1, gather, gather, paramsBytes});
 }
@@ -283,7 +352,7 @@ bool CudaLoop::takesPartInCheckpoints() const { return s_.checkpoints || gathers
 
 Result<void> CudaLoop::checkpoint(std::uint64_t step) {
   const auto copyStart = Clock::now();
-  LOCKSTEP_TRY(model_->download(s_.params.data(), optimizerState_));
+  if (auto copied = downloadParameters(); !copied) return fail(copied.error(), step);
   std::unique_ptr<Optimizer> whole;  // sharded: every rank's part of the state, gathered
   if (gathersForCheckpoints()) {
     s_.progress.enter(RankPhase::kCommunicate);

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "gpu_model.h"
+#include "gpu_sharded_layers.h"
 #include "nccl_comm.h"
 #include "ps_worker.h"
 #include "rank_loop.h"
@@ -50,6 +51,8 @@ class CudaLoop final : public RankLoop {
   Result<void> train(StepAccounting& accounting) override;
 
  private:
+  // --shard gradients|parameters (ZeRO 2, 3): backward stages a layer at a time (gpu_sharded_layers.h).
+  bool stagesGradients() const;
   // Whether the ranks train with a parameter server: a world of more than one with --sync
   // parameter-server (alone, a rank trains as all-reduce would).
   bool withServer() const;
@@ -70,6 +73,11 @@ class CudaLoop final : public RankLoop {
   // --shard optimizer (ZeRO 1): a bucket's gradients summed onto their owners (its header part,
   // owned by nobody, all-reduced), then the optimizer on this rank's part of it.
   Result<void> reduceShardedBucket(const Bucket& bucket);
+  // --shard gradients|parameters: micro-step `micro`'s layer ending at `end`, staged, reduced onto
+  // its owners; on the last micro-step the header first (at the first layer) and the optimizer after.
+  Result<void> reduceStagedLayer(StepSlot& slot, std::uint32_t micro, std::size_t end, cudaEvent_t ready);
+  // The parameters from the device into s_.params; at stage 3 every rank's part, gathered.
+  Result<void> downloadParameters();
   // After every bucket's optimizer: each rank's part of the parameters, to every rank.
   Result<void> gatherParameters(StepSlot& slot);
   // What the step's report says the rank holds, and, sharded, its collectives by kind.
@@ -102,6 +110,7 @@ class CudaLoop final : public RankLoop {
 
   NcclComm* nccl_ = nullptr;  // the rank's communicator (RankState::comm)
   int device_ = 0;
+  std::unique_ptr<GpuShardedLayers> sharded_;  // --shard gradients|parameters; outlives the model
   std::unique_ptr<GpuModel> model_;
   std::vector<std::vector<float>*> optimizerState_;
   StepSlots slots_;

@@ -95,8 +95,14 @@ struct Gemm {
 template <class T>
 class Impl final : public GpuModel {
  public:
-  Impl(const ParamLayout& layout, const JobSpec& spec, std::size_t stateBegin, std::size_t stateEnd)
-      : layout_(layout), spec_(spec), stateBegin_(stateBegin), stateFloats_(stateEnd - stateBegin) {}
+  Impl(const ParamLayout& layout, const JobSpec& spec, std::size_t stateBegin, std::size_t stateEnd, LayerSource* source)
+      : layout_(layout), spec_(spec), stateBegin_(stateBegin), stateFloats_(stateEnd - stateBegin), source_(source) {
+    if (source_) {
+      partBegin_ = source_->partBegin();
+      partFloats_ = source_->partEnd() - partBegin_;
+      shardsParameters_ = source_->shardsParameters();
+    }
+  }
 
   ~Impl() override {
     if (compute_) cudaStreamSynchronize(compute_);
@@ -141,11 +147,11 @@ class Impl final : public GpuModel {
       LOCKSTEP_CUDA(cudaStreamSynchronize(compute_));
     }
 
-    const std::size_t total = layout_.totalFloats();
-    LOCKSTEP_ASSIGN_OR_RETURN(params_, deviceAlloc<float>(total));
-    LOCKSTEP_ASSIGN_OR_RETURN(grads_, deviceAlloc<float>(total));
+    LOCKSTEP_ASSIGN_OR_RETURN(params_, deviceAlloc<float>(masterFloats()));
+    LOCKSTEP_ASSIGN_OR_RETURN(grads_, deviceAlloc<float>(gradFloats()));
     if constexpr (!std::is_same_v<T, float>) {
-      LOCKSTEP_ASSIGN_OR_RETURN(lowStorage_, deviceAlloc<T>(total));
+      // The GEMMs' copy of the weights: whole, or at stage 3 the layer gathered last.
+      LOCKSTEP_ASSIGN_OR_RETURN(lowStorage_, deviceAlloc<T>(shardsParameters_ ? widestLayer() : layout_.totalFloats()));
     }
     if (stateFloats_ > 0 && spec_.optimizer.kind == OptimizerKind::kAdamW) {
       LOCKSTEP_ASSIGN_OR_RETURN(state1_, deviceAlloc<float>(stateFloats_));
@@ -201,8 +207,8 @@ class Impl final : public GpuModel {
   }
 
   Result<void> upload(const float* params, const std::vector<std::vector<float>*>& optimizerState) override {
-    const std::size_t bytes = layout_.totalFloats() * sizeof(float);
-    LOCKSTEP_CUDA(cudaMemcpyAsync(params_.get(), params, bytes, cudaMemcpyHostToDevice, compute_));
+    LOCKSTEP_CUDA(cudaMemcpyAsync(params_.get(), params + masterBase(), masterFloats() * sizeof(float),
+                                  cudaMemcpyHostToDevice, compute_));
     float* states[] = {state1_.get(), state2_.get()};
     for (std::size_t i = 0; i < optimizerState.size() && i < 2; ++i) {
       if (states[i]) {
@@ -211,15 +217,14 @@ class Impl final : public GpuModel {
                                       cudaMemcpyHostToDevice, compute_));
       }
     }
-    if constexpr (!std::is_same_v<T, float>) launchConvert<T>(params_.get(), lowStorage_.get(), layout_.totalFloats(), compute_);
+    if (!shardsParameters_) refreshLowCopy(0, layout_.totalFloats(), compute_);
     LOCKSTEP_CUDA(cudaStreamSynchronize(compute_));
     return {};
   }
 
   Result<void> download(float* params, const std::vector<std::vector<float>*>& optimizerState) override {
     LOCKSTEP_CUDA(cudaDeviceSynchronize());
-    const std::size_t bytes = layout_.totalFloats() * sizeof(float);
-    LOCKSTEP_CUDA(cudaMemcpy(params, params_.get(), bytes, cudaMemcpyDeviceToHost));
+    LOCKSTEP_CUDA(cudaMemcpy(params + masterBase(), params_.get(), masterFloats() * sizeof(float), cudaMemcpyDeviceToHost));
     const float* states[] = {state1_.get(), state2_.get()};
     for (std::size_t i = 0; i < optimizerState.size() && i < 2; ++i) {
       if (!states[i]) continue;
@@ -230,8 +235,7 @@ class Impl final : public GpuModel {
   }
 
   Result<void> downloadGradients(float* host) override {
-    LOCKSTEP_CUDA(cudaMemcpyAsync(host, grads_.get(), layout_.totalFloats() * sizeof(float), cudaMemcpyDeviceToHost,
-                                  compute_));
+    LOCKSTEP_CUDA(cudaMemcpyAsync(host, grads_.get(), gradFloats() * sizeof(float), cudaMemcpyDeviceToHost, compute_));
     LOCKSTEP_CUDA(cudaStreamSynchronize(compute_));
     return {};
   }
@@ -262,40 +266,31 @@ class Impl final : public GpuModel {
     if (rows > maxBatch_) return invalidArgument("a micro-batch of " + std::to_string(rows) + " rows exceeds the " +
                                                    std::to_string(maxBatch_) + " the GPU buffers hold");
     LOCKSTEP_CUDA(cudaStreamWaitEvent(compute_, batchReady_[slot][micro]));
-    if (rows == 0) {
-      // An empty slice (the end of an epoch with more ranks than samples left): nothing to add,
-      // but the first micro-step's gradients must be zeros, not the last step's.
-      if (micro == 0) {
-        const std::size_t from = ParamLayout::kHeaderFloats;
-        LOCKSTEP_CUDA(cudaMemsetAsync(grads_.get() + from, 0, (layout_.totalFloats() - from) * sizeof(float), compute_));
-      }
-      if (last) {
-        for (std::size_t i = layers_; i-- > 0;) LOCKSTEP_TRY(layerFinished(i, layerDone));
-      }
-      return {};
-    }
-    const bool accumulate = micro > 0;
+    if (rows == 0) return emptySlice(micro, last, layerDone);
+    // Sharded, each micro-step's gradients are staged and reduced on their own: nothing to add to.
+    const bool accumulate = micro > 0 && !source_;
     const T* x = batchX_[slot][micro].get();
     const auto& widths = layout_.layers();
 
     // Forward.
     for (std::size_t i = 0; i < layers_; ++i) {
+      LOCKSTEP_TRY(fetch(i, i + 1 < layers_ ? std::optional<std::size_t>(i + 1) : std::nullopt));
       const T* in = i == 0 ? x : act_[i - 1].get();
       const std::uint32_t outW = widths[i + 1];
       Gemm g = forwardGemm(i, rows);
       if (i + 1 == layers_) {
         g.dType = CUDA_R_32F;
         g.epilogue = CUBLASLT_EPILOGUE_BIAS;
-        LOCKSTEP_TRY(matmul(g, weights(i), in, logits_.get(), params_.get() + layout_.bias(i).offset, nullptr));
+        LOCKSTEP_TRY(matmul(g, weights(i), in, logits_.get(), layerMaster_ + inLayer(layout_.bias(i).offset, i), nullptr));
       } else if (activation_ == Act::kRelu) {
         g.epilogue = CUBLASLT_EPILOGUE_RELU_BIAS;
-        LOCKSTEP_TRY(matmul(g, weights(i), in, act_[i].get(), low() + layout_.bias(i).offset, nullptr));
+        LOCKSTEP_TRY(matmul(g, weights(i), in, act_[i].get(), lowBias(i), nullptr));
       } else if (Gemm f = fusedForward(g); fusedForward_ && plan(f)) {
-        LOCKSTEP_TRY(matmul(f, weights(i), in, act_[i].get(), low() + layout_.bias(i).offset, pre_[i].get()));
+        LOCKSTEP_TRY(matmul(f, weights(i), in, act_[i].get(), lowBias(i), pre_[i].get()));
       } else {
         // Also where cuBLASLt has no fused algorithm for this row count (an epoch's short tail).
         g.epilogue = CUBLASLT_EPILOGUE_BIAS;
-        LOCKSTEP_TRY(matmul(g, weights(i), in, pre_[i].get(), low() + layout_.bias(i).offset, nullptr));
+        LOCKSTEP_TRY(matmul(g, weights(i), in, pre_[i].get(), lowBias(i), nullptr));
         launchActivation<T>(pre_[i].get(), act_[i].get(), std::size_t{rows} * outW, activation_, compute_);
       }
     }
@@ -305,14 +300,21 @@ class Impl final : public GpuModel {
     // Backward: dOut_ holds the gradient w.r.t. layer i's output before its activation.
     T* dOut = dOut_.get();
     T* dIn = dIn_.get();
-    bool biasSummed = false;  // layer i's bias gradient came with layer i+1's input-gradient GEMM
+    bool biasSummed = false;  // layer i's bias gradient came with layer i+1's input-gradient GEMM, in biasGrad_
     for (std::size_t i = layers_; i-- > 0;) {
       const T* in = i == 0 ? x : act_[i - 1].get();
       const std::uint32_t inW = widths[i], outW = widths[i + 1];
-      float* gradW = grads_.get() + layout_.weight(i).offset;
-      float* gradB = grads_.get() + layout_.bias(i).offset;
-      if (!biasSummed) launchColumnSums<T>(dOut, rows, outW, gradB, accumulate, compute_);
+      LOCKSTEP_ASSIGN_OR_RETURN(float* grad, layerGradients(i));
+      float* gradW = grad + inLayer(layout_.weight(i).offset, i);
+      float* gradB = grad + inLayer(layout_.bias(i).offset, i);
+      if (biasSummed) {
+        launchAddInto<T>(biasGrad_.get(), gradB, outW, accumulate, compute_);
+      } else {
+        launchColumnSums<T>(dOut, rows, outW, gradB, accumulate, compute_);
+      }
       biasSummed = false;
+      // Asked for before the weight gradient, so that the layer after it is gathered meanwhile.
+      if (i > 0) LOCKSTEP_TRY(fetch(i, backwardNext(i)));
 
       Gemm w = weightGradGemm(i, rows, accumulate);
       LOCKSTEP_TRY(matmul(w, in, dOut, gradW, nullptr, nullptr));
@@ -322,7 +324,6 @@ class Impl final : public GpuModel {
         if (Gemm f = fusedBackward(d); fusedBackward_ && plan(f)) {
           // Also multiplies by GELU'(pre of layer i-1) and sums layer i-1's bias gradient.
           LOCKSTEP_TRY(matmul(f, weights(i), dOut, dIn, biasGrad_.get(), pre_[i - 1].get()));
-          launchAddInto<T>(biasGrad_.get(), grads_.get() + layout_.bias(i - 1).offset, inW, accumulate, compute_);
           biasSummed = true;
         } else {
           LOCKSTEP_TRY(matmul(d, weights(i), dOut, dIn, nullptr, nullptr));
@@ -330,10 +331,36 @@ class Impl final : public GpuModel {
           launchActivationBackward<T>(dIn, gate, std::size_t{rows} * inW, activation_, compute_);
         }
       }
-      if (last) LOCKSTEP_TRY(layerFinished(i, layerDone));
+      if (last || source_) LOCKSTEP_TRY(layerFinished(i, layerDone));
       std::swap(dOut, dIn);
     }
     LOCKSTEP_CUDA(cudaGetLastError());
+    return {};
+  }
+
+  // An empty slice (the end of an epoch with more ranks than samples left): nothing to add, but the
+  // first micro-step's gradients must be zeros, not the last step's. Sharded, the layers are asked
+  // for in forwardBackward's order, so that every rank's collectives match.
+  Result<void> emptySlice(std::uint32_t micro, bool last, const std::function<void(std::size_t, cudaEvent_t)>& layerDone) {
+    if (!source_) {
+      if (micro == 0) {
+        const std::size_t from = ParamLayout::kHeaderFloats;
+        LOCKSTEP_CUDA(cudaMemsetAsync(grads_.get() + from, 0, (layout_.totalFloats() - from) * sizeof(float), compute_));
+      }
+      if (last) {
+        for (std::size_t i = layers_; i-- > 0;) LOCKSTEP_TRY(layerFinished(i, layerDone));
+      }
+      return {};
+    }
+    for (std::size_t i = 0; i < layers_; ++i) {
+      LOCKSTEP_TRY(fetch(i, i + 1 < layers_ ? std::optional<std::size_t>(i + 1) : std::nullopt));
+    }
+    for (std::size_t i = layers_; i-- > 0;) {
+      LOCKSTEP_ASSIGN_OR_RETURN(float* grad, layerGradients(i));
+      LOCKSTEP_CUDA(cudaMemsetAsync(grad, 0, layerFloats(i) * sizeof(float), compute_));
+      if (i > 0) LOCKSTEP_TRY(fetch(i, backwardNext(i)));
+      LOCKSTEP_TRY(layerFinished(i, layerDone));
+    }
     return {};
   }
 
@@ -341,17 +368,17 @@ class Impl final : public GpuModel {
     begin = std::max(begin, ParamLayout::kHeaderFloats);
     if (begin >= end) return;
     const std::size_t n = end - begin;
-    T* lowCopy = nullptr;
-    if constexpr (!std::is_same_v<T, float>) lowCopy = lowStorage_.get() + begin;
+    T* lowCopy = nullptr;  // stage 3 has none: a layer is converted when it is gathered
+    if constexpr (!std::is_same_v<T, float>) lowCopy = shardsParameters_ ? nullptr : lowStorage_.get() + begin;
     const float* count = grads_.get() + kSampleCount;  // the kernels take the gradient scale from it
     // The caller keeps to the state's range (the rank's part when sharded).
     const std::size_t at = begin - stateBegin_;
     if (spec_.optimizer.kind == OptimizerKind::kSgd) {
-      launchSgd<T>(params_.get() + begin, grads_.get() + begin, state1_ ? state1_.get() + at : nullptr, lowCopy, n,
+      launchSgd<T>(master(begin), gradient(begin), state1_ ? state1_.get() + at : nullptr, lowCopy, n,
                    count, optimizer.sgdParams(1.0f), stream);
       return;
     }
-    launchAdamW<T>(params_.get() + begin, grads_.get() + begin, state1_.get() + at, state2_.get() + at, lowCopy, n,
+    launchAdamW<T>(master(begin), gradient(begin), state1_.get() + at, state2_.get() + at, lowCopy, n,
                    count, optimizer.adamwParams(1.0f), stream);
   }
 
@@ -359,10 +386,13 @@ class Impl final : public GpuModel {
   float* params() override { return params_.get(); }
   void refreshLowCopy(std::size_t begin, std::size_t end, cudaStream_t stream) override {
     if constexpr (!std::is_same_v<T, float>) {
-      if (begin < end) launchConvert<T>(params_.get() + begin, lowStorage_.get() + begin, end - begin, stream);
+      if (begin < end && !shardsParameters_) launchConvert<T>(params_.get() + begin, lowStorage_.get() + begin, end - begin, stream);
     }
   }
-  std::uint64_t paramBytes() const override { return layout_.totalFloats() * (sizeof(float) + (lowStorage_ ? sizeof(T) : 0)); }
+  std::uint64_t paramBytes() const override {
+    const std::size_t low = lowStorage_ ? (shardsParameters_ ? widestLayer() : layout_.totalFloats()) : 0;
+    return masterFloats() * sizeof(float) + low * sizeof(T);
+  }
   cudaStream_t computeStream() override { return compute_; }
   cudaStream_t dataStream() override { return data_; }
   cudaEvent_t batchReady(int slot, std::uint32_t micro) override { return batchReady_[slot][micro]; }
@@ -391,12 +421,55 @@ class Impl final : public GpuModel {
       return lowStorage_.get();
     }
   }
-  const T* weights(std::size_t layer) { return low() + layout_.weight(layer).offset; }
+  // The master weights' and the gradients' buffers: whole, or this rank's part (LayerSource).
+  std::size_t masterBase() const { return shardsParameters_ ? partBegin_ : 0; }
+  std::size_t masterFloats() const { return shardsParameters_ ? partFloats_ : layout_.totalFloats(); }
+  std::size_t gradFloats() const { return source_ ? ParamLayout::kHeaderFloats : layout_.totalFloats(); }
+  float* master(std::size_t at) { return params_.get() + (at - masterBase()); }
+  float* gradient(std::size_t at) { return source_ ? source_->partGradients() + (at - partBegin_) : grads_.get() + at; }
+  std::size_t layerFloats(std::size_t layer) const { return layout_.layerEnd(layer) - layout_.layerBegin(layer); }
+  std::size_t widestLayer() const {
+    std::size_t widest = 0;
+    for (std::size_t i = 0; i < layout_.layerCount(); ++i) widest = std::max(widest, layerFloats(i));
+    return widest;
+  }
+  // A flat-buffer offset within layer i, from the layer's beginning.
+  std::size_t inLayer(std::size_t offset, std::size_t layer) const { return offset - layout_.layerBegin(layer); }
+
+  // Points layerMaster_ and layerLow_ at layer i's parameters: the model's own buffers, or at
+  // stage 3 the layer the source gathered (converted for the GEMMs in bf16), with `next` asked for.
+  Result<void> fetch(std::size_t i, std::optional<std::size_t> next) {
+    const std::size_t begin = layout_.layerBegin(i);
+    if (!shardsParameters_) {
+      layerMaster_ = params_.get() + begin;
+      layerLow_ = low() + begin;
+      return {};
+    }
+    LOCKSTEP_ASSIGN_OR_RETURN(layerMaster_, source_->parameters(i, next));
+    if constexpr (std::is_same_v<T, float>) {
+      layerLow_ = layerMaster_;
+    } else {
+      launchConvert<T>(layerMaster_, lowStorage_.get(), layerFloats(i), compute_);
+      layerLow_ = lowStorage_.get();
+    }
+    return {};
+  }
+  // Backward asks for layer i's weights (its input gradient) and, meanwhile, layer i-1's unless that
+  // is the first layer, whose input gradient is not computed.
+  static std::optional<std::size_t> backwardNext(std::size_t i) {
+    return i > 1 ? std::optional<std::size_t>(i - 1) : std::nullopt;
+  }
+  const T* weights(std::size_t layer) const { return layerLow_ + inLayer(layout_.weight(layer).offset, layer); }
+  const T* lowBias(std::size_t layer) const { return layerLow_ + inLayer(layout_.bias(layer).offset, layer); }
+  Result<float*> layerGradients(std::size_t layer) {
+    if (source_) return source_->gradients(layer);
+    return grads_.get() + layout_.layerBegin(layer);
+  }
 
   Result<void> layerFinished(std::size_t layer, const std::function<void(std::size_t, cudaEvent_t)>& layerDone) {
     const TensorSlot& w = layout_.weight(layer);
     LOCKSTEP_CUDA(cudaEventRecord(layerEvents_[layer], compute_));
-    layerDone(w.offset + w.paddedCount, layerEvents_[layer]);
+    if (layerDone) layerDone(w.offset + w.paddedCount, layerEvents_[layer]);  // none in warmUp()
     return {};
   }
 
@@ -576,7 +649,7 @@ class Impl final : public GpuModel {
     }
     tuning_ = false;
     LOCKSTEP_TRY(done);
-    LOCKSTEP_CUDA(cudaMemsetAsync(grads_.get(), 0, layout_.totalFloats() * sizeof(float), compute_));
+    LOCKSTEP_CUDA(cudaMemsetAsync(grads_.get(), 0, gradFloats() * sizeof(float), compute_));
     LOCKSTEP_CUDA(cudaStreamSynchronize(compute_));
     return {};
   }
@@ -597,6 +670,11 @@ class Impl final : public GpuModel {
   DevicePtr<std::int32_t> labels_;
   DevicePtr<float> params_, grads_, state1_, state2_;  // the states: params[stateBegin_, + stateFloats_)
   std::size_t stateBegin_ = 0, stateFloats_ = 0;
+  LayerSource* source_ = nullptr;  // sharded (--shard gradients|parameters): where the layers are
+  std::size_t partBegin_ = 0, partFloats_ = 0;
+  bool shardsParameters_ = false;
+  const float* layerMaster_ = nullptr;  // fetch(): the layer's fp32 parameters, from its beginning
+  const T* layerLow_ = nullptr;         // and the GEMMs' copy of them
   DevicePtr<T> lowStorage_;
   std::vector<DevicePtr<T>> act_, pre_;
   DevicePtr<float> logits_;
@@ -612,8 +690,8 @@ class Impl final : public GpuModel {
 
 template <class T>
 Result<std::unique_ptr<GpuModel>> make(const ParamLayout& layout, const JobSpec& spec, const Dataset& data, int device,
-                                       std::size_t stateBegin, std::size_t stateEnd) {
-  auto model = std::make_unique<Impl<T>>(layout, spec, stateBegin, stateEnd);
+                                       std::size_t stateBegin, std::size_t stateEnd, LayerSource* layers) {
+  auto model = std::make_unique<Impl<T>>(layout, spec, stateBegin, stateEnd, layers);
   LOCKSTEP_TRY(model->init(data, device));
   return std::unique_ptr<GpuModel>(std::move(model));
 }
@@ -621,12 +699,13 @@ Result<std::unique_ptr<GpuModel>> make(const ParamLayout& layout, const JobSpec&
 }  // namespace
 
 Result<std::unique_ptr<GpuModel>> GpuModel::create(const ParamLayout& layout, const JobSpec& spec, const Dataset& data,
-                                                   int device, std::size_t stateBegin, std::size_t stateEnd) {
+                                                   int device, std::size_t stateBegin, std::size_t stateEnd,
+                                                   LayerSource* layers) {
   if (stateEnd < stateBegin || stateEnd > layout.totalFloats()) {
     return Error{ErrorCode::kInternal, "the optimizer's range lies outside the parameters"};
   }
-  if (spec.precision == Precision::kBf16) return make<__nv_bfloat16>(layout, spec, data, device, stateBegin, stateEnd);
-  return make<float>(layout, spec, data, device, stateBegin, stateEnd);
+  if (spec.precision == Precision::kBf16) return make<__nv_bfloat16>(layout, spec, data, device, stateBegin, stateEnd, layers);
+  return make<float>(layout, spec, data, device, stateBegin, stateEnd, layers);
 }
 
 }  // namespace lockstep::trainer::gpu

@@ -20,6 +20,8 @@ struct StepSlot {
   std::uint32_t localSamples = 0;
   std::vector<std::uint32_t> rows;  // per micro-step
   bool commStarted = false;
+  std::uint32_t layerGathers = 0;  // --shard parameters: the layers gathered, and their floats
+  std::uint64_t gatheredFloats = 0;
 };
 
 class StepSlots {
