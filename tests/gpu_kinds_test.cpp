@@ -182,6 +182,16 @@ TEST(GpuKinds, GradientAndParameterShardingOnOneGpuTrainAsUnshardedAndResume) {
       }
     }
   }
+  // The communication stream held back 300 us before each reduce and gather: a compute stream that
+  // did not wait for a slot to be free, or for a layer to be in, would read or overwrite it early.
+  const Env slowLink = {{"LOCKSTEP_GEMM_TUNING", "0"}, {"LOCKSTEP_TEST_COMM_DELAY", "all:300:1"}};
+  for (const std::string stage : {"gradients", "parameters"}) {
+    const std::vector<std::string> job = {"--steps", "20", "--backend", "cuda", "--precision", "fp32",
+                                          "--accum-steps", "2", "--shard", stage};
+    const TrainerRun held = train(dir, "held-" + stage, kJob, job, slowLink);
+    ASSERT_TRUE(held.process.status.success()) << held.process.err;
+    expectSameTraining(dir, "held-" + stage, "whole-fp32-2", 1e-5);
+  }
   const std::vector<std::string> ckpt = {"--backend", "cuda", "--precision", "fp32", "--shard", "parameters",
                                          "--checkpoint-dir", dir.file("ckpt3"), "--checkpoint-every", "10"};
   ASSERT_TRUE(train(dir, "first3", kJob, join(ckpt, {"--steps", "10"}), fixed).process.status.success());

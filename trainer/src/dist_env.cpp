@@ -78,4 +78,36 @@ Result<double> testSlowdown(std::uint32_t rank) {
   return slowRank == rank ? factor : 1.0;
 }
 
+namespace {
+
+struct CommDelay {
+  static constexpr int kEveryRank = -1;
+  int rank = -2;  // none
+  std::chrono::microseconds delay{0};
+  std::uint64_t fromStep = 0;
+};
+
+CommDelay commDelayFromEnvironment() {
+  CommDelay d;
+  const char* text = std::getenv("LOCKSTEP_TEST_COMM_DELAY");
+  long long micros = 0;
+  unsigned long long step = 0;
+  if (text != nullptr && std::strncmp(text, "all:", 4) == 0 && std::sscanf(text + 4, "%lld:%llu", &micros, &step) == 2) {
+    d.rank = CommDelay::kEveryRank;
+  } else if (text == nullptr || std::sscanf(text, "%d:%lld:%llu", &d.rank, &micros, &step) != 3 || d.rank < 0) {
+    return CommDelay{};
+  }
+  d.delay = std::chrono::microseconds(micros);
+  d.fromStep = step;
+  return d;
+}
+
+}  // namespace
+
+std::chrono::microseconds testCommDelay(int rank, std::uint64_t step) {
+  static const CommDelay test = commDelayFromEnvironment();
+  const bool mine = test.rank == rank || test.rank == CommDelay::kEveryRank;
+  return mine && step >= test.fromStep ? test.delay : std::chrono::microseconds(0);
+}
+
 }  // namespace lockstep::trainer

@@ -1,6 +1,7 @@
 #pragma once
 // The rank's place in the job, from torchrun's environment variables.
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -30,6 +31,14 @@ Result<DistEnv> distEnvFromEnvironment();
 // for the difference): the load-balancing and asynchronous tests and benchmarks stand in for
 // slower hardware with it. Returns this rank's factor: 1 unless it is RANK.
 Result<double> testSlowdown(std::uint32_t rank);
+
+// LOCKSTEP_TEST_COMM_DELAY=RANK:MICROS:STEP makes that rank's every collective of the step's
+// gradients (and gathered layers) MICROS longer from its STEP-th step on; RANK "all" makes every
+// rank's longer. The re-planning test stands in for a link that became slower with it (a link slows
+// every rank alike, while one rank's delay reads, on the others, as waiting for a late rank); the
+// GPU tests use it to hold back the communication stream, so that a missing wait shows. Returns
+// this rank's delay in its `step`-th step (1-based): zero unless set for it.
+std::chrono::microseconds testCommDelay(int rank, std::uint64_t step);
 
 // Who sends a record of the job's (a StepReport, a PhaseReport): the job, this rank, the world
 // size and the attempt.

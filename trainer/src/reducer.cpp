@@ -2,10 +2,7 @@
 
 #include <sched.h>
 
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-
+#include "dist_env.h"
 #include "shard.h"
 
 namespace lockstep::trainer {
@@ -13,32 +10,6 @@ namespace lockstep::trainer {
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-// LOCKSTEP_TEST_COMM_DELAY=RANK:MICROS:STEP makes that rank's every all-reduce MICROS longer from
-// step STEP on; RANK "all" makes every rank's longer. The re-planning test stands in for a link
-// that became slower with it: a link slows every rank's all-reduce alike, while one rank's delay
-// reads, on the others, as waiting for a late rank.
-struct CommDelay {
-  static constexpr int kEveryRank = -1;
-  int rank = -2;  // none
-  std::chrono::microseconds delay{0};
-  std::uint64_t fromStep = 0;
-};
-
-CommDelay commDelayFromEnvironment() {
-  CommDelay d;
-  const char* text = std::getenv("LOCKSTEP_TEST_COMM_DELAY");
-  long long micros = 0;
-  unsigned long long step = 0;
-  if (text != nullptr && std::strncmp(text, "all:", 4) == 0 && std::sscanf(text + 4, "%lld:%llu", &micros, &step) == 2) {
-    d.rank = CommDelay::kEveryRank;
-  } else if (text == nullptr || std::sscanf(text, "%d:%lld:%llu", &d.rank, &micros, &step) != 3 || d.rank < 0) {
-    return CommDelay{};
-  }
-  d.delay = std::chrono::microseconds(micros);
-  d.fromStep = step;
-  return d;
-}
 
 // True when a thread may go to SCHED_IDLE and come back to SCHED_OTHER. Tried on a thread of its
 // own, so that a failed return strands nobody.
@@ -81,10 +52,7 @@ std::vector<std::size_t> GradientReducer::cuts() const {
 
 void GradientReducer::beginStep() {
   std::lock_guard lock(mutex_);
-  if (static const CommDelay test = commDelayFromEnvironment();
-      (test.rank == comm_.rank() || test.rank == CommDelay::kEveryRank) && ++steps_ >= test.fromStep) {
-    delay_ = test.delay;
-  }
+  delay_ = testCommDelay(comm_.rank(), ++steps_);
   readyEnd_ = 0;
   ready_ = 0;
   launched_ = 0;

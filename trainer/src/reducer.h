@@ -118,7 +118,7 @@ class GradientReducer {
   KindTotals allReduce_, reduceScatter_;
   std::vector<BucketTiming> timings_;
   std::uint64_t steps_ = 0;                      // this reducer's beginStep calls, for the test's delay
-  std::chrono::microseconds delay_{0};           // LOCKSTEP_TEST_COMM_DELAY (reducer.cpp)
+  std::chrono::microseconds delay_{0};           // LOCKSTEP_TEST_COMM_DELAY (dist_env.h)
   std::thread thread_;
 };
 

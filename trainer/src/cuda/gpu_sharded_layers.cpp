@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "cuda_check.h"
+#include "dist_env.h"
 #include "kernels.cuh"
 
 namespace lockstep::trainer::gpu {
@@ -66,7 +67,8 @@ void GpuShardedLayers::start(cudaStream_t compute, const float* params) {
   started_ = true;
 }
 
-void GpuShardedLayers::newStep() {
+void GpuShardedLayers::newStep(std::uint64_t step) {
+  delayUs_ = static_cast<std::uint32_t>(testCommDelay(nccl_.rank(), step).count());
   held_ = {};
   gathers_ = 0;
   gatheredFloats_ = 0;
@@ -99,6 +101,7 @@ Result<void> GpuShardedLayers::reduce(std::size_t layer, cudaEvent_t ready, bool
   const std::size_t s = layer % 2;
   const std::size_t lb = layout_.layerBegin(layer), le = layout_.layerEnd(layer);
   LOCKSTEP_CUDA(cudaStreamWaitEvent(comm, ready));
+  launchSpin(delayUs_, comm);
   LOCKSTEP_TRY(nccl_.reduceToOwnersAsync({slots_[s], plan_.partsOf(lb, le)}));
   const std::size_t a = std::max(lb, begin_), b = std::min(le, end_);
   if (a < b) {
@@ -134,6 +137,7 @@ Result<void> GpuShardedLayers::gather(std::size_t layer, int b) {
   const cudaStream_t comm = nccl_.stream();
   const std::size_t lb = layout_.layerBegin(layer), le = layout_.layerEnd(layer);
   LOCKSTEP_CUDA(cudaStreamWaitEvent(comm, used_));
+  launchSpin(delayUs_, comm);
   const std::size_t a = std::max(lb, begin_), e = std::min(le, end_);
   if (a < e) {
     LOCKSTEP_CUDA(cudaMemcpyAsync(layers_[b] + (a - lb), params_ + (a - begin_), (e - a) * sizeof(float),

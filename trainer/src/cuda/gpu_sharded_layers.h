@@ -47,8 +47,9 @@ class GpuShardedLayers final : public LayerSource {
   // `compute` is the model's stream and `params` its master weights (stage 3: this rank's part,
   // from partBegin()).
   void start(cudaStream_t compute, const float* params);
-  // A step begins: the layers gathered so far hold the weights before the last optimizer.
-  void newStep();
+  // Step `step` (1-based) begins: the layers gathered so far hold the weights before the last
+  // optimizer.
+  void newStep(std::uint64_t step);
 
   // LayerSource
   std::size_t partBegin() const override { return begin_; }
@@ -96,6 +97,7 @@ class GpuShardedLayers final : public LayerSource {
   std::array<std::optional<std::size_t>, 2> held_;
   std::array<cudaEvent_t, 2> gathered_{};  // on the communication stream: the buffer's layer is in
   cudaEvent_t used_ = nullptr;             // on the compute stream: its uses of the buffers so far
+  std::uint32_t delayUs_ = 0;              // LOCKSTEP_TEST_COMM_DELAY: before each collective, this step
   std::uint32_t gathers_ = 0;
   std::uint64_t gatheredFloats_ = 0;
 };

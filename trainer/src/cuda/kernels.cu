@@ -30,6 +30,16 @@ __global__ void setHeader(float* grads, float samples, float stopVote) {
   grads[2] = stopVote;
 }
 
+// One thread waits on the GPU's global nanosecond timer.
+__global__ void spin(std::uint64_t nanoseconds) {
+  std::uint64_t start = 0, now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < nanoseconds);
+}
+
 // One block per row, copying `Word`s (16 bytes where the row length allows).
 template <class Word>
 __global__ void gather(const Word* __restrict__ data, const std::int32_t* __restrict__ labels,
@@ -156,6 +166,10 @@ __global__ void adamw(float* __restrict__ p, const float* __restrict__ grad, flo
 }
 
 }  // namespace
+
+void launchSpin(std::uint32_t microseconds, cudaStream_t stream) {
+  if (microseconds > 0) spin<<<1, 1, 0, stream>>>(std::uint64_t{microseconds} * 1000);
+}
 
 void launchSetHeader(float* grads, float samples, float stopVote, cudaStream_t stream) {
   setHeader<<<1, 1, 0, stream>>>(grads, samples, stopVote);

@@ -19,6 +19,9 @@ enum class Act { kRelu, kGelu };
 // count and the stop vote.
 void launchSetHeader(float* grads, float samples, float stopVote, cudaStream_t stream);
 
+// Holds `stream` back for about `microseconds` (LOCKSTEP_TEST_COMM_DELAY's stand-in for a slow link).
+void launchSpin(std::uint32_t microseconds, cudaStream_t stream);
+
 // batch[i][:] = data[indices[i]][:], and labels likewise.
 template <class T>
 void launchGather(const T* data, const std::int32_t* labels, const std::uint32_t* indices, std::uint32_t rows,
