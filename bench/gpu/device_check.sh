@@ -17,8 +17,8 @@
 #
 # Locally:  bench/gpu/bundle.sh
 # There:    run(command="bash bench/gpu/device_check.sh", carry=["gpu-bundle"], timeout_s=540)
-# Or only issue 45's kinds on GPUs (tests/gpu_kinds_test.cpp, about two minutes):
-#           run(command="bash bench/gpu/device_check.sh kinds", carry=["gpu-bundle"], timeout_s=240)
+# Or only issue 45's kinds on GPUs (tests/gpu_kinds_test.cpp, about four minutes):
+#           run(command="bash bench/gpu/device_check.sh kinds", carry=["gpu-bundle"], timeout_s=360)
 # Figures and logs go to $OUT (or ./gpu-check-out). The caps add up to 525 s.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -54,8 +54,8 @@ for lib in libcublasLt.so.13 libnccl.so.2; do
 done
 
 if [ "${1:-}" = kinds ]; then
-  say "the parameter server (synchronous, split, asynchronous) with GPU ranks; ZeRO 1 over NCCL (two GPUs)"
-  timeout 180 "$BUNDLE/bin/gpu_kinds_test" --gtest_output="json:$OUT/gpu_kinds_test.json" 2>&1 \
+  say "the parameter server (synchronous, split, asynchronous) with GPU ranks; ZeRO 1, 2 and 3 (over NCCL: two GPUs)"
+  timeout 300 "$BUNDLE/bin/gpu_kinds_test" --gtest_output="json:$OUT/gpu_kinds_test.json" 2>&1 \
     | tee "$OUT/gpu_kinds_test.txt" | grep -E "^\[|Failure|Expected|Which|error|SKIP"
   rc=${PIPESTATUS[0]}
   pkill -f "$BUNDLE/bin/lockstep-trainer" && say "stopped ranks a failed test left running"
