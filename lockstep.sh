@@ -30,6 +30,7 @@ PACKAGES=(
   gdb  # a stalled native rank's backtrace (docs/stalls.md)
   python3-torch python3-numpy  # the PyTorch reference test, own-program jobs and bench/
   python3-zmq python3-protobuf  # the lockstep Python package reports with them
+  python3-dev  # its progress record's writes in C (python/native/record.c)
   qt6-base-dev qt6-charts-dev qt6-svg-dev libqt6opengl6-dev libgl-dev  # the desktop app, PDF reports
   poppler-utils python3-jsonschema  # the report tests read PDFs back and check JSON against its schema
   dpkg-dev file help2man desktop-file-utils  # the Debian packages: shlibdeps, man pages, their test

@@ -173,6 +173,7 @@ def main():
                     "usr/lib/python3/dist-packages/lockstep.pth",
                     # Issue 32: the progress record and stacks, also for scripts that never import lockstep.
                     "usr/lib/lockstep/python/lockstep/_progress.py",
+                    "usr/lib/lockstep/python/lockstep/_record.abi3.so",
                     "usr/lib/lockstep/python/boot/sitecustomize.py",
                     "usr/include/lockstep/reporter.h", "usr/lib/liblockstep-reporter.so.0",
                     "usr/lib/liblockstep-reporter.so"]

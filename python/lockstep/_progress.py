@@ -18,6 +18,10 @@ lockstep::progress's (common/base/include/lockstep/common/progress.h), byte for 
 
 A seqlock: the sequence is made odd, the fields written, the sequence made even.
 
+The writes are C's (lockstep/_record.abi3.so, python/native/record.c) where this Python loads it,
+and Python's (_PythonRecord) elsewhere: what a step pays is their first touch after its compute,
+about a fifth in C (docs/benchmarks.md).
+
 One process of a rank owns the record: the first Python process that opens it (the rank's own,
 normally). A Python process the rank starts later (a spawned DataLoader worker, a compile
 worker) finds it owned by a live process and leaves it alone, unless the owner never reported a
@@ -75,17 +79,15 @@ def stack_signal():
     return signal.SIGRTMIN + 5
 
 
-class Writer:
-    """This process's record (module docstring). Every method is cheap and never raises."""
+class _PythonRecord:
+    """The record's writes in Python, where the native ones (_native_record) cannot load. Each
+    takes a lock: a loader's thread and DDP's hooks may update the record at once."""
 
-    __slots__ = ("_map", "_lock", "_bytes", "_q", "_u32", "_sequence", "_collectives", "_flags", "_phase")
+    __slots__ = ("_lock", "_bytes", "_q", "_u32", "_sequence", "_collectives", "_flags", "_phase")
 
-    def __init__(self, mapped):
-        if sys.byteorder != "little":
-            raise ValueError("the record is little-endian, this machine is not")
-        self._map = mapped
+    def __init__(self, buffer):
         self._lock = threading.Lock()
-        self._view(memoryview(mapped))
+        self._view(memoryview(buffer))
         self._sequence = self._q[1] + (self._q[1] & 1)
         self._collectives = self._q[5]
         self._flags = self._u32[17]
@@ -94,19 +96,20 @@ class Writer:
     def _view(self, view):
         self._bytes, self._q, self._u32 = view, view.cast("q"), view.cast("I")
 
-    @property
-    def active(self):
-        return self._map is not None
+    def rebind(self, buffer):
+        """Writes go to `buffer` from now on, the state kept."""
+        self._view(memoryview(buffer))
+        self._lock = threading.Lock()
 
-    def _claim(self, signal_number):
-        """Makes the record this process's, as lockstep::progress::Writer's constructor does."""
+    def claim(self, signal_number, pid):
+        """Makes the record process `pid`'s, as lockstep::progress::Writer's constructor does."""
         now = _clock() // 1000
         with self._lock:
             q, u32 = self._q, self._u32
             s = self._sequence + 1
             q[1] = s
             u32[0], u32[1], u32[16] = MAGIC, VERSION, signal_number
-            self._bytes.cast("i")[26] = os.getpid()
+            self._bytes.cast("i")[26] = pid
             q[3] = q[4] = now
             self._bytes[72:104] = self._phase = _encoded("start-up")
             self._sequence = s = s + 1
@@ -197,11 +200,55 @@ class Writer:
     def restore(self, state):
         self._set_phase(*state)
 
+
+def _native_record():
+    """The Record of lockstep/_record.abi3.so (python/native/record.c: the same writes in C, a
+    fifth of what the Python ones cost a step, docs/benchmarks.md), loaded alone from beside this
+    file; None where it is not there or this Python cannot load it (a free-threaded one), or with
+    LOCKSTEP_RECORD_WRITER=python."""
+    if os.environ.get("LOCKSTEP_RECORD_WRITER") == "python":
+        return None
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_record.abi3.so")
+    if not os.path.isfile(path):
+        return None
+    try:
+        from importlib.machinery import ExtensionFileLoader, ModuleSpec
+
+        loader = ExtensionFileLoader("lockstep._record", path)
+        spec = ModuleSpec("lockstep._record", loader, origin=path)
+        module = loader.create_module(spec)
+        loader.exec_module(module)
+        return module.Record
+    except Exception:  # the Python writes serve
+        return None
+
+
+_Record = _native_record() or _PythonRecord
+NATIVE = _Record is not _PythonRecord  # which writes this process makes
+
+
+class Writer(_Record):
+    """This process's record (module docstring). Every method is cheap and never raises."""
+
+    __slots__ = ("_map",)
+
+    def __init__(self, mapped):
+        if sys.byteorder != "little":
+            raise ValueError("the record is little-endian, this machine is not")
+        super().__init__(mapped)
+        self._map = mapped
+
+    @property
+    def active(self):
+        return self._map is not None
+
+    def _claim(self, signal_number):
+        self.claim(signal_number, os.getpid())
+
     def _forked(self):
         # The parent's record: a forked child writes to memory of its own, which nobody reads.
         self._map = None
-        self._view(memoryview(bytearray(BYTES)))
-        self._lock = threading.Lock()
+        self.rebind(bytearray(BYTES))
 
 
 _lock = threading.Lock()
@@ -325,8 +372,8 @@ def stepping_writer():
         candidate, owner = _foreign
         _foreign = None
         try:
-            flags = candidate._u32[17]
-            owner_now = candidate._bytes.cast("i")[26]
+            flags, = struct.unpack_from("<I", candidate._map, 68)
+            owner_now, = struct.unpack_from("<i", candidate._map, 104)
             if owner_now == owner and flags & REPORTS_STEPS and _alive(owner):
                 return None  # it reports steps itself: this process is not the rank's trainer
             candidate.__init__(candidate._map)  # its values as they are now

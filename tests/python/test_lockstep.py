@@ -572,9 +572,19 @@ class ProgressRecord(unittest.TestCase):
             return parse_record(f.read())
 
     def test_the_record_has_the_layout_the_agent_reads(self):
+        # Both writers: the native one (python/native/record.c), which the build makes and a rank
+        # uses, and the Python one, which serves where it cannot load.
+        for writer in ("native", "python"):
+            with self.subTest(writer=writer):
+                self.record_layout(writer)
+
+    def record_layout(self, writer):
+        with open(self.record, "wb") as f:
+            f.write(bytes(128))
         r = run(SNAPSHOT + """
 import os, lockstep
 from lockstep import _progress
+print("NATIVE", _progress.NATIVE)
 snapshot("imported")
 lockstep.step(samples=8)
 lockstep.step(samples=8, step=41)         # without watch() or an agent: the step, no phase
@@ -587,6 +597,8 @@ with lockstep.phase("checkpoint"):
     snapshot("checkpoint")
     with lockstep.phase("x" * 40):
         snapshot("long")
+    with lockstep.phase("\u00e9valuation"):
+        snapshot("accented")
     snapshot("back")
 snapshot("after")
 with lockstep.phase("eval"):
@@ -594,9 +606,10 @@ with lockstep.phase("eval"):
     snapshot("step_in_phase")
 snapshot("end")
 print("PID", os.getpid())
-""", self.env())
+""", self.env(**({"LOCKSTEP_RECORD_WRITER": "python"} if writer == "python" else {})))
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stderr, "")
+        self.assertIn("NATIVE %s" % (writer == "native"), r.stdout)
         got = snapshots(r.stdout)
         pid = int(r.stdout.split("PID ")[1])
         began = got["imported"]
@@ -626,6 +639,7 @@ print("PID", os.getpid())
         self.assertEqual(checkpoint["flags"], REPORTS_STEPS | ANNOUNCED)  # the collective ended
         self.assertEqual((checkpoint["collective_began"], checkpoint["collectives"]), (0, 1))
         self.assertEqual(got["long"]["phase_bytes"], b"x" * 31 + b"\0")  # 31 bytes at most, NUL-ended
+        self.assertEqual(got["accented"]["phase"], "?valuation")  # ASCII, a character outside it '?'
         # Each phase() restores the phase that was current before it, announced or not.
         self.assertEqual((got["back"]["phase"], got["back"]["flags"]), ("checkpoint", REPORTS_STEPS | ANNOUNCED))
         self.assertEqual((got["after"]["phase"], got["after"]["flags"]), ("", REPORTS_STEPS))
