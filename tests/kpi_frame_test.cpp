@@ -161,11 +161,15 @@ TEST(KpiFrame, TheJobsNodesComeInBlocksWithTheirLeastBusyDevice) {
   EXPECT_EQ(blocks[3], (NodeBlock{"n20", 1, 1, 0.0, 0.0}));
   EXPECT_EQ(blocks[4], (NodeBlock{"n30", 1, 0, std::nullopt, std::nullopt}));
   // A node whose agent did not answer the last read: a row still, without its stale readings.
-  const auto silent = nodeBlocks(placement, ranks, gpus, {"n10"});
+  auto silentRanks = ranks;
+  auto silentGpus = gpus;
+  withoutReadings({"n10"}, silentRanks, silentGpus);
+  const auto silent = nodeBlocks(placement, silentRanks, silentGpus);
   ASSERT_EQ(silent.size(), 5u);
   EXPECT_EQ(silent[2], (NodeBlock{"n10", 1, 0, std::nullopt, std::nullopt}));
   EXPECT_EQ(silent[1], blocks[1]);
-  EXPECT_EQ(nodeBlocks({}, ranks, {}, {"n2"})[1], (NodeBlock{"n2", 1, 0, std::nullopt, std::nullopt}));
+  withoutReadings({"n2"}, silentRanks, silentGpus);
+  EXPECT_EQ(nodeBlocks({}, silentRanks, {})[1], (NodeBlock{"n2", 1, 0, std::nullopt, std::nullopt}));
   const auto cpus = nodeBlocks({}, ranks, {});
   ASSERT_EQ(cpus.size(), 3u);
   EXPECT_EQ(cpus[2], (NodeBlock{"n10", 1, 2, 150.0, 100.0})) << "ranks 0 and 1: 100 and 200 % of a core";
@@ -179,6 +183,27 @@ TEST(KpiFrame, TheJobsNodesComeInBlocksWithTheirLeastBusyDevice) {
   EXPECT_EQ(many[1], (NodeBlock{"n3", 3, 0, std::nullopt, std::nullopt}));
   EXPECT_EQ(many.back(), (NodeBlock{"n4095", 2, 0, std::nullopt, std::nullopt}));
   EXPECT_EQ(nodeBlocks({}, std::vector<RankKpis>(wide.begin(), wide.begin() + 2048), {}).size(), 2048u) << "a node a block";
+}
+
+// A silent node's latest readings are not current: blank. What covers the job so far stays.
+TEST(KpiFrame, ASilentNodesRowsLoseTheirLatestReadingsAndKeepTheJobsFigures) {
+  std::vector<RankKpis> ranks = {{.rank = 0, .node = "n1", .step = 9, .samplesPerSecond = 50.0, .cpuPct = 99.0, .rssBytes = 1e9},
+                                 {.rank = 1, .node = "n2", .step = 9, .samplesPerSecond = 50.0, .cpuPct = 98.0, .rssBytes = 2e9}};
+  std::vector<GpuKpis> gpus = {{.node = "n1", .index = 0, .utilizationPct = 90.0, .meanUtilizationPct = 85.0,
+                                .memoryUsedBytes = 8e9, .powerWatts = 600.0, .temperatureC = 70.0, .energyKwh = 1.5},
+                               {.node = "n2", .index = 0, .utilizationPct = 80.0, .meanUtilizationPct = 75.0,
+                                .memoryUsedBytes = 7e9, .powerWatts = 500.0, .temperatureC = 60.0, .energyKwh = 1.0}};
+  const auto before = std::pair{ranks, gpus};
+  withoutReadings({}, ranks, gpus);
+  EXPECT_EQ(std::pair(ranks, gpus), before) << "every node answered";
+  withoutReadings({"n2"}, ranks, gpus);
+  EXPECT_EQ(ranks[0], before.first[0]);
+  EXPECT_EQ(gpus[0], before.second[0]);
+  EXPECT_EQ(gpus[1], (GpuKpis{.node = "n2", .index = 0, .meanUtilizationPct = 75.0, .energyKwh = 1.0}));
+  RankKpis kept = before.first[1];
+  kept.cpuPct.reset();
+  kept.rssBytes.reset();
+  EXPECT_EQ(ranks[1], kept);
 }
 
 TEST(KpiFrame, AFrameTheAgentDidNotWriteIsRefusedSayingWhatWasWrong) {

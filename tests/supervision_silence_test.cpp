@@ -252,21 +252,26 @@ TEST(SupervisionSilence, ASilentNodesHeatmapRowGoesBlank) {
   agent::Supervisions supervisions(nodeName(0), *keys, desk, log);
   supervisions.supervise(spec);
   std::vector<kpi::NodeBlock> blocks;
+  std::vector<kpi::RankKpis> ranks;
   const auto blocksUntil = [&](const std::function<bool()>& until) {
     return waitUntil([&] {
-      auto frame = supervisions.frameOf({"blank", 0, 0, 0, true});
+      auto frame = supervisions.frameOf({"blank", 0, 2, 0, true});
       auto k = frame && !frame->kpis.empty() ? kpi::decodeFrame(frame->kpis) : Result<kpi::JobKpis>(Error{});
-      if (k) blocks = k->nodeBlocks;
-      return k && blocks.size() == 2 && until();
+      if (k) blocks = k->nodeBlocks, ranks = k->ranks;
+      return k && blocks.size() == 2 && ranks.size() == 2 && until();
     }, 30s);
   };
   ASSERT_TRUE(blocksUntil([&] { return blocks[0].leastPct && blocks[1].leastPct; })) << "no block with its reading";
   EXPECT_EQ(*blocks[1].leastPct, 40.0f);
+  EXPECT_TRUE(ranks[1].cpuPct.has_value());
 
   standIns.fallSilent(1);
   ASSERT_TRUE(blocksUntil([&] { return !blocks[1].leastPct; })) << "n1 is silent, and its row keeps its last reading";
   EXPECT_EQ(blocks[1].firstNode, "n1");
   EXPECT_TRUE(blocks[0].leastPct.has_value()) << "n0 answers: its row keeps its colour";
+  EXPECT_FALSE(ranks[1].cpuPct.has_value()) << "n1's rank row keeps its last CPU reading";
+  EXPECT_TRUE(ranks[0].cpuPct.has_value());
+  EXPECT_EQ(ranks[1].step, 1u) << "what its steps said stays";
 }
 
 }  // namespace

@@ -277,8 +277,25 @@ JobKpis withRanks(JobKpis head, std::span<const RankKpis> ranks, std::span<const
   return head;
 }
 
+void withoutReadings(const std::set<std::string, std::less<>>& unread, std::span<RankKpis> ranks,
+                     std::span<GpuKpis> gpus) {
+  if (unread.empty()) return;
+  for (auto& g : gpus) {
+    if (!unread.count(g.node)) continue;
+    g.utilizationPct.reset();
+    g.memoryUsedBytes.reset();
+    g.powerWatts.reset();
+    g.temperatureC.reset();
+  }
+  for (auto& r : ranks) {
+    if (!unread.count(r.node)) continue;
+    r.cpuPct.reset();
+    r.rssBytes.reset();
+  }
+}
+
 std::vector<NodeBlock> nodeBlocks(std::span<const RankPlacement> placement, std::span<const RankKpis> ranks,
-                                  std::span<const GpuKpis> gpus, const std::set<std::string, std::less<>>& unread) {
+                                  std::span<const GpuKpis> gpus) {
   const bool onGpus = std::any_of(gpus.begin(), gpus.end(), [](const GpuKpis& g) { return g.utilizationPct.has_value(); });
   // Each node's readings. The nodes are the placement's: the rows also name nodes an elastic
   // restart left (the engine keeps every row it saw). Without a placement, those the rows name.
@@ -288,10 +305,9 @@ std::vector<NodeBlock> nodeBlocks(std::span<const RankPlacement> placement, std:
     if (node.empty()) return nullptr;  // a rank with no step read yet
     if (!placement.empty()) {
       const auto it = readings.find(node);
-      return it == readings.end() || unread.count(node) ? nullptr : &it->second;
+      return it == readings.end() ? nullptr : &it->second;
     }
-    auto* values = &readings[node];
-    return unread.count(node) ? nullptr : values;
+    return &readings[node];
   };
   for (const auto& g : gpus) {
     if (auto* node = nodeOf(g.node); node && onGpus && g.utilizationPct) node->push_back(*g.utilizationPct);

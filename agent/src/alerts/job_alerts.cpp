@@ -187,7 +187,8 @@ std::shared_ptr<const JobFrame> JobAlerts::takeFrame(const std::optional<Stall>&
   for (const auto& p : placement_) {
     if (!answered_.count(p.node)) unread.insert(p.node);
   }
-  f->nodeBlocks = kpi::nodeBlocks(placement_, f->ranks, f->gpus, unread);
+  kpi::withoutReadings(unread, f->ranks, f->gpus);
+  f->nodeBlocks = kpi::nodeBlocks(placement_, f->ranks, f->gpus);
   f->head = std::move(kpis_);
   kpis_ = {};
   if (!sharedEvents_) sharedEvents_ = std::make_shared<const std::vector<StreamMessage>>(events_.begin(), events_.end());

@@ -31,12 +31,18 @@ inline constexpr std::size_t kMaxNodeBlocks = 2048;
 // The job's nodes (those its current attempt is placed on; without a placement, those `ranks` and
 // `gpus` name) in natural order, in at most kMaxNodeBlocks blocks of as many nodes each (the last
 // may hold fewer), with their devices' utilization: the GPUs of `gpus` (the job's), or the ranks'
-// CPU % where no GPU has a reading. A node without a reading is in its block all the same, and so
-// is a node of `unread`, without its readings: its agent did not answer the last read, so they are
-// not current (a lost node's row goes blank, as a streamed heatmap's row does when its samples
-// stop). Costs a look at every row.
+// CPU % where no GPU has a reading. A node without a reading is in its block all the same (one that
+// withoutReadings() blanked among them). Costs a look at every row.
 std::vector<NodeBlock> nodeBlocks(std::span<const RankPlacement> placement, std::span<const RankKpis> ranks,
-                                  std::span<const GpuKpis> gpus, const std::set<std::string, std::less<>>& unread = {});
+                                  std::span<const GpuKpis> gpus);
+
+// The rows of `unread` nodes, whose agents did not answer the last read, lose their latest
+// readings, which are not current: a GPU's utilization, memory, power and temperature, a rank's CPU
+// and memory (so a lost node's rows and heatmap block go blank, as a streamed heatmap's row does
+// when its samples stop). What covers the job so far (a GPU's mean utilization and energy, a
+// rank's steps and their figures) stays.
+void withoutReadings(const std::set<std::string, std::less<>>& unread, std::span<RankKpis> ranks,
+                     std::span<GpuKpis> gpus);
 
 std::string encodeFrame(const JobKpis& k);
 // Bounded as anything from the network is: at most kMaxFrameRanks rows of ranks (types.h).
