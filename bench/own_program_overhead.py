@@ -156,6 +156,7 @@ def worker(args):
                    "mean_step_ms": {n: statistics.mean(t) * 1e3 for n, t in times.items()},
                    "cpu_ms_per_step": {n: c * 1e3 / len(times[n]) for n, c in cpu.items()},
                    "block_ratios": [i / p for i, p in zip(blocks["instrumented"], blocks["plain"])],
+                   "record_writer": "C" if _progress.NATIVE else "Python",
                    "reported": reported[0]}
         if recording:
             figures["record_block_ratios"] = [r / i for r, i in zip(blocks["recorded"], blocks["instrumented"])]
@@ -339,6 +340,7 @@ def main():
     own = figures["own_code_us_per_step"]
     result = {
         "device": args.device, "world": args.world, "steps_each": args.blocks * args.block_steps,
+        "record_writer": figures.get("record_writer"),
         "coretype": args.coretype or None,
         "plain_step_ms": round(plain, 3), "instrumented_step_ms": round(instrumented, 3),
         "step_time_ratio": round(instrumented / plain, 4),

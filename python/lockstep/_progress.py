@@ -20,7 +20,7 @@ A seqlock: the sequence is made odd, the fields written, the sequence made even.
 
 The writes are C's (lockstep/_record.abi3.so, python/native/record.c) where this Python loads it,
 and Python's (_PythonRecord) elsewhere: what a step pays is their first touch after its compute,
-about a fifth in C (docs/benchmarks.md).
+about a quarter in C (docs/benchmarks.md).
 
 One process of a rank owns the record: the first Python process that opens it (the rank's own,
 normally). A Python process the rank starts later (a spawned DataLoader worker, a compile
@@ -203,16 +203,19 @@ class _PythonRecord:
 
 def _native_record():
     """The Record of lockstep/_record.abi3.so (python/native/record.c: the same writes in C, a
-    fifth of what the Python ones cost a step, docs/benchmarks.md), loaded alone from beside this
-    file; None where it is not there or this Python cannot load it (a free-threaded one), or with
-    LOCKSTEP_RECORD_WRITER=python."""
-    if os.environ.get("LOCKSTEP_RECORD_WRITER") == "python":
+    quarter of what the Python ones cost a step, docs/benchmarks.md), loaded alone from beside this
+    file; None where it is not there or this Python does not take CPython 3.11's stable ABI (an
+    older one, a free-threaded one), or with LOCKSTEP_RECORD_WRITER=python."""
+    if os.environ.get("LOCKSTEP_RECORD_WRITER") == "python" or sys.version_info < (3, 11):
         return None
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_record.abi3.so")
     if not os.path.isfile(path):
         return None
     try:
-        from importlib.machinery import ExtensionFileLoader, ModuleSpec
+        from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader, ModuleSpec
+
+        if ".abi3.so" not in EXTENSION_SUFFIXES:  # loaded by path, the import system's check is ours
+            return None
 
         loader = ExtensionFileLoader("lockstep._record", path)
         spec = ModuleSpec("lockstep._record", loader, origin=path)

@@ -55,28 +55,44 @@ static void storePhase(Record* r, const unsigned char name[kPhaseBytes]) {
   memcpy(r->phase, name, kPhaseBytes);
 }
 
-// A phase name as the record holds it: at most 31 bytes of ASCII (a character outside it is '?',
-// as str.encode("ascii", "replace") makes it), NUL-padded.
+// A phase name as the record holds it: str(name) in at most 31 bytes of ASCII (a character outside
+// it is '?', as str.encode("ascii", "replace") makes it), NUL-padded.
 static int encodePhase(PyObject* name, unsigned char out[kPhaseBytes]) {
-  PyObject* text = PyUnicode_Check(name) ? (Py_INCREF(name), name) : PyObject_Str(name);  // as str(name)
+  PyObject* text = PyUnicode_CheckExact(name) ? (Py_INCREF(name), name) : PyObject_Str(name);
   if (text == NULL) return -1;
+  int k = 0;
   Py_ssize_t n = 0;
   const char* s = PyUnicode_AsUTF8AndSize(text, &n);
-  if (s == NULL) {
-    Py_DECREF(text);
-    return -1;
-  }
-  int k = 0;
-  for (Py_ssize_t i = 0; i < n && k < kPhaseBytes - 1; ++i) {
-    const unsigned char c = (unsigned char)s[i];
-    if (c < 0x80) {
-      out[k++] = c;
-    } else if ((c & 0xC0) != 0x80) {  // a character's first byte
-      out[k++] = '?';
+  if (s != NULL) {
+    for (Py_ssize_t i = 0; i < n && k < kPhaseBytes - 1; ++i) {
+      const unsigned char c = (unsigned char)s[i];
+      if (c < 0x80) {
+        out[k++] = c;
+      } else if ((c & 0xC0) != 0x80) {  // a character's first byte
+        out[k++] = '?';
+      }
     }
+  } else {  // a lone surrogate (os.fsdecode's of an undecodable byte) has no UTF-8: Python's way
+    PyErr_Clear();
+    PyObject* ascii = PyUnicode_AsEncodedString(text, "ascii", "replace");
+    if (ascii == NULL) {
+      Py_DECREF(text);
+      return -1;
+    }
+    const Py_ssize_t length = PyBytes_Size(ascii);
+    const char* bytes = PyBytes_AsString(ascii);
+    for (; k < length && k < kPhaseBytes - 1; ++k) out[k] = (unsigned char)bytes[k];
+    Py_DECREF(ascii);
   }
   memset(out + k, 0, kPhaseBytes - k);
   Py_DECREF(text);  // s lived in it
+  return 0;
+}
+
+// Whether the record is there to write: a Record made without __init__ (copy.copy) has none.
+static int ready(Record* r) {
+  if (r->viewing) return 1;
+  PyErr_SetString(PyExc_ValueError, "a Record without its buffer");
   return 0;
 }
 
@@ -137,6 +153,7 @@ static PyObject* Record_rebind(Record* self, PyObject* buffer) {
   }
   if (self->viewing) PyBuffer_Release(&self->view);
   self->view = view;
+  self->viewing = 1;
   Py_RETURN_NONE;
 }
 
@@ -144,7 +161,7 @@ static PyObject* Record_rebind(Record* self, PyObject* buffer) {
 static PyObject* Record_claim(Record* r, PyObject* args) {
   unsigned int signal = 0;
   int pid = 0;
-  if (!PyArg_ParseTuple(args, "Ii", &signal, &pid)) return NULL;
+  if (!ready(r) || !PyArg_ParseTuple(args, "Ii", &signal, &pid)) return NULL;
   static const unsigned char kStartUp[kPhaseBytes] = "start-up";
   const int64_t now = unixMicros();
   opened(r);
@@ -161,7 +178,9 @@ static PyObject* Record_claim(Record* r, PyObject* args) {
 // step_done(step, phase=""): a step completed; the next one begins now, in `phase`.
 static PyObject* Record_step_done(Record* r, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   PyObject* step = argument(args, nargs, kwnames, 0, "step");
+  PyObject* phase = argument(args, nargs, kwnames, 1, "phase");
   unsigned char name[kPhaseBytes] = {0};
+  if (!ready(r)) return NULL;
   if (step == NULL) {
     PyErr_SetString(PyExc_TypeError, "step_done() needs the step");
     return NULL;
@@ -170,7 +189,7 @@ static PyObject* Record_step_done(Record* r, PyObject* const* args, Py_ssize_t n
   const long long number = PyLong_AsLongLongAndOverflow(step, &overflow);
   if (overflow != 0) Py_RETURN_NONE;  // beyond 64 bits: not recorded, as the Python writer does
   if (number == -1 && PyErr_Occurred()) return NULL;
-  if (optionalPhase(argument(args, nargs, kwnames, 1, "phase"), name) < 0) return NULL;
+  if (phase != NULL && encodePhase(phase, name) < 0) return NULL;  // None too: "None", as str(None)
   const int64_t now = unixMicros();
   opened(r);
   *q(r, 2) = number;
@@ -195,6 +214,7 @@ static PyObject* Record_phase(Record* r, PyObject* const* args, Py_ssize_t nargs
   PyObject* name = argument(args, nargs, kwnames, 0, "name");
   PyObject* announced = argument(args, nargs, kwnames, 1, "announced");
   unsigned char encoded[kPhaseBytes];
+  if (!ready(r)) return NULL;
   if (name == NULL) {
     PyErr_SetString(PyExc_TypeError, "phase() needs the phase's name");
     return NULL;
@@ -208,12 +228,16 @@ static PyObject* Record_phase(Record* r, PyObject* const* args, Py_ssize_t nargs
 
 // collective_begin(bucket=0, buckets=0, phase=None, kind=0): the rank entered a collective.
 static PyObject* Record_collective_begin(Record* r, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  if (!ready(r)) return NULL;
   const uint32_t bucket = low32(argument(args, nargs, kwnames, 0, "bucket"));
+  if (PyErr_Occurred()) return NULL;
   const uint32_t buckets = low32(argument(args, nargs, kwnames, 1, "buckets"));
+  if (PyErr_Occurred()) return NULL;
   const uint32_t kind = low32(argument(args, nargs, kwnames, 3, "kind"));
+  if (PyErr_Occurred()) return NULL;
   unsigned char name[kPhaseBytes];
   const int named = optionalPhase(argument(args, nargs, kwnames, 2, "phase"), name);
-  if (named < 0 || PyErr_Occurred()) return NULL;
+  if (named < 0) return NULL;
   const int64_t now = unixMicros();
   opened(r);
   r->collectives = (r->collectives + 1) & INT64_MAX;
@@ -235,6 +259,7 @@ static PyObject* Record_collective_begin(Record* r, PyObject* const* args, Py_ss
 // collective_end(phase=None): the collective ended; with `phase`, the rank is now in it.
 static PyObject* Record_collective_end(Record* r, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   unsigned char name[kPhaseBytes];
+  if (!ready(r)) return NULL;
   const int named = optionalPhase(argument(args, nargs, kwnames, 0, "phase"), name);
   if (named < 0) return NULL;
   const int64_t now = named ? unixMicros() : 0;
@@ -252,6 +277,7 @@ static PyObject* Record_collective_end(Record* r, PyObject* const* args, Py_ssiz
 
 // current(): the phase now (its 32 stored bytes) and whether it was announced.
 static PyObject* Record_current(Record* r, PyObject* unused) {
+  if (!ready(r)) return NULL;
   return Py_BuildValue("(y#O)", (const char*)r->phase, (Py_ssize_t)kPhaseBytes,
                        (r->flags & kAnnounced) ? Py_True : Py_False);
 }
@@ -261,7 +287,7 @@ static PyObject* Record_restore(Record* r, PyObject* state) {
   const char* bytes = NULL;
   Py_ssize_t length = 0;
   int announced = 0;
-  if (!PyArg_ParseTuple(state, "y#p", &bytes, &length, &announced)) return NULL;
+  if (!ready(r) || !PyArg_ParseTuple(state, "y#p", &bytes, &length, &announced)) return NULL;
   if (length != kPhaseBytes) {
     PyErr_SetString(PyExc_ValueError, "restore() takes what current() gave");
     return NULL;

@@ -601,6 +601,16 @@ with lockstep.phase("checkpoint"):
         snapshot("accented")
     snapshot("back")
 snapshot("after")
+with lockstep.phase(os.fsdecode(b"ckpt-\\xff")):   # a lone surrogate: no UTF-8 of its own
+    snapshot("undecodable")
+class Named(str):
+    def __str__(self):
+        return "named"
+w.phase(Named("raw"))
+snapshot("str_subclass")
+w.step_done(3, None)
+snapshot("step_none")
+w.step_done(41, "")
 with lockstep.phase("eval"):
     lockstep.step(samples=8)              # a step ends any announced phase
     snapshot("step_in_phase")
@@ -640,6 +650,9 @@ print("PID", os.getpid())
         self.assertEqual((checkpoint["collective_began"], checkpoint["collectives"]), (0, 1))
         self.assertEqual(got["long"]["phase_bytes"], b"x" * 31 + b"\0")  # 31 bytes at most, NUL-ended
         self.assertEqual(got["accented"]["phase"], "?valuation")  # ASCII, a character outside it '?'
+        self.assertEqual(got["undecodable"]["phase"], "ckpt-?")
+        self.assertEqual(got["str_subclass"]["phase"], "named")  # str(name), as the phase reports say
+        self.assertEqual((got["step_none"]["step"], got["step_none"]["phase"]), (3, "None"))
         # Each phase() restores the phase that was current before it, announced or not.
         self.assertEqual((got["back"]["phase"], got["back"]["flags"]), ("checkpoint", REPORTS_STEPS | ANNOUNCED))
         self.assertEqual((got["after"]["phase"], got["after"]["flags"]), ("", REPORTS_STEPS))
@@ -795,7 +808,15 @@ dist.destroy_process_group()
         self.assertEqual(self.read()["phase"], "start-up")
 
     def test_only_the_ranks_own_process_writes_the_record(self):
+        for writer in ("native", "python"):
+            with self.subTest(writer=writer):
+                with open(self.record, "wb") as f:
+                    f.write(bytes(128))
+                self.only_the_ranks_own_process_writes(writer)
+
+    def only_the_ranks_own_process_writes(self, writer):
         path = os.pathsep.join([os.environ.get("PYTHONPATH", ""), boot_dir()])
+        env = dict(self.env(), PYTHONPATH=path, **({"LOCKSTEP_RECORD_WRITER": "python"} if writer == "python" else {}))
         # A Python process the rank starts (a spawned worker) leaves the rank's record alone, and
         # so does a forked one.
         r = run("""
@@ -810,7 +831,7 @@ dist.destroy_process_group()
                     os._exit(0)
             os.waitpid(pid, 0)
             print(os.getpid())
-        """, dict(self.env(), PYTHONPATH=path))
+        """, env)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stderr, "")
         none, pid = r.stdout.split()
@@ -825,7 +846,7 @@ dist.destroy_process_group()
             child = "import lockstep, os, sys; lockstep.step(samples=1, step=7); " \\
                     "assert lockstep._progress is sys.modules['lockstep._progress']; print(os.getpid())"
             print(subprocess.run([sys.executable, "-c", child], capture_output=True, text=True).stdout.strip())
-        """, dict(self.env(), PYTHONPATH=path))
+        """, env)
         self.assertEqual(r.returncode, 0, r.stderr)
         record = self.read()
         self.assertEqual((record["pid"], record["step"], record["flags"]), (int(r.stdout), 7, REPORTS_STEPS))
