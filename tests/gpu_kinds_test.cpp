@@ -46,6 +46,20 @@ void expectSameTraining(const TempDir& dir, const std::string& run, const std::s
   EXPECT_LT(maxRelativeDifference(dir.file(run + ".safetensors"), dir.file(reference + ".safetensors")), tolerance);
 }
 
+// A sharded GPU run of `stage` checkpointed every 10 steps, stopped at 10 and resumed to 20, repeats
+// the last ten steps of the uninterrupted run `reference`: the checkpoint gathered every rank's part.
+void expectResumedAsRun(const TempDir& dir, const std::string& stage, const std::string& reference, const Env& env) {
+  const std::vector<std::string> ckpt = {"--backend", "cuda", "--precision", "fp32", "--shard", stage,
+                                         "--checkpoint-dir", dir.file("ckpt-" + stage), "--checkpoint-every", "10"};
+  ASSERT_TRUE(train(dir, "first-" + stage, kJob, join(ckpt, {"--steps", "10"}), env).process.status.success());
+  const TrainerRun resumed = train(dir, "resumed-" + stage, kJob, join(ckpt, {"--steps", "20", "--resume"}), env);
+  ASSERT_TRUE(resumed.process.status.success()) << resumed.process.err;
+  const auto expected = globalLosses(dir.file(reference + ".jsonl"));
+  const auto got = globalLosses(dir.file("resumed-" + stage + ".jsonl"));
+  ASSERT_EQ(got.size(), 10u);
+  for (const auto& [step, loss] : got) EXPECT_NEAR(loss, expected.at(step), 1e-5 * loss) << "step " << step;
+}
+
 // Synchronous, the server (rank 0's process, on the host) sums the GPUs' gradients and updates
 // the master: the same training as the CPU backend's server, whose own test holds it to all-reduce.
 TEST(GpuKinds, AParameterServerTrainsGpuRanksAsItTrainsCpuRanks) {
@@ -116,14 +130,7 @@ TEST(GpuKinds, OptimizerShardingOnOneGpuTrainsAsUnshardedAndResumes) {
     }
   }
   // Checkpoints every 10 steps gather the state; the resumed run repeats the last ten steps.
-  const std::vector<std::string> ckpt = {"--backend", "cuda", "--precision", "fp32", "--shard", "optimizer",
-                                         "--checkpoint-dir", dir.file("ckpt"), "--checkpoint-every", "10"};
-  ASSERT_TRUE(train(dir, "first", kJob, join(ckpt, {"--steps", "10"}), fixed).process.status.success());
-  const TrainerRun resumed = train(dir, "resumed", kJob, join(ckpt, {"--steps", "20", "--resume"}), fixed);
-  ASSERT_TRUE(resumed.process.status.success()) << resumed.process.err;
-  const auto expected = globalLosses(dir.file("sharded-fp32.jsonl")), got = globalLosses(dir.file("resumed.jsonl"));
-  ASSERT_EQ(got.size(), 10u);
-  for (const auto& [step, loss] : got) EXPECT_NEAR(loss, expected.at(step), 1e-5 * loss) << "step " << step;
+  expectResumedAsRun(dir, "optimizer", "sharded-fp32", fixed);
 }
 
 // ZeRO 1 over NCCL: each rank keeps half the optimizer state, and trains as unsharded.
@@ -192,14 +199,7 @@ TEST(GpuKinds, GradientAndParameterShardingOnOneGpuTrainAsUnshardedAndResume) {
     ASSERT_TRUE(held.process.status.success()) << held.process.err;
     expectSameTraining(dir, "held-" + stage, "whole-fp32-2", 1e-5);
   }
-  const std::vector<std::string> ckpt = {"--backend", "cuda", "--precision", "fp32", "--shard", "parameters",
-                                         "--checkpoint-dir", dir.file("ckpt3"), "--checkpoint-every", "10"};
-  ASSERT_TRUE(train(dir, "first3", kJob, join(ckpt, {"--steps", "10"}), fixed).process.status.success());
-  const TrainerRun resumed = train(dir, "resumed3", kJob, join(ckpt, {"--steps", "20", "--resume"}), fixed);
-  ASSERT_TRUE(resumed.process.status.success()) << resumed.process.err;
-  const auto expected = globalLosses(dir.file("parameters-fp32-1.jsonl")), got = globalLosses(dir.file("resumed3.jsonl"));
-  ASSERT_EQ(got.size(), 10u);
-  for (const auto& [step, loss] : got) EXPECT_NEAR(loss, expected.at(step), 1e-5 * loss) << "step " << step;
+  expectResumedAsRun(dir, "parameters", "parameters-fp32-1", fixed);
 }
 
 // ZeRO 2 and 3 over NCCL, on a model of many layers: each rank keeps half the gradients (and at
