@@ -204,6 +204,13 @@ TEST(KpiFrame, ASilentNodesRowsLoseTheirLatestReadingsAndKeepTheJobsFigures) {
   kept.cpuPct.reset();
   kept.rssBytes.reset();
   EXPECT_EQ(ranks[1], kept);
+  // Every GPU with a reading silent: the heatmap stays one of GPUs, never n1's ranks' CPU % instead.
+  std::vector<RankKpis> cpuOnN3 = {{.rank = 0, .node = "n2", .cpuPct = 99.0}, {.rank = 1, .node = "n3", .cpuPct = 98.0}};
+  withoutReadings({"n1", "n2"}, cpuOnN3, gpus);
+  const auto blocks = nodeBlocks({}, cpuOnN3, gpus);
+  ASSERT_EQ(blocks.size(), 3u);
+  EXPECT_EQ(blocks[1], (NodeBlock{"n2", 1, 0, std::nullopt, std::nullopt}));
+  EXPECT_EQ(blocks[2], (NodeBlock{"n3", 1, 0, std::nullopt, std::nullopt})) << "a CPU reading on a GPU job's heatmap";
 }
 
 TEST(KpiFrame, AFrameTheAgentDidNotWriteIsRefusedSayingWhatWasWrong) {

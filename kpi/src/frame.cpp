@@ -296,7 +296,11 @@ void withoutReadings(const std::set<std::string, std::less<>>& unread, std::span
 
 std::vector<NodeBlock> nodeBlocks(std::span<const RankPlacement> placement, std::span<const RankKpis> ranks,
                                   std::span<const GpuKpis> gpus) {
-  const bool onGpus = std::any_of(gpus.begin(), gpus.end(), [](const GpuKpis& g) { return g.utilizationPct.has_value(); });
+  // A GPU job's heatmap is of its GPUs, also while every GPU with a reading is on a silent node
+  // (withoutReadings keeps their job-long mean): never its ranks' CPU % instead.
+  const bool onGpus = std::any_of(gpus.begin(), gpus.end(), [](const GpuKpis& g) {
+    return g.utilizationPct.has_value() || g.meanUtilizationPct.has_value();
+  });
   // Each node's readings. The nodes are the placement's: the rows also name nodes an elastic
   // restart left (the engine keeps every row it saw). Without a placement, those the rows name.
   std::unordered_map<std::string_view, std::vector<double>> readings;

@@ -64,10 +64,12 @@ _names = {}  # phase name -> its 32 bytes: at most 31 of ASCII, NUL-padded (no a
 
 
 def _encoded(name):
-    b = _names.get(name)
+    # str(name), as the phase reports say; only a str is cached (a subclass may equal one).
+    exact = type(name) is str
+    b = _names.get(name) if exact else None
     if b is None:
         b = str(name).encode("ascii", "replace")[:31].ljust(32, b"\0")
-        if len(_names) < 1024:
+        if exact and len(_names) < 1024:
             _names[name] = b
     return b
 
@@ -121,7 +123,7 @@ class _PythonRecord:
         """A step completed: the next one begins now, in `phase`."""
         if not -_I64 <= step < _I64:
             return
-        name = _names.get(phase) or _encoded(phase)
+        name = _encoded(phase)
         now = _clock() // 1000
         with self._lock:
             q = self._q
@@ -137,7 +139,7 @@ class _PythonRecord:
     def phase(self, name, announced=False):
         """The rank is now in phase `name` (announced: one the program named, judged by its own
         history)."""
-        self._set_phase(_names.get(name) or _encoded(name), announced)
+        self._set_phase(_encoded(name), announced)
 
     def _set_phase(self, name, announced):
         now = _clock() // 1000
@@ -155,7 +157,7 @@ class _PythonRecord:
         """The rank entered a collective (bucket `bucket` of `buckets`, 1-based; 0: unknown) of
         `kind` (CollectiveKind; 0: not said), and, with `phase`, that phase (unannounced) too, in
         the same update."""
-        name = None if phase is None else (_names.get(phase) or _encoded(phase))
+        name = None if phase is None else _encoded(phase)
         now = _clock() // 1000
         with self._lock:
             q, u32 = self._q, self._u32
@@ -177,7 +179,7 @@ class _PythonRecord:
 
     def collective_end(self, phase=None):
         """The collective ended; with `phase`, the rank is now in that phase (unannounced)."""
-        name = None if phase is None else (_names.get(phase) or _encoded(phase))
+        name = None if phase is None else _encoded(phase)
         now = 0 if phase is None else _clock() // 1000
         with self._lock:
             q = self._q

@@ -73,6 +73,10 @@ static int encodePhase(PyObject* name, unsigned char out[kPhaseBytes]) {
       }
     }
   } else {  // a lone surrogate (os.fsdecode's of an undecodable byte) has no UTF-8: Python's way
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) {
+      Py_DECREF(text);
+      return -1;
+    }
     PyErr_Clear();
     PyObject* ascii = PyUnicode_AsEncodedString(text, "ascii", "replace");
     if (ascii == NULL) {

@@ -606,8 +606,14 @@ with lockstep.phase(os.fsdecode(b"ckpt-\\xff")):   # a lone surrogate: no UTF-8 
 class Named(str):
     def __str__(self):
         return "named"
+w.phase("raw")                            # cached by the Python writer: the subclass is not it
 w.phase(Named("raw"))
 snapshot("str_subclass")
+if _progress.NATIVE:                      # a Record without its buffer refuses, never crashes
+    try:
+        _progress.Writer.__new__(_progress.Writer).phase("x")
+    except ValueError as e:
+        print("REFUSED", e)
 w.step_done(3, None)
 snapshot("step_none")
 w.step_done(41, "")
@@ -652,6 +658,7 @@ print("PID", os.getpid())
         self.assertEqual(got["accented"]["phase"], "?valuation")  # ASCII, a character outside it '?'
         self.assertEqual(got["undecodable"]["phase"], "ckpt-?")
         self.assertEqual(got["str_subclass"]["phase"], "named")  # str(name), as the phase reports say
+        self.assertEqual("REFUSED a Record without its buffer" in r.stdout, writer == "native")
         self.assertEqual((got["step_none"]["step"], got["step_none"]["phase"]), (3, "None"))
         # Each phase() restores the phase that was current before it, announced or not.
         self.assertEqual((got["back"]["phase"], got["back"]["flags"]), ("checkpoint", REPORTS_STEPS | ANNOUNCED))

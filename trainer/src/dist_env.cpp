@@ -97,6 +97,7 @@ CommDelay commDelayFromEnvironment() {
   } else if (text == nullptr || std::sscanf(text, "%d:%lld:%llu", &d.rank, &micros, &step) != 3 || d.rank < 0) {
     return CommDelay{};
   }
+  if (micros < 0) return CommDelay{};
   d.delay = std::chrono::microseconds(micros);
   d.fromStep = step;
   return d;

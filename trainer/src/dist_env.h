@@ -33,7 +33,8 @@ Result<DistEnv> distEnvFromEnvironment();
 Result<double> testSlowdown(std::uint32_t rank);
 
 // LOCKSTEP_TEST_COMM_DELAY=RANK:MICROS:STEP makes that rank's every collective of the step's
-// gradients (and gathered layers) MICROS longer from its STEP-th step on; RANK "all" makes every
+// gradients (and gathered layers) MICROS longer from the STEP-th step this process runs on (a
+// resumed run counts from its first step again); RANK "all" makes every
 // rank's longer. The re-planning test stands in for a link that became slower with it (a link slows
 // every rank alike, while one rank's delay reads, on the others, as waiting for a late rank); the
 // GPU tests use it to hold back the communication stream, so that a missing wait shows. Returns

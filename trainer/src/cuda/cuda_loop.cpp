@@ -176,7 +176,7 @@ Result<void> CudaLoop::enqueueStep(std::uint64_t step, StepSlot& slot, cudaEvent
     if (!sharded_) return launchReady(slot, launched, end, ready, commError);
     if (commError) commError = reduceStagedLayer(slot, micro, end, ready);
   };
-  if (sharded_) sharded_->newStep(step + 1);
+  if (sharded_) sharded_->newStep(step + 1 - s_.firstStep);  // this process's steps, as the CPU reducer counts
   for (micro = 0; micro < spec.accumSteps; ++micro) {
     LOCKSTEP_TRY(model_->forwardBackward(static_cast<int>(step % 2), micro, slot.rows[micro], micro + 1 == spec.accumSteps,
                                          layerDone));

@@ -21,8 +21,7 @@ Result<void> validateJobSpec(const JobSpec& spec);
 // gradient is W-1 updates old even in lockstep, so --staleness K needs K >= W-1. Part of
 // validateJobSpec; the trainer checks it again once its environment says how many ranks there are.
 Result<void> validateStaleness(const JobSpec& spec);
-// --sync and what goes with it (--staleness, --shard, --balance, --steps). Part of validateJobSpec;
-// the launcher asks it which kinds of data parallelism to offer on the ranks' backend.
+// --sync and what goes with it (--staleness, --shard, --balance, --steps). Part of validateJobSpec.
 Result<void> validateSync(const JobSpec& spec);
 // --ps-ranks against the ranks: each part of the server lives in a rank's process. Part of
 // validateJobSpec where the spec knows more than one rank; the trainer checks it again once its
