@@ -49,6 +49,12 @@ double ParamLayout::flopsPerSample() const {
   return flops;
 }
 
+std::size_t ParamLayout::widestLayerFloats() const {
+  std::size_t widest = 0;
+  for (std::size_t l = 0; l < layerCount(); ++l) widest = std::max(widest, layerFloats(l));
+  return widest;
+}
+
 std::vector<Bucket> planBuckets(const ParamLayout& layout, std::size_t bucketBytes, std::size_t firstBucketBytes) {
   // Units that may not be split: the header with the last layer's bias, then per layer its bias and
   // each weight row (the weight's padding rides with its last row).

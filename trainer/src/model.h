@@ -55,6 +55,9 @@ class ParamLayout {
   // Layer l's range of the flat buffer: its bias, then its weight (with their padding).
   std::size_t layerBegin(std::size_t layer) const { return bias(layer).offset; }
   std::size_t layerEnd(std::size_t layer) const { return weight(layer).offset + weight(layer).paddedCount; }
+  std::size_t layerFloats(std::size_t layer) const { return layerEnd(layer) - layerBegin(layer); }
+  // The floats of the largest layer's range: what holds any one layer (sharded training's buffers).
+  std::size_t widestLayerFloats() const;
 
  private:
   std::vector<std::uint32_t> layers_;

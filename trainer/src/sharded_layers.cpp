@@ -27,9 +27,7 @@ ShardedLayers::ShardedLayers(Comm& comm, const ParamLayout& layout, const ShardP
   bucketTickets_.assign(buckets_.size(), 0);
   if (shardParameters_) {
     ownParams_.assign(params.begin() + static_cast<std::ptrdiff_t>(begin_), params.begin() + static_cast<std::ptrdiff_t>(end_));
-    std::size_t widest = 0;
-    for (std::size_t l = 0; l < layout.layerCount(); ++l) widest = std::max(widest, layout.layerEnd(l) - layout.layerBegin(l));
-    for (auto& buffer : layers_) buffer.assign(widest, 0.0f);
+    for (auto& buffer : layers_) buffer.assign(layout.widestLayerFloats(), 0.0f);
   }
   thread_ = std::thread([this] { run(); });
 }

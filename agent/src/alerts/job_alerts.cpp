@@ -92,8 +92,8 @@ JobAlerts::Read JobAlerts::read(const std::set<std::string>& nodes, const Client
 // A batch of each node, kFetchesInFlight nodes asked at a time and the next asked as each answer is
 // taken: a round waits about a round trip per kFetchesInFlight nodes, not one a node, and holds at
 // most kFetchesInFlight batches (a catch-up's are 10,000 records each). Silent nodes hold a round
-// up to kFetchTimeout together, not each, and those given kSilentAfter at least are named (silent()). `took` gets each node's batch,
-// or nothing where it was not reached or did not answer.
+// up to kFetchTimeout together, not each, and those given kSilentAfter at least are named
+// (silent()). `took` gets each node's batch, or nothing where it was not reached or did not answer.
 void JobAlerts::readRound(const std::vector<std::string>& nodes, const ClientOf& client,
                           const std::function<void(const std::string&, const std::optional<Batch>&)>& took) {
   struct Asked {

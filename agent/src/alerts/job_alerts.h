@@ -3,8 +3,8 @@
 // what the job's agents stream (this one's included) is fetched through the same connections the
 // supervision uses and read by the KPI engine, when the job has alert rules or a client asked for
 // its frame. The job's rules are evaluated on the result (alerts/book.h) each time the supervision
-// reads (once a poll, ten times a second while a client watches the frame): a changed alert is published through the agent's AlertDesk, and the ones that fired are
-// handed back for the supervision to act on (stop, checkpoint, restart). The same KPIs, the job's
+// reads (once a poll, ten times a second while a client watches the frame): a changed alert is
+// published through the agent's AlertDesk, and the ones that fired are handed back for the supervision to act on (stop, checkpoint, restart). The same KPIs, the job's
 // events and its stall make its frame (docs/fan-in.md).
 
 #include <cstdint>

@@ -240,10 +240,14 @@ Result<void> CudaLoop::reduceShardedBucket(const Bucket& bucket) {
   }
   if (first >= bucket.end) return {};
   LOCKSTEP_TRY(nccl_->reduceToOwnersAsync({grads_ + first, s_.shards->partsOf(first, bucket.end)}));
-  const std::size_t begin = std::max(first, s_.optimizer->rangeBegin());
-  const std::size_t end = std::min(bucket.end, s_.optimizer->rangeEnd());
-  if (begin < end) model_->applyOptimizer(begin, end, *s_.optimizer, comm_);
+  applyOptimizerToOwnPart(first, bucket.end);
   return {};
+}
+
+void CudaLoop::applyOptimizerToOwnPart(std::size_t begin, std::size_t end) {
+  begin = std::max(begin, s_.optimizer->rangeBegin());
+  end = std::min(end, s_.optimizer->rangeEnd());
+  if (begin < end) model_->applyOptimizer(begin, end, *s_.optimizer, comm_);
 }
 
 Result<void> CudaLoop::reduceStagedLayer(StepSlot& slot, std::uint32_t micro, std::size_t end, cudaEvent_t ready) {
@@ -262,10 +266,7 @@ Result<void> CudaLoop::reduceStagedLayer(StepSlot& slot, std::uint32_t micro, st
     LOCKSTEP_TRY(nccl_->allReduceAsync(&header, 1));
   }
   LOCKSTEP_TRY(sharded_->reduce(layer, ready, micro == 0));
-  if (!lastMicro) return {};
-  const std::size_t begin = std::max(layout.layerBegin(layer), s_.optimizer->rangeBegin());
-  const std::size_t stop = std::min(end, s_.optimizer->rangeEnd());
-  if (begin < stop) model_->applyOptimizer(begin, stop, *s_.optimizer, comm_);
+  if (lastMicro) applyOptimizerToOwnPart(layout.layerBegin(layer), end);
   return {};
 }
 

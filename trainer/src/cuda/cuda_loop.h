@@ -73,6 +73,9 @@ class CudaLoop final : public RankLoop {
   // --shard optimizer (ZeRO 1): a bucket's gradients summed onto their owners (its header part,
   // owned by nobody, all-reduced), then the optimizer on this rank's part of it.
   Result<void> reduceShardedBucket(const Bucket& bucket);
+  // Sharded: the optimizer's current step on this rank's part of params[begin, end), on the
+  // communication stream (after that range's reduce there).
+  void applyOptimizerToOwnPart(std::size_t begin, std::size_t end);
   // --shard gradients|parameters: micro-step `micro`'s layer ending at `end`, staged, reduced onto
   // its owners; on the last micro-step the header first (at the first layer) and the optimizer after.
   Result<void> reduceStagedLayer(StepSlot& slot, std::uint32_t micro, std::size_t end, cudaEvent_t ready);

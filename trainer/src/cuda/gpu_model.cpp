@@ -151,7 +151,7 @@ class Impl final : public GpuModel {
     LOCKSTEP_ASSIGN_OR_RETURN(grads_, deviceAlloc<float>(gradFloats()));
     if constexpr (!std::is_same_v<T, float>) {
       // The GEMMs' copy of the weights: whole, or at stage 3 the layer gathered last.
-      LOCKSTEP_ASSIGN_OR_RETURN(lowStorage_, deviceAlloc<T>(shardsParameters_ ? widestLayer() : layout_.totalFloats()));
+      LOCKSTEP_ASSIGN_OR_RETURN(lowStorage_, deviceAlloc<T>(lowFloats()));
     }
     if (stateFloats_ > 0 && spec_.optimizer.kind == OptimizerKind::kAdamW) {
       LOCKSTEP_ASSIGN_OR_RETURN(state1_, deviceAlloc<float>(stateFloats_));
@@ -357,7 +357,7 @@ class Impl final : public GpuModel {
     }
     for (std::size_t i = layers_; i-- > 0;) {
       LOCKSTEP_ASSIGN_OR_RETURN(float* grad, layerGradients(i));
-      LOCKSTEP_CUDA(cudaMemsetAsync(grad, 0, layerFloats(i) * sizeof(float), compute_));
+      LOCKSTEP_CUDA(cudaMemsetAsync(grad, 0, layout_.layerFloats(i) * sizeof(float), compute_));
       if (i > 0) LOCKSTEP_TRY(fetch(i, backwardNext(i)));
       LOCKSTEP_TRY(layerFinished(i, layerDone));
     }
@@ -390,8 +390,7 @@ class Impl final : public GpuModel {
     }
   }
   std::uint64_t paramBytes() const override {
-    const std::size_t low = lowStorage_ ? (shardsParameters_ ? widestLayer() : layout_.totalFloats()) : 0;
-    return masterFloats() * sizeof(float) + low * sizeof(T);
+    return masterFloats() * sizeof(float) + (lowStorage_ ? lowFloats() * sizeof(T) : 0);
   }
   cudaStream_t computeStream() override { return compute_; }
   cudaStream_t dataStream() override { return data_; }
@@ -427,12 +426,8 @@ class Impl final : public GpuModel {
   std::size_t gradFloats() const { return source_ ? ParamLayout::kHeaderFloats : layout_.totalFloats(); }
   float* master(std::size_t at) { return params_.get() + (at - masterBase()); }
   float* gradient(std::size_t at) { return source_ ? source_->partGradients() + (at - partBegin_) : grads_.get() + at; }
-  std::size_t layerFloats(std::size_t layer) const { return layout_.layerEnd(layer) - layout_.layerBegin(layer); }
-  std::size_t widestLayer() const {
-    std::size_t widest = 0;
-    for (std::size_t i = 0; i < layout_.layerCount(); ++i) widest = std::max(widest, layerFloats(i));
-    return widest;
-  }
+  // bf16's copy of the weights the GEMMs read: whole, or at stage 3 the layer gathered last.
+  std::size_t lowFloats() const { return shardsParameters_ ? layout_.widestLayerFloats() : layout_.totalFloats(); }
   // A flat-buffer offset within layer i, from the layer's beginning.
   std::size_t inLayer(std::size_t offset, std::size_t layer) const { return offset - layout_.layerBegin(layer); }
 
@@ -449,7 +444,7 @@ class Impl final : public GpuModel {
     if constexpr (std::is_same_v<T, float>) {
       layerLow_ = layerMaster_;
     } else {
-      launchConvert<T>(layerMaster_, lowStorage_.get(), layerFloats(i), compute_);
+      launchConvert<T>(layerMaster_, lowStorage_.get(), layout_.layerFloats(i), compute_);
       layerLow_ = lowStorage_.get();
     }
     return {};

@@ -26,9 +26,8 @@ GpuShardedLayers::GpuShardedLayers(NcclComm& nccl, const ParamLayout& layout, co
       plan_(plan),
       shardParameters_(shardParameters),
       begin_(plan.begin(nccl.rank())),
-      end_(plan.end(nccl.rank())) {
-  for (std::size_t l = 0; l < layout_.layerCount(); ++l) widest_ = std::max(widest_, layerFloats(l));
-}
+      end_(plan.end(nccl.rank())),
+      widest_(layout.widestLayerFloats()) {}
 
 Result<std::unique_ptr<GpuShardedLayers>> GpuShardedLayers::create(NcclComm& nccl, const ParamLayout& layout,
                                                                    const ShardPlan& plan, bool shardParameters) {
@@ -74,10 +73,6 @@ void GpuShardedLayers::newStep(std::uint64_t step) {
   gatheredFloats_ = 0;
 }
 
-std::size_t GpuShardedLayers::layerFloats(std::size_t layer) const {
-  return layout_.layerEnd(layer) - layout_.layerBegin(layer);
-}
-
 int GpuShardedLayers::holding(std::size_t layer) const {
   for (int b = 0; b < 2; ++b) {
     if (held_[b] == layer) return b;
@@ -91,7 +86,7 @@ Result<float*> GpuShardedLayers::gradients(std::size_t layer) {
     LOCKSTEP_CUDA(cudaStreamWaitEvent(compute_, slotFree_[s]));
     // Backward writes the tensors alone: the padding between them, which held another layer's
     // tensors, is summed too and must be zeros.
-    LOCKSTEP_CUDA(cudaMemsetAsync(slots_[s], 0, layerFloats(layer) * sizeof(float), compute_));
+    LOCKSTEP_CUDA(cudaMemsetAsync(slots_[s], 0, layout_.layerFloats(layer) * sizeof(float), compute_));
   }
   return slots_[s];
 }

@@ -75,7 +75,6 @@ class GpuShardedLayers final : public LayerSource {
  private:
   GpuShardedLayers(NcclComm& nccl, const ParamLayout& layout, const ShardPlan& plan, bool shardParameters);
   Result<void> allocate();
-  std::size_t layerFloats(std::size_t layer) const;
   // Stage 3: layer l gathered into buffer b, after the compute stream's uses so far.
   Result<void> gather(std::size_t layer, int b);
   int holding(std::size_t layer) const;  // the buffer that holds layer l, or -1
@@ -85,7 +84,7 @@ class GpuShardedLayers final : public LayerSource {
   const ShardPlan& plan_;
   bool shardParameters_;
   std::size_t begin_, end_;   // this rank's part of the flat buffer
-  std::size_t widest_ = 0;    // the floats of the largest layer: a slot's and a layer buffer's size
+  std::size_t widest_;        // the floats of the largest layer: a slot's and a layer buffer's size
   bool started_ = false;
   cudaStream_t compute_ = nullptr;
   const float* params_ = nullptr;
