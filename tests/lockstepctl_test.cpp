@@ -580,6 +580,41 @@ TEST(Lockstepctl, LosingTheSupervisingNodeLeavesTheJobToTheStandby) {
   EXPECT_EQ(lines.back()["world_size"], 2);
 }
 
+// A stop asked of one node's agent reaches the other node's ranks through the trainer's stop vote,
+// before that node's agent is asked (lockstepctl stop asks each agent in turn) or without it. That
+// part stopped: it did not fail, and a job that may restart is not restarted.
+TEST(Lockstepctl, AStopAskedOfOneNodeStopsTheJobOnEveryNodeWithoutARestart) {
+  SupervisedJob job("half", "1,1", "32", "100000000", "1", "5", false);
+  ASSERT_EQ(job.started.status.exitCode, 0) << job.started.err;
+  ASSERT_TRUE(job.running) << job.started.err;
+  const bool aSupervises = supervises("half", job.a);
+  const AgentProcess& asked = aSupervises ? job.a : job.b;
+  const AgentProcess& other = aSupervises ? job.b : job.a;
+  auto client = connectAuthorized(asked, job.dir);
+  ASSERT_TRUE(client->stopJob("half", 0, 10s).ok());
+  std::optional<JobStatus> status;
+  ASSERT_TRUE(waitUntil(
+      [&] {
+        status = jobStatusOn(*client, "half");
+        return status && status->supervision.state == SupervisionState::kEnded;
+      },
+      60s));
+  EXPECT_EQ(status->supervision.outcome, JobState::kStopped) << status->supervision.message;
+  EXPECT_EQ(status->spec.attempt, 0u) << "not restarted";
+  const auto otherPart = jobStatusOn(*connectAuthorized(other, job.dir), "half");
+  ASSERT_TRUE(otherPart.has_value());
+  EXPECT_EQ(otherPart->state, JobState::kStopped) << otherPart->message;
+  EXPECT_NE(otherPart->message.find("before node " + other.name() + "'s agent was asked to stop them"), std::string::npos)
+      << otherPart->message;
+  const auto shown = nlohmann::json::parse(job.ctl({"--json", "status", "half"}).out);
+  EXPECT_EQ(shown["state"], "stopped") << shown.dump();
+  for (const auto& r : shown["ranks"]) {
+    EXPECT_EQ(r["state"], "stopped") << r.dump();
+    // The other node's rank ended at its peer's vote, as the trainer ends on a stop signal.
+    if (r["node"] == other.name()) EXPECT_EQ(r["exit_code"], 128 + SIGTERM) << r.dump();
+  }
+}
+
 TEST(Lockstepctl, ExhaustedRestartsFailWithWhatHappened) {
   SupervisedJob job("el-3", "2,1", "64", "9000", "1");
   ASSERT_TRUE(job.running) << job.err();

@@ -273,6 +273,26 @@ Result<StopJobReply> AgentClient::stopJob(const std::string& jobId, std::uint32_
   return expect<StopJobReply>(impl_->call(StopJobRequest{jobId, graceMs}, timeout), "stop job");
 }
 
+Result<void> AgentClient::sendStopJob(const std::string& jobId, std::uint32_t graceMs) {
+  return impl_->send(StopJobRequest{jobId, graceMs});
+}
+
+Result<StopJobReply> AgentClient::receiveStopJob(Clock::time_point deadline, milliseconds timeout) {
+  return expect<StopJobReply>(impl_->receive(deadline, timeout), "stop job");
+}
+
+std::vector<Result<StopJobReply>> stopJobOnEach(const std::vector<AgentClient*>& agents, const std::string& jobId,
+                                                std::uint32_t graceMs, milliseconds timeout) {
+  std::vector<Result<void>> sent;
+  for (AgentClient* agent : agents) sent.push_back(agent->sendStopJob(jobId, graceMs));
+  const auto deadline = AgentClient::Clock::now() + timeout;
+  std::vector<Result<StopJobReply>> replies;
+  for (std::size_t i = 0; i < agents.size(); ++i) {
+    replies.push_back(sent[i] ? agents[i]->receiveStopJob(deadline, timeout) : Result<StopJobReply>(sent[i].error()));
+  }
+  return replies;
+}
+
 Result<FetchReply> AgentClient::fetch(std::uint64_t afterSeq, std::uint32_t maxMessages, std::uint32_t waitMs,
                                       milliseconds timeout, std::vector<std::string> jobsLeftOut) {
   return expect<FetchReply>(

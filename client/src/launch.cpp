@@ -131,9 +131,11 @@ Result<void> launchJob(const std::vector<AgentClient*>& agents, JobSpec spec, st
       }
     }
   }
+  std::vector<AgentClient*> started;
   for (const auto& node : launcher.toStop()) {
-    if (AgentClient* agent = agentOf(node)) (void)agent->stopJob(launcher.spec().jobId, 0, timeout);
+    if (AgentClient* agent = agentOf(node)) started.push_back(agent);
   }
+  (void)stopJobOnEach(started, launcher.spec().jobId, 0, timeout);
   if (launcher.error()) return *launcher.error();
   return {};
 }

@@ -165,9 +165,11 @@ int exitForState(JobState s) {
 Result<std::vector<Part>> stopEverywhere(const Connected& agents, const std::string& jobId, std::uint32_t graceMs,
                                          milliseconds timeout, std::set<AgentClient*>* lost) {
   LOCKSTEP_ASSIGN_OR_RETURN(auto parts, findJob(agents, jobId, timeout, lost));
+  std::vector<AgentClient*> running;
   for (auto& part : parts) {
-    if (!partEnded(part.status)) LOCKSTEP_TRY(part.agent->stopJob(jobId, graceMs, timeout));
+    if (!partEnded(part.status)) running.push_back(part.agent);
   }
+  for (auto& stopped : stopJobOnEach(running, jobId, graceMs, timeout)) LOCKSTEP_TRY(stopped);
   const auto deadline = Clock::now() + milliseconds(graceMs > 0 ? graceMs : 10000) + std::chrono::seconds(10);
   while (true) {
     LOCKSTEP_ASSIGN_OR_RETURN(parts, findJob(agents, jobId, timeout, lost));

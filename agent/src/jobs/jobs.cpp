@@ -83,6 +83,15 @@ std::uint64_t lastStepInMetrics(const Job& job, std::uint32_t rank) {
   return last;
 }
 
+// The trainer's own stop: a rank given SIGTERM or SIGINT votes to stop in the next step's header,
+// and every rank of the job ends after that same step with 128 + the signal (docs/trainer.md). A
+// stop asked of one node's agent so reaches the other nodes' ranks through their peers, before
+// their own agents are asked or without it: they stopped, and did not fail.
+bool stoppedByVote(const Job& job, const ExitStatus& status) {
+  return !job.spec.isCommand() && status.signal == 0 &&
+         (status.exitCode == 128 + SIGTERM || status.exitCode == 128 + SIGINT);
+}
+
 // What a rank that ended is now. One the agent stopped is stopped. An adopted rank whose keeper
 // left no record (it was killed too) has no exit status: its reports while the agent was away
 // went nowhere, but the trainer's JSON lines kept them, and the trainer's last step says whether
@@ -90,6 +99,7 @@ std::uint64_t lastStepInMetrics(const Job& job, std::uint32_t rank) {
 // failed (which would restart a job that may have finished) on no evidence.
 JobState stateAfterExit(const Job& job, Rank& r, const std::optional<ExitStatus>& status) {
   if (job.stopRequested || job.state == JobState::kFailed) return JobState::kStopped;
+  if (status && stoppedByVote(job, *status)) return JobState::kStopped;
   if (status) return status->success() ? JobState::kFinished : JobState::kFailed;
   if (!job.spec.isCommand()) r.lastStep = std::max(r.lastStep, lastStepInMetrics(job, r.placement.rank));
   const bool reachedEnd = job.spec.isCommand() || (job.spec.steps > 0 && r.lastStep >= job.spec.steps);
@@ -472,9 +482,13 @@ void JobManager::finishIfDone(Job& job) {
   job.endedUnixUs = unixMicrosNow();
   job.store.reset();
   job.killAt.reset();
-  if (job.stopRequested) {
+  const bool voted = std::any_of(job.ranks.begin(), job.ranks.end(), [](const Rank& r) { return r.state == JobState::kStopped; });
+  if (job.stopRequested || voted) {
     job.state = JobState::kStopped;
-    job.message = job.stopReason.empty() ? "stopped on request" : job.stopReason;
+    job.message = job.stopRequested ? (job.stopReason.empty() ? "stopped on request" : job.stopReason)
+                                     : "stopped: a rank of the job was given SIGTERM or SIGINT, and its ranks stopped "
+                                       "together after that step (exit code 128 + the signal) before node " +
+                                           options_.node.name + "'s agent was asked to stop them";
     emit_(event(job, JobEventKind::kStopped, job.message));
     return;
   }

@@ -502,14 +502,19 @@ void Supervisions::Worker::stopParts(const JobSpec& attempt, std::uint32_t grace
   std::set<std::string> nodes;
   for (const auto& r : attempt.ranks) nodes.insert(r.node);
   connect(nodes);
+  if (stopping()) return;
+  // A lost node too: if it answers again, what it still runs of the job must not run on.
+  std::vector<std::string> asked;
+  std::vector<AgentClient*> agents;
   for (const auto& node : nodes) {
-    if (stopping()) return;
-    // A lost node too: if it answers again, what it still runs of the job must not run on.
-    AgentClient* c = connected(node);  // none where it did not answer just now
-    if (!c) continue;
-    if (auto stopped = c->stopJob(first_.jobId, graceMs, kCallTimeout); !stopped) {
-      say("could not stop its part on " + node + ": " + stopped.error().message);
+    if (AgentClient* c = connected(node)) {  // none where it did not answer just now
+      asked.push_back(node);
+      agents.push_back(c);
     }
+  }
+  const auto stopped = stopJobOnEach(agents, first_.jobId, graceMs, kCallTimeout);
+  for (std::size_t i = 0; i < stopped.size(); ++i) {
+    if (!stopped[i]) say("could not stop its part on " + asked[i] + ": " + stopped[i].error().message);
   }
 }
 

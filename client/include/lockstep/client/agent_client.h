@@ -79,6 +79,8 @@ class AgentClient {
   Result<NodeHello> receiveHello(Clock::time_point deadline, std::chrono::milliseconds timeout);  // keeps it: hello()
   Result<void> sendListJobs(std::vector<JobAttempt> knownSpecs);
   Result<JobsReply> receiveListJobs(Clock::time_point deadline, std::chrono::milliseconds timeout);
+  Result<void> sendStopJob(const std::string& jobId, std::uint32_t graceMs);
+  Result<StopJobReply> receiveStopJob(Clock::time_point deadline, std::chrono::milliseconds timeout);
   Result<LogsReply> logs(const std::string& jobId, std::uint32_t rank, std::uint32_t maxBytes,
                          std::chrono::milliseconds timeout);
   // What the job's ranks here are doing (their stacks; docs/stalls.md). Taking them may need up to
@@ -94,5 +96,12 @@ class AgentClient {
   explicit AgentClient(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Asks every one of `agents` to stop job `jobId` before taking any answer, so that each node's part
+// hears of the stop at once. Asked one after another, a node's ranks could end before their agent
+// heard: a stopped rank's peers see it go, and a program of the user's own then fails. One result
+// per agent, in their order.
+std::vector<Result<StopJobReply>> stopJobOnEach(const std::vector<AgentClient*>& agents, const std::string& jobId,
+                                                std::uint32_t graceMs, std::chrono::milliseconds timeout);
 
 }  // namespace lockstep
