@@ -202,6 +202,30 @@ class AppClusterTest : public QObject {
     QCOMPARE(rows, expectedRows);
   }
 
+  // A job's state is its supervisor's verdict once its supervision ended: a user's stop ends the job
+  // stopped though a part of a program of the user's own failed as its peer went.
+  void aJobIsWhatItsSupervisorDecidedOverItsParts() {
+    TempDir dir;
+    App app(dir);
+    auto keys = loadOrCreateKeyPair(dir.file("sim"), "agent");
+    QVERIFY(keys.ok());
+    const JobSpec spec = smallJob("verdict", 2, 10);
+    const auto part = [&](std::uint16_t port, JobState state, Supervision supervision) {
+      const QString id = QStringLiteral("127.0.0.1:%1").arg(port);
+      app.store.addAgent({"127.0.0.1", port}, keys->publicKey);
+      JobStatus status;
+      status.spec = spec;
+      status.state = state;
+      status.supervision = std::move(supervision);
+      app.store.onJobs(id, std::make_shared<const std::vector<JobStatus>>(std::vector{status}));
+    };
+    part(1, JobState::kStopped, {SupervisionState::kFollowing, JobState::kRunning, "", {}});
+    part(2, JobState::kFailed, {});
+    QCOMPARE(app.store.job("verdict")->state, JobState::kFailed);  // the parts', until the supervisor decides
+    part(1, JobState::kStopped, {SupervisionState::kEnded, JobState::kStopped, "stopped on request", {}});
+    QCOMPARE(app.store.job("verdict")->state, JobState::kStopped);
+  }
+
   // Issue 46: the GPU table takes new samples only for the nodes that sent them, and says only
   // their rows changed (in runs of adjacent rows); an agent saying hello re-reads the table, and
   // the samples it held follow their rows.

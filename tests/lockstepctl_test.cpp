@@ -615,6 +615,56 @@ TEST(Lockstepctl, AStopAskedOfOneNodeStopsTheJobOnEveryNodeWithoutARestart) {
   }
 }
 
+// A program of the user's own fails as its peer goes. Its supervising agent, asked by a user to
+// stop the job, asks every part to stop too, and the job ended stopped however its parts ended.
+TEST(Lockstepctl, AStopAskedOfTheSupervisingAgentEndsAnOwnProgramStoppedThoughAPeerFailed) {
+  TempDir dir;
+  AgentProcess a(dir, "node-a"), b(dir, "node-b");
+  Ctl ctl{dir, dir.file("config")};
+  ASSERT_TRUE(ctl.pairWith(a) && ctl.pairWith(b));
+  // Rank 0 holds rank 1's connection; rank 1 fails once it reads that rank 0 went, as a collective would.
+  const char* program = R"(
+import os, socket, sys, time
+at = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+if os.environ["RANK"] == "0":
+    peer, _ = socket.create_server(at).accept()
+    time.sleep(3600)
+for _ in range(600):
+    try:
+        peer = socket.create_connection(at)
+        break
+    except OSError:
+        time.sleep(0.05)
+peer.recv(1)
+sys.exit(1))";
+  auto run = ctl({"start", "--ranks-per-agent", "1,1", "--job-id", "own-half", "--", "/usr/bin/python3", "-c", program});
+  ASSERT_EQ(run.status.exitCode, 0) << run.out << run.err;
+  auto client = connectAuthorized(a, dir);
+  const auto started = jobStatusOn(*client, "own-half");
+  ASSERT_TRUE(started.has_value());
+  if (started->spec.agents.front().node != a.name()) client = connectAuthorized(b, dir);
+  std::optional<JobStatus> status;
+  ASSERT_TRUE(waitUntil(
+      [&] {
+        status = jobStatusOn(*client, "own-half");
+        return status && status->state == JobState::kRunning && status->supervision.state == SupervisionState::kFollowing;
+      },
+      30s));
+  std::this_thread::sleep_for(500ms);  // rank 1 connected
+  ASSERT_TRUE(client->stopJob("own-half", 0, 10s).ok());
+  ASSERT_TRUE(waitUntil(
+      [&] {
+        status = jobStatusOn(*client, "own-half");
+        return status && status->supervision.state == SupervisionState::kEnded;
+      },
+      60s));
+  EXPECT_EQ(status->supervision.outcome, JobState::kStopped) << status->supervision.message;
+  EXPECT_EQ(status->supervision.message, "stopped on request");
+  // lockstepctl shows the supervisor's verdict, though one part failed.
+  const auto shown = nlohmann::json::parse(ctl({"--json", "status", "own-half"}).out);
+  EXPECT_EQ(shown["state"], "stopped") << shown.dump();
+}
+
 TEST(Lockstepctl, ExhaustedRestartsFailWithWhatHappened) {
   SupervisedJob job("el-3", "2,1", "64", "9000", "1");
   ASSERT_TRUE(job.running) << job.err();

@@ -233,7 +233,7 @@ void ClusterStore::updateJobState(JobEntry& job) {
       job.startedUnixUs = part.startedUnixUs;
     }
   }
-  job.state = combinedState(states);  // the same rule as the history's
+  job.state = jobOutcome(job.supervision, states);  // as lockstepctl's
   job.message = message;
 }
 

@@ -149,7 +149,8 @@ JobState overall(const std::vector<Part>& parts) {
   for (const auto& p : parts) {
     if (p.status.spec.attempt == newest) states.push_back(p.status.state);
   }
-  return combinedState(states);
+  const JobStatus* supervised = supervisingPart(parts);
+  return jobOutcome(supervised ? supervised->supervision : Supervision{}, states);
 }
 
 std::string ownerOf(const std::vector<Part>& parts) {
@@ -171,11 +172,18 @@ Result<std::vector<Part>> stopEverywhere(const Connected& agents, const std::str
   }
   for (auto& stopped : stopJobOnEach(running, jobId, graceMs, timeout)) LOCKSTEP_TRY(stopped);
   const auto deadline = Clock::now() + milliseconds(graceMs > 0 ? graceMs : 10000) + std::chrono::seconds(10);
+  // Then its supervisor's verdict (overall), at its next poll: a part whose program failed as its
+  // peers went must not say that the job failed.
+  constexpr auto kVerdictWait = std::chrono::seconds(3);
+  std::optional<Clock::time_point> endedAt;
   while (true) {
     LOCKSTEP_ASSIGN_OR_RETURN(parts, findJob(agents, jobId, timeout, lost));
-    const bool done = std::all_of(parts.begin(), parts.end(), [](const Part& p) { return partEnded(p.status); });
-    if (done) return parts;
-    if (Clock::now() > deadline) return timeoutError("job " + jobId + " still has running ranks after the grace period");
+    const bool ended = std::all_of(parts.begin(), parts.end(), [](const Part& p) { return partEnded(p.status); });
+    const JobStatus* supervised = supervisingPart(parts);
+    const bool decided = !supervised || supervised->supervision.state == SupervisionState::kEnded;
+    if (ended && !endedAt) endedAt = Clock::now();
+    if (ended && (decided || Clock::now() - *endedAt > kVerdictWait)) return parts;
+    if (!ended && Clock::now() > deadline) return timeoutError("job " + jobId + " still has running ranks after the grace period");
     std::this_thread::sleep_for(milliseconds(200));
   }
 }

@@ -118,8 +118,7 @@ int followJob(const Globals& g, const Connected& agents, const JobSpec& spec, st
     }
     if (stopAsked) endSlurmJob(g, spec.jobId);
     printJob(g, spec.jobId, *parts);
-    const bool decided = supervised && supervised->supervision.state == SupervisionState::kEnded;
-    return exitForState(decided ? supervised->supervision.outcome : overall(*parts));
+    return exitForState(overall(*parts));
   }
 }
 

@@ -358,6 +358,10 @@ JobState combinedState(const std::vector<JobState>& parts) {
   return stopped ? JobState::kStopped : JobState::kFinished;
 }
 
+JobState jobOutcome(const Supervision& supervision, const std::vector<JobState>& parts) {
+  return supervision.state == SupervisionState::kEnded ? supervision.outcome : combinedState(parts);
+}
+
 std::string_view jobStateName(JobState state) {
   switch (state) {
     case JobState::kStarting: return "starting";

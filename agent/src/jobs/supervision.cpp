@@ -102,6 +102,12 @@ class Supervisions::Worker {
     askedAt_ = Clock::now();
     return {frame_, state_, noLastFrame_};
   }
+  // A user asked this agent to stop the job: however its parts then end (a rank of a program of
+  // the user's own may fail as its peers go), it ended stopped, and is not restarted.
+  void stopAskedByUser(std::string why) {
+    std::lock_guard lock(mutex_);
+    if (!userStop_) userStop_ = std::move(why);
+  }
 
  private:
   void run();
@@ -115,6 +121,7 @@ class Supervisions::Worker {
   void stopParts(const JobSpec& attempt, std::uint32_t graceMs = 0);
   JobAlerts makeAlerts(const JobSpec& spec);
   void pollAlerts(JobAlerts& alerts, Supervisor& supervisor);
+  void heedUserStop(Supervisor& supervisor);
   void readToTheEnd(JobAlerts& alerts, const Supervisor& supervisor);
   void publishFrame(std::shared_ptr<const JobFrame> frame);
   bool reading(const JobAlerts& alerts) const;  // whether the job's streams are read (rules, or a frame asked)
@@ -148,7 +155,7 @@ class Supervisions::Worker {
   const CurveKeyPair keys_;
   AlertDesk& desk_;
   Log& log_;
-  bool stoppedByAlert_ = false;
+  bool stopAsked_ = false;  // by an alert's rule or a user: the supervisor was told, the parts stopped
   std::map<std::string, std::unique_ptr<AgentClient>> clients_;  // by node
   std::set<std::string> seen_;        // nodes whose part of this attempt was seen
   std::set<std::string> lost_;        // nodes lost in this attempt (they stay lost until the next)
@@ -165,6 +172,7 @@ class Supervisions::Worker {
   std::optional<Clock::time_point> askedAt_;  // a client's last frame request
   bool read_ = false;                         // the job's streams were read at the last poll
   std::string noLastFrame_;                   // the job ended without a last frame: why
+  std::optional<std::string> userStop_;       // a user asked this agent to stop the job: why
   bool tookOver_ = false;                  // the standby, from the first agent
   std::thread thread_;  // last: it runs once the members above exist
 };
@@ -243,6 +251,7 @@ void Supervisions::Worker::follow(Supervisor& supervisor) {
   while (pauseReading(alerts, supervisor)) {
     lastParts_ = observe(supervisor.spec(), since);
     if (stopping()) break;  // what the agent's own answers said while it stopped is not acted on
+    heedUserStop(supervisor);
     pollAlerts(alerts, supervisor);
     auto action = supervisor.observe(lastParts_, Clock::now());
     using Kind = Supervisor::Action::Kind;
@@ -455,14 +464,28 @@ void Supervisions::Worker::pollAlerts(JobAlerts& alerts, Supervisor& supervisor)
   }
   if (alerts.caughtUp()) publishFrame(alerts.takeFrame(stall, false));
   for (const auto& alert : fired) {
-    if (stoppedByAlert_ || !alerts::has(alert.actions, alerts::Action::kStop) || stopping()) continue;
+    if (stopAsked_ || !alerts::has(alert.actions, alerts::Action::kStop) || stopping()) continue;
     const bool checkpoint = alerts::has(alert.actions, alerts::Action::kCheckpoint);
     const std::string why = "alert rule '" + alert.rule + "' fired: stopping the job" + (checkpoint ? " after a checkpoint" : "");
     say(why);
-    stoppedByAlert_ = true;
+    stopAsked_ = true;
     supervisor.stopAsked(why);
     stopParts(supervisor.spec(), checkpoint ? kCheckpointGraceMs : 0);
   }
+}
+
+// A user's stop, asked of this agent: every part is asked too, the stop may have reached this
+// agent alone.
+void Supervisions::Worker::heedUserStop(Supervisor& supervisor) {
+  std::optional<std::string> why;
+  {
+    std::lock_guard lock(mutex_);
+    why = userStop_;
+  }
+  if (!why || stopAsked_) return;
+  stopAsked_ = true;
+  supervisor.stopAsked(*why);
+  stopParts(supervisor.spec());
 }
 
 // After the job ended: its streams read on until every node's was read to its end and a read brought
@@ -648,6 +671,12 @@ Result<FrameReply> Supervisions::frameOf(const FrameRequest& request) const {
     reply.events.push_back(e);
   }
   return reply;
+}
+
+void Supervisions::stopAskedByUser(const std::string& jobId, std::string why) {
+  std::lock_guard lock(mutex_);
+  const auto it = workers_.find(jobId);
+  if (it != workers_.end() && it->second->role() == Worker::Role::kSupervises) it->second->stopAskedByUser(std::move(why));
 }
 
 Supervision Supervisions::of(const std::string& jobId) const {

@@ -70,7 +70,10 @@ void Requests::start(const Call& call, StartJobRequest& body) {
 void Requests::stop(const Call& call, StopJobRequest& body) {
   if (denied(call, body.jobId)) return;
   parts_.log.info("job " + body.jobId + ": stop asked by " + call.caller.describe);
-  if (call.caller.user) parts_.starts.stoppedByUser(body.jobId);  // its supervising agent does not restart it
+  if (call.caller.user) {
+    parts_.starts.stoppedByUser(body.jobId);  // it is not restarted here
+    parts_.supervisions.stopAskedByUser(body.jobId, "stopped on request");
+  }
   if (parts_.starts.cancel(body.jobId)) {
     parts_.replies.reply(call.client, Reply{call.id, StopJobReply{body.jobId, JobState::kStopped}});
     return;

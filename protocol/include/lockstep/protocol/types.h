@@ -475,7 +475,8 @@ enum class JobState { kStarting = 1, kRunning = 2, kFinished = 3, kFailed = 4, k
 std::string_view jobStateName(JobState state);
 // The state of a job from its parts (one per node): failed if any failed, running while any runs,
 // starting while any starts (or none is known), stopped if any was stopped, else finished. The
-// history, both clients and the supervisor use this one rule.
+// history and the supervisor use this one rule; clients show jobOutcome, the supervisor's verdict
+// first.
 JobState combinedState(const std::vector<JobState>& parts);
 // Who a job belongs to, from its parts' owners (the Unix user each node runs it as): the one user,
 // or the distinct ones joined with ", " when nodes map the key to different users; "" when none
@@ -548,6 +549,11 @@ struct Supervision {
   std::vector<std::string> attempts;      // one line per attempt that ended, and why the last was not restarted
   bool operator==(const Supervision&) const = default;
 };
+
+// A job's state as clients show it: its supervisor's verdict once its supervision ended (it saw every
+// part, and a stop asked of it ends the job stopped however a part then ended: a rank of the user's
+// own program may fail as its peers go), else its parts' combined (combinedState).
+JobState jobOutcome(const Supervision& supervision, const std::vector<JobState>& parts);
 
 // Where a rank is, from its progress record, as its agent saw it (durations by the agent's clock).
 struct RankProgress {
