@@ -581,17 +581,17 @@ TEST(Lockstepctl, LosingTheSupervisingNodeLeavesTheJobToTheStandby) {
 }
 
 // A stop asked of one node's agent reaches the other node's ranks through the trainer's stop vote,
-// before that node's agent is asked (lockstepctl stop asks each agent in turn) or without it. That
-// part stopped: it did not fail, and a job that may restart is not restarted.
+// before that node's agent is asked or without it. That part stopped: it did not fail, and a job
+// that may restart is not restarted. (The standby is asked here: it passes the stop on to no one.)
 TEST(Lockstepctl, AStopAskedOfOneNodeStopsTheJobOnEveryNodeWithoutARestart) {
   SupervisedJob job("half", "1,1", "32", "100000000", "1", "5", false);
   ASSERT_EQ(job.started.status.exitCode, 0) << job.started.err;
   ASSERT_TRUE(job.running) << job.started.err;
   const bool aSupervises = supervises("half", job.a);
-  const AgentProcess& asked = aSupervises ? job.a : job.b;
-  const AgentProcess& other = aSupervises ? job.b : job.a;
-  auto client = connectAuthorized(asked, job.dir);
-  ASSERT_TRUE(client->stopJob("half", 0, 10s).ok());
+  const AgentProcess& supervisor = aSupervises ? job.a : job.b;
+  const AgentProcess& asked = aSupervises ? job.b : job.a;
+  ASSERT_TRUE(connectAuthorized(asked, job.dir)->stopJob("half", 0, 10s).ok());
+  auto client = connectAuthorized(supervisor, job.dir);
   std::optional<JobStatus> status;
   ASSERT_TRUE(waitUntil(
       [&] {
@@ -601,18 +601,35 @@ TEST(Lockstepctl, AStopAskedOfOneNodeStopsTheJobOnEveryNodeWithoutARestart) {
       60s));
   EXPECT_EQ(status->supervision.outcome, JobState::kStopped) << status->supervision.message;
   EXPECT_EQ(status->spec.attempt, 0u) << "not restarted";
-  const auto otherPart = jobStatusOn(*connectAuthorized(other, job.dir), "half");
-  ASSERT_TRUE(otherPart.has_value());
-  EXPECT_EQ(otherPart->state, JobState::kStopped) << otherPart->message;
-  EXPECT_NE(otherPart->message.find("before node " + other.name() + "'s agent was asked to stop them"), std::string::npos)
-      << otherPart->message;
+  EXPECT_EQ(status->state, JobState::kStopped) << status->message;
+  EXPECT_FALSE(status->stopAsked);
+  EXPECT_NE(status->message.find("before node " + supervisor.name() + "'s agent was asked to stop them"), std::string::npos)
+      << status->message;
   const auto shown = nlohmann::json::parse(job.ctl({"--json", "status", "half"}).out);
   EXPECT_EQ(shown["state"], "stopped") << shown.dump();
   for (const auto& r : shown["ranks"]) {
     EXPECT_EQ(r["state"], "stopped") << r.dump();
-    // The other node's rank ended at its peer's vote, as the trainer ends on a stop signal.
-    if (r["node"] == other.name()) EXPECT_EQ(r["exit_code"], 128 + SIGTERM) << r.dump();
+    // The supervising node's rank ended at its peer's vote, as the trainer ends on a stop signal.
+    if (r["node"] == supervisor.name()) EXPECT_EQ(r["exit_code"], 128 + SIGTERM) << r.dump();
   }
+}
+
+// A trainer rank given SIGTERM by something other than Lockstep (its node shutting down) stops every
+// rank at its vote, and no agent was asked: a job that may restart goes on, as after a lost rank.
+TEST(Lockstepctl, ATrainerRankStoppedFromOutsideRestartsAJobThatMayRestart) {
+  SupervisedJob job("outside", "1,1", "32", "100000000", "1", "5", false);
+  ASSERT_EQ(job.started.status.exitCode, 0) << job.started.err;
+  ASSERT_TRUE(job.running) << job.started.err;
+  ::kill(*rankProcess("outside", 1), SIGTERM);
+  std::optional<pid_t> restarted;
+  ASSERT_TRUE(waitUntil(
+      [&] {
+        restarted = rankProcess("outside", 0);
+        return restarted && environOf(*restarted, "LOCKSTEP_ATTEMPT") == "1";
+      },
+      60s))
+      << readText(job.a.stateDir() + "/agent.log") << readText(job.b.stateDir() + "/agent.log");
+  EXPECT_EQ(job.ctl({"stop", "outside"}).status.exitCode, 0);
 }
 
 // A program of the user's own fails as its peer goes. Its supervising agent, asked by a user to

@@ -101,8 +101,11 @@ void JobControl::stopJob(const std::string& jobId) {
   const JobEntry* job = store_.job(jobId);
   if (!job) return;
   Stop& pending = stops_[jobId];
+  // Its supervising agent too while it supervises, though its own part ended: it decides how the job
+  // ends, and whether it restarts.
+  const bool supervising = job->supervision.state != SupervisionState::kEnded;
   for (const auto& [agentId, part] : job->parts) {
-    if (jobStateEnded(part.state)) continue;
+    if (jobStateEnded(part.state) && !(supervising && agentId == job->supervisor)) continue;
     const quint64 tag = nextTag_++;
     if (!store_.stopOn(agentId, tag, jobId)) continue;
     stopTags_[tag] = jobId;

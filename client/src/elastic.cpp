@@ -47,8 +47,10 @@ RestartPlan planRestart(const JobSpec& spec, const std::vector<EndedPart>& parts
       survivors += alive;
     }
   }
-  for (const auto& p : parts) {
-    if (plan.lost.empty() && !p.agentLost && p.state == JobState::kFailed && !p.message.empty()) plan.lost = p.message;
+  for (const JobState ended : {JobState::kFailed, JobState::kStopped}) {  // a failure's words, else a stop's
+    for (const auto& p : parts) {
+      if (plan.lost.empty() && !p.agentLost && p.state == ended && !p.message.empty()) plan.lost = p.message;
+    }
   }
   if (plan.lost.empty()) plan.lost = "the job failed";
 

@@ -45,7 +45,12 @@ Supervisor::Action Supervisor::observe(const std::vector<EndedPart>& allParts, C
   const JobState state = allLost ? JobState::kFailed : partsState(parts);
   const bool allEnded = std::all_of(parts.begin(), parts.end(), partEnded);
   if (stopAsked_) return allEnded ? end(JobState::kStopped, *stopAsked_) : Action{};
-  if (state != JobState::kFailed) {
+  // Stopped, though no agent of it was asked: its trainer ranks stopped at a stop vote that a rank
+  // given SIGTERM elsewhere started (a node shutting down). A job that may restart goes on, as after
+  // a lost node.
+  const bool unasked = state == JobState::kStopped &&
+                       std::none_of(parts.begin(), parts.end(), [](const EndedPart& p) { return p.stopAsked; });
+  if (state != JobState::kFailed && !(elastic && unasked && allEnded)) {
     failedSince_.reset();
     if (allEnded && state != JobState::kStarting) return end(state, "");
     return {};

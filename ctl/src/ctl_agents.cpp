@@ -166,11 +166,15 @@ int exitForState(JobState s) {
 Result<std::vector<Part>> stopEverywhere(const Connected& agents, const std::string& jobId, std::uint32_t graceMs,
                                          milliseconds timeout, std::set<AgentClient*>* lost) {
   LOCKSTEP_ASSIGN_OR_RETURN(auto parts, findJob(agents, jobId, timeout, lost));
-  std::vector<AgentClient*> running;
+  // Its supervising agent too while it supervises, though its own part ended: it decides how the job
+  // ends, and whether it restarts.
+  const JobStatus* supervised = supervisingPart(parts);
+  std::vector<AgentClient*> asked;
   for (auto& part : parts) {
-    if (!partEnded(part.status)) running.push_back(part.agent);
+    const bool decides = &part.status == supervised && supervised->supervision.state != SupervisionState::kEnded;
+    if (!partEnded(part.status) || decides) asked.push_back(part.agent);
   }
-  for (auto& stopped : stopJobOnEach(running, jobId, graceMs, timeout)) LOCKSTEP_TRY(stopped);
+  for (auto& stopped : stopJobOnEach(asked, jobId, graceMs, timeout)) LOCKSTEP_TRY(stopped);
   const auto deadline = Clock::now() + milliseconds(graceMs > 0 ? graceMs : 10000) + std::chrono::seconds(10);
   // Then its supervisor's verdict (overall), at its next poll: a part whose program failed as its
   // peers went must not say that the job failed.

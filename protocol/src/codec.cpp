@@ -228,6 +228,7 @@ void toPb(const JobStatus& j, pb::JobStatus* m) {
   for (const auto cpu : j.cpus) m->add_cpus(cpu);
   m->set_memory_limit_bytes(j.memoryLimitBytes);
   m->set_spec_omitted(j.specOmitted);
+  m->set_stop_asked(j.stopAsked);
 }
 
 Result<Supervision> fromPb(const pb::Supervision& m) {
@@ -272,6 +273,7 @@ Result<JobStatus> fromPb(const pb::JobStatus& m) {
   if (m.cpus_size() > 65536) return bad("job status holds more than 65536 cores");
   j.cpus.assign(m.cpus().begin(), m.cpus().end());
   j.memoryLimitBytes = m.memory_limit_bytes();
+  j.stopAsked = m.stop_asked();
   if (m.progress_size() > 65536) return bad("job status has progress of more than 65536 ranks");
   for (const auto& p : m.progress()) {
     LOCKSTEP_ASSIGN_OR_RETURN(auto progress, detail::fromPb(p));

@@ -506,6 +506,7 @@ std::vector<JobStatus> JobManager::list() const {
                 job.storePort != 0 ? job.storePort : job.masterPort, {}, {}, std::nullopt, job.owner.user};
     s.cpus.assign(job.cpus.begin(), job.cpus.end());
     s.memoryLimitBytes = job.limits.memoryBytes;
+    s.stopAsked = job.stopRequested;
     for (const auto& r : job.ranks) {
       RankStatus rs{r.placement.rank, r.placement.localRank, r.placement.gpuIndex, static_cast<std::uint32_t>(r.programPid),
                     r.state, std::nullopt, std::nullopt, r.exitUnknown};

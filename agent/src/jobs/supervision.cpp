@@ -103,10 +103,11 @@ class Supervisions::Worker {
     return {frame_, state_, noLastFrame_};
   }
   // A user asked this agent to stop the job: however its parts then end (a rank of a program of
-  // the user's own may fail as its peers go), it ended stopped, and is not restarted.
-  void stopAskedByUser(std::string why) {
+  // the user's own may fail as its peers go), it ended stopped, and is not restarted. A standby
+  // keeps it for when it takes over.
+  void stopAskedByUser(std::string why, std::uint32_t graceMs) {
     std::lock_guard lock(mutex_);
-    if (!userStop_) userStop_ = std::move(why);
+    if (!userStop_) userStop_ = UserStop{std::move(why), graceMs};
   }
 
  private:
@@ -172,7 +173,11 @@ class Supervisions::Worker {
   std::optional<Clock::time_point> askedAt_;  // a client's last frame request
   bool read_ = false;                         // the job's streams were read at the last poll
   std::string noLastFrame_;                   // the job ended without a last frame: why
-  std::optional<std::string> userStop_;       // a user asked this agent to stop the job: why
+  struct UserStop {
+    std::string why;
+    std::uint32_t graceMs = 0;  // as the user asked it of this agent, for every part
+  };
+  std::optional<UserStop> userStop_;  // a user asked this agent to stop the job
   bool tookOver_ = false;                  // the standby, from the first agent
   std::thread thread_;  // last: it runs once the members above exist
 };
@@ -331,7 +336,8 @@ EndedPart Supervisions::Worker::observeOn(const std::string& node, const JobSpec
       if (status.spec.jobId != first_.jobId || status.spec.attempt < attempt.attempt) continue;
       seen_.insert(node);
       statuses_[node] = status;
-      return EndedPart{node, part.agent, status.ranks, false, status.state, status.spec.attempt, status.message};
+      return EndedPart{node,          part.agent,          status.ranks,     false, status.state,
+                       status.spec.attempt, status.message, status.stopAsked};
     }
     if (!mayBeStarting) {  // it answers, and has no such part: it never started, or was lost
       lost_.insert(node);
@@ -477,15 +483,15 @@ void Supervisions::Worker::pollAlerts(JobAlerts& alerts, Supervisor& supervisor)
 // A user's stop, asked of this agent: every part is asked too, the stop may have reached this
 // agent alone.
 void Supervisions::Worker::heedUserStop(Supervisor& supervisor) {
-  std::optional<std::string> why;
+  std::optional<UserStop> asked;
   {
     std::lock_guard lock(mutex_);
-    why = userStop_;
+    asked = userStop_;
   }
-  if (!why || stopAsked_) return;
+  if (!asked || stopAsked_) return;
   stopAsked_ = true;
-  supervisor.stopAsked(*why);
-  stopParts(supervisor.spec());
+  supervisor.stopAsked(asked->why);
+  stopParts(supervisor.spec(), asked->graceMs);
 }
 
 // After the job ended: its streams read on until every node's was read to its end and a read brought
@@ -673,10 +679,10 @@ Result<FrameReply> Supervisions::frameOf(const FrameRequest& request) const {
   return reply;
 }
 
-void Supervisions::stopAskedByUser(const std::string& jobId, std::string why) {
+void Supervisions::stopAskedByUser(const std::string& jobId, std::string why, std::uint32_t graceMs) {
   std::lock_guard lock(mutex_);
   const auto it = workers_.find(jobId);
-  if (it != workers_.end() && it->second->role() == Worker::Role::kSupervises) it->second->stopAskedByUser(std::move(why));
+  if (it != workers_.end()) it->second->stopAskedByUser(std::move(why), graceMs);
 }
 
 Supervision Supervisions::of(const std::string& jobId) const {

@@ -42,9 +42,10 @@ class Supervisions {
   Result<void> checkAlerts(const JobSpec& spec) const;
   // Begins supervising (or standing by for) the job of `spec` unless it already does.
   void supervise(const JobSpec& spec);
-  // A user's key asked this agent to stop the job: where it supervises the job, the job ends stopped
-  // however its parts end, and its other parts are asked to stop too.
-  void stopAskedByUser(const std::string& jobId, std::string why);
+  // A user's key asked this agent to stop the job: where it supervises the job (or once it takes
+  // over), the job ends stopped however its parts end, and its other parts are asked to stop too,
+  // with the same grace.
+  void stopAskedByUser(const std::string& jobId, std::string why, std::uint32_t graceMs);
   // The job's supervision as it stands; kNone when this agent does not supervise it.
   Supervision of(const std::string& jobId) const;
   // The job's KPIs, the rows of the ranks asked for and its events, as this agent's supervision last

@@ -72,7 +72,7 @@ void Requests::stop(const Call& call, StopJobRequest& body) {
   parts_.log.info("job " + body.jobId + ": stop asked by " + call.caller.describe);
   if (call.caller.user) {
     parts_.starts.stoppedByUser(body.jobId);  // it is not restarted here
-    parts_.supervisions.stopAskedByUser(body.jobId, "stopped on request");
+    parts_.supervisions.stopAskedByUser(body.jobId, "stopped on request", body.graceMs);
   }
   if (parts_.starts.cancel(body.jobId)) {
     parts_.replies.reply(call.client, Reply{call.id, StopJobReply{body.jobId, JobState::kStopped}});

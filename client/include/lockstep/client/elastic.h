@@ -33,6 +33,7 @@ struct EndedPart {
   JobState state = JobState::kRunning;  // as its agent reported it (not meaningful when agentLost)
   std::uint32_t attempt = 0;            // of the part its agent reported
   std::string message;                  // why it failed, as its agent said (a stall's diagnosis)
+  bool stopAsked = false;               // its agent was asked to stop it (JobStatus::stopAsked)
 };
 
 struct RestartPlan {

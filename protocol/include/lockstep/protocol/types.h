@@ -619,6 +619,9 @@ struct JobStatus {
   std::uint64_t memoryLimitBytes = 0;  // its ranks' memory limits here together; 0: unbounded
   // The spec holds only its jobId and attempt: the client said it has the rest (ListJobsRequest).
   bool specOmitted = false;
+  // Its agent was asked to stop it (StopJob, Slurm's end) before it ended. A part stopped without it
+  // stopped at its trainer ranks' stop vote: a rank given SIGTERM or SIGINT elsewhere started it.
+  bool stopAsked = false;
   bool operator==(const JobStatus&) const = default;
 };
 
