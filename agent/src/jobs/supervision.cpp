@@ -489,6 +489,11 @@ void Supervisions::Worker::heedUserStop(Supervisor& supervisor) {
     asked = userStop_;
   }
   if (!asked || stopAsked_) return;
+  // One that came once every part had ended, and none on a stop, came too late to change how.
+  const bool over = std::all_of(lastParts_.begin(), lastParts_.end(), [](const EndedPart& p) {
+    return p.agentLost || (jobStateEnded(p.state) && !p.stopAsked);
+  });
+  if (over) return;
   stopAsked_ = true;
   supervisor.stopAsked(asked->why);
   stopParts(supervisor.spec(), asked->graceMs);
