@@ -118,6 +118,22 @@ TEST(Supervisor, AJobARuleStoppedEndsStoppedAndIsNotRestartedWhenARankFailsAsIts
   EXPECT_NE(ended.message.find("cost >= 40"), std::string::npos) << ended.message;
 }
 
+// A user's stop that comes while the job is to restart (the restart's agents refuse it): the job ends
+// stopped, as asked, not failed because its restart did not start.
+TEST(Supervisor, AStopAskedWhileTheJobIsToRestartEndsItStopped) {
+  const auto t0 = Supervisor::Clock::time_point{};
+  Supervisor s(placedOn({"a", "b"}, 2));
+  const auto lost = std::vector<EndedPart>{part("a", JobState::kStopped, {rank(0, JobState::kStopped, 143)}),
+                                           part("b", JobState::kFailed, {rank(2, JobState::kFailed, 1)})};
+  ASSERT_EQ(s.observe(lost, t0).kind, Kind::kRestart);
+  s.stopAsked("stopped on request");
+  const auto ended = s.restartFailed("job j was stopped by a user on a: it is not restarted");
+  ASSERT_EQ(ended.kind, Kind::kEnd);
+  EXPECT_EQ(ended.state, JobState::kStopped);
+  EXPECT_EQ(ended.message, "stopped on request");
+  EXPECT_EQ(s.attempts().back(), "not restarted: stopped on request");
+}
+
 TEST(Supervisor, ALostRankIsRestartedAfterTheGraceWithTheRanksLeftUntilNoRestartsRemain) {
   const auto t0 = Supervisor::Clock::time_point{};
   JobSpec spec = placedOn({"a", "b"}, 1);

@@ -105,6 +105,10 @@ void Supervisor::restarted(const JobSpec& placed) {
 
 Supervisor::Action Supervisor::restartFailed(const std::string& why) {
   restarting_ = false;
+  if (stopAsked_) {  // a stop came while it was to restart: the restart is not wanted
+    attempts_.push_back("not restarted: " + *stopAsked_);
+    return end(JobState::kStopped, *stopAsked_);
+  }
   attempts_.push_back("not restarted: the restart did not start: " + why);
   return end(JobState::kFailed, "the restart did not start: " + why);
 }

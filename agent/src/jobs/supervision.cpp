@@ -123,6 +123,7 @@ class Supervisions::Worker {
   JobAlerts makeAlerts(const JobSpec& spec);
   void pollAlerts(JobAlerts& alerts, Supervisor& supervisor);
   void heedUserStop(Supervisor& supervisor);
+  bool heardUserStop(Supervisor& supervisor);  // a user's stop came: the supervisor was told
   void readToTheEnd(JobAlerts& alerts, const Supervisor& supervisor);
   void publishFrame(std::shared_ptr<const JobFrame> frame);
   bool reading(const JobAlerts& alerts) const;  // whether the job's streams are read (rules, or a frame asked)
@@ -268,7 +269,8 @@ void Supervisions::Worker::follow(Supervisor& supervisor) {
     if (action.kind == Kind::kRestart) {
       publish(SupervisionState::kRestarting, supervisor, JobState::kRunning, action.message);
       if (stopping()) break;
-      auto placed = restart(supervisor.spec(), action.plan);
+      auto placed = heardUserStop(supervisor) ? Result<JobSpec>(Error{ErrorCode::kCancelled, "a user stopped the job"})
+                                              : restart(supervisor.spec(), action.plan);
       if (placed) {
         say(action.message + "; restart " + std::to_string(placed->attempt) + " of " +
             std::to_string(placed->maxRestarts) + " with " + std::to_string(placed->worldSize) + " rank(s)");
@@ -281,6 +283,7 @@ void Supervisions::Worker::follow(Supervisor& supervisor) {
         publish(SupervisionState::kFollowing, supervisor);
         continue;
       }
+      (void)heardUserStop(supervisor);  // while it restarted (the agents it reached refused it)
       action = supervisor.restartFailed(placed.error().message);
     }
     if (action.kind == Kind::kEnd) {
@@ -489,7 +492,8 @@ void Supervisions::Worker::heedUserStop(Supervisor& supervisor) {
     asked = userStop_;
   }
   if (!asked || stopAsked_) return;
-  // One that came once every part had ended, and none on a stop, came too late to change how.
+  // One that came once every part had ended, and none on a stop, came too late to change how it
+  // ended; it still keeps the job from restarting (heardUserStop).
   const bool over = std::all_of(lastParts_.begin(), lastParts_.end(), [](const EndedPart& p) {
     return p.agentLost || (jobStateEnded(p.state) && !p.stopAsked);
   });
@@ -497,6 +501,20 @@ void Supervisions::Worker::heedUserStop(Supervisor& supervisor) {
   stopAsked_ = true;
   supervisor.stopAsked(asked->why);
   stopParts(supervisor.spec(), asked->graceMs);
+}
+
+// Whether a user's stop came, where the job was to restart: the supervisor is told, and ends the job
+// stopped rather than restart it (a stop that came once every part had ended came before the restart).
+bool Supervisions::Worker::heardUserStop(Supervisor& supervisor) {
+  std::optional<UserStop> asked;
+  {
+    std::lock_guard lock(mutex_);
+    asked = userStop_;
+  }
+  if (!asked) return false;
+  if (!stopAsked_) supervisor.stopAsked(asked->why);
+  stopAsked_ = true;
+  return true;
 }
 
 // After the job ended: its streams read on until every node's was read to its end and a read brought

@@ -73,7 +73,8 @@ class Supervisor {
   void stopAsked(std::string why);
 
   void restarted(const JobSpec& placed);       // the next attempt runs
-  Action restartFailed(const std::string& why);  // it did not start: the job ends failed
+  // It did not start: the job ends failed, or stopped where a stop was asked meanwhile (stopAsked).
+  Action restartFailed(const std::string& why);
 
   const JobSpec& spec() const { return spec_; }
   // Of a job that may restart: one line per attempt that ended, and why the last was not restarted.
