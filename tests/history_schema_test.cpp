@@ -58,6 +58,8 @@ TEST(History, ASchemaTwoFilesFinalKpisReadBackByName) {
     ALTER TABLE steps DROP COLUMN flops_basis;
     ALTER TABLE steps DROP COLUMN precision;
     ALTER TABLE steps DROP COLUMN peak_flops;
+    ALTER TABLE jobs DROP COLUMN outcome;  -- schema 13's
+    ALTER TABLE jobs DROP COLUMN outcome_message;
     PRAGMA user_version = 2;)sql");
   auto h = History::open(path);
   ASSERT_TRUE(h) << h.error().message;
@@ -124,6 +126,8 @@ TEST(History, MigratesASchemaOneFileAndStoresUntimedSteps) {
     ALTER TABLE final_kpis DROP COLUMN peak_basis;
     ALTER TABLE job_parts DROP COLUMN owner;  -- schema 7's
     DROP TABLE phases;                        -- schema 9's
+    ALTER TABLE jobs DROP COLUMN outcome;  -- schema 13's
+    ALTER TABLE jobs DROP COLUMN outcome_message;
     PRAGMA user_version = 1;)sql");
   ASSERT_EQ(count(path, "PRAGMA user_version"), 1);
 
@@ -210,6 +214,8 @@ TEST(History, MigratesASchemaElevenFileAndKeepsTheMfuOfLaterJobs) {
     ALTER TABLE final_kpis DROP COLUMN model_flops_utilization;
     ALTER TABLE final_kpis DROP COLUMN flops_basis;
     ALTER TABLE final_kpis DROP COLUMN peak_basis;
+    ALTER TABLE jobs DROP COLUMN outcome;  -- schema 13's
+    ALTER TABLE jobs DROP COLUMN outcome_message;
     PRAGMA user_version = 11;)sql");
   auto h = History::open(path);
   ASSERT_TRUE(h) << h.error().message;
@@ -219,6 +225,7 @@ TEST(History, MigratesASchemaElevenFileAndKeepsTheMfuOfLaterJobs) {
   EXPECT_EQ(old->finalKpis->samplesPerSecond, before->samplesPerSecond);
   EXPECT_FALSE(old->finalKpis->mfu);
   EXPECT_EQ(old->finalKpis->peakBasis, "");
+  EXPECT_EQ(old->state, JobState::kFinished) << "no verdict kept (schema 13): its parts' state";
 
   const JobSpec s = spec("new");
   recordFinished(*h, s, 10, countFlops);

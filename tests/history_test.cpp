@@ -211,6 +211,44 @@ TEST(History, KeepsWhoEachPartRanAs) {
   EXPECT_EQ(h->job("anonymous")->owner, "");
 }
 
+// A job reads as its supervisor decided once its supervision ended, as lockstepctl status and the app
+// show it: a user's program stopped on request whose other rank then failed (its peer went) is
+// stopped, with the supervisor's words, not failed by its parts.
+TEST(History, AJobIsWhatItsSupervisorDecidedOverItsParts) {
+  TempDir dir;
+  auto h = History::open(dir.file("h.db"));
+  ASSERT_TRUE(h);
+  const JobSpec s = spec("judged");
+  JobStatus a = status(s, JobState::kStopped, kT0 + 5'000'000), b = status(s, JobState::kFailed, kT0 + 5'000'000);
+  a.message = "stopped on request";
+  b.message = "rank 1 exited with code 1";
+  a.supervision.state = SupervisionState::kFollowing;
+  ASSERT_TRUE(h->recordJob("node-a", a));
+  ASSERT_TRUE(h->recordJob("node-b", b));
+  EXPECT_EQ(h->job("judged")->state, JobState::kFailed) << "no verdict yet: the parts' combined state";
+
+  a.supervision.state = SupervisionState::kEnded;
+  a.supervision.outcome = JobState::kStopped;
+  a.supervision.message = "stopped at the user's request on node-a";
+  auto changed = h->recordJob("node-a", a);
+  ASSERT_TRUE(changed) << changed.error().message;
+  EXPECT_TRUE(*changed) << "the verdict is news to the views";
+  EXPECT_FALSE(*h->recordJob("node-a", a)) << "the same verdict again is not";
+  const auto record = h->job("judged");
+  ASSERT_TRUE(record) << record.error().message;
+  EXPECT_EQ(record->state, JobState::kStopped);
+  EXPECT_EQ(record->message, "stopped at the user's request on node-a");
+  EXPECT_EQ(record->parts[1].state, JobState::kFailed) << "each part still says how it ended";
+  EXPECT_EQ(h->jobs(Filter{.state = JobState::kStopped})->size(), 1u);
+  EXPECT_TRUE(h->jobs(Filter{.state = JobState::kFailed})->empty());
+
+  // A restart is a new attempt: the verdict of the one before it does not hold for it.
+  JobSpec again = s;
+  again.attempt = 1;
+  ASSERT_TRUE(h->recordJob("node-a", status(again, JobState::kRunning)));
+  EXPECT_EQ(h->job("judged")->state, JobState::kRunning);
+}
+
 // Issue 13: a 1-rank run of the same workload calibrates the scaling efficiency of later jobs.
 TEST(History, AOneRankRunOfTheSameWorkloadCalibratesScalingEfficiency) {
   TempDir dir;

@@ -610,7 +610,9 @@ TEST(Lockstepctl, AStopAskedOfOneNodeStopsTheJobOnEveryNodeWithoutARestart) {
   for (const auto& r : shown["ranks"]) {
     EXPECT_EQ(r["state"], "stopped") << r.dump();
     // The supervising node's rank ended at its peer's vote, as the trainer ends on a stop signal.
-    if (r["node"] == supervisor.name()) EXPECT_EQ(r["exit_code"], 128 + SIGTERM) << r.dump();
+    if (r["node"] == supervisor.name()) {
+      EXPECT_EQ(r["exit_code"], 128 + SIGTERM) << r.dump();
+    }
   }
 }
 
@@ -620,16 +622,16 @@ TEST(Lockstepctl, ATrainerRankStoppedFromOutsideRestartsAJobThatMayRestart) {
   SupervisedJob job("outside", "1,1", "32", "100000000", "1", "5", false);
   ASSERT_EQ(job.started.status.exitCode, 0) << job.started.err;
   ASSERT_TRUE(job.running) << job.started.err;
+  // `watch` follows the job through its restart: its parts all ended, but its supervisor goes on.
+  const pid_t watching = startWaiting(job.ctl, "watch", {"watch", "outside", "--json"});
+  std::this_thread::sleep_for(1s);
   ::kill(*rankProcess("outside", 1), SIGTERM);
-  std::optional<pid_t> restarted;
-  ASSERT_TRUE(waitUntil(
-      [&] {
-        restarted = rankProcess("outside", 0);
-        return restarted && environOf(*restarted, "LOCKSTEP_ATTEMPT") == "1";
-      },
-      60s))
+  ASSERT_TRUE(waitForRankOfAttempt("outside", 0, 1, 60s))
       << readText(job.a.stateDir() + "/agent.log") << readText(job.b.stateDir() + "/agent.log");
+  const auto early = waitProcess(watching, 0ms);
+  EXPECT_TRUE(early && !*early) << "watch ended before the restart: " << readText(job.dir.file("watch.out"));
   EXPECT_EQ(job.ctl({"stop", "outside"}).status.exitCode, 0);
+  EXPECT_EQ(exitCodeOf(watching, 60s), 6) << "stopped: " << readText(job.dir.file("watch.err"));
 }
 
 // A program of the user's own fails as its peer goes. Its supervising agent, asked by a user to
@@ -668,6 +670,8 @@ sys.exit(1))";
       },
       30s));
   std::this_thread::sleep_for(500ms);  // rank 1 connected
+  const pid_t watching = startWaiting(ctl, "watch", {"watch", "own-half", "--json"});
+  std::this_thread::sleep_for(1s);
   ASSERT_TRUE(client->stopJob("own-half", 0, 10s).ok());
   ASSERT_TRUE(waitUntil(
       [&] {
@@ -680,6 +684,11 @@ sys.exit(1))";
   // lockstepctl shows the supervisor's verdict, though one part failed.
   const auto shown = nlohmann::json::parse(ctl({"--json", "status", "own-half"}).out);
   EXPECT_EQ(shown["state"], "stopped") << shown.dump();
+  // So does `watch` (it waits for the verdict), and the history it recorded the job in.
+  EXPECT_EQ(exitCodeOf(watching, 60s), 6) << readText(dir.file("watch.out")) << readText(dir.file("watch.err"));
+  const auto kept = nlohmann::json::parse(ctl({"history", "--json"}).out);
+  ASSERT_EQ(kept.size(), 1u) << kept.dump();
+  EXPECT_EQ(kept[0]["state"], "stopped") << kept.dump();
 }
 
 TEST(Lockstepctl, ExhaustedRestartsFailWithWhatHappened) {
@@ -691,13 +700,8 @@ TEST(Lockstepctl, ExhaustedRestartsFailWithWhatHappened) {
   // Once the restart runs (2 ranks, attempt 1), lose another rank.
   ASSERT_TRUE(waitUntil([&] { return readText(dir.file("el-3.out")).find("restart 1 of 1") != std::string::npos; }, 60s))
       << readText(dir.file("el-3.out"));
-  std::optional<pid_t> second;
-  ASSERT_TRUE(waitUntil(
-      [&] {
-        second = rankProcess("el-3", 1);
-        return second && environOf(*second, "LOCKSTEP_ATTEMPT") == "1";
-      },
-      30s));
+  const auto second = waitForRankOfAttempt("el-3", 1, 1, 30s);
+  ASSERT_TRUE(second);
   ::kill(*second, SIGKILL);
   EXPECT_EQ(exitCodeOf(ctlPid, 120s), 5);
   const std::string out = readText(dir.file("el-3.out"));
@@ -714,13 +718,7 @@ TEST(Lockstepctl, AJobRestartsWithNoClientAndALaterClientSeesWhy) {
   ASSERT_EQ(job.started.status.exitCode, 0) << job.started.err;
   ASSERT_TRUE(job.running) << job.started.err;
   ::kill(*rankProcess("el-4", 1), SIGKILL);
-  std::optional<pid_t> restarted;
-  ASSERT_TRUE(waitUntil(
-      [&] {
-        restarted = rankProcess("el-4", 0);
-        return restarted && environOf(*restarted, "LOCKSTEP_ATTEMPT") == "1";
-      },
-      60s))
+  ASSERT_TRUE(waitForRankOfAttempt("el-4", 0, 1, 60s))
       << readText(job.a.stateDir() + "/agent.log");
   auto status = job.ctl({"status", "el-4"});
   ASSERT_EQ(status.status.exitCode, 0) << status.err;

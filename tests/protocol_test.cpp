@@ -601,6 +601,33 @@ void expectRoundTrip() {
   EXPECT_FALSE(named<E>("no-such-name").has_value());
 }
 
+// A job's state and end, as clients read them from its parts and its supervisor (lockstepctl's
+// status, stop, watch and start --wait; the app; the history).
+TEST(JobStates, AJobIsWhatItsSupervisorSaysOnceItsVerdictIsInElseWhatItsPartsSay) {
+  using S = JobState;
+  EXPECT_EQ(combinedState({S::kStopped, S::kFailed}), S::kFailed);
+  EXPECT_EQ(combinedState({S::kStopped, S::kRunning}), S::kRunning);
+  EXPECT_EQ(combinedState({}), S::kStarting);
+  Supervision none, following{SupervisionState::kFollowing}, standby{SupervisionState::kStandby},
+      ended{SupervisionState::kEnded, S::kStopped, "stopped on request"};
+  EXPECT_EQ(jobOutcome(ended, {S::kStopped, S::kFailed}), S::kStopped) << "the verdict over its parts";
+  EXPECT_EQ(jobOutcome(following, {S::kStopped, S::kFailed}), S::kFailed);
+
+  // Parts that all ended under a supervision that goes on: a restart, or a verdict, is coming.
+  EXPECT_FALSE(jobOver(following, {S::kFailed, S::kStopped}));
+  EXPECT_FALSE(jobOver(standby, {S::kFailed, S::kStopped}));
+  EXPECT_FALSE(jobOver({SupervisionState::kRestarting}, {S::kFailed}));
+  EXPECT_TRUE(jobOver(ended, {S::kFailed, S::kStopped}));
+  EXPECT_TRUE(jobOver(none, {S::kFailed, S::kStopped}));
+  EXPECT_FALSE(jobOver(none, {S::kFailed, S::kRunning})) << "failed, but a part still runs";
+  EXPECT_FALSE(jobOver(none, {})) << "no part known yet";
+
+  EXPECT_TRUE(decidesOutcome(following));
+  EXPECT_TRUE(decidesOutcome(standby)) << "it keeps a stop for when it takes over";
+  EXPECT_FALSE(decidesOutcome(ended));
+  EXPECT_FALSE(decidesOutcome(none));
+}
+
 TEST(EnumNames, EveryNameReadsBackAsItsValue) {
   expectRoundTrip<Backend>();
   expectRoundTrip<Activation>();

@@ -234,6 +234,7 @@ void ClusterStore::updateJobState(JobEntry& job) {
     }
   }
   job.state = jobOutcome(job.supervision, states);  // as lockstepctl's
+  job.over = jobOver(job.supervision, states);
   job.message = message;
 }
 

@@ -60,7 +60,8 @@ struct JobEntry {
   Supervision supervision;  // from the agent that supervises the job (docs/agent.md), of any attempt
   QString supervisor;       // that agent's id, while it is connected and says so
   std::shared_ptr<LiveJob> live;  // its KPIs, fed off the GUI thread (Ingest)
-  JobState state = JobState::kStarting;
+  JobState state = JobState::kStarting;  // jobOutcome: its supervisor's verdict, else its parts'
+  bool over = false;                     // jobOver: the verdict is in, else every part ended
   QString message;
   std::int64_t startedUnixUs = 0;
 

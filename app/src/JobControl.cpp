@@ -101,11 +101,8 @@ void JobControl::stopJob(const std::string& jobId) {
   const JobEntry* job = store_.job(jobId);
   if (!job) return;
   Stop& pending = stops_[jobId];
-  // Its supervising agent too while it supervises, though its own part ended: it decides how the job
-  // ends, and whether it restarts.
-  const bool supervising = job->supervision.state != SupervisionState::kEnded;
   for (const auto& [agentId, part] : job->parts) {
-    if (jobStateEnded(part.state) && !(supervising && agentId == job->supervisor)) continue;
+    if (jobStateEnded(part.state) && !(agentId == job->supervisor && decidesOutcome(job->supervision))) continue;
     const quint64 tag = nextTag_++;
     if (!store_.stopOn(agentId, tag, jobId)) continue;
     stopTags_[tag] = jobId;
@@ -139,7 +136,7 @@ void JobControl::follow() {
     }
     const Supervision& supervision = job->supervision;
     const bool supervised = supervision.state != SupervisionState::kNone;
-    if (supervised ? supervision.state != SupervisionState::kEnded : !jobStateEnded(job->state)) {
+    if (!job->over) {
       ++it;
       continue;
     }

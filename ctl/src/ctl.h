@@ -109,8 +109,11 @@ struct Part {
 Result<std::vector<Part>> findJob(const Connected& agents, const std::string& jobId, std::chrono::milliseconds timeout,
                                   std::set<AgentClient*>* lost = nullptr);
 bool partEnded(const JobStatus& s);
-// A job's overall state, by the history's rule (failed if any part failed, running while any runs, ...).
+// A job's state as clients show it (jobOutcome): its supervisor's verdict, else its newest attempt's
+// parts' combined state.
 JobState overall(const std::vector<Part>& parts);
+// Whether the job is over (protocol's jobOver): its supervisor's verdict is in, else every part ended.
+bool jobOver(const std::vector<Part>& parts);
 int exitForState(JobState s);
 // The Unix user the job runs as (combinedOwner of its parts).
 std::string ownerOf(const std::vector<Part>& parts);

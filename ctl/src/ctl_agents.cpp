@@ -143,15 +143,28 @@ std::uint32_t newestAttempt(const std::vector<Part>& parts) {
   return newest;
 }
 
-JobState overall(const std::vector<Part>& parts) {
+namespace {
+
+std::vector<JobState> newestStates(const std::vector<Part>& parts) {
   const std::uint32_t newest = newestAttempt(parts);
   std::vector<JobState> states;
   for (const auto& p : parts) {
     if (p.status.spec.attempt == newest) states.push_back(p.status.state);
   }
-  const JobStatus* supervised = supervisingPart(parts);
-  return jobOutcome(supervised ? supervised->supervision : Supervision{}, states);
+  return states;
 }
+
+const Supervision& supervisionOf(const std::vector<Part>& parts) {
+  static const Supervision kNone;
+  const JobStatus* supervised = supervisingPart(parts);
+  return supervised ? supervised->supervision : kNone;
+}
+
+}  // namespace
+
+JobState overall(const std::vector<Part>& parts) { return jobOutcome(supervisionOf(parts), newestStates(parts)); }
+
+bool jobOver(const std::vector<Part>& parts) { return jobOver(supervisionOf(parts), newestStates(parts)); }
 
 std::string ownerOf(const std::vector<Part>& parts) {
   std::vector<std::string> owners;
@@ -166,13 +179,9 @@ int exitForState(JobState s) {
 Result<std::vector<Part>> stopEverywhere(const Connected& agents, const std::string& jobId, std::uint32_t graceMs,
                                          milliseconds timeout, std::set<AgentClient*>* lost) {
   LOCKSTEP_ASSIGN_OR_RETURN(auto parts, findJob(agents, jobId, timeout, lost));
-  // Its supervising agent too while it supervises, though its own part ended: it decides how the job
-  // ends, and whether it restarts.
-  const JobStatus* supervised = supervisingPart(parts);
   std::vector<AgentClient*> asked;
   for (auto& part : parts) {
-    const bool decides = &part.status == supervised && supervised->supervision.state != SupervisionState::kEnded;
-    if (!partEnded(part.status) || decides) asked.push_back(part.agent);
+    if (!partEnded(part.status) || decidesOutcome(part.status.supervision)) asked.push_back(part.agent);
   }
   for (auto& stopped : stopJobOnEach(asked, jobId, graceMs, timeout)) LOCKSTEP_TRY(stopped);
   const auto deadline = Clock::now() + milliseconds(graceMs > 0 ? graceMs : 10000) + std::chrono::seconds(10);
@@ -183,10 +192,8 @@ Result<std::vector<Part>> stopEverywhere(const Connected& agents, const std::str
   while (true) {
     LOCKSTEP_ASSIGN_OR_RETURN(parts, findJob(agents, jobId, timeout, lost));
     const bool ended = std::all_of(parts.begin(), parts.end(), [](const Part& p) { return partEnded(p.status); });
-    const JobStatus* supervised = supervisingPart(parts);
-    const bool decided = !supervised || supervised->supervision.state == SupervisionState::kEnded;
     if (ended && !endedAt) endedAt = Clock::now();
-    if (ended && (decided || Clock::now() - *endedAt > kVerdictWait)) return parts;
+    if (ended && (jobOver(parts) || Clock::now() - *endedAt > kVerdictWait)) return parts;
     if (!ended && Clock::now() > deadline) return timeoutError("job " + jobId + " still has running ranks after the grace period");
     std::this_thread::sleep_for(milliseconds(200));
   }

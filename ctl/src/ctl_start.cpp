@@ -100,11 +100,10 @@ int followJob(const Globals& g, const Connected& agents, const JobSpec& spec, st
       if (auto stopped = stopEverywhere(agents, spec.jobId, 0, g.timeout, &lost); !stopped) return fail(stopped.error());
       continue;
     }
-    const JobStatus* supervised = supervisingPart(*parts);
+    // After a stop, stopEverywhere waited for the verdict as long as it is worth waiting.
     const bool allEnded = std::all_of(parts->begin(), parts->end(), [](const Part& p) { return partEnded(p.status); });
-    const bool over = supervised ? supervised->supervision.state == SupervisionState::kEnded || (stopAsked && allEnded)
-                                 : allEnded;
-    if (!over) continue;
+    if (!jobOver(*parts) && !(stopAsked && allEnded)) continue;
+    const JobStatus* supervised = supervisingPart(*parts);
     drain(lastSeq, recorder, g.timeout);
     recorder.finish();
     if (!supervised && !g.json) {

@@ -426,8 +426,8 @@ int cmdWatch(const Globals& g, const std::vector<std::string>& argv) {
     const JobState state = overall(*now);
     const kpi::JobKpis k = w.tracker().snapshot(jobStateEnded(state) ? w.tracker().lastReportUnixUs() : unixMicrosNow());
     renderWatch(View{k, w.events(), &w.reader()}, parts->front().status.spec, state, g.json, tty, stallOf(*now));
-    const bool ended = std::all_of(now->begin(), now->end(), [](const Part& p) { return partEnded(p.status); });
-    if (ended) {
+    // Parts that all ended under a supervision that goes on are a job about to restart, or to be judged.
+    if (jobOver(*now)) {
       drain(lastSeq, recorder, g.timeout);
       recorder.finish();
       if (!g.json) printJob(g, jobId, *now);

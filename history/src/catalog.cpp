@@ -23,8 +23,9 @@ std::string likePattern(std::string_view text) {
   return out + "%";
 }
 
-// The job's state, span, message and owner, from its parts'.
-void summarizeParts(JobRecord& record) {
+// The job's state, span, message and owner, from its parts' (its state and message from its
+// supervisor's verdict where it has one).
+void summarizeParts(JobRecord& record, std::optional<std::pair<JobState, std::string>> outcome) {
   std::vector<JobState> states;
   std::vector<std::string> owners;
   for (const auto& part : record.parts) {
@@ -37,6 +38,10 @@ void summarizeParts(JobRecord& record) {
     if (record.message.empty()) record.message = part.message;
   }
   record.state = combinedState(states);
+  if (outcome) {
+    record.state = outcome->first;
+    if (!outcome->second.empty()) record.message = outcome->second;
+  }
   record.owner = combinedOwner(owners);
   if (!jobStateEnded(record.state)) record.endedUnixUs = 0;
 }
@@ -69,15 +74,15 @@ Error noSuchJob(const std::string& jobId) {
 Catalog::Catalog(sqlite3* db)
     : db_(db),
       matching_(db, R"sql(
-        SELECT job_id, spec_json, recorded_us, step_reports FROM jobs
+        SELECT job_id, spec_json, recorded_us, step_reports, outcome, outcome_message FROM jobs
         WHERE ?1 = '' OR job_id LIKE ?2 ESCAPE '\' OR name LIKE ?2 ESCAPE '\'
            OR EXISTS (SELECT 1 FROM job_parts p WHERE p.job_id = jobs.job_id AND p.node LIKE ?2 ESCAPE '\')
         ORDER BY recorded_us DESC, job_id DESC)sql"),
-      byId_(db, "SELECT job_id, spec_json, recorded_us, step_reports FROM jobs WHERE job_id = ?1"),
+      byId_(db, "SELECT job_id, spec_json, recorded_us, step_reports, outcome, outcome_message FROM jobs WHERE job_id = ?1"),
       // A 1-rank run's pace over its last steps (what a job's scaling efficiency divides its own
       // pace over its last steps by): finished, newest first (not the job itself).
       singleRank_(db, R"sql(
-        SELECT job_id, spec_json, recorded_us, step_reports FROM jobs
+        SELECT job_id, spec_json, recorded_us, step_reports, outcome, outcome_message FROM jobs
         WHERE world_size = 1 AND job_id != ?1 AND step_reports > 0 ORDER BY recorded_us DESC)sql"),
       parts_(db, "SELECT node, state, started_us, ended_us, message, owner FROM job_parts WHERE job_id = ?1 ORDER BY node"),
       node_(db, "SELECT node, host, cpu_cores, memory_bytes, gpus_json, agent_version FROM nodes WHERE node = ?1"),
@@ -150,7 +155,8 @@ Result<std::optional<BandwidthPeak>> Catalog::peakBusBandwidth(const std::vector
   }
 }
 
-// Fills a JobRecord from a `jobs` row read as (job_id, spec_json, recorded_us, step_reports).
+// Fills a JobRecord from a `jobs` row read as (job_id, spec_json, recorded_us, step_reports, outcome,
+// outcome_message).
 Result<JobRecord> Catalog::readRecord(const Statement& row) {
   JobRecord record;
   const std::string jobId = row.text(0);
@@ -160,7 +166,9 @@ Result<JobRecord> Catalog::readRecord(const Statement& row) {
   record.recordedUnixUs = row.i64(2);
   record.stepReports = static_cast<std::uint64_t>(row.i64(3));
   LOCKSTEP_ASSIGN_OR_RETURN(record.parts, readParts(jobId));
-  summarizeParts(record);
+  std::optional<std::pair<JobState, std::string>> outcome;
+  if (!row.null(4)) outcome.emplace(static_cast<JobState>(row.i64(4)), row.text(5));
+  summarizeParts(record, std::move(outcome));
   LOCKSTEP_ASSIGN_OR_RETURN(record.nodes, readNodes(record.parts));
   LOCKSTEP_ASSIGN_OR_RETURN(record.finalKpis, readFinalKpis(db_, jobId));
   return record;

@@ -35,7 +35,8 @@ class Catalog {
   Result<std::vector<NodeRecord>> readNodes(const std::vector<PartRecord>& parts);
 
   sqlite3* db_;
-  // Each reads `jobs` rows as (job_id, spec_json, recorded_us, step_reports), for readRecord.
+  // Each reads `jobs` rows as (job_id, spec_json, recorded_us, step_reports, outcome, outcome_message),
+  // for readRecord.
   Prepared matching_, byId_, singleRank_;
   Prepared parts_, node_, busBandwidths_;
 };

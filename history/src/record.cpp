@@ -173,7 +173,12 @@ Recorder::Recorder(sqlite3* db)
           agent_version = ?6, seen_us = ?7)sql"),
       attempt_(db, "SELECT coalesce(json_extract(spec_json, '$.attempt'), 0) FROM jobs WHERE job_id = ?1"),
       insertJob_(db, "INSERT INTO jobs (job_id, name, spec_json, world_size, recorded_us) VALUES (?1, ?2, ?3, ?4, ?5)"),
-      restartJob_(db, "UPDATE jobs SET spec_json = ?2, world_size = ?3, kpis_stale = 1 WHERE job_id = ?1"),
+      restartJob_(db, R"sql(
+        UPDATE jobs SET spec_json = ?2, world_size = ?3, kpis_stale = 1, outcome = NULL, outcome_message = NULL
+        WHERE job_id = ?1)sql"),
+      outcome_(db, R"sql(
+        UPDATE jobs SET outcome = ?2, outcome_message = ?3
+        WHERE job_id = ?1 AND (outcome IS NOT ?2 OR outcome_message IS NOT ?3))sql"),
       dropParts_(db, "DELETE FROM job_parts WHERE job_id = ?1"),
       part_(db, R"sql(
         INSERT INTO job_parts VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
@@ -219,8 +224,18 @@ Result<bool> Recorder::recordJob(const std::string& node, const JobStatus& statu
     changed = true;
   }
   LOCKSTEP_ASSIGN_OR_RETURN(const bool partChanged, recordPart(node, status));
+  LOCKSTEP_ASSIGN_OR_RETURN(const bool judged, recordOutcome(status));
   LOCKSTEP_TRY(tx.commit());
-  return changed || partChanged;
+  return changed || partChanged || judged;
+}
+
+// The supervisor's verdict, from the supervising agent's status once its supervision ended.
+Result<bool> Recorder::recordOutcome(const JobStatus& status) {
+  if (status.supervision.state != SupervisionState::kEnded) return false;
+  LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, outcome_.use());
+  stmt->bind(1, status.spec.jobId).bind(2, static_cast<std::int64_t>(status.supervision.outcome));
+  LOCKSTEP_TRY(stmt->bind(3, status.supervision.message).run());
+  return sqlite3_changes(db_) != 0;
 }
 
 Result<std::optional<std::int64_t>> Recorder::storedAttempt(const std::string& jobId) {

@@ -39,10 +39,11 @@ class Recorder {
   Result<void> insertJob(const JobSpec& spec);
   Result<void> restartJob(const JobSpec& spec);
   Result<bool> recordPart(const std::string& node, const JobStatus& status);
+  Result<bool> recordOutcome(const JobStatus& status);
 
   sqlite3* db_;
   Prepared node_;
-  Prepared attempt_, insertJob_, restartJob_, dropParts_, part_, markStale_;
+  Prepared attempt_, insertJob_, restartJob_, outcome_, dropParts_, part_, markStale_;
   StreamStatements stream_;
   Prepared stale_, markFresh_;
   Prepared removeNetwork_, removeJob_;

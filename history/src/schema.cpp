@@ -173,6 +173,12 @@ ALTER TABLE final_kpis ADD COLUMN model_flops_utilization REAL;
 ALTER TABLE final_kpis ADD COLUMN flops_basis TEXT;
 ALTER TABLE final_kpis ADD COLUMN peak_basis TEXT;
 )sql",
+    // 13: the supervisor's verdict on a job once its supervision ended (NULL before, or with no
+    // supervisor), which the job reads as over its parts' combined state, as clients show it live.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN outcome INTEGER;
+ALTER TABLE jobs ADD COLUMN outcome_message TEXT;
+)sql",
 };
 
 }  // namespace lockstep::history::detail

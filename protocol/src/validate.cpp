@@ -362,6 +362,15 @@ JobState jobOutcome(const Supervision& supervision, const std::vector<JobState>&
   return supervision.state == SupervisionState::kEnded ? supervision.outcome : combinedState(parts);
 }
 
+bool jobOver(const Supervision& supervision, const std::vector<JobState>& parts) {
+  if (supervision.state != SupervisionState::kNone) return supervision.state == SupervisionState::kEnded;
+  return !parts.empty() && std::all_of(parts.begin(), parts.end(), jobStateEnded);
+}
+
+bool decidesOutcome(const Supervision& supervision) {
+  return supervision.state != SupervisionState::kNone && supervision.state != SupervisionState::kEnded;
+}
+
 std::string_view jobStateName(JobState state) {
   switch (state) {
     case JobState::kStarting: return "starting";

@@ -210,6 +210,18 @@ std::optional<pid_t> rankProcess(const std::string& jobId, int rank, const std::
   return std::nullopt;
 }
 
+std::optional<pid_t> waitForRankOfAttempt(const std::string& jobId, int rank, std::uint32_t attempt,
+                                          std::chrono::milliseconds timeout) {
+  std::optional<pid_t> pid;
+  const bool found = waitUntil(
+      [&] {
+        pid = rankProcess(jobId, rank);
+        return pid && environOf(*pid, "LOCKSTEP_ATTEMPT") == std::to_string(attempt);
+      },
+      timeout);
+  return found ? pid : std::nullopt;
+}
+
 bool hasCheckpointFrom(const std::string& dir, std::uint64_t step) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {

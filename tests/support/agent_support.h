@@ -142,6 +142,9 @@ std::vector<pid_t> processesOfJob(const std::string& jobId);
 // The pid of rank `rank` of a job (optionally only among the processes started by the agent whose
 // state dir is `agentStateDir`).
 std::optional<pid_t> rankProcess(const std::string& jobId, int rank, const std::string& agentStateDir = {});
+// Waits up to `timeout` for rank `rank` of attempt `attempt` (an elastic restart's) to run: its pid.
+std::optional<pid_t> waitForRankOfAttempt(const std::string& jobId, int rank, std::uint32_t attempt,
+                                          std::chrono::milliseconds timeout);
 
 // Whether `dir` holds a checkpoint of step `step` or later (retention deletes older ones quickly
 // in a fast job, so "step 100 exists" can be missed between two looks).

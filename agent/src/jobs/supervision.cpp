@@ -179,6 +179,10 @@ class Supervisions::Worker {
     std::uint32_t graceMs = 0;  // as the user asked it of this agent, for every part
   };
   std::optional<UserStop> userStop_;  // a user asked this agent to stop the job
+  std::optional<UserStop> userStop() const {
+    std::lock_guard lock(mutex_);
+    return userStop_;
+  }
   bool tookOver_ = false;                  // the standby, from the first agent
   std::thread thread_;  // last: it runs once the members above exist
 };
@@ -486,11 +490,7 @@ void Supervisions::Worker::pollAlerts(JobAlerts& alerts, Supervisor& supervisor)
 // A user's stop, asked of this agent: every part is asked too, the stop may have reached this
 // agent alone.
 void Supervisions::Worker::heedUserStop(Supervisor& supervisor) {
-  std::optional<UserStop> asked;
-  {
-    std::lock_guard lock(mutex_);
-    asked = userStop_;
-  }
+  const auto asked = userStop();
   if (!asked || stopAsked_) return;
   // One that came once every part had ended, and none on a stop, came too late to change how it
   // ended; it still keeps the job from restarting (heardUserStop).
@@ -498,19 +498,14 @@ void Supervisions::Worker::heedUserStop(Supervisor& supervisor) {
     return p.agentLost || (jobStateEnded(p.state) && !p.stopAsked);
   });
   if (over) return;
-  stopAsked_ = true;
-  supervisor.stopAsked(asked->why);
+  (void)heardUserStop(supervisor);
   stopParts(supervisor.spec(), asked->graceMs);
 }
 
 // Whether a user's stop came, where the job was to restart: the supervisor is told, and ends the job
 // stopped rather than restart it (a stop that came once every part had ended came before the restart).
 bool Supervisions::Worker::heardUserStop(Supervisor& supervisor) {
-  std::optional<UserStop> asked;
-  {
-    std::lock_guard lock(mutex_);
-    asked = userStop_;
-  }
+  const auto asked = userStop();
   if (!asked) return false;
   if (!stopAsked_) supervisor.stopAsked(asked->why);
   stopAsked_ = true;

@@ -41,7 +41,7 @@ class Compactor;
 
 // The schema version this build writes (PRAGMA user_version). Older files are migrated on open;
 // newer ones are refused.
-inline constexpr int kSchemaVersion = 12;
+inline constexpr int kSchemaVersion = 13;
 
 struct Options {
   // Samples younger than this stay raw; older ones are averaged into one row per bucket
@@ -71,10 +71,12 @@ struct PartRecord {
 
 struct JobRecord {
   JobSpec spec;
-  JobState state = JobState::kStarting;  // failed if a part failed, stopped if one stopped, ...
+  // Its supervisor's verdict once the supervision ended (jobOutcome), else its parts' combined
+  // state: failed if a part failed, stopped if one stopped, ...
+  JobState state = JobState::kStarting;
   std::int64_t startedUnixUs = 0;
   std::int64_t endedUnixUs = 0;  // 0 while running
-  std::string message;
+  std::string message;  // the verdict's words, else the first part's that has some
   std::string owner;  // combinedOwner of its parts'
   std::vector<PartRecord> parts;
   std::vector<NodeRecord> nodes;  // the nodes of its parts, as their agents described them
@@ -132,7 +134,8 @@ class History {
   Result<void> recordNode(const NodeHello& hello);
   // A job's part on `node`, from the agent's job list: creates the job or updates that part.
   // A later attempt (a restart) replaces the job's spec and parts; a part of an earlier attempt is
-  // ignored. Returns whether anything changed.
+  // ignored. The supervising agent's status carries the supervisor's verdict once it ended, and the
+  // job then reads as that. Returns whether anything changed.
   Result<bool> recordJob(const std::string& node, const JobStatus& status);
   // Stream messages; those of jobs not recorded yet are skipped, and a node's network unless one
   // of the recorded jobs runs on it (or ended on it less than 5 s before).

@@ -554,6 +554,13 @@ struct Supervision {
 // part, and a stop asked of it ends the job stopped however a part then ended: a rank of the user's
 // own program may fail as its peers go), else its parts' combined (combinedState).
 JobState jobOutcome(const Supervision& supervision, const std::vector<JobState>& parts);
+// Whether a job is over, so that a client following it may stop: its supervisor's verdict is in,
+// or, where no agent supervises it, every part ended. Parts that all ended under a supervision that
+// goes on are a job about to restart, or about to be judged.
+bool jobOver(const Supervision& supervision, const std::vector<JobState>& parts);
+// Whether the agent whose part carries `supervision` still decides how the job ends (it supervises
+// it or stands by to): a stop goes to it too, though its own part ended.
+bool decidesOutcome(const Supervision& supervision);
 
 // Where a rank is, from its progress record, as its agent saw it (durations by the agent's clock).
 struct RankProgress {
