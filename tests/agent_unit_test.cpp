@@ -152,8 +152,11 @@ TEST(AgentConfig, FlagsOverTheConfigFile) {
   EXPECT_EQ(c->listenHost(), "0.0.0.0");
   EXPECT_EQ(c->sampleHz, 10u);
   EXPECT_EQ(c->name, "from-flag");
+  EXPECT_EQ(c->keepJobs, 100u);
+  EXPECT_EQ(parseAgentArgs({"--state-dir", dir.path().string(), "--keep-jobs", "5"})->keepJobs, 5u);
   for (auto [args, text] : std::initializer_list<std::pair<std::vector<std::string>, const char*>>{
            {{"--state-dir", dir.path().string(), "--sample-hz", "50"}, "from 1 to 20"},
+           {{"--state-dir", dir.path().string(), "--keep-jobs", "0"}, "--keep-jobs"},
            {{"--state-dir", dir.path().string(), "--listen", "udp://x"}, "expected tcp://HOST:PORT"},
            {{"--state-dir", dir.path().string(), "--colour", "red"}, "unknown setting 'colour'"},
            {{"--config", dir.file("missing.conf")}, "no such file"}}) {

@@ -210,11 +210,12 @@ class AppClusterTest : public QObject {
     auto keys = loadOrCreateKeyPair(dir.file("sim"), "agent");
     QVERIFY(keys.ok());
     const JobSpec spec = smallJob("verdict", 2, 10);
-    const auto part = [&](std::uint16_t port, JobState state, Supervision supervision) {
+    const auto part = [&](std::uint16_t port, JobState state, Supervision supervision, std::uint32_t attempt = 0) {
       const QString id = QStringLiteral("127.0.0.1:%1").arg(port);
       app.store.addAgent({"127.0.0.1", port}, keys->publicKey);
       JobStatus status;
       status.spec = spec;
+      status.spec.attempt = attempt;
       status.state = state;
       status.supervision = std::move(supervision);
       app.store.onJobs(id, std::make_shared<const std::vector<JobStatus>>(std::vector{status}));
@@ -222,8 +223,20 @@ class AppClusterTest : public QObject {
     part(1, JobState::kStopped, {SupervisionState::kFollowing, JobState::kRunning, "", {}});
     part(2, JobState::kFailed, {});
     QCOMPARE(app.store.job("verdict")->state, JobState::kFailed);  // the parts', until the supervisor decides
+    QVERIFY(!app.store.job("verdict")->over);
     part(1, JobState::kStopped, {SupervisionState::kEnded, JobState::kStopped, "stopped on request", {}});
     QCOMPARE(app.store.job("verdict")->state, JobState::kStopped);
+    QVERIFY(app.store.job("verdict")->over);
+
+    // A restart left the supervising agent's node out: its part stays at the attempt before, and its
+    // verdict still decides.
+    part(1, JobState::kFailed, {SupervisionState::kRestarting, JobState::kRunning, "", {}});
+    part(2, JobState::kRunning, {}, 1);
+    part(2, JobState::kFailed, {}, 1);
+    QVERIFY(!app.store.job("verdict")->over);
+    part(1, JobState::kFailed, {SupervisionState::kEnded, JobState::kStopped, "stopped on request", {}});
+    QCOMPARE(app.store.job("verdict")->state, JobState::kStopped);
+    QVERIFY(app.store.job("verdict")->over);
   }
 
   // Issue 46: the GPU table takes new samples only for the nodes that sent them, and says only

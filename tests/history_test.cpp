@@ -242,11 +242,33 @@ TEST(History, AJobIsWhatItsSupervisorDecidedOverItsParts) {
   EXPECT_EQ(h->jobs(Filter{.state = JobState::kStopped})->size(), 1u);
   EXPECT_TRUE(h->jobs(Filter{.state = JobState::kFailed})->empty());
 
-  // A restart is a new attempt: the verdict of the one before it does not hold for it.
-  JobSpec again = s;
-  again.attempt = 1;
-  ASSERT_TRUE(h->recordJob("node-a", status(again, JobState::kRunning)));
+  // The id names a new job (an agent dropped the old one): its supervision goes on, and no verdict holds.
+  JobStatus again = status(s, JobState::kRunning);
+  again.supervision.state = SupervisionState::kFollowing;
+  EXPECT_TRUE(*h->recordJob("node-a", again));
+  EXPECT_EQ(h->job("judged")->state, JobState::kFailed) << "node-b's part is still the old one's";
+  ASSERT_TRUE(h->recordJob("node-b", status(s, JobState::kRunning)));
   EXPECT_EQ(h->job("judged")->state, JobState::kRunning);
+}
+
+// A restart may leave the supervising agent's node out: its part stays at the attempt before, and
+// it still gives the verdict on the job.
+TEST(History, TheVerdictOfASupervisorARestartLeftOutIsKept) {
+  TempDir dir;
+  auto h = History::open(dir.file("h.db"));
+  ASSERT_TRUE(h);
+  const JobSpec first = spec("left-out");
+  JobSpec second = first;
+  second.attempt = 1;
+  JobStatus a = status(first, JobState::kFailed, kT0 + 1'000'000);
+  a.supervision.state = SupervisionState::kRestarting;
+  ASSERT_TRUE(h->recordJob("node-a", a));
+  ASSERT_TRUE(h->recordJob("node-b", status(second, JobState::kFailed, kT0 + 5'000'000)));
+  EXPECT_EQ(h->job("left-out")->state, JobState::kFailed);
+  a.supervision = Supervision{SupervisionState::kEnded, JobState::kStopped, "stopped on request", {}};
+  EXPECT_TRUE(*h->recordJob("node-a", a)) << "the verdict, from a part of the attempt before";
+  EXPECT_EQ(h->job("left-out")->state, JobState::kStopped);
+  EXPECT_EQ(h->job("left-out")->parts.size(), 1u) << "its part is still the replaced attempt's";
 }
 
 // Issue 13: a 1-rank run of the same workload calibrates the scaling efficiency of later jobs.

@@ -691,6 +691,37 @@ sys.exit(1))";
   EXPECT_EQ(kept[0]["state"], "stopped") << kept.dump();
 }
 
+// An agent keeps its newest --keep-jobs jobs; an ended job's supervision goes with it, and its id may
+// name a new job, which is supervised as any other (before, it showed the old job's verdict, and
+// nothing supervised it).
+TEST(Lockstepctl, AJobIdTheAgentDroppedNamesANewSupervisedJob) {
+  TempDir dir;
+  AgentProcess agent(dir, "node-a", {"--keep-jobs", "1"});
+  Ctl ctl{dir, dir.file("config")};
+  ASSERT_TRUE(ctl.pairWith(agent));
+  const std::vector<std::string> job = {"--ranks", "1", "--layers", "16,4", "--dataset", "synthetic:n=512"};
+  ASSERT_EQ(ctl(join({"start", "--wait", "--job-id", "again", "--steps", "20"}, job)).status.exitCode, 0);
+  ASSERT_EQ(ctl(join({"start", "--wait", "--job-id", "other", "--steps", "20"}, job)).status.exitCode, 0);
+  const auto dropped = ctl({"status", "again"});
+  EXPECT_NE(dropped.status.exitCode, 0) << "the table keeps one job: " << dropped.out;
+
+  const auto started = ctl(join({"start", "--job-id", "again", "--steps", "100000000"}, job));
+  ASSERT_EQ(started.status.exitCode, 0) << started.err;
+  nlohmann::json shown;
+  ASSERT_TRUE(waitUntil(
+      [&] {
+        shown = nlohmann::json::parse(ctl({"--json", "status", "again"}).out, nullptr, false);
+        return shown.is_object() && shown["state"] != "starting";
+      },
+      30s));
+  EXPECT_EQ(shown["state"], "running") << shown.dump();
+  EXPECT_EQ(shown["supervision"]["state"], "following") << shown.dump();
+  ASSERT_EQ(ctl({"stop", "again"}).status.exitCode, 0);
+  shown = nlohmann::json::parse(ctl({"--json", "status", "again"}).out);
+  EXPECT_EQ(shown["state"], "stopped") << shown.dump();
+  EXPECT_EQ(shown["supervision"]["message"], "stopped on request") << shown.dump();
+}
+
 TEST(Lockstepctl, ExhaustedRestartsFailWithWhatHappened) {
   SupervisedJob job("el-3", "2,1", "64", "9000", "1");
   ASSERT_TRUE(job.running) << job.err();

@@ -249,6 +249,7 @@ void ClusterStore::onState(QString id, AgentState state, QString message) {
     if (state == AgentState::kConnected || job->supervisor != id) continue;
     job->supervision = {};
     job->supervisor.clear();
+    updateJobState(*job);
     forgotten = true;
   }
   if (forgotten) Q_EMIT jobsChanged();
@@ -290,8 +291,12 @@ void ClusterStore::onJobs(QString id, JobList jobs) {
       job.supervisor.clear();
       changed = true;
     }
-    // A restart replaces a job's parts: an older attempt's part (a lost node coming back) is history.
-    if (status.spec.attempt < job.spec.attempt) continue;
+    // A restart replaces a job's parts: an older attempt's part (a lost node coming back) is history,
+    // but its agent may still supervise the job (the restart left its node out) and judge it.
+    if (status.spec.attempt < job.spec.attempt) {
+      updateJobState(job);
+      continue;
+    }
     if (status.spec.attempt > job.spec.attempt) {
       job.setSpec(status.spec);
       job.parts.clear();

@@ -101,8 +101,14 @@ void JobControl::stopJob(const std::string& jobId) {
   const JobEntry* job = store_.job(jobId);
   if (!job) return;
   Stop& pending = stops_[jobId];
+  // The parts that run, and the supervising agent while it decides how the job ends, though its
+  // own part ended or a restart left its node out.
+  std::set<QString> asked;
   for (const auto& [agentId, part] : job->parts) {
-    if (jobStateEnded(part.state) && !(agentId == job->supervisor && decidesOutcome(job->supervision))) continue;
+    if (!jobStateEnded(part.state)) asked.insert(agentId);
+  }
+  if (!job->supervisor.isEmpty() && decidesOutcome(job->supervision)) asked.insert(job->supervisor);
+  for (const QString& agentId : asked) {
     const quint64 tag = nextTag_++;
     if (!store_.stopOn(agentId, tag, jobId)) continue;
     stopTags_[tag] = jobId;

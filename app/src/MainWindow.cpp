@@ -380,7 +380,7 @@ void MainWindow::refreshJobs() {
   }
   dashboard_->refresh();
   const JobEntry* shown = store_.job(dashboard_->jobId().toStdString());
-  stopAction_->setEnabled(shown && !jobStateEnded(shown->state));
+  stopAction_->setEnabled(shown && !shown->over);  // a job to restart, or to be judged, may be stopped
   exportAction_->setEnabled(shown && history_);
   exportTraceAction_->setEnabled(shown && history_);
 }

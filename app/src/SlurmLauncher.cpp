@@ -119,13 +119,13 @@ void SlurmLauncher::placeWhenConnected(std::shared_ptr<Pending> p) {
   Q_EMIT launched(jobId, QString::fromStdString(p->slurmJobId));
 }
 
-// A job's agents leave the cluster view once it shows as ended and they will have exited, after
-// their linger.
+// A job's agents leave the cluster view once it is over (its verdict is in: not while it is to
+// restart) and they will have exited, after their linger.
 void SlurmLauncher::onJobsChanged() {
   cancelStopped();
   for (auto it = launched_.begin(); it != launched_.end();) {
     const JobEntry* job = store_.job(it->first);
-    if (job && !jobStateEnded(job->state)) {
+    if (job && !job->over) {
       ++it;
       continue;
     }
@@ -136,12 +136,12 @@ void SlurmLauncher::onJobsChanged() {
   }
 }
 
-// A stopped job's Slurm job is cancelled once the job shows as ended (its last events are in):
-// sooner would take the agents away before they sent them.
+// A stopped job's Slurm job is cancelled once the job is over (its last events and its verdict are
+// in): sooner would take the agents away before they sent them.
 void SlurmLauncher::cancelStopped() {
   for (auto it = stopping_.begin(); it != stopping_.end();) {
     const JobEntry* job = store_.job(*it);
-    if (job && !jobStateEnded(job->state)) {
+    if (job && !job->over) {
       ++it;
       continue;
     }

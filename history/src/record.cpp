@@ -173,9 +173,7 @@ Recorder::Recorder(sqlite3* db)
           agent_version = ?6, seen_us = ?7)sql"),
       attempt_(db, "SELECT coalesce(json_extract(spec_json, '$.attempt'), 0) FROM jobs WHERE job_id = ?1"),
       insertJob_(db, "INSERT INTO jobs (job_id, name, spec_json, world_size, recorded_us) VALUES (?1, ?2, ?3, ?4, ?5)"),
-      restartJob_(db, R"sql(
-        UPDATE jobs SET spec_json = ?2, world_size = ?3, kpis_stale = 1, outcome = NULL, outcome_message = NULL
-        WHERE job_id = ?1)sql"),
+      restartJob_(db, "UPDATE jobs SET spec_json = ?2, world_size = ?3, kpis_stale = 1 WHERE job_id = ?1"),
       outcome_(db, R"sql(
         UPDATE jobs SET outcome = ?2, outcome_message = ?3
         WHERE job_id = ?1 AND (outcome IS NOT ?2 OR outcome_message IS NOT ?3))sql"),
@@ -212,7 +210,13 @@ Result<bool> Recorder::recordJob(const std::string& node, const JobStatus& statu
   const JobSpec& spec = status.spec;
   LOCKSTEP_ASSIGN_OR_RETURN(auto tx, Transaction::begin(db_));
   LOCKSTEP_ASSIGN_OR_RETURN(const auto stored, storedAttempt(spec.jobId));
-  if (stored && spec.attempt < *stored) return false;  // a part of an attempt a restart replaced
+  if (stored && spec.attempt < *stored) {
+    // A part of an attempt a restart replaced; its agent may still supervise the job (the restart
+    // left its node out) and say the verdict.
+    LOCKSTEP_ASSIGN_OR_RETURN(const bool judged, recordOutcome(status));
+    LOCKSTEP_TRY(tx.commit());
+    return judged;
+  }
   // A status whose spec was left out (the client had it) cannot start or restart a record.
   if (status.specOmitted && (!stored || spec.attempt > *stored)) return false;
   bool changed = false;
@@ -229,12 +233,16 @@ Result<bool> Recorder::recordJob(const std::string& node, const JobStatus& statu
   return changed || partChanged || judged;
 }
 
-// The supervisor's verdict, from the supervising agent's status once its supervision ended.
+// The supervisor's verdict, from the supervising agent's status: kept once its supervision ended,
+// none while it goes on (a job restarting, or a new job under the id of one recorded before).
 Result<bool> Recorder::recordOutcome(const JobStatus& status) {
-  if (status.supervision.state != SupervisionState::kEnded) return false;
+  const Supervision& s = status.supervision;
+  if (s.state == SupervisionState::kNone || s.state == SupervisionState::kStandby) return false;
+  const bool ended = s.state == SupervisionState::kEnded;
   LOCKSTEP_ASSIGN_OR_RETURN(auto stmt, outcome_.use());
-  stmt->bind(1, status.spec.jobId).bind(2, static_cast<std::int64_t>(status.supervision.outcome));
-  LOCKSTEP_TRY(stmt->bind(3, status.supervision.message).run());
+  stmt->bind(1, status.spec.jobId);
+  stmt->bind(2, ended ? std::optional(static_cast<std::int64_t>(s.outcome)) : std::nullopt);
+  LOCKSTEP_TRY(stmt->bind(3, ended ? std::optional(s.message) : std::nullopt).run());
   return sqlite3_changes(db_) != 0;
 }
 

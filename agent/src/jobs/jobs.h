@@ -115,6 +115,7 @@ class JobManager {
                               const std::string& storeSecret = {});
   // The user a job here runs as; nullopt for a job this agent does not know.
   std::optional<std::string> ownerOf(const std::string& jobId) const;
+  bool holds(const std::string& jobId) const { return jobs_.count(jobId) != 0; }
   // Where the key that launched a job here is kept, for its restarts: outside the job's directory,
   // which its user's ranks may write (removed with the job).
   std::string launcherPath(const std::string& jobId) const;

@@ -82,6 +82,7 @@ class Supervisions::Worker {
     std::lock_guard lock(mutex_);
     return state_;
   }
+  bool ended() const { return state().state == SupervisionState::kEnded; }
   // Whether it supervises the job: the first agent's worker, or the second's once it took over;
   // the second's may still take over while it stands by.
   enum class Role { kSupervises, kStandsBy, kStoodBy };
@@ -646,8 +647,18 @@ Supervisions::~Supervisions() {
   workers_.clear();
 }
 
-void Supervisions::supervise(const JobSpec& spec) {
+void Supervisions::supervise(const JobSpec& spec, const std::function<bool(const std::string& jobId)>& held) {
+  std::vector<std::unique_ptr<Worker>> gone;  // joined once the lock is let go
   std::lock_guard lock(mutex_);
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    const bool reused = it->first == spec.jobId && spec.attempt == 0;
+    if (it->second->ended() && (reused || (held && !held(it->first)))) {
+      gone.push_back(std::move(it->second));
+      it = workers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
   const SupervisingRole role = roleIn(spec);
   if (workers_.count(spec.jobId) || !role) return;
   workers_.emplace(spec.jobId, std::make_unique<Worker>(spec, role.standby, node_, keys_, alerts_, log_));

@@ -10,6 +10,7 @@
 // stood when the first stops answering (its node lost).
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -40,8 +41,12 @@ class Supervisions {
   bool supervises(const JobSpec& spec) const;
   // Whether the job's alert rules and webhooks can run here (alerts/alert_desk.h).
   Result<void> checkAlerts(const JobSpec& spec) const;
-  // Begins supervising (or standing by for) the job of `spec` unless it already does.
-  void supervise(const JobSpec& spec);
+  // Begins supervising (or standing by for) the job of `spec` unless it already does. Ended
+  // supervisions go first where the agent's table no longer `held` their job (it keeps the newest
+  // --keep-jobs ended jobs: their last frames and threads go with them), and where a new job (attempt
+  // 0) takes the id of one that ended here: the agent refuses an id its table still holds. Without
+  // `held` (no table), ended supervisions stay.
+  void supervise(const JobSpec& spec, const std::function<bool(const std::string& jobId)>& held = {});
   // A user's key asked this agent to stop the job: where it supervises the job (or once it takes
   // over), the job ends stopped however its parts end, and its other parts are asked to stop too,
   // with the same grace.

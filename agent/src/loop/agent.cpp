@@ -195,6 +195,7 @@ Result<JobManagerOptions> Agent::Impl::jobOptions(const std::string& reportEndpo
         "unless it is on their own PYTHONPATH");
   }
   options.defaultStopGrace = milliseconds(config_.stopGraceMs);
+  options.keepFinishedJobs = config_.keepJobs;
   return options;
 }
 
@@ -214,7 +215,7 @@ Result<void> Agent::Impl::startJobs(const std::string& reportEndpoint) {
   alerts_ = std::make_unique<AlertDesk>(std::move(defaults), log_, webhooks);
   supervisions_ = std::make_unique<Supervisions>(config_.name, keys_, *alerts_, log_);
   for (const auto& job : jobs_->list()) {
-    if (!jobStateEnded(job.state)) supervisions_->supervise(job.spec);
+    if (!jobStateEnded(job.state)) supervisions_->supervise(job.spec, [this](const std::string& id) { return jobs_->holds(id); });
   }
   return {};
 }

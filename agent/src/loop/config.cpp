@@ -79,6 +79,8 @@ Result<void> set(AgentConfig& c, const std::string& key, const std::string& valu
       return usage("--slurm-job: '" + value + "' is not a Slurm job id");
     }
     c.slurmJob = value;
+  } else if (key == "keep-jobs") {
+    LOCKSTEP_ASSIGN_OR_RETURN(c.keepJobs, number("--keep-jobs", value, 1, 100000));
   } else if (key == "exit-when-idle-s") {
     LOCKSTEP_ASSIGN_OR_RETURN(c.exitWhenIdleS, number("--exit-when-idle-s", value, 0, 86400 * 365));
   } else if (key == "job-sandbox") {
@@ -245,6 +247,8 @@ connect only when its public key is in its authorized keys file (one key and a c
                              for clients to find an agent a Slurm job started (docs/cluster.md)
   --slurm-job ID              the Slurm job this agent runs in (lockstepctl start --slurm sets it):
                              on SIGTERM it stops its jobs with Slurm's reason, and exits once they end
+  --keep-jobs N              jobs the agent keeps in its table, with their logs and files: the
+                             newest N (default 100); an older ended job is dropped, and its id free
   --exit-when-idle-s N       exit after N seconds with no job running, at least 300 before
                              the first (default 0: never)
   --alert-rules FILE         alert rules every job runs under, one per line (docs/alerts.md)

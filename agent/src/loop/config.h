@@ -33,6 +33,7 @@ struct AgentConfig {
   std::string metricsTargets;       // a Prometheus file_sd file naming the metrics address, while it serves
   std::string slurmJob;             // the Slurm job this agent runs in: SIGTERM ends its jobs, saying why
   std::uint32_t exitWhenIdleS = 0;  // exit after this long with no job running; 0: never
+  std::uint32_t keepJobs = 100;     // jobs the table keeps, the newest; older ended ones are dropped
   std::string alertRules;           // every job's alert rules, one per line (docs/alerts.md)
   std::vector<std::string> notify;  // every job's webhooks
   std::uint32_t webhookTimeoutMs = 5000;  // each POST's
