@@ -173,6 +173,27 @@ TEST(Supervisor, ALostRankIsRestartedAfterTheGraceWithTheRanksLeftUntilNoRestart
   EXPECT_EQ(s.attempts()[2], "not restarted: no restarts left (1 allowed)");
 }
 
+// Trainer ranks stopped at a vote no agent was asked for (SIGTERM from outside): a job that may
+// restart does; once it may not, it ends stopped, as a job without restarts does, not failed.
+TEST(Supervisor, AJobStoppedFromOutsideWithNoRestartsLeftEndsStopped) {
+  const auto t0 = Supervisor::Clock::time_point{};
+  Supervisor s(placedOn({"a", "b"}, 1));
+  const auto stopped = [](std::uint32_t attempt) {
+    std::vector<EndedPart> parts{part("a", JobState::kStopped, {rank(0, JobState::kStopped, 143)}),
+                                 part("b", JobState::kStopped, {rank(2, JobState::kStopped, 143)})};
+    for (auto& p : parts) p.attempt = attempt;
+    return parts;
+  };
+  const auto restart = s.observe(stopped(0), t0);
+  ASSERT_EQ(restart.kind, Kind::kRestart) << restart.message;
+  JobSpec next = restart.plan.next;
+  s.restarted(next);
+  const auto ended = s.observe(stopped(next.attempt), t0 + 10s);
+  ASSERT_EQ(ended.kind, Kind::kEnd);
+  EXPECT_EQ(ended.state, JobState::kStopped) << ended.message;
+  EXPECT_NE(ended.message.find("not restarted: no restarts left (1 allowed)"), std::string::npos) << ended.message;
+}
+
 TEST(Supervisor, ALostNodeIsNotWaitedForAndItsRanksAreLeftOut) {
   const auto t0 = Supervisor::Clock::time_point{};
   Supervisor s(placedOn({"a", "b"}, 2));

@@ -692,20 +692,27 @@ sys.exit(1))";
 }
 
 // An agent keeps its newest --keep-jobs jobs; an ended job's supervision goes with it, and its id may
-// name a new job, which is supervised as any other (before, it showed the old job's verdict, and
-// nothing supervised it).
+// name a new job, which is supervised as any other: before, it showed the old job's verdict, nothing
+// supervised it, and the agent refused its restarts because a user had stopped the old one.
 TEST(Lockstepctl, AJobIdTheAgentDroppedNamesANewSupervisedJob) {
   TempDir dir;
   AgentProcess agent(dir, "node-a", {"--keep-jobs", "1"});
   Ctl ctl{dir, dir.file("config")};
   ASSERT_TRUE(ctl.pairWith(agent));
-  const std::vector<std::string> job = {"--ranks", "1", "--layers", "16,4", "--dataset", "synthetic:n=512"};
-  ASSERT_EQ(ctl(join({"start", "--wait", "--job-id", "again", "--steps", "20"}, job)).status.exitCode, 0);
-  ASSERT_EQ(ctl(join({"start", "--wait", "--job-id", "other", "--steps", "20"}, job)).status.exitCode, 0);
+  const auto job = [&](const std::string& id, const std::string& steps) {
+    return join({"start", "--job-id", id, "--ranks", "2", "--steps", steps, "--max-restarts", "1", "--checkpoint-dir",
+                 dir.file("ckpt-" + id + steps)},
+                kElasticJob);
+  };
+  ASSERT_EQ(ctl(job("again", "100000000")).status.exitCode, 0);
+  ASSERT_EQ(ctl({"stop", "again"}).status.exitCode, 0);
+  auto other = job("other", "20");
+  other.insert(other.begin() + 1, "--wait");
+  ASSERT_EQ(ctl(other).status.exitCode, 0);
   const auto dropped = ctl({"status", "again"});
   EXPECT_NE(dropped.status.exitCode, 0) << "the table keeps one job: " << dropped.out;
 
-  const auto started = ctl(join({"start", "--job-id", "again", "--steps", "100000000"}, job));
+  const auto started = ctl(job("again", "200000000"));
   ASSERT_EQ(started.status.exitCode, 0) << started.err;
   nlohmann::json shown;
   ASSERT_TRUE(waitUntil(
@@ -716,6 +723,9 @@ TEST(Lockstepctl, AJobIdTheAgentDroppedNamesANewSupervisedJob) {
       30s));
   EXPECT_EQ(shown["state"], "running") << shown.dump();
   EXPECT_EQ(shown["supervision"]["state"], "following") << shown.dump();
+  ASSERT_TRUE(waitUntil([&] { return rankProcess("again", 1).has_value(); }, 30s));
+  ::kill(*rankProcess("again", 1), SIGKILL);
+  EXPECT_TRUE(waitForRankOfAttempt("again", 0, 1, 60s)) << "restarted: " << ctl({"status", "again"}).out;
   ASSERT_EQ(ctl({"stop", "again"}).status.exitCode, 0);
   shown = nlohmann::json::parse(ctl({"--json", "status", "again"}).out);
   EXPECT_EQ(shown["state"], "stopped") << shown.dump();

@@ -63,15 +63,17 @@ Supervisor::Action Supervisor::observe(const std::vector<EndedPart>& allParts, C
     stop.kind = Action::Kind::kStop;
     return stop;
   }
-  // Every part ended, and the job failed.
+  // Every part ended, and the job failed (or stopped unasked, with restarts allowed).
   failedSince_.reset();
   RestartPlan plan = planRestart(spec_, parts);
   if (!elastic) return end(JobState::kFailed, plan.lost);
   attempts_.push_back("attempt " + std::to_string(spec_.attempt) + " with " + std::to_string(spec_.worldSize) + " rank" +
                       (spec_.worldSize == 1 ? "" : "s") + ": " + plan.lost);
   if (!plan.refusal.empty()) {
+    // Stopped from outside, as a job that may not restart ends: stopped, saying why not restarted.
     attempts_.push_back("not restarted: " + plan.refusal);
-    return end(JobState::kFailed, plan.lost + "; not restarted: " + plan.refusal);
+    return end(state == JobState::kStopped ? JobState::kStopped : JobState::kFailed,
+               plan.lost + "; not restarted: " + plan.refusal);
   }
   restarting_ = true;
   Action restart;

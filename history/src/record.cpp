@@ -212,7 +212,9 @@ Result<bool> Recorder::recordJob(const std::string& node, const JobStatus& statu
   LOCKSTEP_ASSIGN_OR_RETURN(const auto stored, storedAttempt(spec.jobId));
   if (stored && spec.attempt < *stored) {
     // A part of an attempt a restart replaced; its agent may still supervise the job (the restart
-    // left its node out) and say the verdict.
+    // left its node out) and give the verdict. Only that is taken: the history holds one job per id,
+    // and a new job under an id whose job restarted reads as that job's earlier attempt.
+    if (status.supervision.state != SupervisionState::kEnded) return false;
     LOCKSTEP_ASSIGN_OR_RETURN(const bool judged, recordOutcome(status));
     LOCKSTEP_TRY(tx.commit());
     return judged;

@@ -656,7 +656,8 @@ void JobManager::persist() {
 void JobManager::dropOldJobs() {
   while (order_.size() > options_.keepFinishedJobs) {
     const auto oldest = std::find_if(order_.begin(), order_.end(), [&](const std::string& id) {
-      return !jobs_.at(id)->running() && !jobs_.at(id)->anyRankRunning();
+      return !jobs_.at(id)->running() && !jobs_.at(id)->anyRankRunning() &&
+             !(options_.stillNeeded && options_.stillNeeded(id));
     });
     if (oldest == order_.end()) break;
     std::error_code ec;

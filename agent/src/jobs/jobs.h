@@ -73,6 +73,8 @@ struct JobManagerOptions {
   std::chrono::milliseconds defaultStopGrace{10000};
   std::uint64_t logCapBytes = 8u << 20;  // per rank log file, plus one rotated copy
   std::size_t keepFinishedJobs = 100;
+  // An ended job this says is still needed is kept however old: one whose supervision goes on here.
+  std::function<bool(const std::string& jobId)> stillNeeded;
 };
 
 // A job's running ranks here, for the stall watch and the evidence taker (stalls/stall_watch.h, stalls/evidence.h).

@@ -138,6 +138,8 @@ void Starts::onPreflight() {
 }
 
 void Starts::started(const Pending& pending, const StartJobReply& reply) {
+  // A new job under the id of one a user stopped here (and the table dropped) may restart.
+  if (pending.spec.attempt == 0) stoppedByUser_.erase(pending.spec.jobId);
   // Who launched it, for the restarts its supervising agent may ask for (restartOwner).
   if (access_.keyRing().allows(pending.key)) {
     const std::string path = jobs_.launcherPath(pending.spec.jobId);

@@ -83,6 +83,7 @@ class Supervisions::Worker {
     return state_;
   }
   bool ended() const { return state().state == SupervisionState::kEnded; }
+  bool finished() const { return finished_.load(); }  // its thread has nothing left to do
   // Whether it supervises the job: the first agent's worker, or the second's once it took over;
   // the second's may still take over while it stands by.
   enum class Role { kSupervises, kStandsBy, kStoodBy };
@@ -185,6 +186,7 @@ class Supervisions::Worker {
     return userStop_;
   }
   bool tookOver_ = false;                  // the standby, from the first agent
+  std::atomic<bool> finished_{false};      // run() returned
   std::thread thread_;  // last: it runs once the members above exist
 };
 
@@ -201,6 +203,7 @@ void Supervisions::Worker::run() {
     follow(*taken);
   }
   clients_.clear();  // each holds a connection to its node's agent
+  finished_ = true;
 }
 
 // The standby's wait: it mirrors the first agent's supervision until that ends (then this ends
@@ -645,20 +648,25 @@ Supervisions::~Supervisions() {
   std::lock_guard lock(mutex_);
   for (auto& [id, worker] : workers_) worker->requestStop();  // all at once, then each joined
   workers_.clear();
+  retiring_.clear();  // told to stop already
 }
 
 void Supervisions::supervise(const JobSpec& spec, const std::function<bool(const std::string& jobId)>& held) {
-  std::vector<std::unique_ptr<Worker>> gone;  // joined once the lock is let go
+  std::vector<std::unique_ptr<Worker>> gone;  // finished: joined (at once) once the lock is let go
   std::lock_guard lock(mutex_);
   for (auto it = workers_.begin(); it != workers_.end();) {
     const bool reused = it->first == spec.jobId && spec.attempt == 0;
     if (it->second->ended() && (reused || (held && !held(it->first)))) {
-      gone.push_back(std::move(it->second));
+      it->second->requestStop();
+      retiring_.push_back(std::move(it->second));
       it = workers_.erase(it);
     } else {
       ++it;
     }
   }
+  const auto done = std::stable_partition(retiring_.begin(), retiring_.end(), [](const auto& w) { return !w->finished(); });
+  std::move(done, retiring_.end(), std::back_inserter(gone));
+  retiring_.erase(done, retiring_.end());
   const SupervisingRole role = roleIn(spec);
   if (workers_.count(spec.jobId) || !role) return;
   workers_.emplace(spec.jobId, std::make_unique<Worker>(spec, role.standby, node_, keys_, alerts_, log_));
@@ -712,6 +720,12 @@ void Supervisions::stopAskedByUser(const std::string& jobId, std::string why, st
   std::lock_guard lock(mutex_);
   const auto it = workers_.find(jobId);
   if (it != workers_.end()) it->second->stopAskedByUser(std::move(why), graceMs);
+}
+
+bool Supervisions::goesOn(const std::string& jobId) const {
+  std::lock_guard lock(mutex_);
+  const auto it = workers_.find(jobId);
+  return it != workers_.end() && !it->second->ended();
 }
 
 Supervision Supervisions::of(const std::string& jobId) const {

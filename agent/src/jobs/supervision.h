@@ -53,6 +53,8 @@ class Supervisions {
   void stopAskedByUser(const std::string& jobId, std::string why, std::uint32_t graceMs);
   // The job's supervision as it stands; kNone when this agent does not supervise it.
   Supervision of(const std::string& jobId) const;
+  // Whether this agent supervises (or stands by for) the job and it has not ended.
+  bool goesOn(const std::string& jobId) const;
   // The job's KPIs, the rows of the ranks asked for and its events, as this agent's supervision last
   // read them from the job's agents (docs/fan-in.md); refused where it does not supervise the job.
   Result<FrameReply> frameOf(const FrameRequest& request) const;
@@ -68,6 +70,9 @@ class Supervisions {
   Log& log_;
   mutable std::mutex mutex_;
   std::map<std::string, std::unique_ptr<Worker>> workers_;  // by job id, kept once ended
+  // Ended supervisions let go of (supervise), told to stop: joined once their threads finished, so
+  // that the agent's loop never waits on one's call to an agent (its own, say).
+  std::vector<std::unique_ptr<Worker>> retiring_;
 };
 
 }  // namespace lockstep::agent

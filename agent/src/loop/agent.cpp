@@ -196,6 +196,8 @@ Result<JobManagerOptions> Agent::Impl::jobOptions(const std::string& reportEndpo
   }
   options.defaultStopGrace = milliseconds(config_.stopGraceMs);
   options.keepFinishedJobs = config_.keepJobs;
+  // A job whose supervision goes on here stays listed (clients read its verdict from the listing).
+  options.stillNeeded = [this](const std::string& id) { return supervisions_ && supervisions_->goesOn(id); };
   return options;
 }
 
