@@ -592,13 +592,8 @@ TEST(Lockstepctl, AStopAskedOfOneNodeStopsTheJobOnEveryNodeWithoutARestart) {
   const AgentProcess& asked = aSupervises ? job.b : job.a;
   ASSERT_TRUE(connectAuthorized(asked, job.dir)->stopJob("half", 0, 10s).ok());
   auto client = connectAuthorized(supervisor, job.dir);
-  std::optional<JobStatus> status;
-  ASSERT_TRUE(waitUntil(
-      [&] {
-        status = jobStatusOn(*client, "half");
-        return status && status->supervision.state == SupervisionState::kEnded;
-      },
-      60s));
+  const auto status = jobVerdict(*client, "half");
+  ASSERT_TRUE(status && status->supervision.state == SupervisionState::kEnded);
   EXPECT_EQ(status->supervision.outcome, JobState::kStopped) << status->supervision.message;
   EXPECT_EQ(status->spec.attempt, 0u) << "not restarted";
   EXPECT_EQ(status->state, JobState::kStopped) << status->message;
@@ -673,12 +668,8 @@ sys.exit(1))";
   const pid_t watching = startWaiting(ctl, "watch", {"watch", "own-half", "--json"});
   std::this_thread::sleep_for(1s);
   ASSERT_TRUE(client->stopJob("own-half", 0, 10s).ok());
-  ASSERT_TRUE(waitUntil(
-      [&] {
-        status = jobStatusOn(*client, "own-half");
-        return status && status->supervision.state == SupervisionState::kEnded;
-      },
-      60s));
+  status = jobVerdict(*client, "own-half");
+  ASSERT_TRUE(status && status->supervision.state == SupervisionState::kEnded);
   EXPECT_EQ(status->supervision.outcome, JobState::kStopped) << status->supervision.message;
   EXPECT_EQ(status->supervision.message, "stopped on request");
   // lockstepctl shows the supervisor's verdict, though one part failed.

@@ -70,10 +70,9 @@ Supervisor::Action Supervisor::observe(const std::vector<EndedPart>& allParts, C
   attempts_.push_back("attempt " + std::to_string(spec_.attempt) + " with " + std::to_string(spec_.worldSize) + " rank" +
                       (spec_.worldSize == 1 ? "" : "s") + ": " + plan.lost);
   if (!plan.refusal.empty()) {
-    // Stopped from outside, as a job that may not restart ends: stopped, saying why not restarted.
+    // Failed, or stopped from outside (as a job that may not restart ends), saying why not restarted.
     attempts_.push_back("not restarted: " + plan.refusal);
-    return end(state == JobState::kStopped ? JobState::kStopped : JobState::kFailed,
-               plan.lost + "; not restarted: " + plan.refusal);
+    return end(state, plan.lost + "; not restarted: " + plan.refusal);
   }
   restarting_ = true;
   Action restart;

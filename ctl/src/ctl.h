@@ -109,6 +109,7 @@ struct Part {
 Result<std::vector<Part>> findJob(const Connected& agents, const std::string& jobId, std::chrono::milliseconds timeout,
                                   std::set<AgentClient*>* lost = nullptr);
 bool partEnded(const JobStatus& s);
+bool allPartsEnded(const std::vector<Part>& parts);  // of every attempt listed
 // A job's state as clients show it (jobOutcome): its supervisor's verdict, else its newest attempt's
 // parts' combined state.
 JobState overall(const std::vector<Part>& parts);

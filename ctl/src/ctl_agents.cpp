@@ -135,6 +135,10 @@ Result<std::vector<Part>> findJob(const Connected& agents, const std::string& jo
 
 bool partEnded(const JobStatus& s) { return jobStateEnded(s.state); }
 
+bool allPartsEnded(const std::vector<Part>& parts) {
+  return std::all_of(parts.begin(), parts.end(), [](const Part& p) { return partEnded(p.status); });
+}
+
 // The newest attempt's parts decide: a node an elastic restart left behind keeps its part of the
 // earlier attempt, which failed, while the job it was part of finished.
 std::uint32_t newestAttempt(const std::vector<Part>& parts) {
@@ -191,7 +195,7 @@ Result<std::vector<Part>> stopEverywhere(const Connected& agents, const std::str
   std::optional<Clock::time_point> endedAt;
   while (true) {
     LOCKSTEP_ASSIGN_OR_RETURN(parts, findJob(agents, jobId, timeout, lost));
-    const bool ended = std::all_of(parts.begin(), parts.end(), [](const Part& p) { return partEnded(p.status); });
+    const bool ended = allPartsEnded(parts);
     if (ended && !endedAt) endedAt = Clock::now();
     if (ended && (jobOver(parts) || Clock::now() - *endedAt > kVerdictWait)) return parts;
     if (!ended && Clock::now() > deadline) return timeoutError("job " + jobId + " still has running ranks after the grace period");

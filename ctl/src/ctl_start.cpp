@@ -101,8 +101,7 @@ int followJob(const Globals& g, const Connected& agents, const JobSpec& spec, st
       continue;
     }
     // After a stop, stopEverywhere waited for the verdict as long as it is worth waiting.
-    const bool allEnded = std::all_of(parts->begin(), parts->end(), [](const Part& p) { return partEnded(p.status); });
-    if (!jobOver(*parts) && !(stopAsked && allEnded)) continue;
+    if (!jobOver(*parts) && !(stopAsked && allPartsEnded(*parts))) continue;
     const JobStatus* supervised = supervisingPart(*parts);
     drain(lastSeq, recorder, g.timeout);
     recorder.finish();

@@ -262,13 +262,26 @@ std::optional<JobStatus> jobStatusOn(AgentClient& client, const std::string& id)
   return std::nullopt;
 }
 
-std::optional<JobStatus> jobEnd(AgentClient& client, const std::string& id, std::chrono::milliseconds within) {
+namespace {
+
+std::optional<JobStatus> jobOnceSo(AgentClient& client, const std::string& id, bool (*done)(const JobStatus&),
+                                   std::chrono::milliseconds within) {
   std::optional<JobStatus> last;
   waitUntil([&] {
     last = jobStatusOn(client, id);
-    return last && jobStateEnded(last->state);
+    return last && done(*last);
   }, within);
   return last;
+}
+
+}  // namespace
+
+std::optional<JobStatus> jobEnd(AgentClient& client, const std::string& id, std::chrono::milliseconds within) {
+  return jobOnceSo(client, id, [](const JobStatus& s) { return jobStateEnded(s.state); }, within);
+}
+
+std::optional<JobStatus> jobVerdict(AgentClient& client, const std::string& id, std::chrono::milliseconds within) {
+  return jobOnceSo(client, id, [](const JobStatus& s) { return s.supervision.state == SupervisionState::kEnded; }, within);
 }
 
 }  // namespace lockstep::test

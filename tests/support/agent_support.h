@@ -156,6 +156,9 @@ std::optional<JobStatus> jobStatusOn(AgentClient& client, const std::string& id)
 // Job `id` once it ended (within `within`); its last status seen otherwise (nullopt: never listed).
 std::optional<JobStatus> jobEnd(AgentClient& client, const std::string& id,
                                 std::chrono::milliseconds within = std::chrono::seconds(60));
+// Job `id` once its supervision ended, with the verdict (within `within`); its last status seen otherwise.
+std::optional<JobStatus> jobVerdict(AgentClient& client, const std::string& id,
+                                    std::chrono::milliseconds within = std::chrono::seconds(60));
 
 // A small CPU job for agents: an MLP on synthetic data.
 JobSpec smallJob(const std::string& jobId, std::uint32_t worldSize, std::uint64_t steps);

@@ -147,7 +147,7 @@ void Starts::started(const Pending& pending, const StartJobReply& reply) {
     if (kept) kept = writeFileAtomic(path, pending.key + "\n", 0600);
     if (!kept) log_.error("job " + pending.spec.jobId + ": cannot keep who launched it: " + kept.error().message);
   }
-  supervisions_.supervise(pending.spec, [this](const std::string& id) { return jobs_.holds(id); });
+  supervisions_.supervise(pending.spec);
   replies_.reply(pending.client, Reply{pending.requestId, reply});
 }
 

@@ -630,8 +630,8 @@ bool Supervisions::Worker::pause(Clock::duration d) {
   return !wake_.wait_for(lock, d, [this] { return stop_; });
 }
 
-Supervisions::Supervisions(std::string node, CurveKeyPair nodeKeys, AlertDesk& alerts, Log& log)
-    : node_(std::move(node)), keys_(std::move(nodeKeys)), alerts_(alerts), log_(log) {}
+Supervisions::Supervisions(std::string node, CurveKeyPair nodeKeys, AlertDesk& alerts, Log& log, Held held)
+    : node_(std::move(node)), keys_(std::move(nodeKeys)), alerts_(alerts), log_(log), held_(std::move(held)) {}
 
 Result<void> Supervisions::checkAlerts(const JobSpec& spec) const {
   LOCKSTEP_TRY(alerts_.rulesFor(spec));
@@ -651,12 +651,12 @@ Supervisions::~Supervisions() {
   retiring_.clear();  // told to stop already
 }
 
-void Supervisions::supervise(const JobSpec& spec, const std::function<bool(const std::string& jobId)>& held) {
+void Supervisions::supervise(const JobSpec& spec) {
   std::vector<std::unique_ptr<Worker>> gone;  // finished: joined (at once) once the lock is let go
   std::lock_guard lock(mutex_);
   for (auto it = workers_.begin(); it != workers_.end();) {
     const bool reused = it->first == spec.jobId && spec.attempt == 0;
-    if (it->second->ended() && (reused || (held && !held(it->first)))) {
+    if (it->second->ended() && (reused || (held_ && !held_(it->first)))) {
       it->second->requestStop();
       retiring_.push_back(std::move(it->second));
       it = workers_.erase(it);

@@ -30,9 +30,13 @@ class Log;
 
 class Supervisions {
  public:
+  // Whether the agent's table still holds a job (JobManager::holds; called from supervise, on the
+  // agent's loop).
+  using Held = std::function<bool(const std::string& jobId)>;
   // `node`: this agent's node name; a job whose second agent it is gets a standby.
-  // `alerts`: where the jobs' alerts go (it outlives this).
-  Supervisions(std::string node, CurveKeyPair nodeKeys, AlertDesk& alerts, Log& log);
+  // `alerts`: where the jobs' alerts go (it outlives this). Without `held` (no table), ended
+  // supervisions stay.
+  Supervisions(std::string node, CurveKeyPair nodeKeys, AlertDesk& alerts, Log& log, Held held = {});
   ~Supervisions();  // stops and joins every thread (the jobs go on; a restarted agent resumes them)
   Supervisions(const Supervisions&) = delete;
   Supervisions& operator=(const Supervisions&) = delete;
@@ -44,9 +48,8 @@ class Supervisions {
   // Begins supervising (or standing by for) the job of `spec` unless it already does. Ended
   // supervisions go first where the agent's table no longer `held` their job (it keeps the newest
   // --keep-jobs ended jobs: their last frames and threads go with them), and where a new job (attempt
-  // 0) takes the id of one that ended here: the agent refuses an id its table still holds. Without
-  // `held` (no table), ended supervisions stay.
-  void supervise(const JobSpec& spec, const std::function<bool(const std::string& jobId)>& held = {});
+  // 0) takes the id of one that ended here: the agent refuses an id its table still holds.
+  void supervise(const JobSpec& spec);
   // A user's key asked this agent to stop the job: where it supervises the job (or once it takes
   // over), the job ends stopped however its parts end, and its other parts are asked to stop too,
   // with the same grace.
@@ -68,6 +71,7 @@ class Supervisions {
   CurveKeyPair keys_;
   AlertDesk& alerts_;
   Log& log_;
+  Held held_;
   mutable std::mutex mutex_;
   std::map<std::string, std::unique_ptr<Worker>> workers_;  // by job id, kept once ended
   // Ended supervisions let go of (supervise), told to stop: joined once their threads finished, so

@@ -215,9 +215,10 @@ Result<void> Agent::Impl::startJobs(const std::string& reportEndpoint) {
   webhooks.timeout = milliseconds(config_.webhookTimeoutMs);
   webhooks.maxAttempts = static_cast<int>(config_.webhookAttempts);
   alerts_ = std::make_unique<AlertDesk>(std::move(defaults), log_, webhooks);
-  supervisions_ = std::make_unique<Supervisions>(config_.name, keys_, *alerts_, log_);
+  supervisions_ = std::make_unique<Supervisions>(config_.name, keys_, *alerts_, log_,
+                                                  [this](const std::string& id) { return jobs_->holds(id); });
   for (const auto& job : jobs_->list()) {
-    if (!jobStateEnded(job.state)) supervisions_->supervise(job.spec, [this](const std::string& id) { return jobs_->holds(id); });
+    if (!jobStateEnded(job.state)) supervisions_->supervise(job.spec);
   }
   return {};
 }
