@@ -242,6 +242,33 @@ class AppClusterTest : public QObject {
   // Issue 46: the GPU table takes new samples only for the nodes that sent them, and says only
   // their rows changed (in runs of adjacent rows); an agent saying hello re-reads the table, and
   // the samples it held follow their rows.
+  // The history keeps one job per id: the launcher does not give a new job the id of one it holds
+  // (from an earlier session of the app, or lockstepctl), and says which job holds it.
+  void theLauncherRefusesAnIdTheHistoryHolds() {
+    TempDir dir;
+    AgentProcess agent(dir, "node-a");
+    const std::string path = dir.file("history.db");
+    {
+      auto h = history::History::open(path);
+      QVERIFY(h);
+      JobStatus held;
+      held.spec = smallJob("held", 1, 5);
+      held.state = JobState::kFinished;
+      held.startedUnixUs = unixMicrosNow();
+      QVERIFY(h->recordJob("node-a", held));
+    }
+    App app(dir, path);
+    const QString problem = connectAuthorized(app, agent);
+    QVERIFY2(problem.isEmpty(), qPrintable(problem));
+    const auto refused = app.store.place(smallJob("held", 1, 5), {{idOf(agent), 1}});
+    QVERIFY(!refused);
+    QCOMPARE(refused.error().code, ErrorCode::kAlreadyExists);
+    QVERIFY2(refused.error().message.find("job id held names a job in the history already (finished") != std::string::npos,
+             refused.error().message.c_str());
+    QVERIFY2(refused.error().message.find("History window") != std::string::npos, refused.error().message.c_str());
+    QVERIFY(app.store.place(smallJob("new", 1, 5), {{idOf(agent), 1}}));
+  }
+
   void theGpuTableUpdatesOnlyTheNodesThatReported() {
     TempDir dir;
     App app(dir);

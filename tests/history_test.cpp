@@ -271,6 +271,31 @@ TEST(History, TheVerdictOfASupervisorARestartLeftOutIsKept) {
   EXPECT_EQ(h->job("left-out")->parts.size(), 1u) << "its part is still the replaced attempt's";
 }
 
+// The history keeps one job per id: a new job may not take the id of one it holds (lockstepctl start
+// and the app's launcher ask before they launch), and says which job holds it.
+TEST(History, ANewJobMayNotTakeTheIdOfAJobItHolds) {
+  TempDir dir;
+  const std::string path = dir.file("h.db");
+  EXPECT_TRUE(checkNewJobId(path, "j-1")) << "no history yet: it holds nothing";
+  EXPECT_TRUE(checkNewJobId("", "j-1")) << "--no-history";
+  {
+    auto h = History::open(path);
+    ASSERT_TRUE(h);
+    recordFinished(*h, spec("j-1"));
+  }
+  const auto taken = checkNewJobId(path, "j-1");
+  ASSERT_FALSE(taken);
+  EXPECT_EQ(taken.error().code, ErrorCode::kAlreadyExists);
+  EXPECT_NE(taken.error().message.find("job id j-1 names a job in the history already (finished, started "),
+            std::string::npos)
+      << taken.error().message;
+  EXPECT_NE(taken.error().message.find("give the new job another id, or delete that one"), std::string::npos)
+      << taken.error().message;
+  EXPECT_TRUE(checkNewJobId(path, "j-2"));
+  std::ofstream(dir.file("not-a-history.db")) << "just some text";
+  EXPECT_TRUE(checkNewJobId(dir.file("not-a-history.db"), "j-1")) << "a history it cannot read never stops a job";
+}
+
 // Issue 13: a 1-rank run of the same workload calibrates the scaling efficiency of later jobs.
 TEST(History, AOneRankRunOfTheSameWorkloadCalibratesScalingEfficiency) {
   TempDir dir;

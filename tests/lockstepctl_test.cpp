@@ -723,6 +723,28 @@ TEST(Lockstepctl, AJobIdTheAgentDroppedNamesANewSupervisedJob) {
   EXPECT_EQ(shown["supervision"]["message"], "stopped on request") << shown.dump();
 }
 
+// The history keeps one job per id, and an agent takes an id again once it forgot its job (here it
+// keeps one): start refuses an id the history holds, until that job is deleted from it.
+TEST(Lockstepctl, ANewJobMayNotTakeTheIdOfAJobInTheHistory) {
+  TempDir dir;
+  AgentProcess agent(dir, "node-a", {"--keep-jobs", "1"});
+  Ctl ctl{dir, dir.file("config")};
+  ASSERT_TRUE(ctl.pairWith(agent));
+  const auto run = [&](const std::string& id) {
+    return ctl({"start", "--ranks", "1", "--wait", "--job-id", id, "--layers", "16,4", "--steps", "5"});
+  };
+  ASSERT_EQ(run("kept").status.exitCode, 0);
+  ASSERT_EQ(run("other").status.exitCode, 0);  // the agent forgets "kept"
+  const auto again = run("kept");
+  EXPECT_EQ(again.status.exitCode, 1) << again.out;
+  EXPECT_NE(again.err.find("job id kept names a job in the history already (finished, started "), std::string::npos)
+      << again.err;
+  EXPECT_NE(again.err.find("(lockstepctl history delete kept)"), std::string::npos) << again.err;
+  EXPECT_EQ(nlohmann::json::parse(ctl({"history", "--json"}).out).size(), 2u);
+  ASSERT_EQ(ctl({"history", "delete", "kept"}).status.exitCode, 0);
+  EXPECT_EQ(run("kept").status.exitCode, 0) << "deleted from the history, the id is free";
+}
+
 TEST(Lockstepctl, ExhaustedRestartsFailWithWhatHappened) {
   SupervisedJob job("el-3", "2,1", "64", "9000", "1");
   ASSERT_TRUE(job.running) << job.err();

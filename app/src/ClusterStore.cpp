@@ -9,6 +9,7 @@
 
 #include "AgentWorker.h"
 #include "HistoryRecorder.h"
+#include "lockstep/history/history.h"
 #include "lockstep/client/launch.h"
 #include "lockstep/common/clock.h"
 #include "lockstep/history/history.h"
@@ -441,6 +442,11 @@ Result<JobSpec> ClusterStore::place(const JobSpec& spec, const std::vector<std::
   // A restart is a later attempt of a job the store holds; anything else needs a new id.
   if (auto it = jobs_.find(spec.jobId); it != jobs_.end() && spec.attempt <= it->second->spec.attempt) {
     return invalidArgument("job id " + spec.jobId + " is taken: pick another");
+  }
+  if (auto free = spec.attempt == 0 && history_ ? history::checkNewJobId(history_->path().toStdString(), spec.jobId)
+                                                : Result<void>{};
+      !free) {
+    return Error{free.error().code, free.error().message + " (History window, Delete…)"};
   }
   LOCKSTEP_ASSIGN_OR_RETURN(auto placed, placeJob(nodes, counts, spec));
   LOCKSTEP_TRY(validateJobSpec(placed));

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <thread>
 
@@ -162,6 +163,24 @@ kpi::Settings liveTrackerSettings(const std::string& historyPath, const JobSpec&
   if (!history) return settings;
   if (auto single = history->calibration(spec); single && *single) settings.calibratedSingleRankSamplesPerSecond = *single;
   return settings;
+}
+
+Result<void> checkNewJobId(const std::string& historyPath, const std::string& jobId) {
+  std::error_code ec;
+  if (historyPath.empty() || !std::filesystem::exists(historyPath, ec)) return {};
+  auto history = History::open(historyPath);
+  if (!history) return {};
+  const auto held = history->job(jobId);
+  if (!held) return {};
+  const std::time_t started = static_cast<std::time_t>((held->startedUnixUs ? held->startedUnixUs : held->recordedUnixUs) / 1'000'000);
+  std::tm local{};
+  localtime_r(&started, &local);
+  char when[32];
+  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M", &local);
+  return Error{ErrorCode::kAlreadyExists,
+               "job id " + jobId + " names a job in the history already (" + std::string(jobStateName(held->state)) +
+                   ", started " + when + "), and the new job's records would go into it: give the new job another id, "
+                   "or delete that one from the history first"};
 }
 
 }  // namespace lockstep::history

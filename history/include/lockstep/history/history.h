@@ -200,4 +200,10 @@ class History {
 // efficiency, as in its reports; without one (or a history) it is estimated or unknown.
 kpi::Settings liveTrackerSettings(const std::string& historyPath, const JobSpec& spec);
 
+// Whether a new job may take `jobId` in the history at `historyPath`: the history keeps one job per
+// id, and a second job under it would have its records go into the first's. AlreadyExists, naming
+// the job that holds it and what to do, when the history holds one; fine when there is no history
+// (an empty path, no file yet) or it cannot be read (running a job never fails for its history).
+Result<void> checkNewJobId(const std::string& historyPath, const std::string& jobId);
+
 }  // namespace lockstep::history
