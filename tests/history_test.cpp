@@ -286,12 +286,23 @@ TEST(History, ANewJobMayNotTakeTheIdOfAJobItHolds) {
   const auto taken = checkNewJobId(path, "j-1");
   ASSERT_FALSE(taken);
   EXPECT_EQ(taken.error().code, ErrorCode::kAlreadyExists);
-  EXPECT_NE(taken.error().message.find("job id j-1 names a job in the history already (finished, started "),
-            std::string::npos)
+  EXPECT_NE(taken.error().message.find("job id j-1 names a job in the history already (it started "), std::string::npos)
       << taken.error().message;
   EXPECT_NE(taken.error().message.find("give the new job another id, or delete that one"), std::string::npos)
       << taken.error().message;
   EXPECT_TRUE(checkNewJobId(path, "j-2"));
+  // One that has not ended is not to be deleted: its record would stop.
+  {
+    auto h = History::open(path);
+    ASSERT_TRUE(h);
+    ASSERT_TRUE(h->recordJob("node-a", status(spec("live"), JobState::kRunning)));
+    const auto live = checkNewJobId(path, "live");
+    ASSERT_FALSE(live) << "asked while another connection has the file open";
+    EXPECT_NE(live.error().message.find("job id live names a job in the history that has not ended (it started "),
+              std::string::npos)
+        << live.error().message;
+    EXPECT_EQ(live.error().message.find("delete"), std::string::npos) << live.error().message;
+  }
   std::ofstream(dir.file("not-a-history.db")) << "just some text";
   EXPECT_TRUE(checkNewJobId(dir.file("not-a-history.db"), "j-1")) << "a history it cannot read never stops a job";
 }

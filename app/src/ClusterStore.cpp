@@ -9,7 +9,6 @@
 
 #include "AgentWorker.h"
 #include "HistoryRecorder.h"
-#include "lockstep/history/history.h"
 #include "lockstep/client/launch.h"
 #include "lockstep/common/clock.h"
 #include "lockstep/history/history.h"
@@ -426,6 +425,18 @@ std::optional<report::BandwidthReference> ClusterStore::linkOf(const std::vector
   return slowest;
 }
 
+Result<void> ClusterStore::idFree(const JobSpec& spec) const {
+  // A restart is a later attempt of a job the store holds; anything else needs a new id.
+  if (auto it = jobs_.find(spec.jobId); it != jobs_.end() && spec.attempt <= it->second->spec.attempt) {
+    return invalidArgument("job id " + spec.jobId + " is taken: pick another");
+  }
+  if (spec.attempt > 0 || !history_) return {};
+  if (auto free = history::checkNewJobId(history_->path().toStdString(), spec.jobId); !free) {
+    return Error{free.error().code, free.error().message + " (History window, Delete…)"};
+  }
+  return {};
+}
+
 Result<JobSpec> ClusterStore::place(const JobSpec& spec, const std::vector<std::pair<QString, std::uint32_t>>& ranks) const {
   std::vector<PlacementNode> nodes;
   std::vector<std::uint32_t> counts;
@@ -439,15 +450,7 @@ Result<JobSpec> ClusterStore::place(const JobSpec& spec, const std::vector<std::
     counts.push_back(count);
   }
   if (nodes.empty()) return invalidArgument("choose at least one rank on a connected agent");
-  // A restart is a later attempt of a job the store holds; anything else needs a new id.
-  if (auto it = jobs_.find(spec.jobId); it != jobs_.end() && spec.attempt <= it->second->spec.attempt) {
-    return invalidArgument("job id " + spec.jobId + " is taken: pick another");
-  }
-  if (auto free = spec.attempt == 0 && history_ ? history::checkNewJobId(history_->path().toStdString(), spec.jobId)
-                                                : Result<void>{};
-      !free) {
-    return Error{free.error().code, free.error().message + " (History window, Delete…)"};
-  }
+  LOCKSTEP_TRY(idFree(spec));
   LOCKSTEP_ASSIGN_OR_RETURN(auto placed, placeJob(nodes, counts, spec));
   LOCKSTEP_TRY(validateJobSpec(placed));
   return placed;

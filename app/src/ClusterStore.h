@@ -116,6 +116,9 @@ class ClusterStore : public QObject {
   std::vector<std::pair<std::string, kpi::NetRate>> networkOf(const JobSpec& spec) const;
   std::vector<std::pair<std::string, kpi::NetRate>> networkOf(const std::vector<std::string>& nodes) const;
 
+  // Whether the spec may take its id: a restart is a later attempt of a job the store holds; a new
+  // job's id is one neither the store nor the history holds (history::checkNewJobId).
+  Result<void> idFree(const JobSpec& spec) const;
   // Places a job: ranks per agent id (agents with 0 are left out). Errors say what is wrong.
   Result<JobSpec> place(const JobSpec& spec, const std::vector<std::pair<QString, std::uint32_t>>& ranks) const;
   const AgentEntry* agentOfNode(const std::string& node) const;  // connected or not

@@ -556,7 +556,10 @@ Result<JobSpec> LauncherDialog::build() {
   s.prices.currency = currency_->text().trimmed().toStdString();
   LOCKSTEP_TRY(alerting(s));
   LOCKSTEP_TRY(fences(s));
-  if (where_->currentIndex() > 0) return checkedForSlurm(std::move(s));
+  if (where_->currentIndex() > 0) {
+    LOCKSTEP_TRY(store_.idFree(s));  // now, not once the allocation came
+    return checkedForSlurm(std::move(s));
+  }
   std::vector<std::pair<QString, std::uint32_t>> ranks;
   for (int row = 0; row < agents_->rowCount(); ++row) {
     const auto* spin = qobject_cast<QSpinBox*>(agents_->cellWidget(row, 5));

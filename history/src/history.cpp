@@ -10,6 +10,7 @@
 #include <chrono>
 #include <ctime>
 #include <filesystem>
+#include <memory>
 #include <thread>
 
 #include "catalog.h"
@@ -165,22 +166,46 @@ kpi::Settings liveTrackerSettings(const std::string& historyPath, const JobSpec&
   return settings;
 }
 
+namespace {
+
+// "2026-12-07 11:40", local time.
+std::string minuteText(std::int64_t unixUs) {
+  const std::time_t t = static_cast<std::time_t>(unixUs / 1'000'000);
+  std::tm local{};
+  localtime_r(&t, &local);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M", &local);
+  return text;
+}
+
+}  // namespace
+
+// A read on a connection of its own, read-only and without migrating: a launcher asks at every edit,
+// and must neither wait on the history's writers (a WAL reader does not) nor change the file.
 Result<void> checkNewJobId(const std::string& historyPath, const std::string& jobId) {
   std::error_code ec;
   if (historyPath.empty() || !std::filesystem::exists(historyPath, ec)) return {};
-  auto history = History::open(historyPath);
-  if (!history) return {};
-  const auto held = history->job(jobId);
-  if (!held) return {};
-  const std::time_t started = static_cast<std::time_t>((held->startedUnixUs ? held->startedUnixUs : held->recordedUnixUs) / 1'000'000);
-  std::tm local{};
-  localtime_r(&started, &local);
-  char when[32];
-  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M", &local);
+  sqlite3* raw = nullptr;
+  const int opened = sqlite3_open_v2(historyPath.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr);
+  const std::unique_ptr<sqlite3, int (*)(sqlite3*)> db(raw, sqlite3_close);
+  if (opened != SQLITE_OK) return {};
+  sqlite3_busy_timeout(db.get(), 200);
+  auto query = detail::Statement::prepare(db.get(), R"sql(
+    SELECT j.recorded_us, min(nullif(p.started_us, 0)), coalesce(max(p.state IN (1, 2)), 0)
+    FROM jobs j LEFT JOIN job_parts p ON p.job_id = j.job_id WHERE j.job_id = ?1 GROUP BY j.job_id)sql");
+  if (!query) return {};  // not a history this build reads: running a job never fails for it
+  query->bind(1, jobId);
+  const auto held = query->step();
+  if (!held || !*held) return {};
+  const std::string since = minuteText(query->null(1) ? query->i64(0) : query->i64(1));
+  if (query->i64(2) != 0) {
+    return Error{ErrorCode::kAlreadyExists, "job id " + jobId + " names a job in the history that has not ended (it started " +
+                                                since + "): give the new job another id"};
+  }
   return Error{ErrorCode::kAlreadyExists,
-               "job id " + jobId + " names a job in the history already (" + std::string(jobStateName(held->state)) +
-                   ", started " + when + "), and the new job's records would go into it: give the new job another id, "
-                   "or delete that one from the history first"};
+               "job id " + jobId + " names a job in the history already (it started " + since +
+                   "), and the new job's records would go into it: give the new job another id, or delete that one "
+                   "from the history first"};
 }
 
 }  // namespace lockstep::history

@@ -201,9 +201,10 @@ class History {
 kpi::Settings liveTrackerSettings(const std::string& historyPath, const JobSpec& spec);
 
 // Whether a new job may take `jobId` in the history at `historyPath`: the history keeps one job per
-// id, and a second job under it would have its records go into the first's. AlreadyExists, naming
-// the job that holds it and what to do, when the history holds one; fine when there is no history
-// (an empty path, no file yet) or it cannot be read (running a job never fails for its history).
+// id, and a second job under it would have its records go into the first's. AlreadyExists, saying
+// when that job started and what to do, when the history holds one; fine when there is no history
+// (an empty path, no file yet) or it cannot be read now (running a job never fails for its history).
+// Reads only (no migration, no wait on a writer): cheap enough to ask at every edit of a form.
 Result<void> checkNewJobId(const std::string& historyPath, const std::string& jobId);
 
 }  // namespace lockstep::history
