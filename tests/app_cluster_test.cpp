@@ -231,6 +231,14 @@ class AppClusterTest : public QObject {
     // A restart left the supervising agent's node out: its part stays at the attempt before, and its
     // verdict still decides.
     part(1, JobState::kFailed, {SupervisionState::kRestarting, JobState::kRunning, "", {}});
+    // While it restarts, it is shown so, and may be stopped (the jobs table, the dashboard).
+    app.window.dashboard()->showJob(QStringLiteral("verdict"));
+    app.window.refreshNow();
+    QCOMPARE(app.window.jobsModel()->index(0, app::JobsModel::kState).data().toString(), QStringLiteral("restarting"));
+    QCOMPARE(app.window.dashboard()->findChild<QLabel*>(QStringLiteral("jobState"))->text(), QStringLiteral("restarting"));
+    QVERIFY(app.window.dashboard()->findChild<QPushButton*>(QStringLiteral("stopJob"))->isEnabled());
+    const QString banner = app.window.dashboard()->findChild<QLabel*>(QStringLiteral("jobBanner"))->text();
+    QVERIFY2(banner.startsWith(QStringLiteral("Restarting: ")), qPrintable(banner));
     part(2, JobState::kRunning, {}, 1);
     part(2, JobState::kFailed, {}, 1);
     QVERIFY(!app.store.job("verdict")->over);
@@ -239,9 +247,6 @@ class AppClusterTest : public QObject {
     QVERIFY(app.store.job("verdict")->over);
   }
 
-  // Issue 46: the GPU table takes new samples only for the nodes that sent them, and says only
-  // their rows changed (in runs of adjacent rows); an agent saying hello re-reads the table, and
-  // the samples it held follow their rows.
   // The history keeps one job per id: the launcher does not give a new job the id of one it holds
   // (from an earlier session of the app, or lockstepctl), and says which job holds it.
   void theLauncherRefusesAnIdTheHistoryHolds() {
@@ -263,12 +268,15 @@ class AppClusterTest : public QObject {
     const auto refused = app.store.place(smallJob("held", 1, 5), {{idOf(agent), 1}});
     QVERIFY(!refused);
     QCOMPARE(refused.error().code, ErrorCode::kAlreadyExists);
-    QVERIFY2(refused.error().message.find("job id held names a job in the history already (finished") != std::string::npos,
+    QVERIFY2(refused.error().message.find("job id held names a job in the history already (it started") != std::string::npos,
              refused.error().message.c_str());
     QVERIFY2(refused.error().message.find("History window") != std::string::npos, refused.error().message.c_str());
     QVERIFY(app.store.place(smallJob("new", 1, 5), {{idOf(agent), 1}}));
   }
 
+  // Issue 46: the GPU table takes new samples only for the nodes that sent them, and says only
+  // their rows changed (in runs of adjacent rows); an agent saying hello re-reads the table, and
+  // the samples it held follow their rows.
   void theGpuTableUpdatesOnlyTheNodesThatReported() {
     TempDir dir;
     App app(dir);

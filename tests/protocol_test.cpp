@@ -626,6 +626,11 @@ TEST(JobStates, AJobIsWhatItsSupervisorSaysOnceItsVerdictIsInElseWhatItsPartsSay
   EXPECT_TRUE(decidesOutcome(standby)) << "it keeps a stop for when it takes over";
   EXPECT_FALSE(decidesOutcome(ended));
   EXPECT_FALSE(decidesOutcome(none));
+
+  // Shown in a word: a job its supervisor restarts is not failed, though its parts are.
+  EXPECT_EQ(jobStateWord({SupervisionState::kRestarting}, S::kFailed), "restarting");
+  EXPECT_EQ(jobStateWord(following, S::kFailed), "failed");
+  EXPECT_EQ(jobStateWord(ended, S::kStopped), "stopped");
 }
 
 TEST(EnumNames, EveryNameReadsBackAsItsValue) {

@@ -414,11 +414,11 @@ void DashboardWidget::refresh() {
   const bool running = !recorded_ && !jobStateEnded(job->state);
 
   setTitle(*job);
-  state_->setText(jobStateText(job->state));
+  state_->setText(jobStateText(*job));
   QPalette statePalette = state_->palette();
-  statePalette.setColor(QPalette::WindowText, jobStateColor(job->state, palette()));
+  statePalette.setColor(QPalette::WindowText, jobStateColor(*job, palette()));
   state_->setPalette(statePalette);
-  stop_->setEnabled(running);
+  stop_->setEnabled(!recorded_ && !job->over);  // a job to restart, or to be judged, may be stopped
   stop_->setVisible(!recorded_);
   stacks_->setEnabled(running);
   stacks_->setVisible(!recorded_);
@@ -430,7 +430,13 @@ void DashboardWidget::refresh() {
                         (k.attempts == 2 ? tr(", 1 restart") : k.attempts > 2 ? tr(", %1 restarts").arg(k.attempts - 1) : QString());
   const QString took = duration(k.elapsedSeconds);
   const auto stall = job->stall();
-  switch (job->state) {
+  // Its parts ended (failed, or stopped unasked), and its supervisor runs it again.
+  const auto state = restarting(job->supervision) ? JobState::kStarting : job->state;
+  if (state != job->state) {
+    banner = tr("Restarting: %1")
+                 .arg(job->supervision.message.empty() ? job->message : QString::fromStdString(job->supervision.message));
+  }
+  switch (state) {
     case JobState::kFinished:
       banner = !seen ? (recorded_ ? tr("Finished; no step reports of it were recorded, so it has no KPIs.")
                                   : tr("Finished before this app connected; its step reports are gone, so it has no KPIs here."))
@@ -466,7 +472,7 @@ void DashboardWidget::refresh() {
   banner_->setText(banner);
   banner_->setVisible(!banner.isEmpty());
   QPalette bannerPalette = banner_->palette();
-  bannerPalette.setColor(QPalette::WindowText, jobStateColor(stall ? JobState::kFailed : job->state, palette()));
+  bannerPalette.setColor(QPalette::WindowText, stall ? jobStateColor(JobState::kFailed, palette()) : jobStateColor(*job, palette()));
   banner_->setPalette(bannerPalette);
 
   const QString currency = QString::fromStdString(job->spec.prices.currency);

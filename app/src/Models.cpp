@@ -40,6 +40,14 @@ void RefreshedTableModel::resetOrUpdate(int oldRows, int newRows) {
 
 QString jobStateText(JobState state) { return QString::fromUtf8(std::string(jobStateName(state)).c_str()); }
 
+QString jobStateText(const JobEntry& job) {
+  return QString::fromUtf8(std::string(jobStateWord(job.supervision, job.state)).c_str());
+}
+
+QColor jobStateColor(const JobEntry& job, const QPalette& palette) {
+  return jobStateColor(restarting(job.supervision) ? JobState::kStarting : job.state, palette);
+}
+
 QColor jobStateColor(JobState state, const QPalette& palette) {
   const bool dark = palette.color(QPalette::Window).lightness() < 128;
   switch (state) {
@@ -215,7 +223,7 @@ QVariant JobsModel::data(const QModelIndex& index, int role) const {
   const JobEntry& j = *row.job;
   const auto& stall = index.column() == kState ? row.stall : std::nullopt;
   if (role == Qt::ForegroundRole && index.column() == kState) {
-    return jobStateColor(stall ? JobState::kFailed : j.state, QGuiApplication::palette());
+    return stall ? jobStateColor(JobState::kFailed, QGuiApplication::palette()) : jobStateColor(j, QGuiApplication::palette());
   }
   if (role == Qt::ToolTipRole && stall) return QString::fromStdString(stall->message);
   if (role == Qt::ToolTipRole && !j.message.isEmpty()) return j.message;
@@ -224,7 +232,7 @@ QVariant JobsModel::data(const QModelIndex& index, int role) const {
     case kJob: return QString::fromStdString(j.id);
     case kState:
       if (stall) return tr("stalled %1").arg(duration(static_cast<double>(unixMicrosNow() - stall->sinceUnixUs) / 1e6));
-      return jobStateText(j.state);
+      return jobStateText(j);
     case kOwner: return row.owner;
     case kRanks: return j.spec.worldSize;
     case kNodes: return row.nodes;

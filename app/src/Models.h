@@ -91,6 +91,10 @@ class JobsModel : public RefreshedTableModel {
 // Text and colour for a job state, shared by the jobs list and the dashboard.
 QString jobStateText(JobState state);
 QColor jobStateColor(JobState state, const QPalette& palette);
+// A live job's, as its jobs table row and dashboard show it: "restarting" (coloured as starting)
+// while its supervisor restarts it (protocol's jobStateWord).
+QString jobStateText(const JobEntry& job);
+QColor jobStateColor(const JobEntry& job, const QPalette& palette);
 // An interface's throughput against its link, for the cluster view and the dashboard.
 QString networkText(const kpi::NetRate& rate);
 

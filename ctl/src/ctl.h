@@ -113,6 +113,8 @@ bool allPartsEnded(const std::vector<Part>& parts);  // of every attempt listed
 // A job's state as clients show it (jobOutcome): its supervisor's verdict, else its newest attempt's
 // parts' combined state.
 JobState overall(const std::vector<Part>& parts);
+// What the job's supervising agent says of it (none where no agent supervises it).
+const Supervision& supervisionOf(const std::vector<Part>& parts);
 // Whether the job is over (protocol's jobOver): its supervisor's verdict is in, else every part ended.
 bool jobOver(const std::vector<Part>& parts);
 int exitForState(JobState s);

@@ -158,13 +158,13 @@ std::vector<JobState> newestStates(const std::vector<Part>& parts) {
   return states;
 }
 
+}  // namespace
+
 const Supervision& supervisionOf(const std::vector<Part>& parts) {
   static const Supervision kNone;
   const JobStatus* supervised = supervisingPart(parts);
   return supervised ? supervised->supervision : kNone;
 }
-
-}  // namespace
 
 JobState overall(const std::vector<Part>& parts) { return jobOutcome(supervisionOf(parts), newestStates(parts)); }
 
@@ -316,8 +316,8 @@ int printJob(const Globals& g, const std::string& jobId, const std::vector<Part>
     std::printf("%s\n", out.dump().c_str());
     return kOk;
   }
-  std::printf("job %s: %s%s%s\n", jobId.c_str(), std::string(jobStateName(state)).c_str(), message.empty() ? "" : ": ",
-              message.c_str());
+  std::printf("job %s: %s%s%s\n", jobId.c_str(), std::string(jobStateWord(supervisionOf(parts), state)).c_str(),
+              message.empty() ? "" : ": ", message.c_str());
   if (stall) std::printf("%s\n", stallText(*stall).c_str());
   if (const std::string owner = ownerOf(parts); !owner.empty()) std::printf("runs as %s\n", owner.c_str());
   if (const auto& slurmJob = parts.front().status.spec.slurmJobId; !slurmJob.empty()) {

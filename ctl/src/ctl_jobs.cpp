@@ -88,7 +88,7 @@ int cmdStatus(const Globals& g, const std::vector<std::string>& argv) {
   }
   Json all = Json::array();
   if (!g.json) {
-    std::printf("%-32s %-9s %-12s %-6s %-20s %-20s %s\n", "JOB", "STATE", "OWNER", "RANKS", "STARTED", "ENDED", "MESSAGE");
+    std::printf("%-32s %-10s %-12s %-6s %-20s %-20s %s\n", "JOB", "STATE", "OWNER", "RANKS", "STARTED", "ENDED", "MESSAGE");
   }
   for (const auto& id : order) {
     const auto& parts = byJob[id];
@@ -107,13 +107,16 @@ int cmdStatus(const Globals& g, const std::vector<std::string>& argv) {
       const std::string text = stallText(*stall);
       message = text.substr(0, text.find('\n'));  // its first line
     }
-    const std::string state(jobStateName(overall(parts)));
+    const JobState state = overall(parts);
+    const Supervision& supervision = supervisionOf(parts);
     if (g.json) {
-      all.push_back({{"job_id", id}, {"state", state}, {"owner", ownerOf(parts)}, {"ranks", ranks}, {"ranks_running", running},
+      all.push_back({{"job_id", id}, {"state", std::string(jobStateName(state))}, {"restarting", restarting(supervision)},
+                     {"owner", ownerOf(parts)}, {"ranks", ranks}, {"ranks_running", running},
                      {"started_unix_us", started}, {"ended_unix_us", ended}, {"message", message},
                      {"stalled", stall.has_value()}});
     } else {
-      std::printf("%-32s %-9s %-12s %-6s %s %s %s\n", id.c_str(), state.c_str(), ownerOf(parts).c_str(),
+      std::printf("%-32s %-10s %-12s %-6s %s %s %s\n", id.c_str(), std::string(jobStateWord(supervision, state)).c_str(),
+                  ownerOf(parts).c_str(),
                   (std::to_string(running) + "/" + std::to_string(ranks)).c_str(), column(timeText(started), -20).c_str(),
                   column(timeText(ended), -20).c_str(), message.c_str());
     }

@@ -180,7 +180,8 @@ void addFlops(Json& out, const Kpis& k) {
   out["peak_flops"] = jsonFigure(k.peakFlops);
 }
 
-Json renderWatch(const View& v, const JobSpec& spec, JobState state, bool json, bool tty, const std::optional<Stall>& stall) {
+Json renderWatch(const View& v, const JobSpec& spec, JobState state, bool json, bool tty, const std::optional<Stall>& stall,
+                 const Supervision& supervision = {}) {
   const bool ended = jobStateEnded(state);
   const kpi::JobKpis& k = v.k;
   Json ranks = Json::array();
@@ -215,10 +216,11 @@ Json renderWatch(const View& v, const JobSpec& spec, JobState state, bool json, 
   }
   Json nodes = v.reader ? nodesJson(*v.reader) : Json::array();
   const std::string nodeLines = v.reader ? nodesText(*v.reader) : "";
-  const std::string stateName(jobStateName(state));
+  const std::string stateName(jobStateWord(supervision, state));
   const kpi::Maybe throughput = present::jobThroughput(k, ended);
   Json snapshot = {{"job_id", spec.jobId},
-                   {"state", stateName},
+                   {"state", std::string(jobStateName(state))},
+                   {"restarting", restarting(supervision)},
                    {"samples_per_s", jsonFigure(throughput)},
                    {"comm_overhead", jsonFigure(k.commOverhead)},
                    {"alg_bandwidth_bytes_per_s", jsonFigure(k.algBandwidth)},
@@ -425,7 +427,8 @@ int cmdWatch(const Globals& g, const std::vector<std::string>& argv) {
     }
     const JobState state = overall(*now);
     const kpi::JobKpis k = w.tracker().snapshot(jobStateEnded(state) ? w.tracker().lastReportUnixUs() : unixMicrosNow());
-    renderWatch(View{k, w.events(), &w.reader()}, parts->front().status.spec, state, g.json, tty, stallOf(*now));
+    renderWatch(View{k, w.events(), &w.reader()}, parts->front().status.spec, state, g.json, tty, stallOf(*now),
+                supervisionOf(*now));
     // Parts that all ended under a supervision that goes on are a job about to restart, or to be judged.
     if (jobOver(*now)) {
       drain(lastSeq, recorder, g.timeout);

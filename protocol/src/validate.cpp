@@ -371,6 +371,10 @@ bool decidesOutcome(const Supervision& supervision) {
   return supervision.state != SupervisionState::kNone && supervision.state != SupervisionState::kEnded;
 }
 
+std::string_view jobStateWord(const Supervision& supervision, JobState state) {
+  return restarting(supervision) ? "restarting" : jobStateName(state);
+}
+
 std::string_view jobStateName(JobState state) {
   switch (state) {
     case JobState::kStarting: return "starting";

@@ -561,6 +561,11 @@ bool jobOver(const Supervision& supervision, const std::vector<JobState>& parts)
 // Whether the agent whose part carries `supervision` still decides how the job ends (it supervises
 // it or stands by to): a stop goes to it too, though its own part ended.
 bool decidesOutcome(const Supervision& supervision);
+// Whether the job's supervisor is restarting it: its parts ended, failed as a rule, and it runs again.
+inline bool restarting(const Supervision& supervision) { return supervision.state == SupervisionState::kRestarting; }
+// A job's state in a word, as clients show it: its state's name (jobOutcome), but "restarting" while
+// restarting (not a JobState: nothing keeps it, and the history has the attempt's end).
+std::string_view jobStateWord(const Supervision& supervision, JobState state);
 
 // Where a rank is, from its progress record, as its agent saw it (durations by the agent's clock).
 struct RankProgress {
