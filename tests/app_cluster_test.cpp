@@ -270,7 +270,7 @@ class AppClusterTest : public QObject {
     QCOMPARE(refused.error().code, ErrorCode::kAlreadyExists);
     QVERIFY2(refused.error().message.find("job id held names a job in the history already (it started") != std::string::npos,
              refused.error().message.c_str());
-    QVERIFY2(refused.error().message.find("History window") != std::string::npos, refused.error().message.c_str());
+    QVERIFY2(refused.error().message.find("(the History window's Delete…)") != std::string::npos, refused.error().message.c_str());
     QVERIFY(app.store.place(smallJob("new", 1, 5), {{idOf(agent), 1}}));
   }
 

@@ -276,27 +276,28 @@ TEST(History, TheVerdictOfASupervisorARestartLeftOutIsKept) {
 TEST(History, ANewJobMayNotTakeTheIdOfAJobItHolds) {
   TempDir dir;
   const std::string path = dir.file("h.db");
-  EXPECT_TRUE(checkNewJobId(path, "j-1")) << "no history yet: it holds nothing";
-  EXPECT_TRUE(checkNewJobId("", "j-1")) << "--no-history";
+  EXPECT_TRUE(checkNewJobId(path, "j-1", "delete it")) << "no history yet: it holds nothing";
+  EXPECT_TRUE(checkNewJobId("", "j-1", "delete it")) << "--no-history";
   {
     auto h = History::open(path);
     ASSERT_TRUE(h);
     recordFinished(*h, spec("j-1"));
   }
-  const auto taken = checkNewJobId(path, "j-1");
+  const auto taken = checkNewJobId(path, "j-1", "delete it");
   ASSERT_FALSE(taken);
   EXPECT_EQ(taken.error().code, ErrorCode::kAlreadyExists);
   EXPECT_NE(taken.error().message.find("job id j-1 names a job in the history already (it started "), std::string::npos)
       << taken.error().message;
-  EXPECT_NE(taken.error().message.find("give the new job another id, or delete that one"), std::string::npos)
+  EXPECT_NE(taken.error().message.find("give the new job another id, or delete that one from the history first (delete it)"),
+            std::string::npos)
       << taken.error().message;
-  EXPECT_TRUE(checkNewJobId(path, "j-2"));
+  EXPECT_TRUE(checkNewJobId(path, "j-2", "delete it"));
   // One that has not ended is not to be deleted: its record would stop.
   {
     auto h = History::open(path);
     ASSERT_TRUE(h);
     ASSERT_TRUE(h->recordJob("node-a", status(spec("live"), JobState::kRunning)));
-    const auto live = checkNewJobId(path, "live");
+    const auto live = checkNewJobId(path, "live", "delete it");
     ASSERT_FALSE(live) << "asked while another connection has the file open";
     EXPECT_NE(live.error().message.find("job id live names a job in the history that has not ended (it started "),
               std::string::npos)
@@ -304,7 +305,8 @@ TEST(History, ANewJobMayNotTakeTheIdOfAJobItHolds) {
     EXPECT_EQ(live.error().message.find("delete"), std::string::npos) << live.error().message;
   }
   std::ofstream(dir.file("not-a-history.db")) << "just some text";
-  EXPECT_TRUE(checkNewJobId(dir.file("not-a-history.db"), "j-1")) << "a history it cannot read never stops a job";
+  EXPECT_TRUE(checkNewJobId(dir.file("not-a-history.db"), "j-1", "delete it"))
+      << "a history it cannot read never stops a job";
 }
 
 // Issue 13: a 1-rank run of the same workload calibrates the scaling efficiency of later jobs.

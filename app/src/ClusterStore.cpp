@@ -431,10 +431,7 @@ Result<void> ClusterStore::idFree(const JobSpec& spec) const {
     return invalidArgument("job id " + spec.jobId + " is taken: pick another");
   }
   if (spec.attempt > 0 || !history_) return {};
-  if (auto free = history::checkNewJobId(history_->path().toStdString(), spec.jobId); !free) {
-    return Error{free.error().code, free.error().message + " (History window, Delete…)"};
-  }
-  return {};
+  return history::checkNewJobId(history_->path().toStdString(), spec.jobId, "the History window's Delete…");
 }
 
 Result<JobSpec> ClusterStore::place(const JobSpec& spec, const std::vector<std::pair<QString, std::uint32_t>>& ranks) const {

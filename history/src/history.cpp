@@ -182,7 +182,7 @@ std::string minuteText(std::int64_t unixUs) {
 
 // A read on a connection of its own, read-only and without migrating: a launcher asks at every edit,
 // and must neither wait on the history's writers (a WAL reader does not) nor change the file.
-Result<void> checkNewJobId(const std::string& historyPath, const std::string& jobId) {
+Result<void> checkNewJobId(const std::string& historyPath, const std::string& jobId, std::string_view howToDelete) {
   std::error_code ec;
   if (historyPath.empty() || !std::filesystem::exists(historyPath, ec)) return {};
   sqlite3* raw = nullptr;
@@ -205,7 +205,7 @@ Result<void> checkNewJobId(const std::string& historyPath, const std::string& jo
   return Error{ErrorCode::kAlreadyExists,
                "job id " + jobId + " names a job in the history already (it started " + since +
                    "), and the new job's records would go into it: give the new job another id, or delete that one "
-                   "from the history first"};
+                   "from the history first (" + std::string(howToDelete) + ")"};
 }
 
 }  // namespace lockstep::history

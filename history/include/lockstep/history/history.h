@@ -205,6 +205,7 @@ kpi::Settings liveTrackerSettings(const std::string& historyPath, const JobSpec&
 // when that job started and what to do, when the history holds one; fine when there is no history
 // (an empty path, no file yet) or it cannot be read now (running a job never fails for its history).
 // Reads only (no migration, no wait on a writer): cheap enough to ask at every edit of a form.
-Result<void> checkNewJobId(const std::string& historyPath, const std::string& jobId);
+// `howToDelete` ("lockstepctl history delete ID") is said where deleting the old job is the way.
+Result<void> checkNewJobId(const std::string& historyPath, const std::string& jobId, std::string_view howToDelete);
 
 }  // namespace lockstep::history
