@@ -217,6 +217,10 @@ TEST(History, MigratesASchemaElevenFileAndKeepsTheMfuOfLaterJobs) {
     ALTER TABLE jobs DROP COLUMN outcome;  -- schema 13's
     ALTER TABLE jobs DROP COLUMN outcome_message;
     PRAGMA user_version = 11;)sql");
+  // A launcher reads it before anything migrates it: it still holds the id.
+  const auto taken = checkNewJobId(path, "old", "delete it");
+  ASSERT_FALSE(taken) << "a schema 11 file";
+  EXPECT_NE(taken.error().message.find("names a job in the history already"), std::string::npos) << taken.error().message;
   auto h = History::open(path);
   ASSERT_TRUE(h) << h.error().message;
   EXPECT_EQ(count(path, "PRAGMA user_version"), kSchemaVersion);

@@ -302,7 +302,18 @@ TEST(History, ANewJobMayNotTakeTheIdOfAJobItHolds) {
     EXPECT_NE(live.error().message.find("job id live names a job in the history that has not ended (it started "),
               std::string::npos)
         << live.error().message;
-    EXPECT_EQ(live.error().message.find("delete"), std::string::npos) << live.error().message;
+    EXPECT_NE(live.error().message.find("if it no longer runs, and its recording stopped before its end, delete it"),
+              std::string::npos)
+        << live.error().message;
+    // A supervisor's verdict ends it, though a part (a lost node's) still reads running.
+    JobStatus judged = status(spec("judged"), JobState::kStopped);
+    judged.supervision = Supervision{SupervisionState::kEnded, JobState::kStopped, "stopped on request", {}};
+    ASSERT_TRUE(h->recordJob("node-a", judged));
+    ASSERT_TRUE(h->recordJob("node-b", status(spec("judged"), JobState::kRunning)));
+    const auto ended = checkNewJobId(path, "judged", "delete it");
+    ASSERT_FALSE(ended);
+    EXPECT_NE(ended.error().message.find("names a job in the history already"), std::string::npos)
+        << ended.error().message;
   }
   std::ofstream(dir.file("not-a-history.db")) << "just some text";
   EXPECT_TRUE(checkNewJobId(dir.file("not-a-history.db"), "j-1", "delete it"))

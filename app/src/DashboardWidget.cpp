@@ -365,7 +365,7 @@ QString DashboardWidget::frameBanner(const JobEntry& job) const {
   using std::chrono::seconds;
   constexpr auto kLate = seconds(5);
   const auto since = job.live->sinceFrame();
-  const bool ended = jobStateEnded(job.state);
+  const bool ended = jobStateEnded(job.state) && !restarting(job.supervision);  // its frames go on through a restart
   if (since && (ended ? job.live->hasLastFrame() : *since < kLate)) return {};
   // Its first agent supervises it, its second once that took over (which then says so).
   const auto& agents = job.spec.agents;
@@ -432,7 +432,7 @@ void DashboardWidget::refresh() {
   const auto stall = job->stall();
   // Its parts ended (failed, or stopped unasked), and its supervisor runs it again.
   const auto state = restarting(job->supervision) ? JobState::kStarting : job->state;
-  if (state != job->state) {
+  if (restarting(job->supervision)) {
     banner = tr("Restarting: %1")
                  .arg(job->supervision.message.empty() ? job->message : QString::fromStdString(job->supervision.message));
   }

@@ -297,7 +297,8 @@ int printJob(const Globals& g, const std::string& jobId, const std::vector<Part>
     const Prices& prices = parts.front().status.spec.prices;
     const Json pricesJson{{"gpu_hour", prices.gpuHour}, {"core_hour", prices.coreHour}, {"kwh", prices.kwh},
                           {"currency", prices.currency}};
-    Json out{{"job_id", jobId}, {"state", std::string(jobStateName(state))}, {"message", message},
+    Json out{{"job_id", jobId}, {"state", std::string(jobStateName(state))}, {"restarting", restarting(supervisionOf(parts))},
+             {"message", message},
              {"owner", ownerOf(parts)},
              {"world_size", parts.front().status.spec.worldSize}, {"prices", pricesJson}, {"ranks", ranks}};
     if (const auto& slurmJob = parts.front().status.spec.slurmJobId; !slurmJob.empty()) out["slurm_job_id"] = slurmJob;

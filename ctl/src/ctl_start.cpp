@@ -284,7 +284,8 @@ int cmdStart(const Globals& g, const std::vector<std::string>& allArgs) {
   spec.prices.coreHour = coreHour.value_or(spec.prices.coreHour);
   spec.prices.kwh = kwh.value_or(spec.prices.kwh);
   spec.prices.currency = currency.value_or(spec.prices.currency);
-  const std::string where = g.historyPath == history::History::defaultPath() ? "" : " --history " + g.historyPath;
+  const std::string where =
+      g.historyPath == history::History::defaultPath() ? "" : " --history '" + g.historyPath + "'";
   if (auto free = history::checkNewJobId(g.historyPath, spec.jobId, "lockstepctl" + where + " history delete " + spec.jobId);
       !free) {
     return fail(free.error());

@@ -11,6 +11,7 @@
 #include <ctime>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "catalog.h"
@@ -178,10 +179,37 @@ std::string minuteText(std::int64_t unixUs) {
   return text;
 }
 
+// A job the history holds under an id, as a launcher needs to know it.
+struct HeldJob {
+  std::int64_t sinceUs = 0;  // its first part's start, else when it was recorded
+  bool goesOn = false;       // no verdict, and a part starting or running
+};
+
+std::string heldJobSql(std::string_view noVerdict) {
+  return "SELECT j.recorded_us, min(nullif(p.started_us, 0)), coalesce(max(p.state IN (1, 2)), 0) AND " +
+         std::string(noVerdict) +
+         " FROM jobs j LEFT JOIN job_parts p ON p.job_id = j.job_id WHERE j.job_id = ?1 GROUP BY j.job_id";
+}
+
+// Empty when the history does not hold the id, or cannot be read now (running a job never fails
+// for its history).
+std::optional<HeldJob> heldJob(sqlite3* db, const std::string& jobId) {
+  auto query = [&]() -> Result<detail::Statement> {
+    auto withVerdict = detail::Statement::prepare(db, heldJobSql("j.outcome IS NULL"));
+    if (withVerdict) return withVerdict;
+    return detail::Statement::prepare(db, heldJobSql("1"));  // a history before schema 13 keeps no verdict
+  }();
+  if (!query) return std::nullopt;
+  query->bind(1, jobId);
+  const auto held = query->step();
+  if (!held || !*held) return std::nullopt;
+  return HeldJob{query->null(1) ? query->i64(0) : query->i64(1), query->i64(2) != 0};
+}
+
 }  // namespace
 
 // A read on a connection of its own, read-only and without migrating: a launcher asks at every edit,
-// and must neither wait on the history's writers (a WAL reader does not) nor change the file.
+// and must neither wait on the history's writers (a WAL reader does not) nor change the database.
 Result<void> checkNewJobId(const std::string& historyPath, const std::string& jobId, std::string_view howToDelete) {
   std::error_code ec;
   if (historyPath.empty() || !std::filesystem::exists(historyPath, ec)) return {};
@@ -190,17 +218,14 @@ Result<void> checkNewJobId(const std::string& historyPath, const std::string& jo
   const std::unique_ptr<sqlite3, int (*)(sqlite3*)> db(raw, sqlite3_close);
   if (opened != SQLITE_OK) return {};
   sqlite3_busy_timeout(db.get(), 200);
-  auto query = detail::Statement::prepare(db.get(), R"sql(
-    SELECT j.recorded_us, min(nullif(p.started_us, 0)), coalesce(max(p.state IN (1, 2)), 0)
-    FROM jobs j LEFT JOIN job_parts p ON p.job_id = j.job_id WHERE j.job_id = ?1 GROUP BY j.job_id)sql");
-  if (!query) return {};  // not a history this build reads: running a job never fails for it
-  query->bind(1, jobId);
-  const auto held = query->step();
-  if (!held || !*held) return {};
-  const std::string since = minuteText(query->null(1) ? query->i64(0) : query->i64(1));
-  if (query->i64(2) != 0) {
-    return Error{ErrorCode::kAlreadyExists, "job id " + jobId + " names a job in the history that has not ended (it started " +
-                                                since + "): give the new job another id"};
+  const auto held = heldJob(db.get(), jobId);
+  if (!held) return {};
+  const std::string since = minuteText(held->sinceUs);
+  if (held->goesOn) {
+    return Error{ErrorCode::kAlreadyExists,
+                 "job id " + jobId + " names a job in the history that has not ended (it started " + since +
+                     "): give the new job another id (if it no longer runs, and its recording stopped before its end, " +
+                     std::string(howToDelete) + " removes it)"};
   }
   return Error{ErrorCode::kAlreadyExists,
                "job id " + jobId + " names a job in the history already (it started " + since +
