@@ -186,7 +186,7 @@ struct HeldJob {
 };
 
 std::string heldJobSql(std::string_view noVerdict) {
-  return "SELECT j.recorded_us, min(nullif(p.started_us, 0)), coalesce(max(p.state IN (1, 2)), 0) AND " +
+  return "SELECT j.recorded_us, min(nullif(p.started_us, 0)), coalesce(max(p.state IN (?2, ?3)), 0) AND " +
          std::string(noVerdict) +
          " FROM jobs j LEFT JOIN job_parts p ON p.job_id = j.job_id WHERE j.job_id = ?1 GROUP BY j.job_id";
 }
@@ -200,7 +200,8 @@ std::optional<HeldJob> heldJob(sqlite3* db, const std::string& jobId) {
     return detail::Statement::prepare(db, heldJobSql("1"));  // a history before schema 13 keeps no verdict
   }();
   if (!query) return std::nullopt;
-  query->bind(1, jobId);
+  query->bind(1, jobId).bind(2, static_cast<std::int64_t>(JobState::kStarting));
+  query->bind(3, static_cast<std::int64_t>(JobState::kRunning));
   const auto held = query->step();
   if (!held || !*held) return std::nullopt;
   return HeldJob{query->null(1) ? query->i64(0) : query->i64(1), query->i64(2) != 0};
